@@ -1,0 +1,112 @@
+/* check.c — see check.h. */
+#include "check.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct cmp_stats check_cmp(const float *a, const float *b, int64_t n, double atol, double rtol)
+{
+    struct cmp_stats s = {0, 0, 0, -1, 0};
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i])) {
+            s.n_nonfinite++;
+            if (s.first_bad < 0)
+                s.first_bad = i;
+            continue;
+        }
+        double d = fabs((double)a[i] - (double)b[i]);
+        num += d * d;
+        den += (double)b[i] * b[i];
+        if (d > s.max_abs)
+            s.max_abs = d;
+        double r = d / fmax(fabs((double)b[i]), 1e-30);
+        if (r > s.max_rel)
+            s.max_rel = r;
+        if (d > atol + rtol * fabs((double)b[i]) && s.first_bad < 0)
+            s.first_bad = i;
+    }
+    s.nmse = den > 0 ? num / den : num;
+    return s;
+}
+
+void check_floats(const char *what, const float *a, const float *b, int64_t n, double atol,
+                  double rtol, double max_nmse)
+{
+    struct cmp_stats s = check_cmp(a, b, n, atol, rtol);
+    int ok = s.n_nonfinite == 0 && s.first_bad < 0 && s.nmse <= max_nmse;
+    cr_assert(ok,
+              "%s: %lld values: first bad index %lld (got %.9g, want %.9g), max abs err %.3g,"
+              " max rel err %.3g, NMSE %.3g (limit %.3g), %lld non-finite",
+              what, (long long)n, (long long)s.first_bad,
+              s.first_bad >= 0 ? (double)a[s.first_bad] : 0.0,
+              s.first_bad >= 0 ? (double)b[s.first_bad] : 0.0, s.max_abs, s.max_rel, s.nmse,
+              max_nmse, (long long)s.n_nonfinite);
+}
+
+const char *check_shared_dir(void)
+{
+    const char *e = getenv("GATE_SHARED");
+    return e && *e ? e : GATE_SOURCE_DIR "/../shared";
+}
+
+const char *check_tmp_dir(void)
+{
+    static char dir[512];
+    if (!dir[0]) {
+        const char *t = getenv("TMPDIR");
+        snprintf(dir, sizeof dir, "%s/gate-test-XXXXXX", t && *t ? t : "/tmp");
+        if (!mkdtemp(dir))
+            cr_assert_fail("cannot create a scratch folder under %s", t ? t : "/tmp");
+    }
+    return dir;
+}
+
+uint8_t *check_slurp(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc(n > 0 ? (size_t)n : 1);
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (p)
+        *size = (size_t)n;
+    return p;
+}
+
+int32_t *check_read_ids(const char *path, int *n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    int cap = 64, k = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    long x;
+    while (v && fscanf(f, "%ld", &x) == 1) {
+        if (k == cap) {
+            cap *= 2;
+            int32_t *w = realloc(v, cap * sizeof *v);
+            if (!w) {
+                free(v);
+                v = NULL;
+                break;
+            }
+            v = w;
+        }
+        v[k++] = (int32_t)x;
+    }
+    fclose(f);
+    *n = k;
+    return v;
+}

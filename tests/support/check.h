@@ -1,0 +1,38 @@
+/* check.h — helpers every test file uses: the one float comparison (first bad index, max
+ * absolute and relative error, NMSE), paths to ../shared and to a scratch folder, file slurping.
+ */
+#ifndef GATE_TEST_CHECK_H
+#define GATE_TEST_CHECK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct cmp_stats {
+    double nmse;        /* sum (a-b)^2 / sum b^2, b = expected */
+    double max_abs;     /* max |a-b| */
+    double max_rel;     /* max |a-b| / max(|b|, 1e-30) */
+    int64_t first_bad;  /* first index with |a-b| > atol + rtol|b|, or -1 */
+    int64_t n_nonfinite; /* positions where a is NaN/Inf */
+};
+
+/* Compare a (actual) against b (expected), n floats. */
+struct cmp_stats check_cmp(const float *a, const float *b, int64_t n, double atol, double rtol);
+
+/* Assert (Criterion) that a matches b: no non-finite values, NMSE <= max_nmse and every element
+ * within atol + rtol|b|; the failure message reports the first bad index and all statistics. */
+void check_floats(const char *what, const float *a, const float *b, int64_t n, double atol,
+                  double rtol, double max_nmse);
+
+/* ../shared as seen from the project root ($GATE_SHARED overrides). Static string. */
+const char *check_shared_dir(void);
+
+/* A fresh scratch folder under $TMPDIR for this process (created on first call). */
+const char *check_tmp_dir(void);
+
+/* Read a whole file; returns malloc'd bytes and sets *size, or NULL. */
+uint8_t *check_slurp(const char *path, size_t *size);
+
+/* Read whitespace-separated integers; returns malloc'd array and count, or NULL. */
+int32_t *check_read_ids(const char *path, int *n);
+
+#endif
