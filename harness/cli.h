@@ -1,16 +1,29 @@
-/* cli.h — the `gate` subcommands. Each cmd_* takes argv after its own name (argv[0] is the
- * subcommand name) and returns a process exit code (DESIGN.md settled question 6:
- * 0 pass, 1 judged failure, 2 usage/input error, 3 environment error).
+/* cli.h — the `gate` subcommands and the helpers they share. Each cmd_* takes argv after the
+ * binary name (argv[0] is the subcommand) and returns a process exit code (DESIGN.md settled
+ * question 6: 0 pass, 1 judged or runtime failure, 2 usage/input error, 3 environment error).
  */
 #ifndef GATE_CLI_H
 #define GATE_CLI_H
+
+#include <stdint.h>
+
+#include "engine/err.h"
 
 int cmd_model(int argc, char **argv);    /* model inspect */
 int cmd_eval(int argc, char **argv);     /* eval */
 int cmd_generate(int argc, char **argv); /* generate */
 int cmd_bench(int argc, char **argv);    /* bench */
 
-/* Print "gate: <msg>" to stderr and return the exit code for code. */
+/* Print "gate: <msg>" to stderr; returns code. */
 int cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The value of option argv[*i] (advances *i); prints a usage error and returns -1 if absent. */
+int cli_value(int argc, char **argv, int *i, const char **out);
+
+/* Parse an integer option value in [lo, hi]; prints a usage error and returns -1 if bad. */
+int cli_int(const char *cmd, const char *opt, const char *s, int lo, int hi, int *out);
+
+/* Read whitespace/comma separated token ids from path (*ids malloc'd). Errors name the line. */
+int cli_read_ids(const char *path, int32_t **ids, int *n, struct gate_err *err);
 
 #endif

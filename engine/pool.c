@@ -1,0 +1,145 @@
+/* pool.c — see pool.h. Workers spin briefly on a generation counter before sleeping on a
+ * condition variable, since decode issues hundreds of short loops per token. */
+#include "pool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+struct worker {
+    struct pool *pool;
+    int index;
+    pthread_t tid;
+};
+
+struct pool {
+    int n;
+    struct worker *w;
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    atomic_uint_fast64_t gen;
+    atomic_int pending;
+    int stop;
+    /* current job */
+    int64_t n_items;
+    pool_fn fn;
+    void *ctx;
+};
+
+static void chunk(const struct pool *p, int i, int64_t *b, int64_t *e)
+{
+    *b = p->n_items * i / p->n;
+    *e = p->n_items * (i + 1) / p->n;
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct pool *p = w->pool;
+    uint64_t seen = 0;
+    for (;;) {
+        int spins = 0;
+        while (atomic_load_explicit(&p->gen, memory_order_acquire) == seen && spins < 20000)
+            spins++;
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load(&p->gen) == seen && !p->stop)
+            pthread_cond_wait(&p->wake, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+        if (p->stop)
+            return NULL;
+        seen = atomic_load(&p->gen);
+        int64_t b, e;
+        chunk(p, w->index, &b, &e);
+        if (b < e)
+            p->fn(p->ctx, b, e, w->index);
+        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+}
+
+int pool_create(struct pool **out, int n_threads, struct gate_err *err)
+{
+    *out = NULL;
+    if (n_threads <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = c > 0 ? (int)c : 1;
+    }
+    struct pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return err_set(err, ERR_ENV, "out of memory");
+    p->n = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
+    p->w = calloc((size_t)n_threads, sizeof *p->w);
+    if (!p->w) {
+        pool_free(p);
+        return err_set(err, ERR_ENV, "out of memory");
+    }
+    for (int i = 1; i < n_threads; i++) {
+        p->w[i].pool = p;
+        p->w[i].index = i;
+        if (pthread_create(&p->w[i].tid, NULL, worker_main, &p->w[i]) != 0) {
+            p->n = i; /* only join the ones that started */
+            pool_free(p);
+            return err_set(err, ERR_ENV, "cannot start worker thread %d of %d", i, n_threads);
+        }
+    }
+    *out = p;
+    return 0;
+}
+
+void pool_free(struct pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    atomic_fetch_add(&p->gen, 1);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; p->w && i < p->n; i++)
+        pthread_join(p->w[i].tid, NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->wake);
+    pthread_cond_destroy(&p->done);
+    free(p->w);
+    free(p);
+}
+
+int pool_threads(const struct pool *p)
+{
+    return p->n;
+}
+
+void pool_run(struct pool *p, int64_t n, pool_fn fn, void *ctx)
+{
+    if (p->n == 1 || n <= 1) {
+        if (n > 0)
+            fn(ctx, 0, n, 0);
+        return;
+    }
+    p->n_items = n;
+    p->fn = fn;
+    p->ctx = ctx;
+    atomic_store(&p->pending, p->n - 1);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    int64_t b, e;
+    chunk(p, 0, &b, &e);
+    if (b < e)
+        fn(ctx, b, e, 0);
+    int spins = 0;
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0 && spins < 200000)
+        spins++;
+    pthread_mutex_lock(&p->mu);
+    while (atomic_load(&p->pending) > 0)
+        pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}

@@ -1,0 +1,538 @@
+/* ref.c — the reference twin: the specification every other backend is judged by.
+ *
+ * FP32 activations, weights dequantized exactly one row at a time into a scratch buffer
+ * (quant_dequant_row), dot products in float with sixteen fixed lanes reduced in a fixed order,
+ * norms and softmax sums in double, exp/sin/cos from detmath (machine-independent). Rows of
+ * every matrix product are split over a thread pool; no result depends on the thread count.
+ * Nothing is allocated inside forward(): every buffer is sized at open.
+ *
+ * The forward pass (FACTS.md §5–6), for each layer:
+ *   h = RMSNorm(x) * attn_norm
+ *   q, k, v = Wq h, Wk h, Wv h
+ *   q, k per head: RMSNorm * q_norm / k_norm, then RoPE (NEOX halves)
+ *   append k, v to the cache; attention per query head over kv head (head / (nh / nkv)),
+ *   scale 1/sqrt(head_dim), causal
+ *   x += Wo attn
+ *   h = RMSNorm(x) * ffn_norm
+ *   dense: x += Wdown (silu(Wgate h) * Wup h)
+ *   MoE:   route (route.c), x += sum over slots w_s * expert_s(h)
+ * then logits = Wout (RMSNorm(x) * output_norm).
+ * Start reading: ref_forward_chunk().
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "detmath.h"
+#include "pool.h"
+#include "quant.h"
+#include "route.h"
+
+#define LANES 16
+
+struct ref {
+    struct backend base; /* first: a struct ref * is a struct backend * */
+    const struct model *m;
+    struct pool *pool;
+    const struct fault_set *faults;
+    const struct backend_taps *taps;
+    int tap_n, tap_off; /* tokens in the current forward call; offset of this chunk */
+    struct backend_info info;
+    int n_batch;
+    int64_t max_cols; /* longest weight row: rowbuf stride */
+    /* norm weights, dequantized once: (n_layer, E) / (n_layer, hd) / (E) */
+    float *attn_norm, *ffn_norm, *q_norm, *k_norm, *out_norm;
+    /* activations, n_batch rows each */
+    float *x;      /* (B, E) residual stream */
+    float *xb;     /* (B, E) normalized input of the current block */
+    float *xo;     /* (B, E) block output before the residual add */
+    float *q;      /* (B, nh*hd) */
+    float *k;      /* (B, nkv*hd) */
+    float *v;      /* (B, nkv*hd) */
+    float *att;    /* (B, nh*hd) */
+    float *ffa;    /* (B*k, F or Fe) gate activations */
+    float *ffb;    /* (B*k, F or Fe) up activations */
+    float *router; /* (B, X) */
+    float *probs;  /* (B, X) */
+    int32_t *sel;  /* (B, k) selected experts */
+    float *selw;   /* (B, k) their weights */
+    int32_t *rows; /* (B*k) flat (t*k + slot) index of each gathered row */
+    float *gx;     /* (B*k, E) gathered expert inputs */
+    float *gy;     /* (B*k, E) expert outputs */
+    float *moe_y;  /* (B, k, E) expert output per token and slot */
+    float *scores; /* (n_threads, n_ctx) */
+    float *rowbuf; /* (n_threads, max_cols) */
+    float *kc, *vc; /* (n_layer, n_ctx, nkv*hd) caches: K after norm + RoPE, V as is */
+    float *rope_cos, *rope_sin; /* (n_ctx, hd/2) */
+};
+
+/* ---- numerics ----------------------------------------------------------------------------- */
+
+/* Sum of a[i] * b[i] in float: lane i % 16 accumulates in index order, lanes are then added
+ * pairwise (0+8, 1+9, ... then 0+4, ...). The order is fixed by this code, not the compiler. */
+static float dot(const float *a, const float *b, int64_t n)
+{
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++)
+            acc[j] += a[i + j] * b[i + j];
+    for (int j = 0; i < n; i++, j++)
+        acc[j] += a[i] * b[i];
+    for (int s = LANES / 2; s > 0; s /= 2)
+        for (int j = 0; j < s; j++)
+            acc[j] += acc[j + s];
+    return acc[0];
+}
+
+/* y = RMSNorm(x) * w over n elements (mean of squares in double, as ggml does). */
+static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
+{
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        sum += (double)x[i] * x[i];
+    const float mean = (float)(sum / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (x[i] * scale) * w[i];
+}
+
+/* ---- matrix products ---------------------------------------------------------------------- */
+
+struct matmul_job {
+    struct ref *r;
+    const struct model_weight *w;
+    const float *x; /* (n, cols) */
+    float *y;       /* (n, rows) */
+    int n;
+};
+
+static void matmul_rows(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    struct matmul_job *j = ctx;
+    const struct model_weight *w = j->w;
+    float *row = j->r->rowbuf + (size_t)thread * (size_t)j->r->max_cols;
+    for (int64_t o = begin; o < end; o++) {
+        const float *wr = row;
+        if (w->type == QUANT_F32)
+            wr = model_row(w, o);
+        else
+            quant_dequant_row(w->type, model_row(w, o), row, w->cols);
+        for (int t = 0; t < j->n; t++)
+            j->y[(size_t)t * (size_t)w->rows + (size_t)o] =
+                dot(wr, j->x + (size_t)t * (size_t)w->cols, w->cols);
+    }
+}
+
+/* y (n, w.rows) = x (n, w.cols) times W transposed: y[t][o] = dot(W row o, x[t]). */
+static void matmul(struct ref *r, const struct model_weight *w, const float *x, int n, float *y)
+{
+    struct matmul_job j = {r, w, x, y, n};
+    pool_run(r->pool, w->rows, matmul_rows, &j);
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+struct attn_job {
+    struct ref *r;
+    int layer;
+    int n;    /* tokens in this chunk */
+    int pos0; /* position of token 0 */
+};
+
+static void attn_heads(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    struct attn_job *j = ctx;
+    struct ref *r = j->r;
+    const struct model_hparams *hp = &r->m->hp;
+    const int hd = (int)hp->head_dim, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
+    const int kvd = nkv * hd, group = nh / nkv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const float *kc = r->kc + (size_t)j->layer * (size_t)r->base.n_ctx * (size_t)kvd;
+    const float *vc = r->vc + (size_t)j->layer * (size_t)r->base.n_ctx * (size_t)kvd;
+    float *s = r->scores + (size_t)thread * (size_t)r->base.n_ctx;
+    for (int64_t item = begin; item < end; item++) {
+        const int t = (int)(item / nh), h = (int)(item % nh), g = h / group;
+        const int pos = j->pos0 + t;
+        const float *q = r->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd;
+        float max = -INFINITY;
+        for (int p = 0; p <= pos; p++) { /* causal: keys 0..pos */
+            s[p] = dot(q, kc + (size_t)p * (size_t)kvd + (size_t)g * (size_t)hd, hd) * scale;
+            if (s[p] > max)
+                max = s[p];
+        }
+        double sum = 0.0;
+        for (int p = 0; p <= pos; p++) {
+            s[p] = det_expf(s[p] - max);
+            sum += s[p];
+        }
+        const float inv = (float)(1.0 / sum);
+        float *out = r->att + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd;
+        for (int d = 0; d < hd; d++)
+            out[d] = 0.0f;
+        for (int p = 0; p <= pos; p++) {
+            const float pw = s[p] * inv;
+            const float *v = vc + (size_t)p * (size_t)kvd + (size_t)g * (size_t)hd;
+            for (int d = 0; d < hd; d++)
+                out[d] += pw * v[d];
+        }
+    }
+}
+
+/* Per-head Q/K RMSNorm, then RoPE (NEOX: rotate (x[i], x[i + hd/2])), for one head vector. */
+static void norm_rope(float *x, const float *w, const float *cs, const float *sn, int hd,
+                      float eps, int skip_norm)
+{
+    if (!skip_norm)
+        rmsnorm(x, x, w, hd, eps);
+    const int half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        const float a = x[i], b = x[i + half];
+        x[i] = a * cs[i] - b * sn[i];
+        x[i + half] = a * sn[i] + b * cs[i];
+    }
+}
+
+static void attention(struct ref *r, int il, int n, int pos0)
+{
+    const struct model_hparams *hp = &r->m->hp;
+    const struct model_layer *L = &r->m->layers[il];
+    const int hd = (int)hp->head_dim, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
+    const int kvd = nkv * hd, half = hd / 2;
+    const int64_t E = hp->n_embd;
+    for (int t = 0; t < n; t++)
+        rmsnorm(r->xb + t * E, r->x + t * E, r->attn_norm + il * E, E, hp->eps);
+    matmul(r, &L->wq, r->xb, n, r->q);
+    matmul(r, &L->wk, r->xb, n, r->k);
+    matmul(r, &L->wv, r->xb, n, r->v);
+    for (int t = 0; t < n; t++) {
+        const int pos = pos0 + t;
+        const float *cs = r->rope_cos + (size_t)pos * (size_t)half;
+        const float *sn = r->rope_sin + (size_t)pos * (size_t)half;
+        const int skip = fault_skips_qk_norm(r->faults, il, pos);
+        for (int h = 0; h < nh; h++)
+            norm_rope(r->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd,
+                      r->q_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
+        for (int h = 0; h < nkv; h++)
+            norm_rope(r->k + (size_t)t * (size_t)kvd + (size_t)h * (size_t)hd,
+                      r->k_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
+        size_t at = ((size_t)il * (size_t)r->base.n_ctx + (size_t)pos) * (size_t)kvd;
+        memcpy(r->kc + at, r->k + (size_t)t * (size_t)kvd, (size_t)kvd * sizeof(float));
+        memcpy(r->vc + at, r->v + (size_t)t * (size_t)kvd, (size_t)kvd * sizeof(float));
+    }
+    struct attn_job j = {r, il, n, pos0};
+    pool_run(r->pool, (int64_t)n * nh, attn_heads, &j);
+    matmul(r, &L->wo, r->att, n, r->xo);
+    for (int64_t i = 0; i < n * E; i++)
+        r->x[i] += r->xo[i];
+}
+
+/* ---- feed-forward ------------------------------------------------------------------------- */
+
+/* out (n, E) = Wdown (silu(Wgate x) * Wup x) for x (n, E). */
+static void swiglu(struct ref *r, const struct model_weight *gate, const struct model_weight *up,
+                   const struct model_weight *down, const float *x, int n, float *out)
+{
+    matmul(r, gate, x, n, r->ffa);
+    matmul(r, up, x, n, r->ffb);
+    const int64_t f = gate->rows;
+    for (int64_t i = 0; i < n * f; i++)
+        r->ffa[i] = det_silu(r->ffa[i]) * r->ffb[i];
+    matmul(r, down, r->ffa, n, out);
+}
+
+static void moe(struct ref *r, int il, int n, int pos0)
+{
+    const struct model_hparams *hp = &r->m->hp;
+    const struct model_layer *L = &r->m->layers[il];
+    const int64_t E = hp->n_embd;
+    const int X = (int)hp->n_expert, k = (int)hp->n_expert_used;
+    const struct backend_taps *tp = r->taps;
+    matmul(r, &L->gate_inp, r->xb, n, r->router);
+    for (int t = 0; t < n; t++) {
+        struct route_result rr =
+            route_select(r->router + (size_t)t * X, r->probs + (size_t)t * X, X, k, 1,
+                         r->faults, il, pos0 + t, r->sel + (size_t)t * k, r->selw + (size_t)t * k);
+        if (tp) {
+            size_t ti = (size_t)il * (size_t)r->tap_n + (size_t)(r->tap_off + t);
+            if (tp->experts)
+                memcpy(tp->experts + ti * k, r->sel + (size_t)t * k, (size_t)k * sizeof(int32_t));
+            if (tp->expert_w)
+                memcpy(tp->expert_w + ti * k, r->selw + (size_t)t * k, (size_t)k * sizeof(float));
+            if (tp->router_kth)
+                tp->router_kth[ti] = rr.kth_logit;
+            if (tp->router_k1th)
+                tp->router_k1th[ti] = rr.k1th_logit;
+        }
+    }
+    /* each expert runs once over the tokens that chose it, in token order */
+    for (int e = 0; e < X; e++) {
+        int c = 0;
+        for (int i = 0; i < n * k; i++)
+            if (r->sel[i] == e) {
+                r->rows[c] = i;
+                memcpy(r->gx + (size_t)c * E, r->xb + (size_t)(i / k) * E, E * sizeof(float));
+                c++;
+            }
+        if (c == 0)
+            continue;
+        struct model_weight g = model_expert(&L->gate_exps, X, e);
+        struct model_weight u = model_expert(&L->up_exps, X, e);
+        struct model_weight d = model_expert(&L->down_exps, X, e);
+        swiglu(r, &g, &u, &d, r->gx, c, r->gy);
+        for (int i = 0; i < c; i++)
+            memcpy(r->moe_y + (size_t)r->rows[i] * E, r->gy + (size_t)i * E, E * sizeof(float));
+    }
+    for (int t = 0; t < n; t++) {
+        float *o = r->xo + (size_t)t * E;
+        for (int64_t i = 0; i < E; i++) {
+            float acc = 0.0f;
+            for (int s = 0; s < k; s++) /* slot order, slot 0 = highest probability */
+                acc += r->selw[(size_t)t * k + s] * r->moe_y[((size_t)t * k + s) * E + i];
+            o[i] = acc;
+        }
+    }
+}
+
+static void ffn(struct ref *r, int il, int n, int pos0)
+{
+    const struct model_hparams *hp = &r->m->hp;
+    const struct model_layer *L = &r->m->layers[il];
+    const int64_t E = hp->n_embd;
+    for (int t = 0; t < n; t++)
+        rmsnorm(r->xb + t * E, r->x + t * E, r->ffn_norm + il * E, E, hp->eps);
+    if (hp->arch == ARCH_QWEN3)
+        swiglu(r, &L->ffn_gate, &L->ffn_up, &L->ffn_down, r->xb, n, r->xo);
+    else
+        moe(r, il, n, pos0);
+    for (int64_t i = 0; i < n * E; i++)
+        r->x[i] += r->xo[i];
+}
+
+/* ---- the forward pass --------------------------------------------------------------------- */
+
+static void tap_hidden(struct ref *r, int il, int n)
+{
+    const struct backend_taps *tp = r->taps;
+    if (!tp || !tp->hidden)
+        return;
+    const size_t E = r->m->hp.n_embd;
+    memcpy(tp->hidden + ((size_t)il * (size_t)r->tap_n + (size_t)r->tap_off) * E, r->x,
+           (size_t)n * E * sizeof(float));
+}
+
+/* Evaluate n <= n_batch tokens at positions pos0.. (the cache holds 0..pos0-1). */
+static void ref_forward_chunk(struct ref *r, const int32_t *tokens, int n, int pos0, float *logits)
+{
+    const struct model *m = r->m;
+    const struct model_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd;
+    for (int t = 0; t < n; t++)
+        quant_dequant_row(m->tok_embd.type, model_row(&m->tok_embd, tokens[t]), r->x + t * E, E);
+    for (int il = 0; il < (int)hp->n_layer; il++) {
+        attention(r, il, n, pos0);
+        ffn(r, il, n, pos0);
+        tap_hidden(r, il, n);
+    }
+    for (int t = 0; t < n; t++)
+        rmsnorm(r->xb + t * E, r->x + t * E, r->out_norm, E, hp->eps);
+    matmul(r, &m->output, r->xb, n, logits);
+}
+
+static int ref_forward(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
+                       struct gate_err *err)
+{
+    struct ref *r = (struct ref *)b;
+    const uint32_t V = r->m->hp.n_vocab;
+    if (n <= 0)
+        return err_set(err, ERR_INPUT, "ref: forward needs at least one token (got %d)", n);
+    if (pos0 != b->n_past)
+        return err_set(err, ERR_INPUT, "ref: forward at position %d but the cache holds %d"
+                       " positions", pos0, b->n_past);
+    if (n > b->n_ctx - pos0)
+        return err_set(err, ERR_INPUT, "ref: %d tokens at position %d exceed the context of %d"
+                       " positions", n, pos0, b->n_ctx);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || (uint32_t)tokens[t] >= V)
+            return err_set(err, ERR_INPUT, "ref: token id %" PRId32 " at position %d is out of"
+                           " range (vocabulary has %" PRIu32 " tokens)", tokens[t], pos0 + t, V);
+    r->tap_n = n;
+    for (int done = 0; done < n; done += r->n_batch) {
+        int c = n - done < r->n_batch ? n - done : r->n_batch;
+        r->tap_off = done;
+        ref_forward_chunk(r, tokens + done, c, pos0 + done, logits + (size_t)done * V);
+        b->n_past += c;
+    }
+    r->info.forwards++;
+    r->info.tokens += (uint64_t)n;
+    return 0;
+}
+
+static int ref_truncate(struct backend *b, int n_pos, struct gate_err *err)
+{
+    if (n_pos < 0 || n_pos > b->n_past)
+        return err_set(err, ERR_INPUT, "ref: cannot truncate the cache to %d positions (it holds"
+                       " %d)", n_pos, b->n_past);
+    b->n_past = n_pos;
+    return 0;
+}
+
+static void ref_set_taps(struct backend *b, const struct backend_taps *taps)
+{
+    ((struct ref *)b)->taps = taps;
+}
+
+static void ref_info(const struct backend *b, struct backend_info *out)
+{
+    *out = ((const struct ref *)b)->info;
+}
+
+static void ref_close(struct backend *b)
+{
+    struct ref *r = (struct ref *)b;
+    if (!r)
+        return;
+    pool_free(r->pool);
+    float *bufs[] = {r->attn_norm, r->ffn_norm, r->q_norm, r->k_norm, r->out_norm, r->x,
+                     r->xb, r->xo, r->q, r->k, r->v, r->att, r->ffa, r->ffb, r->router,
+                     r->probs, r->selw, r->gx, r->gy, r->moe_y, r->scores, r->rowbuf, r->kc,
+                     r->vc, r->rope_cos, r->rope_sin};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    free(r->sel);
+    free(r->rows);
+    free(r);
+}
+
+static void cpu_name(char *buf, size_t n)
+{
+    snprintf(buf, n, "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c += 2;
+                c[strcspn(c, "\n")] = '\0';
+                snprintf(buf, n, "cpu: %s", c);
+            }
+            break;
+        }
+    fclose(f);
+}
+
+static int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+static int alloc_buf(void **p, size_t count, size_t size, const char *what,
+                     struct gate_err *err)
+{
+    *p = calloc(count ? count : 1, size);
+    if (!*p)
+        return err_set(err, ERR_ENV, "ref: out of memory for %s (%zu elements)", what, count);
+    return 0;
+}
+
+static int ref_open(struct backend **out, const struct model *m, const struct backend_config *cfg,
+                    struct gate_err *err)
+{
+    *out = NULL;
+    const struct model_hparams *hp = &m->hp;
+    struct ref *r = calloc(1, sizeof *r);
+    if (!r)
+        return err_set(err, ERR_ENV, "out of memory");
+    int rc = 0;
+    r->base.ops = &backend_ref_ops;
+    r->base.model = m;
+    r->m = m;
+    r->faults = cfg ? cfg->faults : NULL;
+    int n_ctx = cfg && cfg->n_ctx > 0 ? cfg->n_ctx : (hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096);
+    r->base.n_ctx = n_ctx;
+    r->n_batch = cfg && cfg->n_batch > 0 ? cfg->n_batch : 512;
+    if ((rc = pool_create(&r->pool, cfg ? cfg->n_threads : 0, err)))
+        goto fail;
+    const int nt = pool_threads(r->pool);
+    const size_t B = (size_t)r->n_batch, E = hp->n_embd, hd = hp->head_dim, L = hp->n_layer;
+    const size_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
+    const size_t X = hp->n_expert, K = hp->arch == ARCH_QWEN3MOE ? hp->n_expert_used : 1;
+    const size_t F = hp->arch == ARCH_QWEN3 ? hp->n_ff : hp->n_ff_exp;
+    r->max_cols = max64(max64((int64_t)E, (int64_t)qd), (int64_t)F);
+#define ALLOC(field, count)                                                                        \
+    if ((rc = alloc_buf((void **)&r->field, (count), sizeof *r->field, #field, err)))             \
+    goto fail
+    ALLOC(attn_norm, L * E);
+    ALLOC(ffn_norm, L * E);
+    ALLOC(q_norm, L * hd);
+    ALLOC(k_norm, L * hd);
+    ALLOC(out_norm, E);
+    ALLOC(x, B * E);
+    ALLOC(xb, B * E);
+    ALLOC(xo, B * E);
+    ALLOC(q, B * qd);
+    ALLOC(k, B * kvd);
+    ALLOC(v, B * kvd);
+    ALLOC(att, B * qd);
+    ALLOC(ffa, B * K * F);
+    ALLOC(ffb, B * K * F);
+    if (hp->arch == ARCH_QWEN3MOE) {
+        ALLOC(router, B * X);
+        ALLOC(probs, B * X);
+        ALLOC(sel, B * K);
+        ALLOC(selw, B * K);
+        ALLOC(rows, B * K);
+        ALLOC(gx, B * K * E);
+        ALLOC(gy, B * K * E);
+        ALLOC(moe_y, B * K * E);
+    }
+    ALLOC(scores, (size_t)nt * (size_t)n_ctx);
+    ALLOC(rowbuf, (size_t)nt * (size_t)r->max_cols);
+    ALLOC(kc, L * (size_t)n_ctx * kvd);
+    ALLOC(vc, L * (size_t)n_ctx * kvd);
+    ALLOC(rope_cos, (size_t)n_ctx * (hd / 2));
+    ALLOC(rope_sin, (size_t)n_ctx * (hd / 2));
+#undef ALLOC
+    for (size_t il = 0; il < L; il++) {
+        const struct model_layer *ly = &m->layers[il];
+        quant_dequant_row(ly->attn_norm.type, ly->attn_norm.data, r->attn_norm + il * E, (int64_t)E);
+        quant_dequant_row(ly->ffn_norm.type, ly->ffn_norm.data, r->ffn_norm + il * E, (int64_t)E);
+        quant_dequant_row(ly->q_norm.type, ly->q_norm.data, r->q_norm + il * hd, (int64_t)hd);
+        quant_dequant_row(ly->k_norm.type, ly->k_norm.data, r->k_norm + il * hd, (int64_t)hd);
+    }
+    quant_dequant_row(m->output_norm.type, m->output_norm.data, r->out_norm, (int64_t)E);
+    /* RoPE angles p * base^(-2i/hd), evaluated in double, rounded once to float */
+    const double lnb = det_log((double)hp->rope_base);
+    for (size_t i = 0; i < hd / 2; i++) {
+        const double inv_freq = det_exp(-2.0 * (double)i / (double)hd * lnb);
+        for (int p = 0; p < n_ctx; p++) {
+            double s, c;
+            det_sincos((double)p * inv_freq, &s, &c);
+            r->rope_cos[(size_t)p * (hd / 2) + i] = (float)c;
+            r->rope_sin[(size_t)p * (hd / 2) + i] = (float)s;
+        }
+    }
+    snprintf(r->info.backend, sizeof r->info.backend, "ref");
+    cpu_name(r->info.device, sizeof r->info.device);
+    *out = &r->base;
+    return 0;
+fail:
+    ref_close(&r->base);
+    return rc;
+}
+
+const struct backend_ops backend_ref_ops = {
+    .name = "ref",
+    .open = ref_open,
+    .forward = ref_forward,
+    .truncate = ref_truncate,
+    .set_taps = ref_set_taps,
+    .info = ref_info,
+    .close = ref_close,
+};

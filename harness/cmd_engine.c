@@ -1,0 +1,473 @@
+/* cmd_engine.c — the engine commands: `gate model inspect`, `gate eval`, `gate generate`,
+ * `gate bench`. They are thin: load a model, open a backend, call forward(), print.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/backend.h"
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "engine/quant.h"
+#include "harness/cli.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Greedy choice: the largest logit, the lowest id on ties. */
+static int32_t argmax(const float *x, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return (int32_t)best;
+}
+
+static void hex(const unsigned char *d, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+/* ---- gate model inspect --------------------------------------------------------------------- */
+
+static const char MODEL_USAGE[] =
+    "usage: gate model inspect MODEL.gguf\n"
+    "  Prints the architecture, hyperparameters, tensor table (name, type, shape, bytes), the\n"
+    "  quant mix, total bytes, and whether gate supports the model (and why not).\n";
+
+static int inspect(const char *path)
+{
+    struct gate_err err = {0};
+    struct gguf_file *f = NULL;
+    int rc = gguf_open(&f, path, 0, &err);
+    if (rc)
+        return cli_fail(err_exit_code(rc), "%s", err.msg);
+    unsigned char digest[crypto_hash_sha256_BYTES];
+    char digest_hex[2 * sizeof digest + 1];
+    crypto_hash_sha256(digest, f->map, f->size);
+    hex(digest, sizeof digest, digest_hex);
+    printf("file:        %s\n", path);
+    printf("bytes:       %zu\n", f->size);
+    printf("sha256:      %s\n", digest_hex);
+    printf("gguf:        version %" PRIu32 ", alignment %" PRIu32 ", %" PRIu64
+           " metadata keys, %" PRIu64 " tensors, data at byte %" PRIu64 "\n",
+           f->version, f->alignment, f->n_kv, f->n_tensors, f->data_offset);
+    const struct gguf_kv *a = gguf_find_kv(f, "general.architecture");
+    printf("arch:        %.*s\n", a && a->type == GGUF_TYPE_STRING ? (int)a->strs[0].len : 1,
+           a && a->type == GGUF_TYPE_STRING ? a->strs[0].ptr : "?");
+    printf("metadata:\n");
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        const struct gguf_kv *kv = &f->kv[i];
+        printf("  %-48s ", kv->key);
+        if (kv->type == GGUF_TYPE_STRING)
+            printf("%.*s\n", (int)(kv->strs[0].len > 80 ? 80 : kv->strs[0].len), kv->strs[0].ptr);
+        else if (kv->type == GGUF_TYPE_ARRAY)
+            printf("[%s x %" PRIu64 "]\n", gguf_type_name(kv->arr_type), kv->n);
+        else if (kv->type == GGUF_TYPE_FLOAT32 || kv->type == GGUF_TYPE_FLOAT64)
+            printf("%g\n", gguf_kv_float(kv, 0));
+        else if (kv->type == GGUF_TYPE_BOOL)
+            printf("%s\n", kv->data[0] ? "true" : "false");
+        else if (kv->type == GGUF_TYPE_INT8 || kv->type == GGUF_TYPE_INT16 ||
+                 kv->type == GGUF_TYPE_INT32 || kv->type == GGUF_TYPE_INT64)
+            printf("%" PRId64 "\n", (int64_t)gguf_kv_uint(kv, 0));
+        else
+            printf("%" PRIu64 "\n", gguf_kv_uint(kv, 0));
+    }
+    uint64_t by_type[QUANT_TYPE_LIMIT] = {0}, n_by_type[QUANT_TYPE_LIMIT] = {0}, total = 0;
+    printf("tensors:\n  %-36s %-6s %-28s %12s\n", "name", "type", "shape", "bytes");
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const struct gguf_tensor *t = &f->tensors[i];
+        char shape[96];
+        int k = snprintf(shape, sizeof shape, "[");
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            k += snprintf(shape + k, sizeof shape - (size_t)k, d ? ", %" PRId64 : "%" PRId64,
+                          t->ne[d]);
+        snprintf(shape + k, sizeof shape - (size_t)k, "]");
+        printf("  %-36s %-6s %-28s %12" PRIu64 "\n", t->name, quant_name(t->type), shape,
+               t->nbytes);
+        by_type[t->type] += t->nbytes;
+        n_by_type[t->type]++;
+        total += t->nbytes;
+    }
+    printf("quant mix:\n");
+    for (int t = 0; t < QUANT_TYPE_LIMIT; t++)
+        if (n_by_type[t])
+            printf("  %-6s %4" PRIu64 " tensors %14" PRIu64 " bytes (%5.1f%%)\n", quant_name(t),
+                   n_by_type[t], by_type[t], total ? 100.0 * (double)by_type[t] / (double)total : 0);
+    printf("total:       %" PRIu64 " tensor bytes\n", total);
+    gguf_close(f);
+    struct model *m = NULL;
+    rc = model_load(&m, path, &err);
+    if (rc) {
+        printf("supported:   no: %s\n", err.msg);
+        return 0;
+    }
+    const struct model_hparams *hp = &m->hp;
+    printf("hparams:     vocab %" PRIu32 ", ctx %" PRIu32 ", embd %" PRIu32 ", layers %" PRIu32
+           ", heads %" PRIu32 "/%" PRIu32 " kv, head_dim %" PRIu32 ", eps %g, rope base %g",
+           hp->n_vocab, hp->n_ctx_train, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv,
+           hp->head_dim, (double)hp->eps, (double)hp->rope_base);
+    if (hp->arch == ARCH_QWEN3)
+        printf(", ffn %" PRIu32, hp->n_ff);
+    else
+        printf(", experts %" PRIu32 " top-%" PRIu32 ", expert ffn %" PRIu32, hp->n_expert,
+               hp->n_expert_used, hp->n_ff_exp);
+    printf(", %s output\n", m->tied ? "tied" : "separate");
+    printf("supported:   yes (%s, backends: ref)\n", model_arch_name(hp->arch));
+    model_free(m);
+    return 0;
+}
+
+int cmd_model(int argc, char **argv)
+{
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(MODEL_USAGE, stdout);
+        return 0;
+    }
+    if (argc == 3 && !strcmp(argv[1], "inspect"))
+        return inspect(argv[2]);
+    if (argc >= 3 && !strcmp(argv[1], "inspect") &&
+        (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+        fputs(MODEL_USAGE, stdout);
+        return 0;
+    }
+    fputs(MODEL_USAGE, stderr);
+    return 2;
+}
+
+/* ---- shared: load + open ------------------------------------------------------------------- */
+
+struct session {
+    struct model *m;
+    struct backend *b;
+    double load_s;
+};
+
+static int session_open(struct session *s, const char *path, const char *backend, int threads,
+                        int n_ctx, int n_batch, struct gate_err *err)
+{
+    memset(s, 0, sizeof *s);
+    double t0 = now_s();
+    int rc = model_load(&s->m, path, err);
+    if (rc)
+        return rc;
+    struct backend_config cfg = {.n_threads = threads, .n_ctx = n_ctx, .n_batch = n_batch};
+    rc = backend_open(&s->b, backend, s->m, &cfg, err);
+    if (rc) {
+        model_free(s->m);
+        s->m = NULL;
+        return rc;
+    }
+    s->load_s = now_s() - t0;
+    return 0;
+}
+
+static void session_close(struct session *s)
+{
+    backend_close(s->b);
+    model_free(s->m);
+}
+
+/* ---- gate eval ------------------------------------------------------------------------------ */
+
+static const char EVAL_USAGE[] =
+    "usage: gate eval MODEL.gguf --tokens FILE --logits OUT.f32 [--backend ref] [--threads N]\n"
+    "  Evaluates every position of the token ids in FILE (whitespace separated) in one forward\n"
+    "  pass and writes float32 little-endian logits [n_pos][n_vocab] to OUT.f32.\n";
+
+static int write_all(const char *path, const void *data, size_t n, struct gate_err *err)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return err_set(err, ERR_ENV, "cannot create '%s': %s", tmp, strerror(errno));
+    int ok = fwrite(data, 1, n, f) == n;
+    int e = errno;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) {
+        unlink(tmp);
+        return err_set(err, ERR_ENV, "cannot write '%s': %s", path, strerror(e ? e : EIO));
+    }
+    if (rename(tmp, path) != 0) {
+        e = errno;
+        unlink(tmp);
+        return err_set(err, ERR_ENV, "cannot rename '%s' to '%s': %s", tmp, path, strerror(e));
+    }
+    return 0;
+}
+
+int cmd_eval(int argc, char **argv)
+{
+    const char *model = NULL, *tokens = NULL, *logits_path = NULL, *backend = "ref", *v;
+    int threads = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(EVAL_USAGE, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--tokens")) {
+            if (cli_value(argc, argv, &i, &tokens))
+                return 2;
+        } else if (!strcmp(argv[i], "--logits")) {
+            if (cli_value(argc, argv, &i, &logits_path))
+                return 2;
+        } else if (!strcmp(argv[i], "--backend")) {
+            if (cli_value(argc, argv, &i, &backend))
+                return 2;
+        } else if (!strcmp(argv[i], "--threads")) {
+            if (cli_value(argc, argv, &i, &v) || cli_int("eval", "--threads", v, 1, 1024, &threads))
+                return 2;
+        } else if (argv[i][0] == '-' || model) {
+            fputs(EVAL_USAGE, stderr);
+            return cli_fail(2, "eval: unexpected argument '%s'", argv[i]);
+        } else {
+            model = argv[i];
+        }
+    }
+    if (!model || !tokens || !logits_path) {
+        fputs(EVAL_USAGE, stderr);
+        return 2;
+    }
+    struct gate_err err = {0};
+    int32_t *ids = NULL;
+    int n = 0;
+    float *logits = NULL;
+    struct session s = {0};
+    int rc = cli_read_ids(tokens, &ids, &n, &err);
+    if (!rc)
+        rc = session_open(&s, model, backend, threads, n, n, &err);
+    if (!rc) {
+        const uint32_t V = s.m->hp.n_vocab;
+        logits = malloc((size_t)n * V * sizeof(float));
+        if (!logits)
+            rc = err_set(&err, ERR_ENV, "out of memory for %d x %" PRIu32 " logits", n, V);
+        double t0 = now_s();
+        if (!rc)
+            rc = s.b->ops->forward(s.b, ids, n, 0, logits, &err);
+        double dt = now_s() - t0;
+        if (!rc)
+            rc = write_all(logits_path, logits, (size_t)n * V * sizeof(float), &err);
+        if (!rc) {
+            struct backend_info info;
+            s.b->ops->info(s.b, &info);
+            fprintf(stderr, "eval: %d positions x %" PRIu32 " logits -> %s; backend %s (%s);"
+                    " load %.2f s, forward %.3f s (%.1f tokens/s); last argmax %" PRId32 "\n",
+                    n, V, logits_path, info.backend, info.device, s.load_s, dt, n / dt,
+                    argmax(logits + (size_t)(n - 1) * V, V));
+        }
+    }
+    free(logits);
+    free(ids);
+    session_close(&s);
+    return rc ? cli_fail(err_exit_code(rc), "%s", err.msg) : 0;
+}
+
+/* ---- gate generate -------------------------------------------------------------------------- */
+
+static const char GENERATE_USAGE[] =
+    "usage: gate generate MODEL.gguf --tokens FILE [--n N] [--ids] [--backend ref]"
+    " [--threads N]\n"
+    "  Greedy decode with the KV cache: the prompt in one forward pass, then one token per step.\n"
+    "  --n N      tokens to generate (default 32)\n"
+    "  --ids      print the generated token ids, one per line\n";
+
+/* Greedy decode: prompt (n_prompt) then n_gen tokens one at a time; out receives the ids. */
+int engine_greedy(struct backend *b, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out,
+                  struct gate_err *err)
+{
+    const uint32_t V = b->model->hp.n_vocab;
+    float *logits = malloc((size_t)n_prompt * V * sizeof(float));
+    if (!logits)
+        return err_set(err, ERR_ENV, "out of memory");
+    int rc = b->ops->truncate(b, 0, err);
+    if (!rc)
+        rc = b->ops->forward(b, prompt, n_prompt, 0, logits, err);
+    int32_t next = rc ? 0 : argmax(logits + (size_t)(n_prompt - 1) * V, V);
+    for (int i = 0; !rc && i < n_gen; i++) {
+        out[i] = next;
+        if (i + 1 < n_gen) {
+            rc = b->ops->forward(b, &next, 1, n_prompt + i, logits, err);
+            next = argmax(logits, V);
+        }
+    }
+    free(logits);
+    return rc;
+}
+
+int cmd_generate(int argc, char **argv)
+{
+    const char *model = NULL, *tokens = NULL, *backend = "ref", *v;
+    int threads = 0, n_gen = 32, print_ids = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(GENERATE_USAGE, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--tokens")) {
+            if (cli_value(argc, argv, &i, &tokens))
+                return 2;
+        } else if (!strcmp(argv[i], "--backend")) {
+            if (cli_value(argc, argv, &i, &backend))
+                return 2;
+        } else if (!strcmp(argv[i], "--n")) {
+            if (cli_value(argc, argv, &i, &v) || cli_int("generate", "--n", v, 1, 1 << 20, &n_gen))
+                return 2;
+        } else if (!strcmp(argv[i], "--threads")) {
+            if (cli_value(argc, argv, &i, &v) ||
+                cli_int("generate", "--threads", v, 1, 1024, &threads))
+                return 2;
+        } else if (!strcmp(argv[i], "--ids")) {
+            print_ids = 1;
+        } else if (argv[i][0] == '-' || model) {
+            fputs(GENERATE_USAGE, stderr);
+            return cli_fail(2, "generate: unexpected argument '%s'", argv[i]);
+        } else {
+            model = argv[i];
+        }
+    }
+    if (!model || !tokens) {
+        fputs(GENERATE_USAGE, stderr);
+        return 2;
+    }
+    struct gate_err err = {0};
+    int32_t *ids = NULL, *out = NULL;
+    int n = 0;
+    struct session s = {0};
+    int rc = cli_read_ids(tokens, &ids, &n, &err);
+    if (!rc)
+        rc = session_open(&s, model, backend, threads, n + n_gen, 0, &err);
+    if (!rc && !(out = malloc((size_t)n_gen * sizeof *out)))
+        rc = err_set(&err, ERR_ENV, "out of memory");
+    if (!rc)
+        rc = engine_greedy(s.b, ids, n, n_gen, out, &err);
+    if (!rc)
+        for (int i = 0; i < n_gen; i++)
+            printf(print_ids ? "%" PRId32 "\n" : "%" PRId32 " ", out[i]);
+    if (!rc && !print_ids)
+        printf("\n");
+    free(out);
+    free(ids);
+    session_close(&s);
+    return rc ? cli_fail(err_exit_code(rc), "%s", err.msg) : 0;
+}
+
+/* ---- gate bench ----------------------------------------------------------------------------- */
+
+static const char BENCH_USAGE[] =
+    "usage: gate bench MODEL.gguf [--backend ref] [--threads N] [--prompt-tokens P]\n"
+    "                  [--decode-tokens D] [--runs R] [--warmup W]\n"
+    "  Prefill P tokens in one pass, then decode D tokens one at a time; prints tokens/s as the\n"
+    "  median of R timed runs after W warm-up runs (defaults 64, 32, 3, 1). Load time is\n"
+    "  reported separately and never counted.\n";
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    const char *model = NULL, *backend = "ref", *v;
+    int threads = 0, n_prompt = 64, n_decode = 32, runs = 3, warmup = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(BENCH_USAGE, stdout);
+            return 0;
+        }
+        int *target = NULL;
+        int lo = 1;
+        if (!strcmp(argv[i], "--threads"))
+            target = &threads;
+        else if (!strcmp(argv[i], "--prompt-tokens"))
+            target = &n_prompt;
+        else if (!strcmp(argv[i], "--decode-tokens"))
+            target = &n_decode;
+        else if (!strcmp(argv[i], "--runs"))
+            target = &runs;
+        else if (!strcmp(argv[i], "--warmup"))
+            target = &warmup, lo = 0;
+        if (target) {
+            if (cli_value(argc, argv, &i, &v) || cli_int("bench", argv[i - 1], v, lo, 1 << 16, target))
+                return 2;
+        } else if (!strcmp(argv[i], "--backend")) {
+            if (cli_value(argc, argv, &i, &backend))
+                return 2;
+        } else if (argv[i][0] == '-' || model) {
+            fputs(BENCH_USAGE, stderr);
+            return cli_fail(2, "bench: unexpected argument '%s'", argv[i]);
+        } else {
+            model = argv[i];
+        }
+    }
+    if (!model) {
+        fputs(BENCH_USAGE, stderr);
+        return 2;
+    }
+    struct gate_err err = {0};
+    struct session s = {0};
+    int rc = session_open(&s, model, backend, threads, n_prompt + n_decode, 0, &err);
+    if (rc)
+        return cli_fail(err_exit_code(rc), "%s", err.msg);
+    const uint32_t V = s.m->hp.n_vocab;
+    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
+    float *logits = malloc((size_t)n_prompt * V * sizeof(float));
+    double *pre = calloc((size_t)runs, sizeof *pre), *dec = calloc((size_t)runs, sizeof *dec);
+    if (!prompt || !logits || !pre || !dec)
+        rc = err_set(&err, ERR_ENV, "out of memory");
+    uint64_t st = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; !rc && i < n_prompt; i++) { /* splitmix64 ids: deterministic, spread out */
+        uint64_t z = (st += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        prompt[i] = (int32_t)((z ^ (z >> 31)) % V);
+    }
+    for (int r = 0; !rc && r < warmup + runs; r++) {
+        rc = s.b->ops->truncate(s.b, 0, &err);
+        double t0 = now_s();
+        if (!rc)
+            rc = s.b->ops->forward(s.b, prompt, n_prompt, 0, logits, &err);
+        double t1 = now_s();
+        int32_t next = argmax(logits + (size_t)(n_prompt - 1) * V, V);
+        for (int i = 0; !rc && i < n_decode; i++) {
+            rc = s.b->ops->forward(s.b, &next, 1, n_prompt + i, logits, &err);
+            next = argmax(logits, V);
+        }
+        double t2 = now_s();
+        if (r >= warmup) {
+            pre[r - warmup] = n_prompt / (t1 - t0);
+            dec[r - warmup] = n_decode / (t2 - t1);
+        }
+    }
+    if (!rc) {
+        struct backend_info info;
+        s.b->ops->info(s.b, &info);
+        qsort(pre, (size_t)runs, sizeof *pre, cmp_double);
+        qsort(dec, (size_t)runs, sizeof *dec, cmp_double);
+        printf("bench: %s\n", model);
+        printf("  backend        %s (%s), %d threads\n", info.backend, info.device,
+               threads ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+        printf("  load           %.3f s (not counted)\n", s.load_s);
+        printf("  prefill        %.2f tokens/s median of %d (min %.2f, max %.2f), %d tokens\n",
+               pre[runs / 2], runs, pre[0], pre[runs - 1], n_prompt);
+        printf("  decode         %.2f tokens/s median of %d (min %.2f, max %.2f), %d tokens\n",
+               dec[runs / 2], runs, dec[0], dec[runs - 1], n_decode);
+    }
+    free(prompt);
+    free(logits);
+    free(pre);
+    free(dec);
+    session_close(&s);
+    return rc ? cli_fail(err_exit_code(rc), "%s", err.msg) : 0;
+}
