@@ -12,9 +12,11 @@
 #include <unistd.h>
 
 #include "engine/backend.h"
+#include "engine/chat.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/quant.h"
+#include "engine/tokenizer.h"
 #include "harness/cli.h"
 
 static double now_s(void)
@@ -277,11 +279,33 @@ int cmd_eval(int argc, char **argv)
 /* ---- gate generate -------------------------------------------------------------------------- */
 
 static const char GENERATE_USAGE[] =
-    "usage: gate generate MODEL.gguf --tokens FILE [--n N] [--ids] [--backend ref]"
-    " [--threads N]\n"
+    "usage: gate generate MODEL.gguf (--prompt TEXT [--chat] | --tokens FILE) [--n N] [--ids]\n"
+    "                     [--backend ref] [--threads N]\n"
     "  Greedy decode with the KV cache: the prompt in one forward pass, then one token per step.\n"
-    "  --n N      tokens to generate (default 32)\n"
-    "  --ids      print the generated token ids, one per line\n";
+    "  --prompt TEXT  tokenized with the model's tokenizer (special tokens in TEXT are parsed)\n"
+    "  --chat         wrap TEXT as one user turn of the Qwen3 chat template (non-thinking mode)\n"
+    "  --tokens FILE  token ids, whitespace separated\n"
+    "  --n N          most tokens to generate (default 32); text generation stops at EOS\n"
+    "  --ids          print the generated token ids, one per line, instead of text\n";
+
+/* Token ids of --prompt TEXT (with --chat: one user turn + the generation prompt). */
+static int prompt_ids(const struct model *m, const char *text, int chat, struct tok **tk,
+                      int32_t **ids, int *n, struct gate_err *err)
+{
+    int rc = tok_load(tk, m->gguf, err);
+    char *formatted = NULL;
+    if (!rc && chat) {
+        struct chat_msg msg = {.role = "user", .content = text};
+        rc = chat_format(&msg, 1, 1, 0, &formatted, err);
+        text = formatted;
+    }
+    if (!rc)
+        rc = tok_encode(*tk, text, strlen(text), 1, ids, n, err);
+    if (!rc && *n == 0)
+        rc = err_set(err, ERR_INPUT, "the prompt is empty after tokenization");
+    free(formatted);
+    return rc;
+}
 
 /* Greedy decode: prompt (n_prompt) then n_gen tokens one at a time; out receives the ids. */
 int engine_greedy(struct backend *b, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out,
@@ -308,8 +332,8 @@ int engine_greedy(struct backend *b, const int32_t *prompt, int n_prompt, int n_
 
 int cmd_generate(int argc, char **argv)
 {
-    const char *model = NULL, *tokens = NULL, *backend = "ref", *v;
-    int threads = 0, n_gen = 32, print_ids = 0;
+    const char *model = NULL, *tokens = NULL, *prompt = NULL, *backend = "ref", *v;
+    int threads = 0, n_gen = 32, print_ids = 0, chat = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(GENERATE_USAGE, stdout);
@@ -327,6 +351,11 @@ int cmd_generate(int argc, char **argv)
             if (cli_value(argc, argv, &i, &v) ||
                 cli_int("generate", "--threads", v, 1, 1024, &threads))
                 return 2;
+        } else if (!strcmp(argv[i], "--prompt")) {
+            if (cli_value(argc, argv, &i, &prompt))
+                return 2;
+        } else if (!strcmp(argv[i], "--chat")) {
+            chat = 1;
         } else if (!strcmp(argv[i], "--ids")) {
             print_ids = 1;
         } else if (argv[i][0] == '-' || model) {
@@ -336,7 +365,7 @@ int cmd_generate(int argc, char **argv)
             model = argv[i];
         }
     }
-    if (!model || !tokens) {
+    if (!model || !tokens == !prompt || (chat && !prompt)) {
         fputs(GENERATE_USAGE, stderr);
         return 2;
     }
@@ -344,18 +373,49 @@ int cmd_generate(int argc, char **argv)
     int32_t *ids = NULL, *out = NULL;
     int n = 0;
     struct session s = {0};
-    int rc = cli_read_ids(tokens, &ids, &n, &err);
-    if (!rc)
-        rc = session_open(&s, model, backend, threads, n + n_gen, 0, &err);
+    struct tok *tk = NULL;
+    int rc = 0;
+    if (tokens) {
+        rc = cli_read_ids(tokens, &ids, &n, &err);
+        if (!rc)
+            rc = session_open(&s, model, backend, threads, n + n_gen, 0, &err);
+    } else {
+        /* the context is sized after tokenization: load the model first with a small cache */
+        rc = model_load(&s.m, model, &err);
+        if (!rc)
+            rc = prompt_ids(s.m, prompt, chat, &tk, &ids, &n, &err);
+        model_free(s.m);
+        s.m = NULL;
+        if (!rc)
+            rc = session_open(&s, model, backend, threads, n + n_gen, 0, &err);
+    }
     if (!rc && !(out = malloc((size_t)n_gen * sizeof *out)))
         rc = err_set(&err, ERR_ENV, "out of memory");
     if (!rc)
         rc = engine_greedy(s.b, ids, n, n_gen, out, &err);
-    if (!rc)
+    int n_out = n_gen;
+    if (!rc && tk && !print_ids)
         for (int i = 0; i < n_gen; i++)
+            if (out[i] == tok_eos(tk)) {
+                n_out = i;
+                break;
+            }
+    if (!rc && (print_ids || !tk)) {
+        for (int i = 0; i < n_out; i++)
             printf(print_ids ? "%" PRId32 "\n" : "%" PRId32 " ", out[i]);
-    if (!rc && !print_ids)
-        printf("\n");
+        if (!print_ids)
+            printf("\n");
+    } else if (!rc) {
+        char *text = NULL;
+        size_t len = 0;
+        rc = tok_decode(tk, out, n_out, &text, &len, &err);
+        if (!rc) {
+            fwrite(text, 1, len, stdout);
+            printf("\n");
+        }
+        free(text);
+    }
+    tok_free(tk);
     free(out);
     free(ids);
     session_close(&s);
