@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -98,7 +99,10 @@ static int cmp_tensor_offset(const void *a, const void *b)
     return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
-/* Read one value (scalar or array) of the record starting at `at` into kv. */
+/* Keys come from the file and may be long; messages quote at most this many bytes of one. */
+#define KEY_FMT "'%.100s'"
+
+/* Read the value (type, then scalar or array) of the record whose key kv already holds. */
 static int read_value(struct cursor *c, struct gguf_kv *kv)
 {
     int rc = 0;
@@ -106,20 +110,22 @@ static int read_value(struct cursor *c, struct gguf_kv *kv)
     if ((rc = rd(c, &t, 4, "value type")))
         return rc;
     if (t < 0 || t >= GGUF_TYPE_COUNT)
-        return err_set(c->err, ERR_INPUT, "%s: key '%s' at byte %" PRIu64
-                       " has unknown value type %d", c->name, kv->key, kv->offset, t);
+        return err_set(c->err, ERR_INPUT, "%s: key " KEY_FMT " at byte %" PRIu64
+                       " has unknown value type %" PRId32, c->name, kv->key, kv->offset, t);
     kv->type = (enum gguf_type)t;
     kv->n = 1;
     enum gguf_type elem = kv->type;
-    if (kv->type == GGUF_TYPE_ARRAY) {
+    int is_arr = kv->type == GGUF_TYPE_ARRAY;
+    if (is_arr) {
         int32_t et;
         if ((rc = rd(c, &et, 4, "array element type")))
             return rc;
         if (et < 0 || et >= GGUF_TYPE_COUNT)
-            return err_set(c->err, ERR_INPUT, "%s: array '%s' at byte %" PRIu64
-                           " has unknown element type %d", c->name, kv->key, kv->offset, et);
+            return err_set(c->err, ERR_INPUT, "%s: array " KEY_FMT " at byte %" PRIu64
+                           " has unknown element type %" PRId32, c->name, kv->key, kv->offset,
+                           et);
         if (et == GGUF_TYPE_ARRAY)
-            return err_set(c->err, ERR_INPUT, "%s: array '%s' at byte %" PRIu64
+            return err_set(c->err, ERR_INPUT, "%s: array " KEY_FMT " at byte %" PRIu64
                            " nests arrays, which GGUF readers do not accept",
                            c->name, kv->key, kv->offset);
         kv->arr_type = (enum gguf_type)et;
@@ -130,31 +136,38 @@ static int read_value(struct cursor *c, struct gguf_kv *kv)
     kv->data = c->p + c->pos;
     if (elem == GGUF_TYPE_STRING) {
         /* every string needs at least its 8-byte length */
-        if (kv->n > (c->size - c->pos) / 8)
-            return err_set(c->err, ERR_INPUT, "%s: key '%s' at byte %" PRIu64
+        if (is_arr && kv->n > (c->size - c->pos) / 8)
+            return err_set(c->err, ERR_INPUT, "%s: array " KEY_FMT " at byte %" PRIu64
                            " claims %" PRIu64 " strings, more than the %zu bytes left can hold",
                            c->name, kv->key, kv->offset, kv->n, c->size - c->pos);
         kv->strs = calloc(kv->n ? kv->n : 1, sizeof *kv->strs);
         if (!kv->strs)
-            return err_set(c->err, ERR_ENV, "%s: out of memory reading key '%s'", c->name,
+            return err_set(c->err, ERR_ENV, "%s: out of memory reading key " KEY_FMT, c->name,
                            kv->key);
+        char what[160];
+        snprintf(what, sizeof what, "string value of key " KEY_FMT, kv->key);
         for (uint64_t i = 0; i < kv->n; i++)
-            if ((rc = rd_str(c, &kv->strs[i], "string value")))
+            if ((rc = rd_str(c, &kv->strs[i], what)))
                 return rc;
         return 0;
     }
     size_t es = TYPE_SIZES[elem];
-    if (kv->n > (c->size - c->pos) / es)
-        return err_set(c->err, ERR_INPUT, "%s: key '%s' at byte %" PRIu64 " claims %" PRIu64
-                       " elements of %s (%zu bytes each) but only %zu bytes are left",
-                       c->name, kv->key, kv->offset, kv->n, TYPE_NAMES[elem], es,
-                       c->size - c->pos);
+    if (kv->n > (c->size - c->pos) / es) {
+        if (is_arr)
+            return err_set(c->err, ERR_INPUT, "%s: array " KEY_FMT " at byte %" PRIu64
+                           " claims %" PRIu64 " elements of %s (%zu bytes each) but only %zu"
+                           " bytes are left", c->name, kv->key, kv->offset, kv->n,
+                           TYPE_NAMES[elem], es, c->size - c->pos);
+        return err_set(c->err, ERR_INPUT, "%s: %s value of key " KEY_FMT " at byte %zu needs %zu"
+                       " bytes but the file ends at byte %zu", c->name, TYPE_NAMES[elem],
+                       kv->key, c->pos, es, c->size);
+    }
     if (elem == GGUF_TYPE_BOOL)
         for (uint64_t i = 0; i < kv->n; i++)
             if (kv->data[i] > 1)
-                return err_set(c->err, ERR_INPUT, "%s: key '%s' at byte %" PRIu64
-                               " has a BOOL byte %u (must be 0 or 1)", c->name, kv->key,
-                               kv->offset, kv->data[i]);
+                return err_set(c->err, ERR_INPUT, "%s: key " KEY_FMT " has a BOOL byte %u at"
+                               " byte %zu (must be 0 or 1)", c->name, kv->key, kv->data[i],
+                               (size_t)(kv->data + i - c->p));
     c->pos += (size_t)(kv->n * es);
     return 0;
 }
@@ -197,7 +210,7 @@ static int check_duplicate_keys(struct cursor *c, struct gguf_file *f)
     for (uint64_t i = 1; i < f->n_kv; i++)
         if (strcmp(v[i - 1]->key, v[i]->key) == 0) {
             const struct gguf_kv *later = v[i]->offset > v[i - 1]->offset ? v[i] : v[i - 1];
-            rc = err_set(c->err, ERR_INPUT, "%s: duplicate key '%s' at byte %" PRIu64,
+            rc = err_set(c->err, ERR_INPUT, "%s: duplicate key " KEY_FMT " at byte %" PRIu64,
                          c->name, later->key, later->offset);
             break;
         }
@@ -256,11 +269,11 @@ static int read_tensor_info(struct cursor *c, struct gguf_file *f, struct gguf_t
         if ((rc = rd(c, &t->ne[d], 8, "tensor dimension")))
             return rc;
         if (t->ne[d] <= 0)
-            return err_set(c->err, ERR_INPUT, "%s: tensor '%s' has ne[%d] = %" PRId64
-                           " (must be > 0)", c->name, t->name, d, t->ne[d]);
+            return err_set(c->err, ERR_INPUT, "%s: tensor '%s' at byte %zu has ne[%d] = %" PRId64
+                           " (must be > 0)", c->name, t->name, at, d, t->ne[d]);
         if (nel > INT64_MAX / t->ne[d])
-            return err_set(c->err, ERR_INPUT, "%s: tensor '%s' has %" PRIu32 " dims whose"
-                           " element count overflows 64 bits", c->name, t->name, t->n_dims);
+            return err_set(c->err, ERR_INPUT, "%s: tensor '%s' at byte %zu has dims whose"
+                           " element count overflows 64 bits", c->name, t->name, at);
         nel *= t->ne[d];
     }
     int32_t type;
@@ -269,11 +282,11 @@ static int read_tensor_info(struct cursor *c, struct gguf_file *f, struct gguf_t
     t->type = type;
     int64_t bs = quant_block_size(type);
     if (bs == 0)
-        return err_set(c->err, ERR_INPUT, "%s: tensor '%s' has unknown type id %" PRId32,
-                       c->name, t->name, type);
+        return err_set(c->err, ERR_INPUT, "%s: tensor '%s' at byte %zu has unknown type id %"
+                       PRId32, c->name, t->name, at, type);
     if (t->ne[0] % bs != 0)
-        return err_set(c->err, ERR_INPUT, "%s: tensor '%s' has ne[0] = %" PRId64
-                       ", not a multiple of the %s block size %" PRId64, c->name, t->name,
+        return err_set(c->err, ERR_INPUT, "%s: tensor '%s' at byte %zu has ne[0] = %" PRId64
+                       ", not a multiple of the %s block size %" PRId64, c->name, t->name, at,
                        t->ne[0], quant_name(type), bs);
     uint64_t blocks = (uint64_t)(nel / bs);
     uint64_t ts = (uint64_t)quant_type_size(type);
@@ -325,7 +338,8 @@ static int check_tensors(struct cursor *c, struct gguf_file *f, unsigned flags)
         }
     qsort(v, f->n_tensors, sizeof *v, cmp_tensor_offset);
     for (uint64_t i = 1; i < f->n_tensors; i++)
-        if (v[i - 1]->offset + v[i - 1]->nbytes > v[i]->offset) {
+        /* sorted, so the subtraction cannot wrap; the sum could (metadata-only opens) */
+        if (v[i - 1]->nbytes > v[i]->offset - v[i - 1]->offset) {
             rc = err_set(c->err, ERR_INPUT, "%s: tensors '%s' [%" PRIu64 ", %" PRIu64
                          ") and '%s' [%" PRIu64 ", %" PRIu64 ") overlap in the data blob",
                          c->name, v[i - 1]->name, v[i - 1]->offset,
@@ -342,25 +356,25 @@ static int parse(struct gguf_file *f, unsigned flags, struct gate_err *err)
 {
     struct cursor c = {.p = f->map, .size = f->size, .pos = 0, .name = f->path, .err = err};
     int rc = 0;
-    char magic[4];
-    if (f->size < 24)
-        return err_set(err, ERR_INPUT, "%s: file is %zu bytes, too small for a GGUF header"
-                       " (24 bytes)", f->path, f->size);
-    rd(&c, magic, 4, "magic");
+    uint8_t magic[4];
+    /* Field by field, so a truncated header names the field it ends in. */
+    if ((rc = rd(&c, magic, 4, "magic")))
+        return rc;
     if (memcmp(magic, "GGUF", 4) != 0)
         return err_set(err, ERR_INPUT, "%s: bad magic at byte 0 (expected 'GGUF', found bytes"
-                       " %02x %02x %02x %02x)", f->path, (uint8_t)magic[0], (uint8_t)magic[1],
-                       (uint8_t)magic[2], (uint8_t)magic[3]);
-    rd(&c, &f->version, 4, "version");
-    if ((f->version & 0xffff) == 0)
+                       " %02x %02x %02x %02x)", f->path, magic[0], magic[1], magic[2], magic[3]);
+    if ((rc = rd(&c, &f->version, 4, "version")))
+        return rc;
+    if (f->version != 0 && (f->version & 0xffff) == 0)
         return err_set(err, ERR_INPUT, "%s: version word 0x%08" PRIx32 " at byte 4 looks"
                        " byte-swapped (a big-endian file?)", f->path, f->version);
     if (f->version < 2 || f->version > 3)
         return err_set(err, ERR_INPUT, "%s: GGUF version %" PRIu32 " at byte 4 is not"
                        " supported (only 2 and 3)", f->path, f->version);
     int64_t n_tensors, n_kv;
-    rd(&c, &n_tensors, 8, "tensor count");
-    rd(&c, &n_kv, 8, "metadata count");
+    if ((rc = rd(&c, &n_tensors, 8, "tensor count")) ||
+        (rc = rd(&c, &n_kv, 8, "metadata count")))
+        return rc;
     if (n_tensors < 0)
         return err_set(err, ERR_INPUT, "%s: tensor count %" PRId64 " at byte 8 is negative",
                        f->path, n_tensors);
@@ -429,11 +443,14 @@ int gguf_open(struct gguf_file **out, const char *path, unsigned flags, struct g
         return err_set(err, errno == ENOENT || errno == EISDIR ? ERR_INPUT : ERR_ENV,
                        "cannot open '%s': %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return err_set(err, ERR_INPUT, "cannot read '%s': %s", path,
-                       S_ISREG(st.st_mode) ? strerror(e) : "not a regular file");
+        return err_set(err, ERR_ENV, "cannot read '%s': %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return err_set(err, ERR_INPUT, "cannot read '%s': not a regular file", path);
     }
     if (st.st_size == 0) {
         close(fd);
