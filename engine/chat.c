@@ -88,8 +88,8 @@ static int is_role(const struct chat_msg *m, const char *role)
     return strcmp(m->role, role) == 0;
 }
 
-int chat_format(const struct chat_msg *msgs, int n, int add_generation_prompt,
-                int enable_thinking, char **out, struct gate_err *err)
+int chat_format(const struct chat_msg *msgs, int n, int add_generation_prompt, int enable_thinking,
+                char **out, struct gate_err *err)
 {
     struct sbuf b = {0};
     int rc = 0;

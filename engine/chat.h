@@ -34,8 +34,8 @@ struct chat_msg {
  * *out is malloc'd and NUL-terminated (caller frees). n < 1 (the template needs messages[0]),
  * an unknown role or a NULL role/content is ERR_INPUT naming the message index; out of memory
  * is ERR_ENV. */
-int chat_format(const struct chat_msg *msgs, int n, int add_generation_prompt,
-                int enable_thinking, char **out, struct gate_err *err);
+int chat_format(const struct chat_msg *msgs, int n, int add_generation_prompt, int enable_thinking,
+                char **out, struct gate_err *err);
 
 #ifdef __cplusplus
 }

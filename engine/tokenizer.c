@@ -18,18 +18,16 @@
 
 /* The Qwen2 split regex of tokenizer.json, with \s spelled out as Unicode White_Space (what HF's
  * Oniguruma matches): PCRE2's UCP \s also takes U+180E, which Oniguruma does not. */
-#define WS "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}" \
-           "\\x{202F}\\x{205F}\\x{3000}"
-static const char QWEN2_PATTERN[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
-    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+"
-    "|\\p{N}"
-    "| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*"
-    "|[" WS "]*[\\r\\n]+"
-    "|[" WS "]+(?![^" WS "])"
-    "|[" WS "]+";
-
-#define NO_RANK INT32_MAX
+#define WS                                                                                         \
+    "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"             \
+    "\\x{202F}\\x{205F}\\x{3000}"
+static const char QWEN2_PATTERN[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+                                    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+"
+                                    "|\\p{N}"
+                                    "| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*"
+                                    "|[" WS "]*[\\r\\n]+"
+                                    "|[" WS "]+(?![^" WS "])"
+                                    "|[" WS "]+";
 
 struct merge_slot {
     uint64_t key; /* (left << 32) | right; EMPTY_KEY when free */
@@ -77,9 +75,9 @@ static uint32_t byte_to_cp(int b)
 }
 
 struct byte_map {
-    uint32_t cp[256];      /* byte -> code point */
-    int16_t byte_of[324];  /* code point -> byte, -1 if not a mapped code point */
-    char utf8[256][3];     /* UTF-8 of cp[b] */
+    uint32_t cp[256];     /* byte -> code point */
+    int16_t byte_of[324]; /* code point -> byte, -1 if not a mapped code point */
+    char utf8[256][3];    /* UTF-8 of cp[b] */
     uint8_t utf8_len[256];
 };
 
@@ -405,8 +403,12 @@ static int load_merges(struct tok *t, const struct gguf_file *f, struct gate_err
             rc = err_set(err, ERR_INPUT,
                          "%s: tokenizer.ggml.merges[%d] '%.*s': '%.*s' is not a token", f->path, r,
                          (int)(s->len > 200 ? 200 : s->len), s->ptr,
-                         (int)(l < 0 ? ll : rr < 0 ? rl : ll + rl),
-                         l < 0 ? s->ptr : rr < 0 ? sp + 1 : cat);
+                         (int)(l < 0    ? ll
+                               : rr < 0 ? rl
+                                        : ll + rl),
+                         l < 0    ? s->ptr
+                         : rr < 0 ? sp + 1
+                                  : cat);
             goto done;
         }
         uint64_t key = ((uint64_t)(uint32_t)l << 32) | (uint32_t)rr;
@@ -517,66 +519,114 @@ void tok_free(struct tok *t)
 
 /* ---- encoding --------------------------------------------------------------------------- */
 
-/* Per-call scratch, grown as needed; freed by the caller of encode_segment(). */
+/* A candidate merge of the adjacent symbols left and right (indices into the word). */
+struct pair {
+    int32_t rank;
+    int32_t left, right;
+    int32_t left_id, right_id; /* the ids when queued; a changed id marks the entry stale */
+};
+
+/* Per-call scratch, grown as needed; freed by tok_encode(). */
 struct scratch {
-    int32_t *sym;
-    int32_t *rank;
-    size_t cap;
+    int32_t *id, *prev, *next; /* the word's symbols as a linked list; id -1 = merged away */
+    struct pair *heap;
+    size_t cap;  /* symbols; the heap holds up to 3 * cap pairs */
     char *clean; /* UTF-8 with ill-formed parts replaced */
     size_t clean_cap;
     pcre2_match_data *md;
 };
 
-/* BPE over one word's bytes: start from one symbol per byte, repeatedly merge the adjacent pair
- * of lowest rank (leftmost on ties: HF's priority order), append the final ids to out. */
+static int pair_less(const struct pair *a, const struct pair *b)
+{
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static void heap_push(struct pair *h, size_t *n, struct pair p)
+{
+    size_t i = (*n)++;
+    while (i > 0 && pair_less(&p, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = p;
+}
+
+static struct pair heap_pop(struct pair *h, size_t *n)
+{
+    struct pair top = h[0], last = h[--(*n)];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && pair_less(&h[c + 1], &h[c]))
+            c++;
+        if (!pair_less(&h[c], &last))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = last;
+    return top;
+}
+
+static void queue_pair(const struct tok *t, struct scratch *s, size_t *nh, int32_t l, int32_t r)
+{
+    if (l < 0 || r < 0)
+        return;
+    const struct merge_slot *ms = find_merge(t, s->id[l], s->id[r]);
+    if (ms)
+        heap_push(s->heap, nh, (struct pair){ms->rank, l, r, s->id[l], s->id[r]});
+}
+
+/* BPE over one word's bytes: start from one symbol per byte and repeatedly merge the adjacent
+ * pair of lowest rank, leftmost on ties (HF's priority order); append the final ids to out.
+ * A heap keeps this O(n log n), so a long whitespace run costs little. */
 static int bpe_word(const struct tok *t, struct scratch *s, const uint8_t *w, size_t n,
                     struct ivec *out)
 {
+    if (n == 1)
+        return ivec_push(out, t->byte_tok[w[0]]);
     if (n > s->cap) {
         size_t cap = n * 2;
-        int32_t *a = realloc(s->sym, cap * sizeof *a);
-        if (!a)
+        int32_t *a = realloc(s->id, cap * sizeof *a), *b = NULL, *c = NULL;
+        if (a)
+            s->id = a;
+        b = a ? realloc(s->prev, cap * sizeof *b) : NULL;
+        if (b)
+            s->prev = b;
+        c = b ? realloc(s->next, cap * sizeof *c) : NULL;
+        if (c)
+            s->next = c;
+        struct pair *h = c ? realloc(s->heap, 3 * cap * sizeof *h) : NULL;
+        if (!h)
             return -1;
-        s->sym = a;
-        int32_t *b = realloc(s->rank, cap * sizeof *b);
-        if (!b)
-            return -1;
-        s->rank = b;
+        s->heap = h;
         s->cap = cap;
     }
-    int32_t *sym = s->sym, *rank = s->rank;
-    size_t m = n;
-    for (size_t i = 0; i < n; i++)
-        sym[i] = t->byte_tok[w[i]];
-    for (size_t i = 0; i + 1 < m; i++) {
-        const struct merge_slot *ms = find_merge(t, sym[i], sym[i + 1]);
-        rank[i] = ms ? ms->rank : NO_RANK;
+    size_t nh = 0;
+    for (size_t i = 0; i < n; i++) {
+        s->id[i] = t->byte_tok[w[i]];
+        s->prev[i] = (int32_t)i - 1;
+        s->next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
     }
-    while (m > 1) {
-        size_t best = 0;
-        int32_t br = NO_RANK;
-        for (size_t i = 0; i + 1 < m; i++)
-            if (rank[i] < br) {
-                br = rank[i];
-                best = i;
-            }
-        if (br == NO_RANK)
-            break;
-        sym[best] = find_merge(t, sym[best], sym[best + 1])->result;
-        memmove(sym + best + 1, sym + best + 2, (m - best - 2) * sizeof *sym);
-        memmove(rank + best, rank + best + 1, (m - best - 2) * sizeof *rank);
-        m--;
-        if (best + 1 < m) {
-            const struct merge_slot *ms = find_merge(t, sym[best], sym[best + 1]);
-            rank[best] = ms ? ms->rank : NO_RANK;
-        }
-        if (best > 0) {
-            const struct merge_slot *ms = find_merge(t, sym[best - 1], sym[best]);
-            rank[best - 1] = ms ? ms->rank : NO_RANK;
-        }
+    for (size_t i = 0; i + 1 < n; i++)
+        queue_pair(t, s, &nh, (int32_t)i, (int32_t)i + 1);
+    while (nh > 0) {
+        struct pair p = heap_pop(s->heap, &nh);
+        if (s->id[p.left] != p.left_id || s->id[p.right] != p.right_id ||
+            s->next[p.left] != p.right)
+            continue; /* stale: one side was merged since this pair was queued */
+        s->id[p.left] = find_merge(t, p.left_id, p.right_id)->result;
+        s->id[p.right] = -1;
+        s->next[p.left] = s->next[p.right];
+        if (s->next[p.right] >= 0)
+            s->prev[s->next[p.right]] = p.left;
+        queue_pair(t, s, &nh, s->prev[p.left], p.left);
+        queue_pair(t, s, &nh, p.left, s->next[p.left]);
     }
-    for (size_t i = 0; i < m; i++)
-        if (ivec_push(out, sym[i]))
+    for (int32_t i = 0; i >= 0; i = s->next[i])
+        if (ivec_push(out, s->id[i]))
             return -1;
     return 0;
 }
@@ -629,8 +679,7 @@ static int encode_segment(const struct tok *t, struct scratch *sc, const char *s
                                           UTF8PROC_STABLE | UTF8PROC_COMPOSE);
         if (r < 0) {
             rc = err_set(err, r == UTF8PROC_ERROR_NOMEM ? ERR_ENV : ERR_INPUT,
-                         "cannot NFC-normalize the text at byte %zu: %s", base,
-                         utf8proc_errmsg(r));
+                         "cannot NFC-normalize the text at byte %zu: %s", base, utf8proc_errmsg(r));
             goto done;
         }
         s = nfc;
@@ -689,8 +738,8 @@ static int32_t match_special(const struct tok *t, const char *text, size_t len, 
     return -1;
 }
 
-int tok_encode(const struct tok *t, const char *text, size_t len, int parse_special,
-               int32_t **ids, int *n_ids, struct gate_err *err)
+int tok_encode(const struct tok *t, const char *text, size_t len, int parse_special, int32_t **ids,
+               int *n_ids, struct gate_err *err)
 {
     struct ivec out = {0};
     struct scratch sc = {0};
@@ -731,8 +780,10 @@ int tok_encode(const struct tok *t, const char *text, size_t len, int parse_spec
     out.v = NULL;
 done:
     free(out.v);
-    free(sc.sym);
-    free(sc.rank);
+    free(sc.id);
+    free(sc.prev);
+    free(sc.next);
+    free(sc.heap);
     free(sc.clean);
     pcre2_match_data_free(sc.md);
     return rc;
@@ -750,8 +801,10 @@ int tok_decode(const struct tok *t, const int32_t *ids, int n, char **out, size_
     *out_len = 0;
     for (int i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= t->n_vocab) {
-            rc = err_set(err, ERR_INPUT, "token id %d at position %d is outside the vocabulary "
-                         "(%d tokens)", (int)ids[i], i, t->n_vocab);
+            rc = err_set(err, ERR_INPUT,
+                         "token id %d at position %d is outside the vocabulary "
+                         "(%d tokens)",
+                         (int)ids[i], i, t->n_vocab);
             goto done;
         }
         total += t->dec_off[ids[i] + 1] - t->dec_off[ids[i]];

@@ -55,8 +55,8 @@ void tok_free(struct tok *t);
  * matched (as llama.cpp and HF's encode_special_tokens do). No BOS/EOS is added.
  * *ids is malloc'd (caller frees; non-NULL even when *n_ids = 0). Errors: ERR_ENV (memory),
  * ERR_INPUT (a regex failure, naming the byte offset). */
-int tok_encode(const struct tok *t, const char *text, size_t len, int parse_special,
-               int32_t **ids, int *n_ids, struct gate_err *err);
+int tok_encode(const struct tok *t, const char *text, size_t len, int parse_special, int32_t **ids,
+               int *n_ids, struct gate_err *err);
 
 /* Decode ids[0..n) into the exact bytes they stand for (special and user-defined tokens give
  * their text, unused padding tokens give nothing; the result may be invalid UTF-8 when the ids

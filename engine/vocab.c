@@ -99,8 +99,7 @@ static long json_id(const json_t *v, long limit)
 
 #define MAX_IDS (1L << 24)
 
-int vocab_import_hf(struct gguf_writer *w, const char *path, uint32_t pad_to,
-                    struct gate_err *err)
+int vocab_import_hf(struct gguf_writer *w, const char *path, uint32_t pad_to, struct gate_err *err)
 {
     char *raw = NULL, *pads = NULL, *merge_text = NULL;
     const char **tokens = NULL, **merges = NULL;
@@ -113,8 +112,8 @@ int vocab_import_hf(struct gguf_writer *w, const char *path, uint32_t pad_to,
         goto done;
     root = json_loadb(raw, raw_len, 0, &jerr);
     if (!root) {
-        rc = err_set(err, ERR_INPUT, "'%s': invalid JSON at line %d column %d: %s", path,
-                     jerr.line, jerr.column, jerr.text);
+        rc = err_set(err, ERR_INPUT, "'%s': invalid JSON at line %d column %d: %s", path, jerr.line,
+                     jerr.column, jerr.text);
         goto done;
     }
     json_t *model = json_object_get(root, "model");
@@ -156,6 +155,10 @@ int vocab_import_hf(struct gguf_writer *w, const char *path, uint32_t pad_to,
         if (id + 1 > n)
             n = id + 1;
     }
+    if (pad_to > MAX_IDS) {
+        rc = err_set(err, ERR_INPUT, "pad_to = %u is larger than %ld tokens", pad_to, MAX_IDS);
+        goto done;
+    }
     if (pad_to && (long)pad_to < n) {
         rc = err_set(err, ERR_INPUT, "'%s' has %ld token ids, more than pad_to = %u", path, n,
                      pad_to);
@@ -166,7 +169,7 @@ int vocab_import_hf(struct gguf_writer *w, const char *path, uint32_t pad_to,
 
     tokens = calloc((size_t)n, sizeof *tokens);
     types = calloc((size_t)n, sizeof *types);
-    pads = malloc((size_t)n * 20);
+    pads = malloc((size_t)n * 24);
     if (!tokens || !types || !pads) {
         rc = err_set(err, ERR_ENV, "out of memory importing '%s'", path);
         goto done;
@@ -212,8 +215,8 @@ int vocab_import_hf(struct gguf_writer *w, const char *path, uint32_t pad_to,
     }
     for (long id = 0; id < n; id++)
         if (!tokens[id]) {
-            char *p = pads + id * 20;
-            snprintf(p, 20, "[PAD%ld]", id);
+            char *p = pads + id * 24;
+            snprintf(p, 24, "[PAD%d]", (int)id);
             tokens[id] = p;
             types[id] = TOK_TYPE_UNUSED;
         }

@@ -35,10 +35,9 @@ Test(chat, renders_exactly_what_the_jinja_template_renders)
         }
         struct gate_err err = {0};
         char *out = NULL;
-        int rc = chat_format(msgs, (int)n,
-                             (int)json_integer_value(json_object_get(c, "add_generation_prompt")),
-                             (int)json_integer_value(json_object_get(c, "enable_thinking")), &out,
-                             &err);
+        int rc = chat_format(
+            msgs, (int)n, (int)json_integer_value(json_object_get(c, "add_generation_prompt")),
+            (int)json_integer_value(json_object_get(c, "enable_thinking")), &out, &err);
         cr_expect_eq(rc, 0, "%s: %s", name, err.msg);
         if (rc == 0) {
             size_t k = 0;
@@ -47,8 +46,9 @@ Test(chat, renders_exactly_what_the_jinja_template_renders)
             if (out[k] == want[k])
                 n_pass++;
             else
-                cr_expect_fail("%s: first difference at byte %zu\n--- got ---\n%s\n--- want ---\n%s",
-                               name, k, out, want);
+                cr_expect_fail(
+                    "%s: first difference at byte %zu\n--- got ---\n%s\n--- want ---\n%s", name, k,
+                    out, want);
         }
         free(out);
         free(msgs);
