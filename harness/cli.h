@@ -13,6 +13,7 @@ int cmd_model(int argc, char **argv);    /* model inspect */
 int cmd_eval(int argc, char **argv);     /* eval */
 int cmd_generate(int argc, char **argv); /* generate */
 int cmd_bench(int argc, char **argv);    /* bench */
+int cmd_ladder(int argc, char **argv);   /* ladder check */
 
 /* Print "gate: <msg>" to stderr; returns code. */
 int cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

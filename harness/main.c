@@ -14,6 +14,7 @@ static const struct command COMMANDS[] = {
     {"model", cmd_model, "model inspect MODEL.gguf   architecture, hyperparameters, tensors"},
     {"eval", cmd_eval, "eval MODEL.gguf --tokens FILE --logits OUT.f32   logits of all positions"},
     {"generate", cmd_generate, "generate MODEL.gguf (--prompt TEXT | --tokens FILE)   greedy decode"},
+    {"ladder", cmd_ladder, "ladder check LADDER.yaml   validate a ladder, print its required cells"},
     {"bench", cmd_bench, "bench MODEL.gguf [--backend ref]   prefill / decode tokens per second"},
 };
 

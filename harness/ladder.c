@@ -1,0 +1,848 @@
+/* ladder.c — strict YAML ladder parsing with libyaml's document API (see ladder.h).
+ *
+ * Every mapping is walked against the list of keys it may hold: an unknown key, a duplicate
+ * key, a wrong type or a missing required field is an error quoting file:line:column. Cells are
+ * expanded (matrix minus exclusions, plus explicit entries) and each gets its own copy of the
+ * gate settings: built-in defaults, then gates.defaults, then every matching override in order.
+ */
+#include "harness/ladder.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+struct parse {
+    const char *path;
+    yaml_document_t *doc;
+    struct gate_err *err;
+    struct ladder *l;
+};
+
+static int fail(struct parse *p, const yaml_node_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(struct parse *p, const yaml_node_t *n, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (n)
+        return err_set(p->err, ERR_INPUT, "%s:%zu:%zu: %s", p->path, n->start_mark.line + 1,
+                       n->start_mark.column + 1, msg);
+    return err_set(p->err, ERR_INPUT, "%s: %s", p->path, msg);
+}
+
+static yaml_node_t *node(struct parse *p, int i)
+{
+    return yaml_document_get_node(p->doc, i);
+}
+
+static const char *scalar(const yaml_node_t *n)
+{
+    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+static const char *kind(const yaml_node_t *n)
+{
+    return n->type == YAML_SCALAR_NODE ? "a scalar"
+           : n->type == YAML_SEQUENCE_NODE ? "a list" : "a mapping";
+}
+
+/* Check that map is a mapping whose keys are unique and all in allowed (NULL-terminated). */
+static int check_map(struct parse *p, yaml_node_t *map, const char *what,
+                     const char *const *allowed)
+{
+    if (map->type != YAML_MAPPING_NODE)
+        return fail(p, map, "%s must be a mapping, found %s", what, kind(map));
+    for (yaml_node_pair_t *a = map->data.mapping.pairs.start; a < map->data.mapping.pairs.top;
+         a++) {
+        yaml_node_t *k = node(p, a->key);
+        const char *ks = scalar(k);
+        if (!ks)
+            return fail(p, k, "keys of %s must be scalars", what);
+        for (yaml_node_pair_t *b = map->data.mapping.pairs.start; b < a; b++)
+            if (!strcmp(scalar(node(p, b->key)), ks))
+                return fail(p, k, "duplicate key '%s' in %s (first at line %zu)", ks, what,
+                            node(p, b->key)->start_mark.line + 1);
+        if (!allowed)
+            continue;
+        int ok = 0;
+        for (const char *const *q = allowed; *q && !ok; q++)
+            ok = !strcmp(*q, ks);
+        if (!ok) {
+            char list[512] = "";
+            for (const char *const *q = allowed; *q; q++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+                         q == allowed ? "" : ", ", *q);
+            return fail(p, k, "unknown key '%s' in %s (expected one of: %s)", ks, what, list);
+        }
+    }
+    return 0;
+}
+
+static yaml_node_t *get(struct parse *p, yaml_node_t *map, const char *key)
+{
+    for (yaml_node_pair_t *a = map->data.mapping.pairs.start; a < map->data.mapping.pairs.top;
+         a++)
+        if (!strcmp(scalar(node(p, a->key)), key))
+            return node(p, a->value);
+    return NULL;
+}
+
+static int need(struct parse *p, yaml_node_t *map, const char *key, const char *what,
+                yaml_node_t **out)
+{
+    *out = get(p, map, key);
+    if (!*out)
+        return fail(p, map, "%s is missing required key '%s'", what, key);
+    return 0;
+}
+
+static int get_str(struct parse *p, yaml_node_t *n, const char *what, char *buf, size_t cap)
+{
+    const char *s = scalar(n);
+    if (!s)
+        return fail(p, n, "%s must be a string, found %s", what, kind(n));
+    if (!*s)
+        return fail(p, n, "%s must not be empty", what);
+    if (strlen(s) >= cap)
+        return fail(p, n, "%s is longer than %zu characters", what, cap - 1);
+    strcpy(buf, s);
+    return 0;
+}
+
+static int get_int(struct parse *p, yaml_node_t *n, const char *what, long lo, long hi, int *out)
+{
+    const char *s = scalar(n);
+    char *end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || errno || end == s || *end)
+        return fail(p, n, "%s must be an integer, found '%s'", what, s ? s : kind(n));
+    if (v < lo || v > hi)
+        return fail(p, n, "%s must be in [%ld, %ld], found %ld", what, lo, hi, v);
+    *out = (int)v;
+    return 0;
+}
+
+static int get_num(struct parse *p, yaml_node_t *n, const char *what, double lo, double hi,
+                   double *out)
+{
+    const char *s = scalar(n);
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || errno || end == s || *end || v != v)
+        return fail(p, n, "%s must be a number, found '%s'", what, s ? s : kind(n));
+    if (v < lo || v > hi)
+        return fail(p, n, "%s must be in [%g, %g], found %g", what, lo, hi, v);
+    *out = v;
+    return 0;
+}
+
+static int check_seq(struct parse *p, yaml_node_t *n, const char *what, int nonempty)
+{
+    if (n->type != YAML_SEQUENCE_NODE)
+        return fail(p, n, "%s must be a list, found %s", what, kind(n));
+    if (nonempty && n->data.sequence.items.top == n->data.sequence.items.start)
+        return fail(p, n, "%s must not be empty", what);
+    return 0;
+}
+
+#define FOR_ITEMS(p, seq, it)                                                                      \
+    for (yaml_node_item_t *it##_i = (seq)->data.sequence.items.start;                              \
+         it##_i < (seq)->data.sequence.items.top && ((it) = node(p, *it##_i)); it##_i++)
+
+#define FOR_PAIRS(seq, pr)                                                                         \
+    for (yaml_node_pair_t *pr = (seq)->data.mapping.pairs.start; pr < (seq)->data.mapping.pairs.top; \
+         pr++)
+
+static char *resolve(const struct ladder *l, const char *rel)
+{
+    size_t n = strlen(l->dir) + strlen(rel) + 2;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s/%s", rel[0] == '/' ? "" : l->dir, rel);
+    if (s && rel[0] == '/')
+        memmove(s, s + 1, strlen(s));
+    return s;
+}
+
+/* ---- sections ------------------------------------------------------------------------------ */
+
+static int parse_release(struct parse *p, yaml_node_t *n)
+{
+    static const char *const keys[] = {"name", "version", NULL};
+    yaml_node_t *v;
+    int rc = check_map(p, n, "release", keys);
+    if (!rc && !(rc = need(p, n, "name", "release", &v)))
+        rc = get_str(p, v, "release.name", p->l->name, sizeof p->l->name);
+    if (!rc && !(rc = need(p, n, "version", "release", &v)))
+        rc = get_str(p, v, "release.version", p->l->version, sizeof p->l->version);
+    return rc;
+}
+
+static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct ladder_model *m)
+{
+    static const char *const keys[] = {"path", "synth", "sha256", "arch", NULL};
+    static const char *const skeys[] = {"preset", "quant", "seed", NULL};
+    char what[128];
+    yaml_node_t *v;
+    int rc;
+    snprintf(m->id, sizeof m->id, "%s", scalar(k));
+    snprintf(what, sizeof what, "model '%s'", m->id);
+    m->line = (int)k->start_mark.line + 1;
+    if ((rc = check_map(p, n, what, keys)))
+        return rc;
+    yaml_node_t *path = get(p, n, "path"), *synth = get(p, n, "synth");
+    if (!path == !synth)
+        return fail(p, n, "%s needs exactly one of 'path' or 'synth'", what);
+    if (path) {
+        char buf[512];
+        if ((rc = get_str(p, path, "path", buf, sizeof buf)))
+            return rc;
+        m->path = resolve(p->l, buf);
+    } else {
+        m->synth = 1;
+        if ((rc = check_map(p, synth, "synth", skeys)))
+            return rc;
+        if ((rc = need(p, synth, "preset", "synth", &v)) ||
+            (rc = get_str(p, v, "synth.preset", m->preset, sizeof m->preset)) ||
+            (rc = need(p, synth, "quant", "synth", &v)) ||
+            (rc = get_str(p, v, "synth.quant", m->quant, sizeof m->quant)))
+            return rc;
+        int seed = 0;
+        if ((v = get(p, synth, "seed")) && (rc = get_int(p, v, "synth.seed", 0, 2147483647, &seed)))
+            return rc;
+        m->seed = (uint64_t)seed;
+        char rel[256];
+        snprintf(rel, sizeof rel, ".gate-cache/%s-%s-%s-%d.gguf", m->id, m->preset, m->quant,
+                 seed);
+        m->path = resolve(p->l, rel);
+    }
+    if (!m->path)
+        return err_set(p->err, ERR_ENV, "out of memory");
+    if ((rc = need(p, n, "sha256", what, &v)) ||
+        (rc = get_str(p, v, "sha256", m->sha256, sizeof m->sha256)))
+        return rc;
+    if (strlen(m->sha256) != 64 || strspn(m->sha256, "0123456789abcdef") != 64)
+        return fail(p, v, "%s: sha256 must be 64 lower-case hex digits (the file is identified by"
+                    " its bytes)", what);
+    if ((rc = need(p, n, "arch", what, &v)) ||
+        (rc = get_str(p, v, "arch", m->arch, sizeof m->arch)))
+        return rc;
+    if (strcmp(m->arch, "qwen3") && strcmp(m->arch, "qwen3moe"))
+        return fail(p, v, "%s: arch '%s' is not supported (expected qwen3 or qwen3moe)", what,
+                    m->arch);
+    return 0;
+}
+
+static int parse_key_text(struct parse *p, yaml_node_t *n, const char *text, unsigned char pk[32])
+{
+    const char *hex = NULL;
+    char buf[256] = "";
+    if (!strncmp(text, "file:", 5)) {
+        char *path = resolve(p->l, text + 5);
+        FILE *f = path ? fopen(path, "r") : NULL;
+        if (!f) {
+            int rc = fail(p, n, "cannot read trusted key file '%s': %s", path ? path : text + 5,
+                          strerror(errno));
+            free(path);
+            return rc;
+        }
+        if (!fgets(buf, sizeof buf, f))
+            buf[0] = '\0';
+        fclose(f);
+        buf[strcspn(buf, "\r\n")] = '\0';
+        free(path);
+        text = buf;
+    }
+    if (strncmp(text, "ed25519:", 8) != 0)
+        return fail(p, n, "trusted key '%.40s' must be 'ed25519:HEX' or 'file:NAME.pub'", text);
+    hex = text + 8;
+    size_t len = 0;
+    if (strlen(hex) != 64 || sodium_hex2bin(pk, 32, hex, 64, NULL, &len, NULL) != 0 || len != 32)
+        return fail(p, n, "trusted key '%.40s' is not 32 bytes of hex", text);
+    return 0;
+}
+
+static int parse_host(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct ladder_host *h)
+{
+    static const char *const keys[] = {"device", "trust", NULL};
+    static const char *const dkeys[] = {"name", "compute_capability", "min_memory_gib", NULL};
+    char what[128];
+    yaml_node_t *v, *it;
+    int rc;
+    snprintf(h->id, sizeof h->id, "%s", scalar(k));
+    snprintf(what, sizeof what, "host '%s'", h->id);
+    h->line = (int)k->start_mark.line + 1;
+    if ((rc = check_map(p, n, what, keys)) || (rc = need(p, n, "device", what, &v)))
+        return rc;
+    if (scalar(v)) {
+        if (strcmp(scalar(v), "none"))
+            return fail(p, v, "%s: device must be 'none' or a mapping with name,"
+                        " compute_capability, min_memory_gib", what);
+    } else {
+        h->gpu = 1;
+        if ((rc = check_map(p, v, "device", dkeys)))
+            return rc;
+        yaml_node_t *d;
+        if ((rc = need(p, v, "name", "device", &d)) ||
+            (rc = get_str(p, d, "device.name", h->device_name, sizeof h->device_name)))
+            return rc;
+        if ((d = get(p, v, "compute_capability")) &&
+            (rc = get_str(p, d, "device.compute_capability", h->compute_capability,
+                          sizeof h->compute_capability)))
+            return rc;
+        if ((d = get(p, v, "min_memory_gib")) &&
+            (rc = get_num(p, d, "device.min_memory_gib", 0, 1e6, &h->min_memory_gib)))
+            return rc;
+    }
+    if ((rc = need(p, n, "trust", what, &v)) || (rc = check_seq(p, v, "trust", 1)))
+        return rc;
+    FOR_ITEMS(p, v, it)
+    {
+        if (h->n_trust == LADDER_MAX_TRUST)
+            return fail(p, it, "%s trusts more than %d keys", what, LADDER_MAX_TRUST);
+        if (!scalar(it))
+            return fail(p, it, "trusted keys must be strings");
+        if ((rc = parse_key_text(p, it, scalar(it), h->trust[h->n_trust++])))
+            return rc;
+    }
+    return 0;
+}
+
+int ladder_mode_known(const char *mode)
+{
+    static const char *const backends[] = {"cuda", "cpu", "ref"};
+    static const char *const paths[] = {"decode", "prefill", "chat"};
+    for (int b = 0; b < 3; b++)
+        for (int q = 0; q < 3; q++) {
+            char m[32];
+            snprintf(m, sizeof m, "%s.%s", backends[b], paths[q]);
+            if (!strcmp(m, mode))
+                return 1;
+        }
+    return 0;
+}
+
+static void default_gates(struct ladder_gates *g)
+{
+    memset(g, 0, sizeof *g);
+    g->positions = 96;
+    g->min_cosine = 0.999;
+    g->max_mean_kld = 1e-3;
+    g->max_kld = 1e-2;
+    g->near_tie = 0.05;
+    g->golden_tokens = 16;
+    g->runs = 3;
+    g->warmup = 1;
+    g->prompt_tokens = 64;
+    g->decode_tokens = 16;
+    g->falsify.n = -1; /* not set: filled per architecture */
+}
+
+/* Apply one gates mapping (defaults or an override body) onto g. */
+static int apply_gates(struct parse *p, yaml_node_t *n, struct ladder_gates *g, int is_override)
+{
+    static const char *const keys[] = {"parity", "golden", "throughput", "falsify", "match", NULL};
+    static const char *const pk[] = {"positions", "min_cosine", "max_mean_kld", "max_kld",
+                                     "near_tie", NULL};
+    static const char *const gk[] = {"goldens", "prompts", "tokens", NULL};
+    static const char *const tk[] = {"runs", "warmup", "prompt_tokens", "decode_tokens",
+                                     "min_prefill_tps", "min_decode_tps", NULL};
+    yaml_node_t *s, *v, *it;
+    int rc = check_map(p, n, is_override ? "override" : "gates.defaults", keys + !is_override * 0);
+    if (rc)
+        return rc;
+    if (!is_override && get(p, n, "match"))
+        return fail(p, get(p, n, "match"), "'match' belongs in gates.overrides entries");
+    if ((s = get(p, n, "parity"))) {
+        if ((rc = check_map(p, s, "parity", pk)))
+            return rc;
+        if ((v = get(p, s, "positions")) && (rc = get_int(p, v, "parity.positions", 0, 1 << 20,
+                                                          &g->positions)))
+            return rc;
+        if (v && g->positions < 64)
+            return fail(p, v, "parity.positions is %d; parity is judged at >= 64 positions",
+                        g->positions);
+        if (((v = get(p, s, "min_cosine")) &&
+             (rc = get_num(p, v, "parity.min_cosine", -1, 1, &g->min_cosine))) ||
+            ((v = get(p, s, "max_mean_kld")) &&
+             (rc = get_num(p, v, "parity.max_mean_kld", 0, 1e9, &g->max_mean_kld))) ||
+            ((v = get(p, s, "max_kld")) &&
+             (rc = get_num(p, v, "parity.max_kld", 0, 1e9, &g->max_kld))) ||
+            ((v = get(p, s, "near_tie")) &&
+             (rc = get_num(p, v, "parity.near_tie", 0, 1e9, &g->near_tie))))
+            return rc;
+    }
+    if ((s = get(p, n, "golden"))) {
+        if ((rc = check_map(p, s, "golden", gk)))
+            return rc;
+        if ((v = get(p, s, "goldens"))) {
+            char buf[512];
+            if ((rc = get_str(p, v, "golden.goldens", buf, sizeof buf)))
+                return rc;
+            char *r = resolve(p->l, buf);
+            snprintf(g->goldens, sizeof g->goldens, "%s", r ? r : buf);
+            free(r);
+        }
+        if ((v = get(p, s, "tokens")) &&
+            (rc = get_int(p, v, "golden.tokens", 1, 4096, &g->golden_tokens)))
+            return rc;
+        if ((v = get(p, s, "prompts"))) {
+            if ((rc = check_seq(p, v, "golden.prompts", 1)))
+                return rc;
+            for (int i = 0; i < g->n_prompts; i++)
+                free(g->prompts[i]);
+            g->n_prompts = 0;
+            FOR_ITEMS(p, v, it)
+            {
+                if (!scalar(it))
+                    return fail(p, it, "golden prompts must be strings");
+                if (g->n_prompts == LADDER_MAX_PROMPTS)
+                    return fail(p, it, "at most %d golden prompts", LADDER_MAX_PROMPTS);
+                g->prompts[g->n_prompts++] = strdup(scalar(it));
+            }
+        }
+    }
+    if ((s = get(p, n, "throughput"))) {
+        if ((rc = check_map(p, s, "throughput", tk)))
+            return rc;
+        if (((v = get(p, s, "runs")) && (rc = get_int(p, v, "throughput.runs", 3, 1000, &g->runs))) ||
+            ((v = get(p, s, "warmup")) &&
+             (rc = get_int(p, v, "throughput.warmup", 0, 1000, &g->warmup))) ||
+            ((v = get(p, s, "prompt_tokens")) &&
+             (rc = get_int(p, v, "throughput.prompt_tokens", 1, 1 << 20, &g->prompt_tokens))) ||
+            ((v = get(p, s, "decode_tokens")) &&
+             (rc = get_int(p, v, "throughput.decode_tokens", 1, 1 << 20, &g->decode_tokens))) ||
+            ((v = get(p, s, "min_prefill_tps")) &&
+             (rc = get_num(p, v, "throughput.min_prefill_tps", 0, 1e12, &g->min_prefill_tps))) ||
+            ((v = get(p, s, "min_decode_tps")) &&
+             (rc = get_num(p, v, "throughput.min_decode_tps", 0, 1e12, &g->min_decode_tps))))
+            return rc;
+    }
+    if ((s = get(p, n, "falsify"))) {
+        if ((rc = check_seq(p, s, "falsify", 0)))
+            return rc;
+        g->falsify.n = 0;
+        FOR_ITEMS(p, s, it)
+        {
+            if (!scalar(it))
+                return fail(p, it, "falsify entries must be fault strings like"
+                            " 'wrong_expert:rank=1,layers=0-3'");
+            struct fault_spec f;
+            struct gate_err fe = {0};
+            if (fault_parse(scalar(it), &f, &fe) || fault_set_add(&g->falsify, &f, &fe))
+                return fail(p, it, "%s", fe.msg);
+        }
+    }
+    return 0;
+}
+
+/* ---- cells --------------------------------------------------------------------------------- */
+
+static int add_cell(struct parse *p, yaml_node_t *at, int model, int host, const char *mode)
+{
+    struct ladder *l = p->l;
+    for (int i = 0; i < l->n_cells; i++)
+        if (l->cells[i].model == model && l->cells[i].host == host &&
+            !strcmp(l->cells[i].mode, mode))
+            return fail(p, at, "cell %s/%s/%s is listed twice", l->models[model].id,
+                        l->hosts[host].id, mode);
+    struct ladder_cell *c = realloc(l->cells, (size_t)(l->n_cells + 1) * sizeof *c);
+    if (!c)
+        return err_set(p->err, ERR_ENV, "out of memory");
+    l->cells = c;
+    c = &l->cells[l->n_cells++];
+    memset(c, 0, sizeof *c);
+    c->model = model;
+    c->host = host;
+    snprintf(c->mode, sizeof c->mode, "%s", mode);
+    return 0;
+}
+
+/* Resolve a list of ids (or one scalar) against models/hosts/modes; out gets indices. */
+static int id_list(struct parse *p, yaml_node_t *n, const char *what, int kind_, yaml_node_t *modes,
+                   const char **ids, yaml_node_t **at, int *count, int cap)
+{
+    yaml_node_t *it;
+    *count = 0;
+    if (scalar(n)) {
+        ids[0] = scalar(n);
+        at[0] = n;
+        *count = 1;
+    } else {
+        int rc = check_seq(p, n, what, 1);
+        if (rc)
+            return rc;
+        FOR_ITEMS(p, n, it)
+        {
+            if (!scalar(it))
+                return fail(p, it, "%s entries must be ids", what);
+            if (*count == cap)
+                return fail(p, it, "%s has more than %d entries", what, cap);
+            ids[*count] = scalar(it);
+            at[(*count)++] = it;
+        }
+    }
+    for (int i = 0; i < *count; i++) {
+        int ok = 0;
+        if (kind_ == 0)
+            ok = ladder_find_model(p->l, ids[i]) >= 0;
+        else if (kind_ == 1)
+            ok = ladder_find_host(p->l, ids[i]) >= 0;
+        else {
+            yaml_node_t *m;
+            FOR_ITEMS(p, modes, m)
+            ok |= !strcmp(scalar(m), ids[i]);
+        }
+        if (!ok)
+            return fail(p, at[i], "%s '%s' is not defined in %s", what, ids[i],
+                        kind_ == 0 ? "models" : kind_ == 1 ? "hosts" : "modes");
+    }
+    return 0;
+}
+
+static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
+{
+    static const char *const keys[] = {"models", "hosts", "modes", "exclude", "model", "host",
+                                       "mode", NULL};
+    static const char *const xkeys[] = {"model", "host", "mode", "reason", NULL};
+    yaml_node_t *e, *x;
+    int rc = check_seq(p, cells, "cells", 1);
+    if (rc)
+        return rc;
+    FOR_ITEMS(p, cells, e)
+    {
+        if ((rc = check_map(p, e, "a cells entry", keys)))
+            return rc;
+        int matrix = get(p, e, "models") || get(p, e, "hosts") || get(p, e, "modes");
+        int single = get(p, e, "model") || get(p, e, "host") || get(p, e, "mode");
+        if (matrix == single)
+            return fail(p, e, "a cells entry is either a matrix (models, hosts, modes) or one"
+                        " cell (model, host, mode)");
+        const char *mi[64], *hi[64], *oi[64];
+        yaml_node_t *ma[64], *ha[64], *oa[64], *v;
+        int nm, nh, no;
+        const char *mk = matrix ? "models" : "model", *hk = matrix ? "hosts" : "host",
+                   *ok = matrix ? "modes" : "mode";
+        if ((rc = need(p, e, mk, "a cells entry", &v)) ||
+            (rc = id_list(p, v, mk, 0, modes, mi, ma, &nm, 64)) ||
+            (rc = need(p, e, hk, "a cells entry", &v)) ||
+            (rc = id_list(p, v, hk, 1, modes, hi, ha, &nh, 64)) ||
+            (rc = need(p, e, ok, "a cells entry", &v)) ||
+            (rc = id_list(p, v, ok, 2, modes, oi, oa, &no, 64)))
+            return rc;
+        if (!matrix && get(p, e, "exclude"))
+            return fail(p, get(p, e, "exclude"), "'exclude' belongs to a matrix entry");
+        yaml_node_t *ex = get(p, e, "exclude");
+        int n_ex = 0, used[64] = {0};
+        yaml_node_t *exs[64];
+        if (ex) {
+            if ((rc = check_seq(p, ex, "exclude", 1)))
+                return rc;
+            FOR_ITEMS(p, ex, x)
+            {
+                if ((rc = check_map(p, x, "an exclusion", xkeys)))
+                    return rc;
+                yaml_node_t *r = get(p, x, "reason");
+                if (!r || !scalar(r) || !*scalar(r))
+                    return fail(p, x, "an exclusion must carry a non-empty 'reason'");
+                if (n_ex == 64)
+                    return fail(p, x, "too many exclusions");
+                exs[n_ex++] = x;
+            }
+        }
+        for (int a = 0; a < nm; a++)
+            for (int b = 0; b < nh; b++)
+                for (int c = 0; c < no; c++) {
+                    int skip = 0;
+                    for (int i = 0; i < n_ex; i++) {
+                        yaml_node_t *fm = get(p, exs[i], "model"), *fh = get(p, exs[i], "host"),
+                                    *fo = get(p, exs[i], "mode");
+                        if ((!fm || !strcmp(scalar(fm) ? scalar(fm) : "", mi[a])) &&
+                            (!fh || !strcmp(scalar(fh) ? scalar(fh) : "", hi[b])) &&
+                            (!fo || !strcmp(scalar(fo) ? scalar(fo) : "", oi[c]))) {
+                            skip = 1;
+                            used[i] = 1;
+                        }
+                    }
+                    if (!skip && (rc = add_cell(p, oa[c], ladder_find_model(p->l, mi[a]),
+                                                ladder_find_host(p->l, hi[b]), oi[c])))
+                        return rc;
+                }
+        for (int i = 0; i < n_ex; i++)
+            if (!used[i])
+                return fail(p, exs[i], "this exclusion matches no cell of its matrix");
+    }
+    return 0;
+}
+
+static int match_override(struct parse *p, yaml_node_t *match, const struct ladder_cell *c)
+{
+    const struct ladder *l = p->l;
+    const char *want[3] = {l->models[c->model].id, l->hosts[c->host].id, c->mode};
+    const char *keys[3] = {"model", "host", "mode"};
+    for (int i = 0; i < 3; i++) {
+        yaml_node_t *v = get(p, match, keys[i]);
+        if (v && strcmp(scalar(v), want[i]))
+            return 0;
+    }
+    return 1;
+}
+
+static int parse_gates(struct parse *p, yaml_node_t *gates)
+{
+    static const char *const keys[] = {"defaults", "overrides", NULL};
+    static const char *const mkeys[] = {"model", "host", "mode", NULL};
+    struct ladder *l = p->l;
+    struct ladder_gates base;
+    yaml_node_t *d, *o, *it;
+    int rc = 0;
+    default_gates(&base);
+    if (gates) {
+        if ((rc = check_map(p, gates, "gates", keys)))
+            return rc;
+        if ((d = get(p, gates, "defaults")) && (rc = apply_gates(p, d, &base, 0)))
+            goto out;
+        if ((o = get(p, gates, "overrides"))) {
+            if ((rc = check_seq(p, o, "gates.overrides", 0)))
+                goto out;
+            FOR_ITEMS(p, o, it)
+            {
+                yaml_node_t *m = it->type == YAML_MAPPING_NODE ? get(p, it, "match") : NULL;
+                if (!m)
+                    return fail(p, it, "an override needs a 'match' mapping");
+                if ((rc = check_map(p, m, "match", mkeys)))
+                    goto out;
+                for (int k = 0; k < 3; k++) {
+                    yaml_node_t *v = get(p, m, mkeys[k]);
+                    if (v && (!scalar(v) ||
+                              (k == 0 && ladder_find_model(l, scalar(v)) < 0) ||
+                              (k == 1 && ladder_find_host(l, scalar(v)) < 0) ||
+                              (k == 2 && !ladder_mode_known(scalar(v)))))
+                        return fail(p, v, "override matches %s '%s', which is not defined",
+                                    mkeys[k], scalar(v) ? scalar(v) : "?");
+                }
+            }
+        }
+    }
+    for (int i = 0; i < l->n_cells; i++) {
+        struct ladder_cell *c = &l->cells[i];
+        c->g = base;
+        for (int k = 0; k < base.n_prompts; k++)
+            c->g.prompts[k] = strdup(base.prompts[k]);
+        if (gates && (o = get(p, gates, "overrides"))) {
+            FOR_ITEMS(p, o, it)
+            {
+                if (match_override(p, get(p, it, "match"), c) &&
+                    (rc = apply_gates(p, it, &c->g, 1)))
+                    goto out;
+            }
+        }
+        const struct ladder_model *m = &l->models[c->model];
+        int moe = !strcmp(m->arch, "qwen3moe");
+        if (c->g.falsify.n < 0) { /* settled question 4: the default fault list per arch */
+            struct fault_spec f;
+            c->g.falsify.n = 0;
+            static const char *const all[] = {"wrong_expert", "dropped_expert", "uniform_weights",
+                                              "skip_qk_norm"};
+            for (int k = moe ? 0 : 3; k < 4; k++) {
+                fault_parse(all[k], &f, NULL);
+                fault_set_add(&c->g.falsify, &f, NULL);
+            }
+        }
+        for (int k = 0; k < c->g.falsify.n; k++)
+            if (!moe && fault_is_routing(c->g.falsify.f[k].kind)) {
+                char name[256];
+                rc = fail(p, gates, "cell %s: fault %s cannot apply to model '%s' (arch %s has"
+                          " no experts); override falsify for it",
+                          ladder_cell_name(l, i, name, sizeof name),
+                          fault_kind_name(c->g.falsify.f[k].kind), m->id, m->arch);
+                goto out;
+            }
+    }
+out:
+    for (int k = 0; k < base.n_prompts; k++)
+        free(base.prompts[k]);
+    return rc;
+}
+
+/* ---- top level ----------------------------------------------------------------------------- */
+
+static int parse_root(struct parse *p, yaml_node_t *root)
+{
+    static const char *const keys[] = {"release", "models", "hosts", "modes", "cells", "gates",
+                                       NULL};
+    struct ladder *l = p->l;
+    yaml_node_t *v, *it;
+    int rc;
+    if (!root)
+        return fail(p, NULL, "the ladder is empty");
+    if ((rc = check_map(p, root, "the ladder", keys)) ||
+        (rc = need(p, root, "release", "the ladder", &v)) || (rc = parse_release(p, v)) ||
+        (rc = need(p, root, "models", "the ladder", &v)) || (rc = check_map(p, v, "models", NULL)))
+        return rc;
+    l->models = calloc((size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start) + 1,
+                       sizeof *l->models);
+    if (!l->models)
+        return err_set(p->err, ERR_ENV, "out of memory");
+    FOR_PAIRS(v, pr)
+    {
+        if ((rc = parse_model(p, node(p, pr->key), node(p, pr->value), &l->models[l->n_models++])))
+            return rc;
+    }
+    if (l->n_models == 0)
+        return fail(p, v, "models must not be empty");
+    if ((rc = need(p, root, "hosts", "the ladder", &v)) || (rc = check_map(p, v, "hosts", NULL)))
+        return rc;
+    l->hosts = calloc((size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start) + 1,
+                      sizeof *l->hosts);
+    if (!l->hosts)
+        return err_set(p->err, ERR_ENV, "out of memory");
+    FOR_PAIRS(v, pr)
+    {
+        if ((rc = parse_host(p, node(p, pr->key), node(p, pr->value), &l->hosts[l->n_hosts++])))
+            return rc;
+    }
+    if (l->n_hosts == 0)
+        return fail(p, v, "hosts must not be empty");
+    yaml_node_t *modes;
+    if ((rc = need(p, root, "modes", "the ladder", &modes)) ||
+        (rc = check_seq(p, modes, "modes", 1)))
+        return rc;
+    FOR_ITEMS(p, modes, it)
+    {
+        const char *m = scalar(it);
+        if (!m)
+            return fail(p, it, "modes entries must be strings like ref.decode");
+        if (!strcmp(m, "ref.batch") || !strcmp(m, "ref.judge"))
+            return fail(p, it, "mode '%s' is the judge itself (the reference twin's batched"
+                        " forward); a cell must test a different path", m);
+        if (!ladder_mode_known(m))
+            return fail(p, it, "unknown mode '%s' (expected <backend>.<path> with backend cuda,"
+                        " cpu or ref and path decode, prefill or chat)", m);
+    }
+    if ((rc = need(p, root, "cells", "the ladder", &v)) || (rc = parse_cells(p, v, modes)))
+        return rc;
+    return parse_gates(p, get(p, root, "gates"));
+}
+
+int ladder_load(struct ladder **out, const char *path, struct gate_err *err)
+{
+    *out = NULL;
+    int rc = 0;
+    FILE *f = NULL;
+    unsigned char *bytes = NULL;
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    int parser_ok = 0, doc_ok = 0;
+    struct ladder *l = calloc(1, sizeof *l);
+    if (!l || !(l->path = strdup(path)))
+        goto oom;
+    char *tmp = strdup(path);
+    if (!tmp)
+        goto oom;
+    l->dir = strdup(dirname(tmp));
+    free(tmp);
+    if (!l->dir)
+        goto oom;
+    f = fopen(path, "rb");
+    if (!f) {
+        rc = err_set(err, ERR_INPUT, "cannot open '%s': %s", path, strerror(errno));
+        goto fail;
+    }
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    bytes = malloc(size > 0 ? (size_t)size : 1);
+    if (!bytes)
+        goto oom;
+    if (size < 0 || fread(bytes, 1, (size_t)size, f) != (size_t)size) {
+        rc = err_set(err, ERR_INPUT, "cannot read '%s'", path);
+        goto fail;
+    }
+    unsigned char digest[32];
+    crypto_hash_sha256(digest, bytes, (unsigned long long)size);
+    sodium_bin2hex(l->sha256, sizeof l->sha256, digest, 32);
+    yaml_parser_initialize(&parser);
+    parser_ok = 1;
+    yaml_parser_set_input_string(&parser, bytes, (size_t)size);
+    if (!yaml_parser_load(&parser, &doc)) {
+        rc = err_set(err, ERR_INPUT, "%s:%zu:%zu: YAML error: %s%s%s", path,
+                     parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+                     parser.problem ? parser.problem : "malformed",
+                     parser.context ? " " : "", parser.context ? parser.context : "");
+        goto fail;
+    }
+    doc_ok = 1;
+    struct parse p = {.path = path, .doc = &doc, .err = err, .l = l};
+    if ((rc = parse_root(&p, yaml_document_get_root_node(&doc))))
+        goto fail;
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    fclose(f);
+    free(bytes);
+    *out = l;
+    return 0;
+oom:
+    rc = err_set(err, ERR_ENV, "out of memory");
+fail:
+    if (doc_ok)
+        yaml_document_delete(&doc);
+    if (parser_ok)
+        yaml_parser_delete(&parser);
+    if (f)
+        fclose(f);
+    free(bytes);
+    ladder_free(l);
+    return rc;
+}
+
+void ladder_free(struct ladder *l)
+{
+    if (!l)
+        return;
+    for (int i = 0; i < l->n_models; i++)
+        free(l->models[i].path);
+    for (int i = 0; i < l->n_cells; i++)
+        for (int k = 0; k < l->cells[i].g.n_prompts; k++)
+            free(l->cells[i].g.prompts[k]);
+    free(l->models);
+    free(l->hosts);
+    free(l->cells);
+    free(l->path);
+    free(l->dir);
+    free(l);
+}
+
+int ladder_find_host(const struct ladder *l, const char *id)
+{
+    for (int i = 0; i < l->n_hosts; i++)
+        if (!strcmp(l->hosts[i].id, id))
+            return i;
+    return -1;
+}
+
+int ladder_find_model(const struct ladder *l, const char *id)
+{
+    for (int i = 0; i < l->n_models; i++)
+        if (!strcmp(l->models[i].id, id))
+            return i;
+    return -1;
+}
+
+const char *ladder_cell_name(const struct ladder *l, int i, char *buf, int n)
+{
+    const struct ladder_cell *c = &l->cells[i];
+    snprintf(buf, (size_t)n, "%s/%s/%s", l->models[c->model].id, l->hosts[c->host].id, c->mode);
+    return buf;
+}

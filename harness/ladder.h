@@ -1,0 +1,94 @@
+/* ladder.h — a release ladder: the required cells (model x host x mode) and the gates'
+ * settings, parsed strictly from YAML (docs/ladder.md documents every key).
+ *
+ * Invariants after ladder_load() succeeds: every key was known, of the right type and unique;
+ * every cell names defined models, hosts and modes from the fixed list every build knows;
+ * no cell is the judge itself; parity runs >= 64 positions; every fault listed can apply to
+ * the cell's model architecture; every model pins a SHA-256. There is no "optional" and no
+ * "skip": every expanded cell is required.
+ * Start reading: struct ladder, then ladder_load().
+ */
+#ifndef GATE_LADDER_H
+#define GATE_LADDER_H
+
+#include <stdint.h>
+
+#include "engine/err.h"
+#include "faults/fault.h"
+
+#define LADDER_ID_MAX 64
+#define LADDER_MAX_TRUST 16
+#define LADDER_MAX_PROMPTS 16
+
+struct ladder_model {
+    char id[LADDER_ID_MAX];
+    char *path;        /* GGUF path (resolved against the ladder's folder), or the synth output */
+    int synth;         /* 1: written by gate from the spec below */
+    char preset[32];   /* synth preset */
+    char quant[16];    /* synth quant */
+    uint64_t seed;     /* synth seed */
+    char sha256[65];   /* pinned digest, lower-case hex */
+    char arch[16];     /* expected architecture: qwen3 or qwen3moe */
+    int line;
+};
+
+struct ladder_host {
+    char id[LADDER_ID_MAX];
+    int gpu;                   /* 1 when a device is declared */
+    char device_name[128];     /* expected GPU name */
+    char compute_capability[16];
+    double min_memory_gib;
+    int n_trust;
+    unsigned char trust[LADDER_MAX_TRUST][32]; /* Ed25519 public keys trusted for this host */
+    int line;
+};
+
+struct ladder_gates {
+    /* parity */
+    int positions;
+    double min_cosine, max_mean_kld, max_kld, near_tie;
+    /* golden */
+    char goldens[512];         /* goldens file (resolved); "" = none declared */
+    int golden_tokens;         /* greedy tokens per prompt */
+    int n_prompts;
+    char *prompts[LADDER_MAX_PROMPTS]; /* owned */
+    /* throughput */
+    int runs, warmup, prompt_tokens, decode_tokens;
+    double min_prefill_tps, min_decode_tps;
+    /* falsify */
+    struct fault_set falsify;
+};
+
+struct ladder_cell {
+    int model;         /* index into models */
+    int host;          /* index into hosts */
+    char mode[32];     /* "<backend>.<path>" */
+    struct ladder_gates g;
+};
+
+struct ladder {
+    char *path;
+    char *dir;         /* folder of the ladder file, for relative paths */
+    char sha256[65];   /* of the ladder file's bytes */
+    char name[64], version[32];
+    int n_models, n_hosts, n_cells;
+    struct ladder_model *models;
+    struct ladder_host *hosts;
+    struct ladder_cell *cells;
+};
+
+/* Parse and validate path. Errors are ERR_INPUT with "file:line:column: what, expected what". */
+int ladder_load(struct ladder **out, const char *path, struct gate_err *err);
+void ladder_free(struct ladder *l);
+
+/* Index of a host / model id, or -1. */
+int ladder_find_host(const struct ladder *l, const char *id);
+int ladder_find_model(const struct ladder *l, const char *id);
+
+/* "model/host/mode" of cell i into buf. */
+const char *ladder_cell_name(const struct ladder *l, int i, char *buf, int n);
+
+/* The modes every build knows (settled question 3). */
+int ladder_mode_known(const char *mode);
+
+#endif
