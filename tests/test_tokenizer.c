@@ -8,6 +8,7 @@
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,6 +275,51 @@ Test(tokenizer, long_inputs_encode_and_round_trip)
     free(out);
     free(ids);
     free(s);
+    tok_free(t);
+}
+
+struct thread_job {
+    const struct tok *t;
+    const char *text;
+    size_t len;
+    int n_ids;    /* out */
+    uint64_t sum; /* out: a checksum of the ids */
+    int rc;
+};
+
+static void *encode_many(void *arg)
+{
+    struct thread_job *j = arg;
+    for (int rep = 0; rep < 20; rep++) {
+        struct gate_err err = {0};
+        int32_t *ids = NULL;
+        j->rc |= tok_encode(j->t, j->text, j->len, 1, &ids, &j->n_ids, &err);
+        j->sum = 0;
+        for (int i = 0; i < j->n_ids; i++)
+            j->sum = j->sum * 1000003u + (uint64_t)ids[i];
+        free(ids);
+    }
+    return NULL;
+}
+
+Test(tokenizer, one_loaded_tokenizer_serves_several_threads)
+{
+    struct tok *t = load_real(NULL);
+    const char *text =
+        "<|im_start|>user\n你好, world! It's 2024 — naïve café 👍🏽<|im_end|>\n  x";
+    struct thread_job jobs[4];
+    pthread_t th[4];
+    for (int k = 0; k < 4; k++) {
+        jobs[k] = (struct thread_job){t, text, strlen(text), 0, 0, 0};
+        cr_assert_eq(pthread_create(&th[k], NULL, encode_many, &jobs[k]), 0);
+    }
+    for (int k = 0; k < 4; k++)
+        pthread_join(th[k], NULL);
+    for (int k = 0; k < 4; k++) {
+        cr_expect_eq(jobs[k].rc, 0);
+        cr_expect_eq(jobs[k].n_ids, jobs[0].n_ids);
+        cr_expect_eq(jobs[k].sum, jobs[0].sum);
+    }
     tok_free(t);
 }
 
