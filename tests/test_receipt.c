@@ -1,0 +1,340 @@
+/* test_receipt.c — host keys (file mode, no overwrite, refusing readable keys, public key
+ * parsing), canonical payload bytes, DSSE-PAE signatures (round trip, flipped byte, wrong
+ * domain), chain hash, verdict re-derivation, and the `gate key` / `gate receipt` CLI.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "receipts/key.h"
+#include "receipts/receipt.h"
+#include "receipts/store.h"
+#include "tests/support/check.h"
+
+static void tmp_path(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", check_tmp_dir(), name);
+}
+
+static struct key_pair make_key(const char *name, const char *host)
+{
+    char path[512];
+    struct key_pair k;
+    struct gate_err err = {0};
+    tmp_path(path, sizeof path, name);
+    cr_assert_eq(key_generate(path, host, &k, &err), 0, "%s", err.msg);
+    return k;
+}
+
+/* ---- keys ----------------------------------------------------------------------------------- */
+
+Test(key, generate_writes_mode_0600_and_loads_back)
+{
+    char path[512];
+    struct key_pair k, l;
+    struct gate_err err = {0};
+    struct stat st;
+    tmp_path(path, sizeof path, "deep/er/h200.key");
+    cr_assert_eq(key_generate(path, "h200", &k, &err), 0, "%s", err.msg);
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);
+    cr_assert_eq(strncmp(k.id, "ed25519:", 8), 0);
+    cr_assert_eq(strlen(k.id), KEY_ID_LEN);
+    cr_assert_eq(key_load(path, &l, &err), 0, "%s", err.msg);
+    cr_assert_eq(memcmp(k.pk, l.pk, 32), 0);
+    cr_assert_eq(memcmp(k.sk, l.sk, 64), 0);
+    cr_assert_str_eq(l.host, "h200");
+    cr_assert_str_eq(l.id, k.id);
+}
+
+Test(key, refuses_to_overwrite)
+{
+    char path[512];
+    struct key_pair k;
+    struct gate_err err = {0};
+    tmp_path(path, sizeof path, "once.key");
+    cr_assert_eq(key_generate(path, "h", &k, &err), 0, "%s", err.msg);
+    size_t n1 = 0, n2 = 0;
+    uint8_t *before = check_slurp(path, &n1);
+    cr_assert_eq(key_generate(path, "h", &k, &err), ERR_INPUT);
+    cr_assert(strstr(err.msg, "already exists"), "%s", err.msg);
+    uint8_t *after = check_slurp(path, &n2);
+    cr_assert(n1 == n2 && !memcmp(before, after, n1), "the existing key was changed");
+    free(before);
+    free(after);
+}
+
+Test(key, refuses_a_key_readable_by_others)
+{
+    char path[512];
+    struct key_pair k;
+    struct gate_err err = {0};
+    tmp_path(path, sizeof path, "open.key");
+    cr_assert_eq(key_generate(path, "h", &k, &err), 0, "%s", err.msg);
+    cr_assert_eq(chmod(path, 0644), 0);
+    cr_assert_eq(key_load(path, &k, &err), ERR_INPUT);
+    cr_assert(strstr(err.msg, "0644") && strstr(err.msg, "chmod 600"), "%s", err.msg);
+}
+
+Test(key, refuses_a_bad_host_and_a_corrupt_file)
+{
+    char path[512];
+    struct key_pair k;
+    struct gate_err err = {0};
+    tmp_path(path, sizeof path, "bad.key");
+    cr_assert_eq(key_generate(path, "no spaces", &k, &err), ERR_INPUT);
+    cr_assert_eq(access(path, F_OK), -1, "a refused key left a file");
+    err_clear(&err);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    cr_assert(fd >= 0);
+    const char *text = "host: h\npublic: ed25519:"
+                       "0000000000000000000000000000000000000000000000000000000000000000\n"
+                       "seed: 0101010101010101010101010101010101010101010101010101010101010101\n";
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    cr_assert_eq(key_load(path, &k, &err), ERR_INPUT);
+    cr_assert(strstr(err.msg, "does not match"), "%s", err.msg);
+}
+
+Test(key, parses_public_ids)
+{
+    struct key_pair k = make_key("pub.key", "h");
+    unsigned char pk[32];
+    char upper[100];
+    struct gate_err err = {0};
+    cr_assert_eq(key_parse_public(k.id, pk, &err), 0, "%s", err.msg);
+    cr_assert_eq(memcmp(pk, k.pk, 32), 0);
+    snprintf(upper, sizeof upper, "  %s\n", k.id);
+    for (char *p = upper + 10; *p; p++)
+        if (*p >= 'a' && *p <= 'f')
+            *p = (char)(*p - 'a' + 'A');
+    cr_assert_eq(key_parse_public(upper, pk, &err), 0, "%s", err.msg);
+    cr_assert_eq(memcmp(pk, k.pk, 32), 0);
+    cr_assert_eq(key_parse_public("ed25519:abcd", pk, &err), ERR_INPUT);
+    cr_assert_eq(key_parse_public("rsa:00", pk, NULL), ERR_INPUT);
+    char id[80];
+    key_id_of(k.pk, id);
+    cr_assert_str_eq(id, k.id);
+}
+
+Test(key, writes_the_public_file)
+{
+    struct key_pair k = make_key("w.key", "h");
+    char path[512];
+    struct gate_err err = {0};
+    tmp_path(path, sizeof path, "w.pub");
+    cr_assert_eq(key_write_public(path, &k, &err), 0, "%s", err.msg);
+    size_t n = 0;
+    char *text = (char *)check_slurp(path, &n);
+    cr_assert_not_null(text);
+    cr_assert_eq(n, KEY_ID_LEN + 1);
+    cr_assert_eq(memcmp(text, k.id, KEY_ID_LEN), 0);
+    free(text);
+}
+
+/* ---- canonical payload ---------------------------------------------------------------------- */
+
+Test(receipt, canonical_is_sorted_compact_and_stable)
+{
+    struct gate_err err = {0};
+    json_t *a = json_pack("{s:i, s:{s:f, s:s}, s:[i, b, n], s:s}", "zeta", 1, "alpha", "y", 0.1,
+                          "x", "caf\xc3\xa9", "mid", 3, 1, "b", "q\"\\/");
+    json_t *b = json_pack("{s:s, s:[i, b, n], s:{s:s, s:f}, s:i}", "b", "q\"\\/", "mid", 3, 1,
+                          "alpha", "x", "caf\xc3\xa9", "y", 0.1, "zeta", 1);
+    char *sa, *sb;
+    size_t la, lb;
+    cr_assert_eq(receipt_canonical(a, &sa, &la, &err), 0, "%s", err.msg);
+    cr_assert_eq(receipt_canonical(b, &sb, &lb, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(sa, "{\"alpha\":{\"x\":\"caf\xc3\xa9\",\"y\":0.10000000000000001},"
+                         "\"b\":\"q\\\"\\\\/\",\"mid\":[3,true,null],\"zeta\":1}");
+    cr_assert_str_eq(sa, sb);
+    cr_assert_eq(la, strlen(sa));
+    json_t *back = NULL;
+    cr_assert_eq(receipt_parse(sa, la, &back, &err), 0, "%s", err.msg);
+    cr_assert(json_equal(back, a));
+    json_decref(back);
+    free(sa);
+    free(sb);
+    json_decref(a);
+    json_decref(b);
+}
+
+Test(receipt, reals_round_trip_and_integral_reals_stay_reals)
+{
+    struct gate_err err = {0};
+    json_t *a = json_pack("{s:f, s:f, s:f, s:f}", "a", 1.0, "b", 0.999, "c", 1e-300, "d", -0.0);
+    char *s;
+    size_t n;
+    cr_assert_eq(receipt_canonical(a, &s, &n, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(s, "{\"a\":1.0,\"b\":0.999,\"c\":1e-300,\"d\":-0.0}");
+    json_t *back = NULL;
+    cr_assert_eq(receipt_parse(s, n, &back, &err), 0, "%s", err.msg);
+    cr_assert(json_real_value(json_object_get(back, "b")) == 0.999);
+    json_decref(back);
+    free(s);
+    json_decref(a);
+}
+
+Test(receipt, refuses_non_canonical_and_duplicate_keys)
+{
+    struct gate_err err = {0};
+    json_t *v = NULL;
+    const char *spaced = "{\"a\": 1}";
+    cr_assert_eq(receipt_parse(spaced, strlen(spaced), &v, &err), ERR_INPUT);
+    err_clear(&err);
+    const char *unsorted = "{\"b\":1,\"a\":2}";
+    cr_assert_eq(receipt_parse(unsorted, strlen(unsorted), &v, &err), ERR_INPUT);
+    err_clear(&err);
+    const char *dup = "{\"a\":1,\"a\":2}";
+    cr_assert_eq(receipt_parse(dup, strlen(dup), &v, &err), ERR_INPUT);
+    err_clear(&err);
+    const char *exp = "{\"a\":1e5}";
+    cr_assert_eq(receipt_parse(exp, strlen(exp), &v, &err), ERR_INPUT);
+    cr_assert_null(v);
+    json_t *arr = json_array();
+    char *s;
+    size_t n;
+    cr_assert_eq(receipt_canonical(arr, &s, &n, &err), ERR_INPUT);
+    json_decref(arr);
+}
+
+Test(receipt, non_finite_reals_cannot_enter_a_payload)
+{
+    /* jansson refuses to build them; callers record the strings "NaN"/"Inf" instead */
+    cr_assert_null(json_real(NAN));
+    cr_assert_null(json_real(INFINITY));
+    json_t *p = json_pack("{s:{s:s}}", "parity", "max_kld", "NaN");
+    char *s;
+    size_t n;
+    struct gate_err err = {0};
+    cr_assert_eq(receipt_canonical(p, &s, &n, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(s, "{\"parity\":{\"max_kld\":\"NaN\"}}");
+    free(s);
+    json_decref(p);
+}
+
+/* ---- signatures and hashes ------------------------------------------------------------------ */
+
+static const char PAYLOAD[] = "{\"cell\":{\"host\":\"h\",\"mode\":\"ref.decode\",\"model\":\"m\"},"
+                              "\"verdict\":\"PASS\"}";
+
+Test(receipt, sign_verify_round_trip)
+{
+    struct key_pair k = make_key("s.key", "h");
+    unsigned char sig[64];
+    cr_assert_eq(receipt_sign(PAYLOAD, strlen(PAYLOAD), &k, sig), 0);
+    cr_assert_eq(receipt_verify(PAYLOAD, strlen(PAYLOAD), k.pk, sig), 0);
+    struct key_pair other = make_key("o.key", "h");
+    cr_assert_neq(receipt_verify(PAYLOAD, strlen(PAYLOAD), other.pk, sig), 0);
+}
+
+Test(receipt, a_flipped_payload_byte_fails)
+{
+    struct key_pair k = make_key("f.key", "h");
+    unsigned char sig[64];
+    char copy[sizeof PAYLOAD];
+    cr_assert_eq(receipt_sign(PAYLOAD, strlen(PAYLOAD), &k, sig), 0);
+    for (size_t i = 0; i < strlen(PAYLOAD); i++) {
+        memcpy(copy, PAYLOAD, sizeof PAYLOAD);
+        copy[i] ^= 0x01;
+        cr_assert_neq(receipt_verify(copy, strlen(PAYLOAD), k.pk, sig), 0, "byte %zu", i);
+    }
+    unsigned char bad[64];
+    memcpy(bad, sig, 64);
+    bad[5] ^= 0x80;
+    cr_assert_neq(receipt_verify(PAYLOAD, strlen(PAYLOAD), k.pk, bad), 0);
+}
+
+Test(receipt, the_domain_prefix_separates_receipts_from_everything_else)
+{
+    struct key_pair k = make_key("d.key", "h");
+    unsigned char sig[64];
+    /* a bare signature over the payload (no domain) must not verify as a receipt */
+    crypto_sign_detached(sig, NULL, (const unsigned char *)PAYLOAD, strlen(PAYLOAD), k.sk);
+    cr_assert_neq(receipt_verify(PAYLOAD, strlen(PAYLOAD), k.pk, sig), 0);
+    /* nor a sign-off signature, nor one under another payloadType */
+    cr_assert_eq(receipt_sign_type(SIGNOFF_PAYLOAD_TYPE, PAYLOAD, strlen(PAYLOAD), &k, sig), 0);
+    cr_assert_neq(receipt_verify(PAYLOAD, strlen(PAYLOAD), k.pk, sig), 0);
+    cr_assert_eq(receipt_verify_type(SIGNOFF_PAYLOAD_TYPE, PAYLOAD, strlen(PAYLOAD), k.pk, sig),
+                 0);
+    cr_assert_eq(receipt_sign_type("application/vnd.gate.receipt.v2+json", PAYLOAD,
+                                   strlen(PAYLOAD), &k, sig),
+                 0);
+    cr_assert_neq(receipt_verify(PAYLOAD, strlen(PAYLOAD), k.pk, sig), 0);
+}
+
+Test(receipt, pae_matches_the_dsse_spec)
+{
+    unsigned char *m;
+    size_t n;
+    cr_assert_eq(receipt_pae("http://example.com/HelloWorld", "hello world", 11, &m, &n), 0);
+    const char *want = "DSSEv1 29 http://example.com/HelloWorld 11 hello world";
+    cr_assert_eq(n, strlen(want));
+    cr_assert_eq(memcmp(m, want, n), 0);
+    free(m);
+}
+
+Test(receipt, hash_covers_payload_and_signature)
+{
+    unsigned char sig[64] = {0};
+    char h1[65], h2[65], h3[65];
+    receipt_hash(PAYLOAD, strlen(PAYLOAD), sig, h1);
+    sig[63] = 1;
+    receipt_hash(PAYLOAD, strlen(PAYLOAD), sig, h2);
+    receipt_hash(PAYLOAD, strlen(PAYLOAD) - 1, sig, h3);
+    cr_assert_eq(strlen(h1), 64);
+    cr_assert_str_neq(h1, h2);
+    cr_assert_str_neq(h2, h3);
+}
+
+/* ---- verdict re-derivation ------------------------------------------------------------------ */
+
+static json_t *gated(const char *overall, const char *gate_verdict, double value, int pass)
+{
+    return json_pack("{s:s, s:{s:{s:s, s:[{s:s, s:f, s:s, s:f, s:b}]}}}", "verdict", overall,
+                     "gates", "parity", "verdict", gate_verdict, "checks", "metric", "min_cosine",
+                     "value", value, "op", ">=", "threshold", 0.999, "pass", pass);
+}
+
+Test(receipt, rederive_accepts_consistent_verdicts)
+{
+    struct gate_err err = {0};
+    json_t *p = gated("PASS", "PASS", 0.9995, 1);
+    cr_assert_eq(receipt_rederive(p, &err), 0, "%s", err.msg);
+    json_decref(p);
+    p = gated("FAIL", "FAIL", 0.5, 0);
+    cr_assert_eq(receipt_rederive(p, &err), 0, "%s", err.msg);
+    json_decref(p);
+}
+
+Test(receipt, rederive_flags_a_pass_the_numbers_do_not_support)
+{
+    struct gate_err err = {0};
+    json_t *p = gated("PASS", "PASS", 0.5, 1);
+    cr_assert_eq(receipt_rederive(p, &err), ERR_RUNTIME);
+    cr_assert(strstr(err.msg, "min_cosine"), "%s", err.msg);
+    json_decref(p);
+    err_clear(&err);
+    p = gated("PASS", "FAIL", 0.5, 0);
+    cr_assert_eq(receipt_rederive(p, &err), ERR_RUNTIME);
+    json_decref(p);
+    err_clear(&err);
+    /* NaN recorded as a string fails every comparison */
+    p = json_pack("{s:s, s:{s:{s:s, s:[{s:s, s:s, s:s, s:f, s:b}]}}}", "verdict", "PASS", "gates",
+                  "parity", "verdict", "PASS", "checks", "metric", "max_kld", "value", "NaN", "op",
+                  "<=", "threshold", 0.01, "pass", 1);
+    cr_assert_eq(receipt_rederive(p, &err), ERR_RUNTIME);
+    json_decref(p);
+    err_clear(&err);
+    p = json_pack("{s:s, s:{}}", "verdict", "PASS", "gates");
+    cr_assert_eq(receipt_rederive(p, &err), ERR_RUNTIME);
+    cr_assert(strstr(err.msg, "no gates"), "%s", err.msg);
+    json_decref(p);
+}

@@ -1,0 +1,463 @@
+/* test_store.c — the SQLite receipt store: append + verify, append-only triggers, tampering
+ * with raw SQL detected, two processes appending at once, export -> import, forged and
+ * truncated exports refused whole, schema version, sign-offs.
+ */
+#include <criterion/criterion.h>
+#include <sodium.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "receipts/key.h"
+#include "receipts/receipt.h"
+#include "receipts/store.h"
+#include "tests/support/check.h"
+
+static void tmp_path(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", check_tmp_dir(), name);
+}
+
+static struct key_pair make_key(const char *name, const char *host)
+{
+    char path[512];
+    struct key_pair k;
+    struct gate_err err = {0};
+    tmp_path(path, sizeof path, name);
+    cr_assert_eq(key_generate(path, host, &k, &err), 0, "%s", err.msg);
+    return k;
+}
+
+static struct store *open_db(const char *name)
+{
+    char path[512];
+    struct store *s = NULL;
+    struct gate_err err = {0};
+    tmp_path(path, sizeof path, name);
+    cr_assert_eq(store_open(&s, path, &err), 0, "%s", err.msg);
+    return s;
+}
+
+static json_t *payload(const char *model, const char *verdict, int i)
+{
+    return json_pack("{s:{s:s, s:s, s:s}, s:s, s:i, s:{s:{s:s, s:[{s:s, s:f, s:s, s:f, s:b}]}}}",
+                     "cell", "model", model, "host", "local", "mode", "ref.decode", "verdict",
+                     verdict, "run", i, "gates", "parity", "verdict", verdict, "checks", "metric",
+                     "min_cosine", "value", strcmp(verdict, "PASS") ? 0.5 : 0.9999, "op", ">=",
+                     "threshold", 0.999, "pass", !strcmp(verdict, "PASS"));
+}
+
+static int64_t append(struct store *s, const struct key_pair *k, const char *model,
+                      const char *verdict, int i)
+{
+    struct gate_err err = {0};
+    int64_t id = 0;
+    json_t *p = payload(model, verdict, i);
+    cr_assert_eq(store_append(s, p, k, &id, &err), 0, "%s", err.msg);
+    json_decref(p);
+    return id;
+}
+
+struct tally {
+    int rows, sig_ok, chain_ok, columns_ok, imported;
+    int64_t first_bad;
+    char problem[256];
+};
+
+static int count_row(void *ctx, const struct store_row *r)
+{
+    struct tally *t = ctx;
+    t->rows++;
+    t->sig_ok += r->sig_ok;
+    t->chain_ok += r->chain_ok;
+    t->columns_ok += r->columns_ok;
+    t->imported += r->imported;
+    if (!(r->sig_ok && r->chain_ok && r->columns_ok) && !t->first_bad) {
+        t->first_bad = r->id;
+        snprintf(t->problem, sizeof t->problem, "%s", r->problem);
+    }
+    return 0;
+}
+
+static struct tally tally_of(struct store *s)
+{
+    struct tally t = {0};
+    struct gate_err err = {0};
+    cr_assert_eq(store_foreach(s, count_row, &t, &err), 0, "%s", err.msg);
+    return t;
+}
+
+static void raw_exec(const char *name, const char *sql, int expect_ok)
+{
+    char path[512];
+    sqlite3 *db;
+    char *msg = NULL;
+    tmp_path(path, sizeof path, name);
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    if (expect_ok)
+        cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "");
+    else
+        cr_assert_neq(rc, SQLITE_OK, "raw SQL was allowed: %s", sql);
+    sqlite3_free(msg);
+    sqlite3_close(db);
+}
+
+Test(store, append_then_every_row_verifies)
+{
+    struct key_pair k = make_key("a.key", "local");
+    struct store *s = open_db("a.db");
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(append(s, &k, "tiny", i == 3 ? "FAIL" : "PASS", i), i + 1);
+    struct tally t = tally_of(s);
+    cr_assert_eq(t.rows, 5);
+    cr_assert_eq(t.sig_ok, 5, "%s", t.problem);
+    cr_assert_eq(t.chain_ok, 5, "%s", t.problem);
+    cr_assert_eq(t.columns_ok, 5, "%s", t.problem);
+    store_close(s);
+}
+
+struct first {
+    char payload[4096];
+    char hash[65], prev[65], cell[256], verdict[16], key_id[80];
+};
+
+static int grab(void *ctx, const struct store_row *r)
+{
+    struct first *f = ctx;
+    snprintf(f->payload, sizeof f->payload, "%s", r->payload);
+    memcpy(f->hash, r->hash, 65);
+    memcpy(f->prev, r->prev_hash, 65);
+    snprintf(f->cell, sizeof f->cell, "%s", r->cell);
+    snprintf(f->verdict, sizeof f->verdict, "%s", r->verdict);
+    snprintf(f->key_id, sizeof f->key_id, "%s", r->key_id);
+    return 0;
+}
+
+Test(store, append_sets_chain_key_and_columns)
+{
+    struct key_pair k = make_key("c.key", "local");
+    struct store *s = open_db("c.db");
+    append(s, &k, "tiny", "PASS", 0);
+    append(s, &k, "tiny", "FAIL", 1);
+    struct first a, b;
+    struct gate_err err = {0};
+    cr_assert_eq(store_get(s, 1, grab, &a, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_get(s, 2, grab, &b, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(a.prev, RECEIPT_GENESIS_HASH);
+    cr_assert_str_eq(b.prev, a.hash);
+    cr_assert_str_eq(b.cell, "tiny/local/ref.decode");
+    cr_assert_str_eq(b.verdict, "FAIL");
+    cr_assert_str_eq(b.key_id, k.id);
+    json_t *p = NULL;
+    cr_assert_eq(receipt_parse(b.payload, strlen(b.payload), &p, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(json_string_value(json_object_get(p, "key_id")), k.id);
+    cr_assert_str_eq(json_string_value(json_object_get(p, "prev_hash")), a.hash);
+    cr_assert_eq(json_integer_value(json_object_get(p, "schema_version")), RECEIPT_SCHEMA_VERSION);
+    cr_assert_eq(strlen(json_string_value(json_object_get(p, "nonce"))), 32);
+    json_decref(p);
+    cr_assert_eq(store_get(s, 3, grab, &a, &err), ERR_INPUT);
+    store_close(s);
+}
+
+Test(store, refuses_a_payload_without_cell_or_verdict)
+{
+    struct key_pair k = make_key("r.key", "local");
+    struct store *s = open_db("r.db");
+    struct gate_err err = {0};
+    json_t *p = json_pack("{s:s}", "verdict", "PASS");
+    cr_assert_eq(store_append(s, p, &k, NULL, &err), ERR_INPUT);
+    cr_assert(strstr(err.msg, "cell"), "%s", err.msg);
+    json_decref(p);
+    cr_assert_eq(tally_of(s).rows, 0);
+    store_close(s);
+}
+
+Test(store, update_and_delete_are_refused)
+{
+    struct key_pair k = make_key("u.key", "local");
+    struct store *s = open_db("u.db");
+    append(s, &k, "tiny", "FAIL", 0);
+    store_close(s);
+    raw_exec("u.db", "UPDATE receipts SET verdict = 'PASS'", 0);
+    raw_exec("u.db", "UPDATE receipts SET payload = replace(payload, 'FAIL', 'PASS')", 0);
+    raw_exec("u.db", "DELETE FROM receipts", 0);
+    s = open_db("u.db");
+    struct tally t = tally_of(s);
+    cr_assert_eq(t.rows, 1);
+    cr_assert_eq(t.sig_ok + t.chain_ok + t.columns_ok, 3);
+    store_close(s);
+}
+
+Test(store, editing_the_payload_behind_the_triggers_is_detected)
+{
+    struct key_pair k = make_key("t.key", "local");
+    struct store *s = open_db("t.db");
+    append(s, &k, "tiny", "PASS", 0);
+    append(s, &k, "tiny", "FAIL", 1);
+    append(s, &k, "tiny", "PASS", 2);
+    store_close(s);
+    raw_exec("t.db",
+             "DROP TRIGGER receipts_no_update;"
+             "UPDATE receipts SET payload = replace(payload, '\"FAIL\"', '\"PASS\"'),"
+             " verdict = 'PASS' WHERE id = 2;",
+             1);
+    s = open_db("t.db");
+    struct tally t = tally_of(s);
+    cr_assert_eq(t.first_bad, 2);
+    cr_assert_eq(t.sig_ok, 2, "the edited receipt still verifies");
+    cr_assert(strstr(t.problem, "signature"), "%s", t.problem);
+    store_close(s);
+}
+
+Test(store, deleting_a_receipt_by_recreating_the_table_breaks_the_chain)
+{
+    struct key_pair k = make_key("x.key", "local");
+    struct store *s = open_db("x.db");
+    for (int i = 0; i < 4; i++)
+        append(s, &k, "tiny", i == 1 ? "FAIL" : "PASS", i);
+    store_close(s);
+    raw_exec("x.db",
+             "CREATE TABLE r2 AS SELECT * FROM receipts WHERE id <> 2;"
+             "DROP TABLE receipts; ALTER TABLE r2 RENAME TO receipts;",
+             1);
+    s = open_db("x.db");
+    struct tally t = tally_of(s);
+    cr_assert_eq(t.rows, 3);
+    cr_assert_eq(t.sig_ok, 3);
+    cr_assert_eq(t.chain_ok, 2);
+    cr_assert_eq(t.first_bad, 3);
+    cr_assert(strstr(t.problem, "chain"), "%s", t.problem);
+    store_close(s);
+}
+
+Test(store, a_convenience_column_edit_is_detected)
+{
+    struct key_pair k = make_key("col.key", "local");
+    struct store *s = open_db("col.db");
+    append(s, &k, "tiny", "FAIL", 0);
+    store_close(s);
+    raw_exec("col.db",
+             "DROP TRIGGER receipts_no_update; UPDATE receipts SET verdict = 'PASS';", 1);
+    s = open_db("col.db");
+    struct tally t = tally_of(s);
+    cr_assert_eq(t.sig_ok, 1);
+    cr_assert_eq(t.columns_ok, 0);
+    cr_assert(strstr(t.problem, "columns"), "%s", t.problem);
+    store_close(s);
+}
+
+Test(store, two_processes_append_concurrently)
+{
+    char path[512];
+    tmp_path(path, sizeof path, "conc.db");
+    struct key_pair k1 = make_key("p1.key", "local"), k2 = make_key("p2.key", "local");
+    pid_t pids[2];
+    for (int p = 0; p < 2; p++) {
+        pids[p] = fork();
+        cr_assert(pids[p] >= 0);
+        if (pids[p] == 0) {
+            struct store *s = NULL;
+            struct gate_err err = {0};
+            int bad = store_open(&s, path, &err) != 0;
+            for (int i = 0; i < 20 && !bad; i++) {
+                json_t *pl = payload(p ? "dense" : "moe", "PASS", i);
+                bad = store_append(s, pl, p ? &k2 : &k1, NULL, &err) != 0;
+                json_decref(pl);
+            }
+            if (bad)
+                fprintf(stderr, "child %d: %s\n", p, err.msg);
+            store_close(s);
+            _exit(bad);
+        }
+    }
+    for (int p = 0; p < 2; p++) {
+        int status = 0;
+        cr_assert_eq(waitpid(pids[p], &status, 0), pids[p]);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child %d failed", p);
+    }
+    struct store *s = open_db("conc.db");
+    struct tally t = tally_of(s);
+    cr_assert_eq(t.rows, 40);
+    cr_assert_eq(t.sig_ok, 40, "%s", t.problem);
+    cr_assert_eq(t.chain_ok, 40, "%s", t.problem);
+    cr_assert_eq(t.columns_ok, 40, "%s", t.problem);
+    store_close(s);
+}
+
+Test(store, export_then_import_into_a_fresh_store_verifies)
+{
+    struct key_pair ka = make_key("ea.key", "h200"), kb = make_key("eb.key", "local");
+    struct store *a = open_db("ea.db"), *b = open_db("eb.db");
+    char out[512];
+    struct gate_err err = {0};
+    int n = -1;
+    for (int i = 0; i < 3; i++)
+        append(a, &ka, "moe", "PASS", i);
+    append(b, &kb, "dense", "PASS", 0);
+    tmp_path(out, sizeof out, "ea.jsonl");
+    cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_import(b, out, &n, &err), 0, "%s", err.msg);
+    cr_assert_eq(n, 3);
+    /* the local chain continues across imports */
+    append(b, &kb, "dense", "FAIL", 1);
+    struct tally t = tally_of(b);
+    cr_assert_eq(t.rows, 5);
+    cr_assert_eq(t.imported, 3);
+    cr_assert_eq(t.sig_ok + t.chain_ok + t.columns_ok, 15, "%s", t.problem);
+    /* importing again adds nothing */
+    cr_assert_eq(store_import(b, out, &n, &err), 0, "%s", err.msg);
+    cr_assert_eq(n, 0);
+    /* a re-export of b imports into a third store, keeping both origins intact */
+    struct store *c = open_db("ec.db");
+    tmp_path(out, sizeof out, "eb.jsonl");
+    cr_assert_eq(store_export(b, out, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_import(c, out, &n, &err), 0, "%s", err.msg);
+    cr_assert_eq(n, 5);
+    t = tally_of(c);
+    cr_assert_eq(t.sig_ok + t.chain_ok + t.columns_ok, 15, "%s", t.problem);
+    store_close(a);
+    store_close(b);
+    store_close(c);
+}
+
+/* Rewrite line `which` (1-based) of path through edit(). */
+static void edit_line(const char *path, int which, void (*edit)(char *line))
+{
+    size_t n = 0;
+    char *text = (char *)check_slurp(path, &n);
+    cr_assert_not_null(text);
+    FILE *f = fopen(path, "w");
+    int line = 1;
+    char *save = NULL;
+    text = realloc(text, n + 1);
+    text[n] = '\0';
+    for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save), line++) {
+        if (line == which)
+            edit(l);
+        if (*l)
+            fprintf(f, "%s\n", l);
+    }
+    fclose(f);
+    free(text);
+}
+
+/* Re-encode the payload with its verdict flipped, keeping the original signature. */
+static void forge(char *line)
+{
+    json_t *env = json_loads(line, 0, NULL);
+    const char *pb = json_string_value(json_object_get(env, "payload"));
+    unsigned char bin[8192];
+    size_t len = 0;
+    cr_assert_eq(sodium_base642bin(bin, sizeof bin, pb, strlen(pb), NULL, &len, NULL,
+                                   sodium_base64_VARIANT_ORIGINAL),
+                 0);
+    char *pos = memmem(bin, len, "\"verdict\":\"FAIL\"", 16);
+    cr_assert_not_null(pos);
+    memcpy(pos, "\"verdict\":\"PASS\"", 16);
+    char b64[12000];
+    sodium_bin2base64(b64, sizeof b64, bin, len, sodium_base64_VARIANT_ORIGINAL);
+    json_object_set_new(env, "payload", json_string(b64));
+    char *s = json_dumps(env, JSON_COMPACT | JSON_SORT_KEYS);
+    cr_assert(strlen(s) <= strlen(line) + 8);
+    strcpy(line, s);
+    free(s);
+    json_decref(env);
+}
+
+static void drop(char *line)
+{
+    line[0] = '\0';
+}
+
+Test(store, an_export_with_one_forged_receipt_is_refused_whole)
+{
+    struct key_pair k = make_key("fa.key", "h200");
+    struct store *a = open_db("fa.db"), *b = open_db("fb.db");
+    char out[512];
+    struct gate_err err = {0};
+    int n = -1;
+    append(a, &k, "moe", "PASS", 0);
+    append(a, &k, "moe", "FAIL", 1);
+    append(a, &k, "moe", "PASS", 2);
+    tmp_path(out, sizeof out, "forged.jsonl");
+    cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
+    edit_line(out, 2, forge);
+    cr_assert_eq(store_import(b, out, &n, &err), ERR_RUNTIME);
+    cr_assert(strstr(err.msg, "forged.jsonl:2") && strstr(err.msg, "moe/local/ref.decode"), "%s",
+              err.msg);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(tally_of(b).rows, 0, "part of a forged file was imported");
+    store_close(a);
+    store_close(b);
+}
+
+Test(store, an_export_with_a_removed_receipt_is_refused_whole)
+{
+    struct key_pair k = make_key("da.key", "h200");
+    struct store *a = open_db("da.db"), *b = open_db("db.db");
+    char out[512];
+    struct gate_err err = {0};
+    append(a, &k, "moe", "PASS", 0);
+    append(a, &k, "moe", "FAIL", 1);
+    append(a, &k, "moe", "PASS", 2);
+    tmp_path(out, sizeof out, "dropped.jsonl");
+    cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
+    edit_line(out, 2, drop);
+    cr_assert_eq(store_import(b, out, NULL, &err), ERR_RUNTIME);
+    cr_assert(strstr(err.msg, "removed"), "%s", err.msg);
+    cr_assert_eq(tally_of(b).rows, 0);
+    store_close(a);
+    store_close(b);
+}
+
+Test(store, refuses_a_newer_schema_and_a_foreign_database)
+{
+    struct store *s = open_db("v.db");
+    store_close(s);
+    raw_exec("v.db", "INSERT INTO schema_version VALUES (99, 'future')", 1);
+    char path[512];
+    struct gate_err err = {0};
+    tmp_path(path, sizeof path, "v.db");
+    cr_assert_eq(store_open(&s, path, &err), ERR_INPUT);
+    cr_assert(strstr(err.msg, "newer"), "%s", err.msg);
+    cr_assert_null(s);
+    raw_exec("foreign.db", "CREATE TABLE t (x)", 1);
+    err_clear(&err);
+    tmp_path(path, sizeof path, "foreign.db");
+    cr_assert_eq(store_open(&s, path, &err), ERR_INPUT);
+    cr_assert(strstr(err.msg, "not a gate receipt store"), "%s", err.msg);
+}
+
+Test(store, signoff_is_signed_under_its_own_domain)
+{
+    struct key_pair k = make_key("so.key", "local");
+    struct store *s = open_db("so.db");
+    struct gate_err err = {0};
+    append(s, &k, "tiny", "PASS", 0);
+    json_t *p = json_pack("{s:s, s:s}", "release", "engine 0.3.0", "verdict", "PASS");
+    cr_assert_eq(store_add_signoff(s, p, &k, &err), 0, "%s", err.msg);
+    cr_assert_eq(json_integer_value(json_object_get(p, "receipts")), 1);
+    json_decref(p);
+    store_close(s);
+
+    char path[512];
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    tmp_path(path, sizeof path, "so.db");
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT payload, signature FROM signoffs", -1, &st, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    const char *pl = (const char *)sqlite3_column_text(st, 0);
+    size_t len = (size_t)sqlite3_column_bytes(st, 0);
+    const unsigned char *sig = sqlite3_column_blob(st, 1);
+    cr_assert_eq(receipt_verify_type(SIGNOFF_PAYLOAD_TYPE, pl, len, k.pk, sig), 0);
+    cr_assert_neq(receipt_verify(pl, len, k.pk, sig), 0, "a sign-off verified as a receipt");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    raw_exec("so.db", "DELETE FROM signoffs", 0);
+}
