@@ -149,3 +149,49 @@ int fault_apply_route(const struct fault_set *s, int layer, int pos, const float
     }
     return applied;
 }
+
+int fault_validate(const struct fault_set *s, int n_layer, int is_moe, int n_expert_used,
+                   struct gate_err *err)
+{
+    for (int i = 0; s && i < s->n; i++) {
+        const struct fault_spec *f = &s->f[i];
+        char name[128];
+        fault_format(f, name, sizeof name);
+        if (fault_is_routing(f->kind) && !is_moe)
+            return err_set(err, ERR_INPUT, "fault '%s' cannot fire: it needs an MoE model and "
+                           "this model is dense (no router)", name);
+        if (f->layer_lo >= n_layer || (f->layer_hi != INT_MAX && f->layer_hi >= n_layer))
+            return err_set(err, ERR_INPUT, "fault '%s': layer scope %d-%d does not exist (the "
+                           "model has %d layers, 0-%d)", name, f->layer_lo, f->layer_hi,
+                           n_layer, n_layer - 1);
+        if (fault_is_routing(f->kind) && f->kind != FAULT_UNIFORM_WEIGHTS &&
+            f->rank >= n_expert_used)
+            return err_set(err, ERR_INPUT, "fault '%s': rank %d does not exist (the model "
+                           "selects %d experts, ranks 0-%d)", name, f->rank, n_expert_used,
+                           n_expert_used - 1);
+    }
+    return 0;
+}
+
+static int put_range(char *buf, size_t n, int at, const char *key, int lo, int hi, int *first)
+{
+    if (at < 0 || (size_t)at >= n || (lo == 0 && hi == INT_MAX))
+        return at;
+    const char *sep = *first ? ":" : ",";
+    *first = 0;
+    if (lo == hi)
+        return at + snprintf(buf + at, n - (size_t)at, "%s%s=%d", sep, key, lo);
+    return at + snprintf(buf + at, n - (size_t)at, "%s%s=%d-%d", sep, key, lo, hi);
+}
+
+void fault_format(const struct fault_spec *f, char *buf, size_t n)
+{
+    int first = 1;
+    int at = snprintf(buf, n, "%s", fault_kind_name(f->kind));
+    if (f->rank && at >= 0 && (size_t)at < n) {
+        at += snprintf(buf + at, n - (size_t)at, ":rank=%d", f->rank);
+        first = 0;
+    }
+    at = put_range(buf, n, at, "layers", f->layer_lo, f->layer_hi, &first);
+    put_range(buf, n, at, "positions", f->pos_lo, f->pos_hi, &first);
+}

@@ -9,6 +9,7 @@
 #ifndef GATE_FAULT_H
 #define GATE_FAULT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "engine/err.h"
@@ -63,6 +64,17 @@ int fault_skips_qk_norm(const struct fault_set *s, int layer, int pos);
  * (layer, pos). Returns the number of faults applied. s may be NULL. */
 int fault_apply_route(const struct fault_set *s, int layer, int pos, const float *probs,
                       int n_expert, int k, int32_t *ids, float *w);
+
+/* Check every spec in s against a model before a run: a routing fault on a dense model
+ * (is_moe 0) cannot fire, a layer scope that names a layer >= n_layer does not exist, and a rank
+ * >= n_expert_used selects no slot; each is ERR_INPUT naming the fault. The default scopes
+ * ("all layers", "all positions") are always valid. s may be NULL (nothing to check). */
+int fault_validate(const struct fault_set *s, int n_layer, int is_moe, int n_expert_used,
+                   struct gate_err *err);
+
+/* The spec as fault_parse() reads it, e.g. "wrong_expert:rank=1,layers=0-3,positions=5"
+ * (default options omitted). Always NUL-terminates buf (n > 0). */
+void fault_format(const struct fault_spec *f, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

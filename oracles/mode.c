@@ -1,0 +1,362 @@
+/* mode.c — the execution paths under test (decode, prefill, chat) and the judge's batched run.
+ *
+ * Taps: a backend records taps per forward call, laid out for that call's tokens. To give the
+ * oracles one picture of the whole sequence, mode_run_taps() points the backend at scratch
+ * arrays sized for the longest call and scatters each call's rows to their positions.
+ * Start reading: mode_run_taps().
+ */
+#include "oracles/mode.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/chat.h"
+
+static const char *BACKENDS[] = {"cuda", "cpu", "ref"};
+static const char *PATHS[] = {"decode", "prefill", "chat"};
+#define N_BACKENDS (int)(sizeof BACKENDS / sizeof BACKENDS[0])
+#define N_PATHS (int)(sizeof PATHS / sizeof PATHS[0])
+
+int mode_parse(const char *text, struct mode *out, struct gate_err *err)
+{
+    memset(out, 0, sizeof *out);
+    const char *dot = text ? strchr(text, '.') : NULL;
+    int bi = -1, pi = -1;
+    for (int i = 0; dot && i < N_BACKENDS; i++)
+        if (strlen(BACKENDS[i]) == (size_t)(dot - text) &&
+            !strncmp(text, BACKENDS[i], (size_t)(dot - text)))
+            bi = i;
+    for (int i = 0; dot && i < N_PATHS; i++)
+        if (!strcmp(dot + 1, PATHS[i]))
+            pi = i;
+    if (bi < 0 || pi < 0)
+        return err_set(err, ERR_INPUT, "unknown mode '%s' (modes are BACKEND.PATH with BACKEND"
+                       " one of cuda, cpu, ref and PATH one of decode, prefill, chat)",
+                       text ? text : "(null)");
+    snprintf(out->backend, sizeof out->backend, "%s", BACKENDS[bi]);
+    out->path = (enum mode_path)pi;
+    return 0;
+}
+
+const char *mode_path_name(enum mode_path p)
+{
+    return (p >= 0 && (int)p < N_PATHS) ? PATHS[p] : "unknown";
+}
+
+void mode_format(const struct mode *m, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s.%s", m->backend, mode_path_name(m->path));
+}
+
+int mode_open(struct backend **out, const struct mode *mode, const struct model *m, int n_ctx,
+              int n_threads, const struct fault_set *faults, struct gate_err *err)
+{
+    *out = NULL;
+    char name[32];
+    mode_format(mode, name, sizeof name);
+    if (!backend_find(mode->backend))
+        return err_set(err, ERR_ENV, "mode %s cannot run on this host: backend '%s' is not in"
+                       " this build", name, mode->backend);
+    struct backend_config cfg = {
+        .n_threads = n_threads, .n_ctx = n_ctx, .n_batch = n_ctx, .faults = faults};
+    return backend_open(out, mode->backend, m, &cfg, err);
+}
+
+/* ---- running a path -------------------------------------------------------------------------- */
+
+struct scatter {
+    struct backend_taps call; /* scratch, (n_layer, c, ...) for the current call */
+    const struct backend_taps *full; /* (n_layer, n, ...) */
+    int n_layer, n, k;
+    size_t E;
+};
+
+static void scatter_free(struct scatter *s)
+{
+    free(s->call.hidden);
+    free(s->call.experts);
+    free(s->call.expert_w);
+    free(s->call.router_kth);
+    free(s->call.router_k1th);
+}
+
+static int scatter_init(struct scatter *s, struct backend *b, const struct backend_taps *full,
+                        int n, struct gate_err *err)
+{
+    const struct model_hparams *hp = &b->model->hp;
+    memset(s, 0, sizeof *s);
+    s->full = full;
+    s->n_layer = (int)hp->n_layer;
+    s->n = n;
+    s->k = hp->arch == ARCH_QWEN3MOE ? (int)hp->n_expert_used : 1;
+    s->E = hp->n_embd;
+    const size_t ln = (size_t)s->n_layer * (size_t)n;
+    int ok = 1;
+    if (full->hidden)
+        ok &= (s->call.hidden = calloc(ln * s->E, sizeof(float))) != NULL;
+    if (full->experts)
+        ok &= (s->call.experts = calloc(ln * (size_t)s->k, sizeof(int32_t))) != NULL;
+    if (full->expert_w)
+        ok &= (s->call.expert_w = calloc(ln * (size_t)s->k, sizeof(float))) != NULL;
+    if (full->router_kth)
+        ok &= (s->call.router_kth = calloc(ln, sizeof(float))) != NULL;
+    if (full->router_k1th)
+        ok &= (s->call.router_k1th = calloc(ln, sizeof(float))) != NULL;
+    if (!ok) {
+        scatter_free(s);
+        return err_set(err, ERR_ENV, "out of memory for taps (%d layers x %d positions)",
+                       s->n_layer, n);
+    }
+    return 0;
+}
+
+/* Move the rows of the call just made (c tokens at p0) to their places in the full arrays. */
+static void scatter_call(struct scatter *s, int p0, int c)
+{
+    const struct backend_taps *f = s->full, *t = &s->call;
+    const size_t k = (size_t)s->k;
+    for (int l = 0; l < s->n_layer; l++) {
+        const size_t src = (size_t)l * (size_t)c, dst = (size_t)l * (size_t)s->n + (size_t)p0;
+        if (f->hidden)
+            memcpy(f->hidden + dst * s->E, t->hidden + src * s->E, (size_t)c * s->E * 4);
+        if (f->experts)
+            memcpy(f->experts + dst * k, t->experts + src * k, (size_t)c * k * 4);
+        if (f->expert_w)
+            memcpy(f->expert_w + dst * k, t->expert_w + src * k, (size_t)c * k * 4);
+        if (f->router_kth)
+            memcpy(f->router_kth + dst, t->router_kth + src, (size_t)c * 4);
+        if (f->router_k1th)
+            memcpy(f->router_k1th + dst, t->router_k1th + src, (size_t)c * 4);
+    }
+}
+
+/* One forward call of c tokens at p0, taps scattered when s is set. */
+static int step(struct backend *b, struct scatter *s, const int32_t *tokens, int p0, int c,
+                float *logits, struct gate_err *err)
+{
+    const size_t V = b->model->hp.n_vocab;
+    int rc = b->ops->forward(b, tokens + p0, c, p0, logits + (size_t)p0 * V, err);
+    if (!rc && s)
+        scatter_call(s, p0, c);
+    return rc;
+}
+
+static int decode_range(struct backend *b, struct scatter *s, const int32_t *tokens, int lo,
+                        int hi, float *logits, struct gate_err *err)
+{
+    for (int t = lo; t < hi; t++) {
+        int rc = step(b, s, tokens, t, 1, logits, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int check_turns(const int *turn_ends, int n_turns, int n, struct gate_err *err)
+{
+    if (!turn_ends || n_turns < 1)
+        return err_set(err, ERR_INPUT, "chat path needs turn boundaries (got none)");
+    for (int i = 0; i < n_turns; i++)
+        if (turn_ends[i] <= (i ? turn_ends[i - 1] : 0) || turn_ends[i] > n)
+            return err_set(err, ERR_INPUT, "chat turn %d ends at %d: boundaries must increase"
+                           " strictly within 1..%d", i, turn_ends[i], n);
+    if (turn_ends[n_turns - 1] != n)
+        return err_set(err, ERR_INPUT, "chat turns end at %d but the sequence has %d tokens",
+                       turn_ends[n_turns - 1], n);
+    return 0;
+}
+
+int mode_run_taps(struct backend *b, enum mode_path path, const int32_t *tokens, int n,
+                  const int *turn_ends, int n_turns, float *logits,
+                  const struct backend_taps *taps, struct gate_err *err)
+{
+    struct scatter s;
+    int have_taps = 0, rc;
+    if (n < 1)
+        return err_set(err, ERR_INPUT, "a mode run needs at least one token (got %d)", n);
+    if (path == MODE_CHAT && (rc = check_turns(turn_ends, n_turns, n, err)))
+        return rc;
+    if ((rc = b->ops->truncate(b, 0, err)))
+        return rc;
+    if (taps) {
+        if ((rc = scatter_init(&s, b, taps, n, err)))
+            return rc;
+        have_taps = 1;
+        b->ops->set_taps(b, &s.call);
+    }
+    struct scatter *sp = have_taps ? &s : NULL;
+    switch (path) {
+    case MODE_DECODE:
+        rc = decode_range(b, sp, tokens, 0, n, logits, err);
+        break;
+    case MODE_PREFILL: {
+        const int half = n / 2 > 0 ? n / 2 : 1;
+        rc = step(b, sp, tokens, 0, half, logits, err);
+        if (!rc)
+            rc = decode_range(b, sp, tokens, half, n, logits, err);
+        break;
+    }
+    case MODE_CHAT:
+        for (int i = 0, lo = 0; i < n_turns && !rc; lo = turn_ends[i], i++)
+            rc = (i % 2 == 0) ? step(b, sp, tokens, lo, turn_ends[i] - lo, logits, err)
+                              : decode_range(b, sp, tokens, lo, turn_ends[i], logits, err);
+        break;
+    default:
+        rc = err_set(err, ERR_INPUT, "unknown mode path %d", (int)path);
+    }
+    if (have_taps) {
+        b->ops->set_taps(b, NULL);
+        scatter_free(&s);
+    }
+    return rc;
+}
+
+int mode_run(struct backend *b, enum mode_path path, const int32_t *tokens, int n,
+             const int *turn_ends, int n_turns, float *logits, struct gate_err *err)
+{
+    return mode_run_taps(b, path, tokens, n, turn_ends, n_turns, logits, NULL, err);
+}
+
+int mode_judge(struct backend *b, const int32_t *tokens, int n, float *logits,
+               const struct backend_taps *taps, struct gate_err *err)
+{
+    int rc;
+    if (n < 1)
+        return err_set(err, ERR_INPUT, "the judge needs at least one token (got %d)", n);
+    if ((rc = b->ops->truncate(b, 0, err)))
+        return rc;
+    /* one call: the ref backend records taps laid out for exactly these n tokens */
+    b->ops->set_taps(b, taps);
+    rc = b->ops->forward(b, tokens, n, 0, logits, err);
+    b->ops->set_taps(b, NULL);
+    return rc;
+}
+
+/* ---- sequences -------------------------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+void mode_tokens(uint64_t seed, uint32_t n_vocab, int n, int32_t *out)
+{
+    uint64_t s = seed;
+    for (int i = 0; i < n; i++)
+        out[i] = (int32_t)(splitmix64(&s) % (n_vocab ? n_vocab : 1));
+}
+
+/* The conversation: short, plain ASCII, three questions that build on each other. */
+static const struct chat_msg CHAT[] = {
+    {"user", "Name the three primary colours of paint, and say in one sentence why painters"
+             " call them primary."},
+    {"assistant", "Red, yellow and blue: mixed in pairs they give the secondary colours, and"
+                  " no mixture of other paints gives them."},
+    {"user", "Which of the three is usually called the warmest, and which the coolest?"},
+    {"assistant", "Red is usually called the warmest and blue the coolest."},
+    {"user", "Answer with the warmest one in capital letters, nothing else."},
+    {"assistant", "RED"},
+};
+#define CHAT_N (int)(sizeof CHAT / sizeof CHAT[0])
+
+int mode_chat_tokens(const struct tok *t, int32_t **ids, int *n, int **turn_ends, int *n_turns,
+                     struct gate_err *err)
+{
+    char *text = NULL;
+    int32_t *v = NULL;
+    int *ends = NULL, nv = 0, rc;
+    *ids = NULL;
+    *turn_ends = NULL;
+    *n = *n_turns = 0;
+    const int32_t im_start = tok_find(t, "<|im_start|>");
+    if (im_start < 0)
+        return err_set(err, ERR_INPUT, "the tokenizer has no <|im_start|> token: it cannot"
+                       " render a ChatML conversation");
+    if ((rc = chat_format(CHAT, CHAT_N, 0, 0, &text, err)))
+        goto done;
+    if ((rc = tok_encode(t, text, strlen(text), 1, &v, &nv, err)))
+        goto done;
+    ends = calloc(CHAT_N, sizeof *ends);
+    if (!ends) {
+        rc = err_set(err, ERR_ENV, "out of memory");
+        goto done;
+    }
+    int seg = -1;
+    for (int i = 0; i < nv; i++)
+        if (v[i] == im_start) {
+            if (seg >= CHAT_N - 1 || (seg < 0 && i != 0))
+                break;
+            if (seg >= 0)
+                ends[seg] = i;
+            seg++;
+        }
+    if (seg != CHAT_N - 1 || v[0] != im_start) {
+        rc = err_set(err, ERR_INPUT, "the chat rendering did not cut into %d turns at"
+                     " <|im_start|> (found %d)", CHAT_N, seg + 1);
+        goto done;
+    }
+    ends[CHAT_N - 1] = nv;
+    *ids = v;
+    *n = nv;
+    *turn_ends = ends;
+    *n_turns = CHAT_N;
+    v = NULL;
+    ends = NULL;
+done:
+    free(text);
+    free(v);
+    free(ends);
+    return rc;
+}
+
+int mode_chat_fallback(uint32_t n_vocab, int32_t **ids, int *n, int **turn_ends, int *n_turns,
+                       struct gate_err *err)
+{
+    static const int LENS[CHAT_N] = {40, 24, 36, 20, 32, 16};
+    int total = 0;
+    for (int i = 0; i < CHAT_N; i++)
+        total += LENS[i];
+    *ids = malloc((size_t)total * sizeof **ids);
+    *turn_ends = malloc(CHAT_N * sizeof **turn_ends);
+    if (!*ids || !*turn_ends) {
+        free(*ids);
+        free(*turn_ends);
+        *ids = NULL;
+        *turn_ends = NULL;
+        return err_set(err, ERR_ENV, "out of memory");
+    }
+    mode_tokens(MODE_CHAT_SEED, n_vocab, total, *ids);
+    for (int i = 0, at = 0; i < CHAT_N; i++)
+        (*turn_ends)[i] = (at += LENS[i]);
+    *n = total;
+    *n_turns = CHAT_N;
+    return 0;
+}
+
+int mode_chat_for_model(const struct model *m, int32_t **ids, int *n, int **turn_ends,
+                        int *n_turns, int *fallback, struct gate_err *err)
+{
+    struct tok *t = NULL;
+    struct gate_err quiet = {0};
+    *fallback = 0;
+    if (m->gguf && !tok_load(&t, m->gguf, &quiet)) {
+        int rc = mode_chat_tokens(t, ids, n, turn_ends, n_turns, &quiet);
+        tok_free(t);
+        if (!rc) {
+            for (int i = 0; i < *n; i++)
+                if ((*ids)[i] < 0 || (uint32_t)(*ids)[i] >= m->hp.n_vocab) {
+                    free(*ids);
+                    free(*turn_ends);
+                    goto fallback; /* tokenizer larger than the embedding table */
+                }
+            return 0;
+        }
+    }
+fallback:
+    *fallback = 1;
+    return mode_chat_fallback(m->hp.n_vocab, ids, n, turn_ends, n_turns, err);
+}

@@ -1,0 +1,103 @@
+/* mode.h — the execution paths under test, and the judge they are compared with.
+ *
+ * A mode is "<backend>.<path>" from one fixed list every build knows (DESIGN.md settled
+ * question 3): backends cuda, cpu, ref × paths decode, prefill, chat. A build that lacks a
+ * backend still parses its modes; opening one is ERR_ENV ("cannot run on this host").
+ *   decode:  every token through the KV cache, one forward call per token (teacher-forced);
+ *   prefill: the first half of the sequence in one batched forward, the rest decoded;
+ *   chat:    a fixed three-turn ChatML conversation fed turn by turn on one KV cache: each user
+ *            turn in one batched forward, each assistant reply decoded token by token.
+ * The judge is the reference twin's batched forward over the whole sequence (one call of n
+ * tokens on a ref backend without faults): no path above is that call, so ref.* modes are real
+ * subjects. Start reading: mode_run().
+ */
+#ifndef GATE_MODE_H
+#define GATE_MODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/backend.h"
+#include "engine/err.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "faults/fault.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum mode_path {
+    MODE_DECODE = 0,
+    MODE_PREFILL = 1,
+    MODE_CHAT = 2,
+};
+
+struct mode {
+    char backend[16]; /* "cuda", "cpu" or "ref" */
+    enum mode_path path;
+};
+
+/* Parse "ref.decode" etc. Anything outside the fixed list is ERR_INPUT naming the list. */
+int mode_parse(const char *text, struct mode *out, struct gate_err *err);
+
+/* "decode", "prefill", "chat". */
+const char *mode_path_name(enum mode_path p);
+
+/* "ref.decode" into buf (always NUL-terminated, n > 0). */
+void mode_format(const struct mode *m, char *buf, size_t n);
+
+/* Open the mode's backend on model m with a KV cache of n_ctx positions, a batch of up to
+ * n_ctx tokens, and the fault set `faults` (borrowed for the backend's lifetime and read at
+ * every forward, so a caller may change its contents between runs; NULL = none). A backend
+ * not compiled into this build is ERR_ENV: "cannot run on this host". */
+int mode_open(struct backend **out, const struct mode *mode, const struct model *m, int n_ctx,
+              int n_threads, const struct fault_set *faults, struct gate_err *err);
+
+/* Run tokens (n) through b along `path`, from an empty cache, writing logits (n, n_vocab).
+ * chat needs the segment boundaries: turn_ends (n_turns) are exclusive end indices, strictly
+ * increasing, the last equal to n; segment 0, 2, 4, ... (user turns) are fed batched,
+ * segments 1, 3, 5, ... (assistant replies) decoded. decode/prefill ignore them. */
+int mode_run(struct backend *b, enum mode_path path, const int32_t *tokens, int n,
+             const int *turn_ends, int n_turns, float *logits, struct gate_err *err);
+
+/* mode_run that also records taps over the whole sequence: taps' arrays are laid out
+ * (n_layer, n, ...) for all n tokens (any may be NULL), whatever the forward calls were. */
+int mode_run_taps(struct backend *b, enum mode_path path, const int32_t *tokens, int n,
+                  const int *turn_ends, int n_turns, float *logits,
+                  const struct backend_taps *taps, struct gate_err *err);
+
+/* The judge: tokens (n) in ONE forward call from an empty cache on b (a ref backend without
+ * faults), logits (n, n_vocab), taps as in mode_run_taps (NULL = none). n_batch of b must be
+ * >= n (mode_open sizes it so). */
+int mode_judge(struct backend *b, const int32_t *tokens, int n, float *logits,
+               const struct backend_taps *taps, struct gate_err *err);
+
+/* The fixed chat conversation (three user turns, three assistant replies), rendered with
+ * chat_format() (Qwen3 template, no generation prompt) and encoded with tok_encode() (special
+ * tokens parsed), cut into six segments at each <|im_start|>. *ids (n) and *turn_ends
+ * (n_turns = 6) are malloc'd (caller frees). ERR_INPUT when t lacks <|im_start|> or the
+ * rendering does not cut into six segments. */
+int mode_chat_tokens(const struct tok *t, int32_t **ids, int *n, int **turn_ends, int *n_turns,
+                     struct gate_err *err);
+
+/* The fallback for a model without usable text tokens (no tokenizer metadata, or no
+ * <|im_start|>): six segments of fixed lengths 40, 24, 36, 20, 32, 16 (168 ids) of splitmix64
+ * ids (seed MODE_CHAT_SEED) modulo n_vocab. Same ownership as mode_chat_tokens(). */
+#define MODE_CHAT_SEED 0xC4A7ULL
+int mode_chat_fallback(uint32_t n_vocab, int32_t **ids, int *n, int **turn_ends, int *n_turns,
+                       struct gate_err *err);
+
+/* The conversation for model m: its tokenizer when it has one that renders ChatML, else the
+ * fallback; *fallback says which (1 = fallback). */
+int mode_chat_for_model(const struct model *m, int32_t **ids, int *n, int **turn_ends,
+                        int *n_turns, int *fallback, struct gate_err *err);
+
+/* Deterministic token ids: out[i] = splitmix64 stream from seed, modulo n_vocab. With seed 202
+ * and n_vocab 512 this is the conformance cases' tokens.txt. */
+void mode_tokens(uint64_t seed, uint32_t n_vocab, int n, int32_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,185 @@
+/* parity.h — the parity oracle: the mode under test against the reference twin's batched
+ * forward, position by position, on the same teacher-forced token sequence.
+ *
+ * parity_judge() is a pure function over two logit arrays (docs/gates.md has the math):
+ * per position cosine, KL(ref || test) of the softmaxes in double, top-5 overlap, max |Δlogit|,
+ * and the argmax class MATCH / TIE_FLIP / WRONG. Non-finite logits on either side are a FAIL
+ * naming the first such position — never a comparison that silently evaluates false.
+ * parity_run() produces the two arrays (judge = clean ref, batched; subject = the mode, with
+ * faults when asked) and, on FAIL, re-runs both with taps to localize the divergence.
+ * A parity session keeps the judge's logits and both backends open so the falsification runs
+ * (oracles/falsify.c) can re-run the subject many times without reloading anything.
+ * Start reading: parity_judge(), then parity_run().
+ */
+#ifndef GATE_PARITY_H
+#define GATE_PARITY_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/backend.h"
+#include "engine/err.h"
+#include "engine/model.h"
+#include "faults/fault.h"
+#include "oracles/mode.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PARITY_MIN_POSITIONS 64 /* DESIGN.md: a parity run judges at least 64 positions */
+#define PARITY_TOKEN_SEED 202   /* the conformance cases' seed: tokens.txt is reproduced */
+#define PARITY_ROUTE_TIE 1e-3   /* router gap below which a changed expert set is a near tie */
+
+struct parity_config {
+    int positions;       /* sequence length when parity_run generates tokens (>= 64) */
+    double min_cosine;   /* every position's logit cosine must be >= this */
+    double max_mean_kld; /* mean KL(ref || test) over positions must be <= this (nats) */
+    double max_kld;      /* every position's KL must be <= this (nats) */
+    double near_tie;     /* logit gap (nats) below which an argmax flip is a TIE_FLIP */
+};
+
+/* 96 positions, 0.999, 1e-3, 1e-2, 0.05 (docs/gates.md says where they come from). */
+void parity_config_default(struct parity_config *c);
+
+/* ERR_INPUT naming the field: positions < 64, a NaN threshold, min_cosine outside [-1, 1],
+ * a negative KL bound or epsilon. */
+int parity_config_check(const struct parity_config *c, struct gate_err *err);
+
+enum parity_class {
+    PARITY_MATCH = 0,     /* same argmax */
+    PARITY_TIE_FLIP = 1,  /* different argmax, but the ref scores the test's pick within eps */
+    PARITY_WRONG = 2,     /* different argmax, outside the near tie */
+    PARITY_NONFINITE = 3, /* NaN or Inf in either side's logits at this position */
+};
+
+const char *parity_class_name(enum parity_class c);
+
+struct parity_pos {
+    double cosine;       /* cos(ref, test) of the logit vectors */
+    double kld;          /* KL(softmax(ref) || softmax(test)), nats */
+    double max_abs_diff; /* max_i |ref_i - test_i| */
+    int top5;            /* |top5(ref) ∩ top5(test)|, 0..5 */
+    int ref_top, test_top;
+    double ref_gap;      /* ref[ref_top] - ref[test_top], or ref's top-1/top-2 gap on a MATCH */
+    enum parity_class cls;
+};
+
+/* Summary over positions; argmin/argmax are positions (the first on ties). p1/p99 are the
+ * nearest-rank 1st and 99th percentiles. Non-finite positions are left out. */
+struct parity_stat {
+    double min, mean, max, p1, p99;
+    int argmin, argmax;
+};
+
+/* Localization, per layer (filled by parity_run on FAIL when both sides give taps). */
+struct parity_layer {
+    double hidden_cosine; /* residual stream after the layer, at the first failing position */
+    double hidden_cosine_min; /* ... minimum over all positions */
+    int hidden_cosine_min_pos;
+    /* MoE only (n_same + n_diff == n_pos): positions choosing the same expert set */
+    int n_same, n_diff;
+    int n_diff_near_tie; /* of n_diff: the ref's router gap k-th vs (k+1)-th < PARITY_ROUTE_TIE */
+    int first_diff_pos;  /* -1 when none */
+    double min_gap, max_gap; /* ref router gap over the differing positions (0 when none) */
+};
+
+struct parity_result {
+    struct parity_config cfg;
+    int n_pos, n_vocab;
+    int pass;            /* 1 PASS, 0 FAIL */
+    char reason[320];    /* one line: why it passed or which metric rejected it, where */
+    struct parity_stat cosine, kld, max_abs_diff, top5;
+    int n_match, n_tie_flip, n_wrong, n_nonfinite;
+    int first_nonfinite_pos;  /* -1 when all finite */
+    int nonfinite_in_ref;     /* 1: the judge's own logits were non-finite there */
+    int worst_pos;            /* position of the largest KL (-1 when none) */
+    int first_fail_pos;       /* first position breaking a per-position rule (-1 when none) */
+    struct parity_pos *pos;   /* n_pos, owned */
+    /* localization */
+    int localized;            /* 1 when layers[] is filled */
+    int is_moe;
+    int n_layer;
+    int first_bad_layer;      /* first layer with hidden_cosine < min_cosine, -1 when none */
+    struct parity_layer *layers; /* n_layer, owned */
+    /* provenance, filled by parity_run */
+    char mode[32];
+    int chat_fallback;        /* chat mode used the fallback conversation */
+    int n_faults;
+    char faults[FAULT_MAX][96];
+};
+
+/* Judge test against ref, both (n_pos, n_vocab) position-major. Fills *out (free with
+ * parity_result_free) and returns 0 whatever the verdict; ERR_INPUT (reason set, pass 0) when
+ * n_pos < 64, n_vocab < 5 or cfg is invalid; ERR_ENV when out of memory. */
+int parity_judge(const float *ref, const float *test, int n_pos, int n_vocab,
+                 const struct parity_config *cfg, struct parity_result *out);
+
+/* Judge the mode on model m. tokens (n): the sequence, or NULL for cfg->positions ids from
+ * mode_tokens(PARITY_TOKEN_SEED) — or, for the chat path, the fixed conversation
+ * (mode_chat_for_model); supplied tokens on the chat path are cut into six equal turns.
+ * faults (may be NULL) go into the subject only, never the judge; they are validated against
+ * the model first (fault_validate). Returns 0 when a verdict was reached (out->pass), else a
+ * negative status (input error, backend missing on this host, ...). */
+int parity_run(const struct model *m, const struct mode *mode, const struct fault_set *faults,
+               const int32_t *tokens, int n, const struct parity_config *cfg, int n_threads,
+               struct parity_result *out, struct gate_err *err);
+
+void parity_result_free(struct parity_result *r);
+
+/* A "severity" on one scale for every metric: the largest of (1 - min cosine) / (1 -
+ * min_cosine), mean KL / max_mean_kld, max KL / max_kld; +Inf when a position was WRONG or
+ * non-finite. A PASS has severity <= 1; the sweep compares clean noise and weak faults on it. */
+double parity_severity(const struct parity_result *r);
+
+/* Every number of r as JSON (new reference). Non-finite numbers become "NaN", "Inf", "-Inf". */
+json_t *parity_result_json(const struct parity_result *r);
+
+/* A number for a receipt: a JSON real, or the string "NaN" / "Inf" / "-Inf". */
+json_t *parity_json_number(double x);
+
+/* The table `gate parity` prints. */
+void parity_print(FILE *f, const struct parity_result *r);
+
+/* ---- sessions: one judge, one subject, many runs ------------------------------------------- */
+
+struct parity_session;
+
+/* Open a session: build the sequence as parity_run does, open the judge (ref, no faults) and
+ * run it once with taps, open the subject with an empty live fault set. with_taps 0 skips the
+ * taps (no localization, no witness). */
+int parity_session_open(struct parity_session **out, const struct model *m,
+                        const struct mode *mode, const int32_t *tokens, int n,
+                        const struct parity_config *cfg, int n_threads, int with_taps,
+                        struct gate_err *err);
+void parity_session_close(struct parity_session *s);
+
+/* The sequence length and model of the session. */
+int parity_session_n(const struct parity_session *s);
+const struct model *parity_session_model(const struct parity_session *s);
+
+/* Run the subject with faults (copied into the live set; NULL = clean), judge it (cfg, or the
+ * session's when NULL), localize on FAIL when localize is set. */
+int parity_session_run(struct parity_session *s, const struct fault_set *faults,
+                       const struct parity_config *cfg, int localize, struct parity_result *out,
+                       struct gate_err *err);
+
+/* Witness that the faults of the last run fired: compares its taps with a clean subject run
+ * (made once, on first use). Routing faults must change a chosen expert or weight; skip_qk_norm
+ * the hidden state after an affected layer. *fired 0 when nothing differed; layer/pos say where
+ * it first did (layer-major order); what names the tap. */
+struct parity_witness {
+    int fired;
+    int layer, pos;
+    char what[64];
+    int n_route_diff;  /* (layer, position) pairs whose experts or weights differ */
+    int n_hidden_diff; /* (layer, position) pairs whose hidden state differs */
+};
+int parity_session_witness(struct parity_session *s, enum fault_kind kind,
+                           struct parity_witness *w, struct gate_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

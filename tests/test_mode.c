@@ -1,0 +1,259 @@
+/* test_mode.c — the execution paths: parsing the fixed mode list, the judge against the exact
+ * logits, ref.decode / ref.prefill / ref.chat against the judge on the conformance MoE model
+ * (their noise ceiling), taps across forward calls, the chat conversation and its fallback,
+ * and the capability gate (including the cuda mode that launched nothing).
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/tokenizer.h"
+#include "oracles/capability.h"
+#include "oracles/mode.h"
+#include "oracles/parity.h"
+#include "support/check.h"
+
+static struct model *load_case(const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/conformance/%s/model.gguf", check_shared_dir(), name);
+    struct model *m = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(model_load(&m, path, &err), 0, "%s", err.msg);
+    return m;
+}
+
+Test(mode, parses_the_fixed_list_only)
+{
+    const char *backends[] = {"cuda", "cpu", "ref"}, *paths[] = {"decode", "prefill", "chat"};
+    struct gate_err err = {0};
+    struct mode m;
+    for (int b = 0; b < 3; b++)
+        for (int p = 0; p < 3; p++) {
+            char text[32], back[32];
+            snprintf(text, sizeof text, "%s.%s", backends[b], paths[p]);
+            cr_expect_eq(mode_parse(text, &m, &err), 0, "%s: %s", text, err.msg);
+            cr_expect_str_eq(m.backend, backends[b]);
+            cr_expect_eq((int)m.path, p);
+            mode_format(&m, back, sizeof back);
+            cr_expect_str_eq(back, text);
+        }
+    const char *bad[] = {"ref", "ref.", ".decode", "refx.decode", "ref.decodex", "vulkan.decode",
+                         "ref.batch", "ref.decode.x", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err_clear(&err);
+        cr_expect_eq(mode_parse(bad[i], &m, &err), ERR_INPUT, "'%s' accepted", bad[i]);
+        cr_expect(strstr(err.msg, "decode, prefill, chat"), "%s", err.msg);
+    }
+}
+
+Test(mode, judge_matches_the_exact_logits)
+{
+    struct model *m = load_case("qwen3moe-tiny-f32");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/conformance/qwen3moe-tiny-f32/logits_exact.f32",
+             check_shared_dir());
+    size_t size = 0;
+    float *exact = (float *)check_slurp(path, &size);
+    cr_assert_not_null(exact);
+    cr_assert_eq(size, 96 * 512 * sizeof(float));
+    int32_t tokens[96];
+    mode_tokens(202, 512, 96, tokens);
+    struct mode ref = {.backend = "ref", .path = MODE_PREFILL};
+    struct backend *b = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_open(&b, &ref, m, 96, 2, NULL, &err), 0, "%s", err.msg);
+    float *logits = malloc(96 * 512 * sizeof *logits);
+    cr_assert_eq(mode_judge(b, tokens, 96, logits, NULL, &err), 0, "%s", err.msg);
+    check_floats("judge vs exact", logits, exact, 96 * 512, 1e-4, 1e-4, 1e-10);
+    free(logits);
+    free(exact);
+    backend_close(b);
+    model_free(m);
+}
+
+/* Each ref path against the judge: PASS, and the noise ceiling is printed for docs/gates.md. */
+static void path_passes(const char *mode_text)
+{
+    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct parity_config c;
+    parity_config_default(&c);
+    struct mode mode;
+    struct gate_err err = {0};
+    struct parity_result r;
+    cr_assert_eq(mode_parse(mode_text, &mode, &err), 0);
+    cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect(r.pass, "%s: %s", mode_text, r.reason);
+    cr_expect_eq(r.n_wrong, 0);
+    cr_expect_eq(r.chat_fallback, 0);
+    printf("noise ceiling %s (%d positions): min cosine %.9f, mean KLD %.3g, max KLD %.3g,"
+           " max |dlogit| %.3g, severity %.3g\n", mode_text, r.n_pos, r.cosine.min, r.kld.mean,
+           r.kld.max, r.max_abs_diff.max, parity_severity(&r));
+    cr_expect_lt(parity_severity(&r), 0.01, "%s noise sits near the thresholds", mode_text);
+    parity_result_free(&r);
+    model_free(m);
+}
+
+Test(mode, ref_decode_passes_parity)
+{
+    path_passes("ref.decode");
+}
+
+Test(mode, ref_prefill_passes_parity)
+{
+    path_passes("ref.prefill");
+}
+
+Test(mode, ref_chat_passes_parity)
+{
+    path_passes("ref.chat");
+}
+
+Test(mode, taps_across_calls_equal_the_judges)
+{
+    /* decode makes 96 calls of one token; the scattered taps must equal one batched call's */
+    struct model *m = load_case("qwen3moe-tiny-f32");
+    const struct model_hparams *hp = &m->hp;
+    const int n = 64, L = (int)hp->n_layer, k = (int)hp->n_expert_used;
+    const size_t E = hp->n_embd;
+    int32_t tokens[64];
+    mode_tokens(7, hp->n_vocab, n, tokens);
+    struct backend_taps t[2];
+    for (int i = 0; i < 2; i++) {
+        t[i].hidden = calloc((size_t)L * n * E, sizeof(float));
+        t[i].experts = calloc((size_t)L * n * k, sizeof(int32_t));
+        t[i].expert_w = calloc((size_t)L * n * k, sizeof(float));
+        t[i].router_kth = calloc((size_t)L * n, sizeof(float));
+        t[i].router_k1th = calloc((size_t)L * n, sizeof(float));
+    }
+    struct mode dec = {.backend = "ref", .path = MODE_DECODE};
+    struct backend *b = NULL;
+    struct gate_err err = {0};
+    float *logits = malloc((size_t)n * hp->n_vocab * sizeof *logits);
+    cr_assert_eq(mode_open(&b, &dec, m, n, 2, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(mode_judge(b, tokens, n, logits, &t[0], &err), 0, "%s", err.msg);
+    cr_assert_eq(mode_run_taps(b, MODE_DECODE, tokens, n, NULL, 0, logits, &t[1], &err), 0,
+                 "%s", err.msg);
+    check_floats("hidden taps", t[1].hidden, t[0].hidden, (int64_t)L * n * (int64_t)E, 1e-5,
+                 1e-5, 1e-10);
+    cr_expect_eq(memcmp(t[0].experts, t[1].experts, (size_t)L * n * k * sizeof(int32_t)), 0);
+    check_floats("router k-th", t[1].router_kth, t[0].router_kth, (int64_t)L * n, 1e-5, 1e-5,
+                 1e-10);
+    /* a chat run without turn boundaries is an input error, not a crash */
+    cr_expect_eq(mode_run(b, MODE_CHAT, tokens, n, NULL, 0, logits, &err), ERR_INPUT);
+    int bad[2] = {10, 5};
+    cr_expect_eq(mode_run(b, MODE_CHAT, tokens, n, bad, 2, logits, &err), ERR_INPUT);
+    for (int i = 0; i < 2; i++) {
+        free(t[i].hidden);
+        free(t[i].experts);
+        free(t[i].expert_w);
+        free(t[i].router_kth);
+        free(t[i].router_k1th);
+    }
+    free(logits);
+    backend_close(b);
+    model_free(m);
+}
+
+Test(mode, chat_conversation_from_the_tokenizer)
+{
+    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct tok *t = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(tok_load(&t, m->gguf, &err), 0, "%s", err.msg);
+    int32_t *ids = NULL;
+    int n = 0, *ends = NULL, nt = 0;
+    cr_assert_eq(mode_chat_tokens(t, &ids, &n, &ends, &nt, &err), 0, "%s", err.msg);
+    cr_expect_eq(nt, 6);
+    cr_expect_geq(n, 64);
+    cr_expect_eq(ends[5], n);
+    const int32_t im_start = tok_find(t, "<|im_start|>");
+    for (int i = 0, lo = 0; i < nt; lo = ends[i], i++) {
+        cr_expect_eq(ids[lo], im_start, "turn %d starts with <|im_start|>", i);
+        char *text = NULL;
+        size_t len = 0;
+        cr_assert_eq(tok_decode(t, ids + lo, ends[i] - lo, &text, &len, &err), 0);
+        const char *role = i % 2 ? "<|im_start|>assistant\n" : "<|im_start|>user\n";
+        cr_expect_eq(strncmp(text, role, strlen(role)), 0, "turn %d: %s", i, text);
+        free(text);
+    }
+    int fb = -1;
+    int32_t *ids2 = NULL;
+    int n2 = 0, *ends2 = NULL, nt2 = 0;
+    cr_assert_eq(mode_chat_for_model(m, &ids2, &n2, &ends2, &nt2, &fb, &err), 0);
+    cr_expect_eq(fb, 0);
+    cr_expect_eq(n2, n);
+    cr_expect_eq(memcmp(ids, ids2, (size_t)n * sizeof *ids), 0);
+    free(ids);
+    free(ends);
+    free(ids2);
+    free(ends2);
+    tok_free(t);
+    model_free(m);
+}
+
+Test(mode, chat_fallback_is_deterministic)
+{
+    int32_t *a = NULL, *b = NULL;
+    int na = 0, nb = 0, *ea = NULL, *eb = NULL, ta = 0, tb = 0;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_chat_fallback(100, &a, &na, &ea, &ta, &err), 0);
+    cr_assert_eq(mode_chat_fallback(100, &b, &nb, &eb, &tb, &err), 0);
+    cr_expect_eq(na, 168);
+    cr_expect_eq(ta, 6);
+    cr_expect_eq(ea[0], 40);
+    cr_expect_eq(ea[5], 168);
+    cr_expect_eq(memcmp(a, b, (size_t)na * sizeof *a), 0);
+    for (int i = 0; i < na; i++)
+        cr_expect(a[i] >= 0 && a[i] < 100);
+    free(a);
+    free(b);
+    free(ea);
+    free(eb);
+}
+
+Test(mode, capability_reads_what_ran)
+{
+    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct gate_err err = {0};
+    struct capability_result r;
+    const char *modes[] = {"ref.decode", "ref.prefill", "ref.chat"};
+    for (int i = 0; i < 3; i++) {
+        struct mode mode;
+        cr_assert_eq(mode_parse(modes[i], &mode, &err), 0);
+        cr_assert_eq(capability_run(m, &mode, 2, &r, &err), 0, "%s", err.msg);
+        cr_expect(r.pass, "%s", r.reason);
+        cr_expect_str_eq(r.info.backend, "ref");
+        cr_expect_gt(r.info.tokens, 0);
+    }
+    struct mode cuda;
+    cr_assert_eq(mode_parse("cuda.decode", &cuda, &err), 0);
+    if (!backend_find("cuda")) {
+        err_clear(&err);
+        cr_expect_eq(capability_run(m, &cuda, 2, &r, &err), ERR_ENV);
+        cr_expect(strstr(err.msg, "cannot run on this host"), "%s", err.msg);
+    }
+    /* the judge alone: a cuda cell whose backend counted no launches, or fell back */
+    struct backend_info info = {.backend = "cuda", .device = "NVIDIA H200", .forwards = 3,
+                                .tokens = 96, .kernel_launches = 0};
+    capability_judge(&cuda, &info, &r);
+    cr_expect_not(r.pass);
+    cr_expect(strstr(r.reason, "zero CUDA kernel launches"), "%s", r.reason);
+    info.kernel_launches = 1234;
+    capability_judge(&cuda, &info, &r);
+    cr_expect(r.pass, "%s", r.reason);
+    struct backend_info fell = {.backend = "ref", .device = "cpu: x", .forwards = 1, .tokens = 4};
+    capability_judge(&cuda, &fell, &r);
+    cr_expect_not(r.pass);
+    cr_expect(strstr(r.reason, "backend 'ref' ran"), "%s", r.reason);
+    struct backend_info idle = {.backend = "ref", .device = "cpu: x"};
+    struct mode refm = {.backend = "ref", .path = MODE_DECODE};
+    capability_judge(&refm, &idle, &r);
+    cr_expect_not(r.pass);
+    json_t *j = capability_result_json(&r);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "verdict")), "FAIL");
+    json_decref(j);
+    model_free(m);
+}
