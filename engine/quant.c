@@ -3,10 +3,11 @@
  * Each dequantizer evaluates exactly the float expressions of ggml's dequantize_row_* (same
  * operand order, no fused multiply-add: the project builds with -ffp-contract=off), so its
  * output is bit-identical to libggml's. Layouts: ../shared/FACTS.md §4 and quant.h.
- * Quantizers (float -> block) are added by the synthetic-model work next to these.
+ * The quantizers (float -> block) follow the dequantizers; their contract is in quant.h.
  */
 #include "quant.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -176,6 +177,18 @@ void quant_get_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
     } else {
         *sc = (uint8_t)((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
         *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+void quant_put_scale_min_k4(int j, uint8_t sc, uint8_t m, uint8_t *q)
+{
+    if (j < 4) {
+        q[j] |= (uint8_t)(sc & 63);
+        q[j + 4] |= (uint8_t)(m & 63);
+    } else {
+        q[j + 4] = (uint8_t)((sc & 0x0f) | ((m & 0x0f) << 4));
+        q[j - 4] |= (uint8_t)((sc >> 4) << 6);
+        q[j] |= (uint8_t)((m >> 4) << 6);
     }
 }
 
@@ -369,4 +382,347 @@ void quant_dequant_row(int type, const void *src, float *dst, int64_t n)
     default:
         abort(); /* broken invariant: the loader admits only supported types */
     }
+}
+
+/* ---- quantizers ------------------------------------------------------------------------------
+ *
+ * Written from the block formulas (FACTS.md §4), not from ggml's code. Objective: plain squared
+ * error of the dequantized value (the RMSE the docs report), no importance weights.
+ *
+ * Q4_K / Q5_K (value = d·sc·q − dmin·m, q in 0..nmax, sc and m 6-bit): per 32-element
+ * sub-block, search the step over `steps` grid points around (max − min)/nmax, refit step and
+ * offset by least squares for each candidate's integer codes (offset clamped so the sub-block
+ * minimum −b stays <= 0, as the format requires b >= 0), keep the smallest error. Then fix
+ * d = max step / 63 and dmin = max offset / 63 (rounded to fp16 first, since the stored values
+ * are what dequantization uses) and re-search each sub-block's integer (sc, m) within ±radius
+ * of the rounded values, re-rounding every code, on the exact float expressions of the
+ * dequantizer. Q6_K (value = d·sc·(q − 32), sc signed 8-bit per 16): the same with a symmetric
+ * step whose largest-magnitude element maps to −32 (the longer side), and d chosen so the
+ * largest sub-block scale maps to −128. Q8_0: d = max|x|/127 rounded to fp16, then codes
+ * rounded against the stored d.
+ */
+
+/* Round to nearest, ties to even, with the 1.5·2^23 trick: one IEEE addition, exact and the
+ * same everywhere (and much faster than a libm call). Inputs are clamped to |x| <= 2^22. */
+static inline int nearest(float x)
+{
+    x = x > 4194303.0f ? 4194303.0f : x < -4194303.0f ? -4194303.0f : x;
+    const float y = x + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &y, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+static int clampi(int v, int lo, int hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* Fit x (n) ≈ a·q + c with q in 0..nmax and c <= 0; returns a >= 0 and b = −c >= 0. */
+static void fit_affine(const float *x, int n, int nmax, int steps, float *a_out, float *b_out)
+{
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < n; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    if (lo > 0)
+        lo = 0;
+    if (!(hi > lo)) { /* every value equals lo <= 0: exactly −b */
+        *a_out = 0;
+        *b_out = -lo;
+        return;
+    }
+    float sx = 0, sxx = 0;
+    for (int i = 0; i < n; i++) {
+        sx += x[i];
+        sxx += x[i] * x[i];
+    }
+    const float fmax = (float)nmax;
+    float best_a = (hi - lo) / (float)nmax, best_c = lo, best_e = INFINITY;
+    for (int is = -1; is <= steps; is++) {
+        /* is = -1: the plain min/max step; then the grid nmax-1 .. nmax+1 */
+        float t = is < 0 ? (float)nmax : (float)nmax - 1.0f + 2.0f * (float)is / (float)steps;
+        float iscale = t / (hi - lo);
+        float sq = 0, sqq = 0, sxq = 0;
+        for (int i = 0; i < n; i++) {
+            /* clamp, then round with the 1.5·2^23 trick kept in float (exact, ties to even) */
+            float v = iscale * (x[i] - lo);
+            v = v < 0.0f ? 0.0f : v > fmax ? fmax : v;
+            const float q = (v + 12582912.0f) - 12582912.0f;
+            sq += q;
+            sqq += q * q;
+            sxq += x[i] * q;
+        }
+        float D = (float)n * sqq - sq * sq;
+        if (!(D > 0))
+            continue;
+        float a = ((float)n * sxq - sq * sx) / D;
+        float c = (sx - a * sq) / (float)n;
+        if (c > 0) {
+            c = 0;
+            a = sxq / sqq;
+        }
+        if (!(a > 0))
+            continue;
+        /* Σ(a·q + c − x)² from the sums: only ranks candidates, the final error is exact */
+        float e = a * a * sqq + 2.0f * a * c * sq + (float)n * c * c - 2.0f * a * sxq -
+                  2.0f * c * sx + sxx;
+        if (e < best_e) {
+            best_e = e;
+            best_a = a;
+            best_c = c;
+        }
+    }
+    *a_out = best_a;
+    *b_out = -best_c;
+}
+
+/* Error of one K-quant sub-block at integer scale s and min m; fills q (n codes). */
+static float affine_err(const float *x, int n, int nmax, float d, float dmin, int s, int m,
+                        uint8_t *q)
+{
+    const float d1 = d * (float)s, m1 = dmin * (float)m;
+    const float inv = d1 > 0 ? 1.0f / d1 : 0.0f;
+    float e = 0;
+    for (int i = 0; i < n; i++) {
+        int v = d1 > 0 ? clampi(nearest((x[i] + m1) * inv), 0, nmax) : 0;
+        q[i] = (uint8_t)v;
+        float r = d1 * (float)v - m1 - x[i];
+        e += r * r;
+    }
+    return e;
+}
+
+/* One Q4_K (nmax 15) or Q5_K (nmax 31) super-block: d, dmin, packed scales and codes q (256). */
+static void quantize_kx(const float *x, int nmax, struct quant_opts o, uint16_t *d_out,
+                        uint16_t *dmin_out, uint8_t *scales, uint8_t *q)
+{
+    float a[8], b[8], max_a = 0, max_b = 0;
+    for (int j = 0; j < 8; j++) {
+        fit_affine(x + 32 * j, 32, nmax, o.steps, &a[j], &b[j]);
+        max_a = a[j] > max_a ? a[j] : max_a;
+        max_b = b[j] > max_b ? b[j] : max_b;
+    }
+    *d_out = quant_f32_to_fp16(max_a / 63.0f);
+    *dmin_out = quant_f32_to_fp16(max_b / 63.0f);
+    const float d = quant_fp16_to_f32(*d_out), dmin = quant_fp16_to_f32(*dmin_out);
+    memset(scales, 0, K_SCALE_SIZE);
+    for (int j = 0; j < 8; j++) {
+        int s0 = d > 0 ? clampi(nearest(a[j] / d), 0, 63) : 0;
+        int m0 = dmin > 0 ? clampi(nearest(b[j] / dmin), 0, 63) : 0;
+        int bs = s0, bm = m0;
+        uint8_t tmp[32];
+        float best = affine_err(x + 32 * j, 32, nmax, d, dmin, s0, m0, q + 32 * j);
+        for (int ds = -o.radius; ds <= o.radius; ds++)
+            for (int dm = -o.radius; dm <= o.radius; dm++) {
+                int s = s0 + ds, m = m0 + dm;
+                if ((ds == 0 && dm == 0) || s < 0 || s > 63 || m < 0 || m > 63)
+                    continue;
+                float e = affine_err(x + 32 * j, 32, nmax, d, dmin, s, m, tmp);
+                if (e < best) {
+                    best = e;
+                    bs = s;
+                    bm = m;
+                    memcpy(q + 32 * j, tmp, 32);
+                }
+            }
+        quant_put_scale_min_k4(j, (uint8_t)bs, (uint8_t)bm, scales);
+    }
+}
+
+static void quantize_q4_K(const float *x, struct block_q4_K *y, int64_t nb, struct quant_opts o)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
+        uint8_t q[QK_K];
+        quantize_kx(x, 15, o, &y[i].d, &y[i].dmin, y[i].scales, q);
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++)
+                y[i].qs[32 * c + l] = (uint8_t)(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
+    }
+}
+
+static void quantize_q5_K(const float *x, struct block_q5_K *y, int64_t nb, struct quant_opts o)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
+        uint8_t q[QK_K];
+        quantize_kx(x, 31, o, &y[i].d, &y[i].dmin, y[i].scales, q);
+        memset(y[i].qh, 0, sizeof y[i].qh);
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++) {
+                const int lo = q[64 * c + l], hi = q[64 * c + 32 + l];
+                y[i].qs[32 * c + l] = (uint8_t)((lo & 0x0f) | ((hi & 0x0f) << 4));
+                y[i].qh[l] |= (uint8_t)(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+            }
+    }
+}
+
+/* Fit x (n) ≈ s·q with q in −32..31; returns s (signed). */
+static float fit_sym6(const float *x, int n, int steps)
+{
+    float amax = 0, vmax = 0;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            vmax = x[i];
+        }
+    if (amax == 0)
+        return 0;
+    float best_s = vmax / -32.0f, best_e = INFINITY;
+    for (int is = 0; is <= steps; is++) {
+        float iscale = -(31.0f + 2.0f * (float)is / (float)steps) / vmax;
+        float sqq = 0, sxq = 0;
+        int qv[16];
+        for (int i = 0; i < n; i++) {
+            int q = clampi(nearest(iscale * x[i]), -32, 31);
+            qv[i] = q;
+            sqq += (float)(q * q);
+            sxq += x[i] * (float)q;
+        }
+        if (!(sqq > 0))
+            continue;
+        float s = sxq / sqq, e = 0;
+        for (int i = 0; i < n; i++) {
+            float r = s * (float)qv[i] - x[i];
+            e += r * r;
+        }
+        if (e < best_e) {
+            best_e = e;
+            best_s = s;
+        }
+    }
+    return best_s;
+}
+
+static float sym6_err(const float *x, float d, int sc, int8_t *q)
+{
+    const float d1 = d * (float)sc;
+    const float inv = d1 != 0 ? 1.0f / d1 : 0.0f;
+    float e = 0;
+    for (int i = 0; i < 16; i++) {
+        int v = d1 != 0 ? clampi(nearest(x[i] * inv), -32, 31) : 0;
+        q[i] = (int8_t)v;
+        float r = d1 * (float)v - x[i];
+        e += r * r;
+    }
+    return e;
+}
+
+static void quantize_q6_K(const float *x, struct block_q6_K *y, int64_t nb, struct quant_opts o)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK_K) {
+        float s[16], smax = 0;
+        for (int j = 0; j < 16; j++) {
+            s[j] = fit_sym6(x + 16 * j, 16, o.steps);
+            if (fabsf(s[j]) > fabsf(smax))
+                smax = s[j];
+        }
+        y[i].d = quant_f32_to_fp16(smax / -128.0f);
+        const float d = quant_fp16_to_f32(y[i].d);
+        int8_t q[QK_K];
+        for (int j = 0; j < 16; j++) {
+            int s0 = d != 0 ? clampi(nearest(s[j] / d), -128, 127) : 0, bs = s0;
+            int8_t tmp[16];
+            float best = sym6_err(x + 16 * j, d, s0, q + 16 * j);
+            for (int ds = -o.radius; ds <= o.radius; ds++) {
+                int sc = s0 + ds;
+                if (ds == 0 || sc < -128 || sc > 127)
+                    continue;
+                float e = sym6_err(x + 16 * j, d, sc, tmp);
+                if (e < best) {
+                    best = e;
+                    bs = sc;
+                    memcpy(q + 16 * j, tmp, 16);
+                }
+            }
+            y[i].scales[j] = (int8_t)bs;
+        }
+        memset(y[i].qh, 0, sizeof y[i].qh);
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 32; l++) {
+                const int u0 = q[128 * h + l] + 32, u1 = q[128 * h + l + 32] + 32;
+                const int u2 = q[128 * h + l + 64] + 32, u3 = q[128 * h + l + 96] + 32;
+                y[i].ql[64 * h + l] = (uint8_t)((u0 & 0x0f) | ((u2 & 0x0f) << 4));
+                y[i].ql[64 * h + l + 32] = (uint8_t)((u1 & 0x0f) | ((u3 & 0x0f) << 4));
+                y[i].qh[32 * h + l] = (uint8_t)((u0 >> 4) | ((u1 >> 4) << 2) | ((u2 >> 4) << 4) |
+                                                ((u3 >> 4) << 6));
+            }
+    }
+}
+
+static void quantize_q8_0(const float *x, struct block_q8_0 *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += QK8_0) {
+        float amax = 0;
+        for (int j = 0; j < QK8_0; j++)
+            amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+        y[i].d = quant_f32_to_fp16(amax / 127.0f);
+        const float d = quant_fp16_to_f32(y[i].d);
+        const float inv = d > 0 ? 1.0f / d : 0.0f;
+        for (int j = 0; j < QK8_0; j++)
+            y[i].qs[j] = (int8_t)clampi(nearest(x[j] * inv), -127, 127);
+    }
+}
+
+int quant_can_quantize(int type)
+{
+    switch (type) {
+    case QUANT_F32:
+    case QUANT_F16:
+    case QUANT_BF16:
+    case QUANT_Q8_0:
+    case QUANT_Q4_K:
+    case QUANT_Q5_K:
+    case QUANT_Q6_K:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int quant_quantize_row_opts(int type, const float *src, void *dst, int64_t n,
+                            struct quant_opts o)
+{
+    if (!quant_can_quantize(type))
+        return -1;
+    if (o.steps < 1)
+        o.steps = 1;
+    if (o.radius < 0)
+        o.radius = 0;
+    const int64_t nb = n / quant_block_size(type);
+    switch (type) {
+    case QUANT_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        break;
+    case QUANT_F16: {
+        uint16_t *d = dst;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = quant_f32_to_fp16(src[i]);
+        break;
+    }
+    case QUANT_BF16: {
+        uint16_t *d = dst;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = quant_f32_to_bf16(src[i]);
+        break;
+    }
+    case QUANT_Q8_0:
+        quantize_q8_0(src, dst, nb);
+        break;
+    case QUANT_Q4_K:
+        quantize_q4_K(src, dst, nb, o);
+        break;
+    case QUANT_Q5_K:
+        quantize_q5_K(src, dst, nb, o);
+        break;
+    case QUANT_Q6_K:
+        quantize_q6_K(src, dst, nb, o);
+        break;
+    }
+    return 0;
+}
+
+int quant_quantize_row(int type, const float *src, void *dst, int64_t n)
+{
+    return quant_quantize_row_opts(type, src, dst, n, QUANT_OPTS_DEFAULT);
 }

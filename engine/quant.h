@@ -138,6 +138,39 @@ uint16_t quant_f32_to_bf16(float f); /* round to nearest even; NaN stays a quiet
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block's 12 scale bytes. */
 void quant_get_scale_min_k4(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m);
 
+/* The inverse: store sc and m (each 0..63) for sub-block j. The 12 bytes must start zeroed and
+ * sub-blocks 0..3 must be stored before 4..7 (their high bits share bytes). */
+void quant_put_scale_min_k4(int j, uint8_t sc, uint8_t m, uint8_t *scales);
+
+
+/* ---- quantizers (float -> block) ------------------------------------------------------------
+ * Supported targets: F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K (quant_can_quantize()).
+ * Deterministic: only IEEE +, -, *, / and comparisons in float (the project builds with
+ * -ffp-contract=off), so the bytes are the same on every machine; each block depends only on its
+ * own 32 or 256 inputs, so splitting rows across threads cannot change a byte.
+ * The K-quant quantizers search each sub-block's scale (and min) on a grid, refit it by least
+ * squares, then re-search the 6/8-bit integer scales around their rounded values after the
+ * super-block scales are fixed (quant.c explains the steps). */
+
+/* Search effort; quant_quantize_row() uses QUANT_OPTS_DEFAULT. */
+struct quant_opts {
+    int steps;  /* grid points per sub-block scale search (>= 1) */
+    int radius; /* integer scale / min re-search radius after fixing d, dmin (>= 0) */
+};
+#define QUANT_OPTS_DEFAULT ((struct quant_opts){.steps = 20, .radius = 1})
+
+/* 1 when quant_quantize_row() can produce the type, else 0. */
+int quant_can_quantize(int type);
+
+/* Quantize n floats (n a multiple of the block size; finite values) into n/block blocks at dst.
+ * Returns 0, or -1 when the type cannot be produced (nothing written). */
+int quant_quantize_row(int type, const float *src, void *dst, int64_t n);
+
+/* The same with an explicit search effort (used to measure how close the default gets to an
+ * exhaustive search). */
+int quant_quantize_row_opts(int type, const float *src, void *dst, int64_t n,
+                            struct quant_opts opts);
+
 #ifdef __cplusplus
 }
 #endif
