@@ -46,8 +46,8 @@ static json_t *payload(const char *model, const char *verdict, int i)
     return json_pack("{s:{s:s, s:s, s:s}, s:s, s:i, s:{s:{s:s, s:[{s:s, s:f, s:s, s:f, s:b}]}}}",
                      "cell", "model", model, "host", "local", "mode", "ref.decode", "verdict",
                      verdict, "run", i, "gates", "parity", "verdict", verdict, "checks", "metric",
-                     "min_cosine", "value", strcmp(verdict, "PASS") ? 0.5 : 0.9999, "op", ">=",
-                     "threshold", 0.999, "pass", !strcmp(verdict, "PASS"));
+                     "min_cosine", "value", strcmp(verdict, "PASS") ? 0.5 : 0.9999, "op",
+                     ">=", "threshold", 0.999, "pass", !strcmp(verdict, "PASS"));
 }
 
 static int64_t append(struct store *s, const struct key_pair *k, const char *model,
@@ -240,8 +240,7 @@ Test(store, a_convenience_column_edit_is_detected)
     struct store *s = open_db("col.db");
     append(s, &k, "tiny", "FAIL", 0);
     store_close(s);
-    raw_exec("col.db",
-             "DROP TRIGGER receipts_no_update; UPDATE receipts SET verdict = 'PASS';", 1);
+    raw_exec("col.db", "DROP TRIGGER receipts_no_update; UPDATE receipts SET verdict = 'PASS';", 1);
     s = open_db("col.db");
     struct tally t = tally_of(s);
     cr_assert_eq(t.sig_ok, 1);

@@ -1,0 +1,398 @@
+/* cmd_receipt.c — `gate key gen|pub` and `gate receipt list|show|verify|export|import`: thin
+ * wrappers over receipts/key, receipts/receipt and receipts/store. Every status a receipt shows
+ * is computed from the signed payload (store_foreach verifies each row); columns are only used
+ * for listing and are flagged when they disagree with the payload.
+ */
+#include "harness/cmd_receipt.h"
+
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "harness/cli.h"
+#include "receipts/key.h"
+#include "receipts/receipt.h"
+#include "receipts/store.h"
+
+#define DEFAULT_DB "receipts.db"
+
+/* ---- gate key ------------------------------------------------------------------------------- */
+
+static const char KEY_USAGE[] =
+    "usage: gate key gen --host ID [-o FILE] [--pub FILE.pub]\n"
+    "       gate key pub FILE [--pub FILE.pub]\n"
+    "  gen writes a new Ed25519 private key for host ID (mode 0600; refuses to overwrite) to FILE\n"
+    "  (default ~/.config/gate/keys/ID.key) and prints its public key, the line to paste into\n"
+    "  the ladder's `trust:` list; --pub also writes it to FILE.pub for `file:NAME.pub`.\n"
+    "  pub prints (and with --pub writes) the public key of an existing private key file.\n";
+
+int cmd_key(int argc, char **argv)
+{
+    const char *host = NULL, *out = NULL, *pub = NULL, *file = NULL;
+    char path[4096];
+    struct key_pair k;
+    struct gate_err err = {0};
+    int rc = 0;
+    memset(&k, 0, sizeof k);
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs(KEY_USAGE, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    int gen = !strcmp(argv[1], "gen");
+    if (!gen && strcmp(argv[1], "pub") != 0)
+        return cli_fail(2, "key: unknown subcommand '%s' (gen, pub)", argv[1]);
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--host") && gen) {
+            if (cli_value(argc, argv, &i, &host))
+                return 2;
+        } else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--out")) && gen) {
+            if (cli_value(argc, argv, &i, &out))
+                return 2;
+        } else if (!strcmp(argv[i], "--pub")) {
+            if (cli_value(argc, argv, &i, &pub))
+                return 2;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(KEY_USAGE, stdout);
+            return 0;
+        } else if (argv[i][0] != '-' && !gen && !file) {
+            file = argv[i];
+        } else {
+            return cli_fail(2, "key %s: unexpected argument '%s'\n%s", argv[1], argv[i], KEY_USAGE);
+        }
+    }
+    if (gen) {
+        if (!host)
+            return cli_fail(2, "key gen: --host ID is required\n%s", KEY_USAGE);
+        if (!out) {
+            if ((rc = key_default_path(host, path, sizeof path, &err)))
+                goto cleanup;
+            out = path;
+        }
+        if ((rc = key_generate(out, host, &k, &err)))
+            goto cleanup;
+    } else {
+        if (!file)
+            return cli_fail(2, "key pub: the private key FILE is required\n%s", KEY_USAGE);
+        if ((rc = key_load(file, &k, &err)))
+            goto cleanup;
+    }
+    if (pub && (rc = key_write_public(pub, &k, &err)))
+        goto cleanup;
+    printf("%s\n", k.id);
+    if (gen)
+        fprintf(stderr,
+                "gate: wrote private key '%s' (mode 0600) for host '%s'%s%s%s\n"
+                "gate: trust it in the ladder: hosts: {%s: {trust: [%s]}}\n",
+                out, k.host, pub ? " and public key '" : "", pub ? pub : "", pub ? "'" : "", k.host,
+                k.id);
+cleanup:
+    key_wipe(&k);
+    if (rc)
+        return cli_fail(err_exit_code(rc), "%s", err.msg);
+    return 0;
+}
+
+/* ---- gate receipt --------------------------------------------------------------------------- */
+
+static const char RECEIPT_USAGE[] =
+    "usage: gate receipt list [--db DB] [--cell PATTERN] [--verdict V]\n"
+    "       gate receipt show ID [--db DB]\n"
+    "       gate receipt verify [--db DB] [--all]\n"
+    "       gate receipt export [--db DB] --out FILE\n"
+    "       gate receipt import FILE [--db DB]\n"
+    "  DB defaults to ./" DEFAULT_DB ". PATTERN is a shell glob over model/host/mode.\n"
+    "  verify checks every receipt's signature, chain link, columns and re-derived verdicts and\n"
+    "  exits 1 naming each bad receipt; --all also prints the good ones.\n"
+    "  export writes one DSSE envelope per line; import verifies every signature first and\n"
+    "  refuses the whole file if any is bad.\n";
+
+struct opts {
+    const char *db, *cell, *verdict, *out, *arg;
+    int all;
+};
+
+static int open_existing(const char *path, struct store **s, struct gate_err *err)
+{
+    if (access(path, F_OK) != 0)
+        return err_set(err, ERR_INPUT, "no receipt store at '%s' (give one with --db)", path);
+    return store_open(s, path, err);
+}
+
+static const char *row_status(const struct store_row *r)
+{
+    if (!r->sig_ok)
+        return "BAD-SIGNATURE";
+    if (!r->chain_ok)
+        return "BROKEN-CHAIN";
+    if (!r->columns_ok)
+        return "BAD-COLUMNS";
+    return "ok";
+}
+
+static int list_row(void *ctx, const struct store_row *r)
+{
+    const struct opts *o = ctx;
+    if (o->cell && fnmatch(o->cell, r->cell, 0) != 0)
+        return 0;
+    if (o->verdict && strcasecmp(o->verdict, r->verdict) != 0)
+        return 0;
+    printf("%6" PRId64 "  %-20s  %-40s  %-5s  %.20s...  %s%s\n", r->id, r->created_at, r->cell,
+           r->verdict, r->key_id, row_status(r), r->imported ? " (imported)" : "");
+    return 0;
+}
+
+/* Print a JSON scalar compactly. */
+static void print_scalar(const json_t *v)
+{
+    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS);
+    fputs(s ? s : "?", stdout);
+    free(s);
+}
+
+/* Print every leaf under v as "indent path: value", skipping the keys in skip (top level). */
+static void print_flat(const char *indent, const char *path, const json_t *v,
+                       const char *const *skip)
+{
+    char sub[512];
+    if (json_is_object(v)) {
+        const char *key;
+        json_t *child;
+        json_object_foreach((json_t *)v, key, child)
+        {
+            int skipped = 0;
+            for (const char *const *s = skip; s && *s; s++)
+                skipped |= !strcmp(*s, key);
+            if (skipped)
+                continue;
+            snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", key);
+            print_flat(indent, sub, child, NULL);
+        }
+    } else if (json_is_array(v) && json_array_size(v) > 0 &&
+               !json_is_number(json_array_get(v, 0))) {
+        size_t i;
+        json_t *child;
+        json_array_foreach(v, i, child)
+        {
+            snprintf(sub, sizeof sub, "%s[%zu]", path, i);
+            print_flat(indent, sub, child, NULL);
+        }
+    } else {
+        printf("%s%-34s ", indent, path);
+        print_scalar(v);
+        putchar('\n');
+    }
+}
+
+static void print_gates(const json_t *gates)
+{
+    static const char *const SKIP[] = {"verdict", "checks", "error", NULL};
+    const char *name;
+    json_t *g;
+    if (!json_is_object(gates) || json_object_size(gates) == 0) {
+        printf("gates        (none: an empty gate list is a failure)\n");
+        return;
+    }
+    printf("gates\n");
+    json_object_foreach((json_t *)gates, name, g)
+    {
+        const char *v = json_string_value(json_object_get(g, "verdict"));
+        printf("  %-12s %s\n", name, v ? v : "(no verdict)");
+        const char *error = json_string_value(json_object_get(g, "error"));
+        if (error)
+            printf("    error: %s\n", error);
+        size_t i;
+        json_t *c;
+        json_array_foreach(json_object_get(g, "checks"), i, c)
+        {
+            const char *metric = json_string_value(json_object_get(c, "metric"));
+            const char *op = json_string_value(json_object_get(c, "op"));
+            printf("    %-30s ", metric ? metric : "?");
+            print_scalar(json_object_get(c, "value"));
+            printf(" %s ", op ? op : "?");
+            print_scalar(json_object_get(c, "threshold"));
+            printf("   %s\n", json_is_true(json_object_get(c, "pass")) ? "ok" : "FAIL");
+        }
+        print_flat("    ", "", g, SKIP);
+    }
+}
+
+/* The string value of v, or "?" when v is not a string. */
+static const char *str_of(const json_t *v)
+{
+    const char *s = json_string_value(v);
+    return s ? s : "?";
+}
+
+static int show_row(void *ctx, const struct store_row *r)
+{
+    (void)ctx;
+    json_t *p = NULL;
+    struct gate_err err = {0};
+    static const char *const SKIP[] = {
+        "cell",        "verdict", "gates",  "key_id",     "prev_hash",   "ladder", "subject",
+        "environment", "nonce",   "faults", "started_at", "finished_at", NULL};
+    printf("receipt      %" PRId64 " (%s, stored %s)\n", r->id, r->imported ? "imported" : "local",
+           r->created_at);
+    if (receipt_parse(r->payload, r->len, &p, &err) != 0) {
+        printf("payload      UNREADABLE: %s\n", err.msg);
+        printf("status       %s: %s\n", row_status(r), r->problem);
+        return 0;
+    }
+    json_t *cell = json_object_get(p, "cell");
+    printf("cell         model %s, host %s, mode %s\n", str_of(json_object_get(cell, "model")),
+           str_of(json_object_get(cell, "host")), str_of(json_object_get(cell, "mode")));
+    printf("verdict      %s\n", str_of(json_object_get(p, "verdict")));
+    const char *started = json_string_value(json_object_get(p, "started_at"));
+    const char *finished = json_string_value(json_object_get(p, "finished_at"));
+    if (started || finished)
+        printf("time         %s .. %s\n", started ? started : "?", finished ? finished : "?");
+    printf("key          %s\n", str_of(json_object_get(p, "key_id")));
+    printf("signature    %s\n", r->sig_ok ? "ok" : "BAD");
+    printf("chain        %s (prev %s, hash %s)\n", r->chain_ok ? "ok" : "BROKEN",
+           str_of(json_object_get(p, "prev_hash")), r->hash);
+    printf("columns      %s\n", r->columns_ok ? "agree with the payload" : "DISAGREE");
+    if (r->problem[0])
+        printf("problem      %s\n", r->problem);
+    err_clear(&err);
+    if (receipt_rederive(p, &err) == 0)
+        printf("re-derived   verdicts agree with the recorded numbers\n");
+    else
+        printf("re-derived   DISAGREE: %s\n", err.msg);
+    printf("ladder\n");
+    print_flat("  ", "", json_object_get(p, "ladder"), NULL);
+    printf("subject\n");
+    print_flat("  ", "", json_object_get(p, "subject"), NULL);
+    printf("environment\n");
+    print_flat("  ", "", json_object_get(p, "environment"), NULL);
+    print_gates(json_object_get(p, "gates"));
+    if (json_object_get(p, "faults")) {
+        printf("faults\n");
+        print_flat("  ", "", json_object_get(p, "faults"), NULL);
+    }
+    printf("other\n");
+    print_flat("  ", "", p, SKIP);
+    printf("  %-34s %s\n", "nonce", str_of(json_object_get(p, "nonce")));
+    json_decref(p);
+    return 0;
+}
+
+struct verify_ctx {
+    int all, n, bad;
+};
+
+static int verify_row(void *vctx, const struct store_row *r)
+{
+    struct verify_ctx *v = vctx;
+    json_t *p = NULL;
+    struct gate_err err = {0};
+    const char *why = r->problem;
+    v->n++;
+    if (r->sig_ok && r->chain_ok && r->columns_ok) {
+        if (receipt_parse(r->payload, r->len, &p, &err) != 0 || receipt_rederive(p, &err) != 0)
+            why = err.msg;
+    }
+    json_decref(p);
+    if (why[0]) {
+        v->bad++;
+        printf("receipt %" PRId64 " (%s): FAILED: %s\n", r->id, r->cell, why);
+    } else if (v->all) {
+        printf("receipt %" PRId64 " (%s, %s): ok\n", r->id, r->cell, r->verdict);
+    }
+    return 0;
+}
+
+static int count_row(void *ctx, const struct store_row *r)
+{
+    (void)r;
+    (*(int *)ctx)++;
+    return 0;
+}
+
+int cmd_receipt(int argc, char **argv)
+{
+    struct opts o = {.db = DEFAULT_DB};
+    struct store *s = NULL;
+    struct gate_err err = {0};
+    int rc = 0, exit_code = 0;
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs(RECEIPT_USAGE, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *sub = argv[1];
+    int is_list = !strcmp(sub, "list"), is_show = !strcmp(sub, "show");
+    int is_verify = !strcmp(sub, "verify"), is_export = !strcmp(sub, "export");
+    int is_import = !strcmp(sub, "import");
+    if (!(is_list || is_show || is_verify || is_export || is_import))
+        return cli_fail(2, "receipt: unknown subcommand '%s'\n%s", sub, RECEIPT_USAGE);
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--db")) {
+            if (cli_value(argc, argv, &i, &o.db))
+                return 2;
+        } else if (!strcmp(a, "--cell") && is_list) {
+            if (cli_value(argc, argv, &i, &o.cell))
+                return 2;
+        } else if (!strcmp(a, "--verdict") && is_list) {
+            if (cli_value(argc, argv, &i, &o.verdict))
+                return 2;
+        } else if ((!strcmp(a, "--out") || !strcmp(a, "-o")) && is_export) {
+            if (cli_value(argc, argv, &i, &o.out))
+                return 2;
+        } else if (!strcmp(a, "--all") && is_verify) {
+            o.all = 1;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(RECEIPT_USAGE, stdout);
+            return 0;
+        } else if (a[0] != '-' && (is_show || is_import) && !o.arg) {
+            o.arg = a;
+        } else {
+            return cli_fail(2, "receipt %s: unexpected argument '%s'\n%s", sub, a, RECEIPT_USAGE);
+        }
+    }
+    if ((is_show || is_import) && !o.arg)
+        return cli_fail(2, "receipt %s: %s is required\n%s", sub, is_show ? "ID" : "FILE",
+                        RECEIPT_USAGE);
+    if (is_export && !o.out)
+        return cli_fail(2, "receipt export: --out FILE is required\n%s", RECEIPT_USAGE);
+    int64_t id = 0;
+    if (is_show) {
+        char *end;
+        id = strtoll(o.arg, &end, 10);
+        if (*end || id <= 0)
+            return cli_fail(2, "receipt show: '%s' is not a receipt id", o.arg);
+    }
+    rc = is_import ? store_open(&s, o.db, &err) : open_existing(o.db, &s, &err);
+    if (rc)
+        goto cleanup;
+    if (is_list) {
+        rc = store_foreach(s, list_row, &o, &err);
+    } else if (is_show) {
+        rc = store_get(s, id, show_row, NULL, &err);
+    } else if (is_verify) {
+        struct verify_ctx v = {.all = o.all};
+        if ((rc = store_foreach(s, verify_row, &v, &err)))
+            goto cleanup;
+        printf("%d receipts in '%s': %d ok, %d failed verification\n", v.n, o.db, v.n - v.bad,
+               v.bad);
+        exit_code = v.bad ? 1 : 0;
+    } else if (is_export) {
+        int n = 0;
+        if ((rc = store_export(s, o.out, &err)) || (rc = store_foreach(s, count_row, &n, &err)))
+            goto cleanup;
+        printf("exported %d receipts from '%s' to '%s'\n", n, o.db, o.out);
+    } else {
+        int n = 0;
+        if ((rc = store_import(s, o.arg, &n, &err)))
+            goto cleanup;
+        printf("imported %d new receipts from '%s' into '%s'\n", n, o.arg, o.db);
+    }
+cleanup:
+    store_close(s);
+    if (rc)
+        return cli_fail(err_exit_code(rc), "%s", err.msg);
+    return exit_code;
+}
