@@ -140,7 +140,7 @@ static int list_row(void *ctx, const struct store_row *r)
         return 0;
     if (o->verdict && strcasecmp(o->verdict, r->verdict) != 0)
         return 0;
-    printf("%6" PRId64 "  %-20s  %-40s  %-5s  %.20s...  %s%s\n", r->id, r->created_at, r->cell,
+    printf("%6" PRId64 "  %-20s  %-40s  %-7s  %.20s...  %s%s\n", r->id, r->created_at, r->cell,
            r->verdict, r->key_id, row_status(r), r->imported ? " (imported)" : "");
     return 0;
 }
@@ -148,6 +148,10 @@ static int list_row(void *ctx, const struct store_row *r)
 /* Print a JSON scalar compactly. */
 static void print_scalar(const json_t *v)
 {
+    if (json_is_string(v)) {
+        fputs(json_string_value(v), stdout);
+        return;
+    }
     char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS);
     fputs(s ? s : "?", stdout);
     free(s);
@@ -158,6 +162,10 @@ static void print_flat(const char *indent, const char *path, const json_t *v,
                        const char *const *skip)
 {
     char sub[512];
+    if (!v) {
+        printf("%s(absent)\n", indent);
+        return;
+    }
     if (json_is_object(v)) {
         const char *key;
         json_t *child;
@@ -369,6 +377,8 @@ int cmd_receipt(int argc, char **argv)
     if (rc)
         goto cleanup;
     if (is_list) {
+        printf("%6s  %-20s  %-40s  %-7s  %-23s  %s\n", "id", "stored (UTC)", "cell", "verdict",
+               "key", "status");
         rc = store_foreach(s, list_row, &o, &err);
     } else if (is_show) {
         rc = store_get(s, id, show_row, NULL, &err);
