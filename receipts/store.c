@@ -130,8 +130,20 @@ static int migrate(struct store *s, struct gate_err *err)
 {
     int64_t version = 0, has_table = 0, others = 0;
     char sql[128];
-    int rc = exec(s, "BEGIN IMMEDIATE", "starting the schema migration", err);
+    int rc = 0;
+    /* the common case, an up-to-date store, needs no write lock */
+    if ((rc = query_int(s,
+                        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = "
+                        "'schema_version'",
+                        0, &has_table, err)))
+        return rc;
+    if (has_table &&
+        (rc = query_int(s, "SELECT max(version) FROM schema_version", 0, &version, err)) == 0 &&
+        version == STORE_SCHEMA_VERSION)
+        return 0;
     if (rc)
+        return rc;
+    if ((rc = exec(s, "BEGIN IMMEDIATE", "starting the schema migration", err)))
         goto cleanup;
     if ((rc = query_int(s,
                         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = "

@@ -68,7 +68,8 @@ struct store_row {
 /* Called per row; return non-zero to stop (store_foreach then returns that value). */
 typedef int (*store_row_fn)(void *ctx, const struct store_row *row);
 
-/* Hand every receipt to fn in id order, with sig_ok, chain_ok and columns_ok computed.
+/* Hand every receipt to fn in id order, with sig_ok, chain_ok and columns_ok computed, from one
+ * read transaction (a consistent snapshot; fn must not call other store functions on s).
  * Returns 0, fn's non-zero value, or an error status (ERR_ENV: I/O, lock). */
 int store_foreach(struct store *s, store_row_fn fn, void *ctx, struct gate_err *err);
 

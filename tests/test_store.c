@@ -460,3 +460,34 @@ Test(store, signoff_is_signed_under_its_own_domain)
     sqlite3_close(db);
     raw_exec("so.db", "DELETE FROM signoffs", 0);
 }
+
+Test(store, an_imported_history_rewrite_is_a_fork)
+{
+    /* host A records a FAIL, exports, then deletes the FAIL behind the triggers and reruns:
+     * the new PASS extends the same predecessor, which the importer already holds */
+    struct key_pair k = make_key("ka.key", "h200");
+    struct store *a = open_db("ra.db"), *b = open_db("rb.db");
+    char out[512];
+    struct gate_err err = {0};
+    int n = 0;
+    append(a, &k, "moe", "PASS", 0);
+    append(a, &k, "moe", "FAIL", 1);
+    tmp_path(out, sizeof out, "ra1.jsonl");
+    cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_import(b, out, &n, &err), 0, "%s", err.msg);
+    store_close(a);
+    raw_exec("ra.db", "DROP TRIGGER receipts_no_delete; DELETE FROM receipts WHERE id = 2;", 1);
+    a = open_db("ra.db");
+    append(a, &k, "moe", "PASS", 2);
+    cr_assert_eq(tally_of(a).chain_ok, 2, "the tip deletion is invisible locally");
+    tmp_path(out, sizeof out, "ra2.jsonl");
+    cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_import(b, out, &n, &err), 0, "%s", err.msg);
+    cr_assert_eq(n, 1);
+    struct tally t = tally_of(b);
+    cr_assert_eq(t.rows, 3);
+    cr_assert_eq(t.first_bad, 3);
+    cr_assert(strstr(t.problem, "fork"), "%s", t.problem);
+    store_close(a);
+    store_close(b);
+}
