@@ -453,7 +453,7 @@ static void fast_block(const struct synth_tensor *t, int64_t b, uint8_t *dst)
     switch (t->type) {
     case QUANT_Q8_0: {
         struct block_q8_0 *y = (struct block_q8_0 *)dst;
-        y->d = quant_f32_to_fp16((float)(sigma / 147.8));
+        y->d = quant_f32_to_fp16((float)(sigma / 73.9)) /* RMS of uniform int8 */;
         for (int j = 0; j < 4; j++) {
             w = word(base, (uint64_t)j);
             memcpy(y->qs + 8 * j, &w, 8);
@@ -506,7 +506,7 @@ static void fast_block(const struct synth_tensor *t, int64_t b, uint8_t *dst)
         w = word(base, 24);
         for (int j = 0; j < 16; j++)
             y->scales[j] = (int8_t)(32 + ((w >> (4 * j)) & 15) * 2 + (int)((w >> (j + 48)) & 1));
-        y->d = quant_f32_to_fp16((float)(sigma / 447.4));
+        y->d = quant_f32_to_fp16((float)(sigma / 894.3)) /* RMS(sc)·RMS(q−32) */;
         return;
     }
     default: { /* F32 / F16 / BF16: one block = one element */
