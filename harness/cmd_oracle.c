@@ -1,0 +1,326 @@
+/* cmd_oracle.c — `gate parity` and `gate falsify`: parse options, load the model, call the
+ * oracle, print its table, optionally write its JSON, map the verdict to an exit code.
+ * The commands are thin; the numbers and verdicts come from oracles/parity.c and falsify.c.
+ */
+#include "harness/cmd_oracle.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness/cli.h"
+#include "oracles/falsify.h"
+#include "oracles/parity.h"
+
+static const char PARITY_USAGE[] =
+    "usage: gate parity MODEL.gguf --mode MODE [--positions N] [--tokens FILE] [--threads N]\n"
+    "                   [--fault SPEC]... [--min-cosine X] [--max-mean-kld X] [--max-kld X]\n"
+    "                   [--near-tie X] [--json FILE]\n"
+    "  Runs MODE (BACKEND.PATH: cuda|cpu|ref . decode|prefill|chat) on the token sequence\n"
+    "  (FILE, or N >= 64 deterministic ids; chat: the fixed three-turn conversation) and judges\n"
+    "  it against the reference twin's batched forward at every position. A --fault goes into\n"
+    "  the mode only. Exit 0 PASS, 1 FAIL, 2 input error, 3 mode cannot run on this host.\n";
+
+static const char FALSIFY_USAGE[] =
+    "usage: gate falsify MODEL.gguf --mode MODE --fault KIND[,KIND...] [--layers L]\n"
+    "                    [--positions P] [--sweep] [--clean-runs N] [--length N]\n"
+    "                    [--tokens FILE] [--threads N] [--min-cosine X] [--max-mean-kld X]\n"
+    "                    [--max-kld X] [--near-tie X] [--json FILE]\n"
+    "  Injects each fault (wrong_expert, dropped_expert, uniform_weights, skip_qk_norm, or\n"
+    "  'all' for those that apply to the model; options as KIND:rank=R,layers=A-B,positions=A-B)\n"
+    "  into MODE and expects parity to reject it, with a witness that it fired. --layers and\n"
+    "  --positions scope every fault that names no scope of its own. --sweep injects each kind\n"
+    "  at one layer x one position at a time and measures the clean noise ceiling.\n"
+    "  Exit 0 when every fault fired and was rejected (sweep: none escaped and the thresholds\n"
+    "  sit clear of the noise), 1 otherwise, 2 input error, 3 mode cannot run on this host.\n";
+
+static int parse_double(const char *cmd, const char *opt, const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v)) {
+        fprintf(stderr, "gate %s: %s '%s' is not a finite number\n", cmd, opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+struct common {
+    const char *model, *mode_text, *tokens_path, *json_path;
+    struct parity_config cfg;
+    int threads;
+    int length_set;
+};
+
+/* Options both commands take; returns 1 when argv[*i] was one, 0 when not, -1 on error. */
+static int common_opt(const char *cmd, int argc, char **argv, int *i, struct common *c)
+{
+    const char *v;
+    const char *a = argv[*i];
+    if (!strcmp(a, "--mode"))
+        return cli_value(argc, argv, i, &c->mode_text) ? -1 : 1;
+    if (!strcmp(a, "--tokens"))
+        return cli_value(argc, argv, i, &c->tokens_path) ? -1 : 1;
+    if (!strcmp(a, "--json"))
+        return cli_value(argc, argv, i, &c->json_path) ? -1 : 1;
+    if (!strcmp(a, "--threads"))
+        return (cli_value(argc, argv, i, &v) || cli_int(cmd, a, v, 1, 1024, &c->threads)) ? -1 : 1;
+    if (!strcmp(a, "--min-cosine"))
+        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.min_cosine)) ? -1
+                                                                                           : 1;
+    if (!strcmp(a, "--max-mean-kld"))
+        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.max_mean_kld))
+                   ? -1 : 1;
+    if (!strcmp(a, "--max-kld"))
+        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.max_kld)) ? -1 : 1;
+    if (!strcmp(a, "--near-tie"))
+        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.near_tie)) ? -1
+                                                                                         : 1;
+    return 0;
+}
+
+/* Split "wrong_expert:rank=1,layers=0-1,dropped_expert" into specs: a comma piece holding '='
+ * continues the options of the spec before it. "all" stands for the faults that apply. */
+static int add_faults(const char *text, const struct model *m, struct fault_set *fs,
+                      struct gate_err *err)
+{
+    char buf[512], spec[512] = "";
+    if (strlen(text) >= sizeof buf)
+        return err_set(err, ERR_INPUT, "--fault '%.40s...' is too long", text);
+    strcpy(buf, text);
+    int rc = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save);; tok = strtok_r(NULL, ",", &save)) {
+        if (tok && strchr(tok, '=') && spec[0]) {
+            if (strlen(spec) + strlen(tok) + 2 >= sizeof spec)
+                return err_set(err, ERR_INPUT, "--fault '%.40s...' is too long", text);
+            strcat(spec, ",");
+            strcat(spec, tok);
+            continue;
+        }
+        if (spec[0]) {
+            if (!strcmp(spec, "all")) {
+                struct fault_set all;
+                falsify_default_faults(m, &all);
+                for (int i = 0; !rc && i < all.n; i++)
+                    rc = fault_set_add(fs, &all.f[i], err);
+            } else {
+                struct fault_spec f;
+                if (!(rc = fault_parse(spec, &f, err)))
+                    rc = fault_set_add(fs, &f, err);
+            }
+            if (rc)
+                return rc;
+        }
+        if (!tok)
+            break;
+        snprintf(spec, sizeof spec, "%s", tok);
+    }
+    return 0;
+}
+
+static int write_json(const char *path, json_t *j, struct gate_err *err)
+{
+    int rc = 0;
+    if (path && json_dump_file(j, path, JSON_INDENT(2) | JSON_SORT_KEYS))
+        rc = err_set(err, ERR_ENV, "cannot write '%s'", path);
+    json_decref(j);
+    return rc;
+}
+
+static int load_inputs(const struct common *c, struct model **m, struct mode *mode,
+                       int32_t **ids, int *n, struct gate_err *err)
+{
+    int rc = mode_parse(c->mode_text, mode, err);
+    if (!rc)
+        rc = parity_config_check(&c->cfg, err);
+    if (!rc && c->tokens_path)
+        rc = cli_read_ids(c->tokens_path, ids, n, err);
+    if (!rc)
+        rc = model_load(m, c->model, err);
+    return rc;
+}
+
+int cmd_parity(int argc, char **argv)
+{
+    struct common c = {0};
+    parity_config_default(&c.cfg);
+    const char *faults[FAULT_MAX];
+    int n_faults = 0;
+    const char *v;
+    for (int i = 1; i < argc; i++) {
+        int r = common_opt("parity", argc, argv, &i, &c);
+        if (r < 0)
+            return 2;
+        if (r)
+            continue;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(PARITY_USAGE, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--positions")) {
+            if (cli_value(argc, argv, &i, &v) ||
+                cli_int("parity", "--positions", v, 1, 1 << 20, &c.cfg.positions))
+                return 2;
+        } else if (!strcmp(argv[i], "--fault")) {
+            if (cli_value(argc, argv, &i, &v))
+                return 2;
+            if (n_faults == FAULT_MAX)
+                return cli_fail(2, "parity: at most %d --fault options", FAULT_MAX);
+            faults[n_faults++] = v;
+        } else if (argv[i][0] == '-' || c.model) {
+            fputs(PARITY_USAGE, stderr);
+            return cli_fail(2, "parity: unexpected argument '%s'", argv[i]);
+        } else {
+            c.model = argv[i];
+        }
+    }
+    if (!c.model || !c.mode_text) {
+        fputs(PARITY_USAGE, stderr);
+        return cli_fail(2, "parity: MODEL.gguf and --mode are required");
+    }
+    struct gate_err err = {0};
+    struct model *m = NULL;
+    struct mode mode;
+    int32_t *ids = NULL;
+    int n = 0, code;
+    struct fault_set fs = {0};
+    struct parity_result r = {0};
+    int rc = load_inputs(&c, &m, &mode, &ids, &n, &err);
+    for (int i = 0; !rc && i < n_faults; i++)
+        rc = add_faults(faults[i], m, &fs, &err);
+    if (!rc)
+        rc = parity_run(m, &mode, fs.n ? &fs : NULL, ids, n, &c.cfg, c.threads, &r, &err);
+    if (rc) {
+        code = cli_fail(err_exit_code(rc), "parity: %s", err.msg);
+        goto done;
+    }
+    parity_print(stdout, &r);
+    code = r.pass ? 0 : 1;
+    if (write_json(c.json_path, parity_result_json(&r), &err))
+        code = cli_fail(3, "parity: %s", err.msg);
+done:
+    parity_result_free(&r);
+    free(ids);
+    model_free(m);
+    return code;
+}
+
+/* Apply --layers / --positions to every fault that kept the default scope. */
+static int apply_scope(struct fault_set *fs, const char *layers, const char *positions,
+                       struct gate_err *err)
+{
+    char spec[128];
+    for (int i = 0; i < fs->n; i++) {
+        struct fault_spec *f = &fs->f[i], g;
+        if (layers && f->layer_lo == 0 && f->layer_hi == INT_MAX) {
+            snprintf(spec, sizeof spec, "%s:layers=%s", fault_kind_name(f->kind), layers);
+            if (fault_parse(spec, &g, err))
+                return ERR_INPUT;
+            f->layer_lo = g.layer_lo;
+            f->layer_hi = g.layer_hi;
+        }
+        if (positions && f->pos_lo == 0 && f->pos_hi == INT_MAX) {
+            snprintf(spec, sizeof spec, "%s:positions=%s", fault_kind_name(f->kind), positions);
+            if (fault_parse(spec, &g, err))
+                return ERR_INPUT;
+            f->pos_lo = g.pos_lo;
+            f->pos_hi = g.pos_hi;
+        }
+    }
+    return 0;
+}
+
+int cmd_falsify(int argc, char **argv)
+{
+    struct common c = {0};
+    struct falsify_config fc;
+    falsify_config_default(&fc);
+    c.cfg = fc.parity;
+    const char *faults[FAULT_MAX], *layers = NULL, *positions = NULL, *v;
+    int n_faults = 0, sweep = 0;
+    for (int i = 1; i < argc; i++) {
+        int r = common_opt("falsify", argc, argv, &i, &c);
+        if (r < 0)
+            return 2;
+        if (r)
+            continue;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(FALSIFY_USAGE, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--fault")) {
+            if (cli_value(argc, argv, &i, &v))
+                return 2;
+            if (n_faults == FAULT_MAX)
+                return cli_fail(2, "falsify: at most %d --fault options", FAULT_MAX);
+            faults[n_faults++] = v;
+        } else if (!strcmp(argv[i], "--layers")) {
+            if (cli_value(argc, argv, &i, &layers))
+                return 2;
+        } else if (!strcmp(argv[i], "--positions")) {
+            if (cli_value(argc, argv, &i, &positions))
+                return 2;
+        } else if (!strcmp(argv[i], "--length")) {
+            if (cli_value(argc, argv, &i, &v) ||
+                cli_int("falsify", "--length", v, 1, 1 << 20, &c.cfg.positions))
+                return 2;
+        } else if (!strcmp(argv[i], "--clean-runs")) {
+            if (cli_value(argc, argv, &i, &v) ||
+                cli_int("falsify", "--clean-runs", v, 1, 1000, &fc.n_clean))
+                return 2;
+        } else if (!strcmp(argv[i], "--sweep")) {
+            sweep = 1;
+        } else if (argv[i][0] == '-' || c.model) {
+            fputs(FALSIFY_USAGE, stderr);
+            return cli_fail(2, "falsify: unexpected argument '%s'", argv[i]);
+        } else {
+            c.model = argv[i];
+        }
+    }
+    if (!c.model || !c.mode_text || !n_faults) {
+        fputs(FALSIFY_USAGE, stderr);
+        return cli_fail(2, "falsify: MODEL.gguf, --mode and --fault are required");
+    }
+    struct gate_err err = {0};
+    struct model *m = NULL;
+    struct mode mode;
+    int32_t *ids = NULL;
+    int n = 0, code;
+    struct fault_set fs = {0};
+    struct falsify_result fr = {0};
+    struct sweep_result sr;
+    int rc = load_inputs(&c, &m, &mode, &ids, &n, &err);
+    for (int i = 0; !rc && i < n_faults; i++)
+        rc = add_faults(faults[i], m, &fs, &err);
+    if (!rc)
+        rc = apply_scope(&fs, layers, positions, &err);
+    fc.parity = c.cfg;
+    if (!rc && sweep)
+        rc = falsify_sweep(m, &mode, &fs, ids, n, &fc, c.threads, &sr, &err);
+    else if (!rc)
+        rc = falsify_run(m, &mode, &fs, ids, n, &fc, c.threads, &fr, &err);
+    if (rc) {
+        code = cli_fail(err_exit_code(rc), "falsify: %s", err.msg);
+        goto done;
+    }
+    if (sweep) {
+        sweep_print(stdout, &sr);
+        if (sr.warning[0])
+            fprintf(stderr, "gate falsify: %s\n", sr.warning);
+        code = sr.pass ? 0 : 1;
+    } else {
+        falsify_print(stdout, &fr);
+        code = fr.pass ? 0 : 1;
+    }
+    if (write_json(c.json_path, sweep ? sweep_result_json(&sr) : falsify_result_json(&fr),
+                   &err))
+        code = cli_fail(3, "falsify: %s", err.msg);
+done:
+    falsify_result_free(&fr);
+    free(ids);
+    model_free(m);
+    return code;
+}
