@@ -178,7 +178,7 @@ static int read_kvs(struct cursor *c, struct gguf_file *f)
     for (uint64_t i = 0; i < f->n_kv; i++) {
         struct gguf_kv *kv = &f->kv[i];
         kv->offset = c->pos;
-        struct gguf_str key;
+        struct gguf_str key = {0, NULL};
         if ((rc = rd_str(c, &key, "key")))
             return rc;
         if (key.len == 0)
@@ -241,7 +241,7 @@ static int read_tensor_info(struct cursor *c, struct gguf_file *f, struct gguf_t
 {
     int rc = 0;
     size_t at = c->pos;
-    struct gguf_str name;
+    struct gguf_str name = {0, NULL};
     if ((rc = rd_str(c, &name, "tensor name")))
         return rc;
     if (name.len == 0)

@@ -192,6 +192,7 @@ void quant_put_scale_min_k4(int j, uint8_t sc, uint8_t m, uint8_t *q)
     }
 }
 
+QUANT_VECTOR_CLONES
 static void dequant_q4_0(const struct block_q4_0 *x, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
@@ -205,6 +206,7 @@ static void dequant_q4_0(const struct block_q4_0 *x, float *y, int64_t nb)
     }
 }
 
+QUANT_VECTOR_CLONES
 static void dequant_q4_1(const struct block_q4_1 *x, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
@@ -219,6 +221,7 @@ static void dequant_q4_1(const struct block_q4_1 *x, float *y, int64_t nb)
     }
 }
 
+QUANT_VECTOR_CLONES
 static void dequant_q5_0(const struct block_q5_0 *x, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
@@ -236,6 +239,7 @@ static void dequant_q5_0(const struct block_q5_0 *x, float *y, int64_t nb)
     }
 }
 
+QUANT_VECTOR_CLONES
 static void dequant_q5_1(const struct block_q5_1 *x, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
@@ -254,6 +258,7 @@ static void dequant_q5_1(const struct block_q5_1 *x, float *y, int64_t nb)
     }
 }
 
+QUANT_VECTOR_CLONES
 static void dequant_q8_0(const struct block_q8_0 *x, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
@@ -263,6 +268,7 @@ static void dequant_q8_0(const struct block_q8_0 *x, float *y, int64_t nb)
     }
 }
 
+QUANT_VECTOR_CLONES
 static void dequant_q4_K(const struct block_q4_K *x, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
@@ -284,6 +290,7 @@ static void dequant_q4_K(const struct block_q4_K *x, float *y, int64_t nb)
     }
 }
 
+QUANT_VECTOR_CLONES
 static void dequant_q5_K(const struct block_q5_K *x, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
@@ -309,6 +316,7 @@ static void dequant_q5_K(const struct block_q5_K *x, float *y, int64_t nb)
     }
 }
 
+QUANT_VECTOR_CLONES
 static void dequant_q6_K(const struct block_q6_K *x, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
@@ -317,17 +325,22 @@ static void dequant_q6_K(const struct block_q6_K *x, float *y, int64_t nb)
         const uint8_t *qh = x[i].qh;
         const int8_t *sc = x[i].scales;
         for (int h = 0; h < 2; h++) { /* two halves of 128 */
-            for (int l = 0; l < 32; l++) {
-                const int is = l / 16;
-                const int q1 = (int8_t)((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
-                const int q2 = (int8_t)((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                const int q3 = (int8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                const int q4 = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                y[l + 0] = d * sc[is + 0] * q1;
-                y[l + 32] = d * sc[is + 2] * q2;
-                y[l + 64] = d * sc[is + 4] * q3;
-                y[l + 96] = d * sc[is + 6] * q4;
-            }
+            /* element l + 32j of the half (j = 0..3): low nibble of ql[l + 32(j & 1)], shifted
+             * by 4 for j >= 2, with bits 2j, 2j+1 of qh[l] on top; scale sc[l / 16 + 2j].
+             * Written as one loop per (j, 16-element run) so the compiler vectorizes it; each
+             * value is still (d * scale) * (q - 32), as ggml computes it. */
+            for (int j = 0; j < 4; j++)
+                for (int r = 0; r < 2; r++) {
+                    const float s = d * sc[r + 2 * j];
+                    const uint8_t *lo = ql + 32 * (j & 1) + 16 * r;
+                    const uint8_t *hi = qh + 16 * r;
+                    float *out = y + 32 * j + 16 * r;
+                    const int shift_lo = (j >> 1) * 4, shift_hi = 2 * j;
+                    for (int l = 0; l < 16; l++) {
+                        const int q = ((lo[l] >> shift_lo) & 0x0f) | (((hi[l] >> shift_hi) & 3) << 4);
+                        out[l] = s * (q - 32);
+                    }
+                }
             y += 128;
             ql += 64;
             qh += 32;

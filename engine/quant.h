@@ -19,6 +19,16 @@ extern "C" {
 #define QUANT_STATIC_ASSERT(c, m) _Static_assert(c, m)
 #endif
 
+/* Hot loops are compiled twice on x86-64 (AVX2 and baseline) and picked at run time. The source
+ * fixes every operation and its order, and contraction into FMA is off, so both clones produce
+ * bit-identical results; only the speed differs. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define QUANT_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define QUANT_VECTOR_CLONES
+#endif
+
 /* ggml type ids (ggml.h); values are the on-disk ids. */
 enum quant_type {
     QUANT_F32 = 0,

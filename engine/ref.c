@@ -73,6 +73,7 @@ struct ref {
 
 /* Sum of a[i] * b[i] in float: lane i % 16 accumulates in index order, lanes are then added
  * pairwise (0+8, 1+9, ... then 0+4, ...). The order is fixed by this code, not the compiler. */
+QUANT_VECTOR_CLONES
 static float dot(const float *a, const float *b, int64_t n)
 {
     float acc[LANES] = {0};

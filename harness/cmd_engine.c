@@ -18,6 +18,7 @@
 #include "engine/quant.h"
 #include "engine/tokenizer.h"
 #include "harness/cli.h"
+#include "harness/cmd_synth.h"
 
 static double now_s(void)
 {
@@ -46,6 +47,7 @@ static void hex(const unsigned char *d, size_t n, char *out)
 
 static const char MODEL_USAGE[] =
     "usage: gate model inspect MODEL.gguf\n"
+    "       gate model synth --help   (write a deterministic synthetic model)\n"
     "  Prints the architecture, hyperparameters, tensor table (name, type, shape, bytes), the\n"
     "  quant mix, total bytes, and whether gate supports the model (and why not).\n";
 
@@ -138,6 +140,8 @@ int cmd_model(int argc, char **argv)
         fputs(MODEL_USAGE, stdout);
         return 0;
     }
+    if (argc >= 2 && !strcmp(argv[1], "synth"))
+        return cmd_model_synth(argc - 1, argv + 1);
     if (argc == 3 && !strcmp(argv[1], "inspect"))
         return inspect(argv[2]);
     if (argc >= 3 && !strcmp(argv[1], "inspect") &&

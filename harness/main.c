@@ -1,8 +1,12 @@
-/* main.c — the `gate` binary: dispatches to the subcommands declared in cli.h. */
+/* main.c — the `gate` binary: dispatches to the subcommands (harness/cli.h and the cmd_*.h
+ * headers). Every subcommand takes --help and returns the exit codes of DESIGN.md settled
+ * question 6. */
 #include <stdio.h>
 #include <string.h>
 
 #include "harness/cli.h"
+#include "harness/cmd_oracle.h"
+#include "harness/cmd_receipt.h"
 
 struct command {
     const char *name;
@@ -11,11 +15,15 @@ struct command {
 };
 
 static const struct command COMMANDS[] = {
-    {"model", cmd_model, "model inspect MODEL.gguf   architecture, hyperparameters, tensors"},
+    {"model", cmd_model, "model (inspect MODEL.gguf | synth ...)   inspect or synthesize a model"},
     {"eval", cmd_eval, "eval MODEL.gguf --tokens FILE --logits OUT.f32   logits of all positions"},
     {"generate", cmd_generate, "generate MODEL.gguf (--prompt TEXT | --tokens FILE)   greedy decode"},
-    {"ladder", cmd_ladder, "ladder check LADDER.yaml   validate a ladder, print its required cells"},
     {"bench", cmd_bench, "bench MODEL.gguf [--backend ref]   prefill / decode tokens per second"},
+    {"ladder", cmd_ladder, "ladder check LADDER.yaml   validate a ladder, print its required cells"},
+    {"parity", cmd_parity, "parity MODEL.gguf --mode MODE   judge a mode against the reference"},
+    {"falsify", cmd_falsify, "falsify MODEL.gguf --mode MODE --fault KIND   prove the oracle bites"},
+    {"key", cmd_key, "key gen --host ID [-o FILE]   make a host signing key"},
+    {"receipt", cmd_receipt, "receipt (list | show ID | verify | export | import)   audit receipts"},
 };
 
 static void usage(FILE *out)
