@@ -440,7 +440,7 @@ Test(synth, byte_identical_across_runs_and_thread_counts)
     const char *presets[] = {"tiny-moe", "tiny-dense"};
     for (int p = 0; p < 2; p++) {
         first[0] = 0;
-        for (int threads = 1; threads <= 3; threads++) {
+        for (int threads = 1; threads <= 3; threads += 2) { /* 1 vs 3: uneven row splits */
             struct synth_options o = opts(presets[p], SYNTH_Q4_K_M, 42);
             o.n_threads = threads;
             uint8_t *buf = NULL;
@@ -453,6 +453,8 @@ Test(synth, byte_identical_across_runs_and_thread_counts)
                 memcpy(first, h, 65);
             cr_expect_str_eq(h, first, "%s with %d threads", presets[p], threads);
         }
+        if (p == 0)
+            continue;
         /* and through a file (the atomic writer) */
         char path[1024];
         snprintf(path, sizeof path, "%s/det-%d.gguf", check_tmp_dir(), p);
@@ -645,27 +647,27 @@ Test(synth, cli_rejects_bad_arguments_before_writing, .init = cr_redirect_stderr
     char path[1024];
     snprintf(path, sizeof path, "%s/bad.gguf", check_tmp_dir());
     const char *a1[] = {"synth", "--preset", "tiny-nope", "--quant", "Q4_K_M", "-o", path};
-    cli_case(a1, 7, 2, path);
+    cli_case(a1, (int)(sizeof a1 / sizeof a1[0]), 2, path);
     const char *a2[] = {"synth", "--arch", "qwen3", "--hidden", "512", "--layers", "2",
                         "--heads", "6", "--kv-heads", "4", "--ffn", "512", "--quant", "F16",
                         "-o", path};
-    cli_case(a2, 17, 2, path);
+    cli_case(a2, (int)(sizeof a2 / sizeof a2[0]), 2, path);
     const char *a3[] = {"synth", "--arch", "qwen3", "--hidden", "320", "--layers", "2",
                         "--heads", "5", "--ffn", "512", "--quant", "Q4_K_M", "-o", path};
-    cli_case(a3, 15, 2, path);
+    cli_case(a3, (int)(sizeof a3 / sizeof a3[0]), 2, path);
     const char *a4[] = {"synth", "--preset", "tiny-moe", "--experts-used", "9", "--quant",
                         "Q8_0", "-o", path};
-    cli_case(a4, 9, 2, path);
+    cli_case(a4, (int)(sizeof a4 / sizeof a4[0]), 2, path);
     const char *a5[] = {"synth", "--preset", "tiny-dense", "--quant", "Q3_K", "-o", path};
-    cli_case(a5, 7, 2, path);
+    cli_case(a5, (int)(sizeof a5 / sizeof a5[0]), 2, path);
     const char *a6[] = {"synth", "--preset", "tiny-dense", "--quant", "F16"};
-    cli_case(a6, 5, 2, path);
+    cli_case(a6, (int)(sizeof a6 / sizeof a6[0]), 2, path);
     const char *a7[] = {"synth", "--preset", "tiny-dense", "--arch", "qwen3moe", "--quant",
                         "F16", "-o", path};
-    cli_case(a7, 8, 2, path);
+    cli_case(a7, (int)(sizeof a7 / sizeof a7[0]), 2, path);
     const char *a8[] = {"synth", "--preset", "tiny-dense", "--seed", "-1", "--quant", "F16",
                         "-o", path};
-    cli_case(a8, 9, 2, path);
+    cli_case(a8, (int)(sizeof a8 / sizeof a8[0]), 2, path);
     const char *text = stderr_text();
     const char *needles[] = {
         "unknown preset 'tiny-nope' (presets: tiny-dense, tiny-moe, qwen3-0.6b",
@@ -689,7 +691,7 @@ Test(synth, cli_writes_a_loadable_file, .init = cr_redirect_stderr)
                           "--heads", "2", "--kv-heads", "1", "--head-dim", "128", "--ffn",
                           "256", "--vocab", "300", "--quant", "Q5_K_M", "--seed", "9",
                           "--threads", "2", "-o", path};
-    cr_assert_eq(run_cli(args, 25), 0, "%s", stderr_text());
+    cr_assert_eq(run_cli(args, (int)(sizeof args / sizeof args[0])), 0, "%s", stderr_text());
     struct model *m = NULL;
     struct gate_err err = {0};
     cr_assert_eq(model_load(&m, path, &err), 0, "%s", err.msg);
