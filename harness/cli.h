@@ -14,6 +14,9 @@ int cmd_eval(int argc, char **argv);     /* eval */
 int cmd_generate(int argc, char **argv); /* generate */
 int cmd_bench(int argc, char **argv);    /* bench */
 int cmd_ladder(int argc, char **argv);   /* ladder check */
+int cmd_run(int argc, char **argv);      /* run */
+int cmd_release(int argc, char **argv);  /* release check */
+int cmd_golden(int argc, char **argv);   /* golden record */
 
 /* Print "gate: <msg>" to stderr; returns code. */
 int cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

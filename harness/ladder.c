@@ -846,3 +846,32 @@ const char *ladder_cell_name(const struct ladder *l, int i, char *buf, int n)
     snprintf(buf, (size_t)n, "%s/%s/%s", l->models[c->model].id, l->hosts[c->host].id, c->mode);
     return buf;
 }
+
+json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate)
+{
+    if (!strcmp(gate, "parity"))
+        return json_pack("{s:i, s:f, s:f, s:f, s:f}", "positions", g->positions, "min_cosine",
+                         g->min_cosine, "max_mean_kld", g->max_mean_kld, "max_kld", g->max_kld,
+                         "near_tie", g->near_tie);
+    if (!strcmp(gate, "golden"))
+        return json_pack("{s:i}", "tokens", g->golden_tokens);
+    if (!strcmp(gate, "throughput"))
+        return json_pack("{s:i, s:i, s:i, s:i, s:f, s:f}", "runs", g->runs, "warmup", g->warmup,
+                         "prompt_tokens", g->prompt_tokens, "decode_tokens", g->decode_tokens,
+                         "min_prefill_tps", g->min_prefill_tps, "min_decode_tps",
+                         g->min_decode_tps);
+    if (!strcmp(gate, "falsify")) {
+        json_t *faults = json_array();
+        for (int i = 0; i < g->falsify.n; i++) {
+            const struct fault_spec *f = &g->falsify.f[i];
+            json_array_append_new(faults, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "kind",
+                                                    fault_kind_name(f->kind), "rank", f->rank,
+                                                    "layer_lo", f->layer_lo, "layer_hi",
+                                                    f->layer_hi, "pos_lo", f->pos_lo, "pos_hi",
+                                                    f->pos_hi));
+        }
+        json_t *p = ladder_gate_settings(g, "parity");
+        return json_pack("{s:o, s:o}", "faults", faults, "parity", p);
+    }
+    return json_object(); /* capability has no settings */
+}

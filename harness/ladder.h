@@ -11,6 +11,7 @@
 #ifndef GATE_LADDER_H
 #define GATE_LADDER_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "engine/err.h"
@@ -87,6 +88,10 @@ int ladder_find_model(const struct ladder *l, const char *id);
 
 /* "model/host/mode" of cell i into buf. */
 const char *ladder_cell_name(const struct ladder *l, int i, char *buf, int n);
+
+/* The settings of one gate ("capability", "parity", "golden", "throughput", "falsify") as
+ * recorded in a receipt; the release check compares a receipt's copy with this (new ref). */
+json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate);
 
 /* The modes every build knows (settled question 3). */
 int ladder_mode_known(const char *mode);

@@ -1,0 +1,179 @@
+/* cmd_run.c — `gate run`, `gate release check`, `gate golden record`: argument parsing only;
+ * the work is in run.c, release.c and oracles/golden.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/model.h"
+#include "harness/cli.h"
+#include "harness/ladder.h"
+#include "harness/run.h"
+#include "oracles/golden.h"
+
+static const char RUN_USAGE[] =
+    "usage: gate run LADDER.yaml --host ID [--db receipts.db] [--key FILE] [--only PATTERN]\n"
+    "                [--threads N] [--json]\n"
+    "  Runs every cell of this host (--host or $GATE_HOST) through the capability, parity,\n"
+    "  golden, throughput and falsify gates and writes one signed receipt per cell.\n"
+    "  --key     signing key (default ~/.config/gate/keys/<host>.key; make one with gate key gen)\n"
+    "  --only    fnmatch pattern over model/host/mode\n"
+    "  Exit 0 when every cell passed, 1 when any failed, 2 for usage or ladder errors,\n"
+    "  3 for environment errors (no GPU where the host declares one, disk full).\n";
+
+int cmd_run(int argc, char **argv)
+{
+    struct run_options o;
+    memset(&o, 0, sizeof o);
+    const char *v;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(RUN_USAGE, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--host")) {
+            if (cli_value(argc, argv, &i, &o.host))
+                return 2;
+        } else if (!strcmp(argv[i], "--db")) {
+            if (cli_value(argc, argv, &i, &o.db))
+                return 2;
+        } else if (!strcmp(argv[i], "--key")) {
+            if (cli_value(argc, argv, &i, &o.key))
+                return 2;
+        } else if (!strcmp(argv[i], "--only")) {
+            if (cli_value(argc, argv, &i, &o.only))
+                return 2;
+        } else if (!strcmp(argv[i], "--threads")) {
+            if (cli_value(argc, argv, &i, &v) || cli_int("run", "--threads", v, 1, 1024, &o.threads))
+                return 2;
+        } else if (!strcmp(argv[i], "--json")) {
+            o.json = 1;
+        } else if (argv[i][0] == '-' || o.ladder) {
+            fputs(RUN_USAGE, stderr);
+            return cli_fail(2, "run: unexpected argument '%s'", argv[i]);
+        } else {
+            o.ladder = argv[i];
+        }
+    }
+    if (!o.ladder) {
+        fputs(RUN_USAGE, stderr);
+        return 2;
+    }
+    return run_ladder(&o);
+}
+
+static const char RELEASE_USAGE[] =
+    "usage: gate release check LADDER.yaml [--db receipts.db] [--sign KEY]\n"
+    "  For every required cell: PASS, FAIL, FLAKY, MISSING, STALE, UNTRUSTED or TAMPERED, from\n"
+    "  the signed receipts for this exact build and the ladder's pinned model digests. Prints\n"
+    "  the matrix and the blocking cells; exit 0 only when every cell is PASS. --sign writes a\n"
+    "  signed sign-off record into the database when the release passes.\n";
+
+int cmd_release(int argc, char **argv)
+{
+    const char *ladder = NULL, *db = "receipts.db", *sign = NULL;
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(RELEASE_USAGE, stdout);
+        return 0;
+    }
+    if (argc < 2 || strcmp(argv[1], "check")) {
+        fputs(RELEASE_USAGE, stderr);
+        return 2;
+    }
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(RELEASE_USAGE, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--db")) {
+            if (cli_value(argc, argv, &i, &db))
+                return 2;
+        } else if (!strcmp(argv[i], "--sign")) {
+            if (cli_value(argc, argv, &i, &sign))
+                return 2;
+        } else if (argv[i][0] == '-' || ladder) {
+            fputs(RELEASE_USAGE, stderr);
+            return cli_fail(2, "release: unexpected argument '%s'", argv[i]);
+        } else {
+            ladder = argv[i];
+        }
+    }
+    if (!ladder) {
+        fputs(RELEASE_USAGE, stderr);
+        return 2;
+    }
+    return release_check(ladder, db, sign);
+}
+
+static const char GOLDEN_USAGE[] =
+    "usage: gate golden record LADDER.yaml [--threads N]\n"
+    "  Records, from the reference twin, the greedy continuations of every ladder model into the\n"
+    "  goldens file its gates declare (gates.golden.goldens), keyed by the model's SHA-256.\n"
+    "  Models must already exist (run gate run once, or gate model synth).\n";
+
+int cmd_golden(int argc, char **argv)
+{
+    const char *ladder = NULL, *v;
+    int threads = 0;
+    if (argc < 2 || strcmp(argv[1], "record")) {
+        if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+            fputs(GOLDEN_USAGE, stdout);
+            return 0;
+        }
+        fputs(GOLDEN_USAGE, stderr);
+        return 2;
+    }
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(GOLDEN_USAGE, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--threads")) {
+            if (cli_value(argc, argv, &i, &v) ||
+                cli_int("golden", "--threads", v, 1, 1024, &threads))
+                return 2;
+        } else if (argv[i][0] == '-' || ladder) {
+            fputs(GOLDEN_USAGE, stderr);
+            return cli_fail(2, "golden: unexpected argument '%s'", argv[i]);
+        } else {
+            ladder = argv[i];
+        }
+    }
+    if (!ladder) {
+        fputs(GOLDEN_USAGE, stderr);
+        return 2;
+    }
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    int rc = ladder_load(&l, ladder, &err);
+    if (rc)
+        return cli_fail(err_exit_code(rc), "%s", err.msg);
+    int n = 0;
+    for (int mi = 0; mi < l->n_models && !rc; mi++) {
+        /* every distinct goldens file / token count the model's cells use */
+        for (int ci = 0; ci < l->n_cells && !rc; ci++) {
+            const struct ladder_cell *c = &l->cells[ci];
+            if (c->model != mi || !c->g.goldens[0])
+                continue;
+            int dup = 0;
+            for (int cj = 0; cj < ci; cj++)
+                dup |= l->cells[cj].model == mi &&
+                       !strcmp(l->cells[cj].g.goldens, c->g.goldens) &&
+                       l->cells[cj].g.golden_tokens == c->g.golden_tokens;
+            if (dup)
+                continue;
+            struct model *m = NULL;
+            rc = model_load(&m, l->models[mi].path, &err);
+            if (!rc)
+                rc = golden_record(c->g.goldens, m, c->g.golden_tokens, threads, &err);
+            if (!rc) {
+                printf("recorded %d greedy tokens per prompt for %s into %s\n",
+                       c->g.golden_tokens, l->models[mi].id, c->g.goldens);
+                n++;
+            }
+            model_free(m);
+        }
+    }
+    ladder_free(l);
+    if (rc)
+        return cli_fail(err_exit_code(rc), "%s", err.msg);
+    if (n == 0)
+        return cli_fail(2, "golden: no cell of %s declares gates.golden.goldens", ladder);
+    return 0;
+}

@@ -1,0 +1,35 @@
+/* identity.h — what a receipt says was tested and where: this build's identity (version, git
+ * commit of a clean tree, binary SHA-256, build flags) and this machine's environment.
+ * Settled question 1: a receipt matches a build when commit (clean) and version are equal; the
+ * binary digest and flags are recorded for audit, not matched.
+ */
+#ifndef GATE_IDENTITY_H
+#define GATE_IDENTITY_H
+
+#include <jansson.h>
+
+#include "engine/err.h"
+
+struct identity {
+    char version[32];
+    char git_commit[48];
+    int git_dirty;           /* 1: built from a tree with uncommitted changes: never counts */
+    char binary_sha256[65];  /* of /proc/self/exe */
+    char build_flags[256];
+};
+
+int identity_get(struct identity *out, struct gate_err *err);
+
+/* {"version", "git_commit", "git_dirty", "binary_sha256", "build_flags"} (new reference). */
+json_t *identity_json(const struct identity *id);
+
+/* {"hostname", "cpu", "threads"} for this machine (new reference). */
+json_t *identity_environment(int threads);
+
+/* SHA-256 of a file, lower-case hex. */
+int identity_file_sha256(const char *path, char hex[65], struct gate_err *err);
+
+/* Current UTC time as "YYYY-MM-DDTHH:MM:SSZ". */
+void identity_utc_now(char out[32]);
+
+#endif

@@ -1,0 +1,578 @@
+/* run.c — `gate run LADDER --host ID`: every cell of this host through every gate, one signed
+ * receipt per cell.
+ *
+ * Invariants: every gate yields a row (an error is a FAILED row with its message, never a
+ * missing one); a cell whose gate list is empty is FAILED; a receipt is written for every cell
+ * run, failed or not; the backend that actually ran is what the capability gate judges.
+ * Each gate is {verdict, error?, settings, metrics, checks[]} (docs/receipts.md); a gate's
+ * verdict is derived from its checks here exactly as receipt_rederive() re-derives it.
+ * Start reading: run_cell().
+ */
+#include "harness/run.h"
+
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/model.h"
+#include "engine/synth.h"
+#include "harness/cli.h"
+#include "harness/identity.h"
+#include "harness/ladder.h"
+#include "oracles/capability.h"
+#include "oracles/falsify.h"
+#include "oracles/golden.h"
+#include "oracles/mode.h"
+#include "oracles/parity.h"
+#include "oracles/throughput.h"
+#include "receipts/key.h"
+#include "receipts/receipt.h"
+#include "receipts/store.h"
+
+/* ---- gate rows ----------------------------------------------------------------------------- */
+
+struct row {
+    json_t *checks;
+    int pass; /* all checks so far passed */
+};
+
+static void row_init(struct row *r)
+{
+    r->checks = json_array();
+    r->pass = 1;
+}
+
+/* Record a numeric check value op threshold; a non-finite value fails. */
+static void check_num(struct row *r, const char *metric, double value, const char *op,
+                      double threshold)
+{
+    int pass = 0;
+    if (isfinite(value)) {
+        if (!strcmp(op, ">="))
+            pass = value >= threshold;
+        else if (!strcmp(op, "<="))
+            pass = value <= threshold;
+        else if (!strcmp(op, ">"))
+            pass = value > threshold;
+        else if (!strcmp(op, "<"))
+            pass = value < threshold;
+        else
+            pass = value == threshold;
+    }
+    r->pass &= pass;
+    json_array_append_new(r->checks, json_pack("{s:s, s:o, s:s, s:o, s:b}", "metric", metric,
+                                               "value", parity_json_number(value), "op", op,
+                                               "threshold", parity_json_number(threshold),
+                                               "pass", pass));
+}
+
+static void check_bool(struct row *r, const char *metric, int value)
+{
+    r->pass &= value != 0;
+    json_array_append_new(r->checks, json_pack("{s:s, s:b, s:s, s:b, s:b}", "metric", metric,
+                                               "value", value, "op", "==", "threshold", 1,
+                                               "pass", value != 0));
+}
+
+static void check_str(struct row *r, const char *metric, const char *value, const char *want)
+{
+    int pass = !strcmp(value, want);
+    r->pass &= pass;
+    json_array_append_new(r->checks, json_pack("{s:s, s:s, s:s, s:s, s:b}", "metric", metric,
+                                               "value", value, "op", "==", "threshold", want,
+                                               "pass", pass));
+}
+
+/* The finished gate object; takes ownership of settings and metrics. */
+static json_t *row_done(struct row *r, json_t *settings, json_t *metrics, const char *error)
+{
+    int pass = r->pass && !error && json_array_size(r->checks) > 0;
+    json_t *g = json_pack("{s:s, s:o, s:o, s:o}", "verdict", pass ? "PASS" : "FAIL", "settings",
+                          settings ? settings : json_object(), "metrics",
+                          metrics ? metrics : json_object(), "checks", r->checks);
+    if (error)
+        json_object_set_new(g, "error", json_string(error));
+    return g;
+}
+
+/* ---- the cell ------------------------------------------------------------------------------ */
+
+struct cell_ctx {
+    const struct ladder *l;
+    const struct ladder_cell *c;
+    const struct run_options *o;
+    char name[256];
+    char model_sha[65];
+    const struct model *m; /* NULL when the model could not be loaded */
+    struct mode mode;
+    int tty;
+};
+
+static void say(const struct cell_ctx *x, const char *gate, const json_t *g, const char *key)
+{
+    if (x->o->json)
+        return;
+    const char *v = json_string_value(json_object_get(g, "verdict"));
+    const char *e = json_string_value(json_object_get(g, "error"));
+    fprintf(stderr, "  %-36s %-11s %-6s %s\n", x->name, gate, v ? v : "?",
+            e ? e : (key ? key : ""));
+}
+
+static json_t *gate_capability(struct cell_ctx *x)
+{
+    struct row r;
+    row_init(&r);
+    struct gate_err err = {0};
+    struct capability_result cr;
+    memset(&cr, 0, sizeof cr);
+    int rc = capability_run(x->m, &x->mode, x->o->threads, &cr, &err);
+    if (rc)
+        return row_done(&r, ladder_gate_settings(&x->c->g, "capability"), NULL, err.msg);
+    check_str(&r, "backend", cr.info.backend, x->mode.backend);
+    check_num(&r, "tokens_evaluated", (double)cr.info.tokens, ">", 0);
+    if (!strcmp(x->mode.backend, "cuda"))
+        check_num(&r, "kernel_launches", (double)cr.info.kernel_launches, ">", 0);
+    else
+        check_num(&r, "kernel_launches", (double)cr.info.kernel_launches, "<=", 0);
+    check_bool(&r, "capability_oracle", cr.pass);
+    json_t *metrics = capability_result_json(&cr);
+    char key[400];
+    snprintf(key, sizeof key, "ran on %s (%s)", cr.info.backend, cr.info.device);
+    json_t *g = row_done(&r, ladder_gate_settings(&x->c->g, "capability"), metrics, NULL);
+    say(x, "capability", g, key);
+    return g;
+}
+
+static void parity_cfg(const struct ladder_gates *g, struct parity_config *p)
+{
+    parity_config_default(p);
+    p->positions = g->positions;
+    p->min_cosine = g->min_cosine;
+    p->max_mean_kld = g->max_mean_kld;
+    p->max_kld = g->max_kld;
+    p->near_tie = g->near_tie;
+}
+
+static json_t *gate_parity(struct cell_ctx *x)
+{
+    struct row r;
+    row_init(&r);
+    struct gate_err err = {0};
+    struct parity_config cfg;
+    parity_cfg(&x->c->g, &cfg);
+    struct parity_result pr;
+    memset(&pr, 0, sizeof pr);
+    int rc = parity_run(x->m, &x->mode, NULL, NULL, 0, &cfg, x->o->threads, &pr, &err);
+    json_t *settings = ladder_gate_settings(&x->c->g, "parity");
+    if (rc) {
+        parity_result_free(&pr);
+        json_t *g = row_done(&r, settings, NULL, err.msg);
+        say(x, "parity", g, NULL);
+        return g;
+    }
+    check_num(&r, "positions", pr.n_pos, ">=", cfg.positions);
+    check_num(&r, "nonfinite_positions", pr.n_nonfinite, "<=", 0);
+    check_num(&r, "min_cosine", pr.cosine.min, ">=", cfg.min_cosine);
+    check_num(&r, "mean_kld", pr.kld.mean, "<=", cfg.max_mean_kld);
+    check_num(&r, "max_kld", pr.kld.max, "<=", cfg.max_kld);
+    check_num(&r, "wrong_positions", pr.n_wrong, "<=", 0);
+    json_t *metrics = parity_result_json(&pr);
+    char key[400];
+    snprintf(key, sizeof key, "%d pos, min cos %.6f, max KLD %.2e, %d wrong, %d tie flips",
+             pr.n_pos, pr.cosine.min, pr.kld.max, pr.n_wrong, pr.n_tie_flip);
+    parity_result_free(&pr);
+    json_t *g = row_done(&r, settings, metrics, NULL);
+    say(x, "parity", g, key);
+    return g;
+}
+
+static json_t *gate_golden(struct cell_ctx *x)
+{
+    struct row r;
+    row_init(&r);
+    struct gate_err err = {0};
+    json_t *settings = ladder_gate_settings(&x->c->g, "golden");
+    struct golden_set set;
+    struct golden_result gr;
+    memset(&set, 0, sizeof set);
+    memset(&gr, 0, sizeof gr);
+    json_t *g = NULL;
+    if (!x->c->g.goldens[0]) {
+        g = row_done(&r, settings, NULL, "the ladder declares no goldens file (gates.golden."
+                     "goldens); record them with: gate golden record LADDER");
+        goto out;
+    }
+    if (golden_load(x->c->g.goldens, x->model_sha, &set, &err)) {
+        g = row_done(&r, settings, NULL, err.msg);
+        goto out;
+    }
+    if (set.n_gen != x->c->g.golden_tokens) {
+        snprintf(err.msg, sizeof err.msg, "goldens for %.12s were recorded with %d tokens; the"
+                 " ladder asks for %d (re-record them)", x->model_sha, set.n_gen,
+                 x->c->g.golden_tokens);
+        g = row_done(&r, settings, NULL, err.msg);
+        goto out;
+    }
+    if (golden_run(x->m, &x->mode, &set, x->o->threads, &gr, &err)) {
+        g = row_done(&r, settings, NULL, err.msg);
+        goto out;
+    }
+    for (int i = 0; i < gr.n; i++) {
+        char metric[96];
+        snprintf(metric, sizeof metric, "case %s", gr.c[i].name);
+        check_bool(&r, metric, gr.c[i].pass);
+    }
+    char key[400];
+    snprintf(key, sizeof key, "%d prompts x %d tokens: %s", gr.n, set.n_gen, gr.reason);
+    g = row_done(&r, settings, golden_result_json(&gr), NULL);
+    say(x, "golden", g, key);
+    golden_result_free(&gr);
+    golden_set_free(&set);
+    return g;
+out:
+    say(x, "golden", g, NULL);
+    golden_result_free(&gr);
+    golden_set_free(&set);
+    return g;
+}
+
+static json_t *gate_throughput(struct cell_ctx *x)
+{
+    struct row r;
+    row_init(&r);
+    struct gate_err err = {0};
+    const struct ladder_gates *lg = &x->c->g;
+    struct throughput_config cfg;
+    throughput_config_default(&cfg);
+    cfg.runs = lg->runs;
+    cfg.warmup = lg->warmup;
+    cfg.prompt_tokens = lg->prompt_tokens;
+    cfg.decode_tokens = lg->decode_tokens;
+    cfg.n_threads = x->o->threads;
+    cfg.min_prefill_tps = lg->min_prefill_tps;
+    cfg.min_decode_tps = lg->min_decode_tps;
+    struct throughput_result tr;
+    memset(&tr, 0, sizeof tr);
+    json_t *settings = ladder_gate_settings(lg, "throughput");
+    json_t *g;
+    if (throughput_run(x->l->models[x->c->model].path, &x->mode, &cfg, &tr, &err)) {
+        g = row_done(&r, settings, NULL, err.msg);
+        say(x, "throughput", g, NULL);
+        return g;
+    }
+    check_num(&r, "timed_runs", tr.decode.n, ">=", 3);
+    check_num(&r, "prefill_tps_median", tr.prefill.median, ">=", cfg.min_prefill_tps);
+    check_num(&r, "decode_tps_median", tr.decode.median, ">=", cfg.min_decode_tps);
+    char key[400];
+    snprintf(key, sizeof key, "prefill %.1f tok/s, decode %.1f tok/s (floors %g / %g)%s",
+             tr.prefill.median, tr.decode.median, cfg.min_prefill_tps, cfg.min_decode_tps,
+             tr.prefill.noisy || tr.decode.noisy ? ", noisy (CV > 10%)" : "");
+    g = row_done(&r, settings, throughput_result_json(&tr), NULL);
+    say(x, "throughput", g, key);
+    return g;
+}
+
+static json_t *gate_falsify(struct cell_ctx *x)
+{
+    struct row r;
+    row_init(&r);
+    struct gate_err err = {0};
+    struct falsify_config cfg;
+    falsify_config_default(&cfg);
+    parity_cfg(&x->c->g, &cfg.parity);
+    struct falsify_result fr;
+    memset(&fr, 0, sizeof fr);
+    json_t *settings = ladder_gate_settings(&x->c->g, "falsify");
+    json_t *g;
+    if (falsify_run(x->m, &x->mode, &x->c->g.falsify, NULL, 0, &cfg, x->o->threads, &fr, &err)) {
+        falsify_result_free(&fr);
+        g = row_done(&r, settings, NULL, err.msg);
+        say(x, "falsify", g, NULL);
+        return g;
+    }
+    check_bool(&r, "clean run passes parity", fr.clean.pass);
+    for (int i = 0; i < fr.n; i++) {
+        char metric[160];
+        snprintf(metric, sizeof metric, "%s fired", fr.f[i].name);
+        check_bool(&r, metric, fr.f[i].fired);
+        snprintf(metric, sizeof metric, "%s rejected", fr.f[i].name);
+        check_bool(&r, metric, fr.f[i].rejected);
+    }
+    char key[400];
+    snprintf(key, sizeof key, "%d faults: %s", fr.n, fr.reason);
+    g = row_done(&r, settings, falsify_result_json(&fr), NULL);
+    say(x, "falsify", g, key);
+    falsify_result_free(&fr);
+    return g;
+}
+
+/* A cell whose model or mode cannot even be prepared: every gate is a FAILED row saying why. */
+static json_t *all_failed(struct cell_ctx *x, const char *why)
+{
+    static const char *const gates[] = {"capability", "parity", "golden", "throughput",
+                                        "falsify"};
+    json_t *obj = json_object();
+    for (int i = 0; i < 5; i++) {
+        struct row r;
+        row_init(&r);
+        json_t *g = row_done(&r, ladder_gate_settings(&x->c->g, gates[i]), NULL, why);
+        say(x, gates[i], g, NULL);
+        json_object_set_new(obj, gates[i], g);
+    }
+    return obj;
+}
+
+static void synth_progress(void *ctx, uint64_t done, uint64_t total, int i, int n,
+                           const char *tensor)
+{
+    const struct cell_ctx *x = ctx;
+    (void)tensor;
+    if (x->tty)
+        fprintf(stderr, "\r  synthesizing %-24s [%-30.*s] %3d%%", x->l->models[x->c->model].id,
+                (int)(total ? 30 * done / total : 30), "##############################",
+                (int)(total ? 100 * done / total : 100));
+    else if (i + 1 == n)
+        fprintf(stderr, "  synthesized %s (%d tensors)\n", x->l->models[x->c->model].id, n);
+}
+
+/* Make sure the model file exists (synthesizing it if the ladder says so). */
+static int ensure_model(struct cell_ctx *x, struct gate_err *err)
+{
+    const struct ladder_model *lm = &x->l->models[x->c->model];
+    struct stat st;
+    if (!lm->synth || stat(lm->path, &st) == 0)
+        return 0;
+    struct synth_options so;
+    memset(&so, 0, sizeof so);
+    const struct synth_spec *sp = synth_preset_find(lm->preset);
+    if (!sp)
+        return err_set(err, ERR_INPUT, "model '%s': unknown synth preset '%s'", lm->id,
+                       lm->preset);
+    so.spec = *sp;
+    so.quant = synth_quant_from_name(lm->quant);
+    if (so.quant < 0)
+        return err_set(err, ERR_INPUT, "model '%s': unknown synth quant '%s'", lm->id, lm->quant);
+    so.seed = (uint32_t)lm->seed;
+    so.n_threads = x->o->threads;
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s", lm->path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = '\0';
+        mkdir(dir, 0755);
+    }
+    int rc = synth_write(&so, lm->path, synth_progress, x, err);
+    if (x->tty)
+        fprintf(stderr, "\n");
+    return rc;
+}
+
+static json_t *run_cell(const struct ladder *l, int ci, const struct run_options *o,
+                        const struct identity *id, int *pass)
+{
+    struct cell_ctx x;
+    memset(&x, 0, sizeof x);
+    x.l = l;
+    x.c = &l->cells[ci];
+    x.o = o;
+    x.tty = isatty(2) && !o->json;
+    ladder_cell_name(l, ci, x.name, sizeof x.name);
+    const struct ladder_model *lm = &l->models[x.c->model];
+    char started[32], finished[32];
+    identity_utc_now(started);
+    struct gate_err err = {0};
+    struct model *m = NULL;
+    json_t *gates = NULL;
+    int rc = ensure_model(&x, &err);
+    if (!rc)
+        rc = identity_file_sha256(lm->path, x.model_sha, &err);
+    if (!rc && strcmp(x.model_sha, lm->sha256))
+        rc = err_set(&err, ERR_INPUT, "model '%s' has SHA-256 %s but the ladder pins %s: the"
+                     " file is not the one this ladder gates", lm->id, x.model_sha, lm->sha256);
+    if (!rc)
+        rc = model_load(&m, lm->path, &err);
+    if (!rc && strcmp(model_arch_name(m->hp.arch), lm->arch))
+        rc = err_set(&err, ERR_INPUT, "model '%s' is %s but the ladder says %s", lm->id,
+                     model_arch_name(m->hp.arch), lm->arch);
+    if (!rc)
+        rc = mode_parse(x.c->mode, &x.mode, &err);
+    if (rc) {
+        gates = all_failed(&x, err.msg);
+    } else {
+        x.m = m;
+        gates = json_object();
+        json_object_set_new(gates, "capability", gate_capability(&x));
+        json_object_set_new(gates, "parity", gate_parity(&x));
+        json_object_set_new(gates, "golden", gate_golden(&x));
+        json_object_set_new(gates, "throughput", gate_throughput(&x));
+        json_object_set_new(gates, "falsify", gate_falsify(&x));
+    }
+    model_free(m);
+    /* the verdict: PASS only with at least one gate and every gate PASS */
+    int all = json_object_size(gates) > 0;
+    const char *k;
+    json_t *g;
+    json_object_foreach(gates, k, g) all &= !strcmp(json_string_value(json_object_get(g, "verdict")),
+                                                    "PASS");
+    *pass = all;
+    identity_utc_now(finished);
+    json_t *model_subject = json_pack("{s:s, s:s}", "id", lm->id, "sha256",
+                                      x.model_sha[0] ? x.model_sha : "unknown");
+    if (lm->synth)
+        json_object_set_new(model_subject, "synth",
+                            json_pack("{s:s, s:s, s:I}", "preset", lm->preset, "quant", lm->quant,
+                                      "seed", (json_int_t)lm->seed));
+    else
+        json_object_set_new(model_subject, "path", json_string(lm->path));
+    json_t *env = identity_environment(o->threads);
+    json_object_set_new(env, "host", json_string(l->hosts[x.c->host].id));
+    json_object_set_new(env, "gpu", json_string("none"));
+    json_t *payload = json_pack(
+        "{s:i, s:{s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:{s:o, s:o}, s:o, s:o, s:[], s:s,"
+        " s:s, s:s}",
+        "schema_version", RECEIPT_SCHEMA_VERSION, "ladder", "name", l->name, "version",
+        l->version, "sha256", l->sha256, "path", l->path, "cell", "model", lm->id, "host",
+        l->hosts[x.c->host].id, "mode", x.c->mode, "subject", "model", model_subject, "engine",
+        identity_json(id), "environment", env, "gates", gates, "faults_active", "verdict",
+        all ? "PASS" : "FAIL", "started_at", started, "finished_at", finished);
+    return payload;
+}
+
+/* ---- gate run ------------------------------------------------------------------------------ */
+
+static int host_matches(const struct ladder_host *h, struct gate_err *err)
+{
+    if (!h->gpu)
+        return 0;
+#ifdef GATE_HAVE_CUDA
+    return err_set(err, ERR_ENV, "host '%s' declares GPU '%s'; the device check is done by the"
+                   " CUDA backend, which cannot see a matching device", h->id, h->device_name);
+#else
+    return err_set(err, ERR_ENV, "host '%s' declares GPU '%s' but this build has no CUDA"
+                   " backend: a skipped GPU check is a failure", h->id, h->device_name);
+#endif
+}
+
+int run_ladder(const struct run_options *o)
+{
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    struct store *st = NULL;
+    struct key_pair key;
+    struct identity id;
+    int rc, exit_code = 0, n_run = 0, n_pass = 0;
+    json_t *results = json_array();
+    memset(&key, 0, sizeof key);
+    if ((rc = ladder_load(&l, o->ladder, &err))) {
+        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
+        goto out;
+    }
+    const char *host = o->host ? o->host : getenv("GATE_HOST");
+    if (!host || !*host) {
+        exit_code = cli_fail(2, "run: which host is this? pass --host ID or set GATE_HOST");
+        goto out;
+    }
+    int hi = ladder_find_host(l, host);
+    if (hi < 0) {
+        exit_code = cli_fail(2, "run: host '%s' is not defined in %s", host, o->ladder);
+        goto out;
+    }
+    if ((rc = host_matches(&l->hosts[hi], &err))) {
+        exit_code = cli_fail(err_exit_code(rc), "run: %s", err.msg);
+        goto out;
+    }
+    char keypath[1024];
+    if (o->key)
+        snprintf(keypath, sizeof keypath, "%s", o->key);
+    else if ((rc = key_default_path(host, keypath, sizeof keypath, &err))) {
+        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
+        goto out;
+    }
+    if ((rc = key_load(keypath, &key, &err))) {
+        exit_code = cli_fail(2, "run: %s (make one with: gate key gen --host %s -o %s)", err.msg,
+                             host, keypath);
+        goto out;
+    }
+    int trusted = 0;
+    for (int t = 0; t < l->hosts[hi].n_trust; t++)
+        trusted |= !memcmp(l->hosts[hi].trust[t], key.pk, 32);
+    if (!trusted)
+        fprintf(stderr, "gate: WARNING: key %s is not trusted for host '%s' by this ladder; its"
+                " receipts will be UNTRUSTED at release check\n", key.id, host);
+    if ((rc = identity_get(&id, &err))) {
+        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
+        goto out;
+    }
+    if (id.git_dirty)
+        fprintf(stderr, "gate: WARNING: this binary was built from a tree with uncommitted"
+                " changes; its receipts never count for a release\n");
+    if ((rc = store_open(&st, o->db ? o->db : "receipts.db", &err))) {
+        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
+        goto out;
+    }
+    if (!o->json)
+        fprintf(stderr, "gate run: ladder %s (%s %s), host %s, build %.12s%s\n", o->ladder,
+                l->name, l->version, host, id.git_commit, id.git_dirty ? " (dirty)" : "");
+    for (int i = 0; i < l->n_cells; i++) {
+        char name[256];
+        ladder_cell_name(l, i, name, sizeof name);
+        if (l->cells[i].host != hi || (o->only && fnmatch(o->only, name, 0) != 0))
+            continue;
+        int pass = 0;
+        json_t *payload = run_cell(l, i, o, &id, &pass);
+        int64_t rid = 0;
+        err_clear(&err);
+        if ((rc = store_append(st, payload, &key, &rid, &err))) {
+            fprintf(stderr, "gate: cannot store the receipt of %s: %s\n", name, err.msg);
+            exit_code = 3;
+            pass = 0;
+        }
+        n_run++;
+        n_pass += pass;
+        json_array_append_new(results, json_pack("{s:s, s:s, s:I, s:O}", "cell", name, "verdict",
+                                                 pass ? "PASS" : "FAIL", "receipt",
+                                                 (json_int_t)rid, "gates",
+                                                 json_object_get(payload, "gates")));
+        if (!o->json)
+            fprintf(stderr, "  %-36s => %s (receipt %" PRId64 ")\n", name, pass ? "PASS" : "FAIL",
+                    rid);
+        json_decref(payload);
+    }
+    if (n_run == 0) {
+        exit_code = cli_fail(2, "run: no cell of host '%s'%s%s in %s", host,
+                             o->only ? " matches " : "", o->only ? o->only : "", o->ladder);
+        goto out;
+    }
+    if (o->json) {
+        json_dumpf(results, stdout, JSON_INDENT(2));
+        printf("\n");
+    } else {
+        printf("\n%-40s %s\n", "cell", "verdict  capability parity golden throughput falsify");
+        for (size_t i = 0; i < json_array_size(results); i++) {
+            json_t *r = json_array_get(results, i), *gs = json_object_get(r, "gates");
+            printf("%-40s %-8s", json_string_value(json_object_get(r, "cell")),
+                   json_string_value(json_object_get(r, "verdict")));
+            static const char *const gn[] = {"capability", "parity", "golden", "throughput",
+                                             "falsify"};
+            for (int k = 0; k < 5; k++)
+                printf(" %-*s", (int)strlen(gn[k]),
+                       json_string_value(json_object_get(json_object_get(gs, gn[k]), "verdict")));
+            printf("\n");
+        }
+        printf("%d of %d cells passed\n", n_pass, n_run);
+    }
+    if (!exit_code)
+        exit_code = n_pass == n_run ? 0 : 1;
+out:
+    json_decref(results);
+    store_close(st);
+    key_wipe(&key);
+    ladder_free(l);
+    return exit_code;
+}
