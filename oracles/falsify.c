@@ -12,6 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(sizeof(((struct falsify_fault *)0)->metric) ==
+                   sizeof(((struct parity_result *)0)->reason),
+               "a fault's metric holds parity's reason");
+
 void falsify_config_default(struct falsify_config *c)
 {
     parity_config_default(&c->parity);
@@ -80,7 +84,7 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
             snprintf(ff->metric, sizeof ff->metric, "fault did not fire: no tap differs from"
                      " the clean run");
         else
-            snprintf(ff->metric, sizeof ff->metric, "%s", ff->parity.reason);
+            memcpy(ff->metric, ff->parity.reason, sizeof ff->metric); /* same size, NUL inside */
     }
     if (rc)
         goto done;

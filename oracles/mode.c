@@ -252,13 +252,11 @@ void mode_tokens(uint64_t seed, uint32_t n_vocab, int n, int32_t *out)
 
 /* The conversation: short, plain ASCII, three questions that build on each other. */
 static const struct chat_msg CHAT[] = {
-    {"user", "Name the three primary colours of paint, and say in one sentence why painters"
-             " call them primary."},
-    {"assistant", "Red, yellow and blue: mixed in pairs they give the secondary colours, and"
-                  " no mixture of other paints gives them."},
-    {"user", "Which of the three is usually called the warmest, and which the coolest?"},
-    {"assistant", "Red is usually called the warmest and blue the coolest."},
-    {"user", "Answer with the warmest one in capital letters, nothing else."},
+    {"user", "Name the three primary colours of paint, and say why painters call them primary."},
+    {"assistant", "Red, yellow and blue: no mixture of other paints gives them."},
+    {"user", "Which of the three is called the warmest, and which the coolest?"},
+    {"assistant", "Red is the warmest and blue the coolest."},
+    {"user", "Answer with the warmest one in capitals, nothing else."},
     {"assistant", "RED"},
 };
 #define CHAT_N (int)(sizeof CHAT / sizeof CHAT[0])

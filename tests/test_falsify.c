@@ -95,9 +95,10 @@ Test(falsify, rejected_on_the_chat_path_too)
     struct mode mode = ref_mode("ref.chat");
     struct falsify_result r;
     struct gate_err err = {0};
-    cr_assert_eq(falsify_run(m, &mode, &fs, NULL, 0, &cfg, 2, &r, &err), 0, "%s", err.msg);
+    /* supplied tokens on the chat path: six equal turns (the full conversation is exercised in
+     * test_mode.c; here the point is the fault on a multi-turn cache) */
+    cr_assert_eq(falsify_run(m, &mode, &fs, seq64(), 64, &cfg, 2, &r, &err), 0, "%s", err.msg);
     cr_expect(r.pass, "%s", r.reason);
-    cr_expect_gt(r.clean.n_pos, 64);
     falsify_result_free(&r);
     model_free(m);
 }
@@ -125,14 +126,18 @@ Test(falsify, single_layer_single_position_rejected_or_reported)
     const char *kinds[] = {"wrong_expert:positions=5-6", "dropped_expert:positions=5-6",
                            "uniform_weights:positions=5-6", "skip_qk_norm:positions=5-6"};
     struct fault_set ks = faults_of(kinds, 4);
+    const int asan = getenv("GATE_ASAN") != NULL; /* sanitizer builds run ~10x slower */
+    for (int i = 0; asan && i < 4; i++)
+        ks.f[i].pos_hi = 5;
+    cfg.n_clean = asan ? 1 : 2;
     struct sweep_result s;
     cr_assert_eq(falsify_sweep(m, &mode, &ks, seq64(), 64, &cfg, 2, &s, &err), 0, "%s", err.msg);
-    cr_expect_eq(s.n_clean, 2);
+    cr_expect_eq(s.n_clean, asan ? 1 : 2);
     cr_expect_eq(s.noise_severity, 0.0); /* ref.decode reproduces the judge bit for bit */
     cr_expect(isinf(s.separation));
     for (int i = 0; i < 4; i++) {
         const struct sweep_kind *k = &s.k[i];
-        cr_expect_eq(k->n_injected, 2 * 2, "%s", k->name);
+        cr_expect_eq(k->n_injected, 2 * (asan ? 1 : 2), "%s", k->name);
         cr_expect_eq(k->n_detected + k->n_escaped + k->n_not_fired, k->n_injected);
         cr_expect_eq(k->n_escapes_listed, k->n_escaped);
         cr_expect_eq(k->n_not_fired, 0, "%s", k->name);
@@ -215,8 +220,8 @@ Test(falsify, missing_scope_or_empty_list_is_a_validation_error)
 Test(falsify, loose_threshold_lets_faults_escape_and_the_gate_fails)
 {
     struct model *m = load_case("qwen3moe-tiny-f32");
-    struct fault_set fs;
-    falsify_default_faults(m, &fs);
+    const char *two[] = {"dropped_expert", "skip_qk_norm"};
+    struct fault_set fs = faults_of(two, 2);
     struct falsify_config cfg;
     falsify_config_default(&cfg);
     cfg.parity.min_cosine = 0.0;
