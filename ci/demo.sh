@@ -1,18 +1,34 @@
 #!/usr/bin/env bash
-# The README's demo command: build, then show the engine on a conformance model.
+# The README's demo command: build gate, make a host key if there is none, run the demo ladder
+# (two synthetic models, the reference twin's decode / prefill / chat paths, every gate including
+# falsification) into ./receipts.db, then ask for the release sign-off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-shared=${GATE_SHARED:-../shared}
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc 2>/dev/null || echo 2)" --target gate >/dev/null
-m="$shared/conformance/qwen3moe-tiny-q4_k_m"
-echo "== gate model inspect (head) =="
-build/gate model inspect "$m/model.gguf" | sed -n '1,6p;/^supported/p;/^hparams/p'
-echo "== gate eval: 96 positions in one forward pass =="
-build/gate eval "$m/model.gguf" --tokens "$m/tokens.txt" --logits /tmp/gate-demo-logits.f32
-echo "== gate generate: 32 greedy tokens through the KV cache =="
-head -16 "$m/tokens.txt" > /tmp/gate-demo-prompt.txt
-build/gate generate "$m/model.gguf" --tokens /tmp/gate-demo-prompt.txt --n 32
-echo "(expected, from the exact reference: $(tr '\n' ' ' < "$m/greedy_exact.txt"))"
+gate=build/gate
+key="${GATE_KEY:-$HOME/.config/gate/keys/local.key}"
+if [ ! -f "$key" ]; then
+    "$gate" key gen --host local -o "$key" --pub ladders/demo.pub
+else
+    "$gate" key pub "$key" > ladders/demo.pub
+fi
+echo
+echo "== gate ladder check: the required cells =="
+"$gate" ladder check ladders/demo.yaml
+echo
+echo "== gate run: every cell of host 'local', one signed receipt each =="
+set +e
+"$gate" run ladders/demo.yaml --host local --key "$key" --db receipts.db
+run_rc=$?
+echo
+echo "== gate release check: sign off only if every required cell has a valid PASS receipt =="
+"$gate" release check ladders/demo.yaml --db receipts.db
+rel_rc=$?
+set -e
+echo
+echo "gate run exited $run_rc, gate release check exited $rel_rc."
+echo "Audit any receipt with: $gate receipt show ID --db receipts.db   (gate receipt list --db receipts.db)"
+[ "$run_rc" -eq 0 ] && [ "$rel_rc" -eq 0 ]

@@ -6,6 +6,7 @@
 
 #include "engine/model.h"
 #include "harness/cli.h"
+#include "harness/identity.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
 #include "oracles/golden.h"
@@ -159,7 +160,14 @@ int cmd_golden(int argc, char **argv)
             if (dup)
                 continue;
             struct model *m = NULL;
-            rc = model_load(&m, l->models[mi].path, &err);
+            char sha[65];
+            rc = identity_file_sha256(l->models[mi].path, sha, &err);
+            if (!rc && strcmp(sha, l->models[mi].sha256))
+                rc = err_set(&err, ERR_INPUT, "model '%s' (%s) has SHA-256 %s but the ladder pins"
+                             " %s: not recording goldens for another file", l->models[mi].id,
+                             l->models[mi].path, sha, l->models[mi].sha256);
+            if (!rc)
+                rc = model_load(&m, l->models[mi].path, &err);
             if (!rc)
                 rc = golden_record(c->g.goldens, m, c->g.golden_tokens, threads, &err);
             if (!rc) {

@@ -207,6 +207,12 @@ static enum cell_state decide(const struct cell_acc *a)
 
 int release_check(const char *ladder, const char *db, const char *sign_key)
 {
+    return release_check_to(stdout, ladder, db, sign_key, NULL);
+}
+
+int release_check_to(FILE *out, const char *ladder, const char *db, const char *sign_key,
+                     const struct identity *self)
+{
     struct gate_err err = {0};
     struct ladder *l = NULL;
     struct store *st = NULL;
@@ -218,7 +224,13 @@ int release_check(const char *ladder, const char *db, const char *sign_key)
         exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
         goto out;
     }
-    if ((rc = identity_get(&id, &err)) || (rc = store_open(&st, db, &err))) {
+    if (self)
+        id = *self;
+    else if ((rc = identity_get(&id, &err))) {
+        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
+        goto out;
+    }
+    if ((rc = store_open(&st, db, &err))) {
         exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
         goto out;
     }
@@ -238,7 +250,7 @@ int release_check(const char *ladder, const char *db, const char *sign_key)
         state[i] = decide(&acc[i]);
         n_ok += state[i] == ST_PASS;
     }
-    printf("release %s %s — ladder %s (sha256 %.12s), build %.12s%s, %d receipts in %s\n\n",
+    fprintf(out, "release %s %s — ladder %s (sha256 %.12s), build %.12s%s, %d receipts in %s\n\n",
            l->name, l->version, ladder, l->sha256, id.git_commit, id.git_dirty ? " (dirty)" : "",
            x.n_rows, db);
     /* matrix: models x (host, mode) columns in order of first appearance */
@@ -253,12 +265,12 @@ int release_check(const char *ladder, const char *db, const char *sign_key)
         if (!seen)
             snprintf(cols[n_cols++], sizeof cols[0], "%s", c);
     }
-    printf("%-20s", "model");
+    fprintf(out, "%-20s", "model");
     for (int k = 0; k < n_cols; k++)
-        printf(" %-22s", cols[k]);
-    printf("\n");
+        fprintf(out, " %-22s", cols[k]);
+    fprintf(out, "\n");
     for (int mi = 0; mi < l->n_models; mi++) {
-        printf("%-20s", l->models[mi].id);
+        fprintf(out, "%-20s", l->models[mi].id);
         for (int k = 0; k < n_cols; k++) {
             const char *s = "-";
             for (int i = 0; i < l->n_cells; i++) {
@@ -267,25 +279,25 @@ int release_check(const char *ladder, const char *db, const char *sign_key)
                 if (l->cells[i].model == mi && !strcmp(c, cols[k]))
                     s = STATE[state[i]];
             }
-            printf(" %-22s", s);
+            fprintf(out, " %-22s", s);
         }
-        printf("\n");
+        fprintf(out, "\n");
     }
-    printf("\n");
+    fprintf(out, "\n");
     if (id.git_dirty)
-        printf("note: this gate binary was built from a tree with uncommitted changes; no receipt"
+        fprintf(out, "note: this gate binary was built from a tree with uncommitted changes; no receipt"
                " can count for it. Commit, rebuild, rerun.\n");
     if (n_ok == l->n_cells) {
-        printf("RELEASE OK: all %d required cells PASS for this build\n", l->n_cells);
+        fprintf(out, "RELEASE OK: all %d required cells PASS for this build\n", l->n_cells);
     } else {
-        printf("RELEASE BLOCKED: %d of %d required cells are not PASS\n", l->n_cells - n_ok,
+        fprintf(out, "RELEASE BLOCKED: %d of %d required cells are not PASS\n", l->n_cells - n_ok,
                l->n_cells);
         for (int i = 0; i < l->n_cells; i++) {
             if (state[i] == ST_PASS)
                 continue;
             char name[256];
             ladder_cell_name(l, i, name, sizeof name);
-            printf("  %-40s %-9s %s\n", name, STATE[state[i]],
+            fprintf(out, "  %-40s %-9s %s\n", name, STATE[state[i]],
                    state[i] == ST_MISSING ? "no receipt for this build and model digest"
                                           : acc[i].why);
         }
@@ -323,9 +335,9 @@ int release_check(const char *ladder, const char *db, const char *sign_key)
             exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
             goto out;
         }
-        printf("sign-off written to %s, signed by %s\n", db, signer);
+        fprintf(out, "sign-off written to %s, signed by %s\n", db, signer);
     } else if (sign_key) {
-        printf("not signed: the release is blocked\n");
+        fprintf(out, "not signed: the release is blocked\n");
     }
 out:
     free(acc);

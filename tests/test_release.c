@@ -1,0 +1,403 @@
+/* test_release.c — the release check, one test per state (each asserting the exit code and the
+ * reason printed), a fleet (two hosts, two keys, two databases, export -> import -> check), and
+ * `gate run` end to end through the CLI.
+ *
+ * Receipts for the state tests are built here from the documented payload schema and signed
+ * through the store, and the check judges them against a stand-in clean build identity
+ * (release_check_to's `self`), so the tests do not depend on whether this checkout is dirty.
+ */
+#include <criterion/criterion.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+
+#include "harness/identity.h"
+#include "harness/ladder.h"
+#include "harness/run.h"
+#include "receipts/key.h"
+#include "receipts/store.h"
+#include "tests/support/check.h"
+
+#define MOE_SHA "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560"
+
+static char dir[600];
+static struct key_pair key_a, key_b, key_x;
+static struct identity self;
+
+static const char *path_in(const char *name)
+{
+    static char buf[4][1024];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+/* Ladder: one MoE model, hosts a and b (each trusting its own key), two cells on a, one on b. */
+static void setup(void)
+{
+    /* each test runs in its own process: a fresh folder each */
+    snprintf(dir, sizeof dir, "%s/relXXXXXX", check_tmp_dir());
+    cr_assert(mkdtemp(dir));
+    struct gate_err err = {0};
+    cr_assert_eq(key_generate(path_in("a.key"), "a", &key_a, &err), 0, "%s", err.msg);
+    cr_assert_eq(key_generate(path_in("b.key"), "b", &key_b, &err), 0, "%s", err.msg);
+    cr_assert_eq(key_generate(path_in("x.key"), "a", &key_x, &err), 0, "%s", err.msg);
+    cr_assert_eq(key_write_public(path_in("a.pub"), &key_a, &err), 0, "%s", err.msg);
+    cr_assert_eq(key_write_public(path_in("b.pub"), &key_b, &err), 0, "%s", err.msg);
+    FILE *f = fopen(path_in("ladder.yaml"), "w");
+    cr_assert(f);
+    fprintf(f, "release: {name: rel, version: 1.0.0}\n"
+               "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
+               " sha256: " MOE_SHA ", arch: qwen3moe}\n"
+               "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+               "  b: {device: none, trust: ['file:b.pub']}\n"
+               "modes: [ref.decode, ref.chat]\n"
+               "cells:\n  - {models: [moe], hosts: [a], modes: [ref.decode, ref.chat]}\n"
+               "  - {model: moe, host: b, mode: ref.decode}\n",
+            check_shared_dir());
+    fclose(f);
+    memset(&self, 0, sizeof self);
+    snprintf(self.version, sizeof self.version, "1.0.0");
+    snprintf(self.git_commit, sizeof self.git_commit, "c0ffee0000000000000000000000000000000001");
+    snprintf(self.binary_sha256, sizeof self.binary_sha256, "%064d", 0);
+}
+
+TestSuite(release, .init = setup);
+
+struct fake {
+    const char *commit;  /* NULL: self's */
+    int dirty;
+    const char *sha;     /* NULL: the pinned digest */
+    int fail;            /* 1: one check fails, verdict FAIL */
+    int no_gates;        /* 1: an empty gate list claiming PASS */
+    double min_cosine;   /* 0: the ladder's */
+};
+
+/* Append one receipt for ladder cell ci to db, signed by k. */
+static void add(const char *db, const struct key_pair *k, int ci, struct fake fk)
+{
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_assert_eq(ladder_load(&l, path_in("ladder.yaml"), &err), 0, "%s", err.msg);
+    const struct ladder_cell *c = &l->cells[ci];
+    struct identity id = self;
+    if (fk.commit)
+        snprintf(id.git_commit, sizeof id.git_commit, "%s", fk.commit);
+    id.git_dirty = fk.dirty;
+    json_t *gates = json_object();
+    static const char *const names[] = {"capability", "parity", "golden", "throughput",
+                                        "falsify"};
+    for (int g = 0; !fk.no_gates && g < 5; g++) {
+        struct ladder_gates lg = c->g;
+        if (fk.min_cosine != 0)
+            lg.min_cosine = fk.min_cosine;
+        int pass = !(fk.fail && g == 1);
+        json_t *chk = json_pack("[{s:s, s:f, s:s, s:f, s:b}]", "metric", "min_cosine", "value",
+                                pass ? 0.9999 : 0.42, "op", ">=", "threshold", 0.999, "pass",
+                                pass);
+        json_object_set_new(gates, names[g],
+                            json_pack("{s:s, s:o, s:{}, s:o}", "verdict", pass ? "PASS" : "FAIL",
+                                      "settings", ladder_gate_settings(&lg, names[g]), "metrics",
+                                      "checks", chk));
+    }
+    json_t *p = json_pack("{s:{s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:{s:{s:s, s:s}, s:o},"
+                          " s:{s:s}, s:o, s:s}",
+                          "ladder", "name", l->name, "version", l->version, "sha256", l->sha256,
+                          "cell", "model", l->models[c->model].id, "host", l->hosts[c->host].id,
+                          "mode", c->mode, "subject", "model", "id", l->models[c->model].id,
+                          "sha256", fk.sha ? fk.sha : MOE_SHA, "engine", identity_json(&id),
+                          "environment", "host", l->hosts[c->host].id, "gates", gates, "verdict",
+                          fk.fail ? "FAIL" : "PASS");
+    struct store *st = NULL;
+    cr_assert_eq(store_open(&st, db, &err), 0, "%s", err.msg);
+    int64_t rid;
+    cr_assert_eq(store_append(st, p, k, &rid, &err), 0, "%s", err.msg);
+    store_close(st);
+    json_decref(p);
+    ladder_free(l);
+}
+
+/* Run the check; return its exit code and leave its output in out (malloc'd). */
+static int check_release(const char *db, char **out)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    int rc = release_check_to(f, path_in("ladder.yaml"), db, NULL, &self);
+    fclose(f);
+    *out = buf;
+    return rc;
+}
+
+static void expect(const char *db, int code, const char *needle, const char *needle2)
+{
+    char *out = NULL;
+    int rc = check_release(db, &out);
+    cr_expect_eq(rc, code, "exit %d, expected %d:\n%s", rc, code, out);
+    cr_expect(strstr(out, needle), "output lacks \"%s\":\n%s", needle, out);
+    if (needle2)
+        cr_expect(strstr(out, needle2), "output lacks \"%s\":\n%s", needle2, out);
+    free(out);
+}
+
+static void all_pass(const char *db)
+{
+    add(db, &key_a, 0, (struct fake){0});
+    add(db, &key_a, 1, (struct fake){0});
+    add(db, &key_b, 2, (struct fake){0});
+}
+
+Test(release, all_cells_pass_and_the_release_is_ok)
+{
+    all_pass(path_in("r.db"));
+    expect(path_in("r.db"), 0, "RELEASE OK: all 3 required cells PASS", NULL);
+}
+
+Test(release, a_missing_cell_blocks)
+{
+    add(path_in("r.db"), &key_a, 0, (struct fake){0});
+    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    expect(path_in("r.db"), 1, "moe/a/ref.chat", "MISSING   no receipt for this build");
+}
+
+Test(release, a_receipt_from_an_older_build_is_stale)
+{
+    all_pass(path_in("r.db"));
+    add(path_in("r2.db"), &key_a, 0, (struct fake){.commit = "0123456789"});
+    add(path_in("r2.db"), &key_a, 1, (struct fake){0});
+    add(path_in("r2.db"), &key_b, 2, (struct fake){0});
+    expect(path_in("r2.db"), 1, "STALE", "is for build 0123456789");
+}
+
+Test(release, a_dirty_tree_receipt_never_counts)
+{
+    add(path_in("r.db"), &key_a, 0, (struct fake){.dirty = 1});
+    add(path_in("r.db"), &key_a, 1, (struct fake){0});
+    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    expect(path_in("r.db"), 1, "STALE", "(dirty tree)");
+}
+
+Test(release, another_model_digest_is_stale)
+{
+    add(path_in("r.db"), &key_a, 0,
+        (struct fake){.sha = "ab00000000000000000000000000000000000000000000000000000000000000"});
+    add(path_in("r.db"), &key_a, 1, (struct fake){0});
+    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    expect(path_in("r.db"), 1, "STALE", "is for model digest ab");
+}
+
+Test(release, a_payload_edited_in_the_database_is_tampered)
+{
+    all_pass(path_in("r.db"));
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path_in("r.db"), &db), SQLITE_OK);
+    char *msg = NULL;
+    /* bypass the append-only triggers, then flip a FAIL into the payload */
+    sqlite3_exec(db, "SELECT name FROM sqlite_master", NULL, NULL, NULL);
+    sqlite3_stmt *q;
+    sqlite3_prepare_v2(db, "SELECT name FROM sqlite_master WHERE type='trigger'", -1, &q, NULL);
+    char drops[8][128];
+    int nd = 0;
+    while (sqlite3_step(q) == SQLITE_ROW && nd < 8)
+        snprintf(drops[nd++], 128, "DROP TRIGGER \"%s\"", sqlite3_column_text(q, 0));
+    sqlite3_finalize(q);
+    for (int i = 0; i < nd; i++)
+        cr_assert_eq(sqlite3_exec(db, drops[i], NULL, NULL, &msg), SQLITE_OK, "%s", msg);
+    cr_assert_eq(sqlite3_exec(db, "UPDATE receipts SET payload = replace(payload, '0.99990000000000001',"
+                                  " '0.99999000000000005') WHERE id = 2",
+                              NULL, NULL, &msg),
+                 SQLITE_OK, "%s", msg);
+    cr_assert_eq(sqlite3_changes(db), 1);
+    sqlite3_close(db);
+    expect(path_in("r.db"), 1, "moe/a/ref.chat", "TAMPERED  receipt 2");
+}
+
+Test(release, a_receipt_signed_by_an_untrusted_key_is_untrusted)
+{
+    add(path_in("r.db"), &key_a, 0, (struct fake){0});
+    add(path_in("r.db"), &key_x, 1, (struct fake){0}); /* a key of host "a" the ladder never saw */
+    add(path_in("r.db"), &key_a, 2, (struct fake){0}); /* host a's key signing for host b */
+    expect(path_in("r.db"), 1, "UNTRUSTED", "which the ladder does not trust for host b");
+}
+
+Test(release, a_fail_blocks)
+{
+    add(path_in("r.db"), &key_a, 0, (struct fake){.fail = 1});
+    add(path_in("r.db"), &key_a, 1, (struct fake){0});
+    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    expect(path_in("r.db"), 1, "moe/a/ref.decode", "FAIL      receipt 1 FAILED");
+}
+
+Test(release, pass_then_fail_on_the_same_build_is_flaky)
+{
+    all_pass(path_in("r.db"));
+    add(path_in("r.db"), &key_a, 0, (struct fake){.fail = 1});
+    add(path_in("r.db"), &key_a, 0, (struct fake){0}); /* a rerun never erases the failure */
+    expect(path_in("r.db"), 1, "FLAKY", "moe/a/ref.decode");
+}
+
+Test(release, an_empty_gate_list_claiming_pass_blocks)
+{
+    add(path_in("r.db"), &key_a, 0, (struct fake){.no_gates = 1});
+    add(path_in("r.db"), &key_a, 1, (struct fake){0});
+    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    expect(path_in("r.db"), 1, "TAMPERED", "does not follow from its numbers");
+}
+
+Test(release, a_run_with_looser_settings_cannot_pass_a_strict_ladder)
+{
+    add(path_in("r.db"), &key_a, 0, (struct fake){.min_cosine = 0.5});
+    add(path_in("r.db"), &key_a, 1, (struct fake){0});
+    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    expect(path_in("r.db"), 1, "STALE", "settings other than the ladder's");
+}
+
+Test(release, a_fleet_exports_imports_and_signs_off)
+{
+    struct gate_err err = {0};
+    add(path_in("host-a.db"), &key_a, 0, (struct fake){0});
+    add(path_in("host-a.db"), &key_a, 1, (struct fake){0});
+    add(path_in("host-b.db"), &key_b, 2, (struct fake){0});
+    struct store *a = NULL, *b = NULL, *all = NULL;
+    cr_assert_eq(store_open(&a, path_in("host-a.db"), &err), 0, "%s", err.msg);
+    cr_assert_eq(store_open(&b, path_in("host-b.db"), &err), 0, "%s", err.msg);
+    cr_assert_eq(store_export(a, path_in("a.jsonl"), &err), 0, "%s", err.msg);
+    cr_assert_eq(store_export(b, path_in("b.jsonl"), &err), 0, "%s", err.msg);
+    store_close(a);
+    store_close(b);
+    /* host a alone is not a release */
+    expect(path_in("host-a.db"), 1, "moe/b/ref.decode", "MISSING");
+    cr_assert_eq(store_open(&all, path_in("fleet.db"), &err), 0, "%s", err.msg);
+    int n = 0;
+    cr_assert_eq(store_import(all, path_in("a.jsonl"), &n, &err), 0, "%s", err.msg);
+    cr_expect_eq(n, 2);
+    cr_assert_eq(store_import(all, path_in("b.jsonl"), &n, &err), 0, "%s", err.msg);
+    cr_expect_eq(n, 1);
+    store_close(all);
+    expect(path_in("fleet.db"), 0, "RELEASE OK", NULL);
+    /* sign-off */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    int rc = release_check_to(f, path_in("ladder.yaml"), path_in("fleet.db"), path_in("a.key"),
+                              &self);
+    fclose(f);
+    cr_expect_eq(rc, 0, "%s", buf);
+    cr_expect(strstr(buf, "sign-off written"), "%s", buf);
+    free(buf);
+}
+
+Test(release, an_import_file_with_one_forged_receipt_is_refused_whole)
+{
+    struct gate_err err = {0};
+    all_pass(path_in("src.db"));
+    struct store *s = NULL;
+    cr_assert_eq(store_open(&s, path_in("src.db"), &err), 0, "%s", err.msg);
+    cr_assert_eq(store_export(s, path_in("x.jsonl"), &err), 0, "%s", err.msg);
+    store_close(s);
+    /* forge: change a byte of the second line's base64 payload */
+    size_t n = 0;
+    char *txt = (char *)check_slurp(path_in("x.jsonl"), &n);
+    cr_assert(txt);
+    char *line2 = strchr(txt, '\n') + 1;
+    char *p = strstr(line2, "\"payload\":\"") + 11 + 40;
+    *p = *p == 'A' ? 'B' : 'A';
+    FILE *f = fopen(path_in("forged.jsonl"), "wb");
+    fwrite(txt, 1, n, f);
+    fclose(f);
+    free(txt);
+    struct store *dst = NULL;
+    cr_assert_eq(store_open(&dst, path_in("dst.db"), &err), 0, "%s", err.msg);
+    int k = 0;
+    cr_expect_neq(store_import(dst, path_in("forged.jsonl"), &k, &err), 0);
+    cr_expect(strstr(err.msg, "forged.jsonl:2: receipt refused"), "%s", err.msg);
+    store_close(dst);
+    expect(path_in("dst.db"), 1, "RELEASE BLOCKED: 3 of 3", "MISSING");
+}
+
+/* ---- gate run through the CLI ---------------------------------------------------------------- */
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(release, gate_run_end_to_end_writes_verifiable_receipts, .timeout = 300)
+{
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin, "GATE_BIN is not set");
+    FILE *f = fopen(path_in("run.yaml"), "w");
+    fprintf(f, "release: {name: rel, version: '%s'}\n"
+               "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
+               " sha256: " MOE_SHA ", arch: qwen3moe}\n"
+               "  wrong: {path: %s/conformance/qwen3-dense-tiny-q8_0/model.gguf,"
+               " sha256: " MOE_SHA ", arch: qwen3}\n"
+               "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+               "  gpu: {device: {name: NVIDIA H200}, trust: ['file:a.pub']}\n"
+               "modes: [ref.decode, cuda.decode]\n"
+               "cells:\n  - {model: moe, host: a, mode: ref.decode}\n"
+               "  - {model: wrong, host: a, mode: ref.decode}\n"
+               "  - {model: moe, host: gpu, mode: cuda.decode}\n"
+               "gates:\n  defaults:\n    throughput: {runs: 3, warmup: 0, prompt_tokens: 16,"
+               " decode_tokens: 4}\n    golden: {goldens: goldens.json, tokens: 8}\n"
+               "  overrides:\n    - {match: {model: wrong}, falsify: [skip_qk_norm]}\n",
+            GATE_VERSION, check_shared_dir(), check_shared_dir());
+    fclose(f);
+    char log[1024];
+    snprintf(log, sizeof log, "%s", path_in("run.log"));
+    /* no key: a usage error naming the fix */
+    cr_expect_eq(sh("%s run %s --host a --db %s --key %s >%s 2>&1", bin, path_in("run.yaml"),
+                    path_in("run.db"), path_in("none.key"), log), 2);
+    /* a host that declares a GPU, on a build or machine without one: environment error */
+    cr_expect_eq(sh("%s run %s --host gpu --db %s --key %s >%s 2>&1", bin, path_in("run.yaml"),
+                    path_in("run.db"), path_in("a.key"), log), 3);
+    size_t n;
+    char *txt = (char *)check_slurp(log, &n);
+    cr_expect(txt && strstr(txt, "declares GPU 'NVIDIA H200'"), "%s", txt ? txt : "");
+    free(txt);
+    /* goldens: recorded for moe, refused for "wrong" (its file is not the pinned one) */
+    cr_expect_eq(sh("%s golden record %s >%s 2>&1", bin, path_in("run.yaml"), log), 2);
+    txt = (char *)check_slurp(log, &n);
+    cr_expect(txt && strstr(txt, "not recording goldens for another file"), "%s", txt ? txt : "");
+    free(txt);
+    /* host a, model moe: every gate passes */
+    cr_assert_eq(sh("%s run %s --host a --db %s --key %s --only 'moe/*' >%s 2>&1", bin,
+                    path_in("run.yaml"), path_in("run.db"), path_in("a.key"), log),
+                 0, "see %s", log);
+    txt = (char *)check_slurp(log, &n);
+    static const char *const gates[] = {"capability  PASS", "parity      PASS",
+                                        "golden      PASS", "throughput  PASS",
+                                        "falsify     PASS", "=> PASS (receipt 1)"};
+    for (int i = 0; i < 6; i++)
+        cr_expect(txt && strstr(txt, gates[i]), "no \"%s\" in:\n%s", gates[i], txt ? txt : "");
+    free(txt);
+    /* a model whose bytes are not the pinned ones: every gate a FAILED row naming why */
+    cr_expect_eq(sh("%s run %s --host a --db %s --key %s --only 'wrong/*' >%s 2>&1", bin,
+                    path_in("run.yaml"), path_in("run.db"), path_in("a.key"), log),
+                 1);
+    txt = (char *)check_slurp(log, &n);
+    cr_expect(txt && strstr(txt, "but the ladder pins"), "%s", txt ? txt : "");
+    free(txt);
+    /* every receipt verifies, signature, chain and re-derived verdicts */
+    cr_expect_eq(sh("%s receipt verify --db %s >%s 2>&1", bin, path_in("run.db"), log), 0);
+    /* a FAIL (and the missing gpu cell) never releases */
+    cr_expect_eq(sh("%s release check %s --db %s >%s 2>&1", bin, path_in("run.yaml"),
+                    path_in("run.db"), log),
+                 1);
+    txt = (char *)check_slurp(log, &n);
+    cr_expect(txt && strstr(txt, "moe/gpu/cuda.decode") && strstr(txt, "MISSING"), "%s",
+              txt ? txt : "");
+    free(txt);
+}
