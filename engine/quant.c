@@ -115,19 +115,25 @@ static float bits_f32(uint32_t u)
     return f;
 }
 
+/* Exact fp16 -> float, written without branches so that row conversion vectorizes: the
+ * exponent is rebiased in the bit pattern; subnormals are (2^-14 + m 2^-24) - 2^-14 in float,
+ * which is exact; Inf/NaN get the full exponent with the payload kept. */
+static inline float fp16_to_f32(uint16_t h)
+{
+    const uint32_t shifted_exp = 0x7c00u << 13;
+    uint32_t o = ((uint32_t)h & 0x7fffu) << 13;
+    const uint32_t exp = shifted_exp & o;
+    o += (uint32_t)(127 - 15) << 23;
+    o += -(uint32_t)(exp == shifted_exp) & ((uint32_t)(128 - 16) << 23); /* Inf / NaN */
+    const uint32_t sub = f32_bits(bits_f32(o + (1u << 23)) - bits_f32(113u << 23));
+    const uint32_t is_sub = -(uint32_t)(exp == 0); /* zero or subnormal: all ones */
+    const uint32_t r = (sub & is_sub) | (o & ~is_sub);
+    return bits_f32(r | ((uint32_t)(h & 0x8000) << 16));
+}
+
 float quant_fp16_to_f32(uint16_t h)
 {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f;
-    uint32_t man = h & 0x3ff;
-    if (exp == 0x1f) /* inf / NaN */
-        return bits_f32(sign | 0x7f800000u | (man << 13));
-    if (exp == 0) {
-        /* zero or subnormal: man * 2^-24, exact in float */
-        float v = (float)man * 0x1p-24f;
-        return sign ? -v : v;
-    }
-    return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+    return fp16_to_f32(h);
 }
 
 uint16_t quant_f32_to_fp16(float f)
@@ -193,7 +199,7 @@ void quant_put_scale_min_k4(int j, uint8_t sc, uint8_t m, uint8_t *q)
 }
 
 QUANT_VECTOR_CLONES
-static void dequant_q4_0(const struct block_q4_0 *x, float *y, int64_t nb)
+static void dequant_q4_0(const struct block_q4_0 *restrict x, float *restrict y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
         const float d = quant_fp16_to_f32(x[i].d);
@@ -207,7 +213,7 @@ static void dequant_q4_0(const struct block_q4_0 *x, float *y, int64_t nb)
 }
 
 QUANT_VECTOR_CLONES
-static void dequant_q4_1(const struct block_q4_1 *x, float *y, int64_t nb)
+static void dequant_q4_1(const struct block_q4_1 *restrict x, float *restrict y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
         const float d = quant_fp16_to_f32(x[i].d);
@@ -222,7 +228,7 @@ static void dequant_q4_1(const struct block_q4_1 *x, float *y, int64_t nb)
 }
 
 QUANT_VECTOR_CLONES
-static void dequant_q5_0(const struct block_q5_0 *x, float *y, int64_t nb)
+static void dequant_q5_0(const struct block_q5_0 *restrict x, float *restrict y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
         const float d = quant_fp16_to_f32(x[i].d);
@@ -240,7 +246,7 @@ static void dequant_q5_0(const struct block_q5_0 *x, float *y, int64_t nb)
 }
 
 QUANT_VECTOR_CLONES
-static void dequant_q5_1(const struct block_q5_1 *x, float *y, int64_t nb)
+static void dequant_q5_1(const struct block_q5_1 *restrict x, float *restrict y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
         const float d = quant_fp16_to_f32(x[i].d);
@@ -259,7 +265,14 @@ static void dequant_q5_1(const struct block_q5_1 *x, float *y, int64_t nb)
 }
 
 QUANT_VECTOR_CLONES
-static void dequant_q8_0(const struct block_q8_0 *x, float *y, int64_t nb)
+static void dequant_f16(const uint16_t *restrict x, float *restrict y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = fp16_to_f32(x[i]);
+}
+
+QUANT_VECTOR_CLONES
+static void dequant_q8_0(const struct block_q8_0 *restrict x, float *restrict y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
         const float d = quant_fp16_to_f32(x[i].d);
@@ -269,7 +282,7 @@ static void dequant_q8_0(const struct block_q8_0 *x, float *y, int64_t nb)
 }
 
 QUANT_VECTOR_CLONES
-static void dequant_q4_K(const struct block_q4_K *x, float *y, int64_t nb)
+static void dequant_q4_K(const struct block_q4_K *restrict x, float *restrict y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *q = x[i].qs;
@@ -291,7 +304,7 @@ static void dequant_q4_K(const struct block_q4_K *x, float *y, int64_t nb)
 }
 
 QUANT_VECTOR_CLONES
-static void dequant_q5_K(const struct block_q5_K *x, float *y, int64_t nb)
+static void dequant_q5_K(const struct block_q5_K *restrict x, float *restrict y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *ql = x[i].qs;
@@ -317,7 +330,7 @@ static void dequant_q5_K(const struct block_q5_K *x, float *y, int64_t nb)
 }
 
 QUANT_VECTOR_CLONES
-static void dequant_q6_K(const struct block_q6_K *x, float *y, int64_t nb)
+static void dequant_q6_K(const struct block_q6_K *restrict x, float *restrict y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++) {
         const float d = quant_fp16_to_f32(x[i].d);
@@ -325,22 +338,25 @@ static void dequant_q6_K(const struct block_q6_K *x, float *y, int64_t nb)
         const uint8_t *qh = x[i].qh;
         const int8_t *sc = x[i].scales;
         for (int h = 0; h < 2; h++) { /* two halves of 128 */
-            /* element l + 32j of the half (j = 0..3): low nibble of ql[l + 32(j & 1)], shifted
-             * by 4 for j >= 2, with bits 2j, 2j+1 of qh[l] on top; scale sc[l / 16 + 2j].
-             * Written as one loop per (j, 16-element run) so the compiler vectorizes it; each
-             * value is still (d * scale) * (q - 32), as ggml computes it. */
-            for (int j = 0; j < 4; j++)
-                for (int r = 0; r < 2; r++) {
-                    const float s = d * sc[r + 2 * j];
-                    const uint8_t *lo = ql + 32 * (j & 1) + 16 * r;
-                    const uint8_t *hi = qh + 16 * r;
-                    float *out = y + 32 * j + 16 * r;
-                    const int shift_lo = (j >> 1) * 4, shift_hi = 2 * j;
-                    for (int l = 0; l < 16; l++) {
-                        const int q = ((lo[l] >> shift_lo) & 0x0f) | (((hi[l] >> shift_hi) & 3) << 4);
-                        out[l] = s * (q - 32);
-                    }
-                }
+            /* first the 6-bit values as bytes (vectorizes over 32 lanes): element l + 32j of
+             * the half takes the low or high nibble of ql[l + 32 (j & 1)] and bits 2j, 2j+1 of
+             * qh[l] */
+            int8_t q[128]; /* q - 32, in [-32, 31] */
+            for (int l = 0; l < 32; l++) {
+                q[l] = (int8_t)(((ql[l] & 0x0f) | ((qh[l] & 3) << 4)) - 32);
+                q[l + 32] = (int8_t)(((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                q[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                q[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
+            /* then (d * scale) * (q - 32), one signed scale per 16 elements, as ggml computes */
+            float scale[128]; /* d * scales[e / 16], spelled out per element */
+            for (int g = 0; g < 8; g++) {
+                const float s = d * sc[g];
+                for (int l = 0; l < 16; l++)
+                    scale[16 * g + l] = s;
+            }
+            for (int e = 0; e < 128; e++)
+                y[e] = scale[e] * q[e];
             y += 128;
             ql += 64;
             qh += 32;
@@ -356,12 +372,9 @@ void quant_dequant_row(int type, const void *src, float *dst, int64_t n)
     case QUANT_F32:
         memcpy(dst, src, (size_t)n * sizeof(float));
         return;
-    case QUANT_F16: {
-        const uint16_t *s = src;
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = quant_fp16_to_f32(s[i]);
+    case QUANT_F16:
+        dequant_f16(src, dst, n);
         return;
-    }
     case QUANT_BF16: {
         const uint16_t *s = src;
         for (int64_t i = 0; i < n; i++)
