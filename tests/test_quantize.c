@@ -215,7 +215,7 @@ static void rmse_table(const char *what, const float *x, int64_t n)
 
 Test(quantize, beats_naive_and_near_exhaustive_on_gaussian_rows)
 {
-    const int64_t n = asan() ? 8 * QK_K : 256 * QK_K;
+    const int64_t n = asan() ? 48 * QK_K : 256 * QK_K;
     float *x = gaussian_rows(n);
     rmse_table("gaussian", x, n);
     free(x);
@@ -223,7 +223,7 @@ Test(quantize, beats_naive_and_near_exhaustive_on_gaussian_rows)
 
 Test(quantize, beats_naive_and_near_exhaustive_on_synthetic_weights)
 {
-    const int64_t n = asan() ? 8 * QK_K : 256 * QK_K;
+    const int64_t n = asan() ? 48 * QK_K : 256 * QK_K;
     float *x = synthetic_weights(n);
     rmse_table("synthetic", x, n);
     free(x);
@@ -232,7 +232,7 @@ Test(quantize, beats_naive_and_near_exhaustive_on_synthetic_weights)
 Test(quantize, absolute_rmse_on_unit_gaussian_is_what_the_docs_state)
 {
     /* docs/synth.md quotes these; a regression in the quantizer moves them */
-    const int64_t n = asan() ? 8 * QK_K : 256 * QK_K;
+    const int64_t n = asan() ? 48 * QK_K : 256 * QK_K;
     float *x = gaussian_rows(n);
     const struct {
         int type;
