@@ -7,6 +7,7 @@
 #include "harness/cli.h"
 #include "harness/cmd_oracle.h"
 #include "harness/cmd_receipt.h"
+#include "harness/cmd_tokenize.h"
 
 struct command {
     const char *name;
@@ -18,6 +19,8 @@ static const struct command COMMANDS[] = {
     {"model", cmd_model, "model (inspect MODEL.gguf | synth ...)   inspect or synthesize a model"},
     {"eval", cmd_eval, "eval MODEL.gguf --tokens FILE --logits OUT.f32   logits of all positions"},
     {"generate", cmd_generate, "generate MODEL.gguf (--prompt TEXT | --tokens FILE)   greedy decode"},
+    {"tokenize", cmd_tokenize, "tokenize MODEL.gguf (--text T | --text-file F)   ids and pieces"},
+    {"detokenize", cmd_detokenize, "detokenize MODEL.gguf (--ids \"1 2\" | --ids-file F)   bytes"},
     {"bench", cmd_bench, "bench MODEL.gguf [--backend ref]   prefill / decode tokens per second"},
     {"ladder", cmd_ladder, "ladder check LADDER.yaml   validate a ladder, print its required cells"},
     {"run", cmd_run, "run LADDER.yaml --host ID   run this host's cells, one signed receipt each"},
