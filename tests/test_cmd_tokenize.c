@@ -1,8 +1,9 @@
 /* test_cmd_tokenize.c — `gate tokenize` / `gate detokenize` through the binary ($GATE_BIN).
  *
  * The model is a vocabulary-only GGUF (the real Qwen3 tokenizer.json imported with
- * vocab_import_hf, no tensors at all), written once by the runner before the tests start
- * (ReportHook PRE_ALL; its path travels in $GATE_TOKCMD_DIR to the test processes). Covered: the
+ * vocab_import_hf, no tensors at all), written once into the runner's check_tmp_dir() before
+ * the tests start (ReportHook PRE_ALL; the folder travels in $GATE_TOKCMD_DIR to the test
+ * processes, which keep their files in subfolders of it; POST_ALL removes it all). Covered: the
  * HF-tokenizers table of tests/data/tokenizer_expected.json in the three output forms, special
  * tokens on and off, raw bytes (NUL, invalid UTF-8) from a file, exact bytes out of detokenize,
  * a round trip over 1,000 seeded random NFC-stable strings (every string through the helpers the
@@ -84,12 +85,7 @@ done:
 ReportHook(PRE_ALL)(struct criterion_test_set *set)
 {
     (void)set;
-    const char *t = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/gate-tokcmd-XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(g_dir)) {
-        g_dir[0] = '\0';
-        return;
-    }
+    snprintf(g_dir, sizeof g_dir, "%s", check_tmp_dir()); /* the runner's scratch folder */
     if (write_fixtures() == 0)
         setenv("GATE_TOKCMD_DIR", g_dir, 1);
 }
@@ -117,13 +113,27 @@ static const char *fixture(const char *name)
     return buf[k];
 }
 
+/* This test process's scratch folder: inside the fixture folder, so the runner's POST_ALL hook
+ * removes it with everything else. */
+static const char *scratch_dir(void)
+{
+    static char dir[560];
+    if (!dir[0]) {
+        const char *d = getenv("GATE_TOKCMD_DIR");
+        cr_assert(d, "the fixtures were not written (see the runner's stderr)");
+        snprintf(dir, sizeof dir, "%s/t-XXXXXX", d);
+        cr_assert_not_null(mkdtemp(dir), "cannot create a scratch folder in %s", d);
+    }
+    return dir;
+}
+
 /* A path in this test process's scratch folder (static buffer, four in rotation). */
 static const char *scratch(const char *name)
 {
     static char buf[4][700];
     static int k;
     k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", check_tmp_dir(), name);
+    snprintf(buf[k], sizeof buf[k], "%s/%s", scratch_dir(), name);
     return buf[k];
 }
 
@@ -809,7 +819,7 @@ Test(cmd_tokenize, round_trip_of_1000_random_nfc_stable_strings, .timeout = 120)
     char *cmd = NULL;
     size_t clen = 0;
     m = open_memstream(&cmd, &clen);
-    fprintf(m, "cd '%s' && '%s' tokenize '%s'%s --ids >ids.txt 2>err.txt", check_tmp_dir(),
+    fprintf(m, "cd '%s' && '%s' tokenize '%s'%s --ids >ids.txt 2>err.txt", scratch_dir(),
             gate_bin(), v, args);
     fclose(m);
     int st = system(cmd);
