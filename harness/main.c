@@ -1,6 +1,7 @@
 /* main.c — the `gate` binary: dispatches to the subcommands (harness/cli.h and the cmd_*.h
  * headers). Every subcommand takes --help and returns the exit codes of DESIGN.md settled
  * question 6. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,6 +43,10 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+    /* A full disk or a file-size limit must become an error status (EFBIG / ENOSPC from write),
+     * reported with a FAILED row or exit 3 — never a process killed by SIGXFSZ. */
+    signal(SIGXFSZ, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return 2;

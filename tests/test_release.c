@@ -390,6 +390,28 @@ Test(release, gate_run_end_to_end_writes_verifiable_receipts, .timeout = 300)
     txt = (char *)check_slurp(log, &n);
     cr_expect(txt && strstr(txt, "but the ladder pins"), "%s", txt ? txt : "");
     free(txt);
+    /* two gate run processes writing the same database at once both succeed (busy timeout) */
+    char yaml[1024], db[1024], key[1024];
+    snprintf(yaml, sizeof yaml, "%s", path_in("run.yaml"));
+    snprintf(db, sizeof db, "%s", path_in("run.db"));
+    snprintf(key, sizeof key, "%s", path_in("a.key"));
+    cr_expect_eq(sh("(%s run %s --host a --db %s --key %s --only 'moe/*' >%s.1 2>&1 & "
+                    "%s run %s --host a --db %s --key %s --only 'moe/*' >%s.2 2>&1; r2=$?; "
+                    "wait $!; r1=$?; test $r1 = 0 && test $r2 = 0)",
+                    bin, yaml, db, key, log, bin, yaml, db, key, log),
+                 0, "concurrent runs into one database: see %s.1 and %s.2", log, log);
+    /* a full disk (here: a file-size limit) is exit 3 with a message, never a crash, and the
+     * database keeps every receipt written before */
+    char big[1024];
+    snprintf(big, sizeof big, "%s", path_in("full.db"));
+    cr_expect_eq(sh("cp %s %s && (ulimit -f 64; %s run %s --host a --db %s --key %s --only 'moe/*'"
+                    " >%s 2>&1)", db, big, bin, yaml, big, key, log),
+                 3, "a run that cannot write its receipt must exit 3; see %s", log);
+    txt = (char *)check_slurp(log, &n);
+    cr_expect(txt && strstr(txt, "cannot store the receipt"), "%s", txt ? txt : "");
+    free(txt);
+    cr_expect_eq(sh("%s receipt verify --db %s >%s 2>&1", bin, big, log), 0,
+                 "the database must survive the failed write intact; see %s", log);
     /* every receipt verifies, signature, chain and re-derived verdicts */
     cr_expect_eq(sh("%s receipt verify --db %s >%s 2>&1", bin, path_in("run.db"), log), 0);
     /* a FAIL (and the missing gpu cell) never releases */
