@@ -11,6 +11,8 @@
 #include "harness/run.h"
 
 #include <fnmatch.h>
+#include <pthread.h>
+#include <time.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -34,6 +36,79 @@
 #include "receipts/key.h"
 #include "receipts/receipt.h"
 #include "receipts/store.h"
+
+/* ---- live progress ------------------------------------------------------------------------- */
+
+/* On a terminal, a line that shows which gate of which cell is running and for how long,
+ * redrawn every quarter second until the gate finishes (a parity run on a large model on a CPU
+ * host takes minutes; silence would read as a hang). Off the terminal nothing is drawn. */
+static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER; /* one writer on stderr at a time */
+
+struct ticker {
+    pthread_t tid;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop, running;
+    char what[320];
+    struct timespec t0;
+};
+
+static double since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+static void *ticker_main(void *arg)
+{
+    struct ticker *tk = arg;
+    static const char spin[] = "|/-\\";
+    pthread_mutex_lock(&tk->mu);
+    for (int i = 0; !tk->stop; i++) {
+        pthread_mutex_lock(&out_mu);
+        fprintf(stderr, "\r  %s %c %.1f s\033[K", tk->what, spin[i % 4], since(&tk->t0));
+        pthread_mutex_unlock(&out_mu);
+        struct timespec wake;
+        clock_gettime(CLOCK_REALTIME, &wake);
+        wake.tv_nsec += 250000000;
+        if (wake.tv_nsec >= 1000000000) {
+            wake.tv_sec++;
+            wake.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&tk->cv, &tk->mu, &wake);
+    }
+    pthread_mutex_lock(&out_mu);
+    fprintf(stderr, "\r\033[K");
+    pthread_mutex_unlock(&out_mu);
+    pthread_mutex_unlock(&tk->mu);
+    return NULL;
+}
+
+static void ticker_start(struct ticker *tk, int tty, const char *cell, const char *gate)
+{
+    memset(tk, 0, sizeof *tk);
+    if (!tty)
+        return;
+    snprintf(tk->what, sizeof tk->what, "%-36s %-11s running", cell, gate);
+    clock_gettime(CLOCK_MONOTONIC, &tk->t0);
+    pthread_mutex_init(&tk->mu, NULL);
+    pthread_cond_init(&tk->cv, NULL);
+    tk->running = pthread_create(&tk->tid, NULL, ticker_main, tk) == 0;
+}
+
+static void ticker_stop(struct ticker *tk)
+{
+    if (!tk->running)
+        return;
+    pthread_mutex_lock(&tk->mu);
+    tk->stop = 1;
+    pthread_cond_signal(&tk->cv);
+    pthread_mutex_unlock(&tk->mu);
+    pthread_join(tk->tid, NULL);
+    pthread_mutex_destroy(&tk->mu);
+    pthread_cond_destroy(&tk->cv);
+}
 
 /* ---- gate rows ----------------------------------------------------------------------------- */
 
@@ -120,8 +195,10 @@ static void say(const struct cell_ctx *x, const char *gate, const json_t *g, con
         return;
     const char *v = json_string_value(json_object_get(g, "verdict"));
     const char *e = json_string_value(json_object_get(g, "error"));
-    fprintf(stderr, "  %-36s %-11s %-6s %s\n", x->name, gate, v ? v : "?",
-            e ? e : (key ? key : ""));
+    pthread_mutex_lock(&out_mu);
+    fprintf(stderr, "%s  %-36s %-11s %-6s %s\n", x->tty ? "\r\033[K" : "", x->name, gate,
+            v ? v : "?", e ? e : (key ? key : ""));
+    pthread_mutex_unlock(&out_mu);
 }
 
 static json_t *gate_capability(struct cell_ctx *x)
@@ -407,11 +484,17 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     } else {
         x.m = m;
         gates = json_object();
-        json_object_set_new(gates, "capability", gate_capability(&x));
-        json_object_set_new(gates, "parity", gate_parity(&x));
-        json_object_set_new(gates, "golden", gate_golden(&x));
-        json_object_set_new(gates, "throughput", gate_throughput(&x));
-        json_object_set_new(gates, "falsify", gate_falsify(&x));
+        static const char *const names[] = {"capability", "parity", "golden", "throughput",
+                                            "falsify"};
+        json_t *(*const fns[])(struct cell_ctx *) = {gate_capability, gate_parity, gate_golden,
+                                                     gate_throughput, gate_falsify};
+        for (int gi = 0; gi < 5; gi++) {
+            struct ticker tk;
+            ticker_start(&tk, x.tty, x.name, names[gi]);
+            json_t *row = fns[gi](&x);
+            ticker_stop(&tk);
+            json_object_set_new(gates, names[gi], row);
+        }
     }
     model_free(m);
     /* the verdict: PASS only with at least one gate and every gate PASS */
