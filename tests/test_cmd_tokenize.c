@@ -28,8 +28,8 @@
 #include "engine/vocab.h"
 #include "harness/cmd_tokenize.h"
 #include "tests/support/check.h"
+#include "tests/support/tokcases.h"
 
-#define EXPECTED GATE_SOURCE_DIR "/tests/data/tokenizer_expected.json"
 
 static double now_s(void)
 {
@@ -189,33 +189,6 @@ static void spit(const char *path, const void *data, size_t n)
     cr_assert_eq(fclose(f), 0);
 }
 
-/* Bytes of a hex string; malloc'd (never NULL), *n set (the reading of test_tokenizer.c). */
-static char *unhex(const char *h, size_t *n)
-{
-    size_t l = strlen(h) / 2;
-    char *p = malloc(l + 1);
-    cr_assert_not_null(p);
-    for (size_t i = 0; i < l; i++) {
-        unsigned v;
-        cr_assert_eq(sscanf(h + 2 * i, "%2x", &v), 1);
-        p[i] = (char)v;
-    }
-    p[l] = '\0';
-    *n = l;
-    return p;
-}
-
-static json_t *load_cases(void)
-{
-    json_error_t jerr;
-    json_t *root = json_load_file(EXPECTED, JSON_ALLOW_NUL, &jerr);
-    cr_assert_not_null(root, "%s: %s (line %d)", EXPECTED, jerr.text, jerr.line);
-    json_t *cases = json_object_get(root, "cases");
-    cr_assert(json_is_array(cases) && json_array_size(cases) >= 40);
-    json_incref(cases);
-    json_decref(root);
-    return cases;
-}
 
 /* The next line of *p (NUL-terminated copy in line[cap]); 0 at the end. */
 static int next_line(const char **p, char *line, size_t cap)
@@ -309,14 +282,14 @@ struct table {
 
 static struct table write_table(void)
 {
-    struct table tb = {load_cases(), 0, NULL};
+    struct table tb = {tokcases_load(), 0, NULL};
     tb.n = json_array_size(tb.cases);
     tb.files = calloc(tb.n, sizeof *tb.files);
     cr_assert_not_null(tb.files);
     for (size_t i = 0; i < tb.n; i++) {
         size_t len;
         char *text =
-            unhex(json_string_value(json_object_get(json_array_get(tb.cases, i), "hex")), &len);
+            tokcases_unhex(json_string_value(json_object_get(json_array_get(tb.cases, i), "hex")), &len);
         char name[32];
         snprintf(name, sizeof name, "case%03zu.txt", i);
         tb.files[i] = strdup(scratch(name));
@@ -440,7 +413,7 @@ Test(cmd_tokenize, json_output_has_hf_ids_and_the_exact_piece_bytes, .timeout = 
                 cr_expect(json_is_string(json_object_get(tk, "piece")));
                 cr_expect(json_is_string(json_object_get(tk, "type")));
                 size_t bl;
-                char *b = unhex(json_string_value(json_object_get(tk, "hex")), &bl);
+                char *b = tokcases_unhex(json_string_value(json_object_get(tk, "hex")), &bl);
                 fwrite(b, 1, bl, m);
                 free(b);
             }
@@ -643,7 +616,7 @@ Test(cmd_detokenize, gives_exact_bytes_even_for_a_split_character)
             continue;
         found = 1;
         size_t bl, n;
-        char *bytes = unhex(json_string_value(json_object_get(tk, "hex")), &bl);
+        char *bytes = tokcases_unhex(json_string_value(json_object_get(tk, "hex")), &bl);
         cr_assert_eq(gate(scratch("one"), scratch("err"), "detokenize '%s' --ids '%d'", v,
                           (int)json_integer_value(json_object_get(tk, "id"))),
                      0);
@@ -921,7 +894,7 @@ Test(cmd_tokenize, errors_exit_2_and_name_what_is_wrong)
     expect_exit(2, "-1", "detokenize '%s' --ids '-1'", v);
     expect_exit(2, "'12a'", "detokenize '%s' --ids '1 12a'", v);
     expect_exit(2, "'99999999999'", "detokenize '%s' --ids '99999999999'", v);
-    expect_exit(2, "bad magic", "tokenize '%s' --text hi", EXPECTED);
+    expect_exit(2, "bad magic", "tokenize '%s' --text hi", TOKCASES_PATH);
     expect_exit(2, NULL, "tokenize '%s'", v);                        /* no text */
     expect_exit(2, NULL, "tokenize '%s' --text a --ids --json", v);  /* two forms */
     expect_exit(2, NULL, "tokenize '%s' --text", v);                 /* no value */

@@ -19,8 +19,8 @@
 #include "engine/tokenizer.h"
 #include "engine/vocab.h"
 #include "tests/support/check.h"
+#include "tests/support/tokcases.h"
 
-#define EXPECTED GATE_SOURCE_DIR "/tests/data/tokenizer_expected.json"
 
 static double now_s(void)
 {
@@ -79,33 +79,6 @@ static struct tok *load_real(double *seconds)
     return t;
 }
 
-/* Bytes of a hex string; malloc'd (never NULL), *n set. */
-static char *unhex(const char *h, size_t *n)
-{
-    size_t l = strlen(h) / 2;
-    char *p = malloc(l + 1);
-    cr_assert_not_null(p);
-    for (size_t i = 0; i < l; i++) {
-        unsigned v;
-        cr_assert_eq(sscanf(h + 2 * i, "%2x", &v), 1);
-        p[i] = (char)v;
-    }
-    p[l] = '\0';
-    *n = l;
-    return p;
-}
-
-static json_t *load_cases(void)
-{
-    json_error_t jerr;
-    json_t *root = json_load_file(EXPECTED, JSON_ALLOW_NUL, &jerr);
-    cr_assert_not_null(root, "%s: %s (line %d)", EXPECTED, jerr.text, jerr.line);
-    json_t *cases = json_object_get(root, "cases");
-    cr_assert(json_is_array(cases) && json_array_size(cases) >= 40);
-    json_incref(cases);
-    json_decref(root);
-    return cases;
-}
 
 Test(tokenizer, loads_real_vocabulary_metadata_only_and_fast)
 {
@@ -135,7 +108,7 @@ Test(tokenizer, loads_real_vocabulary_metadata_only_and_fast)
 Test(tokenizer, matches_hf_tokenizers_on_every_expected_string)
 {
     struct tok *t = load_real(NULL);
-    json_t *cases = load_cases();
+    json_t *cases = tokcases_load();
     size_t i, n_pass = 0, n = json_array_size(cases);
     json_t *c;
     json_array_foreach(cases, i, c)
@@ -143,7 +116,7 @@ Test(tokenizer, matches_hf_tokenizers_on_every_expected_string)
         const char *name = json_string_value(json_object_get(c, "name"));
         json_t *want = json_object_get(c, "ids");
         size_t len;
-        char *text = unhex(json_string_value(json_object_get(c, "hex")), &len);
+        char *text = tokcases_unhex(json_string_value(json_object_get(c, "hex")), &len);
         struct gate_err err = {0};
         int32_t *ids = NULL;
         int n_ids = 0;
@@ -176,14 +149,14 @@ Test(tokenizer, matches_hf_tokenizers_on_every_expected_string)
 Test(tokenizer, decode_of_encode_gives_the_text_back)
 {
     struct tok *t = load_real(NULL);
-    json_t *cases = load_cases();
+    json_t *cases = tokcases_load();
     size_t i, n_rt = 0;
     json_t *c;
     json_array_foreach(cases, i, c)
     {
         const char *name = json_string_value(json_object_get(c, "name"));
         size_t len, out_len = 0;
-        char *text = unhex(json_string_value(json_object_get(c, "hex")), &len);
+        char *text = tokcases_unhex(json_string_value(json_object_get(c, "hex")), &len);
         struct gate_err err = {0};
         int32_t *ids = NULL;
         char *out = NULL;
