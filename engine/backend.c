@@ -3,10 +3,21 @@
 
 #include "backend.h"
 
+#ifdef GATE_HAVE_CUDA
+extern const struct backend_ops backend_cuda_ops; /* kernels/cuda_backend.cu */
+#define CUDA_KNOWN ", cuda"
+#else
+#define CUDA_KNOWN ""
+#endif
+
 const struct backend_ops *backend_find(const char *name)
 {
     if (!strcmp(name, "ref"))
         return &backend_ref_ops;
+#ifdef GATE_HAVE_CUDA
+    if (!strcmp(name, "cuda"))
+        return &backend_cuda_ops;
+#endif
     return NULL;
 }
 
@@ -17,7 +28,7 @@ int backend_open(struct backend **out, const char *name, const struct model *m,
     const struct backend_ops *ops = backend_find(name);
     if (!ops)
         return err_set(err, ERR_INPUT, "backend '%s' is not available in this build (known:"
-                       " ref%s)", name, "");
+                       " ref%s)", name, CUDA_KNOWN);
     return ops->open(out, m, cfg, err);
 }
 

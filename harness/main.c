@@ -8,6 +8,7 @@
 #include "harness/cli.h"
 #include "harness/cmd_oracle.h"
 #include "harness/cmd_receipt.h"
+#include "harness/selftest.h"
 #include "harness/cmd_tokenize.h"
 
 struct command {
@@ -29,6 +30,7 @@ static const struct command COMMANDS[] = {
     {"golden", cmd_golden, "golden record LADDER.yaml   record goldens from the reference twin"},
     {"parity", cmd_parity, "parity MODEL.gguf --mode MODE   judge a mode against the reference"},
     {"falsify", cmd_falsify, "falsify MODEL.gguf --mode MODE --fault KIND   prove the oracle bites"},
+    {"selftest", cmd_selftest, "selftest [--kernels-only] [--model M.gguf]   CUDA kernels vs twins, cuda.* vs ref"},
     {"key", cmd_key, "key gen --host ID [-o FILE]   make a host signing key"},
     {"receipt", cmd_receipt, "receipt (list | show ID | verify | export | import)   audit receipts"},
 };

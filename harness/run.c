@@ -9,6 +9,9 @@
  * Start reading: run_cell().
  */
 #include "harness/run.h"
+#ifdef GATE_HAVE_CUDA
+#include "kernels/k_test.h"
+#endif
 
 #include <fnmatch.h>
 #include <pthread.h>
@@ -534,8 +537,22 @@ static int host_matches(const struct ladder_host *h, struct gate_err *err)
     if (!h->gpu)
         return 0;
 #ifdef GATE_HAVE_CUDA
-    return err_set(err, ERR_ENV, "host '%s' declares GPU '%s'; the device check is done by the"
-                   " CUDA backend, which cannot see a matching device", h->id, h->device_name);
+    struct k_device_desc d;
+    if (k_device_describe(&d, err))
+        return err_set(err, ERR_ENV, "host '%s' declares GPU '%s' but none is usable",
+                       h->id, h->device_name);
+    char cc[16];
+    snprintf(cc, sizeof cc, "%d.%d", d.cc_major, d.cc_minor);
+    if (strcmp(d.name, h->device_name))
+        return err_set(err, ERR_ENV, "host '%s' declares GPU '%s' but the device is '%s'",
+                       h->id, h->device_name, d.name);
+    if (h->compute_capability[0] && strcmp(cc, h->compute_capability))
+        return err_set(err, ERR_ENV, "host '%s' declares compute capability %s but '%s' is %s",
+                       h->id, h->compute_capability, d.name, cc);
+    if (d.total_gib < h->min_memory_gib)
+        return err_set(err, ERR_ENV, "host '%s' declares at least %.1f GiB but '%s' has %.1f GiB",
+                       h->id, h->min_memory_gib, d.name, d.total_gib);
+    return 0;
 #else
     return err_set(err, ERR_ENV, "host '%s' declares GPU '%s' but this build has no CUDA"
                    " backend: a skipped GPU check is a failure", h->id, h->device_name);

@@ -1,0 +1,666 @@
+/* cuda_backend.cu — the CUDA backend: a device-resident Qwen3 / Qwen3-MoE model behind
+ * engine/backend.h (backend "cuda", modes cuda.decode / cuda.prefill / cuda.chat).
+ *
+ * Invariants:
+ * - every weight is uploaded once at open, in its GGUF block format (no dequantized copies;
+ *   norms, which are vectors, are the exception: FP32 like the twin's); expert e of a 3-D expert
+ *   tensor is read in place at base + e * stride;
+ * - the KV cache lives on the device (FP16 by default; GATE_CUDA_KV=f32 selects FP32);
+ * - memory is planned before anything is allocated: weights + KV + workspace against
+ *   cudaMemGetInfo, refusing with the numbers;
+ * - inside a forward call nothing synchronizes with the host until the logits are copied back
+ *   (taps, only when asked, copy per layer); the MoE expert ids never leave the device;
+ * - every CUDA / cuBLAS call is checked into a status naming the call, file:line and the error;
+ *   there is no CPU fallback: a failure is a failed forward, reported as such;
+ * - faults are read live from cfg->faults at every forward call (falsify rewrites the set
+ *   between runs of one backend) and applied on the device at the same points as the twin;
+ * - info.kernel_launches counts every kernel and cuBLAS call, info.device_bytes every byte
+ *   moved between host and device (weights at open, tokens, logits, taps).
+ * CPU twin of the whole step: engine/ref.c ref_forward_chunk(); of each kernel: k_ops.cuh.
+ * Prefill: a chunk of >= GEMM_MIN_TOKENS tokens runs its dense projections through cuBLAS
+ * (k_prefill.cu); shorter chunks (decode) use the GEMV kernels.
+ * Start reading: forward_chunk().
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend.h"
+#include "engine/detmath.h"
+#include "kernels/k_ops.cuh"
+
+#define GEMM_MIN_TOKENS 8       /* chunks this long use the cuBLAS projections */
+#define MAX_BATCH 512           /* tokens per device chunk; longer runs are chunked */
+#define TILE_ELEMS (16u << 20)  /* dequantized weight tile: 16 Mi elements (32 MiB) */
+#define BLAS_RESERVE (96ull << 20) /* cuBLAS handle + its workspace, and the context's slack */
+#define ALIGN 256
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+#ifdef __CUDA_ARCH_LIST__
+#define ARCH_LIST STR(__CUDA_ARCH_LIST__)
+#else
+#define ARCH_LIST "?"
+#endif
+
+struct dlayer {
+    struct k_weight wq, wk, wv, wo;
+    struct k_weight ffn_gate, ffn_up, ffn_down;      /* qwen3 */
+    struct k_weight gate_inp, gate_exps, up_exps, down_exps; /* qwen3moe */
+    int fused; /* gate and up share type and shape: one SwiGLU GEMV */
+};
+
+struct cuda_be {
+    struct backend base; /* first: a struct cuda_be * is a struct backend * */
+    const struct model *m;
+    const struct fault_set *faults; /* borrowed, read at every forward */
+    const struct backend_taps *taps;
+    int tap_n, tap_off;
+    struct backend_info info;
+    struct k_stream ks;
+    struct k_gemm_ws gws;
+    int n_batch, kv_f32;
+    int64_t E, qd, kvd, F, X, K, V;
+    uint8_t *wmem, *kvmem, *work; /* the three device allocations */
+    struct dlayer *L;             /* n_layer, host array of device views */
+    struct k_weight tok_embd, output;
+    float *attn_norm, *ffn_norm, *q_norm, *k_norm, *out_norm; /* (L,E) (L,E) (L,hd) (L,hd) (E) */
+    float *rope_cos, *rope_sin;                                 /* (n_ctx, hd/2) */
+    size_t kv_layer_bytes;                                      /* one layer of K (or V) */
+    int32_t *tokens, *sel, *argmax;
+    float *x, *xb, *q, *k, *v, *att, *ffa, *ffb, *router, *selw, *kth, *k1th, *moe_y, *logits;
+};
+
+/* ---- memory plan ----------------------------------------------------------------------------- */
+
+static size_t align_up(size_t n)
+{
+    return (n + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+static double gib(uint64_t b)
+{
+    return (double)b / (double)(1ull << 30);
+}
+
+/* Carve n bytes from a bump allocator over one allocation (base NULL: only count). */
+static void *carve(uint8_t *base, size_t *at, size_t n)
+{
+    void *p = base ? base + *at : NULL;
+    *at += align_up(n ? n : 1);
+    return p;
+}
+
+static const struct model_weight *layer_weights(const struct model *m, int il, int *count,
+                                                const struct model_weight **out)
+{
+    const struct model_layer *ly = &m->layers[il];
+    int n = 0;
+    out[n++] = &ly->wq;
+    out[n++] = &ly->wk;
+    out[n++] = &ly->wv;
+    out[n++] = &ly->wo;
+    if (m->hp.arch == ARCH_QWEN3) {
+        out[n++] = &ly->ffn_gate;
+        out[n++] = &ly->ffn_up;
+        out[n++] = &ly->ffn_down;
+    } else {
+        out[n++] = &ly->gate_inp;
+        out[n++] = &ly->gate_exps;
+        out[n++] = &ly->up_exps;
+        out[n++] = &ly->down_exps;
+    }
+    *count = n;
+    return out[0];
+}
+
+static size_t weight_bytes(const struct model_weight *w)
+{
+    return (size_t)w->rows * w->row_bytes;
+}
+
+/* Workspace layout, shared by the plan (base NULL) and the allocation. */
+static size_t layout_work(struct cuda_be *r, uint8_t *base, int n_ctx)
+{
+    const struct model_hparams *hp = &r->m->hp;
+    const size_t B = (size_t)r->n_batch, E = (size_t)r->E, hd = hp->head_dim;
+    const size_t L = hp->n_layer, K = (size_t)r->K, F = (size_t)r->F;
+    size_t at = 0;
+    r->attn_norm = (float *)carve(base, &at, L * E * 4);
+    r->ffn_norm = (float *)carve(base, &at, L * E * 4);
+    r->q_norm = (float *)carve(base, &at, L * hd * 4);
+    r->k_norm = (float *)carve(base, &at, L * hd * 4);
+    r->out_norm = (float *)carve(base, &at, E * 4);
+    r->rope_cos = (float *)carve(base, &at, (size_t)n_ctx * (hd / 2) * 4);
+    r->rope_sin = (float *)carve(base, &at, (size_t)n_ctx * (hd / 2) * 4);
+    r->tokens = (int32_t *)carve(base, &at, B * 4);
+    r->argmax = (int32_t *)carve(base, &at, B * 4);
+    r->x = (float *)carve(base, &at, B * E * 4);
+    r->xb = (float *)carve(base, &at, B * E * 4);
+    r->q = (float *)carve(base, &at, B * (size_t)r->qd * 4);
+    r->att = (float *)carve(base, &at, B * (size_t)r->qd * 4);
+    r->k = (float *)carve(base, &at, B * (size_t)r->kvd * 4);
+    r->v = (float *)carve(base, &at, B * (size_t)r->kvd * 4);
+    r->ffa = (float *)carve(base, &at, B * K * F * 4);
+    r->ffb = (float *)carve(base, &at, B * K * F * 4);
+    r->logits = (float *)carve(base, &at, B * (size_t)r->V * 4);
+    if (hp->arch == ARCH_QWEN3MOE) {
+        r->router = (float *)carve(base, &at, B * (size_t)r->X * 4);
+        r->sel = (int32_t *)carve(base, &at, B * K * 4);
+        r->selw = (float *)carve(base, &at, B * K * 4);
+        r->kth = (float *)carve(base, &at, B * 4);
+        r->k1th = (float *)carve(base, &at, B * 4);
+        r->moe_y = (float *)carve(base, &at, B * K * E * 4);
+    }
+    if (B >= GEMM_MIN_TOKENS) {
+        const size_t max_cols = (size_t)(r->qd > r->F ? (r->qd > r->E ? r->qd : r->E)
+                                                      : (r->F > r->E ? r->F : r->E));
+        r->gws.tile_elems = TILE_ELEMS > max_cols ? TILE_ELEMS : max_cols;
+        r->gws.x16_elems = B * max_cols;
+        r->gws.tile = carve(base, &at, r->gws.tile_elems * 2);
+        r->gws.x16 = carve(base, &at, r->gws.x16_elems * 2);
+    }
+    return at;
+}
+
+/* ---- open ------------------------------------------------------------------------------------ */
+
+static int env_is(const char *name, const char *value)
+{
+    const char *v = getenv(name);
+    return v && !strcmp(v, value);
+}
+
+static int pick_device(char *name, size_t n, struct gate_err *err)
+{
+    int count = 0, drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return err_set(err, ERR_ENV, "cuda: no usable CUDA device: cudaGetDeviceCount returned"
+                       " %s (%s); driver supports CUDA %d.%d, this build's runtime is %d.%d",
+                       e == cudaSuccess ? "0 devices" : cudaGetErrorName(e),
+                       e == cudaSuccess ? "no device" : cudaGetErrorString(e), drv / 1000,
+                       drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+    if (drv && drv < rt)
+        return err_set(err, ERR_ENV, "cuda: the driver is too old: it supports CUDA %d.%d, this"
+                       " build needs %d.%d", drv / 1000, drv % 1000 / 10, rt / 1000,
+                       rt % 1000 / 10);
+    int dev = 0;
+    const char *want = getenv("GATE_CUDA_DEVICE");
+    if (want && *want) {
+        dev = atoi(want);
+        if (dev < 0 || dev >= count)
+            return err_set(err, ERR_ENV, "cuda: GATE_CUDA_DEVICE=%s but the host has %d CUDA"
+                           " device(s)", want, count);
+    }
+    K_CUDA(cudaSetDevice(dev));
+    cudaDeviceProp p;
+    K_CUDA(cudaGetDeviceProperties(&p, dev));
+    if (k_check_image(NULL))
+        return err_set(err, ERR_ENV, "cuda: this build has no kernels for %.100s (sm_%d%d); it was"
+                       " built for CUDA architectures %s", p.name, p.major, p.minor, ARCH_LIST);
+    snprintf(name, n, "%.100s (sm_%d%d, %.1f GiB)", p.name, p.major, p.minor,
+             gib(p.totalGlobalMem));
+    return 0;
+}
+
+static struct k_weight view(const struct model_weight *w, uint8_t *dev, uint32_t n_expert)
+{
+    struct k_weight k;
+    k.data = dev;
+    k.type = w->type;
+    k.cols = w->cols;
+    k.row_bytes = w->row_bytes;
+    k.rows = n_expert ? w->rows / n_expert : w->rows;
+    k.expert_stride = n_expert ? (size_t)k.rows * w->row_bytes : 0;
+    return k;
+}
+
+static int upload(struct cuda_be *r, uint8_t *dst, const void *src, size_t n,
+                  struct gate_err *err)
+{
+    K_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+    r->info.device_bytes += n;
+    return 0;
+}
+
+static int check_weight(const struct model_weight *w, struct gate_err *err)
+{
+    if (!k_type_supported(w->type))
+        return err_set(err, ERR_INPUT, "cuda: tensor '%s' has type %s, which has no CUDA kernel"
+                       " (supported: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K)",
+                       w->name, quant_name(w->type));
+    return 0;
+}
+
+/* Upload every weight (in block format) into r->wmem; size it first when r->wmem is NULL. */
+static int place_weights(struct cuda_be *r, size_t *total, struct gate_err *err)
+{
+    const struct model *m = r->m;
+    const uint32_t X = m->hp.arch == ARCH_QWEN3MOE ? m->hp.n_expert : 0;
+    size_t at = 0;
+    int rc;
+    uint8_t *p = (uint8_t *)carve(r->wmem, &at, weight_bytes(&m->tok_embd));
+    if ((rc = check_weight(&m->tok_embd, err)))
+        return rc;
+    if (r->wmem && (rc = upload(r, p, m->tok_embd.data, weight_bytes(&m->tok_embd), err)))
+        return rc;
+    r->tok_embd = view(&m->tok_embd, p, 0);
+    if (m->output.data == m->tok_embd.data) { /* tied: one copy */
+        r->output = r->tok_embd;
+    } else {
+        if ((rc = check_weight(&m->output, err)))
+            return rc;
+        p = (uint8_t *)carve(r->wmem, &at, weight_bytes(&m->output));
+        if (r->wmem && (rc = upload(r, p, m->output.data, weight_bytes(&m->output), err)))
+            return rc;
+        r->output = view(&m->output, p, 0);
+    }
+    for (int il = 0; il < (int)m->hp.n_layer; il++) {
+        const struct model_weight *ws[8];
+        int n;
+        layer_weights(m, il, &n, ws);
+        struct k_weight views[8];
+        for (int i = 0; i < n; i++) {
+            if ((rc = check_weight(ws[i], err)))
+                return rc;
+            p = (uint8_t *)carve(r->wmem, &at, weight_bytes(ws[i]));
+            if (r->wmem && (rc = upload(r, p, ws[i]->data, weight_bytes(ws[i]), err)))
+                return rc;
+            /* the three expert tensors are the 3-D ones (indices 5..7 of a MoE layer) */
+            views[i] = view(ws[i], p, (X && i >= 5) ? X : 0);
+        }
+        struct dlayer *d = &r->L[il];
+        d->wq = views[0], d->wk = views[1], d->wv = views[2], d->wo = views[3];
+        const struct k_weight *g, *u;
+        if (X) {
+            d->gate_inp = views[4], d->gate_exps = views[5], d->up_exps = views[6];
+            d->down_exps = views[7];
+            g = &d->gate_exps, u = &d->up_exps;
+        } else {
+            d->ffn_gate = views[4], d->ffn_up = views[5], d->ffn_down = views[6];
+            g = &d->ffn_gate, u = &d->ffn_up;
+        }
+        d->fused = g->type == u->type && g->rows == u->rows && g->cols == u->cols;
+    }
+    *total = at;
+    return 0;
+}
+
+/* Norm vectors (dequantized exactly, as the twin does) and the RoPE tables (the twin's own
+ * formula: angles p * base^(-2i/hd) in double through detmath, rounded once to float). */
+static int upload_tables(struct cuda_be *r, int n_ctx, struct gate_err *err)
+{
+    const struct model *m = r->m;
+    const struct model_hparams *hp = &m->hp;
+    const size_t E = hp->n_embd, hd = hp->head_dim, L = hp->n_layer, half = hd / 2;
+    size_t big = (size_t)n_ctx * half;
+    if (big < L * E)
+        big = L * E;
+    float *h = (float *)malloc(big * sizeof(float));
+    float *h2 = (float *)malloc((size_t)n_ctx * half * sizeof(float));
+    int rc = 0;
+    if (!h || !h2) {
+        rc = err_set(err, ERR_ENV, "cuda: out of host memory for the norm and RoPE tables");
+        goto done;
+    }
+#define UP(dst, count)                                                                           \
+    if ((rc = upload(r, (uint8_t *)(dst), h, (count) * sizeof(float), err)))                    \
+    goto done
+    for (size_t il = 0; il < L; il++)
+        quant_dequant_row(m->layers[il].attn_norm.type, m->layers[il].attn_norm.data, h + il * E,
+                          (int64_t)E);
+    UP(r->attn_norm, L * E);
+    for (size_t il = 0; il < L; il++)
+        quant_dequant_row(m->layers[il].ffn_norm.type, m->layers[il].ffn_norm.data, h + il * E,
+                          (int64_t)E);
+    UP(r->ffn_norm, L * E);
+    for (size_t il = 0; il < L; il++)
+        quant_dequant_row(m->layers[il].q_norm.type, m->layers[il].q_norm.data, h + il * hd,
+                          (int64_t)hd);
+    UP(r->q_norm, L * hd);
+    for (size_t il = 0; il < L; il++)
+        quant_dequant_row(m->layers[il].k_norm.type, m->layers[il].k_norm.data, h + il * hd,
+                          (int64_t)hd);
+    UP(r->k_norm, L * hd);
+    quant_dequant_row(m->output_norm.type, m->output_norm.data, h, (int64_t)E);
+    UP(r->out_norm, E);
+    {
+        const double lnb = det_log((double)hp->rope_base);
+        for (size_t i = 0; i < half; i++) {
+            const double inv_freq = det_exp(-2.0 * (double)i / (double)hd * lnb);
+            for (int p = 0; p < n_ctx; p++) {
+                double s, c;
+                det_sincos((double)p * inv_freq, &s, &c);
+                h[(size_t)p * half + i] = (float)c;
+                h2[(size_t)p * half + i] = (float)s;
+            }
+        }
+    }
+    UP(r->rope_cos, (size_t)n_ctx * half);
+    if ((rc = upload(r, (uint8_t *)r->rope_sin, h2, (size_t)n_ctx * half * sizeof(float), err)))
+        goto done;
+#undef UP
+done:
+    free(h);
+    free(h2);
+    return rc;
+}
+
+static void cuda_close(struct backend *b);
+extern "C" const struct backend_ops backend_cuda_ops;
+
+/* In cuda_open a failed call must release what was allocated: record it and go to fail. */
+#define OPEN_CUDA(call)                                                                          \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) {                                                                 \
+            rc = k_fail_cuda(err, #call, __FILE__, __LINE__, e_);                                \
+            goto fail;                                                                           \
+        }                                                                                        \
+    } while (0)
+#define OPEN_BLAS(call)                                                                          \
+    do {                                                                                         \
+        cublasStatus_t s_ = (call);                                                              \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                       \
+            rc = k_fail_blas(err, #call, __FILE__, __LINE__, s_);                                \
+            goto fail;                                                                           \
+        }                                                                                        \
+    } while (0)
+
+static int cuda_open(struct backend **out, const struct model *m,
+                     const struct backend_config *cfg, struct gate_err *err)
+{
+    *out = NULL;
+    const struct model_hparams *hp = &m->hp;
+    struct cuda_be *r = (struct cuda_be *)calloc(1, sizeof *r);
+    if (!r)
+        return err_set(err, ERR_ENV, "cuda: out of host memory");
+    int rc = 0;
+    size_t wbytes = 0, kvbytes = 0, workbytes = 0;
+    size_t free_b = 0, total_b = 0;
+    r->base.ops = &backend_cuda_ops;
+    r->base.model = m;
+    r->m = m;
+    r->faults = cfg ? cfg->faults : NULL;
+    const int n_ctx = cfg && cfg->n_ctx > 0
+                          ? cfg->n_ctx
+                          : (hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096);
+    r->base.n_ctx = n_ctx;
+    r->n_batch = cfg && cfg->n_batch > 0 ? cfg->n_batch : MAX_BATCH;
+    if (r->n_batch > MAX_BATCH)
+        r->n_batch = MAX_BATCH;
+    r->kv_f32 = env_is("GATE_CUDA_KV", "f32");
+    r->gws.bf16 = env_is("GATE_CUDA_PREFILL", "bf16");
+    r->E = hp->n_embd;
+    r->qd = (int64_t)hp->n_head * hp->head_dim;
+    r->kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+    r->X = hp->arch == ARCH_QWEN3MOE ? hp->n_expert : 0;
+    r->K = hp->arch == ARCH_QWEN3MOE ? hp->n_expert_used : 1;
+    r->F = hp->arch == ARCH_QWEN3 ? hp->n_ff : hp->n_ff_exp;
+    r->V = hp->n_vocab;
+    snprintf(r->info.backend, sizeof r->info.backend, "cuda");
+    r->L = (struct dlayer *)calloc(hp->n_layer, sizeof *r->L);
+    if (!r->L) {
+        rc = err_set(err, ERR_ENV, "cuda: out of host memory");
+        goto fail;
+    }
+    if ((rc = pick_device(r->info.device, sizeof r->info.device, err)))
+        goto fail;
+    /* the plan: sizes only, nothing allocated yet */
+    if ((rc = place_weights(r, &wbytes, err)))
+        goto fail;
+    r->kv_layer_bytes = align_up((size_t)n_ctx * (size_t)r->kvd * (r->kv_f32 ? 4 : 2));
+    kvbytes = 2 * (size_t)hp->n_layer * r->kv_layer_bytes;
+    workbytes = layout_work(r, NULL, n_ctx);
+    if ((rc = k_attention_prepare(n_ctx, (int)hp->head_dim, err)))
+        goto fail;
+    OPEN_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    {
+        const uint64_t need = (uint64_t)wbytes + kvbytes + workbytes + BLAS_RESERVE;
+        if (need > free_b) {
+            rc = err_set(err, ERR_ENV, "cuda: needs %.1f GiB: weights %.1f, KV %.1f for %d"
+                         " positions (%s), workspace %.1f (%d-token batch), cuBLAS reserve %.1f;"
+                         " device %s has %.1f GiB free", gib(need), gib(wbytes), gib(kvbytes),
+                         n_ctx, r->kv_f32 ? "FP32" : "FP16", gib(workbytes), r->n_batch,
+                         gib(BLAS_RESERVE), r->info.device, gib(free_b));
+            goto fail;
+        }
+    }
+    OPEN_CUDA(cudaMalloc((void **)&r->wmem, wbytes));
+    OPEN_CUDA(cudaMalloc((void **)&r->kvmem, kvbytes));
+    OPEN_CUDA(cudaMalloc((void **)&r->work, workbytes));
+    if ((rc = place_weights(r, &wbytes, err)))
+        goto fail;
+    layout_work(r, r->work, n_ctx);
+    if ((rc = upload_tables(r, n_ctx, err)))
+        goto fail;
+    OPEN_CUDA(cudaStreamCreateWithFlags(&r->ks.s, cudaStreamNonBlocking));
+    OPEN_BLAS(cublasCreate(&r->gws.blas));
+    OPEN_BLAS(cublasSetStream(r->gws.blas, r->ks.s));
+    *out = &r->base;
+    return 0;
+fail:
+    if (!rc)
+        rc = ERR_RUNTIME;
+    cuda_close(&r->base);
+    return rc;
+}
+
+/* ---- forward --------------------------------------------------------------------------------- */
+
+/* y (n, w.rows; stride ys) (+)= x (n, w.cols; stride xs) W^T: GEMM for long chunks, GEMV else. */
+static int proj(struct cuda_be *r, const struct k_weight *w, const float *x, int64_t xs, int n,
+                float *y, int64_t ys, int accumulate, struct gate_err *err)
+{
+    if (n >= GEMM_MIN_TOKENS && r->gws.tile)
+        return k_gemm(&r->ks, &r->gws, w, -1, x, xs, n, y, ys, accumulate, err);
+    return k_gemv(&r->ks, w, x, xs, 1, y, ys, n, NULL, accumulate, err);
+}
+
+static int copy_back(struct cuda_be *r, void *dst, const void *src, size_t bytes,
+                     struct gate_err *err)
+{
+    K_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, r->ks.s));
+    r->info.device_bytes += bytes;
+    return 0;
+}
+
+static int taps_after_layer(struct cuda_be *r, int il, int n, struct gate_err *err)
+{
+    const struct backend_taps *tp = r->taps;
+    if (!tp)
+        return 0;
+    const size_t ti = (size_t)il * (size_t)r->tap_n + (size_t)r->tap_off;
+    const size_t E = (size_t)r->E, K = (size_t)r->K;
+    int rc = 0;
+    if (tp->hidden && (rc = copy_back(r, tp->hidden + ti * E, r->x, (size_t)n * E * 4, err)))
+        return rc;
+    if (!r->X)
+        return 0;
+    if (tp->experts && (rc = copy_back(r, tp->experts + ti * K, r->sel, (size_t)n * K * 4, err)))
+        return rc;
+    if (tp->expert_w &&
+        (rc = copy_back(r, tp->expert_w + ti * K, r->selw, (size_t)n * K * 4, err)))
+        return rc;
+    if (tp->router_kth && (rc = copy_back(r, tp->router_kth + ti, r->kth, (size_t)n * 4, err)))
+        return rc;
+    if (tp->router_k1th &&
+        (rc = copy_back(r, tp->router_k1th + ti, r->k1th, (size_t)n * 4, err)))
+        return rc;
+    return 0;
+}
+
+static int ffn_dense(struct cuda_be *r, const struct dlayer *d, int n, struct gate_err *err)
+{
+    struct k_stream *ks = &r->ks;
+    const int64_t E = r->E, F = r->F;
+    int rc;
+    if (n >= GEMM_MIN_TOKENS && r->gws.tile) {
+        if ((rc = proj(r, &d->ffn_gate, r->xb, E, n, r->ffa, F, 0, err)) ||
+            (rc = proj(r, &d->ffn_up, r->xb, E, n, r->ffb, F, 0, err)) ||
+            (rc = k_swiglu_ew(ks, r->ffa, r->ffb, (int64_t)n * F, err)))
+            return rc;
+    } else if (d->fused) {
+        if ((rc = k_gemv_swiglu(ks, &d->ffn_gate, &d->ffn_up, r->xb, E, 1, r->ffa, F, n, NULL,
+                                err)))
+            return rc;
+    } else if ((rc = k_gemv(ks, &d->ffn_gate, r->xb, E, 1, r->ffa, F, n, NULL, 0, err)) ||
+               (rc = k_gemv(ks, &d->ffn_up, r->xb, E, 1, r->ffb, F, n, NULL, 0, err)) ||
+               (rc = k_swiglu_ew(ks, r->ffa, r->ffb, (int64_t)n * F, err))) {
+        return rc;
+    }
+    return proj(r, &d->ffn_down, r->ffa, F, n, r->x, E, 1, err);
+}
+
+static int ffn_moe(struct cuda_be *r, const struct dlayer *d, int il, int n, int pos0,
+                   const struct k_faults *kf, struct gate_err *err)
+{
+    struct k_stream *ks = &r->ks;
+    const int64_t E = r->E, F = r->F;
+    const int X = (int)r->X, K = (int)r->K, nk = n * K;
+    int rc;
+    /* router in FP32 through the GEMV (exact dequantization, like the twin) */
+    if ((rc = k_gemv(ks, &d->gate_inp, r->xb, E, 1, r->router, X, n, NULL, 0, err)) ||
+        (rc = k_route(ks, r->router, n, X, K, il, pos0, kf, r->sel, r->selw, r->kth, r->k1th,
+                      err)))
+        return rc;
+    /* each (token, slot) pair runs its expert, whose id the GEMV reads from r->sel */
+    if (d->fused) {
+        if ((rc = k_gemv_swiglu(ks, &d->gate_exps, &d->up_exps, r->xb, E, K, r->ffa, F, nk,
+                                r->sel, err)))
+            return rc;
+    } else if ((rc = k_gemv(ks, &d->gate_exps, r->xb, E, K, r->ffa, F, nk, r->sel, 0, err)) ||
+               (rc = k_gemv(ks, &d->up_exps, r->xb, E, K, r->ffb, F, nk, r->sel, 0, err)) ||
+               (rc = k_swiglu_ew(ks, r->ffa, r->ffb, (int64_t)nk * F, err))) {
+        return rc;
+    }
+    if ((rc = k_gemv(ks, &d->down_exps, r->ffa, F, 1, r->moe_y, E, nk, r->sel, 0, err)))
+        return rc;
+    return k_moe_sum(ks, r->x, r->selw, r->moe_y, n, K, (int)E, err);
+}
+
+/* n <= n_batch tokens at positions pos0.. (the cache holds 0..pos0-1); logits (n, V) to host. */
+static int forward_chunk(struct cuda_be *r, const int32_t *tokens, int n, int pos0,
+                         float *logits, const struct k_faults *kf, struct gate_err *err)
+{
+    const struct model_hparams *hp = &r->m->hp;
+    struct k_stream *ks = &r->ks;
+    const int64_t E = r->E, qd = r->qd, kvd = r->kvd;
+    const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim;
+    int rc;
+    K_CUDA(cudaMemcpyAsync(r->tokens, tokens, (size_t)n * 4, cudaMemcpyHostToDevice, ks->s));
+    r->info.device_bytes += (uint64_t)n * 4;
+    if ((rc = k_embed(ks, &r->tok_embd, r->tokens, n, r->x, err)))
+        return rc;
+    for (int il = 0; il < (int)hp->n_layer; il++) {
+        const struct dlayer *d = &r->L[il];
+        uint8_t *kc = r->kvmem + (size_t)il * r->kv_layer_bytes;
+        uint8_t *vc = r->kvmem + ((size_t)hp->n_layer + (size_t)il) * r->kv_layer_bytes;
+        if ((rc = k_rmsnorm(ks, r->x, r->attn_norm + il * E, r->xb, n, (int)E, hp->eps, err)) ||
+            (rc = proj(r, &d->wq, r->xb, E, n, r->q, qd, 0, err)) ||
+            (rc = proj(r, &d->wk, r->xb, E, n, r->k, kvd, 0, err)) ||
+            (rc = proj(r, &d->wv, r->xb, E, n, r->v, kvd, 0, err)) ||
+            (rc = k_qk_norm_rope_kv(ks, r->q, r->k, r->v, n, pos0, il, nh, nkv, hd,
+                                    r->q_norm + (size_t)il * hd, r->k_norm + (size_t)il * hd,
+                                    hp->eps, r->rope_cos, r->rope_sin, kc, vc, r->kv_f32, kf,
+                                    err)) ||
+            (rc = k_attention(ks, r->q, kc, vc, r->kv_f32, r->att, n, pos0, nh, nkv, hd, err)) ||
+            (rc = proj(r, &d->wo, r->att, qd, n, r->x, E, 1, err)) ||
+            (rc = k_rmsnorm(ks, r->x, r->ffn_norm + il * E, r->xb, n, (int)E, hp->eps, err)))
+            return rc;
+        rc = hp->arch == ARCH_QWEN3 ? ffn_dense(r, d, n, err)
+                                    : ffn_moe(r, d, il, n, pos0, kf, err);
+        if (rc || (rc = taps_after_layer(r, il, n, err)))
+            return rc;
+    }
+    if ((rc = k_rmsnorm(ks, r->x, r->out_norm, r->xb, n, (int)E, hp->eps, err)) ||
+        (rc = proj(r, &r->output, r->xb, E, n, r->logits, r->V, 0, err)) ||
+        (rc = k_argmax(ks, r->logits, n, (int)r->V, r->argmax, err)) ||
+        (rc = copy_back(r, logits, r->logits, (size_t)n * (size_t)r->V * 4, err)))
+        return rc;
+    K_CUDA(cudaStreamSynchronize(ks->s));
+    return 0;
+}
+
+static int cuda_forward(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
+                        struct gate_err *err)
+{
+    struct cuda_be *r = (struct cuda_be *)b;
+    const uint32_t V = r->m->hp.n_vocab;
+    if (n <= 0)
+        return err_set(err, ERR_INPUT, "cuda: forward needs at least one token (got %d)", n);
+    if (pos0 != b->n_past)
+        return err_set(err, ERR_INPUT, "cuda: forward at position %d but the cache holds %d"
+                       " positions", pos0, b->n_past);
+    if (n > b->n_ctx - pos0)
+        return err_set(err, ERR_INPUT, "cuda: %d tokens at position %d exceed the context of %d"
+                       " positions", n, pos0, b->n_ctx);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || (uint32_t)tokens[t] >= V)
+            return err_set(err, ERR_INPUT, "cuda: token id %" PRId32 " at position %d is out of"
+                           " range (vocabulary has %" PRIu32 " tokens)", tokens[t], pos0 + t, V);
+    struct k_faults kf;
+    k_faults_from(&kf, r->faults); /* live: the caller may have rewritten the set */
+    r->tap_n = n;
+    int rc = 0;
+    for (int done = 0; done < n; done += r->n_batch) {
+        const int c = n - done < r->n_batch ? n - done : r->n_batch;
+        r->tap_off = done;
+        rc = forward_chunk(r, tokens + done, c, pos0 + done, logits + (size_t)done * V, &kf, err);
+        r->info.kernel_launches = r->ks.launches;
+        if (rc) {
+            cudaStreamSynchronize(r->ks.s); /* leave nothing in flight on failure */
+            return rc;
+        }
+        b->n_past += c;
+    }
+    r->info.forwards++;
+    r->info.tokens += (uint64_t)n;
+    return 0;
+}
+
+static int cuda_truncate(struct backend *b, int n_pos, struct gate_err *err)
+{
+    if (n_pos < 0 || n_pos > b->n_past)
+        return err_set(err, ERR_INPUT, "cuda: cannot truncate the cache to %d positions (it"
+                       " holds %d)", n_pos, b->n_past);
+    b->n_past = n_pos; /* later positions are overwritten by the next forward */
+    return 0;
+}
+
+static void cuda_set_taps(struct backend *b, const struct backend_taps *taps)
+{
+    ((struct cuda_be *)b)->taps = taps;
+}
+
+static void cuda_info(const struct backend *b, struct backend_info *out)
+{
+    *out = ((const struct cuda_be *)b)->info;
+}
+
+static void cuda_close(struct backend *b)
+{
+    struct cuda_be *r = (struct cuda_be *)b;
+    if (!r)
+        return;
+    if (r->ks.s)
+        cudaStreamSynchronize(r->ks.s);
+    if (r->gws.blas)
+        cublasDestroy(r->gws.blas);
+    if (r->ks.s)
+        cudaStreamDestroy(r->ks.s);
+    cudaFree(r->wmem);
+    cudaFree(r->kvmem);
+    cudaFree(r->work);
+    free(r->L);
+    free(r);
+}
+
+extern "C" const struct backend_ops backend_cuda_ops = {
+    "cuda", cuda_open, cuda_forward, cuda_truncate, cuda_set_taps, cuda_info, cuda_close,
+};

@@ -1,0 +1,107 @@
+/* k_ops.cuh — the launchers of every kernel family, as the CUDA backend (cuda_backend.cu) and
+ * the differential-test launchers (k_test.cu) call them. C++ only.
+ *
+ * Conventions: all pointers are device pointers unless named *_host; activations are FP32,
+ * row-major (token-major); every launcher enqueues on ks->s without synchronizing, counts its
+ * launches in ks->launches and returns 0 or a negative status with err filled (k_common.cuh).
+ * Each launcher's CPU twin is named next to it; the differential checks in harness/selftest.c
+ * compare the two over edge shapes.
+ */
+#ifndef GATE_K_OPS_CUH
+#define GATE_K_OPS_CUH
+
+#include "kernels/k_common.cuh"
+
+/* 0 when the kernels of this build can run on the current device (cudaFuncGetAttributes on one
+ * of them), else the CUDA status (cudaErrorNoKernelImageForDevice, ...) with err filled. */
+int k_check_image(struct gate_err *err);
+
+/* ---- k_gemv.cu ----------------------------------------------------------------------------- */
+
+/* y[v] (rows) = W_e x[v / x_div] for v < n_vec, e = ids[v] (ids NULL: the 2-D weight).
+ * accumulate: y[v][r] += dot instead of =. FP32 accumulation.
+ * Twin: ref.c matmul() (quant_dequant_row + dot). */
+int k_gemv(struct k_stream *ks, const struct k_weight *w, const float *x, int64_t x_stride,
+           int x_div, float *y, int64_t y_stride, int n_vec, const int32_t *ids, int accumulate,
+           struct gate_err *err);
+
+/* y[v] (gate.rows) = silu(G_e x) * (U_e x), x = x[v / x_div]; gate and up of one type or two.
+ * Twin: ref.c swiglu() up to the down projection. */
+int k_gemv_swiglu(struct k_stream *ks, const struct k_weight *gate, const struct k_weight *up,
+                  const float *x, int64_t x_stride, int x_div, float *y, int64_t y_stride,
+                  int n_vec, const int32_t *ids, struct gate_err *err);
+
+/* a[i] = silu(a[i]) * b[i], n elements. Twin: the loop in ref.c swiglu(). */
+int k_swiglu_ew(struct k_stream *ks, float *a, const float *b, int64_t n, struct gate_err *err);
+
+/* x (n, E) = rows tokens[t] of the embedding table. Twin: quant_dequant_row of the row. */
+int k_embed(struct k_stream *ks, const struct k_weight *table, const int32_t *tokens, int n,
+            float *x, struct gate_err *err);
+
+/* out[t] = argmax of logits[t] (n_vocab), lowest index on ties. */
+int k_argmax(struct k_stream *ks, const float *logits, int n, int n_vocab, int32_t *out,
+             struct gate_err *err);
+
+/* ---- k_norm_rope.cu ------------------------------------------------------------------------ */
+
+/* y (n, E) = RMSNorm(x) * w, sum of squares in double. Twin: ref.c rmsnorm(). */
+int k_rmsnorm(struct k_stream *ks, const float *x, const float *w, float *y, int n, int E,
+              float eps, struct gate_err *err);
+
+/* For each token t (position pos0 + t): every Q head and K head RMSNorm'd with qn / kn (unless
+ * a skip_qk_norm fault covers (layer, pos)), then NEOX RoPE from the tables cs / sn (n_ctx,
+ * hd/2); Q rewritten in place, K and V appended to the caches kc / vc (n_ctx, nkv*hd) of this
+ * layer, as FP32 (kv_f32) or FP16. Twin: ref.c norm_rope() + the cache copy in attention(). */
+int k_qk_norm_rope_kv(struct k_stream *ks, float *q, const float *k, const float *v, int n,
+                      int pos0, int layer, int nh, int nkv, int hd, const float *qn,
+                      const float *kn, float eps, const float *cs, const float *sn, void *kc,
+                      void *vc, int kv_f32, const struct k_faults *faults,
+                      struct gate_err *err);
+
+/* ---- k_attn.cu ----------------------------------------------------------------------------- */
+
+/* Allow attention over n_ctx keys (dynamic shared memory for the scores); ERR_ENV naming the
+ * limit when the device cannot hold them. Call once per device before k_attention. */
+int k_attention_prepare(int n_ctx, int hd, struct gate_err *err);
+
+/* out (n, nh*hd): causal GQA attention of the n queries q (n, nh*hd) at positions pos0 + t over
+ * the cache keys 0..pos0+t, query head h reading kv head h / (nh / nkv), scale 1/sqrt(hd).
+ * Twin: ref.c attn_heads(). */
+int k_attention(struct k_stream *ks, const float *q, const void *kc, const void *vc, int kv_f32,
+                float *out, int n, int pos0, int nh, int nkv, int hd, struct gate_err *err);
+
+/* ---- k_moe.cu ------------------------------------------------------------------------------ */
+
+/* Route n tokens (positions pos0 + t) from router logits (n, X): softmax, top-k (lowest id on
+ * ties), renormalize, then the routing faults of `faults` at (layer, pos) — the device mirror
+ * of route_select() + fault_apply_route(). ids, w (n, k); kth, k1th (n) the router logits of
+ * the k-th and (k+1)-th expert (for taps). Twin: route_select(). */
+int k_route(struct k_stream *ks, const float *logits, int n, int X, int k, int layer, int pos0,
+            const struct k_faults *faults, int32_t *ids, float *w, float *kth, float *k1th,
+            struct gate_err *err);
+
+/* x (n, E) += sum over slots s (in slot order) of w[t*k + s] * y[t*k + s] (E).
+ * Twin: the weighted sum at the end of ref.c moe() + the residual add of ffn(). */
+int k_moe_sum(struct k_stream *ks, float *x, const float *w, const float *y, int n, int k, int E,
+              struct gate_err *err);
+
+/* ---- k_prefill.cu -------------------------------------------------------------------------- */
+
+struct k_gemm_ws {
+    cublasHandle_t blas;
+    void *tile;        /* tile_elems 16-bit elements: dequantized weight rows */
+    size_t tile_elems;
+    void *x16;         /* x16_elems 16-bit elements: the activations converted */
+    size_t x16_elems;
+    int bf16;          /* 1: BF16 tiles and activations, 0: FP16 */
+};
+
+/* y (n, rows; stride y_stride) = x (n, cols; stride x_stride) W_e^T through cuBLAS: W's rows
+ * dequantized tile by tile into ws->tile as FP16/BF16, the activations converted once, GEMMs
+ * with FP32 accumulation (CUBLAS_COMPUTE_32F). expert < 0: the 2-D weight. accumulate: y +=.
+ * Twin: ref.c matmul() (the activation rounding to 16 bits is the documented difference). */
+int k_gemm(struct k_stream *ks, const struct k_gemm_ws *ws, const struct k_weight *w, int expert,
+           const float *x, int64_t x_stride, int n, float *y, int64_t y_stride, int accumulate,
+           struct gate_err *err);
+
+#endif

@@ -1,0 +1,92 @@
+/* k_test.h — C-callable launchers of every CUDA kernel over host arrays, for the differential
+ * checks (harness/selftest.c, run by `gate selftest` and by tests/cuda/). Compiled by both the C
+ * compiler and nvcc; implemented in kernels/k_test.cu, present only when GATE_HAVE_CUDA.
+ *
+ * Each launcher uploads its inputs, runs the same launcher the backend runs (k_ops.cuh) on a
+ * private stream, synchronizes and copies the result back. All arrays are host memory, row-major,
+ * caller-owned. Returns 0, or a negative status with err naming the failed CUDA call.
+ * Start reading: k_test_device().
+ */
+#ifndef GATE_K_TEST_H
+#define GATE_K_TEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/err.h"
+#include "faults/fault.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 0 and the device's name ("NVIDIA H200 (sm_90, 139.8 GiB)") when a CUDA device this build can
+ * run on is present; ERR_ENV with the reason (cudaGetDeviceCount's error, driver too old, no
+ * kernel image for the device) otherwise. */
+int k_test_device(char *name, size_t n, struct gate_err *err);
+
+/* What the host's CUDA device is, for the harness's host check (ladder `device:`). */
+struct k_device_desc {
+    char name[256];           /* cudaDeviceProp.name, e.g. "NVIDIA H200" */
+    int cc_major, cc_minor;   /* compute capability */
+    double total_gib;         /* device memory */
+    int driver, runtime;      /* CUDA versions, e.g. 13000 */
+};
+
+/* Describe device 0 (or GATE_CUDA_DEVICE); ERR_ENV with the reason when there is none. */
+int k_device_describe(struct k_device_desc *out, struct gate_err *err);
+
+/* y (n_vec, rows) (+)= W_e x[v / x_div]: w holds n_expert slabs of (rows, cols) in `type`
+ * (n_expert 1 and ids NULL for a 2-D weight); x (n_x, cols); ids (n_vec) or NULL. */
+int k_test_gemv(int type, const void *w, int64_t rows, int64_t cols, int n_expert,
+                const int32_t *ids, int x_div, const float *x, int n_x, int n_vec, int accumulate,
+                float *y, struct gate_err *err);
+
+/* y (n_vec, rows) = silu(G_e x) * (U_e x): the fused SwiGLU GEMV. */
+int k_test_gemv_swiglu(int type, const void *gate, const void *up, int64_t rows, int64_t cols,
+                       int n_expert, const int32_t *ids, int x_div, const float *x, int n_x,
+                       int n_vec, float *y, struct gate_err *err);
+
+/* y (n, rows) (+)= x (n, cols) W^T through the cuBLAS prefill path (FP16, or BF16 when bf16). */
+int k_test_gemm(int type, const void *w, int64_t rows, int64_t cols, const float *x, int n,
+                int bf16, int accumulate, float *y, struct gate_err *err);
+
+/* y (n, E) = RMSNorm(x) * w. */
+int k_test_rmsnorm(const float *x, const float *w, int n, int E, float eps, float *y,
+                   struct gate_err *err);
+
+/* q (n, nh*hd) rewritten in place; kc, vc (n_ctx, nkv*hd) receive K and V at positions
+ * pos0 .. pos0+n-1 (other rows zero), widened to float from the cache type. cs, sn (n_ctx, hd/2).
+ * faults may be NULL. */
+int k_test_qk_norm_rope(float *q, const float *k, const float *v, int n, int pos0, int layer,
+                        int nh, int nkv, int hd, const float *qn, const float *kn, float eps,
+                        const float *cs, const float *sn, int n_ctx, int kv_f32,
+                        const struct fault_set *faults, float *kc, float *vc,
+                        struct gate_err *err);
+
+/* out (n, nh*hd): attention of q (n, nh*hd) at positions pos0.. over kc, vc (n_ctx, nkv*hd),
+ * uploaded as FP32 (kv_f32) or rounded to FP16. */
+int k_test_attention(const float *q, const float *kc, const float *vc, int kv_f32, int n,
+                     int pos0, int nh, int nkv, int hd, int n_ctx, float *out,
+                     struct gate_err *err);
+
+/* Route n tokens: logits (n, X) -> ids, w (n, k); kth, k1th (n). faults may be NULL. */
+int k_test_route(const float *logits, int n, int X, int k, int layer, int pos0,
+                 const struct fault_set *faults, int32_t *ids, float *w, float *kth, float *k1th,
+                 struct gate_err *err);
+
+/* x (n, E) += Σ_s w[t*k+s] y[t*k+s] (E). */
+int k_test_moe_sum(float *x, const float *w, const float *y, int n, int k, int E,
+                   struct gate_err *err);
+
+/* x (n, E) = rows tokens[t] of table (V rows of E elements in `type`). */
+int k_test_embed(int type, const void *table, int64_t V, int64_t E, const int32_t *tokens, int n,
+                 float *x, struct gate_err *err);
+
+/* out[t] = argmax of logits[t] (V), lowest index on ties. */
+int k_test_argmax(const float *logits, int n, int V, int32_t *out, struct gate_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
