@@ -538,9 +538,10 @@ static int host_matches(const struct ladder_host *h, struct gate_err *err)
         return 0;
 #ifdef GATE_HAVE_CUDA
     struct k_device_desc d;
-    if (k_device_describe(&d, err))
-        return err_set(err, ERR_ENV, "host '%s' declares GPU '%s' but none is usable",
-                       h->id, h->device_name);
+    struct gate_err why = {0};
+    if (k_device_describe(&d, &why))
+        return err_set(err, ERR_ENV, "host '%s' declares GPU '%s' but none is usable: %s",
+                       h->id, h->device_name, why.msg);
     char cc[16];
     snprintf(cc, sizeof cc, "%d.%d", d.cc_major, d.cc_minor);
     if (strcmp(d.name, h->device_name))

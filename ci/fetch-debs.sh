@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Download (here, where apt works) the Debian packages of the C libraries gate links against,
+# runtime + -dev, into .deb/ (git-ignored). The offline GPU host receives them with the source
+# tree and ci/gpu-check.sh unpacks them with dpkg -x into a private prefix; nothing is installed.
+# Usage: ci/fetch-debs.sh [--with-criterion]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pkgs=(libyaml-0-2 libyaml-dev libsqlite3-0 libsqlite3-dev libsodium23 libsodium-dev
+      libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libpcre2-dev
+      libutf8proc2 libutf8proc-dev libjansson4 libjansson-dev zlib1g zlib1g-dev
+      pkgconf pkgconf-bin libpkgconf3)
+if [ "${1:-}" = "--with-criterion" ]; then
+    pkgs+=(libcriterion3 libcriterion-dev libboxfort-dev libnanomsg5 libnanomsg-dev libgit2-1.5
+           libprotobuf-c1)
+fi
+mkdir -p .deb
+cd .deb
+apt-get download "${pkgs[@]}"
+ls -1 *.deb | wc -l | xargs echo "ci/fetch-debs.sh: .deb/ holds these many packages:"
