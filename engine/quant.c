@@ -115,25 +115,9 @@ static float bits_f32(uint32_t u)
     return f;
 }
 
-/* Exact fp16 -> float, written without branches so that row conversion vectorizes: the
- * exponent is rebiased in the bit pattern; subnormals are (2^-14 + m 2^-24) - 2^-14 in float,
- * which is exact; Inf/NaN get the full exponent with the payload kept. */
-static inline float fp16_to_f32(uint16_t h)
-{
-    const uint32_t shifted_exp = 0x7c00u << 13;
-    uint32_t o = ((uint32_t)h & 0x7fffu) << 13;
-    const uint32_t exp = shifted_exp & o;
-    o += (uint32_t)(127 - 15) << 23;
-    o += -(uint32_t)(exp == shifted_exp) & ((uint32_t)(128 - 16) << 23); /* Inf / NaN */
-    const uint32_t sub = f32_bits(bits_f32(o + (1u << 23)) - bits_f32(113u << 23));
-    const uint32_t is_sub = -(uint32_t)(exp == 0); /* zero or subnormal: all ones */
-    const uint32_t r = (sub & is_sub) | (o & ~is_sub);
-    return bits_f32(r | ((uint32_t)(h & 0x8000) << 16));
-}
-
 float quant_fp16_to_f32(uint16_t h)
 {
-    return fp16_to_f32(h);
+    return quant_fp16_to_f32_inline(h);
 }
 
 uint16_t quant_f32_to_fp16(float f)
@@ -177,13 +161,7 @@ uint16_t quant_f32_to_bf16(float f)
 
 void quant_get_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
 {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (uint8_t)((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
+    quant_scale_min_k4_inline(j, q, sc, m);
 }
 
 void quant_put_scale_min_k4(int j, uint8_t sc, uint8_t m, uint8_t *q)
@@ -268,7 +246,7 @@ QUANT_VECTOR_CLONES
 static void dequant_f16(const uint16_t *restrict x, float *restrict y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
-        y[i] = fp16_to_f32(x[i]);
+        y[i] = quant_fp16_to_f32_inline(x[i]);
 }
 
 QUANT_VECTOR_CLONES
@@ -290,9 +268,9 @@ static void dequant_q4_K(const struct block_q4_K *restrict x, float *restrict y,
         const float min = quant_fp16_to_f32(x[i].dmin);
         for (int c = 0; c < 4; c++) { /* four 64-element chunks: sub-blocks 2c and 2c+1 */
             uint8_t sc, m;
-            quant_get_scale_min_k4(2 * c, x[i].scales, &sc, &m);
+            quant_scale_min_k4_inline(2 * c, x[i].scales, &sc, &m);
             const float d1 = d * sc, m1 = min * m;
-            quant_get_scale_min_k4(2 * c + 1, x[i].scales, &sc, &m);
+            quant_scale_min_k4_inline(2 * c + 1, x[i].scales, &sc, &m);
             const float d2 = d * sc, m2 = min * m;
             for (int l = 0; l < 32; l++)
                 *y++ = d1 * (q[l] & 0x0f) - m1;
@@ -314,9 +292,9 @@ static void dequant_q5_K(const struct block_q5_K *restrict x, float *restrict y,
         uint8_t u1 = 1, u2 = 2;
         for (int c = 0; c < 4; c++) {
             uint8_t sc, m;
-            quant_get_scale_min_k4(2 * c, x[i].scales, &sc, &m);
+            quant_scale_min_k4_inline(2 * c, x[i].scales, &sc, &m);
             const float d1 = d * sc, m1 = min * m;
-            quant_get_scale_min_k4(2 * c + 1, x[i].scales, &sc, &m);
+            quant_scale_min_k4_inline(2 * c + 1, x[i].scales, &sc, &m);
             const float d2 = d * sc, m2 = min * m;
             for (int l = 0; l < 32; l++)
                 *y++ = d1 * ((ql[l] & 0x0f) + (qh[l] & u1 ? 16 : 0)) - m1;

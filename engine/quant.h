@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -140,13 +141,49 @@ size_t quant_row_bytes(int type, int64_t n);
 void quant_dequant_row(int type, const void *src, float *dst, int64_t n);
 
 /* fp16 / bf16 <-> float. The to-float directions are exact. */
-float quant_fp16_to_f32(uint16_t h);
+float quant_fp16_to_f32(uint16_t h); /* = quant_fp16_to_f32_inline */
 uint16_t quant_f32_to_fp16(float f); /* round to nearest even, like ggml */
 float quant_bf16_to_f32(uint16_t h);
 uint16_t quant_f32_to_bf16(float f); /* round to nearest even; NaN stays a quiet NaN */
 
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block's 12 scale bytes. */
 void quant_get_scale_min_k4(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m);
+
+#ifndef __CUDACC__
+/* Inline forms of the two for hot loops (same results; the out-of-line functions call these). */
+static inline float quant_fp16_to_f32_inline(uint16_t h)
+{
+    /* exact and branch-free: rebias the exponent in the bit pattern; subnormals are
+     * (2^-14 + m 2^-24) - 2^-14 in float, which is exact; Inf/NaN keep their payload */
+    const uint32_t shifted_exp = 0x7c00u << 13;
+    uint32_t o = ((uint32_t)h & 0x7fffu) << 13;
+    const uint32_t exp = shifted_exp & o;
+    o += (uint32_t)(127 - 15) << 23;
+    o += -(uint32_t)(exp == shifted_exp) & ((uint32_t)(128 - 16) << 23); /* Inf / NaN */
+    uint32_t magic = 113u << 23, sub_in = o + (1u << 23), sub, r;
+    float a, b;
+    memcpy(&a, &sub_in, 4);
+    memcpy(&b, &magic, 4);
+    a -= b;
+    memcpy(&sub, &a, 4);
+    const uint32_t is_sub = -(uint32_t)(exp == 0); /* zero or subnormal: all ones */
+    r = ((sub & is_sub) | (o & ~is_sub)) | ((uint32_t)(h & 0x8000) << 16);
+    float f;
+    memcpy(&f, &r, 4);
+    return f;
+}
+
+static inline void quant_scale_min_k4_inline(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+#endif
 
 /* The inverse: store sc and m (each 0..63) for sub-block j. The 12 bytes must start zeroed and
  * sub-blocks 0..3 must be stored before 4..7 (their high bits share bytes). */

@@ -1,7 +1,8 @@
 /* ref.c — the reference twin: the specification every other backend is judged by.
  *
  * FP32 activations, weights dequantized exactly one row at a time into a scratch buffer
- * (quant_dequant_row), dot products in float with sixteen fixed lanes reduced in a fixed order,
+ * (quant_dequant_row), dot products in float with sixteen fixed lanes reduced in a fixed order
+ * (dotq.h; decode uses its fused form, which gives the same bits),
  * norms and softmax sums in double, exp/sin/cos from detmath (machine-independent). Rows of
  * every matrix product are split over a thread pool; no result depends on the thread count.
  * Nothing is allocated inside forward(): every buffer is sized at open.
@@ -27,11 +28,11 @@
 
 #include "backend.h"
 #include "detmath.h"
+#include "dotq.h"
 #include "pool.h"
 #include "quant.h"
 #include "route.h"
 
-#define LANES 16
 
 struct ref {
     struct backend base; /* first: a struct ref * is a struct backend * */
@@ -71,24 +72,6 @@ struct ref {
 
 /* ---- numerics ----------------------------------------------------------------------------- */
 
-/* Sum of a[i] * b[i] in float: lane i % 16 accumulates in index order, lanes are then added
- * pairwise (0+8, 1+9, ... then 0+4, ...). The order is fixed by this code, not the compiler. */
-QUANT_VECTOR_CLONES
-static float dot(const float *a, const float *b, int64_t n)
-{
-    float acc[LANES] = {0};
-    int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int j = 0; j < LANES; j++)
-            acc[j] += a[i + j] * b[i + j];
-    for (int j = 0; i < n; i++, j++)
-        acc[j] += a[i] * b[i];
-    for (int s = LANES / 2; s > 0; s /= 2)
-        for (int j = 0; j < s; j++)
-            acc[j] += acc[j + s];
-    return acc[0];
-}
-
 /* y = RMSNorm(x) * w over n elements (mean of squares in double, as ggml does). */
 static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
 {
@@ -117,6 +100,11 @@ static void matmul_rows(void *ctx, int64_t begin, int64_t end, int thread)
     const struct model_weight *w = j->w;
     float *row = j->r->rowbuf + (size_t)thread * (size_t)j->r->max_cols;
     for (int64_t o = begin; o < end; o++) {
+        if (j->n == 1) { /* decode: the fused form of the same sum (dotq.h) */
+            j->y[o] = dotq_fast(w->type, model_row(w, o), j->x, w->cols, row);
+            continue;
+        }
+        /* several tokens: dequantize the row once, then one dot product per token */
         const float *wr = row;
         if (w->type == QUANT_F32)
             wr = model_row(w, o);
@@ -124,7 +112,7 @@ static void matmul_rows(void *ctx, int64_t begin, int64_t end, int thread)
             quant_dequant_row(w->type, model_row(w, o), row, w->cols);
         for (int t = 0; t < j->n; t++)
             j->y[(size_t)t * (size_t)w->rows + (size_t)o] =
-                dot(wr, j->x + (size_t)t * (size_t)w->cols, w->cols);
+                dotq_f32(wr, j->x + (size_t)t * (size_t)w->cols, w->cols);
     }
 }
 
@@ -161,7 +149,7 @@ static void attn_heads(void *ctx, int64_t begin, int64_t end, int thread)
         const float *q = r->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd;
         float max = -INFINITY;
         for (int p = 0; p <= pos; p++) { /* causal: keys 0..pos */
-            s[p] = dot(q, kc + (size_t)p * (size_t)kvd + (size_t)g * (size_t)hd, hd) * scale;
+            s[p] = dotq_f32(q, kc + (size_t)p * (size_t)kvd + (size_t)g * (size_t)hd, hd) * scale;
             if (s[p] > max)
                 max = s[p];
         }
