@@ -31,6 +31,7 @@
 #include "dotq.h"
 #include "pool.h"
 #include "quant.h"
+#include "ref_ops.h"
 #include "route.h"
 
 
@@ -73,7 +74,7 @@ struct ref {
 /* ---- numerics ----------------------------------------------------------------------------- */
 
 /* y = RMSNorm(x) * w over n elements (mean of squares in double, as ggml does). */
-static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
+void ref_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
 {
     double sum = 0.0;
     for (int64_t i = 0; i < n; i++)
@@ -132,6 +133,32 @@ struct attn_job {
     int pos0; /* position of token 0 */
 };
 
+void ref_attn_head(const float *q, const float *kc, const float *vc, size_t kv_stride, int pos,
+                   int hd, float *s, float *out)
+{
+    const float scale = 1.0f / sqrtf((float)hd);
+    float max = -INFINITY;
+    for (int p = 0; p <= pos; p++) { /* causal: keys 0..pos */
+        s[p] = dotq_f32(q, kc + (size_t)p * kv_stride, hd) * scale;
+        if (s[p] > max)
+            max = s[p];
+    }
+    double sum = 0.0;
+    for (int p = 0; p <= pos; p++) {
+        s[p] = det_expf(s[p] - max);
+        sum += s[p];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int d = 0; d < hd; d++)
+        out[d] = 0.0f;
+    for (int p = 0; p <= pos; p++) {
+        const float pw = s[p] * inv;
+        const float *v = vc + (size_t)p * kv_stride;
+        for (int d = 0; d < hd; d++)
+            out[d] += pw * v[d];
+    }
+}
+
 static void attn_heads(void *ctx, int64_t begin, int64_t end, int thread)
 {
     struct attn_job *j = ctx;
@@ -139,44 +166,24 @@ static void attn_heads(void *ctx, int64_t begin, int64_t end, int thread)
     const struct model_hparams *hp = &r->m->hp;
     const int hd = (int)hp->head_dim, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
     const int kvd = nkv * hd, group = nh / nkv;
-    const float scale = 1.0f / sqrtf((float)hd);
     const float *kc = r->kc + (size_t)j->layer * (size_t)r->base.n_ctx * (size_t)kvd;
     const float *vc = r->vc + (size_t)j->layer * (size_t)r->base.n_ctx * (size_t)kvd;
     float *s = r->scores + (size_t)thread * (size_t)r->base.n_ctx;
     for (int64_t item = begin; item < end; item++) {
         const int t = (int)(item / nh), h = (int)(item % nh), g = h / group;
-        const int pos = j->pos0 + t;
-        const float *q = r->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd;
-        float max = -INFINITY;
-        for (int p = 0; p <= pos; p++) { /* causal: keys 0..pos */
-            s[p] = dotq_f32(q, kc + (size_t)p * (size_t)kvd + (size_t)g * (size_t)hd, hd) * scale;
-            if (s[p] > max)
-                max = s[p];
-        }
-        double sum = 0.0;
-        for (int p = 0; p <= pos; p++) {
-            s[p] = det_expf(s[p] - max);
-            sum += s[p];
-        }
-        const float inv = (float)(1.0 / sum);
-        float *out = r->att + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd;
-        for (int d = 0; d < hd; d++)
-            out[d] = 0.0f;
-        for (int p = 0; p <= pos; p++) {
-            const float pw = s[p] * inv;
-            const float *v = vc + (size_t)p * (size_t)kvd + (size_t)g * (size_t)hd;
-            for (int d = 0; d < hd; d++)
-                out[d] += pw * v[d];
-        }
+        ref_attn_head(r->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd,
+                      kc + (size_t)g * (size_t)hd, vc + (size_t)g * (size_t)hd, (size_t)kvd,
+                      j->pos0 + t, hd, s,
+                      r->att + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd);
     }
 }
 
 /* Per-head Q/K RMSNorm, then RoPE (NEOX: rotate (x[i], x[i + hd/2])), for one head vector. */
-static void norm_rope(float *x, const float *w, const float *cs, const float *sn, int hd,
+void ref_norm_rope(float *x, const float *w, const float *cs, const float *sn, int hd,
                       float eps, int skip_norm)
 {
     if (!skip_norm)
-        rmsnorm(x, x, w, hd, eps);
+        ref_rmsnorm(x, x, w, hd, eps);
     const int half = hd / 2;
     for (int i = 0; i < half; i++) {
         const float a = x[i], b = x[i + half];
@@ -193,7 +200,7 @@ static void attention(struct ref *r, int il, int n, int pos0)
     const int kvd = nkv * hd, half = hd / 2;
     const int64_t E = hp->n_embd;
     for (int t = 0; t < n; t++)
-        rmsnorm(r->xb + t * E, r->x + t * E, r->attn_norm + il * E, E, hp->eps);
+        ref_rmsnorm(r->xb + t * E, r->x + t * E, r->attn_norm + il * E, E, hp->eps);
     matmul(r, &L->wq, r->xb, n, r->q);
     matmul(r, &L->wk, r->xb, n, r->k);
     matmul(r, &L->wv, r->xb, n, r->v);
@@ -203,10 +210,10 @@ static void attention(struct ref *r, int il, int n, int pos0)
         const float *sn = r->rope_sin + (size_t)pos * (size_t)half;
         const int skip = fault_skips_qk_norm(r->faults, il, pos);
         for (int h = 0; h < nh; h++)
-            norm_rope(r->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd,
+            ref_norm_rope(r->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd,
                       r->q_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
         for (int h = 0; h < nkv; h++)
-            norm_rope(r->k + (size_t)t * (size_t)kvd + (size_t)h * (size_t)hd,
+            ref_norm_rope(r->k + (size_t)t * (size_t)kvd + (size_t)h * (size_t)hd,
                       r->k_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
         size_t at = ((size_t)il * (size_t)r->base.n_ctx + (size_t)pos) * (size_t)kvd;
         memcpy(r->kc + at, r->k + (size_t)t * (size_t)kvd, (size_t)kvd * sizeof(float));
@@ -292,7 +299,7 @@ static void ffn(struct ref *r, int il, int n, int pos0)
     const struct model_layer *L = &r->m->layers[il];
     const int64_t E = hp->n_embd;
     for (int t = 0; t < n; t++)
-        rmsnorm(r->xb + t * E, r->x + t * E, r->ffn_norm + il * E, E, hp->eps);
+        ref_rmsnorm(r->xb + t * E, r->x + t * E, r->ffn_norm + il * E, E, hp->eps);
     if (hp->arch == ARCH_QWEN3)
         swiglu(r, &L->ffn_gate, &L->ffn_up, &L->ffn_down, r->xb, n, r->xo);
     else
@@ -327,7 +334,7 @@ static void ref_forward_chunk(struct ref *r, const int32_t *tokens, int n, int p
         tap_hidden(r, il, n);
     }
     for (int t = 0; t < n; t++)
-        rmsnorm(r->xb + t * E, r->x + t * E, r->out_norm, E, hp->eps);
+        ref_rmsnorm(r->xb + t * E, r->x + t * E, r->out_norm, E, hp->eps);
     matmul(r, &m->output, r->xb, n, logits);
 }
 
@@ -416,6 +423,21 @@ static void cpu_name(char *buf, size_t n)
     fclose(f);
 }
 
+void ref_rope_tables(float *cs, float *sn, int n_ctx, int hd, float base)
+{
+    /* angles p * base^(-2i/hd), evaluated in double, rounded once to float */
+    const double lnb = det_log((double)base);
+    for (int i = 0; i < hd / 2; i++) {
+        const double inv_freq = det_exp(-2.0 * (double)i / (double)hd * lnb);
+        for (int p = 0; p < n_ctx; p++) {
+            double s, c;
+            det_sincos((double)p * inv_freq, &s, &c);
+            cs[(size_t)p * (size_t)(hd / 2) + (size_t)i] = (float)c;
+            sn[(size_t)p * (size_t)(hd / 2) + (size_t)i] = (float)s;
+        }
+    }
+}
+
 static int64_t max64(int64_t a, int64_t b)
 {
     return a > b ? a : b;
@@ -496,17 +518,7 @@ static int ref_open(struct backend **out, const struct model *m, const struct ba
         quant_dequant_row(ly->k_norm.type, ly->k_norm.data, r->k_norm + il * hd, (int64_t)hd);
     }
     quant_dequant_row(m->output_norm.type, m->output_norm.data, r->out_norm, (int64_t)E);
-    /* RoPE angles p * base^(-2i/hd), evaluated in double, rounded once to float */
-    const double lnb = det_log((double)hp->rope_base);
-    for (size_t i = 0; i < hd / 2; i++) {
-        const double inv_freq = det_exp(-2.0 * (double)i / (double)hd * lnb);
-        for (int p = 0; p < n_ctx; p++) {
-            double s, c;
-            det_sincos((double)p * inv_freq, &s, &c);
-            r->rope_cos[(size_t)p * (hd / 2) + i] = (float)c;
-            r->rope_sin[(size_t)p * (hd / 2) + i] = (float)s;
-        }
-    }
+    ref_rope_tables(r->rope_cos, r->rope_sin, n_ctx, (int)hd, hp->rope_base);
     snprintf(r->info.backend, sizeof r->info.backend, "ref");
     cpu_name(r->info.device, sizeof r->info.device);
     *out = &r->base;

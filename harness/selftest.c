@@ -2,11 +2,10 @@
  * through its k_test.h launcher and the CPU twin on the same inputs, and hands both to the
  * caller's comparison.
  *
- * Twins: quant_dequant_row() (weights, embeddings) and route_select() are the reference engine's
- * own functions. RMSNorm, the per-head norm + RoPE and the attention inner loop are static in
- * engine/ref.c, so this file carries line-for-line copies (rmsnorm_twin, norm_rope_twin,
- * attn_twin); docs/kernels.md lists exporting them from ref.c as a TODO so that one definition
- * serves both.
+ * Twins: every one is the reference engine's own function — quant_dequant_row() (weights,
+ * embeddings), dotq_f32() (dot products), route_select() (routing), and engine/ref_ops.h's
+ * ref_rmsnorm(), ref_norm_rope(), ref_attn_head(), ref_rope_tables(): one twin per op, never a
+ * copy.
  * Start reading: TOL, then check_gemv().
  */
 #include "harness/selftest.h"
@@ -17,7 +16,9 @@
 #include <string.h>
 
 #include "engine/detmath.h"
+#include "engine/dotq.h"
 #include "engine/quant.h"
+#include "engine/ref_ops.h"
 #include "engine/route.h"
 #include "faults/fault.h"
 #ifdef GATE_HAVE_CUDA
@@ -195,14 +196,6 @@ static void *make_weight(int type, int64_t rows, int64_t cols, uint64_t seed, fl
     return q;
 }
 
-static float dot_twin(const float *a, const float *b, int64_t n)
-{
-    float acc = 0.0f;
-    for (int64_t i = 0; i < n; i++)
-        acc += a[i] * b[i];
-    return acc;
-}
-
 #define TRY(expr)                                                                                \
     do {                                                                                         \
         if ((rc = (expr)))                                                                       \
@@ -253,7 +246,7 @@ static int check_gemv(struct run *r)
                     memcpy(want, got, (size_t)(nv * rows) * sizeof(float));
                     for (int v = 0; v < nv; v++)
                         for (int64_t o = 0; o < rows; o++) {
-                            const float d = dot_twin(deq + o * cols, x + v * cols, cols);
+                            const float d = dotq_f32(deq + o * cols, x + v * cols, cols);
                             want[v * rows + o] = acc ? want[v * rows + o] + d : d;
                         }
                     rc = k_test_gemv(type, w, rows, cols, 1, NULL, 1, x, nv, nv, acc, got,
@@ -304,9 +297,9 @@ static int check_experts(struct run *r, int swiglu)
                     for (int64_t o = 0; o < rows; o++) {
                         const float *xv = x + (v / x_div) * cols;
                         const int64_t wr = (int64_t)ids[v] * rows + o;
-                        const float g = dot_twin(dg + wr * cols, xv, cols);
+                        const float g = dotq_f32(dg + wr * cols, xv, cols);
                         want[v * rows + o] =
-                            swiglu ? det_silu(g) * dot_twin(du + wr * cols, xv, cols) : g;
+                            swiglu ? det_silu(g) * dotq_f32(du + wr * cols, xv, cols) : g;
                     }
                 rc = swiglu ? k_test_gemv_swiglu(type, wg, wu, rows, cols, X, ids, x_div, x, n_x,
                                                  nv, got, r->err)
@@ -351,7 +344,7 @@ static int check_gemm(struct run *r)
                     fill(x, n * cols, 7 + (uint64_t)s, 1.0f);
                     for (int t = 0; t < n; t++)
                         for (int64_t o = 0; o < rows; o++)
-                            want[t * rows + o] = dot_twin(deq + o * cols, x + t * cols, cols);
+                            want[t * rows + o] = dotq_f32(deq + o * cols, x + t * cols, cols);
                     rc = k_test_gemm(type, w, rows, cols, x, n, bf, 0, got, r->err);
                     if (!rc) {
                         struct selftest_case c;
@@ -437,31 +430,6 @@ done:
 /* ---- norms, RoPE, attention ------------------------------------------------------------------ */
 
 /* ref.c rmsnorm(), line for line */
-static void rmsnorm_twin(float *y, const float *x, const float *w, int64_t n, float eps)
-{
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        sum += (double)x[i] * x[i];
-    const float mean = (float)(sum / (double)n);
-    const float scale = 1.0f / sqrtf(mean + eps);
-    for (int64_t i = 0; i < n; i++)
-        y[i] = (x[i] * scale) * w[i];
-}
-
-/* ref.c norm_rope(), line for line */
-static void norm_rope_twin(float *x, const float *w, const float *cs, const float *sn, int hd,
-                           float eps, int skip_norm)
-{
-    if (!skip_norm)
-        rmsnorm_twin(x, x, w, hd, eps);
-    const int half = hd / 2;
-    for (int i = 0; i < half; i++) {
-        const float a = x[i], b = x[i + half];
-        x[i] = a * cs[i] - b * sn[i];
-        x[i + half] = a * sn[i] + b * cs[i];
-    }
-}
-
 static int check_rmsnorm(struct run *r)
 {
     int rc = 0;
@@ -477,7 +445,7 @@ static int check_rmsnorm(struct run *r)
             fill(x, (int64_t)n * E, 40 + (uint64_t)s, 3.0f);
             fill(w, E, 41 + (uint64_t)s, 1.0f);
             for (int t = 0; t < n; t++)
-                rmsnorm_twin(want + (size_t)t * E, x + (size_t)t * E, w, E, 1e-6f);
+                ref_rmsnorm(want + (size_t)t * E, x + (size_t)t * E, w, E, 1e-6f);
             rc = k_test_rmsnorm(x, w, n, E, 1e-6f, got, r->err);
             if (!rc) {
                 struct selftest_case c;
@@ -491,21 +459,6 @@ static int check_rmsnorm(struct run *r)
             return rc;
     }
     return 0;
-}
-
-/* RoPE tables exactly as ref_open builds them. */
-static void rope_tables(float *cs, float *sn, int n_ctx, int hd, float base)
-{
-    const double lnb = det_log((double)base);
-    for (int i = 0; i < hd / 2; i++) {
-        const double inv_freq = det_exp(-2.0 * (double)i / (double)hd * lnb);
-        for (int p = 0; p < n_ctx; p++) {
-            double s, c;
-            det_sincos((double)p * inv_freq, &s, &c);
-            cs[(size_t)p * (hd / 2) + i] = (float)c;
-            sn[(size_t)p * (hd / 2) + i] = (float)s;
-        }
-    }
 }
 
 static float round16(float v)
@@ -555,18 +508,18 @@ static int check_qk_norm_rope(struct run *r)
                 fill(v, (int64_t)n * kvd, 63 + si, 2.0f);
                 fill(qn, hd, 64, 1.5f);
                 fill(kn, hd, 65, 1.5f);
-                rope_tables(cs, sn, n_ctx, hd, 1e6f);
+                ref_rope_tables(cs, sn, n_ctx, hd, 1e6f);
                 memcpy(qw, q, (size_t)n * nh * hd * 4);
                 for (int t = 0; t < n; t++) {
                     const int pos = s->pos0 + t, half = hd / 2;
                     const int skip = fault_skips_qk_norm(&fs, layer, pos);
                     for (int h = 0; h < nh; h++)
-                        norm_rope_twin(qw + ((size_t)t * nh + h) * hd, qn, cs + pos * half,
+                        ref_norm_rope(qw + ((size_t)t * nh + h) * hd, qn, cs + pos * half,
                                        sn + pos * half, hd, 1e-6f, skip);
                     float kt[1024];
                     memcpy(kt, k + (size_t)t * kvd, (size_t)kvd * 4);
                     for (int h = 0; h < nkv; h++)
-                        norm_rope_twin(kt + (size_t)h * hd, kn, cs + pos * half, sn + pos * half,
+                        ref_norm_rope(kt + (size_t)h * hd, kn, cs + pos * half, sn + pos * half,
                                        hd, 1e-6f, skip);
                     for (int i = 0; i < kvd; i++) {
                         kcw[(size_t)pos * kvd + i] = f32 ? kt[i] : round16(kt[i]);
@@ -604,34 +557,6 @@ static int check_qk_norm_rope(struct run *r)
     return 0;
 }
 
-/* ref.c attn_heads() for one (token, head), line for line but with expf (the device has no
- * det_expf; the tolerance covers the last-bit difference). */
-static void attn_twin(const float *q, const float *kc, const float *vc, float *out, float *s,
-                      int pos, int hd, int kvd, int g)
-{
-    const float scale = 1.0f / sqrtf((float)hd);
-    float max = -INFINITY;
-    for (int p = 0; p <= pos; p++) {
-        s[p] = dot_twin(q, kc + (size_t)p * kvd + (size_t)g * hd, hd) * scale;
-        if (s[p] > max)
-            max = s[p];
-    }
-    double sum = 0.0;
-    for (int p = 0; p <= pos; p++) {
-        s[p] = det_expf(s[p] - max);
-        sum += s[p];
-    }
-    const float inv = (float)(1.0 / sum);
-    for (int d = 0; d < hd; d++)
-        out[d] = 0.0f;
-    for (int p = 0; p <= pos; p++) {
-        const float pw = s[p] * inv;
-        const float *v = vc + (size_t)p * kvd + (size_t)g * hd;
-        for (int d = 0; d < hd; d++)
-            out[d] += pw * v[d];
-    }
-}
-
 static int check_attention(struct run *r)
 {
     int rc = 0;
@@ -654,9 +579,10 @@ static int check_attention(struct run *r)
                         kc[i] = round16(kc[i]), vc[i] = round16(vc[i]);
                 for (int t = 0; t < n; t++)
                     for (int h = 0; h < nh; h++)
-                        attn_twin(q + ((size_t)t * nh + h) * hd, kc, vc,
-                                  want + ((size_t)t * nh + h) * hd, s, sh->pos0 + t, hd, kvd,
-                                  h / (nh / nkv));
+                        ref_attn_head(q + ((size_t)t * nh + h) * hd,
+                                      kc + (size_t)(h / (nh / nkv)) * hd,
+                                      vc + (size_t)(h / (nh / nkv)) * hd, (size_t)kvd,
+                                      sh->pos0 + t, hd, s, want + ((size_t)t * nh + h) * hd);
                 rc = k_test_attention(q, kc, vc, f32, n, sh->pos0, nh, nkv, hd, n_ctx, got,
                                       r->err);
                 if (!rc) {
