@@ -9,47 +9,15 @@
 /* ln 2 split: LN2_HI has its low 32 bits zero so k * LN2_HI is exact for |k| < 2^20. */
 static const double LN2_HI = 6.93147180369123816490e-01;
 static const double LN2_LO = 1.90821492927058770002e-10;
-static const double INV_LN2 = 1.44269504088896338700e+00;
-
-static double pow2i(int k)
-{
-    /* 2^k for -1022 <= k <= 1023, built from bits */
-    uint64_t bits = (uint64_t)(k + 1023) << 52;
-    double d;
-    memcpy(&d, &bits, 8);
-    return d;
-}
 
 double det_exp(double x)
 {
-    if (x != x)
-        return x;
-    if (x > 709.78)
-        return INFINITY;
-    if (x < -745.2)
-        return 0.0;
-    double kd = x * INV_LN2;
-    int k = (int)(kd < 0 ? kd - 0.5 : kd + 0.5);
-    double r = (x - k * LN2_HI) - k * LN2_LO; /* |r| <= ~0.347 */
-    /* Taylor to r^14: truncation below 5e-18 relative */
-    double p = 1.0 / 87178291200.0;
-    static const double inv_fact[] = {
-        1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
-        1.0 / 362880.0,     1.0 / 40320.0,     1.0 / 5040.0,      1.0 / 720.0,
-        1.0 / 120.0,        1.0 / 24.0,        1.0 / 6.0,         1.0 / 2.0,
-        1.0,                1.0};
-    for (int i = 0; i < 14; i++)
-        p = p * r + inv_fact[i];
-    if (k < -1021) /* subnormal result: scale in two steps */
-        return p * pow2i(k + 600) * pow2i(-600);
-    if (k > 1023)
-        return p * pow2i(k - 1) * 2.0;
-    return p * pow2i(k);
+    return det_exp_inline(x);
 }
 
 float det_expf(float x)
 {
-    return (float)det_exp((double)x);
+    return det_expf_inline(x);
 }
 
 double det_log(double x)

@@ -8,7 +8,9 @@
 
 #include <stdint.h>
 
+#include "detmath.h"
 #include "faults/fault.h"
+#include "hd.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,6 +35,67 @@ struct route_result {
 struct route_result route_select(const float *logits, float *probs, int n_expert, int k,
                                  int norm_w, const struct fault_set *faults, int layer, int pos,
                                  int32_t *ids, float *w);
+
+/* route_select() itself, inline for both compilers: the CUDA routing kernel runs this very
+ * function (built with --fmad=false), so host and device route identically. Softmax sums in
+ * double with det_expf; top-k by k selection passes (highest probability, lowest id on ties). */
+GATE_HD static inline struct route_result route_select_inline(const float *logits, float *probs,
+                                                              int n_expert, int k, int norm_w,
+                                                              const struct fault_set *faults,
+                                                              int layer, int pos, int32_t *ids,
+                                                              float *w)
+{
+    struct route_result res = {0.0f, 0.0f, 0.0f, 0};
+    float max = logits[0];
+    for (int e = 1; e < n_expert; e++)
+        if (logits[e] > max)
+            max = logits[e];
+    double sum = 0.0;
+    for (int e = 0; e < n_expert; e++) {
+        probs[e] = det_expf_inline(logits[e] - max);
+        sum += probs[e];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int e = 0; e < n_expert; e++)
+        probs[e] *= inv;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < n_expert; e++) {
+            int taken = 0;
+            for (int i = 0; i < j; i++)
+                taken |= ids[i] == e;
+            if (!taken && (best < 0 || probs[e] > probs[best]))
+                best = e;
+        }
+        ids[j] = best;
+        w[j] = probs[best];
+    }
+    res.kth_logit = logits[ids[k - 1]];
+    res.k1th_logit = res.kth_logit;
+    if (k < n_expert) {
+        int next = -1;
+        for (int e = 0; e < n_expert; e++) {
+            int taken = 0;
+            for (int i = 0; i < k; i++)
+                taken |= ids[i] == e;
+            if (!taken && (next < 0 || logits[e] > logits[next]))
+                next = e;
+        }
+        res.k1th_logit = logits[next];
+    }
+    res.gap = res.kth_logit - res.k1th_logit;
+    if (norm_w) {
+        float s = 0.0f;
+        for (int j = 0; j < k; j++)
+            s += w[j];
+        if (s < ROUTE_MIN_WEIGHT_SUM)
+            s = ROUTE_MIN_WEIGHT_SUM;
+        for (int j = 0; j < k; j++)
+            w[j] /= s;
+    }
+    res.n_faults = fault_apply_route_inline(faults, layer, pos, probs, n_expert, k, ids, w);
+    return res;
+}
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "engine/err.h"
+#include "engine/hd.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,6 +55,58 @@ int fault_set_add(struct fault_set *s, const struct fault_spec *f, struct gate_e
 
 /* Does fault f apply at (layer, pos)? */
 int fault_applies(const struct fault_spec *f, int layer, int pos);
+
+GATE_HD static inline int fault_applies_inline(const struct fault_spec *f, int layer, int pos)
+{
+    return layer >= f->layer_lo && layer <= f->layer_hi && pos >= f->pos_lo && pos <= f->pos_hi;
+}
+
+/* fault_apply_route() (below), inline for both compilers: the CUDA routing kernel applies the
+ * routing faults through this very function. */
+GATE_HD static inline int fault_apply_route_inline(const struct fault_set *s, int layer, int pos,
+                                                   const float *probs, int n_expert, int k,
+                                                   int32_t *ids, float *w)
+{
+    int applied = 0;
+    for (int i = 0; s && i < s->n; i++) {
+        const struct fault_spec *f = &s->f[i];
+        if ((f->kind != FAULT_WRONG_EXPERT && f->kind != FAULT_DROPPED_EXPERT &&
+             f->kind != FAULT_UNIFORM_WEIGHTS) ||
+            !fault_applies_inline(f, layer, pos))
+            continue;
+        const int r = f->rank < k ? f->rank : k - 1;
+        if (f->kind == FAULT_WRONG_EXPERT) {
+            /* the best-scoring expert not currently selected (lowest id wins a tie) */
+            int best = -1;
+            for (int e = 0; e < n_expert; e++) {
+                int taken = 0;
+                for (int j = 0; j < k; j++)
+                    taken |= ids[j] == e;
+                if (!taken && (best < 0 || probs[e] > probs[best]))
+                    best = e;
+            }
+            if (best < 0)
+                continue; /* every expert is selected: nothing to swap in */
+            ids[r] = best;
+        } else if (f->kind == FAULT_DROPPED_EXPERT) {
+            if (k < 2)
+                w[r] = 0.0f;
+            else {
+                float sum = 0.0f;
+                for (int j = 0; j < k; j++)
+                    if (j != r)
+                        sum += w[j];
+                for (int j = 0; j < k; j++)
+                    w[j] = (j == r || sum <= 0.0f) ? 0.0f : w[j] / sum;
+            }
+        } else {
+            for (int j = 0; j < k; j++)
+                w[j] = 1.0f / (float)k;
+        }
+        applied++;
+    }
+    return applied;
+}
 
 /* 1 when a skip_qk_norm fault in s covers (layer, pos). s may be NULL. */
 int fault_skips_qk_norm(const struct fault_set *s, int layer, int pos);
