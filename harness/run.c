@@ -453,6 +453,26 @@ static int ensure_model(struct cell_ctx *x, struct gate_err *err)
     return rc;
 }
 
+/* The receipt's environment.gpu: the device this host ran on ("none" on a CPU host). */
+static json_t *gpu_environment(const struct ladder_host *h)
+{
+    if (!h->gpu)
+        return json_string("none");
+#ifdef GATE_HAVE_CUDA
+    struct k_device_desc d;
+    struct gate_err why = {0};
+    if (k_device_describe(&d, &why) == 0) {
+        char cc[16];
+        snprintf(cc, sizeof cc, "%d.%d", d.cc_major, d.cc_minor);
+        return json_pack("{s:s, s:s, s:f, s:i, s:i}", "name", d.name, "compute_capability", cc,
+                         "memory_gib", d.total_gib, "driver", d.driver, "runtime", d.runtime);
+    }
+    return json_pack("{s:s}", "error", why.msg);
+#else
+    return json_string("none");
+#endif
+}
+
 static json_t *run_cell(const struct ladder *l, int ci, const struct run_options *o,
                         const struct identity *id, int *pass)
 {
@@ -518,7 +538,7 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
         json_object_set_new(model_subject, "path", json_string(lm->path));
     json_t *env = identity_environment(o->threads);
     json_object_set_new(env, "host", json_string(l->hosts[x.c->host].id));
-    json_object_set_new(env, "gpu", json_string("none"));
+    json_object_set_new(env, "gpu", gpu_environment(&l->hosts[x.c->host]));
     json_t *payload = json_pack(
         "{s:i, s:{s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:{s:o, s:o}, s:o, s:o, s:[], s:s,"
         " s:s, s:s}",
