@@ -9,7 +9,8 @@
 
 #include "engine/err.h"
 
-int cmd_model(int argc, char **argv);    /* model inspect */
+int cmd_model(int argc, char **argv);    /* model inspect | synth | stats */
+int cmd_model_stats(int argc, char **argv); /* model stats */
 int cmd_eval(int argc, char **argv);     /* eval */
 int cmd_generate(int argc, char **argv); /* generate */
 int cmd_bench(int argc, char **argv);    /* bench */

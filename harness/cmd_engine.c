@@ -48,6 +48,7 @@ static void hex(const unsigned char *d, size_t n, char *out)
 static const char MODEL_USAGE[] =
     "usage: gate model inspect MODEL.gguf\n"
     "       gate model synth --help   (write a deterministic synthetic model)\n"
+    "       gate model stats MODEL.gguf [--tokens N]   (is it healthy: hidden RMS, routing)\n"
     "  Prints the architecture, hyperparameters, tensor table (name, type, shape, bytes), the\n"
     "  quant mix, total bytes, and whether gate supports the model (and why not).\n";
 
@@ -142,6 +143,8 @@ int cmd_model(int argc, char **argv)
     }
     if (argc >= 2 && !strcmp(argv[1], "synth"))
         return cmd_model_synth(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "stats"))
+        return cmd_model_stats(argc - 1, argv + 1);
     if (argc == 3 && !strcmp(argv[1], "inspect"))
         return inspect(argv[2]);
     if (argc >= 3 && !strcmp(argv[1], "inspect") &&
