@@ -13,15 +13,6 @@
 #include "oracles/falsify.h"
 #include "support/check.h"
 
-static struct model *load_case(const char *name)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/conformance/%s/model.gguf", check_shared_dir(), name);
-    struct model *m = NULL;
-    struct gate_err err = {0};
-    cr_assert_eq(model_load(&m, path, &err), 0, "%s", err.msg);
-    return m;
-}
 
 static struct fault_set faults_of(const char *const *specs, int n)
 {
@@ -53,7 +44,7 @@ static struct mode ref_mode(const char *text)
 
 Test(falsify, every_fault_at_all_layers_is_rejected)
 {
-    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct fault_set fs;
     falsify_default_faults(m, &fs);
     cr_assert_eq(fs.n, 4);
@@ -87,7 +78,7 @@ Test(falsify, every_fault_at_all_layers_is_rejected)
 
 Test(falsify, rejected_on_the_chat_path_too)
 {
-    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
     const char *specs[] = {"skip_qk_norm:layers=1"};
     struct fault_set fs = faults_of(specs, 1);
     struct falsify_config cfg;
@@ -105,7 +96,7 @@ Test(falsify, rejected_on_the_chat_path_too)
 
 Test(falsify, single_layer_single_position_rejected_or_reported)
 {
-    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct falsify_config cfg;
     falsify_config_default(&cfg);
     cfg.n_clean = 2;
@@ -158,7 +149,7 @@ Test(falsify, single_layer_single_position_rejected_or_reported)
 
 Test(falsify, routing_fault_on_dense_model_is_an_error)
 {
-    struct model *m = load_case("qwen3-dense-tiny-f32");
+    struct model *m = check_load_case("qwen3-dense-tiny-f32");
     const char *specs[] = {"wrong_expert"};
     struct fault_set fs = faults_of(specs, 1);
     struct falsify_config cfg;
@@ -183,7 +174,7 @@ Test(falsify, routing_fault_on_dense_model_is_an_error)
 
 Test(falsify, missing_scope_or_empty_list_is_a_validation_error)
 {
-    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct falsify_config cfg;
     falsify_config_default(&cfg);
     struct mode mode = ref_mode("ref.decode");
@@ -219,7 +210,7 @@ Test(falsify, missing_scope_or_empty_list_is_a_validation_error)
 
 Test(falsify, loose_threshold_lets_faults_escape_and_the_gate_fails)
 {
-    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
     const char *two[] = {"dropped_expert", "skip_qk_norm"};
     struct fault_set fs = faults_of(two, 2);
     struct falsify_config cfg;
@@ -255,7 +246,7 @@ Test(falsify, loose_threshold_lets_faults_escape_and_the_gate_fails)
 
 Test(falsify, witness_says_no_when_nothing_was_injected)
 {
-    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct parity_config c;
     parity_config_default(&c);
     struct mode mode = ref_mode("ref.prefill");

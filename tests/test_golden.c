@@ -10,15 +10,6 @@
 #include "oracles/golden.h"
 #include "support/check.h"
 
-static struct model *load_case(const char *name)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/conformance/%s/model.gguf", check_shared_dir(), name);
-    struct model *m = NULL;
-    struct gate_err err = {0};
-    cr_assert_eq(model_load(&m, path, &err), 0, "%s", err.msg);
-    return m;
-}
 
 Test(golden, first_diff)
 {
@@ -31,7 +22,7 @@ Test(golden, first_diff)
 
 Test(golden, reproduces_the_conformance_greedy_ids)
 {
-    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
     char path[4096];
     snprintf(path, sizeof path, "%s/conformance/qwen3moe-tiny-f32/greedy_exact.txt",
              check_shared_dir());
@@ -60,8 +51,8 @@ Test(golden, reproduces_the_conformance_greedy_ids)
 
 Test(golden, record_replay_tamper_and_refuse)
 {
-    struct model *m = load_case("qwen3moe-tiny-f32");
-    struct model *d = load_case("qwen3-dense-tiny-f32");
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
+    struct model *d = check_load_case("qwen3-dense-tiny-f32");
     char path[4096];
     snprintf(path, sizeof path, "%s/goldens.json", check_tmp_dir());
     struct gate_err err = {0};

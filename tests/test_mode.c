@@ -15,15 +15,6 @@
 #include "oracles/parity.h"
 #include "support/check.h"
 
-static struct model *load_case(const char *name)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/conformance/%s/model.gguf", check_shared_dir(), name);
-    struct model *m = NULL;
-    struct gate_err err = {0};
-    cr_assert_eq(model_load(&m, path, &err), 0, "%s", err.msg);
-    return m;
-}
 
 Test(mode, parses_the_fixed_list_only)
 {
@@ -51,7 +42,7 @@ Test(mode, parses_the_fixed_list_only)
 
 Test(mode, judge_matches_the_exact_logits)
 {
-    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
     char path[4096];
     snprintf(path, sizeof path, "%s/conformance/qwen3moe-tiny-f32/logits_exact.f32",
              check_shared_dir());
@@ -77,7 +68,7 @@ Test(mode, judge_matches_the_exact_logits)
 /* Each ref path against the judge: PASS, and the noise ceiling is printed for docs/gates.md. */
 static void path_passes(const char *mode_text)
 {
-    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct parity_config c;
     parity_config_default(&c);
     struct mode mode;
@@ -114,7 +105,7 @@ Test(mode, ref_chat_passes_parity)
 Test(mode, taps_across_calls_equal_the_judges)
 {
     /* decode makes 96 calls of one token; the scattered taps must equal one batched call's */
-    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
     const struct model_hparams *hp = &m->hp;
     const int n = 64, L = (int)hp->n_layer, k = (int)hp->n_expert_used;
     const size_t E = hp->n_embd;
@@ -159,7 +150,7 @@ Test(mode, taps_across_calls_equal_the_judges)
 
 Test(mode, chat_conversation_from_the_tokenizer)
 {
-    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct tok *t = NULL;
     struct gate_err err = {0};
     cr_assert_eq(tok_load(&t, m->gguf, &err), 0, "%s", err.msg);
@@ -216,7 +207,7 @@ Test(mode, chat_fallback_is_deterministic)
 
 Test(mode, capability_reads_what_ran)
 {
-    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct gate_err err = {0};
     struct capability_result r;
     const char *modes[] = {"ref.decode", "ref.prefill", "ref.chat"};

@@ -180,15 +180,6 @@ Test(parity, too_few_positions_and_bad_config_are_input_errors)
 
 /* ---- on the conformance models ------------------------------------------------------------- */
 
-static struct model *load_case(const char *name)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/conformance/%s/model.gguf", check_shared_dir(), name);
-    struct model *m = NULL;
-    struct gate_err err = {0};
-    cr_assert_eq(model_load(&m, path, &err), 0, "%s", err.msg);
-    return m;
-}
 
 Test(parity, generated_tokens_are_the_conformance_prompt)
 {
@@ -207,7 +198,7 @@ Test(parity, generated_tokens_are_the_conformance_prompt)
 
 Test(parity, judge_matches_exact_logits_and_decode_passes)
 {
-    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct parity_session *s = NULL;
     struct parity_config c = cfg_default();
     struct mode mode;
@@ -225,7 +216,7 @@ Test(parity, judge_matches_exact_logits_and_decode_passes)
 
 Test(parity, fault_is_rejected_and_localized)
 {
-    struct model *m = load_case("qwen3moe-tiny-f32");
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct parity_config c = cfg_default();
     struct mode mode;
     struct gate_err err = {0};
@@ -254,8 +245,8 @@ Test(parity, fault_is_rejected_and_localized)
 
 Test(parity, input_errors)
 {
-    struct model *moe = load_case("qwen3moe-tiny-f32");
-    struct model *dense = load_case("qwen3-dense-tiny-f32");
+    struct model *moe = check_load_case("qwen3moe-tiny-f32");
+    struct model *dense = check_load_case("qwen3-dense-tiny-f32");
     struct parity_config c = cfg_default();
     struct mode mode;
     struct gate_err err = {0};

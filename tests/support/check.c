@@ -1,6 +1,8 @@
 /* check.c — see check.h. */
 #include "check.h"
 
+#include "engine/model.h"
+
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -109,4 +111,14 @@ int32_t *check_read_ids(const char *path, int *n)
     fclose(f);
     *n = k;
     return v;
+}
+
+struct model *check_load_case(const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/conformance/%s/model.gguf", check_shared_dir(), name);
+    struct model *m = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(model_load(&m, path, &err), 0, "%s", err.msg);
+    return m;
 }

@@ -32,6 +32,11 @@ const char *check_tmp_dir(void);
 /* Read a whole file; returns malloc'd bytes and sets *size, or NULL. */
 uint8_t *check_slurp(const char *path, size_t *size);
 
+struct model;
+
+/* Load ../shared/conformance/<name>/model.gguf (asserting success); free with model_free(). */
+struct model *check_load_case(const char *name);
+
 /* Read whitespace-separated integers; returns malloc'd array and count, or NULL. */
 int32_t *check_read_ids(const char *path, int *n);
 
