@@ -6,9 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
-cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j "$(nproc 2>/dev/null || echo 2)" --target gate >/dev/null
-gate=build/gate
+# the demo runs on the CPU host: a CPU-only build of just the binary (build-demo/, so the test
+# configuration in build/ is left alone)
+cmake -S . -B build-demo "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGATE_CUDA=OFF \
+    -DGATE_TESTS=OFF >/dev/null
+cmake --build build-demo -j "$(nproc 2>/dev/null || echo 2)" --target gate >/dev/null
+gate=build-demo/gate
 key="${GATE_KEY:-$HOME/.config/gate/keys/local.key}"
 if [ ! -f "$key" ]; then
     "$gate" key gen --host local -o "$key" --pub ladders/demo.pub
