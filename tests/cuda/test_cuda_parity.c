@@ -10,25 +10,10 @@
 #include "engine/model.h"
 #include "engine/synth.h"
 #include "harness/selftest.h"
+#include "tests/support/check.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
 
-static struct model *tiny(const char *preset, uint8_t **buf)
-{
-    struct synth_options o;
-    memset(&o, 0, sizeof o);
-    o.spec = *synth_preset_find(preset);
-    o.quant = SYNTH_Q4_K_M;
-    o.seed = 1;
-    size_t size = 0;
-    struct gate_err err = {0};
-    struct gguf_file *f = NULL;
-    struct model *m = NULL;
-    cr_assert_eq(synth_write_mem(&o, buf, &size, &err), 0, "%s", err.msg);
-    cr_assert_eq(gguf_open_mem(&f, *buf, size, preset, 0, &err), 0, "%s", err.msg);
-    cr_assert_eq(model_from_gguf(&m, f, &err), 0, "%s", err.msg);
-    return m;
-}
 
 static void judge(const char *preset, const char *mode_name)
 {
@@ -37,7 +22,7 @@ static void judge(const char *preset, const char *mode_name)
     if (selftest_device(dev, sizeof dev, &err))
         cr_skip_test("%s", err.msg);
     uint8_t *buf = NULL;
-    struct model *m = tiny(preset, &buf);
+    struct model *m = check_tiny_model(preset, &buf);
     struct mode mode;
     cr_assert_eq(mode_parse(mode_name, &mode, &err), 0);
     struct parity_config cfg;

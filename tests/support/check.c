@@ -1,7 +1,9 @@
 /* check.c — see check.h. */
 #include "check.h"
 
+#include "engine/gguf.h"
 #include "engine/model.h"
+#include "engine/synth.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -120,5 +122,22 @@ struct model *check_load_case(const char *name)
     struct model *m = NULL;
     struct gate_err err = {0};
     cr_assert_eq(model_load(&m, path, &err), 0, "%s", err.msg);
+    return m;
+}
+
+struct model *check_tiny_model(const char *preset, uint8_t **buf)
+{
+    struct synth_options o;
+    memset(&o, 0, sizeof o);
+    o.spec = *synth_preset_find(preset);
+    o.quant = SYNTH_Q4_K_M;
+    o.seed = 1;
+    size_t size = 0;
+    struct gate_err err = {0};
+    struct gguf_file *f = NULL;
+    struct model *m = NULL;
+    cr_assert_eq(synth_write_mem(&o, buf, &size, &err), 0, "%s", err.msg);
+    cr_assert_eq(gguf_open_mem(&f, *buf, size, preset, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(model_from_gguf(&m, f, &err), 0, "%s", err.msg);
     return m;
 }

@@ -37,6 +37,10 @@ struct model;
 /* Load ../shared/conformance/<name>/model.gguf (asserting success); free with model_free(). */
 struct model *check_load_case(const char *name);
 
+/* A synthetic model (preset, Q4_K_M, seed 1) written to memory (*buf, freed by the caller after
+ * model_free()) and bound (asserting success). */
+struct model *check_tiny_model(const char *preset, uint8_t **buf);
+
 /* Read whitespace-separated integers; returns malloc'd array and count, or NULL. */
 int32_t *check_read_ids(const char *path, int *n);
 
