@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
-#include "engine/detmath.h"
+#include "engine/ref_ops.h"
 #include "kernels/k_ops.cuh"
 
 #define GEMM_MIN_TOKENS 8       /* chunks this long use the cuBLAS projections */
@@ -291,8 +291,8 @@ static int place_weights(struct cuda_be *r, size_t *total, struct gate_err *err)
     return 0;
 }
 
-/* Norm vectors (dequantized exactly, as the twin does) and the RoPE tables (the twin's own
- * formula: angles p * base^(-2i/hd) in double through detmath, rounded once to float). */
+/* Norm vectors (dequantized exactly, as the twin does) and the RoPE tables (built by the twin's
+ * own ref_rope_tables(), so host and device rotate by the same floats). */
 static int upload_tables(struct cuda_be *r, int n_ctx, struct gate_err *err)
 {
     const struct model *m = r->m;
@@ -329,18 +329,7 @@ static int upload_tables(struct cuda_be *r, int n_ctx, struct gate_err *err)
     UP(r->k_norm, L * hd);
     quant_dequant_row(m->output_norm.type, m->output_norm.data, h, (int64_t)E);
     UP(r->out_norm, E);
-    {
-        const double lnb = det_log((double)hp->rope_base);
-        for (size_t i = 0; i < half; i++) {
-            const double inv_freq = det_exp(-2.0 * (double)i / (double)hd * lnb);
-            for (int p = 0; p < n_ctx; p++) {
-                double s, c;
-                det_sincos((double)p * inv_freq, &s, &c);
-                h[(size_t)p * half + i] = (float)c;
-                h2[(size_t)p * half + i] = (float)s;
-            }
-        }
-    }
+    ref_rope_tables(h, h2, n_ctx, (int)hd, hp->rope_base); /* the twin's own tables */
     UP(r->rope_cos, (size_t)n_ctx * half);
     if ((rc = upload(r, (uint8_t *)r->rope_sin, h2, (size_t)n_ctx * half * sizeof(float), err)))
         goto done;
