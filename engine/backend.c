@@ -32,8 +32,20 @@ int backend_open(struct backend **out, const char *name, const struct model *m,
     return ops->open(out, m, cfg, err);
 }
 
+static backend_close_fn close_observer;
+static void *close_observer_ctx;
+
+void backend_set_close_observer(backend_close_fn fn, void *ctx)
+{
+    close_observer = fn;
+    close_observer_ctx = ctx;
+}
+
 void backend_close(struct backend *b)
 {
-    if (b)
-        b->ops->close(b);
+    if (!b)
+        return;
+    if (close_observer)
+        close_observer(close_observer_ctx, b);
+    b->ops->close(b);
 }

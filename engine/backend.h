@@ -77,6 +77,12 @@ struct backend {
 /* The backends this build has; NULL when the name is unknown or not compiled in. */
 const struct backend_ops *backend_find(const char *name);
 
+/* An observer called by backend_close() just before a backend is closed (its counters are final
+ * then), so the harness can record what ran for every gate (oracles/mode.c's ran recorder). One
+ * process-wide slot; NULL clears it. Not thread-safe: set it between gates, not during one. */
+typedef void (*backend_close_fn)(void *ctx, const struct backend *b);
+void backend_set_close_observer(backend_close_fn fn, void *ctx);
+
 /* Convenience wrappers over ops (NULL-safe close). */
 int backend_open(struct backend **out, const char *name, const struct model *m,
                  const struct backend_config *cfg, struct gate_err *err);

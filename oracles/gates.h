@@ -58,6 +58,35 @@ int gate_check_str(json_t *checks, const char *metric, const char *value, const 
 /* A number from metrics: a JSON number, or the strings "NaN", "Inf", "-Inf" (how receipts record
  * non-finite values). Returns 0 and sets *out, or -1 when absent or not a number. */
 int gate_metric_num(const json_t *obj, const char *key, double *out);
+/* The same for a JSON value itself. */
+int gate_json_num(const json_t *v, double *out);
+
+/* The checks every gate of a cell gets, then its own judge: metrics "error" (a gate that could
+ * not run the subject) is a FAIL with that error; with check_ran, metrics "ran" (what actually
+ * ran, oracles/mode.h's struct mode_ran) must match mode ("ref.decode"): the same backend, tokens
+ * evaluated, and for cuda modes kernel launches on a GPU device, for CPU modes none on the CPU.
+ * Then judge(settings, metrics). FAIL wins over ERROR wins over PASS; no check at all is FAIL. */
+enum gate_verdict gate_judge_common(gate_judge_fn judge, int check_ran, const char *mode,
+                                    const json_t *settings, const json_t *metrics,
+                                    json_t *checks, char *why, size_t n);
+enum gate_verdict gate_judge_ran(const char *mode, const json_t *metrics, json_t *checks,
+                                 char *why, size_t n);
+
+/* The capability gate: the checks on metrics "ran" (gate_judge_common) plus forwards > 0. */
+enum gate_verdict capability_gate_judge(const json_t *settings, const json_t *metrics,
+                                        json_t *checks, char *why, size_t n);
+
+/* Parity, recomputed from metrics "per_position" arrays (cosine, kld, ref_gap, ref_top,
+ * test_top) and settings {positions, min_cosine, max_mean_kld, max_kld, near_tie}: a position
+ * whose top ids differ is a TIE_FLIP when its ref_gap < near_tie, else WRONG; a non-finite
+ * cosine/KL is a non-finite position (FAIL). */
+struct parity_summary {
+    int n_pos, n_nonfinite, n_wrong, n_tie_flip, first_bad;
+    double min_cosine, mean_kld, max_kld;
+};
+int parity_metrics_summary(const json_t *metrics, double near_tie, struct parity_summary *s);
+enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metrics,
+                                    json_t *checks, char *why, size_t n);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,8 @@
  */
 #include "oracles/mode.h"
 
+#include <jansson.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +63,87 @@ int mode_open(struct backend **out, const struct mode *mode, const struct model 
     struct backend_config cfg = {
         .n_threads = n_threads, .n_ctx = n_ctx, .n_batch = n_ctx, .faults = faults};
     return backend_open(out, mode->backend, m, &cfg, err);
+}
+
+static void judges_add(const struct backend *b);
+
+int mode_open_judge(struct backend **out, const struct model *m, int n_ctx, int n_threads,
+                    struct gate_err *err)
+{
+    *out = NULL;
+    struct backend_config cfg = {
+        .n_threads = n_threads, .n_ctx = n_ctx, .n_batch = n_ctx, .faults = NULL};
+    int rc = backend_open(out, "ref", m, &cfg, err);
+    if (!rc)
+        judges_add(*out);
+    return rc;
+}
+
+/* ---- what ran ---------------------------------------------------------------------------- */
+
+/* The judges currently open (so the recorder can leave them out); a small fixed table: a gate
+ * holds at most a few judges at once. */
+#define MAX_JUDGES 16
+static const struct backend *open_judges[MAX_JUDGES];
+static struct mode_ran *recorder;
+
+static void judges_add(const struct backend *b)
+{
+    for (int i = 0; i < MAX_JUDGES; i++)
+        if (!open_judges[i]) {
+            open_judges[i] = b;
+            return;
+        }
+}
+
+static void on_close(void *ctx, const struct backend *b)
+{
+    (void)ctx;
+    for (int i = 0; i < MAX_JUDGES; i++)
+        if (open_judges[i] == b) {
+            open_judges[i] = NULL;
+            return;
+        }
+    if (!recorder)
+        return;
+    struct backend_info info;
+    memset(&info, 0, sizeof info);
+    b->ops->info(b, &info);
+    struct mode_ran *r = recorder;
+    char item[24];
+    snprintf(item, sizeof item, ",%s,", info.backend);
+    char list[80];
+    snprintf(list, sizeof list, ",%s,", r->backends);
+    if (!strstr(list, item) && strlen(r->backends) + strlen(info.backend) + 2 < sizeof r->backends)
+        snprintf(r->backends + strlen(r->backends), sizeof r->backends - strlen(r->backends),
+                 "%s%s", r->backends[0] ? "," : "", info.backend);
+    if (!r->n_subjects)
+        snprintf(r->device, sizeof r->device, "%s", info.device);
+    r->n_subjects++;
+    r->forwards += info.forwards;
+    r->tokens += info.tokens;
+    r->kernel_launches += info.kernel_launches;
+    r->device_bytes += info.device_bytes;
+}
+
+void mode_ran_begin(struct mode_ran *r)
+{
+    memset(r, 0, sizeof *r);
+    recorder = r;
+    backend_set_close_observer(on_close, NULL);
+}
+
+void mode_ran_end(void)
+{
+    recorder = NULL;
+}
+
+json_t *mode_ran_json(const struct mode_ran *r)
+{
+    return json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:I}", "backend", r->backends, "device",
+                     r->device, "subjects", r->n_subjects, "forwards", (json_int_t)r->forwards,
+                     "tokens", (json_int_t)r->tokens, "kernel_launches",
+                     (json_int_t)r->kernel_launches, "device_bytes", (json_int_t)r->device_bytes);
 }
 
 /* ---- running a path -------------------------------------------------------------------------- */

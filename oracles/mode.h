@@ -54,6 +54,28 @@ void mode_format(const struct mode *m, char *buf, size_t n);
 int mode_open(struct backend **out, const struct mode *mode, const struct model *m, int n_ctx,
               int n_threads, const struct fault_set *faults, struct gate_err *err);
 
+/* Open the judge: a ref backend without faults, n_ctx positions, batch n_ctx. Every judge must be
+ * opened here, never with mode_open(): the ran recorder below counts only subjects. */
+int mode_open_judge(struct backend **out, const struct model *m, int n_ctx, int n_threads,
+                    struct gate_err *err);
+
+/* What ran for one gate (DESIGN.md settled question 7, issue 10 §4): between mode_ran_begin()
+ * and mode_ran_end(), every subject backend opened with mode_open() is read (struct
+ * backend_info) when it is closed, and summed here: the backend names seen, the first device,
+ * forwards, tokens, kernel launches, device bytes. Judges (mode_open_judge) are not counted. One
+ * recorder at a time per process. */
+struct mode_ran {
+    char backends[64]; /* the distinct backend names seen, comma-separated ("" = none ran) */
+    char device[128];  /* device of the first subject closed */
+    int n_subjects;    /* subject backends closed */
+    uint64_t forwards, tokens, kernel_launches, device_bytes;
+};
+void mode_ran_begin(struct mode_ran *r);
+void mode_ran_end(void);
+/* r as the JSON object receipts record under each gate's metrics "ran" (new reference). */
+struct json_t;
+struct json_t *mode_ran_json(const struct mode_ran *r);
+
 /* Run tokens (n) through b along `path`, from an empty cache, writing logits (n, n_vocab).
  * chat needs the segment boundaries: turn_ends (n_turns) are exclusive end indices, strictly
  * increasing, the last equal to n; segment 0, 2, 4, ... (user turns) are fed batched,

@@ -358,8 +358,10 @@ json_t *parity_result_json(const struct parity_result *r)
     json_object_set_new(o, "severity", parity_json_number(r->pos ? parity_severity(r) : NAN));
     json_t *pp = json_object();
     json_t *cos = json_array(), *kld = json_array(), *mad = json_array(), *t5 = json_array(),
-           *cls = json_array(), *gap = json_array();
+           *cls = json_array(), *gap = json_array(), *rt = json_array(), *tt = json_array();
     for (int i = 0; r->pos && i < r->n_pos; i++) {
+        json_array_append_new(rt, json_integer(r->pos[i].ref_top));
+        json_array_append_new(tt, json_integer(r->pos[i].test_top));
         json_array_append_new(cos, parity_json_number(r->pos[i].cosine));
         json_array_append_new(kld, parity_json_number(r->pos[i].kld));
         json_array_append_new(mad, parity_json_number(r->pos[i].max_abs_diff));
@@ -373,6 +375,8 @@ json_t *parity_result_json(const struct parity_result *r)
     json_object_set_new(pp, "top5_overlap", t5);
     json_object_set_new(pp, "class", cls);
     json_object_set_new(pp, "ref_gap", gap);
+    json_object_set_new(pp, "ref_top", rt);
+    json_object_set_new(pp, "test_top", tt);
     json_object_set_new(o, "per_position", pp);
     if (r->localized) {
         json_t *loc = json_object(), *ls = json_array();
@@ -603,7 +607,6 @@ int parity_session_open(struct parity_session **out, const struct model *m,
     s->mode = *mode;
     s->cfg = *cfg;
     s->with_taps = with_taps;
-    const struct mode judge_mode = {.backend = "ref", .path = MODE_PREFILL};
     const size_t V = m->hp.n_vocab;
     if ((rc = build_sequence(s, tokens, n, err)))
         goto fail;
@@ -617,7 +620,7 @@ int parity_session_open(struct parity_session **out, const struct model *m,
                       (rc = taps_alloc(&s->subj_taps, &m->hp, s->n, err))))
         goto fail;
     /* the judge: ref, no faults, whole sequence in one call */
-    if ((rc = mode_open(&s->judge, &judge_mode, m, s->n, n_threads, NULL, err)) ||
+    if ((rc = mode_open_judge(&s->judge, m, s->n, n_threads, err)) ||
         (rc = mode_judge(s->judge, s->tokens, s->n, s->judge_logits,
                          with_taps ? &s->judge_taps : NULL, err)))
         goto fail;
