@@ -38,14 +38,18 @@ int identity_get(struct identity *out, struct gate_err *err)
     snprintf(out->version, sizeof out->version, "%s", GATE_VERSION);
     snprintf(out->git_commit, sizeof out->git_commit, "%s", GATE_GIT_COMMIT);
     out->git_dirty = GATE_GIT_DIRTY;
+    out->dirty_count = GATE_DIRTY_COUNT;
+    snprintf(out->dirty_reason, sizeof out->dirty_reason, "%s", GATE_DIRTY_REASON);
+    snprintf(out->source_sha256, sizeof out->source_sha256, "%s", GATE_SOURCE_SHA256);
     snprintf(out->build_flags, sizeof out->build_flags, "%s", GATE_BUILD_FLAGS);
     return identity_file_sha256("/proc/self/exe", out->binary_sha256, err);
 }
 
 json_t *identity_json(const struct identity *id)
 {
-    return json_pack("{s:s, s:s, s:b, s:s, s:s}", "version", id->version, "git_commit",
-                     id->git_commit, "git_dirty", id->git_dirty, "binary_sha256",
+    return json_pack("{s:s, s:s, s:b, s:s, s:s, s:s, s:s}", "version", id->version,
+                     "git_commit", id->git_commit, "git_dirty", id->git_dirty, "dirty_reason",
+                     id->dirty_reason, "source_sha256", id->source_sha256, "binary_sha256",
                      id->binary_sha256, "build_flags", id->build_flags);
 }
 

@@ -13,14 +13,22 @@
 struct identity {
     char version[32];
     char git_commit[48];
-    int git_dirty;           /* 1: built from a tree with uncommitted changes: never counts */
+    int git_dirty;           /* 1: what was compiled is not the commit's tree: never counts */
+    int dirty_count;         /* how many reasons ci/buildinfo.cmake found (0 when clean) */
+    char dirty_reason[256];  /* the first one, e.g. "untracked file engine/x.h.orig in a source
+                              * folder"; "" when clean */
+    char source_sha256[65];  /* SHA-256 of the sorted `git ls-tree -r HEAD` lines of the source
+                              * files (ci/buildinfo.cmake): equal on every host at one commit */
     char binary_sha256[65];  /* of /proc/self/exe */
     char build_flags[256];
 };
 
+/* This build's identity (from gate_buildinfo.h, generated at every build) and the digest of the
+ * running binary. Errors: ERR_INPUT / ERR_ENV when /proc/self/exe cannot be read. */
 int identity_get(struct identity *out, struct gate_err *err);
 
-/* {"version", "git_commit", "git_dirty", "binary_sha256", "build_flags"} (new reference). */
+/* {"version", "git_commit", "git_dirty", "dirty_reason", "source_sha256", "binary_sha256",
+ * "build_flags"} (new reference). */
 json_t *identity_json(const struct identity *id);
 
 /* {"hostname", "cpu", "threads"} for this machine (new reference). */
