@@ -7,6 +7,8 @@
  */
 #include "harness/ladder.h"
 
+#include "harness/gatedef.h"
+
 #include <errno.h>
 #include <libgen.h>
 #include <sodium.h>
@@ -336,57 +338,76 @@ int ladder_mode_known(const char *mode)
 static void default_gates(struct ladder_gates *g)
 {
     memset(g, 0, sizeof *g);
-    g->positions = 96;
-    g->min_cosine = 0.999;
-    g->max_mean_kld = 1e-3;
-    g->max_kld = 1e-2;
-    g->near_tie = 0.05;
-    g->golden_tokens = 16;
-    g->runs = 3;
-    g->warmup = 1;
-    g->prompt_tokens = 64;
-    g->decode_tokens = 16;
+    for (int i = 0; GATE_DEFS[i].name; i++)
+        for (const struct gate_setting *s = GATE_DEFS[i].settings; s->key; s++) {
+            char *f = (char *)g + s->offset;
+            if (s->type == GS_INT)
+                *(int *)f = (int)s->dflt;
+            else if (s->type == GS_NUM)
+                *(double *)f = s->dflt;
+            else
+                f[0] = '\0';
+        }
     g->falsify.n = -1; /* not set: filled per architecture */
 }
 
-/* Apply one gates mapping (defaults or an override body) onto g. */
+/* Parse one setting of the gate table from v into g. */
+static int parse_setting(struct parse *p, yaml_node_t *v, const char *gate,
+                         const struct gate_setting *s, struct ladder_gates *g)
+{
+    char what[96];
+    snprintf(what, sizeof what, "%s.%s", gate, s->key);
+    char *f = (char *)g + s->offset;
+    if (s->type == GS_INT) {
+        int rc = get_int(p, v, what, (long)s->lo, (long)s->hi, (int *)f);
+        if (rc && !strcmp(what, "parity.positions") && scalar(v) && atol(scalar(v)) >= 0 &&
+            atol(scalar(v)) < 64)
+            return fail(p, v, "parity.positions is %ld; parity is judged at >= 64 positions",
+                        atol(scalar(v)));
+        return rc;
+    }
+    if (s->type == GS_NUM)
+        return get_num(p, v, what, s->lo, s->hi, (double *)f);
+    const char *t = scalar(v);
+    int ok = t && strlen(t) == 64;
+    for (int i = 0; ok && i < 64; i++)
+        ok = (t[i] >= '0' && t[i] <= '9') || (t[i] >= 'a' && t[i] <= 'f');
+    if (!ok)
+        return fail(p, v, "%s must be 64 lower-case hex digits (a SHA-256)", what);
+    memcpy(f, t, 65);
+    return 0;
+}
+
+/* Apply one gates mapping (defaults or an override body) onto g: every key of a gate's section
+ * is a row of the gate table (harness/gatedef.c), plus golden.goldens (a path) and the falsify
+ * list. */
 static int apply_gates(struct parse *p, yaml_node_t *n, struct ladder_gates *g, int is_override)
 {
     static const char *const keys[] = {"parity", "golden", "throughput", "falsify", "match", NULL};
-    static const char *const pk[] = {"positions", "min_cosine", "max_mean_kld", "max_kld",
-                                     "near_tie", NULL};
-    static const char *const gk[] = {"goldens", "prompts", "tokens", NULL};
-    static const char *const tk[] = {"runs", "warmup", "prompt_tokens", "decode_tokens",
-                                     "min_prefill_tps", "min_decode_tps", NULL};
     yaml_node_t *s, *v, *it;
-    int rc = check_map(p, n, is_override ? "override" : "gates.defaults", keys + !is_override * 0);
+    int rc = check_map(p, n, is_override ? "override" : "gates.defaults", keys);
     if (rc)
         return rc;
     if (!is_override && get(p, n, "match"))
         return fail(p, get(p, n, "match"), "'match' belongs in gates.overrides entries");
-    if ((s = get(p, n, "parity"))) {
-        if ((rc = check_map(p, s, "parity", pk)))
+    static const char *const table_gates[] = {"parity", "golden", "throughput"};
+    for (int gi = 0; gi < 3; gi++) {
+        const struct gate_def *d = gatedef_find(table_gates[gi]);
+        if (!(s = get(p, n, d->name)))
+            continue;
+        const char *allowed[16];
+        int na = 0;
+        for (const struct gate_setting *st = d->settings; st->key && na < 14; st++)
+            allowed[na++] = st->key;
+        if (!strcmp(d->name, "golden"))
+            allowed[na++] = "goldens";
+        allowed[na] = NULL;
+        if ((rc = check_map(p, s, d->name, allowed)))
             return rc;
-        if ((v = get(p, s, "positions")) && (rc = get_int(p, v, "parity.positions", 0, 1 << 20,
-                                                          &g->positions)))
-            return rc;
-        if (v && g->positions < 64)
-            return fail(p, v, "parity.positions is %d; parity is judged at >= 64 positions",
-                        g->positions);
-        if (((v = get(p, s, "min_cosine")) &&
-             (rc = get_num(p, v, "parity.min_cosine", -1, 1, &g->min_cosine))) ||
-            ((v = get(p, s, "max_mean_kld")) &&
-             (rc = get_num(p, v, "parity.max_mean_kld", 0, 1e9, &g->max_mean_kld))) ||
-            ((v = get(p, s, "max_kld")) &&
-             (rc = get_num(p, v, "parity.max_kld", 0, 1e9, &g->max_kld))) ||
-            ((v = get(p, s, "near_tie")) &&
-             (rc = get_num(p, v, "parity.near_tie", 0, 1e9, &g->near_tie))))
-            return rc;
-    }
-    if ((s = get(p, n, "golden"))) {
-        if ((rc = check_map(p, s, "golden", gk)))
-            return rc;
-        if ((v = get(p, s, "goldens"))) {
+        for (const struct gate_setting *st = d->settings; st->key; st++)
+            if ((v = get(p, s, st->key)) && (rc = parse_setting(p, v, d->name, st, g)))
+                return rc;
+        if (!strcmp(d->name, "golden") && (v = get(p, s, "goldens"))) {
             char buf[512];
             if ((rc = get_str(p, v, "golden.goldens", buf, sizeof buf)))
                 return rc;
@@ -394,54 +415,39 @@ static int apply_gates(struct parse *p, yaml_node_t *n, struct ladder_gates *g, 
             snprintf(g->goldens, sizeof g->goldens, "%s", r ? r : buf);
             free(r);
         }
-        if ((v = get(p, s, "tokens")) &&
-            (rc = get_int(p, v, "golden.tokens", 1, 4096, &g->golden_tokens)))
-            return rc;
-        if ((v = get(p, s, "prompts"))) {
-            if ((rc = check_seq(p, v, "golden.prompts", 1)))
-                return rc;
-            for (int i = 0; i < g->n_prompts; i++)
-                free(g->prompts[i]);
-            g->n_prompts = 0;
-            FOR_ITEMS(p, v, it)
-            {
-                if (!scalar(it))
-                    return fail(p, it, "golden prompts must be strings");
-                if (g->n_prompts == LADDER_MAX_PROMPTS)
-                    return fail(p, it, "at most %d golden prompts", LADDER_MAX_PROMPTS);
-                g->prompts[g->n_prompts++] = strdup(scalar(it));
-            }
-        }
-    }
-    if ((s = get(p, n, "throughput"))) {
-        if ((rc = check_map(p, s, "throughput", tk)))
-            return rc;
-        if (((v = get(p, s, "runs")) && (rc = get_int(p, v, "throughput.runs", 3, 1000, &g->runs))) ||
-            ((v = get(p, s, "warmup")) &&
-             (rc = get_int(p, v, "throughput.warmup", 0, 1000, &g->warmup))) ||
-            ((v = get(p, s, "prompt_tokens")) &&
-             (rc = get_int(p, v, "throughput.prompt_tokens", 1, 1 << 20, &g->prompt_tokens))) ||
-            ((v = get(p, s, "decode_tokens")) &&
-             (rc = get_int(p, v, "throughput.decode_tokens", 1, 1 << 20, &g->decode_tokens))) ||
-            ((v = get(p, s, "min_prefill_tps")) &&
-             (rc = get_num(p, v, "throughput.min_prefill_tps", 0, 1e12, &g->min_prefill_tps))) ||
-            ((v = get(p, s, "min_decode_tps")) &&
-             (rc = get_num(p, v, "throughput.min_decode_tps", 0, 1e12, &g->min_decode_tps))))
-            return rc;
     }
     if ((s = get(p, n, "falsify"))) {
-        if ((rc = check_seq(p, s, "falsify", 0)))
-            return rc;
-        g->falsify.n = 0;
-        FOR_ITEMS(p, s, it)
-        {
-            if (!scalar(it))
-                return fail(p, it, "falsify entries must be fault strings like"
-                            " 'wrong_expert:rank=1,layers=0-3'");
-            struct fault_spec f;
-            struct gate_err fe = {0};
-            if (fault_parse(scalar(it), &f, &fe) || fault_set_add(&g->falsify, &f, &fe))
-                return fail(p, it, "%s", fe.msg);
+        /* a list of faults, or a mapping {faults: [...], sweep_samples, min_detection} */
+        yaml_node_t *list = s;
+        if (s->type == YAML_MAPPING_NODE) {
+            const struct gate_def *d = gatedef_find("falsify");
+            const char *allowed[16];
+            int na = 0;
+            for (const struct gate_setting *st = d->settings; st->key && na < 14; st++)
+                allowed[na++] = st->key;
+            allowed[na++] = "faults";
+            allowed[na] = NULL;
+            if ((rc = check_map(p, s, "falsify", allowed)))
+                return rc;
+            for (const struct gate_setting *st = d->settings; st->key; st++)
+                if ((v = get(p, s, st->key)) && (rc = parse_setting(p, v, "falsify", st, g)))
+                    return rc;
+            list = get(p, s, "faults");
+        }
+        if (list) {
+            if ((rc = check_seq(p, list, "falsify", 0)))
+                return rc;
+            g->falsify.n = 0;
+            FOR_ITEMS(p, list, it)
+            {
+                if (!scalar(it))
+                    return fail(p, it, "falsify entries must be fault strings like"
+                                " 'wrong_expert:rank=1,layers=0-3'");
+                struct fault_spec f;
+                struct gate_err fe = {0};
+                if (fault_parse(scalar(it), &f, &fe) || fault_set_add(&g->falsify, &f, &fe))
+                    return fail(p, it, "%s", fe.msg);
+            }
         }
     }
     return 0;
@@ -638,8 +644,6 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
     for (int i = 0; i < l->n_cells; i++) {
         struct ladder_cell *c = &l->cells[i];
         c->g = base;
-        for (int k = 0; k < base.n_prompts; k++)
-            c->g.prompts[k] = strdup(base.prompts[k]);
         if (gates && (o = get(p, gates, "overrides"))) {
             FOR_ITEMS(p, o, it)
             {
@@ -647,6 +651,13 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
                     (rc = apply_gates(p, it, &c->g, 1)))
                     goto out;
             }
+        }
+        if (c->g.goldens[0] && !c->g.goldens_sha256[0]) {
+            char name[256];
+            rc = fail(p, gates, "cell %s: golden.goldens '%s' has no golden.sha256 pin; goldens"
+                      " are evidence, identified by their bytes (sha256sum the file)",
+                      ladder_cell_name(l, i, name, sizeof name), c->g.goldens);
+            goto out;
         }
         const struct ladder_model *m = &l->models[c->model];
         int moe = !strcmp(m->arch, "qwen3moe");
@@ -671,9 +682,171 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
             }
     }
 out:
-    for (int k = 0; k < base.n_prompts; k++)
-        free(base.prompts[k]);
     return rc;
+}
+
+/* ---- anchors (issue 10 §1) ----------------------------------------------------------------- */
+
+static int is_sha256(const char *s)
+{
+    return strlen(s) == 64 && strspn(s, "0123456789abcdef") == 64;
+}
+
+/* {path, sha256} (greedy: also after) of anchor a's file `what`. */
+static int parse_anchor_pin(struct parse *p, yaml_node_t *n, const struct ladder_anchor *a,
+                            const char *what, struct ladder_pin *pin, int *after)
+{
+    static const char *const keys[] = {"path", "sha256", NULL};
+    static const char *const gkeys[] = {"path", "sha256", "after", NULL};
+    char ctx[128], buf[512];
+    yaml_node_t *v;
+    int rc;
+    snprintf(ctx, sizeof ctx, "anchor '%s' %s", a->id, what);
+    if ((rc = check_map(p, n, ctx, after ? gkeys : keys)) || (rc = need(p, n, "path", ctx, &v)) ||
+        (rc = get_str(p, v, "path", buf, sizeof buf)))
+        return rc;
+    if (!(pin->path = resolve(p->l, buf)))
+        return err_set(p->err, ERR_ENV, "out of memory");
+    if ((rc = need(p, n, "sha256", ctx, &v)) ||
+        (rc = get_str(p, v, "sha256", pin->sha256, sizeof pin->sha256)))
+        return rc;
+    if (!is_sha256(pin->sha256))
+        return fail(p, v, "%s: sha256 must be 64 lower-case hex digits (a reference is identified"
+                    " by its bytes)", ctx);
+    if (after && ((rc = need(p, n, "after", ctx, &v)) ||
+                  (rc = get_int(p, v, "greedy.after", 1, 1 << 20, after))))
+        return rc;
+    return 0;
+}
+
+static int parse_anchor(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct ladder_anchor *a)
+{
+    static const char *const keys[] = {"arch", "reference", "model", "tokens", "logits",
+                                       "greedy", "thresholds", NULL};
+    static const char *const tkeys[] = {"max_nmse", "min_cosine", "near_tie", NULL};
+    char what[128];
+    yaml_node_t *v, *t;
+    int rc;
+    snprintf(a->id, sizeof a->id, "%s", scalar(k));
+    snprintf(what, sizeof what, "anchor '%s'", a->id);
+    a->line = (int)k->start_mark.line + 1;
+    if (ladder_find_model(p->l, a->id) >= 0)
+        return fail(p, k, "%s has the id of a model; anchor and model ids must differ", what);
+    if ((rc = check_map(p, n, what, keys)) || (rc = need(p, n, "arch", what, &v)) ||
+        (rc = get_str(p, v, "arch", a->arch, sizeof a->arch)))
+        return rc;
+    if (strcmp(a->arch, "qwen3") && strcmp(a->arch, "qwen3moe"))
+        return fail(p, v, "%s: arch '%s' is not supported (expected qwen3 or qwen3moe)", what,
+                    a->arch);
+    if ((rc = need(p, n, "reference", what, &v)) ||
+        (rc = get_str(p, v, "reference", a->reference, sizeof a->reference)) ||
+        (rc = need(p, n, "model", what, &v)) ||
+        (rc = parse_anchor_pin(p, v, a, "model", &a->model, NULL)) ||
+        (rc = need(p, n, "tokens", what, &v)) ||
+        (rc = parse_anchor_pin(p, v, a, "tokens", &a->tokens, NULL)) ||
+        (rc = need(p, n, "logits", what, &v)) ||
+        (rc = parse_anchor_pin(p, v, a, "logits", &a->logits, NULL)))
+        return rc;
+    if ((v = get(p, n, "greedy")) &&
+        (rc = parse_anchor_pin(p, v, a, "greedy", &a->greedy, &a->greedy_after)))
+        return rc;
+    /* thresholds are stated, never defaulted; looser than these bounds an anchor sees nothing
+     * (docs/gates.md: the smallest single mistake in the conformance README moves NMSE 1e-3) */
+    if ((rc = need(p, n, "thresholds", what, &v)) || (rc = check_map(p, v, "thresholds", tkeys)) ||
+        (rc = need(p, v, "max_nmse", "thresholds", &t)) ||
+        (rc = get_num(p, t, "thresholds.max_nmse", 0, 1e-3, &a->max_nmse)) ||
+        (rc = need(p, v, "min_cosine", "thresholds", &t)) ||
+        (rc = get_num(p, t, "thresholds.min_cosine", 0.9, 1, &a->min_cosine)) ||
+        (rc = need(p, v, "near_tie", "thresholds", &t)) ||
+        (rc = get_num(p, t, "thresholds.near_tie", 0, 1, &a->near_tie)))
+        return rc;
+    return 0;
+}
+
+/* anchors: {ID: {...}} and unanchored: {ARCH: "reason"} (both optional here; whether every gated
+ * architecture is covered is ladder_check_anchored()'s question). */
+static int parse_anchors(struct parse *p, yaml_node_t *root)
+{
+    struct ladder *l = p->l;
+    yaml_node_t *v;
+    int rc;
+    if ((v = get(p, root, "anchors"))) {
+        if ((rc = check_map(p, v, "anchors", NULL)))
+            return rc;
+        size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
+        if (n == 0)
+            return fail(p, v, "anchors must not be empty (omit it and say why under unanchored)");
+        if (!(l->anchors = calloc(n, sizeof *l->anchors)))
+            return err_set(p->err, ERR_ENV, "out of memory");
+        FOR_PAIRS(v, pr)
+        {
+            if ((rc = parse_anchor(p, node(p, pr->key), node(p, pr->value),
+                                   &l->anchors[l->n_anchors++])))
+                return rc;
+        }
+    }
+    if ((v = get(p, root, "unanchored"))) {
+        if ((rc = check_map(p, v, "unanchored", NULL)))
+            return rc;
+        size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
+        if (!(l->unanchored = calloc(n + 1, sizeof *l->unanchored)))
+            return err_set(p->err, ERR_ENV, "out of memory");
+        FOR_PAIRS(v, pr)
+        {
+            yaml_node_t *k = node(p, pr->key), *r = node(p, pr->value);
+            struct ladder_unanchored *u = &l->unanchored[l->n_unanchored++];
+            snprintf(u->arch, sizeof u->arch, "%s", scalar(k));
+            u->line = (int)k->start_mark.line + 1;
+            if (strcmp(scalar(k), "qwen3") && strcmp(scalar(k), "qwen3moe"))
+                return fail(p, k, "unanchored: arch '%s' is not supported (expected qwen3 or"
+                            " qwen3moe)", scalar(k));
+            if ((rc = get_str(p, r, "unanchored reason", u->reason, sizeof u->reason)))
+                return rc;
+            for (int i = 0; i < l->n_anchors; i++)
+                if (!strcmp(l->anchors[i].arch, u->arch))
+                    return fail(p, k, "unanchored names %s, but anchor '%s' (line %d) anchors it",
+                                u->arch, l->anchors[i].id, l->anchors[i].line);
+        }
+    }
+    return 0;
+}
+
+int ladder_find_anchor(const struct ladder *l, const char *id)
+{
+    for (int i = 0; i < l->n_anchors; i++)
+        if (!strcmp(l->anchors[i].id, id))
+            return i;
+    return -1;
+}
+
+const char *ladder_unanchored_reason(const struct ladder *l, const char *arch)
+{
+    for (int i = 0; i < l->n_anchors; i++)
+        if (!strcmp(l->anchors[i].arch, arch))
+            return NULL;
+    for (int i = 0; i < l->n_unanchored; i++)
+        if (!strcmp(l->unanchored[i].arch, arch))
+            return l->unanchored[i].reason;
+    return NULL;
+}
+
+int ladder_check_anchored(const struct ladder *l, struct gate_err *err)
+{
+    for (int i = 0; i < l->n_models; i++) {
+        const struct ladder_model *m = &l->models[i];
+        int ok = 0;
+        for (int a = 0; a < l->n_anchors && !ok; a++)
+            ok = !strcmp(l->anchors[a].arch, m->arch);
+        for (int u = 0; u < l->n_unanchored && !ok; u++)
+            ok = !strcmp(l->unanchored[u].arch, m->arch);
+        if (!ok)
+            return err_set(err, ERR_INPUT, "%s:%d:3: the ladder gates %s (model '%s') but no"
+                           " anchor judges the judge for it: add an anchors entry with arch: %s"
+                           " (a model, tokens and logits from an engine that is not gate, each"
+                           " pinned by sha256), or say why not under unanchored: {%s: \"reason\"}",
+                           l->path, m->line, m->arch, m->id, m->arch, m->arch);
+    }
+    return 0;
 }
 
 /* ---- top level ----------------------------------------------------------------------------- */
@@ -681,7 +854,7 @@ out:
 static int parse_root(struct parse *p, yaml_node_t *root)
 {
     static const char *const keys[] = {"release", "models", "hosts", "modes", "cells", "gates",
-                                       NULL};
+                                       "anchors", "unanchored", NULL};
     struct ladder *l = p->l;
     yaml_node_t *v, *it;
     int rc;
@@ -733,7 +906,9 @@ static int parse_root(struct parse *p, yaml_node_t *root)
     }
     if ((rc = need(p, root, "cells", "the ladder", &v)) || (rc = parse_cells(p, v, modes)))
         return rc;
-    return parse_gates(p, get(p, root, "gates"));
+    if ((rc = parse_gates(p, get(p, root, "gates"))))
+        return rc;
+    return parse_anchors(p, root);
 }
 
 int ladder_load(struct ladder **out, const char *path, struct gate_err *err)
@@ -813,12 +988,17 @@ void ladder_free(struct ladder *l)
         return;
     for (int i = 0; i < l->n_models; i++)
         free(l->models[i].path);
-    for (int i = 0; i < l->n_cells; i++)
-        for (int k = 0; k < l->cells[i].g.n_prompts; k++)
-            free(l->cells[i].g.prompts[k]);
     free(l->models);
     free(l->hosts);
     free(l->cells);
+    for (int i = 0; i < l->n_anchors; i++) {
+        free(l->anchors[i].model.path);
+        free(l->anchors[i].tokens.path);
+        free(l->anchors[i].logits.path);
+        free(l->anchors[i].greedy.path);
+    }
+    free(l->anchors);
+    free(l->unanchored);
     free(l->path);
     free(l->dir);
     free(l);
@@ -849,17 +1029,19 @@ const char *ladder_cell_name(const struct ladder *l, int i, char *buf, int n)
 
 json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate)
 {
-    if (!strcmp(gate, "parity"))
-        return json_pack("{s:i, s:f, s:f, s:f, s:f}", "positions", g->positions, "min_cosine",
-                         g->min_cosine, "max_mean_kld", g->max_mean_kld, "max_kld", g->max_kld,
-                         "near_tie", g->near_tie);
-    if (!strcmp(gate, "golden"))
-        return json_pack("{s:i}", "tokens", g->golden_tokens);
-    if (!strcmp(gate, "throughput"))
-        return json_pack("{s:i, s:i, s:i, s:i, s:f, s:f}", "runs", g->runs, "warmup", g->warmup,
-                         "prompt_tokens", g->prompt_tokens, "decode_tokens", g->decode_tokens,
-                         "min_prefill_tps", g->min_prefill_tps, "min_decode_tps",
-                         g->min_decode_tps);
+    json_t *o = json_object();
+    const struct gate_def *d = gatedef_find(gate);
+    for (const struct gate_setting *s = d ? d->settings : NULL; s && s->key; s++) {
+        const char *f = (const char *)g + s->offset;
+        if (s->type == GS_INT)
+            json_object_set_new(o, s->key, json_integer(*(const int *)f));
+        else if (s->type == GS_NUM)
+            json_object_set_new(o, s->key, json_real(*(const double *)f));
+        else
+            json_object_set_new(o, s->key, json_string(f));
+    }
+    if (!strcmp(gate, "golden")) /* the judge reads the pin under this name */
+        json_object_set_new(o, "goldens_sha256", json_string(g->goldens_sha256));
     if (!strcmp(gate, "falsify")) {
         json_t *faults = json_array();
         for (int i = 0; i < g->falsify.n; i++) {
@@ -870,8 +1052,8 @@ json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate)
                                                     f->layer_hi, "pos_lo", f->pos_lo, "pos_hi",
                                                     f->pos_hi));
         }
-        json_t *p = ladder_gate_settings(g, "parity");
-        return json_pack("{s:o, s:o}", "faults", faults, "parity", p);
+        json_object_set_new(o, "faults", faults);
+        json_object_set_new(o, "parity", ladder_gate_settings(g, "parity"));
     }
-    return json_object(); /* capability has no settings */
+    return o;
 }

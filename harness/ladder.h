@@ -19,7 +19,6 @@
 
 #define LADDER_ID_MAX 64
 #define LADDER_MAX_TRUST 16
-#define LADDER_MAX_PROMPTS 16
 
 struct ladder_model {
     char id[LADDER_ID_MAX];
@@ -44,20 +43,24 @@ struct ladder_host {
     int line;
 };
 
+/* A cell's resolved gate settings. The defaults, bounds and receipt keys of every numeric
+ * setting are rows of the gate table (harness/gatedef.c); these fields are their typed views. */
 struct ladder_gates {
     /* parity */
     int positions;
     double min_cosine, max_mean_kld, max_kld, near_tie;
     /* golden */
     char goldens[512];         /* goldens file (resolved); "" = none declared */
+    char goldens_sha256[65];   /* its pinned digest ("" only when no file is declared) */
     int golden_tokens;         /* greedy tokens per prompt */
-    int n_prompts;
-    char *prompts[LADDER_MAX_PROMPTS]; /* owned */
+    double golden_near_tie;    /* judge margin below which a greedy flip is a TIE_FLIP */
     /* throughput */
     int runs, warmup, prompt_tokens, decode_tokens;
-    double min_prefill_tps, min_decode_tps;
+    double min_prefill_tps, min_decode_tps, max_cv;
     /* falsify */
     struct fault_set falsify;
+    int sweep_samples;         /* sampled single-layer x single-position injections per kind */
+    double min_detection;      /* least detection rate per kind over those samples */
 };
 
 struct ladder_cell {
@@ -65,6 +68,32 @@ struct ladder_cell {
     int host;          /* index into hosts */
     char mode[32];     /* "<backend>.<path>" */
     struct ladder_gates g;
+};
+
+/* A file the ladder pins: path resolved against the ladder's folder, SHA-256 lower-case hex. */
+struct ladder_pin {
+    char *path;        /* owned; NULL when the optional file is absent */
+    char sha256[65];
+};
+
+/* An anchor case: a model, its token ids and an independent engine's logits (and optionally its
+ * greedy continuation), every file pinned, with the thresholds the judge must meet on it. */
+struct ladder_anchor {
+    char id[LADDER_ID_MAX];
+    char arch[16];          /* the architecture it anchors: qwen3 or qwen3moe */
+    char reference[256];    /* who computed the reference (not gate), for reports */
+    struct ladder_pin model, tokens, logits;
+    struct ladder_pin greedy; /* greedy.path NULL: no greedy continuation */
+    int greedy_after;       /* prompt tokens before the greedy continuation */
+    double max_nmse, min_cosine, near_tie;
+    int line;
+};
+
+/* An architecture the ladder gates without an anchor, and why (shown in every report). */
+struct ladder_unanchored {
+    char arch[16];
+    char reason[256];
+    int line;
 };
 
 struct ladder {
@@ -76,6 +105,11 @@ struct ladder {
     struct ladder_model *models;
     struct ladder_host *hosts;
     struct ladder_cell *cells;
+    /* anchors (issue 10 §1): the judge on trial, per architecture; see struct ladder_anchor */
+    int n_anchors;
+    struct ladder_anchor *anchors;
+    int n_unanchored;
+    struct ladder_unanchored *unanchored;
 };
 
 /* Parse and validate path. Errors are ERR_INPUT with "file:line:column: what, expected what". */
@@ -95,5 +129,18 @@ json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate);
 
 /* The modes every build knows (settled question 3). */
 int ladder_mode_known(const char *mode);
+
+/* Index of an anchor id, or -1. */
+int ladder_find_anchor(const struct ladder *l, const char *id);
+
+/* Every architecture a model of the ladder has must have an anchor or an `unanchored` entry with
+ * a reason: ERR_INPUT "file:line:col: ..." naming the architecture and the first model that has
+ * it. `gate ladder check`, `gate run` and the release check refuse a ladder that fails it
+ * (ladder_load() parses anchors but does not call it, so ladders written before anchors still
+ * load for the other commands' tests). */
+int ladder_check_anchored(const struct ladder *l, struct gate_err *err);
+
+/* The `unanchored` reason for arch, or NULL when the architecture is anchored or not gated. */
+const char *ladder_unanchored_reason(const struct ladder *l, const char *arch);
 
 #endif

@@ -28,6 +28,7 @@
 #include "engine/model.h"
 #include "engine/synth.h"
 #include "harness/cli.h"
+#include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
 #include "oracles/capability.h"
@@ -113,72 +114,6 @@ static void ticker_stop(struct ticker *tk)
     pthread_cond_destroy(&tk->cv);
 }
 
-/* ---- gate rows ----------------------------------------------------------------------------- */
-
-struct row {
-    json_t *checks;
-    int pass; /* all checks so far passed */
-};
-
-static void row_init(struct row *r)
-{
-    r->checks = json_array();
-    r->pass = 1;
-}
-
-/* Record a numeric check value op threshold; a non-finite value fails. */
-static void check_num(struct row *r, const char *metric, double value, const char *op,
-                      double threshold)
-{
-    int pass = 0;
-    if (isfinite(value)) {
-        if (!strcmp(op, ">="))
-            pass = value >= threshold;
-        else if (!strcmp(op, "<="))
-            pass = value <= threshold;
-        else if (!strcmp(op, ">"))
-            pass = value > threshold;
-        else if (!strcmp(op, "<"))
-            pass = value < threshold;
-        else
-            pass = value == threshold;
-    }
-    r->pass &= pass;
-    json_array_append_new(r->checks, json_pack("{s:s, s:o, s:s, s:o, s:b}", "metric", metric,
-                                               "value", parity_json_number(value), "op", op,
-                                               "threshold", parity_json_number(threshold),
-                                               "pass", pass));
-}
-
-static void check_bool(struct row *r, const char *metric, int value)
-{
-    r->pass &= value != 0;
-    json_array_append_new(r->checks, json_pack("{s:s, s:b, s:s, s:b, s:b}", "metric", metric,
-                                               "value", value, "op", "==", "threshold", 1,
-                                               "pass", value != 0));
-}
-
-static void check_str(struct row *r, const char *metric, const char *value, const char *want)
-{
-    int pass = !strcmp(value, want);
-    r->pass &= pass;
-    json_array_append_new(r->checks, json_pack("{s:s, s:s, s:s, s:s, s:b}", "metric", metric,
-                                               "value", value, "op", "==", "threshold", want,
-                                               "pass", pass));
-}
-
-/* The finished gate object; takes ownership of settings and metrics. */
-static json_t *row_done(struct row *r, json_t *settings, json_t *metrics, const char *error)
-{
-    int pass = r->pass && !error && json_array_size(r->checks) > 0;
-    json_t *g = json_pack("{s:s, s:o, s:o, s:o}", "verdict", pass ? "PASS" : "FAIL", "settings",
-                          settings ? settings : json_object(), "metrics",
-                          metrics ? metrics : json_object(), "checks", r->checks);
-    if (error)
-        json_object_set_new(g, "error", json_string(error));
-    return g;
-}
-
 /* ---- the cell ------------------------------------------------------------------------------ */
 
 struct cell_ctx {
@@ -190,6 +125,7 @@ struct cell_ctx {
     const struct model *m; /* NULL when the model could not be loaded */
     struct mode mode;
     int tty;
+    struct mode_ran ran; /* what ran during the current gate */
 };
 
 static void say(const struct cell_ctx *x, const char *gate, const json_t *g, const char *key)
@@ -197,36 +133,41 @@ static void say(const struct cell_ctx *x, const char *gate, const json_t *g, con
     if (x->o->json)
         return;
     const char *v = json_string_value(json_object_get(g, "verdict"));
-    const char *e = json_string_value(json_object_get(g, "error"));
+    const char *why = json_string_value(json_object_get(g, "reason"));
+    int pass = v && !strcmp(v, "PASS");
     pthread_mutex_lock(&out_mu);
     fprintf(stderr, "%s  %-36s %-11s %-6s %s\n", x->tty ? "\r\033[K" : "", x->name, gate,
-            v ? v : "?", e ? e : (key ? key : ""));
+            v ? v : "?", !pass && why ? why : (key ? key : ""));
     pthread_mutex_unlock(&out_mu);
+}
+
+/* The gate's row: metrics gain "ran" (what the recorder saw while the gate ran), and the verdict
+ * comes from the gate table's judge (harness/gatedef.c), the same function the release check
+ * calls. Takes ownership of metrics. */
+static json_t *finish(struct cell_ctx *x, const char *gate, json_t *metrics, const char *error,
+                      const char *key)
+{
+    mode_ran_end();
+    if (!metrics)
+        metrics = json_object();
+    json_object_set_new(metrics, "ran", mode_ran_json(&x->ran));
+    json_t *g = gatedef_row(gate, x->c->mode, ladder_gate_settings(&x->c->g, gate), metrics,
+                            error);
+    say(x, gate, g, key);
+    return g;
 }
 
 static json_t *gate_capability(struct cell_ctx *x)
 {
-    struct row r;
-    row_init(&r);
     struct gate_err err = {0};
     struct capability_result cr;
     memset(&cr, 0, sizeof cr);
-    int rc = capability_run(x->m, &x->mode, x->o->threads, &cr, &err);
-    if (rc)
-        return row_done(&r, ladder_gate_settings(&x->c->g, "capability"), NULL, err.msg);
-    check_str(&r, "backend", cr.info.backend, x->mode.backend);
-    check_num(&r, "tokens_evaluated", (double)cr.info.tokens, ">", 0);
-    if (!strcmp(x->mode.backend, "cuda"))
-        check_num(&r, "kernel_launches", (double)cr.info.kernel_launches, ">", 0);
-    else
-        check_num(&r, "kernel_launches", (double)cr.info.kernel_launches, "<=", 0);
-    check_bool(&r, "capability_oracle", cr.pass);
-    json_t *metrics = capability_result_json(&cr);
+    mode_ran_begin(&x->ran);
+    if (capability_run(x->m, &x->mode, x->o->threads, &cr, &err))
+        return finish(x, "capability", NULL, err.msg, NULL);
     char key[400];
     snprintf(key, sizeof key, "ran on %s (%s)", cr.info.backend, cr.info.device);
-    json_t *g = row_done(&r, ladder_gate_settings(&x->c->g, "capability"), metrics, NULL);
-    say(x, "capability", g, key);
-    return g;
+    return finish(x, "capability", capability_result_json(&cr), NULL, key);
 }
 
 static void parity_cfg(const struct ladder_gates *g, struct parity_config *p)
@@ -241,82 +182,62 @@ static void parity_cfg(const struct ladder_gates *g, struct parity_config *p)
 
 static json_t *gate_parity(struct cell_ctx *x)
 {
-    struct row r;
-    row_init(&r);
     struct gate_err err = {0};
     struct parity_config cfg;
     parity_cfg(&x->c->g, &cfg);
     struct parity_result pr;
     memset(&pr, 0, sizeof pr);
-    int rc = parity_run(x->m, &x->mode, NULL, NULL, 0, &cfg, x->o->threads, &pr, &err);
-    json_t *settings = ladder_gate_settings(&x->c->g, "parity");
-    if (rc) {
+    mode_ran_begin(&x->ran);
+    if (parity_run(x->m, &x->mode, NULL, NULL, 0, &cfg, x->o->threads, &pr, &err)) {
         parity_result_free(&pr);
-        json_t *g = row_done(&r, settings, NULL, err.msg);
-        say(x, "parity", g, NULL);
-        return g;
+        return finish(x, "parity", NULL, err.msg, NULL);
     }
-    check_num(&r, "positions", pr.n_pos, ">=", cfg.positions);
-    check_num(&r, "nonfinite_positions", pr.n_nonfinite, "<=", 0);
-    check_num(&r, "min_cosine", pr.cosine.min, ">=", cfg.min_cosine);
-    check_num(&r, "mean_kld", pr.kld.mean, "<=", cfg.max_mean_kld);
-    check_num(&r, "max_kld", pr.kld.max, "<=", cfg.max_kld);
-    check_num(&r, "wrong_positions", pr.n_wrong, "<=", 0);
     json_t *metrics = parity_result_json(&pr);
     char key[400];
     snprintf(key, sizeof key, "%d pos, min cos %.6f, max KLD %.2e, %d wrong, %d tie flips",
              pr.n_pos, pr.cosine.min, pr.kld.max, pr.n_wrong, pr.n_tie_flip);
     parity_result_free(&pr);
-    json_t *g = row_done(&r, settings, metrics, NULL);
-    say(x, "parity", g, key);
-    return g;
+    return finish(x, "parity", metrics, NULL, key);
 }
 
 static json_t *gate_golden(struct cell_ctx *x)
 {
-    struct row r;
-    row_init(&r);
     struct gate_err err = {0};
-    json_t *settings = ladder_gate_settings(&x->c->g, "golden");
     struct golden_set set;
     struct golden_result gr;
     memset(&set, 0, sizeof set);
     memset(&gr, 0, sizeof gr);
     json_t *g = NULL;
+    char sha[65];
+    mode_ran_begin(&x->ran);
     if (!x->c->g.goldens[0]) {
-        g = row_done(&r, settings, NULL, "the ladder declares no goldens file (gates.golden."
-                     "goldens); record them with: gate golden record LADDER");
+        g = finish(x, "golden", NULL, "the ladder declares no goldens file (gates.golden."
+                   "goldens); record them with: gate golden record LADDER", NULL);
         goto out;
     }
-    if (golden_load(x->c->g.goldens, x->model_sha, &set, &err)) {
-        g = row_done(&r, settings, NULL, err.msg);
+    if (identity_file_sha256(x->c->g.goldens, sha, &err) == 0 &&
+        strcmp(sha, x->c->g.goldens_sha256) != 0)
+        err_set(&err, ERR_INPUT, "goldens file '%s' has SHA-256 %s but the ladder pins %s",
+                x->c->g.goldens, sha, x->c->g.goldens_sha256);
+    if (err.msg[0] || golden_load(x->c->g.goldens, x->model_sha, &set, &err)) {
+        g = finish(x, "golden", NULL, err.msg, NULL);
         goto out;
     }
     if (set.n_gen != x->c->g.golden_tokens) {
         snprintf(err.msg, sizeof err.msg, "goldens for %.12s were recorded with %d tokens; the"
                  " ladder asks for %d (re-record them)", x->model_sha, set.n_gen,
                  x->c->g.golden_tokens);
-        g = row_done(&r, settings, NULL, err.msg);
+        g = finish(x, "golden", NULL, err.msg, NULL);
         goto out;
     }
     if (golden_run(x->m, &x->mode, &set, x->o->threads, &gr, &err)) {
-        g = row_done(&r, settings, NULL, err.msg);
+        g = finish(x, "golden", NULL, err.msg, NULL);
         goto out;
-    }
-    for (int i = 0; i < gr.n; i++) {
-        char metric[96];
-        snprintf(metric, sizeof metric, "case %s", gr.c[i].name);
-        check_bool(&r, metric, gr.c[i].pass);
     }
     char key[400];
     snprintf(key, sizeof key, "%d prompts x %d tokens: %s", gr.n, set.n_gen, gr.reason);
-    g = row_done(&r, settings, golden_result_json(&gr), NULL);
-    say(x, "golden", g, key);
-    golden_result_free(&gr);
-    golden_set_free(&set);
-    return g;
+    g = finish(x, "golden", golden_result_json(&gr), NULL, key);
 out:
-    say(x, "golden", g, NULL);
     golden_result_free(&gr);
     golden_set_free(&set);
     return g;
@@ -324,8 +245,6 @@ out:
 
 static json_t *gate_throughput(struct cell_ctx *x)
 {
-    struct row r;
-    row_init(&r);
     struct gate_err err = {0};
     const struct ladder_gates *lg = &x->c->g;
     struct throughput_config cfg;
@@ -339,71 +258,45 @@ static json_t *gate_throughput(struct cell_ctx *x)
     cfg.min_decode_tps = lg->min_decode_tps;
     struct throughput_result tr;
     memset(&tr, 0, sizeof tr);
-    json_t *settings = ladder_gate_settings(lg, "throughput");
-    json_t *g;
-    if (throughput_run(x->l->models[x->c->model].path, &x->mode, &cfg, &tr, &err)) {
-        g = row_done(&r, settings, NULL, err.msg);
-        say(x, "throughput", g, NULL);
-        return g;
-    }
-    check_num(&r, "timed_runs", tr.decode.n, ">=", 3);
-    check_num(&r, "prefill_tps_median", tr.prefill.median, ">=", cfg.min_prefill_tps);
-    check_num(&r, "decode_tps_median", tr.decode.median, ">=", cfg.min_decode_tps);
+    mode_ran_begin(&x->ran);
+    if (throughput_run(x->l->models[x->c->model].path, &x->mode, &cfg, &tr, &err))
+        return finish(x, "throughput", NULL, err.msg, NULL);
     char key[400];
     snprintf(key, sizeof key, "prefill %.1f tok/s, decode %.1f tok/s (floors %g / %g)%s",
              tr.prefill.median, tr.decode.median, cfg.min_prefill_tps, cfg.min_decode_tps,
              tr.prefill.noisy || tr.decode.noisy ? ", noisy (CV > 10%)" : "");
-    g = row_done(&r, settings, throughput_result_json(&tr), NULL);
-    say(x, "throughput", g, key);
-    return g;
+    return finish(x, "throughput", throughput_result_json(&tr), NULL, key);
 }
 
 static json_t *gate_falsify(struct cell_ctx *x)
 {
-    struct row r;
-    row_init(&r);
     struct gate_err err = {0};
     struct falsify_config cfg;
     falsify_config_default(&cfg);
     parity_cfg(&x->c->g, &cfg.parity);
     struct falsify_result fr;
     memset(&fr, 0, sizeof fr);
-    json_t *settings = ladder_gate_settings(&x->c->g, "falsify");
-    json_t *g;
+    mode_ran_begin(&x->ran);
     if (falsify_run(x->m, &x->mode, &x->c->g.falsify, NULL, 0, &cfg, x->o->threads, &fr, &err)) {
         falsify_result_free(&fr);
-        g = row_done(&r, settings, NULL, err.msg);
-        say(x, "falsify", g, NULL);
-        return g;
-    }
-    check_bool(&r, "clean run passes parity", fr.clean.pass);
-    for (int i = 0; i < fr.n; i++) {
-        char metric[160];
-        snprintf(metric, sizeof metric, "%s fired", fr.f[i].name);
-        check_bool(&r, metric, fr.f[i].fired);
-        snprintf(metric, sizeof metric, "%s rejected", fr.f[i].name);
-        check_bool(&r, metric, fr.f[i].rejected);
+        return finish(x, "falsify", NULL, err.msg, NULL);
     }
     char key[400];
-    snprintf(key, sizeof key, "%d faults: %s", fr.n, fr.reason);
-    g = row_done(&r, settings, falsify_result_json(&fr), NULL);
-    say(x, "falsify", g, key);
+    snprintf(key, sizeof key, "%d fault%s: %s", fr.n, fr.n == 1 ? "" : "s", fr.reason);
+    json_t *metrics = falsify_result_json(&fr);
     falsify_result_free(&fr);
-    return g;
+    return finish(x, "falsify", metrics, NULL, key);
 }
 
 /* A cell whose model or mode cannot even be prepared: every gate is a FAILED row saying why. */
 static json_t *all_failed(struct cell_ctx *x, const char *why)
 {
-    static const char *const gates[] = {"capability", "parity", "golden", "throughput",
-                                        "falsify"};
     json_t *obj = json_object();
-    for (int i = 0; i < 5; i++) {
-        struct row r;
-        row_init(&r);
-        json_t *g = row_done(&r, ladder_gate_settings(&x->c->g, gates[i]), NULL, why);
-        say(x, gates[i], g, NULL);
-        json_object_set_new(obj, gates[i], g);
+    for (int i = 0; GATE_DEFS[i].name; i++) {
+        if (!GATE_DEFS[i].cell_gate)
+            continue;
+        mode_ran_begin(&x->ran);
+        json_object_set_new(obj, GATE_DEFS[i].name, finish(x, GATE_DEFS[i].name, NULL, why, NULL));
     }
     return obj;
 }
@@ -507,10 +400,10 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     } else {
         x.m = m;
         gates = json_object();
-        static const char *const names[] = {"capability", "parity", "golden", "throughput",
-                                            "falsify"};
         json_t *(*const fns[])(struct cell_ctx *) = {gate_capability, gate_parity, gate_golden,
                                                      gate_throughput, gate_falsify};
+        static const char *const names[] = {"capability", "parity", "golden", "throughput",
+                                            "falsify"};
         for (int gi = 0; gi < 5; gi++) {
             struct ticker tk;
             ticker_start(&tk, x.tty, x.name, names[gi]);
@@ -520,13 +413,9 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
         }
     }
     model_free(m);
-    /* the verdict: PASS only with at least one gate and every gate PASS */
-    int all = json_object_size(gates) > 0;
-    const char *k;
-    json_t *g;
-    json_object_foreach(gates, k, g) all &= !strcmp(json_string_value(json_object_get(g, "verdict")),
-                                                    "PASS");
-    *pass = all;
+    /* the verdict: from the gates' verdicts, as the release check derives it */
+    enum gate_verdict overall = gatedef_overall(gates);
+    *pass = overall == GATE_PASS;
     identity_utc_now(finished);
     json_t *model_subject = json_pack("{s:s, s:s}", "id", lm->id, "sha256",
                                       x.model_sha[0] ? x.model_sha : "unknown");
@@ -546,7 +435,7 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
         l->version, "sha256", l->sha256, "path", l->path, "cell", "model", lm->id, "host",
         l->hosts[x.c->host].id, "mode", x.c->mode, "subject", "model", model_subject, "engine",
         identity_json(id), "environment", env, "gates", gates, "faults_active", "verdict",
-        all ? "PASS" : "FAIL", "started_at", started, "finished_at", finished);
+        gate_verdict_name(overall), "started_at", started, "finished_at", finished);
     return payload;
 }
 

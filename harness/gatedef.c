@@ -1,0 +1,153 @@
+/* gatedef.c — the gate table (see gatedef.h). Every default, bound and judge of a gate is in its
+ * row here; harness/ladder.c parses settings from these rows, harness/run.c and
+ * harness/release.c judge through gatedef_judge(). */
+#include "harness/gatedef.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "harness/ladder.h"
+
+/* Judges that live next to their oracles (oracles/golden.c, throughput.c, falsify.c,
+ * anchor.c). Declared weak so a build without one links; gatedef_judge() then FAILs the gate
+ * with "no judge" instead of passing it. */
+#define WEAK __attribute__((weak))
+WEAK enum gate_verdict golden_judge(const json_t *, const json_t *, json_t *, char *, size_t);
+WEAK enum gate_verdict throughput_judge(const json_t *, const json_t *, json_t *, char *, size_t);
+WEAK enum gate_verdict falsify_judge(const json_t *, const json_t *, json_t *, char *, size_t);
+WEAK enum gate_verdict anchor_judge(const json_t *, const json_t *, json_t *, char *, size_t);
+
+#define OFF(f) offsetof(struct ladder_gates, f)
+
+static const struct gate_setting CAPABILITY[] = {{NULL}};
+
+static const struct gate_setting PARITY[] = {
+    {"positions", GS_INT, OFF(positions), 96, 64, 1 << 20,
+     "token positions judged; fewer than 64 is an error"},
+    {"min_cosine", GS_NUM, OFF(min_cosine), 0.999, -1, 1,
+     "every position's logit cosine must be at least this"},
+    {"max_mean_kld", GS_NUM, OFF(max_mean_kld), 1e-3, 0, 1e9,
+     "mean KL(ref || test) over positions, nats"},
+    {"max_kld", GS_NUM, OFF(max_kld), 1e-2, 0, 1e9, "every position's KL, nats"},
+    {"near_tie", GS_NUM, OFF(near_tie), 0.05, 0, 1e9,
+     "logit gap below which an argmax flip is a TIE_FLIP (reported), not WRONG"},
+    {NULL},
+};
+
+static const struct gate_setting GOLDEN[] = {
+    {"tokens", GS_INT, OFF(golden_tokens), 16, 1, 4096, "greedy tokens per prompt"},
+    {"near_tie", GS_NUM, OFF(golden_near_tie), 0.05, 0, 1e9,
+     "judge's top-1/top-2 margin below which a diverging greedy step is a TIE_FLIP"},
+    {"sha256", GS_SHA256, OFF(goldens_sha256), 0, 0, 0,
+     "the goldens file's SHA-256 (required when `goldens` is set)"},
+    {NULL},
+};
+
+static const struct gate_setting THROUGHPUT[] = {
+    {"runs", GS_INT, OFF(runs), 3, 3, 1000, "timed runs; the median counts"},
+    {"warmup", GS_INT, OFF(warmup), 1, 0, 1000, "untimed runs first"},
+    {"prompt_tokens", GS_INT, OFF(prompt_tokens), 64, 1, 1 << 20, "prompt length"},
+    {"decode_tokens", GS_INT, OFF(decode_tokens), 16, 1, 1 << 20, "generated tokens"},
+    {"min_prefill_tps", GS_NUM, OFF(min_prefill_tps), 0, 0, 1e12,
+     "floor on the prompt rate, tokens/s"},
+    {"min_decode_tps", GS_NUM, OFF(min_decode_tps), 0, 0, 1e12,
+     "floor on the generation rate, tokens/s"},
+    {"max_cv", GS_NUM, OFF(max_cv), 0.5, 0, 100,
+     "coefficient of variation above which the host is too noisy to judge (ERROR, not FAIL)"},
+    {NULL},
+};
+
+static const struct gate_setting FALSIFY[] = {
+    {"sweep_samples", GS_INT, OFF(sweep_samples), 4, 0, 4096,
+     "sampled single-layer x single-position injections per fault kind"},
+    {"min_detection", GS_NUM, OFF(min_detection), 0.5, 0, 1,
+     "least detection rate per fault kind over the sampled sweep (no-ops excluded)"},
+    {NULL},
+};
+
+static const struct gate_setting ANCHOR[] = {{NULL}};
+
+const struct gate_def GATE_DEFS[] = {
+    {"capability", CAPABILITY, capability_gate_judge, 1, 1,
+     "the mode's backend ran, on the device class the mode names (counters measured)"},
+    {"parity", PARITY, parity_gate_judge, 1, 1,
+     "the mode's logits match the judge's at every position within the thresholds"},
+    {"golden", GOLDEN, golden_judge, 1, 1,
+     "greedy continuations reproduce the recorded ids (TIE_FLIP at near ties)"},
+    {"throughput", THROUGHPUT, throughput_judge, 1, 1,
+     "the mode's own path meets the rate floors (median of timed runs)"},
+    {"falsify", FALSIFY, falsify_judge, 1, 1,
+     "injected faults are rejected by the parity math (the oracle is not blind)"},
+    {"anchor", ANCHOR, anchor_judge, 0, 0,
+     "the judge itself matches an independent reference (anchor cases)"},
+    {NULL},
+};
+
+const struct gate_def *gatedef_find(const char *name)
+{
+    for (int i = 0; name && GATE_DEFS[i].name; i++)
+        if (!strcmp(GATE_DEFS[i].name, name))
+            return &GATE_DEFS[i];
+    return NULL;
+}
+
+static enum gate_verdict no_judge(const json_t *settings, const json_t *metrics, json_t *checks,
+                                  char *why, size_t n)
+{
+    (void)settings;
+    (void)metrics;
+    gate_check_bool(checks, "judge linked", 0);
+    snprintf(why, n, "this build has no judge for the gate");
+    return GATE_FAIL;
+}
+
+enum gate_verdict gatedef_judge(const char *gate, const char *mode, const json_t *settings,
+                                const json_t *metrics, json_t **checks, char *why, size_t n)
+{
+    *checks = json_array();
+    const struct gate_def *d = gatedef_find(gate);
+    if (!d) {
+        gate_check_bool(*checks, "known gate", 0);
+        snprintf(why, n, "unknown gate '%s'", gate ? gate : "?");
+        return GATE_FAIL;
+    }
+    return gate_judge_common(d->judge ? d->judge : no_judge, d->check_ran, mode, settings,
+                             metrics, *checks, why, n);
+}
+
+json_t *gatedef_row(const char *gate, const char *mode, json_t *settings, json_t *metrics,
+                    const char *error)
+{
+    if (!settings)
+        settings = json_object();
+    if (!metrics)
+        metrics = json_object();
+    if (error)
+        json_object_set_new(metrics, "error", json_string(error));
+    json_t *checks = NULL;
+    char why[512] = "";
+    enum gate_verdict v = gatedef_judge(gate, mode, settings, metrics, &checks, why, sizeof why);
+    json_t *g = json_pack("{s:s, s:o, s:o, s:o}", "verdict", gate_verdict_name(v), "settings",
+                          settings, "metrics", metrics, "checks", checks);
+    if (why[0])
+        json_object_set_new(g, "reason", json_string(why));
+    return g;
+}
+
+enum gate_verdict gatedef_overall(const json_t *gates)
+{
+    int any_error = 0, n = 0;
+    const char *k;
+    json_t *g;
+    json_object_foreach((json_t *)gates, k, g)
+    {
+        n++;
+        int v = gate_verdict_parse(json_string_value(json_object_get(g, "verdict")));
+        if (v < 0 || v == GATE_FAIL)
+            return GATE_FAIL;
+        any_error |= v == GATE_ERROR;
+    }
+    if (!n)
+        return GATE_FAIL;
+    return any_error ? GATE_ERROR : GATE_PASS;
+}

@@ -1,0 +1,62 @@
+/* gatedef.h — the gate table: one row per gate (name, settings schema with defaults and bounds,
+ * the judge that turns settings + metrics into checks and a verdict), like redis's
+ * static_configs[]: the ladder parses, defaults and records settings from these rows, and
+ * `gate run`, `gate receipt show/verify` and `gate release check` all judge through them.
+ * Adding a gate: one row here, its judge next to its oracle, its run in harness/run.c.
+ * Start reading: GATE_DEFS in gatedef.c.
+ */
+#ifndef GATE_GATEDEF_H
+#define GATE_GATEDEF_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "oracles/gates.h"
+
+enum gate_setting_type {
+    GS_INT,    /* an integer within [lo, hi] */
+    GS_NUM,    /* a finite number within [lo, hi] */
+    GS_SHA256, /* 64 lower-case hex digits (a file pin); "" when not declared */
+};
+
+/* One setting: the ladder key `gates.<gate>.<key>` and the key the receipt records. */
+struct gate_setting {
+    const char *key;
+    enum gate_setting_type type;
+    size_t offset; /* into struct ladder_gates: int, double or char[65] by type */
+    double dflt, lo, hi;
+    const char *doc;
+};
+
+struct gate_def {
+    const char *name;
+    const struct gate_setting *settings; /* terminated by a row with key NULL */
+    gate_judge_fn judge;
+    int check_ran;     /* the gate runs the subject: its metrics record what ran */
+    int cell_gate;     /* run on every cell (anchor is run per anchor case instead) */
+    const char *proves;
+};
+
+/* Every gate, cell gates first in the order `gate run` runs them; terminated by name NULL. */
+extern const struct gate_def GATE_DEFS[];
+
+/* The row named name, or NULL. */
+const struct gate_def *gatedef_find(const char *name);
+
+/* Judge one recorded gate: gate_judge_common() with the row's judge. mode is the cell's mode
+ * ("ref.decode"); checks receives the checks (a new array the caller owns). An unknown gate name
+ * is FAIL. */
+enum gate_verdict gatedef_judge(const char *gate, const char *mode, const json_t *settings,
+                                const json_t *metrics, json_t **checks, char *why, size_t n);
+
+/* The gate object a receipt records: {"verdict", "settings", "metrics", "checks"} with the
+ * verdict and checks from gatedef_judge(); takes ownership of settings and metrics. When error is
+ * non-NULL it is recorded as metrics "error" (the gate could not run the subject: FAIL). */
+json_t *gatedef_row(const char *gate, const char *mode, json_t *settings, json_t *metrics,
+                    const char *error);
+
+/* The overall verdict of a receipt's gates object: FAIL if any gate FAILs, else ERROR if any is
+ * ERROR, else PASS; no gate at all is FAIL. verdicts are taken from the "verdict" members. */
+enum gate_verdict gatedef_overall(const json_t *gates);
+
+#endif
