@@ -435,6 +435,33 @@ int gguf_open_mem(struct gguf_file **out, const void *buf, size_t size, const ch
     return open_common(out, f, flags, err);
 }
 
+int gguf_open_fd(struct gguf_file **out, int fd, const char *name, unsigned flags,
+                 struct gate_err *err)
+{
+    *out = NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return err_set(err, ERR_ENV, "cannot read '%s': %s", name, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return err_set(err, ERR_INPUT, "cannot read '%s': not a regular file", name);
+    if (st.st_size == 0)
+        return err_set(err, ERR_INPUT, "%s: file is empty", name);
+    /* the mapping holds its own reference to the file: fd stays the caller's */
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED)
+        return err_set(err, ERR_ENV, "cannot map '%s': %s", name, strerror(errno));
+    struct gguf_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(name))) {
+        munmap(map, (size_t)st.st_size);
+        free(f);
+        return err_set(err, ERR_ENV, "%s: out of memory", name);
+    }
+    f->map = map;
+    f->size = (size_t)st.st_size;
+    f->mapped = 1;
+    return open_common(out, f, flags, err);
+}
+
 int gguf_open(struct gguf_file **out, const char *path, unsigned flags, struct gate_err *err)
 {
     *out = NULL;
@@ -442,35 +469,9 @@ int gguf_open(struct gguf_file **out, const char *path, unsigned flags, struct g
     if (fd < 0)
         return err_set(err, errno == ENOENT || errno == EISDIR ? ERR_INPUT : ERR_ENV,
                        "cannot open '%s': %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return err_set(err, ERR_ENV, "cannot read '%s': %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return err_set(err, ERR_INPUT, "cannot read '%s': not a regular file", path);
-    }
-    if (st.st_size == 0) {
-        close(fd);
-        return err_set(err, ERR_INPUT, "%s: file is empty", path);
-    }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
+    int rc = gguf_open_fd(out, fd, path, flags, err);
     close(fd);
-    if (map == MAP_FAILED)
-        return err_set(err, ERR_ENV, "cannot map '%s': %s", path, strerror(e));
-    struct gguf_file *f = calloc(1, sizeof *f);
-    if (!f || !(f->path = strdup(path))) {
-        munmap(map, (size_t)st.st_size);
-        free(f);
-        return err_set(err, ERR_ENV, "%s: out of memory", path);
-    }
-    f->map = map;
-    f->size = (size_t)st.st_size;
-    f->mapped = 1;
-    return open_common(out, f, flags, err);
+    return rc;
 }
 
 void gguf_close(struct gguf_file *f)

@@ -301,6 +301,16 @@ int model_load(struct model **out, const char *path, struct gate_err *err)
     return model_from_gguf(out, f, err);
 }
 
+int model_load_fd(struct model **out, int fd, const char *name, struct gate_err *err)
+{
+    struct gguf_file *f = NULL;
+    *out = NULL;
+    int rc = gguf_open_fd(&f, fd, name, 0, err);
+    if (rc)
+        return rc;
+    return model_from_gguf(out, f, err);
+}
+
 void model_free(struct model *m)
 {
     if (!m)

@@ -86,6 +86,11 @@ struct model {
  * Errors name the file and the key or tensor, with expected and actual shapes. */
 int model_load(struct model **out, const char *path, struct gate_err *err);
 
+/* Same from an open descriptor (a regular file; see gguf_open_fd()): the model maps the bytes
+ * of the file fd refers to, never re-opening name, which is for messages only. fd stays the
+ * caller's: the model holds its own mapping, so fd may be closed right after. */
+int model_load_fd(struct model **out, int fd, const char *name, struct gate_err *err);
+
 /* Bind an already opened file; takes ownership of f (closed on failure too). */
 int model_from_gguf(struct model **out, struct gguf_file *f, struct gate_err *err);
 
