@@ -151,3 +151,39 @@ enum gate_verdict gatedef_overall(const json_t *gates)
         return GATE_FAIL;
     return any_error ? GATE_ERROR : GATE_PASS;
 }
+
+int gatedef_rejudge_payload(const json_t *payload, enum gate_verdict *overall,
+                            struct gate_err *err)
+{
+    const json_t *gates = json_object_get(payload, "gates");
+    const char *mode = json_string_value(json_object_get(json_object_get(payload, "cell"), "mode"));
+    *overall = GATE_FAIL;
+    if (!json_is_object(gates))
+        return err_set(err, ERR_INPUT, "payload has no \"gates\" object");
+    int any_error = 0, any_fail = json_object_size(gates) == 0, rc = 0;
+    const char *name;
+    json_t *g;
+    json_object_foreach((json_t *)gates, name, g)
+    {
+        json_t *checks = NULL;
+        char why[512] = "";
+        enum gate_verdict v = gatedef_judge(name, mode, json_object_get(g, "settings"),
+                                            json_object_get(g, "metrics"), &checks, why,
+                                            sizeof why);
+        json_decref(checks);
+        int recorded = gate_verdict_parse(json_string_value(json_object_get(g, "verdict")));
+        if (recorded != (int)v && !rc)
+            rc = err_set(err, ERR_RUNTIME, "gate '%s' records %s but its numbers say %s%s%s",
+                         name, recorded >= 0 ? gate_verdict_name(recorded) : "no verdict",
+                         gate_verdict_name(v), why[0] ? ": " : "", why);
+        any_fail |= v == GATE_FAIL;
+        any_error |= v == GATE_ERROR;
+    }
+    *overall = any_fail ? GATE_FAIL : any_error ? GATE_ERROR : GATE_PASS;
+    int recorded = gate_verdict_parse(json_string_value(json_object_get(payload, "verdict")));
+    if (recorded != (int)*overall && !rc)
+        rc = err_set(err, ERR_RUNTIME, "receipt records %s but its gates say %s",
+                     recorded >= 0 ? gate_verdict_name(recorded) : "no verdict",
+                     gate_verdict_name(*overall));
+    return rc;
+}

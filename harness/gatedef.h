@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "engine/err.h"
 #include "oracles/gates.h"
 
 enum gate_setting_type {
@@ -58,5 +59,13 @@ json_t *gatedef_row(const char *gate, const char *mode, json_t *settings, json_t
 /* The overall verdict of a receipt's gates object: FAIL if any gate FAILs, else ERROR if any is
  * ERROR, else PASS; no gate at all is FAIL. verdicts are taken from the "verdict" members. */
 enum gate_verdict gatedef_overall(const json_t *gates);
+
+/* Judge every gate of a receipt payload again from its own recorded settings and metrics (the
+ * audit view: `gate receipt show/verify`; the release check judges with the LADDER's settings
+ * instead). mode is the payload's cell mode. *overall receives the re-derived verdict. Returns
+ * 0 when every recorded verdict (per gate and overall) equals the re-derived one; ERR_RUNTIME
+ * with the first disagreement in err otherwise; ERR_INPUT when the payload has no gates object. */
+int gatedef_rejudge_payload(const json_t *payload, enum gate_verdict *overall,
+                            struct gate_err *err);
 
 #endif
