@@ -215,7 +215,8 @@ int key_load(const char *path, struct key_pair *out, struct gate_err *err)
         rc = err_set(err, ERR_ENV, "libsodium failed to initialize");
         goto cleanup;
     }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO put in the key's place fails the checks below instead of hanging */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         rc = err_set(err, errno == ENOENT ? ERR_INPUT : ERR_ENV, "cannot open key file '%s': %s",
                      path, strerror(errno));
@@ -236,10 +237,32 @@ int key_load(const char *path, struct key_pair *out, struct gate_err *err)
                      path, (unsigned)(st.st_mode & 07777), path);
         goto cleanup;
     }
-    ssize_t n = read(fd, text, KEY_FILE_MAX);
-    if (n < 0) {
-        rc = err_set(err, ERR_ENV, "cannot read key file '%s': %s", path, strerror(errno));
+    if (st.st_size > KEY_FILE_MAX) {
+        rc = err_set(err, ERR_INPUT, "key file '%s' is %lld bytes, more than the %d a key file"
+                     " holds", path, (long long)st.st_size, KEY_FILE_MAX);
         goto cleanup;
+    }
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, text + n, sizeof text - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = err_set(err, ERR_ENV, "cannot read key file '%s': %s", path, strerror(errno));
+            goto cleanup;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+        if (n == sizeof text - 1) {
+            char extra;
+            if (read(fd, &extra, 1) > 0) { /* grew past the bound after fstat */
+                rc = err_set(err, ERR_INPUT, "key file '%s' is more than %d bytes", path,
+                             KEY_FILE_MAX);
+                goto cleanup;
+            }
+            break;
+        }
     }
     text[n] = '\0';
     if (field(text, "seed", seed_hex, sizeof seed_hex) != 0 ||
@@ -278,34 +301,61 @@ cleanup:
     return rc;
 }
 
+/* fsync the folder holding path, so a rename into it survives a crash. */
+static int sync_parent(const char *path)
+{
+    char buf[4200];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(buf, sizeof buf, ".");
+    else if (slash == path)
+        snprintf(buf, sizeof buf, "/");
+    else
+        snprintf(buf, sizeof buf, "%.*s", (int)(slash - path), path);
+    int fd = open(buf, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
 int key_write_public(const char *path, const struct key_pair *k, struct gate_err *err)
 {
-    char tmp[4200];
-    int rc = 0;
-    FILE *f = NULL;
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+    char tmp[4200], line[96];
+    int rc = 0, fd = -1, created = 0;
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp)
         return err_set(err, ERR_INPUT, "public key path '%.100s...' is too long", path);
     if ((rc = make_parents(path, err)))
         goto cleanup;
-    f = fopen(tmp, "w");
-    if (!f) {
-        rc = err_set(err, ERR_ENV, "cannot create '%s': %s", tmp, strerror(errno));
+    /* mkostemp: O_CREAT | O_EXCL under an unpredictable name, mode 0600 — a symlink planted in
+     * the folder cannot redirect the write */
+    fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        rc = err_set(err, ERR_ENV, "cannot create a temporary file next to '%s': %s", path,
+                     strerror(errno));
         goto cleanup;
     }
-    if (fprintf(f, "%s\n", k->id) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0) {
-        rc = err_set(err, ERR_ENV, "cannot write '%s': %s", tmp, strerror(errno));
+    created = 1;
+    int len = snprintf(line, sizeof line, "%s\n", k->id);
+    ssize_t w = write(fd, line, (size_t)len);
+    if (w != len || fchmod(fd, 0644) != 0 || fsync(fd) != 0) {
+        rc = err_set(err, ERR_ENV, "cannot write '%s': %s", tmp,
+                     w >= 0 && w != len ? "short write" : strerror(errno));
         goto cleanup;
     }
-    int c = fclose(f);
-    f = NULL;
-    if (c != 0 || chmod(tmp, 0644) != 0 || rename(tmp, path) != 0) {
+    int c = close(fd);
+    fd = -1;
+    if (c != 0 || rename(tmp, path) != 0) {
         rc = err_set(err, ERR_ENV, "cannot write public key file '%s': %s", path, strerror(errno));
         goto cleanup;
     }
+    created = 0;
+    sync_parent(path); /* best effort: the file itself is complete either way */
 cleanup:
-    if (f)
-        fclose(f);
-    if (rc)
+    if (fd >= 0)
+        close(fd);
+    if (created)
         unlink(tmp);
     return rc;
 }

@@ -32,8 +32,9 @@ struct key_pair {
 int key_generate(const char *path, const char *host, struct key_pair *out, struct gate_err *err);
 
 /* Load a private key file written by key_generate(). Refuses (ERR_INPUT) a file that group or
- * other may access (the message names the mode and the chmod that fixes it), a malformed file,
- * and a file whose stored public key does not match its seed. */
+ * other may access (the message names the mode and the chmod that fixes it), anything but a
+ * regular file (a FIFO fails at once, it does not hang), a file over 4096 bytes, a malformed
+ * file, and a file whose stored public key does not match its seed. */
 int key_load(const char *path, struct key_pair *out, struct gate_err *err);
 
 /* Parse "ed25519:HEX" (64 hex digits, either case; surrounding whitespace allowed) into pk.
@@ -44,7 +45,9 @@ int key_parse_public(const char *text, unsigned char pk[32], struct gate_err *er
 void key_id_of(const unsigned char pk[32], char out[80]);
 
 /* Write "ed25519:HEX\n" to path (a .pub file for a ladder's `file:NAME.pub`), mode 0644,
- * replacing an existing public key file atomically. Errors: ERR_ENV. */
+ * replacing an existing public key file atomically: a temporary file created with O_EXCL under
+ * an unpredictable name in the same folder (mkostemp), fsync'd, renamed over path; removed on
+ * any failure. Errors: ERR_INPUT path too long; ERR_ENV cannot create, write or rename. */
 int key_write_public(const char *path, const struct key_pair *k, struct gate_err *err);
 
 /* The default private key path for host: $GATE_KEY_DIR, else $XDG_CONFIG_HOME/gate/keys, else

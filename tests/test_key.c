@@ -1,0 +1,118 @@
+/* test_key.c — key files as an attacker with write access to their folder sees them (issue 11,
+ * "output and limits"): the .pub writer's temporary file cannot be hijacked by a planted symlink,
+ * and key_load() refuses a FIFO (without hanging) and an oversized file. The other key tests
+ * (generate, load, modes, parse) are in test_receipt.c.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "receipts/key.h"
+#include "tests/support/check.h"
+
+static char dir[600];
+
+static void setup(void)
+{
+    static int serial;
+    snprintf(dir, sizeof dir, "%s/key-%d-%d", check_tmp_dir(), (int)getpid(), serial++);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+}
+
+TestSuite(key_files, .init = setup, .timeout = 60);
+
+static const char *in_dir(const char *name)
+{
+    static char buf[4][800];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+static char *slurp_text(const char *path)
+{
+    size_t n = 0;
+    uint8_t *b = check_slurp(path, &n);
+    cr_assert(b, "cannot read %s", path);
+    char *s = malloc(n + 1);
+    memcpy(s, b, n);
+    s[n] = '\0';
+    free(b);
+    return s;
+}
+
+Test(key_files, pub_writer_does_not_follow_a_planted_temp_symlink)
+{
+    struct key_pair k;
+    struct gate_err err = {0};
+    cr_assert_eq(key_generate(in_dir("h.key"), "h", &k, &err), 0, "%s", err.msg);
+    const char *victim = in_dir("victim.txt");
+    FILE *f = fopen(victim, "w");
+    fputs("precious\n", f);
+    fclose(f);
+    /* the old writer used "<path>.tmp.<pid>": plant that name as a symlink to the victim */
+    const char *pub = in_dir("demo.pub");
+    char planted[900];
+    snprintf(planted, sizeof planted, "%s.tmp.%ld", pub, (long)getpid());
+    cr_assert_eq(symlink(victim, planted), 0);
+    cr_assert_eq(key_write_public(pub, &k, &err), 0, "%s", err.msg);
+    char *v = slurp_text(victim);
+    cr_expect_str_eq(v, "precious\n", "the write went through the planted symlink");
+    free(v);
+    struct stat st;
+    cr_assert_eq(lstat(pub, &st), 0);
+    cr_expect(S_ISREG(st.st_mode), "demo.pub is a regular file, not the planted symlink");
+    cr_expect_eq(st.st_mode & 0777, 0644);
+    char *text = slurp_text(pub);
+    char want[100];
+    snprintf(want, sizeof want, "%s\n", k.id);
+    cr_expect_str_eq(text, want);
+    free(text);
+    /* no temporary file is left next to it (the planted link is the attacker's own) */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | grep -c 'demo.pub.tmp') -eq 1", dir);
+    cr_expect_eq(system(cmd), 0, "a temporary file was left in %s", dir);
+    key_wipe(&k);
+}
+
+Test(key_files, pub_writer_failure_leaves_nothing)
+{
+    struct key_pair k;
+    struct gate_err err = {0};
+    cr_assert_eq(key_generate(in_dir("h.key"), "h", &k, &err), 0, "%s", err.msg);
+    cr_assert_eq(mkdir(in_dir("taken.pub"), 0700), 0); /* rename over a folder fails */
+    cr_expect_eq(key_write_public(in_dir("taken.pub"), &k, &err), ERR_ENV);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s' | grep 'tmp')\"", dir);
+    cr_expect_eq(system(cmd), 0, "a temporary file was left in %s", dir);
+    key_wipe(&k);
+}
+
+Test(key_files, load_refuses_a_fifo_without_hanging)
+{
+    struct key_pair k;
+    struct gate_err err = {0};
+    const char *fifo = in_dir("fifo.key");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    cr_expect_eq(key_load(fifo, &k, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "not a regular file"), "%s", err.msg);
+}
+
+Test(key_files, load_refuses_an_oversized_file)
+{
+    struct key_pair k;
+    struct gate_err err = {0};
+    const char *path = in_dir("big.key");
+    cr_assert_eq(key_generate(path, "h", &k, &err), 0, "%s", err.msg);
+    FILE *f = fopen(path, "a");
+    cr_assert(f);
+    for (int i = 0; i < 1 << 14; i++)
+        fputs("# padding padding padding padding padding padding padding padding\n", f);
+    fclose(f);
+    cr_expect_eq(key_load(path, &k, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "more than the 4096"), "%s", err.msg);
+}
