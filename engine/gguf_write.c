@@ -348,7 +348,7 @@ int gguf_writer_write_file(struct gguf_writer *w, const char *path, struct gate_
     if (!tmp)
         return err_set(err, ERR_ENV, "out of memory");
     snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
+    int fd = mkostemp(tmp, O_CLOEXEC); /* O_EXCL, unpredictable name, mode 0600 */
     if (fd < 0) {
         int rc = err_set(err, ERR_ENV, "cannot create a file next to '%s': %s", path,
                          strerror(errno));
