@@ -1,0 +1,157 @@
+/* test_gates.c — the gate table (harness/gatedef.c) and the judges it holds for capability and
+ * parity: verdicts come from settings + recorded metrics only, so a payload that claims PASS
+ * over failing numbers is judged FAIL, and a gate that ran on the wrong backend FAILS whatever
+ * its own numbers say (issue 10 §4).
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "harness/gatedef.h"
+#include "harness/ladder.h"
+#include "oracles/gates.h"
+
+/* Per-position parity metrics: n positions, all matching with cosine 1 and KL 0, except that
+ * position `bad` (when >= 0) has cosine c, KL k and a flipped argmax with the given ref gap. */
+static json_t *parity_metrics(int n, int bad, double c, double k, double gap)
+{
+    json_t *cos = json_array(), *kld = json_array(), *g = json_array(), *rt = json_array(),
+           *tt = json_array();
+    for (int i = 0; i < n; i++) {
+        int b = i == bad;
+        json_array_append_new(cos, isnan(c) && b ? json_string("NaN") : json_real(b ? c : 1.0));
+        json_array_append_new(kld, json_real(b && !isnan(k) ? k : 0.0));
+        json_array_append_new(g, json_real(b ? gap : 1.0));
+        json_array_append_new(rt, json_integer(7));
+        json_array_append_new(tt, json_integer(b ? 8 : 7));
+    }
+    json_t *m = json_pack("{s:{s:o, s:o, s:o, s:o, s:o}}", "per_position", "cosine", cos, "kld",
+                          kld, "ref_gap", g, "ref_top", rt, "test_top", tt);
+    json_object_set_new(m, "ran", json_pack("{s:s, s:s, s:i, s:i, s:i, s:i}", "backend", "ref",
+                                            "device", "cpu: test", "forwards", 3, "tokens", 96,
+                                            "kernel_launches", 0, "subjects", 1));
+    return m;
+}
+
+static json_t *parity_settings(void)
+{
+    return json_pack("{s:i, s:f, s:f, s:f, s:f}", "positions", 64, "min_cosine", 0.999,
+                     "max_mean_kld", 1e-3, "max_kld", 1e-2, "near_tie", 0.05);
+}
+
+static enum gate_verdict judge(const char *gate, const char *mode, json_t *s, json_t *m,
+                               char *why)
+{
+    json_t *checks = NULL;
+    enum gate_verdict v = gatedef_judge(gate, mode, s, m, &checks, why, 512);
+    cr_expect(json_array_size(checks) > 0, "a judged gate always records its checks");
+    json_decref(checks);
+    json_decref(s);
+    json_decref(m);
+    return v;
+}
+
+Test(gates, parity_passes_on_clean_numbers)
+{
+    char why[512];
+    cr_expect_eq(judge("parity", "ref.decode", parity_settings(), parity_metrics(64, -1, 0, 0, 0),
+                       why),
+                 GATE_PASS, "%s", why);
+}
+
+Test(gates, parity_fails_on_a_clear_argmax_flip_and_passes_a_near_tie)
+{
+    char why[512];
+    cr_expect_eq(judge("parity", "ref.decode", parity_settings(),
+                       parity_metrics(64, 10, 0.9999, 1e-4, 0.5), why),
+                 GATE_FAIL);
+    cr_expect(strstr(why, "1 wrong"), "%s", why);
+    cr_expect_eq(judge("parity", "ref.decode", parity_settings(),
+                       parity_metrics(64, 10, 0.9999, 1e-4, 0.0015), why),
+                 GATE_PASS, "a flip inside the near tie is a TIE_FLIP: %s", why);
+}
+
+Test(gates, parity_fails_on_too_few_positions_low_cosine_and_nonfinite)
+{
+    char why[512];
+    json_t *s = parity_settings();
+    json_object_set_new(s, "positions", json_integer(96));
+    cr_expect_eq(judge("parity", "ref.decode", s, parity_metrics(64, -1, 0, 0, 0), why),
+                 GATE_FAIL);
+    cr_expect(strstr(why, "too few positions"), "%s", why);
+    cr_expect_eq(judge("parity", "ref.decode", parity_settings(),
+                       parity_metrics(64, 3, 0.5, 1e-4, 1.0), why),
+                 GATE_FAIL);
+    cr_expect_eq(judge("parity", "ref.decode", parity_settings(),
+                       parity_metrics(64, 3, NAN, NAN, 1.0), why),
+                 GATE_FAIL, "a NaN position is a FAIL, never a comparison that evaluates false");
+}
+
+Test(gates, a_gate_that_ran_on_another_backend_fails)
+{
+    char why[512];
+    /* the numbers are perfect, but a cuda cell whose gate ran on the ref backend failed */
+    cr_expect_eq(judge("parity", "cuda.decode", parity_settings(),
+                       parity_metrics(64, -1, 0, 0, 0), why),
+                 GATE_FAIL);
+    cr_expect(strstr(why, "asked for cuda.decode but backend 'ref' ran"), "%s", why);
+    json_t *m = parity_metrics(64, -1, 0, 0, 0);
+    json_object_del(m, "ran");
+    cr_expect_eq(judge("parity", "ref.decode", parity_settings(), m, why), GATE_FAIL);
+    cr_expect(strstr(why, "did not record what ran"), "%s", why);
+}
+
+Test(gates, an_error_is_a_fail_and_an_unknown_gate_is_a_fail)
+{
+    char why[512];
+    json_t *m = parity_metrics(64, -1, 0, 0, 0);
+    json_object_set_new(m, "error", json_string("backend crashed at position 5"));
+    cr_expect_eq(judge("parity", "ref.decode", parity_settings(), m, why), GATE_FAIL);
+    cr_expect(strstr(why, "crashed at position 5"), "%s", why);
+    cr_expect_eq(judge("nonsense", "ref.decode", json_object(), json_object(), why), GATE_FAIL);
+}
+
+Test(gates, capability_needs_forward_calls_on_the_right_device)
+{
+    char why[512];
+    json_t *m = json_pack("{s:{s:s, s:s, s:i, s:i, s:i}}", "ran", "backend", "ref", "device",
+                          "cpu: x", "forwards", 0, "tokens", 0, "kernel_launches", 0);
+    cr_expect_eq(judge("capability", "ref.chat", json_object(), m, why), GATE_FAIL);
+    m = json_pack("{s:{s:s, s:s, s:i, s:i, s:i}}", "ran", "backend", "ref", "device", "cpu: x",
+                  "forwards", 4, "tokens", 16, "kernel_launches", 0);
+    cr_expect_eq(judge("capability", "ref.chat", json_object(), m, why), GATE_PASS, "%s", why);
+}
+
+Test(gates, a_payload_claiming_pass_over_failing_numbers_is_judged_fail)
+{
+    /* a holder of a trusted key signs PASS with checks against made-up thresholds: the stored
+     * checks and verdicts are ignored, the numbers decide */
+    json_t *checks = json_pack("[{s:s, s:f, s:s, s:f, s:b}]", "metric", "min_cosine", "value",
+                               0.5, "op", ">=", "threshold", 0.1, "pass", 1);
+    json_t *g = json_pack("{s:s, s:o, s:o, s:o}", "verdict", "PASS", "settings",
+                          parity_settings(), "metrics", parity_metrics(64, 3, 0.5, 1e-4, 1.0),
+                          "checks", checks);
+    json_t *p = json_pack("{s:{s:s, s:s, s:s}, s:{s:o}, s:s}", "cell", "model", "m", "host", "h",
+                          "mode", "ref.decode", "gates", "parity", g, "verdict", "PASS");
+    enum gate_verdict overall;
+    struct gate_err err = {0};
+    cr_expect_eq(gatedef_rejudge_payload(p, &overall, &err), ERR_RUNTIME);
+    cr_expect_eq(overall, GATE_FAIL);
+    cr_expect(strstr(err.msg, "gate 'parity' records PASS but its numbers say FAIL"), "%s",
+              err.msg);
+    json_decref(p);
+}
+
+Test(gates, every_setting_has_its_default_from_the_table)
+{
+    /* the ladder's defaults are the table's: a row changed here changes what a ladder gets */
+    for (int i = 0; GATE_DEFS[i].name; i++)
+        for (const struct gate_setting *s = GATE_DEFS[i].settings; s->key; s++) {
+            cr_expect(s->type == GS_SHA256 || (s->dflt >= s->lo && s->dflt <= s->hi),
+                      "%s.%s default %g outside [%g, %g]", GATE_DEFS[i].name, s->key, s->dflt,
+                      s->lo, s->hi);
+            cr_expect(s->doc && *s->doc, "%s.%s has no documentation", GATE_DEFS[i].name,
+                      s->key);
+        }
+    cr_expect(gatedef_find("parity") && gatedef_find("anchor") && !gatedef_find("nope"));
+}
