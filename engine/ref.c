@@ -136,7 +136,13 @@ struct attn_job {
 void ref_attn_head(const float *q, const float *kc, const float *vc, size_t kv_stride, int pos,
                    int hd, float *s, float *out)
 {
+#ifdef GATE_TEST_BROKEN_TWIN
+    /* tests/test_broken_twin.c only (never built into gate): the deliberately wrong twin of
+     * issue 10's story, attention scaled by 1/head_dim; the anchor gate must catch it */
+    const float scale = 1.0f / (float)hd;
+#else
     const float scale = 1.0f / sqrtf((float)hd);
+#endif
     float max = -INFINITY;
     for (int p = 0; p <= pos; p++) { /* causal: keys 0..pos */
         s[p] = dotq_f32(q, kc + (size_t)p * kv_stride, hd) * scale;
