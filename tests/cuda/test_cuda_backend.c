@@ -12,6 +12,7 @@
 #include "engine/synth.h"
 #include "harness/selftest.h"
 #include "tests/support/check.h"
+#include "tests/support/skip.h"
 
 
 Test(cuda_backend, is_registered_when_built)
@@ -24,7 +25,7 @@ Test(cuda_backend, refuses_clearly_without_a_device)
     struct gate_err err = {0};
     char dev[160];
     if (!selftest_device(dev, sizeof dev, &err))
-        cr_skip_test("a CUDA device is present (%s): the refusal cannot be observed", dev);
+        check_skip("a CUDA device is present (%s): the refusal cannot be observed", dev);
     uint8_t *buf = NULL;
     struct model *m = check_tiny_model("tiny-moe", &buf);
     struct backend *b = NULL;

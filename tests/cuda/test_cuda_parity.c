@@ -1,6 +1,6 @@
 /* test_cuda_parity.c — on a GPU host, cuda.decode and cuda.prefill of the tiny dense and MoE
  * models judged against the reference twin by the parity oracle (64 positions). Skips visibly,
- * with the reason, without a device.
+ * with the reason, without a device — and fails instead under GATE_REQUIRE_GPU=1 (support/skip.h).
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -11,6 +11,7 @@
 #include "engine/synth.h"
 #include "harness/selftest.h"
 #include "tests/support/check.h"
+#include "tests/support/skip.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
 
@@ -20,7 +21,7 @@ static void judge(const char *preset, const char *mode_name)
     struct gate_err err = {0};
     char dev[160];
     if (selftest_device(dev, sizeof dev, &err))
-        cr_skip_test("%s", err.msg);
+        check_skip_no_device("%s", err.msg);
     uint8_t *buf = NULL;
     struct model *m = check_tiny_model(preset, &buf);
     struct mode mode;

@@ -1,13 +1,14 @@
 /* test_kernels.c — every CUDA kernel family against its CPU twin over its edge shapes
  * (harness/selftest.c defines the shapes, twins and tolerances once; `gate selftest` prints the
  * same checks as a table). Each test skips visibly, with the reason, when the host has no CUDA
- * device.
+ * device, and fails instead under GATE_REQUIRE_GPU=1 (tests/support/skip.h).
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
 
 #include "harness/selftest.h"
 #include "tests/support/check.h"
+#include "tests/support/skip.h"
 
 static int assert_close(void *ctx, const struct selftest_case *c, const float *got,
                         const float *want, int64_t n)
@@ -24,7 +25,7 @@ static void run_family(const char *family)
     struct gate_err err = {0};
     char dev[160];
     if (selftest_device(dev, sizeof dev, &err))
-        cr_skip_test("%s", err.msg);
+        check_skip_no_device("%s", err.msg);
     int n_cases = 0, n_failed = 0;
     int rc = selftest_kernels(family, assert_close, NULL, &n_cases, &n_failed, &err);
     cr_assert_eq(rc, 0, "%s on %s: %s", family, dev, err.msg);
@@ -48,7 +49,7 @@ Test(cuda_kernels, unknown_family_is_an_input_error)
     struct gate_err err = {0};
     char dev[160];
     if (selftest_device(dev, sizeof dev, &err))
-        cr_skip_test("%s", err.msg);
+        check_skip_no_device("%s", err.msg);
     cr_assert_eq(selftest_kernels("no_such_kernel", assert_close, NULL, NULL, NULL, &err),
                  ERR_INPUT);
 }
