@@ -464,7 +464,9 @@ Test(store, signoff_is_signed_under_its_own_domain)
 Test(store, an_imported_history_rewrite_is_a_fork)
 {
     /* host A records a FAIL, exports, then deletes the FAIL behind the triggers and reruns:
-     * the new PASS extends the same predecessor, which the importer already holds */
+     * the new PASS extends the same predecessor, which the importer already holds. The import
+     * refuses the fork loudly (the importer keeps the FAIL), and a fork planted with SQL is
+     * flagged by verification. */
     struct key_pair k = make_key("ka.key", "h200");
     struct store *a = open_db("ra.db"), *b = open_db("rb.db");
     char out[512];
@@ -482,12 +484,28 @@ Test(store, an_imported_history_rewrite_is_a_fork)
     cr_assert_eq(tally_of(a).chain_ok, 2, "the tip deletion is invisible locally");
     tmp_path(out, sizeof out, "ra2.jsonl");
     cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
-    cr_assert_eq(store_import(b, out, &n, &err), 0, "%s", err.msg);
-    cr_assert_eq(n, 1);
+    cr_assert_eq(store_import(b, out, &n, &err), ERR_RUNTIME);
+    cr_assert(strstr(err.msg, "ra2.jsonl:2") && strstr(err.msg, "fork") &&
+                  strstr(err.msg, "receipt 2"),
+              "%s", err.msg);
     struct tally t = tally_of(b);
+    cr_assert_eq(t.rows, 2, "part of a forking file was imported");
+    cr_assert_eq(t.first_bad, 0, "%s", t.problem);
+    store_close(b);
+    /* the same fork written into the importer with SQL is flagged, naming the first extension */
+    char sql[1024], path[512];
+    tmp_path(path, sizeof path, "ra.db");
+    snprintf(sql, sizeof sql,
+             "ATTACH '%s' AS a; INSERT INTO receipts (origin, cell, verdict, payload, signature,"
+             " key_id, hash, prev_hash, created_at) SELECT 'import', cell, verdict, payload,"
+             " signature, key_id, hash, prev_hash, created_at FROM a.receipts WHERE id = 3;",
+             path);
+    raw_exec("rb.db", sql, 1);
+    b = open_db("rb.db");
+    t = tally_of(b);
     cr_assert_eq(t.rows, 3);
     cr_assert_eq(t.first_bad, 3);
-    cr_assert(strstr(t.problem, "fork"), "%s", t.problem);
+    cr_assert(strstr(t.problem, "fork") && strstr(t.problem, "receipt 2"), "%s", t.problem);
     store_close(a);
     store_close(b);
 }
