@@ -18,6 +18,7 @@
 #include "engine/quant.h"
 #include "engine/tokenizer.h"
 #include "harness/cli.h"
+#include "oracles/throughput.h"
 #include "harness/cmd_synth.h"
 
 static double now_s(void)
@@ -432,44 +433,46 @@ int cmd_generate(int argc, char **argv)
 /* ---- gate bench ----------------------------------------------------------------------------- */
 
 static const char BENCH_USAGE[] =
-    "usage: gate bench MODEL.gguf [--backend ref] [--threads N] [--prompt-tokens P]\n"
-    "                  [--decode-tokens D] [--runs R] [--warmup W]\n"
-    "  Prefill P tokens in one pass, then decode D tokens one at a time; prints tokens/s as the\n"
-    "  median of R timed runs after W warm-up runs (defaults 64, 32, 3, 1). Load time is\n"
+    "usage: gate bench MODEL.gguf [--backend ref] [--mode MODE] [--threads N]\n"
+    "                  [--prompt-tokens P] [--decode-tokens D] [--runs R] [--warmup W]\n"
+    "  The throughput gate's measurement (oracles/throughput.c), printed: P prompt tokens along\n"
+    "  MODE's own path (default BACKEND.prefill: half batched, half decoded; .decode one token per\n"
+    "  call; .chat six turns), then D decode steps; tokens/s as the median of R timed runs after W\n"
+    "  warm-up runs (defaults 64, 32, 3, 1), with min, max, spread and CV. Backend open time is\n"
     "  reported separately and never counted.\n";
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int cmd_bench(int argc, char **argv)
 {
-    const char *model = NULL, *backend = "ref", *v;
-    int threads = 0, n_prompt = 64, n_decode = 32, runs = 3, warmup = 1;
+    const char *model = NULL, *backend = "ref", *mode_text = NULL, *v;
+    struct throughput_config cfg;
+    throughput_config_default(&cfg);
+    cfg.prompt_tokens = 64;
+    cfg.decode_tokens = 32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(BENCH_USAGE, stdout);
             return 0;
         }
         int *target = NULL;
-        int lo = 1;
+        int lo = 1, hi = 1 << 16;
         if (!strcmp(argv[i], "--threads"))
-            target = &threads;
+            target = &cfg.n_threads;
         else if (!strcmp(argv[i], "--prompt-tokens"))
-            target = &n_prompt;
+            target = &cfg.prompt_tokens;
         else if (!strcmp(argv[i], "--decode-tokens"))
-            target = &n_decode;
+            target = &cfg.decode_tokens;
         else if (!strcmp(argv[i], "--runs"))
-            target = &runs;
+            target = &cfg.runs, hi = THROUGHPUT_MAX_RUNS;
         else if (!strcmp(argv[i], "--warmup"))
-            target = &warmup, lo = 0;
+            target = &cfg.warmup, lo = 0;
         if (target) {
-            if (cli_value(argc, argv, &i, &v) || cli_int("bench", argv[i - 1], v, lo, 1 << 16, target))
+            if (cli_value(argc, argv, &i, &v) || cli_int("bench", argv[i - 1], v, lo, hi, target))
                 return 2;
         } else if (!strcmp(argv[i], "--backend")) {
             if (cli_value(argc, argv, &i, &backend))
+                return 2;
+        } else if (!strcmp(argv[i], "--mode")) {
+            if (cli_value(argc, argv, &i, &mode_text))
                 return 2;
         } else if (argv[i][0] == '-' || model) {
             fputs(BENCH_USAGE, stderr);
@@ -483,58 +486,28 @@ int cmd_bench(int argc, char **argv)
         return 2;
     }
     struct gate_err err = {0};
-    struct session s = {0};
-    int rc = session_open(&s, model, backend, threads, n_prompt + n_decode, 0, &err);
-    if (rc)
-        return cli_fail(err_exit_code(rc), "%s", err.msg);
-    const uint32_t V = s.m->hp.n_vocab;
-    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
-    float *logits = malloc((size_t)n_prompt * V * sizeof(float));
-    double *pre = calloc((size_t)runs, sizeof *pre), *dec = calloc((size_t)runs, sizeof *dec);
-    if (!prompt || !logits || !pre || !dec)
-        rc = err_set(&err, ERR_ENV, "out of memory");
-    uint64_t st = 0x9e3779b97f4a7c15ull;
-    for (int i = 0; !rc && i < n_prompt; i++) { /* splitmix64 ids: deterministic, spread out */
-        uint64_t z = (st += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        prompt[i] = (int32_t)((z ^ (z >> 31)) % V);
-    }
-    for (int r = 0; !rc && r < warmup + runs; r++) {
-        rc = s.b->ops->truncate(s.b, 0, &err);
-        double t0 = now_s();
-        if (!rc)
-            rc = s.b->ops->forward(s.b, prompt, n_prompt, 0, logits, &err);
-        double t1 = now_s();
-        int32_t next = argmax(logits + (size_t)(n_prompt - 1) * V, V);
-        for (int i = 0; !rc && i < n_decode; i++) {
-            rc = s.b->ops->forward(s.b, &next, 1, n_prompt + i, logits, &err);
-            next = argmax(logits, V);
-        }
-        double t2 = now_s();
-        if (r >= warmup) {
-            pre[r - warmup] = n_prompt / (t1 - t0);
-            dec[r - warmup] = n_decode / (t2 - t1);
-        }
-    }
+    struct model *m = NULL;
+    struct mode mode;
+    struct throughput_result r = {0};
+    char text[48];
+    snprintf(text, sizeof text, "%.32s.prefill", backend);
+    int rc = mode_parse(mode_text ? mode_text : text, &mode, &err);
+    if (!rc && mode_text && strcmp(mode.backend, backend) && strcmp(backend, "ref"))
+        rc = err_set(&err, ERR_INPUT, "bench: --backend %s and --mode %s disagree", backend,
+                     mode_text);
     if (!rc) {
-        struct backend_info info;
-        s.b->ops->info(s.b, &info);
-        qsort(pre, (size_t)runs, sizeof *pre, cmp_double);
-        qsort(dec, (size_t)runs, sizeof *dec, cmp_double);
-        printf("bench: %s\n", model);
-        printf("  backend        %s (%s), %d threads\n", info.backend, info.device,
-               threads ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
-        printf("  load           %.3f s (not counted)\n", s.load_s);
-        printf("  prefill        %.2f tokens/s median of %d (min %.2f, max %.2f), %d tokens\n",
-               pre[runs / 2], runs, pre[0], pre[runs - 1], n_prompt);
-        printf("  decode         %.2f tokens/s median of %d (min %.2f, max %.2f), %d tokens\n",
-               dec[runs / 2], runs, dec[0], dec[runs - 1], n_decode);
+        const double t0 = now_s();
+        rc = model_load(&m, model, &err);
+        if (!rc)
+            printf("bench: %s (model load %.3f s, not counted), %d threads\n", model,
+                   now_s() - t0, cfg.n_threads ? cfg.n_threads
+                                               : (int)sysconf(_SC_NPROCESSORS_ONLN));
     }
-    free(prompt);
-    free(logits);
-    free(pre);
-    free(dec);
-    session_close(&s);
+    if (!rc)
+        rc = throughput_gate(m, &mode, &cfg, &r, &err);
+    if (!rc)
+        throughput_print(stdout, &r);
+    throughput_result_free(&r);
+    model_free(m);
     return rc ? cli_fail(err_exit_code(rc), "%s", err.msg) : 0;
 }

@@ -1,15 +1,28 @@
-/* golden.c — greedy goldens: record from the reference twin, load refusing other digests,
- * replay on the mode under test (see golden.h). Start reading: golden_run().
+/* golden.c — greedy goldens: record from the reference twin (never over an existing entry
+ * unless forced), load and validate refusing other digests, replay on the mode under test, and
+ * the one judge that turns the replay's metrics into a verdict (see golden.h).
+ * Invariant: the verdict of a run is golden_judge()'s over the metrics the run records.
+ * Start reading: golden_gate(), then golden_judge().
  */
 #include "oracles/golden.h"
 
 #include <errno.h>
+#include <math.h>
 #include <sodium.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "engine/tokenizer.h"
+#include "harness/identity.h"
+#include "oracles/parity.h"
+
+#define GOLDEN_MAX_FILE (64u << 20)
+#define GOLDEN_NEAR_TIE_DEFAULT 0.05 /* parity's default near_tie (golden_run only) */
+
+/* Engines whose continuations are independent of gate's twin (recorded_by.engine). */
+static const char *const INDEPENDENT[] = {"llama.cpp", "exact-f64", "transformers"};
 
 void golden_set_free(struct golden_set *g)
 {
@@ -22,8 +35,29 @@ void golden_set_free(struct golden_set *g)
         free(g->c[i].expect_text);
     }
     free(g->c);
+    json_decref(g->recorded_by);
+    g->recorded_by = NULL;
     g->c = NULL;
     g->n = 0;
+}
+
+const char *golden_source_of(const json_t *by)
+{
+    const char *engine = json_string_value(json_object_get(by, "engine"));
+    if (!json_is_object(by) || !engine)
+        return NULL;
+    if (!strcmp(engine, "gate")) {
+        static const char *const need[] = {"backend", "git_commit", "date"};
+        for (int i = 0; i < 3; i++)
+            if (!json_string_value(json_object_get(by, need[i])) ||
+                !json_string_length(json_object_get(by, need[i])))
+                return NULL;
+        return json_is_boolean(json_object_get(by, "git_dirty")) ? "regression" : NULL;
+    }
+    for (size_t i = 0; i < sizeof INDEPENDENT / sizeof *INDEPENDENT; i++)
+        if (!strcmp(engine, INDEPENDENT[i]))
+            return json_string_length(json_object_get(by, "version")) ? "independent" : NULL;
+    return NULL;
 }
 
 void golden_model_sha256(const struct model *m, char out[65])
@@ -193,26 +227,93 @@ static char *text_of(const struct tok *t, const int32_t *ids, int n)
     return s;
 }
 
-int golden_record(const char *path, const struct model *m, int n_gen, int n_threads,
-                  struct gate_err *err)
+/* The JSON object at path (a new, empty one when no file exists). */
+static json_t *load_root(const char *path, struct gate_err *err)
+{
+    json_error_t je;
+    if (access(path, F_OK) != 0)
+        return json_object();
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root || !json_is_object(root)) {
+        err_set(err, ERR_INPUT, "goldens '%s' is not a JSON object: %s", path,
+                root ? "wrong type" : je.text);
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* Write root to path atomically: a mkstemp file in path's folder, then rename over path. */
+static int write_atomic(const char *path, const json_t *root, struct gate_err *err)
+{
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp)
+        return err_set(err, ERR_INPUT, "goldens path '%.80s...' is too long", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return err_set(err, ERR_ENV, "cannot create a temporary file next to '%s': %s", path,
+                       strerror(errno));
+    int rc = 0;
+    if (json_dumpfd(root, fd, JSON_INDENT(2) | JSON_SORT_KEYS) || fsync(fd))
+        rc = err_set(err, ERR_ENV, "cannot write goldens '%s': %s", path, strerror(errno));
+    if (close(fd) && !rc)
+        rc = err_set(err, ERR_ENV, "cannot write goldens '%s': %s", path, strerror(errno));
+    if (!rc && rename(tmp, path))
+        rc = err_set(err, ERR_ENV, "cannot write goldens '%s': %s", path, strerror(errno));
+    if (rc)
+        unlink(tmp);
+    return rc;
+}
+
+static json_t *recorded_by_gate(struct gate_err *err)
+{
+    struct identity id;
+    char now[32];
+    if (identity_get(&id, err))
+        return NULL;
+    identity_utc_now(now);
+    return json_pack("{s:s, s:s, s:s, s:b, s:s}", "engine", "gate", "backend", "ref",
+                     "git_commit", id.git_commit, "git_dirty", id.git_dirty, "date", now);
+}
+
+int golden_record_force(const char *path, const struct model *m, int n_gen, int n_threads,
+                        int force, struct gate_err *err)
 {
     struct golden_set g = {0};
     struct backend *b = NULL;
     struct tok *t = model_tok(m);
-    json_t *root = NULL, *cases = json_array();
-    json_error_t je;
-    char tmp[4200];
-    int rc;
+    json_t *root = NULL, *cases = json_array(), *by = NULL;
+    char sha[65];
+    int rc = 0;
     if (n_gen < 1)
         n_gen = GOLDEN_N_GEN;
+    golden_model_sha256(m, sha);
+    if (!(root = load_root(path, err))) {
+        rc = ERR_INPUT;
+        goto done;
+    }
+    json_t *models = json_object_get(root, "models");
+    json_t *old = json_is_object(models) ? json_object_get(models, sha) : NULL;
+    if (old && !force) {
+        const char *who = json_string_value(json_object_get(json_object_get(old, "recorded_by"),
+                                                            "engine"));
+        rc = err_set(err, ERR_INPUT, "goldens '%s' already hold an entry for model %s (recorded"
+                     " by %s); refusing to overwrite it (use --force to replace it)", path, sha,
+                     who ? who : "an unknown source");
+        goto done;
+    }
+    if (!(by = recorded_by_gate(err))) {
+        rc = ERR_ENV;
+        goto done;
+    }
     if ((rc = golden_default_prompts(m, &g, err)))
         goto done;
     int longest = 0;
     for (int i = 0; i < g.n; i++)
         longest = g.c[i].n_prompt > longest ? g.c[i].n_prompt : longest;
-    const struct mode ref = {.backend = "ref", .path = MODE_PREFILL};
-    if ((rc = mode_open(&b, &ref, m, longest + n_gen, n_threads, NULL, err)))
+    if ((rc = mode_open_judge(&b, m, longest + n_gen, n_threads, err)))
         goto done;
+    const int32_t eos = t ? tok_eos(t) : -1;
     for (int i = 0; i < g.n; i++) {
         struct golden_case *c = &g.c[i];
         c->ids = malloc((size_t)n_gen * sizeof *c->ids);
@@ -220,8 +321,8 @@ int golden_record(const char *path, const struct model *m, int n_gen, int n_thre
             rc = err_set(err, ERR_ENV, "out of memory");
             goto done;
         }
-        if ((rc = golden_generate(b, MODE_PREFILL, c->prompt, c->n_prompt, n_gen,
-                                  t ? tok_eos(t) : -1, c->ids, &c->n_ids, err)))
+        if ((rc = golden_generate(b, MODE_PREFILL, c->prompt, c->n_prompt, n_gen, eos, c->ids,
+                                  &c->n_ids, err)))
             goto done;
         json_t *x = json_object();
         json_object_set_new(x, "name", json_string(c->name));
@@ -233,53 +334,101 @@ int golden_record(const char *path, const struct model *m, int n_gen, int n_thre
         free(text);
         json_array_append_new(cases, x);
     }
-    root = access(path, F_OK) == 0 ? json_load_file(path, 0, &je) : json_object();
-    if (!root || !json_is_object(root)) {
-        rc = err_set(err, ERR_INPUT, "goldens '%s' is not a JSON object: %s", path,
-                     root ? "wrong type" : je.text);
-        goto done;
-    }
     json_object_set_new(root, "schema", json_integer(GOLDEN_SCHEMA));
-    json_t *models = json_object_get(root, "models");
     if (!json_is_object(models)) {
         models = json_object();
         json_object_set_new(root, "models", models);
     }
     json_t *entry = json_object();
-    json_object_set_new(entry, "recorded_by", json_string("ref"));
+    json_object_set(entry, "recorded_by", by);
     json_object_set_new(entry, "n_gen", json_integer(n_gen));
+    json_object_set_new(entry, "eos", json_integer(eos));
     json_object_set(entry, "cases", cases);
-    json_object_set_new(models, g.sha256, entry);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    if (json_dump_file(root, tmp, JSON_INDENT(2) | JSON_SORT_KEYS) || rename(tmp, path)) {
-        rc = err_set(err, ERR_ENV, "cannot write goldens '%s': %s", path, strerror(errno));
-        unlink(tmp);
-    }
+    json_object_set_new(models, sha, entry);
+    rc = write_atomic(path, root, err);
 done:
     json_decref(root);
     json_decref(cases);
+    json_decref(by);
     backend_close(b);
     tok_free(t);
     golden_set_free(&g);
     return rc;
 }
 
-int golden_load(const char *path, const char *sha256, struct golden_set *out,
-                struct gate_err *err)
+int golden_record(const char *path, const struct model *m, int n_gen, int n_threads,
+                  struct gate_err *err)
+{
+    return golden_record_force(path, m, n_gen, n_threads, 0, err);
+}
+
+/* Validate case x (index i) of entry and append it to out; ERR_INPUT naming file and case. */
+static int load_case(const json_t *x, size_t i, const char *name, struct golden_set *out,
+                     struct gate_err *err)
+{
+    int32_t *p = NULL;
+    int np = 0, rc;
+    const char *cname = json_string_value(json_object_get(x, "name"));
+    char label[96];
+    snprintf(label, sizeof label, "case %zu ('%.60s')", i, cname ? cname : "?");
+    if (!cname || !cname[0] || strlen(cname) >= sizeof out->c[0].name)
+        return err_set(err, ERR_INPUT, "goldens '%s': %s needs a name of 1-63 bytes", name,
+                       label);
+    if ((rc = ids_of(json_object_get(x, "prompt"), &p, &np, "prompt", err)))
+        goto done;
+    if (np < 1) {
+        rc = err_set(err, ERR_INPUT, "goldens '%s': %s has an empty prompt", name, label);
+        goto done;
+    }
+    if ((rc = add_case(out, cname, p, np, err)))
+        goto done;
+    struct golden_case *c = &out->c[out->n - 1];
+    if ((rc = ids_of(json_object_get(x, "ids"), &c->ids, &c->n_ids, "ids", err)))
+        goto done;
+    const int ends_eos = c->n_ids > 0 && out->eos >= 0 && c->ids[c->n_ids - 1] == out->eos;
+    if (c->n_ids < 1)
+        rc = err_set(err, ERR_INPUT, "goldens '%s': %s has no expected ids: it would pass"
+                     " vacuously", name, label);
+    else if (c->n_ids > out->n_gen)
+        rc = err_set(err, ERR_INPUT, "goldens '%s': %s has %d ids but n_gen is %d", name, label,
+                     c->n_ids, out->n_gen);
+    else if (c->n_ids < out->n_gen && !ends_eos)
+        rc = err_set(err, ERR_INPUT, "goldens '%s': %s has %d ids, fewer than n_gen %d, and does"
+                     " not end with the recorded EOS (%d)", name, label, c->n_ids, out->n_gen,
+                     (int)out->eos);
+    for (int k = 0; !rc && out->eos >= 0 && k < c->n_ids - 1; k++)
+        if (c->ids[k] == out->eos)
+            rc = err_set(err, ERR_INPUT, "goldens '%s': %s has the EOS id %d at index %d, before"
+                         " its end (the recorder stops at EOS)", name, label, (int)out->eos, k);
+    const char *et = json_string_value(json_object_get(x, "expect_text"));
+    if (!rc && et && !(c->expect_text = strdup(et)))
+        rc = err_set(err, ERR_ENV, "out of memory");
+done:
+    free(p);
+    return rc;
+}
+
+int golden_load_buf(const char *bytes, size_t n, const char *name, const char *sha256,
+                    struct golden_set *out, struct gate_err *err)
 {
     json_error_t je;
     int rc = 0;
     memset(out, 0, sizeof *out);
-    json_t *root = json_load_file(path, 0, &je);
+    out->eos = -1;
+    json_t *root = json_loadb(bytes, n, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return err_set(err, ERR_INPUT, "cannot read goldens '%s': %s (line %d)", path, je.text,
+        return err_set(err, ERR_INPUT, "cannot read goldens '%s': %s (line %d)", name, je.text,
                        je.line);
+    unsigned char d[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256(d, (const unsigned char *)bytes, n);
+    for (size_t i = 0; i < sizeof d; i++)
+        sprintf(out->file_sha256 + 2 * i, "%02x", d[i]);
     json_t *models = json_object_get(root, "models");
     json_t *schema = json_object_get(root, "schema");
     if (!json_is_integer(schema) || json_integer_value(schema) != GOLDEN_SCHEMA ||
         !json_is_object(models)) {
-        rc = err_set(err, ERR_INPUT, "goldens '%s': not a schema %d goldens file", path,
-                     GOLDEN_SCHEMA);
+        rc = err_set(err, ERR_INPUT, "goldens '%s': not a schema %d goldens file (re-record it"
+                     " with gate golden record)", name, GOLDEN_SCHEMA);
         goto done;
     }
     json_t *entry = json_object_get(models, sha256);
@@ -296,36 +445,44 @@ int golden_load(const char *path, const char *sha256, struct golden_set *out,
         }
         rc = err_set(err, ERR_INPUT, "goldens '%s' hold no entry for model %s%s%s; refusing to"
                      " reuse goldens of another model (record them with gate golden record)",
-                     path, sha256, at ? ": recorded for " : "", others);
+                     name, sha256, at ? ": recorded for " : "", others);
         goto done;
     }
     snprintf(out->sha256, sizeof out->sha256, "%s", sha256);
-    json_t *ng = json_object_get(entry, "n_gen"), *cases = json_object_get(entry, "cases");
-    out->n_gen = json_is_integer(ng) ? (int)json_integer_value(ng) : GOLDEN_N_GEN;
-    if (!json_is_array(cases) || json_array_size(cases) == 0) {
-        rc = err_set(err, ERR_INPUT, "goldens '%s': model %.16s... has no cases", path, sha256);
+    json_t *by = json_object_get(entry, "recorded_by");
+    const char *source = golden_source_of(by);
+    if (!source) {
+        char *txt = by ? json_dumps(by, JSON_COMPACT) : NULL;
+        rc = err_set(err, ERR_INPUT, "goldens '%s': model %.16s... has an unknown or incomplete"
+                     " recorded_by %.120s (want {\"engine\": \"gate\", backend, git_commit,"
+                     " git_dirty, date} or an independent engine with a version)", name, sha256,
+                     txt ? txt : "(missing)");
+        free(txt);
         goto done;
     }
-    for (size_t i = 0; i < json_array_size(cases); i++) {
-        json_t *x = json_array_get(cases, i);
-        int32_t *p = NULL;
-        int np = 0;
-        const char *name = json_string_value(json_object_get(x, "name"));
-        if ((rc = ids_of(json_object_get(x, "prompt"), &p, &np, "prompt", err)) ||
-            (rc = add_case(out, name ? name : "?", p, np, err))) {
-            free(p);
-            goto done;
-        }
-        free(p);
-        struct golden_case *c = &out->c[out->n - 1];
-        if ((rc = ids_of(json_object_get(x, "ids"), &c->ids, &c->n_ids, "ids", err)))
-            goto done;
-        const char *et = json_string_value(json_object_get(x, "expect_text"));
-        if (et && !(c->expect_text = strdup(et))) {
-            rc = err_set(err, ERR_ENV, "out of memory");
-            goto done;
-        }
+    out->independent = !strcmp(source, "independent");
+    out->recorded_by = json_deep_copy(by);
+    json_t *ng = json_object_get(entry, "n_gen"), *eos = json_object_get(entry, "eos");
+    json_t *cases = json_object_get(entry, "cases");
+    if (!json_is_integer(ng) || json_integer_value(ng) < 1 || json_integer_value(ng) > 1 << 20) {
+        rc = err_set(err, ERR_INPUT, "goldens '%s': model %.16s... needs an integer n_gen >= 1",
+                     name, sha256);
+        goto done;
     }
+    out->n_gen = (int)json_integer_value(ng);
+    if (eos && (!json_is_integer(eos) || json_integer_value(eos) < -1 ||
+                json_integer_value(eos) > INT32_MAX)) {
+        rc = err_set(err, ERR_INPUT, "goldens '%s': model %.16s...: eos is not a token id or -1",
+                     name, sha256);
+        goto done;
+    }
+    out->eos = eos ? (int32_t)json_integer_value(eos) : -1;
+    if (!json_is_array(cases) || json_array_size(cases) == 0) {
+        rc = err_set(err, ERR_INPUT, "goldens '%s': model %.16s... has no cases", name, sha256);
+        goto done;
+    }
+    for (size_t i = 0; !rc && i < json_array_size(cases); i++)
+        rc = load_case(json_array_get(cases, i), i, name, out, err);
 done:
     json_decref(root);
     if (rc)
@@ -333,7 +490,38 @@ done:
     return rc;
 }
 
+int golden_load(const char *path, const char *sha256, struct golden_set *out,
+                struct gate_err *err)
+{
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return err_set(err, ERR_INPUT, "cannot open goldens '%s': %s", path, strerror(errno));
+    char *buf = malloc(GOLDEN_MAX_FILE);
+    size_t n = buf ? fread(buf, 1, GOLDEN_MAX_FILE, f) : 0;
+    int rc = 0;
+    if (!buf)
+        rc = err_set(err, ERR_ENV, "out of memory");
+    else if (ferror(f))
+        rc = err_set(err, ERR_INPUT, "cannot read goldens '%s': %s", path, strerror(errno));
+    else if (n == GOLDEN_MAX_FILE)
+        rc = err_set(err, ERR_INPUT, "goldens '%s' are larger than %u bytes", path,
+                     GOLDEN_MAX_FILE);
+    else
+        rc = golden_load_buf(buf, n, path, sha256, out, err);
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
 /* ---- replay --------------------------------------------------------------------------------- */
+
+static const char *const CLASS_NAMES[] = {"MATCH", "TIE_FLIP", "WRONG"};
+
+const char *golden_class_name(enum golden_class c)
+{
+    return c >= GOLDEN_MATCH && c <= GOLDEN_WRONG ? CLASS_NAMES[c] : "?";
+}
 
 void golden_result_free(struct golden_result *r)
 {
@@ -346,32 +534,262 @@ void golden_result_free(struct golden_result *r)
         free(r->c[i].got_text);
     }
     free(r->c);
+    json_decref(r->metrics);
+    json_decref(r->checks);
+    r->metrics = r->checks = NULL;
     r->c = NULL;
     r->n = 0;
 }
 
-int golden_run(const struct model *m, const struct mode *mode, const struct golden_set *g,
-               int n_threads, struct golden_result *out, struct gate_err *err)
+static void say(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *why, size_t n, const char *fmt, ...)
 {
-    struct backend *b = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    if (why && n)
+        vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+}
+
+/* Ids of a metrics array into out (cap entries); -1 when not an array of ids or too long. */
+static int ids_in(const json_t *a, int32_t *out, int cap)
+{
+    if (!json_is_array(a) || json_array_size(a) > (size_t)cap)
+        return -1;
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        const json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            return -1;
+        out[i] = (int32_t)json_integer_value(v);
+    }
+    return (int)json_array_size(a);
+}
+
+/* The class of one recorded case, from its expected and produced ids, its recorded judge margin
+ * and the settings: the one definition the judge and the run's printout share. *k receives the
+ * recomputed first difference (-1 when equal); why says what made it WRONG or a TIE_FLIP. */
+static enum golden_class classify(const json_t *c, int tokens, double near_tie, int32_t eos,
+                                  int *k, char *why, size_t n)
+{
+    const char *name = json_string_value(json_object_get(c, "name"));
+    name = name ? name : "?";
+    *k = -1;
+    if (tokens < 1 || tokens > 1 << 20) {
+        say(why, n, "settings.tokens %d is not a token count", tokens);
+        return GOLDEN_WRONG;
+    }
+    int32_t *e = malloc((size_t)tokens * sizeof *e), *g = malloc((size_t)tokens * sizeof *g);
+    enum golden_class cls = GOLDEN_WRONG;
+    int ne = e ? ids_in(json_object_get(c, "expected"), e, tokens) : -1;
+    int ng = g ? ids_in(json_object_get(c, "got"), g, tokens) : -1;
+    if (ne < 0 || ng < 0) {
+        say(why, n, "case '%s': expected/got are not id lists of at most %d ids", name, tokens);
+        goto done;
+    }
+    if (ne < 1 || (ne < tokens && !(eos >= 0 && e[ne - 1] == eos))) {
+        say(why, n, "case '%s': %d expected ids for %d tokens (short, not ending at EOS)", name,
+            ne, tokens);
+        goto done;
+    }
+    *k = golden_first_diff(e, ne, g, ng);
+    if (*k < 0) {
+        const char *want = json_string_value(json_object_get(c, "expect_text"));
+        const char *got = json_string_value(json_object_get(c, "got_text"));
+        if (want && (!got || strcmp(want, got)))
+            say(why, n, "case '%s' has the expected ids but not the expected text", name);
+        else
+            cls = GOLDEN_MATCH;
+        goto done;
+    }
+    if (*k >= ne || *k >= ng) {
+        say(why, n, "case '%s': %d ids produced where %d were expected", name, ng, ne);
+        goto done;
+    }
+    const json_t *j = json_object_get(c, "judge");
+    double margin, gap_e, gap_g;
+    if (gate_metric_num(j, "margin", &margin) || gate_metric_num(j, "gap_expected", &gap_e) ||
+        gate_metric_num(j, "gap_got", &gap_g)) {
+        say(why, n, "case '%s' differs at generated index %d (expected id %d, got %d) and no"
+            " judge margin was recorded there", name, *k, (int)e[*k], (int)g[*k]);
+        goto done;
+    }
+    if (margin < near_tie && gap_e < near_tie && gap_g < near_tie) {
+        cls = GOLDEN_TIE_FLIP;
+        say(why, n, "case '%s': tie flip at index %d (expected id %d, got %d; judge margin %.4g <"
+            " near_tie %g)", name, *k, (int)e[*k], (int)g[*k], margin, near_tie);
+    } else {
+        say(why, n, "case '%s' differs at generated index %d (expected id %d, got %d) where the"
+            " judge's margin is %.4g (near_tie %g): WRONG", name, *k, (int)e[*k], (int)g[*k],
+            margin, near_tie);
+    }
+done:
+    free(e);
+    free(g);
+    return cls;
+}
+
+enum gate_verdict golden_judge(const json_t *settings, const json_t *metrics, json_t *checks,
+                               char *why, size_t n)
+{
+    char first[320] = "", one[320];
+    double tokens_d, near_tie, n_gen, eos_d;
+    const char *gsha = json_string_value(json_object_get(settings, "goldens_sha256"));
+    int fails = 0;
+    if (gate_metric_num(settings, "tokens", &tokens_d) ||
+        gate_metric_num(settings, "near_tie", &near_tie) || !gsha) {
+        say(why, n, "golden settings need tokens, near_tie and goldens_sha256");
+        gate_check_bool(checks, "settings complete", 0);
+        return GATE_FAIL;
+    }
+    const json_t *cases = json_object_get(metrics, "cases");
+    if (gate_metric_num(metrics, "n_gen", &n_gen) || gate_metric_num(metrics, "eos", &eos_d) ||
+        !json_is_array(cases)) {
+        say(why, n, "golden metrics lack n_gen, eos or cases");
+        gate_check_bool(checks, "metrics complete", 0);
+        return GATE_FAIL;
+    }
+    const char *source = golden_source_of(json_object_get(metrics, "recorded_by"));
+    const char *rec_sha = json_string_value(json_object_get(metrics, "goldens_sha256"));
+    const char *rec_source = json_string_value(json_object_get(metrics, "source"));
+    if (!gate_check_str(checks, "goldens_sha256", rec_sha ? rec_sha : "", gsha) && !fails++)
+        snprintf(first, sizeof first, "the goldens read (%.16s...) are not the pinned %.16s...",
+                 rec_sha ? rec_sha : "none", gsha);
+    if (!gate_check_num(checks, "n_gen", n_gen, "==", tokens_d) && !fails++)
+        snprintf(first, sizeof first, "goldens hold %g tokens per case, settings ask for %g",
+                 n_gen, tokens_d);
+    if (!gate_check_str(checks, "source", rec_source ? rec_source : "",
+                        source ? source : "(unknown recorded_by)") &&
+        !fails++)
+        snprintf(first, sizeof first, "recorded_by is unknown or does not match source '%s'",
+                 rec_source ? rec_source : "");
+    if (!gate_check_num(checks, "cases", (double)json_array_size(cases), ">=", 1) && !fails++)
+        snprintf(first, sizeof first, "no golden cases: a vacuous run proves nothing");
+    const int tokens = tokens_d >= 1 && tokens_d <= 1 << 20 ? (int)tokens_d : 0;
+    const int32_t eos = eos_d >= 0 && eos_d <= INT32_MAX ? (int32_t)eos_d : -1;
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        const json_t *c = json_array_get(cases, i);
+        const char *name = json_string_value(json_object_get(c, "name"));
+        char metric[128];
+        int k;
+        enum golden_class cls = classify(c, tokens, near_tie, eos, &k, one, sizeof one);
+        snprintf(metric, sizeof metric, "case %.60s", name ? name : "?");
+        gate_check_bool(checks, metric, cls != GOLDEN_WRONG);
+        if (cls == GOLDEN_TIE_FLIP) {
+            double margin = NAN;
+            gate_metric_num(json_object_get(c, "judge"), "margin", &margin);
+            snprintf(metric, sizeof metric, "case %.60s tie flip at %d: judge margin", name, k);
+            gate_check_num(checks, metric, margin, "<", near_tie);
+        }
+        if (cls == GOLDEN_WRONG && !fails++)
+            snprintf(first, sizeof first, "%s", one);
+    }
+    if (!fails) {
+        say(why, n, "%s", "");
+        return GATE_PASS;
+    }
+    say(why, n, "%s", first);
+    return GATE_FAIL;
+}
+
+/* The judge's top-1 / top-2 over logits x (V): lowest id on ties, as greedy decode picks. */
+static void top2(const float *x, int V, int32_t *t1, int32_t *t2)
+{
+    int a = 0, b = -1;
+    for (int i = 1; i < V; i++) {
+        if (x[i] > x[a]) {
+            b = a;
+            a = i;
+        } else if (b < 0 || x[i] > x[b]) {
+            b = i;
+        }
+    }
+    *t1 = a;
+    *t2 = b < 0 ? a : b;
+}
+
+/* The judge's margins at index k of case c: one batched ref forward over prompt + expected[0..k),
+ * read at its last position. */
+static int judge_margin(struct backend *j, const struct golden_case *c, int k, const int32_t *got,
+                        struct golden_case_result *x, struct gate_err *err)
+{
+    const int V = (int)j->model->hp.n_vocab, n = c->n_prompt + k;
+    int32_t *seq = malloc((size_t)n * sizeof *seq);
+    float *logits = malloc((size_t)n * (size_t)V * sizeof *logits);
+    int rc = 0;
+    if (!seq || !logits) {
+        rc = err_set(err, ERR_ENV, "out of memory for the golden judge (%d tokens)", n);
+        goto done;
+    }
+    memcpy(seq, c->prompt, (size_t)c->n_prompt * sizeof *seq);
+    memcpy(seq + c->n_prompt, c->ids, (size_t)k * sizeof *seq);
+    if ((rc = mode_judge(j, seq, n, logits, NULL, err)))
+        goto done;
+    const float *last = logits + (size_t)(n - 1) * V;
+    top2(last, V, &x->top1, &x->top2);
+    x->margin = (double)last[x->top1] - (double)last[x->top2];
+    x->gap_expected = (double)last[x->top1] - (double)last[c->ids[k]];
+    x->gap_got = got[k] >= 0 && got[k] < V ? (double)last[x->top1] - (double)last[got[k]] : NAN;
+    x->have_margin = 1;
+done:
+    free(seq);
+    free(logits);
+    return rc;
+}
+
+static json_t *case_json(const struct golden_case *c, const struct golden_case_result *x)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(x->name));
+    json_object_set_new(o, "prompt_tokens", json_integer(c->n_prompt));
+    json_object_set_new(o, "expected", ids_json(x->expected, x->n_expected));
+    json_object_set_new(o, "got", ids_json(x->got, x->n_got));
+    json_object_set_new(o, "first_diff", json_integer(x->first_diff)); /* informational */
+    if (x->have_margin)
+        json_object_set_new(o, "judge",
+                            json_pack("{s:i, s:i, s:o, s:o, s:o}", "top1", (int)x->top1, "top2",
+                                      (int)x->top2, "margin", parity_json_number(x->margin),
+                                      "gap_expected", parity_json_number(x->gap_expected),
+                                      "gap_got", parity_json_number(x->gap_got)));
+    if (c->expect_text)
+        json_object_set_new(o, "expect_text", json_string(c->expect_text));
+    if (x->expected_text)
+        json_object_set_new(o, "expected_text", json_string(x->expected_text));
+    if (x->got_text)
+        json_object_set_new(o, "got_text", json_string(x->got_text));
+    return o;
+}
+
+int golden_gate(const struct model *m, const struct mode *mode, const struct golden_set *g,
+                const json_t *settings, int n_threads, struct golden_result *out,
+                struct gate_err *err)
+{
+    struct backend *b = NULL, *j = NULL;
     struct tok *t = NULL;
     char sha[65];
-    int rc = 0, longest = 0, n_gen = 0, failed = -1;
+    int rc = 0, longest = 0, n_gen = 0;
     memset(out, 0, sizeof *out);
+    out->verdict = GATE_FAIL;
     mode_format(mode, out->mode, sizeof out->mode);
     golden_model_sha256(m, sha);
     if (strcmp(sha, g->sha256))
         return err_set(err, ERR_INPUT, "goldens were recorded for model %s, not %s: refusing"
                        " to reuse them", g->sha256, sha);
-    if (g->n < 1)
-        return err_set(err, ERR_INPUT, "no golden cases to run");
+    if (g->n < 1 || !g->recorded_by)
+        return err_set(err, ERR_INPUT, "no validated golden cases to run (load them with"
+                       " golden_load)");
     for (int i = 0; i < g->n; i++) {
         longest = g->c[i].n_prompt > longest ? g->c[i].n_prompt : longest;
         n_gen = g->c[i].n_ids > n_gen ? g->c[i].n_ids : n_gen;
     }
     t = model_tok(m);
     out->c = calloc((size_t)g->n, sizeof *out->c);
-    if (!out->c) {
+    json_t *cases = json_array();
+    out->metrics = json_pack("{s:s, s:s, s:O, s:s, s:i, s:i, s:o}", "mode", out->mode, "source",
+                             g->independent ? "independent" : "regression", "recorded_by",
+                             g->recorded_by, "goldens_sha256", g->file_sha256, "n_gen", g->n_gen,
+                             "eos", (int)g->eos, "cases", cases);
+    out->checks = json_array();
+    if (!out->c || !out->metrics || !out->checks) {
         rc = err_set(err, ERR_ENV, "out of memory");
         goto done;
     }
@@ -382,69 +800,73 @@ int golden_run(const struct model *m, const struct mode *mode, const struct gold
         struct golden_case_result *x = &out->c[i];
         out->n = i + 1;
         snprintf(x->name, sizeof x->name, "%s", c->name);
-        x->expected = malloc((size_t)(c->n_ids ? c->n_ids : 1) * sizeof *x->expected);
-        x->got = malloc((size_t)(c->n_ids ? c->n_ids : 1) * sizeof *x->got);
+        x->expected = malloc((size_t)c->n_ids * sizeof *x->expected);
+        x->got = malloc((size_t)c->n_ids * sizeof *x->got);
         if (!x->expected || !x->got) {
             rc = err_set(err, ERR_ENV, "out of memory");
             goto done;
         }
         memcpy(x->expected, c->ids, (size_t)c->n_ids * sizeof *c->ids);
         x->n_expected = c->n_ids;
-        if (c->n_ids &&
-            (rc = golden_generate(b, mode->path, c->prompt, c->n_prompt, c->n_ids,
-                                  t ? tok_eos(t) : -1, x->got, &x->n_got, err)))
+        if ((rc = golden_generate(b, mode->path, c->prompt, c->n_prompt, c->n_ids, g->eos, x->got,
+                                  &x->n_got, err)))
             goto done;
         x->first_diff = golden_first_diff(x->expected, x->n_expected, x->got, x->n_got);
+        if (x->first_diff >= 0 && x->first_diff < x->n_expected && x->first_diff < x->n_got) {
+            if (!j && (rc = mode_open_judge(&j, m, longest + n_gen, n_threads, err)))
+                goto done;
+            if ((rc = judge_margin(j, c, x->first_diff, x->got, x, err)))
+                goto done;
+        }
         x->expected_text = text_of(t, x->expected, x->n_expected);
         x->got_text = text_of(t, x->got, x->n_got);
-        x->pass = x->first_diff < 0;
-        if (x->pass && c->expect_text && (!x->got_text || strcmp(x->got_text, c->expect_text)))
-            x->pass = 0;
-        if (!x->pass && failed < 0)
-            failed = i;
+        json_array_append_new(cases, case_json(c, x));
     }
-    out->pass = failed < 0;
+    /* the verdict is the judge's, over exactly the metrics recorded */
+    char why[320] = "";
+    out->verdict = golden_judge(settings, out->metrics, out->checks, why, sizeof why);
+    out->pass = out->verdict == GATE_PASS;
+    double near_tie = NAN, tokens = 0;
+    gate_metric_num(settings, "near_tie", &near_tie);
+    gate_metric_num(settings, "tokens", &tokens);
+    for (int i = 0; i < out->n; i++) {
+        struct golden_case_result *x = &out->c[i];
+        int k;
+        x->cls = classify(json_array_get(cases, (size_t)i), (int)tokens, near_tie, g->eos, &k,
+                          NULL, 0);
+        x->pass = x->cls != GOLDEN_WRONG;
+        out->n_tie_flip += x->cls == GOLDEN_TIE_FLIP;
+    }
     if (out->pass)
-        snprintf(out->reason, sizeof out->reason, "PASS: %d golden continuations reproduced"
-                 " exactly", g->n);
-    else if (out->c[failed].first_diff >= 0)
-        snprintf(out->reason, sizeof out->reason, "FAIL: case '%s' differs at generated index"
-                 " %d (expected id %d, got %d)", out->c[failed].name, out->c[failed].first_diff,
-                 out->c[failed].first_diff < out->c[failed].n_expected
-                     ? (int)out->c[failed].expected[out->c[failed].first_diff] : -1,
-                 out->c[failed].first_diff < out->c[failed].n_got
-                     ? (int)out->c[failed].got[out->c[failed].first_diff] : -1);
+        snprintf(out->reason, sizeof out->reason, "PASS: %d %s golden continuations reproduced"
+                 " (%d tie flips)", g->n, g->independent ? "independent" : "regression",
+                 out->n_tie_flip);
     else
-        snprintf(out->reason, sizeof out->reason, "FAIL: case '%s' has the expected ids but not"
-                 " the expected text", out->c[failed].name);
+        snprintf(out->reason, sizeof out->reason, "FAIL: %s", why);
 done:
     backend_close(b);
+    backend_close(j);
     tok_free(t);
+    return rc;
+}
+
+int golden_run(const struct model *m, const struct mode *mode, const struct golden_set *g,
+               int n_threads, struct golden_result *out, struct gate_err *err)
+{
+    json_t *settings = json_pack("{s:i, s:f, s:s}", "tokens", g->n_gen, "near_tie",
+                                 GOLDEN_NEAR_TIE_DEFAULT, "goldens_sha256", g->file_sha256);
+    if (!settings) {
+        memset(out, 0, sizeof *out);
+        return err_set(err, ERR_ENV, "out of memory");
+    }
+    int rc = golden_gate(m, mode, g, settings, n_threads, out, err);
+    json_decref(settings);
     return rc;
 }
 
 json_t *golden_result_json(const struct golden_result *r)
 {
-    json_t *o = json_object(), *cs = json_array();
-    json_object_set_new(o, "mode", json_string(r->mode));
-    json_object_set_new(o, "verdict", json_string(r->pass ? "PASS" : "FAIL"));
-    json_object_set_new(o, "reason", json_string(r->reason));
-    for (int i = 0; i < r->n; i++) {
-        const struct golden_case_result *x = &r->c[i];
-        json_t *c = json_object();
-        json_object_set_new(c, "name", json_string(x->name));
-        json_object_set_new(c, "verdict", json_string(x->pass ? "PASS" : "FAIL"));
-        json_object_set_new(c, "first_diff", json_integer(x->first_diff));
-        json_object_set_new(c, "expected", ids_json(x->expected, x->n_expected));
-        json_object_set_new(c, "got", ids_json(x->got, x->n_got));
-        if (x->expected_text)
-            json_object_set_new(c, "expected_text", json_string(x->expected_text));
-        if (x->got_text)
-            json_object_set_new(c, "got_text", json_string(x->got_text));
-        json_array_append_new(cs, c);
-    }
-    json_object_set_new(o, "cases", cs);
-    return o;
+    return r->metrics ? json_deep_copy(r->metrics) : json_object();
 }
 
 void golden_print(FILE *f, const struct golden_result *r)
@@ -452,9 +874,15 @@ void golden_print(FILE *f, const struct golden_result *r)
     fprintf(f, "golden %s:\n", r->mode);
     for (int i = 0; i < r->n; i++) {
         const struct golden_case_result *x = &r->c[i];
-        fprintf(f, "  %-12s %s", x->name, x->pass ? "ok" : "FAIL");
+        fprintf(f, "  %-12s %s", x->name, x->cls == GOLDEN_MATCH      ? "ok"
+                                          : x->cls == GOLDEN_TIE_FLIP ? "TIE_FLIP"
+                                                                      : "FAIL");
         if (x->first_diff >= 0) {
-            fprintf(f, " at index %d\n    expected:", x->first_diff);
+            fprintf(f, " at index %d", x->first_diff);
+            if (x->have_margin)
+                fprintf(f, " (judge top-1 %d, top-2 %d, margin %.4g)", (int)x->top1,
+                        (int)x->top2, x->margin);
+            fprintf(f, "\n    expected:");
             for (int j = x->first_diff; j < x->n_expected; j++)
                 fprintf(f, " %d", (int)x->expected[j]);
             fprintf(f, "\n    got:     ");
