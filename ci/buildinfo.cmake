@@ -22,6 +22,8 @@
 # `git ls-tree -r HEAD` lines of the source files above, each line ending in "\n": the same on
 # every host at one commit, whatever it compiled), GATE_BUILD_FLAGS.
 
+cmake_minimum_required(VERSION 3.20) # script mode: today's policies (CMP0007: keep empty list items)
+
 set(folders engine kernels oracles faults receipts harness)
 set(git git --no-replace-objects -C "${SRC}" -c core.quotePath=false)
 set(reasons "")
