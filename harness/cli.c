@@ -102,3 +102,51 @@ int cli_read_ids(const char *path, int32_t **ids, int *n, struct gate_err *err)
     }
     return rc;
 }
+
+/* Length of the valid UTF-8 sequence at p (2..4), or 0 when p does not start one. */
+static int utf8_len(const unsigned char *p)
+{
+    int len = *p >= 0xf0 && *p <= 0xf4 ? 4 : *p >= 0xe0 ? 3 : *p >= 0xc2 && *p < 0xe0 ? 2 : 0;
+    if (*p >= 0xf5)
+        len = 0;
+    for (int i = 1; i < len; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    return len;
+}
+
+const char *cli_safe(const char *s, char *buf, size_t n)
+{
+    static const char HEX[] = "0123456789abcdef";
+    size_t k = 0;
+    if (!s)
+        s = "(null)";
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        int len = *p < 0x80 ? 1 : utf8_len(p);
+        /* escaped: C0, DEL, a C1 code point (U+0080..U+009F = 0xC2 0x80..0x9F), any byte that
+         * does not start valid UTF-8 (a raw 0x9B is CSI to an 8-bit terminal) */
+        int esc = *p < 0x20 || *p == 0x7f || len == 0 || (*p == 0xc2 && p[1] <= 0x9f);
+        int count = len ? len : 1;
+        size_t need = esc ? 4 * (size_t)count : *p == '\\' ? 2 : (size_t)count;
+        if (k + need >= n)
+            break;
+        for (int i = 0; i < count; i++) {
+            unsigned char b = p[i];
+            if (esc) {
+                buf[k++] = '\\';
+                buf[k++] = 'x';
+                buf[k++] = HEX[b >> 4];
+                buf[k++] = HEX[b & 15];
+            } else if (b == '\\') {
+                buf[k++] = '\\';
+                buf[k++] = '\\';
+            } else {
+                buf[k++] = (char)b;
+            }
+        }
+        p += count;
+    }
+    if (n)
+        buf[k < n ? k : n - 1] = '\0';
+    return buf;
+}

@@ -5,6 +5,7 @@
 #ifndef GATE_CLI_H
 #define GATE_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "engine/err.h"
@@ -30,5 +31,12 @@ int cli_int(const char *cmd, const char *opt, const char *s, int lo, int hi, int
 
 /* Read whitespace/comma separated token ids from path (*ids malloc'd). Errors name the line. */
 int cli_read_ids(const char *path, int32_t **ids, int *n, struct gate_err *err);
+
+/* Copy s into buf (n bytes, n >= 1) for a terminal: C0 controls, DEL, the C1 controls
+ * (U+0080..U+009F) and every byte that does not start valid UTF-8 are written as "\xNN" (each
+ * byte of a C1 code point escaped), a backslash as "\\"; valid UTF-8 text is copied. Truncated
+ * to fit (never inside an escape), always NUL-terminated. s may be NULL ("(null)"). Returns
+ * buf. Use it for every string that comes from a receipt, a ladder or an import file. */
+const char *cli_safe(const char *s, char *buf, size_t n);
 
 #endif

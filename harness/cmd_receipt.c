@@ -1,7 +1,9 @@
 /* cmd_receipt.c — `gate key gen|pub` and `gate receipt list|show|verify|export|import`: thin
  * wrappers over receipts/key, receipts/receipt and receipts/store. Every status a receipt shows
  * is computed from the signed payload (store_foreach verifies each row); columns are only used
- * for listing and are flagged when they disagree with the payload.
+ * for listing and are flagged when they disagree with the payload. Every string that comes from
+ * a receipt or an import file goes through safe() (cli_safe) before it reaches the terminal.
+ * list, show, verify and export open the store read-only (store_open_readonly).
  */
 #include "harness/cmd_receipt.h"
 
@@ -19,6 +21,16 @@
 #include "receipts/store.h"
 
 #define DEFAULT_DB "receipts.db"
+
+/* A receipt string escaped for the terminal; eight rotating buffers, so one printf may hold up
+ * to eight (each valid until eight more calls). */
+static const char *safe(const char *s)
+{
+    static char bufs[8][4096];
+    static int next;
+    next = (next + 1) % 8;
+    return cli_safe(s, bufs[next], sizeof bufs[next]);
+}
 
 /* ---- gate key ------------------------------------------------------------------------------- */
 
@@ -105,8 +117,9 @@ static const char RECEIPT_USAGE[] =
     "       gate receipt export [--db DB] --out FILE\n"
     "       gate receipt import FILE [--db DB]\n"
     "  DB defaults to ./" DEFAULT_DB ". PATTERN is a shell glob over model/host/mode.\n"
-    "  verify checks every receipt's signature, chain link, columns and re-derived verdicts and\n"
-    "  exits 1 naming each bad receipt; --all also prints the good ones.\n"
+    "  verify checks every receipt's signature, chain link, columns and re-derived verdicts, and\n"
+    "  every head record against the chain (store_audit); it exits 1 naming each bad receipt\n"
+    "  and the first bad head record; --all also prints the good ones.\n"
     "  export writes one DSSE envelope per line; import verifies every signature first and\n"
     "  refuses the whole file if any is bad.\n";
 
@@ -115,12 +128,6 @@ struct opts {
     int all;
 };
 
-static int open_existing(const char *path, struct store **s, struct gate_err *err)
-{
-    if (access(path, F_OK) != 0)
-        return err_set(err, ERR_INPUT, "no receipt store at '%s' (give one with --db)", path);
-    return store_open(s, path, err);
-}
 
 static const char *row_status(const struct store_row *r)
 {
@@ -140,8 +147,11 @@ static int list_row(void *ctx, const struct store_row *r)
         return 0;
     if (o->verdict && strcasecmp(o->verdict, r->verdict) != 0)
         return 0;
-    printf("%6" PRId64 "  %-20s  %-40s  %-7s  %.20s...  %s%s\n", r->id, r->created_at, r->cell,
-           r->verdict, r->key_id, row_status(r), r->imported ? " (imported)" : "");
+    char key[24];
+    snprintf(key, sizeof key, "%.20s", r->key_id);
+    printf("%6" PRId64 "  %-20s  %-40s  %-7s  %s...  %s%s\n", r->id, safe(r->created_at),
+           safe(r->cell), safe(r->verdict), safe(key), row_status(r),
+           r->imported ? " (imported)" : "");
     return 0;
 }
 
@@ -149,11 +159,11 @@ static int list_row(void *ctx, const struct store_row *r)
 static void print_scalar(const json_t *v)
 {
     if (json_is_string(v)) {
-        fputs(json_string_value(v), stdout);
+        fputs(safe(json_string_value(v)), stdout);
         return;
     }
     char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS);
-    fputs(s ? s : "?", stdout);
+    fputs(s ? safe(s) : "?", stdout);
     free(s);
 }
 
@@ -189,7 +199,7 @@ static void print_flat(const char *indent, const char *path, const json_t *v,
             print_flat(indent, sub, child, NULL);
         }
     } else {
-        printf("%s%-34s ", indent, path);
+        printf("%s%-34s ", indent, safe(path));
         print_scalar(v);
         putchar('\n');
     }
@@ -208,19 +218,19 @@ static void print_gates(const json_t *gates)
     json_object_foreach((json_t *)gates, name, g)
     {
         const char *v = json_string_value(json_object_get(g, "verdict"));
-        printf("  %-12s %s\n", name, v ? v : "(no verdict)");
+        printf("  %-12s %s\n", safe(name), v ? safe(v) : "(no verdict)");
         const char *error = json_string_value(json_object_get(g, "error"));
         if (error)
-            printf("    error: %s\n", error);
+            printf("    error: %s\n", safe(error));
         size_t i;
         json_t *c;
         json_array_foreach(json_object_get(g, "checks"), i, c)
         {
             const char *metric = json_string_value(json_object_get(c, "metric"));
             const char *op = json_string_value(json_object_get(c, "op"));
-            printf("    %-30s ", metric ? metric : "?");
+            printf("    %-30s ", metric ? safe(metric) : "?");
             print_scalar(json_object_get(c, "value"));
-            printf(" %s ", op ? op : "?");
+            printf(" %s ", op ? safe(op) : "?");
             print_scalar(json_object_get(c, "threshold"));
             printf("   %s\n", json_is_true(json_object_get(c, "pass")) ? "ok" : "FAIL");
         }
@@ -228,11 +238,11 @@ static void print_gates(const json_t *gates)
     }
 }
 
-/* The string value of v, or "?" when v is not a string. */
+/* The string value of v escaped for the terminal, or "?" when v is not a string. */
 static const char *str_of(const json_t *v)
 {
     const char *s = json_string_value(v);
-    return s ? s : "?";
+    return s ? safe(s) : "?";
 }
 
 static int show_row(void *ctx, const struct store_row *r)
@@ -244,10 +254,10 @@ static int show_row(void *ctx, const struct store_row *r)
         "cell",        "verdict", "gates",  "key_id",     "prev_hash",   "ladder", "subject",
         "environment", "nonce",   "faults", "started_at", "finished_at", NULL};
     printf("receipt      %" PRId64 " (%s, stored %s)\n", r->id, r->imported ? "imported" : "local",
-           r->created_at);
+           safe(r->created_at));
     if (receipt_parse(r->payload, r->len, &p, &err) != 0) {
-        printf("payload      UNREADABLE: %s\n", err.msg);
-        printf("status       %s: %s\n", row_status(r), r->problem);
+        printf("payload      UNREADABLE: %s\n", safe(err.msg));
+        printf("status       %s: %s\n", row_status(r), safe(r->problem));
         return 0;
     }
     json_t *cell = json_object_get(p, "cell");
@@ -257,19 +267,20 @@ static int show_row(void *ctx, const struct store_row *r)
     const char *started = json_string_value(json_object_get(p, "started_at"));
     const char *finished = json_string_value(json_object_get(p, "finished_at"));
     if (started || finished)
-        printf("time         %s .. %s\n", started ? started : "?", finished ? finished : "?");
+        printf("time         %s .. %s\n", started ? safe(started) : "?",
+               finished ? safe(finished) : "?");
     printf("key          %s\n", str_of(json_object_get(p, "key_id")));
     printf("signature    %s\n", r->sig_ok ? "ok" : "BAD");
     printf("chain        %s (prev %s, hash %s)\n", r->chain_ok ? "ok" : "BROKEN",
-           str_of(json_object_get(p, "prev_hash")), r->hash);
+           str_of(json_object_get(p, "prev_hash")), safe(r->hash));
     printf("columns      %s\n", r->columns_ok ? "agree with the payload" : "DISAGREE");
     if (r->problem[0])
-        printf("problem      %s\n", r->problem);
+        printf("problem      %s\n", safe(r->problem));
     err_clear(&err);
     if (receipt_rederive(p, &err) == 0)
         printf("re-derived   verdicts agree with the recorded numbers\n");
     else
-        printf("re-derived   DISAGREE: %s\n", err.msg);
+        printf("re-derived   DISAGREE: %s\n", safe(err.msg));
     printf("ladder\n");
     print_flat("  ", "", json_object_get(p, "ladder"), NULL);
     printf("subject\n");
@@ -306,9 +317,9 @@ static int verify_row(void *vctx, const struct store_row *r)
     json_decref(p);
     if (why[0]) {
         v->bad++;
-        printf("receipt %" PRId64 " (%s): FAILED: %s\n", r->id, r->cell, why);
+        printf("receipt %" PRId64 " (%s): FAILED: %s\n", r->id, safe(r->cell), safe(why));
     } else if (v->all) {
-        printf("receipt %" PRId64 " (%s, %s): ok\n", r->id, r->cell, r->verdict);
+        printf("receipt %" PRId64 " (%s, %s): ok\n", r->id, safe(r->cell), safe(r->verdict));
     }
     return 0;
 }
@@ -373,7 +384,7 @@ int cmd_receipt(int argc, char **argv)
         if (*end || id <= 0)
             return cli_fail(2, "receipt show: '%s' is not a receipt id", o.arg);
     }
-    rc = is_import ? store_open(&s, o.db, &err) : open_existing(o.db, &s, &err);
+    rc = is_import ? store_open(&s, o.db, &err) : store_open_readonly(&s, o.db, &err);
     if (rc)
         goto cleanup;
     if (is_list) {
@@ -384,11 +395,22 @@ int cmd_receipt(int argc, char **argv)
         rc = store_get(s, id, show_row, NULL, &err);
     } else if (is_verify) {
         struct verify_ctx v = {.all = o.all};
-        if ((rc = store_foreach(s, verify_row, &v, &err)))
+        struct store_audit a;
+        if ((rc = store_foreach(s, verify_row, &v, &err)) || (rc = store_audit(s, &a, &err)))
             goto cleanup;
         printf("%d receipts in '%s': %d ok, %d failed verification\n", v.n, o.db, v.n - v.bad,
                v.bad);
-        exit_code = v.bad ? 1 : 0;
+        printf("%d head records: %d ok, %d failed verification\n", a.n_heads,
+               a.n_heads - a.n_head_problems, a.n_head_problems);
+        if (a.n_bad)
+            printf("store TAMPERED: %d receipts fail verification, the first %s\n", a.n_bad,
+                   safe(a.first_problem));
+        if (a.n_head_problems)
+            printf("store TAMPERED: %s\n", safe(a.head_problem));
+        else if (a.head_key[0] && o.all)
+            printf("newest head record: key %s, receipt %s, chain of %" PRId64 "\n",
+                   safe(a.head_key), safe(a.head_hash), a.head_count);
+        exit_code = v.bad || a.n_bad || a.n_head_problems ? 1 : 0;
     } else if (is_export) {
         int n = 0;
         if ((rc = store_export(s, o.out, &err)) || (rc = store_foreach(s, count_row, &n, &err)))
@@ -403,6 +425,6 @@ int cmd_receipt(int argc, char **argv)
 cleanup:
     store_close(s);
     if (rc)
-        return cli_fail(err_exit_code(rc), "%s", err.msg);
+        return cli_fail(err_exit_code(rc), "%s", safe(err.msg));
     return exit_code;
 }

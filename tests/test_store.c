@@ -509,3 +509,304 @@ Test(store, an_imported_history_rewrite_is_a_fork)
     store_close(a);
     store_close(b);
 }
+
+/* ---- issue 11: erasing and suppressing receipts ---------------------------------------------- */
+
+static struct store_audit audit_of(struct store *s)
+{
+    struct store_audit a;
+    struct gate_err err = {0};
+    cr_assert_eq(store_audit(s, &a, &err), 0, "%s", err.msg);
+    return a;
+}
+
+Test(store, an_imported_rows_predecessor_is_found_by_recomputed_hash_not_the_column)
+{
+    /* the attack: rewrite the FAIL row's payload and cell to garbage behind the triggers (its
+     * hash column kept) and mark the next row 'import', whose predecessor used to be looked up
+     * by the hash column: the FAIL vanished from every cell and the chain still read as whole */
+    struct key_pair k = make_key("g.key", "local");
+    struct store *s = open_db("g.db");
+    append(s, &k, "tiny", "PASS", 0);
+    append(s, &k, "tiny", "FAIL", 1);
+    append(s, &k, "tiny", "PASS", 2);
+    store_close(s);
+    raw_exec("g.db",
+             "DROP TRIGGER receipts_no_update;"
+             "UPDATE receipts SET payload = 'garbage', cell = 'garbage' WHERE id = 2;"
+             "UPDATE receipts SET origin = 'import' WHERE id = 3;",
+             1);
+    s = open_db("g.db");
+    struct tally t = tally_of(s);
+    cr_assert_eq(t.rows, 3);
+    cr_assert_eq(t.chain_ok, 1, "an imported row linked through the stored hash column (%s)",
+                 t.problem);
+    /* the store-wide audit counts every bad row, whatever its cell names */
+    struct store_audit a = audit_of(s);
+    cr_assert_eq(a.n_rows, 3);
+    cr_assert_eq(a.n_bad, 2);
+    cr_assert_eq(a.first_bad_id, 2);
+    cr_assert(strstr(a.first_problem, "receipt 2:"), "%s", a.first_problem);
+    cr_assert_eq(a.n_head_problems, 0);
+    store_close(s);
+}
+
+Test(store, a_hash_column_that_does_not_recompute_fails_and_is_counted)
+{
+    struct key_pair k = make_key("hc.key", "local");
+    struct store *s = open_db("hc.db");
+    append(s, &k, "tiny", "PASS", 0);
+    append(s, &k, "tiny", "PASS", 1);
+    store_close(s);
+    raw_exec("hc.db",
+             "DROP TRIGGER receipts_no_update; UPDATE receipts SET hash = "
+             "'1111111111111111111111111111111111111111111111111111111111111111' WHERE id = 2;",
+             1);
+    s = open_db("hc.db");
+    struct store_audit a = audit_of(s);
+    cr_assert_eq(a.n_bad, 1);
+    cr_assert_eq(a.first_bad_id, 2);
+    cr_assert(strstr(a.first_problem, "hash column"), "%s", a.first_problem);
+    store_close(s);
+}
+
+/* A row for a hand-made attacker INSERT: the columns of receipts, hash given. */
+static void plant_row(const char *db, const char *hash)
+{
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO receipts (origin, cell, verdict, payload, signature, key_id, hash, "
+             "prev_hash, created_at) VALUES ('import', 'moe/h200/ref.decode', 'PASS', '{}', "
+             "zeroblob(64), 'ed25519:00', '%s', '%s', '2020-01-01T00:00:00Z');",
+             hash, RECEIPT_GENESIS_HASH);
+    raw_exec(db, sql, 1);
+}
+
+Test(store, a_preinserted_row_with_a_real_receipts_hash_is_an_import_conflict)
+{
+    struct key_pair k = make_key("pi.key", "h200");
+    struct store *a = open_db("pia.db"), *b = open_db("pib.db");
+    char out[512];
+    struct first fail;
+    struct gate_err err = {0};
+    int n = -1;
+    append(a, &k, "moe", "PASS", 0);
+    append(a, &k, "moe", "FAIL", 1);
+    cr_assert_eq(store_get(a, 2, grab, &fail, &err), 0, "%s", err.msg);
+    tmp_path(out, sizeof out, "pi.jsonl");
+    cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
+    store_close(b);
+    /* the attacker (DB write access, no key) pre-inserts a row carrying the FAIL's hash: the
+     * triggers allow INSERT */
+    plant_row("pib.db", fail.hash);
+    b = open_db("pib.db");
+    cr_assert_eq(store_import(b, out, &n, &err), ERR_RUNTIME,
+                 "the FAIL was skipped as already stored (%d imported)", n);
+    cr_assert(strstr(err.msg, "pi.jsonl:2") && strstr(err.msg, "stored receipt 1"), "%s",
+              err.msg);
+    cr_assert_eq(tally_of(b).rows, 1, "part of the file was imported");
+    store_close(a);
+    store_close(b);
+}
+
+Test(store, an_import_dedups_only_a_byte_identical_verified_receipt)
+{
+    struct key_pair k = make_key("bi.key", "h200");
+    struct store *a = open_db("bia.db"), *b = open_db("bib.db");
+    char out[512], sql[1024], path[512];
+    struct gate_err err = {0};
+    int n = -1;
+    append(a, &k, "moe", "FAIL", 0);
+    tmp_path(out, sizeof out, "bi.jsonl");
+    cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
+    store_close(b);
+    /* the same payload and signature copied in, but with a cell column that lies: the stored
+     * row does not verify, so it cannot stand in for the receipt */
+    tmp_path(path, sizeof path, "bia.db");
+    snprintf(sql, sizeof sql,
+             "ATTACH '%s' AS a; INSERT INTO receipts (origin, cell, verdict, payload, signature,"
+             " key_id, hash, prev_hash, created_at) SELECT 'import', 'x/y/z', 'PASS', payload,"
+             " signature, key_id, hash, prev_hash, created_at FROM a.receipts;",
+             path);
+    raw_exec("bib.db", sql, 1);
+    b = open_db("bib.db");
+    cr_assert_eq(store_import(b, out, &n, &err), ERR_RUNTIME);
+    cr_assert(strstr(err.msg, "bi.jsonl:1") && strstr(err.msg, "stored receipt 1") &&
+                  strstr(err.msg, "fails verification"),
+              "%s", err.msg);
+    store_close(a);
+    store_close(b);
+}
+
+/* An export line: receipt payload p (prev_hash and key_id set by the caller) signed by k. */
+static void write_envelope(FILE *f, const char *type, json_t *p, const struct key_pair *k)
+{
+    char *bytes = NULL;
+    size_t len = 0;
+    unsigned char sig[64];
+    struct gate_err err = {0};
+    cr_assert_eq(receipt_canonical(p, &bytes, &len, &err), 0, "%s", err.msg);
+    cr_assert_eq(receipt_sign_type(type, bytes, len, k, sig), 0);
+    char pb[16384], sb[128];
+    sodium_bin2base64(pb, sizeof pb, (unsigned char *)bytes, len, sodium_base64_VARIANT_ORIGINAL);
+    sodium_bin2base64(sb, sizeof sb, sig, 64, sodium_base64_VARIANT_ORIGINAL);
+    json_t *env = json_pack("{s:s, s:s, s:[{s:s, s:s}]}", "payloadType", type, "payload", pb,
+                            "signatures", "keyid", k->id, "sig", sb);
+    char *line = json_dumps(env, JSON_COMPACT | JSON_SORT_KEYS);
+    fprintf(f, "%s\n", line);
+    free(line);
+    json_decref(env);
+    free(bytes);
+}
+
+Test(store, another_key_cannot_fork_a_chain_it_does_not_own)
+{
+    /* key X imports junk extending A's receipt before A's next export arrives: today the
+     * legitimate chain then reads as forked (TAMPERED) forever */
+    struct key_pair ka = make_key("fpa.key", "h200"), kx = make_key("fpx.key", "h200");
+    struct store *a = open_db("fpa.db"), *c = open_db("fpc.db");
+    char out[512], junk[512];
+    struct first r1;
+    struct gate_err err = {0};
+    int n = -1;
+    append(a, &ka, "moe", "PASS", 0);
+    cr_assert_eq(store_get(a, 1, grab, &r1, &err), 0, "%s", err.msg);
+    tmp_path(out, sizeof out, "fp1.jsonl");
+    cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_import(c, out, &n, &err), 0, "%s", err.msg);
+    tmp_path(junk, sizeof junk, "junk.jsonl");
+    FILE *f = fopen(junk, "w");
+    json_t *p = payload("moe", "PASS", 99);
+    json_object_set_new(p, "prev_hash", json_string(r1.hash));
+    json_object_set_new(p, "key_id", json_string(kx.id));
+    write_envelope(f, RECEIPT_PAYLOAD_TYPE, p, &kx);
+    json_decref(p);
+    fclose(f);
+    cr_assert_eq(store_import(c, junk, &n, &err), ERR_RUNTIME, "the junk fork was imported");
+    cr_assert(strstr(err.msg, "junk.jsonl:1") && strstr(err.msg, "another key"), "%s", err.msg);
+    /* A's real next receipt imports and nothing fails verification */
+    append(a, &ka, "moe", "FAIL", 1);
+    tmp_path(out, sizeof out, "fp2.jsonl");
+    cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_import(c, out, &n, &err), 0, "%s", err.msg);
+    cr_assert_eq(n, 1);
+    struct store_audit au = audit_of(c);
+    cr_assert_eq(au.n_rows, 2);
+    cr_assert_eq(au.n_bad, 0, "%s", au.first_problem);
+    store_close(a);
+    store_close(c);
+}
+
+Test(store, chains_are_per_key_and_a_receipt_never_links_to_another_key)
+{
+    struct key_pair k1 = make_key("pk1.key", "local"), k2 = make_key("pk2.key", "local");
+    struct store *s = open_db("pk.db");
+    struct first a, b, c;
+    struct gate_err err = {0};
+    append(s, &k1, "tiny", "PASS", 0);
+    append(s, &k2, "tiny", "PASS", 1);
+    append(s, &k1, "tiny", "FAIL", 2);
+    cr_assert_eq(store_get(s, 1, grab, &a, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_get(s, 2, grab, &b, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_get(s, 3, grab, &c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(b.prev, RECEIPT_GENESIS_HASH, "key 2's first receipt starts its own chain");
+    cr_assert_str_eq(c.prev, a.hash, "key 1's second receipt extends key 1's first");
+    cr_assert_eq(audit_of(s).n_bad, 0);
+    store_close(s);
+}
+
+Test(store, deleting_the_newest_receipt_behind_a_head_record_is_noticed)
+{
+    struct key_pair k = make_key("hd.key", "local");
+    struct store *s = open_db("hd.db");
+    struct gate_err err = {0};
+    char head[65];
+    int64_t count = -1;
+    struct first fail;
+    cr_assert_eq(store_write_head(s, &k, head, &count, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(head, RECEIPT_GENESIS_HASH);
+    cr_assert_eq(count, 0);
+    append(s, &k, "tiny", "PASS", 0);
+    append(s, &k, "tiny", "FAIL", 1);
+    cr_assert_eq(store_get(s, 2, grab, &fail, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_write_head(s, &k, head, &count, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(head, fail.hash);
+    cr_assert_eq(count, 2);
+    struct store_audit a = audit_of(s);
+    cr_assert_eq(a.n_heads, 2);
+    cr_assert_eq(a.n_head_problems, 0, "%s", a.head_problem);
+    cr_assert_str_eq(a.head_hash, fail.hash);
+    cr_assert_eq(a.head_count, 2);
+    cr_assert_str_eq(a.head_key, k.id);
+    cr_assert_eq(store_expect_head(s, fail.hash, &err), 0, "%s", err.msg);
+    store_close(s);
+    /* the attacker deletes the FAIL (the chain tip) and reruns: the chain alone looks whole */
+    raw_exec("hd.db", "DROP TRIGGER receipts_no_delete; DELETE FROM receipts WHERE id = 2;", 1);
+    s = open_db("hd.db");
+    append(s, &k, "tiny", "PASS", 2);
+    a = audit_of(s);
+    cr_assert_eq(a.n_bad, 0, "%s", a.first_problem);
+    cr_assert_eq(a.n_head_problems, 1);
+    cr_assert(strstr(a.head_problem, "head record 2") && strstr(a.head_problem, "deleted"), "%s",
+              a.head_problem);
+    err_clear(&err);
+    cr_assert_eq(store_expect_head(s, fail.hash, &err), ERR_RUNTIME);
+    cr_assert(strstr(err.msg, fail.hash), "%s", err.msg);
+    err_clear(&err);
+    cr_assert_eq(store_expect_head(s, "xyz", &err), ERR_INPUT);
+    store_close(s);
+}
+
+Test(store, head_records_are_signed_in_their_own_domain_and_travel_with_the_export)
+{
+    struct key_pair k = make_key("he.key", "h200");
+    struct store *a = open_db("hea.db"), *b = open_db("heb.db");
+    char out[512];
+    struct gate_err err = {0};
+    int n = -1;
+    append(a, &k, "moe", "PASS", 0);
+    append(a, &k, "moe", "FAIL", 1);
+    cr_assert_eq(store_write_head(a, &k, NULL, NULL, &err), 0, "%s", err.msg);
+    tmp_path(out, sizeof out, "he.jsonl");
+    cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
+    size_t size = 0;
+    char *text = (char *)check_slurp(out, &size);
+    cr_assert(text && strstr(text, HEAD_PAYLOAD_TYPE), "no head line in the export");
+    free(text);
+    cr_assert_eq(store_import(b, out, &n, &err), 0, "%s", err.msg);
+    cr_assert_eq(n, 2);
+    struct store_audit au = audit_of(b);
+    cr_assert_eq(au.n_heads, 1);
+    cr_assert_eq(au.n_head_problems, 0, "%s", au.head_problem);
+    cr_assert_eq(au.head_count, 2);
+    cr_assert_eq(store_import(b, out, &n, &err), 0, "%s", err.msg); /* idempotent */
+    cr_assert_eq(audit_of(b).n_heads, 1);
+    store_close(b);
+
+    /* a head record's signature never verifies as a receipt */
+    char path[512];
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    tmp_path(path, sizeof path, "hea.db");
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT payload, signature FROM heads", -1, &st, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    const char *pl = (const char *)sqlite3_column_text(st, 0);
+    size_t len = (size_t)sqlite3_column_bytes(st, 0);
+    const unsigned char *sig = sqlite3_column_blob(st, 1);
+    cr_assert_eq(receipt_verify_type(HEAD_PAYLOAD_TYPE, pl, len, k.pk, sig), 0);
+    cr_assert_neq(receipt_verify(pl, len, k.pk, sig), 0, "a head record verified as a receipt");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    raw_exec("hea.db", "DELETE FROM heads", 0);
+
+    /* an export whose last receipt was cut but whose head line was kept is refused whole */
+    edit_line(out, 2, drop);
+    struct store *c = open_db("hec.db");
+    cr_assert_eq(store_import(c, out, &n, &err), ERR_RUNTIME);
+    cr_assert(strstr(err.msg, "head record") && strstr(err.msg, "deleted"), "%s", err.msg);
+    cr_assert_eq(tally_of(c).rows, 0);
+    store_close(a);
+    store_close(c);
+}
