@@ -531,7 +531,8 @@ Test(anchor, an_anchor_receipt_is_a_signed_payload_that_rederives, .timeout = 30
     cr_expect_str_eq(json_string_value(json_object_get(bad, "verdict")), "FAIL");
     g = json_object_get(json_object_get(bad, "gates"), "anchor");
     const char *e = json_string_value(json_object_get(json_object_get(g, "metrics"), "error"));
-    cr_expect(e && strstr(e, "anchor 'bad': its logits file") && strstr(e, "does not match its pin"),
+    cr_expect(e && strstr(e, "anchor 'bad': its logits file") &&
+                  strstr(e, "does not match its pin"),
               "%s", e ? e : "(no error recorded)");
 
     /* both are stored and signed like any receipt */

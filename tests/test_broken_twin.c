@@ -51,7 +51,7 @@ static const char *sha_of(const char *path)
     return buf[k];
 }
 
-/* ---- 1. the oracle catches the broken twin ---------------------------------------------------- */
+/* ---- 1. the oracle catches the broken twin ------------------------------------------------- */
 
 static void expect_caught(const char *c, const char *arch)
 {
