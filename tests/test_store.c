@@ -1,6 +1,8 @@
 /* test_store.c — the SQLite receipt store: append + verify, append-only triggers, tampering
  * with raw SQL detected, two processes appending at once, export -> import, forged and
- * truncated exports refused whole, schema version, sign-offs.
+ * truncated exports refused whole, schema version, sign-offs; issue 11: chains per key linked by
+ * recomputed hashes, the store audit, import conflicts and forks, head records, read-only use,
+ * the export's temporary file, bounded import lines.
  */
 #include <criterion/criterion.h>
 #include <sodium.h>
@@ -8,6 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -809,4 +817,159 @@ Test(store, head_records_are_signed_in_their_own_domain_and_travel_with_the_expo
     cr_assert_eq(tally_of(c).rows, 0);
     store_close(a);
     store_close(c);
+}
+
+/* ---- issue 11: read-only use, export temp file, bounded lines -------------------------------- */
+
+/* Make this (test) process obey file permission bits even as root: drop the capabilities that
+ * bypass them from the effective, permitted and inheritable sets. */
+static void obey_permissions(void)
+{
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    cr_assert_eq(syscall(SYS_capget, &h, d), 0);
+    unsigned drop = (1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH) | (1u << CAP_FOWNER);
+    for (int i = 0; i < 1; i++) {
+        d[i].effective &= ~drop;
+        d[i].permitted &= ~drop;
+        d[i].inheritable &= ~drop;
+    }
+    cr_assert_eq(syscall(SYS_capset, &h, d), 0, "capset: %s", strerror(errno));
+}
+
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+Test(store, opens_read_only_on_a_file_and_folder_without_write_permission)
+{
+    char dir[512], path[512], probe[600];
+    struct key_pair k = make_key("ro.key", "local");
+    struct store *s = NULL;
+    struct gate_err err = {0};
+    tmp_path(dir, sizeof dir, "ro");
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    tmp_path(path, sizeof path, "ro/r.db");
+    cr_assert_eq(store_open(&s, path, &err), 0, "%s", err.msg);
+    append(s, &k, "tiny", "PASS", 0);
+    append(s, &k, "tiny", "FAIL", 1);
+    cr_assert_eq(store_write_head(s, &k, NULL, NULL, &err), 0, "%s", err.msg);
+    store_close(s); /* the last connection: SQLite removes -wal and -shm */
+    cr_assert_eq(count_entries(dir), 1);
+    cr_assert_eq(chmod(path, 0444), 0);
+    cr_assert_eq(chmod(dir, 0555), 0);
+    obey_permissions();
+    snprintf(probe, sizeof probe, "%s/probe", dir);
+    cr_assert_eq(open(probe, O_WRONLY | O_CREAT, 0600), -1, "the folder is still writable");
+
+    cr_assert_eq(store_open_readonly(&s, path, &err), 0, "%s", err.msg);
+    struct tally t = tally_of(s);
+    cr_assert_eq(t.rows, 2);
+    cr_assert_eq(t.sig_ok + t.chain_ok + t.columns_ok, 6, "%s", t.problem);
+    struct store_audit a;
+    cr_assert_eq(store_audit(s, &a, &err), 0, "%s", err.msg);
+    cr_assert_eq(a.n_bad + a.n_head_problems, 0, "%s %s", a.first_problem, a.head_problem);
+    cr_assert_eq(a.n_heads, 1);
+    /* a write through a read-only store fails and changes nothing */
+    json_t *p = payload("tiny", "PASS", 2);
+    cr_assert_neq(store_append(s, p, &k, NULL, &err), 0);
+    json_decref(p);
+    store_close(s);
+    cr_assert_eq(count_entries(dir), 1, "the read-only open created files");
+    cr_assert_eq(chmod(dir, 0755), 0);
+    cr_assert_eq(chmod(path, 0644), 0);
+}
+
+Test(store, a_read_only_open_never_creates_migrates_or_switches_journal_mode)
+{
+    char path[512];
+    struct store *s = NULL;
+    struct gate_err err = {0};
+    tmp_path(path, sizeof path, "missing.db");
+    cr_assert_eq(store_open_readonly(&s, path, &err), ERR_INPUT);
+    cr_assert(strstr(err.msg, "no receipt store at"), "%s", err.msg);
+    cr_assert_null(s);
+    cr_assert_neq(access(path, F_OK), 0, "a missing store was created");
+
+    /* a schema-1 store in rollback-journal mode: refused read-only, left as it was */
+    s = open_db("old.db");
+    store_close(s);
+    raw_exec("old.db",
+             "PRAGMA journal_mode = DELETE; DELETE FROM schema_version WHERE version = 2;"
+             "DROP TABLE heads; DROP INDEX receipts_key;",
+             1);
+    tmp_path(path, sizeof path, "old.db");
+    err_clear(&err);
+    cr_assert_eq(store_open_readonly(&s, path, &err), ERR_INPUT);
+    cr_assert(strstr(err.msg, "schema version 1") && strstr(err.msg, "writing command"), "%s",
+              err.msg);
+    size_t n = 0;
+    unsigned char *bytes = check_slurp(path, &n);
+    cr_assert(bytes && n > 19);
+    cr_assert_eq(bytes[18], 1, "the journal mode was switched to WAL");
+    free(bytes);
+    /* a writing open migrates it; then it reads */
+    s = open_db("old.db");
+    store_close(s);
+    err_clear(&err);
+    cr_assert_eq(store_open_readonly(&s, path, &err), 0, "%s", err.msg);
+    store_close(s);
+}
+
+Test(store, export_never_follows_a_symlink_planted_at_a_predictable_temp_name)
+{
+    struct key_pair k = make_key("sy.key", "local");
+    struct store *s = open_db("sy.db");
+    char out[512], planted[600], victim[512], dir[512];
+    struct gate_err err = {0};
+    append(s, &k, "tiny", "PASS", 0);
+    tmp_path(dir, sizeof dir, "sy");
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    tmp_path(out, sizeof out, "sy/out.jsonl");
+    tmp_path(victim, sizeof victim, "victim.txt");
+    FILE *f = fopen(victim, "w");
+    fputs("precious\n", f);
+    fclose(f);
+    snprintf(planted, sizeof planted, "%s.tmp.%ld", out, (long)getpid());
+    cr_assert_eq(symlink(victim, planted), 0);
+    cr_assert_eq(store_export(s, out, &err), 0, "%s", err.msg);
+    size_t n = 0;
+    char *text = (char *)check_slurp(victim, &n);
+    cr_assert(text && n == 9 && !memcmp(text, "precious\n", 9), "the export wrote through the "
+              "planted symlink");
+    free(text);
+    struct stat st;
+    cr_assert_eq(lstat(out, &st), 0);
+    cr_assert(S_ISREG(st.st_mode), "the export is not a regular file");
+    cr_assert_eq(count_entries(dir), 2, "a temporary file was left behind");
+    /* a failed export removes its temporary file: the target is a folder */
+    char target[600];
+    snprintf(target, sizeof target, "%s/folder", dir);
+    cr_assert_eq(mkdir(target, 0755), 0);
+    cr_assert_eq(store_export(s, target, &err), ERR_ENV);
+    cr_assert_eq(count_entries(dir), 3, "a failed export left its temporary file");
+    store_close(s);
+}
+
+Test(store, an_import_line_longer_than_the_bound_is_an_input_error)
+{
+    struct store *s = open_db("ll.db");
+    char path[512];
+    struct gate_err err = {0};
+    tmp_path(path, sizeof path, "long.jsonl");
+    FILE *f = fopen(path, "w");
+    fputs("\n", f);
+    for (int i = 0; i < STORE_MAX_LINE / 64 + 2; i++)
+        fputs("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", f);
+    fclose(f);
+    cr_assert_eq(store_import(s, path, NULL, &err), ERR_INPUT);
+    cr_assert(strstr(err.msg, "long.jsonl:2") && strstr(err.msg, "longer than"), "%s", err.msg);
+    store_close(s);
 }
