@@ -10,6 +10,7 @@
 #include "harness/cmd_receipt.h"
 #include "harness/selftest.h"
 #include "harness/cmd_tokenize.h"
+#include "receipts/faultsim.h"
 
 struct command {
     const char *name;
@@ -49,6 +50,8 @@ int main(int argc, char **argv)
      * reported with a FAILED row or exit 3 — never a process killed by SIGXFSZ. */
     signal(SIGXFSZ, SIG_IGN);
     signal(SIGPIPE, SIG_IGN);
+    if (faultsim_init()) /* GATE_FAULTSIM test hook (receipts/faultsim.h); off when unset */
+        return 2;
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -52,13 +52,6 @@ static int run_probe(const char *require, const char *out, const char *tap)
     return st;
 }
 
-static char *slurp_text(const char *path)
-{
-    size_t n = 0;
-    char *t = (char *)check_slurp(path, &n);
-    return t ? t : strdup("");
-}
-
 Test(skip, a_device_skip_fails_when_a_gpu_is_required, .timeout = 120)
 {
     if (getenv("GATE_SKIP_PROBE")) /* the probe: what a device test does on a GPU-less host */
@@ -70,7 +63,7 @@ Test(skip, a_device_skip_fails_when_a_gpu_is_required, .timeout = 120)
     snprintf(out, sizeof out, "%s/probe-skip.out", check_tmp_dir());
     snprintf(tap, sizeof tap, "%s/probe-skip.tap", check_tmp_dir());
     int st = run_probe(NULL, out, tap);
-    char *o = slurp_text(out), *t = slurp_text(tap);
+    char *o = check_slurp_text(out), *t = check_slurp_text(tap);
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a plain skip must not fail the run:\n%s", o);
     cr_expect(strstr(o, "SKIP skip::a_device_skip_fails_when_a_gpu_is_required: " PROBE_REASON),
               "the skip reason is not in the normal output:\n%s", o);
@@ -86,8 +79,8 @@ Test(skip, a_device_skip_fails_when_a_gpu_is_required, .timeout = 120)
     snprintf(out, sizeof out, "%s/probe-require.out", check_tmp_dir());
     snprintf(tap, sizeof tap, "%s/probe-require.tap", check_tmp_dir());
     st = run_probe("1", out, tap);
-    o = slurp_text(out);
-    t = slurp_text(tap);
+    o = check_slurp_text(out);
+    t = check_slurp_text(tap);
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) != 0,
               "with GATE_REQUIRE_GPU=1 a device skip must fail the run (status %d):\n%s", st, o);
     cr_expect(strstr(o, "GATE_REQUIRE_GPU=1 but this device test cannot run: " PROBE_REASON),

@@ -115,6 +115,19 @@ int32_t *check_read_ids(const char *path, int *n)
     return v;
 }
 
+char *check_slurp_text(const char *path)
+{
+    size_t n = 0;
+    uint8_t *b = check_slurp(path, &n);
+    char *t = malloc(b ? n + 1 : 1);
+    cr_assert(t, "out of memory reading '%s'", path);
+    if (b)
+        memcpy(t, b, n);
+    t[b ? n : 0] = '\0';
+    free(b);
+    return t;
+}
+
 struct model *check_load_case(const char *name)
 {
     char path[4096];

@@ -32,6 +32,10 @@ const char *check_tmp_dir(void);
 /* Read a whole file; returns malloc'd bytes and sets *size, or NULL. */
 uint8_t *check_slurp(const char *path, size_t *size);
 
+/* Read a whole text file as a NUL-terminated string (malloc'd; "" when it cannot be read), for
+ * strstr() on a command's output. check_slurp() does not terminate what it reads. */
+char *check_slurp_text(const char *path);
+
 struct model;
 
 /* Load ../shared/conformance/<name>/model.gguf (asserting success); free with model_free(). */
