@@ -28,12 +28,16 @@ static const char FALSIFY_USAGE[] =
     "usage: gate falsify MODEL.gguf --mode MODE --fault KIND[,KIND...] [--layers L]\n"
     "                    [--positions P] [--sweep] [--clean-runs N] [--length N]\n"
     "                    [--tokens FILE] [--threads N] [--min-cosine X] [--max-mean-kld X]\n"
-    "                    [--max-kld X] [--near-tie X] [--json FILE]\n"
+    "                    [--max-kld X] [--near-tie X] [--sweep-samples N]\n"
+    "                    [--min-detection X] [--json FILE]\n"
     "  Injects each fault (wrong_expert, dropped_expert, uniform_weights, skip_qk_norm, or\n"
     "  'all' for those that apply to the model; options as KIND:rank=R,layers=A-B,positions=A-B)\n"
     "  into MODE and expects parity to reject it, with a witness that it fired. --layers and\n"
     "  --positions scope every fault that names no scope of its own. --sweep injects each kind\n"
-    "  at one layer x one position at a time and measures the clean noise ceiling.\n"
+    "  at one layer x one position at a time and measures the clean noise ceiling. Without\n"
+    "  --sweep, N (default 4) sampled single-layer x single-position injections per kind must be\n"
+    "  detected at a rate >= X (default 0.5; no-ops excluded). Thresholds looser than the\n"
+    "  strength floor (min cosine 0.99, max KLD 0.5, mean KLD 0.05, near tie 0.25) are refused.\n"
     "  Exit 0 when every fault fired and was rejected (sweep: none escaped and the thresholds\n"
     "  sit clear of the noise), 1 otherwise, 2 input error, 3 mode cannot run on this host.\n";
 
@@ -273,6 +277,14 @@ int cmd_falsify(int argc, char **argv)
                 return 2;
         } else if (!strcmp(argv[i], "--sweep")) {
             sweep = 1;
+        } else if (!strcmp(argv[i], "--sweep-samples")) {
+            if (cli_value(argc, argv, &i, &v) ||
+                cli_int("falsify", "--sweep-samples", v, 0, 4096, &fc.sweep_samples))
+                return 2;
+        } else if (!strcmp(argv[i], "--min-detection")) {
+            if (cli_value(argc, argv, &i, &v) ||
+                parse_double("falsify", "--min-detection", v, &fc.min_detection))
+                return 2;
         } else if (argv[i][0] == '-' || c.model) {
             fputs(FALSIFY_USAGE, stderr);
             return cli_fail(2, "falsify: unexpected argument '%s'", argv[i]);

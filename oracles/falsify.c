@@ -1,14 +1,17 @@
-/* falsify.c — fault-injection runs and the sweep (see falsify.h).
+/* falsify.c — fault-injection runs, the gate's sampled sweep, its judge, and the full sweep
+ * (see falsify.h).
  *
  * One parity session serves every run: the judge's logits are computed once, the subject's
  * backend stays open and its live fault set is rewritten between runs (backend.h: the fault
  * set is borrowed for the backend's lifetime and read at every forward).
- * Start reading: falsify_run(), then falsify_sweep().
+ * Invariant: falsify_run()'s verdict is falsify_judge()'s over the metrics it records.
+ * Start reading: falsify_run(), falsify_judge(), then falsify_sweep().
  */
 #include "oracles/falsify.h"
 
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +23,31 @@ void falsify_config_default(struct falsify_config *c)
 {
     parity_config_default(&c->parity);
     c->n_clean = 5;
+    c->sweep_samples = 4;
+    c->min_detection = 0.5;
+}
+
+int falsify_check_floor(const struct parity_config *p, struct gate_err *err)
+{
+    int rc = parity_config_check(p, err);
+    if (rc)
+        return rc;
+    if (!(p->min_cosine >= FALSIFY_FLOOR_MIN_COSINE))
+        return err_set(err, ERR_INPUT, "falsify: parity min_cosine %g is looser than the floor"
+                       " %g: faults would pass by construction", p->min_cosine,
+                       FALSIFY_FLOOR_MIN_COSINE);
+    if (!(p->max_kld <= FALSIFY_FLOOR_MAX_KLD))
+        return err_set(err, ERR_INPUT, "falsify: parity max_kld %g is looser than the floor %g:"
+                       " faults would pass by construction", p->max_kld, FALSIFY_FLOOR_MAX_KLD);
+    if (!(p->max_mean_kld <= FALSIFY_FLOOR_MAX_MEAN_KLD))
+        return err_set(err, ERR_INPUT, "falsify: parity max_mean_kld %g is looser than the floor"
+                       " %g: faults would pass by construction", p->max_mean_kld,
+                       FALSIFY_FLOOR_MAX_MEAN_KLD);
+    if (!(p->near_tie <= FALSIFY_FLOOR_NEAR_TIE))
+        return err_set(err, ERR_INPUT, "falsify: parity near_tie %g is looser than the floor %g:"
+                       " it would excuse the argmax flips faults produce", p->near_tie,
+                       FALSIFY_FLOOR_NEAR_TIE);
+    return 0;
 }
 
 void falsify_default_faults(const struct model *m, struct fault_set *out)
@@ -52,6 +80,154 @@ void falsify_result_free(struct falsify_result *r)
     parity_result_free(&r->clean);
     for (int i = 0; i < r->n; i++)
         parity_result_free(&r->f[i].parity);
+    for (int i = 0; i < r->n_kinds; i++) {
+        free(r->k[i].s);
+        r->k[i].s = NULL;
+    }
+    json_decref(r->metrics);
+    json_decref(r->checks);
+    r->metrics = r->checks = NULL;
+}
+
+json_t *falsify_settings_json(const struct fault_set *faults, const struct falsify_config *cfg)
+{
+    json_t *fa = json_array();
+    for (int i = 0; faults && i < faults->n; i++) {
+        const struct fault_spec *f = &faults->f[i];
+        json_array_append_new(fa, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "kind",
+                                            fault_kind_name(f->kind), "rank", f->rank,
+                                            "layer_lo", f->layer_lo, "layer_hi", f->layer_hi,
+                                            "pos_lo", f->pos_lo, "pos_hi", f->pos_hi));
+    }
+    const struct parity_config *p = &cfg->parity;
+    return json_pack("{s:o, s:{s:i, s:f, s:f, s:f, s:f}, s:i, s:f}", "faults", fa, "parity",
+                     "positions", p->positions, "min_cosine", p->min_cosine, "max_mean_kld",
+                     p->max_mean_kld, "max_kld", p->max_kld, "near_tie", p->near_tie,
+                     "sweep_samples", cfg->sweep_samples, "min_detection", cfg->min_detection);
+}
+
+/* ---- the gate's sampled sweep --------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int min_i(int a, int b)
+{
+    return a < b ? a : b;
+}
+
+/* The sequence the parity session judges (as parity_session_open builds it), for the judge's
+ * own routing taps. */
+static int session_tokens(const struct model *m, const struct mode *mode, const int32_t *tokens,
+                          int n, const struct parity_config *cfg, int32_t **out, int *n_out,
+                          struct gate_err *err)
+{
+    int *ends = NULL, n_turns = 0, fallback = 0;
+    if (tokens) {
+        if (!(*out = malloc((size_t)n * sizeof **out)))
+            return err_set(err, ERR_ENV, "out of memory");
+        memcpy(*out, tokens, (size_t)n * sizeof **out);
+        *n_out = n;
+        return 0;
+    }
+    if (mode->path == MODE_CHAT) {
+        int rc = mode_chat_for_model(m, out, n_out, &ends, &n_turns, &fallback, err);
+        free(ends);
+        return rc;
+    }
+    if (!(*out = malloc((size_t)cfg->positions * sizeof **out)))
+        return err_set(err, ERR_ENV, "out of memory");
+    mode_tokens(PARITY_TOKEN_SEED, m->hp.n_vocab, cfg->positions, *out);
+    *n_out = cfg->positions;
+    return 0;
+}
+
+/* The judge's routed weights over the session's sequence: w (n_layer, n, k), malloc'd. */
+static int clean_weights(const struct model *m, const int32_t *ids, int n, int n_threads,
+                         float **w, struct gate_err *err)
+{
+    const struct model_hparams *hp = &m->hp;
+    struct backend *j = NULL;
+    struct backend_taps taps = {0};
+    float *logits = malloc((size_t)n * hp->n_vocab * sizeof *logits);
+    *w = calloc((size_t)hp->n_layer * (size_t)n * hp->n_expert_used, sizeof **w);
+    int rc = 0;
+    if (!logits || !*w)
+        rc = err_set(err, ERR_ENV, "out of memory for the routed weights (%d positions)", n);
+    taps.expert_w = *w;
+    if (!rc)
+        rc = mode_open_judge(&j, m, n, n_threads, err);
+    if (!rc)
+        rc = mode_judge(j, ids, n, logits, &taps, err);
+    backend_close(j);
+    free(logits);
+    return rc;
+}
+
+/* Sample kind K's (layer, position) pairs deterministically and inject the fault at each. */
+static int sweep_kind(struct parity_session *s, const struct model *m, struct falsify_kind *K,
+                      int samples, const float *w, const struct parity_config *cfg,
+                      struct gate_err *err)
+{
+    const int L = (int)m->hp.n_layer, n = parity_session_n(s), k = (int)m->hp.n_expert_used;
+    const int l_lo = K->spec.layer_lo, l_hi = min_i(K->spec.layer_hi, L - 1);
+    const int p_lo = K->spec.pos_lo, p_hi = min_i(K->spec.pos_hi, n - 1);
+    struct parity_result r = {0};
+    int rc = 0;
+    if (l_hi < l_lo || p_hi < p_lo)
+        return err_set(err, ERR_INPUT, "fault '%s': its scope holds no (layer, position) pair",
+                       K->name);
+    const int nl = l_hi - l_lo + 1, np = p_hi - p_lo + 1;
+    K->n_pairs = nl * np;
+    K->n = min_i(samples, K->n_pairs);
+    if (K->n < 1)
+        return 0;
+    if (!(K->s = calloc((size_t)K->n, sizeof *K->s)))
+        return err_set(err, ERR_ENV, "out of memory");
+    uint64_t st = 0x5eedull + (uint64_t)K->spec.kind;
+    for (int i = 0; i < K->n; i++) {
+        int idx = i;
+        if (K->n < K->n_pairs) { /* distinct pairs from a fixed stream */
+            for (int dup = 1; dup;) {
+                idx = (int)(splitmix64(&st) % (uint64_t)K->n_pairs);
+                dup = 0;
+                for (int j = 0; j < i; j++)
+                    dup |= K->s[j].layer == l_lo + idx / np && K->s[j].pos == p_lo + idx % np;
+            }
+        }
+        struct falsify_sample *x = &K->s[i];
+        x->layer = l_lo + idx / np;
+        x->pos = p_lo + idx % np;
+        struct fault_set one = {.n = 1, .f = {K->spec}};
+        one.f[0].layer_lo = one.f[0].layer_hi = x->layer;
+        one.f[0].pos_lo = one.f[0].pos_hi = x->pos;
+        struct parity_witness wit;
+        if ((rc = parity_session_run(s, &one, cfg, 0, &r, err)) ||
+            (rc = parity_session_witness(s, K->spec.kind, &wit, err)))
+            break;
+        x->route_diffs = wit.n_route_diff;
+        x->hidden_diffs = wit.n_hidden_diff;
+        x->min_cosine = r.cosine.min;
+        x->mean_kld = r.kld.mean;
+        x->max_kld = r.kld.max;
+        x->n_wrong = r.n_wrong;
+        x->n_nonfinite = r.n_nonfinite;
+        if (K->spec.kind == FAULT_UNIFORM_WEIGHTS && w) {
+            const float *ww = w + ((size_t)x->layer * (size_t)n + (size_t)x->pos) * (size_t)k;
+            for (int e = 0; e < k; e++) {
+                double d = fabs((double)ww[e] - 1.0 / k);
+                x->uniform_dev = d > x->uniform_dev ? d : x->uniform_dev;
+            }
+        }
+        parity_result_free(&r);
+    }
+    parity_result_free(&r);
+    return rc;
 }
 
 int falsify_run(const struct model *m, const struct mode *mode, const struct fault_set *faults,
@@ -59,9 +235,19 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
                 struct falsify_result *out, struct gate_err *err)
 {
     struct parity_session *s = NULL;
+    int32_t *ids = NULL;
+    float *w = NULL;
+    json_t *settings = NULL;
+    int n_ids = 0;
     memset(out, 0, sizeof *out);
+    out->verdict = GATE_FAIL;
     mode_format(mode, out->mode, sizeof out->mode);
     int rc = check_faults(m, faults, err);
+    if (!rc)
+        rc = falsify_check_floor(&cfg->parity, err);
+    if (!rc && (cfg->sweep_samples < 0 || !(cfg->min_detection >= 0 && cfg->min_detection <= 1)))
+        rc = err_set(err, ERR_INPUT, "falsify: sweep_samples %d must be >= 0 and min_detection"
+                     " %g in [0, 1]", cfg->sweep_samples, cfg->min_detection);
     if (!rc)
         rc = parity_session_open(&s, m, mode, tokens, n, &cfg->parity, n_threads, 1, err);
     if (!rc)
@@ -86,47 +272,257 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
         else
             memcpy(ff->metric, ff->parity.reason, sizeof ff->metric); /* same size, NUL inside */
     }
+    /* the sampled sweep: one kind at a time, the first listed fault of each kind */
+    for (int i = 0; !rc && cfg->sweep_samples > 0 && i < faults->n; i++) {
+        int seen = 0;
+        for (int j = 0; j < out->n_kinds; j++)
+            seen |= out->k[j].spec.kind == faults->f[i].kind;
+        if (seen)
+            continue;
+        struct falsify_kind *K = &out->k[out->n_kinds++];
+        K->spec = faults->f[i];
+        fault_format(&K->spec, K->name, sizeof K->name);
+        if (K->spec.kind == FAULT_UNIFORM_WEIGHTS && !w) {
+            if ((rc = session_tokens(m, mode, tokens, n, &cfg->parity, &ids, &n_ids, err)))
+                break;
+            if (n_ids != parity_session_n(s)) {
+                rc = err_set(err, ERR_ENV, "falsify: the session judges %d positions, the"
+                             " routing taps %d", parity_session_n(s), n_ids);
+                break;
+            }
+            if ((rc = clean_weights(m, ids, n_ids, n_threads, &w, err)))
+                break;
+        }
+        rc = sweep_kind(s, m, K, cfg->sweep_samples, w, &cfg->parity, err);
+    }
     if (rc)
         goto done;
-    int escaped = 0, unfired = 0;
-    const char *first_bad = NULL;
-    for (int i = 0; i < out->n; i++) {
-        escaped += out->f[i].fired && !out->f[i].rejected;
-        unfired += !out->f[i].fired;
-        if (!out->f[i].pass && !first_bad)
-            first_bad = out->f[i].name;
+    /* the verdict is the judge's, over exactly the metrics recorded */
+    char why[320] = "";
+    out->metrics = falsify_result_json(out);
+    out->checks = json_array();
+    settings = falsify_settings_json(faults, cfg);
+    if (!out->metrics || !out->checks || !settings) {
+        rc = err_set(err, ERR_ENV, "out of memory");
+        goto done;
     }
-    if (!out->clean.pass)
-        snprintf(out->reason, sizeof out->reason, "FAIL: the clean run already fails parity"
-                 " (%.200s): a rejection proves nothing", out->clean.reason);
-    else if (unfired)
-        snprintf(out->reason, sizeof out->reason, "FAIL: %d of %d faults did not fire (first:"
-                 " %s): they tested nothing", unfired, out->n, first_bad);
-    else if (escaped)
-        snprintf(out->reason, sizeof out->reason, "FAIL: %d of %d faults escaped the parity"
-                 " oracle (first: %s): it is blind there", escaped, out->n, first_bad);
-    else {
-        out->pass = 1;
-        snprintf(out->reason, sizeof out->reason, "PASS: all %d faults fired and were rejected",
-                 out->n);
+    out->verdict = falsify_judge(settings, out->metrics, out->checks, why, sizeof why);
+    out->pass = out->verdict == GATE_PASS;
+    /* the per-kind counts as the judge defines them, for the printout */
+    json_t *kinds = json_object_get(json_object_get(out->metrics, "sweep"), "kinds");
+    for (int i = 0; i < out->n_kinds; i++) {
+        json_t *x = json_array_get(kinds, (size_t)i);
+        out->k[i].detected = (int)json_integer_value(json_object_get(x, "detected"));
+        out->k[i].escapes = (int)json_integer_value(json_object_get(x, "escapes"));
+        out->k[i].noops = (int)json_integer_value(json_object_get(x, "noops"));
+        const int d = out->k[i].n - out->k[i].noops;
+        out->k[i].rate = d > 0 ? (double)out->k[i].detected / d : NAN;
     }
+    if (out->pass)
+        snprintf(out->reason, sizeof out->reason, "PASS: all %d faults fired and were rejected;"
+                 " sampled sweep %d per kind at or above %g detection", out->n,
+                 cfg->sweep_samples, cfg->min_detection);
+    else
+        snprintf(out->reason, sizeof out->reason, "FAIL: %s", why);
 done:
+    json_decref(settings);
+    free(ids);
+    free(w);
     parity_session_close(s);
     return rc;
 }
 
+/* ---- the judge ------------------------------------------------------------------------------ */
+
+static void say(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *why, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (why && n)
+        vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+}
+
+struct thresholds {
+    double min_cosine, max_mean_kld, max_kld, near_tie;
+};
+
+/* Parity's rule on recorded numbers: any non-finite or WRONG position, a cosine below, or a KL
+ * above its bound rejects (a NaN number rejects too). */
+static int rejected_by(const struct thresholds *t, double min_cos, double mean_kld,
+                       double max_kld, double wrong, double nonfinite)
+{
+    return !(nonfinite == 0) || !(wrong == 0) || !(min_cos >= t->min_cosine) ||
+           !(mean_kld <= t->max_mean_kld) || !(max_kld <= t->max_kld);
+}
+
+/* Rejected from a recorded parity metrics object: its per-position arrays when present (the
+ * strongest form: parity_metrics_summary re-derives WRONG with near_tie), else its summary. */
+static int parity_rejects(const json_t *p, const struct thresholds *t, int *malformed)
+{
+    struct parity_summary ps;
+    *malformed = 0;
+    if (!parity_metrics_summary(p, t->near_tie, &ps) && ps.n_pos > 0)
+        return rejected_by(t, ps.min_cosine, ps.mean_kld, ps.max_kld, ps.n_wrong,
+                           ps.n_nonfinite);
+    double v[5];
+    static const char *const keys[] = {"min_cosine", "mean_kld", "max_kld", "wrong_positions",
+                                       "nonfinite_positions"};
+    for (int i = 0; i < 5; i++)
+        if (gate_metric_num(p, keys[i], &v[i])) {
+            *malformed = 1;
+            return 0;
+        }
+    return rejected_by(t, v[0], v[1], v[2], v[3], v[4]);
+}
+
+static int is_routing_name(const char *kind)
+{
+    return kind && strcmp(kind, "skip_qk_norm") != 0;
+}
+
+enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, json_t *checks,
+                                char *why, size_t n)
+{
+    const json_t *sp = json_object_get(settings, "parity"), *sf = json_object_get(settings, "faults");
+    struct thresholds t;
+    double samples_d, min_det;
+    char first[320] = "", metric[160];
+    int fails = 0;
+    if (gate_metric_num(sp, "min_cosine", &t.min_cosine) ||
+        gate_metric_num(sp, "max_mean_kld", &t.max_mean_kld) ||
+        gate_metric_num(sp, "max_kld", &t.max_kld) || gate_metric_num(sp, "near_tie", &t.near_tie) ||
+        gate_metric_num(settings, "sweep_samples", &samples_d) ||
+        gate_metric_num(settings, "min_detection", &min_det) || !json_is_array(sf)) {
+        gate_check_bool(checks, "settings complete", 0);
+        say(why, n, "falsify settings need faults, parity thresholds, sweep_samples and"
+            " min_detection");
+        return GATE_FAIL;
+    }
+    /* the strength floor: looser thresholds prove nothing */
+    int floor_ok = gate_check_num(checks, "parity.min_cosine floor", t.min_cosine, ">=",
+                                  FALSIFY_FLOOR_MIN_COSINE);
+    floor_ok &= gate_check_num(checks, "parity.max_kld floor", t.max_kld, "<=",
+                               FALSIFY_FLOOR_MAX_KLD);
+    floor_ok &= gate_check_num(checks, "parity.max_mean_kld floor", t.max_mean_kld, "<=",
+                               FALSIFY_FLOOR_MAX_MEAN_KLD);
+    floor_ok &= gate_check_num(checks, "parity.near_tie floor", t.near_tie, "<=",
+                               FALSIFY_FLOOR_NEAR_TIE);
+    if (!floor_ok && !fails++)
+        snprintf(first, sizeof first, "parity thresholds are looser than the falsify floor"
+                 " (min_cosine >= %g, max_kld <= %g, max_mean_kld <= %g, near_tie <= %g)",
+                 FALSIFY_FLOOR_MIN_COSINE, FALSIFY_FLOOR_MAX_KLD, FALSIFY_FLOOR_MAX_MEAN_KLD,
+                 FALSIFY_FLOOR_NEAR_TIE);
+    int malformed;
+    int clean_rej = parity_rejects(json_object_get(metrics, "clean"), &t, &malformed);
+    if (!gate_check_bool(checks, "clean run passes parity", !clean_rej && !malformed) &&
+        !fails++)
+        snprintf(first, sizeof first, "the clean run fails parity (or was not recorded): a"
+                 " rejection proves nothing");
+    const json_t *mf = json_object_get(metrics, "faults");
+    if (!gate_check_num(checks, "faults judged", (double)json_array_size(mf), "==",
+                        (double)json_array_size(sf)) ||
+        !gate_check_num(checks, "faults listed", (double)json_array_size(sf), ">=", 1)) {
+        if (!fails++)
+            snprintf(first, sizeof first, "%zu faults recorded for %zu listed",
+                     json_array_size(mf), json_array_size(sf));
+    }
+    for (size_t i = 0; i < json_array_size(mf) && i < json_array_size(sf); i++) {
+        const json_t *f = json_array_get(mf, i);
+        const char *kind = json_string_value(json_object_get(f, "kind"));
+        const char *want = json_string_value(json_object_get(json_array_get(sf, i), "kind"));
+        const char *name = json_string_value(json_object_get(f, "fault"));
+        name = name ? name : "?";
+        snprintf(metric, sizeof metric, "%.80s kind", name);
+        if (!gate_check_str(checks, metric, kind ? kind : "", want ? want : "?") && !fails++)
+            snprintf(first, sizeof first, "fault %zu is %s, the settings list %s", i,
+                     kind ? kind : "?", want ? want : "?");
+        const json_t *wit = json_object_get(f, "witness");
+        double count = NAN;
+        gate_metric_num(wit, is_routing_name(kind) ? "route_diffs" : "hidden_diffs", &count);
+        snprintf(metric, sizeof metric, "%.80s witness count", name);
+        if (!gate_check_num(checks, metric, count, ">", 0) && !fails++)
+            snprintf(first, sizeof first, "fault %s did not fire: it tested nothing", name);
+        int rej = parity_rejects(json_object_get(f, "parity"), &t, &malformed);
+        snprintf(metric, sizeof metric, "%.80s rejected", name);
+        if (!gate_check_bool(checks, metric, rej && !malformed) && !fails++)
+            snprintf(first, sizeof first, "fault %s escaped the parity oracle: it is blind"
+                     " there", name);
+    }
+    /* the sampled sweep, per kind listed */
+    const json_t *kinds = json_object_get(json_object_get(metrics, "sweep"), "kinds");
+    for (size_t i = 0; samples_d > 0 && i < json_array_size(sf); i++) {
+        const char *kind = json_string_value(json_object_get(json_array_get(sf, i), "kind"));
+        int dup = 0;
+        for (size_t j = 0; j < i; j++) {
+            const char *kj = json_string_value(json_object_get(json_array_get(sf, j), "kind"));
+            dup |= kj && kind && !strcmp(kj, kind);
+        }
+        if (dup || !kind)
+            continue;
+        const json_t *K = NULL;
+        for (size_t j = 0; j < json_array_size(kinds); j++) {
+            const char *kj = json_string_value(json_object_get(json_array_get(kinds, j), "kind"));
+            if (kj && !strcmp(kj, kind))
+                K = json_array_get(kinds, j);
+        }
+        const json_t *pts = json_object_get(K, "points");
+        double pairs = NAN;
+        gate_metric_num(K, "pairs", &pairs);
+        const double want_n = pairs < samples_d ? pairs : samples_d;
+        snprintf(metric, sizeof metric, "%s sweep samples", kind);
+        if (!gate_check_num(checks, metric, (double)json_array_size(pts), "==", want_n) &&
+            !fails++)
+            snprintf(first, sizeof first, "%s: %zu sweep samples recorded, %g due", kind,
+                     json_array_size(pts), want_n);
+        int det = 0, noop = 0;
+        for (size_t j = 0; j < json_array_size(pts); j++) {
+            const json_t *x = json_array_get(pts, j);
+            double rd = NAN, hd = NAN, dev = NAN;
+            gate_metric_num(x, "route_diffs", &rd);
+            gate_metric_num(x, "hidden_diffs", &hd);
+            gate_metric_num(x, "uniform_dev", &dev);
+            const int fired = is_routing_name(kind) ? rd > 0 : hd > 0;
+            if (!fired || (!strcmp(kind, "uniform_weights") && dev < FALSIFY_NOOP_UNIFORM)) {
+                noop++;
+                continue;
+            }
+            det += parity_rejects(x, &t, &malformed) && !malformed;
+        }
+        const int tested = (int)json_array_size(pts) - noop;
+        const double rate = tested > 0 ? (double)det / tested : NAN;
+        snprintf(metric, sizeof metric, "%s sweep detection rate (%d detected, %d escapes, %d"
+                 " no-ops)", kind, det, tested - det, noop);
+        if (!gate_check_num(checks, metric, rate, ">=", min_det) && !fails++)
+            snprintf(first, sizeof first, "%s: sampled sweep detected %d of %d injections that"
+                     " changed something (%d no-ops), below min_detection %g", kind, det, tested,
+                     noop, min_det);
+    }
+    say(why, n, "%s", fails ? first : "");
+    return fails ? GATE_FAIL : GATE_PASS;
+}
+
+static json_t *sample_json(const struct falsify_sample *x)
+{
+    return json_pack("{s:i, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:i, s:i}", "layer", x->layer,
+                     "position", x->pos, "route_diffs", x->route_diffs, "hidden_diffs",
+                     x->hidden_diffs, "uniform_dev", parity_json_number(x->uniform_dev),
+                     "min_cosine", parity_json_number(x->min_cosine), "mean_kld",
+                     parity_json_number(x->mean_kld), "max_kld", parity_json_number(x->max_kld),
+                     "wrong_positions", x->n_wrong, "nonfinite_positions", x->n_nonfinite);
+}
+
 json_t *falsify_result_json(const struct falsify_result *r)
 {
-    json_t *o = json_object(), *fa = json_array();
+    json_t *o = json_object(), *fa = json_array(), *ks = json_array();
     json_object_set_new(o, "mode", json_string(r->mode));
-    json_object_set_new(o, "verdict", json_string(r->pass ? "PASS" : "FAIL"));
-    json_object_set_new(o, "reason", json_string(r->reason));
     json_object_set_new(o, "clean", parity_result_json(&r->clean));
     for (int i = 0; i < r->n; i++) {
         const struct falsify_fault *f = &r->f[i];
         json_t *x = json_object();
         json_object_set_new(x, "fault", json_string(f->name));
-        json_object_set_new(x, "fired", json_boolean(f->fired));
+        json_object_set_new(x, "kind", json_string(fault_kind_name(f->spec.kind)));
         json_t *w = json_object();
         json_object_set_new(w, "layer", json_integer(f->witness.layer));
         json_object_set_new(w, "position", json_integer(f->witness.pos));
@@ -134,14 +530,36 @@ json_t *falsify_result_json(const struct falsify_result *r)
         json_object_set_new(w, "route_diffs", json_integer(f->witness.n_route_diff));
         json_object_set_new(w, "hidden_diffs", json_integer(f->witness.n_hidden_diff));
         json_object_set_new(x, "witness", w);
-        json_object_set_new(x, "rejected", json_boolean(f->rejected));
-        json_object_set_new(x, "verdict", json_string(f->pass ? "PASS" : "FAIL"));
-        json_object_set_new(x, "rejected_by", json_string(f->metric));
+        json_object_set_new(x, "rejected_by", json_string(f->metric)); /* informational */
         json_object_set_new(x, "severity", parity_json_number(f->severity));
         json_object_set_new(x, "parity", parity_result_json(&f->parity));
         json_array_append_new(fa, x);
     }
     json_object_set_new(o, "faults", fa);
+    for (int i = 0; i < r->n_kinds; i++) {
+        const struct falsify_kind *K = &r->k[i];
+        json_t *pts = json_array();
+        int det = 0, noop = 0;
+        for (int j = 0; j < K->n; j++) {
+            const struct falsify_sample *x = &K->s[j];
+            const int fired = fault_is_routing(K->spec.kind) ? x->route_diffs > 0
+                                                             : x->hidden_diffs > 0;
+            const int is_noop = !fired || (K->spec.kind == FAULT_UNIFORM_WEIGHTS &&
+                                           x->uniform_dev < FALSIFY_NOOP_UNIFORM);
+            noop += is_noop;
+            det += !is_noop && (x->n_nonfinite || x->n_wrong ||
+                                !(x->min_cosine >= r->clean.cfg.min_cosine) ||
+                                !(x->mean_kld <= r->clean.cfg.max_mean_kld) ||
+                                !(x->max_kld <= r->clean.cfg.max_kld));
+            json_array_append_new(pts, sample_json(x));
+        }
+        /* the counts are informational; the judge recounts them from the points */
+        json_array_append_new(ks, json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:o}", "kind",
+                                            fault_kind_name(K->spec.kind), "fault", K->name,
+                                            "pairs", K->n_pairs, "detected", det, "escapes",
+                                            K->n - noop - det, "noops", noop, "points", pts));
+    }
+    json_object_set_new(o, "sweep", json_pack("{s:o}", "kinds", ks));
     return o;
 }
 
@@ -163,6 +581,19 @@ void falsify_print(FILE *f, const struct falsify_result *r)
     }
     for (int i = 0; i < r->n; i++)
         fprintf(f, "  %s: %s\n", r->f[i].name, r->f[i].metric);
+    if (r->n_kinds)
+        fprintf(f, "  sampled sweep (one layer x one position per injection):\n"
+                "  %-24s %8s %8s %8s %8s %8s %7s\n", "kind", "pairs", "samples", "detected",
+                "escapes", "no-ops", "rate");
+    for (int i = 0; i < r->n_kinds; i++) {
+        const struct falsify_kind *K = &r->k[i];
+        fprintf(f, "  %-24s %8d %8d %8d %8d %8d %6.1f%%\n", fault_kind_name(K->spec.kind),
+                K->n_pairs, K->n, K->detected, K->escapes, K->noops, 100.0 * K->rate);
+        for (int j = 0; j < K->n; j++)
+            if (K->s[j].uniform_dev > 0 && K->s[j].uniform_dev < FALSIFY_NOOP_UNIFORM)
+                fprintf(f, "      no-op: L%d @%d weights already uniform within %.2g\n",
+                        K->s[j].layer, K->s[j].pos, K->s[j].uniform_dev);
+    }
     fprintf(f, "  %s\n", r->reason);
 }
 
@@ -173,11 +604,6 @@ static struct sweep_point point_of(int layer, int pos, const struct parity_resul
     struct sweep_point p = {layer, pos, parity_severity(r), r->cosine.min, r->kld.max,
                             r->n_wrong};
     return p;
-}
-
-static int min_i(int a, int b)
-{
-    return a < b ? a : b;
 }
 
 int falsify_sweep(const struct model *m, const struct mode *mode, const struct fault_set *kinds,

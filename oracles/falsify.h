@@ -2,9 +2,15 @@
  * test (never the judge), expect parity to REJECT, and prove the fault fired.
  *
  * falsify_run(): per fault, run the mode with it, judge with parity, witness that it fired
- * (taps differ from a clean run), record the metric that rejected it. The gate passes only when
- * the clean run passes parity and every fault fired and was rejected; a fault that escaped
- * means the oracle is blind there, one that did not fire tested nothing — both FAIL.
+ * (taps differ from a clean run), record the metric that rejected it. Then a sampled sweep:
+ * per fault kind, sweep_samples (layer, position) pairs chosen deterministically, each fault at
+ * that one layer and position; detected / escaped / no-op (the injection changed nothing: it
+ * did not fire, or uniform_weights met weights already uniform within FALSIFY_NOOP_UNIFORM).
+ * The verdict is falsify_judge()'s over the recorded metrics: the clean run passes parity, every
+ * fault fired (witness count > 0) and is rejected by the parity numbers under the settings'
+ * thresholds, and every kind's sweep detection rate (no-ops excluded) is >= min_detection.
+ * Thresholds looser than the strength floor (FALSIFY_FLOOR_*) are refused up front: a falsify
+ * run with min_cosine 0 proves nothing.
  * falsify_sweep(): the oracle's power: each fault kind at one layer × one position at a time,
  * detection rate, weakest detected fault, escapes, the clean noise ceiling over N runs, and the
  * separation between them, with loud warnings when a threshold sits in the noise or above the
@@ -20,6 +26,7 @@
 #include "engine/err.h"
 #include "engine/model.h"
 #include "faults/fault.h"
+#include "oracles/gates.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
 
@@ -27,12 +34,42 @@
 extern "C" {
 #endif
 
+/* The strength floor: the loosest parity thresholds a falsify run accepts. At the floor every
+ * all-layer fault measured on the tiny models is still rejected with a wide margin (worst: a
+ * uniform_weights min cosine 0.851 and max KL 1.34; docs/gates.md), and the floor sits an order
+ * of magnitude above the measured noise of quantized engines (cosine 0.99989). Looser settings
+ * would let a fault "pass" falsification by construction. near_tie above 0.25 nats would excuse
+ * argmax flips that faults produce (they flip gaps >= 0.3). */
+#define FALSIFY_FLOOR_MIN_COSINE 0.99
+#define FALSIFY_FLOOR_MAX_KLD 0.5
+#define FALSIFY_FLOOR_MAX_MEAN_KLD 0.05
+#define FALSIFY_FLOOR_NEAR_TIE 0.25
+/* A uniform_weights injection on weights already within this of 1/k changed nothing. */
+#define FALSIFY_NOOP_UNIFORM 1e-3
+
 struct falsify_config {
     struct parity_config parity; /* the thresholds under test (a cell's parity settings) */
     int n_clean;                 /* sweep: clean runs for the noise ceiling (default 5) */
+    int sweep_samples;           /* gate: sampled (layer, position) injections per kind (4) */
+    double min_detection;        /* gate: least sampled detection rate per kind (0.5) */
 };
 
 void falsify_config_default(struct falsify_config *c);
+
+/* ERR_INPUT naming the setting and its floor when p is looser than the strength floor (or
+ * invalid: parity_config_check). The ladder check calls this too. */
+int falsify_check_floor(const struct parity_config *p, struct gate_err *err);
+
+/* The settings object falsify_judge reads, from faults and cfg (keys as the ladder records
+ * them: faults, parity, sweep_samples, min_detection; new reference). */
+json_t *falsify_settings_json(const struct fault_set *faults, const struct falsify_config *cfg);
+
+/* The falsify gate's verdict from settings and metrics as falsify_run() records them; pure
+ * (gate_judge_fn). Recomputes each fault's "rejected" from its recorded parity numbers and the
+ * settings' thresholds, "fired" from its witness counts, each kind's sweep rate from its points;
+ * settings looser than the floor FAIL. */
+enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, json_t *checks,
+                                char *why, size_t n);
 
 struct falsify_fault {
     char name[96];         /* fault_format() of the spec */
@@ -46,24 +83,50 @@ struct falsify_fault {
     struct parity_result parity; /* owned */
 };
 
+/* One sampled single-layer x single-position injection of the gate's sweep. */
+struct falsify_sample {
+    int layer, pos;
+    int route_diffs, hidden_diffs; /* the witness's counts */
+    double uniform_dev;    /* uniform_weights: max |w - 1/k| of the clean weights there; else 0 */
+    double min_cosine, mean_kld, max_kld;
+    int n_wrong, n_nonfinite;
+};
+
+struct falsify_kind {
+    struct fault_spec spec; /* the first listed fault of the kind: its rank and scope */
+    char name[96];
+    int n_pairs;            /* (layer, position) pairs in its scope */
+    int n;                  /* samples taken: min(sweep_samples, n_pairs) */
+    struct falsify_sample *s; /* n, owned */
+    int detected, escapes, noops;
+    double rate;            /* detected / (n - noops); NaN when that is 0 */
+};
+
 struct falsify_result {
     char mode[32];
-    int pass;
+    int pass;                 /* verdict == GATE_PASS */
+    enum gate_verdict verdict; /* falsify_judge(settings, metrics) */
     char reason[320];
     struct parity_result clean; /* the mode without faults, owned */
     int n;
     struct falsify_fault f[FAULT_MAX];
+    int n_kinds;
+    struct falsify_kind k[FAULT_KIND_COUNT];
+    json_t *metrics;          /* owned: what the judge read */
+    json_t *checks;           /* owned */
 };
 
-/* Judge mode on m with each fault of `faults` in turn (tokens as parity_run takes them). An
- * empty fault list, a routing fault on a dense model, a layer or position scope that does not
- * exist: ERR_INPUT, never a pass. Returns 0 when every fault was judged (out->pass says how),
- * else a negative status. Free out with falsify_result_free(). */
+/* Judge mode on m with each fault of `faults` in turn (tokens as parity_run takes them), then
+ * the sampled sweep (cfg->sweep_samples per kind). An empty fault list, a routing fault on a
+ * dense model, a layer or position scope that does not exist, thresholds looser than the floor:
+ * ERR_INPUT, never a pass. Returns 0 when every fault was judged (out->verdict says how), else a
+ * negative status. Free out with falsify_result_free(). */
 int falsify_run(const struct model *m, const struct mode *mode, const struct fault_set *faults,
                 const int32_t *tokens, int n, const struct falsify_config *cfg, int n_threads,
                 struct falsify_result *out, struct gate_err *err);
 
 void falsify_result_free(struct falsify_result *r);
+/* The metrics object (what a receipt records and falsify_judge reads; new reference). */
 json_t *falsify_result_json(const struct falsify_result *r);
 void falsify_print(FILE *f, const struct falsify_result *r);
 
