@@ -727,7 +727,7 @@ static int parse_anchor(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct 
     char what[128];
     yaml_node_t *v, *t;
     int rc;
-    snprintf(a->id, sizeof a->id, "%s", scalar(k));
+    snprintf(a->id, sizeof a->id, "%s", scalar(k) ? scalar(k) : "");
     snprintf(what, sizeof what, "anchor '%s'", a->id);
     a->line = (int)k->start_mark.line + 1;
     if (ladder_find_model(p->l, a->id) >= 0)
@@ -794,12 +794,13 @@ static int parse_anchors(struct parse *p, yaml_node_t *root)
         FOR_PAIRS(v, pr)
         {
             yaml_node_t *k = node(p, pr->key), *r = node(p, pr->value);
+            const char *arch = scalar(k); /* check_map() made every key a scalar */
             struct ladder_unanchored *u = &l->unanchored[l->n_unanchored++];
-            snprintf(u->arch, sizeof u->arch, "%s", scalar(k));
             u->line = (int)k->start_mark.line + 1;
-            if (strcmp(scalar(k), "qwen3") && strcmp(scalar(k), "qwen3moe"))
+            if (!arch || (strcmp(arch, "qwen3") && strcmp(arch, "qwen3moe")))
                 return fail(p, k, "unanchored: arch '%s' is not supported (expected qwen3 or"
-                            " qwen3moe)", scalar(k));
+                            " qwen3moe)", arch ? arch : "?");
+            snprintf(u->arch, sizeof u->arch, "%s", arch);
             if ((rc = get_str(p, r, "unanchored reason", u->reason, sizeof u->reason)))
                 return rc;
             for (int i = 0; i < l->n_anchors; i++)
