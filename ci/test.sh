@@ -1,16 +1,60 @@
 #!/usr/bin/env bash
 # The test entry point (README's test command runs this after ci/deps.sh): builds the normal
 # configuration and the AddressSanitizer + UBSan configuration, and runs every test in both.
+# After each ctest run it prints the Criterion counts (run, passed, failed, skipped) over every
+# test binary and each skipped test with its reason (issue 10 §5: a skip is never a silent pass),
+# read from the TAP report each test binary writes into BUILD/test-reports/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
+
+# summarize BUILD: counts and skips from BUILD/test-reports/*.tap; names binaries without a report
+summarize() {
+    local build=$1 reports=$1/test-reports
+    local names
+    names=$(cd "$build" && ctest -N | sed -n 's/^ *Test *#[0-9]*: *//p')
+    for n in $names; do
+        [ -s "$reports/$n.tap" ] || echo "ci/test.sh: $build: $n wrote no TAP report (crashed or did not run)"
+    done
+    cat "$reports"/*.tap 2>/dev/null | awk -v build="$build" '
+        /^ok - / {
+            run++
+            if ($0 ~ /  # SKIP /) {
+                skip++
+                line = $0
+                sub(/^ok - /, "", line)
+                sub(/  # SKIP /, ": ", line)
+                skips[skip] = line
+            } else {
+                pass++
+            }
+        }
+        /^not ok - / { run++; fail++ }
+        END {
+            printf "ci/test.sh: %s: %d tests run: %d passed, %d failed, %d skipped\n",
+                   build, run, pass, fail, skip
+            for (i = 1; i <= skip; i++)
+                printf "  SKIP %s\n", skips[i]
+        }'
+}
+
+# run_ctest BUILD [ENV...]: ctest in BUILD, then the summary (also when ctest failed)
+run_ctest() {
+    local build=$1 rc=0
+    shift
+    mkdir -p "$build/test-reports"
+    rm -f "$build"/test-reports/*.tap
+    (cd "$build" && env "$@" ctest --output-on-failure -j "$jobs") || rc=$?
+    summarize "$build"
+    return "$rc"
+}
+
 cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$jobs"
-(cd build && ctest --output-on-failure -j "$jobs")
+run_ctest build
 cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=Debug -DGATE_SANITIZE=ON >/dev/null
 cmake --build build-asan -j "$jobs"
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    GATE_ASAN=1 ctest --output-on-failure -j "$jobs")
+run_ctest build-asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 GATE_ASAN=1
 echo "ci/test.sh: all tests passed (normal and sanitizer builds)"

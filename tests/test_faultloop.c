@@ -17,7 +17,8 @@
  * exact N it ran. docs/receipts.md ("Fault loops") records the counts.
  *
  * The cell: one tiny synthetic dense model (written once into the test's folder), ref.decode,
- * parity at 64 positions, tiny throughput settings, falsify [skip_qk_norm]. The ladder declares
+ * parity at 64 positions, tiny throughput settings (any spread accepted: a busy host must not
+ * turn the baseline into an ERROR row), falsify [skip_qk_norm]. The ladder declares
  * no goldens, so the cell's verdict is FAIL (golden) on every build: the loop judges the store,
  * not the engine, and a fault must never turn that FAIL into a PASS.
  */
@@ -386,7 +387,8 @@ static void setup_loop(struct loop *l, const char *kind)
             "cells:\n  - {model: dense, host: a, mode: ref.decode}\n"
             "gates:\n  defaults:\n"
             "    parity: {positions: 64}\n"
-            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 4}\n"
+            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 4,"
+            " max_cv: 100}\n"
             "    falsify: [skip_qk_norm]\n",
             GATE_VERSION);
     fclose(f);
