@@ -24,6 +24,8 @@ int cmd_ladder(int argc, char **argv)
     struct gate_err err = {0};
     struct ladder *l = NULL;
     int rc = ladder_load(&l, argv[2], &err);
+    if (!rc && (rc = ladder_check_anchored(l, &err)))
+        ladder_free(l);
     if (rc)
         return cli_fail(err_exit_code(rc), "%s", err.msg);
     printf("ladder %s: release %s %s, sha256 %s\n", argv[2], l->name, l->version, l->sha256);

@@ -62,15 +62,18 @@ int cmd_run(int argc, char **argv)
 }
 
 static const char RELEASE_USAGE[] =
-    "usage: gate release check LADDER.yaml [--db receipts.db] [--sign KEY]\n"
-    "  For every required cell: PASS, FAIL, FLAKY, MISSING, STALE, UNTRUSTED or TAMPERED, from\n"
-    "  the signed receipts for this exact build and the ladder's pinned model digests. Prints\n"
-    "  the matrix and the blocking cells; exit 0 only when every cell is PASS. --sign writes a\n"
-    "  signed sign-off record into the database when the release passes.\n";
+    "usage: gate release check LADDER.yaml [--db receipts.db] [--sign KEY] [--expect-head HASH]\n"
+    "  For every required cell and every anchor case: PASS, FAIL, FLAKY, ERROR, MISSING, STALE,\n"
+    "  UNTRUSTED or TAMPERED, re-judged from the signed receipts for this exact build and the\n"
+    "  ladder's pinned digests and settings; excluded cells are listed as EXCLUDED with their\n"
+    "  reason. Prints the matrix and the blocking rows, each naming its receipt; exit 0 only\n"
+    "  when every row is PASS. The store is opened read-only unless --sign, which writes a\n"
+    "  signed sign-off and head record when the release passes. --expect-head HASH requires the\n"
+    "  store to still hold the receipt a `gate run` printed as its chain head.\n";
 
 int cmd_release(int argc, char **argv)
 {
-    const char *ladder = NULL, *db = "receipts.db", *sign = NULL;
+    struct release_options o = {.db = "receipts.db"};
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         fputs(RELEASE_USAGE, stdout);
         return 0;
@@ -84,35 +87,41 @@ int cmd_release(int argc, char **argv)
             fputs(RELEASE_USAGE, stdout);
             return 0;
         } else if (!strcmp(argv[i], "--db")) {
-            if (cli_value(argc, argv, &i, &db))
+            if (cli_value(argc, argv, &i, &o.db))
                 return 2;
         } else if (!strcmp(argv[i], "--sign")) {
-            if (cli_value(argc, argv, &i, &sign))
+            if (cli_value(argc, argv, &i, &o.sign_key))
                 return 2;
-        } else if (argv[i][0] == '-' || ladder) {
+        } else if (!strcmp(argv[i], "--expect-head")) {
+            if (cli_value(argc, argv, &i, &o.expect_head))
+                return 2;
+        } else if (argv[i][0] == '-' || o.ladder) {
             fputs(RELEASE_USAGE, stderr);
             return cli_fail(2, "release: unexpected argument '%s'", argv[i]);
         } else {
-            ladder = argv[i];
+            o.ladder = argv[i];
         }
     }
-    if (!ladder) {
+    if (!o.ladder) {
         fputs(RELEASE_USAGE, stderr);
         return 2;
     }
-    return release_check(ladder, db, sign);
+    return release_check_opts(stdout, &o, NULL);
 }
 
 static const char GOLDEN_USAGE[] =
-    "usage: gate golden record LADDER.yaml [--threads N]\n"
+    "usage: gate golden record LADDER.yaml [--threads N] [--force]\n"
     "  Records, from the reference twin, the greedy continuations of every ladder model into the\n"
-    "  goldens file its gates declare (gates.golden.goldens), keyed by the model's SHA-256.\n"
+    "  goldens file its gates declare (gates.golden.goldens), keyed by the model's SHA-256, with\n"
+    "  who recorded them (this build, backend ref, date): REGRESSION goldens, labelled so in\n"
+    "  every report. An existing entry is never overwritten unless --force. The file's bytes\n"
+    "  change: pin the new digest in the ladder (gates.golden.sha256) — old receipts go STALE.\n"
     "  Models must already exist (run gate run once, or gate model synth).\n";
 
 int cmd_golden(int argc, char **argv)
 {
     const char *ladder = NULL, *v;
-    int threads = 0;
+    int threads = 0, force = 0;
     if (argc < 2 || strcmp(argv[1], "record")) {
         if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
             fputs(GOLDEN_USAGE, stdout);
@@ -125,6 +134,8 @@ int cmd_golden(int argc, char **argv)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(GOLDEN_USAGE, stdout);
             return 0;
+        } else if (!strcmp(argv[i], "--force")) {
+            force = 1;
         } else if (!strcmp(argv[i], "--threads")) {
             if (cli_value(argc, argv, &i, &v) ||
                 cli_int("golden", "--threads", v, 1, 1024, &threads))
@@ -169,7 +180,8 @@ int cmd_golden(int argc, char **argv)
             if (!rc)
                 rc = model_load(&m, l->models[mi].path, &err);
             if (!rc)
-                rc = golden_record(c->g.goldens, m, c->g.golden_tokens, threads, &err);
+                rc = golden_record_force(c->g.goldens, m, c->g.golden_tokens, threads, force,
+                                         &err);
             if (!rc) {
                 printf("recorded %d greedy tokens per prompt for %s into %s\n",
                        c->g.golden_tokens, l->models[mi].id, c->g.goldens);

@@ -8,15 +8,22 @@
 #include "harness/ladder.h"
 
 #include "harness/gatedef.h"
+#include "oracles/falsify.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
+
+#include "harness/pin.h"
 
 struct parse {
     const char *path;
@@ -57,22 +64,66 @@ static const char *kind(const yaml_node_t *n)
            : n->type == YAML_SEQUENCE_NODE ? "a list" : "a mapping";
 }
 
+/* qsort_r order of a mapping's keys: by text, then by position (equal keys keep file order). */
+static int by_key(const void *a, const void *b, void *keys)
+{
+    int ia = *(const int *)a, ib = *(const int *)b;
+    int c = strcmp(((const char **)keys)[ia], ((const char **)keys)[ib]);
+    return c ? c : (ia > ib) - (ia < ib);
+}
+
+/* For a mapping of n scalar keys, first[i] = index of the first key equal to key i (i itself
+ * when unique so far): sort + neighbours, O(n log n) rather than comparing every pair. */
+static int first_equal_keys(struct parse *p, yaml_node_t *map, int n, int *first)
+{
+    const char **keys = malloc((size_t)n * sizeof *keys);
+    int *order = malloc((size_t)n * sizeof *order);
+    if (!keys || !order) {
+        free(keys);
+        free(order);
+        return err_set(p->err, ERR_ENV, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        keys[i] = scalar(node(p, map->data.mapping.pairs.start[i].key));
+        order[i] = i;
+    }
+    qsort_r(order, (size_t)n, sizeof *order, by_key, keys);
+    for (int j = 0; j < n; j++)
+        first[order[j]] = j > 0 && !strcmp(keys[order[j]], keys[order[j - 1]])
+                              ? first[order[j - 1]] : order[j];
+    free(keys);
+    free(order);
+    return 0;
+}
+
 /* Check that map is a mapping whose keys are unique and all in allowed (NULL-terminated). */
 static int check_map(struct parse *p, yaml_node_t *map, const char *what,
                      const char *const *allowed)
 {
     if (map->type != YAML_MAPPING_NODE)
         return fail(p, map, "%s must be a mapping, found %s", what, kind(map));
+    int n = (int)(map->data.mapping.pairs.top - map->data.mapping.pairs.start), rc = 0;
+    int *first = NULL;
+    for (int i = 0; i < n; i++)
+        if (!scalar(node(p, map->data.mapping.pairs.start[i].key)))
+            return fail(p, node(p, map->data.mapping.pairs.start[i].key),
+                        "keys of %s must be scalars", what);
+    if (n > 0 && (!(first = malloc((size_t)n * sizeof *first)) ||
+                  (rc = first_equal_keys(p, map, n, first)))) {
+        free(first);
+        return rc ? rc : err_set(p->err, ERR_ENV, "out of memory");
+    }
     for (yaml_node_pair_t *a = map->data.mapping.pairs.start; a < map->data.mapping.pairs.top;
          a++) {
         yaml_node_t *k = node(p, a->key);
         const char *ks = scalar(k);
-        if (!ks)
-            return fail(p, k, "keys of %s must be scalars", what);
-        for (yaml_node_pair_t *b = map->data.mapping.pairs.start; b < a; b++)
-            if (!strcmp(scalar(node(p, b->key)), ks))
-                return fail(p, k, "duplicate key '%s' in %s (first at line %zu)", ks, what,
-                            node(p, b->key)->start_mark.line + 1);
+        int f = first[a - map->data.mapping.pairs.start];
+        if (f != a - map->data.mapping.pairs.start) {
+            yaml_node_t *b = node(p, map->data.mapping.pairs.start[f].key);
+            free(first);
+            return fail(p, k, "duplicate key '%s' in %s (first at line %zu)", ks, what,
+                        b->start_mark.line + 1);
+        }
         if (!allowed)
             continue;
         int ok = 0;
@@ -83,9 +134,11 @@ static int check_map(struct parse *p, yaml_node_t *map, const char *what,
             for (const char *const *q = allowed; *q; q++)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
                          q == allowed ? "" : ", ", *q);
+            free(first);
             return fail(p, k, "unknown key '%s' in %s (expected one of: %s)", ks, what, list);
         }
     }
+    free(first);
     return 0;
 }
 
@@ -246,31 +299,112 @@ static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct l
     return 0;
 }
 
+/* Parse "ed25519:" + 64 hex digits (exactly; text is NUL-terminated) into pk; 0 when it is one. */
+static int public_key(const char *text, unsigned char pk[32])
+{
+    size_t len = 0;
+    const char *end = NULL;
+    return strncmp(text, "ed25519:", 8) == 0 && strlen(text + 8) == 64 &&
+                   sodium_hex2bin(pk, 32, text + 8, 64, NULL, &len, &end) == 0 && len == 32 &&
+                   *end == '\0'
+               ? 0
+               : -1;
+}
+
+/* Read the one key of trust file `name` (issue 11, "files the ladder did not pin"): a path
+ * relative to the ladder's folder that stays inside it (no absolute path, no "..", no symlink
+ * anywhere that leads out, checked on the descriptor actually opened), a regular file (a FIFO
+ * fails at once: O_NONBLOCK) of at most LADDER_TRUST_FILE_MAX bytes holding exactly one
+ * "ed25519:HEX" line. Errors never quote the file's content. */
+static int read_trust_file(struct parse *p, yaml_node_t *n, const char *name, unsigned char pk[32])
+{
+    char text[LADDER_TRUST_FILE_MAX + 2], proc[64];
+    char *path = NULL, *real_dir = NULL, *real = NULL;
+    struct stat st;
+    int rc = 0, fd = -1;
+    size_t got = 0;
+    if (!*name || name[0] == '/') {
+        rc = fail(p, n, "trusted key file '%s' must be a path relative to the ladder's folder",
+                  name);
+        goto cleanup;
+    }
+    for (const char *c = name; *c; c = strchr(c, '/') ? strchr(c, '/') + 1 : c + strlen(c))
+        if (!strncmp(c, "..", 2) && (c[2] == '/' || c[2] == '\0')) {
+            rc = fail(p, n, "trusted key file '%s' must stay inside the ladder's folder (no"
+                      " '..')", name);
+            goto cleanup;
+        }
+    if (!(path = resolve(p->l, name))) {
+        rc = err_set(p->err, ERR_ENV, "out of memory");
+        goto cleanup;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
+    if (fd < 0) {
+        rc = errno == ELOOP ? fail(p, n, "trusted key file '%s' is a symbolic link; name the"
+                                   " file itself", name)
+                            : fail(p, n, "cannot read trusted key file '%s': %s", name,
+                                   strerror(errno));
+        goto cleanup;
+    }
+    /* where the descriptor really points, every folder symlink resolved */
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    real_dir = realpath(p->l->dir, NULL);
+    if (!(real = realpath(proc, NULL)))
+        real = realpath(path, NULL);
+    size_t dl = real_dir ? strlen(real_dir) : 0;
+    if (!real_dir || !real ||
+        !(dl == 1 || (strncmp(real, real_dir, dl) == 0 && real[dl] == '/'))) {
+        rc = fail(p, n, "trusted key file '%s' resolves outside the ladder's folder", name);
+        goto cleanup;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = fail(p, n, "trusted key file '%s' is not a regular file", name);
+        goto cleanup;
+    }
+    if (st.st_size > LADDER_TRUST_FILE_MAX) {
+        rc = fail(p, n, "trusted key file '%s' is %lld bytes, more than the %d a public key"
+                  " file holds", name, (long long)st.st_size, LADDER_TRUST_FILE_MAX);
+        goto cleanup;
+    }
+    for (;;) {
+        ssize_t r = read(fd, text + got, sizeof text - 1 - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = fail(p, n, "cannot read trusted key file '%s': %s", name, strerror(errno));
+            goto cleanup;
+        }
+        if (r == 0 || (got += (size_t)r) == sizeof text - 1)
+            break;
+    }
+    if (got > LADDER_TRUST_FILE_MAX) {
+        rc = fail(p, n, "trusted key file '%s' is more than %d bytes", name,
+                  LADDER_TRUST_FILE_MAX);
+        goto cleanup;
+    }
+    text[got] = '\0';
+    while (got > 0 && strchr(" \t\r\n", text[got - 1]))
+        text[--got] = '\0';
+    if (strlen(text) != got || public_key(text, pk) != 0)
+        rc = fail(p, n, "trusted key file '%s' does not hold one public key (expected a single"
+                  " line 'ed25519:' and 64 hex digits; the content is not shown)", name);
+cleanup:
+    if (fd >= 0)
+        close(fd);
+    sodium_memzero(text, sizeof text);
+    free(path);
+    free(real_dir);
+    free(real);
+    return rc;
+}
+
 static int parse_key_text(struct parse *p, yaml_node_t *n, const char *text, unsigned char pk[32])
 {
-    const char *hex = NULL;
-    char buf[256] = "";
-    if (!strncmp(text, "file:", 5)) {
-        char *path = resolve(p->l, text + 5);
-        FILE *f = path ? fopen(path, "r") : NULL;
-        if (!f) {
-            int rc = fail(p, n, "cannot read trusted key file '%s': %s", path ? path : text + 5,
-                          strerror(errno));
-            free(path);
-            return rc;
-        }
-        if (!fgets(buf, sizeof buf, f))
-            buf[0] = '\0';
-        fclose(f);
-        buf[strcspn(buf, "\r\n")] = '\0';
-        free(path);
-        text = buf;
-    }
+    if (!strncmp(text, "file:", 5))
+        return read_trust_file(p, n, text + 5, pk);
     if (strncmp(text, "ed25519:", 8) != 0)
         return fail(p, n, "trusted key '%.40s' must be 'ed25519:HEX' or 'file:NAME.pub'", text);
-    hex = text + 8;
-    size_t len = 0;
-    if (strlen(hex) != 64 || sodium_hex2bin(pk, 32, hex, 64, NULL, &len, NULL) != 0 || len != 32)
+    if (public_key(text, pk) != 0)
         return fail(p, n, "trusted key '%.40s' is not 32 bytes of hex", text);
     return 0;
 }
@@ -455,15 +589,63 @@ static int apply_gates(struct parse *p, yaml_node_t *n, struct ladder_gates *g, 
 
 /* ---- cells --------------------------------------------------------------------------------- */
 
+/* Every expanded cell, required or excluded, in an open-addressing table keyed by (model, host,
+ * mode): the duplicate check costs O(1) per cell instead of a scan of every cell so far. */
+#define CELL_SLOTS 16384 /* a power of two, more than twice LADDER_MAX_CELLS */
+struct cell_seen {
+    uint32_t key[CELL_SLOTS]; /* 0: empty; else 1 + (model * n_hosts + host) * 9 + mode */
+    int line[CELL_SLOTS];
+    unsigned char excluded[CELL_SLOTS];
+};
+
+static int mode_index(const char *mode)
+{
+    static const char *const modes[] = {"cuda.decode", "cuda.prefill", "cuda.chat",
+                                        "cpu.decode",  "cpu.prefill",  "cpu.chat",
+                                        "ref.decode",  "ref.prefill",  "ref.chat"};
+    for (int i = 0; i < 9; i++)
+        if (!strcmp(modes[i], mode))
+            return i;
+    return 0; /* unreachable: modes were checked against ladder_mode_known() */
+}
+
+/* Record cell (model, host, mode) from line `line`; a cell met twice is an error at `at`. */
+static int seen_add(struct parse *p, struct cell_seen *s, yaml_node_t *at, int model, int host,
+                    const char *mode, int excluded)
+{
+    const struct ladder *l = p->l;
+    uint32_t key = 1 + ((uint32_t)model * (uint32_t)l->n_hosts + (uint32_t)host) * 9 +
+                   (uint32_t)mode_index(mode);
+    uint32_t i = (key * 2654435761u) >> 18; /* 14 bits: CELL_SLOTS */
+    for (; s->key[i]; i = (i + 1) & (CELL_SLOTS - 1)) {
+        if (s->key[i] != key)
+            continue;
+        const char *m = l->models[model].id, *h = l->hosts[host].id;
+        if (s->excluded[i] != excluded)
+            return fail(p, at, "cell %s/%s/%s is both excluded and required (the other at line"
+                        " %d)", m, h, mode, s->line[i]);
+        return fail(p, at, "cell %s/%s/%s is listed twice (first at line %d)", m, h, mode,
+                    s->line[i]);
+    }
+    s->key[i] = key;
+    s->line[i] = (int)at->start_mark.line + 1;
+    s->excluded[i] = (unsigned char)excluded;
+    return 0;
+}
+
+/* Append to an array that grows by doubling: *n a power of two (or 0) means it is full. */
+static void *grow(void *a, int n, size_t size)
+{
+    if (n > 0 && (n & (n - 1)) != 0)
+        return a;
+    return realloc(a, (size_t)(n ? 2 * n : 1) * size);
+}
+
 static int add_cell(struct parse *p, yaml_node_t *at, int model, int host, const char *mode)
 {
     struct ladder *l = p->l;
-    for (int i = 0; i < l->n_cells; i++)
-        if (l->cells[i].model == model && l->cells[i].host == host &&
-            !strcmp(l->cells[i].mode, mode))
-            return fail(p, at, "cell %s/%s/%s is listed twice", l->models[model].id,
-                        l->hosts[host].id, mode);
-    struct ladder_cell *c = realloc(l->cells, (size_t)(l->n_cells + 1) * sizeof *c);
+    (void)at;
+    struct ladder_cell *c = grow(l->cells, l->n_cells, sizeof *c);
     if (!c)
         return err_set(p->err, ERR_ENV, "out of memory");
     l->cells = c;
@@ -472,6 +654,25 @@ static int add_cell(struct parse *p, yaml_node_t *at, int model, int host, const
     c->model = model;
     c->host = host;
     snprintf(c->mode, sizeof c->mode, "%s", mode);
+    return 0;
+}
+
+/* Keep an excluded cell with the reason of exclusion x (issue 10 §3: no cell vanishes). */
+static int add_excluded(struct parse *p, yaml_node_t *x, int model, int host, const char *mode)
+{
+    struct ladder *l = p->l;
+    const char *reason = scalar(get(p, x, "reason"));
+    struct ladder_excluded *e = grow(l->excluded, l->n_excluded, sizeof *e);
+    if (!e)
+        return err_set(p->err, ERR_ENV, "out of memory");
+    l->excluded = e;
+    e = &l->excluded[l->n_excluded++];
+    memset(e, 0, sizeof *e);
+    e->model = model;
+    e->host = host;
+    snprintf(e->mode, sizeof e->mode, "%s", mode);
+    snprintf(e->reason, sizeof e->reason, "%s", reason);
+    e->line = (int)x->start_mark.line + 1;
     return 0;
 }
 
@@ -517,24 +718,55 @@ static int id_list(struct parse *p, yaml_node_t *n, const char *what, int kind_,
     return 0;
 }
 
+/* After expansion: something is required, and no declared model lost every cell to `exclude`
+ * (issue 10 §3: a model the ladder names is gated, or the ladder says nothing about it). */
+static int check_coverage(struct parse *p, yaml_node_t *cells)
+{
+    const struct ladder *l = p->l;
+    int rc = 0;
+    if (l->n_cells == 0)
+        return fail(p, cells, "the ladder expands to no required cell (%d excluded): a release"
+                    " gate must gate something", l->n_excluded);
+    int *required = calloc((size_t)l->n_models, sizeof *required);
+    if (!required)
+        return err_set(p->err, ERR_ENV, "out of memory");
+    for (int i = 0; i < l->n_cells; i++)
+        required[l->cells[i].model]++;
+    for (int i = 0; i < l->n_excluded && !rc; i++) {
+        const struct ladder_excluded *e = &l->excluded[i];
+        if (!required[e->model])
+            rc = err_set(p->err, ERR_INPUT, "%s:%d: every cell of model '%s' is excluded (this"
+                         " exclusion: \"%.80s\"); a model the ladder declares must be gated in at"
+                         " least one cell: gate one or remove the model", p->path, e->line,
+                         l->models[e->model].id, e->reason);
+    }
+    free(required);
+    return rc;
+}
+
 static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
 {
     static const char *const keys[] = {"models", "hosts", "modes", "exclude", "model", "host",
                                        "mode", NULL};
     static const char *const xkeys[] = {"model", "host", "mode", "reason", NULL};
     yaml_node_t *e, *x;
+    struct cell_seen *seen = NULL;
     int rc = check_seq(p, cells, "cells", 1);
     if (rc)
         return rc;
+    if (!(seen = calloc(1, sizeof *seen)))
+        return err_set(p->err, ERR_ENV, "out of memory");
     FOR_ITEMS(p, cells, e)
     {
         if ((rc = check_map(p, e, "a cells entry", keys)))
-            return rc;
+            goto out;
         int matrix = get(p, e, "models") || get(p, e, "hosts") || get(p, e, "modes");
         int single = get(p, e, "model") || get(p, e, "host") || get(p, e, "mode");
-        if (matrix == single)
-            return fail(p, e, "a cells entry is either a matrix (models, hosts, modes) or one"
-                        " cell (model, host, mode)");
+        if (matrix == single) {
+            rc = fail(p, e, "a cells entry is either a matrix (models, hosts, modes) or one"
+                      " cell (model, host, mode)");
+            goto out;
+        }
         const char *mi[64], *hi[64], *oi[64];
         yaml_node_t *ma[64], *ha[64], *oa[64], *v;
         int nm, nh, no;
@@ -546,50 +778,79 @@ static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
             (rc = id_list(p, v, hk, 1, modes, hi, ha, &nh, 64)) ||
             (rc = need(p, e, ok, "a cells entry", &v)) ||
             (rc = id_list(p, v, ok, 2, modes, oi, oa, &no, 64)))
-            return rc;
-        if (!matrix && get(p, e, "exclude"))
-            return fail(p, get(p, e, "exclude"), "'exclude' belongs to a matrix entry");
+            goto out;
+        if (!matrix && get(p, e, "exclude")) {
+            rc = fail(p, get(p, e, "exclude"), "'exclude' belongs to a matrix entry");
+            goto out;
+        }
+        /* the bound before the expansion: a huge matrix fails here, in microseconds */
+        long total = (long)p->l->n_cells + p->l->n_excluded + (long)nm * nh * no;
+        if (total > LADDER_MAX_CELLS) {
+            rc = fail(p, e, "this entry (%d x %d x %d cells) takes the ladder to %ld cells, more"
+                      " than the %d a ladder may hold; split the release into several ladders",
+                      nm, nh, no, total, LADDER_MAX_CELLS);
+            goto out;
+        }
         yaml_node_t *ex = get(p, e, "exclude");
         int n_ex = 0, used[64] = {0};
         yaml_node_t *exs[64];
         if (ex) {
             if ((rc = check_seq(p, ex, "exclude", 1)))
-                return rc;
+                goto out;
             FOR_ITEMS(p, ex, x)
             {
                 if ((rc = check_map(p, x, "an exclusion", xkeys)))
-                    return rc;
+                    goto out;
                 yaml_node_t *r = get(p, x, "reason");
-                if (!r || !scalar(r) || !*scalar(r))
-                    return fail(p, x, "an exclusion must carry a non-empty 'reason'");
-                if (n_ex == 64)
-                    return fail(p, x, "too many exclusions");
+                if (!r || !scalar(r) || !*scalar(r)) {
+                    rc = fail(p, x, "an exclusion must carry a non-empty 'reason'");
+                    goto out;
+                }
+                if (strlen(scalar(r)) >= sizeof p->l->excluded->reason) {
+                    rc = fail(p, r, "an exclusion's reason is longer than %zu characters",
+                              sizeof p->l->excluded->reason - 1);
+                    goto out;
+                }
+                if (n_ex == 64) {
+                    rc = fail(p, x, "too many exclusions");
+                    goto out;
+                }
                 exs[n_ex++] = x;
             }
         }
         for (int a = 0; a < nm; a++)
             for (int b = 0; b < nh; b++)
                 for (int c = 0; c < no; c++) {
-                    int skip = 0;
+                    int skip = -1;
                     for (int i = 0; i < n_ex; i++) {
                         yaml_node_t *fm = get(p, exs[i], "model"), *fh = get(p, exs[i], "host"),
                                     *fo = get(p, exs[i], "mode");
                         if ((!fm || !strcmp(scalar(fm) ? scalar(fm) : "", mi[a])) &&
                             (!fh || !strcmp(scalar(fh) ? scalar(fh) : "", hi[b])) &&
                             (!fo || !strcmp(scalar(fo) ? scalar(fo) : "", oi[c]))) {
-                            skip = 1;
+                            if (skip < 0)
+                                skip = i;
                             used[i] = 1;
                         }
                     }
-                    if (!skip && (rc = add_cell(p, oa[c], ladder_find_model(p->l, mi[a]),
-                                                ladder_find_host(p->l, hi[b]), oi[c])))
-                        return rc;
+                    int model = ladder_find_model(p->l, mi[a]);
+                    int host = ladder_find_host(p->l, hi[b]);
+                    if ((rc = seen_add(p, seen, skip < 0 ? oa[c] : exs[skip], model, host, oi[c],
+                                       skip >= 0)) ||
+                        (rc = skip < 0 ? add_cell(p, oa[c], model, host, oi[c])
+                                       : add_excluded(p, exs[skip], model, host, oi[c])))
+                        goto out;
                 }
         for (int i = 0; i < n_ex; i++)
-            if (!used[i])
-                return fail(p, exs[i], "this exclusion matches no cell of its matrix");
+            if (!used[i]) {
+                rc = fail(p, exs[i], "this exclusion matches no cell of its matrix");
+                goto out;
+            }
     }
-    return 0;
+    rc = check_coverage(p, cells);
+out:
+    free(seen);
+    return rc;
 }
 
 static int match_override(struct parse *p, yaml_node_t *match, const struct ladder_cell *c)
@@ -650,6 +911,23 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
                 if (match_override(p, get(p, it, "match"), c) &&
                     (rc = apply_gates(p, it, &c->g, 1)))
                     goto out;
+            }
+        }
+        if (c->g.falsify.n != 0) {
+            /* a falsify gate with parity thresholds looser than the floor proves nothing */
+            struct parity_config pc;
+            struct gate_err fe = {0};
+            parity_config_default(&pc);
+            pc.positions = c->g.positions;
+            pc.min_cosine = c->g.min_cosine;
+            pc.max_mean_kld = c->g.max_mean_kld;
+            pc.max_kld = c->g.max_kld;
+            pc.near_tie = c->g.near_tie;
+            if (falsify_check_floor(&pc, &fe)) {
+                char name[256];
+                rc = fail(p, gates, "cell %s: %s", ladder_cell_name(l, i, name, sizeof name),
+                          fe.msg);
+                goto out;
             }
         }
         if (c->g.goldens[0] && !c->g.goldens_sha256[0]) {
@@ -912,12 +1190,108 @@ static int parse_root(struct parse *p, yaml_node_t *root)
     return parse_anchors(p, root);
 }
 
+/* Walk the YAML events once before the document is built: refuse aliases (a ladder needs none;
+ * they make trees out of graphs), more than one document, nesting deeper than LADDER_MAX_DEPTH
+ * and collections of more than LADDER_MAX_ENTRIES entries, each at file:line:column. */
+static int prescan(const char *path, const unsigned char *bytes, size_t size, struct gate_err *err)
+{
+    yaml_parser_t parser;
+    yaml_event_t ev;
+    long count[LADDER_MAX_DEPTH + 1] = {0};
+    int is_map[LADDER_MAX_DEPTH + 1] = {0};
+    int depth = 0, docs = 0, rc = 0, done = 0;
+    if (!yaml_parser_initialize(&parser))
+        return err_set(err, ERR_ENV, "out of memory");
+    yaml_parser_set_input_string(&parser, bytes, size);
+    while (!done && !rc) {
+        if (!yaml_parser_parse(&parser, &ev)) {
+            rc = err_set(err, ERR_INPUT, "%s:%zu:%zu: YAML error: %s%s%s", path,
+                         parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+                         parser.problem ? parser.problem : "malformed",
+                         parser.context ? " " : "", parser.context ? parser.context : "");
+            break;
+        }
+        size_t line = ev.start_mark.line + 1, col = ev.start_mark.column + 1;
+        int node = ev.type == YAML_SCALAR_EVENT || ev.type == YAML_SEQUENCE_START_EVENT ||
+                   ev.type == YAML_MAPPING_START_EVENT || ev.type == YAML_ALIAS_EVENT;
+        if (node && depth > 0 &&
+            ++count[depth] > (is_map[depth] ? 2L : 1L) * LADDER_MAX_ENTRIES)
+            rc = err_set(err, ERR_INPUT, "%s:%zu:%zu: a %s with more than %d entries (the bound"
+                         " for one ladder collection)", path, line, col,
+                         is_map[depth] ? "mapping" : "list", LADDER_MAX_ENTRIES);
+        else if (ev.type == YAML_ALIAS_EVENT)
+            rc = err_set(err, ERR_INPUT, "%s:%zu:%zu: YAML aliases (*name) are not allowed in a"
+                         " ladder; write the value out", path, line, col);
+        else if (ev.type == YAML_DOCUMENT_START_EVENT && ++docs > 1)
+            rc = err_set(err, ERR_INPUT, "%s:%zu:%zu: a ladder is one YAML document; found a"
+                         " second", path, line, col);
+        else if (ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT) {
+            if (depth == LADDER_MAX_DEPTH)
+                rc = err_set(err, ERR_INPUT, "%s:%zu:%zu: YAML nested deeper than %d levels (the"
+                             " bound for a ladder)", path, line, col, LADDER_MAX_DEPTH);
+            else {
+                depth++;
+                count[depth] = 0;
+                is_map[depth] = ev.type == YAML_MAPPING_START_EVENT;
+            }
+        } else if (ev.type == YAML_SEQUENCE_END_EVENT || ev.type == YAML_MAPPING_END_EVENT)
+            depth--;
+        else if (ev.type == YAML_STREAM_END_EVENT)
+            done = 1;
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
+static int by_line(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* l->trust_sha256: SHA-256 over the sorted lines "HOST ed25519:HEX\n" of every trusted key. */
+static int trust_digest(struct ladder *l, struct gate_err *err)
+{
+    int n = 0, k = 0;
+    for (int h = 0; h < l->n_hosts; h++)
+        n += l->hosts[h].n_trust;
+    char **lines = calloc((size_t)n + 1, sizeof *lines);
+    if (!lines)
+        return err_set(err, ERR_ENV, "out of memory");
+    int rc = 0;
+    for (int h = 0; h < l->n_hosts && !rc; h++)
+        for (int t = 0; t < l->hosts[h].n_trust && !rc; t++) {
+            char hex[65];
+            sodium_bin2hex(hex, sizeof hex, l->hosts[h].trust[t], 32);
+            size_t len = strlen(l->hosts[h].id) + 8 + 64 + 3;
+            if (!(lines[k] = malloc(len)))
+                rc = err_set(err, ERR_ENV, "out of memory");
+            else
+                snprintf(lines[k++], len, "%s ed25519:%s\n", l->hosts[h].id, hex);
+        }
+    if (!rc) {
+        qsort(lines, (size_t)k, sizeof *lines, by_line);
+        crypto_hash_sha256_state st;
+        unsigned char d[32];
+        crypto_hash_sha256_init(&st);
+        for (int i = 0; i < k; i++)
+            crypto_hash_sha256_update(&st, (const unsigned char *)lines[i], strlen(lines[i]));
+        crypto_hash_sha256_final(&st, d);
+        sodium_bin2hex(l->trust_sha256, sizeof l->trust_sha256, d, 32);
+    }
+    for (int i = 0; i < k; i++)
+        free(lines[i]);
+    free(lines);
+    return rc;
+}
+
 int ladder_load(struct ladder **out, const char *path, struct gate_err *err)
 {
     *out = NULL;
     int rc = 0;
-    FILE *f = NULL;
-    unsigned char *bytes = NULL;
+    struct pinned file = {.fd = -1};
+    uint8_t *bytes = NULL;
+    size_t size = 0;
     yaml_parser_t parser;
     yaml_document_t doc;
     int parser_ok = 0, doc_ok = 0;
@@ -931,27 +1305,16 @@ int ladder_load(struct ladder **out, const char *path, struct gate_err *err)
     free(tmp);
     if (!l->dir)
         goto oom;
-    f = fopen(path, "rb");
-    if (!f) {
-        rc = err_set(err, ERR_INPUT, "cannot open '%s': %s", path, strerror(errno));
+    /* one descriptor: a regular file within the bound, hashed and read from the same open */
+    if ((rc = pin_open_bounded(path, NULL, LADDER_FILE_MAX, &file, err)) ||
+        (rc = pin_read_all(&file, LADDER_FILE_MAX, &bytes, &size, err)))
         goto fail;
-    }
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    bytes = malloc(size > 0 ? (size_t)size : 1);
-    if (!bytes)
-        goto oom;
-    if (size < 0 || fread(bytes, 1, (size_t)size, f) != (size_t)size) {
-        rc = err_set(err, ERR_INPUT, "cannot read '%s'", path);
+    snprintf(l->sha256, sizeof l->sha256, "%s", file.sha256);
+    if ((rc = prescan(path, bytes, size, err)))
         goto fail;
-    }
-    unsigned char digest[32];
-    crypto_hash_sha256(digest, bytes, (unsigned long long)size);
-    sodium_bin2hex(l->sha256, sizeof l->sha256, digest, 32);
     yaml_parser_initialize(&parser);
     parser_ok = 1;
-    yaml_parser_set_input_string(&parser, bytes, (size_t)size);
+    yaml_parser_set_input_string(&parser, bytes, size);
     if (!yaml_parser_load(&parser, &doc)) {
         rc = err_set(err, ERR_INPUT, "%s:%zu:%zu: YAML error: %s%s%s", path,
                      parser.problem_mark.line + 1, parser.problem_mark.column + 1,
@@ -961,11 +1324,12 @@ int ladder_load(struct ladder **out, const char *path, struct gate_err *err)
     }
     doc_ok = 1;
     struct parse p = {.path = path, .doc = &doc, .err = err, .l = l};
-    if ((rc = parse_root(&p, yaml_document_get_root_node(&doc))))
+    if ((rc = parse_root(&p, yaml_document_get_root_node(&doc))) ||
+        (rc = trust_digest(l, err)))
         goto fail;
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
-    fclose(f);
+    pin_close(&file);
     free(bytes);
     *out = l;
     return 0;
@@ -976,8 +1340,7 @@ fail:
         yaml_document_delete(&doc);
     if (parser_ok)
         yaml_parser_delete(&parser);
-    if (f)
-        fclose(f);
+    pin_close(&file);
     free(bytes);
     ladder_free(l);
     return rc;
@@ -1000,6 +1363,7 @@ void ladder_free(struct ladder *l)
     }
     free(l->anchors);
     free(l->unanchored);
+    free(l->excluded);
     free(l->path);
     free(l->dir);
     free(l);
@@ -1025,6 +1389,13 @@ const char *ladder_cell_name(const struct ladder *l, int i, char *buf, int n)
 {
     const struct ladder_cell *c = &l->cells[i];
     snprintf(buf, (size_t)n, "%s/%s/%s", l->models[c->model].id, l->hosts[c->host].id, c->mode);
+    return buf;
+}
+
+const char *ladder_excluded_name(const struct ladder *l, int i, char *buf, int n)
+{
+    const struct ladder_excluded *e = &l->excluded[i];
+    snprintf(buf, (size_t)n, "%s/%s/%s", l->models[e->model].id, l->hosts[e->host].id, e->mode);
     return buf;
 }
 

@@ -19,6 +19,13 @@
 
 #define LADDER_ID_MAX 64
 #define LADDER_MAX_TRUST 16
+/* Bounds (issue 11): a ladder that exceeds one fails fast with a message, it never runs for
+ * minutes or exhausts memory. */
+#define LADDER_FILE_MAX (1 << 20)     /* bytes of the ladder file */
+#define LADDER_MAX_DEPTH 32           /* nesting of YAML collections */
+#define LADDER_MAX_ENTRIES 4096       /* entries of any one YAML mapping or list */
+#define LADDER_MAX_CELLS 4096         /* expanded cells, required and excluded together */
+#define LADDER_TRUST_FILE_MAX 4096    /* bytes of a `file:NAME.pub` trusted key file */
 
 struct ladder_model {
     char id[LADDER_ID_MAX];
@@ -70,6 +77,16 @@ struct ladder_cell {
     struct ladder_gates g;
 };
 
+/* A cell a matrix entry's `exclude` removed: not required, but never invisible (issue 10 §3):
+ * `gate ladder check`, the release matrix and the sign-off list it with its reason. */
+struct ladder_excluded {
+    int model;         /* index into models */
+    int host;          /* index into hosts */
+    char mode[32];
+    char reason[256];  /* the first matching exclusion's reason */
+    int line;          /* line of that exclusion in the ladder file */
+};
+
 /* A file the ladder pins: path resolved against the ladder's folder, SHA-256 lower-case hex. */
 struct ladder_pin {
     char *path;        /* owned; NULL when the optional file is absent */
@@ -110,9 +127,23 @@ struct ladder {
     struct ladder_anchor *anchors;
     int n_unanchored;
     struct ladder_unanchored *unanchored;
+    /* SHA-256 (lower-case hex) over the sorted lines "HOST ed25519:HEX\n", one per trusted key
+     * of every host, keys from `file:` entries resolved: binds the trusted keys into the
+     * ladder's identity even when they live outside the ladder file */
+    char trust_sha256[65];
+    /* cells removed by `exclude` (never required, always shown), in expansion order */
+    int n_excluded;
+    struct ladder_excluded *excluded;
 };
 
-/* Parse and validate path. Errors are ERR_INPUT with "file:line:column: what, expected what". */
+/* Parse and validate path. Errors are ERR_INPUT with "file:line:column: what, expected what".
+ * The file is read once through one descriptor (harness/pin.h): a regular file of at most
+ * LADDER_FILE_MAX bytes; YAML aliases are refused and nesting is bounded (LADDER_MAX_DEPTH)
+ * before the document is built; the expansion is bounded (LADDER_MAX_CELLS) before a matrix is
+ * expanded. Refused too: a ladder with no required cell, and a model whose every cell is
+ * excluded. Trusted key files (`file:NAME.pub`) resolve inside the ladder's folder only (no
+ * absolute path, no "..", no symlink), must be regular files of at most LADDER_TRUST_FILE_MAX
+ * bytes holding one key, and their content is never quoted in a message. */
 int ladder_load(struct ladder **out, const char *path, struct gate_err *err);
 void ladder_free(struct ladder *l);
 
@@ -122,6 +153,9 @@ int ladder_find_model(const struct ladder *l, const char *id);
 
 /* "model/host/mode" of cell i into buf. */
 const char *ladder_cell_name(const struct ladder *l, int i, char *buf, int n);
+
+/* "model/host/mode" of excluded cell i into buf. */
+const char *ladder_excluded_name(const struct ladder *l, int i, char *buf, int n);
 
 /* The settings of one gate ("capability", "parity", "golden", "throughput", "falsify") as
  * recorded in a receipt; the release check compares a receipt's copy with this (new ref). */

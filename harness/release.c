@@ -1,14 +1,23 @@
 /* release.c — `gate release check LADDER --db DB [--sign KEY]`: the only road to a release.
  *
- * For every required cell of the ladder, only the signed payloads are believed (settled
- * question 2): a row whose signature, chain link or columns do not verify makes its cell
- * TAMPERED; a receipt signed by a key the ladder does not trust for the cell's host is
- * UNTRUSTED; among receipts for this exact build (clean git commit + version) and the pinned
- * model digest, with the ladder's current gate settings and verdicts that re-derive from their
- * own numbers: all PASS -> PASS, PASS and FAIL -> FLAKY (a rerun never erases a failure), only
- * FAIL -> FAIL; none -> MISSING, or STALE when receipts exist for other builds, digests or
- * settings. Exit 0 only when every cell is PASS.
- * Start reading: release_check().
+ * Only signed payloads are believed (settled question 2). First the whole store is audited: any
+ * row that fails verification (signature, chain link recomputed from the signed bytes, columns)
+ * makes EVERY cell TAMPERED, naming the row — a row nobody can attribute is still a row someone
+ * altered. Then, per required cell and per anchor case, the receipts for it are sorted:
+ *   - signed by a key the ladder does not trust for the receipt's host: UNTRUSTED;
+ *   - for another build (git commit + version of a clean tree + source tree digest), another
+ *     model digest, another release (name, version), other trusted keys, or gate settings other
+ *     than the ladder's current ones: STALE, with the difference named;
+ *   - else its gates are JUDGED AGAIN through the gate table (harness/gatedef.c) with the
+ *     ladder's settings and the receipt's recorded metrics; the verdicts a payload records are
+ *     only compared, and a disagreement is reported.
+ * Per cell: all PASS -> PASS; PASS and FAIL -> FLAKY (a rerun never erases a failure); only FAIL
+ * -> FAIL; only ERROR (a gate could not judge, e.g. a noisy host) -> ERROR; none -> MISSING, or
+ * STALE/UNTRUSTED when receipts exist that do not count. Excluded cells are shown as EXCLUDED
+ * with their reason, unless a FAIL receipt for this build exists for them (then they are FAIL).
+ * Every anchor case needs a PASS receipt for this build, or the release is blocked because the
+ * judge itself is not shown to be right. Exit 0 only when every row is PASS.
+ * Start reading: release_evaluate(), then release_check_to().
  */
 #include <inttypes.h>
 #include <sodium.h>
@@ -17,6 +26,7 @@
 #include <string.h>
 
 #include "harness/cli.h"
+#include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
@@ -24,38 +34,48 @@
 #include "receipts/receipt.h"
 #include "receipts/store.h"
 
-enum cell_state {
+enum row_state {
     ST_PASS,
     ST_FAIL,
     ST_FLAKY,
+    ST_ERROR,
     ST_MISSING,
     ST_STALE,
     ST_UNTRUSTED,
     ST_TAMPERED,
+    ST_EXCLUDED,
 };
 
-static const char *const STATE[] = {"PASS", "FAIL", "FLAKY", "MISSING", "STALE", "UNTRUSTED",
-                                    "TAMPERED"};
+static const char *const STATE[] = {"PASS",  "FAIL",      "FLAKY",    "ERROR",   "MISSING",
+                                    "STALE", "UNTRUSTED", "TAMPERED", "EXCLUDED"};
 
-struct cell_acc {
-    int n_pass, n_fail, n_other, n_untrusted, n_tampered;
+/* What the store says about one row of the release (a cell, an excluded cell or an anchor). */
+struct acc {
+    int n_pass, n_fail, n_error, n_other, n_untrusted;
     int64_t pass_ids[64];
     int n_pass_ids;
-    char why[512]; /* the first reason that mattered */
+    int64_t fail_id, error_id, other_id, untrusted_id; /* the first receipt of each kind */
+    char fail_why[512], error_why[512], other_why[512], untrusted_why[512];
+    char disagree[512]; /* the first receipt whose recorded verdict its numbers contradict */
+    enum row_state state;
+    char why[700]; /* the reason shown for the final state */
 };
 
 struct check_ctx {
     const struct ladder *l;
     const struct identity *id;
-    struct cell_acc *acc; /* one per ladder cell */
-    int n_rows;
+    struct acc *cells, *excluded, *anchors;
+    int n_rows, n_bad;
+    int64_t first_bad;
+    char bad_problem[256];
 };
 
-/* Keep the first reason that mattered: "receipt ID <text>". */
-static void note(struct cell_acc *a, int64_t rid, const char *text)
+static void keep(char *dst, size_t n, int64_t *dst_id, int64_t rid, const char *text)
 {
-    if (!a->why[0])
-        snprintf(a->why, sizeof a->why, "receipt %" PRId64 " %.440s", rid, text);
+    if (dst[0])
+        return;
+    *dst_id = rid;
+    snprintf(dst, n, "%s", text);
 }
 
 static int find_cell(const struct ladder *l, const char *model, const char *host, const char *mode)
@@ -69,28 +89,178 @@ static int find_cell(const struct ladder *l, const char *model, const char *host
     return -1;
 }
 
-static int same_settings(const struct ladder_cell *c, json_t *gates, const char **which)
+static int find_excluded(const struct ladder *l, const char *model, const char *host,
+                         const char *mode)
 {
-    const char *name;
-    json_t *g;
-    json_object_foreach(gates, name, g)
+    for (int i = 0; i < l->n_excluded; i++) {
+        const struct ladder_excluded *e = &l->excluded[i];
+        if (!strcmp(l->models[e->model].id, model) && !strcmp(l->hosts[e->host].id, host) &&
+            !strcmp(e->mode, mode))
+            return i;
+    }
+    return -1;
+}
+
+static int find_anchor(const struct ladder *l, const char *id)
+{
+    for (int i = 0; i < l->n_anchors; i++)
+        if (!strcmp(l->anchors[i].id, id))
+            return i;
+    return -1;
+}
+
+/* The first key of `want` whose value differs in `got`, as "key got -> want" into out. */
+static void first_diff(const json_t *got, const json_t *want, const char *gate, char *out,
+                       size_t n)
+{
+    const char *k;
+    json_t *w;
+    json_object_foreach((json_t *)want, k, w)
     {
-        json_t *want = ladder_gate_settings(&c->g, name);
-        int eq = json_equal(want, json_object_get(g, "settings"));
-        json_decref(want);
-        if (!eq) {
-            *which = name;
-            return 0;
+        json_t *g = json_object_get(got, k);
+        if (g && json_equal(g, w))
+            continue;
+        char *gs = g ? json_dumps(g, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        char *ws = json_dumps(w, JSON_ENCODE_ANY | JSON_COMPACT);
+        snprintf(out, n, "%s.%s %.60s -> %.60s", gate, k, gs ? gs : "(absent)", ws ? ws : "?");
+        free(gs);
+        free(ws);
+        return;
+    }
+    json_object_foreach((json_t *)got, k, w) if (!json_object_get(want, k))
+    {
+        snprintf(out, n, "%s.%s is recorded but the ladder has no such setting", gate, k);
+        return;
+    }
+    snprintf(out, n, "%s settings differ", gate);
+}
+
+static int trusted_for(const struct ladder_host *h, const char *key_id)
+{
+    unsigned char pk[32];
+    if (!key_id || key_parse_public(key_id, pk, NULL) != 0)
+        return 0;
+    for (int t = 0; t < h->n_trust; t++)
+        if (!memcmp(h->trust[t], pk, 32))
+            return 1;
+    return 0;
+}
+
+/* Why receipt p is not for this build, release, ladder trust set and model pin ("" when it is). */
+static void not_this(const struct check_ctx *x, const json_t *p, const char *model_sha256,
+                     char *why, size_t n)
+{
+    const struct ladder *l = x->l;
+    const struct identity *id = x->id;
+    json_t *eng = json_object_get(json_object_get(p, "subject"), "engine");
+    json_t *lad = json_object_get(p, "ladder");
+    const char *commit = json_string_value(json_object_get(eng, "git_commit"));
+    const char *version = json_string_value(json_object_get(eng, "version"));
+    const char *source = json_string_value(json_object_get(eng, "source_sha256"));
+    int dirty = !json_is_false(json_object_get(eng, "git_dirty"));
+    const char *sha = json_string_value(
+        json_object_get(json_object_get(json_object_get(p, "subject"), "model"), "sha256"));
+    const char *rname = json_string_value(json_object_get(lad, "name"));
+    const char *rversion = json_string_value(json_object_get(lad, "version"));
+    const char *trust = json_string_value(json_object_get(lad, "trust_sha256"));
+    char a[100], b[100];
+    why[0] = '\0';
+    if (!commit || !version || strcmp(commit, id->git_commit) || strcmp(version, id->version))
+        snprintf(why, n, "is for build %.40s %.16s, not this one (%.40s %.16s)",
+                 cli_safe(commit ? commit : "?", a, sizeof a), version ? version : "?",
+                 id->git_commit, id->version);
+    else if (dirty)
+        snprintf(why, n, "was made by a binary built from a dirty tree");
+    else if (!source || strcmp(source, id->source_sha256))
+        snprintf(why, n, "records source tree %.16s, not this build's %.16s",
+                 cli_safe(source ? source : "(none)", a, sizeof a), id->source_sha256);
+    else if (!sha || strcmp(sha, model_sha256))
+        snprintf(why, n, "is for model digest %.64s, not the ladder's pin %.64s",
+                 cli_safe(sha ? sha : "?", a, sizeof a), model_sha256);
+    else if (!rname || !rversion || strcmp(rname, l->name) || strcmp(rversion, l->version))
+        snprintf(why, n, "is for release %.40s %.20s, not %s %s",
+                 cli_safe(rname ? rname : "?", a, sizeof a),
+                 cli_safe(rversion ? rversion : "?", b, sizeof b), l->name, l->version);
+    else if (!trust || strcmp(trust, l->trust_sha256))
+        snprintf(why, n, "was made when the ladder trusted other keys (trust digest %.16s, now"
+                 " %.16s)", cli_safe(trust ? trust : "(none)", a, sizeof a), l->trust_sha256);
+}
+
+/* Re-judge the gates of p for one row: every gate named in want (gate -> ladder settings) must
+ * be recorded with exactly those settings (else STALE), and is judged again from its metrics. */
+static void judge_receipt(struct check_ctx *x, struct acc *a, int64_t rid, const json_t *p,
+                          const char *mode, json_t *want)
+{
+    json_t *gates = json_object_get(p, "gates");
+    const char *gname;
+    json_t *ws;
+    char why[512];
+    json_object_foreach(want, gname, ws)
+    {
+        json_t *g = json_object_get(gates, gname);
+        if (!json_is_object(g)) {
+            snprintf(why, sizeof why, "receipt %" PRId64 " has no '%s' gate", rid, gname);
+            a->n_other++;
+            keep(a->other_why, sizeof a->other_why, &a->other_id, rid, why);
+            return;
+        }
+        if (!json_equal(json_object_get(g, "settings"), ws)) {
+            char d[300];
+            first_diff(json_object_get(g, "settings"), ws, gname, d, sizeof d);
+            snprintf(why, sizeof why, "receipt %" PRId64 " ran with %s", rid, d);
+            a->n_other++;
+            keep(a->other_why, sizeof a->other_why, &a->other_id, rid, why);
+            return;
         }
     }
-    static const char *const required[] = {"capability", "parity", "golden", "throughput",
-                                           "falsify"};
-    for (int i = 0; i < 5; i++)
-        if (!json_object_get(gates, required[i])) {
-            *which = required[i];
-            return 0;
-        }
-    return 1;
+    (void)x;
+    int any_fail = 0, any_error = 0;
+    char first_fail[400] = "", first_error[400] = "";
+    json_object_foreach(want, gname, ws)
+    {
+        json_t *g = json_object_get(gates, gname), *checks = NULL;
+        char gwhy[360] = "";
+        enum gate_verdict v = gatedef_judge(gname, mode, ws, json_object_get(g, "metrics"),
+                                            &checks, gwhy, sizeof gwhy);
+        json_decref(checks);
+        int recorded = gate_verdict_parse(json_string_value(json_object_get(g, "verdict")));
+        if (recorded != (int)v && !a->disagree[0])
+            snprintf(a->disagree, sizeof a->disagree,
+                     "receipt %" PRId64 " records %s for gate %s but its numbers say %s", rid,
+                     recorded >= 0 ? gate_verdict_name(recorded) : "no verdict", gname,
+                     gate_verdict_name(v));
+        char safe[360];
+        if (v == GATE_FAIL && !any_fail++)
+            snprintf(first_fail, sizeof first_fail, "%s: %s", gname,
+                     cli_safe(gwhy, safe, sizeof safe));
+        if (v == GATE_ERROR && !any_error++)
+            snprintf(first_error, sizeof first_error, "%s: %s", gname,
+                     cli_safe(gwhy, safe, sizeof safe));
+    }
+    if (any_fail) {
+        a->n_fail++;
+        snprintf(why, sizeof why, "receipt %" PRId64 " FAILED %s", rid, first_fail);
+        keep(a->fail_why, sizeof a->fail_why, &a->fail_id, rid, why);
+    } else if (any_error) {
+        a->n_error++;
+        snprintf(why, sizeof why, "receipt %" PRId64 " could not judge %s", rid, first_error);
+        keep(a->error_why, sizeof a->error_why, &a->error_id, rid, why);
+    } else {
+        a->n_pass++;
+        if (a->n_pass_ids < 64)
+            a->pass_ids[a->n_pass_ids++] = rid;
+    }
+}
+
+/* The ladder's settings of every gate of cell ci, as receipts record them (new ref). */
+static json_t *cell_settings(const struct ladder *l, const struct ladder_gates *g)
+{
+    (void)l;
+    json_t *want = json_object();
+    for (int i = 0; GATE_DEFS[i].name; i++)
+        if (GATE_DEFS[i].cell_gate)
+            json_object_set_new(want, GATE_DEFS[i].name, ladder_gate_settings(g, GATE_DEFS[i].name));
+    return want;
 }
 
 static int on_row(void *ctx, const struct store_row *row)
@@ -98,167 +268,138 @@ static int on_row(void *ctx, const struct store_row *row)
     struct check_ctx *x = ctx;
     const struct ladder *l = x->l;
     x->n_rows++;
+    if (!(row->sig_ok && row->chain_ok && row->columns_ok)) {
+        /* any row that fails verification blocks every release check on this store */
+        if (!x->n_bad++) {
+            x->first_bad = row->id;
+            snprintf(x->bad_problem, sizeof x->bad_problem, "%s",
+                     row->problem && *row->problem ? row->problem : "does not verify");
+        }
+        return 0;
+    }
     json_t *p = NULL;
     struct gate_err err = {0};
-    int parsed = receipt_parse(row->payload, row->len, &p, &err) == 0;
-    json_t *cell = parsed ? json_object_get(p, "cell") : NULL;
+    if (receipt_parse(row->payload, row->len, &p, &err) != 0) {
+        if (!x->n_bad++) {
+            x->first_bad = row->id;
+            snprintf(x->bad_problem, sizeof x->bad_problem, "payload does not parse");
+        }
+        return 0;
+    }
+    json_t *cell = json_object_get(p, "cell");
     const char *model = json_string_value(json_object_get(cell, "model"));
     const char *host = json_string_value(json_object_get(cell, "host"));
     const char *mode = json_string_value(json_object_get(cell, "mode"));
-    int ci = (model && host && mode) ? find_cell(l, model, host, mode) : -1;
-    if (ci < 0 && !(row->sig_ok && row->chain_ok && row->columns_ok)) {
-        /* cannot attribute by payload: fall back on the column, for the verdict only */
-        char m[256], h[256], o[256];
-        if (sscanf(row->cell, "%255[^/]/%255[^/]/%255s", m, h, o) == 3)
-            ci = find_cell(l, m, h, o);
-    }
-    if (ci < 0)
-        goto out;
-    struct cell_acc *a = &x->acc[ci];
-    if (!(row->sig_ok && row->chain_ok && row->columns_ok)) {
-        a->n_tampered++;
-        note(a, row->id, row->problem && *row->problem ? row->problem : "does not verify");
-        goto out;
-    }
-    const struct ladder_cell *c = &l->cells[ci];
-    const struct ladder_host *hh = &l->hosts[c->host];
-    unsigned char pk[32];
     const char *key_id = json_string_value(json_object_get(p, "key_id"));
-    int trusted = 0;
-    if (key_id && key_parse_public(key_id, pk, NULL) == 0)
-        for (int t = 0; t < hh->n_trust; t++)
-            trusted |= !memcmp(hh->trust[t], pk, 32);
-    json_t *eng = json_object_get(json_object_get(p, "subject"), "engine");
-    const char *commit = json_string_value(json_object_get(eng, "git_commit"));
-    const char *version = json_string_value(json_object_get(eng, "version"));
-    int dirty = json_is_true(json_object_get(eng, "git_dirty"));
-    const char *sha = json_string_value(
-        json_object_get(json_object_get(json_object_get(p, "subject"), "model"), "sha256"));
-    int this_build = commit && version && !strcmp(commit, x->id->git_commit) &&
-                     !strcmp(version, x->id->version) && !dirty && !x->id->git_dirty;
-    int this_model = sha && !strcmp(sha, l->models[c->model].sha256);
-    if (!this_build || !this_model) {
-        a->n_other++;
-        char why[200];
-        if (!this_build)
-            snprintf(why, sizeof why, "is for build %.48s%s %.16s, not this one",
-                     commit ? commit : "?", dirty ? " (dirty tree)" : "", version ? version : "?");
-        else
-            snprintf(why, sizeof why, "is for model digest %.64s, not the ladder's pin",
-                     sha ? sha : "?");
-        note(a, row->id, why);
+    struct acc *a = NULL;
+    const char *pin = NULL;
+    json_t *want = NULL;
+    int hi = host ? ladder_find_host(l, host) : -1;
+    if (!model || hi < 0 || !mode)
         goto out;
-    }
-    if (!trusted) {
-        a->n_untrusted++;
-        char why[200];
-        snprintf(why, sizeof why, "is signed by %.80s, which the ladder does not trust for host"
-                 " %.40s", key_id ? key_id : "?", hh->id);
-        note(a, row->id, why);
-        goto out;
-    }
-    err_clear(&err);
-    if (receipt_rederive(p, &err) != 0) {
-        a->n_tampered++;
-        char why[460];
-        snprintf(why, sizeof why, "has a verdict that does not follow from its numbers: %.380s",
-                 err.msg);
-        note(a, row->id, why);
-        goto out;
-    }
-    const char *which = NULL;
-    if (!same_settings(c, json_object_get(p, "gates"), &which)) {
-        a->n_other++;
-        char why[200];
-        snprintf(why, sizeof why, "ran gate '%.40s' with settings other than the ladder's", which);
-        note(a, row->id, why);
-        goto out;
-    }
-    const char *v = json_string_value(json_object_get(p, "verdict"));
-    if (v && !strcmp(v, "PASS")) {
-        a->n_pass++;
-        if (a->n_pass_ids < 64)
-            a->pass_ids[a->n_pass_ids++] = row->id;
+    int ci, ai;
+    if (!strcmp(mode, "anchor") && (ai = find_anchor(l, model)) >= 0) {
+        a = &x->anchors[ai];
+        pin = l->anchors[ai].model.sha256;
+        want = json_pack("{s:o}", "anchor", run_anchor_settings(l, ai));
+    } else if ((ci = find_cell(l, model, host, mode)) >= 0) {
+        a = &x->cells[ci];
+        pin = l->models[l->cells[ci].model].sha256;
+        want = cell_settings(l, &l->cells[ci].g);
+    } else if ((ci = find_excluded(l, model, host, mode)) >= 0) {
+        /* an exclusion cannot hide a failure: its receipts are judged like a cell's */
+        a = &x->excluded[ci];
+        pin = l->models[l->excluded[ci].model].sha256;
+        struct ladder_gates g;
+        int any = 0;
+        for (int k = 0; k < l->n_cells && !any; k++)
+            if (l->cells[k].model == l->excluded[ci].model) {
+                g = l->cells[k].g;
+                any = 1;
+            }
+        want = any ? cell_settings(l, &g) : json_object();
     } else {
-        a->n_fail++;
-        note(a, row->id, "FAILED");
+        goto out;
     }
+    char why[512], safe[200];
+    if (!trusted_for(&l->hosts[hi], key_id)) {
+        a->n_untrusted++;
+        snprintf(why, sizeof why, "receipt %" PRId64 " is signed by %.80s, which the ladder does"
+                 " not trust for host %s", row->id, cli_safe(key_id ? key_id : "?", safe,
+                 sizeof safe), l->hosts[hi].id);
+        keep(a->untrusted_why, sizeof a->untrusted_why, &a->untrusted_id, row->id, why);
+        goto out;
+    }
+    char not[400];
+    not_this(x, p, pin, not, sizeof not);
+    if (not[0]) {
+        a->n_other++;
+        snprintf(why, sizeof why, "receipt %" PRId64 " %s", row->id, not);
+        keep(a->other_why, sizeof a->other_why, &a->other_id, row->id, why);
+        goto out;
+    }
+    judge_receipt(x, a, row->id, p, mode, want);
 out:
+    json_decref(want);
     json_decref(p);
     return 0;
 }
 
-static enum cell_state decide(const struct cell_acc *a)
+static void decide(struct acc *a, int excluded, const char *judge_note)
 {
-    if (a->n_tampered)
-        return ST_TAMPERED;
-    if (a->n_pass && a->n_fail)
-        return ST_FLAKY;
-    if (a->n_fail)
-        return ST_FAIL;
-    if (a->n_pass)
-        return ST_PASS;
-    if (a->n_untrusted)
-        return ST_UNTRUSTED;
-    if (a->n_other)
-        return ST_STALE;
-    return ST_MISSING;
+    if (a->n_pass && a->n_fail) {
+        a->state = ST_FLAKY;
+        snprintf(a->why, sizeof a->why, "%s (and %d PASS receipt%s: a rerun never erases a"
+                 " failure)", a->fail_why, a->n_pass, a->n_pass == 1 ? "" : "s");
+    } else if (a->n_fail) {
+        a->state = ST_FAIL;
+        snprintf(a->why, sizeof a->why, "%s", a->fail_why);
+    } else if (excluded) {
+        a->state = ST_EXCLUDED;
+    } else if (a->n_pass) {
+        a->state = ST_PASS;
+    } else if (a->n_error) {
+        a->state = ST_ERROR;
+        snprintf(a->why, sizeof a->why, "%s (rerun on a quieter host)", a->error_why);
+    } else if (a->n_untrusted) {
+        a->state = ST_UNTRUSTED;
+        snprintf(a->why, sizeof a->why, "%s", a->untrusted_why);
+    } else if (a->n_other) {
+        a->state = ST_STALE;
+        snprintf(a->why, sizeof a->why, "%s", a->other_why);
+    } else {
+        a->state = ST_MISSING;
+        snprintf(a->why, sizeof a->why, "no receipt for this build and model digest");
+    }
+    if (judge_note && a->state != ST_PASS && a->state != ST_EXCLUDED) {
+        size_t len = strlen(a->why);
+        snprintf(a->why + len, sizeof a->why - len, " — %s", judge_note);
+    }
 }
 
 int release_check(const char *ladder, const char *db, const char *sign_key)
 {
-    return release_check_to(stdout, ladder, db, sign_key, NULL);
+    struct release_options o = {.ladder = ladder, .db = db, .sign_key = sign_key};
+    return release_check_opts(stdout, &o, NULL);
 }
 
 int release_check_to(FILE *out, const char *ladder, const char *db, const char *sign_key,
                      const struct identity *self)
 {
-    struct gate_err err = {0};
-    struct ladder *l = NULL;
-    struct store *st = NULL;
-    struct identity id;
-    struct cell_acc *acc = NULL;
-    enum cell_state *state = NULL;
-    int rc, exit_code = 0;
-    if ((rc = ladder_load(&l, ladder, &err))) {
-        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
-        goto out;
-    }
-    if (self)
-        id = *self;
-    else if ((rc = identity_get(&id, &err))) {
-        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
-        goto out;
-    }
-    if ((rc = store_open(&st, db, &err))) {
-        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
-        goto out;
-    }
-    acc = calloc((size_t)l->n_cells + 1, sizeof *acc);
-    state = calloc((size_t)l->n_cells + 1, sizeof *state);
-    if (!acc || !state) {
-        exit_code = cli_fail(3, "out of memory");
-        goto out;
-    }
-    struct check_ctx x = {l, &id, acc, 0};
-    if ((rc = store_foreach(st, on_row, &x, &err))) {
-        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
-        goto out;
-    }
-    int n_ok = 0;
-    for (int i = 0; i < l->n_cells; i++) {
-        state[i] = decide(&acc[i]);
-        n_ok += state[i] == ST_PASS;
-    }
-    fprintf(out, "release %s %s — ladder %s (sha256 %.12s), build %.12s%s, %d receipts in %s\n\n",
-           l->name, l->version, ladder, l->sha256, id.git_commit, id.git_dirty ? " (dirty)" : "",
-           x.n_rows, db);
-    /* matrix: models x (host, mode) columns in order of first appearance */
+    struct release_options o = {.ladder = ladder, .db = db, .sign_key = sign_key};
+    return release_check_opts(out, &o, self);
+}
+
+/* The matrix: models x (host/mode) columns in order of first appearance, cells and excluded. */
+static void print_matrix(FILE *out, const struct ladder *l, const struct check_ctx *x)
+{
     char cols[64][96];
     int n_cols = 0;
-    for (int i = 0; i < l->n_cells && n_cols < 64; i++) {
+    for (int i = 0; i < l->n_cells + l->n_excluded && n_cols < 64; i++) {
+        int host = i < l->n_cells ? l->cells[i].host : l->excluded[i - l->n_cells].host;
+        const char *mode = i < l->n_cells ? l->cells[i].mode : l->excluded[i - l->n_cells].mode;
         char c[96];
-        snprintf(c, sizeof c, "%s/%s", l->hosts[l->cells[i].host].id, l->cells[i].mode);
+        snprintf(c, sizeof c, "%s/%s", l->hosts[host].id, mode);
         int seen = 0;
         for (int k = 0; k < n_cols; k++)
             seen |= !strcmp(cols[k], c);
@@ -273,75 +414,241 @@ int release_check_to(FILE *out, const char *ladder, const char *db, const char *
         fprintf(out, "%-20s", l->models[mi].id);
         for (int k = 0; k < n_cols; k++) {
             const char *s = "-";
-            for (int i = 0; i < l->n_cells; i++) {
+            for (int i = 0; i < l->n_cells + l->n_excluded; i++) {
+                int ex = i >= l->n_cells;
+                int model = ex ? l->excluded[i - l->n_cells].model : l->cells[i].model;
+                int host = ex ? l->excluded[i - l->n_cells].host : l->cells[i].host;
+                const char *mode = ex ? l->excluded[i - l->n_cells].mode : l->cells[i].mode;
                 char c[96];
-                snprintf(c, sizeof c, "%s/%s", l->hosts[l->cells[i].host].id, l->cells[i].mode);
-                if (l->cells[i].model == mi && !strcmp(c, cols[k]))
-                    s = STATE[state[i]];
+                snprintf(c, sizeof c, "%s/%s", l->hosts[host].id, mode);
+                if (model == mi && !strcmp(c, cols[k]))
+                    s = STATE[ex ? x->excluded[i - l->n_cells].state : x->cells[i].state];
             }
             fprintf(out, " %-22s", s);
         }
         fprintf(out, "\n");
     }
+    for (int i = 0; i < l->n_anchors; i++)
+        fprintf(out, "%-20s %-22s (judge on trial: %s, %s)\n", "anchor", STATE[x->anchors[i].state],
+                l->anchors[i].id, l->anchors[i].arch);
     fprintf(out, "\n");
+}
+
+int release_check_opts(FILE *out, const struct release_options *o, const struct identity *self)
+{
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    struct store *st = NULL;
+    struct identity id;
+    struct check_ctx x;
+    struct key_pair k;
+    int rc, exit_code = 0;
+    memset(&x, 0, sizeof x);
+    memset(&k, 0, sizeof k);
+    if ((rc = ladder_load(&l, o->ladder, &err)) || (rc = ladder_check_anchored(l, &err))) {
+        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
+        goto out;
+    }
+    if (self)
+        id = *self;
+    else if ((rc = identity_get(&id, &err))) {
+        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
+        goto out;
+    }
+    /* a sign-off writes to the store; a check only reads it (and works on a read-only file) */
+    if (o->sign_key && (rc = key_load(o->sign_key, &k, &err))) {
+        exit_code = cli_fail(err_exit_code(rc), "release check --sign: %s", err.msg);
+        goto out;
+    }
+    rc = o->sign_key ? store_open(&st, o->db, &err) : store_open_readonly(&st, o->db, &err);
+    if (rc) {
+        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
+        goto out;
+    }
+    x.l = l;
+    x.id = &id;
+    x.cells = calloc((size_t)l->n_cells + 1, sizeof *x.cells);
+    x.excluded = calloc((size_t)l->n_excluded + 1, sizeof *x.excluded);
+    x.anchors = calloc((size_t)l->n_anchors + 1, sizeof *x.anchors);
+    if (!x.cells || !x.excluded || !x.anchors) {
+        exit_code = cli_fail(3, "out of memory");
+        goto out;
+    }
+    if ((rc = store_foreach(st, on_row, &x, &err))) {
+        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
+        goto out;
+    }
+    /* store-wide problems: rows that fail verification, head records that name missing rows */
+    struct store_audit audit;
+    memset(&audit, 0, sizeof audit);
+    if ((rc = store_audit(st, &audit, &err))) {
+        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
+        goto out;
+    }
+    char store_bad[400] = "";
+    if (x.n_bad)
+        snprintf(store_bad, sizeof store_bad, "receipt %" PRId64 " of the store fails"
+                 " verification (%s); no receipt of this store can be believed", x.first_bad,
+                 x.bad_problem);
+    else if (audit.n_bad)
+        snprintf(store_bad, sizeof store_bad, "receipt %" PRId64 " of the store fails"
+                 " verification (%s); no receipt of this store can be believed",
+                 audit.first_bad_id, audit.first_problem);
+    else if (audit.n_head_problems)
+        snprintf(store_bad, sizeof store_bad, "%s; receipts were removed from this store",
+                 audit.head_problem);
+    if (!store_bad[0] && o->expect_head) {
+        err_clear(&err);
+        if (store_expect_head(st, o->expect_head, &err))
+            snprintf(store_bad, sizeof store_bad, "%.390s", err.msg);
+    }
+    /* anchors: one note per architecture that has none, and per architecture whose anchors
+     * do not all PASS */
+    int n_block = 0, n_required = l->n_cells;
+    for (int i = 0; i < l->n_anchors; i++) {
+        decide(&x.anchors[i], 0, NULL);
+        if (x.anchors[i].state != ST_PASS) {
+            size_t len = strlen(x.anchors[i].why);
+            snprintf(x.anchors[i].why + len, sizeof x.anchors[i].why - len,
+                     " — the judge itself is not shown to be right for %s",
+                     l->anchors[i].arch);
+        }
+    }
+    for (int i = 0; i < l->n_cells; i++)
+        decide(&x.cells[i], 0, NULL);
+    for (int i = 0; i < l->n_excluded; i++)
+        decide(&x.excluded[i], 1, NULL);
+    if (store_bad[0]) {
+        struct acc *all[] = {x.cells, x.excluded, x.anchors};
+        int ns[] = {l->n_cells, l->n_excluded, l->n_anchors};
+        for (int t = 0; t < 3; t++)
+            for (int i = 0; i < ns[t]; i++) {
+                all[t][i].state = ST_TAMPERED;
+                snprintf(all[t][i].why, sizeof all[t][i].why, "%s", store_bad);
+            }
+    }
+    fprintf(out, "release %s %s — ladder %s (sha256 %.12s), build %.12s%s, %d receipts in %s\n",
+            l->name, l->version, o->ladder, l->sha256, id.git_commit,
+            id.git_dirty ? " (dirty)" : "", x.n_rows, o->db);
+    fprintf(out, "%d required cell%s, %d excluded, %d anchor case%s\n\n", l->n_cells,
+            l->n_cells == 1 ? "" : "s", l->n_excluded, l->n_anchors,
+            l->n_anchors == 1 ? "" : "s");
+    print_matrix(out, l, &x);
+    for (int i = 0; i < l->n_unanchored; i++)
+        fprintf(out, "note: judge not anchored for %s: %s\n", l->unanchored[i].arch,
+                l->unanchored[i].reason);
+    for (int i = 0; i < l->n_excluded; i++) {
+        char name[256];
+        snprintf(name, sizeof name, "%s/%s/%s", l->models[l->excluded[i].model].id,
+                 l->hosts[l->excluded[i].host].id, l->excluded[i].mode);
+        fprintf(out, "excluded: %-36s %s\n", name, l->excluded[i].reason);
+    }
     if (id.git_dirty)
-        fprintf(out, "note: this gate binary was built from a tree with uncommitted changes; no receipt"
-               " can count for it. Commit, rebuild, rerun.\n");
-    if (n_ok == l->n_cells) {
-        fprintf(out, "RELEASE OK: all %d required cells PASS for this build\n", l->n_cells);
+        fprintf(out, "note: this gate binary was built from a tree that is not its commit (%s);"
+                " no receipt can count for it. Commit, rebuild, rerun.\n",
+                id.dirty_reason[0] ? id.dirty_reason : "uncommitted changes");
+    int n_bad_cells = 0, n_bad_anchors = 0;
+    for (int i = 0; i < l->n_cells; i++)
+        n_bad_cells += x.cells[i].state != ST_PASS;
+    for (int i = 0; i < l->n_excluded; i++)
+        n_bad_cells += x.excluded[i].state != ST_EXCLUDED;
+    for (int i = 0; i < l->n_anchors; i++)
+        n_bad_anchors += x.anchors[i].state != ST_PASS;
+    n_block = n_bad_cells + n_bad_anchors + (id.git_dirty ? 1 : 0);
+    for (int i = 0; i < l->n_cells; i++)
+        if (x.cells[i].disagree[0])
+            fprintf(out, "warning: %s\n", x.cells[i].disagree);
+    for (int i = 0; i < l->n_anchors; i++)
+        if (x.anchors[i].disagree[0])
+            fprintf(out, "warning: %s\n", x.anchors[i].disagree);
+    if (n_block == 0) {
+        fprintf(out, "RELEASE OK: all %d required cells and %d anchor case%s PASS for this build\n",
+                n_required, l->n_anchors, l->n_anchors == 1 ? "" : "s");
     } else {
-        fprintf(out, "RELEASE BLOCKED: %d of %d required cells are not PASS\n", l->n_cells - n_ok,
-               l->n_cells);
+        fprintf(out, "RELEASE BLOCKED: %d of %d required cells and %d of %d anchor case%s are not"
+                " PASS%s\n", n_bad_cells, n_required, n_bad_anchors, l->n_anchors,
+                l->n_anchors == 1 ? "" : "s", id.git_dirty ? "; this binary is not a clean build" : "");
+        for (int i = 0; i < l->n_anchors; i++)
+            if (x.anchors[i].state != ST_PASS)
+                fprintf(out, "  anchor %-33s %-9s %s\n", l->anchors[i].id,
+                        STATE[x.anchors[i].state], x.anchors[i].why);
         for (int i = 0; i < l->n_cells; i++) {
-            if (state[i] == ST_PASS)
+            if (x.cells[i].state == ST_PASS)
                 continue;
             char name[256];
             ladder_cell_name(l, i, name, sizeof name);
-            fprintf(out, "  %-40s %-9s %s\n", name, STATE[state[i]],
-                   state[i] == ST_MISSING ? "no receipt for this build and model digest"
-                                          : acc[i].why);
+            fprintf(out, "  %-40s %-9s %s\n", name, STATE[x.cells[i].state], x.cells[i].why);
         }
+        for (int i = 0; i < l->n_excluded; i++)
+            if (x.excluded[i].state != ST_EXCLUDED) {
+                char name[256];
+                snprintf(name, sizeof name, "%s/%s/%s", l->models[l->excluded[i].model].id,
+                         l->hosts[l->excluded[i].host].id, l->excluded[i].mode);
+                fprintf(out, "  %-40s %-9s %s (excluded, but an exclusion cannot hide a"
+                        " failure)\n", name, STATE[x.excluded[i].state], x.excluded[i].why);
+            }
         exit_code = 1;
     }
-    if (sign_key && exit_code == 0) {
-        struct key_pair k;
-        memset(&k, 0, sizeof k);
-        if ((rc = key_load(sign_key, &k, &err))) {
-            exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
-            goto out;
-        }
-        json_t *cells = json_array();
+    if (o->sign_key && exit_code == 0) {
+        json_t *cells = json_array(), *excl = json_array(), *anchors = json_array();
+        json_t *unanch = json_array();
         for (int i = 0; i < l->n_cells; i++) {
             char name[256];
             json_t *ids = json_array();
-            for (int j = 0; j < acc[i].n_pass_ids; j++)
-                json_array_append_new(ids, json_integer(acc[i].pass_ids[j]));
+            for (int j = 0; j < x.cells[i].n_pass_ids; j++)
+                json_array_append_new(ids, json_integer(x.cells[i].pass_ids[j]));
             json_array_append_new(cells, json_pack("{s:s, s:o}", "cell",
                                                    ladder_cell_name(l, i, name, sizeof name),
                                                    "receipts", ids));
         }
+        for (int i = 0; i < l->n_excluded; i++) {
+            char name[256];
+            snprintf(name, sizeof name, "%s/%s/%s", l->models[l->excluded[i].model].id,
+                     l->hosts[l->excluded[i].host].id, l->excluded[i].mode);
+            json_array_append_new(excl, json_pack("{s:s, s:s}", "cell", name, "reason",
+                                                  l->excluded[i].reason));
+        }
+        for (int i = 0; i < l->n_anchors; i++) {
+            json_t *ids = json_array();
+            for (int j = 0; j < x.anchors[i].n_pass_ids; j++)
+                json_array_append_new(ids, json_integer(x.anchors[i].pass_ids[j]));
+            json_array_append_new(anchors, json_pack("{s:s, s:s, s:o}", "anchor",
+                                                     l->anchors[i].id, "arch",
+                                                     l->anchors[i].arch, "receipts", ids));
+        }
+        for (int i = 0; i < l->n_unanchored; i++)
+            json_array_append_new(unanch, json_pack("{s:s, s:s}", "arch", l->unanchored[i].arch,
+                                                    "reason", l->unanchored[i].reason));
         char now[32];
         identity_utc_now(now);
-        json_t *payload = json_pack("{s:{s:s, s:s, s:s}, s:o, s:o, s:s, s:s}", "ladder", "name",
-                                    l->name, "version", l->version, "sha256", l->sha256,
-                                    "engine", identity_json(&id), "cells", cells, "verdict",
-                                    "PASS", "signed_at", now);
+        json_t *payload = json_pack(
+            "{s:{s:s, s:s, s:s, s:s}, s:o, s:o, s:o, s:o, s:o, s:s, s:s}", "ladder", "name",
+            l->name, "version", l->version, "sha256", l->sha256, "trust_sha256", l->trust_sha256,
+            "engine", identity_json(&id), "cells", cells, "excluded", excl, "anchors", anchors,
+            "judge_not_anchored", unanch, "verdict", "PASS", "signed_at", now);
         char signer[80];
         snprintf(signer, sizeof signer, "%s", k.id);
+        err_clear(&err);
         rc = store_add_signoff(st, payload, &k, &err);
         json_decref(payload);
-        key_wipe(&k);
+        char head[65];
+        int64_t count = 0;
+        if (!rc)
+            rc = store_write_head(st, &k, head, &count, &err);
         if (rc) {
             exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
             goto out;
         }
-        fprintf(out, "sign-off written to %s, signed by %s\n", db, signer);
-    } else if (sign_key) {
+        fprintf(out, "sign-off written to %s, signed by %s; chain head %s (%" PRId64
+                " receipts)\n", o->db, signer, head, count);
+    } else if (o->sign_key) {
         fprintf(out, "not signed: the release is blocked\n");
     }
 out:
-    free(acc);
-    free(state);
+    key_wipe(&k);
+    free(x.cells);
+    free(x.excluded);
+    free(x.anchors);
     store_close(st);
     ladder_free(l);
     return exit_code;

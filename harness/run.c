@@ -31,6 +31,7 @@
 #include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
+#include "harness/pin.h"
 #include "oracles/capability.h"
 #include "oracles/falsify.h"
 #include "oracles/golden.h"
@@ -205,32 +206,27 @@ static json_t *gate_golden(struct cell_ctx *x)
     struct gate_err err = {0};
     struct golden_set set;
     struct golden_result gr;
+    struct pinned pf = {.fd = -1};
+    uint8_t *bytes = NULL;
+    size_t len = 0;
     memset(&set, 0, sizeof set);
     memset(&gr, 0, sizeof gr);
-    json_t *g = NULL;
-    char sha[65];
+    json_t *g = NULL, *settings = ladder_gate_settings(&x->c->g, "golden");
     mode_ran_begin(&x->ran);
     if (!x->c->g.goldens[0]) {
         g = finish(x, "golden", NULL, "the ladder declares no goldens file (gates.golden."
                    "goldens); record them with: gate golden record LADDER", NULL);
         goto out;
     }
-    if (identity_file_sha256(x->c->g.goldens, sha, &err) == 0 &&
-        strcmp(sha, x->c->g.goldens_sha256) != 0)
-        err_set(&err, ERR_INPUT, "goldens file '%s' has SHA-256 %s but the ladder pins %s",
-                x->c->g.goldens, sha, x->c->g.goldens_sha256);
-    if (err.msg[0] || golden_load(x->c->g.goldens, x->model_sha, &set, &err)) {
+    /* the goldens file is evidence: opened once, checked against its pin, read from that
+     * descriptor */
+    if (pin_open(x->c->g.goldens, x->c->g.goldens_sha256, &pf, &err) ||
+        pin_read_all(&pf, (size_t)64 << 20, &bytes, &len, &err) ||
+        golden_load_buf((const char *)bytes, len, x->c->g.goldens, x->model_sha, &set, &err)) {
         g = finish(x, "golden", NULL, err.msg, NULL);
         goto out;
     }
-    if (set.n_gen != x->c->g.golden_tokens) {
-        snprintf(err.msg, sizeof err.msg, "goldens for %.12s were recorded with %d tokens; the"
-                 " ladder asks for %d (re-record them)", x->model_sha, set.n_gen,
-                 x->c->g.golden_tokens);
-        g = finish(x, "golden", NULL, err.msg, NULL);
-        goto out;
-    }
-    if (golden_run(x->m, &x->mode, &set, x->o->threads, &gr, &err)) {
+    if (golden_gate(x->m, &x->mode, &set, settings, x->o->threads, &gr, &err)) {
         g = finish(x, "golden", NULL, err.msg, NULL);
         goto out;
     }
@@ -238,6 +234,9 @@ static json_t *gate_golden(struct cell_ctx *x)
     snprintf(key, sizeof key, "%d prompts x %d tokens: %s", gr.n, set.n_gen, gr.reason);
     g = finish(x, "golden", golden_result_json(&gr), NULL, key);
 out:
+    json_decref(settings);
+    free(bytes);
+    pin_close(&pf);
     golden_result_free(&gr);
     golden_set_free(&set);
     return g;
@@ -256,16 +255,22 @@ static json_t *gate_throughput(struct cell_ctx *x)
     cfg.n_threads = x->o->threads;
     cfg.min_prefill_tps = lg->min_prefill_tps;
     cfg.min_decode_tps = lg->min_decode_tps;
+    cfg.max_cv = lg->max_cv;
     struct throughput_result tr;
     memset(&tr, 0, sizeof tr);
     mode_ran_begin(&x->ran);
-    if (throughput_run(x->l->models[x->c->model].path, &x->mode, &cfg, &tr, &err))
+    /* the model already loaded from the pinned descriptor: never re-opened by path */
+    if (throughput_gate(x->m, &x->mode, &cfg, &tr, &err)) {
+        throughput_result_free(&tr);
         return finish(x, "throughput", NULL, err.msg, NULL);
+    }
     char key[400];
-    snprintf(key, sizeof key, "prefill %.1f tok/s, decode %.1f tok/s (floors %g / %g)%s",
-             tr.prefill.median, tr.decode.median, cfg.min_prefill_tps, cfg.min_decode_tps,
-             tr.prefill.noisy || tr.decode.noisy ? ", noisy (CV > 10%)" : "");
-    return finish(x, "throughput", throughput_result_json(&tr), NULL, key);
+    snprintf(key, sizeof key, "%s %.1f tok/s, decode %.1f tok/s (floors %g / %g), CV %.2f / %.2f",
+             tr.prompt_path, tr.prefill.median, tr.decode.median, cfg.min_prefill_tps,
+             cfg.min_decode_tps, tr.prefill.cv, tr.decode.cv);
+    json_t *metrics = throughput_result_json(&tr);
+    throughput_result_free(&tr);
+    return finish(x, "throughput", metrics, NULL, key);
 }
 
 static json_t *gate_falsify(struct cell_ctx *x)
@@ -274,6 +279,8 @@ static json_t *gate_falsify(struct cell_ctx *x)
     struct falsify_config cfg;
     falsify_config_default(&cfg);
     parity_cfg(&x->c->g, &cfg.parity);
+    cfg.sweep_samples = x->c->g.sweep_samples;
+    cfg.min_detection = x->c->g.min_detection;
     struct falsify_result fr;
     memset(&fr, 0, sizeof fr);
     mode_ran_begin(&x->ran);
@@ -382,14 +389,22 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     struct gate_err err = {0};
     struct model *m = NULL;
     json_t *gates = NULL;
+    struct pinned pf = {.fd = -1};
     int rc = ensure_model(&x, &err);
+    /* opened once, hashed through that descriptor, mapped from it: the bytes checked against
+     * the pin are the bytes every gate runs */
     if (!rc)
-        rc = identity_file_sha256(lm->path, x.model_sha, &err);
-    if (!rc && strcmp(x.model_sha, lm->sha256))
-        rc = err_set(&err, ERR_INPUT, "model '%s' has SHA-256 %s but the ladder pins %s: the"
-                     " file is not the one this ladder gates", lm->id, x.model_sha, lm->sha256);
+        rc = pin_open_bounded(lm->path, NULL, UINT64_MAX, &pf, &err);
+    if (!rc) {
+        snprintf(x.model_sha, sizeof x.model_sha, "%s", pf.sha256);
+        if (strcmp(x.model_sha, lm->sha256))
+            rc = err_set(&err, ERR_INPUT, "model '%s' has SHA-256 %s but the ladder pins %s: the"
+                         " file is not the one this ladder gates", lm->id, x.model_sha,
+                         lm->sha256);
+    }
     if (!rc)
-        rc = model_load(&m, lm->path, &err);
+        rc = model_load_fd(&m, pf.fd, lm->path, &err);
+    pin_close(&pf);
     if (!rc && strcmp(model_arch_name(m->hp.arch), lm->arch))
         rc = err_set(&err, ERR_INPUT, "model '%s' is %s but the ladder says %s", lm->id,
                      model_arch_name(m->hp.arch), lm->arch);
@@ -429,10 +444,10 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     json_object_set_new(env, "host", json_string(l->hosts[x.c->host].id));
     json_object_set_new(env, "gpu", gpu_environment(&l->hosts[x.c->host]));
     json_t *payload = json_pack(
-        "{s:i, s:{s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:{s:o, s:o}, s:o, s:o, s:[], s:s,"
+        "{s:i, s:{s:s, s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:{s:o, s:o}, s:o, s:o, s:[], s:s,"
         " s:s, s:s}",
         "schema_version", RECEIPT_SCHEMA_VERSION, "ladder", "name", l->name, "version",
-        l->version, "sha256", l->sha256, "path", l->path, "cell", "model", lm->id, "host",
+        l->version, "sha256", l->sha256, "path", l->path, "trust_sha256", l->trust_sha256, "cell", "model", lm->id, "host",
         l->hosts[x.c->host].id, "mode", x.c->mode, "subject", "model", model_subject, "engine",
         identity_json(id), "environment", env, "gates", gates, "faults_active", "verdict",
         gate_verdict_name(overall), "started_at", started, "finished_at", finished);
@@ -479,7 +494,7 @@ int run_ladder(const struct run_options *o)
     int rc, exit_code = 0, n_run = 0, n_pass = 0;
     json_t *results = json_array();
     memset(&key, 0, sizeof key);
-    if ((rc = ladder_load(&l, o->ladder, &err))) {
+    if ((rc = ladder_load(&l, o->ladder, &err)) || (rc = ladder_check_anchored(l, &err))) {
         exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
         goto out;
     }
@@ -512,9 +527,13 @@ int run_ladder(const struct run_options *o)
     int trusted = 0;
     for (int t = 0; t < l->hosts[hi].n_trust; t++)
         trusted |= !memcmp(l->hosts[hi].trust[t], key.pk, 32);
-    if (!trusted)
-        fprintf(stderr, "gate: WARNING: key %s is not trusted for host '%s' by this ladder; its"
-                " receipts will be UNTRUSTED at release check\n", key.id, host);
+    if (!trusted) {
+        /* refuse before running anything: receipts nobody will believe are wasted work */
+        exit_code = cli_fail(2, "run: key %s (%s) is not trusted for host '%s' by %s; add its"
+                             " public key to the host's trust list or use a trusted --key",
+                             key.id, keypath, host, o->ladder);
+        goto out;
+    }
     if ((rc = identity_get(&id, &err))) {
         exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
         goto out;
@@ -538,21 +557,71 @@ int run_ladder(const struct run_options *o)
         json_t *payload = run_cell(l, i, o, &id, &pass);
         int64_t rid = 0;
         err_clear(&err);
-        if ((rc = store_append(st, payload, &key, &rid, &err))) {
+        const char *verdict = json_string_value(json_object_get(payload, "verdict"));
+        int stored = (rc = store_append(st, payload, &key, &rid, &err)) == 0;
+        if (!stored) {
             fprintf(stderr, "gate: cannot store the receipt of %s: %s\n", name, err.msg);
             exit_code = 3;
             pass = 0;
         }
         n_run++;
         n_pass += pass;
-        json_array_append_new(results, json_pack("{s:s, s:s, s:I, s:O}", "cell", name, "verdict",
-                                                 pass ? "PASS" : "FAIL", "receipt",
-                                                 (json_int_t)rid, "gates",
-                                                 json_object_get(payload, "gates")));
-        if (!o->json)
-            fprintf(stderr, "  %-36s => %s (receipt %" PRId64 ")\n", name, pass ? "PASS" : "FAIL",
-                    rid);
+        json_t *res = json_pack("{s:s, s:s, s:O}", "cell", name, "verdict", verdict, "gates",
+                                json_object_get(payload, "gates"));
+        json_object_set_new(res, "receipt", stored ? json_integer(rid) : json_null());
+        json_array_append_new(results, res);
+        if (!o->json) {
+            if (stored)
+                fprintf(stderr, "  %-36s => %s (receipt %" PRId64 ")\n", name, verdict, rid);
+            else
+                fprintf(stderr, "  %-36s => %s (NOT STORED: no receipt exists for this run)\n",
+                        name, verdict);
+        }
         json_decref(payload);
+    }
+    /* the judge on trial: every anchor case of the ladder, on this host, as its own receipt */
+    for (int ai = 0; ai < l->n_anchors && !(o->only && n_run == 0); ai++) {
+        char name[256];
+        snprintf(name, sizeof name, "anchor/%s/%s", l->anchors[ai].id, host);
+        int pass = 0;
+        json_t *payload = run_anchor_payload(l, ai, hi, o->threads, &id, &pass);
+        const char *verdict = json_string_value(json_object_get(payload, "verdict"));
+        int64_t rid = 0;
+        err_clear(&err);
+        int stored = store_append(st, payload, &key, &rid, &err) == 0;
+        if (!stored) {
+            fprintf(stderr, "gate: cannot store the receipt of %s: %s\n", name, err.msg);
+            exit_code = 3;
+            pass = 0;
+        }
+        n_run++;
+        n_pass += pass;
+        if (!o->json) {
+            const char *why = json_string_value(json_object_get(
+                json_object_get(json_object_get(payload, "gates"), "anchor"), "reason"));
+            fprintf(stderr, "  %-36s %-11s %-6s %s\n", name, "anchor", verdict ? verdict : "?",
+                    why && !pass ? why : (l->anchors[ai].reference));
+            if (stored)
+                fprintf(stderr, "  %-36s => %s (receipt %" PRId64 ")\n", name, verdict, rid);
+        }
+        json_t *res = json_pack("{s:s, s:s, s:O}", "cell", name, "verdict", verdict ? verdict : "?",
+                                "gates", json_object_get(payload, "gates"));
+        json_object_set_new(res, "receipt", stored ? json_integer(rid) : json_null());
+        json_array_append_new(results, res);
+        json_decref(payload);
+    }
+    /* a signed head record: a later check notices receipts deleted after this point */
+    if (n_run > 0) {
+        char head[65];
+        int64_t count = 0;
+        err_clear(&err);
+        if ((rc = store_write_head(st, &key, head, &count, &err))) {
+            fprintf(stderr, "gate: cannot write the head record: %s\n", err.msg);
+            exit_code = 3;
+        } else if (!o->json) {
+            fprintf(stderr, "chain head %s (%" PRId64 " receipts by key %s); keep it: gate"
+                    " release check --expect-head %s\n", head, count, key.id, head);
+        }
     }
     if (n_run == 0) {
         exit_code = cli_fail(2, "run: no cell of host '%s'%s%s in %s", host,
@@ -570,12 +639,14 @@ int run_ladder(const struct run_options *o)
                    json_string_value(json_object_get(r, "verdict")));
             static const char *const gn[] = {"capability", "parity", "golden", "throughput",
                                              "falsify"};
-            for (int k = 0; k < 5; k++)
-                printf(" %-*s", (int)strlen(gn[k]),
-                       json_string_value(json_object_get(json_object_get(gs, gn[k]), "verdict")));
+            for (int k = 0; k < 5; k++) {
+                const char *v =
+                    json_string_value(json_object_get(json_object_get(gs, gn[k]), "verdict"));
+                printf(" %-*s", (int)strlen(gn[k]), v ? v : "-");
+            }
             printf("\n");
         }
-        printf("%d of %d cells passed\n", n_pass, n_run);
+        printf("%d of %d passed (cells and anchor cases)\n", n_pass, n_run);
     }
     if (!exit_code)
         exit_code = n_pass == n_run ? 0 : 1;
