@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "harness/cli.h"
+#include "harness/gatedef.h"
 #include "receipts/key.h"
 #include "receipts/receipt.h"
 #include "receipts/store.h"
@@ -277,7 +278,8 @@ static int show_row(void *ctx, const struct store_row *r)
     if (r->problem[0])
         printf("problem      %s\n", safe(r->problem));
     err_clear(&err);
-    if (receipt_rederive(p, &err) == 0)
+    enum gate_verdict ov;
+    if (gatedef_rejudge_payload(p, &ov, &err) == 0)
         printf("re-derived   verdicts agree with the recorded numbers\n");
     else
         printf("re-derived   DISAGREE: %s\n", safe(err.msg));
@@ -311,7 +313,9 @@ static int verify_row(void *vctx, const struct store_row *r)
     const char *why = r->problem;
     v->n++;
     if (r->sig_ok && r->chain_ok && r->columns_ok) {
-        if (receipt_parse(r->payload, r->len, &p, &err) != 0 || receipt_rederive(p, &err) != 0)
+        enum gate_verdict ov;
+        if (receipt_parse(r->payload, r->len, &p, &err) != 0 ||
+            gatedef_rejudge_payload(p, &ov, &err) != 0)
             why = err.msg;
     }
     json_decref(p);
