@@ -298,7 +298,7 @@ static int iterate(struct loop *l, long long n)
 
     struct outcome r, c, v, post;
     gate(&r, fault, "run.out", "run", l->ladder, "--host", "a", "--db", l->db, "--key", l->key,
-         NULL);
+         "--threads", "1", NULL);
     gate(&c, fault, "check.out", "release", "check", l->ladder, "--db", l->db, NULL);
     gate(&v, fault, "verify.out", "receipt", "verify", "--all", "--db", l->db, NULL);
     judge_exit(l, "gate run", fault, &r);
@@ -394,7 +394,7 @@ static void setup_loop(struct loop *l, const char *kind)
     fclose(f);
     /* the model is synthesized here, once, into the ladder's .gate-cache */
     gate(&o, NULL, "setup.out", "run", l->ladder, "--host", "a", "--db", l->base_db, "--key",
-         l->key, NULL);
+         l->key, "--threads", "1", NULL);
     cr_assert(o.code == 0 || o.code == 1, "the unfaulted run must finish (exit %d):\n%s", o.code,
               o.out);
     l->base_run_code = o.code;
