@@ -1,8 +1,12 @@
 /* test_ladder.c — the ladder parser: a valid ladder expands to the right cells with the right
  * settings; every malformed ladder is refused with file:line:column and what was expected. */
 #include <criterion/criterion.h>
+#include <sodium.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "harness/ladder.h"
 #include "tests/support/check.h"
@@ -38,6 +42,12 @@ Test(ladder, expands_matrix_minus_exclusions_plus_explicit_cells)
     cr_expect_eq(l->hosts[0].n_trust, 1);
     cr_expect_eq(l->hosts[0].trust[0][0], 0x3b);
     cr_expect_eq(strlen(l->sha256), 64);
+    /* the excluded cell stays in the ladder with its reason (issue 10 §3) */
+    cr_assert_eq(l->n_excluded, 1);
+    cr_expect_str_eq(ladder_excluded_name(l, 0, name, sizeof name), "tiny-dense/local/ref.chat");
+    cr_expect_str_eq(l->excluded[0].reason, "dense chat covered by the MoE cell");
+    cr_expect_eq(l->excluded[0].line, 23);
+    cr_expect_eq(strlen(l->trust_sha256), 64);
     ladder_free(l);
 }
 
@@ -64,7 +74,7 @@ static const struct bad_case BAD[] = {
     {"not_yaml", "release: [unclosed\n", "YAML error"},
     {"unknown_top_key", HEAD "cells: [{model: m, host: local, mode: ref.decode}]\nskip: yes\n",
      ":9:1: unknown key 'skip' in the ladder (expected one of: release, models, hosts, modes,"
-     " cells, gates)"},
+     " cells, gates, anchors, unanchored)"},
     {"duplicate_key",
      HEAD "cells: [{model: m, host: local, mode: ref.decode}]\ncells: []\n",
      ":9:1: duplicate key 'cells' in the ladder (first at line 8)"},
@@ -85,7 +95,7 @@ static const struct bad_case BAD[] = {
     {"positions_below_64",
      HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
           "gates: {defaults: {parity: {positions: 32}}}\n",
-     "parity.positions is 32; parity is judged at >= 64 positions"},
+     "parity.positions must be in [64, 1048576], found 32"},
     {"wrong_type", HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
                         "gates: {defaults: {parity: {min_cosine: high}}}\n",
      "parity.min_cosine must be a number, found 'high'"},
@@ -149,6 +159,28 @@ static const struct bad_case BAD[] = {
     {"empty_cells", HEAD "cells: []\n", "cells must not be empty"},
     {"cells_mixed", HEAD "cells: [{model: m, hosts: [local], mode: ref.decode}]\n",
      "either a matrix (models, hosts, modes) or one cell"},
+    /* issue 10 §3: no cell vanishes */
+    {"everything_excluded",
+     HEAD "cells: [{models: [m], hosts: [local], modes: [ref.decode],"
+          " exclude: [{model: m, reason: later}]}]\n",
+     ":8:8: the ladder expands to no required cell (1 excluded)"},
+    {"model_fully_excluded",
+     HEAD "cells: [{models: [m, d], hosts: [local], modes: [ref.decode, ref.chat],"
+          " exclude: [{model: d, reason: not yet}]}]\n",
+     ":8: every cell of model 'd' is excluded"},
+    {"excluded_and_required",
+     HEAD "cells: [{models: [m, d], hosts: [local], modes: [ref.decode],"
+          " exclude: [{model: d, reason: x}]}, {model: d, host: local, mode: ref.decode}]\n",
+     "cell d/local/ref.decode is both excluded and required (the other at line 8)"},
+    {"cell_twice_in_one_matrix",
+     HEAD "cells: [{models: [m, m], hosts: [local], modes: [ref.decode]}]\n",
+     "cell m/local/ref.decode is listed twice"},
+    /* issue 11: bounds */
+    {"alias", HEAD "cells: [{model: m, host: local, mode: &x ref.decode},"
+                   " {model: d, host: local, mode: *x}]\n",
+     ":8:85: YAML aliases (*name) are not allowed"},
+    {"two_documents", HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n---\n{}\n",
+     ":9:1: a ladder is one YAML document"},
 };
 
 Test(ladder, refuses_every_malformed_ladder_with_its_position)
@@ -198,4 +230,334 @@ Test(ladder, missing_file_is_an_input_error)
     struct ladder *l = NULL;
     cr_assert_eq(ladder_load(&l, "/nonexistent/ladder.yaml", &err), ERR_INPUT);
     cr_expect(strstr(err.msg, "cannot open '/nonexistent/ladder.yaml'"), "%s", err.msg);
+}
+
+/* ---- trust files (issue 11: files the ladder did not pin) ---------------------------------- */
+
+#define KEY1 "ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29"
+#define KEY2 "ed25519:9d0f11aa6b2c3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f"
+
+static char base[700];
+
+/* A fresh folder base/ with base/l/ for the ladder and base/outside.pub (a valid key) next to
+ * it, outside the ladder's folder. */
+static void trust_setup(void)
+{
+    static int serial;
+    char cmd[4000];
+    snprintf(base, sizeof base, "%s/trust-%d", check_tmp_dir(), serial++);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s/l' && echo '" KEY2 "' > '%s/outside.pub'",
+             base, base, base);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static void put_text(const char *rel, const char *text)
+{
+    char path[1000];
+    snprintf(path, sizeof path, "%s/%s", base, rel);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Write base/l/ladder.yaml trusting `trust` for host local and load it. */
+static int load_trusting(const char *trust, struct ladder **l, struct gate_err *err)
+{
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "release: {name: r, version: '1'}\n"
+             "models:\n  m: {path: m.gguf, sha256: "
+             "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3moe}\n"
+             "hosts:\n  local: {device: none, trust: ['%s']}\n"
+             "modes: [ref.decode]\n"
+             "cells: [{model: m, host: local, mode: ref.decode}]\n",
+             trust);
+    put_text("l/ladder.yaml", yaml);
+    char path[1000];
+    snprintf(path, sizeof path, "%s/l/ladder.yaml", base);
+    *l = NULL;
+    return ladder_load(l, path, err);
+}
+
+TestSuite(trust, .init = trust_setup, .timeout = 60);
+
+Test(trust, a_file_in_the_ladder_folder_loads)
+{
+    put_text("l/demo.pub", KEY1 "\n");
+    struct gate_err err = {0};
+    struct ladder *l;
+    cr_assert_eq(load_trusting("file:demo.pub", &l, &err), 0, "%s", err.msg);
+    cr_expect_eq(l->hosts[0].trust[0][0], 0x3b);
+    ladder_free(l);
+}
+
+Test(trust, an_absolute_path_is_refused_and_not_read)
+{
+    put_text("abs.pub", "SECRET-CONTENT-OF-SOME-FILE\n");
+    char t[1000];
+    snprintf(t, sizeof t, "file:%s/abs.pub", base);
+    struct gate_err err = {0};
+    struct ladder *l;
+    cr_expect_eq(load_trusting(t, &l, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "must be a path relative to the ladder's folder"), "%s", err.msg);
+    cr_expect(!strstr(err.msg, "SECRET"), "the message quotes the file: %s", err.msg);
+}
+
+Test(trust, a_dotdot_escape_is_refused)
+{
+    struct gate_err err = {0};
+    struct ladder *l;
+    cr_expect_eq(load_trusting("file:../outside.pub", &l, &err), ERR_INPUT,
+                 "a key outside the ladder's folder was trusted");
+    cr_expect(strstr(err.msg, "must stay inside the ladder's folder"), "%s", err.msg);
+    err_clear(&err);
+    cr_expect_eq(load_trusting("file:sub/../../outside.pub", &l, &err), ERR_INPUT);
+}
+
+Test(trust, symlinks_leading_out_are_refused)
+{
+    char cmd[4000];
+    snprintf(cmd, sizeof cmd, "ln -s ../outside.pub '%s/l/link.pub' && ln -s .. '%s/l/up'", base,
+             base);
+    cr_assert_eq(system(cmd), 0);
+    struct gate_err err = {0};
+    struct ladder *l;
+    cr_expect_eq(load_trusting("file:link.pub", &l, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "symbolic link"), "%s", err.msg);
+    err_clear(&err);
+    cr_expect_eq(load_trusting("file:up/outside.pub", &l, &err), ERR_INPUT,
+                 "a folder symlink led out of the ladder's folder");
+    cr_expect(strstr(err.msg, "resolves outside the ladder's folder"), "%s", err.msg);
+}
+
+Test(trust, a_fifo_is_refused_without_hanging)
+{
+    char path[1000];
+    snprintf(path, sizeof path, "%s/l/fifo.pub", base);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    struct gate_err err = {0};
+    struct ladder *l;
+    cr_expect_eq(load_trusting("file:fifo.pub", &l, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "not a regular file"), "%s", err.msg);
+}
+
+Test(trust, a_huge_file_is_refused)
+{
+    char path[1000];
+    snprintf(path, sizeof path, "%s/l/big.pub", base);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(KEY1 "\n", f);
+    for (int i = 0; i < (1 << 20) / 64; i++)
+        fputs("# padding padding padding padding padding padding padding padding\n", f);
+    fclose(f);
+    struct gate_err err = {0};
+    struct ladder *l;
+    cr_expect_eq(load_trusting("file:big.pub", &l, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "more than the 4096"), "%s", err.msg);
+}
+
+Test(trust, a_bad_key_file_is_never_echoed)
+{
+    put_text("l/bad.pub", "ed25519:SECRET-PASSWORD-hunter2\n");
+    struct gate_err err = {0};
+    struct ladder *l;
+    cr_expect_eq(load_trusting("file:bad.pub", &l, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "does not hold one public key"), "%s", err.msg);
+    cr_expect(!strstr(err.msg, "SECRET") && !strstr(err.msg, "hunter2"),
+              "the message quotes the file: %s", err.msg);
+    err_clear(&err);
+    put_text("l/two.pub", KEY1 "\n" KEY2 "\n"); /* one key per file */
+    cr_expect_eq(load_trusting("file:two.pub", &l, &err), ERR_INPUT);
+}
+
+Test(trust, the_digest_binds_the_keys_not_the_file_name)
+{
+    struct gate_err err = {0};
+    struct ladder *l;
+    put_text("l/demo.pub", KEY1 "\n");
+    cr_assert_eq(load_trusting("file:demo.pub", &l, &err), 0, "%s", err.msg);
+    char d1[65], s1[65];
+    strcpy(d1, l->trust_sha256);
+    strcpy(s1, l->sha256);
+    /* the documented definition: SHA-256 of the sorted "HOST ed25519:HEX\n" lines */
+    unsigned char d[32];
+    char hex[65];
+    const char *line = "local " KEY1 "\n";
+    crypto_hash_sha256(d, (const unsigned char *)line, strlen(line));
+    sodium_bin2hex(hex, sizeof hex, d, 32);
+    cr_expect_str_eq(d1, hex);
+    ladder_free(l);
+    /* swap the key behind the same file name: the ladder's bytes are the same, its trust not */
+    put_text("l/demo.pub", KEY2 "\n");
+    cr_assert_eq(load_trusting("file:demo.pub", &l, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(l->sha256, s1, "the ladder file did not change");
+    cr_expect_str_neq(l->trust_sha256, d1, "a different trusted key must change trust_sha256");
+    ladder_free(l);
+    /* inline or from a file: the same key gives the same digest */
+    cr_assert_eq(load_trusting(KEY1, &l, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(l->trust_sha256, d1);
+    ladder_free(l);
+}
+
+/* ---- bounds (issue 11: bounds instead of hangs) --------------------------------------------- */
+
+static const char *write_tmp(const char *name, const char *text, size_t n)
+{
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/%s", check_tmp_dir(), name);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    cr_assert_eq(fwrite(text, 1, n, f), n);
+    fclose(f);
+    return path;
+}
+
+Test(bounds, deep_nesting_fails_fast_with_its_position, .timeout = 60)
+{
+    size_t depth = 100000, n = 0;
+    char *y = malloc(2 * depth + 64);
+    n += (size_t)sprintf(y, "release: ");
+    memset(y + n, '[', depth);
+    n += depth;
+    memset(y + n, ']', depth);
+    n += depth;
+    y[n++] = '\n';
+    const char *path = write_tmp("deep.yaml", y, n);
+    free(y);
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_expect_eq(ladder_load(&l, path, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, ":1:41: YAML nested deeper than 32 levels"), "%s", err.msg);
+}
+
+/* A ladder with n_models models, n_hosts hosts, all nine modes, and `entries` matrix entries,
+ * entry k covering models [64k, 64k+64) x every host x every mode. */
+static char *big_ladder(int n_models, int n_hosts, int entries, int ids_per_entry, size_t *len)
+{
+    size_t cap = 64u << 20, n = 0;
+    char *y = malloc(cap);
+    n += (size_t)snprintf(y + n, cap - n, "release: {name: r, version: '1'}\nmodels:\n");
+    for (int i = 0; i < n_models; i++)
+        n += (size_t)snprintf(y + n, cap - n, "  m%d: {path: m.gguf, sha256: 9bdb98987dd76a89e999"
+                              "a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3moe}\n", i);
+    n += (size_t)snprintf(y + n, cap - n, "hosts:\n");
+    for (int i = 0; i < n_hosts; i++)
+        n += (size_t)snprintf(y + n, cap - n, "  h%d: {device: none, trust: [" KEY1 "]}\n", i);
+    n += (size_t)snprintf(y + n, cap - n,
+                          "modes: [cuda.decode, cuda.prefill, cuda.chat, cpu.decode, cpu.prefill,"
+                          " cpu.chat, ref.decode, ref.prefill, ref.chat]\ncells:\n");
+    for (int e = 0; e < entries; e++) {
+        n += (size_t)snprintf(y + n, cap - n, "  - models: [");
+        for (int i = 0; i < ids_per_entry; i++)
+            n += (size_t)snprintf(y + n, cap - n, "%sm%d", i ? ", " : "",
+                                  (e * ids_per_entry + i) % n_models);
+        n += (size_t)snprintf(y + n, cap - n, "]\n    hosts: [");
+        for (int i = 0; i < n_hosts; i++)
+            n += (size_t)snprintf(y + n, cap - n, "%sh%d", i ? ", " : "", i);
+        n += (size_t)snprintf(y + n, cap - n,
+                              "]\n    modes: [cuda.decode, cuda.prefill, cuda.chat, cpu.decode,"
+                              " cpu.prefill, cpu.chat, ref.decode, ref.prefill, ref.chat]\n");
+    }
+    *len = n;
+    return y;
+}
+
+Test(bounds, a_huge_matrix_fails_fast_with_the_cell_bound, .timeout = 120)
+{
+    /* 8 entries of 64 models x 64 hosts x 9 modes: 294,912 distinct cells; the old parser
+     * expanded them with a quadratic duplicate check (hours) */
+    size_t n;
+    char *y = big_ladder(512, 64, 8, 64, &n);
+    const char *path = write_tmp("huge.yaml", y, n);
+    free(y);
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_expect_eq(ladder_load(&l, path, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "this entry (64 x 64 x 9 cells) takes the ladder to 36864 cells,"
+                              " more than the 4096"),
+              "%s", err.msg);
+    ladder_free(l);
+}
+
+Test(bounds, a_thousand_models_by_every_mode_fails_fast, .timeout = 120)
+{
+    size_t n;
+    char *y = big_ladder(1000, 1, 1, 1000, &n);
+    const char *path = write_tmp("wide.yaml", y, n);
+    free(y);
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_expect_eq(ladder_load(&l, path, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "models has more than 64 entries"), "%s", err.msg);
+}
+
+Test(bounds, the_largest_ladder_within_the_bounds_loads, .timeout = 120)
+{
+    /* 4096 cells exactly: 7 entries of 64 x 1 x 9 plus one of 8 x 1 x 8... simpler: 64 models x
+     * 64 hosts x 1 mode */
+    size_t n;
+    char *y = big_ladder(64, 64, 1, 64, &n);
+    /* keep one mode only: the cells' modes list is the last line */
+    char *last = strstr(y, "]\n    modes: [cuda.decode, cuda.prefill");
+    cr_assert(last);
+    n = (size_t)(last - y) + (size_t)sprintf(last, "]\n    modes: [ref.decode]\n");
+    const char *path = write_tmp("max.yaml", y, n);
+    free(y);
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_assert_eq(ladder_load(&l, path, &err), 0, "%s", err.msg);
+    cr_expect_eq(l->n_cells, 4096);
+    ladder_free(l);
+}
+
+Test(bounds, a_duplicate_key_among_thousands_is_found_with_its_line, .timeout = 60)
+{
+    size_t n;
+    char *y = big_ladder(4000, 1, 1, 1, &n);
+    /* rename model m3999 (line 4002) to m17 (line 20) */
+    char *at = strstr(y, "  m3999:");
+    cr_assert(at);
+    memcpy(at, "  m17:  ", 8);
+    const char *path = write_tmp("dupkey.yaml", y, n);
+    free(y);
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_expect_eq(ladder_load(&l, path, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, ":4002:3: duplicate key 'm17' in models (first at line 20)"), "%s",
+              err.msg);
+}
+
+Test(bounds, a_collection_over_the_entry_bound_is_refused, .timeout = 60)
+{
+    size_t n;
+    char *y = big_ladder(4100, 1, 1, 1, &n);
+    const char *path = write_tmp("wide-models.yaml", y, n);
+    free(y);
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_expect_eq(ladder_load(&l, path, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, ":4099:3: a mapping with more than 4096 entries"), "%s", err.msg);
+}
+
+Test(bounds, a_ladder_file_over_1_mib_or_not_regular_is_refused, .timeout = 60)
+{
+    size_t n = (1 << 20) + 10;
+    char *y = malloc(n);
+    memset(y, '#', n);
+    y[n - 1] = '\n';
+    const char *path = write_tmp("big.yaml", y, n);
+    free(y);
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_expect_eq(ladder_load(&l, path, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "more than the 1048576 allowed"), "%s", err.msg);
+    err_clear(&err);
+    char fifo[1024];
+    snprintf(fifo, sizeof fifo, "%s/fifo.yaml", check_tmp_dir());
+    unlink(fifo);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    cr_expect_eq(ladder_load(&l, fifo, &err), ERR_INPUT, "a FIFO must not hang the loader");
+    cr_expect(strstr(err.msg, "not a regular file"), "%s", err.msg);
 }
