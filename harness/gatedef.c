@@ -8,14 +8,12 @@
 
 #include "harness/ladder.h"
 
-/* Judges that live next to their oracles (oracles/golden.c, throughput.c, falsify.c,
- * anchor.c). Declared weak so a build without one links; gatedef_judge() then FAILs the gate
- * with "no judge" instead of passing it. */
-#define WEAK __attribute__((weak))
-WEAK enum gate_verdict golden_judge(const json_t *, const json_t *, json_t *, char *, size_t);
-WEAK enum gate_verdict throughput_judge(const json_t *, const json_t *, json_t *, char *, size_t);
-WEAK enum gate_verdict falsify_judge(const json_t *, const json_t *, json_t *, char *, size_t);
-WEAK enum gate_verdict anchor_judge(const json_t *, const json_t *, json_t *, char *, size_t);
+/* The judges that live next to their oracles (referenced strongly: a judge can never be
+ * missing from a binary that links the table). */
+#include "oracles/anchor.h"
+#include "oracles/falsify.h"
+#include "oracles/golden.h"
+#include "oracles/throughput.h"
 
 #define OFF(f) offsetof(struct ladder_gates, f)
 

@@ -8,6 +8,7 @@
 #include "harness/ladder.h"
 
 #include "harness/gatedef.h"
+#include "harness/identity.h"
 #include "oracles/falsify.h"
 
 #include <errno.h>
@@ -930,13 +931,6 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
                 goto out;
             }
         }
-        if (c->g.goldens[0] && !c->g.goldens_sha256[0]) {
-            char name[256];
-            rc = fail(p, gates, "cell %s: golden.goldens '%s' has no golden.sha256 pin; goldens"
-                      " are evidence, identified by their bytes (sha256sum the file)",
-                      ladder_cell_name(l, i, name, sizeof name), c->g.goldens);
-            goto out;
-        }
         const struct ladder_model *m = &l->models[c->model];
         int moe = !strcmp(m->arch, "qwen3moe");
         if (c->g.falsify.n < 0) { /* settled question 4: the default fault list per arch */
@@ -1428,4 +1422,21 @@ json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate)
         json_object_set_new(o, "parity", ladder_gate_settings(g, "parity"));
     }
     return o;
+}
+
+int ladder_check_runnable(const struct ladder *l, struct gate_err *err)
+{
+    int rc = ladder_check_anchored(l, err);
+    for (int i = 0; !rc && i < l->n_cells; i++) {
+        const struct ladder_gates *g = &l->cells[i].g;
+        if (g->goldens[0] && !g->goldens_sha256[0]) {
+            char name[256], sha[65] = "";
+            identity_file_sha256(g->goldens, sha, NULL);
+            rc = err_set(err, ERR_INPUT, "%s: cell %s: gates.golden.goldens '%s' is not pinned:"
+                         " goldens are evidence identified by their bytes; add golden.sha256: %s",
+                         l->path, ladder_cell_name(l, i, name, sizeof name), g->goldens,
+                         sha[0] ? sha : "<sha256 of the file once recorded>");
+        }
+    }
+    return rc;
 }

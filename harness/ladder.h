@@ -177,4 +177,9 @@ int ladder_check_anchored(const struct ladder *l, struct gate_err *err);
 /* The `unanchored` reason for arch, or NULL when the architecture is anchored or not gated. */
 const char *ladder_unanchored_reason(const struct ladder *l, const char *arch);
 
+/* What `gate ladder check`, `gate run` and `gate release check` require beyond parsing:
+ * ladder_check_anchored(), and every declared goldens file pinned by golden.sha256 (the message
+ * gives the file's digest when it exists). `gate golden record` needs neither. ERR_INPUT. */
+int ladder_check_runnable(const struct ladder *l, struct gate_err *err);
+
 #endif

@@ -445,7 +445,7 @@ int release_check_opts(FILE *out, const struct release_options *o, const struct 
     int rc, exit_code = 0;
     memset(&x, 0, sizeof x);
     memset(&k, 0, sizeof k);
-    if ((rc = ladder_load(&l, o->ladder, &err)) || (rc = ladder_check_anchored(l, &err))) {
+    if ((rc = ladder_load(&l, o->ladder, &err)) || (rc = ladder_check_runnable(l, &err))) {
         exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
         goto out;
     }

@@ -494,7 +494,7 @@ int run_ladder(const struct run_options *o)
     int rc, exit_code = 0, n_run = 0, n_pass = 0;
     json_t *results = json_array();
     memset(&key, 0, sizeof key);
-    if ((rc = ladder_load(&l, o->ladder, &err)) || (rc = ladder_check_anchored(l, &err))) {
+    if ((rc = ladder_load(&l, o->ladder, &err)) || (rc = ladder_check_runnable(l, &err))) {
         exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
         goto out;
     }
