@@ -561,3 +561,35 @@ Test(bounds, a_ladder_file_over_1_mib_or_not_regular_is_refused, .timeout = 60)
     cr_expect_eq(ladder_load(&l, fifo, &err), ERR_INPUT, "a FIFO must not hang the loader");
     cr_expect(strstr(err.msg, "not a regular file"), "%s", err.msg);
 }
+
+/* ---- gate ladder check (issue 10 §3: exclusions listed with their reasons and counts) -------- */
+
+Test(ladder_check, lists_excluded_cells_with_reasons_and_counts)
+{
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
+    const char *yaml =
+        "release: {name: r, version: '1'}\n"
+        "models:\n  m: {path: m.gguf, sha256: "
+        "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3moe}\n"
+        "hosts:\n  local: {device: none, trust: [" KEY1 "]}\n"
+        "modes: [ref.decode, ref.prefill, ref.chat]\n"
+        "cells:\n  - models: [m]\n    hosts: [local]\n    modes: [ref.decode, ref.prefill, ref.chat]\n"
+        "    exclude: [{mode: ref.prefill, reason: \"prefill kernel not ready\"}]\n"
+        "unanchored: {qwen3moe: \"no independent reference in this test\"}\n";
+    const char *path = write_tmp("check.yaml", yaml, strlen(yaml));
+    char cmd[3000], out[1200];
+    snprintf(out, sizeof out, "%s/check.out", check_tmp_dir());
+    snprintf(cmd, sizeof cmd, "'%s' ladder check '%s' >'%s' 2>&1", bin, path, out);
+    cr_assert_eq(system(cmd), 0, "gate ladder check failed (see %s)", out);
+    size_t n = 0;
+    char *text = (char *)check_slurp(out, &n);
+    cr_assert(text);
+    text = realloc(text, n + 1);
+    text[n] = '\0';
+    cr_expect(strstr(text, "2 required, 1 excluded"), "%s", text);
+    cr_expect(strstr(text, "m/local/ref.prefill"), "%s", text);
+    cr_expect(strstr(text, "EXCLUDED (line 11): prefill kernel not ready"), "%s", text);
+    cr_expect(strstr(text, "trusted keys sha256 "), "%s", text);
+    free(text);
+}
