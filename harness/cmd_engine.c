@@ -436,10 +436,10 @@ static const char BENCH_USAGE[] =
     "usage: gate bench MODEL.gguf [--backend ref] [--mode MODE] [--threads N]\n"
     "                  [--prompt-tokens P] [--decode-tokens D] [--runs R] [--warmup W]\n"
     "  The throughput gate's measurement (oracles/throughput.c), printed: P prompt tokens along\n"
-    "  MODE's own path (default BACKEND.prefill: half batched, half decoded; .decode one token per\n"
-    "  call; .chat six turns), then D decode steps; tokens/s as the median of R timed runs after W\n"
-    "  warm-up runs (defaults 64, 32, 3, 1), with min, max, spread and CV. Backend open time is\n"
-    "  reported separately and never counted.\n";
+    "  MODE's own path (default BACKEND.prefill: half batched, half decoded; .decode one\n"
+    "  token per call; .chat six turns), then D decode steps; tokens/s as the median of R\n"
+    "  timed runs after W warm-up runs (defaults 64, 32, 3, 1), with min, max, spread and CV.\n"
+    "  Backend open time is reported separately and never counted.\n";
 
 int cmd_bench(int argc, char **argv)
 {

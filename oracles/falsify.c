@@ -385,14 +385,16 @@ static int is_routing_name(const char *kind)
 enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, json_t *checks,
                                 char *why, size_t n)
 {
-    const json_t *sp = json_object_get(settings, "parity"), *sf = json_object_get(settings, "faults");
+    const json_t *sp = json_object_get(settings, "parity");
+    const json_t *sf = json_object_get(settings, "faults");
     struct thresholds t;
     double samples_d, min_det;
     char first[320] = "", metric[160];
     int fails = 0;
     if (gate_metric_num(sp, "min_cosine", &t.min_cosine) ||
         gate_metric_num(sp, "max_mean_kld", &t.max_mean_kld) ||
-        gate_metric_num(sp, "max_kld", &t.max_kld) || gate_metric_num(sp, "near_tie", &t.near_tie) ||
+        gate_metric_num(sp, "max_kld", &t.max_kld) ||
+        gate_metric_num(sp, "near_tie", &t.near_tie) ||
         gate_metric_num(settings, "sweep_samples", &samples_d) ||
         gate_metric_num(settings, "min_detection", &min_det) || !json_is_array(sf)) {
         gate_check_bool(checks, "settings complete", 0);

@@ -245,8 +245,10 @@ Test(falsify, thresholds_looser_than_the_floor_are_refused)
         falsify_result_free(&r);
         /* and the judge says so too, from the settings alone */
         json_t *s = falsify_settings_json(&fs, &cfg), *checks = json_array();
+        json_t *none = json_object();
         char why[320];
-        cr_expect_eq(falsify_judge(s, json_object(), checks, why, sizeof why), GATE_FAIL);
+        cr_expect_eq(falsify_judge(s, none, checks, why, sizeof why), GATE_FAIL);
+        json_decref(none);
         json_decref(s);
         json_decref(checks);
     }
@@ -385,9 +387,10 @@ Test(falsify, judge_recomputes_rejection_fired_and_noops_from_numbers)
                                  0.0, "max_kld", 0.0, "wrong_positions", 0,
                                  "nonfinite_positions", 0);
     json_object_update(p0, clean_pt);
-    json_object_update(p1, json_pack("{s:f, s:f, s:f, s:i, s:i}", "min_cosine", 0.5, "mean_kld",
-                                     1.0, "max_kld", 5.0, "wrong_positions", 3,
-                                     "nonfinite_positions", 0));
+    json_t *bad_pt = json_pack("{s:f, s:f, s:f, s:i, s:i}", "min_cosine", 0.5, "mean_kld", 1.0,
+                               "max_kld", 5.0, "wrong_positions", 3, "nonfinite_positions", 0);
+    json_object_update(p1, bad_pt);
+    json_decref(bad_pt);
     json_object_set_new(p0, "route_diffs", json_integer(1));
     json_object_set_new(p1, "route_diffs", json_integer(1));
     json_object_set_new(p0, "uniform_dev", json_real(0.2));
