@@ -4,6 +4,8 @@
  * characters from receipts escaped, import exit codes, verify with head records).
  */
 #include <criterion/criterion.h>
+
+#include "harness/gatedef.h"
 #include <fcntl.h>
 #include <math.h>
 #include <sodium.h>
@@ -305,6 +307,32 @@ static json_t *gated(const char *overall, const char *gate_verdict, double value
                      "value", value, "op", ">=", "threshold", 0.999, "pass", pass);
 }
 
+/* A payload whose one gate (parity) is judged by the gate table over numbers that pass or fail
+ * (one position at cosine 0.5); claim forges the recorded verdicts (NULL: the judged ones). */
+static json_t *judged(int numbers_pass, const char *claim)
+{
+    json_t *cos = json_array(), *kld = json_array(), *gap = json_array(), *rt = json_array(),
+           *tt = json_array();
+    for (int i = 0; i < 64; i++) {
+        json_array_append_new(cos, json_real(!numbers_pass && i == 5 ? 0.5 : 0.9995));
+        json_array_append_new(kld, json_real(0.0));
+        json_array_append_new(gap, json_real(1.0));
+        json_array_append_new(rt, json_integer(1));
+        json_array_append_new(tt, json_integer(1));
+    }
+    json_t *m = json_pack("{s:{s:o, s:o, s:o, s:o, s:o}, s:{s:s, s:s, s:i, s:i, s:i}}",
+                          "per_position", "cosine", cos, "kld", kld, "ref_gap", gap, "ref_top",
+                          rt, "test_top", tt, "ran", "backend", "ref", "device", "cpu: t",
+                          "forwards", 64, "tokens", 64, "kernel_launches", 0);
+    json_t *settings = json_pack("{s:i, s:f, s:f, s:f, s:f}", "positions", 64, "min_cosine",
+                                 0.999, "max_mean_kld", 1e-3, "max_kld", 1e-2, "near_tie", 0.05);
+    json_t *g = gatedef_row("parity", "ref.decode", settings, m, NULL);
+    if (claim)
+        json_object_set_new(g, "verdict", json_string(claim));
+    const char *v = claim ? claim : json_string_value(json_object_get(g, "verdict"));
+    return json_pack("{s:s, s:{s:o}}", "verdict", v, "gates", "parity", g);
+}
+
 Test(receipt, rederive_accepts_consistent_verdicts)
 {
     struct gate_err err = {0};
@@ -393,8 +421,7 @@ static const char *cli_db(const char *name, struct key_pair *k)
     tmp_path(path, sizeof path, name);
     cr_assert_eq(store_open(&s, path, &err), 0, "%s", err.msg);
     for (int i = 0; i < 3; i++) {
-        json_t *p = gated(i == 1 ? "FAIL" : "PASS", i == 1 ? "FAIL" : "PASS", i == 1 ? 0.5 : 0.9995,
-                          i != 1);
+        json_t *p = judged(i != 1, NULL);
         json_object_set_new(p, "cell",
                             json_pack("{s:s, s:s, s:s}", "model", i ? "tiny-moe" : "tiny-dense",
                                       "host", "local", "mode", "ref.decode"));
@@ -483,7 +510,7 @@ Test(cli, receipt_verify_flags_a_verdict_its_numbers_do_not_support)
     struct gate_err err = {0};
     tmp_path(path, sizeof path, "cli5.db");
     cr_assert_eq(store_open(&s, path, &err), 0, "%s", err.msg);
-    json_t *p = gated("PASS", "PASS", 0.5, 1); /* signed, but 0.5 >= 0.999 is false */
+    json_t *p = judged(0, "PASS"); /* signed, but a cosine of 0.5 is below 0.999 */
     json_object_set_new(
         p, "cell", json_pack("{s:s, s:s, s:s}", "model", "m", "host", "local", "mode", "ref.chat"));
     cr_assert_eq(store_append(s, p, &k, NULL, &err), 0, "%s", err.msg);
@@ -491,7 +518,8 @@ Test(cli, receipt_verify_flags_a_verdict_its_numbers_do_not_support)
     store_close(s);
     char *out;
     cr_assert_eq(GATE(&out, "receipt", "verify", "--db", path), 1, "%s", out);
-    cr_assert(strstr(out, "receipt 1 (m/local/ref.chat): FAILED") && strstr(out, "min_cosine"),
+    cr_assert(strstr(out, "receipt 1 (m/local/ref.chat): FAILED") &&
+                  strstr(out, "its numbers say FAIL"),
               "%s", out);
 }
 
@@ -569,7 +597,7 @@ Test(cli, an_imported_receipt_cannot_rewrite_the_terminal)
     tmp_path(file, sizeof file, "esc.jsonl");
     tmp_path(db, sizeof db, "esc.db");
     cr_assert_eq(store_open(&s, src, &err), 0, "%s", err.msg);
-    json_t *p = gated("PASS", "PASS", 0.9995, 1);
+    json_t *p = judged(1, NULL);
     json_object_set_new(p, "cell", json_pack("{s:s, s:s, s:s}", "model", "m", "host",
                                              "h\x1b]0;pwned\x07", "mode", "ref.decode"));
     json_object_set_new(p, "environment", json_pack("{s:s}", "hostname", "box\x1b[2J"));
