@@ -96,10 +96,10 @@ json_t *run_anchor_payload(const struct ladder *l, int anchor_index, int host_in
     json_object_set_new(env, "host", json_string(h->id));
     json_object_set_new(env, "gpu", gpu_environment(h));
     return json_pack(
-        "{s:i, s:{s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:{s:o, s:o}, s:o, s:o, s:[], s:s,"
+        "{s:i, s:{s:s, s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:{s:o, s:o}, s:o, s:o, s:[], s:s,"
         " s:s, s:s}",
         "schema_version", RECEIPT_SCHEMA_VERSION, "ladder", "name", l->name, "version",
-        l->version, "sha256", l->sha256, "path", l->path, "cell", "model", a->id, "host", h->id,
+        l->version, "sha256", l->sha256, "path", l->path, "trust_sha256", l->trust_sha256, "cell", "model", a->id, "host", h->id,
         "mode", RUN_ANCHOR_MODE, "subject", "model", model, "engine", identity_json(id),
         "environment", env, "gates", gates, "faults_active", "verdict", gate_verdict_name(v),
         "started_at", started, "finished_at", finished);
