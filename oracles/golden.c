@@ -19,7 +19,6 @@
 #include "oracles/parity.h"
 
 #define GOLDEN_MAX_FILE (64u << 20)
-#define GOLDEN_NEAR_TIE_DEFAULT 0.05 /* parity's default near_tie (golden_run only) */
 
 /* Engines whose continuations are independent of gate's twin (recorded_by.engine). */
 static const char *const INDEPENDENT[] = {"llama.cpp", "exact-f64", "transformers"};
@@ -847,20 +846,6 @@ done:
     backend_close(b);
     backend_close(j);
     tok_free(t);
-    return rc;
-}
-
-int golden_run(const struct model *m, const struct mode *mode, const struct golden_set *g,
-               int n_threads, struct golden_result *out, struct gate_err *err)
-{
-    json_t *settings = json_pack("{s:i, s:f, s:s}", "tokens", g->n_gen, "near_tie",
-                                 GOLDEN_NEAR_TIE_DEFAULT, "goldens_sha256", g->file_sha256);
-    if (!settings) {
-        memset(out, 0, sizeof *out);
-        return err_set(err, ERR_ENV, "out of memory");
-    }
-    int rc = golden_gate(m, mode, g, settings, n_threads, out, err);
-    json_decref(settings);
     return rc;
 }
 

@@ -158,11 +158,6 @@ int golden_gate(const struct model *m, const struct mode *mode, const struct gol
                 const json_t *settings, int n_threads, struct golden_result *out,
                 struct gate_err *err);
 
-/* golden_gate() with settings {tokens: g->n_gen, near_tie: 0.05, goldens_sha256:
- * g->file_sha256}. Kept for harness/run.c until it passes the ladder's settings. */
-int golden_run(const struct model *m, const struct mode *mode, const struct golden_set *g,
-               int n_threads, struct golden_result *out, struct gate_err *err);
-
 /* The golden gate's verdict from settings {tokens, near_tie, goldens_sha256} and metrics as
  * golden_gate() records them; pure (gate_judge_fn). Recomputes each case's first difference
  * from "expected" and "got", its class from the recorded judge margin and settings.near_tie,

@@ -265,20 +265,6 @@ done:
     return rc;
 }
 
-int throughput_run(const char *model_path, const struct mode *mode,
-                   const struct throughput_config *cfg, struct throughput_result *out,
-                   struct gate_err *err)
-{
-    struct model *m = NULL;
-    memset(out, 0, sizeof *out);
-    int rc = model_load(&m, model_path, err);
-    if (!rc)
-        rc = throughput_gate(m, mode, cfg, out, err);
-    throughput_result_free(out);
-    model_free(m);
-    return rc;
-}
-
 static json_t *stats_json(const struct throughput_stats *s)
 {
     json_t *o = json_object(), *a = json_array();

@@ -93,13 +93,6 @@ int throughput_gate(const struct model *m, const struct mode *mode,
                     const struct throughput_config *cfg, struct throughput_result *out,
                     struct gate_err *err);
 
-/* Load model_path and call throughput_gate(); out->metrics/checks are released before it
- * returns. Kept only for harness/run.c until it passes the model it already loaded and checked
- * (it re-opens the file by path: issue 11). */
-int throughput_run(const char *model_path, const struct mode *mode,
-                   const struct throughput_config *cfg, struct throughput_result *out,
-                   struct gate_err *err);
-
 /* The metrics object of r's numbers, as a receipt records them and the judge reads them (new
  * reference; throughput_gate() stores it in r->metrics). */
 json_t *throughput_result_json(const struct throughput_result *r);

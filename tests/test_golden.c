@@ -67,13 +67,15 @@ Test(golden, record_replay_tamper_and_refuse)
     cr_assert_eq(golden_load(path, sha, &g, &err), 0, "%s", err.msg);
     cr_expect_eq(g.n, 3);
     cr_expect_not(g.independent);
+    json_t *settings = json_pack("{s:i, s:f, s:s}", "tokens", 8, "near_tie", 0.05,
+                                 "goldens_sha256", g.file_sha256);
     cr_expect_str_eq(g.c[2].name, "chat");
     const char *modes[] = {"ref.decode", "ref.chat"};
     for (int i = 0; i < 2; i++) {
         struct mode mode;
         struct golden_result r;
         cr_assert_eq(mode_parse(modes[i], &mode, &err), 0);
-        cr_assert_eq(golden_run(m, &mode, &g, 2, &r, &err), 0, "%s", err.msg);
+        cr_assert_eq(golden_gate(m, &mode, &g, settings, 2, &r, &err), 0, "%s", err.msg);
         cr_expect(r.pass, "%s: %s", modes[i], r.reason);
         cr_expect_eq(r.verdict, GATE_PASS);
         cr_expect_not_null(r.c[0].got_text); /* the tiny model has a byte-level tokenizer */
@@ -84,7 +86,7 @@ Test(golden, record_replay_tamper_and_refuse)
     g.c[1].ids[5] = (g.c[1].ids[5] + 1) % 512;
     struct mode dec = {.backend = "ref", .path = MODE_DECODE};
     struct golden_result r;
-    cr_assert_eq(golden_run(m, &dec, &g, 2, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(golden_gate(m, &dec, &g, settings, 2, &r, &err), 0, "%s", err.msg);
     cr_expect_not(r.pass);
     cr_expect_eq(r.c[1].first_diff, 5);
     cr_expect(strstr(r.reason, "index 5"), "%s", r.reason);
@@ -103,7 +105,7 @@ Test(golden, record_replay_tamper_and_refuse)
     cr_expect(strstr(err.msg, "997927a07eb5a146"), "%s", err.msg);
     /* and goldens of one model handed to another are refused too */
     err_clear(&err);
-    cr_expect_eq(golden_run(d, &dec, &g, 2, &r, &err), ERR_INPUT);
+    cr_expect_eq(golden_gate(d, &dec, &g, settings, 2, &r, &err), ERR_INPUT);
     golden_result_free(&r);
     /* recording the second model keeps the first */
     err_clear(&err);
@@ -113,6 +115,7 @@ Test(golden, record_replay_tamper_and_refuse)
     cr_expect_eq(golden_load(path, dsha, &gd, &err), 0, "%s", err.msg);
     golden_set_free(&g);
     golden_set_free(&gd);
+    json_decref(settings);
     model_free(m);
     model_free(d);
 }
