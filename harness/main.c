@@ -50,6 +50,7 @@ int main(int argc, char **argv)
      * reported with a FAILED row or exit 3 — never a process killed by SIGXFSZ. */
     signal(SIGXFSZ, SIG_IGN);
     signal(SIGPIPE, SIG_IGN);
+    faultsim_json_guard();
     if (faultsim_init()) /* GATE_FAULTSIM test hook (receipts/faultsim.h); off when unset */
         return 2;
     if (argc < 2) {

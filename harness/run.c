@@ -38,6 +38,7 @@
 #include "oracles/mode.h"
 #include "oracles/parity.h"
 #include "oracles/throughput.h"
+#include "receipts/faultsim.h"
 #include "receipts/key.h"
 #include "receipts/receipt.h"
 #include "receipts/store.h"
@@ -558,7 +559,10 @@ int run_ladder(const struct run_options *o)
         int64_t rid = 0;
         err_clear(&err);
         const char *verdict = json_string_value(json_object_get(payload, "verdict"));
-        int stored = (rc = store_append(st, payload, &key, &rid, &err)) == 0;
+        if (faultsim_json_failures() > 0)
+            err_set(&err, ERR_ENV, "out of memory while building the receipt: it may be"
+                    " missing numbers and is not signed");
+        int stored = !err.msg[0] && (rc = store_append(st, payload, &key, &rid, &err)) == 0;
         if (!stored) {
             fprintf(stderr, "gate: cannot store the receipt of %s: %s\n", name, err.msg);
             exit_code = 3;
@@ -588,7 +592,10 @@ int run_ladder(const struct run_options *o)
         const char *verdict = json_string_value(json_object_get(payload, "verdict"));
         int64_t rid = 0;
         err_clear(&err);
-        int stored = store_append(st, payload, &key, &rid, &err) == 0;
+        if (faultsim_json_failures() > 0)
+            err_set(&err, ERR_ENV, "out of memory while building the receipt: it may be"
+                    " missing numbers and is not signed");
+        int stored = !err.msg[0] && store_append(st, payload, &key, &rid, &err) == 0;
         if (!stored) {
             fprintf(stderr, "gate: cannot store the receipt of %s: %s\n", name, err.msg);
             exit_code = 3;

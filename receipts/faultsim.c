@@ -116,9 +116,27 @@ static void mem_shutdown(void *app)
     real_mem.xShutdown(app);
 }
 
+static long long json_failures;
+
+/* jansson's allocator in every gate process: counts failures (injected or real), because jansson
+ * drops a key silently when it cannot allocate it, and a receipt missing a number must never be
+ * signed (see faultsim_json_failures). */
 static void *json_malloc(size_t n)
 {
-    return faultsim_step(FAULTSIM_ALLOC) ? NULL : malloc(n);
+    void *p = faultsim_step(FAULTSIM_ALLOC) ? NULL : malloc(n);
+    if (!p)
+        json_failures++;
+    return p;
+}
+
+void faultsim_json_guard(void)
+{
+    json_set_alloc_funcs(json_malloc, free);
+}
+
+long long faultsim_json_failures(void)
+{
+    return json_failures;
 }
 
 static int arm_alloc(struct gate_err *err)

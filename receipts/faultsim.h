@@ -56,4 +56,10 @@ int faultsim_step(enum faultsim_kind kind);
  * when the hook is not armed. faultsim_arm() registers this for stderr at exit. */
 void faultsim_report(FILE *out);
 
+/* Install the counting jansson allocator (main does it in every process), and the number of
+ * jansson allocations that failed so far: a payload built while one failed may be missing keys
+ * and must not be signed. */
+void faultsim_json_guard(void);
+long long faultsim_json_failures(void);
+
 #endif

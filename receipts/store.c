@@ -724,15 +724,18 @@ static int key_head(struct store *s, const struct key_pair *k, char hex[65], str
         const char *payload = (const char *)sqlite3_column_text(st, 0);
         size_t len = (size_t)sqlite3_column_bytes(st, 0);
         const unsigned char *sig = sqlite3_column_blob(st, 1);
-        if (!payload || !sig || sqlite3_column_bytes(st, 1) != 64)
-            continue;
-        json_decref(p);
-        p = NULL;
-        if (receipt_parse(payload, len, &p, NULL) != 0)
-            continue;
-        const char *pkey = json_string_value(json_object_get(p, "key_id"));
-        if (!pkey || strcmp(pkey, k->id) != 0 || receipt_verify(payload, len, k->pk, sig) != 0)
-            continue;
+        /* a row of this key that cannot be checked (damaged, or memory ran out) is never
+         * skipped: extending an older receipt instead would fork the key's own chain */
+        if (!payload || !sig || sqlite3_column_bytes(st, 1) != 64 ||
+            receipt_parse(payload, len, &p, NULL) != 0 ||
+            !json_string_value(json_object_get(p, "key_id")) ||
+            strcmp(json_string_value(json_object_get(p, "key_id")), k->id) != 0 ||
+            receipt_verify(payload, len, k->pk, sig) != 0) {
+            rc = err_set(err, ERR_RUNTIME, "receipt store '%s': the newest receipt signed by %s"
+                         " cannot be verified (damaged, or out of memory); not extending its"
+                         " chain", s->path, k->id);
+            goto cleanup;
+        }
         receipt_hash(payload, len, sig, hex);
         break;
     }
