@@ -323,7 +323,7 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
                  " sampled sweep %d per kind at or above %g detection", out->n,
                  cfg->sweep_samples, cfg->min_detection);
     else
-        snprintf(out->reason, sizeof out->reason, "FAIL: %s", why);
+        snprintf(out->reason, sizeof out->reason, "FAIL: %.300s", why);
 done:
     json_decref(settings);
     free(ids);

@@ -841,7 +841,7 @@ int golden_gate(const struct model *m, const struct mode *mode, const struct gol
                  " (%d tie flips)", g->n, g->independent ? "independent" : "regression",
                  out->n_tie_flip);
     else
-        snprintf(out->reason, sizeof out->reason, "FAIL: %s", why);
+        snprintf(out->reason, sizeof out->reason, "FAIL: %.300s", why);
 done:
     backend_close(b);
     backend_close(j);
