@@ -255,7 +255,7 @@ int throughput_gate(const struct model *m, const struct mode *mode,
                  " %.1f tokens/s (floor %g)", out->prefill.median, cfg->min_prefill_tps,
                  out->decode.median, cfg->min_decode_tps);
     else
-        snprintf(out->reason, sizeof out->reason, "%s: %s", gate_verdict_name(out->verdict),
+        snprintf(out->reason, sizeof out->reason, "%s: %.300s", gate_verdict_name(out->verdict),
                  why);
 done:
     json_decref(settings);
