@@ -117,8 +117,7 @@ static int sh(const char *fmt, ...)
 
 static char *slurp_text(const char *path)
 {
-    size_t n = 0;
-    char *t = (char *)check_slurp(path, &n);
+    char *t = check_slurp_text(path); /* NUL-terminated: strstr is safe on it */
     return t ? t : strdup("");
 }
 

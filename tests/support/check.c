@@ -78,14 +78,17 @@ uint8_t *check_slurp(const char *path, size_t *size)
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(n > 0 ? (size_t)n : 1);
+    /* one byte more, always NUL: callers that treat the bytes as text may strstr them */
+    uint8_t *p = n >= 0 ? malloc((size_t)n + 1) : NULL;
     if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
         free(p);
         p = NULL;
     }
     fclose(f);
-    if (p)
+    if (p) {
+        p[n] = 0;
         *size = (size_t)n;
+    }
     return p;
 }
 

@@ -29,11 +29,12 @@ const char *check_shared_dir(void);
 /* A fresh scratch folder under $TMPDIR for this process (created on first call). */
 const char *check_tmp_dir(void);
 
-/* Read a whole file; returns malloc'd bytes and sets *size, or NULL. */
+/* Read a whole file; returns malloc'd bytes (*size of them, plus a NUL after the last, so text
+ * may be searched with strstr) and sets *size, or NULL. */
 uint8_t *check_slurp(const char *path, size_t *size);
 
 /* Read a whole text file as a NUL-terminated string (malloc'd; "" when it cannot be read), for
- * strstr() on a command's output. check_slurp() does not terminate what it reads. */
+ * strstr() on a command's output. */
 char *check_slurp_text(const char *path);
 
 struct model;
