@@ -42,6 +42,8 @@ if [ -d ../shared/conformance ] && [ ! -d shared/conformance ]; then
     cp -r ../shared/conformance ../shared/tokenizers shared/ 2>>"$LOG"
 fi
 export GATE_SHARED="$ROOT/shared"
+# on the GPU host a test or check that would skip for lack of a device must fail instead
+export GATE_REQUIRE_GPU=1
 if [ "${GATE_PREPARE_ONLY:-0}" = 1 ]; then
     say "prepared ./shared and .deb/ ($(ls .deb/*.deb 2>/dev/null | wc -l) packages); stop"
     exit 0
