@@ -365,6 +365,39 @@ Test(release, a_missing_anchor_blocks_and_says_the_judge_is_not_shown_right)
     expect(path_in("r.db"), 1, "anchor conf", "the judge itself is not shown to be right");
 }
 
+Test(release, an_exclusion_cannot_hide_a_failure)
+{
+    /* issue 10 §3: excluding a cell after it FAILED for this build does not make it vanish */
+    add(path_in("r.db"), &key_a, 1, (struct fake){.fail = 1}); /* moe/a/ref.chat FAILS */
+    add(path_in("r.db"), &key_a, 0, (struct fake){0});
+    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd,
+             "sed -i 's|modes: \\[ref.decode, ref.chat\\]}|modes: [ref.decode, ref.chat], exclude:"
+             " [{mode: ref.chat, reason: \"flaky path, fixed next release\"}]}|' '%s'",
+             path_in("ladder.yaml"));
+    cr_assert_eq(system(cmd), 0);
+    char *out = NULL;
+    int rc = check_release(path_in("r.db"), &out);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "2 required cells, 1 excluded"), "%s", out);
+    cr_expect(strstr(out, "excluded: moe/a/ref.chat") && strstr(out, "flaky path"), "%s", out);
+    cr_expect(strstr(out, "moe/a/ref.chat                           FAIL      receipt 1 FAILED"),
+              "%s", out);
+    cr_expect(strstr(out, "an exclusion cannot hide a failure"), "%s", out);
+    free(out);
+    /* without the failure the excluded cell is EXCLUDED and the release passes (cells are now
+     * moe/a/ref.decode and moe/b/ref.decode) */
+    char db2[1024];
+    snprintf(db2, sizeof db2, "%s", path_in("r2.db"));
+    add(db2, &key_a, 0, (struct fake){0});
+    add(db2, &key_b, 1, (struct fake){0});
+    rc = check_release(db2, &out);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "EXCLUDED"), "%s", out);
+    free(out);
+}
+
 Test(release, a_fleet_exports_imports_and_signs_off)
 {
     struct gate_err err = {0};
