@@ -27,6 +27,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "detmath.h"
 #include "pool.h"
 #include "quant.h"
 #include "vocab.h"
@@ -366,28 +367,6 @@ int synth_plan(const struct synth_options *o, struct synth_tensor **out, int *n,
 
 /* ---- generator ------------------------------------------------------------------------------ */
 
-/* Natural log of x > 0 from frexp (exact) and the atanh series on [sqrt(1/2), sqrt(2)):
- * relative error ~1e-13, far below a float ULP, same bits everywhere. */
-static double ln_pos(double x)
-{
-    int ex;
-    double m = frexp(x, &ex);
-    if (m < 0.70710678118654752) {
-        m *= 2.0;
-        ex--;
-    }
-    const double t = (m - 1.0) / (m + 1.0), t2 = t * t;
-    double p = 1.0 / 15.0;
-    p = p * t2 + 1.0 / 13.0;
-    p = p * t2 + 1.0 / 11.0;
-    p = p * t2 + 1.0 / 9.0;
-    p = p * t2 + 1.0 / 7.0;
-    p = p * t2 + 1.0 / 5.0;
-    p = p * t2 + 1.0 / 3.0;
-    p = p * t2 + 1.0;
-    return 2.0 * t * p + (double)ex * 0.69314718055994531;
-}
-
 static double unit(uint64_t h) /* [0, 1) with 53 bits */
 {
     return (double)(h >> 11) * 0x1p-53;
@@ -402,7 +381,7 @@ static void gauss_pair(uint64_t key, int64_t p, double *z0, double *z1)
         const double v = 2.0 * unit(mix(base + (2 * j + 2) * PHI)) - 1.0;
         const double s = u * u + v * v;
         if (s > 0.0 && s < 1.0) {
-            const double f = sqrt(-2.0 * ln_pos(s) / s);
+            const double f = sqrt(-2.0 * det_log(s) / s);
             *z0 = u * f;
             *z1 = v * f;
             return;
