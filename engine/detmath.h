@@ -72,6 +72,16 @@ GATE_HD static inline float det_expf_inline(float x)
     return (float)det_exp_inline((double)x);
 }
 
+/* splitmix64: advance *state and return the next 64 well-mixed bits (the one seedable PRNG of
+ * gate: token streams, sampled sweeps, tests). */
+static inline uint64_t det_splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
 double det_exp(double x);                          /* e^x; +inf above ~709.78, 0 far below */
 float det_expf(float x);                           /* (float)det_exp(x) */
 double det_log(double x);                          /* natural log, x > 0 */

@@ -849,16 +849,6 @@ int32_t tok_find(const struct tok *t, const char *piece)
     return find_len(t, piece, strlen(piece));
 }
 
-const char *tok_piece(const struct tok *t, int32_t id, size_t *len)
-{
-    if (id < 0 || id >= t->n_vocab) {
-        *len = 0;
-        return NULL;
-    }
-    *len = t->off[id + 1] - t->off[id];
-    return t->text + t->off[id];
-}
-
 int tok_token_type(const struct tok *t, int32_t id)
 {
     return id < 0 || id >= t->n_vocab ? 0 : t->type[id];

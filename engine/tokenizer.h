@@ -77,9 +77,7 @@ int32_t tok_bos(const struct tok *t);
  * e.g. "<|im_end|>"); -1 if none. */
 int32_t tok_find(const struct tok *t, const char *piece);
 
-/* Stored text and type of token id (borrowed until tok_free; not NUL-terminated in general,
- * *len gives its length). NULL / 0 when id is out of range. */
-const char *tok_piece(const struct tok *t, int32_t id, size_t *len);
+/* The GGUF token type of id (normal, control, ...). */
 int tok_token_type(const struct tok *t, int32_t id);
 
 #ifdef __cplusplus

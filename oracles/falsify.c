@@ -9,6 +9,8 @@
  */
 #include "oracles/falsify.h"
 
+#include "engine/detmath.h"
+
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -108,14 +110,6 @@ json_t *falsify_settings_json(const struct fault_set *faults, const struct falsi
 
 /* ---- the gate's sampled sweep --------------------------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static int min_i(int a, int b)
 {
     return a < b ? a : b;
@@ -194,7 +188,7 @@ static int sweep_kind(struct parity_session *s, const struct model *m, struct fa
         int idx = i;
         if (K->n < K->n_pairs) { /* distinct pairs from a fixed stream */
             for (int dup = 1; dup;) {
-                idx = (int)(splitmix64(&st) % (uint64_t)K->n_pairs);
+                idx = (int)(det_splitmix64(&st) % (uint64_t)K->n_pairs);
                 dup = 0;
                 for (int j = 0; j < i; j++)
                     dup |= K->s[j].layer == l_lo + idx / np && K->s[j].pos == p_lo + idx % np;

@@ -854,30 +854,3 @@ json_t *golden_result_json(const struct golden_result *r)
     return r->metrics ? json_deep_copy(r->metrics) : json_object();
 }
 
-void golden_print(FILE *f, const struct golden_result *r)
-{
-    fprintf(f, "golden %s:\n", r->mode);
-    for (int i = 0; i < r->n; i++) {
-        const struct golden_case_result *x = &r->c[i];
-        fprintf(f, "  %-12s %s", x->name, x->cls == GOLDEN_MATCH      ? "ok"
-                                          : x->cls == GOLDEN_TIE_FLIP ? "TIE_FLIP"
-                                                                      : "FAIL");
-        if (x->first_diff >= 0) {
-            fprintf(f, " at index %d", x->first_diff);
-            if (x->have_margin)
-                fprintf(f, " (judge top-1 %d, top-2 %d, margin %.4g)", (int)x->top1,
-                        (int)x->top2, x->margin);
-            fprintf(f, "\n    expected:");
-            for (int j = x->first_diff; j < x->n_expected; j++)
-                fprintf(f, " %d", (int)x->expected[j]);
-            fprintf(f, "\n    got:     ");
-            for (int j = x->first_diff; j < x->n_got; j++)
-                fprintf(f, " %d", (int)x->got[j]);
-            if (x->expected_text && x->got_text)
-                fprintf(f, "\n    expected text: %s\n    got text:      %s", x->expected_text,
-                        x->got_text);
-        }
-        fprintf(f, "\n");
-    }
-    fprintf(f, "  %s\n", r->reason);
-}

@@ -168,7 +168,6 @@ enum gate_verdict golden_judge(const json_t *settings, const json_t *metrics, js
 void golden_result_free(struct golden_result *r);
 /* A deep copy of r->metrics (what a receipt records; the verdict comes from golden_judge). */
 json_t *golden_result_json(const struct golden_result *r);
-void golden_print(FILE *f, const struct golden_result *r);
 
 #ifdef __cplusplus
 }

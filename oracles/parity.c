@@ -526,11 +526,6 @@ int parity_session_n(const struct parity_session *s)
     return s->n;
 }
 
-const struct model *parity_session_model(const struct parity_session *s)
-{
-    return s->m;
-}
-
 void parity_session_close(struct parity_session *s)
 {
     if (!s)

@@ -155,9 +155,8 @@ int parity_session_open(struct parity_session **out, const struct model *m,
                         struct gate_err *err);
 void parity_session_close(struct parity_session *s);
 
-/* The sequence length and model of the session. */
+/* The sequence length of the session. */
 int parity_session_n(const struct parity_session *s);
-const struct model *parity_session_model(const struct parity_session *s);
 
 /* Run the subject with faults (copied into the live set; NULL = clean), judge it (cfg, or the
  * session's when NULL), localize on FAIL when localize is set. */
