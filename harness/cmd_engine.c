@@ -146,13 +146,13 @@ int cmd_model(int argc, char **argv)
         return cmd_model_synth(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "stats"))
         return cmd_model_stats(argc - 1, argv + 1);
-    if (argc == 3 && !strcmp(argv[1], "inspect"))
-        return inspect(argv[2]);
     if (argc >= 3 && !strcmp(argv[1], "inspect") &&
         (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
         fputs(MODEL_USAGE, stdout);
         return 0;
     }
+    if (argc == 3 && !strcmp(argv[1], "inspect"))
+        return inspect(argv[2]);
     fputs(MODEL_USAGE, stderr);
     return 2;
 }

@@ -28,7 +28,10 @@ static void print_excluded(const struct ladder *l)
 
 int cmd_ladder(int argc, char **argv)
 {
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    int help = 0;
+    for (int i = 1; i < argc; i++)
+        help |= !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+    if (help) {
         fputs(USAGE, stdout);
         return 0;
     }
@@ -39,7 +42,7 @@ int cmd_ladder(int argc, char **argv)
     struct gate_err err = {0};
     struct ladder *l = NULL;
     int rc = ladder_load(&l, argv[2], &err);
-    if (!rc && (rc = ladder_check_runnable(l, &err)))
+    if (!rc && ((rc = ladder_check_runnable(l, &err)) || (rc = ladder_check_files(l, &err))))
         ladder_free(l);
     if (rc)
         return cli_fail(err_exit_code(rc), "%s", err.msg);

@@ -24,7 +24,9 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "engine/synth.h"
 #include "harness/pin.h"
+#include "oracles/golden.h"
 
 struct parse {
     const char *path;
@@ -297,6 +299,12 @@ static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct l
     if (strcmp(m->arch, "qwen3") && strcmp(m->arch, "qwen3moe"))
         return fail(p, v, "%s: arch '%s' is not supported (expected qwen3 or qwen3moe)", what,
                     m->arch);
+    /* checked here, before the per-arch falsify defaults: a MoE preset declared qwen3 is an arch
+     * mismatch, not "wrong_expert cannot apply" (issue 16) */
+    const struct synth_spec *sp = m->synth ? synth_preset_find(m->preset) : NULL;
+    if (sp && strcmp(m->arch, model_arch_name(sp->arch)))
+        return fail(p, v, "%s: arch '%s' contradicts synth preset '%s', which is %s", what,
+                    m->arch, m->preset, model_arch_name(sp->arch));
     return 0;
 }
 
@@ -1436,6 +1444,139 @@ int ladder_check_runnable(const struct ladder *l, struct gate_err *err)
                          " goldens are evidence identified by their bytes; add golden.sha256: %s",
                          l->path, ladder_cell_name(l, i, name, sizeof name), g->goldens,
                          sha[0] ? sha : "<sha256 of the file once recorded>");
+        }
+    }
+    return rc;
+}
+
+/* ---- check-time file validation (issue 16) ------------------------------------------------- */
+
+/* Line and column (1-based) of the first occurrence of needle in the ladder file, for messages
+ * about values the parsed ladder keeps without a position (a goldens path); 0/0 when not found. */
+static void text_pos(const struct ladder *l, const char *needle, int *line, int *col)
+{
+    *line = *col = 0;
+    FILE *f = fopen(l->path, "r");
+    if (!f || !needle[0]) {
+        if (f)
+            fclose(f);
+        return;
+    }
+    char buf[4096];
+    for (int ln = 1; fgets(buf, sizeof buf, f); ln++) {
+        const char *at = strstr(buf, needle);
+        if (at) {
+            *line = ln;
+            *col = (int)(at - buf) + 1;
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* The model's architecture from a GGUF file's metadata (tensor data is not read). */
+static int file_arch(const struct ladder_model *m, char *arch, size_t n, struct gate_err *err)
+{
+    struct gguf_file *g = NULL;
+    char *s = NULL;
+    int rc = gguf_open(&g, m->path, GGUF_OPEN_METADATA_ONLY, err);
+    if (!rc)
+        rc = gguf_get_str(g, "general.architecture", &s, err);
+    if (!rc)
+        snprintf(arch, n, "%s", s);
+    free(s);
+    gguf_close(g);
+    return rc;
+}
+
+int ladder_check_files(const struct ladder *l, struct gate_err *err)
+{
+    int rc = 0;
+    for (int i = 0; !rc && i < l->n_models; i++) {
+        const struct ladder_model *m = &l->models[i];
+        if (m->synth) {
+            const struct synth_spec *sp = synth_preset_find(m->preset);
+            int np = 0;
+            const struct synth_spec *all = synth_presets(&np);
+            char names[256] = "";
+            for (int k = 0; k < np; k++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                         k ? ", " : "", all[k].name);
+            if (!sp)
+                rc = err_set(err, ERR_INPUT, "%s:%d:3: model '%s': unknown synth preset '%s'"
+                             " (known: %s; gate model synth --list)", l->path, m->line, m->id,
+                             m->preset, names);
+            else if (synth_quant_from_name(m->quant) < 0)
+                rc = err_set(err, ERR_INPUT, "%s:%d:3: model '%s': unknown synth quant '%s'"
+                             " (known: F32, F16, BF16, Q8_0, Q4_K_M, Q5_K_M, Q6_K)", l->path,
+                             m->line, m->id, m->quant);
+            else if (strcmp(m->arch, model_arch_name(sp->arch)))
+                rc = err_set(err, ERR_INPUT, "%s:%d:3: model '%s': arch '%s' contradicts synth"
+                             " preset '%s', which is %s", l->path, m->line, m->id, m->arch,
+                             m->preset, model_arch_name(sp->arch));
+            continue; /* written by gate run / gate golden record into .gate-cache/ */
+        }
+        struct stat st;
+        if (stat(m->path, &st) != 0) {
+            rc = err_set(err, ERR_INPUT, "%s:%d:3: model '%s': path '%s' cannot be read: %s",
+                         l->path, m->line, m->id, m->path, strerror(errno));
+            break;
+        }
+        char arch[64] = "";
+        struct gate_err fe = {0};
+        if (file_arch(m, arch, sizeof arch, &fe))
+            rc = err_set(err, ERR_INPUT, "%s:%d:3: model '%s': %s", l->path, m->line, m->id,
+                         fe.msg);
+        else if (strcmp(arch, m->arch))
+            rc = err_set(err, ERR_INPUT, "%s:%d:3: model '%s': arch '%s' contradicts the file"
+                         " '%s', whose general.architecture is '%s'", l->path, m->line, m->id,
+                         m->arch, m->path, arch);
+    }
+    for (int i = 0; !rc && i < l->n_cells; i++) {
+        const struct ladder_gates *g = &l->cells[i].g;
+        struct stat st;
+        if (!g->goldens[0] || stat(g->goldens, &st) == 0)
+            continue;
+        const char *base = strrchr(g->goldens, '/') ? strrchr(g->goldens, '/') + 1 : g->goldens;
+        int line, col;
+        char name[256];
+        text_pos(l, base, &line, &col);
+        if (line)
+            rc = err_set(err, ERR_INPUT, "%s:%d:%d: cell %s: goldens file '%s' does not exist;"
+                         " record it with gate golden record %s", l->path, line, col,
+                         ladder_cell_name(l, i, name, sizeof name), g->goldens, l->path);
+        else
+            rc = err_set(err, ERR_INPUT, "%s: cell %s: goldens file '%s' does not exist; record"
+                         " it with gate golden record %s", l->path,
+                         ladder_cell_name(l, i, name, sizeof name), g->goldens, l->path);
+    }
+    return rc;
+}
+
+int ladder_check_golden_entries(const struct ladder *l, int host, struct gate_err *err)
+{
+    int rc = 0;
+    for (int i = 0; !rc && i < l->n_cells; i++) {
+        const struct ladder_cell *c = &l->cells[i];
+        if ((host >= 0 && c->host != host) || !c->g.goldens[0])
+            continue;
+        const struct ladder_model *m = &l->models[c->model];
+        struct golden_set gs;
+        struct gate_err ge = {0};
+        memset(&gs, 0, sizeof gs);
+        int lr = golden_load(c->g.goldens, m->sha256, &gs, &ge);
+        golden_set_free(&gs);
+        if (lr) {
+            char name[256];
+            int line, col;
+            const char *b = strrchr(c->g.goldens, '/') ? strrchr(c->g.goldens, '/') + 1
+                                                        : c->g.goldens;
+            text_pos(l, b, &line, &col);
+            rc = err_set(err, ERR_INPUT, "%s:%d:%d: cell %s: no usable goldens for model '%s'"
+                         " (sha256 %.12s...) in '%s': %s; record them with gate golden record"
+                         " %s (nothing was run, no receipt written)", l->path, line ? line : 1,
+                         col ? col : 1, ladder_cell_name(l, i, name, sizeof name), m->id,
+                         m->sha256, c->g.goldens, ge.msg, l->path);
         }
     }
     return rc;

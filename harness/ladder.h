@@ -182,4 +182,18 @@ const char *ladder_unanchored_reason(const struct ladder *l, const char *arch);
  * gives the file's digest when it exists). `gate golden record` needs neither. ERR_INPUT. */
 int ladder_check_runnable(const struct ladder *l, struct gate_err *err);
 
+/* The files a ladder names, checked before anything runs (issue 16): every synth model's preset
+ * and quant are known and its preset's architecture is the declared arch; every `path:` model
+ * file exists and its GGUF metadata's general.architecture (metadata only, no tensor data) is the
+ * declared arch; every declared goldens file exists. ERR_INPUT "file:line:col: ..." naming the
+ * model or cell. Synthetic model files need not exist yet (gate run writes them). Called next to
+ * ladder_check_runnable() by `gate ladder check`, `gate run` and `gate release check`. */
+int ladder_check_files(const struct ladder *l, struct gate_err *err);
+
+/* Every cell of host (-1: every host) that declares a goldens file has a valid entry in it for
+ * its model's pinned SHA-256 (golden_load). `gate run` calls it before any receipt is written so
+ * that a missing entry is an input error (exit 2), never a signed FAIL. ERR_INPUT naming the
+ * cell, the model, the file and the fix (gate golden record). */
+int ladder_check_golden_entries(const struct ladder *l, int host, struct gate_err *err);
+
 #endif

@@ -15,33 +15,55 @@
 struct command {
     const char *name;
     int (*run)(int argc, char **argv);
-    const char *help;
 };
 
+/* Dispatch table; the usage below lists every subcommand on its own line. */
 static const struct command COMMANDS[] = {
-    {"model", cmd_model, "model (inspect MODEL.gguf | synth ...)   inspect or synthesize a model"},
-    {"eval", cmd_eval, "eval MODEL.gguf --tokens FILE --logits OUT.f32   logits of all positions"},
-    {"generate", cmd_generate, "generate MODEL.gguf (--prompt TEXT | --tokens FILE)   greedy decode"},
-    {"tokenize", cmd_tokenize, "tokenize MODEL.gguf (--text T | --text-file F)   ids and pieces"},
-    {"detokenize", cmd_detokenize, "detokenize MODEL.gguf (--ids \"1 2\" | --ids-file F)   bytes"},
-    {"bench", cmd_bench, "bench MODEL.gguf [--backend ref]   prefill / decode tokens per second"},
-    {"ladder", cmd_ladder, "ladder check LADDER.yaml   validate a ladder, print its required cells"},
-    {"run", cmd_run, "run LADDER.yaml --host ID   run this host's cells, one signed receipt each"},
-    {"release", cmd_release, "release check LADDER.yaml   sign off only if every cell PASSes"},
-    {"golden", cmd_golden, "golden record LADDER.yaml   record goldens from the reference twin"},
-    {"parity", cmd_parity, "parity MODEL.gguf --mode MODE   judge a mode against the reference"},
-    {"falsify", cmd_falsify, "falsify MODEL.gguf --mode MODE --fault KIND   prove the oracle bites"},
-    {"selftest", cmd_selftest, "selftest [--kernels-only] [--model M.gguf]   CUDA kernels vs twins, cuda.* vs ref"},
-    {"key", cmd_key, "key gen --host ID [-o FILE]   make a host signing key"},
-    {"receipt", cmd_receipt, "receipt (list | show ID | verify | export | import)   audit receipts"},
+    {"model", cmd_model},       {"eval", cmd_eval},         {"generate", cmd_generate},
+    {"tokenize", cmd_tokenize}, {"detokenize", cmd_detokenize}, {"bench", cmd_bench},
+    {"ladder", cmd_ladder},     {"run", cmd_run},           {"release", cmd_release},
+    {"golden", cmd_golden},     {"parity", cmd_parity},     {"falsify", cmd_falsify},
+    {"selftest", cmd_selftest}, {"key", cmd_key},           {"receipt", cmd_receipt},
 };
+
+/* Every command and subcommand, one line each, within 100 columns (tested: test_cli). */
+static const char USAGE[] =
+    "usage: gate COMMAND [ARGS]   (gate COMMAND [SUBCOMMAND] --help for details)\n"
+    "\n"
+    "models and the engine:\n"
+    "  model inspect MODEL.gguf             architecture, hyperparameters, tensors, support\n"
+    "  model synth --preset NAME -o F.gguf  write a deterministic synthetic model (--list)\n"
+    "  model stats MODEL.gguf               residual-stream and logit statistics per layer\n"
+    "  eval MODEL.gguf --tokens F --logits OUT.f32   logits of every position\n"
+    "  generate MODEL.gguf (--prompt T | --tokens F) greedy decode\n"
+    "  tokenize MODEL.gguf (--text T | --text-file F) ids and pieces\n"
+    "  detokenize MODEL.gguf (--ids \"1 2\" | --ids-file F) bytes\n"
+    "  bench MODEL.gguf [--backend ref]     prefill / decode tokens per second\n"
+    "  selftest [--kernels-only] [--model M.gguf]   CUDA kernels vs twins, cuda.* vs ref\n"
+    "oracles, one model at a time:\n"
+    "  parity MODEL.gguf --mode MODE        judge a mode against the reference twin\n"
+    "  falsify MODEL.gguf --mode MODE --fault KIND   prove the oracle bites (--sweep)\n"
+    "ladders and releases:\n"
+    "  ladder check LADDER.yaml             validate a ladder, print its cells and positions\n"
+    "  golden record LADDER.yaml            record goldens from the reference twin\n"
+    "  run LADDER.yaml --host ID            run this host's cells, one signed receipt each\n"
+    "  release check LADDER.yaml            sign off only if every required cell PASSes\n"
+    "keys and receipts:\n"
+    "  key gen --host ID [-o FILE]          make a host signing key\n"
+    "  key pub FILE                         print the public key of a private key file\n"
+    "  receipt list [--db DB]               list stored receipts\n"
+    "  receipt show ID [--json] [--full]    a receipt: summary first, then details\n"
+    "  receipt verify [--db DB] [--all]     signatures, chain, re-judged verdicts\n"
+    "  receipt export --out FILE            one signed envelope per line\n"
+    "  receipt import FILE                  verify and store another host's receipts\n"
+    "  version                              print gate's version\n"
+    "\n"
+    "exit codes: 0 pass, 1 judged failure or blocked release, 2 usage or input error,\n"
+    "3 environment error (no GPU where one is required, disk full).\n";
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: gate COMMAND [ARGS]   (gate COMMAND --help for details)\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
-        fprintf(out, "  %s\n", COMMANDS[i].help);
-    fprintf(out, "  version\n");
+    fputs(USAGE, out);
 }
 
 int main(int argc, char **argv)

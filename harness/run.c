@@ -495,7 +495,8 @@ int run_ladder(const struct run_options *o)
     int rc, exit_code = 0, n_run = 0, n_pass = 0;
     json_t *results = json_array();
     memset(&key, 0, sizeof key);
-    if ((rc = ladder_load(&l, o->ladder, &err)) || (rc = ladder_check_runnable(l, &err))) {
+    if ((rc = ladder_load(&l, o->ladder, &err)) || (rc = ladder_check_runnable(l, &err)) ||
+        (rc = ladder_check_files(l, &err))) {
         exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
         goto out;
     }
@@ -507,6 +508,11 @@ int run_ladder(const struct run_options *o)
     int hi = ladder_find_host(l, host);
     if (hi < 0) {
         exit_code = cli_fail(2, "run: host '%s' is not defined in %s", host, o->ladder);
+        goto out;
+    }
+    /* a goldens file without this model's entry would sign a FAIL: refuse before any receipt */
+    if ((rc = ladder_check_golden_entries(l, hi, &err))) {
+        exit_code = cli_fail(err_exit_code(rc), "run: %s", err.msg);
         goto out;
     }
     if ((rc = host_matches(&l->hosts[hi], &err))) {

@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "harness/identity.h"
 #include "harness/ladder.h"
 #include "tests/support/check.h"
 
@@ -579,6 +581,10 @@ Test(ladder_check, lists_excluded_cells_with_reasons_and_counts)
         "unanchored: {qwen3moe: \"no independent reference in this test\"}\n";
     const char *path = write_tmp("check.yaml", yaml, strlen(yaml));
     char cmd[3000], out[1200];
+    /* a `path:` model must exist at check time (issue 16) */
+    snprintf(cmd, sizeof cmd, "cp '%s/conformance/qwen3moe-tiny-q4_k_m/model.gguf' '%s/m.gguf'",
+             check_shared_dir(), check_tmp_dir());
+    cr_assert_eq(system(cmd), 0);
     snprintf(out, sizeof out, "%s/check.out", check_tmp_dir());
     snprintf(cmd, sizeof cmd, "'%s' ladder check '%s' >'%s' 2>&1", bin, path, out);
     cr_assert_eq(system(cmd), 0, "gate ladder check failed (see %s)", out);
@@ -592,4 +598,184 @@ Test(ladder_check, lists_excluded_cells_with_reasons_and_counts)
     cr_expect(strstr(text, "EXCLUDED (line 11): prefill kernel not ready"), "%s", text);
     cr_expect(strstr(text, "trusted keys sha256 "), "%s", text);
     free(text);
+}
+
+/* ---- ladders that cannot run fail at check time (issue 16) ---------------------------------- */
+
+#define MOE_SHA "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560"
+#define FILES_TAIL                                                                                 \
+    "hosts:\n  local: {device: none, trust: [" KEY1 "]}\n"                                          \
+    "modes: [ref.decode]\n"                                                                        \
+    "cells: [{models: [m], hosts: [local], modes: [ref.decode]}]\n"                                \
+    "unanchored: {qwen3: \"test\", qwen3moe: \"test\"}\n"
+
+/* Load text as files.yaml in a fresh folder (with a copy of the conformance MoE model as
+ * moe.gguf) and run ladder_check_files(); returns its status, the message in err. */
+static int check_files(const char *text, struct gate_err *err)
+{
+    static int serial;
+    char dir[600], cmd[4000], path[700];
+    snprintf(dir, sizeof dir, "%s/files-%d", check_tmp_dir(), serial++);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cp '%s/conformance/qwen3moe-tiny-"
+             "q4_k_m/model.gguf' '%s/moe.gguf'", dir, dir, check_shared_dir(), dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/files.yaml", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(text, f);
+    fclose(f);
+    struct ladder *l = NULL;
+    int rc = ladder_load(&l, path, err);
+    if (!rc)
+        rc = ladder_check_files(l, err);
+    ladder_free(l);
+    return rc;
+}
+
+Test(ladder_files, a_runnable_ladder_passes)
+{
+    struct gate_err err = {0};
+    cr_expect_eq(check_files("release: {name: r, version: '1'}\nmodels:\n"
+                             "  m: {path: moe.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n"
+                             "  s: {synth: {preset: tiny-dense, quant: Q4_K_M}, sha256: " MOE_SHA
+                             ", arch: qwen3}\n" FILES_TAIL,
+                             &err),
+                 0, "%s", err.msg);
+}
+
+Test(ladder_files, an_unknown_synth_preset_or_quant_is_refused_with_its_line)
+{
+    struct gate_err err = {0};
+    cr_expect_eq(check_files("release: {name: r, version: '1'}\nmodels:\n"
+                             "  m: {synth: {preset: tiny-moo, quant: Q4_K_M}, sha256: " MOE_SHA
+                             ", arch: qwen3moe}\n" FILES_TAIL,
+                             &err),
+                 ERR_INPUT);
+    cr_expect(strstr(err.msg, "files.yaml:3:3: model 'm': unknown synth preset 'tiny-moo'"), "%s",
+              err.msg);
+    err_clear(&err);
+    cr_expect_eq(check_files("release: {name: r, version: '1'}\nmodels:\n"
+                             "  m: {synth: {preset: tiny-moe, quant: Q3_K}, sha256: " MOE_SHA
+                             ", arch: qwen3moe}\n" FILES_TAIL,
+                             &err),
+                 ERR_INPUT);
+    cr_expect(strstr(err.msg, "files.yaml:3:3: model 'm': unknown synth quant 'Q3_K'"), "%s",
+              err.msg);
+}
+
+Test(ladder_files, a_missing_model_file_is_refused_with_its_line)
+{
+    struct gate_err err = {0};
+    cr_expect_eq(check_files("release: {name: r, version: '1'}\nmodels:\n"
+                             "  m: {path: nothere.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n"
+                             FILES_TAIL,
+                             &err),
+                 ERR_INPUT);
+    cr_expect(strstr(err.msg, "files.yaml:3:3: model 'm': path '") &&
+                  strstr(err.msg, "nothere.gguf' cannot be read: No such file"),
+              "%s", err.msg);
+}
+
+Test(ladder_files, an_arch_that_contradicts_the_file_is_refused)
+{
+    struct gate_err err = {0};
+    cr_expect_eq(check_files("release: {name: r, version: '1'}\nmodels:\n"
+                             "  m: {path: moe.gguf, sha256: " MOE_SHA ", arch: qwen3}\n"
+                             "hosts:\n  local: {device: none, trust: [" KEY1 "]}\n"
+                             "modes: [ref.decode]\n"
+                             "cells: [{models: [m], hosts: [local], modes: [ref.decode]}]\n"
+                             "gates: {defaults: {falsify: [skip_qk_norm]}}\n"
+                             "unanchored: {qwen3: \"test\"}\n",
+                             &err),
+                 ERR_INPUT);
+    cr_expect(strstr(err.msg, "files.yaml:3:3: model 'm': arch 'qwen3' contradicts the file") &&
+                  strstr(err.msg, "general.architecture is 'qwen3moe'"),
+              "%s", err.msg);
+}
+
+Test(ladder_files, a_moe_preset_declared_qwen3_is_an_arch_mismatch_not_a_fault_problem)
+{
+    struct gate_err err = {0};
+    cr_expect_eq(check_files("release: {name: r, version: '1'}\nmodels:\n"
+                             "  m: {synth: {preset: tiny-moe, quant: Q4_K_M}, sha256: " MOE_SHA
+                             ", arch: qwen3}\n" FILES_TAIL,
+                             &err),
+                 ERR_INPUT);
+    cr_expect(strstr(err.msg, "files.yaml:3:") &&
+                  strstr(err.msg, "arch 'qwen3' contradicts synth preset 'tiny-moe', which is"
+                                  " qwen3moe"),
+              "%s", err.msg);
+    cr_expect(!strstr(err.msg, "cannot apply"), "%s", err.msg);
+}
+
+Test(ladder_files, a_missing_goldens_file_is_refused_with_its_position)
+{
+    struct gate_err err = {0};
+    cr_expect_eq(check_files("release: {name: r, version: '1'}\nmodels:\n"
+                             "  m: {path: moe.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n"
+                             FILES_TAIL "gates:\n  defaults:\n    golden: {goldens: gold.json,"
+                             " sha256: " MOE_SHA "}\n",
+                             &err),
+                 ERR_INPUT);
+    cr_expect(strstr(err.msg, "files.yaml:11:23: cell m/local/ref.decode: goldens file '") &&
+                  strstr(err.msg, "gold.json' does not exist; record it with gate golden record"),
+              "%s", err.msg);
+}
+
+/* The CLI: gate ladder check exits 2 on such a ladder; gate run exits 2 before any receipt
+ * (the store is never created), also for a goldens file without this model's entry. */
+Test(ladder_files, ladder_check_and_run_refuse_before_any_receipt)
+{
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
+    char dir[600], cmd[4000], yaml[2000];
+    snprintf(dir, sizeof dir, "%s/files-cli", check_tmp_dir());
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cp '%s/conformance/qwen3moe-tiny-"
+             "q4_k_m/model.gguf' '%s/moe.gguf' && printf '{\"schema\": 2, \"models\": {}}' >"
+             " '%s/gold.json'", dir, dir, check_shared_dir(), dir, dir);
+    cr_assert_eq(system(cmd), 0);
+    char gpath[900], gsha[65];
+    snprintf(gpath, sizeof gpath, "%s/gold.json", dir);
+    cr_assert_eq(identity_file_sha256(gpath, gsha, NULL), 0);
+    /* 1. a missing model file */
+    snprintf(yaml, sizeof yaml, "release: {name: r, version: '1'}\nmodels:\n"
+             "  m: {path: gone.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n" FILES_TAIL);
+    FILE *f = fopen(strcat(strcpy(cmd, dir), "/l.yaml"), "w");
+    cr_assert(f);
+    fputs(yaml, f);
+    fclose(f);
+    char run[4000];
+    snprintf(run, sizeof run, "cd '%s' && '%s' ladder check l.yaml >out 2>&1", dir, bin);
+    int rc = system(run);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "ladder check exit %d", WEXITSTATUS(rc));
+    snprintf(run, sizeof run, "cd '%s' && '%s' run l.yaml --host local --db r.db >out 2>&1",
+             dir, bin);
+    rc = system(run);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "run exit %d", WEXITSTATUS(rc));
+    char *out = check_slurp_text(strcat(strcpy(cmd, dir), "/out"));
+    cr_expect(out && strstr(out, "l.yaml:3:3: model 'm': path '"), "%s", out ? out : "");
+    free(out);
+    /* 2. a pinned goldens file without the model's entry: run refuses, check is fine */
+    snprintf(yaml, sizeof yaml, "release: {name: r, version: '1'}\nmodels:\n"
+             "  m: {path: moe.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n" FILES_TAIL
+             "gates:\n  defaults:\n    golden: {goldens: gold.json, sha256: %s}\n", gsha);
+    f = fopen(strcat(strcpy(cmd, dir), "/l.yaml"), "w");
+    cr_assert(f);
+    fputs(yaml, f);
+    fclose(f);
+    snprintf(run, sizeof run, "cd '%s' && '%s' ladder check l.yaml >out 2>&1", dir, bin);
+    rc = system(run);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "ladder check exit %d", WEXITSTATUS(rc));
+    snprintf(run, sizeof run, "cd '%s' && '%s' run l.yaml --host local --db r.db >out 2>&1",
+             dir, bin);
+    rc = system(run);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "run exit %d", WEXITSTATUS(rc));
+    out = check_slurp_text(strcat(strcpy(cmd, dir), "/out"));
+    cr_expect(out && strstr(out, "no usable goldens for model 'm'") &&
+                  strstr(out, "gate golden record"),
+              "%s", out ? out : "");
+    free(out);
+    struct stat st;
+    cr_expect_neq(stat(strcat(strcpy(cmd, dir), "/r.db"), &st), 0,
+                  "no receipt store may be created by a refused run");
 }
