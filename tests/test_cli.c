@@ -4,6 +4,7 @@
  * Each test runs the real binary ($GATE_BIN, set by ctest) in its own temp folder. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,4 +84,64 @@ Test(cli, top_level_usage_lists_every_subcommand_within_100_columns)
         line = nl ? nl + 1 : NULL;
     }
     free(out);
+}
+
+/* ---- interrupted writes leave nothing (issue 16) --------------------------------------------- */
+
+/* 1 when folder dir holds a name starting with prefix. */
+static int has_entry(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    while (d && (e = readdir(d)))
+        found |= !strncmp(e->d_name, prefix, strlen(prefix));
+    if (d)
+        closedir(d);
+    return found;
+}
+
+static void interrupt_synth(int sig)
+{
+    char dir[900];
+    snprintf(dir, sizeof dir, "%s/sig%d", check_tmp_dir(), sig);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    char out[1000];
+    snprintf(out, sizeof out, "%s/big.gguf", dir);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        /* a real-shape preset at F16: over a gigabyte to write, seconds to minutes of work */
+        execl(gate_bin(), gate_bin(), "model", "synth", "--preset", "qwen3-0.6b", "--quant", "F16",
+              "--threads", "1", "-o", out, (char *)NULL);
+        _exit(127);
+    }
+    /* wait until the temp file exists (the write is under way); no deadline on a busy host
+     * beyond Criterion's own timeout */
+    struct timespec nap = {0, 20 * 1000 * 1000};
+    while (!has_entry(dir, "big.gguf.tmp.")) {
+        int st;
+        cr_assert_eq(waitpid(pid, &st, WNOHANG), 0, "synth ended before it was interrupted");
+        nanosleep(&nap, NULL);
+    }
+    cr_assert_eq(kill(pid, sig), 0);
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == sig,
+              "gate must end by the signal it got (re-raised), status 0x%x", st);
+    cr_expect(!has_entry(dir, "big.gguf.tmp."), "the temp file of the interrupted write remains");
+    cr_expect(!has_entry(dir, "big.gguf"), "an interrupted write must leave no output file");
+}
+
+Test(cli, sigint_during_model_synth_removes_the_temp_file, .timeout = 300)
+{
+    interrupt_synth(SIGINT);
+}
+
+Test(cli, sigterm_during_model_synth_removes_the_temp_file, .timeout = 300)
+{
+    interrupt_synth(SIGTERM);
 }
