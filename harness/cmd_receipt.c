@@ -113,11 +113,15 @@ cleanup:
 
 static const char RECEIPT_USAGE[] =
     "usage: gate receipt list [--db DB] [--cell PATTERN] [--verdict V]\n"
-    "       gate receipt show ID [--db DB]\n"
+    "       gate receipt show ID [--db DB] [--full | --json]\n"
     "       gate receipt verify [--db DB] [--all]\n"
     "       gate receipt export [--db DB] --out FILE\n"
     "       gate receipt import FILE [--db DB]\n"
     "  DB defaults to ./" DEFAULT_DB ". PATTERN is a shell glob over model/host/mode.\n"
+    "  show prints a summary first (cell, verdict, the failing gate's error, each gate's\n"
+    "  verdict and reason), then the details: numbers at 6 significant digits, per-position\n"
+    "  arrays as min/p1/median/p99/max plus the offending positions (--full: every value);\n"
+    "  --json prints the whole signed payload (full precision).\n"
     "  verify checks every receipt's signature, chain link, columns and re-derived verdicts, and\n"
     "  every head record against the chain (store_audit); it exits 1 naming each bad receipt\n"
     "  and the first bad head record; --all also prints the good ones.\n"
@@ -126,7 +130,7 @@ static const char RECEIPT_USAGE[] =
 
 struct opts {
     const char *db, *cell, *verdict, *out, *arg;
-    int all;
+    int all, json;
 };
 
 
@@ -156,16 +160,97 @@ static int list_row(void *ctx, const struct store_row *r)
     return 0;
 }
 
-/* Print a JSON scalar compactly. */
+/* `receipt show --full`: per-position arrays printed whole instead of as a distribution. */
+static int show_full;
+
+/* Print a JSON scalar compactly; reals at 6 significant digits (0.05, not 0.050000000000000003:
+ * the signed payload keeps every bit, `receipt show --json` prints it). */
 static void print_scalar(const json_t *v)
 {
     if (json_is_string(v)) {
         fputs(safe(json_string_value(v)), stdout);
         return;
     }
-    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS);
+    if (json_is_real(v)) {
+        printf("%.6g", json_real_value(v));
+        return;
+    }
+    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS |
+                                JSON_REAL_PRECISION(6));
     fputs(s ? safe(s) : "?", stdout);
     free(s);
+}
+
+static int by_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+#define SHOW_COLLAPSE 8 /* arrays longer than this are summarized unless --full */
+
+/* A long numeric array (one value per position) as its distribution: n, min, p1, median, p99,
+ * max, and where the extremes are. */
+static void print_distribution(const json_t *a)
+{
+    size_t n = json_array_size(a), i, at_min = 0, at_max = 0;
+    double *v = malloc(n * sizeof *v);
+    if (!v) {
+        printf("(%zu values)", n);
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        v[i] = json_number_value(json_array_get(a, i));
+        if (v[i] < v[at_min])
+            at_min = i;
+        if (v[i] > v[at_max])
+            at_max = i;
+    }
+    qsort(v, n, sizeof *v, by_double);
+#define Q(p) v[(size_t)((p) * (double)(n - 1) + 0.5)]
+    printf("n=%zu min=%.6g p1=%.6g median=%.6g p99=%.6g max=%.6g (min at %zu, max at %zu)", n,
+           v[0], Q(0.01), Q(0.5), Q(0.99), v[n - 1], at_min, at_max);
+#undef Q
+    free(v);
+}
+
+/* A long array of strings (a class per position): the count of each value, and the positions
+ * of every value other than the most common one (the offending positions), at most 32. */
+static void print_classes(const json_t *a)
+{
+    const char *names[16];
+    size_t counts[16], nn = 0, i, top = 0;
+    json_t *e;
+    json_array_foreach((json_t *)a, i, e)
+    {
+        const char *s = json_is_string(e) ? json_string_value(e) : "?";
+        size_t k;
+        for (k = 0; k < nn && strcmp(names[k], s); k++)
+            ;
+        if (k == nn && nn < 16) {
+            names[nn] = s;
+            counts[nn++] = 0;
+        }
+        if (k < nn)
+            counts[k]++;
+    }
+    for (size_t k = 0; k < nn; k++) {
+        printf("%s%s %zu", k ? ", " : "", safe(names[k]), counts[k]);
+        if (counts[k] > counts[top])
+            top = k;
+    }
+    int shown = 0;
+    json_array_foreach((json_t *)a, i, e)
+    {
+        const char *s = json_is_string(e) ? json_string_value(e) : "?";
+        if (nn == 0 || !strcmp(s, names[top]))
+            continue;
+        if (shown == 32) {
+            printf(" ...");
+            break;
+        }
+        printf("%s%zu:%s", shown++ ? " " : "; at ", i, safe(s));
+    }
 }
 
 /* Print every leaf under v as "indent path: value", skipping the keys in skip (top level). */
@@ -190,6 +275,18 @@ static void print_flat(const char *indent, const char *path, const json_t *v,
             snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", key);
             print_flat(indent, sub, child, NULL);
         }
+    } else if (!show_full && json_is_array(v) && json_array_size(v) > SHOW_COLLAPSE &&
+               (json_is_number(json_array_get(v, 0)) || json_is_string(json_array_get(v, 0)))) {
+        int numbers = 1;
+        size_t i;
+        json_t *child;
+        json_array_foreach(v, i, child) numbers &= json_is_number(child);
+        printf("%s%-34s ", indent, safe(path));
+        if (numbers)
+            print_distribution(v);
+        else
+            print_classes(v);
+        putchar('\n');
     } else if (json_is_array(v) && json_array_size(v) > 0 &&
                !json_is_number(json_array_get(v, 0))) {
         size_t i;
@@ -246,6 +343,129 @@ static const char *str_of(const json_t *v)
     return s ? safe(s) : "?";
 }
 
+/* The first line of s, escaped and cut to width columns (with "..." when cut). */
+static const char *one_line(const char *s, int width)
+{
+    static char buf[512];
+    char line[512];
+    size_t n = strcspn(s, "\n");
+    snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line - 1 ? n : sizeof line - 1), s);
+    if ((int)strlen(line) > width)
+        snprintf(line + width - 3, sizeof line - (size_t)width + 3, "...");
+    return cli_safe(line, buf, sizeof buf);
+}
+
+/* A gate's one-line reason: its "reason", else metrics.reason, else its error, else what its
+ * checks say (the first failing one with its value and threshold, or how many passed). */
+static const char *gate_reason(const json_t *g)
+{
+    static char buf[2][512];
+    static int next;
+    const char *why = json_string_value(json_object_get(g, "reason"));
+    if (!why)
+        why = json_string_value(json_object_get(json_object_get(g, "metrics"), "reason"));
+    if (!why)
+        why = json_string_value(json_object_get(g, "error"));
+    if (why)
+        return why;
+    const json_t *checks = json_object_get(g, "checks"), *c;
+    size_t i, n_ok = 0;
+    char *b = buf[next = !next];
+    json_array_foreach((json_t *)checks, i, c)
+    {
+        if (json_is_true(json_object_get(c, "pass"))) {
+            n_ok++;
+            continue;
+        }
+        char *v = json_dumps(json_object_get(c, "value"), JSON_ENCODE_ANY | JSON_REAL_PRECISION(6));
+        char *t = json_dumps(json_object_get(c, "threshold"),
+                             JSON_ENCODE_ANY | JSON_REAL_PRECISION(6));
+        const char *m = json_string_value(json_object_get(c, "metric"));
+        const char *op = json_string_value(json_object_get(c, "op"));
+        snprintf(b, sizeof buf[0], "%s %s %s %s fails", m ? m : "?", v ? v : "?", op ? op : "?",
+                 t ? t : "?");
+        free(v);
+        free(t);
+        return b;
+    }
+    if (json_array_size(checks) == 0)
+        return NULL;
+    snprintf(b, sizeof buf[0], "%zu check%s pass", n_ok, n_ok == 1 ? "" : "s");
+    return b;
+}
+
+/* The gates in the order they run, then any other key the payload has. */
+static const char *const GATE_ORDER[] = {"capability", "parity", "golden", "throughput",
+                                         "falsify", "anchor", NULL};
+
+static int gate_is_ordered(const char *name)
+{
+    for (int k = 0; GATE_ORDER[k]; k++)
+        if (!strcmp(GATE_ORDER[k], name))
+            return 1;
+    return 0;
+}
+
+/* The summary `receipt show` prints first: the cell and verdict, the first failing gate's error
+ * (or reason) on its own line, then one line per gate: verdict and one-line reason. */
+static void print_summary(const struct store_row *r, const json_t *p)
+{
+    json_t *cell = json_object_get(p, "cell"), *gates = json_object_get(p, "gates"), *g;
+    const char *v = json_string_value(json_object_get(p, "verdict"));
+    printf("receipt %" PRId64 ": %s/%s/%s  %s\n", r->id, str_of(json_object_get(cell, "model")),
+           str_of(json_object_get(cell, "host")), str_of(json_object_get(cell, "mode")),
+           v ? safe(v) : "?");
+    const char *name, *order[64];
+    int n = 0;
+    for (int k = 0; GATE_ORDER[k]; k++)
+        if (json_object_get(gates, GATE_ORDER[k]))
+            order[n++] = GATE_ORDER[k];
+    json_object_foreach(gates, name, g)
+    {
+        if (!gate_is_ordered(name) && n < 64)
+            order[n++] = name;
+    }
+    for (int k = 0; k < n; k++) {
+        g = json_object_get(gates, order[k]);
+        const char *gv = json_string_value(json_object_get(g, "verdict"));
+        if (gv && !strcmp(gv, "PASS"))
+            continue;
+        const char *err = json_string_value(json_object_get(g, "error"));
+        const char *why = err ? err : gate_reason(g);
+        printf("  %s %s: %s\n", gv ? safe(gv) : "(no verdict)", safe(order[k]),
+               why ? one_line(why, 200) : "(no reason recorded)");
+        break;
+    }
+    for (int k = 0; k < n; k++) {
+        g = json_object_get(gates, order[k]);
+        const char *gv = json_string_value(json_object_get(g, "verdict"));
+        const char *why = gate_reason(g);
+        printf("  %-11s %-6s %s\n", safe(order[k]), gv ? safe(gv) : "?",
+               why ? one_line(why, 80) : "");
+    }
+    printf("  signature %s, chain %s, columns %s (--full: every value; --json: the payload)\n\n",
+           r->sig_ok ? "ok" : "BAD", r->chain_ok ? "ok" : "BROKEN",
+           r->columns_ok ? "ok" : "DISAGREE");
+}
+
+/* `receipt show --json`: the whole signed payload, parsed and printed with sorted keys, every
+ * number at full precision, ASCII only (nothing in it can drive the terminal). */
+static int show_json(void *ctx, const struct store_row *r)
+{
+    (void)ctx;
+    json_t *p = NULL;
+    struct gate_err err = {0};
+    if (receipt_parse(r->payload, r->len, &p, &err) != 0) {
+        fprintf(stderr, "gate: receipt %" PRId64 ": payload unreadable: %s\n", r->id,
+                safe(err.msg));
+        return 0;
+    }
+    json_dumpf(p, stdout, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
+    putchar('\n');
+    json_decref(p);
+    return 0;
+}
+
 static int show_row(void *ctx, const struct store_row *r)
 {
     (void)ctx;
@@ -254,13 +474,17 @@ static int show_row(void *ctx, const struct store_row *r)
     static const char *const SKIP[] = {
         "cell",        "verdict", "gates",  "key_id",     "prev_hash",   "ladder", "subject",
         "environment", "nonce",   "faults", "started_at", "finished_at", NULL};
-    printf("receipt      %" PRId64 " (%s, stored %s)\n", r->id, r->imported ? "imported" : "local",
-           safe(r->created_at));
     if (receipt_parse(r->payload, r->len, &p, &err) != 0) {
+        printf("receipt      %" PRId64 " (%s, stored %s)\n", r->id,
+               r->imported ? "imported" : "local", safe(r->created_at));
         printf("payload      UNREADABLE: %s\n", safe(err.msg));
         printf("status       %s: %s\n", row_status(r), safe(r->problem));
         return 0;
     }
+    print_summary(r, p);
+    printf("details\n");
+    printf("receipt      %" PRId64 " (%s, stored %s)\n", r->id, r->imported ? "imported" : "local",
+           safe(r->created_at));
     json_t *cell = json_object_get(p, "cell");
     printf("cell         model %s, host %s, mode %s\n", str_of(json_object_get(cell, "model")),
            str_of(json_object_get(cell, "host")), str_of(json_object_get(cell, "mode")));
@@ -367,6 +591,10 @@ int cmd_receipt(int argc, char **argv)
                 return 2;
         } else if (!strcmp(a, "--all") && is_verify) {
             o.all = 1;
+        } else if (!strcmp(a, "--full") && is_show) {
+            show_full = 1;
+        } else if (!strcmp(a, "--json") && is_show) {
+            o.json = 1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(RECEIPT_USAGE, stdout);
             return 0;
@@ -396,7 +624,7 @@ int cmd_receipt(int argc, char **argv)
                "key", "status");
         rc = store_foreach(s, list_row, &o, &err);
     } else if (is_show) {
-        rc = store_get(s, id, show_row, NULL, &err);
+        rc = store_get(s, id, o.json ? show_json : show_row, NULL, &err);
     } else if (is_verify) {
         struct verify_ctx v = {.all = o.all};
         struct store_audit a;

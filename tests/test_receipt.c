@@ -482,6 +482,45 @@ Test(cli, receipt_list_show_verify)
     cr_assert_eq(GATE(&out, "receipt", "frobnicate"), 2, "%s", out);
 }
 
+/* issue 16: a summary first, numbers at a sensible precision, per-position arrays collapsed to
+ * a distribution with the offending positions unless --full, --json the whole signed payload */
+Test(cli, receipt_show_summarizes_first_and_collapses_per_position_arrays)
+{
+    struct key_pair k = make_key("cli5.key", "local");
+    const char *db = cli_db("cli5.db", &k);
+    char *out;
+    cr_assert_eq(GATE(&out, "receipt", "show", "2", "--db", db), 0, "%s", out);
+    cr_expect(!strncmp(out, "receipt 2: tiny-moe/local/ref.decode  FAIL\n", 43), "%s", out);
+    const char *details = strstr(out, "\ndetails\n");
+    const char *fail = strstr(out, "  FAIL parity: ");
+    cr_expect(details && fail && fail < details, "the failing gate's reason comes first:\n%s",
+              out);
+    const char *row = strstr(out, "\n  parity      FAIL   ");
+    cr_expect(row && row < details, "a summary row per gate:\n%s", out);
+    cr_expect(strstr(out, "per_position.cosine") &&
+                  strstr(out, "n=64 min=0.5 p1=0.9995 median=0.9995 p99=0.9995 max=0.9995"
+                              " (min at 5,"),
+              "per-position arrays as a distribution with where the extreme is:\n%s", out);
+    cr_expect(!strstr(out, "0.050000000000000003") && strstr(out, "0.05"), "%s", out);
+    cr_expect(!strstr(out, "0.99950000000000006"), "%s", out);
+    cr_expect(!strstr(out, "[0.9995,"), "no whole arrays without --full:\n%s", out);
+    cr_assert_eq(GATE(&out, "receipt", "show", "2", "--db", db, "--full"), 0, "%s", out);
+    cr_expect(strstr(out, "[0.9995,0.9995,"), "--full prints every value:\n%s", out);
+    cr_assert_eq(GATE(&out, "receipt", "show", "2", "--db", db, "--json"), 0, "%s", out);
+    json_error_t je;
+    json_t *p = json_loads(out, 0, &je);
+    cr_assert(p, "--json prints JSON: %s\n%s", je.text, out);
+    cr_expect_str_eq(json_string_value(json_object_get(p, "verdict")), "FAIL");
+    cr_expect_eq(json_array_size(json_object_get(
+                     json_object_get(json_object_get(json_object_get(json_object_get(p, "gates"),
+                                                                     "parity"),
+                                                     "metrics"),
+                                     "per_position"),
+                     "cosine")),
+                 64);
+    json_decref(p);
+}
+
 Test(cli, receipt_verify_names_a_tampered_receipt)
 {
     struct key_pair k = make_key("cli2.key", "local");
