@@ -7,6 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/synth.h"
+#include "harness/ladder.h"
 
 int cli_fail(int code, const char *fmt, ...)
 {
@@ -149,4 +154,53 @@ const char *cli_safe(const char *s, char *buf, size_t n)
     if (n)
         buf[k < n ? k : n - 1] = '\0';
     return buf;
+}
+
+static void ensure_progress(void *ctx, uint64_t done, uint64_t total, int i, int n,
+                            const char *tensor)
+{
+    const struct ladder_model *lm = ctx;
+    (void)tensor;
+    if (isatty(2))
+        fprintf(stderr, "\r  synthesizing %-24s [%-30.*s] %3d%%", lm->id,
+                (int)(total ? 30 * done / total : 30), "##############################",
+                (int)(total ? 100 * done / total : 100));
+    else if (i + 1 == n)
+        fprintf(stderr, "  synthesized %s (%d tensors)\n", lm->id, n);
+}
+
+int cli_ensure_model(const struct ladder_model *lm, int threads, struct gate_err *err)
+{
+    struct stat st;
+    if (stat(lm->path, &st) == 0)
+        return 0;
+    if (!lm->synth)
+        return err_set(err, ERR_INPUT, "model '%s': '%s' cannot be read: %s", lm->id, lm->path,
+                       strerror(errno));
+    struct synth_options so;
+    memset(&so, 0, sizeof so);
+    const struct synth_spec *sp = synth_preset_find(lm->preset);
+    if (!sp)
+        return err_set(err, ERR_INPUT, "model '%s': unknown synth preset '%s'", lm->id,
+                       lm->preset);
+    so.spec = *sp;
+    so.quant = synth_quant_from_name(lm->quant);
+    if (so.quant < 0)
+        return err_set(err, ERR_INPUT, "model '%s': unknown synth quant '%s'", lm->id, lm->quant);
+    so.seed = (uint32_t)lm->seed;
+    so.n_threads = threads;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", lm->path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = '\0';
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            return err_set(err, ERR_ENV, "cannot create the model cache '%s': %s", dir,
+                           strerror(errno));
+    }
+    fprintf(stderr, "gate: model '%s' is not in the cache yet: writing %s\n", lm->id, lm->path);
+    int rc = synth_write(&so, lm->path, ensure_progress, (void *)lm, err);
+    if (isatty(2))
+        fprintf(stderr, "\n");
+    return rc;
 }

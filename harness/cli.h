@@ -39,4 +39,15 @@ int cli_read_ids(const char *path, int32_t **ids, int *n, struct gate_err *err);
  * buf. Use it for every string that comes from a receipt, a ladder or an import file. */
 const char *cli_safe(const char *s, char *buf, size_t n);
 
+struct ladder_model;
+
+/* Make sure a ladder model's file exists: a `synth:` model missing from its cache path
+ * (.gate-cache/ID-PRESET-QUANT-SEED.gguf next to the ladder) is written there now with the
+ * ladder's preset, quant and seed (deterministic: the bytes the ladder pins), showing progress on
+ * stderr (a bar on a terminal, one line otherwise); a `path:` model is only checked to exist.
+ * threads 0 = online CPUs. ERR_INPUT for an unknown preset or quant or a missing path: file,
+ * ERR_ENV when the file cannot be written. Used by `gate golden record` (gate run has the same
+ * step in run.c's ensure_model()). */
+int cli_ensure_model(const struct ladder_model *lm, int threads, struct gate_err *err);
+
 #endif

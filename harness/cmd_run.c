@@ -116,7 +116,10 @@ static const char GOLDEN_USAGE[] =
     "  who recorded them (this build, backend ref, date): REGRESSION goldens, labelled so in\n"
     "  every report. An existing entry is never overwritten unless --force. The file's bytes\n"
     "  change: pin the new digest in the ladder (gates.golden.sha256) — old receipts go STALE.\n"
-    "  Models must already exist (run gate run once, or gate model synth).\n";
+    "  Prints the file's new digest and the line to pin it. A `synth:` model not yet in the\n"
+    "  cache is synthesized first, as gate run does, into .gate-cache/ID-PRESET-QUANT-SEED.gguf\n"
+    "  next to the ladder (deterministic: the bytes the ladder pins; delete the folder to\n"
+    "  reclaim the space). A `path:` model must exist. No receipt is written.\n";
 
 int cmd_golden(int argc, char **argv)
 {
@@ -172,7 +175,9 @@ int cmd_golden(int argc, char **argv)
                 continue;
             struct model *m = NULL;
             char sha[65];
-            rc = identity_file_sha256(l->models[mi].path, sha, &err);
+            rc = cli_ensure_model(&l->models[mi], threads, &err);
+            if (!rc)
+                rc = identity_file_sha256(l->models[mi].path, sha, &err);
             if (!rc && strcmp(sha, l->models[mi].sha256))
                 rc = err_set(&err, ERR_INPUT, "model '%s' (%s) has SHA-256 %s but the ladder pins"
                              " %s: not recording goldens for another file", l->models[mi].id,
@@ -189,6 +194,23 @@ int cmd_golden(int argc, char **argv)
             }
             model_free(m);
         }
+    }
+    /* the goldens are evidence pinned by their bytes: give the new digest and the line */
+    for (int ci = 0; !rc && ci < l->n_cells; ci++) {
+        const struct ladder_gates *g = &l->cells[ci].g;
+        int dup = !g->goldens[0];
+        for (int cj = 0; cj < ci && !dup; cj++)
+            dup = !strcmp(l->cells[cj].g.goldens, g->goldens);
+        char sha[65];
+        if (dup || identity_file_sha256(g->goldens, sha, NULL))
+            continue;
+        if (strcmp(sha, g->goldens_sha256))
+            printf("goldens %s: sha256 %s (the ladder pins %s)\n  pin it in %s:"
+                   " gates.golden.sha256: %s\n",
+                   g->goldens, sha, g->goldens_sha256[0] ? g->goldens_sha256 : "nothing", ladder,
+                   sha);
+        else
+            printf("goldens %s: sha256 %s (already the ladder's pin)\n", g->goldens, sha);
     }
     ladder_free(l);
     if (rc)

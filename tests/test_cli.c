@@ -145,3 +145,50 @@ Test(cli, sigterm_during_model_synth_removes_the_temp_file, .timeout = 300)
 {
     interrupt_synth(SIGTERM);
 }
+
+/* ---- goldens for a new model (issue 16) ------------------------------------------------------ */
+
+/* gate golden record on a fresh ladder whose synthetic model was never written: it synthesizes
+ * the model into .gate-cache/ next to the ladder (as gate run does), records, and prints the
+ * goldens' digest with the line to pin it; no receipt store is created. */
+Test(cli, golden_record_synthesizes_the_model_and_prints_the_pin, .timeout = 300)
+{
+    char dir[900], path[1000], cmd[3000];
+    snprintf(dir, sizeof dir, "%s/newgold", check_tmp_dir());
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/l.yaml", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("release: {name: r, version: '1'}\n"
+          "models:\n  d: {synth: {preset: tiny-dense, quant: Q4_K_M, seed: 1}, sha256: "
+          "91d5b06bdb37e3f7c42f37d761857b150130488e18619bd7a06e08cc4bb923d0, arch: qwen3}\n"
+          "hosts:\n  local: {device: none, trust: "
+          "[ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29]}\n"
+          "modes: [ref.decode]\n"
+          "cells: [{model: d, host: local, mode: ref.decode}]\n"
+          "gates: {defaults: {golden: {goldens: g.json, tokens: 4}}}\n"
+          "unanchored: {qwen3: test}\n",
+          f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' golden record l.yaml --threads 1 >out 2>err", dir,
+             gate_bin());
+    int rc = system(cmd);
+    snprintf(path, sizeof path, "%s/out", dir);
+    char *out = check_slurp_text(path);
+    snprintf(path, sizeof path, "%s/err", dir);
+    char *err = check_slurp_text(path);
+    cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "golden record exit %d:\n%s%s",
+              WEXITSTATUS(rc), out ? out : "", err ? err : "");
+    struct stat st;
+    snprintf(path, sizeof path, "%s/.gate-cache/d-tiny-dense-Q4_K_M-1.gguf", dir);
+    cr_expect_eq(stat(path, &st), 0, "the model was not synthesized into .gate-cache/");
+    snprintf(path, sizeof path, "%s/g.json", dir);
+    cr_expect_eq(stat(path, &st), 0, "no goldens written");
+    const char *pin = out ? strstr(out, "gates.golden.sha256: ") : NULL;
+    cr_expect(pin && strspn(pin + 21, "0123456789abcdef") == 64,
+              "the digest and the line to pin it:\n%s", out ? out : "");
+    snprintf(path, sizeof path, "%s/receipts.db", dir);
+    cr_expect_neq(stat(path, &st), 0, "recording goldens writes no receipt");
+    free(out);
+    free(err);
+}
