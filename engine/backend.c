@@ -1,24 +1,88 @@
-/* backend.c — the registry of backends compiled into this build. */
+/* backend.c — the one list of backends, and the wrappers that own the backend contract.
+ *
+ * Invariants: every forward reaching ops->forward has been checked here (pos0 == n_past, the
+ * context bound, every token id in range) and is at most n_batch tokens; n_past, the forwards /
+ * tokens counters, the taps pointer and the active fault set live in struct backend and are
+ * changed only here. A backend computes; it never re-checks, chunks or counts.
+ * Start reading: backend_forward().
+ */
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "backend.h"
 
 #ifdef GATE_HAVE_CUDA
 extern const struct backend_ops backend_cuda_ops; /* kernels/cuda_backend.cu */
-#define CUDA_KNOWN ", cuda"
+#define CUDA_OPS (&backend_cuda_ops)
 #else
-#define CUDA_KNOWN ""
+#define CUDA_OPS NULL
 #endif
+
+/* Every backend any build knows: a mode names one of these whether or not it is compiled in
+ * (settled question 3). ops NULL = not in this build. */
+static const struct backend_entry {
+    const char *name;
+    const struct backend_ops *ops;
+    int device; /* runs on an accelerator: its runs count kernel launches */
+} BACKENDS[] = {
+    {"cuda", CUDA_OPS, 1},
+    {"cpu", NULL, 0},
+    {"ref", &backend_ref_ops, 0},
+};
+#define N_BACKENDS (int)(sizeof BACKENDS / sizeof BACKENDS[0])
+
+int backend_count(void)
+{
+    return N_BACKENDS;
+}
+
+const char *backend_name(int i)
+{
+    return i >= 0 && i < N_BACKENDS ? BACKENDS[i].name : NULL;
+}
+
+int backend_index(const char *name)
+{
+    for (int i = 0; name && i < N_BACKENDS; i++)
+        if (!strcmp(name, BACKENDS[i].name))
+            return i;
+    return -1;
+}
+
+int backend_is_device(const char *name)
+{
+    const int i = backend_index(name);
+    return i >= 0 && BACKENDS[i].device;
+}
 
 const struct backend_ops *backend_find(const char *name)
 {
-    if (!strcmp(name, "ref"))
-        return &backend_ref_ops;
-#ifdef GATE_HAVE_CUDA
-    if (!strcmp(name, "cuda"))
-        return &backend_cuda_ops;
-#endif
-    return NULL;
+    const int i = backend_index(name);
+    return i >= 0 ? BACKENDS[i].ops : NULL;
+}
+
+/* "ref, cuda": the backends compiled into this build, for error text. */
+static void compiled_list(char *buf, size_t n)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < N_BACKENDS; i++)
+        if (BACKENDS[i].ops && at < n) {
+            int w = snprintf(buf + at, n - at, "%s%s", at ? ", " : "", BACKENDS[i].name);
+            at += w > 0 ? (size_t)w : 0;
+        }
+}
+
+int backend_describe(const char *name, struct backend_device *out, struct gate_err *err)
+{
+    memset(out, 0, sizeof *out);
+    const int i = backend_index(name);
+    if (i < 0)
+        return err_set(err, ERR_INPUT, "unknown backend '%s'", name ? name : "(null)");
+    if (!BACKENDS[i].ops)
+        return err_set(err, ERR_ENV, "backend %s is not in this build", name);
+    return BACKENDS[i].ops->describe(out, err);
 }
 
 int backend_open(struct backend **out, const char *name, const struct model *m,
@@ -26,10 +90,102 @@ int backend_open(struct backend **out, const char *name, const struct model *m,
 {
     *out = NULL;
     const struct backend_ops *ops = backend_find(name);
-    if (!ops)
+    if (!ops) {
+        char known[64];
+        compiled_list(known, sizeof known);
         return err_set(err, ERR_INPUT, "backend '%s' is not available in this build (known:"
-                       " ref%s)", name, CUDA_KNOWN);
-    return ops->open(out, m, cfg, err);
+                       " %s)", name, known);
+    }
+    int rc = ops->open(out, m, cfg, err);
+    if (rc)
+        return rc;
+    struct backend *b = *out;
+    if (b->n_batch < 1 || b->n_ctx < 1) {
+        rc = err_set(err, ERR_RUNTIME, "backend %s opened with n_batch %d and n_ctx %d (both"
+                     " must be >= 1)", name, b->n_batch, b->n_ctx);
+        ops->close(b);
+        *out = NULL;
+        return rc;
+    }
+    b->n_past = 0;
+    b->taps = NULL;
+    b->forwards = b->tokens = 0;
+    backend_set_faults(b, cfg ? cfg->faults : NULL);
+    return 0;
+}
+
+int backend_forward(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
+                    struct gate_err *err)
+{
+    const char *name = b->ops->name;
+    const uint32_t V = b->model->hp.n_vocab;
+    if (n <= 0)
+        return err_set(err, ERR_INPUT, "%s: forward needs at least one token (got %d)", name, n);
+    if (pos0 != b->n_past)
+        return err_set(err, ERR_INPUT, "%s: forward at position %d but the cache holds %d"
+                       " positions", name, pos0, b->n_past);
+    if (n > b->n_ctx - pos0)
+        return err_set(err, ERR_INPUT, "%s: %d tokens at position %d exceed the context of %d"
+                       " positions", name, n, pos0, b->n_ctx);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || (uint32_t)tokens[t] >= V)
+            return err_set(err, ERR_INPUT, "%s: token id %" PRId32 " at position %d is out of"
+                           " range (vocabulary has %" PRIu32 " tokens)", name, tokens[t],
+                           pos0 + t, V);
+    b->tap_n = n;
+    for (int done = 0; done < n; done += b->n_batch) {
+        const int c = n - done < b->n_batch ? n - done : b->n_batch;
+        b->tap_off = done;
+        int rc = b->ops->forward(b, tokens + done, c, pos0 + done, logits + (size_t)done * V,
+                                 err);
+        if (rc)
+            return rc;
+        b->n_past += c;
+    }
+    b->forwards++;
+    b->tokens += (uint64_t)n;
+    return 0;
+}
+
+int backend_truncate(struct backend *b, int n_pos, struct gate_err *err)
+{
+    if (n_pos < 0 || n_pos > b->n_past)
+        return err_set(err, ERR_INPUT, "%s: cannot truncate the cache to %d positions (it holds"
+                       " %d)", b->ops->name, n_pos, b->n_past);
+    int rc = b->ops->truncate ? b->ops->truncate(b, n_pos, err) : 0;
+    if (!rc)
+        b->n_past = n_pos; /* later positions are overwritten by the next forward */
+    return rc;
+}
+
+void backend_set_taps(struct backend *b, const struct backend_taps *taps)
+{
+    b->taps = taps;
+}
+
+void backend_set_faults(struct backend *b, const struct fault_set *faults)
+{
+    memset(&b->faults, 0, sizeof b->faults);
+    if (!faults)
+        return;
+    b->faults = *faults;
+    if (b->faults.n < 0)
+        b->faults.n = 0;
+    if (b->faults.n > FAULT_MAX)
+        b->faults.n = FAULT_MAX;
+}
+
+void backend_info(const struct backend *b, struct backend_info *out)
+{
+    memset(out, 0, sizeof *out);
+    b->ops->info(b, out);
+    out->forwards = b->forwards;
+    out->tokens = b->tokens;
+}
+
+int backend_device(const struct backend *b, struct backend_device *out, struct gate_err *err)
+{
+    return b->ops->describe(out, err);
 }
 
 static backend_close_fn close_observer;

@@ -1,12 +1,14 @@
 /* backend.h — the one interface every engine backend implements (ref, cuda, later cpu).
  *
- * A backend holds a model on its device with a KV cache. forward() evaluates a run of tokens
- * at positions pos0 .. pos0+n-1, where pos0 must equal the number of positions already in the
- * cache, and returns the logits of every position. The harness never knows which backend it
+ * A backend holds a model on its device with a KV cache. backend_forward() evaluates a run of
+ * tokens at positions pos0 .. pos0+n-1, where pos0 must equal the number of positions already in
+ * the cache, and returns the logits of every position. The wrappers in backend.c own the
+ * contract (checks, chunking by n_batch, counters, taps, faults); ops->forward evaluates one
+ * checked chunk (docs/backends.md: how to add a backend). The harness never knows which backend it
  * holds; it asks each what actually ran (struct backend_info), because a backend that was asked
  * for cuda and ran on the CPU has failed (DESIGN.md: no silent fallback).
  * Like calm's `transformer.forward = forward_cuda`: the backend is a table of function pointers.
- * Start reading: struct backend_ops.
+ * Start reading: struct backend_ops, then backend_forward().
  */
 #ifndef GATE_BACKEND_H
 #define GATE_BACKEND_H
@@ -24,22 +26,32 @@ extern "C" {
 struct backend_config {
     int n_threads;   /* CPU worker threads (0 = number of cores) */
     int n_ctx;       /* KV cache positions (0 = min(model context, 4096)) */
-    int n_batch;     /* most tokens per forward pass (0 = 512); longer runs are chunked */
-    const struct fault_set *faults; /* borrowed for the backend's lifetime; NULL = none */
+    int n_batch;     /* most tokens per ops->forward (0 = the backend's default); longer runs
+                      * are chunked by backend_forward() */
+    const struct fault_set *faults; /* copied at open (backend_set_faults); NULL = none */
 };
 
 /* What actually ran, measured by the backend while running (settled question 7). */
 struct backend_info {
     char backend[16];   /* "ref", "cuda", ... */
     char device[128];   /* "cpu: <model name>" or the GPU's name */
-    uint64_t forwards;  /* forward() calls */
-    uint64_t tokens;    /* tokens evaluated */
+    uint64_t forwards;  /* backend_forward() calls that succeeded (kept by the wrapper) */
+    uint64_t tokens;    /* tokens they evaluated (kept by the wrapper) */
     uint64_t kernel_launches; /* device kernel launches (0 on CPU backends) */
     uint64_t device_bytes;    /* bytes moved host <-> device */
 };
 
+/* The device a backend runs on (or would run on), for the host check and the receipt's
+ * environment. CPU backends describe the CPU: compute capability and versions 0. */
+struct backend_device {
+    char name[256];         /* "NVIDIA H200", or the CPU's model name */
+    uint64_t total_bytes;   /* device memory (host memory for a CPU backend) */
+    int cc_major, cc_minor; /* compute capability (0.0 on a CPU) */
+    int driver, runtime;    /* CUDA versions, e.g. 13000 (0 on a CPU) */
+};
+
 /* Per-layer observations for localization; all arrays caller-owned, sized for n_tok tokens of
- * the next forward call. A NULL array is not recorded. */
+ * the next backend_forward call. A NULL array is not recorded. */
 struct backend_taps {
     float *hidden;       /* (n_layer, n_tok, n_embd): residual stream after each layer */
     int32_t *experts;    /* (n_layer, n_tok, k): chosen experts, slot order (MoE) */
@@ -50,32 +62,95 @@ struct backend_taps {
 
 struct backend;
 
+/* What a backend implements (docs/backends.md). The wrappers below own the contract: argument
+ * checks, chunking, counters, n_past, taps and faults; a backend only computes. */
 struct backend_ops {
     const char *name;
-    /* Bind the model (borrowed; must outlive the backend) and allocate everything forward()
-     * needs: no allocation happens inside forward. */
+    /* Describe the device this backend would use, without a model (static; may be called
+     * before any open). ERR_ENV with the reason when there is none. */
+    int (*describe)(struct backend_device *out, struct gate_err *err);
+    /* Bind the model (borrowed; must outlive the backend), set base.ops, base.model, base.n_ctx
+     * and base.n_batch (>= 1), and allocate everything forward() needs: no allocation happens
+     * inside forward. */
     int (*open)(struct backend **out, const struct model *m, const struct backend_config *cfg,
                 struct gate_err *err);
-    /* tokens (n), logits out (n, n_vocab). pos0 must equal the cache length. */
+    /* Evaluate ONE chunk, already checked by backend_forward(): 1 <= n <= base.n_batch,
+     * pos0 == base.n_past, pos0 + n <= base.n_ctx, every token in [0, n_vocab). tokens (n),
+     * logits out (n, n_vocab). Faults: base.faults at (layer, pos). Taps: base.taps, when set,
+     * receive this chunk's rows at token offset base.tap_off of a call of base.tap_n tokens.
+     * Must not touch n_past or the forwards / tokens counters. */
     int (*forward)(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
                    struct gate_err *err);
-    /* Keep only the first n_pos cache positions (0 = reset). */
+    /* Optional (NULL = nothing to do): the cache is about to keep only n_pos positions
+     * (0 <= n_pos <= n_past, checked). */
     int (*truncate)(struct backend *b, int n_pos, struct gate_err *err);
-    /* Record taps during the next forward calls (NULL = stop). Borrowed until replaced. */
-    void (*set_taps)(struct backend *b, const struct backend_taps *taps);
+    /* backend, device, kernel_launches, device_bytes (the wrapper adds forwards, tokens). */
     void (*info)(const struct backend *b, struct backend_info *out);
     void (*close)(struct backend *b);
 };
 
+/* The part of every backend the wrappers own; a backend's own struct starts with it. */
 struct backend {
     const struct backend_ops *ops;
     const struct model *model;
-    int n_ctx;   /* cache capacity in positions */
-    int n_past;  /* positions in the cache */
+    int n_ctx;   /* cache capacity in positions (set by open) */
+    int n_batch; /* most tokens per ops->forward (set by open) */
+    int n_past;  /* positions in the cache (kept by the wrappers) */
+    struct fault_set faults;         /* active faults, a copy (backend_set_faults) */
+    const struct backend_taps *taps; /* borrowed (backend_set_taps); NULL = none */
+    int tap_n, tap_off; /* tokens of the current backend_forward call; this chunk's offset */
+    uint64_t forwards, tokens; /* counters kept by backend_forward */
 };
+
+/* ---- the list of backends ------------------------------------------------------------------ */
+
+/* Every backend any build knows, compiled in or not, in a fixed order ("cuda", "cpu", "ref"):
+ * the one list modes, the ladder and capability read. */
+int backend_count(void);
+const char *backend_name(int i);          /* NULL when i is out of range */
+int backend_index(const char *name);      /* -1 when unknown */
+/* 1 when the backend runs on an accelerator (its runs must count kernel launches). */
+int backend_is_device(const char *name);
 
 /* The backends this build has; NULL when the name is unknown or not compiled in. */
 const struct backend_ops *backend_find(const char *name);
+
+/* Describe the device backend `name` would use, before any model is opened. ERR_ENV "backend
+ * cuda is not in this build" for a known backend not compiled in, ERR_INPUT for an unknown
+ * name, ERR_ENV with the backend's reason when it has no usable device. */
+int backend_describe(const char *name, struct backend_device *out, struct gate_err *err);
+
+/* ---- the contract ----------------------------------------------------------------------- */
+
+/* Open backend `name` on model m (borrowed; must outlive the backend); cfg may be NULL. The
+ * faults of cfg are copied. */
+int backend_open(struct backend **out, const char *name, const struct model *m,
+                 const struct backend_config *cfg, struct gate_err *err);
+
+/* Evaluate tokens (n >= 1) at positions pos0 .. pos0+n-1 and write logits (n, n_vocab).
+ * ERR_INPUT naming the backend when pos0 != n_past, pos0 + n > n_ctx or a token id is outside
+ * [0, n_vocab); nothing is evaluated then. Runs longer than n_batch are evaluated in chunks
+ * (chunking changes no number). On success n_past grows by n and the counters by one forward
+ * and n tokens. */
+int backend_forward(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
+                    struct gate_err *err);
+
+/* Keep only the first n_pos cache positions (0 = reset); ERR_INPUT unless 0 <= n_pos <=
+ * n_past. */
+int backend_truncate(struct backend *b, int n_pos, struct gate_err *err);
+
+/* Record taps during the next forward calls (NULL = stop). Borrowed until replaced. */
+void backend_set_taps(struct backend *b, const struct backend_taps *taps);
+
+/* Replace the active faults with a copy of *faults (NULL = none): later changes to *faults do
+ * not reach the backend. At most FAULT_MAX specs are kept. */
+void backend_set_faults(struct backend *b, const struct fault_set *faults);
+
+/* What ran so far: the backend's own report plus the wrapper's counters. */
+void backend_info(const struct backend *b, struct backend_info *out);
+
+/* The device an open backend runs on (its backend's describe). */
+int backend_device(const struct backend *b, struct backend_device *out, struct gate_err *err);
 
 /* An observer called by backend_close() just before a backend is closed (its counters are final
  * then), so the harness can record what ran for every gate (oracles/mode.c's ran recorder). One
@@ -83,9 +158,7 @@ const struct backend_ops *backend_find(const char *name);
 typedef void (*backend_close_fn)(void *ctx, const struct backend *b);
 void backend_set_close_observer(backend_close_fn fn, void *ctx);
 
-/* Convenience wrappers over ops (NULL-safe close). */
-int backend_open(struct backend **out, const char *name, const struct model *m,
-                 const struct backend_config *cfg, struct gate_err *err);
+/* Close b (NULL-safe), telling the close observer first. */
 void backend_close(struct backend *b);
 
 extern const struct backend_ops backend_ref_ops;

@@ -5,7 +5,9 @@
  * (dotq.h; decode uses its fused form, which gives the same bits),
  * norms and softmax sums in double, exp/sin/cos from detmath (machine-independent). Rows of
  * every matrix product are split over a thread pool; no result depends on the thread count.
- * Nothing is allocated inside forward(): every buffer is sized at open.
+ * Nothing is allocated inside forward(): every buffer is sized at open. The contract (checks,
+ * chunking by n_batch, counters, taps and faults bookkeeping) is backend.c's: ref_forward()
+ * evaluates one checked chunk.
  *
  * The forward pass (FACTS.md §5–6), for each layer:
  *   h = RMSNorm(x) * attn_norm
@@ -25,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "detmath.h"
@@ -34,16 +37,11 @@
 #include "ref_ops.h"
 #include "route.h"
 
-
 struct ref {
     struct backend base; /* first: a struct ref * is a struct backend * */
     const struct model *m;
     struct pool *pool;
-    const struct fault_set *faults;
-    const struct backend_taps *taps;
-    int tap_n, tap_off; /* tokens in the current forward call; offset of this chunk */
-    struct backend_info info;
-    int n_batch;
+    char device[128]; /* "cpu: <model name>" */
     int64_t max_cols; /* longest weight row: rowbuf stride */
     /* norm weights, dequantized once: (n_layer, E) / (n_layer, hd) / (E) */
     float *attn_norm, *ffn_norm, *q_norm, *k_norm, *out_norm;
@@ -214,7 +212,7 @@ static void attention(struct ref *r, int il, int n, int pos0)
         const int pos = pos0 + t;
         const float *cs = r->rope_cos + (size_t)pos * (size_t)half;
         const float *sn = r->rope_sin + (size_t)pos * (size_t)half;
-        const int skip = fault_skips_qk_norm(r->faults, il, pos);
+        const int skip = fault_skips_qk_norm_inline(&r->base.faults, il, pos);
         for (int h = 0; h < nh; h++)
             ref_norm_rope(r->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd,
                       r->q_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
@@ -252,14 +250,14 @@ static void moe(struct ref *r, int il, int n, int pos0)
     const struct model_layer *L = &r->m->layers[il];
     const int64_t E = hp->n_embd;
     const int X = (int)hp->n_expert, k = (int)hp->n_expert_used;
-    const struct backend_taps *tp = r->taps;
+    const struct backend_taps *tp = r->base.taps;
     matmul(r, &L->gate_inp, r->xb, n, r->router);
     for (int t = 0; t < n; t++) {
         struct route_result rr =
             route_select(r->router + (size_t)t * X, r->probs + (size_t)t * X, X, k, 1,
-                         r->faults, il, pos0 + t, r->sel + (size_t)t * k, r->selw + (size_t)t * k);
+                         &r->base.faults, il, pos0 + t, r->sel + (size_t)t * k, r->selw + (size_t)t * k);
         if (tp) {
-            size_t ti = (size_t)il * (size_t)r->tap_n + (size_t)(r->tap_off + t);
+            size_t ti = (size_t)il * (size_t)r->base.tap_n + (size_t)(r->base.tap_off + t);
             if (tp->experts)
                 memcpy(tp->experts + ti * k, r->sel + (size_t)t * k, (size_t)k * sizeof(int32_t));
             if (tp->expert_w)
@@ -306,7 +304,7 @@ static void ffn(struct ref *r, int il, int n, int pos0)
     const int64_t E = hp->n_embd;
     for (int t = 0; t < n; t++)
         ref_rmsnorm(r->xb + t * E, r->x + t * E, r->ffn_norm + il * E, E, hp->eps);
-    if (hp->arch == ARCH_QWEN3)
+    if (hp->n_expert == 0) /* dense */
         swiglu(r, &L->ffn_gate, &L->ffn_up, &L->ffn_down, r->xb, n, r->xo);
     else
         moe(r, il, n, pos0);
@@ -318,11 +316,11 @@ static void ffn(struct ref *r, int il, int n, int pos0)
 
 static void tap_hidden(struct ref *r, int il, int n)
 {
-    const struct backend_taps *tp = r->taps;
+    const struct backend_taps *tp = r->base.taps;
     if (!tp || !tp->hidden)
         return;
     const size_t E = r->m->hp.n_embd;
-    memcpy(tp->hidden + ((size_t)il * (size_t)r->tap_n + (size_t)r->tap_off) * E, r->x,
+    memcpy(tp->hidden + ((size_t)il * (size_t)r->base.tap_n + (size_t)r->base.tap_off) * E, r->x,
            (size_t)n * E * sizeof(float));
 }
 
@@ -344,52 +342,19 @@ static void ref_forward_chunk(struct ref *r, const int32_t *tokens, int n, int p
     matmul(r, &m->output, r->xb, n, logits);
 }
 
+/* ops->forward: one chunk, already checked by backend_forward() (backend.h). */
 static int ref_forward(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
                        struct gate_err *err)
 {
-    struct ref *r = (struct ref *)b;
-    const uint32_t V = r->m->hp.n_vocab;
-    if (n <= 0)
-        return err_set(err, ERR_INPUT, "ref: forward needs at least one token (got %d)", n);
-    if (pos0 != b->n_past)
-        return err_set(err, ERR_INPUT, "ref: forward at position %d but the cache holds %d"
-                       " positions", pos0, b->n_past);
-    if (n > b->n_ctx - pos0)
-        return err_set(err, ERR_INPUT, "ref: %d tokens at position %d exceed the context of %d"
-                       " positions", n, pos0, b->n_ctx);
-    for (int t = 0; t < n; t++)
-        if (tokens[t] < 0 || (uint32_t)tokens[t] >= V)
-            return err_set(err, ERR_INPUT, "ref: token id %" PRId32 " at position %d is out of"
-                           " range (vocabulary has %" PRIu32 " tokens)", tokens[t], pos0 + t, V);
-    r->tap_n = n;
-    for (int done = 0; done < n; done += r->n_batch) {
-        int c = n - done < r->n_batch ? n - done : r->n_batch;
-        r->tap_off = done;
-        ref_forward_chunk(r, tokens + done, c, pos0 + done, logits + (size_t)done * V);
-        b->n_past += c;
-    }
-    r->info.forwards++;
-    r->info.tokens += (uint64_t)n;
+    (void)err;
+    ref_forward_chunk((struct ref *)b, tokens, n, pos0, logits);
     return 0;
-}
-
-static int ref_truncate(struct backend *b, int n_pos, struct gate_err *err)
-{
-    if (n_pos < 0 || n_pos > b->n_past)
-        return err_set(err, ERR_INPUT, "ref: cannot truncate the cache to %d positions (it holds"
-                       " %d)", n_pos, b->n_past);
-    b->n_past = n_pos;
-    return 0;
-}
-
-static void ref_set_taps(struct backend *b, const struct backend_taps *taps)
-{
-    ((struct ref *)b)->taps = taps;
 }
 
 static void ref_info(const struct backend *b, struct backend_info *out)
 {
-    *out = ((const struct ref *)b)->info;
+    snprintf(out->backend, sizeof out->backend, "ref");
+    snprintf(out->device, sizeof out->device, "%s", ((const struct ref *)b)->device);
 }
 
 static void ref_close(struct backend *b)
@@ -409,9 +374,10 @@ static void ref_close(struct backend *b)
     free(r);
 }
 
-static void cpu_name(char *buf, size_t n)
+/* The CPU's model name from /proc/cpuinfo into buf ("" when unknown). */
+static void cpu_model(char *buf, size_t n)
 {
-    snprintf(buf, n, "cpu");
+    buf[0] = '\0';
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f)
         return;
@@ -422,11 +388,36 @@ static void cpu_name(char *buf, size_t n)
             if (c) {
                 c += 2;
                 c[strcspn(c, "\n")] = '\0';
-                snprintf(buf, n, "cpu: %s", c);
+                snprintf(buf, n, "%s", c);
             }
             break;
         }
     fclose(f);
+}
+
+/* "cpu: <model name>", or "cpu" (the capability gate reads the "cpu" prefix). */
+static void cpu_name(char *buf, size_t n)
+{
+    char model[sizeof ((struct backend_info *)0)->device - 5]; /* fits after "cpu: " */
+    cpu_model(model, sizeof model);
+    if (model[0])
+        snprintf(buf, n, "cpu: %s", model);
+    else
+        snprintf(buf, n, "cpu");
+}
+
+/* ops->describe: the host CPU and its memory. */
+static int ref_describe(struct backend_device *out, struct gate_err *err)
+{
+    (void)err;
+    memset(out, 0, sizeof *out);
+    cpu_model(out->name, sizeof out->name);
+    if (!out->name[0])
+        snprintf(out->name, sizeof out->name, "cpu");
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0)
+        out->total_bytes = (uint64_t)pages * (uint64_t)page;
+    return 0;
 }
 
 void ref_rope_tables(float *cs, float *sn, int n_ctx, int hd, float base)
@@ -470,17 +461,17 @@ static int ref_open(struct backend **out, const struct model *m, const struct ba
     r->base.ops = &backend_ref_ops;
     r->base.model = m;
     r->m = m;
-    r->faults = cfg ? cfg->faults : NULL;
     int n_ctx = cfg && cfg->n_ctx > 0 ? cfg->n_ctx : (hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096);
     r->base.n_ctx = n_ctx;
-    r->n_batch = cfg && cfg->n_batch > 0 ? cfg->n_batch : 512;
+    r->base.n_batch = cfg && cfg->n_batch > 0 ? cfg->n_batch : 512;
     if ((rc = pool_create(&r->pool, cfg ? cfg->n_threads : 0, err)))
         goto fail;
     const int nt = pool_threads(r->pool);
-    const size_t B = (size_t)r->n_batch, E = hp->n_embd, hd = hp->head_dim, L = hp->n_layer;
+    const size_t B = (size_t)r->base.n_batch, E = hp->n_embd, hd = hp->head_dim, L = hp->n_layer;
     const size_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
-    const size_t X = hp->n_expert, K = hp->arch == ARCH_QWEN3MOE ? hp->n_expert_used : 1;
-    const size_t F = hp->arch == ARCH_QWEN3 ? hp->n_ff : hp->n_ff_exp;
+    const int moe = hp->n_expert > 0;
+    const size_t X = hp->n_expert, K = moe ? hp->n_expert_used : 1;
+    const size_t F = moe ? hp->n_ff_exp : hp->n_ff;
     r->max_cols = max64(max64((int64_t)E, (int64_t)qd), (int64_t)F);
 #define ALLOC(field, count)                                                                        \
     if ((rc = alloc_buf((void **)&r->field, (count), sizeof *r->field, #field, err)))             \
@@ -499,7 +490,7 @@ static int ref_open(struct backend **out, const struct model *m, const struct ba
     ALLOC(att, B * qd);
     ALLOC(ffa, B * K * F);
     ALLOC(ffb, B * K * F);
-    if (hp->arch == ARCH_QWEN3MOE) {
+    if (moe) {
         ALLOC(router, B * X);
         ALLOC(probs, B * X);
         ALLOC(sel, B * K);
@@ -525,8 +516,7 @@ static int ref_open(struct backend **out, const struct model *m, const struct ba
     }
     quant_dequant_row(m->output_norm.type, m->output_norm.data, r->out_norm, (int64_t)E);
     ref_rope_tables(r->rope_cos, r->rope_sin, n_ctx, (int)hd, hp->rope_base);
-    snprintf(r->info.backend, sizeof r->info.backend, "ref");
-    cpu_name(r->info.device, sizeof r->info.device);
+    cpu_name(r->device, sizeof r->device);
     *out = &r->base;
     return 0;
 fail:
@@ -536,10 +526,10 @@ fail:
 
 const struct backend_ops backend_ref_ops = {
     .name = "ref",
+    .describe = ref_describe,
     .open = ref_open,
     .forward = ref_forward,
-    .truncate = ref_truncate,
-    .set_taps = ref_set_taps,
+    .truncate = NULL, /* the cache is plain memory: backend_truncate's n_past is enough */
     .info = ref_info,
     .close = ref_close,
 };

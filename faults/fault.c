@@ -1,4 +1,4 @@
-/* fault.c — see fault.h. */
+/* fault.c — see fault.h: the fault kind table and everything derived from it. */
 #include "faults/fault.h"
 
 #include <limits.h>
@@ -6,17 +6,53 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *NAMES[FAULT_KIND_COUNT] = {"wrong_expert", "dropped_expert",
-                                              "uniform_weights", "skip_qk_norm"};
+/* Indexed by enum fault_kind. */
+static const struct fault_kind_def FAULT_KINDS[FAULT_KIND_COUNT] = {
+    [FAULT_WRONG_EXPERT] = {"wrong_expert", 1, 1, 1, 0,
+                            "the expert at rank r replaced by the best unselected one"},
+    [FAULT_DROPPED_EXPERT] = {"dropped_expert", 1, 1, 1, 0,
+                              "the expert at rank r removed, the rest renormalized"},
+    [FAULT_UNIFORM_WEIGHTS] = {"uniform_weights", 1, 0, 1, 0,
+                               "every selected expert weighted 1/k"},
+    [FAULT_SKIP_QK_NORM] = {"skip_qk_norm", 0, 0, 1, 1,
+                            "the per-head Q/K RMSNorm is not applied"},
+};
+
+const struct fault_kind_def *fault_kind_def(enum fault_kind k)
+{
+    return ((int)k >= 0 && k < FAULT_KIND_COUNT) ? &FAULT_KINDS[k] : NULL;
+}
 
 const char *fault_kind_name(enum fault_kind k)
 {
-    return (k >= 0 && k < FAULT_KIND_COUNT) ? NAMES[k] : "unknown";
+    const struct fault_kind_def *d = fault_kind_def(k);
+    return d ? d->name : "unknown";
 }
 
 int fault_is_routing(enum fault_kind k)
 {
-    return k == FAULT_WRONG_EXPERT || k == FAULT_DROPPED_EXPERT || k == FAULT_UNIFORM_WEIGHTS;
+    const struct fault_kind_def *d = fault_kind_def(k);
+    return d && d->routing;
+}
+
+void fault_default_set(int moe, struct fault_set *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int k = 0; k < FAULT_KIND_COUNT && out->n < FAULT_MAX; k++)
+        if (moe ? FAULT_KINDS[k].default_moe : FAULT_KINDS[k].default_dense)
+            out->f[out->n++] = (struct fault_spec){.kind = (enum fault_kind)k,
+                                                   .layer_hi = INT_MAX, .pos_hi = INT_MAX};
+}
+
+/* "wrong_expert, dropped_expert, ...": every kind, for error text. */
+static void kinds_list(char *buf, size_t n)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < FAULT_KIND_COUNT && at < n; k++) {
+        int w = snprintf(buf + at, n - at, "%s%s", k ? ", " : "", FAULT_KINDS[k].name);
+        at += w > 0 ? (size_t)w : 0;
+    }
 }
 
 static int parse_range(const char *v, int *lo, int *hi)
@@ -53,11 +89,13 @@ int fault_parse(const char *text, struct fault_spec *out, struct gate_err *err)
         *opts++ = '\0';
     int kind = -1;
     for (int i = 0; i < FAULT_KIND_COUNT; i++)
-        if (!strcmp(buf, NAMES[i]))
+        if (!strcmp(buf, FAULT_KINDS[i].name))
             kind = i;
-    if (kind < 0)
-        return err_set(err, ERR_INPUT, "unknown fault '%s' (known: wrong_expert, dropped_expert,"
-                       " uniform_weights, skip_qk_norm)", buf);
+    if (kind < 0) {
+        char known[160];
+        kinds_list(known, sizeof known);
+        return err_set(err, ERR_INPUT, "unknown fault '%s' (known: %s)", buf, known);
+    }
     out->kind = (enum fault_kind)kind;
     for (char *tok = opts ? strtok(opts, ",") : NULL; tok; tok = strtok(NULL, ",")) {
         char *eq = strchr(tok, '=');
@@ -66,7 +104,7 @@ int fault_parse(const char *text, struct fault_spec *out, struct gate_err *err)
                            tok);
         *eq++ = '\0';
         int lo, hi;
-        if (!strcmp(tok, "rank") && (kind == FAULT_WRONG_EXPERT || kind == FAULT_DROPPED_EXPERT)) {
+        if (!strcmp(tok, "rank") && FAULT_KINDS[kind].takes_rank) {
             if (parse_range(eq, &lo, &hi) || lo != hi)
                 return err_set(err, ERR_INPUT, "fault '%s': rank '%s' is not a number >= 0",
                                text, eq);
@@ -81,7 +119,7 @@ int fault_parse(const char *text, struct fault_spec *out, struct gate_err *err)
                                text, eq);
         } else {
             return err_set(err, ERR_INPUT, "fault '%s': unknown option '%s' for %s", text, tok,
-                           NAMES[kind]);
+                           FAULT_KINDS[kind].name);
         }
     }
     return 0;
@@ -102,10 +140,7 @@ int fault_applies(const struct fault_spec *f, int layer, int pos)
 
 int fault_skips_qk_norm(const struct fault_set *s, int layer, int pos)
 {
-    for (int i = 0; s && i < s->n; i++)
-        if (s->f[i].kind == FAULT_SKIP_QK_NORM && fault_applies(&s->f[i], layer, pos))
-            return 1;
-    return 0;
+    return fault_skips_qk_norm_inline(s, layer, pos);
 }
 
 int fault_apply_route(const struct fault_set *s, int layer, int pos, const float *probs,
@@ -128,8 +163,8 @@ int fault_validate(const struct fault_set *s, int n_layer, int is_moe, int n_exp
             return err_set(err, ERR_INPUT, "fault '%s': layer scope %d-%d does not exist (the "
                            "model has %d layers, 0-%d)", name, f->layer_lo, f->layer_hi,
                            n_layer, n_layer - 1);
-        if (fault_is_routing(f->kind) && f->kind != FAULT_UNIFORM_WEIGHTS &&
-            f->rank >= n_expert_used)
+        const struct fault_kind_def *d = fault_kind_def(f->kind);
+        if (d && d->takes_rank && f->rank >= n_expert_used)
             return err_set(err, ERR_INPUT, "fault '%s': rank %d does not exist (the model "
                            "selects %d experts, ranks 0-%d)", name, f->rank, n_expert_used,
                            n_expert_used - 1);

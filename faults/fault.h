@@ -3,7 +3,9 @@
  * A fault is compiled into every build and is off unless a run asks for it (DESIGN.md settled
  * question 4). Routing faults act in exactly one place, fault_apply_route(), called by
  * route_select() — every backend's host-side routing and the device kernel mirror it.
- * skip_qk_norm is queried by the attention code through fault_skips_qk_norm().
+ * skip_qk_norm is queried by the attention code through fault_skips_qk_norm_inline() (host and
+ * device). The kinds are one table (struct fault_kind_def); a struct fault_set is plain data
+ * passed to kernels by value.
  * Start reading: struct fault_spec.
  */
 #ifndef GATE_FAULT_H
@@ -41,10 +43,31 @@ struct fault_set {
     struct fault_spec f[FAULT_MAX];
 };
 
+/* One row per fault kind (faults/fault.c FAULT_KINDS): parsing, error text, the ladder's
+ * architecture check and the falsify defaults are all derived from it. Adding a kind is one
+ * enum value, one row, and its action (fault_apply_route_inline or a query like
+ * fault_skips_qk_norm_inline at the point it acts). */
+struct fault_kind_def {
+    const char *name;     /* as written in ladders and --fault: "wrong_expert" */
+    int routing;          /* acts in route_select: needs an MoE model */
+    int takes_rank;       /* accepts rank=N (which selected slot) */
+    int default_moe;      /* in the default falsify set of an MoE cell */
+    int default_dense;    /* in the default falsify set of a dense cell */
+    const char *summary;  /* one line for help and docs */
+};
+
+/* The row of kind k; NULL when k is out of range. */
+const struct fault_kind_def *fault_kind_def(enum fault_kind k);
+
+/* The kind's name, "unknown" when out of range. */
 const char *fault_kind_name(enum fault_kind k);
 
 /* 1 when the fault needs an MoE model (the routing faults). */
 int fault_is_routing(enum fault_kind k);
+
+/* The default falsify set (settled question 4): every kind whose row is in the default set for
+ * an MoE (moe 1) or dense (moe 0) model, in table order, unscoped. */
+void fault_default_set(int moe, struct fault_set *out);
 
 /* Parse "KIND[:key=value,...]" with keys rank, layers=A-B (or A), positions=A-B (or A), e.g.
  * "wrong_expert:rank=1,layers=0-3". Unknown kinds or keys are ERR_INPUT naming them. */
@@ -110,6 +133,16 @@ GATE_HD static inline int fault_apply_route_inline(const struct fault_set *s, in
 
 /* 1 when a skip_qk_norm fault in s covers (layer, pos). s may be NULL. */
 int fault_skips_qk_norm(const struct fault_set *s, int layer, int pos);
+
+/* fault_skips_qk_norm(), inline for both compilers: the twin's attention and the CUDA Q/K norm
+ * kernel both ask this very function. */
+GATE_HD static inline int fault_skips_qk_norm_inline(const struct fault_set *s, int layer, int pos)
+{
+    for (int i = 0; s && i < s->n; i++)
+        if (s->f[i].kind == FAULT_SKIP_QK_NORM && fault_applies_inline(&s->f[i], layer, pos))
+            return 1;
+    return 0;
+}
 
 /* The single point where routing faults act. Given the router's probabilities over all
  * n_expert experts and the clean selection (ids/w, k slots, slot 0 = highest probability,

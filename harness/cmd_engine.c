@@ -125,7 +125,7 @@ static int inspect(const char *path)
            ", heads %" PRIu32 "/%" PRIu32 " kv, head_dim %" PRIu32 ", eps %g, rope base %g",
            hp->n_vocab, hp->n_ctx_train, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv,
            hp->head_dim, (double)hp->eps, (double)hp->rope_base);
-    if (hp->arch == ARCH_QWEN3)
+    if (hp->n_expert == 0) /* dense */
         printf(", ffn %" PRIu32, hp->n_ff);
     else
         printf(", experts %" PRIu32 " top-%" PRIu32 ", expert ffn %" PRIu32, hp->n_expert,
@@ -265,13 +265,13 @@ int cmd_eval(int argc, char **argv)
             rc = err_set(&err, ERR_ENV, "out of memory for %d x %" PRIu32 " logits", n, V);
         double t0 = now_s();
         if (!rc)
-            rc = s.b->ops->forward(s.b, ids, n, 0, logits, &err);
+            rc = backend_forward(s.b, ids, n, 0, logits, &err);
         double dt = now_s() - t0;
         if (!rc)
             rc = write_all(logits_path, logits, (size_t)n * V * sizeof(float), &err);
         if (!rc) {
             struct backend_info info;
-            s.b->ops->info(s.b, &info);
+            backend_info(s.b, &info);
             fprintf(stderr, "eval: %d positions x %" PRIu32 " logits -> %s; backend %s (%s);"
                     " load %.2f s, forward %.3f s (%.1f tokens/s); last argmax %" PRId32 "\n",
                     n, V, logits_path, info.backend, info.device, s.load_s, dt, n / dt,
@@ -323,7 +323,7 @@ int engine_greedy(struct backend *b, const int32_t *prompt, int n_prompt, int n_
     float *logits = malloc((size_t)n_prompt * V * sizeof(float));
     if (!logits)
         return err_set(err, ERR_ENV, "out of memory");
-    int rc = b->ops->truncate(b, 0, err);
+    int rc = backend_truncate(b, 0, err);
     if (!rc)
         rc = b->ops->forward(b, prompt, n_prompt, 0, logits, err);
     int32_t next = rc ? 0 : argmax(logits + (size_t)(n_prompt - 1) * V, V);

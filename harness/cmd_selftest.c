@@ -134,7 +134,7 @@ static int e2e_model(const struct model *m, const char *name, int positions, int
 {
     static const char *MODES[] = {"cuda.decode", "cuda.prefill", "cuda.chat"};
     int failed = 0;
-    const int moe = m->hp.arch == ARCH_QWEN3MOE;
+    const int moe = m->hp.n_expert > 0;
     printf("\nmodel %s (%s, %u layers, E %u, heads %u/%u, hd %u%s)\n", name,
            model_arch_name(m->hp.arch), m->hp.n_layer, m->hp.n_embd, m->hp.n_head,
            m->hp.n_head_kv, m->hp.head_dim, moe ? ", MoE" : "");

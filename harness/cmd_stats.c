@@ -62,7 +62,7 @@ int cmd_model_stats(int argc, char **argv)
     }
     const struct model_hparams *hp = &m->hp;
     const int L = (int)hp->n_layer, E = (int)hp->n_embd, V = (int)hp->n_vocab;
-    const int moe = hp->arch == ARCH_QWEN3MOE, k = moe ? (int)hp->n_expert_used : 0;
+    const int moe = hp->n_expert > 0, k = moe ? (int)hp->n_expert_used : 0;
     const int X = moe ? (int)hp->n_expert : 0;
     int32_t *tokens = malloc((size_t)n * sizeof *tokens);
     float *logits = malloc((size_t)n * V * sizeof(float));
@@ -78,9 +78,9 @@ int cmd_model_stats(int argc, char **argv)
         rc = err_set(&err, ERR_ENV, "out of memory for %d positions", n);
     if (!rc) {
         mode_tokens(1, (uint32_t)V, n, tokens);
-        b->ops->set_taps(b, &taps);
-        rc = b->ops->forward(b, tokens, n, 0, logits, &err);
-        b->ops->set_taps(b, NULL);
+        backend_set_taps(b, &taps);
+        rc = backend_forward(b, tokens, n, 0, logits, &err);
+        backend_set_taps(b, NULL);
     }
     if (!rc) {
         printf("model %s: %s, %d layers, %d positions of deterministic token ids\n", path,

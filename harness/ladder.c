@@ -466,16 +466,7 @@ static int parse_host(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct la
 
 int ladder_mode_known(const char *mode)
 {
-    static const char *const backends[] = {"cuda", "cpu", "ref"};
-    static const char *const paths[] = {"decode", "prefill", "chat"};
-    for (int b = 0; b < 3; b++)
-        for (int q = 0; q < 3; q++) {
-            char m[32];
-            snprintf(m, sizeof m, "%s.%s", backends[b], paths[q]);
-            if (!strcmp(m, mode))
-                return 1;
-        }
-    return 0;
+    return mode_known(mode); /* the one mode list (oracles/mode.c over engine/backend.c's) */
 }
 
 static void default_gates(struct ladder_gates *g)
@@ -602,20 +593,17 @@ static int apply_gates(struct parse *p, yaml_node_t *n, struct ladder_gates *g, 
  * mode): the duplicate check costs O(1) per cell instead of a scan of every cell so far. */
 #define CELL_SLOTS 16384 /* a power of two, more than twice LADDER_MAX_CELLS */
 struct cell_seen {
-    uint32_t key[CELL_SLOTS]; /* 0: empty; else 1 + (model * n_hosts + host) * 9 + mode */
+    uint32_t key[CELL_SLOTS]; /* 0: empty; else 1 + (model * n_hosts + host) * modes + mode */
     int line[CELL_SLOTS];
     unsigned char excluded[CELL_SLOTS];
 };
 
-static int mode_index(const char *mode)
+static int cell_mode_index(const char *mode)
 {
-    static const char *const modes[] = {"cuda.decode", "cuda.prefill", "cuda.chat",
-                                        "cpu.decode",  "cpu.prefill",  "cpu.chat",
-                                        "ref.decode",  "ref.prefill",  "ref.chat"};
-    for (int i = 0; i < 9; i++)
-        if (!strcmp(modes[i], mode))
-            return i;
-    return 0; /* unreachable: modes were checked against ladder_mode_known() */
+    struct mode m;
+    if (mode_parse(mode, &m, NULL))
+        return 0; /* unreachable: modes were checked against ladder_mode_known() */
+    return mode_index(&m);
 }
 
 /* Record cell (model, host, mode) from line `line`; a cell met twice is an error at `at`. */
@@ -623,8 +611,8 @@ static int seen_add(struct parse *p, struct cell_seen *s, yaml_node_t *at, int m
                     const char *mode, int excluded)
 {
     const struct ladder *l = p->l;
-    uint32_t key = 1 + ((uint32_t)model * (uint32_t)l->n_hosts + (uint32_t)host) * 9 +
-                   (uint32_t)mode_index(mode);
+    uint32_t key = 1 + ((uint32_t)model * (uint32_t)l->n_hosts + (uint32_t)host) *
+                           (uint32_t)mode_count() + (uint32_t)cell_mode_index(mode);
     uint32_t i = (key * 2654435761u) >> 18; /* 14 bits: CELL_SLOTS */
     for (; s->key[i]; i = (i + 1) & (CELL_SLOTS - 1)) {
         if (s->key[i] != key)
@@ -941,16 +929,8 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
         }
         const struct ladder_model *m = &l->models[c->model];
         int moe = !strcmp(m->arch, "qwen3moe");
-        if (c->g.falsify.n < 0) { /* settled question 4: the default fault list per arch */
-            struct fault_spec f;
-            c->g.falsify.n = 0;
-            static const char *const all[] = {"wrong_expert", "dropped_expert", "uniform_weights",
-                                              "skip_qk_norm"};
-            for (int k = moe ? 0 : 3; k < 4; k++) {
-                fault_parse(all[k], &f, NULL);
-                fault_set_add(&c->g.falsify, &f, NULL);
-            }
-        }
+        if (c->g.falsify.n < 0) /* settled question 4: the fault table's default set */
+            fault_default_set(moe, &c->g.falsify);
         for (int k = 0; k < c->g.falsify.n; k++)
             if (!moe && fault_is_routing(c->g.falsify.f[k].kind)) {
                 char name[256];

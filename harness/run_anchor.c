@@ -8,14 +8,12 @@
  * Start reading: run_anchor_payload().
  */
 #include "harness/run.h"
-#ifdef GATE_HAVE_CUDA
-#include "kernels/k_test.h"
-#endif
 
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/backend.h"
 #include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
@@ -50,19 +48,17 @@ static json_t *gpu_environment(const struct ladder_host *h)
 {
     if (!h->gpu)
         return json_string("none");
-#ifdef GATE_HAVE_CUDA
-    struct k_device_desc d;
+    /* the GPU backend's device query (engine/backend.h), whichever build this is */
+    struct backend_device d;
     struct gate_err why = {0};
-    if (k_device_describe(&d, &why) == 0) {
+    if (backend_describe("cuda", &d, &why) == 0) {
         char cc[16];
         snprintf(cc, sizeof cc, "%d.%d", d.cc_major, d.cc_minor);
         return json_pack("{s:s, s:s, s:f, s:i, s:i}", "name", d.name, "compute_capability", cc,
-                         "memory_gib", d.total_gib, "driver", d.driver, "runtime", d.runtime);
+                         "memory_gib", (double)d.total_bytes / (double)(1ull << 30), "driver",
+                         d.driver, "runtime", d.runtime);
     }
     return json_pack("{s:s}", "error", why.msg);
-#else
-    return json_string("none");
-#endif
 }
 
 json_t *run_anchor_payload(const struct ladder *l, int anchor_index, int host_index,

@@ -12,10 +12,12 @@
  *   (taps, only when asked, copy per layer); the MoE expert ids never leave the device;
  * - every CUDA / cuBLAS call is checked into a status naming the call, file:line and the error;
  *   there is no CPU fallback: a failure is a failed forward, reported as such;
- * - faults are read live from cfg->faults at every forward call (falsify rewrites the set
- *   between runs of one backend) and applied on the device at the same points as the twin;
+ * - faults are the backend's own copy (base.faults, set by backend_set_faults), passed to the
+ *   kernels by value at every chunk and applied on the device through the same inline
+ *   functions as the twin (fault_skips_qk_norm_inline, route_select_inline);
  * - info.kernel_launches counts every kernel and cuBLAS call, info.device_bytes every byte
- *   moved between host and device (weights at open, tokens, logits, taps).
+ *   moved between host and device (weights at open, tokens, logits, taps); the argument
+ *   checks, chunking, n_past and the forwards / tokens counters are engine/backend.c's.
  * CPU twin of the whole step: engine/ref.c ref_forward_chunk(); of each kernel: k_ops.cuh.
  * Prefill: a chunk of >= GEMM_MIN_TOKENS tokens runs its dense projections through cuBLAS
  * (k_prefill.cu); shorter chunks (decode) use the GEMV kernels.
@@ -32,7 +34,7 @@
 #include "kernels/k_ops.cuh"
 
 #define GEMM_MIN_TOKENS 8       /* chunks this long use the cuBLAS projections */
-#define MAX_BATCH 512           /* tokens per device chunk; longer runs are chunked */
+#define MAX_BATCH 512           /* tokens per device chunk; backend_forward chunks longer runs */
 #define TILE_ELEMS (16u << 20)  /* dequantized weight tile: 16 Mi elements (32 MiB) */
 #define BLAS_RESERVE (96ull << 20) /* cuBLAS handle + its workspace, and the context's slack */
 #define ALIGN 256
@@ -55,13 +57,10 @@ struct dlayer {
 struct cuda_be {
     struct backend base; /* first: a struct cuda_be * is a struct backend * */
     const struct model *m;
-    const struct fault_set *faults; /* borrowed, read at every forward */
-    const struct backend_taps *taps;
-    int tap_n, tap_off;
-    struct backend_info info;
+    struct backend_info info; /* backend, device, launches, bytes (backend.c adds the rest) */
     struct k_stream ks;
     struct k_gemm_ws gws;
-    int n_batch, kv_f32;
+    int kv_f32;
     int64_t E, qd, kvd, F, X, K, V;
     uint8_t *wmem, *kvmem, *work; /* the three device allocations */
     struct dlayer *L;             /* n_layer, host array of device views */
@@ -102,7 +101,7 @@ static const struct model_weight *layer_weights(const struct model *m, int il, i
     out[n++] = &ly->wk;
     out[n++] = &ly->wv;
     out[n++] = &ly->wo;
-    if (m->hp.arch == ARCH_QWEN3) {
+    if (m->hp.n_expert == 0) { /* dense */
         out[n++] = &ly->ffn_gate;
         out[n++] = &ly->ffn_up;
         out[n++] = &ly->ffn_down;
@@ -125,7 +124,7 @@ static size_t weight_bytes(const struct model_weight *w)
 static size_t layout_work(struct cuda_be *r, uint8_t *base, int n_ctx)
 {
     const struct model_hparams *hp = &r->m->hp;
-    const size_t B = (size_t)r->n_batch, E = (size_t)r->E, hd = hp->head_dim;
+    const size_t B = (size_t)r->base.n_batch, E = (size_t)r->E, hd = hp->head_dim;
     const size_t L = hp->n_layer, K = (size_t)r->K, F = (size_t)r->F;
     size_t at = 0;
     r->attn_norm = (float *)carve(base, &at, L * E * 4);
@@ -146,7 +145,7 @@ static size_t layout_work(struct cuda_be *r, uint8_t *base, int n_ctx)
     r->ffa = (float *)carve(base, &at, B * K * F * 4);
     r->ffb = (float *)carve(base, &at, B * K * F * 4);
     r->logits = (float *)carve(base, &at, B * (size_t)r->V * 4);
-    if (hp->arch == ARCH_QWEN3MOE) {
+    if (hp->n_expert > 0) {
         r->router = (float *)carve(base, &at, B * (size_t)r->X * 4);
         r->sel = (int32_t *)carve(base, &at, B * K * 4);
         r->selw = (float *)carve(base, &at, B * K * 4);
@@ -208,6 +207,32 @@ static int pick_device(char *name, size_t n, struct gate_err *err)
     return 0;
 }
 
+/* ops->describe: device 0 (or GATE_CUDA_DEVICE) as the host check and the receipt see it. */
+static int cuda_describe(struct backend_device *out, struct gate_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int count = 0;
+    cudaDriverGetVersion(&out->driver);
+    cudaRuntimeGetVersion(&out->runtime);
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return err_set(err, ERR_ENV, "no CUDA device: cudaGetDeviceCount returned %s (%s)",
+                       e == cudaSuccess ? "0 devices" : cudaGetErrorName(e),
+                       e == cudaSuccess ? "no device" : cudaGetErrorString(e));
+    const char *want = getenv("GATE_CUDA_DEVICE");
+    const int dev = want && *want ? atoi(want) : 0;
+    if (dev < 0 || dev >= count)
+        return err_set(err, ERR_ENV, "GATE_CUDA_DEVICE=%s but the host has %d CUDA device(s)",
+                       want, count);
+    cudaDeviceProp p;
+    K_CUDA(cudaGetDeviceProperties(&p, dev));
+    snprintf(out->name, sizeof out->name, "%.255s", p.name);
+    out->cc_major = p.major;
+    out->cc_minor = p.minor;
+    out->total_bytes = (uint64_t)p.totalGlobalMem;
+    return 0;
+}
+
 static struct k_weight view(const struct model_weight *w, uint8_t *dev, uint32_t n_expert)
 {
     struct k_weight k;
@@ -241,7 +266,7 @@ static int check_weight(const struct model_weight *w, struct gate_err *err)
 static int place_weights(struct cuda_be *r, size_t *total, struct gate_err *err)
 {
     const struct model *m = r->m;
-    const uint32_t X = m->hp.arch == ARCH_QWEN3MOE ? m->hp.n_expert : 0;
+    const uint32_t X = m->hp.n_expert; /* 0 on a dense model */
     size_t at = 0;
     int rc;
     uint8_t *p = (uint8_t *)carve(r->wmem, &at, weight_bytes(&m->tok_embd));
@@ -375,22 +400,21 @@ static int cuda_open(struct backend **out, const struct model *m,
     r->base.ops = &backend_cuda_ops;
     r->base.model = m;
     r->m = m;
-    r->faults = cfg ? cfg->faults : NULL;
     const int n_ctx = cfg && cfg->n_ctx > 0
                           ? cfg->n_ctx
                           : (hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096);
     r->base.n_ctx = n_ctx;
-    r->n_batch = cfg && cfg->n_batch > 0 ? cfg->n_batch : MAX_BATCH;
-    if (r->n_batch > MAX_BATCH)
-        r->n_batch = MAX_BATCH;
+    r->base.n_batch = cfg && cfg->n_batch > 0 ? cfg->n_batch : MAX_BATCH;
+    if (r->base.n_batch > MAX_BATCH)
+        r->base.n_batch = MAX_BATCH;
     r->kv_f32 = env_is("GATE_CUDA_KV", "f32");
     r->gws.bf16 = env_is("GATE_CUDA_PREFILL", "bf16");
     r->E = hp->n_embd;
     r->qd = (int64_t)hp->n_head * hp->head_dim;
     r->kvd = (int64_t)hp->n_head_kv * hp->head_dim;
-    r->X = hp->arch == ARCH_QWEN3MOE ? hp->n_expert : 0;
-    r->K = hp->arch == ARCH_QWEN3MOE ? hp->n_expert_used : 1;
-    r->F = hp->arch == ARCH_QWEN3 ? hp->n_ff : hp->n_ff_exp;
+    r->X = hp->n_expert; /* 0 on a dense model */
+    r->K = hp->n_expert > 0 ? hp->n_expert_used : 1;
+    r->F = hp->n_expert > 0 ? hp->n_ff_exp : hp->n_ff;
     r->V = hp->n_vocab;
     snprintf(r->info.backend, sizeof r->info.backend, "cuda");
     r->L = (struct dlayer *)calloc(hp->n_layer, sizeof *r->L);
@@ -415,7 +439,7 @@ static int cuda_open(struct backend **out, const struct model *m,
             rc = err_set(err, ERR_ENV, "cuda: needs %.1f GiB: weights %.1f, KV %.1f for %d"
                          " positions (%s), workspace %.1f (%d-token batch), cuBLAS reserve %.1f;"
                          " device %s has %.1f GiB free", gib(need), gib(wbytes), gib(kvbytes),
-                         n_ctx, r->kv_f32 ? "FP32" : "FP16", gib(workbytes), r->n_batch,
+                         n_ctx, r->kv_f32 ? "FP32" : "FP16", gib(workbytes), r->base.n_batch,
                          gib(BLAS_RESERVE), r->info.device, gib(free_b));
             goto fail;
         }
@@ -461,10 +485,10 @@ static int copy_back(struct cuda_be *r, void *dst, const void *src, size_t bytes
 
 static int taps_after_layer(struct cuda_be *r, int il, int n, struct gate_err *err)
 {
-    const struct backend_taps *tp = r->taps;
+    const struct backend_taps *tp = r->base.taps;
     if (!tp)
         return 0;
-    const size_t ti = (size_t)il * (size_t)r->tap_n + (size_t)r->tap_off;
+    const size_t ti = (size_t)il * (size_t)r->base.tap_n + (size_t)r->base.tap_off;
     const size_t E = (size_t)r->E, K = (size_t)r->K;
     int rc = 0;
     if (tp->hidden && (rc = copy_back(r, tp->hidden + ti * E, r->x, (size_t)n * E * 4, err)))
@@ -507,7 +531,7 @@ static int ffn_dense(struct cuda_be *r, const struct dlayer *d, int n, struct ga
 }
 
 static int ffn_moe(struct cuda_be *r, const struct dlayer *d, int il, int n, int pos0,
-                   const struct k_faults *kf, struct gate_err *err)
+                   struct gate_err *err)
 {
     struct k_stream *ks = &r->ks;
     const int64_t E = r->E, F = r->F;
@@ -515,8 +539,8 @@ static int ffn_moe(struct cuda_be *r, const struct dlayer *d, int il, int n, int
     int rc;
     /* router in FP32 through the GEMV (exact dequantization, like the twin) */
     if ((rc = k_gemv(ks, &d->gate_inp, r->xb, E, 1, r->router, X, n, NULL, 0, err)) ||
-        (rc = k_route(ks, r->router, n, X, K, il, pos0, kf, r->sel, r->selw, r->kth, r->k1th,
-                      err)))
+        (rc = k_route(ks, r->router, n, X, K, il, pos0, &r->base.faults, r->sel, r->selw, r->kth,
+                      r->k1th, err)))
         return rc;
     /* each (token, slot) pair runs its expert, whose id the GEMV reads from r->sel */
     if (d->fused) {
@@ -535,7 +559,7 @@ static int ffn_moe(struct cuda_be *r, const struct dlayer *d, int il, int n, int
 
 /* n <= n_batch tokens at positions pos0.. (the cache holds 0..pos0-1); logits (n, V) to host. */
 static int forward_chunk(struct cuda_be *r, const int32_t *tokens, int n, int pos0,
-                         float *logits, const struct k_faults *kf, struct gate_err *err)
+                         float *logits, struct gate_err *err)
 {
     const struct model_hparams *hp = &r->m->hp;
     struct k_stream *ks = &r->ks;
@@ -556,14 +580,13 @@ static int forward_chunk(struct cuda_be *r, const int32_t *tokens, int n, int po
             (rc = proj(r, &d->wv, r->xb, E, n, r->v, kvd, 0, err)) ||
             (rc = k_qk_norm_rope_kv(ks, r->q, r->k, r->v, n, pos0, il, nh, nkv, hd,
                                     r->q_norm + (size_t)il * hd, r->k_norm + (size_t)il * hd,
-                                    hp->eps, r->rope_cos, r->rope_sin, kc, vc, r->kv_f32, kf,
-                                    err)) ||
+                                    hp->eps, r->rope_cos, r->rope_sin, kc, vc, r->kv_f32,
+                                    &r->base.faults, err)) ||
             (rc = k_attention(ks, r->q, kc, vc, r->kv_f32, r->att, n, pos0, nh, nkv, hd, err)) ||
             (rc = proj(r, &d->wo, r->att, qd, n, r->x, E, 1, err)) ||
             (rc = k_rmsnorm(ks, r->x, r->ffn_norm + il * E, r->xb, n, (int)E, hp->eps, err)))
             return rc;
-        rc = hp->arch == ARCH_QWEN3 ? ffn_dense(r, d, n, err)
-                                    : ffn_moe(r, d, il, n, pos0, kf, err);
+        rc = r->X == 0 ? ffn_dense(r, d, n, err) : ffn_moe(r, d, il, n, pos0, err);
         if (rc || (rc = taps_after_layer(r, il, n, err)))
             return rc;
     }
@@ -576,55 +599,16 @@ static int forward_chunk(struct cuda_be *r, const int32_t *tokens, int n, int po
     return 0;
 }
 
+/* ops->forward: one chunk, already checked by backend_forward() (backend.h). */
 static int cuda_forward(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
                         struct gate_err *err)
 {
     struct cuda_be *r = (struct cuda_be *)b;
-    const uint32_t V = r->m->hp.n_vocab;
-    if (n <= 0)
-        return err_set(err, ERR_INPUT, "cuda: forward needs at least one token (got %d)", n);
-    if (pos0 != b->n_past)
-        return err_set(err, ERR_INPUT, "cuda: forward at position %d but the cache holds %d"
-                       " positions", pos0, b->n_past);
-    if (n > b->n_ctx - pos0)
-        return err_set(err, ERR_INPUT, "cuda: %d tokens at position %d exceed the context of %d"
-                       " positions", n, pos0, b->n_ctx);
-    for (int t = 0; t < n; t++)
-        if (tokens[t] < 0 || (uint32_t)tokens[t] >= V)
-            return err_set(err, ERR_INPUT, "cuda: token id %" PRId32 " at position %d is out of"
-                           " range (vocabulary has %" PRIu32 " tokens)", tokens[t], pos0 + t, V);
-    struct k_faults kf;
-    k_faults_from(&kf, r->faults); /* live: the caller may have rewritten the set */
-    r->tap_n = n;
-    int rc = 0;
-    for (int done = 0; done < n; done += r->n_batch) {
-        const int c = n - done < r->n_batch ? n - done : r->n_batch;
-        r->tap_off = done;
-        rc = forward_chunk(r, tokens + done, c, pos0 + done, logits + (size_t)done * V, &kf, err);
-        r->info.kernel_launches = r->ks.launches;
-        if (rc) {
-            cudaStreamSynchronize(r->ks.s); /* leave nothing in flight on failure */
-            return rc;
-        }
-        b->n_past += c;
-    }
-    r->info.forwards++;
-    r->info.tokens += (uint64_t)n;
-    return 0;
-}
-
-static int cuda_truncate(struct backend *b, int n_pos, struct gate_err *err)
-{
-    if (n_pos < 0 || n_pos > b->n_past)
-        return err_set(err, ERR_INPUT, "cuda: cannot truncate the cache to %d positions (it"
-                       " holds %d)", n_pos, b->n_past);
-    b->n_past = n_pos; /* later positions are overwritten by the next forward */
-    return 0;
-}
-
-static void cuda_set_taps(struct backend *b, const struct backend_taps *taps)
-{
-    ((struct cuda_be *)b)->taps = taps;
+    const int rc = forward_chunk(r, tokens, n, pos0, logits, err);
+    r->info.kernel_launches = r->ks.launches;
+    if (rc)
+        cudaStreamSynchronize(r->ks.s); /* leave nothing in flight on failure */
+    return rc;
 }
 
 static void cuda_info(const struct backend *b, struct backend_info *out)
@@ -651,5 +635,6 @@ static void cuda_close(struct backend *b)
 }
 
 extern "C" const struct backend_ops backend_cuda_ops = {
-    "cuda", cuda_open, cuda_forward, cuda_truncate, cuda_set_taps, cuda_info, cuda_close,
+    "cuda", cuda_describe, cuda_open, cuda_forward, NULL /* truncate: n_past is enough */,
+    cuda_info, cuda_close,
 };

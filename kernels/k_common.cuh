@@ -7,9 +7,8 @@
  *   (0 ok, negative enum err_code) and never abort or fall back to the CPU (DESIGN.md).
  * - struct k_weight: one weight as it lies on the device, in its GGUF block format. A 3-D
  *   expert tensor is one k_weight with expert_stride set: expert e starts at data + e*stride.
- * - struct k_faults: a by-value copy of the run's fault set, refreshed at every forward call
- *   (falsify rewrites the set between runs), so the device applies the same faults at the same
- *   (layer, pos) as faults/fault.c.
+ * - Faults: kernels take the backend's struct fault_set by value and ask the same GATE_HD
+ *   inline functions as the twin (faults/fault.h), so there is no device-side copy to drift.
  * - Element dequantization (k_elem<TYPE>): element i of a quantized row, exactly the formula of
  *   engine/quant.c's dequant_* (the CPU twins), evaluated in float.
  * Start reading: k_elem32().
@@ -22,6 +21,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "engine/err.h"
 #include "engine/quant.h"
@@ -39,15 +39,6 @@ struct k_weight {
     size_t row_bytes;
     size_t expert_stride; /* bytes between experts (0 for 2-D weights) */
 };
-
-struct k_faults {
-    int n;
-    int kind[FAULT_MAX], rank[FAULT_MAX];
-    int layer_lo[FAULT_MAX], layer_hi[FAULT_MAX], pos_lo[FAULT_MAX], pos_hi[FAULT_MAX];
-};
-
-/* Copy a host fault set (NULL = none) into the by-value form kernels take. */
-void k_faults_from(struct k_faults *out, const struct fault_set *s);
 
 /* Record a CUDA / cuBLAS failure in err (first error wins); returns the status. */
 int k_fail_cuda(struct gate_err *err, const char *call, const char *file, int line,
@@ -121,23 +112,6 @@ __device__ __forceinline__ void k_scale_min_k4(int j, const uint8_t *q, int *sc,
         *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
         *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
     }
-}
-
-/* fault_applies() of faults/fault.c, on the device. */
-__device__ __forceinline__ int k_fault_applies(const struct k_faults &f, int i, int layer,
-                                               int pos)
-{
-    return layer >= f.layer_lo[i] && layer <= f.layer_hi[i] && pos >= f.pos_lo[i] &&
-           pos <= f.pos_hi[i];
-}
-
-/* fault_skips_qk_norm() on the device. */
-__device__ __forceinline__ int k_skips_qk_norm(const struct k_faults &f, int layer, int pos)
-{
-    for (int i = 0; i < f.n; i++)
-        if (f.kind[i] == FAULT_SKIP_QK_NORM && k_fault_applies(f, i, layer, pos))
-            return 1;
-    return 0;
 }
 
 /* Element 32*g + lane of a row of type T (g counts 32-element groups from the row start), the
@@ -217,6 +191,16 @@ template <int T> __device__ __forceinline__ float k_elem32(const uint8_t *row, i
         static_assert(T == QUANT_F32, "k_elem32: unsupported type");
         return 0.0f;
     }
+}
+
+/* The by-value fault set a kernel takes: *s, or the empty set when s is NULL. */
+static inline struct fault_set k_fault_value(const struct fault_set *s)
+{
+    struct fault_set v;
+    memset(&v, 0, sizeof v);
+    if (s)
+        v = *s;
+    return v;
 }
 
 /* 1 when the GEMV / dequantization kernels handle the type. */

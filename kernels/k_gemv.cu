@@ -247,20 +247,6 @@ int k_type_supported(int type)
     return k_dispatch_type(type, f) == 0;
 }
 
-void k_faults_from(struct k_faults *out, const struct fault_set *s)
-{
-    memset(out, 0, sizeof *out);
-    for (int i = 0; s && i < s->n && i < FAULT_MAX; i++) {
-        out->kind[i] = (int)s->f[i].kind;
-        out->rank[i] = s->f[i].rank;
-        out->layer_lo[i] = s->f[i].layer_lo;
-        out->layer_hi[i] = s->f[i].layer_hi;
-        out->pos_lo[i] = s->f[i].pos_lo;
-        out->pos_hi[i] = s->f[i].pos_hi;
-        out->n = i + 1;
-    }
-}
-
 int k_fail_cuda(struct gate_err *err, const char *call, const char *file, int line,
                 cudaError_t e)
 {

@@ -18,23 +18,13 @@
  * --fmad=false, so every operation rounds as on the host and the routes are identical).
  * Dynamic shared memory: X floats. */
 __global__ void route_kernel(const float *logits, int X, int k, int layer, int pos0,
-                             struct k_faults f, int32_t *ids_out, float *w_out, float *kth,
+                             struct fault_set fs, int32_t *ids_out, float *w_out, float *kth,
                              float *k1th)
 {
     extern __shared__ float probs[];
     if (threadIdx.x != 0)
         return;
     const int t = blockIdx.x;
-    struct fault_set fs;
-    fs.n = f.n;
-    for (int i = 0; i < f.n; i++) {
-        fs.f[i].kind = (enum fault_kind)f.kind[i];
-        fs.f[i].rank = f.rank[i];
-        fs.f[i].layer_lo = f.layer_lo[i];
-        fs.f[i].layer_hi = f.layer_hi[i];
-        fs.f[i].pos_lo = f.pos_lo[i];
-        fs.f[i].pos_hi = f.pos_hi[i];
-    }
     const struct route_result rr =
         route_select_inline(logits + (int64_t)t * X, probs, X, k, 1 /* norm_w: qwen3moe */, &fs,
                             layer, pos0 + t, ids_out + (int64_t)t * k, w_out + (int64_t)t * k);
@@ -43,7 +33,7 @@ __global__ void route_kernel(const float *logits, int X, int k, int layer, int p
 }
 
 int k_route(struct k_stream *ks, const float *logits, int n, int X, int k, int layer, int pos0,
-            const struct k_faults *faults, int32_t *ids, float *w, float *kth, float *k1th,
+            const struct fault_set *faults, int32_t *ids, float *w, float *kth, float *k1th,
             struct gate_err *err)
 {
     if (n <= 0)
@@ -52,7 +42,8 @@ int k_route(struct k_stream *ks, const float *logits, int n, int X, int k, int l
         return err_set(err, ERR_INPUT, "cuda: routing needs 1 <= k <= experts (k %d, %d experts)",
                        k, X);
     route_kernel<<<n, 32, (size_t)X * sizeof(float), ks->s>>>(logits, X, k, layer, pos0,
-                                                               *faults, ids, w, kth, k1th);
+                                                               k_fault_value(faults), ids, w,
+                                                               kth, k1th);
     K_LAUNCHED(ks, "route_kernel");
     return 0;
 }

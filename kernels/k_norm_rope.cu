@@ -6,8 +6,8 @@
  * norm_rope() for every Q and K head, then the memcpy of K and V into the cache in
  * ref.c attention(). The RoPE tables are the twin's own (cuda_backend.cu builds them with the
  * same detmath code and uploads them), so the rotation differs from the twin only by rounding.
- * The skip_qk_norm fault is evaluated on the device from the run's fault copy (k_faults), at the
- * same (layer, pos) as fault_skips_qk_norm().
+ * The skip_qk_norm fault is evaluated on the device by fault_skips_qk_norm_inline() — the
+ * twin's own function — over the backend's fault set, passed by value.
  * Start reading: qk_norm_rope_kv_kernel.
  */
 #include "kernels/k_ops.cuh"
@@ -69,7 +69,7 @@ template <typename KV>
 __global__ void qk_norm_rope_kv_kernel(float *q, const float *k, const float *v, int pos0,
                                        int layer, int nh, int nkv, int hd, const float *qn,
                                        const float *kn, float eps, const float *cs,
-                                       const float *sn, KV *kc, KV *vc, struct k_faults faults)
+                                       const float *sn, KV *kc, KV *vc, struct fault_set faults)
 {
     extern __shared__ float buf[];
     const int t = blockIdx.x, hh = blockIdx.y, pos = pos0 + t, kvd = nkv * hd, half = hd / 2;
@@ -86,7 +86,7 @@ __global__ void qk_norm_rope_kv_kernel(float *q, const float *k, const float *v,
     for (int d = threadIdx.x; d < hd; d += blockDim.x)
         buf[d] = src[d];
     __syncthreads();
-    if (!k_skips_qk_norm(faults, layer, pos)) { /* block-uniform branch */
+    if (!fault_skips_qk_norm_inline(&faults, layer, pos)) { /* block-uniform branch */
         double sum = 0.0;
         for (int d = threadIdx.x; d < hd; d += blockDim.x)
             sum += (double)buf[d] * buf[d];
@@ -117,7 +117,7 @@ __global__ void qk_norm_rope_kv_kernel(float *q, const float *k, const float *v,
 int k_qk_norm_rope_kv(struct k_stream *ks, float *q, const float *k, const float *v, int n,
                       int pos0, int layer, int nh, int nkv, int hd, const float *qn,
                       const float *kn, float eps, const float *cs, const float *sn, void *kc,
-                      void *vc, int kv_f32, const struct k_faults *faults, struct gate_err *err)
+                      void *vc, int kv_f32, const struct fault_set *faults, struct gate_err *err)
 {
     if (n <= 0)
         return 0;
@@ -127,11 +127,11 @@ int k_qk_norm_rope_kv(struct k_stream *ks, float *q, const float *k, const float
     if (kv_f32)
         qk_norm_rope_kv_kernel<float><<<grid, threads, smem, ks->s>>>(
             q, k, v, pos0, layer, nh, nkv, hd, qn, kn, eps, cs, sn, (float *)kc, (float *)vc,
-            *faults);
+            k_fault_value(faults));
     else
         qk_norm_rope_kv_kernel<__half><<<grid, threads, smem, ks->s>>>(
             q, k, v, pos0, layer, nh, nkv, hd, qn, kn, eps, cs, sn, (__half *)kc, (__half *)vc,
-            *faults);
+            k_fault_value(faults));
     K_LAUNCHED(ks, "qk_norm_rope_kv_kernel");
     return 0;
 }

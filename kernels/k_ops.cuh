@@ -49,13 +49,13 @@ int k_rmsnorm(struct k_stream *ks, const float *x, const float *w, float *y, int
               float eps, struct gate_err *err);
 
 /* For each token t (position pos0 + t): every Q head and K head RMSNorm'd with qn / kn (unless
- * a skip_qk_norm fault covers (layer, pos)), then NEOX RoPE from the tables cs / sn (n_ctx,
+ * a skip_qk_norm fault of `faults` (NULL = none; passed by value) covers (layer, pos)), then NEOX RoPE from the tables cs / sn (n_ctx,
  * hd/2); Q rewritten in place, K and V appended to the caches kc / vc (n_ctx, nkv*hd) of this
  * layer, as FP32 (kv_f32) or FP16. Twin: ref.c norm_rope() + the cache copy in attention(). */
 int k_qk_norm_rope_kv(struct k_stream *ks, float *q, const float *k, const float *v, int n,
                       int pos0, int layer, int nh, int nkv, int hd, const float *qn,
                       const float *kn, float eps, const float *cs, const float *sn, void *kc,
-                      void *vc, int kv_f32, const struct k_faults *faults,
+                      void *vc, int kv_f32, const struct fault_set *faults,
                       struct gate_err *err);
 
 /* ---- k_attn.cu ----------------------------------------------------------------------------- */
@@ -73,11 +73,11 @@ int k_attention(struct k_stream *ks, const float *q, const void *kc, const void 
 /* ---- k_moe.cu ------------------------------------------------------------------------------ */
 
 /* Route n tokens (positions pos0 + t) from router logits (n, X): softmax, top-k (lowest id on
- * ties), renormalize, then the routing faults of `faults` at (layer, pos) — the device mirror
+ * ties), renormalize, then the routing faults of `faults` (NULL = none) at (layer, pos) — the device mirror
  * of route_select() + fault_apply_route(). ids, w (n, k); kth, k1th (n) the router logits of
  * the k-th and (k+1)-th expert (for taps). Twin: route_select(). */
 int k_route(struct k_stream *ks, const float *logits, int n, int X, int k, int layer, int pos0,
-            const struct k_faults *faults, int32_t *ids, float *w, float *kth, float *k1th,
+            const struct fault_set *faults, int32_t *ids, float *w, float *kth, float *k1th,
             struct gate_err *err);
 
 /* x (n, E) += sum over slots s (in slot order) of w[t*k + s] * y[t*k + s] (E).

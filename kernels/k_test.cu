@@ -111,31 +111,6 @@ extern "C" int k_test_device(char *name, size_t n, struct gate_err *err)
     return 0;
 }
 
-extern "C" int k_device_describe(struct k_device_desc *out, struct gate_err *err)
-{
-    memset(out, 0, sizeof *out);
-    int count = 0;
-    cudaDriverGetVersion(&out->driver);
-    cudaRuntimeGetVersion(&out->runtime);
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0)
-        return err_set(err, ERR_ENV, "no CUDA device: cudaGetDeviceCount returned %s (%s)",
-                       e == cudaSuccess ? "0 devices" : cudaGetErrorName(e),
-                       e == cudaSuccess ? "no device" : cudaGetErrorString(e));
-    const char *want = getenv("GATE_CUDA_DEVICE");
-    const int dev = want && *want ? atoi(want) : 0;
-    if (dev < 0 || dev >= count)
-        return err_set(err, ERR_ENV, "GATE_CUDA_DEVICE=%s but the host has %d CUDA device(s)",
-                       want, count);
-    cudaDeviceProp p;
-    K_CUDA(cudaGetDeviceProperties(&p, dev));
-    snprintf(out->name, sizeof out->name, "%.255s", p.name);
-    out->cc_major = p.major;
-    out->cc_minor = p.minor;
-    out->total_gib = (double)p.totalGlobalMem / (double)(1ull << 30);
-    return 0;
-}
-
 extern "C" int k_test_gemv(int type, const void *w, int64_t rows, int64_t cols, int n_expert,
                            const int32_t *ids, int x_div, const float *x, int n_x, int n_vec,
                            int accumulate, float *y, struct gate_err *err)
@@ -258,11 +233,9 @@ extern "C" int k_test_qk_norm_rope(float *q, const float *k, const float *v, int
     TRY(put(dsn, sn, (size_t)n_ctx * (hd / 2) * 4, err));
     TRY(put(dkc, NULL, cache * (kv_f32 ? 4 : 2), err));
     TRY(put(dvc, NULL, cache * (kv_f32 ? 4 : 2), err));
-    struct k_faults kf;
-    k_faults_from(&kf, faults);
     TRY(k_qk_norm_rope_kv(&t.ks, dq.as<float>(), dk.as<float>(), dv.as<float>(), n, pos0, layer,
                           nh, nkv, hd, dqn.as<float>(), dkn.as<float>(), eps, dcs.as<float>(),
-                          dsn.as<float>(), dkc.p, dvc.p, kv_f32, &kf, err));
+                          dsn.as<float>(), dkc.p, dvc.p, kv_f32, faults, err));
     TRY(finish(t, err));
     TRY(get(q, dq, (size_t)n * nh * hd * 4, err));
     TRY(get_cache(kc, dkc, cache, kv_f32, err));
@@ -315,9 +288,7 @@ extern "C" int k_test_route(const float *logits, int n, int X, int k, int layer,
     TRY(put(dw, NULL, (size_t)n * k * 4, err));
     TRY(put(dk, NULL, (size_t)n * 4, err));
     TRY(put(dk1, NULL, (size_t)n * 4, err));
-    struct k_faults kf;
-    k_faults_from(&kf, faults);
-    TRY(k_route(&t.ks, dl.as<float>(), n, X, k, layer, pos0, &kf, di.as<int32_t>(),
+    TRY(k_route(&t.ks, dl.as<float>(), n, X, k, layer, pos0, faults, di.as<int32_t>(),
                 dw.as<float>(), dk.as<float>(), dk1.as<float>(), err));
     TRY(finish(t, err));
     TRY(get(ids, di, (size_t)n * k * 4, err));

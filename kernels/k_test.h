@@ -25,17 +25,6 @@ extern "C" {
  * kernel image for the device) otherwise. */
 int k_test_device(char *name, size_t n, struct gate_err *err);
 
-/* What the host's CUDA device is, for the harness's host check (ladder `device:`). */
-struct k_device_desc {
-    char name[256];           /* cudaDeviceProp.name, e.g. "NVIDIA H200" */
-    int cc_major, cc_minor;   /* compute capability */
-    double total_gib;         /* device memory */
-    int driver, runtime;      /* CUDA versions, e.g. 13000 */
-};
-
-/* Describe device 0 (or GATE_CUDA_DEVICE); ERR_ENV with the reason when there is none. */
-int k_device_describe(struct k_device_desc *out, struct gate_err *err);
-
 /* y (n_vec, rows) (+)= W_e x[v / x_div]: w holds n_expert slabs of (rows, cols) in `type`
  * (n_expert 1 and ids NULL for a 2-D weight); x (n_x, cols); ids (n_vec) or NULL. */
 int k_test_gemv(int type, const void *w, int64_t rows, int64_t cols, int n_expert,

@@ -243,8 +243,8 @@ int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics,
         /* the prompt in one batch, then one token at a time through the KV cache */
         const int after = s->greedy_after;
         int matched = 0, first_diff = -1;
-        if ((rc = b->ops->truncate(b, 0, err)) ||
-            (rc = b->ops->forward(b, tokens, after, 0, logits, err)))
+        if ((rc = backend_truncate(b, 0, err)) ||
+            (rc = backend_forward(b, tokens, after, 0, logits, err)))
             goto out;
         int32_t next = argmax(logits + (size_t)(after - 1) * V, V);
         for (int i = 0; i < n_greedy; i++) {
@@ -254,7 +254,7 @@ int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics,
             }
             matched++;
             if (i + 1 < n_greedy) {
-                if ((rc = b->ops->forward(b, &next, 1, after + i, logits, err)))
+                if ((rc = backend_forward(b, &next, 1, after + i, logits, err)))
                     goto out;
                 next = argmax(logits, V);
             }
@@ -266,7 +266,7 @@ int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics,
     }
     struct backend_info info;
     memset(&info, 0, sizeof info);
-    b->ops->info(b, &info);
+    backend_info(b, &info);
     json_object_set_new(out, "backend", json_string(info.backend));
     json_object_set_new(out, "device", json_string(info.device));
     json_object_set_new(out, "arch", json_string(arch));

@@ -11,7 +11,8 @@ void capability_judge(const struct mode *mode, const struct backend_info *info,
     memset(out, 0, sizeof *out);
     mode_format(mode, out->asked, sizeof out->asked);
     out->info = *info;
-    const int is_cuda = !strcmp(mode->backend, "cuda");
+    /* a device backend (engine/backend.c's list says which) must count kernel launches */
+    const int on_device = backend_is_device(mode->backend);
     const int cpu_device = !strncmp(info->device, "cpu", 3);
     char *why = out->reason;
     const size_t wn = sizeof out->reason;
@@ -22,16 +23,16 @@ void capability_judge(const struct mode *mode, const struct backend_info *info,
         snprintf(why, wn, "FAIL: %s evaluated nothing (%llu forward calls, %llu tokens)",
                  out->asked, (unsigned long long)info->forwards,
                  (unsigned long long)info->tokens);
-    else if (is_cuda && info->kernel_launches == 0)
+    else if (on_device && info->kernel_launches == 0)
         snprintf(why, wn, "FAIL: %s counted zero CUDA kernel launches over %llu tokens: it did"
                  " not run on the GPU (device '%s')", out->asked,
                  (unsigned long long)info->tokens, info->device);
-    else if (is_cuda && cpu_device)
+    else if (on_device && cpu_device)
         snprintf(why, wn, "FAIL: %s reports the CPU device '%s'", out->asked, info->device);
-    else if (!is_cuda && !cpu_device)
+    else if (!on_device && !cpu_device)
         snprintf(why, wn, "FAIL: %s is a CPU mode but reports device '%s'", out->asked,
                  info->device);
-    else if (!is_cuda && info->kernel_launches)
+    else if (!on_device && info->kernel_launches)
         snprintf(why, wn, "FAIL: %s is a CPU mode but counted %llu kernel launches", out->asked,
                  (unsigned long long)info->kernel_launches);
     else {
@@ -64,7 +65,7 @@ int capability_run(const struct model *m, const struct mode *mode, int n_threads
     mode_tokens(1, m->hp.n_vocab, N, tokens);
     if ((rc = mode_run(b, mode->path, tokens, N, TURNS, 6, logits, err)))
         goto done;
-    b->ops->info(b, &info);
+    backend_info(b, &info);
     capability_judge(mode, &info, out);
 done:
     free(logits);

@@ -2,8 +2,7 @@
  * (see falsify.h).
  *
  * One parity session serves every run: the judge's logits are computed once, the subject's
- * backend stays open and its live fault set is rewritten between runs (backend.h: the fault
- * set is borrowed for the backend's lifetime and read at every forward).
+ * backend stays open and each run sets its faults with backend_set_faults() (a copy).
  * Invariant: falsify_run()'s verdict is falsify_judge()'s over the metrics it records.
  * Start reading: falsify_run(), falsify_judge(), then falsify_sweep().
  */
@@ -54,14 +53,7 @@ int falsify_check_floor(const struct parity_config *p, struct gate_err *err)
 
 void falsify_default_faults(const struct model *m, struct fault_set *out)
 {
-    memset(out, 0, sizeof *out);
-    for (int k = 0; k < FAULT_KIND_COUNT; k++) {
-        if (fault_is_routing((enum fault_kind)k) && m->hp.arch != ARCH_QWEN3MOE)
-            continue;
-        struct fault_spec f = {.kind = (enum fault_kind)k, .layer_hi = INT_MAX,
-                               .pos_hi = INT_MAX};
-        out->f[out->n++] = f;
-    }
+    fault_default_set(m->hp.n_expert > 0, out); /* the fault kind table's default column */
 }
 
 static int check_faults(const struct model *m, const struct fault_set *faults,
@@ -71,7 +63,7 @@ static int check_faults(const struct model *m, const struct fault_set *faults,
     if (!faults || faults->n == 0)
         return err_set(err, ERR_INPUT, "falsify needs at least one fault (an empty list proves"
                        " nothing)");
-    return fault_validate(faults, (int)hp->n_layer, hp->arch == ARCH_QWEN3MOE,
+    return fault_validate(faults, (int)hp->n_layer, hp->n_expert > 0,
                           (int)hp->n_expert_used, err);
 }
 

@@ -154,16 +154,16 @@ int golden_generate(struct backend *b, enum mode_path path, const int32_t *promp
     if (n_prompt < 1 || n_gen < 1)
         return err_set(err, ERR_INPUT, "greedy decode needs a prompt and n_gen >= 1 (got %d,"
                        " %d)", n_prompt, n_gen);
-    if ((rc = b->ops->truncate(b, 0, err)))
+    if ((rc = backend_truncate(b, 0, err)))
         return rc;
     logits = malloc((size_t)n_prompt * (size_t)V * sizeof *logits);
     if (!logits)
         return err_set(err, ERR_ENV, "out of memory");
     if (path == MODE_DECODE) {
         for (int t = 0; !rc && t < n_prompt; t++)
-            rc = b->ops->forward(b, prompt + t, 1, t, logits + (size_t)t * V, err);
+            rc = backend_forward(b, prompt + t, 1, t, logits + (size_t)t * V, err);
     } else {
-        rc = b->ops->forward(b, prompt, n_prompt, 0, logits, err);
+        rc = backend_forward(b, prompt, n_prompt, 0, logits, err);
     }
     const float *last = logits + (size_t)(n_prompt - 1) * V;
     for (int i = 0; !rc && i < n_gen; i++) {
@@ -171,7 +171,7 @@ int golden_generate(struct backend *b, enum mode_path path, const int32_t *promp
         out[(*n_out)++] = id;
         if (id == eos || i == n_gen - 1)
             break;
-        rc = b->ops->forward(b, &id, 1, n_prompt + i, logits, err);
+        rc = backend_forward(b, &id, 1, n_prompt + i, logits, err);
         last = logits;
     }
     free(logits);

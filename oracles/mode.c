@@ -6,6 +6,7 @@
  * Start reading: mode_run_taps().
  */
 #include "oracles/mode.h"
+#include "engine/detmath.h"
 
 #include <jansson.h>
 
@@ -15,30 +16,78 @@
 
 #include "engine/chat.h"
 
-static const char *BACKENDS[] = {"cuda", "cpu", "ref"};
+/* The paths; the backends are engine/backend.c's one list (backend_name()). */
 static const char *PATHS[] = {"decode", "prefill", "chat"};
-#define N_BACKENDS (int)(sizeof BACKENDS / sizeof BACKENDS[0])
 #define N_PATHS (int)(sizeof PATHS / sizeof PATHS[0])
+
+/* "a, b, c" from names(i) for i < n, for error text. */
+static void join(char *buf, size_t n, const char *(*names)(int), int count)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < count && at < n; i++) {
+        int w = snprintf(buf + at, n - at, "%s%s", i ? ", " : "", names(i));
+        at += w > 0 ? (size_t)w : 0;
+    }
+}
+
+static const char *path_at(int i)
+{
+    return PATHS[i];
+}
 
 int mode_parse(const char *text, struct mode *out, struct gate_err *err)
 {
     memset(out, 0, sizeof *out);
     const char *dot = text ? strchr(text, '.') : NULL;
     int bi = -1, pi = -1;
-    for (int i = 0; dot && i < N_BACKENDS; i++)
-        if (strlen(BACKENDS[i]) == (size_t)(dot - text) &&
-            !strncmp(text, BACKENDS[i], (size_t)(dot - text)))
+    for (int i = 0; dot && i < backend_count(); i++)
+        if (strlen(backend_name(i)) == (size_t)(dot - text) &&
+            !strncmp(text, backend_name(i), (size_t)(dot - text)))
             bi = i;
     for (int i = 0; dot && i < N_PATHS; i++)
         if (!strcmp(dot + 1, PATHS[i]))
             pi = i;
-    if (bi < 0 || pi < 0)
+    if (bi < 0 || pi < 0) {
+        char backends[96], paths[96];
+        join(backends, sizeof backends, backend_name, backend_count());
+        join(paths, sizeof paths, path_at, N_PATHS);
         return err_set(err, ERR_INPUT, "unknown mode '%s' (modes are BACKEND.PATH with BACKEND"
-                       " one of cuda, cpu, ref and PATH one of decode, prefill, chat)",
-                       text ? text : "(null)");
-    snprintf(out->backend, sizeof out->backend, "%s", BACKENDS[bi]);
+                       " one of %s and PATH one of %s)", text ? text : "(null)", backends,
+                       paths);
+    }
+    snprintf(out->backend, sizeof out->backend, "%s", backend_name(bi));
     out->path = (enum mode_path)pi;
     return 0;
+}
+
+int mode_count(void)
+{
+    return backend_count() * N_PATHS;
+}
+
+int mode_index(const struct mode *m)
+{
+    const int bi = backend_index(m->backend);
+    if (bi < 0 || (int)m->path < 0 || (int)m->path >= N_PATHS)
+        return -1;
+    return bi * N_PATHS + (int)m->path;
+}
+
+int mode_at(int i, struct mode *out)
+{
+    memset(out, 0, sizeof *out);
+    if (i < 0 || i >= mode_count())
+        return -1;
+    snprintf(out->backend, sizeof out->backend, "%s", backend_name(i / N_PATHS));
+    out->path = (enum mode_path)(i % N_PATHS);
+    return 0;
+}
+
+int mode_known(const char *text)
+{
+    struct mode m;
+    return mode_parse(text, &m, NULL) == 0;
 }
 
 const char *mode_path_name(enum mode_path p)
@@ -60,6 +109,8 @@ int mode_open(struct backend **out, const struct mode *mode, const struct model 
     if (!backend_find(mode->backend))
         return err_set(err, ERR_ENV, "mode %s cannot run on this host: backend '%s' is not in"
                        " this build", name, mode->backend);
+    /* the faults are copied into the backend (backend_set_faults); change them later with
+     * backend_set_faults(), never by rewriting *faults */
     struct backend_config cfg = {
         .n_threads = n_threads, .n_ctx = n_ctx, .n_batch = n_ctx, .faults = faults};
     return backend_open(out, mode->backend, m, &cfg, err);
@@ -108,7 +159,7 @@ static void on_close(void *ctx, const struct backend *b)
         return;
     struct backend_info info;
     memset(&info, 0, sizeof info);
-    b->ops->info(b, &info);
+    backend_info(b, &info);
     struct mode_ran *r = recorder;
     char item[24];
     snprintf(item, sizeof item, ",%s,", info.backend);
@@ -172,7 +223,7 @@ static int scatter_init(struct scatter *s, struct backend *b, const struct backe
     s->full = full;
     s->n_layer = (int)hp->n_layer;
     s->n = n;
-    s->k = hp->arch == ARCH_QWEN3MOE ? (int)hp->n_expert_used : 1;
+    s->k = hp->n_expert > 0 ? (int)hp->n_expert_used : 1;
     s->E = hp->n_embd;
     const size_t ln = (size_t)s->n_layer * (size_t)n;
     int ok = 1;
@@ -219,7 +270,7 @@ static int step(struct backend *b, struct scatter *s, const int32_t *tokens, int
                 float *logits, struct gate_err *err)
 {
     const size_t V = b->model->hp.n_vocab;
-    int rc = b->ops->forward(b, tokens + p0, c, p0, logits + (size_t)p0 * V, err);
+    int rc = backend_forward(b, tokens + p0, c, p0, logits + (size_t)p0 * V, err);
     if (!rc && s)
         scatter_call(s, p0, c);
     return rc;
@@ -260,13 +311,13 @@ int mode_run_taps(struct backend *b, enum mode_path path, const int32_t *tokens,
         return err_set(err, ERR_INPUT, "a mode run needs at least one token (got %d)", n);
     if (path == MODE_CHAT && (rc = check_turns(turn_ends, n_turns, n, err)))
         return rc;
-    if ((rc = b->ops->truncate(b, 0, err)))
+    if ((rc = backend_truncate(b, 0, err)))
         return rc;
     if (taps) {
         if ((rc = scatter_init(&s, b, taps, n, err)))
             return rc;
         have_taps = 1;
-        b->ops->set_taps(b, &s.call);
+        backend_set_taps(b, &s.call);
     }
     struct scatter *sp = have_taps ? &s : NULL;
     switch (path) {
@@ -289,7 +340,7 @@ int mode_run_taps(struct backend *b, enum mode_path path, const int32_t *tokens,
         rc = err_set(err, ERR_INPUT, "unknown mode path %d", (int)path);
     }
     if (have_taps) {
-        b->ops->set_taps(b, NULL);
+        backend_set_taps(b, NULL);
         scatter_free(&s);
     }
     return rc;
@@ -307,12 +358,12 @@ int mode_judge(struct backend *b, const int32_t *tokens, int n, float *logits,
     int rc;
     if (n < 1)
         return err_set(err, ERR_INPUT, "the judge needs at least one token (got %d)", n);
-    if ((rc = b->ops->truncate(b, 0, err)))
+    if ((rc = backend_truncate(b, 0, err)))
         return rc;
-    /* one call: the ref backend records taps laid out for exactly these n tokens */
-    b->ops->set_taps(b, taps);
-    rc = b->ops->forward(b, tokens, n, 0, logits, err);
-    b->ops->set_taps(b, NULL);
+    /* one call: the backend records taps laid out for exactly these n tokens */
+    backend_set_taps(b, taps);
+    rc = backend_forward(b, tokens, n, 0, logits, err);
+    backend_set_taps(b, NULL);
     return rc;
 }
 

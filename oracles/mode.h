@@ -38,8 +38,16 @@ struct mode {
     enum mode_path path;
 };
 
-/* Parse "ref.decode" etc. Anything outside the fixed list is ERR_INPUT naming the list. */
+/* Parse "ref.decode" etc. Anything outside the fixed list is ERR_INPUT naming the list. The
+ * list is every backend of engine/backend.c's one list (compiled in or not) x every path. */
 int mode_parse(const char *text, struct mode *out, struct gate_err *err);
+
+/* The fixed list, as the ladder reads it: mode_count() modes, mode_at(i) the i-th (0 ok, -1
+ * out of range), mode_index(m) its index (-1 unknown), mode_known(text) 1 when text parses. */
+int mode_count(void);
+int mode_at(int i, struct mode *out);
+int mode_index(const struct mode *m);
+int mode_known(const char *text);
 
 /* "decode", "prefill", "chat". */
 const char *mode_path_name(enum mode_path p);
@@ -48,9 +56,9 @@ const char *mode_path_name(enum mode_path p);
 void mode_format(const struct mode *m, char *buf, size_t n);
 
 /* Open the mode's backend on model m with a KV cache of n_ctx positions, a batch of up to
- * n_ctx tokens, and the fault set `faults` (borrowed for the backend's lifetime and read at
- * every forward, so a caller may change its contents between runs; NULL = none). A backend
- * not compiled into this build is ERR_ENV: "cannot run on this host". */
+ * n_ctx tokens, and a copy of the fault set `faults` (NULL = none; change it later with
+ * backend_set_faults()). A backend not compiled into this build is ERR_ENV: "cannot run on
+ * this host". */
 int mode_open(struct backend **out, const struct mode *mode, const struct model *m, int n_ctx,
               int n_threads, const struct fault_set *faults, struct gate_err *err);
 

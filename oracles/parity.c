@@ -491,7 +491,7 @@ static int taps_alloc(struct backend_taps *t, const struct model_hparams *hp, in
     memset(t, 0, sizeof *t);
     const size_t ln = (size_t)hp->n_layer * (size_t)n;
     int ok = (t->hidden = calloc(ln * hp->n_embd, sizeof(float))) != NULL;
-    if (hp->arch == ARCH_QWEN3MOE) {
+    if (hp->n_expert > 0) {
         ok &= (t->experts = calloc(ln * hp->n_expert_used, sizeof(int32_t))) != NULL;
         ok &= (t->expert_w = calloc(ln * hp->n_expert_used, sizeof(float))) != NULL;
         ok &= (t->router_kth = calloc(ln, sizeof(float))) != NULL;
@@ -514,7 +514,6 @@ struct parity_session {
     int *turn_ends, n_turns;
     int chat_fallback;
     struct backend *judge, *subject;
-    struct fault_set live; /* the subject's fault set, read at every forward */
     float *judge_logits, *subj_logits;
     int with_taps;
     struct backend_taps judge_taps, subj_taps, clean_taps;
@@ -619,7 +618,7 @@ int parity_session_open(struct parity_session **out, const struct model *m,
         (rc = mode_judge(s->judge, s->tokens, s->n, s->judge_logits,
                          with_taps ? &s->judge_taps : NULL, err)))
         goto fail;
-    if ((rc = mode_open(&s->subject, mode, m, s->n, n_threads, &s->live, err)))
+    if ((rc = mode_open(&s->subject, mode, m, s->n, n_threads, NULL, err)))
         goto fail;
     *out = s;
     return 0;
@@ -663,7 +662,7 @@ static int localize(struct parity_session *s, struct parity_result *r, struct ga
     if (!r->layers)
         return err_set(err, ERR_ENV, "out of memory");
     r->n_layer = L;
-    r->is_moe = hp->arch == ARCH_QWEN3MOE;
+    r->is_moe = hp->n_expert > 0;
     const int at = r->first_fail_pos >= 0 ? r->first_fail_pos : r->worst_pos >= 0 ? r->worst_pos : 0;
     const struct backend_taps *J = &s->judge_taps, *S = &s->subj_taps;
     for (int l = 0; l < L; l++) {
@@ -712,7 +711,7 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
     memset(out, 0, sizeof *out);
     if (!cfg)
         cfg = &s->cfg;
-    if ((rc = fault_validate(faults, (int)hp->n_layer, hp->arch == ARCH_QWEN3MOE,
+    if ((rc = fault_validate(faults, (int)hp->n_layer, hp->n_expert > 0,
                              (int)hp->n_expert_used, err)))
         return rc;
     for (int i = 0; faults && i < faults->n; i++)
@@ -723,12 +722,10 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
                            " sequence has %d positions (0-%d)", name, faults->f[i].pos_lo, s->n,
                            s->n - 1);
         }
-    s->live.n = 0;
-    if (faults)
-        s->live = *faults;
+    backend_set_faults(s->subject, faults); /* copied; cleared again below */
     rc = mode_run_taps(s->subject, s->mode.path, s->tokens, s->n, s->turn_ends, s->n_turns,
                        s->subj_logits, s->with_taps ? &s->subj_taps : NULL, err);
-    s->live.n = 0;
+    backend_set_faults(s->subject, NULL);
     if (rc)
         return rc;
     struct parity_config c = *cfg;
@@ -769,7 +766,7 @@ int parity_session_witness(struct parity_session *s, enum fault_kind kind,
         /* one clean run of the subject with taps, kept aside; the faulted run's taps stay */
         if ((rc = taps_alloc(&s->clean_taps, hp, s->n, err)))
             return rc;
-        s->live.n = 0;
+        backend_set_faults(s->subject, NULL);
         rc = mode_run_taps(s->subject, s->mode.path, s->tokens, s->n, s->turn_ends, s->n_turns,
                            s->subj_logits, &s->clean_taps, err);
         if (rc)
@@ -778,7 +775,7 @@ int parity_session_witness(struct parity_session *s, enum fault_kind kind,
     }
     const int L = (int)hp->n_layer, n = s->n, k = (int)hp->n_expert_used;
     const size_t E = hp->n_embd;
-    const int routing = fault_is_routing(kind) && hp->arch == ARCH_QWEN3MOE;
+    const int routing = fault_is_routing(kind) && hp->n_expert > 0;
     for (int l = 0; l < L; l++)
         for (int p = 0; p < n; p++) {
             const size_t i = (size_t)l * (size_t)n + (size_t)p;
@@ -807,7 +804,7 @@ int parity_run(const struct model *m, const struct mode *mode, const struct faul
     struct parity_session *s = NULL;
     memset(out, 0, sizeof *out);
     const struct model_hparams *hp = &m->hp;
-    int rc = fault_validate(faults, (int)hp->n_layer, hp->arch == ARCH_QWEN3MOE,
+    int rc = fault_validate(faults, (int)hp->n_layer, hp->n_expert > 0,
                             (int)hp->n_expert_used, err);
     if (!rc)
         rc = parity_session_open(&s, m, mode, tokens, n, cfg, n_threads, 1, err);

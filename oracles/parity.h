@@ -147,7 +147,7 @@ void parity_print(FILE *f, const struct parity_result *r);
 struct parity_session;
 
 /* Open a session: build the sequence as parity_run does, open the judge (ref, no faults) and
- * run it once with taps, open the subject with an empty live fault set. with_taps 0 skips the
+ * run it once with taps, open the subject without faults. with_taps 0 skips the
  * taps (no localization, no witness). */
 int parity_session_open(struct parity_session **out, const struct model *m,
                         const struct mode *mode, const int32_t *tokens, int n,
@@ -158,8 +158,9 @@ void parity_session_close(struct parity_session *s);
 /* The sequence length of the session. */
 int parity_session_n(const struct parity_session *s);
 
-/* Run the subject with faults (copied into the live set; NULL = clean), judge it (cfg, or the
- * session's when NULL), localize on FAIL when localize is set. */
+/* Run the subject with faults (copied onto its backend with backend_set_faults for this run
+ * only; NULL = clean), judge it (cfg, or the session's when NULL), localize on FAIL when
+ * localize is set. */
 int parity_session_run(struct parity_session *s, const struct fault_set *faults,
                        const struct parity_config *cfg, int localize, struct parity_result *out,
                        struct gate_err *err);

@@ -224,7 +224,7 @@ int throughput_gate(const struct model *m, const struct mode *mode,
             goto done;
         double mid = now_s();
         for (int t = 0; t < D; t++)
-            if ((rc = b->ops->forward(b, tokens + P + t, 1, P + t, logits, err)))
+            if ((rc = backend_forward(b, tokens + P + t, 1, P + t, logits, err)))
                 goto done;
         double end = now_s();
         if (r >= cfg->warmup) {
@@ -233,7 +233,7 @@ int throughput_gate(const struct model *m, const struct mode *mode,
         }
     }
     struct backend_info info;
-    b->ops->info(b, &info);
+    backend_info(b, &info);
     snprintf(out->backend, sizeof out->backend, "%s", info.backend);
     snprintf(out->device, sizeof out->device, "%s", info.device);
     throughput_stats(pre, cfg->runs, &out->prefill);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine/tokenizer.h"
+#include "harness/ladder.h"
 #include "oracles/capability.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
@@ -247,4 +248,42 @@ Test(mode, capability_reads_what_ran)
     cr_expect_str_eq(json_string_value(json_object_get(j, "verdict")), "FAIL");
     json_decref(j);
     model_free(m);
+}
+
+Test(mode, one_list_for_parse_ladder_and_index)
+{
+    /* the modes are engine/backend.c's backends x the paths: mode_at, mode_index, mode_parse
+     * and the ladder's ladder_mode_known read the same list */
+    cr_expect_eq(mode_count(), backend_count() * 3);
+    for (int i = 0; i < mode_count(); i++) {
+        struct mode m, back;
+        char text[32];
+        struct gate_err err = {0};
+        cr_assert_eq(mode_at(i, &m), 0);
+        mode_format(&m, text, sizeof text);
+        cr_expect_eq(mode_parse(text, &back, &err), 0, "%s: %s", text, err.msg);
+        cr_expect_eq(mode_index(&back), i, "%s", text);
+        cr_expect(mode_known(text), "%s", text);
+        cr_expect(ladder_mode_known(text), "the ladder does not know %s", text);
+    }
+    struct mode none;
+    cr_expect_eq(mode_at(mode_count(), &none), -1);
+    cr_expect_not(mode_known("vulkan.decode"));
+    cr_expect_not(ladder_mode_known("ref.generate"));
+    struct gate_err err = {0};
+    cr_expect_eq(mode_parse("vulkan.decode", &none, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "BACKEND one of cuda, cpu, ref and PATH one of decode, prefill,"
+                             " chat"), "%s", err.msg);
+}
+
+Test(mode, capability_asks_the_backend_list_which_backends_run_on_a_device)
+{
+    /* a device backend is judged on kernel launches, a CPU backend on having none */
+    struct capability_result r;
+    struct mode cpu = {.backend = "cpu", .path = MODE_DECODE};
+    struct backend_info launched = {.backend = "cpu", .device = "cpu: x", .forwards = 1,
+                                    .tokens = 4, .kernel_launches = 7};
+    capability_judge(&cpu, &launched, &r);
+    cr_expect_not(r.pass);
+    cr_expect(strstr(r.reason, "CPU mode but counted 7 kernel launches"), "%s", r.reason);
 }

@@ -306,12 +306,12 @@ static float *run_ref(struct mem_model *mm, int32_t *experts, uint32_t *V_out)
     const uint32_t V = m->hp.n_vocab;
     struct backend_taps taps = {.experts = experts};
     if (experts)
-        b->ops->set_taps(b, &taps);
+        backend_set_taps(b, &taps);
     int32_t ids[N_POS];
     prompt(ids, N_POS, V);
     float *logits = malloc((size_t)N_POS * V * sizeof *logits);
     cr_assert(logits);
-    cr_assert_eq(b->ops->forward(b, ids, N_POS, 0, logits, &err), 0, "%s", err.msg);
+    cr_assert_eq(backend_forward(b, ids, N_POS, 0, logits, &err), 0, "%s", err.msg);
     backend_close(b);
     model_free(m);
     *V_out = V;
