@@ -399,6 +399,14 @@ int cmd_generate(int argc, char **argv)
     }
     if (!rc && !(out = malloc((size_t)n_gen * sizeof *out)))
         rc = err_set(&err, ERR_ENV, "out of memory");
+    if (!rc && s.m && gguf_find_kv(s.m->gguf, "gate.synthetic")) {
+        int synthetic = 0;
+        gguf_get_bool(s.m->gguf, "gate.synthetic", &synthetic, NULL);
+        if (synthetic) /* issue 16: the text of a random-weight model means nothing by design */
+            fprintf(stderr, "gate: note: %s is a synthetic model (gate.synthetic = true): its"
+                    " weights are random, so the generated text is meaningless by design\n",
+                    model);
+    }
     if (!rc)
         rc = engine_greedy(s.b, ids, n, n_gen, out, &err);
     int n_out = n_gen;

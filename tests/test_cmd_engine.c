@@ -188,3 +188,26 @@ Test(cmd_engine, every_command_answers_help)
         free(out);
     }
 }
+
+/* issue 16: a synthetic model's text means nothing by design, and gate says so (on stderr, so
+ * the ids or text on stdout stay clean) */
+Test(cmd_engine, generate_on_a_synthetic_model_says_the_weights_are_random)
+{
+    char model[1024], *out;
+    snprintf(model, sizeof model, "%s/synthetic.gguf", check_tmp_dir());
+    cr_assert_eq(run(&out, "%s model synth --preset tiny-dense --quant Q8_0 -o %s", bin(), model),
+                 0, "%s", out);
+    free(out);
+    int rc = run(&out, "%s generate %s --prompt 'Hello' --n 2 2>&1 >/dev/null", bin(), model);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(out && strstr(out, "synthetic model") && strstr(out, "weights are random") &&
+                  strstr(out, "meaningless by design"),
+              "stderr: %s", out ? out : "");
+    free(out);
+    /* a real (non-synthetic) model carries no such note */
+    rc = run(&out, "%s generate %s --prompt 'Hello' --n 2 2>&1 >/dev/null", bin(),
+             conf("qwen3-dense-tiny-q4_k_m", "model.gguf"));
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(out && !strstr(out, "synthetic"), "stderr: %s", out ? out : "");
+    free(out);
+}
