@@ -76,16 +76,15 @@ static void show(void *arg, uint64_t done, uint64_t total, int i, int n, const c
     }
 }
 
+/* Two tables that fit 100 columns: the shapes, then the exact file sizes with one row per quant
+ * and one column per preset (issue 16: the old one-row-per-preset table was 195 wide). */
 static int list_presets(void)
 {
     int n;
     const struct synth_spec *ps = synth_presets(&n);
     struct gate_err err = {0};
     int64_t vocab_small = -1, vocab_qwen = -1;
-    printf("%-14s %-9s %-62s", "preset", "arch", "shape");
-    for (int q = 0; q < SYNTH_QUANT_COUNT; q++)
-        printf(" %14s", synth_quant_name(q));
-    printf("\n");
+    printf("%-14s %-9s %s\n", "preset", "arch", "shape");
     for (int i = 0; i < n; i++) {
         const struct synth_spec *s = &ps[i];
         char shape[160];
@@ -99,19 +98,28 @@ static int list_presets(void)
             snprintf(shape + k, sizeof shape - (size_t)k, " X%" PRIu32 " top%" PRIu32
                      " effn%" PRIu32 "%s", s->n_expert, s->n_expert_used, s->n_ff_exp,
                      s->tied ? " tied" : "");
-        printf("%-14s %-9s %-62s", s->name, model_arch_name(s->arch), shape);
-        for (int q = 0; q < SYNTH_QUANT_COUNT; q++) {
-            struct synth_options o = {.spec = *s, .quant = q};
-            int64_t *vb = s->n_vocab > 4096 ? &vocab_qwen : &vocab_small;
-            uint64_t bytes = 0;
-            int rc = synth_file_bytes(&o, *vb, &bytes, vb, &err);
-            if (rc)
-                return cli_fail(err_exit_code(rc), "%s", err.msg);
-            printf(" %14" PRIu64, bytes);
-        }
-        printf("\n");
+        printf("%-14s %-9s %s\n", s->name, model_arch_name(s->arch), shape);
     }
-    printf("(file sizes in bytes, exact)\n");
+    printf("\nfile size in bytes (exact)\n");
+    for (int g = 0; g < n; g += 6) { /* six presets per block: 91 columns */
+        printf("%-7s", "quant");
+        for (int i = g; i < n && i < g + 6; i++)
+            printf(" %13s", ps[i].name);
+        printf("\n");
+        for (int q = 0; q < SYNTH_QUANT_COUNT; q++) {
+            printf("%-7s", synth_quant_name(q));
+            for (int i = g; i < n && i < g + 6; i++) {
+                struct synth_options o = {.spec = ps[i], .quant = q};
+                int64_t *vb = ps[i].n_vocab > 4096 ? &vocab_qwen : &vocab_small;
+                uint64_t bytes = 0;
+                int rc = synth_file_bytes(&o, *vb, &bytes, vb, &err);
+                if (rc)
+                    return cli_fail(err_exit_code(rc), "%s", err.msg);
+                printf(" %13" PRIu64, bytes);
+            }
+            printf("\n");
+        }
+    }
     return 0;
 }
 

@@ -192,3 +192,21 @@ Test(cli, golden_record_synthesizes_the_model_and_prints_the_pin, .timeout = 300
     free(out);
     free(err);
 }
+
+/* issue 16 wording: `gate model synth --list` fits 100 columns and still lists every preset */
+Test(cli, synth_list_fits_100_columns)
+{
+    char *out = NULL;
+    cr_assert_eq(gate("model synth --list", &out), 0);
+    cr_assert(out);
+    cr_expect(strstr(out, "qwen3-30b-a3b") && strstr(out, "tiny-dense") &&
+                  strstr(out, "122134456256"),
+              "%s", out);
+    for (char *line = out; line && *line;) {
+        char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        cr_expect(len <= 100, "line over 100 columns: %.*s", (int)len, line);
+        line = nl ? nl + 1 : NULL;
+    }
+    free(out);
+}
