@@ -533,3 +533,12 @@ const struct backend_ops backend_ref_ops = {
     .info = ref_info,
     .close = ref_close,
 };
+
+int32_t ref_argmax(const float *x, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return (int32_t)best;
+}

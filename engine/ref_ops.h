@@ -28,6 +28,10 @@ void ref_attn_head(const float *q, const float *kc, const float *vc, size_t kv_s
 /* RoPE tables for positions 0..n_ctx-1: cs, sn (n_ctx, hd/2), p * base^(-2i/hd) in double. */
 void ref_rope_tables(float *cs, float *sn, int n_ctx, int hd, float base);
 
+/* Greedy pick over x (n >= 1): the index of the largest value, the LOWEST index on ties (as the
+ * conformance greedy files and the device argmax, k_argmax, do). The one argmax of gate. */
+int32_t ref_argmax(const float *x, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif

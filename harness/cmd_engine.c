@@ -16,6 +16,7 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/quant.h"
+#include "engine/ref_ops.h"
 #include "engine/tokenizer.h"
 #include "harness/cli.h"
 #include "oracles/throughput.h"
@@ -29,15 +30,6 @@ static double now_s(void)
 }
 
 /* Greedy choice: the largest logit, the lowest id on ties. */
-static int32_t argmax(const float *x, int64_t n)
-{
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return (int32_t)best;
-}
-
 static void hex(const unsigned char *d, size_t n, char *out)
 {
     for (size_t i = 0; i < n; i++)
@@ -275,7 +267,7 @@ int cmd_eval(int argc, char **argv)
             fprintf(stderr, "eval: %d positions x %" PRIu32 " logits -> %s; backend %s (%s);"
                     " load %.2f s, forward %.3f s (%.1f tokens/s); last argmax %" PRId32 "\n",
                     n, V, logits_path, info.backend, info.device, s.load_s, dt, n / dt,
-                    argmax(logits + (size_t)(n - 1) * V, V));
+                    ref_argmax(logits + (size_t)(n - 1) * V, V));
         }
     }
     free(logits);
@@ -325,13 +317,13 @@ int engine_greedy(struct backend *b, const int32_t *prompt, int n_prompt, int n_
         return err_set(err, ERR_ENV, "out of memory");
     int rc = backend_truncate(b, 0, err);
     if (!rc)
-        rc = b->ops->forward(b, prompt, n_prompt, 0, logits, err);
-    int32_t next = rc ? 0 : argmax(logits + (size_t)(n_prompt - 1) * V, V);
+        rc = backend_forward(b, prompt, n_prompt, 0, logits, err);
+    int32_t next = rc ? 0 : ref_argmax(logits + (size_t)(n_prompt - 1) * V, V);
     for (int i = 0; !rc && i < n_gen; i++) {
         out[i] = next;
         if (i + 1 < n_gen) {
-            rc = b->ops->forward(b, &next, 1, n_prompt + i, logits, err);
-            next = argmax(logits, V);
+            rc = backend_forward(b, &next, 1, n_prompt + i, logits, err);
+            next = ref_argmax(logits, V);
         }
     }
     free(logits);

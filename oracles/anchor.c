@@ -6,6 +6,7 @@
  * backend without faults; the verdict comes from anchor_judge() over settings + metrics only.
  */
 #include "oracles/anchor.h"
+#include "engine/ref_ops.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -163,15 +164,6 @@ int anchor_logit_metrics(const float *reference, const float *twin, int n_pos, i
     return 0;
 }
 
-static int32_t argmax(const float *x, int n)
-{
-    int32_t best = 0; /* the lowest id wins a tie, as in the conformance greedy files */
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 /* ---- the run ------------------------------------------------------------------------------- */
 
 int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics,
@@ -246,7 +238,7 @@ int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics,
         if ((rc = backend_truncate(b, 0, err)) ||
             (rc = backend_forward(b, tokens, after, 0, logits, err)))
             goto out;
-        int32_t next = argmax(logits + (size_t)(after - 1) * V, V);
+        int32_t next = ref_argmax(logits + (size_t)(after - 1) * V, V);
         for (int i = 0; i < n_greedy; i++) {
             if (next != greedy[i]) {
                 first_diff = i;
@@ -256,7 +248,7 @@ int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics,
             if (i + 1 < n_greedy) {
                 if ((rc = backend_forward(b, &next, 1, after + i, logits, err)))
                     goto out;
-                next = argmax(logits, V);
+                next = ref_argmax(logits, V);
             }
         }
         put_int(out, "greedy_after", after);

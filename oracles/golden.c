@@ -5,6 +5,7 @@
  * Start reading: golden_gate(), then golden_judge().
  */
 #include "oracles/golden.h"
+#include "engine/ref_ops.h"
 
 #include <errno.h>
 #include <math.h>
@@ -135,15 +136,6 @@ int golden_default_prompts(const struct model *m, struct golden_set *out, struct
     return rc;
 }
 
-static int32_t argmax_id(const float *x, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 int golden_generate(struct backend *b, enum mode_path path, const int32_t *prompt, int n_prompt,
                     int n_gen, int32_t eos, int32_t *out, int *n_out, struct gate_err *err)
 {
@@ -167,7 +159,7 @@ int golden_generate(struct backend *b, enum mode_path path, const int32_t *promp
     }
     const float *last = logits + (size_t)(n_prompt - 1) * V;
     for (int i = 0; !rc && i < n_gen; i++) {
-        int32_t id = argmax_id(last, V);
+        int32_t id = ref_argmax(last, V);
         out[(*n_out)++] = id;
         if (id == eos || i == n_gen - 1)
             break;

@@ -369,19 +369,11 @@ int mode_judge(struct backend *b, const int32_t *tokens, int n, float *logits,
 
 /* ---- sequences -------------------------------------------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 void mode_tokens(uint64_t seed, uint32_t n_vocab, int n, int32_t *out)
 {
     uint64_t s = seed;
     for (int i = 0; i < n; i++)
-        out[i] = (int32_t)(splitmix64(&s) % (n_vocab ? n_vocab : 1));
+        out[i] = (int32_t)(det_splitmix64(&s) % (n_vocab ? n_vocab : 1));
 }
 
 /* The conversation: short, plain ASCII, three questions that build on each other. */

@@ -7,6 +7,7 @@
  * fault set). Start reading: judge_pos(), then parity_judge().
  */
 #include "oracles/parity.h"
+#include "engine/ref_ops.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -55,15 +56,6 @@ static int all_finite(const float *x, int n)
 }
 
 /* Greedy choice: largest logit, lowest id on ties. */
-static int argmax_f(const float *x, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 static void top5(const float *x, int n, int out[5])
 {
     for (int j = 0; j < 5; j++)
@@ -128,8 +120,8 @@ static void judge_pos(const float *r, const float *t, int V, double near_tie,
     for (int i = 0; i < 5; i++)
         for (int j = 0; j < 5; j++)
             p->top5 += a5[i] >= 0 && a5[i] == b5[j];
-    p->ref_top = argmax_f(r, V);
-    p->test_top = argmax_f(t, V);
+    p->ref_top = ref_argmax(r, V);
+    p->test_top = ref_argmax(t, V);
     if (p->ref_top == p->test_top) {
         p->cls = PARITY_MATCH;
         p->ref_gap = (double)r[a5[0]] - r[a5[1]];

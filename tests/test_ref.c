@@ -8,10 +8,11 @@
  * taps, faults, and input errors.
  */
 #include <criterion/criterion.h>
+#include "engine/ref_ops.h"
 #include <dirent.h>
 #include <jansson.h>
-#include <math.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,18 +73,9 @@ static struct backend *open_ref(struct model **m, const char *path, int threads,
     return b;
 }
 
-static int32_t argmax(const float *x, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 static double top2_margin(const float *x, int n)
 {
-    int a = argmax(x, n);
+    int a = ref_argmax(x, n);
     float second = -INFINITY;
     for (int i = 0; i < n; i++)
         if (i != a && x[i] > second)
@@ -126,7 +118,7 @@ static void check_case(const char *c)
         if (top2_margin(exact + (size_t)p * V, V) < 1e-3)
             continue;
         checked++;
-        cr_expect_eq(argmax(logits + (size_t)p * V, V), argmax(exact + (size_t)p * V, V),
+        cr_expect_eq(ref_argmax(logits + (size_t)p * V, V), ref_argmax(exact + (size_t)p * V, V),
                      "%s: argmax differs at position %d", c, p);
     }
     cr_expect_gt(checked, n_tok / 2, "%s: too few positions with a clear margin", c);
@@ -149,14 +141,14 @@ static void check_case(const char *c)
     int32_t *want = check_read_ids(case_file(c, "greedy_exact.txt"), &n_exp);
     cr_assert(want && n_exp > 0, "%s: greedy_exact.txt", c);
     const int n_prompt = 16;
-    cr_assert_eq(b->ops->truncate(b, 0, &err), 0, "%s", err.msg);
-    cr_assert_eq(b->ops->forward(b, tokens, n_prompt, 0, logits, &err), 0, "%s", err.msg);
-    int32_t next = argmax(logits + (size_t)(n_prompt - 1) * V, V);
+    cr_assert_eq(backend_truncate(b, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(backend_forward(b, tokens, n_prompt, 0, logits, &err), 0, "%s", err.msg);
+    int32_t next = ref_argmax(logits + (size_t)(n_prompt - 1) * V, V);
     int32_t got[256];
     for (int i = 0; i < n_exp && i < 256; i++) {
         got[i] = next;
-        cr_assert_eq(b->ops->forward(b, &next, 1, n_prompt + i, logits, &err), 0, "%s", err.msg);
-        next = argmax(logits, V);
+        cr_assert_eq(backend_forward(b, &next, 1, n_prompt + i, logits, &err), 0, "%s", err.msg);
+        next = ref_argmax(logits, V);
     }
     for (int i = 0; i < n_exp; i++)
         cr_expect_eq(got[i], want[i], "%s: greedy id %d is %d, greedy_exact.txt says %d", c, i,
@@ -352,6 +344,14 @@ Test(ref, rejects_bad_tokens_positions_and_overflow)
     err_clear(&err);
     cr_expect_eq(backend_forward(b, ok, 3, 0, logits, &err), 0, "%s", err.msg);
     cr_expect_eq(backend_truncate(b, 4, &err), ERR_INPUT);
+    err_clear(&err);
+    cr_expect_eq(backend_truncate(b, 1, &err), 0);
+    cr_expect_eq(b->n_past, 1);
+    backend_close(b);
+    cr_expect_eq(backend_open(&b, "vulkan", m, &cfg, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "backend 'vulkan' is not available"), "%s", err.msg);
+    model_free(m);
+}
 
 /* ---- the backend contract (engine/backend.c's wrappers) ------------------------------------ */
 
@@ -594,12 +594,4 @@ Test(faults, kinds_come_from_one_table)
     cr_expect(fault_skips_qk_norm_inline(&one, 1, 2));
     cr_expect_not(fault_skips_qk_norm_inline(&one, 0, 2));
     cr_expect_not(fault_skips_qk_norm_inline(NULL, 1, 2));
-}
-    err_clear(&err);
-    cr_expect_eq(backend_truncate(b, 1, &err), 0);
-    cr_expect_eq(b->n_past, 1);
-    backend_close(b);
-    cr_expect_eq(backend_open(&b, "vulkan", m, &cfg, &err), ERR_INPUT);
-    cr_expect(strstr(err.msg, "backend 'vulkan' is not available"), "%s", err.msg);
-    model_free(m);
 }
