@@ -2,6 +2,7 @@
  * `gate bench`. They are thin: load a model, open a backend, call forward(), print.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <sodium.h>
@@ -189,24 +190,39 @@ static const char EVAL_USAGE[] =
     "  Evaluates every position of the token ids in FILE (whitespace separated) in one forward\n"
     "  pass and writes float32 little-endian logits [n_pos][n_vocab] to OUT.f32.\n";
 
+/* Write data to path atomically: a mkostemp file (O_EXCL, unpredictable name, 0600) in path's
+ * folder, fsync, rename; nothing is left behind on failure. Errors name path, never the temp. */
 static int write_all(const char *path, const void *data, size_t n, struct gate_err *err)
 {
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return err_set(err, ERR_ENV, "cannot create '%s': %s", tmp, strerror(errno));
-    int ok = fwrite(data, 1, n, f) == n;
-    int e = errno;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok) {
-        unlink(tmp);
-        return err_set(err, ERR_ENV, "cannot write '%s': %s", path, strerror(e ? e : EIO));
+    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp)
+        return err_set(err, ERR_INPUT, "output path '%.200s...' is too long", path);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return err_set(err, ERR_ENV, "cannot create '%s': %s", path, strerror(errno));
+    const char *p = data;
+    size_t left = n;
+    int e = 0;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            e = w < 0 ? errno : EIO;
+            break;
+        }
+        p += w;
+        left -= (size_t)w;
     }
-    if (rename(tmp, path) != 0) {
+    if (!e && fsync(fd) != 0)
         e = errno;
+    if (close(fd) != 0 && !e)
+        e = errno;
+    if (!e && rename(tmp, path) != 0)
+        e = errno;
+    if (e) {
         unlink(tmp);
-        return err_set(err, ERR_ENV, "cannot rename '%s' to '%s': %s", tmp, path, strerror(e));
+        return err_set(err, ERR_ENV, "cannot write '%s': %s", path, strerror(e));
     }
     return 0;
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include "tests/support/check.h"
@@ -68,6 +69,20 @@ Test(cmd_engine, eval_writes_logits_matching_the_exact_reference)
     check_floats("gate eval vs logits_exact.f32", a, b, 96 * 512, 1e-3, 1e-3, 1e-8);
     free(a);
     free(b);
+}
+
+Test(cmd_engine, eval_output_errors_name_the_users_file_not_a_temp)
+{
+    /* issue 16: a missing output folder is reported with the file the user asked for (the old
+     * writer named its predictable "OUT.tmp.<pid>", which is also gone: mkostemp now) */
+    char *out;
+    int rc = run(&out, "%s eval %s --tokens %s --logits %s/no/such/dir/x.f32", bin(),
+                 conf("qwen3-dense-tiny-f32", "model.gguf"), conf("qwen3-dense-tiny-f32", "tokens.txt"),
+                 check_tmp_dir());
+    cr_expect_eq(rc, 3, "%s", out);
+    cr_expect(strstr(out, "no/such/dir/x.f32'") && !strstr(out, "XXXXXX") && !strstr(out, ".tmp."),
+              "%s", out);
+    free(out);
 }
 
 Test(cmd_engine, generate_reproduces_the_exact_greedy_continuation)
