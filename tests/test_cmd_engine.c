@@ -85,6 +85,27 @@ Test(cmd_engine, eval_output_errors_name_the_users_file_not_a_temp)
     free(out);
 }
 
+Test(cmd_engine, a_backend_not_in_this_build_is_exit_3_in_bench_parity_and_falsify)
+{
+    /* issue 16: the same situation gets the same code everywhere (settled question 6) */
+    char *out;
+    const char *m = conf("qwen3-dense-tiny-f32", "model.gguf");
+#ifndef GATE_HAVE_CUDA
+    cr_expect_eq(run(&out, "%s bench %s --backend cuda", bin(), m), 3, "%s", out);
+    free(out);
+    cr_expect_eq(run(&out, "%s parity %s --mode cuda.decode", bin(), m), 3, "%s", out);
+    free(out);
+    cr_expect_eq(run(&out, "%s falsify %s --mode cuda.decode --fault skip_qk_norm", bin(), m), 3,
+                 "%s", out);
+    free(out);
+#endif
+    /* an unknown backend is a usage error everywhere */
+    cr_expect_eq(run(&out, "%s bench %s --backend nope", bin(), m), 2, "%s", out);
+    free(out);
+    cr_expect_eq(run(&out, "%s parity %s --mode nope.decode", bin(), m), 2, "%s", out);
+    free(out);
+}
+
 Test(cmd_engine, generate_reproduces_the_exact_greedy_continuation)
 {
     char prompt[1024], *out;

@@ -398,6 +398,21 @@ Test(release, an_exclusion_cannot_hide_a_failure)
     free(out);
 }
 
+Test(release, a_sign_off_with_a_bad_key_fails_before_any_verdict_is_printed)
+{
+    all_pass(path_in("r.db"));
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    struct release_options o = {.ladder = path_in("ladder.yaml"), .db = path_in("r.db"),
+                                .sign_key = path_in("missing.key")};
+    int rc = release_check_opts(f, &o, &self);
+    fclose(f);
+    cr_expect_eq(rc, 2, "%s", buf);
+    cr_expect_null(strstr(buf, "RELEASE OK"), "%s", buf);
+    free(buf);
+}
+
 Test(release, a_fleet_exports_imports_and_signs_off)
 {
     struct gate_err err = {0};
