@@ -630,7 +630,7 @@ int cmd_receipt(int argc, char **argv)
         struct store_audit a;
         if ((rc = store_foreach(s, verify_row, &v, &err)) || (rc = store_audit(s, &a, &err)))
             goto cleanup;
-        printf("%d receipts in '%s': %d ok, %d failed verification\n", v.n, o.db, v.n - v.bad,
+        printf("%d receipt%s in '%s': %d ok, %d failed verification\n", v.n, v.n == 1 ? "" : "s", o.db, v.n - v.bad,
                v.bad);
         printf("%d head records: %d ok, %d failed verification\n", a.n_heads,
                a.n_heads - a.n_head_problems, a.n_head_problems);
@@ -647,7 +647,7 @@ int cmd_receipt(int argc, char **argv)
         int n = 0;
         if ((rc = store_export(s, o.out, &err)) || (rc = store_foreach(s, count_row, &n, &err)))
             goto cleanup;
-        printf("exported %d receipts from '%s' to '%s'\n", n, o.db, o.out);
+        printf("exported %d receipt%s from '%s' to '%s'\n", n, n == 1 ? "" : "s", o.db, o.out);
     } else {
         int n = 0;
         if ((rc = store_import(s, o.arg, &n, &err)))

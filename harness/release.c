@@ -527,9 +527,9 @@ int release_check_opts(FILE *out, const struct release_options *o, const struct 
                 snprintf(all[t][i].why, sizeof all[t][i].why, "%s", store_bad);
             }
     }
-    fprintf(out, "release %s %s — ladder %s (sha256 %.12s), build %.12s%s, %d receipts in %s\n",
+    fprintf(out, "release %s %s — ladder %s (sha256 %.12s), build %.12s%s, %d receipt%s in %s\n",
             l->name, l->version, o->ladder, l->sha256, id.git_commit,
-            id.git_dirty ? " (dirty)" : "", x.n_rows, o->db);
+            id.git_dirty ? " (dirty)" : "", x.n_rows, x.n_rows == 1 ? "" : "s", o->db);
     fprintf(out, "%d required cell%s, %d excluded, %d anchor case%s\n\n", l->n_cells,
             l->n_cells == 1 ? "" : "s", l->n_excluded, l->n_anchors,
             l->n_anchors == 1 ? "" : "s");

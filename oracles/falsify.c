@@ -305,9 +305,11 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
         out->k[i].rate = d > 0 ? (double)out->k[i].detected / d : NAN;
     }
     if (out->pass)
-        snprintf(out->reason, sizeof out->reason, "PASS: all %d faults fired and were rejected;"
-                 " sampled sweep %d per kind at or above %g detection", out->n,
-                 cfg->sweep_samples, cfg->min_detection);
+        snprintf(out->reason, sizeof out->reason,
+                 "PASS: %s %d fault%s fired and %s rejected; sampled sweep %d per kind at or"
+                 " above %g detection", out->n == 1 ? "the" : "all", out->n,
+                 out->n == 1 ? "" : "s", out->n == 1 ? "was" : "were", cfg->sweep_samples,
+                 cfg->min_detection);
     else
         snprintf(out->reason, sizeof out->reason, "FAIL: %.300s", why);
 done:
