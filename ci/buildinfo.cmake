@@ -7,11 +7,11 @@
 #
 # The build is clean only when all of this holds (settled question 1; issue 11):
 #   - HEAD resolves to a commit;
-#   - every file tracked at HEAD under a source folder (engine/ kernels/ oracles/ faults/
-#     receipts/ harness/ and the top-level folder of every compiled file), CMakeLists.txt and
-#     ci/*.cmake has working content whose git blob hash (`git hash-object --no-filters`, which
-#     hashes the bytes as they are: no clean filter, and no assume-unchanged or skip-worktree bit
-#     can hide an edit) equals the blob at HEAD;
+#   - every file tracked at HEAD under a source folder (base/ engine/ kernels/ oracles/
+#     faults/ receipts/ harness/ cli/ and the top-level folder of every compiled file),
+#     CMakeLists.txt and ci/*.cmake has working content whose git blob hash (`git hash-object
+#     --no-filters`, which hashes the bytes as they are: no clean filter, and no
+#     assume-unchanged or skip-worktree bit can hide an edit) equals the blob at HEAD;
 #   - every compiled file is one of those tracked files;
 #   - no untracked or ignored file lies inside a source folder (an untracked header there can
 #     shadow a tracked one), and no untracked ci/*.cmake or top-level CMakeLists.txt exists.
@@ -24,7 +24,7 @@
 
 cmake_minimum_required(VERSION 3.20) # script mode: today's policies (CMP0007: keep empty list items)
 
-set(folders engine kernels oracles faults receipts harness)
+set(folders base engine kernels oracles faults receipts harness cli)
 set(git git --no-replace-objects -C "${SRC}" -c core.quotePath=false)
 set(reasons "")
 set(n_reasons 0)

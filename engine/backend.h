@@ -15,7 +15,7 @@
 
 #include <stdint.h>
 
-#include "err.h"
+#include "base/err.h"
 #include "faults/fault.h"
 #include "model.h"
 

@@ -8,7 +8,7 @@
 #ifndef GATE_CHAT_H
 #define GATE_CHAT_H
 
-#include "err.h"
+#include "base/err.h"
 
 #ifdef __cplusplus
 extern "C" {

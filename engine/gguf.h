@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "base/err.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "err.h"
+#include "base/err.h"
 #include "gguf.h"
 
 #ifdef __cplusplus

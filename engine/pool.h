@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "err.h"
+#include "base/err.h"
 
 struct pool;
 

@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "detmath.h"
+#include "base/detmath.h"
 #include "dotq.h"
 #include "pool.h"
 #include "quant.h"

@@ -8,9 +8,9 @@
 
 #include <stdint.h>
 
-#include "detmath.h"
+#include "base/detmath.h"
 #include "faults/fault.h"
-#include "hd.h"
+#include "base/hd.h"
 
 #ifdef __cplusplus
 extern "C" {

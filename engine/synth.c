@@ -27,7 +27,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "detmath.h"
+#include "base/detmath.h"
 #include "pool.h"
 #include "quant.h"
 #include "vocab.h"

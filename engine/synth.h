@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "base/err.h"
 #include "gguf.h"
 #include "model.h"
 

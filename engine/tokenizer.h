@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "base/err.h"
 #include "gguf.h"
 
 #ifdef __cplusplus

@@ -14,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/err.h"
-#include "engine/hd.h"
+#include "base/err.h"
+#include "base/hd.h"
 
 #ifdef __cplusplus
 extern "C" {

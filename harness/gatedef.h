@@ -11,7 +11,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "oracles/gates.h"
 
 enum gate_setting_type {

@@ -8,7 +8,7 @@
 
 #include <jansson.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 
 struct identity {
     char version[32];

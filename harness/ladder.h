@@ -14,7 +14,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "faults/fault.h"
 
 #define LADDER_ID_MAX 64

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 
 /* pin_open()'s size bound: large enough for any model file gate gates. */
 #define PIN_MAX_SIZE ((uint64_t)1 << 40)

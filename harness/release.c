@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness/cli.h"
+#include "cli/cli.h"
 #include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"

@@ -25,7 +25,7 @@
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "engine/synth.h"
-#include "harness/cli.h"
+#include "cli/cli.h"
 #include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"

@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "engine/quant.h"
 #include "faults/fault.h"
 

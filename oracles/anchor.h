@@ -18,7 +18,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "oracles/gates.h"
 
 #ifdef __cplusplus

@@ -12,7 +12,7 @@
 #include <jansson.h>
 
 #include "engine/backend.h"
-#include "engine/err.h"
+#include "base/err.h"
 #include "engine/model.h"
 #include "oracles/mode.h"
 

@@ -8,7 +8,7 @@
  */
 #include "oracles/falsify.h"
 
-#include "engine/detmath.h"
+#include "base/detmath.h"
 
 #include <limits.h>
 #include <math.h>

@@ -23,7 +23,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "engine/model.h"
 #include "faults/fault.h"
 #include "oracles/gates.h"

@@ -20,7 +20,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 
 #ifdef __cplusplus
 extern "C" {

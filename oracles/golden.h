@@ -36,7 +36,7 @@
 #include <stdio.h>
 
 #include "engine/backend.h"
-#include "engine/err.h"
+#include "base/err.h"
 #include "engine/model.h"
 #include "oracles/gates.h"
 #include "oracles/mode.h"

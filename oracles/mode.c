@@ -6,7 +6,7 @@
  * Start reading: mode_run_taps().
  */
 #include "oracles/mode.h"
-#include "engine/detmath.h"
+#include "base/detmath.h"
 
 #include <jansson.h>
 

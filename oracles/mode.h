@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "engine/backend.h"
-#include "engine/err.h"
+#include "base/err.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "faults/fault.h"

@@ -19,7 +19,7 @@
 #include <stdio.h>
 
 #include "engine/backend.h"
-#include "engine/err.h"
+#include "base/err.h"
 #include "engine/model.h"
 #include "faults/fault.h"
 #include "oracles/mode.h"

@@ -20,7 +20,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "engine/model.h"
 #include "oracles/gates.h"
 #include "oracles/mode.h"

@@ -24,7 +24,7 @@
 
 #include <stdio.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 
 enum faultsim_kind {
     FAULTSIM_OFF = 0,

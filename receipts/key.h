@@ -13,7 +13,7 @@
 
 #include <stddef.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 
 #define KEY_ID_PREFIX "ed25519:"
 #define KEY_ID_LEN 72 /* strlen("ed25519:") + 64 */

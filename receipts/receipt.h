@@ -16,7 +16,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "receipts/key.h"
 
 #define RECEIPT_SCHEMA_VERSION 1

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "receipts/key.h"
 
 /* The store schema version store_open() migrates to. */

@@ -26,7 +26,7 @@
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
 #include "engine/vocab.h"
-#include "harness/cmd_tokenize.h"
+#include "cli/cmd_tokenize.h"
 #include "tests/support/check.h"
 #include "tests/support/tokcases.h"
 

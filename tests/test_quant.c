@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "engine/gguf.h"
 #include "engine/quant.h"
 #include "tests/support/check.h"

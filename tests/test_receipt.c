@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness/cli.h"
+#include "cli/cli.h"
 #include "receipts/key.h"
 #include "receipts/receipt.h"
 #include "receipts/store.h"

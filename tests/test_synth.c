@@ -30,7 +30,7 @@
 #include "engine/quant.h"
 #include "engine/synth.h"
 #include "engine/tokenizer.h"
-#include "harness/cmd_synth.h"
+#include "cli/cmd_synth.h"
 #include "tests/support/check.h"
 
 /* docs/synth.md: `gate model synth --preset tiny-dense --quant Q4_K_M --seed 1` */

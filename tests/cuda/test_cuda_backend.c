@@ -10,7 +10,7 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/synth.h"
-#include "harness/selftest.h"
+#include "oracles/selftest.h"
 #include "tests/support/check.h"
 #include "tests/support/skip.h"
 

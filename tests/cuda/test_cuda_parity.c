@@ -9,7 +9,7 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/synth.h"
-#include "harness/selftest.h"
+#include "oracles/selftest.h"
 #include "tests/support/check.h"
 #include "tests/support/skip.h"
 #include "oracles/mode.h"

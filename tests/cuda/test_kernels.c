@@ -6,7 +6,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 
-#include "harness/selftest.h"
+#include "oracles/selftest.h"
 #include "tests/support/check.h"
 #include "tests/support/skip.h"
 

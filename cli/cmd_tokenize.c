@@ -6,7 +6,7 @@
  * U+FFFD per maximal ill-formed subpart, as Hugging Face users get); detokenize writes the exact
  * bytes of the ids, with no newline added and no UTF-8 repair. Start reading: cmd_tokenize().
  */
-#include "harness/cmd_tokenize.h"
+#include "cli/cmd_tokenize.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "engine/gguf.h"
-#include "harness/cli.h"
+#include "cli/cli.h"
 
 static const char TOKENIZE_USAGE[] =
     "usage: gate tokenize MODEL.gguf (--text TEXT | --text-file FILE)... [--ids | --json]\n"

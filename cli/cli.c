@@ -1,5 +1,5 @@
 /* cli.c — helpers shared by the subcommands: failure messages, option values, id files. */
-#include "harness/cli.h"
+#include "cli/cli.h"
 
 #include <errno.h>
 #include <limits.h>

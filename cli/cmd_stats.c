@@ -14,7 +14,7 @@
 
 #include "engine/backend.h"
 #include "engine/model.h"
-#include "harness/cli.h"
+#include "cli/cli.h"
 #include "oracles/mode.h"
 
 static const char USAGE[] =

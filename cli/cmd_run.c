@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "engine/model.h"
-#include "harness/cli.h"
+#include "cli/cli.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
 #include "harness/run.h"

@@ -1,6 +1,6 @@
 /* detmath.c — see detmath.h. Range reduction with constants split so that the products with
  * the reduction integer are exact, then Taylor polynomials evaluated by Horner's rule. */
-#include "detmath.h"
+#include "base/detmath.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -2,7 +2,7 @@
  * oracle, print its table, optionally write its JSON, map the verdict to an exit code.
  * The commands are thin; the numbers and verdicts come from oracles/parity.c and falsify.c.
  */
-#include "harness/cmd_oracle.h"
+#include "cli/cmd_oracle.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness/cli.h"
+#include "cli/cli.h"
 #include "oracles/falsify.h"
 #include "oracles/parity.h"
 

@@ -19,9 +19,9 @@
 #include "engine/quant.h"
 #include "engine/ref_ops.h"
 #include "engine/tokenizer.h"
-#include "harness/cli.h"
+#include "cli/cli.h"
 #include "oracles/throughput.h"
-#include "harness/cmd_synth.h"
+#include "cli/cmd_synth.h"
 
 static double now_s(void)
 {

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 
 int cmd_model(int argc, char **argv);    /* model inspect | synth | stats */
 int cmd_model_stats(int argc, char **argv); /* model stats */

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "harness/cli.h"
+#include "cli/cli.h"
 #include "harness/ladder.h"
 
 static const char USAGE[] =

@@ -5,11 +5,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "harness/cli.h"
-#include "harness/cmd_oracle.h"
-#include "harness/cmd_receipt.h"
-#include "harness/selftest.h"
-#include "harness/cmd_tokenize.h"
+#include "cli/cli.h"
+#include "cli/cmd_oracle.h"
+#include "cli/cmd_receipt.h"
+#include "oracles/selftest.h"
+#include "cli/cmd_tokenize.h"
 #include "receipts/faultsim.h"
 
 struct command {

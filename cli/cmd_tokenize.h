@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "engine/tokenizer.h"
 
 /* argv[0] is "tokenize" / "detokenize". tokenize takes one or more --text / --text-file inputs

@@ -5,7 +5,7 @@
  * at any point leaves nothing under the output name. Progress goes to stderr: a bar on a
  * terminal, a plain line per 10% otherwise.
  */
-#include "harness/cmd_synth.h"
+#include "cli/cmd_synth.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -19,7 +19,7 @@
 
 #include "engine/model.h"
 #include "engine/synth.h"
-#include "harness/cli.h"
+#include "cli/cli.h"
 
 static const char USAGE[] =
     "usage: gate model synth [--preset NAME | --arch qwen3|qwen3moe --hidden N --layers N\n"

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "hd.h"
+#include "base/hd.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -8,14 +8,14 @@
  * copy.
  * Start reading: TOL, then check_gemv().
  */
-#include "harness/selftest.h"
+#include "oracles/selftest.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/detmath.h"
+#include "base/detmath.h"
 #include "engine/dotq.h"
 #include "engine/quant.h"
 #include "engine/ref_ops.h"

@@ -5,7 +5,7 @@
  * a receipt or an import file goes through safe() (cli_safe) before it reaches the terminal.
  * list, show, verify and export open the store read-only (store_open_readonly).
  */
-#include "harness/cmd_receipt.h"
+#include "cli/cmd_receipt.h"
 
 #include <fnmatch.h>
 #include <inttypes.h>
@@ -15,7 +15,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "harness/cli.h"
+#include "cli/cli.h"
 #include "harness/gatedef.h"
 #include "receipts/key.h"
 #include "receipts/receipt.h"

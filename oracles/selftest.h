@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 
 struct selftest_case {
     const char *family; /* "gemv", "attention", ... */
