@@ -156,7 +156,10 @@ int cmd_golden(int argc, char **argv)
     }
     struct gate_err err = {0};
     struct ladder *l = NULL;
+    struct identity self;
     int rc = ladder_load(&l, ladder, &err);
+    if (!rc && (rc = identity_get(&self, &err)))
+        ladder_free(l);
     if (rc)
         return cli_fail(err_exit_code(rc), "%s", err.msg);
     int n = 0;
@@ -185,8 +188,10 @@ int cmd_golden(int argc, char **argv)
             if (!rc)
                 rc = model_load(&m, l->models[mi].path, &err);
             if (!rc)
-                rc = golden_record_force(c->g.goldens, m, c->g.golden_tokens, threads, force,
+                json_t *by = golden_recorded_by_gate(self.git_commit, self.git_dirty);
+                rc = golden_record_force(c->g.goldens, m, c->g.golden_tokens, threads, force, by,
                                          &err);
+                json_decref(by);
             if (!rc) {
                 printf("recorded %d greedy tokens per prompt for %s into %s\n",
                        c->g.golden_tokens, l->models[mi].id, c->g.goldens);

@@ -13,10 +13,10 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/tokenizer.h"
-#include "harness/identity.h"
 #include "oracles/parity.h"
 
 #define GOLDEN_MAX_FILE (64u << 20)
@@ -256,19 +256,19 @@ static int write_atomic(const char *path, const json_t *root, struct gate_err *e
     return rc;
 }
 
-static json_t *recorded_by_gate(struct gate_err *err)
+json_t *golden_recorded_by_gate(const char *git_commit, int git_dirty)
 {
-    struct identity id;
     char now[32];
-    if (identity_get(&id, err))
-        return NULL;
-    identity_utc_now(now);
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
     return json_pack("{s:s, s:s, s:s, s:b, s:s}", "engine", "gate", "backend", "ref",
-                     "git_commit", id.git_commit, "git_dirty", id.git_dirty, "date", now);
+                     "git_commit", git_commit ? git_commit : "unknown", "git_dirty",
+                     git_commit ? git_dirty : 1, "date", now);
 }
-
 int golden_record_force(const char *path, const struct model *m, int n_gen, int n_threads,
-                        int force, struct gate_err *err)
+                        int force, const json_t *recorded_by, struct gate_err *err)
 {
     struct golden_set g = {0};
     struct backend *b = NULL;
@@ -293,8 +293,9 @@ int golden_record_force(const char *path, const struct model *m, int n_gen, int 
                      who ? who : "an unknown source");
         goto done;
     }
-    if (!(by = recorded_by_gate(err))) {
-        rc = ERR_ENV;
+    by = recorded_by ? json_deep_copy(recorded_by) : golden_recorded_by_gate(NULL, 1);
+    if (!by) {
+        rc = err_set(err, ERR_ENV, "out of memory recording goldens into '%s'", path);
         goto done;
     }
     if ((rc = golden_default_prompts(m, &g, err)))
@@ -350,7 +351,7 @@ done:
 int golden_record(const char *path, const struct model *m, int n_gen, int n_threads,
                   struct gate_err *err)
 {
-    return golden_record_force(path, m, n_gen, n_threads, 0, err);
+    return golden_record_force(path, m, n_gen, n_threads, 0, NULL, err);
 }
 
 /* Validate case x (index i) of entry and append it to out; ERR_INPUT naming file and case. */

@@ -96,12 +96,16 @@ int golden_first_diff(const int32_t *a, int na, const int32_t *b, int nb);
 
 /* Record goldens for m (default prompts, n_gen ids each, from the reference twin) into path,
  * keeping the entries of other model digests already there; written atomically (mkstemp in the
- * file's folder, then rename). recorded_by = {"engine": "gate", "backend": "ref", git_commit,
- * git_dirty (this build's identity_get()), date}. An entry already recorded for m's digest is
- * ERR_INPUT naming the digest and the file unless force is set (never overwritten silently). */
+ * file's folder, then rename). recorded_by (copied; the caller knows the build: see
+ * golden_recorded_by_gate(); NULL = an unknown, dirty gate build) says who recorded them. An
+ * entry already recorded for m's digest is ERR_INPUT naming the digest and the file unless
+ * force is set (never overwritten silently). */
 int golden_record_force(const char *path, const struct model *m, int n_gen, int n_threads,
-                        int force, struct gate_err *err);
-/* golden_record_force() with force 0. */
+                        int force, const json_t *recorded_by, struct gate_err *err);
+/* {"engine": "gate", "backend": "ref", git_commit, git_dirty, date (now, UTC)} (new ref);
+ * git_commit NULL = "unknown" and dirty. */
+json_t *golden_recorded_by_gate(const char *git_commit, int git_dirty);
+/* golden_record_force() with force 0 and recorded_by NULL (tests). */
 int golden_record(const char *path, const struct model *m, int n_gen, int n_threads,
                   struct gate_err *err);
 

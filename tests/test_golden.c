@@ -212,7 +212,7 @@ Test(golden, record_refuses_to_overwrite_unless_forced_and_says_who)
     free(before);
     free(after);
     err_clear(&err);
-    cr_assert_eq(golden_record_force(path, m, 6, 2, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(golden_record_force(path, m, 6, 2, 1, NULL, &err), 0, "%s", err.msg);
     struct golden_set g;
     cr_assert_eq(golden_load(path, SHA, &g, &err), 0, "%s", err.msg);
     cr_expect_eq(g.n_gen, 6);
