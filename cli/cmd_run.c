@@ -187,11 +187,12 @@ int cmd_golden(int argc, char **argv)
                              l->models[mi].path, sha, l->models[mi].sha256);
             if (!rc)
                 rc = model_load(&m, l->models[mi].path, &err);
-            if (!rc)
+            if (!rc) {
                 json_t *by = golden_recorded_by_gate(self.git_commit, self.git_dirty);
                 rc = golden_record_force(c->g.goldens, m, c->g.golden_tokens, threads, force, by,
                                          &err);
                 json_decref(by);
+            }
             if (!rc) {
                 printf("recorded %d greedy tokens per prompt for %s into %s\n",
                        c->g.golden_tokens, l->models[mi].id, c->g.goldens);
