@@ -92,7 +92,7 @@ int gguf_open(struct gguf_file **out, const char *path, unsigned flags, struct g
 
 /* Same over an open descriptor (a regular file, read from offset 0): the file is mapped from fd
  * itself, never re-opened by name, so the bytes validated are those of the file fd refers to
- * (e.g. one pinned by harness/pin.h). fd stays the caller's (the mapping keeps its own reference;
+ * (e.g. one pinned by engine/pin.h). fd stays the caller's (the mapping keeps its own reference;
  * the caller may close fd right after). name is for messages. */
 int gguf_open_fd(struct gguf_file **out, int fd, const char *name, unsigned flags,
                  struct gate_err *err);

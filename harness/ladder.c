@@ -25,7 +25,7 @@
 #include <yaml.h>
 
 #include "engine/synth.h"
-#include "harness/pin.h"
+#include "engine/pin.h"
 #include "oracles/golden.h"
 
 struct parse {

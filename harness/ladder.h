@@ -137,7 +137,7 @@ struct ladder {
 };
 
 /* Parse and validate path. Errors are ERR_INPUT with "file:line:column: what, expected what".
- * The file is read once through one descriptor (harness/pin.h): a regular file of at most
+ * The file is read once through one descriptor (engine/pin.h): a regular file of at most
  * LADDER_FILE_MAX bytes; YAML aliases are refused and nesting is bounded (LADDER_MAX_DEPTH)
  * before the document is built; the expansion is bounded (LADDER_MAX_CELLS) before a matrix is
  * expanded. Refused too: a ladder with no required cell, and a model whose every cell is

@@ -29,7 +29,7 @@
 #include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
-#include "harness/pin.h"
+#include "engine/pin.h"
 #include "oracles/capability.h"
 #include "oracles/falsify.h"
 #include "oracles/golden.h"

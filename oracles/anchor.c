@@ -22,7 +22,7 @@
 
 #include "engine/backend.h"
 #include "engine/model.h"
-#include "harness/pin.h"
+#include "engine/pin.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
 
@@ -30,7 +30,7 @@
 
 /* ---- pinned files -------------------------------------------------------------------------- */
 
-/* Open f through harness/pin.h (once, regular file, digest checked against the pin through the
+/* Open f through engine/pin.h (once, regular file, digest checked against the pin through the
  * descriptor); errors are prefixed with the anchor and the role of the file. */
 static int open_pinned(const struct anchor_spec *s, const char *what, const struct anchor_file *f,
                        struct pinned *out, struct gate_err *err)

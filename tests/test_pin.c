@@ -14,7 +14,7 @@
 
 #include "engine/model.h"
 #include "engine/synth.h"
-#include "harness/pin.h"
+#include "engine/pin.h"
 #include "tests/support/check.h"
 
 static char dir[600];

@@ -1,7 +1,7 @@
 /* pin.c — pinned files opened once (see pin.h). The digest is computed with pread() so the
  * descriptor's offset never moves: a caller that hands out->fd to mmap or read sees offset 0.
  */
-#include "harness/pin.h"
+#include "engine/pin.h"
 
 #include <errno.h>
 #include <fcntl.h>
