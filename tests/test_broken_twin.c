@@ -136,7 +136,7 @@ static void write_ladder(const char *goldens_sha)
             "gates:\n  defaults:\n"
             "    parity: {positions: 64}\n"
             "    golden: {goldens: goldens.json, sha256: %s, tokens: 8}\n"
-            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 16, decode_tokens: 4}\n"
+            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 16, decode_tokens: 4, max_cv: 100}\n"
             "    falsify: {faults: [skip_qk_norm], sweep_samples: 1}\n"
             "anchors:\n  conf-dense:\n    arch: qwen3\n"
             "    reference: \"float64 exact evaluation (../shared/conformance)\"\n"
