@@ -80,17 +80,13 @@ static struct tok *load_real(double *seconds)
 }
 
 
-Test(tokenizer, loads_real_vocabulary_metadata_only_and_fast)
+Test(tokenizer, loads_real_vocabulary_metadata_only)
 {
+    /* no wall-clock assertion (issue 16: tests pass on a busy machine); the time is printed as a
+     * figure, and docs/tokenizer.md quotes it */
     double secs = 0;
     struct tok *t = load_real(&secs);
     fprintf(stderr, "tok_load of the Qwen3 vocabulary: %.3f s\n", secs);
-#if defined(__SANITIZE_ADDRESS__) || !defined(__OPTIMIZE__)
-    double limit = 10.0; /* instrumented or unoptimized builds only check it finishes */
-#else
-    double limit = 1.0;
-#endif
-    cr_expect_lt(secs, limit, "tok_load took %.3f s", secs);
     cr_expect_eq(tok_n_vocab(t), 151936);
     cr_expect_eq(tok_eos(t), 151645);
     cr_expect_eq(tok_bos(t), 151643);
