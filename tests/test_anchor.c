@@ -84,7 +84,7 @@ static double num(const json_t *o, const char *k)
 
 /* ---- the oracle on the conformance cases ----------------------------------------------------- */
 
-Test(anchor, the_correct_twin_passes_every_conformance_case, .timeout = 600)
+Test(anchor, the_correct_twin_passes_every_conformance_case, .timeout = 1200)
 {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/conformance", check_shared_dir());
@@ -483,7 +483,7 @@ Test(anchor, a_gated_architecture_without_an_anchor_is_refused_unless_excused)
 
 /* ---- the signed receipt --------------------------------------------------------------------- */
 
-Test(anchor, an_anchor_receipt_is_a_signed_payload_that_rederives, .timeout = 300)
+Test(anchor, an_anchor_receipt_is_a_signed_payload_that_rederives, .timeout = 1200)
 {
     struct gate_err err = {0};
     struct ladder *l = NULL;

@@ -136,12 +136,12 @@ static void interrupt_synth(int sig)
     cr_expect(!has_entry(dir, "big.gguf"), "an interrupted write must leave no output file");
 }
 
-Test(cli, sigint_during_model_synth_removes_the_temp_file, .timeout = 300)
+Test(cli, sigint_during_model_synth_removes_the_temp_file, .timeout = 1200)
 {
     interrupt_synth(SIGINT);
 }
 
-Test(cli, sigterm_during_model_synth_removes_the_temp_file, .timeout = 300)
+Test(cli, sigterm_during_model_synth_removes_the_temp_file, .timeout = 1200)
 {
     interrupt_synth(SIGTERM);
 }
@@ -151,7 +151,7 @@ Test(cli, sigterm_during_model_synth_removes_the_temp_file, .timeout = 300)
 /* gate golden record on a fresh ladder whose synthetic model was never written: it synthesizes
  * the model into .gate-cache/ next to the ladder (as gate run does), records, and prints the
  * goldens' digest with the line to pin it; no receipt store is created. */
-Test(cli, golden_record_synthesizes_the_model_and_prints_the_pin, .timeout = 300)
+Test(cli, golden_record_synthesizes_the_model_and_prints_the_pin, .timeout = 1200)
 {
     char dir[900], path[1000], cmd[3000];
     snprintf(dir, sizeof dir, "%s/newgold", check_tmp_dir());

@@ -22,7 +22,7 @@ static void setup(void)
     cr_assert_eq(mkdir(dir, 0700), 0);
 }
 
-TestSuite(key_files, .init = setup, .timeout = 60);
+TestSuite(key_files, .init = setup, .timeout = 1200);
 
 static const char *in_dir(const char *name)
 {

@@ -173,7 +173,7 @@ static void check_case(const char *c)
     json_decref(meta);
 }
 
-Test(ref, matches_every_conformance_case, .timeout = 600)
+Test(ref, matches_every_conformance_case, .timeout = 1200)
 {
     char names[MAX_CASES][256];
     int n = list_cases(names);

@@ -490,7 +490,7 @@ static int sh(const char *fmt, ...)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-Test(release, gate_run_end_to_end_writes_verifiable_receipts, .timeout = 300)
+Test(release, gate_run_end_to_end_writes_verifiable_receipts, .timeout = 1200)
 {
     const char *bin = getenv("GATE_BIN");
     cr_assert(bin, "GATE_BIN is not set");

@@ -52,7 +52,7 @@ static int run_probe(const char *require, const char *out, const char *tap)
     return st;
 }
 
-Test(skip, a_device_skip_fails_when_a_gpu_is_required, .timeout = 120)
+Test(skip, a_device_skip_fails_when_a_gpu_is_required, .timeout = 1200)
 {
     if (getenv("GATE_SKIP_PROBE")) /* the probe: what a device test does on a GPU-less host */
         check_skip_no_device(PROBE_REASON);
