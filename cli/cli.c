@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "engine/synth.h"
+#include "engine/tokenizer.h"
 #include "harness/ladder.h"
 
 int cli_fail(int code, const char *fmt, ...)
@@ -51,60 +52,45 @@ int cli_read_ids(const char *path, int32_t **ids, int *n, struct gate_err *err)
 {
     *ids = NULL;
     *n = 0;
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    int rc = 0;
     FILE *f = fopen(path, "r");
     if (!f)
         return err_set(err, ERR_INPUT, "cannot open '%s': %s", path, strerror(errno));
-    int rc = 0, cap = 0;
-    char word[64];
-    int c, len = 0, line = 1, word_line = 1;
     for (;;) {
-        c = fgetc(f);
-        if (c == EOF || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ',') {
-            if (len > 0) {
-                word[len] = '\0';
-                char *end;
-                errno = 0;
-                long v = strtol(word, &end, 10);
-                if (errno || *end || v < 0 || v > INT32_MAX) {
-                    rc = err_set(err, ERR_INPUT, "%s:%d: '%s' is not a token id", path,
-                                 word_line, word);
-                    break;
-                }
-                if (*n == cap) {
-                    cap = cap ? 2 * cap : 256;
-                    int32_t *p = realloc(*ids, (size_t)cap * sizeof *p);
-                    if (!p) {
-                        rc = err_set(err, ERR_ENV, "out of memory reading '%s'", path);
-                        break;
-                    }
-                    *ids = p;
-                }
-                (*ids)[(*n)++] = (int32_t)v;
-                len = 0;
+        if (len == cap) {
+            if (cap >= ((size_t)1 << 31)) {
+                rc = err_set(err, ERR_INPUT, "'%s' is too big for a token id file", path);
+                goto done;
             }
-            if (c == '\n')
-                line++;
-            if (c == EOF)
-                break;
-            continue;
+            char *p = realloc(text, cap ? 2 * cap : 4096);
+            if (!p) {
+                rc = err_set(err, ERR_ENV, "out of memory reading '%s'", path);
+                goto done;
+            }
+            text = p;
+            cap = cap ? 2 * cap : 4096;
         }
-        if (len == 0)
-            word_line = line;
-        if (len + 1 >= (int)sizeof word) {
-            rc = err_set(err, ERR_INPUT, "%s:%d: token id '%.20s...' is too long", path, line,
-                         word);
+        size_t got = fread(text + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
             break;
-        }
-        word[len++] = (char)c;
     }
-    fclose(f);
-    if (!rc && *n == 0)
-        rc = err_set(err, ERR_INPUT, "%s: no token ids", path);
-    if (rc) {
+    if (ferror(f)) {
+        rc = err_set(err, ERR_INPUT, "cannot read '%s': %s", path, strerror(errno));
+        goto done;
+    }
+    if ((rc = tok_parse_ids(text, len, path, 0, ids, n, err)))
+        goto done;
+    if (*n == 0) {
         free(*ids);
         *ids = NULL;
-        *n = 0;
+        rc = err_set(err, ERR_INPUT, "%s: no token ids", path);
     }
+done:
+    fclose(f);
+    free(text);
     return rc;
 }
 

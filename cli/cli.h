@@ -29,7 +29,8 @@ int cli_value(int argc, char **argv, int *i, const char **out);
 /* Parse an integer option value in [lo, hi]; prints a usage error and returns -1 if bad. */
 int cli_int(const char *cmd, const char *opt, const char *s, int lo, int hi, int *out);
 
-/* Read whitespace/comma separated token ids from path (*ids malloc'd). Errors name the line. */
+/* Read the token ids of the text file at path through tok_parse_ids (no vocabulary bound: the
+ * backend checks the range); *ids malloc'd. An empty file is ERR_INPUT "PATH: no token ids". */
 int cli_read_ids(const char *path, int32_t **ids, int *n, struct gate_err *err);
 
 /* Copy s into buf (n bytes, n >= 1) for a terminal: C0 controls, DEL, the C1 controls

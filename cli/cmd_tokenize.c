@@ -67,79 +67,6 @@ done:
     return rc;
 }
 
-static int is_sep(char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' || c == ',' ||
-           c == '[' || c == ']';
-}
-
-int cmd_tokenize_parse_ids(const char *s, size_t len, const char *what, int32_t **ids, int *n,
-                           struct gate_err *err)
-{
-    int rc = 0, cap = 16, count = 0;
-    int32_t *v = malloc((size_t)cap * sizeof *v);
-    *ids = NULL;
-    *n = 0;
-    if (!v)
-        return err_set(err, ERR_ENV, "out of memory reading token ids");
-    size_t i = 0;
-    while (i < len) {
-        if (is_sep(s[i])) {
-            i++;
-            continue;
-        }
-        size_t start = i;
-        while (i < len && !is_sep(s[i]))
-            i++;
-        size_t wl = i - start;
-        /* Decimal only, optional leading '-' (so "-5" is reported as out of range, not as
-         * garbage); at most 12 characters keeps the value inside int64 before the range check. */
-        int ok = wl > 0 && wl <= 12;
-        size_t d0 = wl > 0 && s[start] == '-' ? 1 : 0;
-        if (d0 == wl)
-            ok = 0;
-        int64_t val = 0;
-        for (size_t k = start + d0; ok && k < i; k++) {
-            if (s[k] < '0' || s[k] > '9')
-                ok = 0;
-            else
-                val = val * 10 + (s[k] - '0');
-        }
-        if (d0)
-            val = -val;
-        if (!ok || val < INT32_MIN || val > INT32_MAX) {
-            char *shown = cmd_tokenize_escape(s + start, wl > 40 ? 40 : wl);
-            rc = err_set(err, ERR_INPUT, "%s: token id %d, '%s%s', is not %s", what, count + 1,
-                         shown ? shown : "?", wl > 40 ? "..." : "",
-                         ok ? "a 32-bit integer" : "a decimal integer");
-            free(shown);
-            goto done;
-        }
-        if (count == cap) {
-            if (cap > INT32_MAX / 2) {
-                rc = err_set(err, ERR_INPUT, "%s: too many token ids", what);
-                goto done;
-            }
-            cap *= 2;
-            int32_t *p = realloc(v, (size_t)cap * sizeof *p);
-            if (!p) {
-                rc = err_set(err, ERR_ENV, "out of memory reading %d token ids", count);
-                goto done;
-            }
-            v = p;
-        }
-        v[count++] = (int32_t)val;
-    }
-done:
-    if (rc) {
-        free(v);
-        return rc;
-    }
-    *ids = v;
-    *n = count;
-    return 0;
-}
-
 /* Length of the well-formed UTF-8 character at p[0..n) (Unicode Table 3-7), 0 if ill-formed. */
 static size_t utf8_len(const unsigned char *p, size_t n)
 {
@@ -532,8 +459,8 @@ int cmd_detokenize(int argc, char **argv)
     if (!rc && ids_file)
         rc = read_all(ids_file, &buf, &len, &err);
     if (!rc)
-        rc = cmd_tokenize_parse_ids(ids_arg ? ids_arg : buf, ids_arg ? strlen(ids_arg) : len,
-                                    ids_arg ? "--ids" : ids_file, &ids, &n, &err);
+        rc = tok_parse_ids(ids_arg ? ids_arg : buf, ids_arg ? strlen(ids_arg) : len,
+                           ids_arg ? "--ids" : ids_file, (uint32_t)tok_n_vocab(t), &ids, &n, &err);
     if (!rc)
         rc = tok_decode(t, ids, n, &out, &out_len, &err);
     if (!rc && out_len)

@@ -2,7 +2,8 @@
  * engineer can check that two engines saw the same tokens. Both open the GGUF metadata-only
  * (GGUF_OPEN_METADATA_ONLY: tensor data is neither mapped into use nor validated), so a
  * vocabulary-only file with no tensors at all is enough. The tokenization itself is
- * engine/tokenizer.c; this file is input reading, id parsing and the three output forms.
+ * engine/tokenizer.c (ids are parsed by tok_parse_ids there too); this file is input reading and
+ * the three output forms.
  *
  * The helpers below are what the commands use; tests call them directly to push many strings
  * through the same code without starting a process per string. Start reading: cmd_tokenize().
@@ -29,14 +30,6 @@ int cmd_detokenize(int argc, char **argv);
  * ERR_INPUT quoting the path), ERR_INPUT "'path' has no tokenizer" when tokenizer.ggml.model is
  * absent, and tok_load's. */
 int cmd_tokenize_load(struct tok **out, const char *path, struct gate_err *err);
-
-/* Parse token ids from s[0..len): decimal integers separated by whitespace or commas (square
- * brackets are skipped, so a JSON array works too). Zero ids is fine (*n = 0, *ids non-NULL).
- * Values are only checked to be integers that fit int32; the vocabulary range is checked by
- * tok_decode. what names the source in messages ("--ids", a file name). *ids is malloc'd.
- * Errors: ERR_INPUT quoting the bad word and its 1-based position; ERR_ENV when out of memory. */
-int cmd_tokenize_parse_ids(const char *s, size_t len, const char *what, int32_t **ids, int *n,
-                           struct gate_err *err);
 
 /* The display form of bytes p[0..n) (no quotes added): well-formed UTF-8 characters of
  * U+00A0 and above stay as they are; \ and " become \\ and \"; newline, tab and carriage return

@@ -12,6 +12,7 @@
 
 #include <limits.h>
 #include <pcre2.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -852,4 +853,93 @@ int32_t tok_find(const struct tok *t, const char *piece)
 int tok_token_type(const struct tok *t, int32_t id)
 {
     return id < 0 || id >= t->n_vocab ? 0 : t->type[id];
+}
+
+/* ---- token-id text (tok_parse_ids) ------------------------------------------------------------ */
+
+static int id_sep(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' || c == ',' ||
+           c == '[' || c == ']';
+}
+
+int tok_parse_ids(const char *text, size_t len, const char *what, uint32_t n_vocab, int32_t **ids,
+                  int *n, struct gate_err *err)
+{
+    int rc = 0, cap = 16, count = 0, line = 1;
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    *ids = NULL;
+    *n = 0;
+    if (!v)
+        return err_set(err, ERR_ENV, "%s: out of memory reading token ids", what);
+    const int64_t limit = n_vocab ? (int64_t)n_vocab : (int64_t)INT32_MAX + 1;
+    size_t i = 0;
+    while (i < len) {
+        if (id_sep(text[i])) {
+            line += text[i] == '\n';
+            i++;
+            continue;
+        }
+        const size_t start = i;
+        while (i < len && !id_sep(text[i]))
+            i++;
+        const size_t wl = i - start;
+        /* decimal with an optional '-' (so "-5" is reported as out of range, not as garbage);
+         * accumulation stops past 12 digits, which is out of range whatever the bound */
+        const size_t d0 = text[start] == '-' ? 1 : 0;
+        int decimal = wl > d0;
+        int64_t val = 0;
+        for (size_t k = start + d0; decimal && k < i; k++) {
+            if (text[k] < '0' || text[k] > '9')
+                decimal = 0;
+            else if (val < 1000000000000LL)
+                val = val * 10 + (text[k] - '0');
+        }
+        if (d0)
+            val = -val;
+        if (!decimal || val < 0 || val >= limit) {
+            char shown[4 * 40 + 1];
+            size_t o = 0;
+            for (size_t k = start; k < start + (wl > 40 ? 40 : wl); k++) {
+                const unsigned char c = (unsigned char)text[k];
+                if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\')
+                    shown[o++] = (char)c;
+                else
+                    o += (size_t)snprintf(shown + o, sizeof shown - o, "\\x%02X", c);
+            }
+            shown[o] = '\0';
+            char reason[96];
+            if (!decimal)
+                snprintf(reason, sizeof reason, "not a decimal integer");
+            else if (n_vocab)
+                snprintf(reason, sizeof reason, "outside the vocabulary [0, %u)", n_vocab);
+            else
+                snprintf(reason, sizeof reason, "outside [0, %d]", INT32_MAX);
+            rc = err_set(err, ERR_INPUT, "%s:%d: '%s%s' is not a token id (id %d: %s)", what, line,
+                         shown, wl > 40 ? "..." : "", count + 1, reason);
+            goto done;
+        }
+        if (count == cap) {
+            if (cap > INT32_MAX / 2) {
+                rc = err_set(err, ERR_INPUT, "%s: more than %d token ids", what, cap);
+                goto done;
+            }
+            int32_t *p = realloc(v, (size_t)cap * 2 * sizeof *p);
+            if (!p) {
+                rc = err_set(err, ERR_ENV, "%s: out of memory reading %d token ids", what, count);
+                goto done;
+            }
+            v = p;
+            cap *= 2;
+        }
+        v[count++] = (int32_t)val;
+    }
+done:
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    *ids = v;
+    *n = count;
+    return 0;
 }

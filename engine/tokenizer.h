@@ -80,6 +80,17 @@ int32_t tok_find(const struct tok *t, const char *piece);
 /* The GGUF token type of id (normal, control, ...). */
 int tok_token_type(const struct tok *t, int32_t id);
 
+/* The one token-id parser (`gate detokenize`, `--tokens` files, anchor cases, the tests): ids
+ * are decimal integers in text[0..len) separated by whitespace or commas; '[' and ']' are
+ * skipped, so a JSON array works too. Every id must lie in [0, n_vocab), or in [0, INT32_MAX]
+ * when n_vocab is 0 (no bound: the vocabulary is checked later, e.g. by tok_decode). Zero ids
+ * is not an error here (*n = 0, *ids non-NULL): callers that need ids say so in their own words.
+ * `what` names the source in messages (a file name, "--ids"). *ids is malloc'd (caller frees).
+ * Errors: ERR_INPUT "WHAT:LINE: 'WORD' is not a token id (id N: REASON)" with the word escaped
+ * and cut at 40 bytes; ERR_ENV when out of memory. On error *ids is NULL and *n is 0. */
+int tok_parse_ids(const char *text, size_t len, const char *what, uint32_t n_vocab, int32_t **ids,
+                  int *n, struct gate_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,6 +22,7 @@
 
 #include "engine/backend.h"
 #include "engine/model.h"
+#include "engine/tokenizer.h"
 #include "engine/pin.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
@@ -53,44 +54,21 @@ static int read_pinned(const struct anchor_spec *s, const char *what, const stru
     return rc;
 }
 
-/* Whitespace-separated non-negative ids below n_vocab from a NUL-terminated text. */
-static int parse_ids(const struct anchor_spec *s, const char *what, const uint8_t *text,
-                     uint32_t n_vocab, int32_t **ids, int *n, struct gate_err *err)
+/* The ids of a pinned text through the one parser (tok_parse_ids, bounded by the vocabulary);
+ * an empty file is an error. Messages name the anchor and the file's role. */
+static int parse_ids(const struct anchor_spec *s, const char *what, const struct anchor_file *f,
+                     const uint8_t *text, size_t len, uint32_t n_vocab, int32_t **ids, int *n,
+                     struct gate_err *err)
 {
-    *ids = NULL;
-    *n = 0;
-    int cap = 0;
-    const char *c = (const char *)text;
-    for (;;) {
-        while (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r')
-            c++;
-        if (!*c)
-            break;
-        char *end;
-        errno = 0;
-        long v = strtol(c, &end, 10);
-        if (end == c || errno || v < 0 || v >= (long)n_vocab ||
-            (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) {
-            free(*ids);
-            *ids = NULL;
-            return err_set(err, ERR_INPUT, "anchor '%s': %s entry %d is not a token id below the"
-                           " vocabulary size %u", s->id, what, *n + 1, n_vocab);
-        }
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 256;
-            int32_t *g = realloc(*ids, (size_t)cap * sizeof *g);
-            if (!g) {
-                free(*ids);
-                *ids = NULL;
-                return err_set(err, ERR_ENV, "out of memory");
-            }
-            *ids = g;
-        }
-        (*ids)[(*n)++] = (int32_t)v;
-        c = end;
-    }
-    if (*n == 0)
+    struct gate_err e = {0};
+    int rc = tok_parse_ids((const char *)text, len, f->path, n_vocab, ids, n, &e);
+    if (rc)
+        return err_set(err, rc, "anchor '%s': its %s file: %s", s->id, what, e.msg);
+    if (*n == 0) {
+        free(*ids);
+        *ids = NULL;
         return err_set(err, ERR_INPUT, "anchor '%s': its %s file holds no token ids", s->id, what);
+    }
     return 0;
 }
 
@@ -198,7 +176,8 @@ int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics,
         goto out;
     }
     const int V = (int)m->hp.n_vocab;
-    if ((rc = parse_ids(s, "tokens", tok_text, m->hp.n_vocab, &tokens, &n_tok, err)))
+    if ((rc = parse_ids(s, "tokens", &s->tokens, tok_text, tok_len, m->hp.n_vocab, &tokens, &n_tok,
+                        err)))
         goto out;
     if (ref_len != (size_t)n_tok * (size_t)V * sizeof(float)) {
         rc = err_set(err, ERR_INPUT, "anchor '%s': its logits file '%s' has %zu bytes; %d"
@@ -207,7 +186,8 @@ int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics,
         goto out;
     }
     if (s->greedy.path) {
-        if ((rc = parse_ids(s, "greedy", greedy_text, m->hp.n_vocab, &greedy, &n_greedy, err)))
+        if ((rc = parse_ids(s, "greedy", &s->greedy, greedy_text, greedy_len, m->hp.n_vocab,
+                            &greedy, &n_greedy, err)))
             goto out;
         if (s->greedy_after < 1 || s->greedy_after > n_tok) {
             rc = err_set(err, ERR_INPUT, "anchor '%s': greedy.after is %d but the tokens file has"

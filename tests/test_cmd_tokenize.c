@@ -644,7 +644,7 @@ Test(cmd_detokenize, gives_exact_bytes_even_for_a_split_character)
     int32_t *ids = NULL;
     int n_ids = 0;
     struct gate_err err = {0};
-    cr_assert_eq(cmd_tokenize_parse_ids(" 1,2\n\t3 ", 8, "t", &ids, &n_ids, &err), 0, "%s",
+    cr_assert_eq(tok_parse_ids(" 1,2\n\t3 ", 8, "t", 0, &ids, &n_ids, &err), 0, "%s",
                  err.msg);
     cr_expect(n_ids == 3 && ids[0] == 1 && ids[1] == 2 && ids[2] == 3);
     free(ids);
@@ -761,7 +761,7 @@ Test(cmd_tokenize, round_trip_of_1000_random_nfc_stable_strings, .timeout = 120)
         cr_assert_eq(tok_encode(t, strs[i], lens[i], 1, &ids, &n, &err), 0, "%s", err.msg);
         lines[i] = cmd_tokenize_format_ids(ids, n);
         cr_assert_not_null(lines[i]);
-        cr_assert_eq(cmd_tokenize_parse_ids(lines[i], strlen(lines[i]), "line", &back, &nb, &err),
+        cr_assert_eq(tok_parse_ids(lines[i], strlen(lines[i]), "line", 0, &back, &nb, &err),
                      0, "%s", err.msg);
         cr_assert(nb == n && (n == 0 || !memcmp(back, ids, (size_t)n * sizeof *ids)));
         char *out = NULL;

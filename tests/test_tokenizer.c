@@ -490,3 +490,73 @@ Test(tokenizer, load_rejects_a_merge_of_unknown_tokens_and_missing_byte_tokens)
     cr_expect_eq(load_custom("gpt2", "qwen2", TWO, 2, ONE_MERGE, 0, &err), ERR_INPUT);
     cr_expect(strstr(err.msg, "byte 0x00"), "message: %s", err.msg);
 }
+
+/* ---- tok_parse_ids: the one token-id grammar (issue 15) --------------------------------------
+ * Before it there were four parsers: `--tokens` files rejected commas-with-brackets, anchors
+ * rejected commas, detokenize took negative ids to tok_decode, and the tests' fscanf reader
+ * stopped silently at the first bad word and returned the ids before it. */
+
+static int parse(const char *text, uint32_t n_vocab, int32_t **ids, int *n, struct gate_err *err)
+{
+    err_clear(err);
+    return tok_parse_ids(text, strlen(text), "ids.txt", n_vocab, ids, n, err);
+}
+
+Test(tokenizer, parse_ids_takes_whitespace_commas_and_a_json_array)
+{
+    int32_t *ids = NULL;
+    int n = 0;
+    struct gate_err err = {0};
+    cr_assert_eq(parse("[1, 2,3]\n\t4 \r\n 2147483647", 0, &ids, &n, &err), 0, "%s", err.msg);
+    cr_assert_eq(n, 5);
+    const int32_t want[] = {1, 2, 3, 4, INT32_MAX};
+    for (int i = 0; i < 5; i++)
+        cr_expect_eq(ids[i], want[i], "id %d", i);
+    free(ids);
+    cr_assert_eq(parse(" \n ", 0, &ids, &n, &err), 0, "%s", err.msg);
+    cr_expect(ids != NULL && n == 0, "no ids is not an error of the parser");
+    free(ids);
+}
+
+Test(tokenizer, parse_ids_names_the_line_the_word_and_the_reason)
+{
+    static const struct {
+        const char *text;
+        uint32_t n_vocab;
+        const char *want;
+    } CASES[] = {
+        {"1 2\nthree 4", 0, "ids.txt:2: 'three' is not a token id (id 3: not a decimal integer)"},
+        {"1 -1", 0, "ids.txt:1: '-1' is not a token id (id 2: outside [0, 2147483647])"},
+        {"2147483648", 0, "'2147483648' is not a token id (id 1: outside [0, 2147483647])"},
+        {"99999999999999999999", 0, "outside [0, 2147483647]"},
+        {"1\n\n511 512", 512, "ids.txt:3: '512' is not a token id (id 3: outside the vocabulary"
+                              " [0, 512))"},
+        {"12a", 0, "'12a' is not a token id"},
+        {"-", 0, "'-' is not a token id (id 1: not a decimal integer)"},
+        {"1\x01'", 0, "'1\\x01\\x27' is not a token id"},
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        int32_t *ids = (int32_t *)&ids;
+        int n = -1;
+        struct gate_err err = {0};
+        cr_expect_eq(parse(CASES[i].text, CASES[i].n_vocab, &ids, &n, &err), ERR_INPUT, "%s",
+                     CASES[i].text);
+        cr_expect(strstr(err.msg, CASES[i].want), "'%s': got \"%s\", want \"%s\"", CASES[i].text,
+                  err.msg, CASES[i].want);
+        cr_expect(ids == NULL && n == 0, "'%s': outputs not cleared", CASES[i].text);
+    }
+}
+
+Test(tokenizer, parse_ids_cuts_a_long_word_at_40_bytes)
+{
+    char word[200];
+    memset(word, 'x', sizeof word - 1);
+    word[sizeof word - 1] = '\0';
+    int32_t *ids = NULL;
+    int n = 0;
+    struct gate_err err = {0};
+    cr_assert_eq(parse(word, 0, &ids, &n, &err), ERR_INPUT);
+    char want[64];
+    snprintf(want, sizeof want, "'%.40s...' is not a token id", word);
+    cr_expect(strstr(err.msg, want), "%s", err.msg);
+}

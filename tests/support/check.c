@@ -4,6 +4,7 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/synth.h"
+#include "engine/tokenizer.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -94,28 +95,17 @@ uint8_t *check_slurp(const char *path, size_t *size)
 
 int32_t *check_read_ids(const char *path, int *n)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
+    size_t len = 0;
+    uint8_t *text = check_slurp(path, &len);
+    *n = 0;
+    if (!text)
         return NULL;
-    int cap = 64, k = 0;
-    int32_t *v = malloc(cap * sizeof *v);
-    long x;
-    while (v && fscanf(f, "%ld", &x) == 1) {
-        if (k == cap) {
-            cap *= 2;
-            int32_t *w = realloc(v, cap * sizeof *v);
-            if (!w) {
-                free(v);
-                v = NULL;
-                break;
-            }
-            v = w;
-        }
-        v[k++] = (int32_t)x;
-    }
-    fclose(f);
-    *n = k;
-    return v;
+    int32_t *ids = NULL;
+    struct gate_err err = {0};
+    int rc = tok_parse_ids((const char *)text, len, path, 0, &ids, n, &err);
+    free(text);
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    return ids;
 }
 
 char *check_slurp_text(const char *path)

@@ -46,7 +46,9 @@ struct model *check_load_case(const char *name);
  * model_free()) and bound (asserting success). */
 struct model *check_tiny_model(const char *preset, uint8_t **buf);
 
-/* Read whitespace-separated integers; returns malloc'd array and count, or NULL. */
+/* The token ids of a text file through the one parser (tok_parse_ids, no vocabulary bound);
+ * malloc'd array and count, or NULL when the file cannot be read; a malformed file fails the
+ * test with the parser's message. */
 int32_t *check_read_ids(const char *path, int *n);
 
 #endif
