@@ -303,7 +303,7 @@ int cmd_falsify(int argc, char **argv)
     int n = 0, code;
     struct fault_set fs = {0};
     struct falsify_result fr = {0};
-    struct sweep_result sr;
+    struct falsify_sweep_result sr;
     int rc = load_inputs(&c, &m, &mode, &ids, &n, &err);
     for (int i = 0; !rc && i < n_faults; i++)
         rc = add_faults(faults[i], m, &fs, &err);
@@ -319,7 +319,7 @@ int cmd_falsify(int argc, char **argv)
         goto done;
     }
     if (sweep) {
-        sweep_print(stdout, &sr);
+        falsify_sweep_print(stdout, &sr);
         if (sr.warning[0])
             fprintf(stderr, "gate falsify: %s\n", sr.warning);
         code = sr.pass ? 0 : 1;
@@ -327,7 +327,7 @@ int cmd_falsify(int argc, char **argv)
         falsify_print(stdout, &fr);
         code = fr.pass ? 0 : 1;
     }
-    if (write_json(c.json_path, sweep ? sweep_result_json(&sr) : falsify_result_json(&fr),
+    if (write_json(c.json_path, sweep ? falsify_sweep_json(&sr) : falsify_result_json(&fr),
                    &err))
         code = cli_fail(3, "falsify: %s", err.msg);
 done:

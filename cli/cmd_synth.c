@@ -91,7 +91,7 @@ static int list_presets(void)
         int k = snprintf(shape, sizeof shape, "E%" PRIu32 " L%" PRIu32 " H%" PRIu32 "/%" PRIu32
                          " hd%" PRIu32 " V%" PRIu32, s->n_embd, s->n_layer, s->n_head,
                          s->n_head_kv, s->head_dim, s->n_vocab);
-        if (s->arch == ARCH_QWEN3)
+        if (s->arch == MODEL_ARCH_QWEN3)
             snprintf(shape + k, sizeof shape - (size_t)k, " ffn%" PRIu32 "%s", s->n_ff,
                      s->tied ? " tied" : "");
         else
@@ -272,8 +272,9 @@ int cmd_model_synth(int argc, char **argv)
                 return cli_fail(2, "model synth: custom shape needs %s", need[k]);
     }
     if (arch) {
-        int a = !strcmp(arch, "qwen3") ? ARCH_QWEN3 : !strcmp(arch, "qwen3moe") ? ARCH_QWEN3MOE
-                                                                                : -1;
+        int a = !strcmp(arch, "qwen3")      ? MODEL_ARCH_QWEN3
+                : !strcmp(arch, "qwen3moe") ? MODEL_ARCH_QWEN3MOE
+                                            : -1;
         if (a < 0)
             return cli_fail(2, "model synth: --arch '%s' is not qwen3 or qwen3moe", arch);
         if (preset && (int)s->arch != a)
@@ -292,7 +293,7 @@ int cmd_model_synth(int argc, char **argv)
             s->n_head_kv = s->n_head;
         if (!have[6])
             s->head_dim = s->n_head ? s->n_embd / s->n_head : 0;
-        if (s->arch == ARCH_QWEN3MOE && !have[7])
+        if (s->arch == MODEL_ARCH_QWEN3MOE && !have[7])
             s->n_ff = s->n_ff_exp * (s->n_expert_used ? s->n_expert_used : 1);
     }
     if (have_rope)

@@ -15,7 +15,7 @@
 
 const char *model_arch_name(enum model_arch a)
 {
-    return a == ARCH_QWEN3MOE ? "qwen3moe" : "qwen3";
+    return a == MODEL_ARCH_QWEN3MOE ? "qwen3moe" : "qwen3";
 }
 
 /* Read {arch}.suffix as UINT32; absent -> *out = def (or an error when required). */
@@ -58,9 +58,9 @@ static int load_hparams(const struct gguf_file *f, struct model_hparams *hp, str
     if ((rc = gguf_get_str(f, "general.architecture", &arch, err)))
         return rc;
     if (!strcmp(arch, "qwen3"))
-        hp->arch = ARCH_QWEN3;
+        hp->arch = MODEL_ARCH_QWEN3;
     else if (!strcmp(arch, "qwen3moe"))
-        hp->arch = ARCH_QWEN3MOE;
+        hp->arch = MODEL_ARCH_QWEN3MOE;
     else {
         rc = err_set(err, ERR_INPUT, "%s: architecture '%s' is not supported (supported: qwen3,"
                      " qwen3moe)", f->path, arch);
@@ -122,7 +122,7 @@ static int load_hparams(const struct gguf_file *f, struct model_hparams *hp, str
         if (rc)
             goto out;
     }
-    if (hp->arch == ARCH_QWEN3) {
+    if (hp->arch == MODEL_ARCH_QWEN3) {
         if ((rc = get_u32(f, arch, "feed_forward_length", 1, 0, &hp->n_ff, err)))
             goto out;
         if (hp->n_ff == 0) {
@@ -224,7 +224,7 @@ static int bind_layer(const struct gguf_file *f, const struct model_hparams *hp,
     BIND(q_norm, "attn_q_norm.weight", 1, "[head_dim]", hd);
     BIND(k_norm, "attn_k_norm.weight", 1, "[head_dim]", hd);
     BIND(ffn_norm, "ffn_norm.weight", 1, "[n_embd]", E);
-    if (hp->arch == ARCH_QWEN3) {
+    if (hp->arch == MODEL_ARCH_QWEN3) {
         const int64_t F = hp->n_ff;
         BIND(ffn_gate, "ffn_gate.weight", 2, "[n_embd, n_ff]", E, F);
         BIND(ffn_up, "ffn_up.weight", 2, "[n_embd, n_ff]", E, F);

@@ -20,8 +20,8 @@ extern "C" {
 #endif
 
 enum model_arch {
-    ARCH_QWEN3 = 0,
-    ARCH_QWEN3MOE = 1,
+    MODEL_ARCH_QWEN3 = 0,
+    MODEL_ARCH_QWEN3MOE = 1,
 };
 
 struct model_hparams {

@@ -37,22 +37,22 @@
 #define QWEN3_VOCAB 151936u /* the real models' padded vocabulary */
 
 static const struct synth_spec PRESETS[] = {
-    {.name = "tiny-dense", .arch = ARCH_QWEN3, .n_vocab = 512, .n_ctx = 4096, .n_embd = 256,
+    {.name = "tiny-dense", .arch = MODEL_ARCH_QWEN3, .n_vocab = 512, .n_ctx = 4096, .n_embd = 256,
      .n_layer = 4, .n_head = 4, .n_head_kv = 2, .head_dim = 128, .n_ff = 512,
      .rope_base = 1e6f, .eps = 1e-6f, .tied = 0},
-    {.name = "tiny-moe", .arch = ARCH_QWEN3MOE, .n_vocab = 512, .n_ctx = 4096, .n_embd = 256,
+    {.name = "tiny-moe", .arch = MODEL_ARCH_QWEN3MOE, .n_vocab = 512, .n_ctx = 4096, .n_embd = 256,
      .n_layer = 4, .n_head = 4, .n_head_kv = 2, .head_dim = 128, .n_ff = 512, .n_expert = 8,
      .n_expert_used = 2, .n_ff_exp = 256, .rope_base = 1e6f, .eps = 1e-6f, .tied = 0},
-    {.name = "qwen3-0.6b", .arch = ARCH_QWEN3, .n_vocab = QWEN3_VOCAB, .n_ctx = 40960,
+    {.name = "qwen3-0.6b", .arch = MODEL_ARCH_QWEN3, .n_vocab = QWEN3_VOCAB, .n_ctx = 40960,
      .n_embd = 1024, .n_layer = 28, .n_head = 16, .n_head_kv = 8, .head_dim = 128,
      .n_ff = 3072, .rope_base = 1e6f, .eps = 1e-6f, .tied = 1},
-    {.name = "qwen3-4b", .arch = ARCH_QWEN3, .n_vocab = QWEN3_VOCAB, .n_ctx = 40960,
+    {.name = "qwen3-4b", .arch = MODEL_ARCH_QWEN3, .n_vocab = QWEN3_VOCAB, .n_ctx = 40960,
      .n_embd = 2560, .n_layer = 36, .n_head = 32, .n_head_kv = 8, .head_dim = 128,
      .n_ff = 9728, .rope_base = 1e6f, .eps = 1e-6f, .tied = 1},
-    {.name = "qwen3-8b", .arch = ARCH_QWEN3, .n_vocab = QWEN3_VOCAB, .n_ctx = 40960,
+    {.name = "qwen3-8b", .arch = MODEL_ARCH_QWEN3, .n_vocab = QWEN3_VOCAB, .n_ctx = 40960,
      .n_embd = 4096, .n_layer = 36, .n_head = 32, .n_head_kv = 8, .head_dim = 128,
      .n_ff = 12288, .rope_base = 1e6f, .eps = 1e-6f, .tied = 0},
-    {.name = "qwen3-30b-a3b", .arch = ARCH_QWEN3MOE, .n_vocab = QWEN3_VOCAB, .n_ctx = 40960,
+    {.name = "qwen3-30b-a3b", .arch = MODEL_ARCH_QWEN3MOE, .n_vocab = QWEN3_VOCAB, .n_ctx = 40960,
      .n_embd = 2048, .n_layer = 48, .n_head = 32, .n_head_kv = 4, .head_dim = 128,
      .n_ff = 6144, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768, .rope_base = 1e6f,
      .eps = 1e-6f, .tied = 0},
@@ -124,7 +124,7 @@ int synth_validate(const struct synth_options *o, struct gate_err *err)
     const struct synth_spec *s = &o->spec;
     if (o->quant < 0 || o->quant >= SYNTH_QUANT_COUNT)
         return err_set(err, ERR_INPUT, "--quant: unknown quant mix %d", o->quant);
-    if (s->arch != ARCH_QWEN3 && s->arch != ARCH_QWEN3MOE)
+    if (s->arch != MODEL_ARCH_QWEN3 && s->arch != MODEL_ARCH_QWEN3MOE)
         return err_set(err, ERR_INPUT, "--arch: must be qwen3 or qwen3moe");
     if (!s->n_vocab || !s->n_ctx || !s->n_embd || !s->n_layer || !s->n_head || !s->n_head_kv ||
         !s->head_dim)
@@ -156,7 +156,7 @@ int synth_validate(const struct synth_options *o, struct gate_err *err)
                        " padded to any size >= %u (the real models use %u)", s->n_vocab,
                        BYTE_VOCAB_MIN, BYTE_VOCAB_MAX, QWEN3_VOCAB_IDS, QWEN3_VOCAB_IDS,
                        QWEN3_VOCAB);
-    if (s->arch == ARCH_QWEN3) {
+    if (s->arch == MODEL_ARCH_QWEN3) {
         if (!s->n_ff)
             return err_set(err, ERR_INPUT, "--ffn must be > 0 for qwen3");
         if (s->n_expert || s->n_expert_used || s->n_ff_exp)
@@ -180,8 +180,8 @@ int synth_validate(const struct synth_options *o, struct gate_err *err)
     } rows[] = {
         {"--hidden", s->n_embd},
         {"--heads x --head-dim", (uint64_t)s->n_head * s->head_dim},
-        {s->arch == ARCH_QWEN3 ? "--ffn" : "--expert-ffn",
-         s->arch == ARCH_QWEN3 ? s->n_ff : s->n_ff_exp},
+        {s->arch == MODEL_ARCH_QWEN3 ? "--ffn" : "--expert-ffn",
+         s->arch == MODEL_ARCH_QWEN3 ? s->n_ff : s->n_ff_exp},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         if (rows[i].v % (uint64_t)blk)
@@ -228,7 +228,7 @@ static int pick_type(const struct synth_options *o, enum kind k, int layer)
         return base;
     const int km = q == SYNTH_Q4_K_M || q == SYNTH_Q5_K_M;
     const int n = (int)s->n_layer;
-    const int eight = s->arch == ARCH_QWEN3MOE && s->n_expert == 8;
+    const int eight = s->arch == MODEL_ARCH_QWEN3MOE && s->n_expert == 8;
     switch (k) {
     case K_OUTPUT:
         return base == QUANT_Q8_0 ? QUANT_Q8_0 : QUANT_Q6_K;
@@ -302,7 +302,7 @@ int synth_plan(const struct synth_options *o, struct synth_tensor **out, int *n,
     if (rc)
         return rc;
     const struct synth_spec *s = &o->spec;
-    const int per_layer = s->arch == ARCH_QWEN3 ? 11 : 12;
+    const int per_layer = s->arch == MODEL_ARCH_QWEN3 ? 11 : 12;
     struct plan_ctx c = {.o = o, .t = calloc((size_t)(3 + per_layer * (int)s->n_layer),
                                              sizeof *c.t)};
     if (!c.t)
@@ -339,7 +339,7 @@ int synth_plan(const struct synth_options *o, struct synth_tensor **out, int *n,
         plan_add(&c, BLK("attn_k_norm.weight"), K_QK_NORM, l, 1, s->head_dim, 1, 1, qk_norm,
                  spread);
         plan_add(&c, BLK("ffn_norm.weight"), K_NORM, l, 1, s->n_embd, 1, 1, 1.0, spread);
-        if (s->arch == ARCH_QWEN3) {
+        if (s->arch == MODEL_ARCH_QWEN3) {
             plan_add(&c, BLK("ffn_gate.weight"), K_FFN_GATE_UP, l, 2, s->n_embd, s->n_ff, 1, 0,
                      1 / sqrt(E));
             plan_add(&c, BLK("ffn_up.weight"), K_FFN_GATE_UP, l, 2, s->n_embd, s->n_ff, 1, 0,
@@ -521,7 +521,7 @@ static void describe(const struct synth_options *o, char *buf, size_t n)
                      " --head-dim %" PRIu32 " --ffn %" PRIu32, model_arch_name(s->arch),
                      s->n_vocab, s->n_ctx, s->n_embd, s->n_layer, s->n_head, s->n_head_kv,
                      s->head_dim, s->n_ff);
-    if (s->arch == ARCH_QWEN3MOE && k > 0 && (size_t)k < n)
+    if (s->arch == MODEL_ARCH_QWEN3MOE && k > 0 && (size_t)k < n)
         k += snprintf(buf + k, n - (size_t)k, " --experts %" PRIu32 " --experts-used %" PRIu32
                       " --expert-ffn %" PRIu32, s->n_expert, s->n_expert_used, s->n_ff_exp);
     if (k > 0 && (size_t)k < n)
@@ -552,7 +552,7 @@ static int add_metadata(struct gguf_writer *w, const struct synth_options *o)
     rc |= gguf_writer_add_u32(w, KEY("attention.value_length"), s->head_dim);
     rc |= gguf_writer_add_f32(w, KEY("rope.freq_base"), s->rope_base);
     rc |= gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->eps);
-    if (s->arch == ARCH_QWEN3MOE) {
+    if (s->arch == MODEL_ARCH_QWEN3MOE) {
         rc |= gguf_writer_add_u32(w, KEY("expert_count"), s->n_expert);
         rc |= gguf_writer_add_u32(w, KEY("expert_used_count"), s->n_expert_used);
         rc |= gguf_writer_add_u32(w, KEY("expert_feed_forward_length"), s->n_ff_exp);

@@ -589,16 +589,16 @@ void falsify_print(FILE *f, const struct falsify_result *r)
 
 /* ---- the sweep ------------------------------------------------------------------------------ */
 
-static struct sweep_point point_of(int layer, int pos, const struct parity_result *r)
+static struct falsify_sweep_point point_of(int layer, int pos, const struct parity_result *r)
 {
-    struct sweep_point p = {layer, pos, parity_severity(r), r->cosine.min, r->kld.max,
+    struct falsify_sweep_point p = {layer, pos, parity_severity(r), r->cosine.min, r->kld.max,
                             r->n_wrong};
     return p;
 }
 
 int falsify_sweep(const struct model *m, const struct mode *mode, const struct fault_set *kinds,
                   const int32_t *tokens, int n, const struct falsify_config *cfg, int n_threads,
-                  struct sweep_result *out, struct gate_err *err)
+                  struct falsify_sweep_result *out, struct gate_err *err)
 {
     struct parity_session *s = NULL;
     struct parity_result r = {0};
@@ -639,7 +639,7 @@ int falsify_sweep(const struct model *m, const struct mode *mode, const struct f
     out->weakest_severity = INFINITY;
     out->n_kinds = kinds->n;
     for (int ki = 0; ki < kinds->n; ki++) {
-        struct sweep_kind *K = &out->k[ki];
+        struct falsify_sweep_kind *K = &out->k[ki];
         K->spec = kinds->f[ki];
         fault_format(&K->spec, K->name, sizeof K->name);
         const int l_hi = min_i(K->spec.layer_hi, out->n_layer - 1);
@@ -661,7 +661,7 @@ int falsify_sweep(const struct model *m, const struct mode *mode, const struct f
                     (rc = parity_session_witness(s, K->spec.kind, &w, err)))
                     goto done;
                 K->n_injected++;
-                struct sweep_point pt = point_of(l, p, &r);
+                struct falsify_sweep_point pt = point_of(l, p, &r);
                 if (!w.fired)
                     K->n_not_fired++;
                 else if (!r.pass) {
@@ -672,7 +672,7 @@ int falsify_sweep(const struct model *m, const struct mode *mode, const struct f
                     }
                 } else {
                     K->n_escaped++;
-                    if (K->n_escapes_listed < SWEEP_MAX_ESCAPES)
+                    if (K->n_escapes_listed < FALSIFY_SWEEP_MAX_ESCAPES)
                         K->escapes[K->n_escapes_listed++] = pt;
                 }
                 parity_result_free(&r);
@@ -707,7 +707,7 @@ done:
     return rc;
 }
 
-static json_t *point_json(const struct sweep_point *p)
+static json_t *point_json(const struct falsify_sweep_point *p)
 {
     json_t *o = json_object();
     json_object_set_new(o, "layer", json_integer(p->layer));
@@ -719,7 +719,7 @@ static json_t *point_json(const struct sweep_point *p)
     return o;
 }
 
-json_t *sweep_result_json(const struct sweep_result *r)
+json_t *falsify_sweep_json(const struct falsify_sweep_result *r)
 {
     json_t *o = json_object(), *ks = json_array();
     json_object_set_new(o, "mode", json_string(r->mode));
@@ -740,7 +740,7 @@ json_t *sweep_result_json(const struct sweep_result *r)
     json_object_set_new(o, "threshold_in_noise", json_boolean(r->threshold_in_noise));
     json_object_set_new(o, "threshold_above_weakest", json_boolean(r->threshold_above_weakest));
     for (int i = 0; i < r->n_kinds; i++) {
-        const struct sweep_kind *k = &r->k[i];
+        const struct falsify_sweep_kind *k = &r->k[i];
         json_t *x = json_object(), *es = json_array();
         json_object_set_new(x, "fault", json_string(k->name));
         json_object_set_new(x, "injected", json_integer(k->n_injected));
@@ -759,7 +759,7 @@ json_t *sweep_result_json(const struct sweep_result *r)
     return o;
 }
 
-void sweep_print(FILE *f, const struct sweep_result *r)
+void falsify_sweep_print(FILE *f, const struct falsify_sweep_result *r)
 {
     fprintf(f, "falsify --sweep %s: %d layers x positions %d-%d of %d, thresholds min cosine %g,"
             " mean KLD %g, max KLD %g\n", r->mode, r->n_layer, r->pos_lo, r->pos_hi, r->n_pos,
@@ -771,7 +771,7 @@ void sweep_print(FILE *f, const struct sweep_result *r)
             "detected", "escaped", "rate", "weakest detected (layer @pos: severity, min cos,"
             " max KLD)");
     for (int i = 0; i < r->n_kinds; i++) {
-        const struct sweep_kind *k = &r->k[i];
+        const struct falsify_sweep_kind *k = &r->k[i];
         fprintf(f, "  %-24s %8d %9d %8d %8d %8.1f%%   ", k->name, k->n_injected, k->n_not_fired,
                 k->n_detected, k->n_escaped, 100.0 * k->detection_rate);
         if (k->have_weakest)

@@ -132,27 +132,27 @@ void falsify_print(FILE *f, const struct falsify_result *r);
 
 /* ---- the sweep ------------------------------------------------------------------------------ */
 
-#define SWEEP_MAX_ESCAPES 32
+#define FALSIFY_SWEEP_MAX_ESCAPES 32
 
-struct sweep_point {
+struct falsify_sweep_point {
     int layer, pos;
     double severity;       /* parity_severity (Inf when an argmax went WRONG) */
     double min_cosine, max_kld;
     int n_wrong;
 };
 
-struct sweep_kind {
+struct falsify_sweep_kind {
     char name[96];         /* the base spec: kind and rank; layer/position scopes bound the sweep */
     struct fault_spec spec;
     int n_injected, n_not_fired, n_detected, n_escaped;
     double detection_rate; /* n_detected / (n_injected - n_not_fired) */
     int have_weakest;
-    struct sweep_point weakest;  /* the detected injection with the smallest severity */
+    struct falsify_sweep_point weakest;  /* the detected injection with the smallest severity */
     int n_escapes_listed;
-    struct sweep_point escapes[SWEEP_MAX_ESCAPES];
+    struct falsify_sweep_point escapes[FALSIFY_SWEEP_MAX_ESCAPES];
 };
 
-struct sweep_result {
+struct falsify_sweep_result {
     char mode[32];
     struct parity_config cfg;
     int n_pos, n_layer;
@@ -162,7 +162,7 @@ struct sweep_result {
     double noise_min_cosine, noise_max_kld, noise_mean_kld;
     int noise_wrong;
     int n_kinds;
-    struct sweep_kind k[FAULT_MAX];
+    struct falsify_sweep_kind k[FAULT_MAX];
     double weakest_severity;   /* over all kinds; Inf when nothing was detected */
     double separation;         /* weakest_severity / noise_severity (Inf when the noise is 0) */
     int threshold_in_noise;    /* a clean run failed, or its severity is within 2x of 1 */
@@ -176,10 +176,10 @@ struct sweep_result {
  * a time, judge each run, and run the clean mode cfg->n_clean times for the noise ceiling. */
 int falsify_sweep(const struct model *m, const struct mode *mode, const struct fault_set *kinds,
                   const int32_t *tokens, int n, const struct falsify_config *cfg, int n_threads,
-                  struct sweep_result *out, struct gate_err *err);
+                  struct falsify_sweep_result *out, struct gate_err *err);
 
-json_t *sweep_result_json(const struct sweep_result *r);
-void sweep_print(FILE *f, const struct sweep_result *r);
+json_t *falsify_sweep_json(const struct falsify_sweep_result *r);
+void falsify_sweep_print(FILE *f, const struct falsify_sweep_result *r);
 
 /* The faults that apply to a model (DESIGN.md settled question 4): the three routing faults
  * and skip_qk_norm on MoE, skip_qk_norm alone on dense. */

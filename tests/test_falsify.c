@@ -128,13 +128,13 @@ Test(falsify, single_layer_single_position_rejected_or_reported)
     for (int i = 0; asan && i < 4; i++)
         ks.f[i].pos_hi = 5;
     cfg.n_clean = asan ? 1 : 2;
-    struct sweep_result s;
+    struct falsify_sweep_result s;
     cr_assert_eq(falsify_sweep(m, &mode, &ks, seq64(), 64, &cfg, 2, &s, &err), 0, "%s", err.msg);
     cr_expect_eq(s.n_clean, asan ? 1 : 2);
     cr_expect_eq(s.noise_severity, 0.0); /* ref.decode reproduces the judge bit for bit */
     cr_expect(isinf(s.separation));
     for (int i = 0; i < 4; i++) {
-        const struct sweep_kind *k = &s.k[i];
+        const struct falsify_sweep_kind *k = &s.k[i];
         cr_expect_eq(k->n_injected, 2 * (asan ? 1 : 2), "%s", k->name);
         cr_expect_eq(k->n_detected + k->n_escaped + k->n_not_fired, k->n_injected);
         cr_expect_eq(k->n_escapes_listed, k->n_escaped);
@@ -145,7 +145,7 @@ Test(falsify, single_layer_single_position_rejected_or_reported)
             cr_expect(s.threshold_above_weakest);
     }
     cr_expect_eq(s.pass, !s.threshold_above_weakest);
-    json_t *j = sweep_result_json(&s);
+    json_t *j = falsify_sweep_json(&s);
     cr_expect_eq(json_array_size(json_object_get(j, "kinds")), 4);
     json_t *sev = json_object_get(json_object_get(j, "noise_ceiling"), "severity");
     cr_expect(json_is_real(sev) && json_real_value(sev) == 0.0);
@@ -427,7 +427,7 @@ Test(falsify, full_sweep_with_a_loose_threshold_reports_escapes)
     cfg.n_clean = 1;
     const char *kinds[] = {"dropped_expert:layers=1,positions=20"};
     struct fault_set ks = faults_of(kinds, 1);
-    struct sweep_result s;
+    struct falsify_sweep_result s;
     cr_assert_eq(falsify_sweep(m, &mode, &ks, seq64(), 64, &cfg, 2, &s, &err), 0, "%s", err.msg);
     cr_expect_eq(s.k[0].n_escaped, 1);
     cr_expect(s.threshold_above_weakest);

@@ -48,7 +48,7 @@ Test(model, binds_dense_hyperparameters_from_metadata)
     struct model *m = NULL;
     cr_assert_eq(model_load(&m, case_model("qwen3-dense-tiny-f32"), &err), 0, "%s", err.msg);
     const struct model_hparams *hp = &m->hp;
-    cr_expect_eq(hp->arch, ARCH_QWEN3);
+    cr_expect_eq(hp->arch, MODEL_ARCH_QWEN3);
     cr_expect_eq(hp->n_embd, 256);
     cr_expect_eq(hp->n_layer, 2);
     cr_expect_eq(hp->n_head, 4);
@@ -70,7 +70,7 @@ Test(model, binds_moe_experts_as_slabs_without_repacking)
     struct model *m = NULL;
     cr_assert_eq(model_load(&m, case_model("qwen3moe-tiny-q4_k_m"), &err), 0, "%s", err.msg);
     const struct model_hparams *hp = &m->hp;
-    cr_expect_eq(hp->arch, ARCH_QWEN3MOE);
+    cr_expect_eq(hp->arch, MODEL_ARCH_QWEN3MOE);
     cr_expect_eq(hp->n_expert, 8);
     cr_expect_eq(hp->n_expert_used, 2);
     cr_expect_eq(hp->n_ff_exp, 256);

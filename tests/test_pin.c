@@ -84,11 +84,12 @@ Test(pin, a_file_renamed_over_the_path_after_the_check_is_not_what_loads)
     cr_assert_eq(rename(in_dir("other.gguf"), path), 0);
     struct model *m = NULL;
     cr_assert_eq(model_load_fd(&m, p.fd, p.name, &err), 0, "%s", err.msg);
-    cr_expect_eq(m->hp.arch, ARCH_QWEN3MOE, "the pinned (MoE) bytes load, not the renamed file");
+    cr_expect_eq(m->hp.arch, MODEL_ARCH_QWEN3MOE,
+                 "the pinned (MoE) bytes load, not the renamed file");
     model_free(m);
     /* by path, the other file is what is there now: loading by path would have run it */
     cr_assert_eq(model_load(&m, path, &err), 0, "%s", err.msg);
-    cr_expect_eq(m->hp.arch, ARCH_QWEN3);
+    cr_expect_eq(m->hp.arch, MODEL_ARCH_QWEN3);
     model_free(m);
     /* and the descriptor still reads the pinned bytes in full */
     uint8_t *buf = NULL;

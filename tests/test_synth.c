@@ -138,7 +138,7 @@ static void check_file(const struct synth_options *o, const struct mem_model *m)
     cr_expect_eq(u32_of(f, K("context_length")), s->n_ctx);
     cr_expect_eq(f32_of(f, K("rope.freq_base")), s->rope_base);
     cr_expect_eq(f32_of(f, K("attention.layer_norm_rms_epsilon")), s->eps);
-    if (s->arch == ARCH_QWEN3MOE) {
+    if (s->arch == MODEL_ARCH_QWEN3MOE) {
         cr_expect_eq(u32_of(f, K("expert_count")), s->n_expert);
         cr_expect_eq(u32_of(f, K("expert_used_count")), s->n_expert_used);
         cr_expect_eq(u32_of(f, K("expert_feed_forward_length")), s->n_ff_exp);
@@ -359,7 +359,7 @@ Test(synth, tiny_models_run_with_context_dependent_logits)
         uint32_t V;
         const int k = (int)o.spec.n_expert_used;
         const int L = (int)o.spec.n_layer;
-        int32_t *ex = o.spec.arch == ARCH_QWEN3MOE ? calloc((size_t)L * N_POS * k, 4) : NULL;
+        int32_t *ex = o.spec.arch == MODEL_ARCH_QWEN3MOE ? calloc((size_t)L * N_POS * k, 4) : NULL;
         float *lg = run_ref(&m, ex, &V);
         healthy_logits(lg, V);
         if (ex) { /* every expert used in every layer; top-k sets change along the sequence */
