@@ -1,6 +1,6 @@
 /* cmd_selftest.c — `gate selftest`: what an operator runs on a new GPU host before trusting it.
  *
- * 1. every CUDA kernel against its CPU twin over its edge shapes (harness/selftest.c), one table
+ * 1. every CUDA kernel against its CPU twin over its edge shapes (oracles/selftest.c), one table
  *    row per compared output with NMSE, max |error| and the tolerance;
  * 2. end to end: cuda.decode, cuda.prefill and cuda.chat against the reference twin's judge
  *    through the parity oracle, the capability gate (kernel launches counted, a GPU device
@@ -21,6 +21,7 @@
 #include "cli/cli.h"
 #include "oracles/selftest.h"
 #include "oracles/capability.h"
+#include "oracles/compare.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
 
@@ -41,19 +42,19 @@ static int print_row(void *ctx, const struct selftest_case *c, const float *got,
                      const float *want, int64_t n)
 {
     struct table *t = ctx;
-    struct selftest_stats s;
-    selftest_compare(c, got, want, n, &s);
+    const struct compare_stats s = compare_floats(got, want, n, c->atol, c->rtol);
+    const int pass = compare_pass(&s, c->max_nmse);
     t->rows++;
-    if (!s.pass)
+    if (!pass)
         t->failed++;
     printf("%-13s %-58s %-10s %9.2e %9.2e %8.1e %8.1e  %s", c->family, c->shape, c->what, s.nmse,
-           s.max_abs, c->max_nmse, c->atol, s.pass ? "PASS" : "FAIL");
-    if (!s.pass)
-        printf("  (first bad index %lld: got %g want %g; %lld non-finite)",
-               (long long)s.first_bad, s.first_bad >= 0 ? got[s.first_bad] : 0.0,
-               s.first_bad >= 0 ? want[s.first_bad] : 0.0, (long long)s.n_nonfinite);
+           s.max_abs, c->max_nmse, c->atol, pass ? "PASS" : "FAIL");
+    if (!pass) {
+        char why[320];
+        printf("  (%s)", compare_describe(&s, got, want, c->max_nmse, why, sizeof why));
+    }
     printf("\n");
-    return !s.pass;
+    return !pass;
 }
 
 struct owned_model {

@@ -35,31 +35,6 @@ const char *const *selftest_families(int *n)
     return FAMILIES;
 }
 
-void selftest_compare(const struct selftest_case *c, const float *got, const float *want,
-                      int64_t n, struct selftest_stats *out)
-{
-    double num = 0.0, den = 0.0;
-    memset(out, 0, sizeof *out);
-    out->first_bad = -1;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) {
-            out->n_nonfinite++;
-            if (out->first_bad < 0)
-                out->first_bad = i;
-            continue;
-        }
-        const double d = fabs((double)got[i] - (double)want[i]);
-        num += d * d;
-        den += (double)want[i] * want[i];
-        if (d > out->max_abs)
-            out->max_abs = d;
-        if (d > c->atol + c->rtol * fabs((double)want[i]) && out->first_bad < 0)
-            out->first_bad = i;
-    }
-    out->nmse = den > 0.0 ? num / den : num;
-    out->pass = out->n_nonfinite == 0 && out->first_bad < 0 && out->nmse <= c->max_nmse;
-}
-
 #ifndef GATE_HAVE_CUDA
 
 int selftest_device(char *name, size_t n, struct gate_err *err)

@@ -3,7 +3,8 @@
  * `gate selftest` prints them as a table on a GPU host; tests/cuda/ wraps the same families in
  * Criterion tests. Without the CUDA backend in the build, or without a device, selftest_kernels
  * returns ERR_ENV with the reason (the caller skips visibly).
- * Start reading: selftest_kernels().
+ * Outputs are judged by oracles/compare.h (compare_floats, compare_pass), the comparison the
+ * tests use too. Start reading: selftest_kernels().
  */
 #ifndef GATE_SELFTEST_H
 #define GATE_SELFTEST_H
@@ -41,16 +42,7 @@ int selftest_kernels(const char *family, selftest_cmp_fn cmp, void *ctx, int *n_
  * with the reason ("this build has no CUDA backend", "no CUDA device: ..."). */
 int selftest_device(char *name, size_t n, struct gate_err *err);
 
-/* The comparison statistics `gate selftest` prints and judges by (check_cmp's definitions). */
-struct selftest_stats {
-    double nmse, max_abs;
-    int64_t first_bad, n_nonfinite;
-    int pass;
-};
-void selftest_compare(const struct selftest_case *c, const float *got, const float *want,
-                      int64_t n, struct selftest_stats *out);
-
-/* `gate selftest` (harness/cmd_selftest.c); argv[0] is "selftest". Exit codes as cli.h. */
+/* `gate selftest` (cli/cmd_selftest.c); argv[0] is "selftest". Exit codes as cli.h. */
 int cmd_selftest(int argc, char **argv);
 
 #endif

@@ -310,7 +310,7 @@ Test(ref, every_fault_moves_the_logits_and_no_fault_moves_nothing)
                             "wrong_expert:rank=1,layers=1"};
     for (int i = 0; i < 5; i++) {
         float *f = eval_with_fault("qwen3moe-tiny-f32", faults[i]);
-        struct cmp_stats s = check_cmp(f, clean, 96 * 512, 0, 0);
+        struct compare_stats s = check_cmp(f, clean, 96 * 512, 0, 0);
         cr_expect_gt(s.nmse, 1e-4, "fault %s moved the logits by only NMSE %g", faults[i],
                      s.nmse);
         free(f);

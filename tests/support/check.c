@@ -13,44 +13,18 @@
 #include <string.h>
 #include <unistd.h>
 
-struct cmp_stats check_cmp(const float *a, const float *b, int64_t n, double atol, double rtol)
+struct compare_stats check_cmp(const float *a, const float *b, int64_t n, double atol, double rtol)
 {
-    struct cmp_stats s = {0, 0, 0, -1, 0};
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]) || !isfinite(b[i])) {
-            s.n_nonfinite++;
-            if (s.first_bad < 0)
-                s.first_bad = i;
-            continue;
-        }
-        double d = fabs((double)a[i] - (double)b[i]);
-        num += d * d;
-        den += (double)b[i] * b[i];
-        if (d > s.max_abs)
-            s.max_abs = d;
-        double r = d / fmax(fabs((double)b[i]), 1e-30);
-        if (r > s.max_rel)
-            s.max_rel = r;
-        if (d > atol + rtol * fabs((double)b[i]) && s.first_bad < 0)
-            s.first_bad = i;
-    }
-    s.nmse = den > 0 ? num / den : num;
-    return s;
+    return compare_floats(a, b, n, atol, rtol);
 }
 
 void check_floats(const char *what, const float *a, const float *b, int64_t n, double atol,
                   double rtol, double max_nmse)
 {
-    struct cmp_stats s = check_cmp(a, b, n, atol, rtol);
-    int ok = s.n_nonfinite == 0 && s.first_bad < 0 && s.nmse <= max_nmse;
-    cr_assert(ok,
-              "%s: %lld values: first bad index %lld (got %.9g, want %.9g), max abs err %.3g,"
-              " max rel err %.3g, NMSE %.3g (limit %.3g), %lld non-finite",
-              what, (long long)n, (long long)s.first_bad,
-              s.first_bad >= 0 ? (double)a[s.first_bad] : 0.0,
-              s.first_bad >= 0 ? (double)b[s.first_bad] : 0.0, s.max_abs, s.max_rel, s.nmse,
-              max_nmse, (long long)s.n_nonfinite);
+    const struct compare_stats s = compare_floats(a, b, n, atol, rtol);
+    char why[320];
+    cr_assert(compare_pass(&s, max_nmse), "%s: %lld values: %s", what, (long long)n,
+              compare_describe(&s, a, b, max_nmse, why, sizeof why));
 }
 
 const char *check_shared_dir(void)

@@ -1,5 +1,6 @@
-/* check.h — helpers every test file uses: the one float comparison (first bad index, max
- * absolute and relative error, NMSE), paths to ../shared and to a scratch folder, file slurping.
+/* check.h — helpers every test file uses: the one float comparison (a Criterion wrapper of
+ * oracles/compare.h: first bad index, max absolute and relative error, NMSE), paths to
+ * ../shared and to a scratch folder, file slurping.
  */
 #ifndef GATE_TEST_CHECK_H
 #define GATE_TEST_CHECK_H
@@ -7,16 +8,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct cmp_stats {
-    double nmse;        /* sum (a-b)^2 / sum b^2, b = expected */
-    double max_abs;     /* max |a-b| */
-    double max_rel;     /* max |a-b| / max(|b|, 1e-30) */
-    int64_t first_bad;  /* first index with |a-b| > atol + rtol|b|, or -1 */
-    int64_t n_nonfinite; /* positions where a is NaN/Inf */
-};
+#include "oracles/compare.h"
 
-/* Compare a (actual) against b (expected), n floats. */
-struct cmp_stats check_cmp(const float *a, const float *b, int64_t n, double atol, double rtol);
+/* Compare a (actual) against b (expected), n floats: oracles/compare.h's compare_floats, the
+ * comparison `gate selftest` judges kernels by. */
+struct compare_stats check_cmp(const float *a, const float *b, int64_t n, double atol, double rtol);
 
 /* Assert (Criterion) that a matches b: no non-finite values, NMSE <= max_nmse and every element
  * within atol + rtol|b|; the failure message reports the first bad index and all statistics. */
