@@ -1,15 +1,24 @@
-/* cmd_run.c — `gate run`, `gate release check`, `gate golden record`: argument parsing only;
- * the work is in run.c, release.c and oracles/golden.c. */
+/* cmd_run.c — `gate run`, `gate release check`, `gate golden record`: argument parsing, the
+ * order of the steps, and the mapping of statuses to exit codes (DESIGN.md settled question 6).
+ * The work is in harness/run.c, harness/release.c and oracles/golden.c, which return data; the
+ * drawing is in cli/report.c.
+ * Start reading: cmd_run(), then release_check_opts().
+ */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/model.h"
 #include "cli/cli.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
+#include "cli/report.h"
 #include "oracles/golden.h"
+#include "receipts/key.h"
+#include "receipts/store.h"
 
 static const char RUN_USAGE[] =
     "usage: gate run LADDER.yaml --host ID [--db receipts.db] [--key FILE] [--only PATTERN]\n"
@@ -58,7 +67,25 @@ int cmd_run(int argc, char **argv)
         fputs(RUN_USAGE, stderr);
         return 2;
     }
-    return run_ladder(&o);
+    struct report_run rep;
+    memset(&rep, 0, sizeof rep);
+    rep.json = o.json;
+    rep.tty = isatty(2) && !o.json;
+    struct run_result res;
+    struct gate_err err = {0};
+    int rc = run_ladder(&o, report_run_progress, &rep, &res, &err);
+    report_run_end(&rep);
+    int code;
+    if (res.n == 0) {
+        /* nothing ran: the status says why */
+        code = rc ? cli_fail(err_exit_code(rc), "%s", err.msg) : 2;
+    } else {
+        /* the events already named a receipt or head that could not be written */
+        report_run_results(stdout, &res, o.json);
+        code = rc ? err_exit_code(rc) : res.n_pass == res.n ? 0 : 1;
+    }
+    run_result_free(&res);
+    return code;
 }
 
 static const char RELEASE_USAGE[] =
@@ -107,6 +134,69 @@ int cmd_release(int argc, char **argv)
         return 2;
     }
     return release_check_opts(stdout, &o, NULL);
+}
+
+/* `gate release check` (declared in harness/run.h for callers from before the split): load and
+ * check the ladder, the build identity (self, or the running binary's), the sign-off key, open
+ * the store (read-only unless signing), evaluate, print, sign when OK. Returns the exit code. */
+int release_check_opts(FILE *out, const struct release_options *o, const struct identity *self)
+{
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    struct store *st = NULL;
+    struct identity id;
+    struct key_pair k;
+    struct release_result r;
+    int rc, code = 0;
+    memset(&k, 0, sizeof k);
+    memset(&r, 0, sizeof r);
+    if ((rc = ladder_load(&l, o->ladder, &err)) || (rc = ladder_check_runnable(l, &err))) {
+        code = cli_fail(err_exit_code(rc), "%s", err.msg);
+        goto out;
+    }
+    if (self)
+        id = *self;
+    else if ((rc = identity_get(&id, &err))) {
+        code = cli_fail(err_exit_code(rc), "%s", err.msg);
+        goto out;
+    }
+    /* a sign-off writes to the store; a check only reads it (and works on a read-only file) */
+    if (o->sign_key && (rc = key_load(o->sign_key, &k, &err))) {
+        code = cli_fail(err_exit_code(rc), "release check --sign: %s", err.msg);
+        goto out;
+    }
+    rc = o->sign_key ? store_open(&st, o->db, &err) : store_open_readonly(&st, o->db, &err);
+    if (rc || (rc = release_evaluate(l, st, &id, o, &r, &err))) {
+        code = cli_fail(err_exit_code(rc), "%s", err.msg);
+        goto out;
+    }
+    report_release(out, l, o->ladder, o->db, &id, &r);
+    code = r.ok ? 0 : 1;
+    if (o->sign_key && r.ok) {
+        char head[65];
+        int64_t count = 0;
+        if ((rc = release_sign(l, st, &id, &r, &k, head, &count, &err))) {
+            code = cli_fail(err_exit_code(rc), "%s", err.msg);
+            goto out;
+        }
+        fprintf(out, "sign-off written to %s, signed by %s; chain head %s (%" PRId64
+                " receipts)\n", o->db, k.id, head, count);
+    } else if (o->sign_key) {
+        fprintf(out, "not signed: the release is blocked\n");
+    }
+out:
+    release_result_free(&r);
+    key_wipe(&k);
+    store_close(st);
+    ladder_free(l);
+    return code;
+}
+
+int release_check_to(FILE *out, const char *ladder, const char *db, const char *sign_key,
+                     const struct identity *self)
+{
+    struct release_options o = {.ladder = ladder, .db = db, .sign_key = sign_key};
+    return release_check_opts(out, &o, self);
 }
 
 static const char GOLDEN_USAGE[] =

@@ -16,8 +16,12 @@
  * STALE/UNTRUSTED when receipts exist that do not count. Excluded cells are shown as EXCLUDED
  * with their reason, unless a FAIL receipt for this build exists for them (then they are FAIL).
  * Every anchor case needs a PASS receipt for this build, or the release is blocked because the
- * judge itself is not shown to be right. Exit 0 only when every row is PASS.
- * Start reading: release_evaluate(), then release_check_to().
+ * judge itself is not shown to be right. The release is OK only when every row is PASS (and
+ * the checking binary is a clean build).
+ * This file returns data (struct release_result, run.h) and prints nothing: the matrix, the
+ * blocking rows and the exit code are the command's (cli/report.c). Reasons quote receipt-borne
+ * strings as they are; the printer escapes them.
+ * Start reading: release_evaluate(), then decide().
  */
 #include <inttypes.h>
 #include <sodium.h>
@@ -25,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
 #include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
@@ -34,20 +37,13 @@
 #include "receipts/receipt.h"
 #include "receipts/store.h"
 
-enum row_state {
-    ST_PASS,
-    ST_FAIL,
-    ST_FLAKY,
-    ST_ERROR,
-    ST_MISSING,
-    ST_STALE,
-    ST_UNTRUSTED,
-    ST_TAMPERED,
-    ST_EXCLUDED,
-};
-
 static const char *const STATE[] = {"PASS",  "FAIL",      "FLAKY",    "ERROR",   "MISSING",
                                     "STALE", "UNTRUSTED", "TAMPERED", "EXCLUDED"};
+
+const char *release_state_name(enum release_state s)
+{
+    return (unsigned)s < sizeof STATE / sizeof STATE[0] ? STATE[s] : "?";
+}
 
 /* What the store says about one row of the release (a cell, an excluded cell or an anchor). */
 struct acc {
@@ -57,8 +53,9 @@ struct acc {
     int64_t fail_id, error_id, other_id, untrusted_id; /* the first receipt of each kind */
     char fail_why[512], error_why[512], other_why[512], untrusted_why[512];
     char disagree[512]; /* the first receipt whose recorded verdict its numbers contradict */
-    enum row_state state;
-    char why[700]; /* the reason shown for the final state */
+    enum release_state state;
+    int64_t blocking_id; /* the receipt that decides state, 0 when none */
+    char why[700];       /* the reason shown for the final state */
 };
 
 struct check_ctx {
@@ -163,27 +160,25 @@ static void not_this(const struct check_ctx *x, const json_t *p, const char *mod
     const char *rname = json_string_value(json_object_get(lad, "name"));
     const char *rversion = json_string_value(json_object_get(lad, "version"));
     const char *trust = json_string_value(json_object_get(lad, "trust_sha256"));
-    char a[100], b[100];
     why[0] = '\0';
     if (!commit || !version || strcmp(commit, id->git_commit) || strcmp(version, id->version))
         snprintf(why, n, "is for build %.40s %.16s, not this one (%.40s %.16s)",
-                 cli_safe(commit ? commit : "?", a, sizeof a), version ? version : "?",
+                 commit ? commit : "?", version ? version : "?",
                  id->git_commit, id->version);
     else if (dirty)
         snprintf(why, n, "was made by a binary built from a dirty tree");
     else if (!source || strcmp(source, id->source_sha256))
         snprintf(why, n, "records source tree %.16s, not this build's %.16s",
-                 cli_safe(source ? source : "(none)", a, sizeof a), id->source_sha256);
+                 source ? source : "(none)", id->source_sha256);
     else if (!sha || strcmp(sha, model_sha256))
         snprintf(why, n, "is for model digest %.64s, not the ladder's pin %.64s",
-                 cli_safe(sha ? sha : "?", a, sizeof a), model_sha256);
+                 sha ? sha : "?", model_sha256);
     else if (!rname || !rversion || strcmp(rname, l->name) || strcmp(rversion, l->version))
         snprintf(why, n, "is for release %.40s %.20s, not %s %s",
-                 cli_safe(rname ? rname : "?", a, sizeof a),
-                 cli_safe(rversion ? rversion : "?", b, sizeof b), l->name, l->version);
+                 rname ? rname : "?", rversion ? rversion : "?", l->name, l->version);
     else if (!trust || strcmp(trust, l->trust_sha256))
         snprintf(why, n, "was made when the ladder trusted other keys (trust digest %.16s, now"
-                 " %.16s)", cli_safe(trust ? trust : "(none)", a, sizeof a), l->trust_sha256);
+                 " %.16s)", trust ? trust : "(none)", l->trust_sha256);
 }
 
 /* Re-judge the gates of p for one row: every gate named in want (gate -> ladder settings) must
@@ -229,13 +224,10 @@ static void judge_receipt(struct check_ctx *x, struct acc *a, int64_t rid, const
                      "receipt %" PRId64 " records %s for gate %s but its numbers say %s", rid,
                      recorded >= 0 ? gate_verdict_name(recorded) : "no verdict", gname,
                      gate_verdict_name(v));
-        char safe[360];
         if (v == GATE_FAIL && !any_fail++)
-            snprintf(first_fail, sizeof first_fail, "%s: %s", gname,
-                     cli_safe(gwhy, safe, sizeof safe));
+            snprintf(first_fail, sizeof first_fail, "%s: %s", gname, gwhy);
         if (v == GATE_ERROR && !any_error++)
-            snprintf(first_error, sizeof first_error, "%s: %s", gname,
-                     cli_safe(gwhy, safe, sizeof safe));
+            snprintf(first_error, sizeof first_error, "%s: %s", gname, gwhy);
     }
     if (any_fail) {
         a->n_fail++;
@@ -321,12 +313,11 @@ static int on_row(void *ctx, const struct store_row *row)
     } else {
         goto out;
     }
-    char why[512], safe[200];
+    char why[512];
     if (!trusted_for(&l->hosts[hi], key_id)) {
         a->n_untrusted++;
         snprintf(why, sizeof why, "receipt %" PRId64 " is signed by %.80s, which the ladder does"
-                 " not trust for host %s", row->id, cli_safe(key_id ? key_id : "?", safe,
-                 sizeof safe), l->hosts[hi].id);
+                 " not trust for host %s", row->id, key_id ? key_id : "?", l->hosts[hi].id);
         keep(a->untrusted_why, sizeof a->untrusted_why, &a->untrusted_id, row->id, why);
         goto out;
     }
@@ -345,169 +336,117 @@ out:
     return 0;
 }
 
-static void decide(struct acc *a, int excluded, const char *judge_note)
+/* The row's state from what its receipts say, and the receipt that decides it. */
+static void decide(struct acc *a, int excluded)
 {
     if (a->n_pass && a->n_fail) {
-        a->state = ST_FLAKY;
+        a->state = RELEASE_FLAKY;
+        a->blocking_id = a->fail_id;
         snprintf(a->why, sizeof a->why, "%s (and %d PASS receipt%s: a rerun never erases a"
                  " failure)", a->fail_why, a->n_pass, a->n_pass == 1 ? "" : "s");
     } else if (a->n_fail) {
-        a->state = ST_FAIL;
+        a->state = RELEASE_FAIL;
+        a->blocking_id = a->fail_id;
         snprintf(a->why, sizeof a->why, "%s", a->fail_why);
     } else if (excluded) {
-        a->state = ST_EXCLUDED;
+        a->state = RELEASE_EXCLUDED;
     } else if (a->n_pass) {
-        a->state = ST_PASS;
+        a->state = RELEASE_PASS;
     } else if (a->n_error) {
-        a->state = ST_ERROR;
+        a->state = RELEASE_ERROR;
+        a->blocking_id = a->error_id;
         snprintf(a->why, sizeof a->why, "%s (rerun on a quieter host)", a->error_why);
     } else if (a->n_untrusted) {
-        a->state = ST_UNTRUSTED;
+        a->state = RELEASE_UNTRUSTED;
+        a->blocking_id = a->untrusted_id;
         snprintf(a->why, sizeof a->why, "%s", a->untrusted_why);
     } else if (a->n_other) {
-        a->state = ST_STALE;
+        a->state = RELEASE_STALE;
+        a->blocking_id = a->other_id;
         snprintf(a->why, sizeof a->why, "%s", a->other_why);
     } else {
-        a->state = ST_MISSING;
+        a->state = RELEASE_MISSING;
         snprintf(a->why, sizeof a->why, "no receipt for this build and model digest");
     }
-    if (judge_note && a->state != ST_PASS && a->state != ST_EXCLUDED) {
-        size_t len = strlen(a->why);
-        snprintf(a->why + len, sizeof a->why - len, " — %s", judge_note);
-    }
 }
 
-int release_check(const char *ladder, const char *db, const char *sign_key)
+/* The public row of an accumulator. */
+static void to_row(const struct acc *a, enum release_row_kind kind, int index, const char *name,
+                   struct release_row *r)
 {
-    struct release_options o = {.ladder = ladder, .db = db, .sign_key = sign_key};
-    return release_check_opts(stdout, &o, NULL);
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->index = index;
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->state = a->state;
+    r->blocking_id = a->blocking_id;
+    snprintf(r->reason, sizeof r->reason, "%s", a->why);
+    memcpy(r->pass_ids, a->pass_ids, sizeof r->pass_ids);
+    r->n_pass_ids = a->n_pass_ids;
+    r->n_pass = a->n_pass;
+    r->n_fail = a->n_fail;
+    r->n_error = a->n_error;
+    r->n_stale = a->n_other;
+    r->n_untrusted = a->n_untrusted;
+    snprintf(r->disagree, sizeof r->disagree, "%s", a->disagree);
 }
 
-int release_check_to(FILE *out, const char *ladder, const char *db, const char *sign_key,
-                     const struct identity *self)
+static void excluded_name(const struct ladder *l, int i, char *out, size_t n)
 {
-    struct release_options o = {.ladder = ladder, .db = db, .sign_key = sign_key};
-    return release_check_opts(out, &o, self);
+    snprintf(out, n, "%s/%s/%s", l->models[l->excluded[i].model].id,
+             l->hosts[l->excluded[i].host].id, l->excluded[i].mode);
 }
 
-/* The matrix: models x (host/mode) columns in order of first appearance, cells and excluded. */
-static void print_matrix(FILE *out, const struct ladder *l, const struct check_ctx *x)
+int release_evaluate(const struct ladder *l, struct store *st, const struct identity *self,
+                     const struct release_options *o, struct release_result *out,
+                     struct gate_err *err)
 {
-    char cols[64][96];
-    int n_cols = 0;
-    for (int i = 0; i < l->n_cells + l->n_excluded && n_cols < 64; i++) {
-        int host = i < l->n_cells ? l->cells[i].host : l->excluded[i - l->n_cells].host;
-        const char *mode = i < l->n_cells ? l->cells[i].mode : l->excluded[i - l->n_cells].mode;
-        char c[96];
-        snprintf(c, sizeof c, "%s/%s", l->hosts[host].id, mode);
-        int seen = 0;
-        for (int k = 0; k < n_cols; k++)
-            seen |= !strcmp(cols[k], c);
-        if (!seen)
-            snprintf(cols[n_cols++], sizeof cols[0], "%s", c);
-    }
-    fprintf(out, "%-20s", "model");
-    for (int k = 0; k < n_cols; k++)
-        fprintf(out, " %-22s", cols[k]);
-    fprintf(out, "\n");
-    for (int mi = 0; mi < l->n_models; mi++) {
-        fprintf(out, "%-20s", l->models[mi].id);
-        for (int k = 0; k < n_cols; k++) {
-            const char *s = "-";
-            for (int i = 0; i < l->n_cells + l->n_excluded; i++) {
-                int ex = i >= l->n_cells;
-                int model = ex ? l->excluded[i - l->n_cells].model : l->cells[i].model;
-                int host = ex ? l->excluded[i - l->n_cells].host : l->cells[i].host;
-                const char *mode = ex ? l->excluded[i - l->n_cells].mode : l->cells[i].mode;
-                char c[96];
-                snprintf(c, sizeof c, "%s/%s", l->hosts[host].id, mode);
-                if (model == mi && !strcmp(c, cols[k]))
-                    s = STATE[ex ? x->excluded[i - l->n_cells].state : x->cells[i].state];
-            }
-            fprintf(out, " %-22s", s);
-        }
-        fprintf(out, "\n");
-    }
-    for (int i = 0; i < l->n_anchors; i++)
-        fprintf(out, "%-20s %-22s (judge on trial: %s, %s)\n", "anchor", STATE[x->anchors[i].state],
-                l->anchors[i].id, l->anchors[i].arch);
-    fprintf(out, "\n");
-}
-
-int release_check_opts(FILE *out, const struct release_options *o, const struct identity *self)
-{
-    struct gate_err err = {0};
-    struct ladder *l = NULL;
-    struct store *st = NULL;
-    struct identity id;
     struct check_ctx x;
-    struct key_pair k;
-    int rc, exit_code = 0;
+    int rc = 0;
     memset(&x, 0, sizeof x);
-    memset(&k, 0, sizeof k);
-    if ((rc = ladder_load(&l, o->ladder, &err)) || (rc = ladder_check_runnable(l, &err))) {
-        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
-        goto out;
-    }
-    if (self)
-        id = *self;
-    else if ((rc = identity_get(&id, &err))) {
-        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
-        goto out;
-    }
-    /* a sign-off writes to the store; a check only reads it (and works on a read-only file) */
-    if (o->sign_key && (rc = key_load(o->sign_key, &k, &err))) {
-        exit_code = cli_fail(err_exit_code(rc), "release check --sign: %s", err.msg);
-        goto out;
-    }
-    rc = o->sign_key ? store_open(&st, o->db, &err) : store_open_readonly(&st, o->db, &err);
-    if (rc) {
-        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
-        goto out;
-    }
+    memset(out, 0, sizeof *out);
     x.l = l;
-    x.id = &id;
+    x.id = self;
     x.cells = calloc((size_t)l->n_cells + 1, sizeof *x.cells);
     x.excluded = calloc((size_t)l->n_excluded + 1, sizeof *x.excluded);
     x.anchors = calloc((size_t)l->n_anchors + 1, sizeof *x.anchors);
-    if (!x.cells || !x.excluded || !x.anchors) {
-        exit_code = cli_fail(3, "out of memory");
+    out->cells = calloc((size_t)l->n_cells + 1, sizeof *out->cells);
+    out->excluded = calloc((size_t)l->n_excluded + 1, sizeof *out->excluded);
+    out->anchors = calloc((size_t)l->n_anchors + 1, sizeof *out->anchors);
+    if (!x.cells || !x.excluded || !x.anchors || !out->cells || !out->excluded ||
+        !out->anchors) {
+        rc = err_set(err, ERR_ENV, "out of memory checking release %s %s", l->name, l->version);
         goto out;
     }
-    if ((rc = store_foreach(st, on_row, &x, &err))) {
-        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
+    if ((rc = store_foreach(st, on_row, &x, err)))
         goto out;
-    }
     /* store-wide problems: rows that fail verification, head records that name missing rows */
     struct store_audit audit;
     memset(&audit, 0, sizeof audit);
-    if ((rc = store_audit(st, &audit, &err))) {
-        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
+    if ((rc = store_audit(st, &audit, err)))
         goto out;
-    }
-    char store_bad[400] = "";
-    if (x.n_bad)
-        snprintf(store_bad, sizeof store_bad, "receipt %" PRId64 " of the store fails"
-                 " verification (%s); no receipt of this store can be believed", x.first_bad,
-                 x.bad_problem);
-    else if (audit.n_bad)
-        snprintf(store_bad, sizeof store_bad, "receipt %" PRId64 " of the store fails"
-                 " verification (%s); no receipt of this store can be believed",
+    if (x.n_bad) {
+        out->store_problem_id = x.first_bad;
+        snprintf(out->store_problem, sizeof out->store_problem, "receipt %" PRId64 " of the"
+                 " store fails verification (%s); no receipt of this store can be believed",
+                 x.first_bad, x.bad_problem);
+    } else if (audit.n_bad) {
+        out->store_problem_id = audit.first_bad_id;
+        snprintf(out->store_problem, sizeof out->store_problem, "receipt %" PRId64 " of the"
+                 " store fails verification (%s); no receipt of this store can be believed",
                  audit.first_bad_id, audit.first_problem);
-    else if (audit.n_head_problems)
-        snprintf(store_bad, sizeof store_bad, "%s; receipts were removed from this store",
-                 audit.head_problem);
-    if (!store_bad[0] && o->expect_head) {
-        err_clear(&err);
-        if (store_expect_head(st, o->expect_head, &err))
-            snprintf(store_bad, sizeof store_bad, "%.390s", err.msg);
+    } else if (audit.n_head_problems) {
+        snprintf(out->store_problem, sizeof out->store_problem, "%s; receipts were removed from"
+                 " this store", audit.head_problem);
     }
-    /* anchors: one note per architecture that has none, and per architecture whose anchors
-     * do not all PASS */
-    int n_block = 0, n_required = l->n_cells;
+    if (!out->store_problem[0] && o && o->expect_head) {
+        struct gate_err why = {0};
+        if (store_expect_head(st, o->expect_head, &why))
+            snprintf(out->store_problem, sizeof out->store_problem, "%.390s", why.msg);
+    }
     for (int i = 0; i < l->n_anchors; i++) {
-        decide(&x.anchors[i], 0, NULL);
-        if (x.anchors[i].state != ST_PASS) {
+        decide(&x.anchors[i], 0);
+        if (x.anchors[i].state != RELEASE_PASS) {
             size_t len = strlen(x.anchors[i].why);
             snprintf(x.anchors[i].why + len, sizeof x.anchors[i].why - len,
                      " — the judge itself is not shown to be right for %s",
@@ -515,141 +454,98 @@ int release_check_opts(FILE *out, const struct release_options *o, const struct 
         }
     }
     for (int i = 0; i < l->n_cells; i++)
-        decide(&x.cells[i], 0, NULL);
+        decide(&x.cells[i], 0);
     for (int i = 0; i < l->n_excluded; i++)
-        decide(&x.excluded[i], 1, NULL);
-    if (store_bad[0]) {
+        decide(&x.excluded[i], 1);
+    if (out->store_problem[0]) {
         struct acc *all[] = {x.cells, x.excluded, x.anchors};
         int ns[] = {l->n_cells, l->n_excluded, l->n_anchors};
         for (int t = 0; t < 3; t++)
             for (int i = 0; i < ns[t]; i++) {
-                all[t][i].state = ST_TAMPERED;
-                snprintf(all[t][i].why, sizeof all[t][i].why, "%s", store_bad);
+                all[t][i].state = RELEASE_TAMPERED;
+                all[t][i].blocking_id = out->store_problem_id;
+                snprintf(all[t][i].why, sizeof all[t][i].why, "%s", out->store_problem);
             }
     }
-    fprintf(out, "release %s %s — ladder %s (sha256 %.12s), build %.12s%s, %d receipt%s in %s\n",
-            l->name, l->version, o->ladder, l->sha256, id.git_commit,
-            id.git_dirty ? " (dirty)" : "", x.n_rows, x.n_rows == 1 ? "" : "s", o->db);
-    fprintf(out, "%d required cell%s, %d excluded, %d anchor case%s\n\n", l->n_cells,
-            l->n_cells == 1 ? "" : "s", l->n_excluded, l->n_anchors,
-            l->n_anchors == 1 ? "" : "s");
-    print_matrix(out, l, &x);
-    for (int i = 0; i < l->n_unanchored; i++)
-        fprintf(out, "note: judge not anchored for %s: %s\n", l->unanchored[i].arch,
-                l->unanchored[i].reason);
+    char name[256];
+    for (int i = 0; i < l->n_cells; i++) {
+        to_row(&x.cells[i], RELEASE_ROW_CELL, i, ladder_cell_name(l, i, name, sizeof name),
+               &out->cells[i]);
+        out->n_bad_cells += x.cells[i].state != RELEASE_PASS;
+    }
     for (int i = 0; i < l->n_excluded; i++) {
-        char name[256];
-        snprintf(name, sizeof name, "%s/%s/%s", l->models[l->excluded[i].model].id,
-                 l->hosts[l->excluded[i].host].id, l->excluded[i].mode);
-        fprintf(out, "excluded: %-36s %s\n", name, l->excluded[i].reason);
+        excluded_name(l, i, name, sizeof name);
+        to_row(&x.excluded[i], RELEASE_ROW_EXCLUDED, i, name, &out->excluded[i]);
+        out->n_bad_cells += x.excluded[i].state != RELEASE_EXCLUDED;
     }
-    if (id.git_dirty)
-        fprintf(out, "note: this gate binary was built from a tree that is not its commit (%s);"
-                " no receipt can count for it. Commit, rebuild, rerun.\n",
-                id.dirty_reason[0] ? id.dirty_reason : "uncommitted changes");
-    int n_bad_cells = 0, n_bad_anchors = 0;
-    for (int i = 0; i < l->n_cells; i++)
-        n_bad_cells += x.cells[i].state != ST_PASS;
-    for (int i = 0; i < l->n_excluded; i++)
-        n_bad_cells += x.excluded[i].state != ST_EXCLUDED;
-    for (int i = 0; i < l->n_anchors; i++)
-        n_bad_anchors += x.anchors[i].state != ST_PASS;
-    n_block = n_bad_cells + n_bad_anchors + (id.git_dirty ? 1 : 0);
-    for (int i = 0; i < l->n_cells; i++)
-        if (x.cells[i].disagree[0])
-            fprintf(out, "warning: %s\n", x.cells[i].disagree);
-    for (int i = 0; i < l->n_anchors; i++)
-        if (x.anchors[i].disagree[0])
-            fprintf(out, "warning: %s\n", x.anchors[i].disagree);
-    if (n_block == 0) {
-        fprintf(out, "RELEASE OK: all %d required cells and %d anchor case%s PASS for this build\n",
-                n_required, l->n_anchors, l->n_anchors == 1 ? "" : "s");
-    } else {
-        fprintf(out, "RELEASE BLOCKED: %d of %d required cells and %d of %d anchor case%s are not"
-                " PASS%s\n", n_bad_cells, n_required, n_bad_anchors, l->n_anchors,
-                l->n_anchors == 1 ? "" : "s", id.git_dirty ? "; this binary is not a clean build" : "");
-        for (int i = 0; i < l->n_anchors; i++)
-            if (x.anchors[i].state != ST_PASS)
-                fprintf(out, "  anchor %-33s %-9s %s\n", l->anchors[i].id,
-                        STATE[x.anchors[i].state], x.anchors[i].why);
-        for (int i = 0; i < l->n_cells; i++) {
-            if (x.cells[i].state == ST_PASS)
-                continue;
-            char name[256];
-            ladder_cell_name(l, i, name, sizeof name);
-            fprintf(out, "  %-40s %-9s %s\n", name, STATE[x.cells[i].state], x.cells[i].why);
-        }
-        for (int i = 0; i < l->n_excluded; i++)
-            if (x.excluded[i].state != ST_EXCLUDED) {
-                char name[256];
-                snprintf(name, sizeof name, "%s/%s/%s", l->models[l->excluded[i].model].id,
-                         l->hosts[l->excluded[i].host].id, l->excluded[i].mode);
-                fprintf(out, "  %-40s %-9s %s (excluded, but an exclusion cannot hide a"
-                        " failure)\n", name, STATE[x.excluded[i].state], x.excluded[i].why);
-            }
-        exit_code = 1;
+    for (int i = 0; i < l->n_anchors; i++) {
+        to_row(&x.anchors[i], RELEASE_ROW_ANCHOR, i, l->anchors[i].id, &out->anchors[i]);
+        out->n_bad_anchors += x.anchors[i].state != RELEASE_PASS;
     }
-    if (o->sign_key && exit_code == 0) {
-        json_t *cells = json_array(), *excl = json_array(), *anchors = json_array();
-        json_t *unanch = json_array();
-        for (int i = 0; i < l->n_cells; i++) {
-            char name[256];
-            json_t *ids = json_array();
-            for (int j = 0; j < x.cells[i].n_pass_ids; j++)
-                json_array_append_new(ids, json_integer(x.cells[i].pass_ids[j]));
-            json_array_append_new(cells, json_pack("{s:s, s:o}", "cell",
-                                                   ladder_cell_name(l, i, name, sizeof name),
-                                                   "receipts", ids));
-        }
-        for (int i = 0; i < l->n_excluded; i++) {
-            char name[256];
-            snprintf(name, sizeof name, "%s/%s/%s", l->models[l->excluded[i].model].id,
-                     l->hosts[l->excluded[i].host].id, l->excluded[i].mode);
-            json_array_append_new(excl, json_pack("{s:s, s:s}", "cell", name, "reason",
-                                                  l->excluded[i].reason));
-        }
-        for (int i = 0; i < l->n_anchors; i++) {
-            json_t *ids = json_array();
-            for (int j = 0; j < x.anchors[i].n_pass_ids; j++)
-                json_array_append_new(ids, json_integer(x.anchors[i].pass_ids[j]));
-            json_array_append_new(anchors, json_pack("{s:s, s:s, s:o}", "anchor",
-                                                     l->anchors[i].id, "arch",
-                                                     l->anchors[i].arch, "receipts", ids));
-        }
-        for (int i = 0; i < l->n_unanchored; i++)
-            json_array_append_new(unanch, json_pack("{s:s, s:s}", "arch", l->unanchored[i].arch,
-                                                    "reason", l->unanchored[i].reason));
-        char now[32];
-        identity_utc_now(now);
-        json_t *payload = json_pack(
-            "{s:{s:s, s:s, s:s, s:s}, s:o, s:o, s:o, s:o, s:o, s:s, s:s}", "ladder", "name",
-            l->name, "version", l->version, "sha256", l->sha256, "trust_sha256", l->trust_sha256,
-            "engine", identity_json(&id), "cells", cells, "excluded", excl, "anchors", anchors,
-            "judge_not_anchored", unanch, "verdict", "PASS", "signed_at", now);
-        char signer[80];
-        snprintf(signer, sizeof signer, "%s", k.id);
-        err_clear(&err);
-        rc = store_add_signoff(st, payload, &k, &err);
-        json_decref(payload);
-        char head[65];
-        int64_t count = 0;
-        if (!rc)
-            rc = store_write_head(st, &k, head, &count, &err);
-        if (rc) {
-            exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
-            goto out;
-        }
-        fprintf(out, "sign-off written to %s, signed by %s; chain head %s (%" PRId64
-                " receipts)\n", o->db, signer, head, count);
-    } else if (o->sign_key) {
-        fprintf(out, "not signed: the release is blocked\n");
-    }
+    out->n_cells = l->n_cells;
+    out->n_excluded = l->n_excluded;
+    out->n_anchors = l->n_anchors;
+    out->n_receipts = x.n_rows;
+    out->dirty = self->git_dirty != 0;
+    out->ok = out->n_bad_cells + out->n_bad_anchors == 0 && !out->dirty;
 out:
-    key_wipe(&k);
     free(x.cells);
     free(x.excluded);
     free(x.anchors);
-    store_close(st);
-    ladder_free(l);
-    return exit_code;
+    if (rc)
+        release_result_free(out);
+    return rc;
+}
+
+void release_result_free(struct release_result *r)
+{
+    if (!r)
+        return;
+    free(r->cells);
+    free(r->excluded);
+    free(r->anchors);
+    memset(r, 0, sizeof *r);
+}
+
+int release_sign(const struct ladder *l, struct store *st, const struct identity *self,
+                 const struct release_result *r, const struct key_pair *k, char head[65],
+                 int64_t *count, struct gate_err *err)
+{
+    if (!r->ok)
+        return err_set(err, ERR_RUNTIME, "release %s %s is blocked: not signing it", l->name,
+                       l->version);
+    json_t *cells = json_array(), *excl = json_array(), *anchors = json_array();
+    json_t *unanch = json_array();
+    for (int i = 0; i < r->n_cells; i++) {
+        json_t *ids = json_array();
+        for (int j = 0; j < r->cells[i].n_pass_ids; j++)
+            json_array_append_new(ids, json_integer(r->cells[i].pass_ids[j]));
+        json_array_append_new(cells, json_pack("{s:s, s:o}", "cell", r->cells[i].name,
+                                               "receipts", ids));
+    }
+    for (int i = 0; i < r->n_excluded; i++)
+        json_array_append_new(excl, json_pack("{s:s, s:s}", "cell", r->excluded[i].name,
+                                              "reason", l->excluded[i].reason));
+    for (int i = 0; i < r->n_anchors; i++) {
+        json_t *ids = json_array();
+        for (int j = 0; j < r->anchors[i].n_pass_ids; j++)
+            json_array_append_new(ids, json_integer(r->anchors[i].pass_ids[j]));
+        json_array_append_new(anchors, json_pack("{s:s, s:s, s:o}", "anchor", l->anchors[i].id,
+                                                 "arch", l->anchors[i].arch, "receipts", ids));
+    }
+    for (int i = 0; i < l->n_unanchored; i++)
+        json_array_append_new(unanch, json_pack("{s:s, s:s}", "arch", l->unanchored[i].arch,
+                                                "reason", l->unanchored[i].reason));
+    char now[32];
+    identity_utc_now(now);
+    json_t *payload = json_pack(
+        "{s:{s:s, s:s, s:s, s:s}, s:o, s:o, s:o, s:o, s:o, s:s, s:s}", "ladder", "name",
+        l->name, "version", l->version, "sha256", l->sha256, "trust_sha256", l->trust_sha256,
+        "engine", identity_json(self), "cells", cells, "excluded", excl, "anchors", anchors,
+        "judge_not_anchored", unanch, "verdict", "PASS", "signed_at", now);
+    int rc = store_add_signoff(st, payload, k, err);
+    json_decref(payload);
+    if (!rc)
+        rc = store_write_head(st, k, head, count, err);
+    return rc;
 }

@@ -6,12 +6,13 @@
  * run, failed or not; the backend that actually ran is what the capability gate judges.
  * Each gate is {verdict, error?, settings, metrics, checks[]} (docs/receipts.md); a gate's
  * verdict is derived from its checks here exactly as receipt_rederive() re-derives it.
- * Start reading: run_cell().
+ * Nothing here prints: progress goes to the caller's callback (struct run_event), results come
+ * back in struct run_result, failures as ERR_* statuses; cli/report.c draws them.
+ * Start reading: run_ladder(), then run_cell().
  */
 #include "harness/run.h"
 
 #include <fnmatch.h>
-#include <pthread.h>
 #include <time.h>
 #include <inttypes.h>
 #include <math.h>
@@ -25,7 +26,6 @@
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "engine/synth.h"
-#include "cli/cli.h"
 #include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
@@ -41,22 +41,7 @@
 #include "receipts/receipt.h"
 #include "receipts/store.h"
 
-/* ---- live progress ------------------------------------------------------------------------- */
-
-/* On a terminal, a line that shows which gate of which cell is running and for how long,
- * redrawn every quarter second until the gate finishes (a parity run on a large model on a CPU
- * host takes minutes; silence would read as a hang). Off the terminal nothing is drawn. */
-static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER; /* one writer on stderr at a time */
-
-struct ticker {
-    pthread_t tid;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int stop, running;
-    char what[320];
-    struct timespec t0;
-};
-
+/* Seconds since t0 on the monotonic clock. */
 static double since(const struct timespec *t0)
 {
     struct timespec t;
@@ -64,54 +49,10 @@ static double since(const struct timespec *t0)
     return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
 }
 
-static void *ticker_main(void *arg)
+static void emit(run_progress_fn progress, void *ctx, const struct run_event *ev)
 {
-    struct ticker *tk = arg;
-    static const char spin[] = "|/-\\";
-    pthread_mutex_lock(&tk->mu);
-    for (int i = 0; !tk->stop; i++) {
-        pthread_mutex_lock(&out_mu);
-        fprintf(stderr, "\r  %s %c %.1f s\033[K", tk->what, spin[i % 4], since(&tk->t0));
-        pthread_mutex_unlock(&out_mu);
-        struct timespec wake;
-        clock_gettime(CLOCK_REALTIME, &wake);
-        wake.tv_nsec += 250000000;
-        if (wake.tv_nsec >= 1000000000) {
-            wake.tv_sec++;
-            wake.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&tk->cv, &tk->mu, &wake);
-    }
-    pthread_mutex_lock(&out_mu);
-    fprintf(stderr, "\r\033[K");
-    pthread_mutex_unlock(&out_mu);
-    pthread_mutex_unlock(&tk->mu);
-    return NULL;
-}
-
-static void ticker_start(struct ticker *tk, int tty, const char *cell, const char *gate)
-{
-    memset(tk, 0, sizeof *tk);
-    if (!tty)
-        return;
-    snprintf(tk->what, sizeof tk->what, "%-36s %-11s running", cell, gate);
-    clock_gettime(CLOCK_MONOTONIC, &tk->t0);
-    pthread_mutex_init(&tk->mu, NULL);
-    pthread_cond_init(&tk->cv, NULL);
-    tk->running = pthread_create(&tk->tid, NULL, ticker_main, tk) == 0;
-}
-
-static void ticker_stop(struct ticker *tk)
-{
-    if (!tk->running)
-        return;
-    pthread_mutex_lock(&tk->mu);
-    tk->stop = 1;
-    pthread_cond_signal(&tk->cv);
-    pthread_mutex_unlock(&tk->mu);
-    pthread_join(tk->tid, NULL);
-    pthread_mutex_destroy(&tk->mu);
-    pthread_cond_destroy(&tk->cv);
+    if (progress)
+        progress(ctx, ev);
 }
 
 /* ---- the cell ------------------------------------------------------------------------------ */
@@ -124,21 +65,45 @@ struct cell_ctx {
     char model_sha[65];
     const struct model *m; /* NULL when the model could not be loaded */
     struct mode mode;
-    int tty;
     struct mode_ran ran; /* what ran during the current gate */
+    run_progress_fn progress;
+    void *pctx;
+    struct run_cell_result *res; /* the gate rows go here */
+    int gate_started;            /* GATE_STARTED was reported for the current gate at t0 */
+    struct timespec t0;
 };
 
-static void say(const struct cell_ctx *x, const char *gate, const json_t *g, const char *key)
+/* Tell the caller a gate begins. */
+static void gate_begin(struct cell_ctx *x, const char *model, const char *gate, int is_anchor)
 {
-    if (x->o->json)
-        return;
+    struct run_event ev = {.kind = RUN_EV_GATE_STARTED, .cell = x->name, .model = model,
+                           .gate = gate, .is_anchor = is_anchor};
+    clock_gettime(CLOCK_MONOTONIC, &x->t0);
+    x->gate_started = 1;
+    emit(x->progress, x->pctx, &ev);
+}
+
+/* Record gate row g as the cell's next result row and tell the caller: the one-line summary is
+ * key (the gate's numbers) on PASS, its reason otherwise. */
+static void gate_end(struct cell_ctx *x, const char *model, const char *gate, const json_t *g,
+                     const char *key, int is_anchor)
+{
     const char *v = json_string_value(json_object_get(g, "verdict"));
     const char *why = json_string_value(json_object_get(g, "reason"));
     int pass = v && !strcmp(v, "PASS");
-    pthread_mutex_lock(&out_mu);
-    fprintf(stderr, "%s  %-36s %-11s %-6s %s\n", x->tty ? "\r\033[K" : "", x->name, gate,
-            v ? v : "?", !pass && why ? why : (key ? key : ""));
-    pthread_mutex_unlock(&out_mu);
+    const char *summary = !pass && why ? why : (key ? key : "");
+    struct run_event ev = {.kind = RUN_EV_GATE_FINISHED, .cell = x->name, .model = model,
+                           .gate = gate, .verdict = v ? v : "?", .summary = summary,
+                           .seconds = x->gate_started ? since(&x->t0) : 0,
+                           .is_anchor = is_anchor};
+    x->gate_started = 0;
+    if (x->res && x->res->n_gates < (int)(sizeof x->res->gates / sizeof x->res->gates[0])) {
+        struct run_gate *rg = &x->res->gates[x->res->n_gates++];
+        snprintf(rg->name, sizeof rg->name, "%s", gate);
+        snprintf(rg->verdict, sizeof rg->verdict, "%s", v ? v : "?");
+        snprintf(rg->summary, sizeof rg->summary, "%s", summary);
+    }
+    emit(x->progress, x->pctx, &ev);
 }
 
 /* The gate's row: metrics gain "ran" (what the recorder saw while the gate ran), and the verdict
@@ -153,7 +118,7 @@ static json_t *finish(struct cell_ctx *x, const char *gate, json_t *metrics, con
     json_object_set_new(metrics, "ran", mode_ran_json(&x->ran));
     json_t *g = gatedef_row(gate, x->c->mode, ladder_gate_settings(&x->c->g, gate), metrics,
                             error);
-    say(x, gate, g, key);
+    gate_end(x, x->l->models[x->c->model].id, gate, g, key, 0);
     return g;
 }
 
@@ -312,12 +277,10 @@ static void synth_progress(void *ctx, uint64_t done, uint64_t total, int i, int 
 {
     const struct cell_ctx *x = ctx;
     (void)tensor;
-    if (x->tty)
-        fprintf(stderr, "\r  synthesizing %-24s [%-30.*s] %3d%%", x->l->models[x->c->model].id,
-                (int)(total ? 30 * done / total : 30), "##############################",
-                (int)(total ? 100 * done / total : 100));
-    else if (i + 1 == n)
-        fprintf(stderr, "  synthesized %s (%d tensors)\n", x->l->models[x->c->model].id, n);
+    struct run_event ev = {.kind = RUN_EV_SYNTH, .cell = x->name,
+                           .model = x->l->models[x->c->model].id, .done = done, .total = total,
+                           .tensor = i, .n_tensors = n};
+    emit(x->progress, x->pctx, &ev);
 }
 
 /* Make sure the model file exists (synthesizing it if the ladder says so). */
@@ -347,8 +310,9 @@ static int ensure_model(struct cell_ctx *x, struct gate_err *err)
         mkdir(dir, 0755);
     }
     int rc = synth_write(&so, lm->path, synth_progress, x, err);
-    if (x->tty)
-        fprintf(stderr, "\n");
+    struct run_event ev = {.kind = RUN_EV_SYNTH, .cell = x->name, .model = lm->id,
+                           .finished = 1};
+    emit(x->progress, x->pctx, &ev);
     return rc;
 }
 
@@ -370,16 +334,24 @@ static json_t *gpu_environment(const struct ladder_host *h)
     return json_pack("{s:s}", "error", why.msg);
 }
 
+/* Run cell ci of l through every gate and return its receipt payload (never NULL except out of
+ * memory); res receives the gate rows, *pass whether the verdict is PASS. */
 static json_t *run_cell(const struct ladder *l, int ci, const struct run_options *o,
-                        const struct identity *id, int *pass)
+                        const struct identity *id, run_progress_fn progress, void *pctx,
+                        struct run_cell_result *res, int *pass)
 {
     struct cell_ctx x;
     memset(&x, 0, sizeof x);
     x.l = l;
     x.c = &l->cells[ci];
     x.o = o;
-    x.tty = isatty(2) && !o->json;
+    x.progress = progress;
+    x.pctx = pctx;
+    x.res = res;
     ladder_cell_name(l, ci, x.name, sizeof x.name);
+    struct run_event ev = {.kind = RUN_EV_CELL_STARTED, .cell = x.name,
+                           .model = l->models[x.c->model].id};
+    emit(progress, pctx, &ev);
     const struct ladder_model *lm = &l->models[x.c->model];
     char started[32], finished[32];
     identity_utc_now(started);
@@ -417,10 +389,8 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
         static const char *const names[] = {"capability", "parity", "golden", "throughput",
                                             "falsify"};
         for (int gi = 0; gi < 5; gi++) {
-            struct ticker tk;
-            ticker_start(&tk, x.tty, x.name, names[gi]);
+            gate_begin(&x, lm->id, names[gi], 0);
             json_t *row = fns[gi](&x);
-            ticker_stop(&tk);
             json_object_set_new(gates, names[gi], row);
         }
     }
@@ -480,50 +450,74 @@ static int host_matches(const struct ladder_host *h, struct gate_err *err)
     return 0;
 }
 
-int run_ladder(const struct run_options *o)
+/* Store payload (signed by key) for result row r and tell the caller; takes nothing. Returns 0
+ * or the store's status (r->store_error says why). */
+static int store_result(struct store *st, json_t *payload, const struct key_pair *key,
+                        struct run_cell_result *r, int *pass, run_progress_fn progress,
+                        void *pctx)
 {
     struct gate_err err = {0};
+    int64_t rid = 0;
+    int rc = 0;
+    const char *verdict = json_string_value(json_object_get(payload, "verdict"));
+    snprintf(r->verdict, sizeof r->verdict, "%s", verdict ? verdict : "?");
+    r->gates_json = json_incref(json_object_get(payload, "gates"));
+    if (faultsim_json_failures() > 0)
+        rc = err_set(&err, ERR_ENV, "out of memory while building the receipt: it may be"
+                     " missing numbers and is not signed");
+    if (!rc)
+        rc = store_append(st, payload, key, &rid, &err);
+    if (rc) {
+        snprintf(r->store_error, sizeof r->store_error, "%s", err.msg);
+        *pass = 0;
+    } else {
+        r->receipt_id = rid;
+    }
+    r->pass = *pass;
+    struct run_event ev = {.kind = RUN_EV_RECEIPT, .cell = r->name, .verdict = r->verdict,
+                           .is_anchor = r->is_anchor, .receipt_id = r->receipt_id,
+                           .error = rc ? r->store_error : NULL};
+    emit(progress, pctx, &ev);
+    return rc;
+}
+
+int run_ladder(const struct run_options *o, run_progress_fn progress, void *pctx,
+               struct run_result *out, struct gate_err *err)
+{
     struct ladder *l = NULL;
     struct store *st = NULL;
     struct key_pair key;
     struct identity id;
-    int rc, exit_code = 0, n_run = 0, n_pass = 0;
-    json_t *results = json_array();
+    struct gate_err why = {0};
+    int rc = 0, store_rc = 0;
     memset(&key, 0, sizeof key);
-    if ((rc = ladder_load(&l, o->ladder, &err)) || (rc = ladder_check_runnable(l, &err)) ||
-        (rc = ladder_check_files(l, &err))) {
-        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
+    memset(out, 0, sizeof *out);
+    if ((rc = ladder_load(&l, o->ladder, err)) || (rc = ladder_check_runnable(l, err)) ||
+        (rc = ladder_check_files(l, err)))
         goto out;
-    }
     const char *host = o->host ? o->host : getenv("GATE_HOST");
     if (!host || !*host) {
-        exit_code = cli_fail(2, "run: which host is this? pass --host ID or set GATE_HOST");
+        rc = err_set(err, ERR_INPUT, "run: which host is this? pass --host ID or set GATE_HOST");
         goto out;
     }
     int hi = ladder_find_host(l, host);
     if (hi < 0) {
-        exit_code = cli_fail(2, "run: host '%s' is not defined in %s", host, o->ladder);
+        rc = err_set(err, ERR_INPUT, "run: host '%s' is not defined in %s", host, o->ladder);
         goto out;
     }
     /* a goldens file without this model's entry would sign a FAIL: refuse before any receipt */
-    if ((rc = ladder_check_golden_entries(l, hi, &err))) {
-        exit_code = cli_fail(err_exit_code(rc), "run: %s", err.msg);
-        goto out;
-    }
-    if ((rc = host_matches(&l->hosts[hi], &err))) {
-        exit_code = cli_fail(err_exit_code(rc), "run: %s", err.msg);
+    if ((rc = ladder_check_golden_entries(l, hi, &why)) || (rc = host_matches(&l->hosts[hi], &why))) {
+        rc = err_set(err, rc, "run: %s", why.msg);
         goto out;
     }
     char keypath[1024];
     if (o->key)
         snprintf(keypath, sizeof keypath, "%s", o->key);
-    else if ((rc = key_default_path(host, keypath, sizeof keypath, &err))) {
-        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
+    else if ((rc = key_default_path(host, keypath, sizeof keypath, err)))
         goto out;
-    }
-    if ((rc = key_load(keypath, &key, &err))) {
-        exit_code = cli_fail(2, "run: %s (make one with: gate key gen --host %s -o %s)", err.msg,
-                             host, keypath);
+    if (key_load(keypath, &key, &why)) {
+        rc = err_set(err, ERR_INPUT, "run: %s (make one with: gate key gen --host %s -o %s)",
+                     why.msg, host, keypath);
         goto out;
     }
     int trusted = 0;
@@ -531,137 +525,109 @@ int run_ladder(const struct run_options *o)
         trusted |= !memcmp(l->hosts[hi].trust[t], key.pk, 32);
     if (!trusted) {
         /* refuse before running anything: receipts nobody will believe are wasted work */
-        exit_code = cli_fail(2, "run: key %s (%s) is not trusted for host '%s' by %s; add its"
-                             " public key to the host's trust list or use a trusted --key",
-                             key.id, keypath, host, o->ladder);
+        rc = err_set(err, ERR_INPUT, "run: key %s (%s) is not trusted for host '%s' by %s; add"
+                     " its public key to the host's trust list or use a trusted --key", key.id,
+                     keypath, host, o->ladder);
         goto out;
     }
-    if ((rc = identity_get(&id, &err))) {
-        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
+    if ((rc = identity_get(&id, err)))
         goto out;
-    }
-    if (id.git_dirty)
-        fprintf(stderr, "gate: WARNING: this binary was built from a tree with uncommitted"
-                " changes; its receipts never count for a release\n");
-    if ((rc = store_open(&st, o->db ? o->db : "receipts.db", &err))) {
-        exit_code = cli_fail(err_exit_code(rc), "%s", err.msg);
+    if ((rc = store_open(&st, o->db ? o->db : "receipts.db", err)))
         goto out;
-    }
-    if (!o->json)
-        fprintf(stderr, "gate run: ladder %s (%s %s), host %s, build %.12s%s\n", o->ladder,
-                l->name, l->version, host, id.git_commit, id.git_dirty ? " (dirty)" : "");
+    struct run_event started = {.kind = RUN_EV_STARTED, .ladder_path = o->ladder,
+                                .ladder_name = l->name, .ladder_version = l->version,
+                                .host = host, .git_commit = id.git_commit,
+                                .git_dirty = id.git_dirty};
+    emit(progress, pctx, &started);
+    /* one result row per cell of the host that --only selects, then one per anchor case */
+    int n_sel = 0;
     for (int i = 0; i < l->n_cells; i++) {
         char name[256];
         ladder_cell_name(l, i, name, sizeof name);
-        if (l->cells[i].host != hi || (o->only && fnmatch(o->only, name, 0) != 0))
+        n_sel += l->cells[i].host == hi && !(o->only && fnmatch(o->only, name, 0) != 0);
+    }
+    out->cells = calloc((size_t)(n_sel + (n_sel || !o->only ? l->n_anchors : 0)) + 1,
+                        sizeof *out->cells);
+    if (!out->cells) {
+        rc = err_set(err, ERR_ENV, "out of memory running %s", o->ladder);
+        goto out;
+    }
+    for (int i = 0; i < l->n_cells; i++) {
+        struct run_cell_result *r = &out->cells[out->n];
+        ladder_cell_name(l, i, r->name, sizeof r->name);
+        if (l->cells[i].host != hi || (o->only && fnmatch(o->only, r->name, 0) != 0))
             continue;
         int pass = 0;
-        json_t *payload = run_cell(l, i, o, &id, &pass);
-        int64_t rid = 0;
-        err_clear(&err);
-        const char *verdict = json_string_value(json_object_get(payload, "verdict"));
-        if (faultsim_json_failures() > 0)
-            err_set(&err, ERR_ENV, "out of memory while building the receipt: it may be"
-                    " missing numbers and is not signed");
-        int stored = !err.msg[0] && (rc = store_append(st, payload, &key, &rid, &err)) == 0;
-        if (!stored) {
-            fprintf(stderr, "gate: cannot store the receipt of %s: %s\n", name, err.msg);
-            exit_code = 3;
-            pass = 0;
-        }
-        n_run++;
-        n_pass += pass;
-        json_t *res = json_pack("{s:s, s:s, s:O}", "cell", name, "verdict", verdict, "gates",
-                                json_object_get(payload, "gates"));
-        json_object_set_new(res, "receipt", stored ? json_integer(rid) : json_null());
-        json_array_append_new(results, res);
-        if (!o->json) {
-            if (stored)
-                fprintf(stderr, "  %-36s => %s (receipt %" PRId64 ")\n", name, verdict, rid);
-            else
-                fprintf(stderr, "  %-36s => %s (NOT STORED: no receipt exists for this run)\n",
-                        name, verdict);
-        }
+        json_t *payload = run_cell(l, i, o, &id, progress, pctx, r, &pass);
+        int src = store_result(st, payload, &key, r, &pass, progress, pctx);
+        if (src && !store_rc)
+            store_rc = err_set(err, ERR_ENV, "cannot store the receipt of %s: %s", r->name,
+                               r->store_error);
+        out->n++;
+        out->n_pass += pass;
         json_decref(payload);
     }
     /* the judge on trial: every anchor case of the ladder, on this host, as its own receipt */
-    for (int ai = 0; ai < l->n_anchors && !(o->only && n_run == 0); ai++) {
-        char name[256];
-        snprintf(name, sizeof name, "anchor/%s/%s", l->anchors[ai].id, host);
+    for (int ai = 0; ai < l->n_anchors && !(o->only && out->n == 0); ai++) {
+        struct run_cell_result *r = &out->cells[out->n];
+        snprintf(r->name, sizeof r->name, "anchor/%s/%s", l->anchors[ai].id, host);
+        r->is_anchor = 1;
+        struct cell_ctx x;
+        memset(&x, 0, sizeof x);
+        snprintf(x.name, sizeof x.name, "%s", r->name);
+        x.progress = progress;
+        x.pctx = pctx;
+        x.res = r;
+        struct run_event ev = {.kind = RUN_EV_CELL_STARTED, .cell = r->name,
+                               .model = l->anchors[ai].id, .is_anchor = 1};
+        emit(progress, pctx, &ev);
+        gate_begin(&x, l->anchors[ai].id, "anchor", 1);
         int pass = 0;
         json_t *payload = run_anchor_payload(l, ai, hi, o->threads, &id, &pass);
-        const char *verdict = json_string_value(json_object_get(payload, "verdict"));
-        int64_t rid = 0;
-        err_clear(&err);
-        if (faultsim_json_failures() > 0)
-            err_set(&err, ERR_ENV, "out of memory while building the receipt: it may be"
-                    " missing numbers and is not signed");
-        int stored = !err.msg[0] && store_append(st, payload, &key, &rid, &err) == 0;
-        if (!stored) {
-            fprintf(stderr, "gate: cannot store the receipt of %s: %s\n", name, err.msg);
-            exit_code = 3;
-            pass = 0;
-        }
-        n_run++;
-        n_pass += pass;
-        if (!o->json) {
-            const char *why = json_string_value(json_object_get(
-                json_object_get(json_object_get(payload, "gates"), "anchor"), "reason"));
-            fprintf(stderr, "  %-36s %-11s %-6s %s\n", name, "anchor", verdict ? verdict : "?",
-                    why && !pass ? why : (l->anchors[ai].reference));
-            if (stored)
-                fprintf(stderr, "  %-36s => %s (receipt %" PRId64 ")\n", name, verdict, rid);
-        }
-        json_t *res = json_pack("{s:s, s:s, s:O}", "cell", name, "verdict", verdict ? verdict : "?",
-                                "gates", json_object_get(payload, "gates"));
-        json_object_set_new(res, "receipt", stored ? json_integer(rid) : json_null());
-        json_array_append_new(results, res);
+        gate_end(&x, l->anchors[ai].id, "anchor",
+                 json_object_get(json_object_get(payload, "gates"), "anchor"),
+                 l->anchors[ai].reference, 1);
+        int src = store_result(st, payload, &key, r, &pass, progress, pctx);
+        if (src && !store_rc)
+            store_rc = err_set(err, ERR_ENV, "cannot store the receipt of %s: %s", r->name,
+                               r->store_error);
+        out->n++;
+        out->n_pass += pass;
         json_decref(payload);
     }
-    /* a signed head record: a later check notices receipts deleted after this point */
-    if (n_run > 0) {
-        char head[65];
-        int64_t count = 0;
-        err_clear(&err);
-        if ((rc = store_write_head(st, &key, head, &count, &err))) {
-            fprintf(stderr, "gate: cannot write the head record: %s\n", err.msg);
-            exit_code = 3;
-        } else if (!o->json) {
-            fprintf(stderr, "chain head %s (%" PRId64 " receipts by key %s); keep it: gate"
-                    " release check --expect-head %s\n", head, count, key.id, head);
-        }
-    }
-    if (n_run == 0) {
-        exit_code = cli_fail(2, "run: no cell of host '%s'%s%s in %s", host,
-                             o->only ? " matches " : "", o->only ? o->only : "", o->ladder);
+    if (out->n == 0) {
+        rc = err_set(err, ERR_INPUT, "run: no cell of host '%s'%s%s in %s", host,
+                     o->only ? " matches " : "", o->only ? o->only : "", o->ladder);
         goto out;
     }
-    if (o->json) {
-        json_dumpf(results, stdout, JSON_INDENT(2));
-        printf("\n");
+    /* a signed head record: a later check notices receipts deleted after this point */
+    err_clear(&why);
+    struct run_event hev = {.kind = RUN_EV_HEAD, .key_id = key.id};
+    if (store_write_head(st, &key, out->head, &out->head_count, &why)) {
+        hev.error = why.msg;
+        if (!store_rc)
+            store_rc = err_set(err, ERR_ENV, "cannot write the head record: %s", why.msg);
     } else {
-        printf("\n%-40s %s\n", "cell", "verdict  capability parity golden throughput falsify");
-        for (size_t i = 0; i < json_array_size(results); i++) {
-            json_t *r = json_array_get(results, i), *gs = json_object_get(r, "gates");
-            printf("%-40s %-8s", json_string_value(json_object_get(r, "cell")),
-                   json_string_value(json_object_get(r, "verdict")));
-            static const char *const gn[] = {"capability", "parity", "golden", "throughput",
-                                             "falsify"};
-            for (int k = 0; k < 5; k++) {
-                const char *v =
-                    json_string_value(json_object_get(json_object_get(gs, gn[k]), "verdict"));
-                printf(" %-*s", (int)strlen(gn[k]), v ? v : "-");
-            }
-            printf("\n");
-        }
-        printf("%d of %d passed (cells and anchor cases)\n", n_pass, n_run);
+        out->head_written = 1;
+        snprintf(out->key_id, sizeof out->key_id, "%s", key.id);
+        hev.head = out->head;
+        hev.head_count = out->head_count;
     }
-    if (!exit_code)
-        exit_code = n_pass == n_run ? 0 : 1;
+    emit(progress, pctx, &hev);
+    rc = store_rc;
 out:
-    json_decref(results);
     store_close(st);
     key_wipe(&key);
     ladder_free(l);
-    return exit_code;
+    return rc;
+}
+
+void run_result_free(struct run_result *out)
+{
+    if (!out)
+        return;
+    for (int i = 0; out->cells && i < out->n; i++)
+        json_decref(out->cells[i].gates_json);
+    free(out->cells);
+    memset(out, 0, sizeof *out);
 }

@@ -1,8 +1,24 @@
-/* run.h — the cell runner (`gate run`) and the release check (`gate release check`). */
+/* run.h — the cell runner (`gate run`) and the release check (`gate release check`) as a core
+ * that returns data: statuses are ERR_* codes (base/err.h), results are structs, progress goes
+ * through a callback. Nothing here prints, exits or knows about the CLI; the commands in
+ * cli/cmd_run.c and cli/report.c draw the progress, the tables and the matrix and map statuses
+ * to exit codes (STYLE.md "Core returns, the CLI prints").
+ * Start reading: run_ladder(), then release_evaluate().
+ */
 #ifndef GATE_RUN_H
 #define GATE_RUN_H
 
+#include <stdint.h>
 #include <stdio.h>
+
+#include "base/err.h"
+
+struct identity;
+struct key_pair;
+struct ladder;
+struct store;
+
+/* ---- gate run (harness/run.c) ---------------------------------------------------------------- */
 
 struct run_options {
     const char *ladder;
@@ -11,11 +27,90 @@ struct run_options {
     const char *key;   /* default ~/.config/gate/keys/<host>.key */
     const char *only;  /* fnmatch pattern over "model/host/mode"; NULL = all */
     int threads;       /* 0 = all cores */
-    int json;          /* machine-readable results on stdout */
+    int json;          /* machine-readable results on stdout (read by the command, not the core) */
 };
 
-/* Run every cell of the host; one signed receipt per cell. Returns the exit code. */
-int run_ladder(const struct run_options *o);
+enum run_event_kind {
+    RUN_EV_STARTED,        /* ladder, host, build identity known; the store is open */
+    RUN_EV_SYNTH,          /* a synth: model is being written: done/total bytes, tensor i of n */
+    RUN_EV_CELL_STARTED,   /* a cell (or anchor case) begins */
+    RUN_EV_GATE_STARTED,   /* a gate of the cell begins */
+    RUN_EV_GATE_FINISHED,  /* a gate's row is ready: verdict, one-line summary, seconds */
+    RUN_EV_RECEIPT,        /* the cell's receipt was stored (receipt_id) or not (error) */
+    RUN_EV_HEAD,           /* the signed head record was written (head, head_count) or not */
+};
+
+/* One progress report. Every pointer is borrowed for the duration of the callback only. */
+struct run_event {
+    enum run_event_kind kind;
+    const char *cell;     /* "model/host/mode" or "anchor/<id>/<host>"; NULL for STARTED, HEAD */
+    const char *model;    /* the ladder model id (the anchor id for an anchor case) */
+    const char *gate;     /* GATE_*, GATE_FINISHED: the gate's name */
+    const char *verdict;  /* GATE_FINISHED, RECEIPT: "PASS", "FAIL", "ERROR" */
+    const char *summary;  /* GATE_FINISHED: the key numbers on PASS, the reason otherwise */
+    double seconds;       /* GATE_FINISHED: how long the gate ran (monotonic clock); else 0 */
+    int is_anchor;        /* CELL_STARTED, GATE_*, RECEIPT: an anchor case */
+    int64_t receipt_id;   /* RECEIPT: the stored receipt's id; 0 when not stored */
+    const char *error;    /* RECEIPT, HEAD: why it was not stored / written; NULL on success */
+    /* STARTED */
+    const char *ladder_path, *ladder_name, *ladder_version, *host, *git_commit;
+    int git_dirty;
+    /* SYNTH: progress of tensor `tensor` of n_tensors; finished: the write ended (ok or not) */
+    uint64_t done, total;
+    int tensor, n_tensors, finished;
+    /* HEAD */
+    const char *head, *key_id;
+    int64_t head_count;
+};
+
+typedef void (*run_progress_fn)(void *ctx, const struct run_event *ev);
+
+/* One gate of one run cell, in run order. */
+struct run_gate {
+    char name[24];
+    char verdict[8];    /* "PASS", "FAIL", "ERROR" */
+    char summary[512];  /* as in the GATE_FINISHED event */
+};
+
+/* One cell (or anchor case) that ran. */
+struct run_cell_result {
+    char name[256];         /* as in run_event.cell */
+    int is_anchor;
+    char verdict[8];        /* the receipt's overall verdict */
+    int pass;               /* 1 only for PASS with the receipt stored */
+    int64_t receipt_id;     /* 0: no receipt exists for this run (store_error says why) */
+    char store_error[1024]; /* "" when stored */
+    struct run_gate gates[8];
+    int n_gates;
+    struct json_t *gates_json; /* the receipt's "gates" object (owned; NULL out of memory) */
+};
+
+struct run_result {
+    struct run_cell_result *cells; /* n, cells first then anchor cases, in run order (owned) */
+    int n, n_pass;
+    int head_written;              /* the signed head record */
+    char head[65];
+    int64_t head_count;
+    char key_id[80];
+};
+
+/* Run every cell of the host named by o (o->host, else $GATE_HOST) through every gate, then
+ * every anchor case of the ladder (unless --only matched no cell), and store one signed receipt
+ * each; then write the signed head record. progress (may be NULL) hears every step; ctx is
+ * passed through. out (zeroed here; free with run_result_free) gets one row per cell run, also
+ * when the status is not 0.
+ * Returns 0 when every receipt and the head were stored (cells may still have FAILed: see
+ * out->n_pass); ERR_INPUT for a ladder, host, key or --only problem (nothing ran; err says
+ * which, prefixed "run: " where the command is the subject); ERR_ENV for an environment error
+ * (a declared GPU missing or different, a store that cannot be opened, a receipt or the head
+ * that could not be written — then out->n > 0 and the events already named it). */
+int run_ladder(const struct run_options *o, run_progress_fn progress, void *ctx,
+               struct run_result *out, struct gate_err *err);
+
+/* Free what out owns; out may be NULL or zeroed. */
+void run_result_free(struct run_result *out);
+
+/* ---- gate release check (harness/release.c) ------------------------------------------------- */
 
 struct release_options {
     const char *ladder;
@@ -24,18 +119,85 @@ struct release_options {
     const char *expect_head; /* a chain head hash (from a CI log): the store must still hold it */
 };
 
-/* Check a release as release_options say, printing to out, judging receipts against `self` as
- * this build's identity (NULL: the running binary's). Returns the exit code (0 only when every
- * required cell and anchor case is PASS). */
-struct identity;
+/* The state of one row of the release, worst first is not implied; names by
+ * release_state_name(): PASS FAIL FLAKY ERROR MISSING STALE UNTRUSTED TAMPERED EXCLUDED. */
+enum release_state {
+    RELEASE_PASS,
+    RELEASE_FAIL,
+    RELEASE_FLAKY,
+    RELEASE_ERROR,
+    RELEASE_MISSING,
+    RELEASE_STALE,
+    RELEASE_UNTRUSTED,
+    RELEASE_TAMPERED,
+    RELEASE_EXCLUDED,
+};
+
+enum release_row_kind { RELEASE_ROW_CELL, RELEASE_ROW_EXCLUDED, RELEASE_ROW_ANCHOR };
+
+#define RELEASE_MAX_PASS_IDS 64
+
+/* One row of the release: a required cell, an excluded cell or an anchor case. */
+struct release_row {
+    enum release_row_kind kind;
+    int index;             /* into the ladder's cells[], excluded[] or anchors[] */
+    char name[256];        /* "model/host/mode", or the anchor id */
+    enum release_state state;
+    int64_t blocking_id;   /* the receipt that decides a non-PASS state (the first FAIL, ERROR,
+                            * UNTRUSTED or STALE one; the bad row for TAMPERED); 0: none */
+    char reason[700];      /* why the row is not PASS ("" for PASS and EXCLUDED); may quote
+                            * receipt-borne strings unescaped: print it through cli_safe() */
+    int64_t pass_ids[RELEASE_MAX_PASS_IDS]; /* the PASS receipts counted, in store order */
+    int n_pass_ids;
+    int n_pass, n_fail, n_error, n_stale, n_untrusted; /* receipts of each kind for the row */
+    char disagree[512];    /* "" or the first receipt whose recorded verdict its numbers
+                            * contradict (a warning; the re-judged verdict is what counts) */
+};
+
+struct release_result {
+    struct release_row *cells, *excluded, *anchors; /* ladder order (owned) */
+    int n_cells, n_excluded, n_anchors;
+    int n_receipts;           /* receipts in the store */
+    char store_problem[400];  /* "" or why no receipt of this store can be believed (every row
+                               * is then TAMPERED with this reason) */
+    int64_t store_problem_id; /* the receipt that fails verification, 0 when none or a head */
+    int n_bad_cells;          /* required cells not PASS + excluded cells not EXCLUDED */
+    int n_bad_anchors;        /* anchor cases not PASS */
+    int dirty;                /* the checking binary is not a clean build: nothing can count */
+    int ok;                   /* 1 only when nothing blocks: the release may be signed */
+};
+
+/* The name of a state ("PASS", ...). */
+const char *release_state_name(enum release_state s);
+
+/* Judge the release of ladder l from the receipts of st (opened by the caller, read-only is
+ * enough) for the build self: audit the whole store, sort every receipt to its row, re-judge
+ * its gates through the gate table with the ladder's settings, decide each row's state (the
+ * header of harness/release.c says how). o->expect_head, when set, must still be in st. out is
+ * zeroed here and filled (free with release_result_free) whenever the status is 0.
+ * Returns 0 when the check ran, whatever it decided (see out->ok); ERR_ENV out of memory or a
+ * store that cannot be read; ERR_INPUT a malformed expect_head is reported as a store problem,
+ * not an error. */
+int release_evaluate(const struct ladder *l, struct store *st, const struct identity *self,
+                     const struct release_options *o, struct release_result *out,
+                     struct gate_err *err);
+
+/* Free what r owns; r may be NULL or zeroed. */
+void release_result_free(struct release_result *r);
+
+/* The sign-off: when r->ok, append to st (opened read-write) a sign-off signed by k naming every
+ * cell's and anchor's PASS receipts, the excluded cells with their reasons and the unanchored
+ * architectures, then a signed head record; head (65 bytes) and *count receive the chain head
+ * it names. ERR_RUNTIME when the release is blocked (nothing written); ERR_ENV / ERR_INPUT from
+ * the store. */
+int release_sign(const struct ladder *l, struct store *st, const struct identity *self,
+                 const struct release_result *r, const struct key_pair *k, char head[65],
+                 int64_t *count, struct gate_err *err);
+
+/* The whole `gate release check` as the command runs it, printing to out: defined in the
+ * command layer (cli/report.c), declared here for callers written before the split
+ * (tests/test_broken_twin.c). Returns the process exit code. New code calls release_evaluate(). */
 int release_check_opts(FILE *out, const struct release_options *o, const struct identity *self);
-
-/* Check a release; sign_key may be NULL. Returns the exit code (0 only when all PASS). */
-int release_check(const char *ladder, const char *db, const char *sign_key);
-
-/* The same, printing to out, judging receipts against `self` as this build's identity (NULL:
- * the running binary's). Tests use self to stand for a clean build; the CLI never does. */
-struct identity;
 int release_check_to(FILE *out, const char *ladder, const char *db, const char *sign_key,
                      const struct identity *self);
 
