@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "oracles/falsify.h"
@@ -238,6 +240,56 @@ static int apply_scope(struct fault_set *fs, const char *layers, const char *pos
     return 0;
 }
 
+/* ---- sweep progress (issue 16: a sweep on a real model ran 15 silent minutes) ------------- */
+
+struct sweep_progress {
+    int tty;
+    int last_decile;
+    double t0;
+};
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void fmt_duration(char *buf, size_t n, double s)
+{
+    const long t = s < 0 || !isfinite(s) ? 0 : (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* falsify_progress_fn for `gate falsify --sweep`, on stderr: on a terminal one redrawn line
+ * (done/total, percent, elapsed, estimate left); otherwise a plain line at the start and at
+ * every tenth of the runs, so a log shows progress without a line per run. */
+static void sweep_progress(void *ctx, int done, int total)
+{
+    struct sweep_progress *p = ctx;
+    const double el = mono_s() - p->t0, frac = total > 0 ? (double)done / total : 1.0;
+    char elapsed[32], left[32] = "?";
+    fmt_duration(elapsed, sizeof elapsed, el);
+    if (done > 0)
+        fmt_duration(left, sizeof left, el / done * (total - done));
+    if (p->tty) {
+        fprintf(stderr, "\r  sweep: %d/%d parity runs (%5.1f%%), %s elapsed, about %s left  ",
+                done, total, 100.0 * frac, elapsed, left);
+        if (done == total)
+            fputc('\n', stderr);
+        return;
+    }
+    const int decile = (int)(frac * 10);
+    if (done == 0 || decile > p->last_decile) {
+        p->last_decile = decile;
+        fprintf(stderr, "gate falsify: sweep %d/%d parity runs (%.0f%%), %s elapsed, about %s"
+                " left\n", done, total, 100.0 * frac, elapsed, left);
+    }
+}
+
 int cmd_falsify(int argc, char **argv)
 {
     struct common c = {0};
@@ -310,8 +362,9 @@ int cmd_falsify(int argc, char **argv)
     if (!rc)
         rc = apply_scope(&fs, layers, positions, &err);
     fc.parity = c.cfg;
+    struct sweep_progress sp = {isatty(2), 0, mono_s()};
     if (!rc && sweep)
-        rc = falsify_sweep(m, &mode, &fs, ids, n, &fc, c.threads, &sr, &err);
+        rc = falsify_sweep(m, &mode, &fs, ids, n, &fc, c.threads, sweep_progress, &sp, &sr, &err);
     else if (!rc)
         rc = falsify_run(m, &mode, &fs, ids, n, &fc, c.threads, &fr, &err);
     if (rc) {

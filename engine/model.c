@@ -18,6 +18,11 @@ const char *model_arch_name(enum model_arch a)
     return a == MODEL_ARCH_QWEN3MOE ? "qwen3moe" : "qwen3";
 }
 
+int model_has_qk_norm(const struct model *m)
+{
+    return m->hp.has_qk_norm;
+}
+
 /* Read {arch}.suffix as UINT32; absent -> *out = def (or an error when required). */
 static int get_u32(const struct gguf_file *f, const char *arch, const char *suffix, int required,
                    uint32_t def, uint32_t *out, struct gate_err *err)
@@ -66,6 +71,7 @@ static int load_hparams(const struct gguf_file *f, struct model_hparams *hp, str
                      " qwen3moe)", f->path, arch);
         goto out;
     }
+    hp->has_qk_norm = 1; /* both Qwen3 architectures normalize Q and K per head */
     uint32_t key_len, val_len, n_rot;
     if ((rc = get_u32(f, arch, "context_length", 1, 0, &hp->n_ctx_train, err)) ||
         (rc = get_u32(f, arch, "embedding_length", 1, 0, &hp->n_embd, err)) ||
@@ -221,8 +227,10 @@ static int bind_layer(const struct gguf_file *f, const struct model_hparams *hp,
     BIND(wk, "attn_k.weight", 2, "[n_embd, n_head_kv*head_dim]", E, kvd);
     BIND(wv, "attn_v.weight", 2, "[n_embd, n_head_kv*head_dim]", E, kvd);
     BIND(wo, "attn_output.weight", 2, "[n_head*head_dim, n_embd]", qd, E);
-    BIND(q_norm, "attn_q_norm.weight", 1, "[head_dim]", hd);
-    BIND(k_norm, "attn_k_norm.weight", 1, "[head_dim]", hd);
+    if (hp->has_qk_norm) {
+        BIND(q_norm, "attn_q_norm.weight", 1, "[head_dim]", hd);
+        BIND(k_norm, "attn_k_norm.weight", 1, "[head_dim]", hd);
+    }
     BIND(ffn_norm, "ffn_norm.weight", 1, "[n_embd]", E);
     if (hp->arch == MODEL_ARCH_QWEN3) {
         const int64_t F = hp->n_ff;

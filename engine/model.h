@@ -39,6 +39,8 @@ struct model_hparams {
     uint32_t n_ff_exp;      /* Fe: expert FFN width (qwen3moe) */
     float eps;              /* RMSNorm epsilon */
     float rope_base;        /* RoPE frequency base */
+    int has_qk_norm;        /* per-head Q/K RMSNorm (attn_q_norm / attn_k_norm): set by the
+                               architecture's binding; ask model_has_qk_norm() */
 };
 
 /* One weight as stored: `rows` rows of `cols` elements (cols = ne[0], contiguous), each row
@@ -106,6 +108,12 @@ static inline const void *model_row(const struct model_weight *w, int64_t r)
 }
 
 const char *model_arch_name(enum model_arch a);
+
+/* Capabilities: code asks these, never the architecture's name, so a third architecture is its
+ * binding in model.c plus its forward. MoE is hp.n_expert > 0. model_has_qk_norm: 1 when every
+ * layer's q_norm / k_norm (head_dim) is bound and the forward applies it (qwen3, qwen3moe);
+ * the skip_qk_norm fault applies only then. */
+int model_has_qk_norm(const struct model *m);
 
 #ifdef __cplusplus
 }

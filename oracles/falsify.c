@@ -54,6 +54,11 @@ int falsify_check_floor(const struct parity_config *p, struct gate_err *err)
 void falsify_default_faults(const struct model *m, struct fault_set *out)
 {
     fault_default_set(m->hp.n_expert > 0, out); /* the fault kind table's default column */
+    int k = 0;
+    for (int i = 0; i < out->n; i++) /* skip_qk_norm only where there is a Q/K norm to skip */
+        if (out->f[i].kind != FAULT_SKIP_QK_NORM || model_has_qk_norm(m))
+            out->f[k++] = out->f[i];
+    out->n = k;
 }
 
 static int check_faults(const struct model *m, const struct fault_set *faults,
@@ -63,6 +68,10 @@ static int check_faults(const struct model *m, const struct fault_set *faults,
     if (!faults || faults->n == 0)
         return err_set(err, ERR_INPUT, "falsify needs at least one fault (an empty list proves"
                        " nothing)");
+    for (int i = 0; i < faults->n; i++)
+        if (faults->f[i].kind == FAULT_SKIP_QK_NORM && !model_has_qk_norm(m))
+            return err_set(err, ERR_INPUT, "fault 'skip_qk_norm' cannot apply: this %s model has"
+                           " no per-head Q/K norm", model_arch_name(hp->arch));
     return fault_validate(faults, (int)hp->n_layer, hp->n_expert > 0,
                           (int)hp->n_expert_used, err);
 }
@@ -598,8 +607,10 @@ static struct falsify_sweep_point point_of(int layer, int pos, const struct pari
 
 int falsify_sweep(const struct model *m, const struct mode *mode, const struct fault_set *kinds,
                   const int32_t *tokens, int n, const struct falsify_config *cfg, int n_threads,
-                  struct falsify_sweep_result *out, struct gate_err *err)
+                  falsify_progress_fn progress, void *ctx, struct falsify_sweep_result *out,
+                  struct gate_err *err)
 {
+    int done_runs = 0, total_runs = 0;
     struct parity_session *s = NULL;
     struct parity_result r = {0};
     memset(out, 0, sizeof *out);
@@ -618,6 +629,16 @@ int falsify_sweep(const struct model *m, const struct mode *mode, const struct f
     out->pos_lo = INT_MAX;
     out->pos_hi = -1;
     out->noise_min_cosine = 1.0;
+    total_runs = cfg->n_clean;
+    for (int ki = 0; ki < kinds->n; ki++) {
+        const struct fault_spec *f = &kinds->f[ki];
+        const int nl = min_i(f->layer_hi, out->n_layer - 1) - f->layer_lo + 1;
+        const int np = min_i(f->pos_hi, out->n_pos - 1) - f->pos_lo + 1;
+        if (nl > 0 && np > 0)
+            total_runs += nl * np;
+    }
+    if (progress)
+        progress(ctx, 0, total_runs);
     /* the noise ceiling: the clean mode, N times */
     out->n_clean = cfg->n_clean;
     for (int i = 0; i < cfg->n_clean; i++) {
@@ -635,6 +656,8 @@ int falsify_sweep(const struct model *m, const struct mode *mode, const struct f
         out->noise_wrong += r.n_wrong + r.n_nonfinite;
         out->threshold_in_noise |= !r.pass;
         parity_result_free(&r);
+        if (progress)
+            progress(ctx, ++done_runs, total_runs);
     }
     out->weakest_severity = INFINITY;
     out->n_kinds = kinds->n;
@@ -676,6 +699,8 @@ int falsify_sweep(const struct model *m, const struct mode *mode, const struct f
                         K->escapes[K->n_escapes_listed++] = pt;
                 }
                 parity_result_free(&r);
+                if (progress)
+                    progress(ctx, ++done_runs, total_runs);
             }
         const int fired = K->n_injected - K->n_not_fired;
         K->detection_rate = fired ? (double)K->n_detected / fired : NAN;

@@ -171,18 +171,27 @@ struct falsify_sweep_result {
     char warning[512];
 };
 
+/* Progress of falsify_sweep: `done` of `total` parity runs finished (total = n_clean + the sum
+ * over kinds of layers x positions in scope; it is known before the first run, which reports
+ * done = 0). Called from the sweeping thread; the core prints nothing itself. */
+typedef void (*falsify_progress_fn)(void *ctx, int done, int total);
+
 /* For each spec in kinds (kind, rank; its layer/position scopes, when given, bound the sweep;
  * the defaults mean every layer and every position), inject it at one layer × one position at
- * a time, judge each run, and run the clean mode cfg->n_clean times for the noise ceiling. */
+ * a time, judge each run, and run the clean mode cfg->n_clean times for the noise ceiling.
+ * Cost: n_clean + layers x positions x kinds parity runs of the mode (each a full sequence).
+ * progress (may be NULL) is called with ctx before the first run and after each one. */
 int falsify_sweep(const struct model *m, const struct mode *mode, const struct fault_set *kinds,
                   const int32_t *tokens, int n, const struct falsify_config *cfg, int n_threads,
-                  struct falsify_sweep_result *out, struct gate_err *err);
+                  falsify_progress_fn progress, void *ctx, struct falsify_sweep_result *out,
+                  struct gate_err *err);
 
 json_t *falsify_sweep_json(const struct falsify_sweep_result *r);
 void falsify_sweep_print(FILE *f, const struct falsify_sweep_result *r);
 
 /* The faults that apply to a model (DESIGN.md settled question 4): the three routing faults
- * and skip_qk_norm on MoE, skip_qk_norm alone on dense. */
+ * and skip_qk_norm on MoE, skip_qk_norm alone on dense; skip_qk_norm only where
+ * model_has_qk_norm(m). */
 void falsify_default_faults(const struct model *m, struct fault_set *out);
 
 #ifdef __cplusplus

@@ -36,6 +36,25 @@ static const int32_t *seq64(void)
     return ids;
 }
 
+/* Records falsify_sweep's progress calls. */
+struct progress_log {
+    int calls, first_done, last_done, total, monotone;
+};
+
+static void log_progress(void *ctx, int done, int total)
+{
+    struct progress_log *p = ctx;
+    if (p->calls == 0) {
+        p->first_done = done;
+        p->monotone = 1;
+    } else if (done != p->last_done + 1 || total != p->total) {
+        p->monotone = 0;
+    }
+    p->calls++;
+    p->last_done = done;
+    p->total = total;
+}
+
 static struct mode ref_mode(const char *text)
 {
     struct mode m;
@@ -129,7 +148,16 @@ Test(falsify, single_layer_single_position_rejected_or_reported)
         ks.f[i].pos_hi = 5;
     cfg.n_clean = asan ? 1 : 2;
     struct falsify_sweep_result s;
-    cr_assert_eq(falsify_sweep(m, &mode, &ks, seq64(), 64, &cfg, 2, &s, &err), 0, "%s", err.msg);
+    struct progress_log pl = {0};
+    cr_assert_eq(falsify_sweep(m, &mode, &ks, seq64(), 64, &cfg, 2, log_progress, &pl, &s, &err),
+                 0, "%s", err.msg);
+    /* progress: known up front, one call per parity run, the cost formula n_clean + layers x
+     * positions x kinds (the tiny model has 2 layers; each kind is scoped to 1 or 2 positions) */
+    const int want_total = cfg.n_clean + (int)m->hp.n_layer * (asan ? 1 : 2) * 4;
+    cr_expect_eq(pl.calls, want_total + 1, "%d progress calls", pl.calls);
+    cr_expect(pl.first_done == 0 && pl.last_done == want_total && pl.total == want_total &&
+                  pl.monotone, "progress %d..%d of %d (want 0..%d)", pl.first_done, pl.last_done,
+              pl.total, want_total);
     cr_expect_eq(s.n_clean, asan ? 1 : 2);
     cr_expect_eq(s.noise_severity, 0.0); /* ref.decode reproduces the judge bit for bit */
     cr_expect(isinf(s.separation));
@@ -428,7 +456,8 @@ Test(falsify, full_sweep_with_a_loose_threshold_reports_escapes)
     const char *kinds[] = {"dropped_expert:layers=1,positions=20"};
     struct fault_set ks = faults_of(kinds, 1);
     struct falsify_sweep_result s;
-    cr_assert_eq(falsify_sweep(m, &mode, &ks, seq64(), 64, &cfg, 2, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(falsify_sweep(m, &mode, &ks, seq64(), 64, &cfg, 2, NULL, NULL, &s, &err), 0,
+                 "%s", err.msg);
     cr_expect_eq(s.k[0].n_escaped, 1);
     cr_expect(s.threshold_above_weakest);
     cr_expect_not(s.pass);
