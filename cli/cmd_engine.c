@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/atomic.h"
 #include "engine/backend.h"
 #include "engine/chat.h"
 #include "engine/gguf.h"
@@ -190,41 +191,18 @@ static const char EVAL_USAGE[] =
     "  Evaluates every position of the token ids in FILE (whitespace separated) in one forward\n"
     "  pass and writes float32 little-endian logits [n_pos][n_vocab] to OUT.f32.\n";
 
-/* Write data to path atomically: a mkostemp file (O_EXCL, unpredictable name, 0600) in path's
- * folder, fsync, rename; nothing is left behind on failure. Errors name path, never the temp. */
+/* Write data to path atomically (base/atomic.h: a temp file in path's folder, fsync, rename;
+ * nothing is left behind on failure or SIGINT/SIGTERM). Errors name path, never the temp. */
 static int write_all(const char *path, const void *data, size_t n, struct gate_err *err)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp)
-        return err_set(err, ERR_INPUT, "output path '%.200s...' is too long", path);
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0)
-        return err_set(err, ERR_ENV, "cannot create '%s': %s", path, strerror(errno));
-    const char *p = data;
-    size_t left = n;
-    int e = 0;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            e = w < 0 ? errno : EIO;
-            break;
-        }
-        p += w;
-        left -= (size_t)w;
-    }
-    if (!e && fsync(fd) != 0)
-        e = errno;
-    if (close(fd) != 0 && !e)
-        e = errno;
-    if (!e && rename(tmp, path) != 0)
-        e = errno;
-    if (e) {
-        unlink(tmp);
-        return err_set(err, ERR_ENV, "cannot write '%s': %s", path, strerror(e));
-    }
-    return 0;
+    struct atomic_file a = {0};
+    int rc = atomic_open(&a, path, 0644, err);
+    if (!rc)
+        rc = atomic_write(&a, data, n, err);
+    if (!rc)
+        rc = atomic_commit(&a, err);
+    atomic_abort(&a);
+    return rc;
 }
 
 int cmd_eval(int argc, char **argv)

@@ -5,13 +5,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/atomic.h"
 #include "gguf.h"
 #include "quant.h"
 
@@ -342,86 +342,18 @@ int gguf_writer_write_mem(struct gguf_writer *w, uint8_t **buf, size_t *size,
     return 0;
 }
 
-/* ---- interrupted writes leave nothing (issue 16) --------------------------------------------
- * While a file is being written, SIGINT and SIGTERM unlink its temp file, restore the previous
- * disposition and re-raise: the process ends as the signal says, and no half-written
- * "NAME.tmp.XXXXXX" stays behind (a synthesis of a real-shape model takes minutes; Ctrl-C is
- * the common way out). The handler uses only async-signal-safe calls (unlink, sigaction, raise).
- * One write at a time per process is covered (a nested or concurrent one keeps the outer
- * registration); the slot is cleared before the name is freed. */
-static const char *volatile interrupt_tmp;
-static struct sigaction interrupt_old_int, interrupt_old_term;
-static volatile sig_atomic_t interrupt_armed;
-
-static void interrupt_handler(int sig)
-{
-    const char *p = interrupt_tmp;
-    if (p)
-        unlink(p);
-    sigaction(sig, sig == SIGINT ? &interrupt_old_int : &interrupt_old_term, NULL);
-    raise(sig);
-}
-
-/* Register tmp for removal on SIGINT/SIGTERM; returns 1 when this call armed the handler. */
-static int interrupt_arm(const char *tmp)
-{
-    if (interrupt_armed)
-        return 0;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = interrupt_handler;
-    sigemptyset(&sa.sa_mask);
-    sigaddset(&sa.sa_mask, SIGINT);
-    sigaddset(&sa.sa_mask, SIGTERM);
-    interrupt_tmp = tmp;
-    interrupt_armed = 1;
-    sigaction(SIGINT, &sa, &interrupt_old_int);
-    sigaction(SIGTERM, &sa, &interrupt_old_term);
-    return 1;
-}
-
-static void interrupt_disarm(int armed)
-{
-    if (!armed)
-        return;
-    sigaction(SIGINT, &interrupt_old_int, NULL);
-    sigaction(SIGTERM, &interrupt_old_term, NULL);
-    interrupt_tmp = NULL;
-    interrupt_armed = 0;
-}
-
 int gguf_writer_write_file(struct gguf_writer *w, const char *path, struct gate_err *err)
 {
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 16);
-    if (!tmp)
-        return err_set(err, ERR_ENV, "out of memory");
-    snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
-    /* armed before the file exists, so no signal can fall between its creation and the handler;
-     * the handler's unlink of a name not yet created is harmless */
-    int armed = interrupt_arm(tmp);
-    int fd = mkostemp(tmp, O_CLOEXEC); /* O_EXCL, unpredictable name, mode 0600 */
-    if (fd < 0) {
-        int rc = err_set(err, ERR_ENV, "cannot create a file next to '%s': %s", path,
-                         strerror(errno));
-        interrupt_disarm(armed);
-        free(tmp);
-        return rc;
-    }
-    struct sink s = {.fd = fd, .mem = NULL, .name = path};
-    int rc = write_all(w, &s, err);
-    if (!rc && fchmod(fd, 0644) != 0)
-        rc = err_set(err, ERR_ENV, "cannot set the mode of '%s': %s", path, strerror(errno));
-    if (!rc && fsync(fd) != 0)
-        rc = err_set(err, ERR_ENV, "cannot write '%s': %s", path, strerror(errno));
-    if (close(fd) != 0 && !rc)
-        rc = err_set(err, ERR_ENV, "cannot write '%s': %s", path, strerror(errno));
-    if (!rc && rename(tmp, path) != 0)
-        rc = err_set(err, ERR_ENV, "cannot rename '%s' to '%s': %s", tmp, path,
-                     strerror(errno));
+    /* base/atomic.h: a temp file next to path, removed on failure and on SIGINT/SIGTERM (a
+     * real-shape synthesis takes minutes; Ctrl-C is the common way out), renamed into place */
+    struct atomic_file a;
+    int rc = atomic_open(&a, path, 0644, err);
     if (rc)
-        unlink(tmp);
-    interrupt_disarm(armed);
-    free(tmp);
+        return rc;
+    struct sink s = {.fd = a.fd, .mem = NULL, .name = path};
+    rc = write_all(w, &s, err);
+    if (!rc)
+        rc = atomic_commit(&a, err);
+    atomic_abort(&a);
     return rc;
 }

@@ -6,6 +6,7 @@
  */
 #include "oracles/golden.h"
 #include "engine/ref_ops.h"
+#include "base/atomic.h"
 
 #include <errno.h>
 #include <math.h>
@@ -234,25 +235,25 @@ static json_t *load_root(const char *path, struct gate_err *err)
     return root;
 }
 
-/* Write root to path atomically: a mkstemp file in path's folder, then rename over path. */
+/* Write root to path atomically (base/atomic.h: a temp file in path's folder, fsync, rename over
+ * path; removed on failure or SIGINT/SIGTERM). Mode 0644: a goldens file is shared and committed. */
 static int write_atomic(const char *path, const json_t *root, struct gate_err *err)
 {
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp)
-        return err_set(err, ERR_INPUT, "goldens path '%.80s...' is too long", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0)
-        return err_set(err, ERR_ENV, "cannot create a temporary file next to '%s': %s", path,
-                       strerror(errno));
+    struct atomic_file a = {0};
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
     int rc = 0;
-    if (json_dumpfd(root, fd, JSON_INDENT(2) | JSON_SORT_KEYS) || fsync(fd))
-        rc = err_set(err, ERR_ENV, "cannot write goldens '%s': %s", path, strerror(errno));
-    if (close(fd) && !rc)
-        rc = err_set(err, ERR_ENV, "cannot write goldens '%s': %s", path, strerror(errno));
-    if (!rc && rename(tmp, path))
-        rc = err_set(err, ERR_ENV, "cannot write goldens '%s': %s", path, strerror(errno));
-    if (rc)
-        unlink(tmp);
+    if (!text) {
+        rc = err_set(err, ERR_ENV, "cannot write goldens '%s': out of memory", path);
+        goto cleanup;
+    }
+    if ((rc = atomic_open(&a, path, 0644, err)))
+        goto cleanup;
+    if ((rc = atomic_write(&a, text, strlen(text), err)))
+        goto cleanup;
+    rc = atomic_commit(&a, err);
+cleanup:
+    atomic_abort(&a);
+    free(text);
     return rc;
 }
 

@@ -10,6 +10,8 @@
  */
 #include "receipts/key.h"
 
+#include "base/atomic.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
@@ -301,61 +303,22 @@ cleanup:
     return rc;
 }
 
-/* fsync the folder holding path, so a rename into it survives a crash. */
-static int sync_parent(const char *path)
-{
-    char buf[4200];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(buf, sizeof buf, ".");
-    else if (slash == path)
-        snprintf(buf, sizeof buf, "/");
-    else
-        snprintf(buf, sizeof buf, "%.*s", (int)(slash - path), path);
-    int fd = open(buf, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 int key_write_public(const char *path, const struct key_pair *k, struct gate_err *err)
 {
-    char tmp[4200], line[96];
-    int rc = 0, fd = -1, created = 0;
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp)
-        return err_set(err, ERR_INPUT, "public key path '%.100s...' is too long", path);
-    if ((rc = make_parents(path, err)))
+    /* base/atomic.h: O_EXCL under an unpredictable name in the same folder, so a symlink planted
+     * there cannot redirect the write; fsync'd, renamed over path, removed on any failure */
+    struct atomic_file a = {0};
+    char line[96];
+    int rc = make_parents(path, err);
+    if (rc)
         goto cleanup;
-    /* mkostemp: O_CREAT | O_EXCL under an unpredictable name, mode 0600 — a symlink planted in
-     * the folder cannot redirect the write */
-    fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0) {
-        rc = err_set(err, ERR_ENV, "cannot create a temporary file next to '%s': %s", path,
-                     strerror(errno));
+    if ((rc = atomic_open(&a, path, 0644, err)))
         goto cleanup;
-    }
-    created = 1;
     int len = snprintf(line, sizeof line, "%s\n", k->id);
-    ssize_t w = write(fd, line, (size_t)len);
-    if (w != len || fchmod(fd, 0644) != 0 || fsync(fd) != 0) {
-        rc = err_set(err, ERR_ENV, "cannot write '%s': %s", tmp,
-                     w >= 0 && w != len ? "short write" : strerror(errno));
+    if ((rc = atomic_write(&a, line, (size_t)len, err)))
         goto cleanup;
-    }
-    int c = close(fd);
-    fd = -1;
-    if (c != 0 || rename(tmp, path) != 0) {
-        rc = err_set(err, ERR_ENV, "cannot write public key file '%s': %s", path, strerror(errno));
-        goto cleanup;
-    }
-    created = 0;
-    sync_parent(path); /* best effort: the file itself is complete either way */
+    rc = atomic_commit(&a, err);
 cleanup:
-    if (fd >= 0)
-        close(fd);
-    if (created)
-        unlink(tmp);
+    atomic_abort(&a);
     return rc;
 }
