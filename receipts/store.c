@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/atomic.h"
 #include "receipts/receipt.h"
 
 #define STORE_BUSY_MS 10000
@@ -1343,28 +1344,21 @@ cleanup:
 
 int store_export(struct store *s, const char *path, struct gate_err *err)
 {
-    char tmp[1100];
+    struct atomic_file a = {0};
     struct export_ctx x = {0};
     struct walk w = {.s = s};
-    int rc = 0, fd = -1;
-    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp)
-        return err_set(err, ERR_INPUT, "export path '%.100s...' is too long", path);
-    /* mkstemp: O_CREAT|O_EXCL with a random name in the target folder, so the rename stays on
-     * one file system and no planted symlink is ever followed */
-    fd = mkstemp(tmp);
-    if (fd < 0) {
-        tmp[0] = '\0';
-        rc = err_set(err, ERR_ENV, "cannot create a temporary file next to '%s': %s", path,
-                     strerror(errno));
-        goto cleanup;
-    }
+    int rc = 0;
+    /* base/atomic.h: O_EXCL under a random name in the target folder, so the rename stays on one
+     * file system and no planted symlink is ever followed; removed on failure or SIGINT/SIGTERM.
+     * The export gets the mode an ordinary new file would (0666 less the umask). */
     mode_t mask = umask(0);
     umask(mask);
-    if (fchmod(fd, 0666 & ~mask) != 0 || !(x.f = fdopen(fd, "w"))) {
-        rc = err_set(err, ERR_ENV, "cannot write '%s': %s", tmp, strerror(errno));
+    if ((rc = atomic_open(&a, path, 0666 & ~mask, err)))
+        goto cleanup;
+    if (!(x.f = atomic_stream(&a, err))) {
+        rc = ERR_ENV;
         goto cleanup;
     }
-    fd = -1;
     /* receipts and head records from one read transaction: a consistent snapshot */
     if ((rc = exec(s, "BEGIN", "starting a read", err)))
         goto cleanup;
@@ -1374,27 +1368,17 @@ int store_export(struct store *s, const char *path, struct gate_err *err)
     if (rc && !x.failed)
         goto cleanup;
     errno = 0;
-    if (x.failed || fflush(x.f) != 0 || fsync(fileno(x.f)) != 0) {
-        rc = err_set(err, ERR_ENV, "cannot write '%s': %s", tmp,
+    if (x.failed) {
+        rc = err_set(err, ERR_ENV, "cannot write '%s': %s", path,
                      errno ? strerror(errno) : "out of memory");
         goto cleanup;
     }
-    int c = fclose(x.f);
-    x.f = NULL;
-    if (c != 0 || rename(tmp, path) != 0) {
-        rc = err_set(err, ERR_ENV, "cannot write '%s': %s", path, strerror(errno));
-        goto cleanup;
-    }
+    rc = atomic_commit(&a, err);
 cleanup:
     index_free(&w.ix);
     if (!sqlite3_get_autocommit(s->db))
         sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL);
-    if (x.f)
-        fclose(x.f);
-    if (fd >= 0)
-        close(fd);
-    if (rc && tmp[0])
-        unlink(tmp);
+    atomic_abort(&a);
     return rc;
 }
 
