@@ -1,5 +1,5 @@
 /* test_kernels.c — every CUDA kernel family against its CPU twin over its edge shapes
- * (harness/selftest.c defines the shapes, twins and tolerances once; `gate selftest` prints the
+ * (oracles/selftest.c defines the shapes, twins and tolerances once; `gate selftest` prints the
  * same checks as a table). Each test skips visibly, with the reason, when the host has no CUDA
  * device, and fails instead under GATE_REQUIRE_GPU=1 (tests/support/skip.h).
  */
