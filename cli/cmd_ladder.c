@@ -1,15 +1,26 @@
-/* cmd_ladder.c — `gate ladder check LADDER`: validate a ladder and print its expanded cells. */
+/* cmd_ladder.c — `gate ladder check LADDER`: validate a ladder and print its expanded cells.
+ *
+ * Each cell's parity line shows the positions it is really judged at: `parity.positions` for
+ * the decode and prefill paths, the chat conversation's length for chat cells (computed from
+ * the model when its file exists, else stated as known at run time).
+ */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
+#include "engine/model.h"
 #include "harness/ladder.h"
+#include "oracles/mode.h"
 
 static const char USAGE[] =
     "usage: gate ladder check LADDER.yaml\n"
     "  Validates the ladder strictly (unknown keys, wrong types, duplicates, undefined ids,\n"
     "  parity below 64 positions, faults that cannot apply, trust files outside the ladder's\n"
-    "  folder, sizes over the bounds) and prints every required cell with its gate settings,\n"
+    "  folder, sizes over the bounds) and prints every required cell with its gate settings\n"
+    "  (parity at the positions the cell is judged at: chat cells judge the whole chat\n"
+    "  conversation, whose length comes from the model when its file exists),\n"
     "  then every excluded cell with its reason, and the counts (\"5 required, 1 excluded\").\n"
     "  Exit 0 when valid, 2 with file:line:column when not.\n";
 
@@ -24,6 +35,49 @@ static void print_excluded(const struct ladder *l)
         printf("  %-40s EXCLUDED (line %d): %s\n", ladder_excluded_name(l, i, name, sizeof name),
                l->excluded[i].line, l->excluded[i].reason);
     }
+}
+
+/* The positions a chat cell of lm is judged at: the length of the chat conversation for that
+ * model (mode_chat_for_model), or -1 when it cannot be known now (a synth model not written to
+ * the cache yet, a file that does not load). */
+static int chat_positions(const struct ladder_model *lm)
+{
+    struct model *m = NULL;
+    struct gate_err err = {0};
+    int32_t *ids = NULL;
+    int *turn_ends = NULL;
+    int n = -1, n_turns = 0, fallback = 0;
+    if (!lm->path || access(lm->path, R_OK) != 0 || model_load(&m, lm->path, &err))
+        goto cleanup;
+    if (mode_chat_for_model(m, &ids, &n, &turn_ends, &n_turns, &fallback, &err))
+        n = -1;
+cleanup:
+    free(ids);
+    free(turn_ends);
+    model_free(m);
+    return n;
+}
+
+/* "parity N pos" as the cell is judged; chat[] caches chat_positions per model (-2 = not yet). */
+static void judged_positions(const struct ladder *l, const struct ladder_cell *c, int *chat,
+                             char *out, size_t n)
+{
+    struct mode md;
+    if (mode_parse(c->mode, &md, NULL) || md.path != MODE_CHAT) {
+        snprintf(out, n, "parity %d pos", c->g.positions);
+        return;
+    }
+    if (chat[c->model] == -2)
+        chat[c->model] = chat_positions(&l->models[c->model]);
+    if (chat[c->model] > 0)
+        snprintf(out, n, "parity %d pos (the chat conversation)", chat[c->model]);
+    else
+        snprintf(out, n, "parity at the chat conversation's length (known at run time)");
+}
+
+static const char *plural(int n)
+{
+    return n == 1 ? "" : "s";
 }
 
 int cmd_ladder(int argc, char **argv)
@@ -48,21 +102,30 @@ int cmd_ladder(int argc, char **argv)
         return cli_fail(err_exit_code(rc), "%s", err.msg);
     printf("ladder %s: release %s %s, sha256 %s\n", argv[2], l->name, l->version, l->sha256);
     printf("trusted keys sha256 %s\n", l->trust_sha256);
-    printf("%d models, %d hosts: %d required, %d excluded\n", l->n_models, l->n_hosts,
-           l->n_cells, l->n_excluded);
+    printf("%d model%s, %d host%s: %d required, %d excluded\n", l->n_models,
+           plural(l->n_models), l->n_hosts, plural(l->n_hosts), l->n_cells, l->n_excluded);
+    int *chat = malloc((size_t)(l->n_models ? l->n_models : 1) * sizeof *chat);
+    if (!chat) {
+        ladder_free(l);
+        return cli_fail(3, "out of memory");
+    }
+    for (int i = 0; i < l->n_models; i++)
+        chat[i] = -2;
     printf("required cells:\n");
     for (int i = 0; i < l->n_cells; i++) {
         const struct ladder_cell *c = &l->cells[i];
-        char name[256], faults[256] = "";
+        char name[256], faults[256] = "", pos[96];
         for (int k = 0; k < c->g.falsify.n; k++)
             snprintf(faults + strlen(faults), sizeof faults - strlen(faults), "%s%s",
                      k ? "," : "", fault_kind_name(c->g.falsify.f[k].kind));
-        printf("  %-40s parity %d pos cos>=%g kld<=%g/%g tie %g | golden %d tok | throughput"
+        judged_positions(l, c, chat, pos, sizeof pos);
+        printf("  %-40s %s cos>=%g kld<=%g/%g tie %g | golden %d tok | throughput"
                " %d runs >= %g/%g tok/s | falsify %s\n",
-               ladder_cell_name(l, i, name, sizeof name), c->g.positions, c->g.min_cosine,
+               ladder_cell_name(l, i, name, sizeof name), pos, c->g.min_cosine,
                c->g.max_mean_kld, c->g.max_kld, c->g.near_tie, c->g.golden_tokens, c->g.runs,
                c->g.min_prefill_tps, c->g.min_decode_tps, faults[0] ? faults : "(none)");
     }
+    free(chat);
     print_excluded(l);
     ladder_free(l);
     return 0;

@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include "harness/identity.h"
+#include "engine/model.h"
 #include "harness/ladder.h"
+#include "oracles/mode.h"
 #include "tests/support/check.h"
 
 static const char *data_ladder(const char *name)
@@ -597,6 +599,60 @@ Test(ladder_check, lists_excluded_cells_with_reasons_and_counts)
     cr_expect(strstr(text, "m/local/ref.prefill"), "%s", text);
     cr_expect(strstr(text, "EXCLUDED (line 11): prefill kernel not ready"), "%s", text);
     cr_expect(strstr(text, "trusted keys sha256 "), "%s", text);
+    free(text);
+}
+
+/* issue 16: the positions each cell is really judged at. Decode and prefill cells judge
+ * parity.positions; a chat cell judges the whole chat conversation, whose length comes from the
+ * model (mode_chat_for_model) when its file exists and is stated as known at run time when it
+ * does not (a synth model not written yet). Counts take their plurals ("1 host"). */
+Test(ladder_check, prints_the_positions_each_cell_is_judged_at)
+{
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
+    const char *yaml =
+        "release: {name: r, version: '1'}\n"
+        "models:\n  m: {path: m.gguf, sha256: "
+        "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3moe}\n"
+        "  s: {synth: {preset: tiny-dense, quant: Q4_K_M}, sha256: "
+        "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3}\n"
+        "hosts:\n  local: {device: none, trust: [" KEY1 "]}\n"
+        "modes: [ref.decode, ref.chat]\n"
+        "cells: [{models: [m, s], hosts: [local], modes: [ref.decode, ref.chat]}]\n"
+        "gates: {defaults: {parity: {positions: 64}}}\n"
+        "unanchored: {qwen3: \"t\", qwen3moe: \"t\"}\n";
+    const char *path = write_tmp("positions.yaml", yaml, strlen(yaml));
+    char cmd[3000], out[1200], model_path[1000];
+    snprintf(model_path, sizeof model_path, "%s/m.gguf", check_tmp_dir());
+    snprintf(cmd, sizeof cmd, "cp '%s/conformance/qwen3moe-tiny-q4_k_m/model.gguf' '%s'",
+             check_shared_dir(), model_path);
+    cr_assert_eq(system(cmd), 0);
+    /* the conversation's length for m, as the chat path's parity run computes it */
+    struct model *m = NULL;
+    struct gate_err err = {0};
+    int32_t *ids = NULL;
+    int *turn_ends = NULL, n = 0, n_turns = 0, fallback = 0;
+    cr_assert_eq(model_load(&m, model_path, &err), 0, "%s", err.msg);
+    cr_assert_eq(mode_chat_for_model(m, &ids, &n, &turn_ends, &n_turns, &fallback, &err), 0, "%s",
+                 err.msg);
+    free(ids);
+    free(turn_ends);
+    model_free(m);
+    cr_assert(n != 64);
+    snprintf(out, sizeof out, "%s/positions.out", check_tmp_dir());
+    snprintf(cmd, sizeof cmd, "'%s' ladder check '%s' >'%s' 2>&1", bin, path, out);
+    cr_assert_eq(system(cmd), 0, "gate ladder check failed (see %s)", out);
+    char *text = check_slurp_text(out);
+    char want[200];
+    cr_expect(strstr(text, "2 models, 1 host: 4 required, 0 excluded"), "%s", text);
+    cr_expect(strstr(text, "m/local/ref.decode                       parity 64 pos "), "%s", text);
+    snprintf(want, sizeof want, "m/local/ref.chat                         parity %d pos (the chat "
+             "conversation) ", n);
+    cr_expect(strstr(text, want), "want '%s' in:\n%s", want, text);
+    cr_expect(strstr(text, "s/local/ref.chat                         parity at the chat "
+                           "conversation's length (known at run time) "),
+              "%s", text);
+    cr_expect(!strstr(text, "ref.chat                         parity 64 pos"), "%s", text);
     free(text);
 }
 
