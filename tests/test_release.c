@@ -1,10 +1,13 @@
-/* test_release.c — the release check, one test per state (each asserting the exit code and the
- * reason printed), a fleet (two hosts, two keys, two databases, export -> import -> check), and
- * `gate run` end to end through the CLI.
+/* test_release.c — the release check, one test per state (each asserting, through
+ * release_evaluate(), the row's state, the receipt that blocks it and key words of its reason),
+ * a fleet (two hosts, two keys, two databases, export -> import -> check -> release_sign), one
+ * test of the printed report and exit codes (release_check_opts, the command layer), gate run
+ * in process (run_ladder's result rows and progress events), and `gate run` end to end through
+ * the CLI.
  *
  * Receipts for the state tests are built here from the documented payload schema and signed
  * through the store, and the check judges them against a stand-in clean build identity
- * (release_check_to's `self`), so the tests do not depend on whether this checkout is dirty.
+ * (release_evaluate's `self`), so the tests do not depend on whether this checkout is dirty.
  */
 #include <criterion/criterion.h>
 #include <sqlite3.h>
@@ -19,6 +22,7 @@
 #include "harness/identity.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
+#include "cli/report.h"
 #include "receipts/key.h"
 #include "receipts/store.h"
 #include "tests/support/check.h"
@@ -150,27 +154,53 @@ static void add(const char *db, const struct key_pair *k, int ci, struct fake fk
     ladder_free(l);
 }
 
-/* Run the check; return its exit code and leave its output in out (malloc'd). */
-static int check_release(const char *db, char **out)
+/* Evaluate the release of the test ladder from db as the build `self` (new result in r). */
+static void evaluate(const char *db, struct release_result *r)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    int rc = release_check_to(f, path_in("ladder.yaml"), db, NULL, &self);
-    fclose(f);
-    *out = buf;
-    return rc;
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    struct store *st = NULL;
+    struct release_options o = {.ladder = path_in("ladder.yaml"), .db = db};
+    cr_assert_eq(ladder_load(&l, o.ladder, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_open_readonly(&st, db, &err), 0, "%s", err.msg);
+    cr_assert_eq(release_evaluate(l, st, &self, &o, r, &err), 0, "%s", err.msg);
+    store_close(st);
+    ladder_free(l);
 }
 
-static void expect(const char *db, int code, const char *needle, const char *needle2)
+/* The row named name (a cell, an excluded cell or an anchor id), or NULL. */
+static const struct release_row *row_of(const struct release_result *r, const char *name)
 {
-    char *out = NULL;
-    int rc = check_release(db, &out);
-    cr_expect_eq(rc, code, "exit %d, expected %d:\n%s", rc, code, out);
-    cr_expect(strstr(out, needle), "output lacks \"%s\":\n%s", needle, out);
-    if (needle2)
-        cr_expect(strstr(out, needle2), "output lacks \"%s\":\n%s", needle2, out);
-    free(out);
+    for (int i = 0; i < r->n_cells; i++)
+        if (!strcmp(r->cells[i].name, name))
+            return &r->cells[i];
+    for (int i = 0; i < r->n_excluded; i++)
+        if (!strcmp(r->excluded[i].name, name))
+            return &r->excluded[i];
+    for (int i = 0; i < r->n_anchors; i++)
+        if (!strcmp(r->anchors[i].name, name))
+            return &r->anchors[i];
+    return NULL;
+}
+
+/* Evaluate db and expect row `name` in `state`, blocked by receipt `blocking` (0: none), its
+ * reason holding `words` (NULL: anything); the release is never OK. */
+static void expect_row(const char *db, const char *name, enum release_state state,
+                       int64_t blocking, const char *words)
+{
+    struct release_result r;
+    evaluate(db, &r);
+    const struct release_row *w = row_of(&r, name);
+    cr_assert(w, "no row %s", name);
+    cr_expect_eq(w->state, state, "%s is %s, expected %s (%s)", name,
+                 release_state_name(w->state), release_state_name(state), w->reason);
+    cr_expect_eq(w->blocking_id, blocking, "%s is blocked by receipt %lld, expected %lld (%s)",
+                 name, (long long)w->blocking_id, (long long)blocking, w->reason);
+    if (words)
+        cr_expect(strstr(w->reason, words), "%s: reason lacks \"%s\": %s", name, words,
+                  w->reason);
+    cr_expect_eq(r.ok, 0, "a release with %s %s must not be OK", name, release_state_name(state));
+    release_result_free(&r);
 }
 
 static void all_pass(const char *db)
@@ -183,14 +213,31 @@ static void all_pass(const char *db)
 Test(release, all_cells_pass_and_the_release_is_ok)
 {
     all_pass(path_in("r.db"));
-    expect(path_in("r.db"), 0, "RELEASE OK: all 3 required cells", NULL);
+    struct release_result r;
+    evaluate(path_in("r.db"), &r);
+    cr_expect_eq(r.ok, 1);
+    cr_expect_eq(r.n_cells, 3);
+    cr_expect_eq(r.n_bad_cells + r.n_bad_anchors, 0);
+    cr_expect_eq(r.n_receipts, 3);
+    cr_expect_str_empty(r.store_problem);
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(r.cells[i].state, RELEASE_PASS, "%s: %s", r.cells[i].name,
+                     r.cells[i].reason);
+        cr_expect_eq(r.cells[i].blocking_id, 0);
+        cr_expect_eq(r.cells[i].n_pass_ids, 1);
+        cr_expect_eq(r.cells[i].pass_ids[0], i + 1, "cell %d counts receipt %lld", i,
+                     (long long)r.cells[i].pass_ids[0]);
+    }
+    cr_expect_str_eq(r.cells[1].name, "moe/a/ref.chat");
+    release_result_free(&r);
 }
 
 Test(release, a_missing_cell_blocks)
 {
     add(path_in("r.db"), &key_a, 0, (struct fake){0});
     add(path_in("r.db"), &key_b, 2, (struct fake){0});
-    expect(path_in("r.db"), 1, "moe/a/ref.chat", "MISSING   no receipt for this build");
+    expect_row(path_in("r.db"), "moe/a/ref.chat", RELEASE_MISSING, 0, "no receipt for this build");
+    expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_PASS, 0, NULL);
 }
 
 Test(release, a_receipt_from_an_older_build_is_stale)
@@ -199,7 +246,7 @@ Test(release, a_receipt_from_an_older_build_is_stale)
     add(path_in("r2.db"), &key_a, 0, (struct fake){.commit = "0123456789"});
     add(path_in("r2.db"), &key_a, 1, (struct fake){0});
     add(path_in("r2.db"), &key_b, 2, (struct fake){0});
-    expect(path_in("r2.db"), 1, "STALE", "is for build 0123456789");
+    expect_row(path_in("r2.db"), "moe/a/ref.decode", RELEASE_STALE, 1, "is for build 0123456789");
 }
 
 Test(release, a_dirty_tree_receipt_never_counts)
@@ -207,7 +254,7 @@ Test(release, a_dirty_tree_receipt_never_counts)
     add(path_in("r.db"), &key_a, 0, (struct fake){.dirty = 1});
     add(path_in("r.db"), &key_a, 1, (struct fake){0});
     add(path_in("r.db"), &key_b, 2, (struct fake){0});
-    expect(path_in("r.db"), 1, "STALE", "built from a dirty tree");
+    expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_STALE, 1, "built from a dirty tree");
 }
 
 Test(release, another_model_digest_is_stale)
@@ -216,7 +263,7 @@ Test(release, another_model_digest_is_stale)
         (struct fake){.sha = "ab00000000000000000000000000000000000000000000000000000000000000"});
     add(path_in("r.db"), &key_a, 1, (struct fake){0});
     add(path_in("r.db"), &key_b, 2, (struct fake){0});
-    expect(path_in("r.db"), 1, "STALE", "is for model digest ab");
+    expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_STALE, 1, "is for model digest ab");
 }
 
 Test(release, a_payload_edited_in_the_database_is_tampered)
@@ -242,7 +289,9 @@ Test(release, a_payload_edited_in_the_database_is_tampered)
                  SQLITE_OK, "%s", msg);
     cr_assert_eq(sqlite3_changes(db), 1);
     sqlite3_close(db);
-    expect(path_in("r.db"), 1, "moe/a/ref.chat", "TAMPERED  receipt 2");
+    /* every row is TAMPERED, each naming the altered receipt */
+    expect_row(path_in("r.db"), "moe/a/ref.chat", RELEASE_TAMPERED, 2, "receipt 2");
+    expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_TAMPERED, 2, "receipt 2");
 }
 
 Test(release, a_receipt_signed_by_an_untrusted_key_is_untrusted)
@@ -250,7 +299,10 @@ Test(release, a_receipt_signed_by_an_untrusted_key_is_untrusted)
     add(path_in("r.db"), &key_a, 0, (struct fake){0});
     add(path_in("r.db"), &key_x, 1, (struct fake){0}); /* a key of host "a" the ladder never saw */
     add(path_in("r.db"), &key_a, 2, (struct fake){0}); /* host a's key signing for host b */
-    expect(path_in("r.db"), 1, "UNTRUSTED", "which the ladder does not trust for host b");
+    expect_row(path_in("r.db"), "moe/a/ref.chat", RELEASE_UNTRUSTED, 2,
+               "which the ladder does not trust for host a");
+    expect_row(path_in("r.db"), "moe/b/ref.decode", RELEASE_UNTRUSTED, 3,
+               "which the ladder does not trust for host b");
 }
 
 Test(release, a_fail_blocks)
@@ -258,7 +310,7 @@ Test(release, a_fail_blocks)
     add(path_in("r.db"), &key_a, 0, (struct fake){.fail = 1});
     add(path_in("r.db"), &key_a, 1, (struct fake){0});
     add(path_in("r.db"), &key_b, 2, (struct fake){0});
-    expect(path_in("r.db"), 1, "moe/a/ref.decode", "FAIL      receipt 1 FAILED");
+    expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_FAIL, 1, "receipt 1 FAILED parity");
 }
 
 Test(release, pass_then_fail_on_the_same_build_is_flaky)
@@ -266,7 +318,12 @@ Test(release, pass_then_fail_on_the_same_build_is_flaky)
     all_pass(path_in("r.db"));
     add(path_in("r.db"), &key_a, 0, (struct fake){.fail = 1});
     add(path_in("r.db"), &key_a, 0, (struct fake){0}); /* a rerun never erases the failure */
-    expect(path_in("r.db"), 1, "FLAKY", "moe/a/ref.decode");
+    expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_FLAKY, 4, "a rerun never erases");
+    struct release_result r;
+    evaluate(path_in("r.db"), &r);
+    cr_expect_eq(r.cells[0].n_pass, 2);
+    cr_expect_eq(r.cells[0].n_fail, 1);
+    release_result_free(&r);
 }
 
 Test(release, an_empty_gate_list_claiming_pass_blocks)
@@ -274,7 +331,7 @@ Test(release, an_empty_gate_list_claiming_pass_blocks)
     add(path_in("r.db"), &key_a, 0, (struct fake){.no_gates = 1});
     add(path_in("r.db"), &key_a, 1, (struct fake){0});
     add(path_in("r.db"), &key_b, 2, (struct fake){0});
-    expect(path_in("r.db"), 1, "STALE", "has no 'capability' gate");
+    expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_STALE, 1, "has no 'capability' gate");
 }
 
 Test(release, a_run_with_looser_settings_cannot_pass_a_strict_ladder)
@@ -282,7 +339,8 @@ Test(release, a_run_with_looser_settings_cannot_pass_a_strict_ladder)
     add(path_in("r.db"), &key_a, 0, (struct fake){.min_cosine = 0.5});
     add(path_in("r.db"), &key_a, 1, (struct fake){0});
     add(path_in("r.db"), &key_b, 2, (struct fake){0});
-    expect(path_in("r.db"), 1, "STALE", "ran with parity.min_cosine 0.5 -> 0.999");
+    expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_STALE, 1,
+               "ran with parity.min_cosine 0.5 -> 0.999");
 }
 
 /* Drop the append-only triggers, as an attacker with write access to the file can. */
@@ -315,8 +373,15 @@ Test(release, a_fail_rewritten_to_garbage_and_hidden_behind_imports_blocks_every
                               NULL, NULL, NULL),
                  SQLITE_OK);
     sqlite3_close(db);
-    expect(path_in("r.db"), 1, "TAMPERED  receipt 1 of the store fails verification",
-           "moe/b/ref.decode");
+    expect_row(path_in("r.db"), "moe/b/ref.decode", RELEASE_TAMPERED, 1,
+               "receipt 1 of the store fails verification");
+    struct release_result r;
+    evaluate(path_in("r.db"), &r);
+    cr_expect_eq(r.store_problem_id, 1);
+    cr_expect(strstr(r.store_problem, "no receipt of this store can be believed"), "%s",
+              r.store_problem);
+    cr_expect_eq(r.n_bad_cells, 3);
+    release_result_free(&r);
 }
 
 Test(release, a_trusted_key_signing_pass_over_failing_numbers_is_judged_fail)
@@ -325,8 +390,12 @@ Test(release, a_trusted_key_signing_pass_over_failing_numbers_is_judged_fail)
     add(path_in("r.db"), &key_a, 0, (struct fake){.fail = 1, .claim_pass = 1});
     add(path_in("r.db"), &key_a, 1, (struct fake){0});
     add(path_in("r.db"), &key_b, 2, (struct fake){0});
-    expect(path_in("r.db"), 1, "FAIL      receipt 1 FAILED parity", "records PASS for gate parity"
-           " but its numbers say FAIL");
+    expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_FAIL, 1, "receipt 1 FAILED parity");
+    struct release_result r;
+    evaluate(path_in("r.db"), &r);
+    cr_expect(strstr(r.cells[0].disagree, "records PASS for gate parity but its numbers say FAIL"),
+              "%s", r.cells[0].disagree);
+    release_result_free(&r);
 }
 
 Test(release, a_bumped_release_version_makes_old_receipts_stale)
@@ -334,7 +403,8 @@ Test(release, a_bumped_release_version_makes_old_receipts_stale)
     add(path_in("r.db"), &key_a, 0, (struct fake){.release_version = "0.9.0"});
     add(path_in("r.db"), &key_a, 1, (struct fake){0});
     add(path_in("r.db"), &key_b, 2, (struct fake){0});
-    expect(path_in("r.db"), 1, "STALE", "is for release rel 0.9.0, not rel 1.0.0");
+    expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_STALE, 1,
+               "is for release rel 0.9.0, not rel 1.0.0");
 }
 
 Test(release, receipts_made_under_other_trusted_keys_are_stale)
@@ -345,10 +415,12 @@ Test(release, receipts_made_under_other_trusted_keys_are_stale)
                           "1111111111111111111111111111111111111111111111111111111111111111"});
     add(path_in("r.db"), &key_a, 1, (struct fake){0});
     add(path_in("r.db"), &key_b, 2, (struct fake){0});
-    expect(path_in("r.db"), 1, "STALE", "when the ladder trusted other keys");
+    expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_STALE, 1,
+               "when the ladder trusted other keys");
 }
 
-Test(release, a_missing_anchor_blocks_and_says_the_judge_is_not_shown_right)
+/* Append an anchor case "conf" for qwen3moe to the test ladder (and drop its unanchored line). */
+static void add_anchor(void)
 {
     FILE *f = fopen(path_in("ladder.yaml"), "a");
     fprintf(f, "anchors:\n  conf:\n    arch: qwen3moe\n    reference: test\n"
@@ -361,8 +433,32 @@ Test(release, a_missing_anchor_blocks_and_says_the_judge_is_not_shown_right)
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "sed -i '/^unanchored:/d' '%s'", path_in("ladder.yaml"));
     cr_assert_eq(system(cmd), 0);
+}
+
+Test(release, a_missing_anchor_blocks_and_says_the_judge_is_not_shown_right)
+{
+    add_anchor();
     all_pass(path_in("r.db"));
-    expect(path_in("r.db"), 1, "anchor conf", "the judge itself is not shown to be right");
+    expect_row(path_in("r.db"), "conf", RELEASE_MISSING, 0,
+               "the judge itself is not shown to be right for qwen3moe");
+    struct release_result r;
+    evaluate(path_in("r.db"), &r);
+    cr_expect_eq(r.n_anchors, 1);
+    cr_expect_eq(r.anchors[0].kind, RELEASE_ROW_ANCHOR);
+    cr_expect_eq(r.n_bad_anchors, 1);
+    cr_expect_eq(r.n_bad_cells, 0, "the cells themselves pass");
+    release_result_free(&r);
+}
+
+/* Exclude moe/a/ref.chat from the test ladder's first cell entry. */
+static void exclude_chat(void)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd,
+             "sed -i 's|modes: \\[ref.decode, ref.chat\\]}|modes: [ref.decode, ref.chat], exclude:"
+             " [{mode: ref.chat, reason: \"flaky path, fixed next release\"}]}|' '%s'",
+             path_in("ladder.yaml"));
+    cr_assert_eq(system(cmd), 0);
 }
 
 Test(release, an_exclusion_cannot_hide_a_failure)
@@ -371,46 +467,108 @@ Test(release, an_exclusion_cannot_hide_a_failure)
     add(path_in("r.db"), &key_a, 1, (struct fake){.fail = 1}); /* moe/a/ref.chat FAILS */
     add(path_in("r.db"), &key_a, 0, (struct fake){0});
     add(path_in("r.db"), &key_b, 2, (struct fake){0});
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd,
-             "sed -i 's|modes: \\[ref.decode, ref.chat\\]}|modes: [ref.decode, ref.chat], exclude:"
-             " [{mode: ref.chat, reason: \"flaky path, fixed next release\"}]}|' '%s'",
-             path_in("ladder.yaml"));
-    cr_assert_eq(system(cmd), 0);
-    char *out = NULL;
-    int rc = check_release(path_in("r.db"), &out);
-    cr_expect_eq(rc, 1, "%s", out);
-    cr_expect(strstr(out, "2 required cells, 1 excluded"), "%s", out);
-    cr_expect(strstr(out, "excluded: moe/a/ref.chat") && strstr(out, "flaky path"), "%s", out);
-    cr_expect(strstr(out, "moe/a/ref.chat                           FAIL      receipt 1 FAILED"),
-              "%s", out);
-    cr_expect(strstr(out, "an exclusion cannot hide a failure"), "%s", out);
-    free(out);
+    exclude_chat();
+    struct release_result r;
+    evaluate(path_in("r.db"), &r);
+    cr_expect_eq(r.n_cells, 2);
+    cr_expect_eq(r.n_excluded, 1);
+    const struct release_row *w = row_of(&r, "moe/a/ref.chat");
+    cr_assert(w);
+    cr_expect_eq(w->kind, RELEASE_ROW_EXCLUDED);
+    cr_expect_eq(w->state, RELEASE_FAIL, "%s", release_state_name(w->state));
+    cr_expect_eq(w->blocking_id, 1);
+    cr_expect(strstr(w->reason, "receipt 1 FAILED"), "%s", w->reason);
+    cr_expect_eq(r.n_bad_cells, 1);
+    cr_expect_eq(r.ok, 0);
+    release_result_free(&r);
     /* without the failure the excluded cell is EXCLUDED and the release passes (cells are now
      * moe/a/ref.decode and moe/b/ref.decode) */
     char db2[1024];
     snprintf(db2, sizeof db2, "%s", path_in("r2.db"));
     add(db2, &key_a, 0, (struct fake){0});
     add(db2, &key_b, 1, (struct fake){0});
-    rc = check_release(db2, &out);
-    cr_expect_eq(rc, 0, "%s", out);
-    cr_expect(strstr(out, "EXCLUDED"), "%s", out);
-    free(out);
+    evaluate(db2, &r);
+    w = row_of(&r, "moe/a/ref.chat");
+    cr_assert(w);
+    cr_expect_eq(w->state, RELEASE_EXCLUDED, "%s", release_state_name(w->state));
+    cr_expect_eq(r.ok, 1);
+    release_result_free(&r);
 }
 
-Test(release, a_sign_off_with_a_bad_key_fails_before_any_verdict_is_printed)
+/* Run the command layer's release check (what `gate release check` does, with self as the
+ * build); return its exit code and leave its output in out (malloc'd). */
+static int check_release(const char *db, const char *sign_key, char **out)
 {
-    all_pass(path_in("r.db"));
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    struct release_options o = {.ladder = path_in("ladder.yaml"), .db = path_in("r.db"),
-                                .sign_key = path_in("missing.key")};
+    struct release_options o = {.ladder = path_in("ladder.yaml"), .db = db, .sign_key = sign_key};
     int rc = release_check_opts(f, &o, &self);
     fclose(f);
-    cr_expect_eq(rc, 2, "%s", buf);
-    cr_expect_null(strstr(buf, "RELEASE OK"), "%s", buf);
-    free(buf);
+    *out = buf;
+    return rc;
+}
+
+/* The one test of what `gate release check` prints and exits with: the matrix (cells,
+ * EXCLUDED, the anchor row), the blocking rows each naming its receipt, receipt-borne text
+ * escaped, the exit codes 1 / 0 / 2 and the sign-off lines. */
+Test(release, release_check_prints_the_matrix_blocking_rows_and_exit_codes)
+{
+    add_anchor();
+    exclude_chat(); /* cells: moe/a/ref.decode, moe/b/ref.decode; excluded: moe/a/ref.chat */
+    /* moe/a/ref.decode FAILs, moe/b/ref.decode only has a receipt from another build whose
+     * commit carries a terminal escape */
+    add(path_in("r.db"), &key_a, 0, (struct fake){.fail = 1});
+    add(path_in("r.db"), &key_b, 1, (struct fake){.commit = "bad\x1b]0;pwned\x07"});
+    char *out = NULL;
+    int rc = check_release(path_in("r.db"), NULL, &out);
+    cr_expect_eq(rc, 1, "%s", out);
+    static const char *const want[] = {
+        "2 required cells, 1 excluded, 1 anchor case\n",
+        "model                a/ref.decode           b/ref.decode           a/ref.chat",
+        "moe                  FAIL                   STALE                  EXCLUDED",
+        "anchor               MISSING                (judge on trial: conf, qwen3moe)",
+        "excluded: moe/a/ref.chat",
+        "RELEASE BLOCKED: 2 of 2 required cells and 1 of 1 anchor case are not PASS",
+        "  anchor conf                              MISSING   no receipt for this build",
+        "  moe/a/ref.decode                         FAIL      receipt 1 FAILED parity",
+        "  moe/b/ref.decode                         STALE     receipt 2 is for build"
+        " bad\\x1b]0;pwned\\x07",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_expect(strstr(out, want[i]), "output lacks \"%s\":\n%s", want[i], out);
+    cr_expect_null(strchr(out, '\x1b'), "a raw escape reached the terminal:\n%s", out);
+    free(out);
+    /* --sign on a blocked release: exit 1, nothing signed */
+    rc = check_release(path_in("r.db"), path_in("a.key"), &out);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "not signed: the release is blocked"), "%s", out);
+    free(out);
+    /* a release where everything passes: exit 0, RELEASE OK, and --sign writes the sign-off */
+    char db2[1024];
+    snprintf(db2, sizeof db2, "%s", path_in("ok.db"));
+    add(db2, &key_a, 0, (struct fake){0});
+    add(db2, &key_b, 1, (struct fake){0});
+    /* an anchor receipt cannot be made here: the ladder un-anchors qwen3moe again instead */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "sed -i '/^anchors:/,$d' '%s' && echo \"unanchored: {qwen3moe:"
+             " 'report test'}\" >> '%s'", path_in("ladder.yaml"), path_in("ladder.yaml"));
+    cr_assert_eq(system(cmd), 0);
+    rc = check_release(db2, NULL, &out);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "RELEASE OK: all 2 required cells and 0 anchor cases PASS"), "%s",
+              out);
+    cr_expect(strstr(out, "note: judge not anchored for qwen3moe: report test"), "%s", out);
+    free(out);
+    rc = check_release(db2, path_in("a.key"), &out);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "sign-off written to"), "%s", out);
+    free(out);
+    /* a sign-off with a key that cannot be read: exit 2 before any verdict is printed */
+    rc = check_release(db2, path_in("missing.key"), &out);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect_null(strstr(out, "RELEASE OK"), "%s", out);
+    free(out);
 }
 
 Test(release, a_fleet_exports_imports_and_signs_off)
@@ -427,7 +585,7 @@ Test(release, a_fleet_exports_imports_and_signs_off)
     store_close(a);
     store_close(b);
     /* host a alone is not a release */
-    expect(path_in("host-a.db"), 1, "moe/b/ref.decode", "MISSING");
+    expect_row(path_in("host-a.db"), "moe/b/ref.decode", RELEASE_MISSING, 0, "no receipt");
     cr_assert_eq(store_open(&all, path_in("fleet.db"), &err), 0, "%s", err.msg);
     int n = 0;
     cr_assert_eq(store_import(all, path_in("a.jsonl"), &n, &err), 0, "%s", err.msg);
@@ -435,17 +593,29 @@ Test(release, a_fleet_exports_imports_and_signs_off)
     cr_assert_eq(store_import(all, path_in("b.jsonl"), &n, &err), 0, "%s", err.msg);
     cr_expect_eq(n, 1);
     store_close(all);
-    expect(path_in("fleet.db"), 0, "RELEASE OK", NULL);
-    /* sign-off */
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    int rc = release_check_to(f, path_in("ladder.yaml"), path_in("fleet.db"), path_in("a.key"),
-                              &self);
-    fclose(f);
-    cr_expect_eq(rc, 0, "%s", buf);
-    cr_expect(strstr(buf, "sign-off written"), "%s", buf);
-    free(buf);
+    struct release_result r;
+    evaluate(path_in("fleet.db"), &r);
+    cr_expect_eq(r.ok, 1, "%s: %s", r.cells[0].name, r.cells[0].reason);
+    cr_expect_eq(r.n_receipts, 3);
+    /* sign-off: names each cell's PASS receipts in the fleet store, then a head record */
+    struct ladder *l = NULL;
+    struct store *st = NULL;
+    cr_assert_eq(ladder_load(&l, path_in("ladder.yaml"), &err), 0, "%s", err.msg);
+    cr_assert_eq(store_open(&st, path_in("fleet.db"), &err), 0, "%s", err.msg);
+    char head[65] = "";
+    int64_t count = 0;
+    cr_expect_eq(release_sign(l, st, &self, &r, &key_a, head, &count, &err), 0, "%s", err.msg);
+    cr_expect_eq(strlen(head), 64);
+    cr_expect_gt(count, 0);
+    /* a blocked release is never signed */
+    struct release_result blocked = r;
+    blocked.ok = 0;
+    err_clear(&err);
+    cr_expect_eq(release_sign(l, st, &self, &blocked, &key_a, head, &count, &err), ERR_RUNTIME);
+    cr_expect(strstr(err.msg, "blocked"), "%s", err.msg);
+    store_close(st);
+    ladder_free(l);
+    release_result_free(&r);
 }
 
 Test(release, an_import_file_with_one_forged_receipt_is_refused_whole)
@@ -473,7 +643,143 @@ Test(release, an_import_file_with_one_forged_receipt_is_refused_whole)
     cr_expect_neq(store_import(dst, path_in("forged.jsonl"), &k, &err), 0);
     cr_expect(strstr(err.msg, "forged.jsonl:2: receipt refused"), "%s", err.msg);
     store_close(dst);
-    expect(path_in("dst.db"), 1, "RELEASE BLOCKED: 3 of 3", "MISSING");
+    expect_row(path_in("dst.db"), "moe/a/ref.decode", RELEASE_MISSING, 0, "no receipt");
+    struct release_result r;
+    evaluate(path_in("dst.db"), &r);
+    cr_expect_eq(r.n_bad_cells, 3);
+    cr_expect_eq(r.n_receipts, 0);
+    release_result_free(&r);
+}
+
+/* ---- gate run in process: result rows and progress events ---------------------------------- */
+
+struct events {
+    char log[64][96]; /* "KIND cell gate verdict" per event */
+    int n;
+    int n_finished_with_seconds;
+    int64_t receipt_id;
+    char head[65];
+};
+
+static void on_event(void *ctx, const struct run_event *ev)
+{
+    struct events *e = ctx;
+    static const char *const K[] = {"STARTED", "SYNTH", "CELL", "GATE", "DONE", "RECEIPT",
+                                    "HEAD"};
+    if (ev->kind == RUN_EV_SYNTH || e->n == 64)
+        return;
+    snprintf(e->log[e->n++], sizeof e->log[0], "%s %s %s %s", K[ev->kind],
+             ev->cell ? ev->cell : "-", ev->gate ? ev->gate : "-",
+             ev->verdict ? ev->verdict : "-");
+    e->n_finished_with_seconds += ev->kind == RUN_EV_GATE_FINISHED && ev->seconds > 0;
+    if (ev->kind == RUN_EV_RECEIPT)
+        e->receipt_id = ev->receipt_id;
+    if (ev->kind == RUN_EV_HEAD && ev->head)
+        snprintf(e->head, sizeof e->head, "%s", ev->head);
+}
+
+Test(release, run_ladder_returns_rows_and_reports_progress_through_the_callback)
+{
+    FILE *f = fopen(path_in("one.yaml"), "w");
+    fprintf(f, "release: {name: rel, version: 1.0.0}\n"
+               "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
+               " sha256: " MOE_SHA ", arch: qwen3moe}\n"
+               "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+               "modes: [ref.decode]\n"
+               "cells:\n  - {model: moe, host: a, mode: ref.decode}\n"
+               "gates:\n  defaults:\n    parity: {positions: 64}\n"
+               "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 2,"
+               " max_cv: 100}\n"
+               "unanchored: {qwen3moe: 'runner test'}\n",
+            check_shared_dir());
+    fclose(f);
+    struct run_options o = {.ladder = path_in("one.yaml"), .host = "a", .db = path_in("one.db"),
+                            .key = path_in("a.key"), .threads = 2};
+    struct run_result res;
+    struct events ev;
+    memset(&ev, 0, sizeof ev);
+    struct gate_err err = {0};
+    /* no goldens file declared: the golden gate is a FAILED row, every other gate runs */
+    cr_assert_eq(run_ladder(&o, on_event, &ev, &res, &err), 0, "%s", err.msg);
+    cr_assert_eq(res.n, 1);
+    const struct run_cell_result *c = &res.cells[0];
+    cr_expect_str_eq(c->name, "moe/a/ref.decode");
+    cr_expect_str_eq(c->verdict, "FAIL");
+    cr_expect_eq(c->pass, 0);
+    cr_expect_eq(res.n_pass, 0);
+    cr_expect_eq(c->receipt_id, 1);
+    cr_expect_str_empty(c->store_error);
+    cr_expect(c->gates_json && json_object_get(c->gates_json, "parity"));
+    cr_assert_eq(c->n_gates, 5);
+    static const char *const names[] = {"capability", "parity", "golden", "throughput",
+                                        "falsify"};
+    for (int g = 0; g < 5; g++) {
+        cr_expect_str_eq(c->gates[g].name, names[g]);
+        cr_expect_str_eq(c->gates[g].verdict, g == 2 ? "FAIL" : "PASS", "%s: %s",
+                         c->gates[g].name, c->gates[g].summary);
+    }
+    cr_expect(strstr(c->gates[2].summary, "declares no goldens file"), "the summary of a failed"
+              " gate is its reason: %s", c->gates[2].summary);
+    cr_expect(strstr(c->gates[1].summary, "64 pos"), "the summary of a passed gate is its"
+              " numbers: %s", c->gates[1].summary);
+    cr_expect_eq(res.head_written, 1);
+    cr_expect_eq(strlen(res.head), 64);
+    cr_expect_str_eq(res.key_id, key_a.id);
+    /* the events, in order: started, the cell, each gate begun and finished, the receipt, the
+     * head */
+    static const char *const want[] = {
+        "STARTED - - -",
+        "CELL moe/a/ref.decode - -",
+        "GATE moe/a/ref.decode capability -",
+        "DONE moe/a/ref.decode capability PASS",
+        "GATE moe/a/ref.decode parity -",
+        "DONE moe/a/ref.decode parity PASS",
+        "GATE moe/a/ref.decode golden -",
+        "DONE moe/a/ref.decode golden FAIL",
+        "GATE moe/a/ref.decode throughput -",
+        "DONE moe/a/ref.decode throughput PASS",
+        "GATE moe/a/ref.decode falsify -",
+        "DONE moe/a/ref.decode falsify PASS",
+        "RECEIPT moe/a/ref.decode - FAIL",
+        "HEAD - - -",
+    };
+    cr_assert_eq(ev.n, 14, "%d events", ev.n);
+    for (int i = 0; i < 14; i++)
+        cr_expect_str_eq(ev.log[i], want[i], "event %d", i);
+    cr_expect_eq(ev.n_finished_with_seconds, 5, "every gate that ran reports its duration");
+    cr_expect_eq(ev.receipt_id, 1);
+    cr_expect_str_eq(ev.head, res.head);
+    run_result_free(&res);
+    /* nothing ran: a status and a sentence, no rows */
+    o.only = "nothing/*";
+    err_clear(&err);
+    cr_expect_eq(run_ladder(&o, NULL, NULL, &res, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "run: no cell of host 'a' matches nothing/*"), "%s", err.msg);
+    cr_expect_eq(res.n, 0);
+    run_result_free(&res);
+}
+
+Test(release, the_ticker_estimate_comes_from_earlier_cells_of_the_same_gate)
+{
+    struct report_run r;
+    memset(&r, 0, sizeof r);
+    cr_expect_lt(report_run_estimate(&r, "moe", "parity"), 0, "nothing ran yet: no estimate");
+    struct run_event ev = {.kind = RUN_EV_GATE_FINISHED, .cell = "moe/a/ref.decode",
+                           .model = "moe", .gate = "parity", .verdict = "PASS", .summary = "",
+                           .seconds = 4.0};
+    r.json = 1; /* nothing printed */
+    report_run_progress(&r, &ev);
+    ev.seconds = 6.0;
+    report_run_progress(&r, &ev);
+    ev.model = "dense";
+    ev.seconds = 1.0;
+    report_run_progress(&r, &ev);
+    cr_expect_float_eq(report_run_estimate(&r, "moe", "parity"), 5.0, 1e-12);
+    cr_expect_float_eq(report_run_estimate(&r, "dense", "parity"), 1.0, 1e-12);
+    /* a model not seen yet: the mean over every earlier cell */
+    cr_expect_float_eq(report_run_estimate(&r, "other", "parity"), 11.0 / 3.0, 1e-12);
+    cr_expect_lt(report_run_estimate(&r, "moe", "golden"), 0);
+    report_run_end(&r);
 }
 
 /* ---- gate run through the CLI ---------------------------------------------------------------- */
