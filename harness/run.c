@@ -516,8 +516,13 @@ int run_ladder(const struct run_options *o, run_progress_fn progress, void *pctx
     else if ((rc = key_default_path(host, keypath, sizeof keypath, err)))
         goto out;
     if (key_load(keypath, &key, &why)) {
-        rc = err_set(err, ERR_INPUT, "run: %s (make one with: gate key gen --host %s -o %s)",
-                     why.msg, host, keypath);
+        /* suggest `gate key gen` only where it works: it refuses to overwrite an existing file
+         * (a key with a loose mode gets key_load's own chmod hint instead) */
+        if (access(keypath, F_OK) == 0)
+            rc = err_set(err, ERR_INPUT, "run: %s", why.msg);
+        else
+            rc = err_set(err, ERR_INPUT, "run: %s (make one with: gate key gen --host %s -o %s)",
+                         why.msg, host, keypath);
         goto out;
     }
     int trusted = 0;
