@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "receipts/key.h"
@@ -115,4 +116,84 @@ Test(key_files, load_refuses_an_oversized_file)
     fclose(f);
     cr_expect_eq(key_load(path, &k, &err), ERR_INPUT);
     cr_expect(strstr(err.msg, "more than the 4096"), "%s", err.msg);
+}
+
+/* ---- the key-mode hint (issue 16: no hint suggests a command that refuses) ----------------- */
+
+/* Run the gate binary with args (a shell fragment), output into *out (malloc'd); exit status. */
+static int gate(char **out, const char *args)
+{
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
+    char cmd[4000];
+    const char *log = in_dir("gate.out");
+    snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>&1", bin, args, log);
+    int st = system(cmd);
+    *out = check_slurp_text(log);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The text after `after` in s up to the first of `stop` (a command the hint suggests). */
+static char *hint(const char *s, const char *after, char stop)
+{
+    const char *p = strstr(s, after);
+    cr_assert(p, "no '%s' in: %s", after, s);
+    p += strlen(after);
+    const char *e = strchr(p, stop);
+    cr_assert(e, "unterminated hint in: %s", s);
+    return strndup(p, (size_t)(e - p));
+}
+
+Test(key_files, the_key_hints_of_gate_run_suggest_commands_that_work)
+{
+    char args[3000], *out, ladder[800], loose[800], missing[800], db[800];
+    snprintf(ladder, sizeof ladder, "%s", in_dir("k.yaml"));
+    snprintf(loose, sizeof loose, "%s", in_dir("loose.key"));
+    snprintf(missing, sizeof missing, "%s", in_dir("new.key"));
+    snprintf(db, sizeof db, "%s", in_dir("r.db"));
+    FILE *f = fopen(ladder, "w");
+    cr_assert(f);
+    fputs("release: {name: r, version: '1'}\n"
+          "models:\n  m: {path: m.gguf, sha256: "
+          "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3moe}\n"
+          "hosts:\n  local: {device: none, trust: [ed25519:"
+          "3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29]}\n"
+          "modes: [ref.decode]\n"
+          "cells: [{models: [m], hosts: [local], modes: [ref.decode]}]\n"
+          "gates: {defaults: {parity: {positions: 64}}}\n"
+          "unanchored: {qwen3: \"t\", qwen3moe: \"t\"}\n",
+          f);
+    fclose(f);
+    snprintf(args, sizeof args, "cp '%s/conformance/qwen3moe-tiny-q4_k_m/model.gguf' '%s'",
+             check_shared_dir(), in_dir("m.gguf"));
+    cr_assert_eq(system(args), 0);
+    /* a key readable by group/other: the hint is chmod, never `gate key gen` (which refuses to
+     * overwrite the existing file) */
+    struct key_pair k;
+    struct gate_err err = {0};
+    cr_assert_eq(key_generate(loose, "local", &k, &err), 0, "%s", err.msg);
+    key_wipe(&k);
+    cr_assert_eq(chmod(loose, 0644), 0);
+    snprintf(args, sizeof args, "run '%s' --host local --key '%s' --db '%s'", ladder, loose, db);
+    cr_expect_eq(gate(&out, args), 2, "%s", out);
+    cr_expect(!strstr(out, "key gen"), "the hint suggests `gate key gen`, which refuses: %s", out);
+    char *fix = hint(out, "run chmod", '\n');
+    free(out);
+    snprintf(args, sizeof args, "cd '%s' && chmod%s", dir, fix);
+    cr_expect_eq(system(args), 0, "the suggested 'chmod%s' failed", fix);
+    free(fix);
+    cr_expect_eq(key_load(loose, &k, &err), 0, "after the suggested command: %s", err.msg);
+    key_wipe(&k);
+    /* a missing key: `gate key gen` is the hint, and it works */
+    snprintf(args, sizeof args, "run '%s' --host local --key '%s' --db '%s'", ladder, missing,
+             db);
+    cr_expect_eq(gate(&out, args), 2, "%s", out);
+    char *gen = hint(out, "make one with: gate ", ')');
+    free(out);
+    cr_expect_eq(gate(&out, gen), 0, "the suggested 'gate %s' failed: %s", gen, out);
+    free(out);
+    free(gen);
+    err_clear(&err);
+    cr_expect_eq(key_load(missing, &k, &err), 0, "%s", err.msg);
+    key_wipe(&k);
 }
