@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -433,7 +434,93 @@ static const char BENCH_USAGE[] =
     "  MODE's own path (default BACKEND.prefill: half batched, half decoded; .decode one\n"
     "  token per call; .chat six turns), then D decode steps; tokens/s as the median of R\n"
     "  timed runs after W warm-up runs (defaults 64, 32, 3, 1), with min, max, spread and CV.\n"
-    "  Backend open time is reported separately and never counted.\n";
+    "  Backend open time is reported separately and never counted. Progress goes to stderr (a\n"
+    "  live line with the elapsed time on a terminal, else one line before and one after); a\n"
+    "  warning says when P + D exceed the model's context (context_length).\n";
+
+/* Progress while the measurement runs (issue 16). throughput_gate() runs every warm-up and timed
+ * run inside one call and reports nothing until it returns, so what can be shown is the plan and
+ * the elapsed time: on a terminal a line on stderr redrawn every half second, otherwise one line
+ * before and one after (a log stays readable). The ticker is the only other thread; it only
+ * reads t0 and what, written before it starts. */
+struct bench_ticker {
+    pthread_t tid;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop, running, tty;
+    double t0;
+    char what[200];
+};
+
+static void *bench_ticker_main(void *arg)
+{
+    struct bench_ticker *tk = arg;
+    pthread_mutex_lock(&tk->mu);
+    while (!tk->stop) {
+        fprintf(stderr, "\r\033[K%s, elapsed %.1f s", tk->what, now_s() - tk->t0);
+        fflush(stderr);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 500 * 1000 * 1000;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&tk->cv, &tk->mu, &until);
+    }
+    pthread_mutex_unlock(&tk->mu);
+    return NULL;
+}
+
+static void bench_progress_start(struct bench_ticker *tk, const struct throughput_config *cfg,
+                                 const char *mode)
+{
+    memset(tk, 0, sizeof *tk);
+    tk->tty = isatty(STDERR_FILENO);
+    tk->t0 = now_s();
+    snprintf(tk->what, sizeof tk->what, "bench: %s, %d warm-up + %d timed run%s of %d prompt + %d"
+             " decode tokens", mode, cfg->warmup, cfg->runs, cfg->runs == 1 ? "" : "s",
+             cfg->prompt_tokens, cfg->decode_tokens);
+    if (!tk->tty) {
+        fprintf(stderr, "%s: measuring\n", tk->what);
+        return;
+    }
+    pthread_mutex_init(&tk->mu, NULL);
+    pthread_cond_init(&tk->cv, NULL);
+    tk->running = pthread_create(&tk->tid, NULL, bench_ticker_main, tk) == 0;
+    if (!tk->running) {
+        pthread_cond_destroy(&tk->cv);
+        pthread_mutex_destroy(&tk->mu);
+    }
+}
+
+static void bench_progress_end(struct bench_ticker *tk)
+{
+    if (tk->running) {
+        pthread_mutex_lock(&tk->mu);
+        tk->stop = 1;
+        pthread_cond_signal(&tk->cv);
+        pthread_mutex_unlock(&tk->mu);
+        pthread_join(tk->tid, NULL);
+        pthread_cond_destroy(&tk->cv);
+        pthread_mutex_destroy(&tk->mu);
+        fprintf(stderr, "\r\033[K");
+    }
+    fprintf(stderr, "%s: done in %.1f s\n", tk->what, now_s() - tk->t0);
+}
+
+/* A warning on stderr when the run reaches past the model's trained context: the numbers are
+ * still measured, but at positions the model was never meant to see, and a real deployment
+ * could not run that length. */
+static void bench_warn_context(const struct model *m, const struct throughput_config *cfg)
+{
+    long need = (long)cfg->prompt_tokens + cfg->decode_tokens;
+    if (m->hp.n_ctx_train > 0 && need > (long)m->hp.n_ctx_train)
+        fprintf(stderr, "gate: bench: warning: %d prompt + %d decode tokens = %ld positions exceed"
+                " the model's context of %u (context_length); the figures are for positions"
+                " the model was not trained for\n", cfg->prompt_tokens, cfg->decode_tokens, need,
+                m->hp.n_ctx_train);
+}
 
 int cmd_bench(int argc, char **argv)
 {
@@ -497,8 +584,16 @@ int cmd_bench(int argc, char **argv)
                    now_s() - t0, cfg.n_threads ? cfg.n_threads
                                                : (int)sysconf(_SC_NPROCESSORS_ONLN));
     }
-    if (!rc)
+    if (!rc) {
+        struct bench_ticker tk;
+        char mode_name[32];
+        mode_format(&mode, mode_name, sizeof mode_name);
+        bench_warn_context(m, &cfg);
+        fflush(stdout);
+        bench_progress_start(&tk, &cfg, mode_name);
         rc = throughput_gate(m, &mode, &cfg, &r, &err);
+        bench_progress_end(&tk);
+    }
     if (!rc)
         throughput_print(stdout, &r);
     throughput_result_free(&r);

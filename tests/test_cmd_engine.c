@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 
 #include "tests/support/check.h"
+#include "tests/support/ggufedit.h"
 
 static const char *bin(void)
 {
@@ -245,5 +246,33 @@ Test(cmd_engine, generate_on_a_synthetic_model_says_the_weights_are_random)
              conf("qwen3-dense-tiny-q4_k_m", "model.gguf"));
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(out && !strstr(out, "synthetic"), "stderr: %s", out ? out : "");
+    free(out);
+}
+
+/* issue 16: bench warns when prompt + decode tokens reach past the model's context, and says
+ * what it is measuring (plain lines when stderr is not a terminal: this test's log). */
+Test(cmd_engine, bench_warns_past_the_context_and_reports_progress)
+{
+    char small[1024], *out;
+    snprintf(small, sizeof small, "%s/ctx16.gguf", check_tmp_dir());
+    struct gguf_edit e = {.set_u32_key = "qwen3.context_length", .set_u32 = 16, .type = -1};
+    gguf_edit_copy(conf("qwen3-dense-tiny-f32", "model.gguf"), small, &e);
+    int rc = run(&out, "%s bench %s --prompt-tokens 16 --decode-tokens 4 --runs 1 --warmup 0",
+                 bin(), small);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "warning: 16 prompt + 4 decode tokens = 20 positions exceed the "
+                          "model's context of 16"),
+              "%s", out);
+    cr_expect(strstr(out, "bench: ref.prefill, 0 warm-up + 1 timed run of 16 prompt + 4 decode "
+                          "tokens: measuring\n"),
+              "%s", out);
+    cr_expect(strstr(out, "tokens: done in "), "%s", out);
+    cr_expect(!strstr(out, "\033["), "no terminal codes when stderr is not a terminal: %s", out);
+    free(out);
+    /* within the context: no warning */
+    rc = run(&out, "%s bench %s --prompt-tokens 8 --decode-tokens 8 --runs 1 --warmup 0", bin(),
+             small);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(!strstr(out, "warning"), "%s", out);
     free(out);
 }
