@@ -343,7 +343,7 @@ static void expect_ids(const char *what, const char *name, const int32_t *got, s
                    k);
 }
 
-Test(cmd_tokenize, ids_match_hf_tokenizers_on_the_expected_table, .timeout = 120)
+Test(cmd_tokenize, ids_match_hf_tokenizers_on_the_expected_table, .timeout = 1200)
 {
     struct table tb = write_table();
     static int32_t ids[20000];
@@ -376,7 +376,7 @@ Test(cmd_tokenize, ids_match_hf_tokenizers_on_the_expected_table, .timeout = 120
     free_table(&tb);
 }
 
-Test(cmd_tokenize, json_output_has_hf_ids_and_the_exact_piece_bytes, .timeout = 120)
+Test(cmd_tokenize, json_output_has_hf_ids_and_the_exact_piece_bytes, .timeout = 1200)
 {
     struct table tb = write_table();
     static char line[1 << 22];
@@ -439,7 +439,7 @@ Test(cmd_tokenize, json_output_has_hf_ids_and_the_exact_piece_bytes, .timeout = 
     free_table(&tb);
 }
 
-Test(cmd_tokenize, default_rows_give_index_id_and_escaped_piece, .timeout = 120)
+Test(cmd_tokenize, default_rows_give_index_id_and_escaped_piece, .timeout = 1200)
 {
     struct table tb = write_table();
     static char line[1 << 20];
@@ -736,7 +736,7 @@ static char *random_nfc_string(size_t *len, int *changed)
     return s;
 }
 
-Test(cmd_tokenize, round_trip_of_1000_random_nfc_stable_strings, .timeout = 120)
+Test(cmd_tokenize, round_trip_of_1000_random_nfc_stable_strings, .timeout = 1200)
 {
     enum { N = 1000 };
     const int n_single = asan() ? 8 : 25;
