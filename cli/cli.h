@@ -6,6 +6,7 @@
 #define GATE_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "base/err.h"
@@ -50,5 +51,14 @@ struct ladder_model;
  * ERR_ENV when the file cannot be written. Used by `gate golden record` (gate run has the same
  * step in run.c's ensure_model()). */
 int cli_ensure_model(const struct ladder_model *lm, int threads, struct gate_err *err);
+
+/* The whole `gate release check` as the command runs it (cli/cmd_run.c), printing to out and
+ * judging receipts against self as this build's identity (NULL: the running binary's; tests pass
+ * a stand-in clean build). Returns the process exit code. The core is release_evaluate(). */
+struct release_options;
+struct identity;
+int release_check_opts(FILE *out, const struct release_options *o, const struct identity *self);
+int release_check_to(FILE *out, const char *ladder, const char *db, const char *sign_key,
+                     const struct identity *self);
 
 #endif

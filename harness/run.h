@@ -194,13 +194,6 @@ int release_sign(const struct ladder *l, struct store *st, const struct identity
                  const struct release_result *r, const struct key_pair *k, char head[65],
                  int64_t *count, struct gate_err *err);
 
-/* The whole `gate release check` as the command runs it, printing to out: defined in the
- * command layer (cli/report.c), declared here for callers written before the split
- * (tests/test_broken_twin.c). Returns the process exit code. New code calls release_evaluate(). */
-int release_check_opts(FILE *out, const struct release_options *o, const struct identity *self);
-int release_check_to(FILE *out, const char *ladder, const char *db, const char *sign_key,
-                     const struct identity *self);
-
 /* ---- anchors (harness/run_anchor.c; issue 10 §1) ----------------------------------------------
  * An anchor receipt is a receipt like a cell's, for the cell {model: <anchor id>, host: <host
  * id>, mode: RUN_ANCHOR_MODE}, with one gate, "anchor" (oracles/anchor.h). */

@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 
 #include "harness/identity.h"
+#include "cli/cli.h"
 #include "harness/run.h"
 #include "oracles/anchor.h"
 #include "receipts/key.h"

@@ -21,6 +21,7 @@
 #include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
+#include "cli/cli.h"
 #include "harness/run.h"
 #include "cli/report.h"
 #include "receipts/key.h"
