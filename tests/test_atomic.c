@@ -28,6 +28,7 @@
 #include "engine/model.h"
 #include "oracles/golden.h"
 #include "receipts/key.h"
+#include "receipts/store.h"
 #include "support/check.h"
 
 /* A fresh folder under the test's scratch folder. */
@@ -256,7 +257,7 @@ static void term_self(int sig)
     kill(getpid(), SIGTERM);
 }
 
-enum writer { W_PUBKEY, W_GGUF, W_GOLDEN };
+enum writer { W_PUBKEY, W_GGUF, W_GOLDEN, W_EXPORT };
 
 static void interrupt_writer(enum writer which, const char *name)
 {
@@ -265,12 +266,23 @@ static void interrupt_writer(enum writer which, const char *name)
     snprintf(path, sizeof path, "%s/out", dir);
     struct key_pair k;
     struct model *m = NULL;
+    struct store *db = NULL;
     uint8_t *buf = NULL;
     struct gate_err err = {0};
-    if (which == W_PUBKEY) {
+    if (which == W_PUBKEY || which == W_EXPORT) {
         char kp[800];
         snprintf(kp, sizeof kp, "%s/../%s.key", dir, name);
         cr_assert_eq(key_generate(kp, "h", &k, &err), 0, "%s", err.msg);
+    }
+    if (which == W_EXPORT) {
+        char dbp[800];
+        snprintf(dbp, sizeof dbp, "%s/../%s.db", dir, name);
+        cr_assert_eq(store_open(&db, dbp, &err), 0, "%s", err.msg);
+        json_t *p = json_pack("{s:{s:s, s:s, s:s}, s:s}", "cell", "model", "m", "host", "h",
+                              "mode", "ref.decode", "verdict", "PASS");
+        int64_t id = 0;
+        cr_assert_eq(store_append(db, p, &k, &id, &err), 0, "%s", err.msg);
+        json_decref(p);
     } else if (which == W_GOLDEN) {
         m = check_tiny_model("tiny-dense", &buf);
     }
@@ -292,8 +304,10 @@ static void interrupt_writer(enum writer which, const char *name)
             struct gguf_writer *w = gguf_writer_new();
             gguf_writer_add_str(w, "general.architecture", "qwen3");
             rc = gguf_writer_write_file(w, path, &err);
-        } else {
+        } else if (which == W_GOLDEN) {
             rc = golden_record_force(path, m, 2, 1, 1, NULL, &err);
+        } else {
+            rc = store_export(db, path, &err);
         }
         _exit(rc ? 6 : 7); /* not reached: the write raises SIGXFSZ, then SIGTERM */
     }
@@ -301,8 +315,9 @@ static void interrupt_writer(enum writer which, const char *name)
     cr_assert_eq(waitpid(pid, &st, 0), pid);
     cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "status 0x%x", st);
     cr_expect_eq(count_entries(dir, ""), 0, "the interrupted %s writer left a file", name);
-    if (which == W_PUBKEY)
+    if (which == W_PUBKEY || which == W_EXPORT)
         key_wipe(&k);
+    store_close(db);
     model_free(m);
     free(buf);
 }
@@ -320,4 +335,9 @@ Test(atomic, an_interrupted_gguf_write_leaves_no_temp_file)
 Test(atomic, an_interrupted_goldens_write_leaves_no_temp_file)
 {
     interrupt_writer(W_GOLDEN, "goldens");
+}
+
+Test(atomic, an_interrupted_receipt_export_leaves_no_temp_file)
+{
+    interrupt_writer(W_EXPORT, "export");
 }
