@@ -27,9 +27,9 @@ static char slot_name[ATOMIC_MAX_OPEN][SLOT_PATH_MAX];
 static atomic_int slot_state[ATOMIC_MAX_OPEN];
 
 static pthread_mutex_t handler_lock = PTHREAD_MUTEX_INITIALIZER;
-static int handler_users;                     /* open atomic files; under handler_lock */
-static int handler_on_int, handler_on_term;   /* ours is installed for that signal */
-static struct sigaction old_int, old_term;    /* what was there before ours */
+static int handler_users;                   /* open atomic files; under handler_lock */
+static int handler_on_int, handler_on_term; /* ours is installed for that signal */
+static struct sigaction old_int, old_term;  /* what was there before ours */
 
 static void on_signal(int sig)
 {
@@ -105,8 +105,10 @@ int atomic_open(struct atomic_file *a, const char *path, mode_t mode, struct gat
             slot = i;
     }
     if (slot < 0)
-        return err_set(err, ERR_ENV, "cannot write '%s': more than %d files are being written "
-                       "at once", path, ATOMIC_MAX_OPEN);
+        return err_set(err, ERR_ENV,
+                       "cannot write '%s': more than %d files are being written "
+                       "at once",
+                       path, ATOMIC_MAX_OPEN);
     snprintf(slot_name[slot], SLOT_PATH_MAX, "%s.tmp.XXXXXX", path);
     handler_retain();
     /* Armed before the file exists, with both signals blocked in this thread until mkostemp has

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "base/atomic.h"
+#include "cli/cli.h"
+#include "cli/cmd_synth.h"
 #include "engine/backend.h"
 #include "engine/chat.h"
 #include "engine/gguf.h"
@@ -21,9 +23,7 @@
 #include "engine/quant.h"
 #include "engine/ref_ops.h"
 #include "engine/tokenizer.h"
-#include "cli/cli.h"
 #include "oracles/throughput.h"
-#include "cli/cmd_synth.h"
 
 static double now_s(void)
 {
@@ -106,7 +106,8 @@ static int inspect(const char *path)
     for (int t = 0; t < QUANT_TYPE_LIMIT; t++)
         if (n_by_type[t])
             printf("  %-6s %4" PRIu64 " tensors %14" PRIu64 " bytes (%5.1f%%)\n", quant_name(t),
-                   n_by_type[t], by_type[t], total ? 100.0 * (double)by_type[t] / (double)total : 0);
+                   n_by_type[t], by_type[t],
+                   total ? 100.0 * (double)by_type[t] / (double)total : 0);
     printf("total:       %" PRIu64 " tensor bytes\n", total);
     gguf_close(f);
     struct model *m = NULL;
@@ -259,7 +260,8 @@ int cmd_eval(int argc, char **argv)
         if (!rc) {
             struct backend_info info;
             backend_info(s.b, &info);
-            fprintf(stderr, "eval: %d positions x %" PRIu32 " logits -> %s; backend %s (%s);"
+            fprintf(stderr,
+                    "eval: %d positions x %" PRIu32 " logits -> %s; backend %s (%s);"
                     " load %.2f s, forward %.3f s (%.1f tokens/s); last argmax %" PRId32 "\n",
                     n, V, logits_path, info.backend, info.device, s.load_s, dt, n / dt,
                     ref_argmax(logits + (size_t)(n - 1) * V, V));
@@ -390,7 +392,8 @@ int cmd_generate(int argc, char **argv)
         int synthetic = 0;
         gguf_get_bool(s.m->gguf, "gate.synthetic", &synthetic, NULL);
         if (synthetic) /* issue 16: the text of a random-weight model means nothing by design */
-            fprintf(stderr, "gate: note: %s is a synthetic model (gate.synthetic = true): its"
+            fprintf(stderr,
+                    "gate: note: %s is a synthetic model (gate.synthetic = true): its"
                     " weights are random, so the generated text is meaningless by design\n",
                     model);
     }
@@ -478,9 +481,11 @@ static void bench_progress_start(struct bench_ticker *tk, const struct throughpu
     memset(tk, 0, sizeof *tk);
     tk->tty = isatty(STDERR_FILENO);
     tk->t0 = now_s();
-    snprintf(tk->what, sizeof tk->what, "bench: %s, %d warm-up + %d timed run%s of %d prompt + %d"
-             " decode tokens", mode, cfg->warmup, cfg->runs, cfg->runs == 1 ? "" : "s",
-             cfg->prompt_tokens, cfg->decode_tokens);
+    snprintf(tk->what, sizeof tk->what,
+             "bench: %s, %d warm-up + %d timed run%s of %d prompt + %d"
+             " decode tokens",
+             mode, cfg->warmup, cfg->runs, cfg->runs == 1 ? "" : "s", cfg->prompt_tokens,
+             cfg->decode_tokens);
     if (!tk->tty) {
         fprintf(stderr, "%s: measuring\n", tk->what);
         return;
@@ -516,10 +521,11 @@ static void bench_warn_context(const struct model *m, const struct throughput_co
 {
     long need = (long)cfg->prompt_tokens + cfg->decode_tokens;
     if (m->hp.n_ctx_train > 0 && need > (long)m->hp.n_ctx_train)
-        fprintf(stderr, "gate: bench: warning: %d prompt + %d decode tokens = %ld positions exceed"
+        fprintf(stderr,
+                "gate: bench: warning: %d prompt + %d decode tokens = %ld positions exceed"
                 " the model's context of %u (context_length); the figures are for positions"
-                " the model was not trained for\n", cfg->prompt_tokens, cfg->decode_tokens, need,
-                m->hp.n_ctx_train);
+                " the model was not trained for\n",
+                cfg->prompt_tokens, cfg->decode_tokens, need, m->hp.n_ctx_train);
 }
 
 int cmd_bench(int argc, char **argv)
@@ -580,9 +586,8 @@ int cmd_bench(int argc, char **argv)
         const double t0 = now_s();
         rc = model_load(&m, model, &err);
         if (!rc)
-            printf("bench: %s (model load %.3f s, not counted), %d threads\n", model,
-                   now_s() - t0, cfg.n_threads ? cfg.n_threads
-                                               : (int)sysconf(_SC_NPROCESSORS_ONLN));
+            printf("bench: %s (model load %.3f s, not counted), %d threads\n", model, now_s() - t0,
+                   cfg.n_threads ? cfg.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
     }
     if (!rc) {
         struct bench_ticker tk;

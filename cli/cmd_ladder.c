@@ -102,8 +102,8 @@ int cmd_ladder(int argc, char **argv)
         return cli_fail(err_exit_code(rc), "%s", err.msg);
     printf("ladder %s: release %s %s, sha256 %s\n", argv[2], l->name, l->version, l->sha256);
     printf("trusted keys sha256 %s\n", l->trust_sha256);
-    printf("%d model%s, %d host%s: %d required, %d excluded\n", l->n_models,
-           plural(l->n_models), l->n_hosts, plural(l->n_hosts), l->n_cells, l->n_excluded);
+    printf("%d model%s, %d host%s: %d required, %d excluded\n", l->n_models, plural(l->n_models),
+           l->n_hosts, plural(l->n_hosts), l->n_cells, l->n_excluded);
     int *chat = malloc((size_t)(l->n_models ? l->n_models : 1) * sizeof *chat);
     if (!chat) {
         ladder_free(l);
@@ -116,14 +116,14 @@ int cmd_ladder(int argc, char **argv)
         const struct ladder_cell *c = &l->cells[i];
         char name[256], faults[256] = "", pos[96];
         for (int k = 0; k < c->g.falsify.n; k++)
-            snprintf(faults + strlen(faults), sizeof faults - strlen(faults), "%s%s",
-                     k ? "," : "", fault_kind_name(c->g.falsify.f[k].kind));
+            snprintf(faults + strlen(faults), sizeof faults - strlen(faults), "%s%s", k ? "," : "",
+                     fault_kind_name(c->g.falsify.f[k].kind));
         judged_positions(l, c, chat, pos, sizeof pos);
         printf("  %-40s %s cos>=%g kld<=%g/%g tie %g | golden %d tok | throughput"
                " %d runs >= %g/%g tok/s | falsify %s\n",
-               ladder_cell_name(l, i, name, sizeof name), pos, c->g.min_cosine,
-               c->g.max_mean_kld, c->g.max_kld, c->g.near_tie, c->g.golden_tokens, c->g.runs,
-               c->g.min_prefill_tps, c->g.min_decode_tps, faults[0] ? faults : "(none)");
+               ladder_cell_name(l, i, name, sizeof name), pos, c->g.min_cosine, c->g.max_mean_kld,
+               c->g.max_kld, c->g.near_tie, c->g.golden_tokens, c->g.runs, c->g.min_prefill_tps,
+               c->g.min_decode_tps, faults[0] ? faults : "(none)");
     }
     free(chat);
     print_excluded(l);

@@ -91,8 +91,7 @@ static int add_head(struct gguf_writer *w, const char *key, int32_t type)
     return 0;
 }
 
-static int add_scalar(struct gguf_writer *w, const char *key, int32_t type, const void *v,
-                      size_t n)
+static int add_scalar(struct gguf_writer *w, const char *key, int32_t type, const void *v, size_t n)
 {
     if (add_head(w, key, type) || put(&w->kv, v, n)) {
         w->failed = 1;
@@ -241,8 +240,10 @@ static int build_head(struct gguf_writer *w, struct buf *b)
     }
     static const uint8_t zeros[256];
     while (!rc && b->len % w->alignment)
-        rc = put(b, zeros, w->alignment - b->len % w->alignment > sizeof zeros
-                               ? sizeof zeros : w->alignment - b->len % w->alignment);
+        rc = put(b, zeros,
+                 w->alignment - b->len % w->alignment > sizeof zeros
+                     ? sizeof zeros
+                     : w->alignment - b->len % w->alignment);
     return rc ? ERR_ENV : 0;
 }
 
@@ -256,8 +257,7 @@ struct sink {
 static int sink_put(struct sink *s, const void *p, size_t n, struct gate_err *err)
 {
     if (s->mem)
-        return put(s->mem, p, n) ? err_set(err, ERR_ENV, "out of memory writing %s", s->name)
-                                 : 0;
+        return put(s->mem, p, n) ? err_set(err, ERR_ENV, "out of memory writing %s", s->name) : 0;
     const uint8_t *q = p;
     while (n > 0) {
         ssize_t k = write(s->fd, q, n);
@@ -279,8 +279,10 @@ static int write_all(struct gguf_writer *w, struct sink *s, struct gate_err *err
     uint8_t *tmp = NULL;
     static const uint8_t zeros[256];
     if (w->failed) {
-        rc = err_set(err, ERR_INPUT, "%s: the GGUF writer was given a bad tensor or ran out"
-                     " of memory while building metadata", s->name);
+        rc = err_set(err, ERR_INPUT,
+                     "%s: the GGUF writer was given a bad tensor or ran out"
+                     " of memory while building metadata",
+                     s->name);
         goto out;
     }
     if ((rc = build_head(w, &head))) {
@@ -301,8 +303,8 @@ static int write_all(struct gguf_writer *w, struct sink *s, struct gate_err *err
             free(tmp);
             tmp = malloc(t->nbytes ? t->nbytes : 1);
             if (!tmp) {
-                rc = err_set(err, ERR_ENV, "out of memory for tensor '%s' (%llu bytes)",
-                             t->name, (unsigned long long)t->nbytes);
+                rc = err_set(err, ERR_ENV, "out of memory for tensor '%s' (%llu bytes)", t->name,
+                             (unsigned long long)t->nbytes);
                 goto out;
             }
             if ((rc = w->fill(w->fill_ctx, (int)i, tmp, t->nbytes, err)))
@@ -327,8 +329,7 @@ out:
     return rc;
 }
 
-int gguf_writer_write_mem(struct gguf_writer *w, uint8_t **buf, size_t *size,
-                          struct gate_err *err)
+int gguf_writer_write_mem(struct gguf_writer *w, uint8_t **buf, size_t *size, struct gate_err *err)
 {
     struct buf mem = {0};
     struct sink s = {.fd = -1, .mem = &mem, .name = "memory buffer"};

@@ -240,8 +240,10 @@ int key_load(const char *path, struct key_pair *out, struct gate_err *err)
         goto cleanup;
     }
     if (st.st_size > KEY_FILE_MAX) {
-        rc = err_set(err, ERR_INPUT, "key file '%s' is %lld bytes, more than the %d a key file"
-                     " holds", path, (long long)st.st_size, KEY_FILE_MAX);
+        rc = err_set(err, ERR_INPUT,
+                     "key file '%s' is %lld bytes, more than the %d a key file"
+                     " holds",
+                     path, (long long)st.st_size, KEY_FILE_MAX);
         goto cleanup;
     }
     size_t n = 0;

@@ -278,8 +278,8 @@ static void interrupt_writer(enum writer which, const char *name)
         char dbp[800];
         snprintf(dbp, sizeof dbp, "%s/../%s.db", dir, name);
         cr_assert_eq(store_open(&db, dbp, &err), 0, "%s", err.msg);
-        json_t *p = json_pack("{s:{s:s, s:s, s:s}, s:s}", "cell", "model", "m", "host", "h",
-                              "mode", "ref.decode", "verdict", "PASS");
+        json_t *p = json_pack("{s:{s:s, s:s, s:s}, s:s}", "cell", "model", "m", "host", "h", "mode",
+                              "ref.decode", "verdict", "PASS");
         int64_t id = 0;
         cr_assert_eq(store_append(db, p, &k, &id, &err), 0, "%s", err.msg);
         json_decref(p);

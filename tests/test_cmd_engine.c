@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/support/check.h"
 #include "tests/support/ggufedit.h"
@@ -78,8 +78,8 @@ Test(cmd_engine, eval_output_errors_name_the_users_file_not_a_temp)
      * writer named its predictable "OUT.tmp.<pid>", which is also gone: mkostemp now) */
     char *out;
     int rc = run(&out, "%s eval %s --tokens %s --logits %s/no/such/dir/x.f32", bin(),
-                 conf("qwen3-dense-tiny-f32", "model.gguf"), conf("qwen3-dense-tiny-f32", "tokens.txt"),
-                 check_tmp_dir());
+                 conf("qwen3-dense-tiny-f32", "model.gguf"),
+                 conf("qwen3-dense-tiny-f32", "tokens.txt"), check_tmp_dir());
     cr_expect_eq(rc, 3, "%s", out);
     cr_expect(strstr(out, "no/such/dir/x.f32'") && !strstr(out, "XXXXXX") && !strstr(out, ".tmp."),
               "%s", out);
@@ -126,8 +126,7 @@ Test(cmd_engine, generate_reproduces_the_exact_greedy_continuation)
     char *p = out;
     for (int i = 0; i < ne; i++) {
         long v = strtol(p, &p, 10);
-        cr_expect_eq(v, want[i], "generated id %d is %ld, greedy_exact.txt says %d", i, v,
-                     want[i]);
+        cr_expect_eq(v, want[i], "generated id %d is %ld, greedy_exact.txt says %d", i, v, want[i]);
     }
     free(want);
     free(out);
@@ -143,9 +142,14 @@ Test(cmd_engine, model_inspect_describes_the_file)
     char *out;
     int rc = run(&out, "%s model inspect %s", bin(), conf("qwen3moe-tiny-q4_k_m", "model.gguf"));
     cr_assert_eq(rc, 0, "%s", out);
-    const char *want[] = {"sha256:      9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560",
-                          "arch:        qwen3moe", "blk.1.ffn_down_exps.weight", "Q6_K",
-                          "head_dim 128", "experts 8 top-2", "supported:   yes"};
+    const char *want[] = {
+        "sha256:      9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560",
+        "arch:        qwen3moe",
+        "blk.1.ffn_down_exps.weight",
+        "Q6_K",
+        "head_dim 128",
+        "experts 8 top-2",
+        "supported:   yes"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_expect(strstr(out, want[i]), "inspect output lacks \"%s\":\n%s", want[i], out);
     free(out);
@@ -154,8 +158,10 @@ Test(cmd_engine, model_inspect_describes_the_file)
 Test(cmd_engine, bench_prints_prefill_and_decode_with_load_apart)
 {
     char *out;
-    int rc = run(&out, "%s bench %s --threads 1 --prompt-tokens 8 --decode-tokens 4 --runs 3"
-                       " --warmup 0", bin(), conf("qwen3-dense-tiny-f32", "model.gguf"));
+    int rc = run(&out,
+                 "%s bench %s --threads 1 --prompt-tokens 8 --decode-tokens 4 --runs 3"
+                 " --warmup 0",
+                 bin(), conf("qwen3-dense-tiny-f32", "model.gguf"));
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "load ") && strstr(out, "(not counted)"), "%s", out);
     cr_expect(strstr(out, "prefill ") && strstr(out, "median of 3"), "%s", out);
@@ -215,8 +221,8 @@ Test(cmd_engine, bad_inputs_are_exit_2_naming_the_problem)
 
 Test(cmd_engine, every_command_answers_help)
 {
-    const char *cmds[] = {"model", "eval", "generate", "bench", "run", "ladder", "golden",
-                          "parity", "falsify", "key", "receipt", "release"};
+    const char *cmds[] = {"model",  "eval",   "generate", "bench", "run",     "ladder",
+                          "golden", "parity", "falsify",  "key",   "receipt", "release"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char *out;
         int rc = run(&out, "%s %s --help", bin(), cmds[i]);

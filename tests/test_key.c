@@ -185,8 +185,7 @@ Test(key_files, the_key_hints_of_gate_run_suggest_commands_that_work)
     cr_expect_eq(key_load(loose, &k, &err), 0, "after the suggested command: %s", err.msg);
     key_wipe(&k);
     /* a missing key: `gate key gen` is the hint, and it works */
-    snprintf(args, sizeof args, "run '%s' --host local --key '%s' --db '%s'", ladder, missing,
-             db);
+    snprintf(args, sizeof args, "run '%s' --host local --key '%s' --db '%s'", ladder, missing, db);
     cr_expect_eq(gate(&out, args), 2, "%s", out);
     char *gen = hint(out, "make one with: gate ", ')');
     free(out);
