@@ -82,11 +82,11 @@ static inline uint64_t det_splitmix64(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-double det_exp(double x);                          /* e^x; +inf above ~709.78, 0 far below */
-float det_expf(float x);                           /* (float)det_exp(x) */
-double det_log(double x);                          /* natural log, x > 0 */
-void det_sincos(double x, double *s, double *c);   /* |x| < 1e6 */
-float det_silu(float z);                           /* z / (1 + e^-z) in float */
+double det_exp(double x);                        /* e^x; +inf above ~709.78, 0 far below */
+float det_expf(float x);                         /* (float)det_exp(x) */
+double det_log(double x);                        /* natural log, x > 0 */
+void det_sincos(double x, double *s, double *c); /* |x| < 1e6 */
+float det_silu(float z);                         /* z / (1 + e^-z) in float */
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
       libyaml-dev libsqlite3-dev sqlite3 libcriterion-dev libsodium-dev
       libpcre2-dev libutf8proc-dev libjansson-dev
-      clang libclang-rt-14-dev python3 ninja-build zlib1g-dev)
+      clang clang-format libclang-rt-14-dev python3 ninja-build zlib1g-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

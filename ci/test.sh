@@ -10,6 +10,11 @@ jobs=$(nproc 2>/dev/null || echo 2)
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 
+# habits first (cheap): include arrows point one way, and the sources are clang-formatted
+ci/check-layers.sh
+git ls-files '*.c' '*.h' '*.cu' '*.cuh' | xargs clang-format --dry-run --Werror
+echo "ci/test.sh: layers and clang-format clean"
+
 # summarize BUILD: counts and skips from BUILD/test-reports/*.tap; names binaries without a report
 summarize() {
     local build=$1 reports=$1/test-reports

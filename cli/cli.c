@@ -167,8 +167,7 @@ int cli_ensure_model(const struct ladder_model *lm, int threads, struct gate_err
     memset(&so, 0, sizeof so);
     const struct synth_spec *sp = synth_preset_find(lm->preset);
     if (!sp)
-        return err_set(err, ERR_INPUT, "model '%s': unknown synth preset '%s'", lm->id,
-                       lm->preset);
+        return err_set(err, ERR_INPUT, "model '%s': unknown synth preset '%s'", lm->id, lm->preset);
     so.spec = *sp;
     so.quant = synth_quant_from_name(lm->quant);
     if (so.quant < 0)

@@ -6,20 +6,20 @@
 #define GATE_CLI_H
 
 #include <stddef.h>
-#include <stdio.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/err.h"
 
-int cmd_model(int argc, char **argv);    /* model inspect | synth | stats */
+int cmd_model(int argc, char **argv);       /* model inspect | synth | stats */
 int cmd_model_stats(int argc, char **argv); /* model stats */
-int cmd_eval(int argc, char **argv);     /* eval */
-int cmd_generate(int argc, char **argv); /* generate */
-int cmd_bench(int argc, char **argv);    /* bench */
-int cmd_ladder(int argc, char **argv);   /* ladder check */
-int cmd_run(int argc, char **argv);      /* run */
-int cmd_release(int argc, char **argv);  /* release check */
-int cmd_golden(int argc, char **argv);   /* golden record */
+int cmd_eval(int argc, char **argv);        /* eval */
+int cmd_generate(int argc, char **argv);    /* generate */
+int cmd_bench(int argc, char **argv);       /* bench */
+int cmd_ladder(int argc, char **argv);      /* ladder check */
+int cmd_run(int argc, char **argv);         /* run */
+int cmd_release(int argc, char **argv);     /* release check */
+int cmd_golden(int argc, char **argv);      /* golden record */
 
 /* Print "gate: <msg>" to stderr; returns code. */
 int cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

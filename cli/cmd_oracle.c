@@ -78,15 +78,14 @@ static int common_opt(const char *cmd, int argc, char **argv, int *i, struct com
         return (cli_value(argc, argv, i, &v) || cli_int(cmd, a, v, 1, 1024, &c->threads)) ? -1 : 1;
     if (!strcmp(a, "--min-cosine"))
         return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.min_cosine)) ? -1
-                                                                                           : 1;
+                                                                                             : 1;
     if (!strcmp(a, "--max-mean-kld"))
-        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.max_mean_kld))
-                   ? -1 : 1;
+        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.max_mean_kld)) ? -1
+                                                                                               : 1;
     if (!strcmp(a, "--max-kld"))
         return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.max_kld)) ? -1 : 1;
     if (!strcmp(a, "--near-tie"))
-        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.near_tie)) ? -1
-                                                                                         : 1;
+        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.near_tie)) ? -1 : 1;
     return 0;
 }
 
@@ -138,8 +137,8 @@ static int write_json(const char *path, json_t *j, struct gate_err *err)
     return rc;
 }
 
-static int load_inputs(const struct common *c, struct model **m, struct mode *mode,
-                       int32_t **ids, int *n, struct gate_err *err)
+static int load_inputs(const struct common *c, struct model **m, struct mode *mode, int32_t **ids,
+                       int *n, struct gate_err *err)
 {
     int rc = mode_parse(c->mode_text, mode, err);
     if (!rc)
@@ -276,8 +275,8 @@ static void sweep_progress(void *ctx, int done, int total)
     if (done > 0)
         fmt_duration(left, sizeof left, el / done * (total - done));
     if (p->tty) {
-        fprintf(stderr, "\r  sweep: %d/%d parity runs (%5.1f%%), %s elapsed, about %s left  ",
-                done, total, 100.0 * frac, elapsed, left);
+        fprintf(stderr, "\r  sweep: %d/%d parity runs (%5.1f%%), %s elapsed, about %s left  ", done,
+                total, 100.0 * frac, elapsed, left);
         if (done == total)
             fputc('\n', stderr);
         return;
@@ -285,8 +284,10 @@ static void sweep_progress(void *ctx, int done, int total)
     const int decile = (int)(frac * 10);
     if (done == 0 || decile > p->last_decile) {
         p->last_decile = decile;
-        fprintf(stderr, "gate falsify: sweep %d/%d parity runs (%.0f%%), %s elapsed, about %s"
-                " left\n", done, total, 100.0 * frac, elapsed, left);
+        fprintf(stderr,
+                "gate falsify: sweep %d/%d parity runs (%.0f%%), %s elapsed, about %s"
+                " left\n",
+                done, total, 100.0 * frac, elapsed, left);
     }
 }
 
@@ -380,8 +381,7 @@ int cmd_falsify(int argc, char **argv)
         falsify_print(stdout, &fr);
         code = fr.pass ? 0 : 1;
     }
-    if (write_json(c.json_path, sweep ? falsify_sweep_json(&sr) : falsify_result_json(&fr),
-                   &err))
+    if (write_json(c.json_path, sweep ? falsify_sweep_json(&sr) : falsify_result_json(&fr), &err))
         code = cli_fail(3, "falsify: %s", err.msg);
 done:
     falsify_result_free(&fr);

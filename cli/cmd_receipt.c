@@ -133,7 +133,6 @@ struct opts {
     int all, json;
 };
 
-
 static const char *row_status(const struct store_row *r)
 {
     if (!r->sig_ok)
@@ -175,8 +174,8 @@ static void print_scalar(const json_t *v)
         printf("%.6g", json_real_value(v));
         return;
     }
-    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS |
-                                JSON_REAL_PRECISION(6));
+    char *s =
+        json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(6));
     fputs(s ? safe(s) : "?", stdout);
     free(s);
 }
@@ -208,8 +207,8 @@ static void print_distribution(const json_t *a)
     }
     qsort(v, n, sizeof *v, by_double);
 #define Q(p) v[(size_t)((p) * (double)(n - 1) + 0.5)]
-    printf("n=%zu min=%.6g p1=%.6g median=%.6g p99=%.6g max=%.6g (min at %zu, max at %zu)", n,
-           v[0], Q(0.01), Q(0.5), Q(0.99), v[n - 1], at_min, at_max);
+    printf("n=%zu min=%.6g p1=%.6g median=%.6g p99=%.6g max=%.6g (min at %zu, max at %zu)", n, v[0],
+           Q(0.01), Q(0.5), Q(0.99), v[n - 1], at_min, at_max);
 #undef Q
     free(v);
 }
@@ -378,8 +377,8 @@ static const char *gate_reason(const json_t *g)
             continue;
         }
         char *v = json_dumps(json_object_get(c, "value"), JSON_ENCODE_ANY | JSON_REAL_PRECISION(6));
-        char *t = json_dumps(json_object_get(c, "threshold"),
-                             JSON_ENCODE_ANY | JSON_REAL_PRECISION(6));
+        char *t =
+            json_dumps(json_object_get(c, "threshold"), JSON_ENCODE_ANY | JSON_REAL_PRECISION(6));
         const char *m = json_string_value(json_object_get(c, "metric"));
         const char *op = json_string_value(json_object_get(c, "op"));
         snprintf(b, sizeof buf[0], "%s %s %s %s fails", m ? m : "?", v ? v : "?", op ? op : "?",
@@ -396,7 +395,7 @@ static const char *gate_reason(const json_t *g)
 
 /* The gates in the order they run, then any other key the payload has. */
 static const char *const GATE_ORDER[] = {"capability", "parity", "golden", "throughput",
-                                         "falsify", "anchor", NULL};
+                                         "falsify",    "anchor", NULL};
 
 static int gate_is_ordered(const char *name)
 {
@@ -630,8 +629,8 @@ int cmd_receipt(int argc, char **argv)
         struct store_audit a;
         if ((rc = store_foreach(s, verify_row, &v, &err)) || (rc = store_audit(s, &a, &err)))
             goto cleanup;
-        printf("%d receipt%s in '%s': %d ok, %d failed verification\n", v.n, v.n == 1 ? "" : "s", o.db, v.n - v.bad,
-               v.bad);
+        printf("%d receipt%s in '%s': %d ok, %d failed verification\n", v.n, v.n == 1 ? "" : "s",
+               o.db, v.n - v.bad, v.bad);
         printf("%d head records: %d ok, %d failed verification\n", a.n_heads,
                a.n_heads - a.n_head_problems, a.n_head_problems);
         if (a.n_bad)

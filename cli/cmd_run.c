@@ -10,12 +10,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/model.h"
 #include "cli/cli.h"
+#include "cli/report.h"
+#include "engine/model.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
-#include "cli/report.h"
 #include "oracles/golden.h"
 #include "receipts/key.h"
 #include "receipts/store.h"
@@ -52,7 +52,8 @@ int cmd_run(int argc, char **argv)
             if (cli_value(argc, argv, &i, &o.only))
                 return 2;
         } else if (!strcmp(argv[i], "--threads")) {
-            if (cli_value(argc, argv, &i, &v) || cli_int("run", "--threads", v, 1, 1024, &o.threads))
+            if (cli_value(argc, argv, &i, &v) ||
+                cli_int("run", "--threads", v, 1, 1024, &o.threads))
                 return 2;
         } else if (!strcmp(argv[i], "--json")) {
             o.json = 1;
@@ -179,8 +180,8 @@ int release_check_opts(FILE *out, const struct release_options *o, const struct 
             code = cli_fail(err_exit_code(rc), "%s", err.msg);
             goto out;
         }
-        fprintf(out, "sign-off written to %s, signed by %s; chain head %s (%" PRId64
-                " receipts)\n", o->db, k.id, head, count);
+        fprintf(out, "sign-off written to %s, signed by %s; chain head %s (%" PRId64 " receipts)\n",
+                o->db, k.id, head, count);
     } else if (o->sign_key) {
         fprintf(out, "not signed: the release is blocked\n");
     }
@@ -261,8 +262,7 @@ int cmd_golden(int argc, char **argv)
                 continue;
             int dup = 0;
             for (int cj = 0; cj < ci; cj++)
-                dup |= l->cells[cj].model == mi &&
-                       !strcmp(l->cells[cj].g.goldens, c->g.goldens) &&
+                dup |= l->cells[cj].model == mi && !strcmp(l->cells[cj].g.goldens, c->g.goldens) &&
                        l->cells[cj].g.golden_tokens == c->g.golden_tokens;
             if (dup)
                 continue;
@@ -272,9 +272,10 @@ int cmd_golden(int argc, char **argv)
             if (!rc)
                 rc = identity_file_sha256(l->models[mi].path, sha, &err);
             if (!rc && strcmp(sha, l->models[mi].sha256))
-                rc = err_set(&err, ERR_INPUT, "model '%s' (%s) has SHA-256 %s but the ladder pins"
-                             " %s: not recording goldens for another file", l->models[mi].id,
-                             l->models[mi].path, sha, l->models[mi].sha256);
+                rc = err_set(&err, ERR_INPUT,
+                             "model '%s' (%s) has SHA-256 %s but the ladder pins"
+                             " %s: not recording goldens for another file",
+                             l->models[mi].id, l->models[mi].path, sha, l->models[mi].sha256);
             if (!rc)
                 rc = model_load(&m, l->models[mi].path, &err);
             if (!rc) {
@@ -284,8 +285,8 @@ int cmd_golden(int argc, char **argv)
                 json_decref(by);
             }
             if (!rc) {
-                printf("recorded %d greedy tokens per prompt for %s into %s\n",
-                       c->g.golden_tokens, l->models[mi].id, c->g.goldens);
+                printf("recorded %d greedy tokens per prompt for %s into %s\n", c->g.golden_tokens,
+                       l->models[mi].id, c->g.goldens);
                 n++;
             }
             model_free(m);

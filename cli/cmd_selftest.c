@@ -15,16 +15,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/synth.h"
-#include "cli/cli.h"
-#include "oracles/selftest.h"
 #include "oracles/capability.h"
 #include "oracles/compare.h"
 #include "oracles/falsify.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
+#include "oracles/selftest.h"
 
 static const char USAGE[] =
     "usage: gate selftest [--kernels-only] [--family NAME] [--model FILE.gguf]...\n"
@@ -39,8 +39,8 @@ struct table {
     int rows, failed;
 };
 
-static int print_row(void *ctx, const struct selftest_case *c, const float *got,
-                     const float *want, int64_t n)
+static int print_row(void *ctx, const struct selftest_case *c, const float *got, const float *want,
+                     int64_t n)
 {
     struct table *t = ctx;
     const struct compare_stats s = compare_floats(got, want, n, c->atol, c->rtol);
@@ -104,8 +104,9 @@ static int e2e_row(const struct model *m, const char *mode_name, int positions, 
     } else {
         failed = !pr.pass;
         printf("  %-14s %-16s %-6s min cosine %.6f, mean KL %.2e, argmax %d/%d (%d near ties):"
-               " %s\n", mode_name, "-", pr.pass ? "PASS" : "FAIL", pr.cosine.min, pr.kld.mean,
-               pr.n_match, pr.n_pos, pr.n_tie_flip, pr.reason);
+               " %s\n",
+               mode_name, "-", pr.pass ? "PASS" : "FAIL", pr.cosine.min, pr.kld.mean, pr.n_match,
+               pr.n_pos, pr.n_tie_flip, pr.reason);
     }
     parity_result_free(&pr);
     return failed;
@@ -152,7 +153,10 @@ static int e2e_falsify(const struct model *m, int positions, int threads)
         const struct falsify_fault *f = &fr.f[i];
         failed += !f->pass;
         printf("  %-14s %-16s %-6s %s\n", "cuda.decode", fault_kind_name(f->spec.kind),
-               f->pass ? "REJECT" : !f->fired ? "NOFIRE" : "ESCAPE", f->metric);
+               f->pass     ? "REJECT"
+               : !f->fired ? "NOFIRE"
+                           : "ESCAPE",
+               f->metric);
     }
     printf("  %-14s %-16s %-6s %s\n", "cuda.decode", "falsify", fr.pass ? "PASS" : "FAIL",
            fr.reason);
@@ -168,8 +172,8 @@ static int e2e_model(const struct model *m, const char *name, int positions, int
     int failed = 0;
     const int moe = m->hp.n_expert > 0;
     printf("\nmodel %s (%s, %u layers, E %u, heads %u/%u, hd %u%s)\n", name,
-           model_arch_name(m->hp.arch), m->hp.n_layer, m->hp.n_embd, m->hp.n_head,
-           m->hp.n_head_kv, m->hp.head_dim, moe ? ", MoE" : "");
+           model_arch_name(m->hp.arch), m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv,
+           m->hp.head_dim, moe ? ", MoE" : "");
     for (size_t i = 0; i < sizeof MODES / sizeof MODES[0]; i++) {
         failed += e2e_capability(m, MODES[i], threads);
         failed += e2e_row(m, MODES[i], positions, threads);
@@ -232,7 +236,8 @@ int cmd_selftest(int argc, char **argv)
     int e2e_failed = 0;
     if (!kernels_only) {
         printf("\nend to end (parity judged against ref at %d positions; faults must be"
-               " REJECTED)\n", positions);
+               " REJECTED)\n",
+               positions);
         if (n_models == 0) {
             static const char *PRESETS[] = {"tiny-dense", "tiny-moe"};
             for (int i = 0; i < 2; i++) {

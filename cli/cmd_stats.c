@@ -12,15 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli.h"
 #include "engine/backend.h"
 #include "engine/model.h"
-#include "cli/cli.h"
 #include "oracles/mode.h"
 
 static const char USAGE[] =
     "usage: gate model stats MODEL.gguf [--tokens N] [--threads N]\n"
     "  The reference twin over N deterministic token ids (default 32) with taps: hidden-state RMS\n"
-    "  after each layer, logits RMS, distinct argmax, cosine of adjacent positions' logits, and for\n"
+    "  after each layer, logits RMS, distinct argmax, cosine of adjacent positions' logits, and "
+    "for\n"
     "  MoE the expert usage, top-k changes between adjacent tokens and the smallest router gap.\n";
 
 int cmd_model_stats(int argc, char **argv)
@@ -73,8 +74,8 @@ int cmd_model_stats(int argc, char **argv)
         taps.router_kth = malloc((size_t)L * n * sizeof(float));
         taps.router_k1th = malloc((size_t)L * n * sizeof(float));
     }
-    if (!tokens || !logits || !taps.hidden || (moe && (!taps.experts || !taps.router_kth ||
-                                                       !taps.router_k1th)))
+    if (!tokens || !logits || !taps.hidden ||
+        (moe && (!taps.experts || !taps.router_kth || !taps.router_k1th)))
         rc = err_set(&err, ERR_ENV, "out of memory for %d positions", n);
     if (!rc) {
         mode_tokens(1, (uint32_t)V, n, tokens);
@@ -155,8 +156,10 @@ int cmd_model_stats(int argc, char **argv)
                     hi = use[x];
                 unused += use[x] == 0;
             }
-            printf("experts: %d of %d per token; usage over %d choices: min %ld, max %ld, mean %.1f,"
-                   " unused %ld\n", k, X, L * n * k, lo, hi, (double)L * n * k / X, unused);
+            printf(
+                "experts: %d of %d per token; usage over %d choices: min %ld, max %ld, mean %.1f,"
+                " unused %ld\n",
+                k, X, L * n * k, lo, hi, (double)L * n * k / X, unused);
             if (X <= 16 && use) {
                 printf("usage per expert:");
                 for (int x = 0; x < X; x++)
@@ -164,7 +167,8 @@ int cmd_model_stats(int argc, char **argv)
                 printf("\n");
             }
             printf("top-k set changes between adjacent tokens: %d/%d; smallest k/(k+1) router gap"
-                   " %.4f (%d of %d below 1e-2)\n", changes, pairs, (double)min_gap, below, L * n);
+                   " %.4f (%d of %d below 1e-2)\n",
+                   changes, pairs, (double)min_gap, below, L * n);
             free(use);
         }
     }

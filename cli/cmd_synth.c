@@ -17,9 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/cli.h"
 #include "engine/model.h"
 #include "engine/synth.h"
-#include "cli/cli.h"
 
 static const char USAGE[] =
     "usage: gate model synth [--preset NAME | --arch qwen3|qwen3moe --hidden N --layers N\n"
@@ -88,16 +88,17 @@ static int list_presets(void)
     for (int i = 0; i < n; i++) {
         const struct synth_spec *s = &ps[i];
         char shape[160];
-        int k = snprintf(shape, sizeof shape, "E%" PRIu32 " L%" PRIu32 " H%" PRIu32 "/%" PRIu32
-                         " hd%" PRIu32 " V%" PRIu32, s->n_embd, s->n_layer, s->n_head,
-                         s->n_head_kv, s->head_dim, s->n_vocab);
+        int k =
+            snprintf(shape, sizeof shape,
+                     "E%" PRIu32 " L%" PRIu32 " H%" PRIu32 "/%" PRIu32 " hd%" PRIu32 " V%" PRIu32,
+                     s->n_embd, s->n_layer, s->n_head, s->n_head_kv, s->head_dim, s->n_vocab);
         if (s->arch == MODEL_ARCH_QWEN3)
             snprintf(shape + k, sizeof shape - (size_t)k, " ffn%" PRIu32 "%s", s->n_ff,
                      s->tied ? " tied" : "");
         else
-            snprintf(shape + k, sizeof shape - (size_t)k, " X%" PRIu32 " top%" PRIu32
-                     " effn%" PRIu32 "%s", s->n_expert, s->n_expert_used, s->n_ff_exp,
-                     s->tied ? " tied" : "");
+            snprintf(shape + k, sizeof shape - (size_t)k,
+                     " X%" PRIu32 " top%" PRIu32 " effn%" PRIu32 "%s", s->n_expert,
+                     s->n_expert_used, s->n_ff_exp, s->tied ? " tied" : "");
         printf("%-14s %-9s %s\n", s->name, model_arch_name(s->arch), shape);
     }
     printf("\nfile size in bytes (exact)\n");
@@ -129,8 +130,8 @@ static int u32_opt(const char *opt, const char *v, uint32_t lo, uint32_t hi, uin
     errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
     if (errno || end == v || *end || v[0] == '-' || x < lo || x > hi)
-        return cli_fail(2, "model synth: %s '%s' is not an integer in [%" PRIu32 ", %" PRIu32
-                        "]", opt, v, lo, hi);
+        return cli_fail(2, "model synth: %s '%s' is not an integer in [%" PRIu32 ", %" PRIu32 "]",
+                        opt, v, lo, hi);
     *out = (uint32_t)x;
     return 0;
 }
@@ -161,8 +162,9 @@ static int check_space(const struct synth_options *o, const char *path, uint64_t
     if (statvfs(dir, &st) != 0) {
         rc = cli_fail(3, "cannot write '%s': %s: %s", path, dir, strerror(errno));
     } else if ((uint64_t)st.f_bavail * st.f_frsize < *need) {
-        rc = cli_fail(3, "not enough space for '%s': it needs %" PRIu64 " bytes, %s has %"
-                      PRIu64 " free", path, *need, dir, (uint64_t)st.f_bavail * st.f_frsize);
+        rc = cli_fail(
+            3, "not enough space for '%s': it needs %" PRIu64 " bytes, %s has %" PRIu64 " free",
+            path, *need, dir, (uint64_t)st.f_bavail * st.f_frsize);
     }
     free(copy);
     return rc;
@@ -178,10 +180,9 @@ int cmd_model_synth(int argc, char **argv)
     int have[12] = {0};
     float rope = 0, eps = 0;
     int have_rope = 0, have_eps = 0;
-    static const char *const NUM_OPTS[12] = {"--vocab", "--ctx", "--hidden", "--layers",
-                                             "--heads", "--kv-heads", "--head-dim", "--ffn",
-                                             "--experts", "--experts-used", "--expert-ffn",
-                                             "--seed"};
+    static const char *const NUM_OPTS[12] = {
+        "--vocab",    "--ctx", "--hidden",  "--layers",       "--heads",      "--kv-heads",
+        "--head-dim", "--ffn", "--experts", "--experts-used", "--expert-ffn", "--seed"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int num = -1;
@@ -193,8 +194,7 @@ int cmd_model_synth(int argc, char **argv)
             return 0;
         } else if (num >= 0) {
             if (cli_value(argc, argv, &i, &v) ||
-                u32_opt(a, v, num == 11 ? 0 : 1, num == 11 ? UINT32_MAX : 100000000u,
-                        &vals[num]))
+                u32_opt(a, v, num == 11 ? 0 : 1, num == 11 ? UINT32_MAX : 100000000u, &vals[num]))
                 return 2;
             have[num] = 1;
             shape_flags += num != 11;
@@ -249,8 +249,8 @@ int cmd_model_synth(int argc, char **argv)
             const struct synth_spec *ps = synth_presets(&n);
             char names[256] = "";
             for (int k = 0; k < n; k++)
-                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
-                         k ? ", " : "", ps[k].name);
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? ", " : "",
+                         ps[k].name);
             return cli_fail(2, "model synth: unknown preset '%s' (presets: %s)", preset, names);
         }
         *s = *p;
@@ -259,7 +259,7 @@ int cmd_model_synth(int argc, char **argv)
     } else {
         if (!arch)
             return cli_fail(2, "model synth: give --preset NAME or --arch qwen3|qwen3moe with"
-                            " the shape flags (--list shows the presets)");
+                               " the shape flags (--list shows the presets)");
         s->name = "custom";
         s->n_vocab = 512;
         s->n_ctx = 4096;
@@ -278,12 +278,12 @@ int cmd_model_synth(int argc, char **argv)
         if (a < 0)
             return cli_fail(2, "model synth: --arch '%s' is not qwen3 or qwen3moe", arch);
         if (preset && (int)s->arch != a)
-            return cli_fail(2, "model synth: --arch %s contradicts preset '%s' (%s)", arch,
-                            preset, model_arch_name(s->arch));
+            return cli_fail(2, "model synth: --arch %s contradicts preset '%s' (%s)", arch, preset,
+                            model_arch_name(s->arch));
         s->arch = (enum model_arch)a;
     }
-    uint32_t *fields[11] = {&s->n_vocab,  &s->n_ctx,    &s->n_embd,    &s->n_layer,
-                            &s->n_head,   &s->n_head_kv, &s->head_dim, &s->n_ff,
+    uint32_t *fields[11] = {&s->n_vocab,  &s->n_ctx,         &s->n_embd,   &s->n_layer,
+                            &s->n_head,   &s->n_head_kv,     &s->head_dim, &s->n_ff,
                             &s->n_expert, &s->n_expert_used, &s->n_ff_exp};
     for (int k = 0; k < 11; k++)
         if (have[k])
@@ -306,10 +306,12 @@ int cmd_model_synth(int argc, char **argv)
     o.n_threads = n_threads;
     if (!quant)
         return cli_fail(2, "model synth: --quant is required (F32, F16, BF16, Q8_0, Q4_K_M,"
-                        " Q5_K_M, Q6_K)");
+                           " Q5_K_M, Q6_K)");
     if ((o.quant = synth_quant_from_name(quant)) < 0)
-        return cli_fail(2, "model synth: unknown --quant '%s' (F32, F16, BF16, Q8_0, Q4_K_M,"
-                        " Q5_K_M, Q6_K)", quant);
+        return cli_fail(2,
+                        "model synth: unknown --quant '%s' (F32, F16, BF16, Q8_0, Q4_K_M,"
+                        " Q5_K_M, Q6_K)",
+                        quant);
     if (!out)
         return cli_fail(2, "model synth: -o FILE.gguf is required");
     struct gate_err err = {0};
@@ -322,8 +324,7 @@ int cmd_model_synth(int argc, char **argv)
 
     struct progress p = {.tty = isatty(2), .last_decile = -1, .t0 = now_s()};
     fprintf(stderr, "synth: writing %s (%s, %s%s, seed %" PRIu32 ", %" PRIu64 " bytes)\n", out,
-            s->name, synth_quant_name(o.quant), o.fast_blocks ? ", fast blocks" : "", o.seed,
-            need);
+            s->name, synth_quant_name(o.quant), o.fast_blocks ? ", fast blocks" : "", o.seed, need);
     rc = synth_write(&o, out, show, &p, &err);
     if (rc) {
         if (p.tty)

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/gguf.h"
 #include "cli/cli.h"
+#include "engine/gguf.h"
 
 static const char TOKENIZE_USAGE[] =
     "usage: gate tokenize MODEL.gguf (--text TEXT | --text-file FILE)... [--ids | --json]\n"

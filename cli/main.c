@@ -8,8 +8,8 @@
 #include "cli/cli.h"
 #include "cli/cmd_oracle.h"
 #include "cli/cmd_receipt.h"
-#include "oracles/selftest.h"
 #include "cli/cmd_tokenize.h"
+#include "oracles/selftest.h"
 #include "receipts/faultsim.h"
 
 struct command {
@@ -19,11 +19,14 @@ struct command {
 
 /* Dispatch table; the usage below lists every subcommand on its own line. */
 static const struct command COMMANDS[] = {
-    {"model", cmd_model},       {"eval", cmd_eval},         {"generate", cmd_generate},
-    {"tokenize", cmd_tokenize}, {"detokenize", cmd_detokenize}, {"bench", cmd_bench},
-    {"ladder", cmd_ladder},     {"run", cmd_run},           {"release", cmd_release},
-    {"golden", cmd_golden},     {"parity", cmd_parity},     {"falsify", cmd_falsify},
-    {"selftest", cmd_selftest}, {"key", cmd_key},           {"receipt", cmd_receipt},
+    {"model", cmd_model},           {"eval", cmd_eval},
+    {"generate", cmd_generate},     {"tokenize", cmd_tokenize},
+    {"detokenize", cmd_detokenize}, {"bench", cmd_bench},
+    {"ladder", cmd_ladder},         {"run", cmd_run},
+    {"release", cmd_release},       {"golden", cmd_golden},
+    {"parity", cmd_parity},         {"falsify", cmd_falsify},
+    {"selftest", cmd_selftest},     {"key", cmd_key},
+    {"receipt", cmd_receipt},
 };
 
 /* Every command and subcommand, one line each, within 100 columns (tested: test_cli). */

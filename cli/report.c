@@ -170,12 +170,11 @@ void report_run_progress(void *ctx, const struct run_event *ev)
     case RUN_EV_STARTED:
         if (ev->git_dirty)
             fprintf(stderr, "gate: WARNING: this binary was built from a tree with uncommitted"
-                    " changes; its receipts never count for a release\n");
+                            " changes; its receipts never count for a release\n");
         if (!r->json)
             fprintf(stderr, "gate run: ladder %s (%s %s), host %s, build %.12s%s\n",
-                    safe(ev->ladder_path), safe(ev->ladder_name),
-                    safe(ev->ladder_version), safe(ev->host), ev->git_commit,
-                    ev->git_dirty ? " (dirty)" : "");
+                    safe(ev->ladder_path), safe(ev->ladder_name), safe(ev->ladder_version),
+                    safe(ev->host), ev->git_commit, ev->git_dirty ? " (dirty)" : "");
         break;
     case RUN_EV_SYNTH:
         if (r->tty && ev->finished)
@@ -226,9 +225,10 @@ void report_run_progress(void *ctx, const struct run_event *ev)
         if (ev->error)
             fprintf(stderr, "gate: cannot write the head record: %s\n", safe(ev->error));
         else if (!r->json)
-            fprintf(stderr, "chain head %s (%" PRId64 " receipts by key %s); keep it: gate"
-                    " release check --expect-head %s\n", ev->head, ev->head_count, ev->key_id,
-                    ev->head);
+            fprintf(stderr,
+                    "chain head %s (%" PRId64 " receipts by key %s); keep it: gate"
+                    " release check --expect-head %s\n",
+                    ev->head, ev->head_count, ev->key_id, ev->head);
         break;
     }
 }
@@ -243,8 +243,8 @@ void report_run_results(FILE *out, const struct run_result *res, int json)
             const struct run_cell_result *c = &res->cells[i];
             json_t *o = json_pack("{s:s, s:s}", "cell", c->name, "verdict", c->verdict);
             json_object_set(o, "gates", c->gates_json ? c->gates_json : json_null());
-            json_object_set_new(o, "receipt", c->receipt_id ? json_integer(c->receipt_id)
-                                                            : json_null());
+            json_object_set_new(o, "receipt",
+                                c->receipt_id ? json_integer(c->receipt_id) : json_null());
             json_array_append_new(arr, o);
         }
         json_dumpf(arr, out, JSON_INDENT(2));
@@ -326,8 +326,7 @@ void report_release(FILE *out, const struct ladder *l, const char *ladder_path, 
             id->git_dirty ? " (dirty)" : "", r->n_receipts, r->n_receipts == 1 ? "" : "s",
             safe(db));
     fprintf(out, "%d required cell%s, %d excluded, %d anchor case%s\n\n", r->n_cells,
-            r->n_cells == 1 ? "" : "s", r->n_excluded, r->n_anchors,
-            r->n_anchors == 1 ? "" : "s");
+            r->n_cells == 1 ? "" : "s", r->n_excluded, r->n_anchors, r->n_anchors == 1 ? "" : "s");
     print_matrix(out, l, r);
     for (int i = 0; i < l->n_unanchored; i++)
         fprintf(out, "note: judge not anchored for %s: %s\n", safe(l->unanchored[i].arch),
@@ -336,7 +335,8 @@ void report_release(FILE *out, const struct ladder *l, const char *ladder_path, 
         fprintf(out, "excluded: %-36s %s\n", safe(r->excluded[i].name),
                 safe(l->excluded[i].reason));
     if (id->git_dirty)
-        fprintf(out, "note: this gate binary was built from a tree that is not its commit (%s);"
+        fprintf(out,
+                "note: this gate binary was built from a tree that is not its commit (%s);"
                 " no receipt can count for it. Commit, rebuild, rerun.\n",
                 id->dirty_reason[0] ? safe(id->dirty_reason) : "uncommitted changes");
     for (int i = 0; i < r->n_cells; i++)
@@ -350,8 +350,10 @@ void report_release(FILE *out, const struct ladder *l, const char *ladder_path, 
                 r->n_cells, r->n_anchors, r->n_anchors == 1 ? "" : "s");
         return;
     }
-    fprintf(out, "RELEASE BLOCKED: %d of %d required cells and %d of %d anchor case%s are not"
-            " PASS%s\n", r->n_bad_cells, r->n_cells, r->n_bad_anchors, r->n_anchors,
+    fprintf(out,
+            "RELEASE BLOCKED: %d of %d required cells and %d of %d anchor case%s are not"
+            " PASS%s\n",
+            r->n_bad_cells, r->n_cells, r->n_bad_anchors, r->n_anchors,
             r->n_anchors == 1 ? "" : "s", r->dirty ? "; this binary is not a clean build" : "");
     for (int i = 0; i < r->n_anchors; i++)
         if (r->anchors[i].state != RELEASE_PASS)

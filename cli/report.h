@@ -21,8 +21,8 @@ struct ladder;
 /* The progress printer's state: a callback context for run_ladder(). Zero it, set json and tty,
  * pass report_run_progress as the callback and &this as ctx, call report_run_end() after. */
 struct report_run {
-    int json; /* machine-readable output: no per-gate lines, no header */
-    int tty;  /* stderr is a terminal: draw the ticker and the synth bar */
+    int json;          /* machine-readable output: no per-gate lines, no header */
+    int tty;           /* stderr is a terminal: draw the ticker and the synth bar */
     struct ticker *tk; /* the running ticker, NULL when none */
     /* seconds each (model, gate) took so far, for the ticker's estimate */
     struct {

@@ -93,16 +93,20 @@ int backend_open(struct backend **out, const char *name, const struct model *m,
     if (!ops) {
         char known[64];
         compiled_list(known, sizeof known);
-        return err_set(err, ERR_INPUT, "backend '%s' is not available in this build (known:"
-                       " %s)", name, known);
+        return err_set(err, ERR_INPUT,
+                       "backend '%s' is not available in this build (known:"
+                       " %s)",
+                       name, known);
     }
     int rc = ops->open(out, m, cfg, err);
     if (rc)
         return rc;
     struct backend *b = *out;
     if (b->n_batch < 1 || b->n_ctx < 1) {
-        rc = err_set(err, ERR_RUNTIME, "backend %s opened with n_batch %d and n_ctx %d (both"
-                     " must be >= 1)", name, b->n_batch, b->n_ctx);
+        rc = err_set(err, ERR_RUNTIME,
+                     "backend %s opened with n_batch %d and n_ctx %d (both"
+                     " must be >= 1)",
+                     name, b->n_batch, b->n_ctx);
         ops->close(b);
         *out = NULL;
         return rc;
@@ -122,22 +126,26 @@ int backend_forward(struct backend *b, const int32_t *tokens, int n, int pos0, f
     if (n <= 0)
         return err_set(err, ERR_INPUT, "%s: forward needs at least one token (got %d)", name, n);
     if (pos0 != b->n_past)
-        return err_set(err, ERR_INPUT, "%s: forward at position %d but the cache holds %d"
-                       " positions", name, pos0, b->n_past);
+        return err_set(err, ERR_INPUT,
+                       "%s: forward at position %d but the cache holds %d"
+                       " positions",
+                       name, pos0, b->n_past);
     if (n > b->n_ctx - pos0)
-        return err_set(err, ERR_INPUT, "%s: %d tokens at position %d exceed the context of %d"
-                       " positions", name, n, pos0, b->n_ctx);
+        return err_set(err, ERR_INPUT,
+                       "%s: %d tokens at position %d exceed the context of %d"
+                       " positions",
+                       name, n, pos0, b->n_ctx);
     for (int t = 0; t < n; t++)
         if (tokens[t] < 0 || (uint32_t)tokens[t] >= V)
-            return err_set(err, ERR_INPUT, "%s: token id %" PRId32 " at position %d is out of"
-                           " range (vocabulary has %" PRIu32 " tokens)", name, tokens[t],
-                           pos0 + t, V);
+            return err_set(err, ERR_INPUT,
+                           "%s: token id %" PRId32 " at position %d is out of"
+                           " range (vocabulary has %" PRIu32 " tokens)",
+                           name, tokens[t], pos0 + t, V);
     b->tap_n = n;
     for (int done = 0; done < n; done += b->n_batch) {
         const int c = n - done < b->n_batch ? n - done : b->n_batch;
         b->tap_off = done;
-        int rc = b->ops->forward(b, tokens + done, c, pos0 + done, logits + (size_t)done * V,
-                                 err);
+        int rc = b->ops->forward(b, tokens + done, c, pos0 + done, logits + (size_t)done * V, err);
         if (rc)
             return rc;
         b->n_past += c;
@@ -150,8 +158,10 @@ int backend_forward(struct backend *b, const int32_t *tokens, int n, int pos0, f
 int backend_truncate(struct backend *b, int n_pos, struct gate_err *err)
 {
     if (n_pos < 0 || n_pos > b->n_past)
-        return err_set(err, ERR_INPUT, "%s: cannot truncate the cache to %d positions (it holds"
-                       " %d)", b->ops->name, n_pos, b->n_past);
+        return err_set(err, ERR_INPUT,
+                       "%s: cannot truncate the cache to %d positions (it holds"
+                       " %d)",
+                       b->ops->name, n_pos, b->n_past);
     int rc = b->ops->truncate ? b->ops->truncate(b, n_pos, err) : 0;
     if (!rc)
         b->n_past = n_pos; /* later positions are overwritten by the next forward */

@@ -24,19 +24,19 @@ extern "C" {
 #endif
 
 struct backend_config {
-    int n_threads;   /* CPU worker threads (0 = number of cores) */
-    int n_ctx;       /* KV cache positions (0 = min(model context, 4096)) */
-    int n_batch;     /* most tokens per ops->forward (0 = the backend's default); longer runs
-                      * are chunked by backend_forward() */
+    int n_threads; /* CPU worker threads (0 = number of cores) */
+    int n_ctx;     /* KV cache positions (0 = min(model context, 4096)) */
+    int n_batch;   /* most tokens per ops->forward (0 = the backend's default); longer runs
+                    * are chunked by backend_forward() */
     const struct fault_set *faults; /* copied at open (backend_set_faults); NULL = none */
 };
 
 /* What actually ran, measured by the backend while running (settled question 7). */
 struct backend_info {
-    char backend[16];   /* "ref", "cuda", ... */
-    char device[128];   /* "cpu: <model name>" or the GPU's name */
-    uint64_t forwards;  /* backend_forward() calls that succeeded (kept by the wrapper) */
-    uint64_t tokens;    /* tokens they evaluated (kept by the wrapper) */
+    char backend[16];         /* "ref", "cuda", ... */
+    char device[128];         /* "cpu: <model name>" or the GPU's name */
+    uint64_t forwards;        /* backend_forward() calls that succeeded (kept by the wrapper) */
+    uint64_t tokens;          /* tokens they evaluated (kept by the wrapper) */
     uint64_t kernel_launches; /* device kernel launches (0 on CPU backends) */
     uint64_t device_bytes;    /* bytes moved host <-> device */
 };
@@ -53,11 +53,11 @@ struct backend_device {
 /* Per-layer observations for localization; all arrays caller-owned, sized for n_tok tokens of
  * the next backend_forward call. A NULL array is not recorded. */
 struct backend_taps {
-    float *hidden;       /* (n_layer, n_tok, n_embd): residual stream after each layer */
-    int32_t *experts;    /* (n_layer, n_tok, k): chosen experts, slot order (MoE) */
-    float *expert_w;     /* (n_layer, n_tok, k): their weights (MoE) */
-    float *router_kth;   /* (n_layer, n_tok): router logit of the k-th expert (MoE) */
-    float *router_k1th;  /* (n_layer, n_tok): router logit of the (k+1)-th expert (MoE) */
+    float *hidden;      /* (n_layer, n_tok, n_embd): residual stream after each layer */
+    int32_t *experts;   /* (n_layer, n_tok, k): chosen experts, slot order (MoE) */
+    float *expert_w;    /* (n_layer, n_tok, k): their weights (MoE) */
+    float *router_kth;  /* (n_layer, n_tok): router logit of the k-th expert (MoE) */
+    float *router_k1th; /* (n_layer, n_tok): router logit of the (k+1)-th expert (MoE) */
 };
 
 struct backend;
@@ -93,12 +93,12 @@ struct backend_ops {
 struct backend {
     const struct backend_ops *ops;
     const struct model *model;
-    int n_ctx;   /* cache capacity in positions (set by open) */
-    int n_batch; /* most tokens per ops->forward (set by open) */
-    int n_past;  /* positions in the cache (kept by the wrappers) */
+    int n_ctx;                       /* cache capacity in positions (set by open) */
+    int n_batch;                     /* most tokens per ops->forward (set by open) */
+    int n_past;                      /* positions in the cache (kept by the wrappers) */
     struct fault_set faults;         /* active faults, a copy (backend_set_faults) */
     const struct backend_taps *taps; /* borrowed (backend_set_taps); NULL = none */
-    int tap_n, tap_off; /* tokens of the current backend_forward call; this chunk's offset */
+    int tap_n, tap_off;        /* tokens of the current backend_forward call; this chunk's offset */
     uint64_t forwards, tokens; /* counters kept by backend_forward */
 };
 
@@ -107,8 +107,8 @@ struct backend {
 /* Every backend any build knows, compiled in or not, in a fixed order ("cuda", "cpu", "ref"):
  * the one list modes, the ladder and capability read. */
 int backend_count(void);
-const char *backend_name(int i);          /* NULL when i is out of range */
-int backend_index(const char *name);      /* -1 when unknown */
+const char *backend_name(int i);     /* NULL when i is out of range */
+int backend_index(const char *name); /* -1 when unknown */
 /* 1 when the backend runs on an accelerator (its runs must count kernel launches). */
 int backend_is_device(const char *name);
 

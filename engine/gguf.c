@@ -20,8 +20,8 @@
 #include "quant.h"
 
 static const char *TYPE_NAMES[GGUF_TYPE_COUNT] = {
-    "UINT8", "INT8",  "UINT16", "INT16", "UINT32", "INT32",  "FLOAT32",
-    "BOOL",  "STRING", "ARRAY", "UINT64", "INT64", "FLOAT64",
+    "UINT8", "INT8",   "UINT16", "INT16",  "UINT32", "INT32",   "FLOAT32",
+    "BOOL",  "STRING", "ARRAY",  "UINT64", "INT64",  "FLOAT64",
 };
 static const size_t TYPE_SIZES[GGUF_TYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
 
@@ -110,8 +110,9 @@ static int read_value(struct cursor *c, struct gguf_kv *kv)
     if ((rc = rd(c, &t, 4, "value type")))
         return rc;
     if (t < 0 || t >= GGUF_TYPE_COUNT)
-        return err_set(c->err, ERR_INPUT, "%s: key " KEY_FMT " at byte %" PRIu64
-                       " has unknown value type %" PRId32, c->name, kv->key, kv->offset, t);
+        return err_set(c->err, ERR_INPUT,
+                       "%s: key " KEY_FMT " at byte %" PRIu64 " has unknown value type %" PRId32,
+                       c->name, kv->key, kv->offset, t);
     kv->type = (enum gguf_type)t;
     kv->n = 1;
     enum gguf_type elem = kv->type;
@@ -121,11 +122,13 @@ static int read_value(struct cursor *c, struct gguf_kv *kv)
         if ((rc = rd(c, &et, 4, "array element type")))
             return rc;
         if (et < 0 || et >= GGUF_TYPE_COUNT)
-            return err_set(c->err, ERR_INPUT, "%s: array " KEY_FMT " at byte %" PRIu64
-                           " has unknown element type %" PRId32, c->name, kv->key, kv->offset,
-                           et);
+            return err_set(c->err, ERR_INPUT,
+                           "%s: array " KEY_FMT " at byte %" PRIu64
+                           " has unknown element type %" PRId32,
+                           c->name, kv->key, kv->offset, et);
         if (et == GGUF_TYPE_ARRAY)
-            return err_set(c->err, ERR_INPUT, "%s: array " KEY_FMT " at byte %" PRIu64
+            return err_set(c->err, ERR_INPUT,
+                           "%s: array " KEY_FMT " at byte %" PRIu64
                            " nests arrays, which GGUF readers do not accept",
                            c->name, kv->key, kv->offset);
         kv->arr_type = (enum gguf_type)et;
@@ -137,8 +140,9 @@ static int read_value(struct cursor *c, struct gguf_kv *kv)
     if (elem == GGUF_TYPE_STRING) {
         /* every string needs at least its 8-byte length */
         if (is_arr && kv->n > (c->size - c->pos) / 8)
-            return err_set(c->err, ERR_INPUT, "%s: array " KEY_FMT " at byte %" PRIu64
-                           " claims %" PRIu64 " strings, more than the %zu bytes left can hold",
+            return err_set(c->err, ERR_INPUT,
+                           "%s: array " KEY_FMT " at byte %" PRIu64 " claims %" PRIu64
+                           " strings, more than the %zu bytes left can hold",
                            c->name, kv->key, kv->offset, kv->n, c->size - c->pos);
         kv->strs = calloc(kv->n ? kv->n : 1, sizeof *kv->strs);
         if (!kv->strs)
@@ -154,20 +158,24 @@ static int read_value(struct cursor *c, struct gguf_kv *kv)
     size_t es = TYPE_SIZES[elem];
     if (kv->n > (c->size - c->pos) / es) {
         if (is_arr)
-            return err_set(c->err, ERR_INPUT, "%s: array " KEY_FMT " at byte %" PRIu64
-                           " claims %" PRIu64 " elements of %s (%zu bytes each) but only %zu"
-                           " bytes are left", c->name, kv->key, kv->offset, kv->n,
-                           TYPE_NAMES[elem], es, c->size - c->pos);
-        return err_set(c->err, ERR_INPUT, "%s: %s value of key " KEY_FMT " at byte %zu needs %zu"
-                       " bytes but the file ends at byte %zu", c->name, TYPE_NAMES[elem],
-                       kv->key, c->pos, es, c->size);
+            return err_set(c->err, ERR_INPUT,
+                           "%s: array " KEY_FMT " at byte %" PRIu64 " claims %" PRIu64
+                           " elements of %s (%zu bytes each) but only %zu"
+                           " bytes are left",
+                           c->name, kv->key, kv->offset, kv->n, TYPE_NAMES[elem], es,
+                           c->size - c->pos);
+        return err_set(c->err, ERR_INPUT,
+                       "%s: %s value of key " KEY_FMT " at byte %zu needs %zu"
+                       " bytes but the file ends at byte %zu",
+                       c->name, TYPE_NAMES[elem], kv->key, c->pos, es, c->size);
     }
     if (elem == GGUF_TYPE_BOOL)
         for (uint64_t i = 0; i < kv->n; i++)
             if (kv->data[i] > 1)
-                return err_set(c->err, ERR_INPUT, "%s: key " KEY_FMT " has a BOOL byte %u at"
-                               " byte %zu (must be 0 or 1)", c->name, kv->key, kv->data[i],
-                               (size_t)(kv->data + i - c->p));
+                return err_set(c->err, ERR_INPUT,
+                               "%s: key " KEY_FMT " has a BOOL byte %u at"
+                               " byte %zu (must be 0 or 1)",
+                               c->name, kv->key, kv->data[i], (size_t)(kv->data + i - c->p));
     c->pos += (size_t)(kv->n * es);
     return 0;
 }
@@ -182,11 +190,13 @@ static int read_kvs(struct cursor *c, struct gguf_file *f)
         if ((rc = rd_str(c, &key, "key")))
             return rc;
         if (key.len == 0)
-            return err_set(c->err, ERR_INPUT, "%s: key of record %" PRIu64 " at byte %" PRIu64
-                           " is empty", c->name, i, kv->offset);
+            return err_set(c->err, ERR_INPUT,
+                           "%s: key of record %" PRIu64 " at byte %" PRIu64 " is empty", c->name, i,
+                           kv->offset);
         if (memchr(key.ptr, 0, key.len))
-            return err_set(c->err, ERR_INPUT, "%s: key of record %" PRIu64 " at byte %" PRIu64
-                           " contains a NUL byte", c->name, i, kv->offset);
+            return err_set(c->err, ERR_INPUT,
+                           "%s: key of record %" PRIu64 " at byte %" PRIu64 " contains a NUL byte",
+                           c->name, i, kv->offset);
         kv->key = strndup(key.ptr, key.len);
         if (!kv->key)
             return err_set(c->err, ERR_ENV, "%s: out of memory", c->name);
@@ -225,13 +235,15 @@ static int read_alignment(struct cursor *c, struct gguf_file *f)
     if (!kv)
         return 0;
     if (kv->type != GGUF_TYPE_UINT32)
-        return err_set(c->err, ERR_INPUT, "%s: key 'general.alignment' has type %s, expected"
-                       " UINT32", c->name, gguf_type_name(kv->type));
+        return err_set(c->err, ERR_INPUT,
+                       "%s: key 'general.alignment' has type %s, expected"
+                       " UINT32",
+                       c->name, gguf_type_name(kv->type));
     uint32_t a;
     memcpy(&a, kv->data, 4);
     if (a == 0 || (a & (a - 1)) != 0)
-        return err_set(c->err, ERR_INPUT, "%s: general.alignment = %" PRIu32
-                       " is not a power of two", c->name, a);
+        return err_set(c->err, ERR_INPUT,
+                       "%s: general.alignment = %" PRIu32 " is not a power of two", c->name, a);
     f->alignment = a;
     return 0;
 }
@@ -248,19 +260,23 @@ static int read_tensor_info(struct cursor *c, struct gguf_file *f, struct gguf_t
         return err_set(c->err, ERR_INPUT, "%s: tensor %" PRIu64 " at byte %zu has an empty name",
                        c->name, i, at);
     if (name.len >= GGUF_MAX_NAME)
-        return err_set(c->err, ERR_INPUT, "%s: tensor %" PRIu64 " at byte %zu has a name of %"
-                       PRIu64 " bytes (limit %d)", c->name, i, at, name.len, GGUF_MAX_NAME - 1);
+        return err_set(c->err, ERR_INPUT,
+                       "%s: tensor %" PRIu64 " at byte %zu has a name of %" PRIu64
+                       " bytes (limit %d)",
+                       c->name, i, at, name.len, GGUF_MAX_NAME - 1);
     if (memchr(name.ptr, 0, name.len))
-        return err_set(c->err, ERR_INPUT, "%s: tensor %" PRIu64 " at byte %zu has a NUL byte in"
-                       " its name", c->name, i, at);
+        return err_set(c->err, ERR_INPUT,
+                       "%s: tensor %" PRIu64 " at byte %zu has a NUL byte in"
+                       " its name",
+                       c->name, i, at);
     memcpy(t->name, name.ptr, name.len);
     t->name[name.len] = '\0';
     if ((rc = rd(c, &t->n_dims, 4, "tensor n_dims")))
         return rc;
     if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS)
-        return err_set(c->err, ERR_INPUT, "%s: tensor '%s' at byte %zu has %" PRIu32
-                       " dimensions (must be 1..%d)", c->name, t->name, at, t->n_dims,
-                       GGUF_MAX_DIMS);
+        return err_set(c->err, ERR_INPUT,
+                       "%s: tensor '%s' at byte %zu has %" PRIu32 " dimensions (must be 1..%d)",
+                       c->name, t->name, at, t->n_dims, GGUF_MAX_DIMS);
     int64_t nel = 1;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) {
         t->ne[d] = 1;
@@ -269,11 +285,14 @@ static int read_tensor_info(struct cursor *c, struct gguf_file *f, struct gguf_t
         if ((rc = rd(c, &t->ne[d], 8, "tensor dimension")))
             return rc;
         if (t->ne[d] <= 0)
-            return err_set(c->err, ERR_INPUT, "%s: tensor '%s' at byte %zu has ne[%d] = %" PRId64
-                           " (must be > 0)", c->name, t->name, at, d, t->ne[d]);
+            return err_set(c->err, ERR_INPUT,
+                           "%s: tensor '%s' at byte %zu has ne[%d] = %" PRId64 " (must be > 0)",
+                           c->name, t->name, at, d, t->ne[d]);
         if (nel > INT64_MAX / t->ne[d])
-            return err_set(c->err, ERR_INPUT, "%s: tensor '%s' at byte %zu has dims whose"
-                           " element count overflows 64 bits", c->name, t->name, at);
+            return err_set(c->err, ERR_INPUT,
+                           "%s: tensor '%s' at byte %zu has dims whose"
+                           " element count overflows 64 bits",
+                           c->name, t->name, at);
         nel *= t->ne[d];
     }
     int32_t type;
@@ -282,17 +301,19 @@ static int read_tensor_info(struct cursor *c, struct gguf_file *f, struct gguf_t
     t->type = type;
     int64_t bs = quant_block_size(type);
     if (bs == 0)
-        return err_set(c->err, ERR_INPUT, "%s: tensor '%s' at byte %zu has unknown type id %"
-                       PRId32, c->name, t->name, at, type);
+        return err_set(c->err, ERR_INPUT,
+                       "%s: tensor '%s' at byte %zu has unknown type id %" PRId32, c->name, t->name,
+                       at, type);
     if (t->ne[0] % bs != 0)
-        return err_set(c->err, ERR_INPUT, "%s: tensor '%s' at byte %zu has ne[0] = %" PRId64
-                       ", not a multiple of the %s block size %" PRId64, c->name, t->name, at,
-                       t->ne[0], quant_name(type), bs);
+        return err_set(c->err, ERR_INPUT,
+                       "%s: tensor '%s' at byte %zu has ne[0] = %" PRId64
+                       ", not a multiple of the %s block size %" PRId64,
+                       c->name, t->name, at, t->ne[0], quant_name(type), bs);
     uint64_t blocks = (uint64_t)(nel / bs);
     uint64_t ts = (uint64_t)quant_type_size(type);
     if (blocks > UINT64_MAX / ts)
-        return err_set(c->err, ERR_INPUT, "%s: tensor '%s' byte size overflows 64 bits",
-                       c->name, t->name);
+        return err_set(c->err, ERR_INPUT, "%s: tensor '%s' byte size overflows 64 bits", c->name,
+                       t->name);
     t->nbytes = blocks * ts;
     if ((rc = rd(c, &t->offset, 8, "tensor offset")))
         return rc;
@@ -307,19 +328,23 @@ static int check_tensors(struct cursor *c, struct gguf_file *f, unsigned flags)
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         struct gguf_tensor *t = &f->tensors[i];
         if (t->offset % f->alignment != 0)
-            return err_set(c->err, ERR_INPUT, "%s: tensor '%s' has offset %" PRIu64
-                           ", not a multiple of the alignment %" PRIu32, c->name, t->name,
-                           t->offset, f->alignment);
+            return err_set(c->err, ERR_INPUT,
+                           "%s: tensor '%s' has offset %" PRIu64
+                           ", not a multiple of the alignment %" PRIu32,
+                           c->name, t->name, t->offset, f->alignment);
         if (flags & GGUF_OPEN_METADATA_ONLY)
             continue;
         uint64_t start = f->data_offset + t->offset;
         if (t->offset > UINT64_MAX - f->data_offset || t->nbytes > UINT64_MAX - start ||
             start + t->nbytes > c->size)
-            return err_set(c->err, ERR_INPUT, "%s: tensor '%s' ends at byte %" PRIu64
-                           " but the file has %zu bytes", c->name, t->name,
-                           (t->offset > UINT64_MAX - f->data_offset ||
-                            t->nbytes > UINT64_MAX - start) ? UINT64_MAX : start + t->nbytes,
-                           c->size);
+            return err_set(
+                c->err, ERR_INPUT,
+                "%s: tensor '%s' ends at byte %" PRIu64 " but the file has %zu bytes", c->name,
+                t->name,
+                (t->offset > UINT64_MAX - f->data_offset || t->nbytes > UINT64_MAX - start)
+                    ? UINT64_MAX
+                    : start + t->nbytes,
+                c->size);
         t->data = c->p + start;
     }
     if (f->n_tensors < 2)
@@ -332,16 +357,16 @@ static int check_tensors(struct cursor *c, struct gguf_file *f, unsigned flags)
     qsort(v, f->n_tensors, sizeof *v, cmp_tensor_name);
     for (uint64_t i = 1; i < f->n_tensors; i++)
         if (strcmp(v[i - 1]->name, v[i]->name) == 0) {
-            rc = err_set(c->err, ERR_INPUT, "%s: duplicate tensor name '%s'", c->name,
-                         v[i]->name);
+            rc = err_set(c->err, ERR_INPUT, "%s: duplicate tensor name '%s'", c->name, v[i]->name);
             goto out;
         }
     qsort(v, f->n_tensors, sizeof *v, cmp_tensor_offset);
     for (uint64_t i = 1; i < f->n_tensors; i++)
         /* sorted, so the subtraction cannot wrap; the sum could (metadata-only opens) */
         if (v[i - 1]->nbytes > v[i]->offset - v[i - 1]->offset) {
-            rc = err_set(c->err, ERR_INPUT, "%s: tensors '%s' [%" PRIu64 ", %" PRIu64
-                         ") and '%s' [%" PRIu64 ", %" PRIu64 ") overlap in the data blob",
+            rc = err_set(c->err, ERR_INPUT,
+                         "%s: tensors '%s' [%" PRIu64 ", %" PRIu64 ") and '%s' [%" PRIu64
+                         ", %" PRIu64 ") overlap in the data blob",
                          c->name, v[i - 1]->name, v[i - 1]->offset,
                          v[i - 1]->offset + v[i - 1]->nbytes, v[i]->name, v[i]->offset,
                          v[i]->offset + v[i]->nbytes);
@@ -361,19 +386,24 @@ static int parse(struct gguf_file *f, unsigned flags, struct gate_err *err)
     if ((rc = rd(&c, magic, 4, "magic")))
         return rc;
     if (memcmp(magic, "GGUF", 4) != 0)
-        return err_set(err, ERR_INPUT, "%s: bad magic at byte 0 (expected 'GGUF', found bytes"
-                       " %02x %02x %02x %02x)", f->path, magic[0], magic[1], magic[2], magic[3]);
+        return err_set(err, ERR_INPUT,
+                       "%s: bad magic at byte 0 (expected 'GGUF', found bytes"
+                       " %02x %02x %02x %02x)",
+                       f->path, magic[0], magic[1], magic[2], magic[3]);
     if ((rc = rd(&c, &f->version, 4, "version")))
         return rc;
     if (f->version != 0 && (f->version & 0xffff) == 0)
-        return err_set(err, ERR_INPUT, "%s: version word 0x%08" PRIx32 " at byte 4 looks"
-                       " byte-swapped (a big-endian file?)", f->path, f->version);
+        return err_set(err, ERR_INPUT,
+                       "%s: version word 0x%08" PRIx32 " at byte 4 looks"
+                       " byte-swapped (a big-endian file?)",
+                       f->path, f->version);
     if (f->version < 2 || f->version > 3)
-        return err_set(err, ERR_INPUT, "%s: GGUF version %" PRIu32 " at byte 4 is not"
-                       " supported (only 2 and 3)", f->path, f->version);
+        return err_set(err, ERR_INPUT,
+                       "%s: GGUF version %" PRIu32 " at byte 4 is not"
+                       " supported (only 2 and 3)",
+                       f->path, f->version);
     int64_t n_tensors, n_kv;
-    if ((rc = rd(&c, &n_tensors, 8, "tensor count")) ||
-        (rc = rd(&c, &n_kv, 8, "metadata count")))
+    if ((rc = rd(&c, &n_tensors, 8, "tensor count")) || (rc = rd(&c, &n_kv, 8, "metadata count")))
         return rc;
     if (n_tensors < 0)
         return err_set(err, ERR_INPUT, "%s: tensor count %" PRId64 " at byte 8 is negative",
@@ -383,12 +413,16 @@ static int parse(struct gguf_file *f, unsigned flags, struct gate_err *err)
                        f->path, n_kv);
     /* smallest record: key len 8 + 1 byte key + type 4 + 1 byte value */
     if ((uint64_t)n_kv > (f->size - c.pos) / 14)
-        return err_set(err, ERR_INPUT, "%s: metadata count %" PRId64 " at byte 16 cannot fit"
-                       " in a file of %zu bytes", f->path, n_kv, f->size);
+        return err_set(err, ERR_INPUT,
+                       "%s: metadata count %" PRId64 " at byte 16 cannot fit"
+                       " in a file of %zu bytes",
+                       f->path, n_kv, f->size);
     /* smallest tensor info: name 8+1, n_dims 4, one dim 8, type 4, offset 8 */
     if ((uint64_t)n_tensors > (f->size - c.pos) / 33)
-        return err_set(err, ERR_INPUT, "%s: tensor count %" PRId64 " at byte 8 cannot fit"
-                       " in a file of %zu bytes", f->path, n_tensors, f->size);
+        return err_set(err, ERR_INPUT,
+                       "%s: tensor count %" PRId64 " at byte 8 cannot fit"
+                       " in a file of %zu bytes",
+                       f->path, n_tensors, f->size);
     f->n_kv = (uint64_t)n_kv;
     f->n_tensors = (uint64_t)n_tensors;
     f->kv = calloc(f->n_kv ? f->n_kv : 1, sizeof *f->kv);
@@ -404,8 +438,10 @@ static int parse(struct gguf_file *f, unsigned flags, struct gate_err *err)
     uint64_t pad = (f->alignment - c.pos % f->alignment) % f->alignment;
     f->data_offset = c.pos + pad;
     if (!(flags & GGUF_OPEN_METADATA_ONLY) && f->n_tensors > 0 && f->data_offset > f->size)
-        return err_set(err, ERR_INPUT, "%s: the data blob should start at byte %" PRIu64
-                       " but the file has %zu bytes", f->path, f->data_offset, f->size);
+        return err_set(err, ERR_INPUT,
+                       "%s: the data blob should start at byte %" PRIu64
+                       " but the file has %zu bytes",
+                       f->path, f->data_offset, f->size);
     return check_tensors(&c, f, flags);
 }
 

@@ -46,13 +46,13 @@ struct gguf_str {
 };
 
 struct gguf_kv {
-    char *key;              /* owned, NUL-terminated */
-    enum gguf_type type;    /* value type */
+    char *key;               /* owned, NUL-terminated */
+    enum gguf_type type;     /* value type */
     enum gguf_type arr_type; /* element type when type == ARRAY */
-    uint64_t n;             /* element count for arrays, 1 otherwise */
-    uint64_t offset;        /* byte offset of the record's key in the file */
-    const uint8_t *data;    /* scalar value or first array element, inside the mapping */
-    struct gguf_str *strs;  /* owned: n strings when this is a string or array of strings */
+    uint64_t n;              /* element count for arrays, 1 otherwise */
+    uint64_t offset;         /* byte offset of the record's key in the file */
+    const uint8_t *data;     /* scalar value or first array element, inside the mapping */
+    struct gguf_str *strs;   /* owned: n strings when this is a string or array of strings */
 };
 
 struct gguf_tensor {
@@ -62,7 +62,7 @@ struct gguf_tensor {
     int type;                  /* enum quant_type */
     uint64_t offset;           /* relative to the data blob */
     uint64_t nbytes;
-    const void *data;          /* inside the mapping; NULL for a metadata-only open */
+    const void *data; /* inside the mapping; NULL for a metadata-only open */
 };
 
 struct gguf_file {
@@ -159,8 +159,7 @@ void gguf_writer_set_fill(struct gguf_writer *w, gguf_fill_fn fill, void *ctx);
  * failure, a full disk included, nothing is left under path). */
 int gguf_writer_write_file(struct gguf_writer *w, const char *path, struct gate_err *err);
 /* Write into a malloc'd buffer (*buf, *size; caller frees). */
-int gguf_writer_write_mem(struct gguf_writer *w, uint8_t **buf, size_t *size,
-                          struct gate_err *err);
+int gguf_writer_write_mem(struct gguf_writer *w, uint8_t **buf, size_t *size, struct gate_err *err);
 
 #ifdef __cplusplus
 }

@@ -37,8 +37,10 @@ static int get_u32(const struct gguf_file *f, const char *arch, const char *suff
         return 0;
     }
     if (kv->type == GGUF_TYPE_ARRAY)
-        return err_set(err, ERR_INPUT, "%s: key '%s' is a per-layer array; gate supports only"
-                       " one value for all layers", f->path, key);
+        return err_set(err, ERR_INPUT,
+                       "%s: key '%s' is a per-layer array; gate supports only"
+                       " one value for all layers",
+                       f->path, key);
     return gguf_get_u32(f, key, out, err);
 }
 
@@ -67,8 +69,10 @@ static int load_hparams(const struct gguf_file *f, struct model_hparams *hp, str
     else if (!strcmp(arch, "qwen3moe"))
         hp->arch = MODEL_ARCH_QWEN3MOE;
     else {
-        rc = err_set(err, ERR_INPUT, "%s: architecture '%s' is not supported (supported: qwen3,"
-                     " qwen3moe)", f->path, arch);
+        rc = err_set(err, ERR_INPUT,
+                     "%s: architecture '%s' is not supported (supported: qwen3,"
+                     " qwen3moe)",
+                     f->path, arch);
         goto out;
     }
     hp->has_qk_norm = 1; /* both Qwen3 architectures normalize Q and K per head */
@@ -82,15 +86,18 @@ static int load_hparams(const struct gguf_file *f, struct model_hparams *hp, str
         (rc = get_f32(f, arch, "rope.freq_base", 0, 10000.0f, &hp->rope_base, err)))
         goto out;
     if (hp->n_embd == 0 || hp->n_layer == 0 || hp->n_head == 0 || hp->n_head_kv == 0) {
-        rc = err_set(err, ERR_INPUT, "%s: embedding_length, block_count, head_count and"
+        rc = err_set(err, ERR_INPUT,
+                     "%s: embedding_length, block_count, head_count and"
                      " head_count_kv must be > 0 (got %" PRIu32 ", %" PRIu32 ", %" PRIu32
-                     ", %" PRIu32 ")", f->path, hp->n_embd, hp->n_layer, hp->n_head,
-                     hp->n_head_kv);
+                     ", %" PRIu32 ")",
+                     f->path, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv);
         goto out;
     }
     if (hp->n_head % hp->n_head_kv != 0) {
-        rc = err_set(err, ERR_INPUT, "%s: head_count %" PRIu32 " is not a multiple of"
-                     " head_count_kv %" PRIu32, f->path, hp->n_head, hp->n_head_kv);
+        rc = err_set(err, ERR_INPUT,
+                     "%s: head_count %" PRIu32 " is not a multiple of"
+                     " head_count_kv %" PRIu32,
+                     f->path, hp->n_head, hp->n_head_kv);
         goto out;
     }
     /* head_dim defaults to n_embd / n_head only when the file says nothing (FACTS.md §2) */
@@ -100,15 +107,19 @@ static int load_hparams(const struct gguf_file *f, struct model_hparams *hp, str
         (rc = get_u32(f, arch, "rope.dimension_count", 0, key_len, &n_rot, err)))
         goto out;
     if (key_len == 0 || key_len % 2 != 0 || val_len != key_len || n_rot != key_len) {
-        rc = err_set(err, ERR_INPUT, "%s: key_length %" PRIu32 ", value_length %" PRIu32
+        rc = err_set(err, ERR_INPUT,
+                     "%s: key_length %" PRIu32 ", value_length %" PRIu32
                      " and rope.dimension_count %" PRIu32 " must be equal, even and > 0 for"
-                     " %s", f->path, key_len, val_len, n_rot, arch);
+                     " %s",
+                     f->path, key_len, val_len, n_rot, arch);
         goto out;
     }
     hp->head_dim = key_len;
     if (!(hp->eps > 0.0f && hp->eps < 1.0f) || !(hp->rope_base > 1.0f)) {
-        rc = err_set(err, ERR_INPUT, "%s: layer_norm_rms_epsilon %g or rope.freq_base %g out of"
-                     " range", f->path, (double)hp->eps, (double)hp->rope_base);
+        rc = err_set(err, ERR_INPUT,
+                     "%s: layer_norm_rms_epsilon %g or rope.freq_base %g out of"
+                     " range",
+                     f->path, (double)hp->eps, (double)hp->rope_base);
         goto out;
     }
     char key[128];
@@ -119,11 +130,13 @@ static int load_hparams(const struct gguf_file *f, struct model_hparams *hp, str
         if ((rc = gguf_get_str(f, key, &st, err)))
             goto out;
         rc = get_f32(f, arch, "rope.scaling.factor", 0, 0.0f, &factor, err);
-        int plain = !rc && (!strcmp(st, "none") || (!strcmp(st, "linear") &&
-                                                    (factor == 0.0f || factor == 1.0f)));
+        int plain = !rc && (!strcmp(st, "none") ||
+                            (!strcmp(st, "linear") && (factor == 0.0f || factor == 1.0f)));
         if (!rc && !plain)
-            rc = err_set(err, ERR_INPUT, "%s: RoPE scaling '%s' (factor %g) is not supported"
-                         " by gate's reference twin", f->path, st, (double)factor);
+            rc = err_set(err, ERR_INPUT,
+                         "%s: RoPE scaling '%s' (factor %g) is not supported"
+                         " by gate's reference twin",
+                         f->path, st, (double)factor);
         free(st);
         if (rc)
             goto out;
@@ -143,17 +156,20 @@ static int load_hparams(const struct gguf_file *f, struct model_hparams *hp, str
             goto out;
         if (hp->n_expert == 0 || hp->n_expert > 512 || hp->n_expert_used == 0 ||
             hp->n_expert_used > hp->n_expert) {
-            rc = err_set(err, ERR_INPUT, "%s: expert_count %" PRIu32 " / expert_used_count %"
-                         PRIu32 " invalid (need 0 < used <= count <= 512)", f->path,
-                         hp->n_expert, hp->n_expert_used);
+            rc = err_set(err, ERR_INPUT,
+                         "%s: expert_count %" PRIu32 " / expert_used_count %" PRIu32
+                         " invalid (need 0 < used <= count <= 512)",
+                         f->path, hp->n_expert, hp->n_expert_used);
             goto out;
         }
         if ((rc = get_u32(f, arch, "expert_feed_forward_length", 0, n_ff / hp->n_expert_used,
                           &hp->n_ff_exp, err)))
             goto out;
         if (hp->n_ff_exp == 0) {
-            rc = err_set(err, ERR_INPUT, "%s: expert_feed_forward_length is missing and"
-                         " feed_forward_length gives no fallback", f->path);
+            rc = err_set(err, ERR_INPUT,
+                         "%s: expert_feed_forward_length is missing and"
+                         " feed_forward_length gives no fallback",
+                         f->path);
             goto out;
         }
     }
@@ -192,13 +208,15 @@ static int bind(const struct gguf_file *f, const char *name, int nd, const int64
         char ws[96], gs[96];
         fmt_shape(ws, sizeof ws, want, nd);
         fmt_shape(gs, sizeof gs, t->ne, (int)t->n_dims);
-        return err_set(err, ERR_INPUT, "%s: tensor '%s' has shape %s, expected %s = %s",
-                       f->path, name, gs, ws, what);
+        return err_set(err, ERR_INPUT, "%s: tensor '%s' has shape %s, expected %s = %s", f->path,
+                       name, gs, ws, what);
     }
     if (!quant_supported(t->type))
-        return err_set(err, ERR_INPUT, "%s: tensor '%s' has type %s, which gate cannot"
+        return err_set(err, ERR_INPUT,
+                       "%s: tensor '%s' has type %s, which gate cannot"
                        " dequantize (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,"
-                       " Q4_K, Q5_K, Q6_K)", f->path, name, quant_name(t->type));
+                       " Q4_K, Q5_K, Q6_K)",
+                       f->path, name, quant_name(t->type));
     w->name = t->name;
     w->type = t->type;
     w->cols = t->ne[0];
@@ -270,8 +288,10 @@ int model_from_gguf(struct model **out, struct gguf_file *f, struct gate_err *er
     hp->n_vocab = (uint32_t)emb->ne[1];
     const struct gguf_kv *toks = gguf_find_kv(f, "tokenizer.ggml.tokens");
     if (toks && toks->type == GGUF_TYPE_ARRAY && toks->n != hp->n_vocab) {
-        rc = err_set(err, ERR_INPUT, "%s: tokenizer.ggml.tokens has %" PRIu64 " entries but"
-                     " token_embd.weight has %" PRIu32 " rows", f->path, toks->n, hp->n_vocab);
+        rc = err_set(err, ERR_INPUT,
+                     "%s: tokenizer.ggml.tokens has %" PRIu64 " entries but"
+                     " token_embd.weight has %" PRIu32 " rows",
+                     f->path, toks->n, hp->n_vocab);
         goto fail;
     }
     const int64_t E = hp->n_embd, V = hp->n_vocab;

@@ -26,9 +26,9 @@ enum model_arch {
 
 struct model_hparams {
     enum model_arch arch;
-    uint32_t n_vocab;       /* token_embd rows */
-    uint32_t n_ctx_train;   /* context_length */
-    uint32_t n_embd;        /* E: hidden size */
+    uint32_t n_vocab;     /* token_embd rows */
+    uint32_t n_ctx_train; /* context_length */
+    uint32_t n_embd;      /* E: hidden size */
     uint32_t n_layer;
     uint32_t n_head;        /* nh */
     uint32_t n_head_kv;     /* nkv; nh % nkv == 0 */

@@ -55,8 +55,8 @@ int pin_open_bounded(const char *path, const char *want_sha256, uint64_t max_siz
         return err_set(err, ERR_ENV, "libsodium failed to initialize");
     out->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (out->fd < 0) {
-        rc = err_set(err, errno == ENOENT || errno == EISDIR || errno == ENOTDIR ? ERR_INPUT
-                                                                                : ERR_ENV,
+        rc = err_set(err,
+                     errno == ENOENT || errno == EISDIR || errno == ENOTDIR ? ERR_INPUT : ERR_ENV,
                      "cannot open '%s': %s", path, strerror(errno));
         goto cleanup;
     }
@@ -83,8 +83,10 @@ int pin_open_bounded(const char *path, const char *want_sha256, uint64_t max_siz
     if ((rc = hash_fd(out->fd, out->size, path, out->sha256, err)))
         goto cleanup;
     if (want_sha256 && strncasecmp(out->sha256, want_sha256, 64) != 0) {
-        rc = err_set(err, ERR_INPUT, "'%s' does not match its pin: pinned sha256 %.64s, the file"
-                     " has %s", path, want_sha256, out->sha256);
+        rc = err_set(err, ERR_INPUT,
+                     "'%s' does not match its pin: pinned sha256 %.64s, the file"
+                     " has %s",
+                     path, want_sha256, out->sha256);
         goto cleanup;
     }
     if (!(out->name = strdup(path))) {

@@ -21,10 +21,10 @@
 #define PIN_MAX_SIZE ((uint64_t)1 << 40)
 
 struct pinned {
-    int fd;           /* read-only, close-on-exec, offset 0 after pin_open(); -1 when closed */
-    uint64_t size;    /* bytes hashed */
-    char sha256[65];  /* lower-case hex of those bytes */
-    char *name;       /* the path as given, for messages (owned) */
+    int fd;          /* read-only, close-on-exec, offset 0 after pin_open(); -1 when closed */
+    uint64_t size;   /* bytes hashed */
+    char sha256[65]; /* lower-case hex of those bytes */
+    char *name;      /* the path as given, for messages (owned) */
 };
 
 /* Open path once (O_RDONLY | O_CLOEXEC | O_NONBLOCK: a FIFO cannot hang it), require a regular

@@ -129,7 +129,7 @@ uint16_t quant_f32_to_fp16(float f)
         return sign | 0x7e00;
     if (x >= 0x477ff000u) /* >= 65520 rounds to infinity */
         return sign | 0x7c00;
-    if (x < 0x38800000u) { /* below 2^-14: a half subnormal or zero */
+    if (x < 0x38800000u) {   /* below 2^-14: a half subnormal or zero */
         if (x < 0x33000000u) /* at most 2^-25: rounds to zero */
             return sign;
         uint32_t e = x >> 23;
@@ -648,8 +648,8 @@ static void quantize_q6_K(const float *x, struct block_q6_K *y, int64_t nb, stru
                 const int u2 = q[128 * h + l + 64] + 32, u3 = q[128 * h + l + 96] + 32;
                 y[i].ql[64 * h + l] = (uint8_t)((u0 & 0x0f) | ((u2 & 0x0f) << 4));
                 y[i].ql[64 * h + l + 32] = (uint8_t)((u1 & 0x0f) | ((u3 & 0x0f) << 4));
-                y[i].qh[32 * h + l] = (uint8_t)((u0 >> 4) | ((u1 >> 4) << 2) | ((u2 >> 4) << 4) |
-                                                ((u3 >> 4) << 6));
+                y[i].qh[32 * h + l] =
+                    (uint8_t)((u0 >> 4) | ((u1 >> 4) << 2) | ((u2 >> 4) << 4) | ((u3 >> 4) << 6));
             }
     }
 }
@@ -684,8 +684,7 @@ int quant_can_quantize(int type)
     }
 }
 
-int quant_quantize_row_opts(int type, const float *src, void *dst, int64_t n,
-                            struct quant_opts o)
+int quant_quantize_row_opts(int type, const float *src, void *dst, int64_t n, struct quant_opts o)
 {
     if (!quant_can_quantize(type))
         return -1;

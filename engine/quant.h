@@ -23,7 +23,7 @@ extern "C" {
 /* Hot loops are compiled twice on x86-64 (AVX2 and baseline) and picked at run time. The source
  * fixes every operation and its order, and contraction into FMA is off, so both clones produce
  * bit-identical results; only the speed differs. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && \
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) &&     \
     !defined(__SANITIZE_ADDRESS__)
 #define QUANT_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
@@ -188,7 +188,6 @@ static inline void quant_scale_min_k4_inline(int j, const uint8_t *q, uint8_t *s
 /* The inverse: store sc and m (each 0..63) for sub-block j. The 12 bytes must start zeroed and
  * sub-blocks 0..3 must be stored before 4..7 (their high bits share bytes). */
 void quant_put_scale_min_k4(int j, uint8_t sc, uint8_t m, uint8_t *scales);
-
 
 /* ---- quantizers (float -> block) ------------------------------------------------------------
  * Supported targets: F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K (quant_can_quantize()).

@@ -46,26 +46,26 @@ struct ref {
     /* norm weights, dequantized once: (n_layer, E) / (n_layer, hd) / (E) */
     float *attn_norm, *ffn_norm, *q_norm, *k_norm, *out_norm;
     /* activations, n_batch rows each */
-    float *x;      /* (B, E) residual stream */
-    float *xb;     /* (B, E) normalized input of the current block */
-    float *xo;     /* (B, E) block output before the residual add */
-    float *q;      /* (B, nh*hd) */
-    float *k;      /* (B, nkv*hd) */
-    float *v;      /* (B, nkv*hd) */
-    float *att;    /* (B, nh*hd) */
-    float *ffa;    /* (B*k, F or Fe) gate activations */
-    float *ffb;    /* (B*k, F or Fe) up activations */
-    float *router; /* (B, X) */
-    float *probs;  /* (B, X) */
-    int32_t *sel;  /* (B, k) selected experts */
-    float *selw;   /* (B, k) their weights */
-    int32_t *rows; /* (B*k) flat (t*k + slot) index of each gathered row */
-    float *gx;     /* (B*k, E) gathered expert inputs */
-    float *gy;     /* (B*k, E) expert outputs */
-    float *moe_y;  /* (B, k, E) expert output per token and slot */
-    float *scores; /* (n_threads, n_ctx) */
-    float *rowbuf; /* (n_threads, max_cols) */
-    float *kc, *vc; /* (n_layer, n_ctx, nkv*hd) caches: K after norm + RoPE, V as is */
+    float *x;                   /* (B, E) residual stream */
+    float *xb;                  /* (B, E) normalized input of the current block */
+    float *xo;                  /* (B, E) block output before the residual add */
+    float *q;                   /* (B, nh*hd) */
+    float *k;                   /* (B, nkv*hd) */
+    float *v;                   /* (B, nkv*hd) */
+    float *att;                 /* (B, nh*hd) */
+    float *ffa;                 /* (B*k, F or Fe) gate activations */
+    float *ffb;                 /* (B*k, F or Fe) up activations */
+    float *router;              /* (B, X) */
+    float *probs;               /* (B, X) */
+    int32_t *sel;               /* (B, k) selected experts */
+    float *selw;                /* (B, k) their weights */
+    int32_t *rows;              /* (B*k) flat (t*k + slot) index of each gathered row */
+    float *gx;                  /* (B*k, E) gathered expert inputs */
+    float *gy;                  /* (B*k, E) expert outputs */
+    float *moe_y;               /* (B, k, E) expert output per token and slot */
+    float *scores;              /* (n_threads, n_ctx) */
+    float *rowbuf;              /* (n_threads, max_cols) */
+    float *kc, *vc;             /* (n_layer, n_ctx, nkv*hd) caches: K after norm + RoPE, V as is */
     float *rope_cos, *rope_sin; /* (n_ctx, hd/2) */
 };
 
@@ -183,8 +183,8 @@ static void attn_heads(void *ctx, int64_t begin, int64_t end, int thread)
 }
 
 /* Per-head Q/K RMSNorm, then RoPE (NEOX: rotate (x[i], x[i + hd/2])), for one head vector. */
-void ref_norm_rope(float *x, const float *w, const float *cs, const float *sn, int hd,
-                      float eps, int skip_norm)
+void ref_norm_rope(float *x, const float *w, const float *cs, const float *sn, int hd, float eps,
+                   int skip_norm)
 {
     if (!skip_norm)
         ref_rmsnorm(x, x, w, hd, eps);
@@ -215,10 +215,10 @@ static void attention(struct ref *r, int il, int n, int pos0)
         const int skip = fault_skips_qk_norm_inline(&r->base.faults, il, pos);
         for (int h = 0; h < nh; h++)
             ref_norm_rope(r->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd,
-                      r->q_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
+                          r->q_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
         for (int h = 0; h < nkv; h++)
             ref_norm_rope(r->k + (size_t)t * (size_t)kvd + (size_t)h * (size_t)hd,
-                      r->k_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
+                          r->k_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
         size_t at = ((size_t)il * (size_t)r->base.n_ctx + (size_t)pos) * (size_t)kvd;
         memcpy(r->kc + at, r->k + (size_t)t * (size_t)kvd, (size_t)kvd * sizeof(float));
         memcpy(r->vc + at, r->v + (size_t)t * (size_t)kvd, (size_t)kvd * sizeof(float));
@@ -253,9 +253,9 @@ static void moe(struct ref *r, int il, int n, int pos0)
     const struct backend_taps *tp = r->base.taps;
     matmul(r, &L->gate_inp, r->xb, n, r->router);
     for (int t = 0; t < n; t++) {
-        struct route_result rr =
-            route_select(r->router + (size_t)t * X, r->probs + (size_t)t * X, X, k, 1,
-                         &r->base.faults, il, pos0 + t, r->sel + (size_t)t * k, r->selw + (size_t)t * k);
+        struct route_result rr = route_select(r->router + (size_t)t * X, r->probs + (size_t)t * X,
+                                              X, k, 1, &r->base.faults, il, pos0 + t,
+                                              r->sel + (size_t)t * k, r->selw + (size_t)t * k);
         if (tp) {
             size_t ti = (size_t)il * (size_t)r->base.tap_n + (size_t)(r->base.tap_off + t);
             if (tp->experts)
@@ -364,9 +364,10 @@ static void ref_close(struct backend *b)
         return;
     pool_free(r->pool);
     float *bufs[] = {r->attn_norm, r->ffn_norm, r->q_norm, r->k_norm, r->out_norm, r->x,
-                     r->xb, r->xo, r->q, r->k, r->v, r->att, r->ffa, r->ffb, r->router,
-                     r->probs, r->selw, r->gx, r->gy, r->moe_y, r->scores, r->rowbuf, r->kc,
-                     r->vc, r->rope_cos, r->rope_sin};
+                     r->xb,        r->xo,       r->q,      r->k,      r->v,        r->att,
+                     r->ffa,       r->ffb,      r->router, r->probs,  r->selw,     r->gx,
+                     r->gy,        r->moe_y,    r->scores, r->rowbuf, r->kc,       r->vc,
+                     r->rope_cos,  r->rope_sin};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(r->sel);
@@ -398,7 +399,7 @@ static void cpu_model(char *buf, size_t n)
 /* "cpu: <model name>", or "cpu" (the capability gate reads the "cpu" prefix). */
 static void cpu_name(char *buf, size_t n)
 {
-    char model[sizeof ((struct backend_info *)0)->device - 5]; /* fits after "cpu: " */
+    char model[sizeof((struct backend_info *)0)->device - 5]; /* fits after "cpu: " */
     cpu_model(model, sizeof model);
     if (model[0])
         snprintf(buf, n, "cpu: %s", model);
@@ -440,8 +441,7 @@ static int64_t max64(int64_t a, int64_t b)
     return a > b ? a : b;
 }
 
-static int alloc_buf(void **p, size_t count, size_t size, const char *what,
-                     struct gate_err *err)
+static int alloc_buf(void **p, size_t count, size_t size, const char *what, struct gate_err *err)
 {
     *p = calloc(count ? count : 1, size);
     if (!*p)
@@ -461,7 +461,8 @@ static int ref_open(struct backend **out, const struct model *m, const struct ba
     r->base.ops = &backend_ref_ops;
     r->base.model = m;
     r->m = m;
-    int n_ctx = cfg && cfg->n_ctx > 0 ? cfg->n_ctx : (hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096);
+    int n_ctx =
+        cfg && cfg->n_ctx > 0 ? cfg->n_ctx : (hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096);
     r->base.n_ctx = n_ctx;
     r->base.n_batch = cfg && cfg->n_batch > 0 ? cfg->n_batch : 512;
     if ((rc = pool_create(&r->pool, cfg ? cfg->n_threads : 0, err)))
@@ -474,7 +475,7 @@ static int ref_open(struct backend **out, const struct model *m, const struct ba
     const size_t F = moe ? hp->n_ff_exp : hp->n_ff;
     r->max_cols = max64(max64((int64_t)E, (int64_t)qd), (int64_t)F);
 #define ALLOC(field, count)                                                                        \
-    if ((rc = alloc_buf((void **)&r->field, (count), sizeof *r->field, #field, err)))             \
+    if ((rc = alloc_buf((void **)&r->field, (count), sizeof *r->field, #field, err)))              \
     goto fail
     ALLOC(attn_norm, L * E);
     ALLOC(ffn_norm, L * E);
@@ -509,7 +510,8 @@ static int ref_open(struct backend **out, const struct model *m, const struct ba
 #undef ALLOC
     for (size_t il = 0; il < L; il++) {
         const struct model_layer *ly = &m->layers[il];
-        quant_dequant_row(ly->attn_norm.type, ly->attn_norm.data, r->attn_norm + il * E, (int64_t)E);
+        quant_dequant_row(ly->attn_norm.type, ly->attn_norm.data, r->attn_norm + il * E,
+                          (int64_t)E);
         quant_dequant_row(ly->ffn_norm.type, ly->ffn_norm.data, r->ffn_norm + il * E, (int64_t)E);
         quant_dequant_row(ly->q_norm.type, ly->q_norm.data, r->q_norm + il * hd, (int64_t)hd);
         quant_dequant_row(ly->k_norm.type, ly->k_norm.data, r->k_norm + il * hd, (int64_t)hd);

@@ -9,8 +9,8 @@
 #include <stdint.h>
 
 #include "base/detmath.h"
-#include "faults/fault.h"
 #include "base/hd.h"
+#include "faults/fault.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,10 +20,10 @@ extern "C" {
 #define ROUTE_MIN_WEIGHT_SUM 6.103515625e-5f
 
 struct route_result {
-    float gap;       /* router logit of the k-th minus the (k+1)-th expert (0 when k == X) */
-    float kth_logit; /* router logit of the k-th expert */
+    float gap;        /* router logit of the k-th minus the (k+1)-th expert (0 when k == X) */
+    float kth_logit;  /* router logit of the k-th expert */
     float k1th_logit; /* router logit of the (k+1)-th expert (= kth_logit when k == X) */
-    int n_faults;    /* routing faults applied at this (layer, pos) */
+    int n_faults;     /* routing faults applied at this (layer, pos) */
 };
 
 /* Route one token.
@@ -32,18 +32,16 @@ struct route_result {
  * their weights, renormalized to sum 1 when norm_w (sum clamped at ROUTE_MIN_WEIGHT_SUM).
  * Faults in `faults` covering (layer, pos) are then applied — the one place they act.
  * faults may be NULL. */
-struct route_result route_select(const float *logits, float *probs, int n_expert, int k,
-                                 int norm_w, const struct fault_set *faults, int layer, int pos,
-                                 int32_t *ids, float *w);
+struct route_result route_select(const float *logits, float *probs, int n_expert, int k, int norm_w,
+                                 const struct fault_set *faults, int layer, int pos, int32_t *ids,
+                                 float *w);
 
 /* route_select() itself, inline for both compilers: the CUDA routing kernel runs this very
  * function (built with --fmad=false), so host and device route identically. Softmax sums in
  * double with det_expf; top-k by k selection passes (highest probability, lowest id on ties). */
-GATE_HD static inline struct route_result route_select_inline(const float *logits, float *probs,
-                                                              int n_expert, int k, int norm_w,
-                                                              const struct fault_set *faults,
-                                                              int layer, int pos, int32_t *ids,
-                                                              float *w)
+GATE_HD static inline struct route_result
+route_select_inline(const float *logits, float *probs, int n_expert, int k, int norm_w,
+                    const struct fault_set *faults, int layer, int pos, int32_t *ids, float *w)
 {
     struct route_result res = {0.0f, 0.0f, 0.0f, 0};
     float max = logits[0];

@@ -37,25 +37,90 @@
 #define QWEN3_VOCAB 151936u /* the real models' padded vocabulary */
 
 static const struct synth_spec PRESETS[] = {
-    {.name = "tiny-dense", .arch = MODEL_ARCH_QWEN3, .n_vocab = 512, .n_ctx = 4096, .n_embd = 256,
-     .n_layer = 4, .n_head = 4, .n_head_kv = 2, .head_dim = 128, .n_ff = 512,
-     .rope_base = 1e6f, .eps = 1e-6f, .tied = 0},
-    {.name = "tiny-moe", .arch = MODEL_ARCH_QWEN3MOE, .n_vocab = 512, .n_ctx = 4096, .n_embd = 256,
-     .n_layer = 4, .n_head = 4, .n_head_kv = 2, .head_dim = 128, .n_ff = 512, .n_expert = 8,
-     .n_expert_used = 2, .n_ff_exp = 256, .rope_base = 1e6f, .eps = 1e-6f, .tied = 0},
-    {.name = "qwen3-0.6b", .arch = MODEL_ARCH_QWEN3, .n_vocab = QWEN3_VOCAB, .n_ctx = 40960,
-     .n_embd = 1024, .n_layer = 28, .n_head = 16, .n_head_kv = 8, .head_dim = 128,
-     .n_ff = 3072, .rope_base = 1e6f, .eps = 1e-6f, .tied = 1},
-    {.name = "qwen3-4b", .arch = MODEL_ARCH_QWEN3, .n_vocab = QWEN3_VOCAB, .n_ctx = 40960,
-     .n_embd = 2560, .n_layer = 36, .n_head = 32, .n_head_kv = 8, .head_dim = 128,
-     .n_ff = 9728, .rope_base = 1e6f, .eps = 1e-6f, .tied = 1},
-    {.name = "qwen3-8b", .arch = MODEL_ARCH_QWEN3, .n_vocab = QWEN3_VOCAB, .n_ctx = 40960,
-     .n_embd = 4096, .n_layer = 36, .n_head = 32, .n_head_kv = 8, .head_dim = 128,
-     .n_ff = 12288, .rope_base = 1e6f, .eps = 1e-6f, .tied = 0},
-    {.name = "qwen3-30b-a3b", .arch = MODEL_ARCH_QWEN3MOE, .n_vocab = QWEN3_VOCAB, .n_ctx = 40960,
-     .n_embd = 2048, .n_layer = 48, .n_head = 32, .n_head_kv = 4, .head_dim = 128,
-     .n_ff = 6144, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768, .rope_base = 1e6f,
-     .eps = 1e-6f, .tied = 0},
+    {.name = "tiny-dense",
+     .arch = MODEL_ARCH_QWEN3,
+     .n_vocab = 512,
+     .n_ctx = 4096,
+     .n_embd = 256,
+     .n_layer = 4,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 128,
+     .n_ff = 512,
+     .rope_base = 1e6f,
+     .eps = 1e-6f,
+     .tied = 0},
+    {.name = "tiny-moe",
+     .arch = MODEL_ARCH_QWEN3MOE,
+     .n_vocab = 512,
+     .n_ctx = 4096,
+     .n_embd = 256,
+     .n_layer = 4,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 128,
+     .n_ff = 512,
+     .n_expert = 8,
+     .n_expert_used = 2,
+     .n_ff_exp = 256,
+     .rope_base = 1e6f,
+     .eps = 1e-6f,
+     .tied = 0},
+    {.name = "qwen3-0.6b",
+     .arch = MODEL_ARCH_QWEN3,
+     .n_vocab = QWEN3_VOCAB,
+     .n_ctx = 40960,
+     .n_embd = 1024,
+     .n_layer = 28,
+     .n_head = 16,
+     .n_head_kv = 8,
+     .head_dim = 128,
+     .n_ff = 3072,
+     .rope_base = 1e6f,
+     .eps = 1e-6f,
+     .tied = 1},
+    {.name = "qwen3-4b",
+     .arch = MODEL_ARCH_QWEN3,
+     .n_vocab = QWEN3_VOCAB,
+     .n_ctx = 40960,
+     .n_embd = 2560,
+     .n_layer = 36,
+     .n_head = 32,
+     .n_head_kv = 8,
+     .head_dim = 128,
+     .n_ff = 9728,
+     .rope_base = 1e6f,
+     .eps = 1e-6f,
+     .tied = 1},
+    {.name = "qwen3-8b",
+     .arch = MODEL_ARCH_QWEN3,
+     .n_vocab = QWEN3_VOCAB,
+     .n_ctx = 40960,
+     .n_embd = 4096,
+     .n_layer = 36,
+     .n_head = 32,
+     .n_head_kv = 8,
+     .head_dim = 128,
+     .n_ff = 12288,
+     .rope_base = 1e6f,
+     .eps = 1e-6f,
+     .tied = 0},
+    {.name = "qwen3-30b-a3b",
+     .arch = MODEL_ARCH_QWEN3MOE,
+     .n_vocab = QWEN3_VOCAB,
+     .n_ctx = 40960,
+     .n_embd = 2048,
+     .n_layer = 48,
+     .n_head = 32,
+     .n_head_kv = 4,
+     .head_dim = 128,
+     .n_ff = 6144,
+     .n_expert = 128,
+     .n_expert_used = 8,
+     .n_ff_exp = 768,
+     .rope_base = 1e6f,
+     .eps = 1e-6f,
+     .tied = 0},
 };
 
 const struct synth_spec *synth_presets(int *n)
@@ -77,8 +142,8 @@ static const struct {
     uint32_t ftype;
     int base; /* base ggml type of the 2-D weights */
 } QUANTS[SYNTH_QUANT_COUNT] = {
-    [SYNTH_F32] = {"F32", 0, QUANT_F32},       [SYNTH_F16] = {"F16", 1, QUANT_F16},
-    [SYNTH_BF16] = {"BF16", 32, QUANT_BF16},   [SYNTH_Q8_0] = {"Q8_0", 7, QUANT_Q8_0},
+    [SYNTH_F32] = {"F32", 0, QUANT_F32},         [SYNTH_F16] = {"F16", 1, QUANT_F16},
+    [SYNTH_BF16] = {"BF16", 32, QUANT_BF16},     [SYNTH_Q8_0] = {"Q8_0", 7, QUANT_Q8_0},
     [SYNTH_Q4_K_M] = {"Q4_K_M", 15, QUANT_Q4_K}, [SYNTH_Q5_K_M] = {"Q5_K_M", 17, QUANT_Q5_K},
     [SYNTH_Q6_K] = {"Q6_K", 18, QUANT_Q6_K},
 };
@@ -128,20 +193,24 @@ int synth_validate(const struct synth_options *o, struct gate_err *err)
         return err_set(err, ERR_INPUT, "--arch: must be qwen3 or qwen3moe");
     if (!s->n_vocab || !s->n_ctx || !s->n_embd || !s->n_layer || !s->n_head || !s->n_head_kv ||
         !s->head_dim)
-        return err_set(err, ERR_INPUT, "--vocab, --ctx, --hidden, --layers, --heads, --kv-heads"
+        return err_set(err, ERR_INPUT,
+                       "--vocab, --ctx, --hidden, --layers, --heads, --kv-heads"
                        " and --head-dim must all be > 0 (got %" PRIu32 ", %" PRIu32 ", %" PRIu32
-                       ", %" PRIu32 ", %" PRIu32 ", %" PRIu32 ", %" PRIu32 ")", s->n_vocab,
-                       s->n_ctx, s->n_embd, s->n_layer, s->n_head, s->n_head_kv, s->head_dim);
+                       ", %" PRIu32 ", %" PRIu32 ", %" PRIu32 ", %" PRIu32 ")",
+                       s->n_vocab, s->n_ctx, s->n_embd, s->n_layer, s->n_head, s->n_head_kv,
+                       s->head_dim);
     if (s->n_embd > 65536 || s->n_layer > 1024 || s->n_head > 1024 || s->head_dim > 1024 ||
         s->n_ff > (1u << 20) || s->n_ff_exp > (1u << 20))
-        return err_set(err, ERR_INPUT, "a dimension is implausibly large (hidden %" PRIu32
-                       ", layers %" PRIu32 ", heads %" PRIu32 ", head_dim %" PRIu32 ", ffn %"
-                       PRIu32 ", expert ffn %" PRIu32 ")", s->n_embd, s->n_layer, s->n_head,
-                       s->head_dim, s->n_ff, s->n_ff_exp);
+        return err_set(err, ERR_INPUT,
+                       "a dimension is implausibly large (hidden %" PRIu32 ", layers %" PRIu32
+                       ", heads %" PRIu32 ", head_dim %" PRIu32 ", ffn %" PRIu32
+                       ", expert ffn %" PRIu32 ")",
+                       s->n_embd, s->n_layer, s->n_head, s->head_dim, s->n_ff, s->n_ff_exp);
     if (s->n_head % s->n_head_kv)
-        return err_set(err, ERR_INPUT, "--heads %" PRIu32 " is not a multiple of --kv-heads %"
-                       PRIu32 " (query heads share kv heads in equal groups)", s->n_head,
-                       s->n_head_kv);
+        return err_set(err, ERR_INPUT,
+                       "--heads %" PRIu32 " is not a multiple of --kv-heads %" PRIu32
+                       " (query heads share kv heads in equal groups)",
+                       s->n_head, s->n_head_kv);
     if (s->head_dim % 2)
         return err_set(err, ERR_INPUT, "--head-dim %" PRIu32 " must be even (RoPE rotates pairs)",
                        s->head_dim);
@@ -151,24 +220,27 @@ int synth_validate(const struct synth_options *o, struct gate_err *err)
         return err_set(err, ERR_INPUT, "--rope-base %g must be > 1", (double)s->rope_base);
     if (!(s->n_vocab >= BYTE_VOCAB_MIN && s->n_vocab <= BYTE_VOCAB_MAX) &&
         !(s->n_vocab >= QWEN3_VOCAB_IDS && s->n_vocab <= 1000000))
-        return err_set(err, ERR_INPUT, "--vocab %" PRIu32 ": gate provides a synthetic"
+        return err_set(err, ERR_INPUT,
+                       "--vocab %" PRIu32 ": gate provides a synthetic"
                        " byte-level vocabulary of %u..%u tokens, or the Qwen3 vocabulary (%u ids)"
-                       " padded to any size >= %u (the real models use %u)", s->n_vocab,
-                       BYTE_VOCAB_MIN, BYTE_VOCAB_MAX, QWEN3_VOCAB_IDS, QWEN3_VOCAB_IDS,
+                       " padded to any size >= %u (the real models use %u)",
+                       s->n_vocab, BYTE_VOCAB_MIN, BYTE_VOCAB_MAX, QWEN3_VOCAB_IDS, QWEN3_VOCAB_IDS,
                        QWEN3_VOCAB);
     if (s->arch == MODEL_ARCH_QWEN3) {
         if (!s->n_ff)
             return err_set(err, ERR_INPUT, "--ffn must be > 0 for qwen3");
         if (s->n_expert || s->n_expert_used || s->n_ff_exp)
-            return err_set(err, ERR_INPUT, "--experts, --experts-used and --expert-ffn apply to"
+            return err_set(err, ERR_INPUT,
+                           "--experts, --experts-used and --expert-ffn apply to"
                            " qwen3moe only");
     } else {
         if (!s->n_expert || s->n_expert > 512)
-            return err_set(err, ERR_INPUT, "--experts %" PRIu32 " must be in 1..512",
-                           s->n_expert);
+            return err_set(err, ERR_INPUT, "--experts %" PRIu32 " must be in 1..512", s->n_expert);
         if (!s->n_expert_used || s->n_expert_used > s->n_expert)
-            return err_set(err, ERR_INPUT, "--experts-used %" PRIu32 " must be in 1..--experts"
-                           " (%" PRIu32 ")", s->n_expert_used, s->n_expert);
+            return err_set(err, ERR_INPUT,
+                           "--experts-used %" PRIu32 " must be in 1..--experts"
+                           " (%" PRIu32 ")",
+                           s->n_expert_used, s->n_expert);
         if (!s->n_ff_exp)
             return err_set(err, ERR_INPUT, "--expert-ffn must be > 0 for qwen3moe");
     }
@@ -185,10 +257,12 @@ int synth_validate(const struct synth_options *o, struct gate_err *err)
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         if (rows[i].v % (uint64_t)blk)
-            return err_set(err, ERR_INPUT, "%s = %" PRIu64 " is not a multiple of %" PRId64
+            return err_set(err, ERR_INPUT,
+                           "%s = %" PRIu64 " is not a multiple of %" PRId64
                            ", the block size of %s (%s mix): rows of a quantized tensor are"
-                           " whole blocks", rows[i].what, rows[i].v, blk,
-                           quant_name(QUANTS[o->quant].base), QUANTS[o->quant].name);
+                           " whole blocks",
+                           rows[i].what, rows[i].v, blk, quant_name(QUANTS[o->quant].base),
+                           QUANTS[o->quant].name);
     return 0;
 }
 
@@ -275,9 +349,8 @@ struct plan_ctx {
     int n;
 };
 
-static void plan_add(struct plan_ctx *c, const char *name, enum kind k, int layer,
-                     uint32_t n_dims, int64_t ne0, int64_t ne1, int64_t ne2, double mean,
-                     double sigma)
+static void plan_add(struct plan_ctx *c, const char *name, enum kind k, int layer, uint32_t n_dims,
+                     int64_t ne0, int64_t ne1, int64_t ne2, double mean, double sigma)
 {
     struct synth_tensor *t = &c->t[c->n++];
     memset(t, 0, sizeof *t);
@@ -303,8 +376,8 @@ int synth_plan(const struct synth_options *o, struct synth_tensor **out, int *n,
         return rc;
     const struct synth_spec *s = &o->spec;
     const int per_layer = s->arch == MODEL_ARCH_QWEN3 ? 11 : 12;
-    struct plan_ctx c = {.o = o, .t = calloc((size_t)(3 + per_layer * (int)s->n_layer),
-                                             sizeof *c.t)};
+    struct plan_ctx c = {.o = o,
+                         .t = calloc((size_t)(3 + per_layer * (int)s->n_layer), sizeof *c.t)};
     if (!c.t)
         return err_set(err, ERR_ENV, "out of memory for the tensor plan");
     const double E = s->n_embd, L = s->n_layer, QD = (double)s->n_head * s->head_dim;
@@ -313,9 +386,9 @@ int synth_plan(const struct synth_options *o, struct synth_tensor **out, int *n,
     /* The embedding RMS: 1 untied; tied, small enough that the same matrix as the output gives
      * logits of std ~out_gain. Only ratios matter after the RMSNorms. */
     const double e = s->tied ? out_gain / sqrt(E) : 1.0;
-    const double res = e / sqrt(L);           /* RMS each sublayer adds to the residual */
-    const double silu_rms = 0.6;              /* RMS of silu(g)·u for g, u ~ N(0, 1) */
-    const double attn_rms = 0.5;              /* RMS of an attention-weighted mean of v */
+    const double res = e / sqrt(L); /* RMS each sublayer adds to the residual */
+    const double silu_rms = 0.6;    /* RMS of silu(g)·u for g, u ~ N(0, 1) */
+    const double attn_rms = 0.5;    /* RMS of an attention-weighted mean of v */
     plan_add(&c, "token_embd.weight", K_EMBD, -1, 2, s->n_embd, s->n_vocab, 1, 0, e);
     plan_add(&c, "output_norm.weight", K_NORM, -1, 1, s->n_embd, 1, 1, 1.0, spread);
     if (!s->tied)
@@ -349,10 +422,10 @@ int synth_plan(const struct synth_options *o, struct synth_tensor **out, int *n,
         } else {
             /* the top-k mixture of independent experts has a smaller RMS than one expert */
             const double mix_rms = sqrt(1.0 / s->n_expert_used) * 0.5 + 0.5;
-            plan_add(&c, BLK("ffn_gate_inp.weight"), K_ROUTER, l, 2, s->n_embd, s->n_expert, 1,
-                     0, router_gain / sqrt(E));
-            plan_add(&c, BLK("ffn_gate_exps.weight"), K_EXP_GATE_UP, l, 3, s->n_embd,
-                     s->n_ff_exp, s->n_expert, 0, 1 / sqrt(E));
+            plan_add(&c, BLK("ffn_gate_inp.weight"), K_ROUTER, l, 2, s->n_embd, s->n_expert, 1, 0,
+                     router_gain / sqrt(E));
+            plan_add(&c, BLK("ffn_gate_exps.weight"), K_EXP_GATE_UP, l, 3, s->n_embd, s->n_ff_exp,
+                     s->n_expert, 0, 1 / sqrt(E));
             plan_add(&c, BLK("ffn_up_exps.weight"), K_EXP_GATE_UP, l, 3, s->n_embd, s->n_ff_exp,
                      s->n_expert, 0, 1 / sqrt(E));
             plan_add(&c, BLK("ffn_down_exps.weight"), K_EXP_DOWN, l, 3, s->n_ff_exp, s->n_embd,
@@ -442,8 +515,8 @@ static void fast_block(const struct synth_tensor *t, int64_t b, uint8_t *dst)
     case QUANT_Q4_K:
     case QUANT_Q5_K: {
         const int five = t->type == QUANT_Q5_K;
-        uint8_t *scales = five ? ((struct block_q5_K *)dst)->scales
-                               : ((struct block_q4_K *)dst)->scales;
+        uint8_t *scales =
+            five ? ((struct block_q5_K *)dst)->scales : ((struct block_q4_K *)dst)->scales;
         uint8_t *qs = five ? ((struct block_q5_K *)dst)->qs : ((struct block_q4_K *)dst)->qs;
         const double d = sigma / (five ? 446.8 : 223.1);
         const uint16_t hd = quant_f32_to_fp16((float)d);
@@ -489,8 +562,8 @@ static void fast_block(const struct synth_tensor *t, int64_t b, uint8_t *dst)
         return;
     }
     default: { /* F32 / F16 / BF16: one block = one element */
-        const float v = (float)(t->mean + sigma * 1.7320508075688772 *
-                                              (2.0 * unit(word(base, 0)) - 1.0));
+        const float v =
+            (float)(t->mean + sigma * 1.7320508075688772 * (2.0 * unit(word(base, 0)) - 1.0));
         if (t->type == QUANT_F32)
             memcpy(dst, &v, 4);
         else {
@@ -516,17 +589,20 @@ static int add_vocab(struct gguf_writer *w, const struct synth_options *o, struc
 static void describe(const struct synth_options *o, char *buf, size_t n)
 {
     const struct synth_spec *s = &o->spec;
-    int k = snprintf(buf, n, "--arch %s --vocab %" PRIu32 " --ctx %" PRIu32 " --hidden %" PRIu32
+    int k = snprintf(buf, n,
+                     "--arch %s --vocab %" PRIu32 " --ctx %" PRIu32 " --hidden %" PRIu32
                      " --layers %" PRIu32 " --heads %" PRIu32 " --kv-heads %" PRIu32
-                     " --head-dim %" PRIu32 " --ffn %" PRIu32, model_arch_name(s->arch),
-                     s->n_vocab, s->n_ctx, s->n_embd, s->n_layer, s->n_head, s->n_head_kv,
-                     s->head_dim, s->n_ff);
+                     " --head-dim %" PRIu32 " --ffn %" PRIu32,
+                     model_arch_name(s->arch), s->n_vocab, s->n_ctx, s->n_embd, s->n_layer,
+                     s->n_head, s->n_head_kv, s->head_dim, s->n_ff);
     if (s->arch == MODEL_ARCH_QWEN3MOE && k > 0 && (size_t)k < n)
-        k += snprintf(buf + k, n - (size_t)k, " --experts %" PRIu32 " --experts-used %" PRIu32
-                      " --expert-ffn %" PRIu32, s->n_expert, s->n_expert_used, s->n_ff_exp);
+        k += snprintf(buf + k, n - (size_t)k,
+                      " --experts %" PRIu32 " --experts-used %" PRIu32 " --expert-ffn %" PRIu32,
+                      s->n_expert, s->n_expert_used, s->n_ff_exp);
     if (k > 0 && (size_t)k < n)
-        snprintf(buf + k, n - (size_t)k, " --rope-base %.9g --eps %.9g%s --quant %s --seed %"
-                 PRIu32 "%s", (double)s->rope_base, (double)s->eps, s->tied ? " --tied" : "",
+        snprintf(buf + k, n - (size_t)k,
+                 " --rope-base %.9g --eps %.9g%s --quant %s --seed %" PRIu32 "%s",
+                 (double)s->rope_base, (double)s->eps, s->tied ? " --tied" : "",
                  QUANTS[o->quant].name, o->seed, o->fast_blocks ? " --fast-blocks" : "");
 }
 
@@ -617,8 +693,9 @@ static int fill(void *arg, int index, void *buf, size_t nbytes, struct gate_err 
     struct fill_ctx *c = arg;
     const struct synth_tensor *t = &c->t[index];
     if (nbytes != t->nbytes)
-        return err_set(err, ERR_RUNTIME, "tensor '%s': writer asked for %zu bytes, plan has %"
-                       PRIu64, t->name, nbytes, t->nbytes);
+        return err_set(err, ERR_RUNTIME,
+                       "tensor '%s': writer asked for %zu bytes, plan has %" PRIu64, t->name,
+                       nbytes, t->nbytes);
     c->cur = t;
     c->buf = buf;
     /* norms and the router are tiny and shape the forward: always the real generator */
@@ -657,8 +734,8 @@ static int build(const struct synth_options *o, int with_vocab, struct gguf_writ
     for (int i = 0; i < c->n; i++) {
         const struct synth_tensor *t = &c->t[i];
         if ((rc = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, NULL))) {
-            rc = err_set(err, ERR_INPUT, "tensor '%s' cannot be added (type %s, ne[0] %" PRId64
-                         ")", t->name, quant_name(t->type), t->ne[0]);
+            rc = err_set(err, ERR_INPUT, "tensor '%s' cannot be added (type %s, ne[0] %" PRId64 ")",
+                         t->name, quant_name(t->type), t->ne[0]);
             goto out;
         }
         c->total += t->nbytes;
@@ -687,8 +764,8 @@ static int prepare(const struct synth_options *o, struct gguf_writer **w, struct
     int rc = build(o, 1, w, c, err);
     if (!rc)
         rc = pool_create(&c->pool, o->n_threads, err);
-    if (!rc && !(c->scratch = malloc((size_t)pool_threads(c->pool) * (size_t)c->max_row *
-                                     sizeof(float))))
+    if (!rc &&
+        !(c->scratch = malloc((size_t)pool_threads(c->pool) * (size_t)c->max_row * sizeof(float))))
         rc = err_set(err, ERR_ENV, "out of memory for row buffers");
     return rc;
 }
@@ -769,8 +846,8 @@ int synth_file_bytes(const struct synth_options *o, int64_t vocab_bytes, uint64_
     uint64_t data = 0;
     for (int i = 0; i < n; i++) {
         head += 8 + strlen(t[i].name) + 4 + 8 * (uint64_t)t[i].n_dims + 4 + 8;
-        data = i + 1 < n ? align_up(data + t[i].nbytes, GGUF_DEFAULT_ALIGNMENT)
-                         : data + t[i].nbytes;
+        data =
+            i + 1 < n ? align_up(data + t[i].nbytes, GGUF_DEFAULT_ALIGNMENT) : data + t[i].nbytes;
     }
     *bytes = align_up(head, GGUF_DEFAULT_ALIGNMENT) + data;
     if (vocab_out)

@@ -30,7 +30,7 @@ struct synth_spec {
     const char *name; /* preset name, or "custom"; static string */
     enum model_arch arch;
     uint32_t n_vocab, n_ctx, n_embd, n_layer, n_head, n_head_kv, head_dim;
-    uint32_t n_ff;                               /* dense FFN (qwen3; metadata only for MoE) */
+    uint32_t n_ff;                              /* dense FFN (qwen3; metadata only for MoE) */
     uint32_t n_expert, n_expert_used, n_ff_exp; /* qwen3moe */
     float rope_base, eps;
     int tied; /* 1: no output.weight, logits use token_embd */
@@ -38,19 +38,19 @@ struct synth_spec {
 
 /* Quant mixes, named as llama-quantize's ftypes (general.file_type in parentheses). */
 enum synth_quant {
-    SYNTH_F32 = 0,    /* (0) every tensor F32 */
-    SYNTH_F16,        /* (1) 2-D weights F16; norms and router F32 */
-    SYNTH_BF16,       /* (32) 2-D weights BF16; norms and router F32 */
-    SYNTH_Q8_0,       /* (7) */
-    SYNTH_Q4_K_M,     /* (15) */
-    SYNTH_Q5_K_M,     /* (17) */
-    SYNTH_Q6_K,       /* (18) */
+    SYNTH_F32 = 0, /* (0) every tensor F32 */
+    SYNTH_F16,     /* (1) 2-D weights F16; norms and router F32 */
+    SYNTH_BF16,    /* (32) 2-D weights BF16; norms and router F32 */
+    SYNTH_Q8_0,    /* (7) */
+    SYNTH_Q4_K_M,  /* (15) */
+    SYNTH_Q5_K_M,  /* (17) */
+    SYNTH_Q6_K,    /* (18) */
     SYNTH_QUANT_COUNT,
 };
 
 struct synth_options {
     struct synth_spec spec;
-    int quant;             /* enum synth_quant */
+    int quant; /* enum synth_quant */
     uint32_t seed;
     int fast_blocks;       /* 1: random valid blocks, no quantization (throughput runs) */
     int n_threads;         /* 0 = online CPUs; never changes a byte of the output */
@@ -77,8 +77,8 @@ const struct synth_spec *synth_preset_find(const char *name);
 
 /* "Q4_K_M" etc. (case-insensitive) -> enum synth_quant, or -1. */
 int synth_quant_from_name(const char *name);
-const char *synth_quant_name(int quant);   /* "Q4_K_M"; "?" when out of range */
-uint32_t synth_file_type(int quant);       /* general.file_type */
+const char *synth_quant_name(int quant); /* "Q4_K_M"; "?" when out of range */
+uint32_t synth_file_type(int quant);     /* general.file_type */
 
 /* The tokenizer used when options.tokenizer is NULL: $GATE_SHARED/tokenizers/qwen3/
  * tokenizer.json.gz, else the ../shared folder next to the source tree. Static buffer. */

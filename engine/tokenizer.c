@@ -855,7 +855,8 @@ int tok_token_type(const struct tok *t, int32_t id)
     return id < 0 || id >= t->n_vocab ? 0 : t->type[id];
 }
 
-/* ---- token-id text (tok_parse_ids) ------------------------------------------------------------ */
+/* ---- token-id text (tok_parse_ids) ------------------------------------------------------------
+ */
 
 static int id_sep(char c)
 {

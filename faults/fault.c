@@ -12,10 +12,8 @@ static const struct fault_kind_def FAULT_KINDS[FAULT_KIND_COUNT] = {
                             "the expert at rank r replaced by the best unselected one"},
     [FAULT_DROPPED_EXPERT] = {"dropped_expert", 1, 1, 1, 0,
                               "the expert at rank r removed, the rest renormalized"},
-    [FAULT_UNIFORM_WEIGHTS] = {"uniform_weights", 1, 0, 1, 0,
-                               "every selected expert weighted 1/k"},
-    [FAULT_SKIP_QK_NORM] = {"skip_qk_norm", 0, 0, 1, 1,
-                            "the per-head Q/K RMSNorm is not applied"},
+    [FAULT_UNIFORM_WEIGHTS] = {"uniform_weights", 1, 0, 1, 0, "every selected expert weighted 1/k"},
+    [FAULT_SKIP_QK_NORM] = {"skip_qk_norm", 0, 0, 1, 1, "the per-head Q/K RMSNorm is not applied"},
 };
 
 const struct fault_kind_def *fault_kind_def(enum fault_kind k)
@@ -40,8 +38,8 @@ void fault_default_set(int moe, struct fault_set *out)
     memset(out, 0, sizeof *out);
     for (int k = 0; k < FAULT_KIND_COUNT && out->n < FAULT_MAX; k++)
         if (moe ? FAULT_KINDS[k].default_moe : FAULT_KINDS[k].default_dense)
-            out->f[out->n++] = (struct fault_spec){.kind = (enum fault_kind)k,
-                                                   .layer_hi = INT_MAX, .pos_hi = INT_MAX};
+            out->f[out->n++] = (struct fault_spec){
+                .kind = (enum fault_kind)k, .layer_hi = INT_MAX, .pos_hi = INT_MAX};
 }
 
 /* "wrong_expert, dropped_expert, ...": every kind, for error text. */
@@ -100,23 +98,21 @@ int fault_parse(const char *text, struct fault_spec *out, struct gate_err *err)
     for (char *tok = opts ? strtok(opts, ",") : NULL; tok; tok = strtok(NULL, ",")) {
         char *eq = strchr(tok, '=');
         if (!eq)
-            return err_set(err, ERR_INPUT, "fault '%s': option '%s' is not key=value", text,
-                           tok);
+            return err_set(err, ERR_INPUT, "fault '%s': option '%s' is not key=value", text, tok);
         *eq++ = '\0';
         int lo, hi;
         if (!strcmp(tok, "rank") && FAULT_KINDS[kind].takes_rank) {
             if (parse_range(eq, &lo, &hi) || lo != hi)
-                return err_set(err, ERR_INPUT, "fault '%s': rank '%s' is not a number >= 0",
-                               text, eq);
+                return err_set(err, ERR_INPUT, "fault '%s': rank '%s' is not a number >= 0", text,
+                               eq);
             out->rank = lo;
         } else if (!strcmp(tok, "layers")) {
             if (parse_range(eq, &out->layer_lo, &out->layer_hi))
-                return err_set(err, ERR_INPUT, "fault '%s': layers '%s' is not N or A-B", text,
-                               eq);
+                return err_set(err, ERR_INPUT, "fault '%s': layers '%s' is not N or A-B", text, eq);
         } else if (!strcmp(tok, "positions")) {
             if (parse_range(eq, &out->pos_lo, &out->pos_hi))
-                return err_set(err, ERR_INPUT, "fault '%s': positions '%s' is not N or A-B",
-                               text, eq);
+                return err_set(err, ERR_INPUT, "fault '%s': positions '%s' is not N or A-B", text,
+                               eq);
         } else {
             return err_set(err, ERR_INPUT, "fault '%s': unknown option '%s' for %s", text, tok,
                            FAULT_KINDS[kind].name);
@@ -157,17 +153,21 @@ int fault_validate(const struct fault_set *s, int n_layer, int is_moe, int n_exp
         char name[128];
         fault_format(f, name, sizeof name);
         if (fault_is_routing(f->kind) && !is_moe)
-            return err_set(err, ERR_INPUT, "fault '%s' cannot fire: it needs an MoE model and "
-                           "this model is dense (no router)", name);
+            return err_set(err, ERR_INPUT,
+                           "fault '%s' cannot fire: it needs an MoE model and "
+                           "this model is dense (no router)",
+                           name);
         if (f->layer_lo >= n_layer || (f->layer_hi != INT_MAX && f->layer_hi >= n_layer))
-            return err_set(err, ERR_INPUT, "fault '%s': layer scope %d-%d does not exist (the "
-                           "model has %d layers, 0-%d)", name, f->layer_lo, f->layer_hi,
-                           n_layer, n_layer - 1);
+            return err_set(err, ERR_INPUT,
+                           "fault '%s': layer scope %d-%d does not exist (the "
+                           "model has %d layers, 0-%d)",
+                           name, f->layer_lo, f->layer_hi, n_layer, n_layer - 1);
         const struct fault_kind_def *d = fault_kind_def(f->kind);
         if (d && d->takes_rank && f->rank >= n_expert_used)
-            return err_set(err, ERR_INPUT, "fault '%s': rank %d does not exist (the model "
-                           "selects %d experts, ranks 0-%d)", name, f->rank, n_expert_used,
-                           n_expert_used - 1);
+            return err_set(err, ERR_INPUT,
+                           "fault '%s': rank %d does not exist (the model "
+                           "selects %d experts, ranks 0-%d)",
+                           name, f->rank, n_expert_used, n_expert_used - 1);
     }
     return 0;
 }

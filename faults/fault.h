@@ -22,10 +22,10 @@ extern "C" {
 #endif
 
 enum fault_kind {
-    FAULT_WRONG_EXPERT = 0,   /* the expert at rank r replaced by the best unselected one */
-    FAULT_DROPPED_EXPERT = 1, /* the expert at rank r removed, the rest renormalized */
+    FAULT_WRONG_EXPERT = 0,    /* the expert at rank r replaced by the best unselected one */
+    FAULT_DROPPED_EXPERT = 1,  /* the expert at rank r removed, the rest renormalized */
     FAULT_UNIFORM_WEIGHTS = 2, /* every selected expert weighted 1/k */
-    FAULT_SKIP_QK_NORM = 3,   /* the per-head Q/K RMSNorm is not applied */
+    FAULT_SKIP_QK_NORM = 3,    /* the per-head Q/K RMSNorm is not applied */
     FAULT_KIND_COUNT = 4,
 };
 
@@ -33,9 +33,9 @@ enum fault_kind {
 
 struct fault_spec {
     enum fault_kind kind;
-    int rank;                 /* wrong/dropped: which selected slot (0 = top); default 0 */
-    int layer_lo, layer_hi;   /* inclusive layer range; default all (0, INT32_MAX) */
-    int pos_lo, pos_hi;       /* inclusive position range; default all */
+    int rank;               /* wrong/dropped: which selected slot (0 = top); default 0 */
+    int layer_lo, layer_hi; /* inclusive layer range; default all (0, INT32_MAX) */
+    int pos_lo, pos_hi;     /* inclusive position range; default all */
 };
 
 struct fault_set {
@@ -48,12 +48,12 @@ struct fault_set {
  * enum value, one row, and its action (fault_apply_route_inline or a query like
  * fault_skips_qk_norm_inline at the point it acts). */
 struct fault_kind_def {
-    const char *name;     /* as written in ladders and --fault: "wrong_expert" */
-    int routing;          /* acts in route_select: needs an MoE model */
-    int takes_rank;       /* accepts rank=N (which selected slot) */
-    int default_moe;      /* in the default falsify set of an MoE cell */
-    int default_dense;    /* in the default falsify set of a dense cell */
-    const char *summary;  /* one line for help and docs */
+    const char *name;    /* as written in ladders and --fault: "wrong_expert" */
+    int routing;         /* acts in route_select: needs an MoE model */
+    int takes_rank;      /* accepts rank=N (which selected slot) */
+    int default_moe;     /* in the default falsify set of an MoE cell */
+    int default_dense;   /* in the default falsify set of a dense cell */
+    const char *summary; /* one line for help and docs */
 };
 
 /* The row of kind k; NULL when k is out of range. */

@@ -110,8 +110,8 @@ enum gate_verdict gatedef_judge(const char *gate, const char *mode, const json_t
         snprintf(why, n, "unknown gate '%s'", gate ? gate : "?");
         return GATE_FAIL;
     }
-    return gate_judge_common(d->judge ? d->judge : no_judge, d->check_ran, mode, settings,
-                             metrics, *checks, why, n);
+    return gate_judge_common(d->judge ? d->judge : no_judge, d->check_ran, mode, settings, metrics,
+                             *checks, why, n);
 }
 
 json_t *gatedef_row(const char *gate, const char *mode, json_t *settings, json_t *metrics,
@@ -151,8 +151,7 @@ enum gate_verdict gatedef_overall(const json_t *gates)
     return any_error ? GATE_ERROR : GATE_PASS;
 }
 
-int gatedef_rejudge_payload(const json_t *payload, enum gate_verdict *overall,
-                            struct gate_err *err)
+int gatedef_rejudge_payload(const json_t *payload, enum gate_verdict *overall, struct gate_err *err)
 {
     const json_t *gates = json_object_get(payload, "gates");
     const char *mode = json_string_value(json_object_get(json_object_get(payload, "cell"), "mode"));
@@ -166,14 +165,14 @@ int gatedef_rejudge_payload(const json_t *payload, enum gate_verdict *overall,
     {
         json_t *checks = NULL;
         char why[512] = "";
-        enum gate_verdict v = gatedef_judge(name, mode, json_object_get(g, "settings"),
-                                            json_object_get(g, "metrics"), &checks, why,
-                                            sizeof why);
+        enum gate_verdict v =
+            gatedef_judge(name, mode, json_object_get(g, "settings"), json_object_get(g, "metrics"),
+                          &checks, why, sizeof why);
         json_decref(checks);
         int recorded = gate_verdict_parse(json_string_value(json_object_get(g, "verdict")));
         if (recorded != (int)v && !rc)
-            rc = err_set(err, ERR_RUNTIME, "gate '%s' records %s but its numbers say %s%s%s",
-                         name, recorded >= 0 ? gate_verdict_name(recorded) : "no verdict",
+            rc = err_set(err, ERR_RUNTIME, "gate '%s' records %s but its numbers say %s%s%s", name,
+                         recorded >= 0 ? gate_verdict_name(recorded) : "no verdict",
                          gate_verdict_name(v), why[0] ? ": " : "", why);
         any_fail |= v == GATE_FAIL;
         any_error |= v == GATE_ERROR;

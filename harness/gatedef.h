@@ -33,8 +33,8 @@ struct gate_def {
     const char *name;
     const struct gate_setting *settings; /* terminated by a row with key NULL */
     gate_judge_fn judge;
-    int check_ran;     /* the gate runs the subject: its metrics record what ran */
-    int cell_gate;     /* run on every cell (anchor is run per anchor case instead) */
+    int check_ran; /* the gate runs the subject: its metrics record what ran */
+    int cell_gate; /* run on every cell (anchor is run per anchor case instead) */
     const char *proves;
 };
 

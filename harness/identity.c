@@ -47,10 +47,10 @@ int identity_get(struct identity *out, struct gate_err *err)
 
 json_t *identity_json(const struct identity *id)
 {
-    return json_pack("{s:s, s:s, s:b, s:s, s:s, s:s, s:s}", "version", id->version,
-                     "git_commit", id->git_commit, "git_dirty", id->git_dirty, "dirty_reason",
-                     id->dirty_reason, "source_sha256", id->source_sha256, "binary_sha256",
-                     id->binary_sha256, "build_flags", id->build_flags);
+    return json_pack("{s:s, s:s, s:b, s:s, s:s, s:s, s:s}", "version", id->version, "git_commit",
+                     id->git_commit, "git_dirty", id->git_dirty, "dirty_reason", id->dirty_reason,
+                     "source_sha256", id->source_sha256, "binary_sha256", id->binary_sha256,
+                     "build_flags", id->build_flags);
 }
 
 json_t *identity_environment(int threads)

@@ -13,13 +13,13 @@
 struct identity {
     char version[32];
     char git_commit[48];
-    int git_dirty;           /* 1: what was compiled is not the commit's tree: never counts */
-    int dirty_count;         /* how many reasons ci/buildinfo.cmake found (0 when clean) */
-    char dirty_reason[256];  /* the first one, e.g. "untracked file engine/x.h.orig in a source
-                              * folder"; "" when clean */
-    char source_sha256[65];  /* SHA-256 of the sorted `git ls-tree -r HEAD` lines of the source
-                              * files (ci/buildinfo.cmake): equal on every host at one commit */
-    char binary_sha256[65];  /* of /proc/self/exe */
+    int git_dirty;          /* 1: what was compiled is not the commit's tree: never counts */
+    int dirty_count;        /* how many reasons ci/buildinfo.cmake found (0 when clean) */
+    char dirty_reason[256]; /* the first one, e.g. "untracked file engine/x.h.orig in a source
+                             * folder"; "" when clean */
+    char source_sha256[65]; /* SHA-256 of the sorted `git ls-tree -r HEAD` lines of the source
+                             * files (ci/buildinfo.cmake): equal on every host at one commit */
+    char binary_sha256[65]; /* of /proc/self/exe */
     char build_flags[256];
 };
 

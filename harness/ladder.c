@@ -24,8 +24,8 @@
 #include <unistd.h>
 #include <yaml.h>
 
-#include "engine/synth.h"
 #include "engine/pin.h"
+#include "engine/synth.h"
 #include "oracles/golden.h"
 
 struct parse {
@@ -63,8 +63,9 @@ static const char *scalar(const yaml_node_t *n)
 
 static const char *kind(const yaml_node_t *n)
 {
-    return n->type == YAML_SCALAR_NODE ? "a scalar"
-           : n->type == YAML_SEQUENCE_NODE ? "a list" : "a mapping";
+    return n->type == YAML_SCALAR_NODE     ? "a scalar"
+           : n->type == YAML_SEQUENCE_NODE ? "a list"
+                                           : "a mapping";
 }
 
 /* qsort_r order of a mapping's keys: by text, then by position (equal keys keep file order). */
@@ -92,8 +93,8 @@ static int first_equal_keys(struct parse *p, yaml_node_t *map, int n, int *first
     }
     qsort_r(order, (size_t)n, sizeof *order, by_key, keys);
     for (int j = 0; j < n; j++)
-        first[order[j]] = j > 0 && !strcmp(keys[order[j]], keys[order[j - 1]])
-                              ? first[order[j - 1]] : order[j];
+        first[order[j]] =
+            j > 0 && !strcmp(keys[order[j]], keys[order[j - 1]]) ? first[order[j - 1]] : order[j];
     free(keys);
     free(order);
     return 0;
@@ -147,8 +148,7 @@ static int check_map(struct parse *p, yaml_node_t *map, const char *what,
 
 static yaml_node_t *get(struct parse *p, yaml_node_t *map, const char *key)
 {
-    for (yaml_node_pair_t *a = map->data.mapping.pairs.start; a < map->data.mapping.pairs.top;
-         a++)
+    for (yaml_node_pair_t *a = map->data.mapping.pairs.start; a < map->data.mapping.pairs.top; a++)
         if (!strcmp(scalar(node(p, a->key)), key))
             return node(p, a->value);
     return NULL;
@@ -219,8 +219,8 @@ static int check_seq(struct parse *p, yaml_node_t *n, const char *what, int none
          it##_i < (seq)->data.sequence.items.top && ((it) = node(p, *it##_i)); it##_i++)
 
 #define FOR_PAIRS(seq, pr)                                                                         \
-    for (yaml_node_pair_t *pr = (seq)->data.mapping.pairs.start; pr < (seq)->data.mapping.pairs.top; \
-         pr++)
+    for (yaml_node_pair_t *pr = (seq)->data.mapping.pairs.start;                                   \
+         pr < (seq)->data.mapping.pairs.top; pr++)
 
 static char *resolve(const struct ladder *l, const char *rel)
 {
@@ -281,8 +281,7 @@ static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct l
             return rc;
         m->seed = (uint64_t)seed;
         char rel[256];
-        snprintf(rel, sizeof rel, ".gate-cache/%s-%s-%s-%d.gguf", m->id, m->preset, m->quant,
-                 seed);
+        snprintf(rel, sizeof rel, ".gate-cache/%s-%s-%s-%d.gguf", m->id, m->preset, m->quant, seed);
         m->path = resolve(p->l, rel);
     }
     if (!m->path)
@@ -291,8 +290,10 @@ static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct l
         (rc = get_str(p, v, "sha256", m->sha256, sizeof m->sha256)))
         return rc;
     if (strlen(m->sha256) != 64 || strspn(m->sha256, "0123456789abcdef") != 64)
-        return fail(p, v, "%s: sha256 must be 64 lower-case hex digits (the file is identified by"
-                    " its bytes)", what);
+        return fail(p, v,
+                    "%s: sha256 must be 64 lower-case hex digits (the file is identified by"
+                    " its bytes)",
+                    what);
     if ((rc = need(p, n, "arch", what, &v)) ||
         (rc = get_str(p, v, "arch", m->arch, sizeof m->arch)))
         return rc;
@@ -303,8 +304,8 @@ static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct l
      * mismatch, not "wrong_expert cannot apply" (issue 16) */
     const struct synth_spec *sp = m->synth ? synth_preset_find(m->preset) : NULL;
     if (sp && strcmp(m->arch, model_arch_name(sp->arch)))
-        return fail(p, v, "%s: arch '%s' contradicts synth preset '%s', which is %s", what,
-                    m->arch, m->preset, model_arch_name(sp->arch));
+        return fail(p, v, "%s: arch '%s' contradicts synth preset '%s', which is %s", what, m->arch,
+                    m->preset, model_arch_name(sp->arch));
     return 0;
 }
 
@@ -339,8 +340,10 @@ static int read_trust_file(struct parse *p, yaml_node_t *n, const char *name, un
     }
     for (const char *c = name; *c; c = strchr(c, '/') ? strchr(c, '/') + 1 : c + strlen(c))
         if (!strncmp(c, "..", 2) && (c[2] == '/' || c[2] == '\0')) {
-            rc = fail(p, n, "trusted key file '%s' must stay inside the ladder's folder (no"
-                      " '..')", name);
+            rc = fail(p, n,
+                      "trusted key file '%s' must stay inside the ladder's folder (no"
+                      " '..')",
+                      name);
             goto cleanup;
         }
     if (!(path = resolve(p->l, name))) {
@@ -349,10 +352,12 @@ static int read_trust_file(struct parse *p, yaml_node_t *n, const char *name, un
     }
     fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
     if (fd < 0) {
-        rc = errno == ELOOP ? fail(p, n, "trusted key file '%s' is a symbolic link; name the"
-                                   " file itself", name)
-                            : fail(p, n, "cannot read trusted key file '%s': %s", name,
-                                   strerror(errno));
+        rc = errno == ELOOP
+                 ? fail(p, n,
+                        "trusted key file '%s' is a symbolic link; name the"
+                        " file itself",
+                        name)
+                 : fail(p, n, "cannot read trusted key file '%s': %s", name, strerror(errno));
         goto cleanup;
     }
     /* where the descriptor really points, every folder symlink resolved */
@@ -361,8 +366,7 @@ static int read_trust_file(struct parse *p, yaml_node_t *n, const char *name, un
     if (!(real = realpath(proc, NULL)))
         real = realpath(path, NULL);
     size_t dl = real_dir ? strlen(real_dir) : 0;
-    if (!real_dir || !real ||
-        !(dl == 1 || (strncmp(real, real_dir, dl) == 0 && real[dl] == '/'))) {
+    if (!real_dir || !real || !(dl == 1 || (strncmp(real, real_dir, dl) == 0 && real[dl] == '/'))) {
         rc = fail(p, n, "trusted key file '%s' resolves outside the ladder's folder", name);
         goto cleanup;
     }
@@ -371,8 +375,10 @@ static int read_trust_file(struct parse *p, yaml_node_t *n, const char *name, un
         goto cleanup;
     }
     if (st.st_size > LADDER_TRUST_FILE_MAX) {
-        rc = fail(p, n, "trusted key file '%s' is %lld bytes, more than the %d a public key"
-                  " file holds", name, (long long)st.st_size, LADDER_TRUST_FILE_MAX);
+        rc = fail(p, n,
+                  "trusted key file '%s' is %lld bytes, more than the %d a public key"
+                  " file holds",
+                  name, (long long)st.st_size, LADDER_TRUST_FILE_MAX);
         goto cleanup;
     }
     for (;;) {
@@ -387,16 +393,17 @@ static int read_trust_file(struct parse *p, yaml_node_t *n, const char *name, un
             break;
     }
     if (got > LADDER_TRUST_FILE_MAX) {
-        rc = fail(p, n, "trusted key file '%s' is more than %d bytes", name,
-                  LADDER_TRUST_FILE_MAX);
+        rc = fail(p, n, "trusted key file '%s' is more than %d bytes", name, LADDER_TRUST_FILE_MAX);
         goto cleanup;
     }
     text[got] = '\0';
     while (got > 0 && strchr(" \t\r\n", text[got - 1]))
         text[--got] = '\0';
     if (strlen(text) != got || public_key(text, pk) != 0)
-        rc = fail(p, n, "trusted key file '%s' does not hold one public key (expected a single"
-                  " line 'ed25519:' and 64 hex digits; the content is not shown)", name);
+        rc = fail(p, n,
+                  "trusted key file '%s' does not hold one public key (expected a single"
+                  " line 'ed25519:' and 64 hex digits; the content is not shown)",
+                  name);
 cleanup:
     if (fd >= 0)
         close(fd);
@@ -432,8 +439,10 @@ static int parse_host(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct la
         return rc;
     if (scalar(v)) {
         if (strcmp(scalar(v), "none"))
-            return fail(p, v, "%s: device must be 'none' or a mapping with name,"
-                        " compute_capability, min_memory_gib", what);
+            return fail(p, v,
+                        "%s: device must be 'none' or a mapping with name,"
+                        " compute_capability, min_memory_gib",
+                        what);
     } else {
         h->gpu = 1;
         if ((rc = check_map(p, v, "device", dkeys)))
@@ -575,7 +584,8 @@ static int apply_gates(struct parse *p, yaml_node_t *n, struct ladder_gates *g, 
             FOR_ITEMS(p, list, it)
             {
                 if (!scalar(it))
-                    return fail(p, it, "falsify entries must be fault strings like"
+                    return fail(p, it,
+                                "falsify entries must be fault strings like"
                                 " 'wrong_expert:rank=1,layers=0-3'");
                 struct fault_spec f;
                 struct gate_err fe = {0};
@@ -611,16 +621,19 @@ static int seen_add(struct parse *p, struct cell_seen *s, yaml_node_t *at, int m
                     const char *mode, int excluded)
 {
     const struct ladder *l = p->l;
-    uint32_t key = 1 + ((uint32_t)model * (uint32_t)l->n_hosts + (uint32_t)host) *
-                           (uint32_t)mode_count() + (uint32_t)cell_mode_index(mode);
+    uint32_t key =
+        1 + ((uint32_t)model * (uint32_t)l->n_hosts + (uint32_t)host) * (uint32_t)mode_count() +
+        (uint32_t)cell_mode_index(mode);
     uint32_t i = (key * 2654435761u) >> 18; /* 14 bits: CELL_SLOTS */
     for (; s->key[i]; i = (i + 1) & (CELL_SLOTS - 1)) {
         if (s->key[i] != key)
             continue;
         const char *m = l->models[model].id, *h = l->hosts[host].id;
         if (s->excluded[i] != excluded)
-            return fail(p, at, "cell %s/%s/%s is both excluded and required (the other at line"
-                        " %d)", m, h, mode, s->line[i]);
+            return fail(p, at,
+                        "cell %s/%s/%s is both excluded and required (the other at line"
+                        " %d)",
+                        m, h, mode, s->line[i]);
         return fail(p, at, "cell %s/%s/%s is listed twice (first at line %d)", m, h, mode,
                     s->line[i]);
     }
@@ -710,7 +723,9 @@ static int id_list(struct parse *p, yaml_node_t *n, const char *what, int kind_,
         }
         if (!ok)
             return fail(p, at[i], "%s '%s' is not defined in %s", what, ids[i],
-                        kind_ == 0 ? "models" : kind_ == 1 ? "hosts" : "modes");
+                        kind_ == 0   ? "models"
+                        : kind_ == 1 ? "hosts"
+                                     : "modes");
     }
     return 0;
 }
@@ -722,8 +737,10 @@ static int check_coverage(struct parse *p, yaml_node_t *cells)
     const struct ladder *l = p->l;
     int rc = 0;
     if (l->n_cells == 0)
-        return fail(p, cells, "the ladder expands to no required cell (%d excluded): a release"
-                    " gate must gate something", l->n_excluded);
+        return fail(p, cells,
+                    "the ladder expands to no required cell (%d excluded): a release"
+                    " gate must gate something",
+                    l->n_excluded);
     int *required = calloc((size_t)l->n_models, sizeof *required);
     if (!required)
         return err_set(p->err, ERR_ENV, "out of memory");
@@ -732,10 +749,11 @@ static int check_coverage(struct parse *p, yaml_node_t *cells)
     for (int i = 0; i < l->n_excluded && !rc; i++) {
         const struct ladder_excluded *e = &l->excluded[i];
         if (!required[e->model])
-            rc = err_set(p->err, ERR_INPUT, "%s:%d: every cell of model '%s' is excluded (this"
+            rc = err_set(p->err, ERR_INPUT,
+                         "%s:%d: every cell of model '%s' is excluded (this"
                          " exclusion: \"%.80s\"); a model the ladder declares must be gated in at"
-                         " least one cell: gate one or remove the model", p->path, e->line,
-                         l->models[e->model].id, e->reason);
+                         " least one cell: gate one or remove the model",
+                         p->path, e->line, l->models[e->model].id, e->reason);
     }
     free(required);
     return rc;
@@ -743,8 +761,8 @@ static int check_coverage(struct parse *p, yaml_node_t *cells)
 
 static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
 {
-    static const char *const keys[] = {"models", "hosts", "modes", "exclude", "model", "host",
-                                       "mode", NULL};
+    static const char *const keys[] = {"models", "hosts", "modes", "exclude",
+                                       "model",  "host",  "mode",  NULL};
     static const char *const xkeys[] = {"model", "host", "mode", "reason", NULL};
     yaml_node_t *e, *x;
     struct cell_seen *seen = NULL;
@@ -760,7 +778,8 @@ static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
         int matrix = get(p, e, "models") || get(p, e, "hosts") || get(p, e, "modes");
         int single = get(p, e, "model") || get(p, e, "host") || get(p, e, "mode");
         if (matrix == single) {
-            rc = fail(p, e, "a cells entry is either a matrix (models, hosts, modes) or one"
+            rc = fail(p, e,
+                      "a cells entry is either a matrix (models, hosts, modes) or one"
                       " cell (model, host, mode)");
             goto out;
         }
@@ -783,7 +802,8 @@ static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
         /* the bound before the expansion: a huge matrix fails here, in microseconds */
         long total = (long)p->l->n_cells + p->l->n_excluded + (long)nm * nh * no;
         if (total > LADDER_MAX_CELLS) {
-            rc = fail(p, e, "this entry (%d x %d x %d cells) takes the ladder to %ld cells, more"
+            rc = fail(p, e,
+                      "this entry (%d x %d x %d cells) takes the ladder to %ld cells, more"
                       " than the %d a ladder may hold; split the release into several ladders",
                       nm, nh, no, total, LADDER_MAX_CELLS);
             goto out;
@@ -889,8 +909,7 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
                     goto out;
                 for (int k = 0; k < 3; k++) {
                     yaml_node_t *v = get(p, m, mkeys[k]);
-                    if (v && (!scalar(v) ||
-                              (k == 0 && ladder_find_model(l, scalar(v)) < 0) ||
+                    if (v && (!scalar(v) || (k == 0 && ladder_find_model(l, scalar(v)) < 0) ||
                               (k == 1 && ladder_find_host(l, scalar(v)) < 0) ||
                               (k == 2 && !ladder_mode_known(scalar(v)))))
                         return fail(p, v, "override matches %s '%s', which is not defined",
@@ -934,7 +953,8 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
         for (int k = 0; k < c->g.falsify.n; k++)
             if (!moe && fault_is_routing(c->g.falsify.f[k].kind)) {
                 char name[256];
-                rc = fail(p, gates, "cell %s: fault %s cannot apply to model '%s' (arch %s has"
+                rc = fail(p, gates,
+                          "cell %s: fault %s cannot apply to model '%s' (arch %s has"
                           " no experts); override falsify for it",
                           ladder_cell_name(l, i, name, sizeof name),
                           fault_kind_name(c->g.falsify.f[k].kind), m->id, m->arch);
@@ -971,8 +991,10 @@ static int parse_anchor_pin(struct parse *p, yaml_node_t *n, const struct ladder
         (rc = get_str(p, v, "sha256", pin->sha256, sizeof pin->sha256)))
         return rc;
     if (!is_sha256(pin->sha256))
-        return fail(p, v, "%s: sha256 must be 64 lower-case hex digits (a reference is identified"
-                    " by its bytes)", ctx);
+        return fail(p, v,
+                    "%s: sha256 must be 64 lower-case hex digits (a reference is identified"
+                    " by its bytes)",
+                    ctx);
     if (after && ((rc = need(p, n, "after", ctx, &v)) ||
                   (rc = get_int(p, v, "greedy.after", 1, 1 << 20, after))))
         return rc;
@@ -981,8 +1003,8 @@ static int parse_anchor_pin(struct parse *p, yaml_node_t *n, const struct ladder
 
 static int parse_anchor(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct ladder_anchor *a)
 {
-    static const char *const keys[] = {"arch", "reference", "model", "tokens", "logits",
-                                       "greedy", "thresholds", NULL};
+    static const char *const keys[] = {"arch",   "reference", "model",      "tokens",
+                                       "logits", "greedy",    "thresholds", NULL};
     static const char *const tkeys[] = {"max_nmse", "min_cosine", "near_tie", NULL};
     char what[128];
     yaml_node_t *v, *t;
@@ -1058,8 +1080,10 @@ static int parse_anchors(struct parse *p, yaml_node_t *root)
             struct ladder_unanchored *u = &l->unanchored[l->n_unanchored++];
             u->line = (int)k->start_mark.line + 1;
             if (!arch || (strcmp(arch, "qwen3") && strcmp(arch, "qwen3moe")))
-                return fail(p, k, "unanchored: arch '%s' is not supported (expected qwen3 or"
-                            " qwen3moe)", arch ? arch : "?");
+                return fail(p, k,
+                            "unanchored: arch '%s' is not supported (expected qwen3 or"
+                            " qwen3moe)",
+                            arch ? arch : "?");
             snprintf(u->arch, sizeof u->arch, "%s", arch);
             if ((rc = get_str(p, r, "unanchored reason", u->reason, sizeof u->reason)))
                 return rc;
@@ -1101,7 +1125,8 @@ int ladder_check_anchored(const struct ladder *l, struct gate_err *err)
         for (int u = 0; u < l->n_unanchored && !ok; u++)
             ok = !strcmp(l->unanchored[u].arch, m->arch);
         if (!ok)
-            return err_set(err, ERR_INPUT, "%s:%d:3: the ladder gates %s (model '%s') but no"
+            return err_set(err, ERR_INPUT,
+                           "%s:%d:3: the ladder gates %s (model '%s') but no"
                            " anchor judges the judge for it: add an anchors entry with arch: %s"
                            " (a model, tokens and logits from an engine that is not gate, each"
                            " pinned by sha256), or say why not under unanchored: {%s: \"reason\"}",
@@ -1114,8 +1139,8 @@ int ladder_check_anchored(const struct ladder *l, struct gate_err *err)
 
 static int parse_root(struct parse *p, yaml_node_t *root)
 {
-    static const char *const keys[] = {"release", "models", "hosts", "modes", "cells", "gates",
-                                       "anchors", "unanchored", NULL};
+    static const char *const keys[] = {"release", "models",  "hosts",      "modes", "cells",
+                                       "gates",   "anchors", "unanchored", NULL};
     struct ladder *l = p->l;
     yaml_node_t *v, *it;
     int rc;
@@ -1159,11 +1184,15 @@ static int parse_root(struct parse *p, yaml_node_t *root)
         if (!m)
             return fail(p, it, "modes entries must be strings like ref.decode");
         if (!strcmp(m, "ref.batch") || !strcmp(m, "ref.judge"))
-            return fail(p, it, "mode '%s' is the judge itself (the reference twin's batched"
-                        " forward); a cell must test a different path", m);
+            return fail(p, it,
+                        "mode '%s' is the judge itself (the reference twin's batched"
+                        " forward); a cell must test a different path",
+                        m);
         if (!ladder_mode_known(m))
-            return fail(p, it, "unknown mode '%s' (expected <backend>.<path> with backend cuda,"
-                        " cpu or ref and path decode, prefill or chat)", m);
+            return fail(p, it,
+                        "unknown mode '%s' (expected <backend>.<path> with backend cuda,"
+                        " cpu or ref and path decode, prefill or chat)",
+                        m);
     }
     if ((rc = need(p, root, "cells", "the ladder", &v)) || (rc = parse_cells(p, v, modes)))
         return rc;
@@ -1189,28 +1218,34 @@ static int prescan(const char *path, const unsigned char *bytes, size_t size, st
         if (!yaml_parser_parse(&parser, &ev)) {
             rc = err_set(err, ERR_INPUT, "%s:%zu:%zu: YAML error: %s%s%s", path,
                          parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-                         parser.problem ? parser.problem : "malformed",
-                         parser.context ? " " : "", parser.context ? parser.context : "");
+                         parser.problem ? parser.problem : "malformed", parser.context ? " " : "",
+                         parser.context ? parser.context : "");
             break;
         }
         size_t line = ev.start_mark.line + 1, col = ev.start_mark.column + 1;
         int node = ev.type == YAML_SCALAR_EVENT || ev.type == YAML_SEQUENCE_START_EVENT ||
                    ev.type == YAML_MAPPING_START_EVENT || ev.type == YAML_ALIAS_EVENT;
-        if (node && depth > 0 &&
-            ++count[depth] > (is_map[depth] ? 2L : 1L) * LADDER_MAX_ENTRIES)
-            rc = err_set(err, ERR_INPUT, "%s:%zu:%zu: a %s with more than %d entries (the bound"
-                         " for one ladder collection)", path, line, col,
-                         is_map[depth] ? "mapping" : "list", LADDER_MAX_ENTRIES);
+        if (node && depth > 0 && ++count[depth] > (is_map[depth] ? 2L : 1L) * LADDER_MAX_ENTRIES)
+            rc = err_set(err, ERR_INPUT,
+                         "%s:%zu:%zu: a %s with more than %d entries (the bound"
+                         " for one ladder collection)",
+                         path, line, col, is_map[depth] ? "mapping" : "list", LADDER_MAX_ENTRIES);
         else if (ev.type == YAML_ALIAS_EVENT)
-            rc = err_set(err, ERR_INPUT, "%s:%zu:%zu: YAML aliases (*name) are not allowed in a"
-                         " ladder; write the value out", path, line, col);
+            rc = err_set(err, ERR_INPUT,
+                         "%s:%zu:%zu: YAML aliases (*name) are not allowed in a"
+                         " ladder; write the value out",
+                         path, line, col);
         else if (ev.type == YAML_DOCUMENT_START_EVENT && ++docs > 1)
-            rc = err_set(err, ERR_INPUT, "%s:%zu:%zu: a ladder is one YAML document; found a"
-                         " second", path, line, col);
+            rc = err_set(err, ERR_INPUT,
+                         "%s:%zu:%zu: a ladder is one YAML document; found a"
+                         " second",
+                         path, line, col);
         else if (ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT) {
             if (depth == LADDER_MAX_DEPTH)
-                rc = err_set(err, ERR_INPUT, "%s:%zu:%zu: YAML nested deeper than %d levels (the"
-                             " bound for a ladder)", path, line, col, LADDER_MAX_DEPTH);
+                rc = err_set(err, ERR_INPUT,
+                             "%s:%zu:%zu: YAML nested deeper than %d levels (the"
+                             " bound for a ladder)",
+                             path, line, col, LADDER_MAX_DEPTH);
             else {
                 depth++;
                 count[depth] = 0;
@@ -1300,14 +1335,13 @@ int ladder_load(struct ladder **out, const char *path, struct gate_err *err)
     if (!yaml_parser_load(&parser, &doc)) {
         rc = err_set(err, ERR_INPUT, "%s:%zu:%zu: YAML error: %s%s%s", path,
                      parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-                     parser.problem ? parser.problem : "malformed",
-                     parser.context ? " " : "", parser.context ? parser.context : "");
+                     parser.problem ? parser.problem : "malformed", parser.context ? " " : "",
+                     parser.context ? parser.context : "");
         goto fail;
     }
     doc_ok = 1;
     struct parse p = {.path = path, .doc = &doc, .err = err, .l = l};
-    if ((rc = parse_root(&p, yaml_document_get_root_node(&doc))) ||
-        (rc = trust_digest(l, err)))
+    if ((rc = parse_root(&p, yaml_document_get_root_node(&doc))) || (rc = trust_digest(l, err)))
         goto fail;
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
@@ -1400,11 +1434,11 @@ json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate)
         json_t *faults = json_array();
         for (int i = 0; i < g->falsify.n; i++) {
             const struct fault_spec *f = &g->falsify.f[i];
-            json_array_append_new(faults, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "kind",
-                                                    fault_kind_name(f->kind), "rank", f->rank,
-                                                    "layer_lo", f->layer_lo, "layer_hi",
-                                                    f->layer_hi, "pos_lo", f->pos_lo, "pos_hi",
-                                                    f->pos_hi));
+            json_array_append_new(faults,
+                                  json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "kind",
+                                            fault_kind_name(f->kind), "rank", f->rank, "layer_lo",
+                                            f->layer_lo, "layer_hi", f->layer_hi, "pos_lo",
+                                            f->pos_lo, "pos_hi", f->pos_hi));
         }
         json_object_set_new(o, "faults", faults);
         json_object_set_new(o, "parity", ladder_gate_settings(g, "parity"));
@@ -1420,7 +1454,8 @@ int ladder_check_runnable(const struct ladder *l, struct gate_err *err)
         if (g->goldens[0] && !g->goldens_sha256[0]) {
             char name[256], sha[65] = "";
             identity_file_sha256(g->goldens, sha, NULL);
-            rc = err_set(err, ERR_INPUT, "%s: cell %s: gates.golden.goldens '%s' is not pinned:"
+            rc = err_set(err, ERR_INPUT,
+                         "%s: cell %s: gates.golden.goldens '%s' is not pinned:"
                          " goldens are evidence identified by their bytes; add golden.sha256: %s",
                          l->path, ladder_cell_name(l, i, name, sizeof name), g->goldens,
                          sha[0] ? sha : "<sha256 of the file once recorded>");
@@ -1480,20 +1515,24 @@ int ladder_check_files(const struct ladder *l, struct gate_err *err)
             const struct synth_spec *all = synth_presets(&np);
             char names[256] = "";
             for (int k = 0; k < np; k++)
-                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
-                         k ? ", " : "", all[k].name);
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? ", " : "",
+                         all[k].name);
             if (!sp)
-                rc = err_set(err, ERR_INPUT, "%s:%d:3: model '%s': unknown synth preset '%s'"
-                             " (known: %s; gate model synth --list)", l->path, m->line, m->id,
-                             m->preset, names);
+                rc = err_set(err, ERR_INPUT,
+                             "%s:%d:3: model '%s': unknown synth preset '%s'"
+                             " (known: %s; gate model synth --list)",
+                             l->path, m->line, m->id, m->preset, names);
             else if (synth_quant_from_name(m->quant) < 0)
-                rc = err_set(err, ERR_INPUT, "%s:%d:3: model '%s': unknown synth quant '%s'"
-                             " (known: F32, F16, BF16, Q8_0, Q4_K_M, Q5_K_M, Q6_K)", l->path,
-                             m->line, m->id, m->quant);
+                rc = err_set(err, ERR_INPUT,
+                             "%s:%d:3: model '%s': unknown synth quant '%s'"
+                             " (known: F32, F16, BF16, Q8_0, Q4_K_M, Q5_K_M, Q6_K)",
+                             l->path, m->line, m->id, m->quant);
             else if (strcmp(m->arch, model_arch_name(sp->arch)))
-                rc = err_set(err, ERR_INPUT, "%s:%d:3: model '%s': arch '%s' contradicts synth"
-                             " preset '%s', which is %s", l->path, m->line, m->id, m->arch,
-                             m->preset, model_arch_name(sp->arch));
+                rc =
+                    err_set(err, ERR_INPUT,
+                            "%s:%d:3: model '%s': arch '%s' contradicts synth"
+                            " preset '%s', which is %s",
+                            l->path, m->line, m->id, m->arch, m->preset, model_arch_name(sp->arch));
             continue; /* written by gate run / gate golden record into .gate-cache/ */
         }
         struct stat st;
@@ -1505,12 +1544,13 @@ int ladder_check_files(const struct ladder *l, struct gate_err *err)
         char arch[64] = "";
         struct gate_err fe = {0};
         if (file_arch(m, arch, sizeof arch, &fe))
-            rc = err_set(err, ERR_INPUT, "%s:%d:3: model '%s': %s", l->path, m->line, m->id,
-                         fe.msg);
+            rc =
+                err_set(err, ERR_INPUT, "%s:%d:3: model '%s': %s", l->path, m->line, m->id, fe.msg);
         else if (strcmp(arch, m->arch))
-            rc = err_set(err, ERR_INPUT, "%s:%d:3: model '%s': arch '%s' contradicts the file"
-                         " '%s', whose general.architecture is '%s'", l->path, m->line, m->id,
-                         m->arch, m->path, arch);
+            rc = err_set(err, ERR_INPUT,
+                         "%s:%d:3: model '%s': arch '%s' contradicts the file"
+                         " '%s', whose general.architecture is '%s'",
+                         l->path, m->line, m->id, m->arch, m->path, arch);
     }
     for (int i = 0; !rc && i < l->n_cells; i++) {
         const struct ladder_gates *g = &l->cells[i].g;
@@ -1522,13 +1562,16 @@ int ladder_check_files(const struct ladder *l, struct gate_err *err)
         char name[256];
         text_pos(l, base, &line, &col);
         if (line)
-            rc = err_set(err, ERR_INPUT, "%s:%d:%d: cell %s: goldens file '%s' does not exist;"
-                         " record it with gate golden record %s", l->path, line, col,
-                         ladder_cell_name(l, i, name, sizeof name), g->goldens, l->path);
+            rc = err_set(err, ERR_INPUT,
+                         "%s:%d:%d: cell %s: goldens file '%s' does not exist;"
+                         " record it with gate golden record %s",
+                         l->path, line, col, ladder_cell_name(l, i, name, sizeof name), g->goldens,
+                         l->path);
         else
-            rc = err_set(err, ERR_INPUT, "%s: cell %s: goldens file '%s' does not exist; record"
-                         " it with gate golden record %s", l->path,
-                         ladder_cell_name(l, i, name, sizeof name), g->goldens, l->path);
+            rc = err_set(err, ERR_INPUT,
+                         "%s: cell %s: goldens file '%s' does not exist; record"
+                         " it with gate golden record %s",
+                         l->path, ladder_cell_name(l, i, name, sizeof name), g->goldens, l->path);
     }
     return rc;
 }
@@ -1549,14 +1592,16 @@ int ladder_check_golden_entries(const struct ladder *l, int host, struct gate_er
         if (lr) {
             char name[256];
             int line, col;
-            const char *b = strrchr(c->g.goldens, '/') ? strrchr(c->g.goldens, '/') + 1
-                                                        : c->g.goldens;
+            const char *b =
+                strrchr(c->g.goldens, '/') ? strrchr(c->g.goldens, '/') + 1 : c->g.goldens;
             text_pos(l, b, &line, &col);
-            rc = err_set(err, ERR_INPUT, "%s:%d:%d: cell %s: no usable goldens for model '%s'"
+            rc = err_set(err, ERR_INPUT,
+                         "%s:%d:%d: cell %s: no usable goldens for model '%s'"
                          " (sha256 %.12s...) in '%s': %s; record them with gate golden record"
-                         " %s (nothing was run, no receipt written)", l->path, line ? line : 1,
-                         col ? col : 1, ladder_cell_name(l, i, name, sizeof name), m->id,
-                         m->sha256, c->g.goldens, ge.msg, l->path);
+                         " %s (nothing was run, no receipt written)",
+                         l->path, line ? line : 1, col ? col : 1,
+                         ladder_cell_name(l, i, name, sizeof name), m->id, m->sha256, c->g.goldens,
+                         ge.msg, l->path);
         }
     }
     return rc;

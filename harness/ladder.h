@@ -21,28 +21,28 @@
 #define LADDER_MAX_TRUST 16
 /* Bounds (issue 11): a ladder that exceeds one fails fast with a message, it never runs for
  * minutes or exhausts memory. */
-#define LADDER_FILE_MAX (1 << 20)     /* bytes of the ladder file */
-#define LADDER_MAX_DEPTH 32           /* nesting of YAML collections */
-#define LADDER_MAX_ENTRIES 4096       /* entries of any one YAML mapping or list */
-#define LADDER_MAX_CELLS 4096         /* expanded cells, required and excluded together */
-#define LADDER_TRUST_FILE_MAX 4096    /* bytes of a `file:NAME.pub` trusted key file */
+#define LADDER_FILE_MAX (1 << 20)  /* bytes of the ladder file */
+#define LADDER_MAX_DEPTH 32        /* nesting of YAML collections */
+#define LADDER_MAX_ENTRIES 4096    /* entries of any one YAML mapping or list */
+#define LADDER_MAX_CELLS 4096      /* expanded cells, required and excluded together */
+#define LADDER_TRUST_FILE_MAX 4096 /* bytes of a `file:NAME.pub` trusted key file */
 
 struct ladder_model {
     char id[LADDER_ID_MAX];
-    char *path;        /* GGUF path (resolved against the ladder's folder), or the synth output */
-    int synth;         /* 1: written by gate from the spec below */
-    char preset[32];   /* synth preset */
-    char quant[16];    /* synth quant */
-    uint64_t seed;     /* synth seed */
-    char sha256[65];   /* pinned digest, lower-case hex */
-    char arch[16];     /* expected architecture: qwen3 or qwen3moe */
+    char *path;      /* GGUF path (resolved against the ladder's folder), or the synth output */
+    int synth;       /* 1: written by gate from the spec below */
+    char preset[32]; /* synth preset */
+    char quant[16];  /* synth quant */
+    uint64_t seed;   /* synth seed */
+    char sha256[65]; /* pinned digest, lower-case hex */
+    char arch[16];   /* expected architecture: qwen3 or qwen3moe */
     int line;
 };
 
 struct ladder_host {
     char id[LADDER_ID_MAX];
-    int gpu;                   /* 1 when a device is declared */
-    char device_name[128];     /* expected GPU name */
+    int gpu;               /* 1 when a device is declared */
+    char device_name[128]; /* expected GPU name */
     char compute_capability[16];
     double min_memory_gib;
     int n_trust;
@@ -57,39 +57,39 @@ struct ladder_gates {
     int positions;
     double min_cosine, max_mean_kld, max_kld, near_tie;
     /* golden */
-    char goldens[512];         /* goldens file (resolved); "" = none declared */
-    char goldens_sha256[65];   /* its pinned digest ("" only when no file is declared) */
-    int golden_tokens;         /* greedy tokens per prompt */
-    double golden_near_tie;    /* judge margin below which a greedy flip is a TIE_FLIP */
+    char goldens[512];       /* goldens file (resolved); "" = none declared */
+    char goldens_sha256[65]; /* its pinned digest ("" only when no file is declared) */
+    int golden_tokens;       /* greedy tokens per prompt */
+    double golden_near_tie;  /* judge margin below which a greedy flip is a TIE_FLIP */
     /* throughput */
     int runs, warmup, prompt_tokens, decode_tokens;
     double min_prefill_tps, min_decode_tps, max_cv;
     /* falsify */
     struct fault_set falsify;
-    int sweep_samples;         /* sampled single-layer x single-position injections per kind */
-    double min_detection;      /* least detection rate per kind over those samples */
+    int sweep_samples;    /* sampled single-layer x single-position injections per kind */
+    double min_detection; /* least detection rate per kind over those samples */
 };
 
 struct ladder_cell {
-    int model;         /* index into models */
-    int host;          /* index into hosts */
-    char mode[32];     /* "<backend>.<path>" */
+    int model;     /* index into models */
+    int host;      /* index into hosts */
+    char mode[32]; /* "<backend>.<path>" */
     struct ladder_gates g;
 };
 
 /* A cell a matrix entry's `exclude` removed: not required, but never invisible (issue 10 §3):
  * `gate ladder check`, the release matrix and the sign-off list it with its reason. */
 struct ladder_excluded {
-    int model;         /* index into models */
-    int host;          /* index into hosts */
+    int model; /* index into models */
+    int host;  /* index into hosts */
     char mode[32];
-    char reason[256];  /* the first matching exclusion's reason */
-    int line;          /* line of that exclusion in the ladder file */
+    char reason[256]; /* the first matching exclusion's reason */
+    int line;         /* line of that exclusion in the ladder file */
 };
 
 /* A file the ladder pins: path resolved against the ladder's folder, SHA-256 lower-case hex. */
 struct ladder_pin {
-    char *path;        /* owned; NULL when the optional file is absent */
+    char *path; /* owned; NULL when the optional file is absent */
     char sha256[65];
 };
 
@@ -97,11 +97,11 @@ struct ladder_pin {
  * greedy continuation), every file pinned, with the thresholds the judge must meet on it. */
 struct ladder_anchor {
     char id[LADDER_ID_MAX];
-    char arch[16];          /* the architecture it anchors: qwen3 or qwen3moe */
-    char reference[256];    /* who computed the reference (not gate), for reports */
+    char arch[16];       /* the architecture it anchors: qwen3 or qwen3moe */
+    char reference[256]; /* who computed the reference (not gate), for reports */
     struct ladder_pin model, tokens, logits;
     struct ladder_pin greedy; /* greedy.path NULL: no greedy continuation */
-    int greedy_after;       /* prompt tokens before the greedy continuation */
+    int greedy_after;         /* prompt tokens before the greedy continuation */
     double max_nmse, min_cosine, near_tie;
     int line;
 };
@@ -115,8 +115,8 @@ struct ladder_unanchored {
 
 struct ladder {
     char *path;
-    char *dir;         /* folder of the ladder file, for relative paths */
-    char sha256[65];   /* of the ladder file's bytes */
+    char *dir;       /* folder of the ladder file, for relative paths */
+    char sha256[65]; /* of the ladder file's bytes */
     char name[64], version[32];
     int n_models, n_hosts, n_cells;
     struct ladder_model *models;

@@ -107,8 +107,7 @@ static int find_anchor(const struct ladder *l, const char *id)
 }
 
 /* The first key of `want` whose value differs in `got`, as "key got -> want" into out. */
-static void first_diff(const json_t *got, const json_t *want, const char *gate, char *out,
-                       size_t n)
+static void first_diff(const json_t *got, const json_t *want, const char *gate, char *out, size_t n)
 {
     const char *k;
     json_t *w;
@@ -163,22 +162,23 @@ static void not_this(const struct check_ctx *x, const json_t *p, const char *mod
     why[0] = '\0';
     if (!commit || !version || strcmp(commit, id->git_commit) || strcmp(version, id->version))
         snprintf(why, n, "is for build %.40s %.16s, not this one (%.40s %.16s)",
-                 commit ? commit : "?", version ? version : "?",
-                 id->git_commit, id->version);
+                 commit ? commit : "?", version ? version : "?", id->git_commit, id->version);
     else if (dirty)
         snprintf(why, n, "was made by a binary built from a dirty tree");
     else if (!source || strcmp(source, id->source_sha256))
         snprintf(why, n, "records source tree %.16s, not this build's %.16s",
                  source ? source : "(none)", id->source_sha256);
     else if (!sha || strcmp(sha, model_sha256))
-        snprintf(why, n, "is for model digest %.64s, not the ladder's pin %.64s",
-                 sha ? sha : "?", model_sha256);
+        snprintf(why, n, "is for model digest %.64s, not the ladder's pin %.64s", sha ? sha : "?",
+                 model_sha256);
     else if (!rname || !rversion || strcmp(rname, l->name) || strcmp(rversion, l->version))
-        snprintf(why, n, "is for release %.40s %.20s, not %s %s",
-                 rname ? rname : "?", rversion ? rversion : "?", l->name, l->version);
+        snprintf(why, n, "is for release %.40s %.20s, not %s %s", rname ? rname : "?",
+                 rversion ? rversion : "?", l->name, l->version);
     else if (!trust || strcmp(trust, l->trust_sha256))
-        snprintf(why, n, "was made when the ladder trusted other keys (trust digest %.16s, now"
-                 " %.16s)", trust ? trust : "(none)", l->trust_sha256);
+        snprintf(why, n,
+                 "was made when the ladder trusted other keys (trust digest %.16s, now"
+                 " %.16s)",
+                 trust ? trust : "(none)", l->trust_sha256);
 }
 
 /* Re-judge the gates of p for one row: every gate named in want (gate -> ladder settings) must
@@ -215,8 +215,8 @@ static void judge_receipt(struct check_ctx *x, struct acc *a, int64_t rid, const
     {
         json_t *g = json_object_get(gates, gname), *checks = NULL;
         char gwhy[360] = "";
-        enum gate_verdict v = gatedef_judge(gname, mode, ws, json_object_get(g, "metrics"),
-                                            &checks, gwhy, sizeof gwhy);
+        enum gate_verdict v = gatedef_judge(gname, mode, ws, json_object_get(g, "metrics"), &checks,
+                                            gwhy, sizeof gwhy);
         json_decref(checks);
         int recorded = gate_verdict_parse(json_string_value(json_object_get(g, "verdict")));
         if (recorded != (int)v && !a->disagree[0])
@@ -251,7 +251,8 @@ static json_t *cell_settings(const struct ladder *l, const struct ladder_gates *
     json_t *want = json_object();
     for (int i = 0; GATE_DEFS[i].name; i++)
         if (GATE_DEFS[i].cell_gate)
-            json_object_set_new(want, GATE_DEFS[i].name, ladder_gate_settings(g, GATE_DEFS[i].name));
+            json_object_set_new(want, GATE_DEFS[i].name,
+                                ladder_gate_settings(g, GATE_DEFS[i].name));
     return want;
 }
 
@@ -316,16 +317,18 @@ static int on_row(void *ctx, const struct store_row *row)
     char why[512];
     if (!trusted_for(&l->hosts[hi], key_id)) {
         a->n_untrusted++;
-        snprintf(why, sizeof why, "receipt %" PRId64 " is signed by %.80s, which the ladder does"
-                 " not trust for host %s", row->id, key_id ? key_id : "?", l->hosts[hi].id);
+        snprintf(why, sizeof why,
+                 "receipt %" PRId64 " is signed by %.80s, which the ladder does"
+                 " not trust for host %s",
+                 row->id, key_id ? key_id : "?", l->hosts[hi].id);
         keep(a->untrusted_why, sizeof a->untrusted_why, &a->untrusted_id, row->id, why);
         goto out;
     }
-    char not[400];
-    not_this(x, p, pin, not, sizeof not);
-    if (not[0]) {
+    char not [400];
+    not_this(x, p, pin, not, sizeof not );
+    if (not [0]) {
         a->n_other++;
-        snprintf(why, sizeof why, "receipt %" PRId64 " %s", row->id, not);
+        snprintf(why, sizeof why, "receipt %" PRId64 " %s", row->id, not );
         keep(a->other_why, sizeof a->other_why, &a->other_id, row->id, why);
         goto out;
     }
@@ -342,8 +345,10 @@ static void decide(struct acc *a, int excluded)
     if (a->n_pass && a->n_fail) {
         a->state = RELEASE_FLAKY;
         a->blocking_id = a->fail_id;
-        snprintf(a->why, sizeof a->why, "%s (and %d PASS receipt%s: a rerun never erases a"
-                 " failure)", a->fail_why, a->n_pass, a->n_pass == 1 ? "" : "s");
+        snprintf(a->why, sizeof a->why,
+                 "%s (and %d PASS receipt%s: a rerun never erases a"
+                 " failure)",
+                 a->fail_why, a->n_pass, a->n_pass == 1 ? "" : "s");
     } else if (a->n_fail) {
         a->state = RELEASE_FAIL;
         a->blocking_id = a->fail_id;
@@ -413,8 +418,7 @@ int release_evaluate(const struct ladder *l, struct store *st, const struct iden
     out->cells = calloc((size_t)l->n_cells + 1, sizeof *out->cells);
     out->excluded = calloc((size_t)l->n_excluded + 1, sizeof *out->excluded);
     out->anchors = calloc((size_t)l->n_anchors + 1, sizeof *out->anchors);
-    if (!x.cells || !x.excluded || !x.anchors || !out->cells || !out->excluded ||
-        !out->anchors) {
+    if (!x.cells || !x.excluded || !x.anchors || !out->cells || !out->excluded || !out->anchors) {
         rc = err_set(err, ERR_ENV, "out of memory checking release %s %s", l->name, l->version);
         goto out;
     }
@@ -427,17 +431,21 @@ int release_evaluate(const struct ladder *l, struct store *st, const struct iden
         goto out;
     if (x.n_bad) {
         out->store_problem_id = x.first_bad;
-        snprintf(out->store_problem, sizeof out->store_problem, "receipt %" PRId64 " of the"
+        snprintf(out->store_problem, sizeof out->store_problem,
+                 "receipt %" PRId64 " of the"
                  " store fails verification (%s); no receipt of this store can be believed",
                  x.first_bad, x.bad_problem);
     } else if (audit.n_bad) {
         out->store_problem_id = audit.first_bad_id;
-        snprintf(out->store_problem, sizeof out->store_problem, "receipt %" PRId64 " of the"
+        snprintf(out->store_problem, sizeof out->store_problem,
+                 "receipt %" PRId64 " of the"
                  " store fails verification (%s); no receipt of this store can be believed",
                  audit.first_bad_id, audit.first_problem);
     } else if (audit.n_head_problems) {
-        snprintf(out->store_problem, sizeof out->store_problem, "%s; receipts were removed from"
-                 " this store", audit.head_problem);
+        snprintf(out->store_problem, sizeof out->store_problem,
+                 "%s; receipts were removed from"
+                 " this store",
+                 audit.head_problem);
     }
     if (!out->store_problem[0] && o && o->expect_head) {
         struct gate_err why = {0};
@@ -449,8 +457,7 @@ int release_evaluate(const struct ladder *l, struct store *st, const struct iden
         if (x.anchors[i].state != RELEASE_PASS) {
             size_t len = strlen(x.anchors[i].why);
             snprintf(x.anchors[i].why + len, sizeof x.anchors[i].why - len,
-                     " — the judge itself is not shown to be right for %s",
-                     l->anchors[i].arch);
+                     " — the judge itself is not shown to be right for %s", l->anchors[i].arch);
         }
     }
     for (int i = 0; i < l->n_cells; i++)
@@ -520,12 +527,12 @@ int release_sign(const struct ladder *l, struct store *st, const struct identity
         json_t *ids = json_array();
         for (int j = 0; j < r->cells[i].n_pass_ids; j++)
             json_array_append_new(ids, json_integer(r->cells[i].pass_ids[j]));
-        json_array_append_new(cells, json_pack("{s:s, s:o}", "cell", r->cells[i].name,
-                                               "receipts", ids));
+        json_array_append_new(cells,
+                              json_pack("{s:s, s:o}", "cell", r->cells[i].name, "receipts", ids));
     }
     for (int i = 0; i < r->n_excluded; i++)
-        json_array_append_new(excl, json_pack("{s:s, s:s}", "cell", r->excluded[i].name,
-                                              "reason", l->excluded[i].reason));
+        json_array_append_new(excl, json_pack("{s:s, s:s}", "cell", r->excluded[i].name, "reason",
+                                              l->excluded[i].reason));
     for (int i = 0; i < r->n_anchors; i++) {
         json_t *ids = json_array();
         for (int j = 0; j < r->anchors[i].n_pass_ids; j++)
@@ -539,9 +546,9 @@ int release_sign(const struct ladder *l, struct store *st, const struct identity
     char now[32];
     identity_utc_now(now);
     json_t *payload = json_pack(
-        "{s:{s:s, s:s, s:s, s:s}, s:o, s:o, s:o, s:o, s:o, s:s, s:s}", "ladder", "name",
-        l->name, "version", l->version, "sha256", l->sha256, "trust_sha256", l->trust_sha256,
-        "engine", identity_json(self), "cells", cells, "excluded", excl, "anchors", anchors,
+        "{s:{s:s, s:s, s:s, s:s}, s:o, s:o, s:o, s:o, s:o, s:s, s:s}", "ladder", "name", l->name,
+        "version", l->version, "sha256", l->sha256, "trust_sha256", l->trust_sha256, "engine",
+        identity_json(self), "cells", cells, "excluded", excl, "anchors", anchors,
         "judge_not_anchored", unanch, "verdict", "PASS", "signed_at", now);
     int rc = store_add_signoff(st, payload, k, err);
     json_decref(payload);

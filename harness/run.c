@@ -13,7 +13,6 @@
 #include "harness/run.h"
 
 #include <fnmatch.h>
-#include <time.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -21,15 +20,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/backend.h"
 #include "engine/model.h"
+#include "engine/pin.h"
 #include "engine/synth.h"
 #include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
-#include "engine/pin.h"
 #include "oracles/capability.h"
 #include "oracles/falsify.h"
 #include "oracles/golden.h"
@@ -76,8 +76,11 @@ struct cell_ctx {
 /* Tell the caller a gate begins. */
 static void gate_begin(struct cell_ctx *x, const char *model, const char *gate, int is_anchor)
 {
-    struct run_event ev = {.kind = RUN_EV_GATE_STARTED, .cell = x->name, .model = model,
-                           .gate = gate, .is_anchor = is_anchor};
+    struct run_event ev = {.kind = RUN_EV_GATE_STARTED,
+                           .cell = x->name,
+                           .model = model,
+                           .gate = gate,
+                           .is_anchor = is_anchor};
     clock_gettime(CLOCK_MONOTONIC, &x->t0);
     x->gate_started = 1;
     emit(x->progress, x->pctx, &ev);
@@ -92,8 +95,12 @@ static void gate_end(struct cell_ctx *x, const char *model, const char *gate, co
     const char *why = json_string_value(json_object_get(g, "reason"));
     int pass = v && !strcmp(v, "PASS");
     const char *summary = !pass && why ? why : (key ? key : "");
-    struct run_event ev = {.kind = RUN_EV_GATE_FINISHED, .cell = x->name, .model = model,
-                           .gate = gate, .verdict = v ? v : "?", .summary = summary,
+    struct run_event ev = {.kind = RUN_EV_GATE_FINISHED,
+                           .cell = x->name,
+                           .model = model,
+                           .gate = gate,
+                           .verdict = v ? v : "?",
+                           .summary = summary,
                            .seconds = x->gate_started ? since(&x->t0) : 0,
                            .is_anchor = is_anchor};
     x->gate_started = 0;
@@ -116,8 +123,7 @@ static json_t *finish(struct cell_ctx *x, const char *gate, json_t *metrics, con
     if (!metrics)
         metrics = json_object();
     json_object_set_new(metrics, "ran", mode_ran_json(&x->ran));
-    json_t *g = gatedef_row(gate, x->c->mode, ladder_gate_settings(&x->c->g, gate), metrics,
-                            error);
+    json_t *g = gatedef_row(gate, x->c->mode, ladder_gate_settings(&x->c->g, gate), metrics, error);
     gate_end(x, x->l->models[x->c->model].id, gate, g, key, 0);
     return g;
 }
@@ -178,8 +184,10 @@ static json_t *gate_golden(struct cell_ctx *x)
     json_t *g = NULL, *settings = ladder_gate_settings(&x->c->g, "golden");
     mode_ran_begin(&x->ran);
     if (!x->c->g.goldens[0]) {
-        g = finish(x, "golden", NULL, "the ladder declares no goldens file (gates.golden."
-                   "goldens); record them with: gate golden record LADDER", NULL);
+        g = finish(x, "golden", NULL,
+                   "the ladder declares no goldens file (gates.golden."
+                   "goldens); record them with: gate golden record LADDER",
+                   NULL);
         goto out;
     }
     /* the goldens file is evidence: opened once, checked against its pin, read from that
@@ -277,9 +285,13 @@ static void synth_progress(void *ctx, uint64_t done, uint64_t total, int i, int 
 {
     const struct cell_ctx *x = ctx;
     (void)tensor;
-    struct run_event ev = {.kind = RUN_EV_SYNTH, .cell = x->name,
-                           .model = x->l->models[x->c->model].id, .done = done, .total = total,
-                           .tensor = i, .n_tensors = n};
+    struct run_event ev = {.kind = RUN_EV_SYNTH,
+                           .cell = x->name,
+                           .model = x->l->models[x->c->model].id,
+                           .done = done,
+                           .total = total,
+                           .tensor = i,
+                           .n_tensors = n};
     emit(x->progress, x->pctx, &ev);
 }
 
@@ -294,8 +306,7 @@ static int ensure_model(struct cell_ctx *x, struct gate_err *err)
     memset(&so, 0, sizeof so);
     const struct synth_spec *sp = synth_preset_find(lm->preset);
     if (!sp)
-        return err_set(err, ERR_INPUT, "model '%s': unknown synth preset '%s'", lm->id,
-                       lm->preset);
+        return err_set(err, ERR_INPUT, "model '%s': unknown synth preset '%s'", lm->id, lm->preset);
     so.spec = *sp;
     so.quant = synth_quant_from_name(lm->quant);
     if (so.quant < 0)
@@ -310,8 +321,7 @@ static int ensure_model(struct cell_ctx *x, struct gate_err *err)
         mkdir(dir, 0755);
     }
     int rc = synth_write(&so, lm->path, synth_progress, x, err);
-    struct run_event ev = {.kind = RUN_EV_SYNTH, .cell = x->name, .model = lm->id,
-                           .finished = 1};
+    struct run_event ev = {.kind = RUN_EV_SYNTH, .cell = x->name, .model = lm->id, .finished = 1};
     emit(x->progress, x->pctx, &ev);
     return rc;
 }
@@ -349,8 +359,8 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     x.pctx = pctx;
     x.res = res;
     ladder_cell_name(l, ci, x.name, sizeof x.name);
-    struct run_event ev = {.kind = RUN_EV_CELL_STARTED, .cell = x.name,
-                           .model = l->models[x.c->model].id};
+    struct run_event ev = {
+        .kind = RUN_EV_CELL_STARTED, .cell = x.name, .model = l->models[x.c->model].id};
     emit(progress, pctx, &ev);
     const struct ladder_model *lm = &l->models[x.c->model];
     char started[32], finished[32];
@@ -367,9 +377,10 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     if (!rc) {
         snprintf(x.model_sha, sizeof x.model_sha, "%s", pf.sha256);
         if (strcmp(x.model_sha, lm->sha256))
-            rc = err_set(&err, ERR_INPUT, "model '%s' has SHA-256 %s but the ladder pins %s: the"
-                         " file is not the one this ladder gates", lm->id, x.model_sha,
-                         lm->sha256);
+            rc = err_set(&err, ERR_INPUT,
+                         "model '%s' has SHA-256 %s but the ladder pins %s: the"
+                         " file is not the one this ladder gates",
+                         lm->id, x.model_sha, lm->sha256);
     }
     if (!rc)
         rc = model_load_fd(&m, pf.fd, lm->path, &err);
@@ -399,8 +410,8 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     enum gate_verdict overall = gatedef_overall(gates);
     *pass = overall == GATE_PASS;
     identity_utc_now(finished);
-    json_t *model_subject = json_pack("{s:s, s:s}", "id", lm->id, "sha256",
-                                      x.model_sha[0] ? x.model_sha : "unknown");
+    json_t *model_subject =
+        json_pack("{s:s, s:s}", "id", lm->id, "sha256", x.model_sha[0] ? x.model_sha : "unknown");
     if (lm->synth)
         json_object_set_new(model_subject, "synth",
                             json_pack("{s:s, s:s, s:I}", "preset", lm->preset, "quant", lm->quant,
@@ -413,11 +424,12 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     json_t *payload = json_pack(
         "{s:i, s:{s:s, s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:{s:o, s:o}, s:o, s:o, s:[], s:s,"
         " s:s, s:s}",
-        "schema_version", RECEIPT_SCHEMA_VERSION, "ladder", "name", l->name, "version",
-        l->version, "sha256", l->sha256, "path", l->path, "trust_sha256", l->trust_sha256, "cell", "model", lm->id, "host",
-        l->hosts[x.c->host].id, "mode", x.c->mode, "subject", "model", model_subject, "engine",
-        identity_json(id), "environment", env, "gates", gates, "faults_active", "verdict",
-        gate_verdict_name(overall), "started_at", started, "finished_at", finished);
+        "schema_version", RECEIPT_SCHEMA_VERSION, "ladder", "name", l->name, "version", l->version,
+        "sha256", l->sha256, "path", l->path, "trust_sha256", l->trust_sha256, "cell", "model",
+        lm->id, "host", l->hosts[x.c->host].id, "mode", x.c->mode, "subject", "model",
+        model_subject, "engine", identity_json(id), "environment", env, "gates", gates,
+        "faults_active", "verdict", gate_verdict_name(overall), "started_at", started,
+        "finished_at", finished);
     return payload;
 }
 
@@ -432,15 +444,15 @@ static int host_matches(const struct ladder_host *h, struct gate_err *err)
     struct backend_device d;
     struct gate_err why = {0};
     if (backend_describe("cuda", &d, &why))
-        return err_set(err, ERR_ENV, "host '%s' declares GPU '%s' but none is usable: %s%s",
-                       h->id, h->device_name, why.msg,
+        return err_set(err, ERR_ENV, "host '%s' declares GPU '%s' but none is usable: %s%s", h->id,
+                       h->device_name, why.msg,
                        backend_find("cuda") ? "" : ": a skipped GPU check is a failure");
     const double total_gib = (double)d.total_bytes / (double)(1ull << 30);
     char cc[16];
     snprintf(cc, sizeof cc, "%d.%d", d.cc_major, d.cc_minor);
     if (strcmp(d.name, h->device_name))
-        return err_set(err, ERR_ENV, "host '%s' declares GPU '%s' but the device is '%s'",
-                       h->id, h->device_name, d.name);
+        return err_set(err, ERR_ENV, "host '%s' declares GPU '%s' but the device is '%s'", h->id,
+                       h->device_name, d.name);
     if (h->compute_capability[0] && strcmp(cc, h->compute_capability))
         return err_set(err, ERR_ENV, "host '%s' declares compute capability %s but '%s' is %s",
                        h->id, h->compute_capability, d.name, cc);
@@ -453,8 +465,7 @@ static int host_matches(const struct ladder_host *h, struct gate_err *err)
 /* Store payload (signed by key) for result row r and tell the caller; takes nothing. Returns 0
  * or the store's status (r->store_error says why). */
 static int store_result(struct store *st, json_t *payload, const struct key_pair *key,
-                        struct run_cell_result *r, int *pass, run_progress_fn progress,
-                        void *pctx)
+                        struct run_cell_result *r, int *pass, run_progress_fn progress, void *pctx)
 {
     struct gate_err err = {0};
     int64_t rid = 0;
@@ -463,7 +474,8 @@ static int store_result(struct store *st, json_t *payload, const struct key_pair
     snprintf(r->verdict, sizeof r->verdict, "%s", verdict ? verdict : "?");
     r->gates_json = json_incref(json_object_get(payload, "gates"));
     if (faultsim_json_failures() > 0)
-        rc = err_set(&err, ERR_ENV, "out of memory while building the receipt: it may be"
+        rc = err_set(&err, ERR_ENV,
+                     "out of memory while building the receipt: it may be"
                      " missing numbers and is not signed");
     if (!rc)
         rc = store_append(st, payload, key, &rid, &err);
@@ -474,8 +486,11 @@ static int store_result(struct store *st, json_t *payload, const struct key_pair
         r->receipt_id = rid;
     }
     r->pass = *pass;
-    struct run_event ev = {.kind = RUN_EV_RECEIPT, .cell = r->name, .verdict = r->verdict,
-                           .is_anchor = r->is_anchor, .receipt_id = r->receipt_id,
+    struct run_event ev = {.kind = RUN_EV_RECEIPT,
+                           .cell = r->name,
+                           .verdict = r->verdict,
+                           .is_anchor = r->is_anchor,
+                           .receipt_id = r->receipt_id,
                            .error = rc ? r->store_error : NULL};
     emit(progress, pctx, &ev);
     return rc;
@@ -506,7 +521,8 @@ int run_ladder(const struct run_options *o, run_progress_fn progress, void *pctx
         goto out;
     }
     /* a goldens file without this model's entry would sign a FAIL: refuse before any receipt */
-    if ((rc = ladder_check_golden_entries(l, hi, &why)) || (rc = host_matches(&l->hosts[hi], &why))) {
+    if ((rc = ladder_check_golden_entries(l, hi, &why)) ||
+        (rc = host_matches(&l->hosts[hi], &why))) {
         rc = err_set(err, rc, "run: %s", why.msg);
         goto out;
     }
@@ -530,18 +546,22 @@ int run_ladder(const struct run_options *o, run_progress_fn progress, void *pctx
         trusted |= !memcmp(l->hosts[hi].trust[t], key.pk, 32);
     if (!trusted) {
         /* refuse before running anything: receipts nobody will believe are wasted work */
-        rc = err_set(err, ERR_INPUT, "run: key %s (%s) is not trusted for host '%s' by %s; add"
-                     " its public key to the host's trust list or use a trusted --key", key.id,
-                     keypath, host, o->ladder);
+        rc = err_set(err, ERR_INPUT,
+                     "run: key %s (%s) is not trusted for host '%s' by %s; add"
+                     " its public key to the host's trust list or use a trusted --key",
+                     key.id, keypath, host, o->ladder);
         goto out;
     }
     if ((rc = identity_get(&id, err)))
         goto out;
     if ((rc = store_open(&st, o->db ? o->db : "receipts.db", err)))
         goto out;
-    struct run_event started = {.kind = RUN_EV_STARTED, .ladder_path = o->ladder,
-                                .ladder_name = l->name, .ladder_version = l->version,
-                                .host = host, .git_commit = id.git_commit,
+    struct run_event started = {.kind = RUN_EV_STARTED,
+                                .ladder_path = o->ladder,
+                                .ladder_name = l->name,
+                                .ladder_version = l->version,
+                                .host = host,
+                                .git_commit = id.git_commit,
                                 .git_dirty = id.git_dirty};
     emit(progress, pctx, &started);
     /* one result row per cell of the host that --only selects, then one per anchor case */
@@ -551,8 +571,8 @@ int run_ladder(const struct run_options *o, run_progress_fn progress, void *pctx
         ladder_cell_name(l, i, name, sizeof name);
         n_sel += l->cells[i].host == hi && !(o->only && fnmatch(o->only, name, 0) != 0);
     }
-    out->cells = calloc((size_t)(n_sel + (n_sel || !o->only ? l->n_anchors : 0)) + 1,
-                        sizeof *out->cells);
+    out->cells =
+        calloc((size_t)(n_sel + (n_sel || !o->only ? l->n_anchors : 0)) + 1, sizeof *out->cells);
     if (!out->cells) {
         rc = err_set(err, ERR_ENV, "out of memory running %s", o->ladder);
         goto out;
@@ -583,8 +603,10 @@ int run_ladder(const struct run_options *o, run_progress_fn progress, void *pctx
         x.progress = progress;
         x.pctx = pctx;
         x.res = r;
-        struct run_event ev = {.kind = RUN_EV_CELL_STARTED, .cell = r->name,
-                               .model = l->anchors[ai].id, .is_anchor = 1};
+        struct run_event ev = {.kind = RUN_EV_CELL_STARTED,
+                               .cell = r->name,
+                               .model = l->anchors[ai].id,
+                               .is_anchor = 1};
         emit(progress, pctx, &ev);
         gate_begin(&x, l->anchors[ai].id, "anchor", 1);
         int pass = 0;

@@ -22,36 +22,36 @@ struct store;
 
 struct run_options {
     const char *ladder;
-    const char *host;  /* --host or $GATE_HOST */
-    const char *db;    /* default receipts.db */
-    const char *key;   /* default ~/.config/gate/keys/<host>.key */
-    const char *only;  /* fnmatch pattern over "model/host/mode"; NULL = all */
-    int threads;       /* 0 = all cores */
-    int json;          /* machine-readable results on stdout (read by the command, not the core) */
+    const char *host; /* --host or $GATE_HOST */
+    const char *db;   /* default receipts.db */
+    const char *key;  /* default ~/.config/gate/keys/<host>.key */
+    const char *only; /* fnmatch pattern over "model/host/mode"; NULL = all */
+    int threads;      /* 0 = all cores */
+    int json;         /* machine-readable results on stdout (read by the command, not the core) */
 };
 
 enum run_event_kind {
-    RUN_EV_STARTED,        /* ladder, host, build identity known; the store is open */
-    RUN_EV_SYNTH,          /* a synth: model is being written: done/total bytes, tensor i of n */
-    RUN_EV_CELL_STARTED,   /* a cell (or anchor case) begins */
-    RUN_EV_GATE_STARTED,   /* a gate of the cell begins */
-    RUN_EV_GATE_FINISHED,  /* a gate's row is ready: verdict, one-line summary, seconds */
-    RUN_EV_RECEIPT,        /* the cell's receipt was stored (receipt_id) or not (error) */
-    RUN_EV_HEAD,           /* the signed head record was written (head, head_count) or not */
+    RUN_EV_STARTED,       /* ladder, host, build identity known; the store is open */
+    RUN_EV_SYNTH,         /* a synth: model is being written: done/total bytes, tensor i of n */
+    RUN_EV_CELL_STARTED,  /* a cell (or anchor case) begins */
+    RUN_EV_GATE_STARTED,  /* a gate of the cell begins */
+    RUN_EV_GATE_FINISHED, /* a gate's row is ready: verdict, one-line summary, seconds */
+    RUN_EV_RECEIPT,       /* the cell's receipt was stored (receipt_id) or not (error) */
+    RUN_EV_HEAD,          /* the signed head record was written (head, head_count) or not */
 };
 
 /* One progress report. Every pointer is borrowed for the duration of the callback only. */
 struct run_event {
     enum run_event_kind kind;
-    const char *cell;     /* "model/host/mode" or "anchor/<id>/<host>"; NULL for STARTED, HEAD */
-    const char *model;    /* the ladder model id (the anchor id for an anchor case) */
-    const char *gate;     /* GATE_*, GATE_FINISHED: the gate's name */
-    const char *verdict;  /* GATE_FINISHED, RECEIPT: "PASS", "FAIL", "ERROR" */
-    const char *summary;  /* GATE_FINISHED: the key numbers on PASS, the reason otherwise */
-    double seconds;       /* GATE_FINISHED: how long the gate ran (monotonic clock); else 0 */
-    int is_anchor;        /* CELL_STARTED, GATE_*, RECEIPT: an anchor case */
-    int64_t receipt_id;   /* RECEIPT: the stored receipt's id; 0 when not stored */
-    const char *error;    /* RECEIPT, HEAD: why it was not stored / written; NULL on success */
+    const char *cell;    /* "model/host/mode" or "anchor/<id>/<host>"; NULL for STARTED, HEAD */
+    const char *model;   /* the ladder model id (the anchor id for an anchor case) */
+    const char *gate;    /* GATE_*, GATE_FINISHED: the gate's name */
+    const char *verdict; /* GATE_FINISHED, RECEIPT: "PASS", "FAIL", "ERROR" */
+    const char *summary; /* GATE_FINISHED: the key numbers on PASS, the reason otherwise */
+    double seconds;      /* GATE_FINISHED: how long the gate ran (monotonic clock); else 0 */
+    int is_anchor;       /* CELL_STARTED, GATE_*, RECEIPT: an anchor case */
+    int64_t receipt_id;  /* RECEIPT: the stored receipt's id; 0 when not stored */
+    const char *error;   /* RECEIPT, HEAD: why it was not stored / written; NULL on success */
     /* STARTED */
     const char *ladder_path, *ladder_name, *ladder_version, *host, *git_commit;
     int git_dirty;
@@ -68,13 +68,13 @@ typedef void (*run_progress_fn)(void *ctx, const struct run_event *ev);
 /* One gate of one run cell, in run order. */
 struct run_gate {
     char name[24];
-    char verdict[8];    /* "PASS", "FAIL", "ERROR" */
-    char summary[512];  /* as in the GATE_FINISHED event */
+    char verdict[8];   /* "PASS", "FAIL", "ERROR" */
+    char summary[512]; /* as in the GATE_FINISHED event */
 };
 
 /* One cell (or anchor case) that ran. */
 struct run_cell_result {
-    char name[256];         /* as in run_event.cell */
+    char name[256]; /* as in run_event.cell */
     int is_anchor;
     char verdict[8];        /* the receipt's overall verdict */
     int pass;               /* 1 only for PASS with the receipt stored */
@@ -88,7 +88,7 @@ struct run_cell_result {
 struct run_result {
     struct run_cell_result *cells; /* n, cells first then anchor cases, in run order (owned) */
     int n, n_pass;
-    int head_written;              /* the signed head record */
+    int head_written; /* the signed head record */
     char head[65];
     int64_t head_count;
     char key_id[80];
@@ -140,18 +140,18 @@ enum release_row_kind { RELEASE_ROW_CELL, RELEASE_ROW_EXCLUDED, RELEASE_ROW_ANCH
 /* One row of the release: a required cell, an excluded cell or an anchor case. */
 struct release_row {
     enum release_row_kind kind;
-    int index;             /* into the ladder's cells[], excluded[] or anchors[] */
-    char name[256];        /* "model/host/mode", or the anchor id */
+    int index;      /* into the ladder's cells[], excluded[] or anchors[] */
+    char name[256]; /* "model/host/mode", or the anchor id */
     enum release_state state;
-    int64_t blocking_id;   /* the receipt that decides a non-PASS state (the first FAIL, ERROR,
-                            * UNTRUSTED or STALE one; the bad row for TAMPERED); 0: none */
-    char reason[700];      /* why the row is not PASS ("" for PASS and EXCLUDED); may quote
-                            * receipt-borne strings unescaped: print it through cli_safe() */
+    int64_t blocking_id; /* the receipt that decides a non-PASS state (the first FAIL, ERROR,
+                          * UNTRUSTED or STALE one; the bad row for TAMPERED); 0: none */
+    char reason[700];    /* why the row is not PASS ("" for PASS and EXCLUDED); may quote
+                          * receipt-borne strings unescaped: print it through cli_safe() */
     int64_t pass_ids[RELEASE_MAX_PASS_IDS]; /* the PASS receipts counted, in store order */
     int n_pass_ids;
     int n_pass, n_fail, n_error, n_stale, n_untrusted; /* receipts of each kind for the row */
-    char disagree[512];    /* "" or the first receipt whose recorded verdict its numbers
-                            * contradict (a warning; the re-judged verdict is what counts) */
+    char disagree[512]; /* "" or the first receipt whose recorded verdict its numbers
+                         * contradict (a warning; the re-judged verdict is what counts) */
 };
 
 struct release_result {

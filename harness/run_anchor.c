@@ -61,8 +61,8 @@ static json_t *gpu_environment(const struct ladder_host *h)
     return json_pack("{s:s}", "error", why.msg);
 }
 
-json_t *run_anchor_payload(const struct ladder *l, int anchor_index, int host_index,
-                           int n_threads, const struct identity *id, int *pass)
+json_t *run_anchor_payload(const struct ladder *l, int anchor_index, int host_index, int n_threads,
+                           const struct identity *id, int *pass)
 {
     const struct ladder_anchor *a = &l->anchors[anchor_index];
     const struct ladder_host *h = &l->hosts[host_index];
@@ -80,23 +80,23 @@ json_t *run_anchor_payload(const struct ladder *l, int anchor_index, int host_in
         snprintf(model_sha, sizeof model_sha, "%s", ms);
     /* the row every reader judges the same way: gate_judge_common() + anchor_judge(); a run
      * that could not compare is a FAIL row with its error */
-    json_t *gate = gatedef_row("anchor", RUN_ANCHOR_MODE, run_anchor_settings(l, anchor_index),
-                               rc ? NULL : metrics, rc ? (err.msg[0] ? err.msg : "did not run")
-                                                       : NULL);
+    json_t *gate =
+        gatedef_row("anchor", RUN_ANCHOR_MODE, run_anchor_settings(l, anchor_index),
+                    rc ? NULL : metrics, rc ? (err.msg[0] ? err.msg : "did not run") : NULL);
     json_t *gates = json_pack("{s:o}", "anchor", gate);
     enum gate_verdict v = gatedef_overall(gates);
     *pass = v == GATE_PASS;
-    json_t *model = json_pack("{s:s, s:s, s:s, s:s, s:s}", "id", a->id, "sha256", model_sha,
-                              "path", a->model.path, "arch", a->arch, "reference", a->reference);
+    json_t *model = json_pack("{s:s, s:s, s:s, s:s, s:s}", "id", a->id, "sha256", model_sha, "path",
+                              a->model.path, "arch", a->arch, "reference", a->reference);
     json_t *env = identity_environment(n_threads);
     json_object_set_new(env, "host", json_string(h->id));
     json_object_set_new(env, "gpu", gpu_environment(h));
     return json_pack(
         "{s:i, s:{s:s, s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:{s:o, s:o}, s:o, s:o, s:[], s:s,"
         " s:s, s:s}",
-        "schema_version", RECEIPT_SCHEMA_VERSION, "ladder", "name", l->name, "version",
-        l->version, "sha256", l->sha256, "path", l->path, "trust_sha256", l->trust_sha256, "cell", "model", a->id, "host", h->id,
-        "mode", RUN_ANCHOR_MODE, "subject", "model", model, "engine", identity_json(id),
-        "environment", env, "gates", gates, "faults_active", "verdict", gate_verdict_name(v),
-        "started_at", started, "finished_at", finished);
+        "schema_version", RECEIPT_SCHEMA_VERSION, "ladder", "name", l->name, "version", l->version,
+        "sha256", l->sha256, "path", l->path, "trust_sha256", l->trust_sha256, "cell", "model",
+        a->id, "host", h->id, "mode", RUN_ANCHOR_MODE, "subject", "model", model, "engine",
+        identity_json(id), "environment", env, "gates", gates, "faults_active", "verdict",
+        gate_verdict_name(v), "started_at", started, "finished_at", finished);
 }

@@ -33,9 +33,9 @@
 #include "engine/ref_ops.h"
 #include "kernels/k_ops.cuh"
 
-#define GEMM_MIN_TOKENS 8       /* chunks this long use the cuBLAS projections */
-#define MAX_BATCH 512           /* tokens per device chunk; backend_forward chunks longer runs */
-#define TILE_ELEMS (16u << 20)  /* dequantized weight tile: 16 Mi elements (32 MiB) */
+#define GEMM_MIN_TOKENS 8          /* chunks this long use the cuBLAS projections */
+#define MAX_BATCH 512              /* tokens per device chunk; backend_forward chunks longer runs */
+#define TILE_ELEMS (16u << 20)     /* dequantized weight tile: 16 Mi elements (32 MiB) */
 #define BLAS_RESERVE (96ull << 20) /* cuBLAS handle + its workspace, and the context's slack */
 #define ALIGN 256
 
@@ -49,7 +49,7 @@
 
 struct dlayer {
     struct k_weight wq, wk, wv, wo;
-    struct k_weight ffn_gate, ffn_up, ffn_down;      /* qwen3 */
+    struct k_weight ffn_gate, ffn_up, ffn_down;              /* qwen3 */
     struct k_weight gate_inp, gate_exps, up_exps, down_exps; /* qwen3moe */
     int fused; /* gate and up share type and shape: one SwiGLU GEMV */
 };
@@ -66,8 +66,8 @@ struct cuda_be {
     struct dlayer *L;             /* n_layer, host array of device views */
     struct k_weight tok_embd, output;
     float *attn_norm, *ffn_norm, *q_norm, *k_norm, *out_norm; /* (L,E) (L,E) (L,hd) (L,hd) (E) */
-    float *rope_cos, *rope_sin;                                 /* (n_ctx, hd/2) */
-    size_t kv_layer_bytes;                                      /* one layer of K (or V) */
+    float *rope_cos, *rope_sin;                               /* (n_ctx, hd/2) */
+    size_t kv_layer_bytes;                                    /* one layer of K (or V) */
     int32_t *tokens, *sel, *argmax;
     float *x, *xb, *q, *k, *v, *att, *ffa, *ffb, *router, *selw, *kth, *k1th, *moe_y, *logits;
 };
@@ -154,8 +154,8 @@ static size_t layout_work(struct cuda_be *r, uint8_t *base, int n_ctx)
         r->moe_y = (float *)carve(base, &at, B * K * E * 4);
     }
     if (B >= GEMM_MIN_TOKENS) {
-        const size_t max_cols = (size_t)(r->qd > r->F ? (r->qd > r->E ? r->qd : r->E)
-                                                      : (r->F > r->E ? r->F : r->E));
+        const size_t max_cols =
+            (size_t)(r->qd > r->F ? (r->qd > r->E ? r->qd : r->E) : (r->F > r->E ? r->F : r->E));
         r->gws.tile_elems = TILE_ELEMS > max_cols ? TILE_ELEMS : max_cols;
         r->gws.x16_elems = B * max_cols;
         r->gws.tile = carve(base, &at, r->gws.tile_elems * 2);
@@ -179,29 +179,35 @@ static int pick_device(char *name, size_t n, struct gate_err *err)
     cudaRuntimeGetVersion(&rt);
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)
-        return err_set(err, ERR_ENV, "cuda: no usable CUDA device: cudaGetDeviceCount returned"
+        return err_set(err, ERR_ENV,
+                       "cuda: no usable CUDA device: cudaGetDeviceCount returned"
                        " %s (%s); driver supports CUDA %d.%d, this build's runtime is %d.%d",
                        e == cudaSuccess ? "0 devices" : cudaGetErrorName(e),
                        e == cudaSuccess ? "no device" : cudaGetErrorString(e), drv / 1000,
                        drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
     if (drv && drv < rt)
-        return err_set(err, ERR_ENV, "cuda: the driver is too old: it supports CUDA %d.%d, this"
-                       " build needs %d.%d", drv / 1000, drv % 1000 / 10, rt / 1000,
-                       rt % 1000 / 10);
+        return err_set(err, ERR_ENV,
+                       "cuda: the driver is too old: it supports CUDA %d.%d, this"
+                       " build needs %d.%d",
+                       drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
     int dev = 0;
     const char *want = getenv("GATE_CUDA_DEVICE");
     if (want && *want) {
         dev = atoi(want);
         if (dev < 0 || dev >= count)
-            return err_set(err, ERR_ENV, "cuda: GATE_CUDA_DEVICE=%s but the host has %d CUDA"
-                           " device(s)", want, count);
+            return err_set(err, ERR_ENV,
+                           "cuda: GATE_CUDA_DEVICE=%s but the host has %d CUDA"
+                           " device(s)",
+                           want, count);
     }
     K_CUDA(cudaSetDevice(dev));
     cudaDeviceProp p;
     K_CUDA(cudaGetDeviceProperties(&p, dev));
     if (k_check_image(NULL))
-        return err_set(err, ERR_ENV, "cuda: this build has no kernels for %.100s (sm_%d%d); it was"
-                       " built for CUDA architectures %s", p.name, p.major, p.minor, ARCH_LIST);
+        return err_set(err, ERR_ENV,
+                       "cuda: this build has no kernels for %.100s (sm_%d%d); it was"
+                       " built for CUDA architectures %s",
+                       p.name, p.major, p.minor, ARCH_LIST);
     snprintf(name, n, "%.100s (sm_%d%d, %.1f GiB)", p.name, p.major, p.minor,
              gib(p.totalGlobalMem));
     return 0;
@@ -222,8 +228,8 @@ static int cuda_describe(struct backend_device *out, struct gate_err *err)
     const char *want = getenv("GATE_CUDA_DEVICE");
     const int dev = want && *want ? atoi(want) : 0;
     if (dev < 0 || dev >= count)
-        return err_set(err, ERR_ENV, "GATE_CUDA_DEVICE=%s but the host has %d CUDA device(s)",
-                       want, count);
+        return err_set(err, ERR_ENV, "GATE_CUDA_DEVICE=%s but the host has %d CUDA device(s)", want,
+                       count);
     cudaDeviceProp p;
     K_CUDA(cudaGetDeviceProperties(&p, dev));
     snprintf(out->name, sizeof out->name, "%.255s", p.name);
@@ -245,8 +251,7 @@ static struct k_weight view(const struct model_weight *w, uint8_t *dev, uint32_t
     return k;
 }
 
-static int upload(struct cuda_be *r, uint8_t *dst, const void *src, size_t n,
-                  struct gate_err *err)
+static int upload(struct cuda_be *r, uint8_t *dst, const void *src, size_t n, struct gate_err *err)
 {
     K_CUDA(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
     r->info.device_bytes += n;
@@ -256,7 +261,8 @@ static int upload(struct cuda_be *r, uint8_t *dst, const void *src, size_t n,
 static int check_weight(const struct model_weight *w, struct gate_err *err)
 {
     if (!k_type_supported(w->type))
-        return err_set(err, ERR_INPUT, "cuda: tensor '%s' has type %s, which has no CUDA kernel"
+        return err_set(err, ERR_INPUT,
+                       "cuda: tensor '%s' has type %s, which has no CUDA kernel"
                        " (supported: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K)",
                        w->name, quant_name(w->type));
     return 0;
@@ -333,8 +339,8 @@ static int upload_tables(struct cuda_be *r, int n_ctx, struct gate_err *err)
         rc = err_set(err, ERR_ENV, "cuda: out of host memory for the norm and RoPE tables");
         goto done;
     }
-#define UP(dst, count)                                                                           \
-    if ((rc = upload(r, (uint8_t *)(dst), h, (count) * sizeof(float), err)))                    \
+#define UP(dst, count)                                                                             \
+    if ((rc = upload(r, (uint8_t *)(dst), h, (count) * sizeof(float), err)))                       \
     goto done
     for (size_t il = 0; il < L; il++)
         quant_dequant_row(m->layers[il].attn_norm.type, m->layers[il].attn_norm.data, h + il * E,
@@ -369,25 +375,25 @@ static void cuda_close(struct backend *b);
 extern "C" const struct backend_ops backend_cuda_ops;
 
 /* In cuda_open a failed call must release what was allocated: record it and go to fail. */
-#define OPEN_CUDA(call)                                                                          \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) {                                                                 \
-            rc = k_fail_cuda(err, #call, __FILE__, __LINE__, e_);                                \
-            goto fail;                                                                           \
-        }                                                                                        \
+#define OPEN_CUDA(call)                                                                            \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            rc = k_fail_cuda(err, #call, __FILE__, __LINE__, e_);                                  \
+            goto fail;                                                                             \
+        }                                                                                          \
     } while (0)
-#define OPEN_BLAS(call)                                                                          \
-    do {                                                                                         \
-        cublasStatus_t s_ = (call);                                                              \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                       \
-            rc = k_fail_blas(err, #call, __FILE__, __LINE__, s_);                                \
-            goto fail;                                                                           \
-        }                                                                                        \
+#define OPEN_BLAS(call)                                                                            \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            rc = k_fail_blas(err, #call, __FILE__, __LINE__, s_);                                  \
+            goto fail;                                                                             \
+        }                                                                                          \
     } while (0)
 
-static int cuda_open(struct backend **out, const struct model *m,
-                     const struct backend_config *cfg, struct gate_err *err)
+static int cuda_open(struct backend **out, const struct model *m, const struct backend_config *cfg,
+                     struct gate_err *err)
 {
     *out = NULL;
     const struct model_hparams *hp = &m->hp;
@@ -400,9 +406,8 @@ static int cuda_open(struct backend **out, const struct model *m,
     r->base.ops = &backend_cuda_ops;
     r->base.model = m;
     r->m = m;
-    const int n_ctx = cfg && cfg->n_ctx > 0
-                          ? cfg->n_ctx
-                          : (hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096);
+    const int n_ctx =
+        cfg && cfg->n_ctx > 0 ? cfg->n_ctx : (hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096);
     r->base.n_ctx = n_ctx;
     r->base.n_batch = cfg && cfg->n_batch > 0 ? cfg->n_batch : MAX_BATCH;
     if (r->base.n_batch > MAX_BATCH)
@@ -436,11 +441,13 @@ static int cuda_open(struct backend **out, const struct model *m,
     {
         const uint64_t need = (uint64_t)wbytes + kvbytes + workbytes + BLAS_RESERVE;
         if (need > free_b) {
-            rc = err_set(err, ERR_ENV, "cuda: needs %.1f GiB: weights %.1f, KV %.1f for %d"
+            rc = err_set(err, ERR_ENV,
+                         "cuda: needs %.1f GiB: weights %.1f, KV %.1f for %d"
                          " positions (%s), workspace %.1f (%d-token batch), cuBLAS reserve %.1f;"
-                         " device %s has %.1f GiB free", gib(need), gib(wbytes), gib(kvbytes),
-                         n_ctx, r->kv_f32 ? "FP32" : "FP16", gib(workbytes), r->base.n_batch,
-                         gib(BLAS_RESERVE), r->info.device, gib(free_b));
+                         " device %s has %.1f GiB free",
+                         gib(need), gib(wbytes), gib(kvbytes), n_ctx, r->kv_f32 ? "FP32" : "FP16",
+                         gib(workbytes), r->base.n_batch, gib(BLAS_RESERVE), r->info.device,
+                         gib(free_b));
             goto fail;
         }
     }
@@ -497,13 +504,11 @@ static int taps_after_layer(struct cuda_be *r, int il, int n, struct gate_err *e
         return 0;
     if (tp->experts && (rc = copy_back(r, tp->experts + ti * K, r->sel, (size_t)n * K * 4, err)))
         return rc;
-    if (tp->expert_w &&
-        (rc = copy_back(r, tp->expert_w + ti * K, r->selw, (size_t)n * K * 4, err)))
+    if (tp->expert_w && (rc = copy_back(r, tp->expert_w + ti * K, r->selw, (size_t)n * K * 4, err)))
         return rc;
     if (tp->router_kth && (rc = copy_back(r, tp->router_kth + ti, r->kth, (size_t)n * 4, err)))
         return rc;
-    if (tp->router_k1th &&
-        (rc = copy_back(r, tp->router_k1th + ti, r->k1th, (size_t)n * 4, err)))
+    if (tp->router_k1th && (rc = copy_back(r, tp->router_k1th + ti, r->k1th, (size_t)n * 4, err)))
         return rc;
     return 0;
 }
@@ -519,8 +524,8 @@ static int ffn_dense(struct cuda_be *r, const struct dlayer *d, int n, struct ga
             (rc = k_swiglu_ew(ks, r->ffa, r->ffb, (int64_t)n * F, err)))
             return rc;
     } else if (d->fused) {
-        if ((rc = k_gemv_swiglu(ks, &d->ffn_gate, &d->ffn_up, r->xb, E, 1, r->ffa, F, n, NULL,
-                                err)))
+        if ((rc =
+                 k_gemv_swiglu(ks, &d->ffn_gate, &d->ffn_up, r->xb, E, 1, r->ffa, F, n, NULL, err)))
             return rc;
     } else if ((rc = k_gemv(ks, &d->ffn_gate, r->xb, E, 1, r->ffa, F, n, NULL, 0, err)) ||
                (rc = k_gemv(ks, &d->ffn_up, r->xb, E, 1, r->ffb, F, n, NULL, 0, err)) ||
@@ -544,8 +549,8 @@ static int ffn_moe(struct cuda_be *r, const struct dlayer *d, int il, int n, int
         return rc;
     /* each (token, slot) pair runs its expert, whose id the GEMV reads from r->sel */
     if (d->fused) {
-        if ((rc = k_gemv_swiglu(ks, &d->gate_exps, &d->up_exps, r->xb, E, K, r->ffa, F, nk,
-                                r->sel, err)))
+        if ((rc = k_gemv_swiglu(ks, &d->gate_exps, &d->up_exps, r->xb, E, K, r->ffa, F, nk, r->sel,
+                                err)))
             return rc;
     } else if ((rc = k_gemv(ks, &d->gate_exps, r->xb, E, K, r->ffa, F, nk, r->sel, 0, err)) ||
                (rc = k_gemv(ks, &d->up_exps, r->xb, E, K, r->ffb, F, nk, r->sel, 0, err)) ||
@@ -558,8 +563,8 @@ static int ffn_moe(struct cuda_be *r, const struct dlayer *d, int il, int n, int
 }
 
 /* n <= n_batch tokens at positions pos0.. (the cache holds 0..pos0-1); logits (n, V) to host. */
-static int forward_chunk(struct cuda_be *r, const int32_t *tokens, int n, int pos0,
-                         float *logits, struct gate_err *err)
+static int forward_chunk(struct cuda_be *r, const int32_t *tokens, int n, int pos0, float *logits,
+                         struct gate_err *err)
 {
     const struct model_hparams *hp = &r->m->hp;
     struct k_stream *ks = &r->ks;
@@ -635,6 +640,6 @@ static void cuda_close(struct backend *b)
 }
 
 extern "C" const struct backend_ops backend_cuda_ops = {
-    "cuda", cuda_describe, cuda_open, cuda_forward, NULL /* truncate: n_past is enough */,
+    "cuda",    cuda_describe, cuda_open, cuda_forward, NULL /* truncate: n_past is enough */,
     cuda_info, cuda_close,
 };

@@ -45,8 +45,8 @@ __global__ void attn_kernel(const float *q, const KV *kc, const KV *vc, float *o
                             int nh, int nkv, int hd, float scale)
 {
     extern __shared__ float sm[];
-    float *qs = sm;      /* hd */
-    float *s = sm + hd;  /* pos + 1 scores */
+    float *qs = sm;     /* hd */
+    float *s = sm + hd; /* pos + 1 scores */
     const int t = blockIdx.x, h = blockIdx.y, pos = pos0 + t;
     const int g = h / (nh / nkv), kvd = nkv * hd;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
@@ -95,13 +95,15 @@ int k_attention_prepare(int n_ctx, int hd, struct gate_err *err)
     K_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     const size_t need = attn_smem(n_ctx, hd);
     if (need > (size_t)optin)
-        return err_set(err, ERR_ENV, "cuda: attention over %d positions needs %zu bytes of"
+        return err_set(err, ERR_ENV,
+                       "cuda: attention over %d positions needs %zu bytes of"
                        " shared memory per block; the device allows %d (split-KV attention is"
-                       " not implemented yet: use a smaller context)", n_ctx, need, optin);
+                       " not implemented yet: use a smaller context)",
+                       n_ctx, need, optin);
     K_CUDA(cudaFuncSetAttribute(attn_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 (int)need));
-    K_CUDA(cudaFuncSetAttribute(attn_kernel<__half>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
+    K_CUDA(cudaFuncSetAttribute(attn_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)need));
     return 0;
 }
 

@@ -33,40 +33,39 @@ struct k_stream {
 };
 
 struct k_weight {
-    const uint8_t *data;  /* device pointer, block format as in the GGUF file */
-    int type;             /* enum quant_type */
-    int64_t rows, cols;   /* of one expert for 3-D tensors */
+    const uint8_t *data; /* device pointer, block format as in the GGUF file */
+    int type;            /* enum quant_type */
+    int64_t rows, cols;  /* of one expert for 3-D tensors */
     size_t row_bytes;
     size_t expert_stride; /* bytes between experts (0 for 2-D weights) */
 };
 
 /* Record a CUDA / cuBLAS failure in err (first error wins); returns the status. */
-int k_fail_cuda(struct gate_err *err, const char *call, const char *file, int line,
-                cudaError_t e);
+int k_fail_cuda(struct gate_err *err, const char *call, const char *file, int line, cudaError_t e);
 int k_fail_blas(struct gate_err *err, const char *call, const char *file, int line,
                 cublasStatus_t s);
 
-#define K_CUDA(call)                                                                             \
-    do {                                                                                         \
-        cudaError_t k_e_ = (call);                                                               \
-        if (k_e_ != cudaSuccess)                                                                 \
-            return k_fail_cuda(err, #call, __FILE__, __LINE__, k_e_);                            \
+#define K_CUDA(call)                                                                               \
+    do {                                                                                           \
+        cudaError_t k_e_ = (call);                                                                 \
+        if (k_e_ != cudaSuccess)                                                                   \
+            return k_fail_cuda(err, #call, __FILE__, __LINE__, k_e_);                              \
     } while (0)
 
-#define K_BLAS(call)                                                                             \
-    do {                                                                                         \
-        cublasStatus_t k_s_ = (call);                                                            \
-        if (k_s_ != CUBLAS_STATUS_SUCCESS)                                                       \
-            return k_fail_blas(err, #call, __FILE__, __LINE__, k_s_);                            \
+#define K_BLAS(call)                                                                               \
+    do {                                                                                           \
+        cublasStatus_t k_s_ = (call);                                                              \
+        if (k_s_ != CUBLAS_STATUS_SUCCESS)                                                         \
+            return k_fail_blas(err, #call, __FILE__, __LINE__, k_s_);                              \
     } while (0)
 
 /* After a <<<>>> launch: count it and check the launch (no synchronization). */
-#define K_LAUNCHED(ks, name)                                                                     \
-    do {                                                                                         \
-        (ks)->launches++;                                                                        \
-        cudaError_t k_e_ = cudaGetLastError();                                                   \
-        if (k_e_ != cudaSuccess)                                                                 \
-            return k_fail_cuda(err, "launch of " name, __FILE__, __LINE__, k_e_);                \
+#define K_LAUNCHED(ks, name)                                                                       \
+    do {                                                                                           \
+        (ks)->launches++;                                                                          \
+        cudaError_t k_e_ = cudaGetLastError();                                                     \
+        if (k_e_ != cudaSuccess)                                                                   \
+            return k_fail_cuda(err, "launch of " name, __FILE__, __LINE__, k_e_);                  \
     } while (0)
 
 /* ---- device helpers ------------------------------------------------------------------------ */
@@ -147,8 +146,8 @@ template <int T> __device__ __forceinline__ float k_elem32(const uint8_t *row, i
             const struct block_q5_1 *b = (const struct block_q5_1 *)row + g;
             qs = b->qs, qhp = b->qh, d = k_h2f(b->d), m = k_h2f(b->m);
         }
-        const uint32_t qh = (uint32_t)qhp[0] | ((uint32_t)qhp[1] << 8) |
-                            ((uint32_t)qhp[2] << 16) | ((uint32_t)qhp[3] << 24);
+        const uint32_t qh = (uint32_t)qhp[0] | ((uint32_t)qhp[1] << 8) | ((uint32_t)qhp[2] << 16) |
+                            ((uint32_t)qhp[3] << 24);
         const int lo = lane < 16 ? (qs[lane] & 0x0f) : (qs[lane - 16] >> 4);
         const int q = lo | (int)(((qh >> lane) & 1u) << 4);
         if constexpr (T == QUANT_Q5_0)
@@ -211,18 +210,41 @@ int k_type_supported(int type);
 template <class F> int k_dispatch_type(int type, F &&f)
 {
     switch (type) {
-    case QUANT_F32: f.template operator()<QUANT_F32>(); return 0;
-    case QUANT_F16: f.template operator()<QUANT_F16>(); return 0;
-    case QUANT_BF16: f.template operator()<QUANT_BF16>(); return 0;
-    case QUANT_Q8_0: f.template operator()<QUANT_Q8_0>(); return 0;
-    case QUANT_Q4_0: f.template operator()<QUANT_Q4_0>(); return 0;
-    case QUANT_Q4_1: f.template operator()<QUANT_Q4_1>(); return 0;
-    case QUANT_Q5_0: f.template operator()<QUANT_Q5_0>(); return 0;
-    case QUANT_Q5_1: f.template operator()<QUANT_Q5_1>(); return 0;
-    case QUANT_Q4_K: f.template operator()<QUANT_Q4_K>(); return 0;
-    case QUANT_Q5_K: f.template operator()<QUANT_Q5_K>(); return 0;
-    case QUANT_Q6_K: f.template operator()<QUANT_Q6_K>(); return 0;
-    default: return -1;
+    case QUANT_F32:
+        f.template operator()<QUANT_F32>();
+        return 0;
+    case QUANT_F16:
+        f.template operator()<QUANT_F16>();
+        return 0;
+    case QUANT_BF16:
+        f.template operator()<QUANT_BF16>();
+        return 0;
+    case QUANT_Q8_0:
+        f.template operator()<QUANT_Q8_0>();
+        return 0;
+    case QUANT_Q4_0:
+        f.template operator()<QUANT_Q4_0>();
+        return 0;
+    case QUANT_Q4_1:
+        f.template operator()<QUANT_Q4_1>();
+        return 0;
+    case QUANT_Q5_0:
+        f.template operator()<QUANT_Q5_0>();
+        return 0;
+    case QUANT_Q5_1:
+        f.template operator()<QUANT_Q5_1>();
+        return 0;
+    case QUANT_Q4_K:
+        f.template operator()<QUANT_Q4_K>();
+        return 0;
+    case QUANT_Q5_K:
+        f.template operator()<QUANT_Q5_K>();
+        return 0;
+    case QUANT_Q6_K:
+        f.template operator()<QUANT_Q6_K>();
+        return 0;
+    default:
+        return -1;
     }
 }
 

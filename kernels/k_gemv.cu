@@ -39,9 +39,8 @@ __global__ void gemv_kernel(struct k_weight w, struct k_weight w2, const float *
         return;
     const size_t e = ids ? (size_t)ids[v] : 0;
     const uint8_t *row = w.data + e * w.expert_stride + (size_t)r * w.row_bytes;
-    const uint8_t *row2 = MODE == GEMV_SWIGLU ? w2.data + e * w2.expert_stride +
-                                                    (size_t)r * w2.row_bytes
-                                              : row;
+    const uint8_t *row2 =
+        MODE == GEMV_SWIGLU ? w2.data + e * w2.expert_stride + (size_t)r * w2.row_bytes : row;
     const float *xv = x + (int64_t)(v / x_div) * x_stride;
     const int64_t ng = (w.cols + 31) / 32;
     float acc = 0.0f, acc2 = 0.0f;
@@ -85,14 +84,14 @@ struct gemv_launch {
         dim3 grid((unsigned)((w->rows + GEMV_WARPS - 1) / GEMV_WARPS), (unsigned)n_vec);
         const struct k_weight &b = w2 ? *w2 : *w;
         if (mode == GEMV_STORE)
-            gemv_kernel<T, GEMV_STORE><<<grid, 32 * GEMV_WARPS, 0, ks->s>>>(
-                *w, b, x, x_stride, x_div, y, y_stride, ids);
+            gemv_kernel<T, GEMV_STORE>
+                <<<grid, 32 * GEMV_WARPS, 0, ks->s>>>(*w, b, x, x_stride, x_div, y, y_stride, ids);
         else if (mode == GEMV_ADD)
-            gemv_kernel<T, GEMV_ADD><<<grid, 32 * GEMV_WARPS, 0, ks->s>>>(
-                *w, b, x, x_stride, x_div, y, y_stride, ids);
+            gemv_kernel<T, GEMV_ADD>
+                <<<grid, 32 * GEMV_WARPS, 0, ks->s>>>(*w, b, x, x_stride, x_div, y, y_stride, ids);
         else
-            gemv_kernel<T, GEMV_SWIGLU><<<grid, 32 * GEMV_WARPS, 0, ks->s>>>(
-                *w, b, x, x_stride, x_div, y, y_stride, ids);
+            gemv_kernel<T, GEMV_SWIGLU>
+                <<<grid, 32 * GEMV_WARPS, 0, ks->s>>>(*w, b, x, x_stride, x_div, y, y_stride, ids);
     }
 };
 
@@ -108,8 +107,17 @@ int k_gemv(struct k_stream *ks, const struct k_weight *w, const float *x, int64_
 {
     if (n_vec <= 0 || w->rows <= 0)
         return 0;
-    struct gemv_launch l = {ks, w, NULL, x, x_stride, x_div < 1 ? 1 : x_div, y, y_stride,
-                            n_vec, ids, accumulate ? GEMV_ADD : GEMV_STORE};
+    struct gemv_launch l = {ks,
+                            w,
+                            NULL,
+                            x,
+                            x_stride,
+                            x_div < 1 ? 1 : x_div,
+                            y,
+                            y_stride,
+                            n_vec,
+                            ids,
+                            accumulate ? GEMV_ADD : GEMV_STORE};
     if (k_dispatch_type(w->type, l))
         return bad_type(err, w);
     K_LAUNCHED(ks, "gemv_kernel");
@@ -123,15 +131,16 @@ int k_gemv_swiglu(struct k_stream *ks, const struct k_weight *gate, const struct
     if (n_vec <= 0)
         return 0;
     if (gate->type == up->type && gate->rows == up->rows && gate->cols == up->cols) {
-        struct gemv_launch l = {ks, gate, up, x, x_stride, x_div < 1 ? 1 : x_div, y, y_stride,
-                                n_vec, ids, GEMV_SWIGLU};
+        struct gemv_launch l = {ks, gate,     up,    x,   x_stride,   x_div < 1 ? 1 : x_div,
+                                y,  y_stride, n_vec, ids, GEMV_SWIGLU};
         if (k_dispatch_type(gate->type, l))
             return bad_type(err, gate);
         K_LAUNCHED(ks, "gemv_kernel<swiglu>");
         return 0;
     }
     /* the backend checks this at load and runs two GEMVs + k_swiglu_ew instead */
-    return err_set(err, ERR_INPUT, "cuda: the fused SwiGLU GEMV needs gate and up of one type"
+    return err_set(err, ERR_INPUT,
+                   "cuda: the fused SwiGLU GEMV needs gate and up of one type"
                    " and shape (gate %s, up %s)",
                    quant_name(gate->type), quant_name(up->type));
 }
@@ -238,7 +247,9 @@ int k_check_image(struct gate_err *err)
 }
 
 struct nop_launch {
-    template <int T> void operator()() const {}
+    template <int T> void operator()() const
+    {
+    }
 };
 
 int k_type_supported(int type)
@@ -247,8 +258,7 @@ int k_type_supported(int type)
     return k_dispatch_type(type, f) == 0;
 }
 
-int k_fail_cuda(struct gate_err *err, const char *call, const char *file, int line,
-                cudaError_t e)
+int k_fail_cuda(struct gate_err *err, const char *call, const char *file, int line, cudaError_t e)
 {
     const int code = (e == cudaErrorMemoryAllocation || e == cudaErrorNoDevice ||
                       e == cudaErrorInsufficientDriver || e == cudaErrorNoKernelImageForDevice)

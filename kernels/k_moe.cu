@@ -3,8 +3,8 @@
  * CPU twins: route_kernel runs route_select_inline() (engine/route.h) and through it
  * fault_apply_route_inline() (faults/fault.h) — not a mirror of the host code but the same
  * definition compiled for the device, with det_expf; built with --fmad=false so the routes and
- * weights are bit-identical to the host's. moe_sum_kernel ↔ the slot-order weighted sum at the end of
- * ref.c moe() plus the residual add of ffn().
+ * weights are bit-identical to the host's. moe_sum_kernel ↔ the slot-order weighted sum at the end
+ * of ref.c moe() plus the residual add of ffn().
  *
  * The selected ids stay on the device: the expert GEMVs (k_gemv with ids) read them there, so
  * the step needs no host synchronization between router and experts.
@@ -41,9 +41,8 @@ int k_route(struct k_stream *ks, const float *logits, int n, int X, int k, int l
     if (k < 1 || k > X)
         return err_set(err, ERR_INPUT, "cuda: routing needs 1 <= k <= experts (k %d, %d experts)",
                        k, X);
-    route_kernel<<<n, 32, (size_t)X * sizeof(float), ks->s>>>(logits, X, k, layer, pos0,
-                                                               k_fault_value(faults), ids, w,
-                                                               kth, k1th);
+    route_kernel<<<n, 32, (size_t)X * sizeof(float), ks->s>>>(
+        logits, X, k, layer, pos0, k_fault_value(faults), ids, w, kth, k1th);
     K_LAUNCHED(ks, "route_kernel");
     return 0;
 }

@@ -68,8 +68,8 @@ __device__ __forceinline__ void kv_store(__half *p, float v)
 template <typename KV>
 __global__ void qk_norm_rope_kv_kernel(float *q, const float *k, const float *v, int pos0,
                                        int layer, int nh, int nkv, int hd, const float *qn,
-                                       const float *kn, float eps, const float *cs,
-                                       const float *sn, KV *kc, KV *vc, struct fault_set faults)
+                                       const float *kn, float eps, const float *cs, const float *sn,
+                                       KV *kc, KV *vc, struct fault_set faults)
 {
     extern __shared__ float buf[];
     const int t = blockIdx.x, hh = blockIdx.y, pos = pos0 + t, kvd = nkv * hd, half = hd / 2;
@@ -125,13 +125,13 @@ int k_qk_norm_rope_kv(struct k_stream *ks, float *q, const float *k, const float
     const int threads = hd >= 128 ? 128 : 64;
     const size_t smem = (size_t)hd * sizeof(float);
     if (kv_f32)
-        qk_norm_rope_kv_kernel<float><<<grid, threads, smem, ks->s>>>(
-            q, k, v, pos0, layer, nh, nkv, hd, qn, kn, eps, cs, sn, (float *)kc, (float *)vc,
-            k_fault_value(faults));
+        qk_norm_rope_kv_kernel<float>
+            <<<grid, threads, smem, ks->s>>>(q, k, v, pos0, layer, nh, nkv, hd, qn, kn, eps, cs, sn,
+                                             (float *)kc, (float *)vc, k_fault_value(faults));
     else
-        qk_norm_rope_kv_kernel<__half><<<grid, threads, smem, ks->s>>>(
-            q, k, v, pos0, layer, nh, nkv, hd, qn, kn, eps, cs, sn, (__half *)kc, (__half *)vc,
-            k_fault_value(faults));
+        qk_norm_rope_kv_kernel<__half>
+            <<<grid, threads, smem, ks->s>>>(q, k, v, pos0, layer, nh, nkv, hd, qn, kn, eps, cs, sn,
+                                             (__half *)kc, (__half *)vc, k_fault_value(faults));
     K_LAUNCHED(ks, "qk_norm_rope_kv_kernel");
     return 0;
 }

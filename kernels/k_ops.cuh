@@ -49,14 +49,14 @@ int k_rmsnorm(struct k_stream *ks, const float *x, const float *w, float *y, int
               float eps, struct gate_err *err);
 
 /* For each token t (position pos0 + t): every Q head and K head RMSNorm'd with qn / kn (unless
- * a skip_qk_norm fault of `faults` (NULL = none; passed by value) covers (layer, pos)), then NEOX RoPE from the tables cs / sn (n_ctx,
- * hd/2); Q rewritten in place, K and V appended to the caches kc / vc (n_ctx, nkv*hd) of this
- * layer, as FP32 (kv_f32) or FP16. Twin: ref.c norm_rope() + the cache copy in attention(). */
+ * a skip_qk_norm fault of `faults` (NULL = none; passed by value) covers (layer, pos)), then NEOX
+ * RoPE from the tables cs / sn (n_ctx, hd/2); Q rewritten in place, K and V appended to the caches
+ * kc / vc (n_ctx, nkv*hd) of this layer, as FP32 (kv_f32) or FP16. Twin: ref.c norm_rope() + the
+ * cache copy in attention(). */
 int k_qk_norm_rope_kv(struct k_stream *ks, float *q, const float *k, const float *v, int n,
                       int pos0, int layer, int nh, int nkv, int hd, const float *qn,
                       const float *kn, float eps, const float *cs, const float *sn, void *kc,
-                      void *vc, int kv_f32, const struct fault_set *faults,
-                      struct gate_err *err);
+                      void *vc, int kv_f32, const struct fault_set *faults, struct gate_err *err);
 
 /* ---- k_attn.cu ----------------------------------------------------------------------------- */
 
@@ -73,9 +73,9 @@ int k_attention(struct k_stream *ks, const float *q, const void *kc, const void 
 /* ---- k_moe.cu ------------------------------------------------------------------------------ */
 
 /* Route n tokens (positions pos0 + t) from router logits (n, X): softmax, top-k (lowest id on
- * ties), renormalize, then the routing faults of `faults` (NULL = none) at (layer, pos) — the device mirror
- * of route_select() + fault_apply_route(). ids, w (n, k); kth, k1th (n) the router logits of
- * the k-th and (k+1)-th expert (for taps). Twin: route_select(). */
+ * ties), renormalize, then the routing faults of `faults` (NULL = none) at (layer, pos) — the
+ * device mirror of route_select() + fault_apply_route(). ids, w (n, k); kth, k1th (n) the router
+ * logits of the k-th and (k+1)-th expert (for taps). Twin: route_select(). */
 int k_route(struct k_stream *ks, const float *logits, int n, int X, int k, int layer, int pos0,
             const struct fault_set *faults, int32_t *ids, float *w, float *kth, float *k1th,
             struct gate_err *err);
@@ -89,11 +89,11 @@ int k_moe_sum(struct k_stream *ks, float *x, const float *w, const float *y, int
 
 struct k_gemm_ws {
     cublasHandle_t blas;
-    void *tile;        /* tile_elems 16-bit elements: dequantized weight rows */
+    void *tile; /* tile_elems 16-bit elements: dequantized weight rows */
     size_t tile_elems;
-    void *x16;         /* x16_elems 16-bit elements: the activations converted */
+    void *x16; /* x16_elems 16-bit elements: the activations converted */
     size_t x16_elems;
-    int bf16;          /* 1: BF16 tiles and activations, 0: FP16 */
+    int bf16; /* 1: BF16 tiles and activations, 0: FP16 */
 };
 
 /* y (n, rows; stride y_stride) = x (n, cols; stride x_stride) W_e^T through cuBLAS: W's rows

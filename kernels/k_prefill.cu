@@ -21,8 +21,8 @@ __device__ __forceinline__ uint16_t to16(float v, int bf16)
 
 /* Rows r0 .. r0 + gridDim.x - 1 of w (expert base already applied) -> tile (rows, cols). */
 template <int T>
-__global__ void dequant_tile_kernel(const uint8_t *base, size_t row_bytes, int64_t r0,
-                                    int64_t cols, uint16_t *tile, int bf16)
+__global__ void dequant_tile_kernel(const uint8_t *base, size_t row_bytes, int64_t r0, int64_t cols,
+                                    uint16_t *tile, int bf16)
 {
     const int64_t r = blockIdx.x;
     const uint8_t *row = base + (size_t)(r0 + r) * row_bytes;
@@ -44,13 +44,12 @@ struct tile_launch {
     int bf16;
     template <int T> void operator()() const
     {
-        dequant_tile_kernel<T><<<(unsigned)nr, 256, 0, ks->s>>>(base, row_bytes, r0, cols, tile,
-                                                               bf16);
+        dequant_tile_kernel<T>
+            <<<(unsigned)nr, 256, 0, ks->s>>>(base, row_bytes, r0, cols, tile, bf16);
     }
 };
 
-__global__ void to16_kernel(const float *x, int64_t x_stride, int64_t cols, uint16_t *out,
-                            int bf16)
+__global__ void to16_kernel(const float *x, int64_t x_stride, int64_t cols, uint16_t *out, int bf16)
 {
     const int64_t t = blockIdx.y;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -66,13 +65,16 @@ int k_gemm(struct k_stream *ks, const struct k_gemm_ws *ws, const struct k_weigh
         return 0;
     const int64_t cols = w->cols;
     if ((size_t)n * (size_t)cols > ws->x16_elems)
-        return err_set(err, ERR_RUNTIME, "cuda: prefill of %d tokens x %lld columns exceeds the"
-                       " activation workspace (%zu elements)", n, (long long)cols,
-                       ws->x16_elems);
+        return err_set(err, ERR_RUNTIME,
+                       "cuda: prefill of %d tokens x %lld columns exceeds the"
+                       " activation workspace (%zu elements)",
+                       n, (long long)cols, ws->x16_elems);
     int64_t tile_rows = (int64_t)(ws->tile_elems / (size_t)cols);
     if (tile_rows < 1)
-        return err_set(err, ERR_RUNTIME, "cuda: a weight row of %lld columns exceeds the tile"
-                       " workspace (%zu elements)", (long long)cols, ws->tile_elems);
+        return err_set(err, ERR_RUNTIME,
+                       "cuda: a weight row of %lld columns exceeds the tile"
+                       " workspace (%zu elements)",
+                       (long long)cols, ws->tile_elems);
     const int bf16 = ws->bf16;
     uint16_t *x16 = (uint16_t *)ws->x16;
     to16_kernel<<<dim3((unsigned)((cols + 255) / 256), (unsigned)n), 256, 0, ks->s>>>(
@@ -91,8 +93,8 @@ int k_gemm(struct k_stream *ks, const struct k_gemm_ws *ws, const struct k_weigh
         K_LAUNCHED(ks, "dequant_tile_kernel");
         /* column-major view: C (nr x n, ldc y_stride) = tile^T (nr x cols) * x16 (cols x n) */
         K_BLAS(cublasGemmEx(ws->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)cols, &alpha,
-                            ws->tile, dt, (int)cols, x16, dt, (int)cols, &beta, y + r0,
-                            CUDA_R_32F, (int)y_stride, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                            ws->tile, dt, (int)cols, x16, dt, (int)cols, &beta, y + r0, CUDA_R_32F,
+                            (int)y_stride, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         ks->launches++;
     }
     return 0;

@@ -11,7 +11,8 @@
 #include "kernels/k_ops.cuh"
 #include "kernels/k_test.h"
 
-namespace {
+namespace
+{
 
 struct dbuf {
     void *p = nullptr;
@@ -81,11 +82,11 @@ struct k_weight weight_view(int type, const dbuf &b, int64_t rows, int64_t cols,
 
 } // namespace
 
-#define TRY(expr)                                                                                \
-    do {                                                                                         \
-        int rc_ = (expr);                                                                        \
-        if (rc_)                                                                                 \
-            return rc_;                                                                          \
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
     } while (0)
 
 extern "C" int k_test_device(char *name, size_t n, struct gate_err *err)
@@ -95,7 +96,8 @@ extern "C" int k_test_device(char *name, size_t n, struct gate_err *err)
     cudaRuntimeGetVersion(&rt);
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0)
-        return err_set(err, ERR_ENV, "no CUDA device: cudaGetDeviceCount returned %s (%s);"
+        return err_set(err, ERR_ENV,
+                       "no CUDA device: cudaGetDeviceCount returned %s (%s);"
                        " driver CUDA %d.%d, runtime %d.%d",
                        e == cudaSuccess ? "0 devices" : cudaGetErrorName(e),
                        e == cudaSuccess ? "no device" : cudaGetErrorString(e), drv / 1000,
@@ -175,8 +177,8 @@ extern "C" int k_test_gemm(int type, const void *w, int64_t rows, int64_t cols, 
     ws.x16 = x16.p;
     K_BLAS(cublasCreate(&ws.blas));
     struct k_weight kw = weight_view(type, dw, rows, cols, 1);
-    int rc = k_gemm(&t.ks, &ws, &kw, -1, dx.as<float>(), cols, n, dy.as<float>(), rows,
-                    accumulate, err);
+    int rc =
+        k_gemm(&t.ks, &ws, &kw, -1, dx.as<float>(), cols, n, dy.as<float>(), rows, accumulate, err);
     if (!rc)
         rc = finish(t, err);
     cublasDestroy(ws.blas);
@@ -217,8 +219,8 @@ static int get_cache(float *dst, const dbuf &b, size_t elems, int kv_f32, struct
 extern "C" int k_test_qk_norm_rope(float *q, const float *k, const float *v, int n, int pos0,
                                    int layer, int nh, int nkv, int hd, const float *qn,
                                    const float *kn, float eps, const float *cs, const float *sn,
-                                   int n_ctx, int kv_f32, const struct fault_set *faults,
-                                   float *kc, float *vc, struct gate_err *err)
+                                   int n_ctx, int kv_f32, const struct fault_set *faults, float *kc,
+                                   float *vc, struct gate_err *err)
 {
     tstream t;
     dbuf dq, dk, dv, dqn, dkn, dcs, dsn, dkc, dvc;
@@ -233,8 +235,8 @@ extern "C" int k_test_qk_norm_rope(float *q, const float *k, const float *v, int
     TRY(put(dsn, sn, (size_t)n_ctx * (hd / 2) * 4, err));
     TRY(put(dkc, NULL, cache * (kv_f32 ? 4 : 2), err));
     TRY(put(dvc, NULL, cache * (kv_f32 ? 4 : 2), err));
-    TRY(k_qk_norm_rope_kv(&t.ks, dq.as<float>(), dk.as<float>(), dv.as<float>(), n, pos0, layer,
-                          nh, nkv, hd, dqn.as<float>(), dkn.as<float>(), eps, dcs.as<float>(),
+    TRY(k_qk_norm_rope_kv(&t.ks, dq.as<float>(), dk.as<float>(), dv.as<float>(), n, pos0, layer, nh,
+                          nkv, hd, dqn.as<float>(), dkn.as<float>(), eps, dcs.as<float>(),
                           dsn.as<float>(), dkc.p, dvc.p, kv_f32, faults, err));
     TRY(finish(t, err));
     TRY(get(q, dq, (size_t)n * nh * hd * 4, err));
@@ -242,8 +244,8 @@ extern "C" int k_test_qk_norm_rope(float *q, const float *k, const float *v, int
     return get_cache(vc, dvc, cache, kv_f32, err);
 }
 
-extern "C" int k_test_attention(const float *q, const float *kc, const float *vc, int kv_f32,
-                                int n, int pos0, int nh, int nkv, int hd, int n_ctx, float *out,
+extern "C" int k_test_attention(const float *q, const float *kc, const float *vc, int kv_f32, int n,
+                                int pos0, int nh, int nkv, int hd, int n_ctx, float *out,
                                 struct gate_err *err)
 {
     tstream t;
@@ -270,8 +272,8 @@ extern "C" int k_test_attention(const float *q, const float *kc, const float *vc
         TRY(rc);
     }
     TRY(put(dout, NULL, (size_t)n * nh * hd * 4, err));
-    TRY(k_attention(&t.ks, dq.as<float>(), dkc.p, dvc.p, kv_f32, dout.as<float>(), n, pos0, nh,
-                    nkv, hd, err));
+    TRY(k_attention(&t.ks, dq.as<float>(), dkc.p, dvc.p, kv_f32, dout.as<float>(), n, pos0, nh, nkv,
+                    hd, err));
     TRY(finish(t, err));
     return get(out, dout, (size_t)n * nh * hd * 4, err);
 }
@@ -326,8 +328,7 @@ extern "C" int k_test_embed(int type, const void *table, int64_t V, int64_t E,
     return get(x, dx, (size_t)n * E * 4, err);
 }
 
-extern "C" int k_test_argmax(const float *logits, int n, int V, int32_t *out,
-                             struct gate_err *err)
+extern "C" int k_test_argmax(const float *logits, int n, int V, int32_t *out, struct gate_err *err)
 {
     tstream t;
     dbuf dl, dout;

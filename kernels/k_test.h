@@ -50,14 +50,12 @@ int k_test_rmsnorm(const float *x, const float *w, int n, int E, float eps, floa
 int k_test_qk_norm_rope(float *q, const float *k, const float *v, int n, int pos0, int layer,
                         int nh, int nkv, int hd, const float *qn, const float *kn, float eps,
                         const float *cs, const float *sn, int n_ctx, int kv_f32,
-                        const struct fault_set *faults, float *kc, float *vc,
-                        struct gate_err *err);
+                        const struct fault_set *faults, float *kc, float *vc, struct gate_err *err);
 
 /* out (n, nh*hd): attention of q (n, nh*hd) at positions pos0.. over kc, vc (n_ctx, nkv*hd),
  * uploaded as FP32 (kv_f32) or rounded to FP16. */
-int k_test_attention(const float *q, const float *kc, const float *vc, int kv_f32, int n,
-                     int pos0, int nh, int nkv, int hd, int n_ctx, float *out,
-                     struct gate_err *err);
+int k_test_attention(const float *q, const float *kc, const float *vc, int kv_f32, int n, int pos0,
+                     int nh, int nkv, int hd, int n_ctx, float *out, struct gate_err *err);
 
 /* Route n tokens: logits (n, X) -> ids, w (n, k); kth, k1th (n). faults may be NULL. */
 int k_test_route(const float *logits, int n, int X, int k, int layer, int pos0,

@@ -22,8 +22,8 @@
 
 #include "engine/backend.h"
 #include "engine/model.h"
-#include "engine/tokenizer.h"
 #include "engine/pin.h"
+#include "engine/tokenizer.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
 
@@ -77,10 +77,10 @@ static int parse_ids(const struct anchor_spec *s, const char *what, const struct
 json_t *anchor_settings_json(const struct anchor_spec *s)
 {
     int greedy = s->greedy.path != NULL;
-    return json_pack("{s:s, s:f, s:f, s:f, s:s, s:s, s:s, s:s, s:i}", "arch", s->arch,
-                     "max_nmse", s->max_nmse, "min_cosine", s->min_cosine, "near_tie",
-                     s->near_tie, "model_sha256", s->model.sha256, "tokens_sha256",
-                     s->tokens.sha256, "logits_sha256", s->logits.sha256, "greedy_sha256",
+    return json_pack("{s:s, s:f, s:f, s:f, s:s, s:s, s:s, s:s, s:i}", "arch", s->arch, "max_nmse",
+                     s->max_nmse, "min_cosine", s->min_cosine, "near_tie", s->near_tie,
+                     "model_sha256", s->model.sha256, "tokens_sha256", s->tokens.sha256,
+                     "logits_sha256", s->logits.sha256, "greedy_sha256",
                      greedy && s->greedy.sha256 ? s->greedy.sha256 : "", "greedy_after",
                      greedy ? s->greedy_after : 0);
 }
@@ -144,8 +144,7 @@ int anchor_logit_metrics(const float *reference, const float *twin, int n_pos, i
 
 /* ---- the run ------------------------------------------------------------------------------- */
 
-int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics,
-               struct gate_err *err)
+int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics, struct gate_err *err)
 {
     int rc = 0;
     struct pinned pm = {.fd = -1}, pt = {.fd = -1}, pl = {.fd = -1}, pg = {.fd = -1};
@@ -171,8 +170,10 @@ int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics,
         goto out;
     const char *arch = model_arch_name(m->hp.arch);
     if (strcmp(arch, s->arch)) {
-        rc = err_set(err, ERR_INPUT, "anchor '%s': its model '%s' is %s but the ladder says it"
-                     " anchors %s", s->id, s->model.path, arch, s->arch);
+        rc = err_set(err, ERR_INPUT,
+                     "anchor '%s': its model '%s' is %s but the ladder says it"
+                     " anchors %s",
+                     s->id, s->model.path, arch, s->arch);
         goto out;
     }
     const int V = (int)m->hp.n_vocab;
@@ -180,9 +181,11 @@ int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics,
                         err)))
         goto out;
     if (ref_len != (size_t)n_tok * (size_t)V * sizeof(float)) {
-        rc = err_set(err, ERR_INPUT, "anchor '%s': its logits file '%s' has %zu bytes; %d"
-                     " positions x %d vocabulary x 4 bytes is %zu", s->id, s->logits.path, ref_len,
-                     n_tok, V, (size_t)n_tok * (size_t)V * sizeof(float));
+        rc = err_set(err, ERR_INPUT,
+                     "anchor '%s': its logits file '%s' has %zu bytes; %d"
+                     " positions x %d vocabulary x 4 bytes is %zu",
+                     s->id, s->logits.path, ref_len, n_tok, V,
+                     (size_t)n_tok * (size_t)V * sizeof(float));
         goto out;
     }
     if (s->greedy.path) {
@@ -190,8 +193,10 @@ int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics,
                             &greedy, &n_greedy, err)))
             goto out;
         if (s->greedy_after < 1 || s->greedy_after > n_tok) {
-            rc = err_set(err, ERR_INPUT, "anchor '%s': greedy.after is %d but the tokens file has"
-                         " %d ids", s->id, s->greedy_after, n_tok);
+            rc = err_set(err, ERR_INPUT,
+                         "anchor '%s': greedy.after is %d but the tokens file has"
+                         " %d ids",
+                         s->id, s->greedy_after, n_tok);
             goto out;
         }
     }
@@ -333,7 +338,8 @@ enum gate_verdict anchor_judge(const json_t *settings, const json_t *metrics, js
         gate_metric_num(settings, "min_cosine", &min_cos) ||
         gate_metric_num(settings, "greedy_after", &after)) {
         gate_check_bool(checks, "settings", 0);
-        note(&j, 0, "cannot be judged: the anchor settings lack max_nmse, min_cosine or"
+        note(&j, 0,
+             "cannot be judged: the anchor settings lack max_nmse, min_cosine or"
              " greedy_after");
         return GATE_FAIL;
     }
@@ -347,9 +353,11 @@ enum gate_verdict anchor_judge(const json_t *settings, const json_t *metrics, js
     judge_num(&j, metrics, "n_pos", ">=", PARITY_MIN_POSITIONS, "judged too few positions");
     judge_num(&j, metrics, "n_nonfinite", "<=", 0, "produced non-finite logits");
     judge_num(&j, metrics, "nmse", "<=", max_nmse, "disagrees with the independent reference");
-    judge_num(&j, metrics, "min_cosine", ">=", min_cos, "disagrees with the independent"
+    judge_num(&j, metrics, "min_cosine", ">=", min_cos,
+              "disagrees with the independent"
               " reference at a position");
-    judge_num(&j, metrics, "n_wrong", "<=", 0, "picks another argmax than the independent"
+    judge_num(&j, metrics, "n_wrong", "<=", 0,
+              "picks another argmax than the independent"
               " reference where its margin is clear");
     const char *gsha = json_string_value(json_object_get(settings, "greedy_sha256"));
     if (gsha && *gsha) {
@@ -358,7 +366,8 @@ enum gate_verdict anchor_judge(const json_t *settings, const json_t *metrics, js
         judge_num(&j, metrics, "greedy_expected", ">=", 1, "had no greedy ids to reproduce");
         double expected = NAN;
         gate_metric_num(metrics, "greedy_expected", &expected);
-        judge_num(&j, metrics, "greedy_matched", ">=", expected, "does not reproduce the"
+        judge_num(&j, metrics, "greedy_matched", ">=", expected,
+                  "does not reproduce the"
                   " independent greedy continuation");
     } else if (!gsha) {
         gate_check_bool(checks, "settings", 0);

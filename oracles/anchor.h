@@ -71,8 +71,7 @@ int anchor_logit_metrics(const float *reference, const float *twin, int n_pos, i
  * and with a greedy file "greedy_after", "greedy_expected", "greedy_matched" (ids equal before
  * the first difference), "greedy_first_diff" (-1 when none). Returns 0 when a comparison was
  * made, whatever its outcome; else ERR_INPUT / ERR_ENV with err set. */
-int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics,
-               struct gate_err *err);
+int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics, struct gate_err *err);
 
 /* The anchor gate's judge (gate_judge_fn): from settings (anchor_settings_json's keys) and
  * metrics (anchor_run's keys) alone. Checks: backend == "ref"; arch and every digest equal to

@@ -21,12 +21,12 @@ void capability_judge(const struct mode *mode, const struct backend_info *info,
                  info->backend, info->device);
     else if (info->forwards == 0 || info->tokens == 0)
         snprintf(why, wn, "FAIL: %s evaluated nothing (%llu forward calls, %llu tokens)",
-                 out->asked, (unsigned long long)info->forwards,
-                 (unsigned long long)info->tokens);
+                 out->asked, (unsigned long long)info->forwards, (unsigned long long)info->tokens);
     else if (on_device && info->kernel_launches == 0)
-        snprintf(why, wn, "FAIL: %s counted zero CUDA kernel launches over %llu tokens: it did"
-                 " not run on the GPU (device '%s')", out->asked,
-                 (unsigned long long)info->tokens, info->device);
+        snprintf(why, wn,
+                 "FAIL: %s counted zero CUDA kernel launches over %llu tokens: it did"
+                 " not run on the GPU (device '%s')",
+                 out->asked, (unsigned long long)info->tokens, info->device);
     else if (on_device && cpu_device)
         snprintf(why, wn, "FAIL: %s reports the CPU device '%s'", out->asked, info->device);
     else if (!on_device && !cpu_device)
@@ -37,9 +37,11 @@ void capability_judge(const struct mode *mode, const struct backend_info *info,
                  (unsigned long long)info->kernel_launches);
     else {
         out->pass = 1;
-        snprintf(why, wn, "PASS: %s ran on backend %s, device %s (%llu tokens, %llu kernel"
-                 " launches)", out->asked, info->backend, info->device,
-                 (unsigned long long)info->tokens, (unsigned long long)info->kernel_launches);
+        snprintf(why, wn,
+                 "PASS: %s ran on backend %s, device %s (%llu tokens, %llu kernel"
+                 " launches)",
+                 out->asked, info->backend, info->device, (unsigned long long)info->tokens,
+                 (unsigned long long)info->kernel_launches);
     }
 }
 

@@ -11,8 +11,8 @@
 
 #include <jansson.h>
 
-#include "engine/backend.h"
 #include "base/err.h"
+#include "engine/backend.h"
 #include "engine/model.h"
 #include "oracles/mode.h"
 
@@ -21,9 +21,9 @@ extern "C" {
 #endif
 
 struct capability_result {
-    int pass;               /* 1 PASS, 0 FAIL */
+    int pass; /* 1 PASS, 0 FAIL */
     char reason[320];
-    char asked[32];         /* the mode, "cuda.decode" */
+    char asked[32];           /* the mode, "cuda.decode" */
     struct backend_info info; /* what ran */
 };
 

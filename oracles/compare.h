@@ -18,11 +18,11 @@ extern "C" {
 #endif
 
 struct compare_stats {
-    double nmse;          /* sum (got-want)^2 / sum want^2 over finite pairs */
-    double max_abs;       /* max |got - want| */
-    double max_rel;       /* max |got - want| / max(|want|, 1e-30) */
-    int64_t first_bad;    /* first index non-finite or outside atol + rtol|want|; -1 if none */
-    int64_t n_nonfinite;  /* indices where got or want is NaN / Inf */
+    double nmse;         /* sum (got-want)^2 / sum want^2 over finite pairs */
+    double max_abs;      /* max |got - want| */
+    double max_rel;      /* max |got - want| / max(|want|, 1e-30) */
+    int64_t first_bad;   /* first index non-finite or outside atol + rtol|want|; -1 if none */
+    int64_t n_nonfinite; /* indices where got or want is NaN / Inf */
 };
 
 /* Compare got[0..n) against want[0..n) (n may be 0) under atol + rtol * |want| per element. */

@@ -34,20 +34,25 @@ int falsify_check_floor(const struct parity_config *p, struct gate_err *err)
     if (rc)
         return rc;
     if (!(p->min_cosine >= FALSIFY_FLOOR_MIN_COSINE))
-        return err_set(err, ERR_INPUT, "falsify: parity min_cosine %g is looser than the floor"
-                       " %g: faults would pass by construction", p->min_cosine,
-                       FALSIFY_FLOOR_MIN_COSINE);
+        return err_set(err, ERR_INPUT,
+                       "falsify: parity min_cosine %g is looser than the floor"
+                       " %g: faults would pass by construction",
+                       p->min_cosine, FALSIFY_FLOOR_MIN_COSINE);
     if (!(p->max_kld <= FALSIFY_FLOOR_MAX_KLD))
-        return err_set(err, ERR_INPUT, "falsify: parity max_kld %g is looser than the floor %g:"
-                       " faults would pass by construction", p->max_kld, FALSIFY_FLOOR_MAX_KLD);
+        return err_set(err, ERR_INPUT,
+                       "falsify: parity max_kld %g is looser than the floor %g:"
+                       " faults would pass by construction",
+                       p->max_kld, FALSIFY_FLOOR_MAX_KLD);
     if (!(p->max_mean_kld <= FALSIFY_FLOOR_MAX_MEAN_KLD))
-        return err_set(err, ERR_INPUT, "falsify: parity max_mean_kld %g is looser than the floor"
-                       " %g: faults would pass by construction", p->max_mean_kld,
-                       FALSIFY_FLOOR_MAX_MEAN_KLD);
+        return err_set(err, ERR_INPUT,
+                       "falsify: parity max_mean_kld %g is looser than the floor"
+                       " %g: faults would pass by construction",
+                       p->max_mean_kld, FALSIFY_FLOOR_MAX_MEAN_KLD);
     if (!(p->near_tie <= FALSIFY_FLOOR_NEAR_TIE))
-        return err_set(err, ERR_INPUT, "falsify: parity near_tie %g is looser than the floor %g:"
-                       " it would excuse the argmax flips faults produce", p->near_tie,
-                       FALSIFY_FLOOR_NEAR_TIE);
+        return err_set(err, ERR_INPUT,
+                       "falsify: parity near_tie %g is looser than the floor %g:"
+                       " it would excuse the argmax flips faults produce",
+                       p->near_tie, FALSIFY_FLOOR_NEAR_TIE);
     return 0;
 }
 
@@ -61,19 +66,20 @@ void falsify_default_faults(const struct model *m, struct fault_set *out)
     out->n = k;
 }
 
-static int check_faults(const struct model *m, const struct fault_set *faults,
-                        struct gate_err *err)
+static int check_faults(const struct model *m, const struct fault_set *faults, struct gate_err *err)
 {
     const struct model_hparams *hp = &m->hp;
     if (!faults || faults->n == 0)
-        return err_set(err, ERR_INPUT, "falsify needs at least one fault (an empty list proves"
+        return err_set(err, ERR_INPUT,
+                       "falsify needs at least one fault (an empty list proves"
                        " nothing)");
     for (int i = 0; i < faults->n; i++)
         if (faults->f[i].kind == FAULT_SKIP_QK_NORM && !model_has_qk_norm(m))
-            return err_set(err, ERR_INPUT, "fault 'skip_qk_norm' cannot apply: this %s model has"
-                           " no per-head Q/K norm", model_arch_name(hp->arch));
-    return fault_validate(faults, (int)hp->n_layer, hp->n_expert > 0,
-                          (int)hp->n_expert_used, err);
+            return err_set(err, ERR_INPUT,
+                           "fault 'skip_qk_norm' cannot apply: this %s model has"
+                           " no per-head Q/K norm",
+                           model_arch_name(hp->arch));
+    return fault_validate(faults, (int)hp->n_layer, hp->n_expert > 0, (int)hp->n_expert_used, err);
 }
 
 void falsify_result_free(struct falsify_result *r)
@@ -98,9 +104,9 @@ json_t *falsify_settings_json(const struct fault_set *faults, const struct falsi
     for (int i = 0; faults && i < faults->n; i++) {
         const struct fault_spec *f = &faults->f[i];
         json_array_append_new(fa, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "kind",
-                                            fault_kind_name(f->kind), "rank", f->rank,
-                                            "layer_lo", f->layer_lo, "layer_hi", f->layer_hi,
-                                            "pos_lo", f->pos_lo, "pos_hi", f->pos_hi));
+                                            fault_kind_name(f->kind), "rank", f->rank, "layer_lo",
+                                            f->layer_lo, "layer_hi", f->layer_hi, "pos_lo",
+                                            f->pos_lo, "pos_hi", f->pos_hi));
     }
     const struct parity_config *p = &cfg->parity;
     return json_pack("{s:o, s:{s:i, s:f, s:f, s:f, s:f}, s:i, s:f}", "faults", fa, "parity",
@@ -143,8 +149,8 @@ static int session_tokens(const struct model *m, const struct mode *mode, const 
 }
 
 /* The judge's routed weights over the session's sequence: w (n_layer, n, k), malloc'd. */
-static int clean_weights(const struct model *m, const int32_t *ids, int n, int n_threads,
-                         float **w, struct gate_err *err)
+static int clean_weights(const struct model *m, const int32_t *ids, int n, int n_threads, float **w,
+                         struct gate_err *err)
 {
     const struct model_hparams *hp = &m->hp;
     struct backend *j = NULL;
@@ -241,8 +247,10 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
     if (!rc)
         rc = falsify_check_floor(&cfg->parity, err);
     if (!rc && (cfg->sweep_samples < 0 || !(cfg->min_detection >= 0 && cfg->min_detection <= 1)))
-        rc = err_set(err, ERR_INPUT, "falsify: sweep_samples %d must be >= 0 and min_detection"
-                     " %g in [0, 1]", cfg->sweep_samples, cfg->min_detection);
+        rc = err_set(err, ERR_INPUT,
+                     "falsify: sweep_samples %d must be >= 0 and min_detection"
+                     " %g in [0, 1]",
+                     cfg->sweep_samples, cfg->min_detection);
     if (!rc)
         rc = parity_session_open(&s, m, mode, tokens, n, &cfg->parity, n_threads, 1, err);
     if (!rc)
@@ -262,7 +270,8 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
         ff->severity = parity_severity(&ff->parity);
         ff->pass = ff->fired && ff->rejected;
         if (!ff->fired)
-            snprintf(ff->metric, sizeof ff->metric, "fault did not fire: no tap differs from"
+            snprintf(ff->metric, sizeof ff->metric,
+                     "fault did not fire: no tap differs from"
                      " the clean run");
         else
             memcpy(ff->metric, ff->parity.reason, sizeof ff->metric); /* same size, NUL inside */
@@ -281,8 +290,10 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
             if ((rc = session_tokens(m, mode, tokens, n, &cfg->parity, &ids, &n_ids, err)))
                 break;
             if (n_ids != parity_session_n(s)) {
-                rc = err_set(err, ERR_ENV, "falsify: the session judges %d positions, the"
-                             " routing taps %d", parity_session_n(s), n_ids);
+                rc = err_set(err, ERR_ENV,
+                             "falsify: the session judges %d positions, the"
+                             " routing taps %d",
+                             parity_session_n(s), n_ids);
                 break;
             }
             if ((rc = clean_weights(m, ids, n_ids, n_threads, &w, err)))
@@ -316,9 +327,9 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
     if (out->pass)
         snprintf(out->reason, sizeof out->reason,
                  "PASS: %s %d fault%s fired and %s rejected; sampled sweep %d per kind at or"
-                 " above %g detection", out->n == 1 ? "the" : "all", out->n,
-                 out->n == 1 ? "" : "s", out->n == 1 ? "was" : "were", cfg->sweep_samples,
-                 cfg->min_detection);
+                 " above %g detection",
+                 out->n == 1 ? "the" : "all", out->n, out->n == 1 ? "" : "s",
+                 out->n == 1 ? "was" : "were", cfg->sweep_samples, cfg->min_detection);
     else
         snprintf(out->reason, sizeof out->reason, "FAIL: %.300s", why);
 done:
@@ -347,8 +358,8 @@ struct thresholds {
 
 /* Parity's rule on recorded numbers: any non-finite or WRONG position, a cosine below, or a KL
  * above its bound rejects (a NaN number rejects too). */
-static int rejected_by(const struct thresholds *t, double min_cos, double mean_kld,
-                       double max_kld, double wrong, double nonfinite)
+static int rejected_by(const struct thresholds *t, double min_cos, double mean_kld, double max_kld,
+                       double wrong, double nonfinite)
 {
     return !(nonfinite == 0) || !(wrong == 0) || !(min_cos >= t->min_cosine) ||
            !(mean_kld <= t->max_mean_kld) || !(max_kld <= t->max_kld);
@@ -361,8 +372,7 @@ static int parity_rejects(const json_t *p, const struct thresholds *t, int *malf
     struct parity_summary ps;
     *malformed = 0;
     if (!parity_metrics_summary(p, t->near_tie, &ps) && ps.n_pos > 0)
-        return rejected_by(t, ps.min_cosine, ps.mean_kld, ps.max_kld, ps.n_wrong,
-                           ps.n_nonfinite);
+        return rejected_by(t, ps.min_cosine, ps.mean_kld, ps.max_kld, ps.n_wrong, ps.n_nonfinite);
     double v[5];
     static const char *const keys[] = {"min_cosine", "mean_kld", "max_kld", "wrong_positions",
                                        "nonfinite_positions"};
@@ -395,37 +405,39 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
         gate_metric_num(settings, "sweep_samples", &samples_d) ||
         gate_metric_num(settings, "min_detection", &min_det) || !json_is_array(sf)) {
         gate_check_bool(checks, "settings complete", 0);
-        say(why, n, "falsify settings need faults, parity thresholds, sweep_samples and"
+        say(why, n,
+            "falsify settings need faults, parity thresholds, sweep_samples and"
             " min_detection");
         return GATE_FAIL;
     }
     /* the strength floor: looser thresholds prove nothing */
-    int floor_ok = gate_check_num(checks, "parity.min_cosine floor", t.min_cosine, ">=",
-                                  FALSIFY_FLOOR_MIN_COSINE);
-    floor_ok &= gate_check_num(checks, "parity.max_kld floor", t.max_kld, "<=",
-                               FALSIFY_FLOOR_MAX_KLD);
-    floor_ok &= gate_check_num(checks, "parity.max_mean_kld floor", t.max_mean_kld, "<=",
-                               FALSIFY_FLOOR_MAX_MEAN_KLD);
-    floor_ok &= gate_check_num(checks, "parity.near_tie floor", t.near_tie, "<=",
-                               FALSIFY_FLOOR_NEAR_TIE);
+    int floor_ok = gate_check_num(checks, "parity.min_cosine floor", t.min_cosine,
+                                  ">=", FALSIFY_FLOOR_MIN_COSINE);
+    floor_ok &=
+        gate_check_num(checks, "parity.max_kld floor", t.max_kld, "<=", FALSIFY_FLOOR_MAX_KLD);
+    floor_ok &= gate_check_num(checks, "parity.max_mean_kld floor", t.max_mean_kld,
+                               "<=", FALSIFY_FLOOR_MAX_MEAN_KLD);
+    floor_ok &=
+        gate_check_num(checks, "parity.near_tie floor", t.near_tie, "<=", FALSIFY_FLOOR_NEAR_TIE);
     if (!floor_ok && !fails++)
-        snprintf(first, sizeof first, "parity thresholds are looser than the falsify floor"
+        snprintf(first, sizeof first,
+                 "parity thresholds are looser than the falsify floor"
                  " (min_cosine >= %g, max_kld <= %g, max_mean_kld <= %g, near_tie <= %g)",
                  FALSIFY_FLOOR_MIN_COSINE, FALSIFY_FLOOR_MAX_KLD, FALSIFY_FLOOR_MAX_MEAN_KLD,
                  FALSIFY_FLOOR_NEAR_TIE);
     int malformed;
     int clean_rej = parity_rejects(json_object_get(metrics, "clean"), &t, &malformed);
-    if (!gate_check_bool(checks, "clean run passes parity", !clean_rej && !malformed) &&
-        !fails++)
-        snprintf(first, sizeof first, "the clean run fails parity (or was not recorded): a"
+    if (!gate_check_bool(checks, "clean run passes parity", !clean_rej && !malformed) && !fails++)
+        snprintf(first, sizeof first,
+                 "the clean run fails parity (or was not recorded): a"
                  " rejection proves nothing");
     const json_t *mf = json_object_get(metrics, "faults");
-    if (!gate_check_num(checks, "faults judged", (double)json_array_size(mf), "==",
-                        (double)json_array_size(sf)) ||
+    if (!gate_check_num(checks, "faults judged", (double)json_array_size(mf),
+                        "==", (double)json_array_size(sf)) ||
         !gate_check_num(checks, "faults listed", (double)json_array_size(sf), ">=", 1)) {
         if (!fails++)
-            snprintf(first, sizeof first, "%zu faults recorded for %zu listed",
-                     json_array_size(mf), json_array_size(sf));
+            snprintf(first, sizeof first, "%zu faults recorded for %zu listed", json_array_size(mf),
+                     json_array_size(sf));
     }
     for (size_t i = 0; i < json_array_size(mf) && i < json_array_size(sf); i++) {
         const json_t *f = json_array_get(mf, i);
@@ -446,8 +458,10 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
         int rej = parity_rejects(json_object_get(f, "parity"), &t, &malformed);
         snprintf(metric, sizeof metric, "%.80s rejected", name);
         if (!gate_check_bool(checks, metric, rej && !malformed) && !fails++)
-            snprintf(first, sizeof first, "fault %s escaped the parity oracle: it is blind"
-                     " there", name);
+            snprintf(first, sizeof first,
+                     "fault %s escaped the parity oracle: it is blind"
+                     " there",
+                     name);
     }
     /* the sampled sweep, per kind listed */
     const json_t *kinds = json_object_get(json_object_get(metrics, "sweep"), "kinds");
@@ -471,8 +485,7 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
         gate_metric_num(K, "pairs", &pairs);
         const double want_n = pairs < samples_d ? pairs : samples_d;
         snprintf(metric, sizeof metric, "%s sweep samples", kind);
-        if (!gate_check_num(checks, metric, (double)json_array_size(pts), "==", want_n) &&
-            !fails++)
+        if (!gate_check_num(checks, metric, (double)json_array_size(pts), "==", want_n) && !fails++)
             snprintf(first, sizeof first, "%s: %zu sweep samples recorded, %g due", kind,
                      json_array_size(pts), want_n);
         int det = 0, noop = 0;
@@ -491,12 +504,15 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
         }
         const int tested = (int)json_array_size(pts) - noop;
         const double rate = tested > 0 ? (double)det / tested : NAN;
-        snprintf(metric, sizeof metric, "%s sweep detection rate (%d detected, %d escapes, %d"
-                 " no-ops)", kind, det, tested - det, noop);
+        snprintf(metric, sizeof metric,
+                 "%s sweep detection rate (%d detected, %d escapes, %d"
+                 " no-ops)",
+                 kind, det, tested - det, noop);
         if (!gate_check_num(checks, metric, rate, ">=", min_det) && !fails++)
-            snprintf(first, sizeof first, "%s: sampled sweep detected %d of %d injections that"
-                     " changed something (%d no-ops), below min_detection %g", kind, det, tested,
-                     noop, min_det);
+            snprintf(first, sizeof first,
+                     "%s: sampled sweep detected %d of %d injections that"
+                     " changed something (%d no-ops), below min_detection %g",
+                     kind, det, tested, noop, min_det);
     }
     say(why, n, "%s", fails ? first : "");
     return fails ? GATE_FAIL : GATE_PASS;
@@ -541,15 +557,15 @@ json_t *falsify_result_json(const struct falsify_result *r)
         int det = 0, noop = 0;
         for (int j = 0; j < K->n; j++) {
             const struct falsify_sample *x = &K->s[j];
-            const int fired = fault_is_routing(K->spec.kind) ? x->route_diffs > 0
-                                                             : x->hidden_diffs > 0;
+            const int fired =
+                fault_is_routing(K->spec.kind) ? x->route_diffs > 0 : x->hidden_diffs > 0;
             const int is_noop = !fired || (K->spec.kind == FAULT_UNIFORM_WEIGHTS &&
                                            x->uniform_dev < FALSIFY_NOOP_UNIFORM);
             noop += is_noop;
-            det += !is_noop && (x->n_nonfinite || x->n_wrong ||
-                                !(x->min_cosine >= r->clean.cfg.min_cosine) ||
-                                !(x->mean_kld <= r->clean.cfg.max_mean_kld) ||
-                                !(x->max_kld <= r->clean.cfg.max_kld));
+            det += !is_noop &&
+                   (x->n_nonfinite || x->n_wrong || !(x->min_cosine >= r->clean.cfg.min_cosine) ||
+                    !(x->mean_kld <= r->clean.cfg.max_mean_kld) ||
+                    !(x->max_kld <= r->clean.cfg.max_kld));
             json_array_append_new(pts, sample_json(x));
         }
         /* the counts are informational; the judge recounts them from the points */
@@ -566,24 +582,27 @@ void falsify_print(FILE *f, const struct falsify_result *r)
 {
     fprintf(f, "falsify %s: clean run %s (min cosine %.6f, max KLD %.3g)\n", r->mode,
             r->clean.pass ? "PASS" : "FAIL", r->clean.cosine.min, r->clean.kld.max);
-    fprintf(f, "  %-44s %-6s %-14s %-8s %10s %10s %6s  %s\n", "fault", "fired", "witness",
-            "parity", "min cos", "max KLD", "WRONG", "verdict");
+    fprintf(f, "  %-44s %-6s %-14s %-8s %10s %10s %6s  %s\n", "fault", "fired", "witness", "parity",
+            "min cos", "max KLD", "WRONG", "verdict");
     for (int i = 0; i < r->n; i++) {
         const struct falsify_fault *x = &r->f[i];
         char wit[32] = "-";
         if (x->fired)
             snprintf(wit, sizeof wit, "L%d @%d", x->witness.layer, x->witness.pos);
         fprintf(f, "  %-44s %-6s %-14s %-8s %10.6f %10.4g %6d  %s\n", x->name,
-                x->fired ? "yes" : "NO", wit, x->rejected ? "REJECT" : "pass",
-                x->parity.cosine.min, x->parity.kld.max, x->parity.n_wrong,
-                x->pass ? "ok" : !x->fired ? "FAIL (did not fire)" : "FAIL (escaped)");
+                x->fired ? "yes" : "NO", wit, x->rejected ? "REJECT" : "pass", x->parity.cosine.min,
+                x->parity.kld.max, x->parity.n_wrong,
+                x->pass     ? "ok"
+                : !x->fired ? "FAIL (did not fire)"
+                            : "FAIL (escaped)");
     }
     for (int i = 0; i < r->n; i++)
         fprintf(f, "  %s: %s\n", r->f[i].name, r->f[i].metric);
     if (r->n_kinds)
-        fprintf(f, "  sampled sweep (one layer x one position per injection):\n"
-                "  %-24s %8s %8s %8s %8s %8s %7s\n", "kind", "pairs", "samples", "detected",
-                "escapes", "no-ops", "rate");
+        fprintf(f,
+                "  sampled sweep (one layer x one position per injection):\n"
+                "  %-24s %8s %8s %8s %8s %8s %7s\n",
+                "kind", "pairs", "samples", "detected", "escapes", "no-ops", "rate");
     for (int i = 0; i < r->n_kinds; i++) {
         const struct falsify_kind *K = &r->k[i];
         fprintf(f, "  %-24s %8d %8d %8d %8d %8d %6.1f%%\n", fault_kind_name(K->spec.kind),
@@ -600,8 +619,8 @@ void falsify_print(FILE *f, const struct falsify_result *r)
 
 static struct falsify_sweep_point point_of(int layer, int pos, const struct parity_result *r)
 {
-    struct falsify_sweep_point p = {layer, pos, parity_severity(r), r->cosine.min, r->kld.max,
-                            r->n_wrong};
+    struct falsify_sweep_point p = {layer,         pos,        parity_severity(r),
+                                    r->cosine.min, r->kld.max, r->n_wrong};
     return p;
 }
 
@@ -668,8 +687,10 @@ int falsify_sweep(const struct model *m, const struct mode *mode, const struct f
         const int l_hi = min_i(K->spec.layer_hi, out->n_layer - 1);
         const int p_hi = min_i(K->spec.pos_hi, out->n_pos - 1);
         if (K->spec.pos_lo >= out->n_pos) {
-            rc = err_set(err, ERR_INPUT, "fault '%s': position scope starts at %d but the"
-                         " sequence has %d positions", K->name, K->spec.pos_lo, out->n_pos);
+            rc = err_set(err, ERR_INPUT,
+                         "fault '%s': position scope starts at %d but the"
+                         " sequence has %d positions",
+                         K->name, K->spec.pos_lo, out->n_pos);
             goto done;
         }
         out->pos_lo = min_i(out->pos_lo, K->spec.pos_lo);
@@ -708,22 +729,25 @@ int falsify_sweep(const struct model *m, const struct mode *mode, const struct f
             out->weakest_severity = K->weakest.severity;
         out->threshold_above_weakest |= K->n_escaped > 0;
     }
-    out->separation = out->noise_severity > 0 ? out->weakest_severity / out->noise_severity
-                                              : INFINITY;
+    out->separation =
+        out->noise_severity > 0 ? out->weakest_severity / out->noise_severity : INFINITY;
     out->threshold_in_noise |= out->noise_severity >= 0.5;
     char *w = out->warning;
     const size_t wn = sizeof out->warning;
     int at = 0;
     if (out->threshold_in_noise)
-        at += snprintf(w + at, wn - (size_t)at, "WARNING: THE THRESHOLDS SIT IN THE NOISE: the"
+        at += snprintf(w + at, wn - (size_t)at,
+                       "WARNING: THE THRESHOLDS SIT IN THE NOISE: the"
                        " noisiest clean run reaches severity %.3g (1 = rejected). ",
                        out->noise_severity);
     if (out->threshold_above_weakest && at < (int)wn) {
         int esc = 0;
         for (int i = 0; i < out->n_kinds; i++)
             esc += out->k[i].n_escaped;
-        snprintf(w + at, wn - (size_t)at, "WARNING: THE THRESHOLDS SIT ABOVE THE WEAKEST FAULT:"
-                 " %d injected faults escaped parity.", esc);
+        snprintf(w + at, wn - (size_t)at,
+                 "WARNING: THE THRESHOLDS SIT ABOVE THE WEAKEST FAULT:"
+                 " %d injected faults escaped parity.",
+                 esc);
     }
     out->pass = !out->threshold_in_noise && !out->threshold_above_weakest;
 done:
@@ -786,14 +810,19 @@ json_t *falsify_sweep_json(const struct falsify_sweep_result *r)
 
 void falsify_sweep_print(FILE *f, const struct falsify_sweep_result *r)
 {
-    fprintf(f, "falsify --sweep %s: %d layers x positions %d-%d of %d, thresholds min cosine %g,"
-            " mean KLD %g, max KLD %g\n", r->mode, r->n_layer, r->pos_lo, r->pos_hi, r->n_pos,
-            r->cfg.min_cosine, r->cfg.max_mean_kld, r->cfg.max_kld);
-    fprintf(f, "  noise ceiling (%d clean runs): min cosine %.9f, max KLD %.3g, mean KLD %.3g,"
-            " severity %.3g\n", r->n_clean, r->noise_min_cosine, r->noise_max_kld,
-            r->noise_mean_kld, r->noise_severity);
-    fprintf(f, "  %-24s %8s %9s %8s %8s %9s   %s\n", "fault", "injected", "not fired",
-            "detected", "escaped", "rate", "weakest detected (layer @pos: severity, min cos,"
+    fprintf(f,
+            "falsify --sweep %s: %d layers x positions %d-%d of %d, thresholds min cosine %g,"
+            " mean KLD %g, max KLD %g\n",
+            r->mode, r->n_layer, r->pos_lo, r->pos_hi, r->n_pos, r->cfg.min_cosine,
+            r->cfg.max_mean_kld, r->cfg.max_kld);
+    fprintf(f,
+            "  noise ceiling (%d clean runs): min cosine %.9f, max KLD %.3g, mean KLD %.3g,"
+            " severity %.3g\n",
+            r->n_clean, r->noise_min_cosine, r->noise_max_kld, r->noise_mean_kld,
+            r->noise_severity);
+    fprintf(f, "  %-24s %8s %9s %8s %8s %9s   %s\n", "fault", "injected", "not fired", "detected",
+            "escaped", "rate",
+            "weakest detected (layer @pos: severity, min cos,"
             " max KLD)");
     for (int i = 0; i < r->n_kinds; i++) {
         const struct falsify_sweep_kind *k = &r->k[i];
@@ -813,7 +842,8 @@ void falsify_sweep_print(FILE *f, const struct falsify_sweep_result *r)
             r->weakest_severity, r->noise_severity, r->separation);
     if (r->warning[0])
         fprintf(f, "\n  !!! %s\n\n", r->warning);
-    fprintf(f, "  %s\n", r->pass ? "PASS: every injected fault was detected, clean runs sit"
-                                   " well inside the thresholds"
-                                 : "FAIL: see the warnings above");
+    fprintf(f, "  %s\n",
+            r->pass ? "PASS: every injected fault was detected, clean runs sit"
+                      " well inside the thresholds"
+                    : "FAIL: see the warnings above");
 }

@@ -72,14 +72,14 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
                                 char *why, size_t n);
 
 struct falsify_fault {
-    char name[96];         /* fault_format() of the spec */
+    char name[96]; /* fault_format() of the spec */
     struct fault_spec spec;
-    int fired;             /* the witness saw it act */
+    int fired; /* the witness saw it act */
     struct parity_witness witness;
-    int rejected;          /* parity said FAIL */
-    double severity;       /* parity_severity() of the faulted run */
-    char metric[320];      /* what rejected it, where: parity's reason */
-    int pass;              /* fired && rejected */
+    int rejected;                /* parity said FAIL */
+    double severity;             /* parity_severity() of the faulted run */
+    char metric[320];            /* what rejected it, where: parity's reason */
+    int pass;                    /* fired && rejected */
     struct parity_result parity; /* owned */
 };
 
@@ -87,7 +87,7 @@ struct falsify_fault {
 struct falsify_sample {
     int layer, pos;
     int route_diffs, hidden_diffs; /* the witness's counts */
-    double uniform_dev;    /* uniform_weights: max |w - 1/k| of the clean weights there; else 0 */
+    double uniform_dev; /* uniform_weights: max |w - 1/k| of the clean weights there; else 0 */
     double min_cosine, mean_kld, max_kld;
     int n_wrong, n_nonfinite;
 };
@@ -95,16 +95,16 @@ struct falsify_sample {
 struct falsify_kind {
     struct fault_spec spec; /* the first listed fault of the kind: its rank and scope */
     char name[96];
-    int n_pairs;            /* (layer, position) pairs in its scope */
-    int n;                  /* samples taken: min(sweep_samples, n_pairs) */
+    int n_pairs;              /* (layer, position) pairs in its scope */
+    int n;                    /* samples taken: min(sweep_samples, n_pairs) */
     struct falsify_sample *s; /* n, owned */
     int detected, escapes, noops;
-    double rate;            /* detected / (n - noops); NaN when that is 0 */
+    double rate; /* detected / (n - noops); NaN when that is 0 */
 };
 
 struct falsify_result {
     char mode[32];
-    int pass;                 /* verdict == GATE_PASS */
+    int pass;                  /* verdict == GATE_PASS */
     enum gate_verdict verdict; /* falsify_judge(settings, metrics) */
     char reason[320];
     struct parity_result clean; /* the mode without faults, owned */
@@ -112,8 +112,8 @@ struct falsify_result {
     struct falsify_fault f[FAULT_MAX];
     int n_kinds;
     struct falsify_kind k[FAULT_KIND_COUNT];
-    json_t *metrics;          /* owned: what the judge read */
-    json_t *checks;           /* owned */
+    json_t *metrics; /* owned: what the judge read */
+    json_t *checks;  /* owned */
 };
 
 /* Judge mode on m with each fault of `faults` in turn (tokens as parity_run takes them), then
@@ -136,18 +136,18 @@ void falsify_print(FILE *f, const struct falsify_result *r);
 
 struct falsify_sweep_point {
     int layer, pos;
-    double severity;       /* parity_severity (Inf when an argmax went WRONG) */
+    double severity; /* parity_severity (Inf when an argmax went WRONG) */
     double min_cosine, max_kld;
     int n_wrong;
 };
 
 struct falsify_sweep_kind {
-    char name[96];         /* the base spec: kind and rank; layer/position scopes bound the sweep */
+    char name[96]; /* the base spec: kind and rank; layer/position scopes bound the sweep */
     struct fault_spec spec;
     int n_injected, n_not_fired, n_detected, n_escaped;
     double detection_rate; /* n_detected / (n_injected - n_not_fired) */
     int have_weakest;
-    struct falsify_sweep_point weakest;  /* the detected injection with the smallest severity */
+    struct falsify_sweep_point weakest; /* the detected injection with the smallest severity */
     int n_escapes_listed;
     struct falsify_sweep_point escapes[FALSIFY_SWEEP_MAX_ESCAPES];
 };
@@ -158,16 +158,16 @@ struct falsify_sweep_result {
     int n_pos, n_layer;
     int pos_lo, pos_hi; /* swept positions */
     int n_clean;
-    double noise_severity;     /* the noisiest clean run */
+    double noise_severity; /* the noisiest clean run */
     double noise_min_cosine, noise_max_kld, noise_mean_kld;
     int noise_wrong;
     int n_kinds;
     struct falsify_sweep_kind k[FAULT_MAX];
-    double weakest_severity;   /* over all kinds; Inf when nothing was detected */
-    double separation;         /* weakest_severity / noise_severity (Inf when the noise is 0) */
-    int threshold_in_noise;    /* a clean run failed, or its severity is within 2x of 1 */
+    double weakest_severity;     /* over all kinds; Inf when nothing was detected */
+    double separation;           /* weakest_severity / noise_severity (Inf when the noise is 0) */
+    int threshold_in_noise;      /* a clean run failed, or its severity is within 2x of 1 */
     int threshold_above_weakest; /* some fault escaped: the threshold sits above it */
-    int pass;                  /* no escapes, clean runs pass, no threshold warning */
+    int pass;                    /* no escapes, clean runs pass, no threshold warning */
     char warning[512];
 };
 

@@ -54,25 +54,25 @@ int gate_check_num(json_t *checks, const char *metric, double value, const char 
         else if (!strcmp(op, "=="))
             pass = value == threshold;
     }
-    json_array_append_new(checks, json_pack("{s:s, s:o, s:s, s:o, s:b}", "metric", metric,
-                                            "value", number(value), "op", op, "threshold",
-                                            number(threshold), "pass", pass));
+    json_array_append_new(checks, json_pack("{s:s, s:o, s:s, s:o, s:b}", "metric", metric, "value",
+                                            number(value), "op", op, "threshold", number(threshold),
+                                            "pass", pass));
     return pass;
 }
 
 int gate_check_bool(json_t *checks, const char *metric, int value)
 {
-    json_array_append_new(checks, json_pack("{s:s, s:b, s:s, s:b, s:b}", "metric", metric,
-                                            "value", value != 0, "op", "==", "threshold", 1,
-                                            "pass", value != 0));
+    json_array_append_new(checks,
+                          json_pack("{s:s, s:b, s:s, s:b, s:b}", "metric", metric, "value",
+                                    value != 0, "op", "==", "threshold", 1, "pass", value != 0));
     return value != 0;
 }
 
 int gate_check_str(json_t *checks, const char *metric, const char *value, const char *want)
 {
     int pass = value && want && !strcmp(value, want);
-    json_array_append_new(checks, json_pack("{s:s, s:s, s:s, s:s, s:b}", "metric", metric,
-                                            "value", value ? value : "", "op", "==", "threshold",
+    json_array_append_new(checks, json_pack("{s:s, s:s, s:s, s:s, s:b}", "metric", metric, "value",
+                                            value ? value : "", "op", "==", "threshold",
                                             want ? want : "", "pass", pass));
     return pass;
 }
@@ -118,8 +118,8 @@ static int why_set(char *why, size_t n, const char *fmt, ...)
 
 /* ---- what ran -------------------------------------------------------------------------------- */
 
-enum gate_verdict gate_judge_ran(const char *mode, const json_t *metrics, json_t *checks,
-                                 char *why, size_t n)
+enum gate_verdict gate_judge_ran(const char *mode, const json_t *metrics, json_t *checks, char *why,
+                                 size_t n)
 {
     const json_t *ran = json_object_get(metrics, "ran");
     char backend[16] = "";
@@ -130,7 +130,8 @@ enum gate_verdict gate_judge_ran(const char *mode, const json_t *metrics, json_t
     const char *device = json_string_value(json_object_get(ran, "device"));
     double tokens = 0, launches = 0;
     if (!json_is_object(ran) || !ran_backend || !device ||
-        gate_metric_num(ran, "tokens", &tokens) || gate_metric_num(ran, "kernel_launches", &launches)) {
+        gate_metric_num(ran, "tokens", &tokens) ||
+        gate_metric_num(ran, "kernel_launches", &launches)) {
         gate_check_bool(checks, "ran recorded", 0);
         why_set(why, n, "the gate did not record what ran (metrics.ran)");
         return GATE_FAIL;
@@ -146,8 +147,10 @@ enum gate_verdict gate_judge_ran(const char *mode, const json_t *metrics, json_t
         ok &= gate_check_bool(checks, "ran.device is the CPU", cpu_device);
     }
     if (!ok)
-        why_set(why, n, "asked for %s but backend '%s' ran on '%s' (%.0f tokens, %.0f kernel"
-                " launches)", mode ? mode : "?", ran_backend, device, tokens, launches);
+        why_set(why, n,
+                "asked for %s but backend '%s' ran on '%s' (%.0f tokens, %.0f kernel"
+                " launches)",
+                mode ? mode : "?", ran_backend, device, tokens, launches);
     return ok ? GATE_PASS : GATE_FAIL;
 }
 
@@ -174,8 +177,8 @@ enum gate_verdict capability_gate_judge(const json_t *settings, const json_t *me
 /* ---- parity ---------------------------------------------------------------------------------- */
 
 /* Settings number or a FAIL naming it. */
-static int setting(const json_t *settings, const char *key, double *out, json_t *checks,
-                   char *why, size_t n)
+static int setting(const json_t *settings, const char *key, double *out, json_t *checks, char *why,
+                   size_t n)
 {
     if (gate_metric_num(settings, key, out) == 0)
         return 0;
@@ -239,8 +242,8 @@ int parity_metrics_summary(const json_t *metrics, double near_tie, struct parity
     return 0;
 }
 
-enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metrics,
-                                    json_t *checks, char *why, size_t n)
+enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metrics, json_t *checks,
+                                    char *why, size_t n)
 {
     double positions, min_cos, max_mean_kld, max_kld, near_tie;
     if (setting(settings, "positions", &positions, checks, why, n) ||
@@ -252,7 +255,8 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
     struct parity_summary s;
     if (parity_metrics_summary(metrics, near_tie, &s)) {
         gate_check_bool(checks, "per-position metrics recorded", 0);
-        why_set(why, n, "parity metrics lack per_position cosine/kld/ref_gap/ref_top/test_top"
+        why_set(why, n,
+                "parity metrics lack per_position cosine/kld/ref_gap/ref_top/test_top"
                 " arrays of one length");
         return GATE_FAIL;
     }
@@ -263,18 +267,19 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
     ok &= gate_check_num(checks, "max_kld", s.max_kld, "<=", max_kld);
     ok &= gate_check_num(checks, "wrong_positions", s.n_wrong, "<=", 0);
     if (!ok)
-        why_set(why, n, "%d positions: min cosine %.6g (>= %g), mean KL %.3g (<= %g), max KL %.3g"
-                " (<= %g), %d wrong, %d non-finite%s", s.n_pos, s.min_cosine, min_cos, s.mean_kld,
-                max_mean_kld, s.max_kld, max_kld, s.n_wrong, s.n_nonfinite,
-                s.n_pos < positions ? " (too few positions)" : "");
+        why_set(why, n,
+                "%d positions: min cosine %.6g (>= %g), mean KL %.3g (<= %g), max KL %.3g"
+                " (<= %g), %d wrong, %d non-finite%s",
+                s.n_pos, s.min_cosine, min_cos, s.mean_kld, max_mean_kld, s.max_kld, max_kld,
+                s.n_wrong, s.n_nonfinite, s.n_pos < positions ? " (too few positions)" : "");
     return ok ? GATE_PASS : GATE_FAIL;
 }
 
 /* ---- every gate ------------------------------------------------------------------------------ */
 
 enum gate_verdict gate_judge_common(gate_judge_fn judge, int check_ran, const char *mode,
-                                    const json_t *settings, const json_t *metrics,
-                                    json_t *checks, char *why, size_t n)
+                                    const json_t *settings, const json_t *metrics, json_t *checks,
+                                    char *why, size_t n)
 {
     if (why && n)
         why[0] = '\0';

@@ -67,10 +67,10 @@ int gate_json_num(const json_t *v, double *out);
  * evaluated, and for cuda modes kernel launches on a GPU device, for CPU modes none on the CPU.
  * Then judge(settings, metrics). FAIL wins over ERROR wins over PASS; no check at all is FAIL. */
 enum gate_verdict gate_judge_common(gate_judge_fn judge, int check_ran, const char *mode,
-                                    const json_t *settings, const json_t *metrics,
-                                    json_t *checks, char *why, size_t n);
-enum gate_verdict gate_judge_ran(const char *mode, const json_t *metrics, json_t *checks,
-                                 char *why, size_t n);
+                                    const json_t *settings, const json_t *metrics, json_t *checks,
+                                    char *why, size_t n);
+enum gate_verdict gate_judge_ran(const char *mode, const json_t *metrics, json_t *checks, char *why,
+                                 size_t n);
 
 /* The capability gate: the checks on metrics "ran" (gate_judge_common) plus forwards > 0. */
 enum gate_verdict capability_gate_judge(const json_t *settings, const json_t *metrics,
@@ -85,8 +85,8 @@ struct parity_summary {
     double min_cosine, mean_kld, max_kld;
 };
 int parity_metrics_summary(const json_t *metrics, double near_tie, struct parity_summary *s);
-enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metrics,
-                                    json_t *checks, char *why, size_t n);
+enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metrics, json_t *checks,
+                                    char *why, size_t n);
 
 #ifdef __cplusplus
 }

@@ -5,8 +5,8 @@
  * Start reading: golden_gate(), then golden_judge().
  */
 #include "oracles/golden.h"
-#include "engine/ref_ops.h"
 #include "base/atomic.h"
+#include "engine/ref_ops.h"
 
 #include <errno.h>
 #include <math.h>
@@ -145,8 +145,10 @@ int golden_generate(struct backend *b, enum mode_path path, const int32_t *promp
     int rc;
     *n_out = 0;
     if (n_prompt < 1 || n_gen < 1)
-        return err_set(err, ERR_INPUT, "greedy decode needs a prompt and n_gen >= 1 (got %d,"
-                       " %d)", n_prompt, n_gen);
+        return err_set(err, ERR_INPUT,
+                       "greedy decode needs a prompt and n_gen >= 1 (got %d,"
+                       " %d)",
+                       n_prompt, n_gen);
     if ((rc = backend_truncate(b, 0, err)))
         return rc;
     logits = malloc((size_t)n_prompt * (size_t)V * sizeof *logits);
@@ -200,8 +202,7 @@ static int ids_of(json_t *a, int32_t **out, int *n, const char *what, struct gat
         return err_set(err, ERR_ENV, "out of memory");
     for (size_t i = 0; i < m; i++) {
         json_t *v = json_array_get(a, i);
-        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) > INT32_MAX)
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
             return err_set(err, ERR_INPUT, "goldens: '%s'[%zu] is not a token id", what, i);
         (*out)[i] = (int32_t)json_integer_value(v);
     }
@@ -236,7 +237,8 @@ static json_t *load_root(const char *path, struct gate_err *err)
 }
 
 /* Write root to path atomically (base/atomic.h: a temp file in path's folder, fsync, rename over
- * path; removed on failure or SIGINT/SIGTERM). Mode 0644: a goldens file is shared and committed. */
+ * path; removed on failure or SIGINT/SIGTERM). Mode 0644: a goldens file is shared and committed.
+ */
 static int write_atomic(const char *path, const json_t *root, struct gate_err *err)
 {
     struct atomic_file a = {0};
@@ -264,9 +266,9 @@ json_t *golden_recorded_by_gate(const char *git_commit, int git_dirty)
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return json_pack("{s:s, s:s, s:s, s:b, s:s}", "engine", "gate", "backend", "ref",
-                     "git_commit", git_commit ? git_commit : "unknown", "git_dirty",
-                     git_commit ? git_dirty : 1, "date", now);
+    return json_pack("{s:s, s:s, s:s, s:b, s:s}", "engine", "gate", "backend", "ref", "git_commit",
+                     git_commit ? git_commit : "unknown", "git_dirty", git_commit ? git_dirty : 1,
+                     "date", now);
 }
 int golden_record_force(const char *path, const struct model *m, int n_gen, int n_threads,
                         int force, const json_t *recorded_by, struct gate_err *err)
@@ -287,11 +289,12 @@ int golden_record_force(const char *path, const struct model *m, int n_gen, int 
     json_t *models = json_object_get(root, "models");
     json_t *old = json_is_object(models) ? json_object_get(models, sha) : NULL;
     if (old && !force) {
-        const char *who = json_string_value(json_object_get(json_object_get(old, "recorded_by"),
-                                                            "engine"));
-        rc = err_set(err, ERR_INPUT, "goldens '%s' already hold an entry for model %s (recorded"
-                     " by %s); refusing to overwrite it (use --force to replace it)", path, sha,
-                     who ? who : "an unknown source");
+        const char *who =
+            json_string_value(json_object_get(json_object_get(old, "recorded_by"), "engine"));
+        rc = err_set(err, ERR_INPUT,
+                     "goldens '%s' already hold an entry for model %s (recorded"
+                     " by %s); refusing to overwrite it (use --force to replace it)",
+                     path, sha, who ? who : "an unknown source");
         goto done;
     }
     by = recorded_by ? json_deep_copy(recorded_by) : golden_recorded_by_gate(NULL, 1);
@@ -365,8 +368,7 @@ static int load_case(const json_t *x, size_t i, const char *name, struct golden_
     char label[96];
     snprintf(label, sizeof label, "case %zu ('%.60s')", i, cname ? cname : "?");
     if (!cname || !cname[0] || strlen(cname) >= sizeof out->c[0].name)
-        return err_set(err, ERR_INPUT, "goldens '%s': %s needs a name of 1-63 bytes", name,
-                       label);
+        return err_set(err, ERR_INPUT, "goldens '%s': %s needs a name of 1-63 bytes", name, label);
     if ((rc = ids_of(json_object_get(x, "prompt"), &p, &np, "prompt", err)))
         goto done;
     if (np < 1) {
@@ -380,19 +382,24 @@ static int load_case(const json_t *x, size_t i, const char *name, struct golden_
         goto done;
     const int ends_eos = c->n_ids > 0 && out->eos >= 0 && c->ids[c->n_ids - 1] == out->eos;
     if (c->n_ids < 1)
-        rc = err_set(err, ERR_INPUT, "goldens '%s': %s has no expected ids: it would pass"
-                     " vacuously", name, label);
+        rc = err_set(err, ERR_INPUT,
+                     "goldens '%s': %s has no expected ids: it would pass"
+                     " vacuously",
+                     name, label);
     else if (c->n_ids > out->n_gen)
         rc = err_set(err, ERR_INPUT, "goldens '%s': %s has %d ids but n_gen is %d", name, label,
                      c->n_ids, out->n_gen);
     else if (c->n_ids < out->n_gen && !ends_eos)
-        rc = err_set(err, ERR_INPUT, "goldens '%s': %s has %d ids, fewer than n_gen %d, and does"
-                     " not end with the recorded EOS (%d)", name, label, c->n_ids, out->n_gen,
-                     (int)out->eos);
+        rc = err_set(err, ERR_INPUT,
+                     "goldens '%s': %s has %d ids, fewer than n_gen %d, and does"
+                     " not end with the recorded EOS (%d)",
+                     name, label, c->n_ids, out->n_gen, (int)out->eos);
     for (int k = 0; !rc && out->eos >= 0 && k < c->n_ids - 1; k++)
         if (c->ids[k] == out->eos)
-            rc = err_set(err, ERR_INPUT, "goldens '%s': %s has the EOS id %d at index %d, before"
-                         " its end (the recorder stops at EOS)", name, label, (int)out->eos, k);
+            rc = err_set(err, ERR_INPUT,
+                         "goldens '%s': %s has the EOS id %d at index %d, before"
+                         " its end (the recorder stops at EOS)",
+                         name, label, (int)out->eos, k);
     const char *et = json_string_value(json_object_get(x, "expect_text"));
     if (!rc && et && !(c->expect_text = strdup(et)))
         rc = err_set(err, ERR_ENV, "out of memory");
@@ -420,8 +427,10 @@ int golden_load_buf(const char *bytes, size_t n, const char *name, const char *s
     json_t *schema = json_object_get(root, "schema");
     if (!json_is_integer(schema) || json_integer_value(schema) != GOLDEN_SCHEMA ||
         !json_is_object(models)) {
-        rc = err_set(err, ERR_INPUT, "goldens '%s': not a schema %d goldens file (re-record it"
-                     " with gate golden record)", name, GOLDEN_SCHEMA);
+        rc = err_set(err, ERR_INPUT,
+                     "goldens '%s': not a schema %d goldens file (re-record it"
+                     " with gate golden record)",
+                     name, GOLDEN_SCHEMA);
         goto done;
     }
     json_t *entry = json_object_get(models, sha256);
@@ -436,7 +445,8 @@ int golden_load_buf(const char *bytes, size_t n, const char *name, const char *s
                 at += snprintf(others + at, sizeof others - (size_t)at, "%s%.16s...",
                                at ? ", " : "", key);
         }
-        rc = err_set(err, ERR_INPUT, "goldens '%s' hold no entry for model %s%s%s; refusing to"
+        rc = err_set(err, ERR_INPUT,
+                     "goldens '%s' hold no entry for model %s%s%s; refusing to"
                      " reuse goldens of another model (record them with gate golden record)",
                      name, sha256, at ? ": recorded for " : "", others);
         goto done;
@@ -446,10 +456,11 @@ int golden_load_buf(const char *bytes, size_t n, const char *name, const char *s
     const char *source = golden_source_of(by);
     if (!source) {
         char *txt = by ? json_dumps(by, JSON_COMPACT) : NULL;
-        rc = err_set(err, ERR_INPUT, "goldens '%s': model %.16s... has an unknown or incomplete"
+        rc = err_set(err, ERR_INPUT,
+                     "goldens '%s': model %.16s... has an unknown or incomplete"
                      " recorded_by %.120s (want {\"engine\": \"gate\", backend, git_commit,"
-                     " git_dirty, date} or an independent engine with a version)", name, sha256,
-                     txt ? txt : "(missing)");
+                     " git_dirty, date} or an independent engine with a version)",
+                     name, sha256, txt ? txt : "(missing)");
         free(txt);
         goto done;
     }
@@ -483,8 +494,7 @@ done:
     return rc;
 }
 
-int golden_load(const char *path, const char *sha256, struct golden_set *out,
-                struct gate_err *err)
+int golden_load(const char *path, const char *sha256, struct golden_set *out, struct gate_err *err)
 {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
@@ -498,8 +508,8 @@ int golden_load(const char *path, const char *sha256, struct golden_set *out,
     else if (ferror(f))
         rc = err_set(err, ERR_INPUT, "cannot read goldens '%s': %s", path, strerror(errno));
     else if (n == GOLDEN_MAX_FILE)
-        rc = err_set(err, ERR_INPUT, "goldens '%s' are larger than %u bytes", path,
-                     GOLDEN_MAX_FILE);
+        rc =
+            err_set(err, ERR_INPUT, "goldens '%s' are larger than %u bytes", path, GOLDEN_MAX_FILE);
     else
         rc = golden_load_buf(buf, n, path, sha256, out, err);
     free(buf);
@@ -561,8 +571,8 @@ static int ids_in(const json_t *a, int32_t *out, int cap)
 /* The class of one recorded case, from its expected and produced ids, its recorded judge margin
  * and the settings: the one definition the judge and the run's printout share. *k receives the
  * recomputed first difference (-1 when equal); why says what made it WRONG or a TIE_FLIP. */
-static enum golden_class classify(const json_t *c, int tokens, double near_tie, int32_t eos,
-                                  int *k, char *why, size_t n)
+static enum golden_class classify(const json_t *c, int tokens, double near_tie, int32_t eos, int *k,
+                                  char *why, size_t n)
 {
     const char *name = json_string_value(json_object_get(c, "name"));
     name = name ? name : "?";
@@ -580,8 +590,8 @@ static enum golden_class classify(const json_t *c, int tokens, double near_tie, 
         goto done;
     }
     if (ne < 1 || (ne < tokens && !(eos >= 0 && e[ne - 1] == eos))) {
-        say(why, n, "case '%s': %d expected ids for %d tokens (short, not ending at EOS)", name,
-            ne, tokens);
+        say(why, n, "case '%s': %d expected ids for %d tokens (short, not ending at EOS)", name, ne,
+            tokens);
         goto done;
     }
     *k = golden_first_diff(e, ne, g, ng);
@@ -602,18 +612,23 @@ static enum golden_class classify(const json_t *c, int tokens, double near_tie, 
     double margin, gap_e, gap_g;
     if (gate_metric_num(j, "margin", &margin) || gate_metric_num(j, "gap_expected", &gap_e) ||
         gate_metric_num(j, "gap_got", &gap_g)) {
-        say(why, n, "case '%s' differs at generated index %d (expected id %d, got %d) and no"
-            " judge margin was recorded there", name, *k, (int)e[*k], (int)g[*k]);
+        say(why, n,
+            "case '%s' differs at generated index %d (expected id %d, got %d) and no"
+            " judge margin was recorded there",
+            name, *k, (int)e[*k], (int)g[*k]);
         goto done;
     }
     if (margin < near_tie && gap_e < near_tie && gap_g < near_tie) {
         cls = GOLDEN_TIE_FLIP;
-        say(why, n, "case '%s': tie flip at index %d (expected id %d, got %d; judge margin %.4g <"
-            " near_tie %g)", name, *k, (int)e[*k], (int)g[*k], margin, near_tie);
+        say(why, n,
+            "case '%s': tie flip at index %d (expected id %d, got %d; judge margin %.4g <"
+            " near_tie %g)",
+            name, *k, (int)e[*k], (int)g[*k], margin, near_tie);
     } else {
-        say(why, n, "case '%s' differs at generated index %d (expected id %d, got %d) where the"
-            " judge's margin is %.4g (near_tie %g): WRONG", name, *k, (int)e[*k], (int)g[*k],
-            margin, near_tie);
+        say(why, n,
+            "case '%s' differs at generated index %d (expected id %d, got %d) where the"
+            " judge's margin is %.4g (near_tie %g): WRONG",
+            name, *k, (int)e[*k], (int)g[*k], margin, near_tie);
     }
 done:
     free(e);
@@ -648,8 +663,8 @@ enum gate_verdict golden_judge(const json_t *settings, const json_t *metrics, js
         snprintf(first, sizeof first, "the goldens read (%.16s...) are not the pinned %.16s...",
                  rec_sha ? rec_sha : "none", gsha);
     if (!gate_check_num(checks, "n_gen", n_gen, "==", tokens_d) && !fails++)
-        snprintf(first, sizeof first, "goldens hold %g tokens per case, settings ask for %g",
-                 n_gen, tokens_d);
+        snprintf(first, sizeof first, "goldens hold %g tokens per case, settings ask for %g", n_gen,
+                 tokens_d);
     if (!gate_check_str(checks, "source", rec_source ? rec_source : "",
                         source ? source : "(unknown recorded_by)") &&
         !fails++)
@@ -765,10 +780,13 @@ int golden_gate(const struct model *m, const struct mode *mode, const struct gol
     mode_format(mode, out->mode, sizeof out->mode);
     golden_model_sha256(m, sha);
     if (strcmp(sha, g->sha256))
-        return err_set(err, ERR_INPUT, "goldens were recorded for model %s, not %s: refusing"
-                       " to reuse them", g->sha256, sha);
+        return err_set(err, ERR_INPUT,
+                       "goldens were recorded for model %s, not %s: refusing"
+                       " to reuse them",
+                       g->sha256, sha);
     if (g->n < 1 || !g->recorded_by)
-        return err_set(err, ERR_INPUT, "no validated golden cases to run (load them with"
+        return err_set(err, ERR_INPUT,
+                       "no validated golden cases to run (load them with"
                        " golden_load)");
     for (int i = 0; i < g->n; i++) {
         longest = g->c[i].n_prompt > longest ? g->c[i].n_prompt : longest;
@@ -825,15 +843,16 @@ int golden_gate(const struct model *m, const struct mode *mode, const struct gol
     for (int i = 0; i < out->n; i++) {
         struct golden_case_result *x = &out->c[i];
         int k;
-        x->cls = classify(json_array_get(cases, (size_t)i), (int)tokens, near_tie, g->eos, &k,
-                          NULL, 0);
+        x->cls =
+            classify(json_array_get(cases, (size_t)i), (int)tokens, near_tie, g->eos, &k, NULL, 0);
         x->pass = x->cls != GOLDEN_WRONG;
         out->n_tie_flip += x->cls == GOLDEN_TIE_FLIP;
     }
     if (out->pass)
-        snprintf(out->reason, sizeof out->reason, "PASS: %d %s golden continuations reproduced"
-                 " (%d tie flips)", g->n, g->independent ? "independent" : "regression",
-                 out->n_tie_flip);
+        snprintf(out->reason, sizeof out->reason,
+                 "PASS: %d %s golden continuations reproduced"
+                 " (%d tie flips)",
+                 g->n, g->independent ? "independent" : "regression", out->n_tie_flip);
     else
         snprintf(out->reason, sizeof out->reason, "FAIL: %.300s", why);
 done:
@@ -847,4 +866,3 @@ json_t *golden_result_json(const struct golden_result *r)
 {
     return r->metrics ? json_deep_copy(r->metrics) : json_object();
 }
-

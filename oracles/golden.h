@@ -35,8 +35,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "engine/backend.h"
 #include "base/err.h"
+#include "engine/backend.h"
 #include "engine/model.h"
 #include "oracles/gates.h"
 #include "oracles/mode.h"
@@ -52,7 +52,7 @@ struct golden_case {
     char name[64];
     int32_t *prompt; /* owned */
     int n_prompt;
-    int32_t *ids;    /* owned; expected continuation (NULL before recording) */
+    int32_t *ids; /* owned; expected continuation (NULL before recording) */
     int n_ids;
     char *text;        /* owned, informational: the decoded continuation (may be NULL) */
     char *expect_text; /* owned, optional: when set, the decoded continuation must equal it */
@@ -62,9 +62,9 @@ struct golden_set {
     char sha256[65];      /* the model's digest the entry is keyed by */
     char file_sha256[65]; /* SHA-256 of the goldens file's bytes as loaded */
     int n_gen;
-    int32_t eos;          /* recorded EOS id, -1 when recording did not stop at one */
-    int independent;      /* 1: recorded_by names an engine other than gate */
-    json_t *recorded_by;  /* owned: the entry's recorded_by object */
+    int32_t eos;         /* recorded EOS id, -1 when recording did not stop at one */
+    int independent;     /* 1: recorded_by names an engine other than gate */
+    json_t *recorded_by; /* owned: the entry's recorded_by object */
     int n;
     struct golden_case *c; /* owned */
 };
@@ -116,8 +116,7 @@ int golden_record(const char *path, const struct model *m, int n_gen, int n_thre
 int golden_load_buf(const char *bytes, size_t n, const char *name, const char *sha256,
                     struct golden_set *out, struct gate_err *err);
 /* golden_load_buf() of the file at path (read whole, bounded at 64 MiB). */
-int golden_load(const char *path, const char *sha256, struct golden_set *out,
-                struct gate_err *err);
+int golden_load(const char *path, const char *sha256, struct golden_set *out, struct gate_err *err);
 
 enum golden_class {
     GOLDEN_MATCH = 0,    /* ids (and expect_text when recorded) equal */
@@ -129,28 +128,28 @@ const char *golden_class_name(enum golden_class c);
 
 struct golden_case_result {
     char name[64];
-    int pass;                /* cls != GOLDEN_WRONG */
+    int pass; /* cls != GOLDEN_WRONG */
     enum golden_class cls;
-    int first_diff;          /* -1 when equal */
-    int have_margin;         /* the judge ran at first_diff (top1/top2/margin valid) */
-    int32_t top1, top2;      /* the judge's two best ids at first_diff */
-    double margin;           /* judge logit(top1) - logit(top2) */
+    int first_diff;               /* -1 when equal */
+    int have_margin;              /* the judge ran at first_diff (top1/top2/margin valid) */
+    int32_t top1, top2;           /* the judge's two best ids at first_diff */
+    double margin;                /* judge logit(top1) - logit(top2) */
     double gap_expected, gap_got; /* judge logit(top1) - logit(expected / produced id) */
-    int32_t *expected, *got; /* owned copies */
+    int32_t *expected, *got;      /* owned copies */
     int n_expected, n_got;
     char *expected_text, *got_text; /* decoded (NULL without a tokenizer) */
 };
 
 struct golden_result {
     char mode[32];
-    int pass;                 /* verdict == GATE_PASS */
+    int pass;                  /* verdict == GATE_PASS */
     enum gate_verdict verdict; /* golden_judge(settings, metrics) */
     char reason[320];
     int n_tie_flip;
     int n;
     struct golden_case_result *c; /* owned */
-    json_t *metrics;          /* owned: what golden_judge reads, as a receipt records it */
-    json_t *checks;           /* owned: the judge's checks */
+    json_t *metrics;              /* owned: what golden_judge reads, as a receipt records it */
+    json_t *checks;               /* owned: the judge's checks */
 };
 
 /* The gate: run every case of g on the mode (greedy, as recorded), compute the judge's margin

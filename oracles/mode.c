@@ -52,9 +52,10 @@ int mode_parse(const char *text, struct mode *out, struct gate_err *err)
         char backends[96], paths[96];
         join(backends, sizeof backends, backend_name, backend_count());
         join(paths, sizeof paths, path_at, N_PATHS);
-        return err_set(err, ERR_INPUT, "unknown mode '%s' (modes are BACKEND.PATH with BACKEND"
-                       " one of %s and PATH one of %s)", text ? text : "(null)", backends,
-                       paths);
+        return err_set(err, ERR_INPUT,
+                       "unknown mode '%s' (modes are BACKEND.PATH with BACKEND"
+                       " one of %s and PATH one of %s)",
+                       text ? text : "(null)", backends, paths);
     }
     snprintf(out->backend, sizeof out->backend, "%s", backend_name(bi));
     out->path = (enum mode_path)pi;
@@ -107,8 +108,10 @@ int mode_open(struct backend **out, const struct mode *mode, const struct model 
     char name[32];
     mode_format(mode, name, sizeof name);
     if (!backend_find(mode->backend))
-        return err_set(err, ERR_ENV, "mode %s cannot run on this host: backend '%s' is not in"
-                       " this build", name, mode->backend);
+        return err_set(err, ERR_ENV,
+                       "mode %s cannot run on this host: backend '%s' is not in"
+                       " this build",
+                       name, mode->backend);
     /* the faults are copied into the backend (backend_set_faults); change them later with
      * backend_set_faults(), never by rewriting *faults */
     struct backend_config cfg = {
@@ -200,7 +203,7 @@ json_t *mode_ran_json(const struct mode_ran *r)
 /* ---- running a path -------------------------------------------------------------------------- */
 
 struct scatter {
-    struct backend_taps call; /* scratch, (n_layer, c, ...) for the current call */
+    struct backend_taps call;        /* scratch, (n_layer, c, ...) for the current call */
     const struct backend_taps *full; /* (n_layer, n, ...) */
     int n_layer, n, k;
     size_t E;
@@ -276,8 +279,8 @@ static int step(struct backend *b, struct scatter *s, const int32_t *tokens, int
     return rc;
 }
 
-static int decode_range(struct backend *b, struct scatter *s, const int32_t *tokens, int lo,
-                        int hi, float *logits, struct gate_err *err)
+static int decode_range(struct backend *b, struct scatter *s, const int32_t *tokens, int lo, int hi,
+                        float *logits, struct gate_err *err)
 {
     for (int t = lo; t < hi; t++) {
         int rc = step(b, s, tokens, t, 1, logits, err);
@@ -293,8 +296,10 @@ static int check_turns(const int *turn_ends, int n_turns, int n, struct gate_err
         return err_set(err, ERR_INPUT, "chat path needs turn boundaries (got none)");
     for (int i = 0; i < n_turns; i++)
         if (turn_ends[i] <= (i ? turn_ends[i - 1] : 0) || turn_ends[i] > n)
-            return err_set(err, ERR_INPUT, "chat turn %d ends at %d: boundaries must increase"
-                           " strictly within 1..%d", i, turn_ends[i], n);
+            return err_set(err, ERR_INPUT,
+                           "chat turn %d ends at %d: boundaries must increase"
+                           " strictly within 1..%d",
+                           i, turn_ends[i], n);
     if (turn_ends[n_turns - 1] != n)
         return err_set(err, ERR_INPUT, "chat turns end at %d but the sequence has %d tokens",
                        turn_ends[n_turns - 1], n);
@@ -302,8 +307,8 @@ static int check_turns(const int *turn_ends, int n_turns, int n, struct gate_err
 }
 
 int mode_run_taps(struct backend *b, enum mode_path path, const int32_t *tokens, int n,
-                  const int *turn_ends, int n_turns, float *logits,
-                  const struct backend_taps *taps, struct gate_err *err)
+                  const int *turn_ends, int n_turns, float *logits, const struct backend_taps *taps,
+                  struct gate_err *err)
 {
     struct scatter s;
     int have_taps = 0, rc;
@@ -367,7 +372,8 @@ int mode_judge(struct backend *b, const int32_t *tokens, int n, float *logits,
     return rc;
 }
 
-/* ---- sequences -------------------------------------------------------------------------------- */
+/* ---- sequences --------------------------------------------------------------------------------
+ */
 
 void mode_tokens(uint64_t seed, uint32_t n_vocab, int n, int32_t *out)
 {
@@ -398,7 +404,8 @@ int mode_chat_tokens(const struct tok *t, int32_t **ids, int *n, int **turn_ends
     *n = *n_turns = 0;
     const int32_t im_start = tok_find(t, "<|im_start|>");
     if (im_start < 0)
-        return err_set(err, ERR_INPUT, "the tokenizer has no <|im_start|> token: it cannot"
+        return err_set(err, ERR_INPUT,
+                       "the tokenizer has no <|im_start|> token: it cannot"
                        " render a ChatML conversation");
     if ((rc = chat_format(CHAT, CHAT_N, 0, 0, &text, err)))
         goto done;
@@ -419,8 +426,10 @@ int mode_chat_tokens(const struct tok *t, int32_t **ids, int *n, int **turn_ends
             seg++;
         }
     if (seg != CHAT_N - 1 || v[0] != im_start) {
-        rc = err_set(err, ERR_INPUT, "the chat rendering did not cut into %d turns at"
-                     " <|im_start|> (found %d)", CHAT_N, seg + 1);
+        rc = err_set(err, ERR_INPUT,
+                     "the chat rendering did not cut into %d turns at"
+                     " <|im_start|> (found %d)",
+                     CHAT_N, seg + 1);
         goto done;
     }
     ends[CHAT_N - 1] = nv;
@@ -461,8 +470,8 @@ int mode_chat_fallback(uint32_t n_vocab, int32_t **ids, int *n, int **turn_ends,
     return 0;
 }
 
-int mode_chat_for_model(const struct model *m, int32_t **ids, int *n, int **turn_ends,
-                        int *n_turns, int *fallback, struct gate_err *err)
+int mode_chat_for_model(const struct model *m, int32_t **ids, int *n, int **turn_ends, int *n_turns,
+                        int *fallback, struct gate_err *err)
 {
     struct tok *t = NULL;
     struct gate_err quiet = {0};

@@ -17,8 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/backend.h"
 #include "base/err.h"
+#include "engine/backend.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "faults/fault.h"
@@ -94,8 +94,8 @@ int mode_run(struct backend *b, enum mode_path path, const int32_t *tokens, int 
 /* mode_run that also records taps over the whole sequence: taps' arrays are laid out
  * (n_layer, n, ...) for all n tokens (any may be NULL), whatever the forward calls were. */
 int mode_run_taps(struct backend *b, enum mode_path path, const int32_t *tokens, int n,
-                  const int *turn_ends, int n_turns, float *logits,
-                  const struct backend_taps *taps, struct gate_err *err);
+                  const int *turn_ends, int n_turns, float *logits, const struct backend_taps *taps,
+                  struct gate_err *err);
 
 /* The judge: tokens (n) in ONE forward call from an empty cache on b (a ref backend without
  * faults), logits (n, n_vocab), taps as in mode_run_taps (NULL = none). n_batch of b must be
@@ -120,8 +120,8 @@ int mode_chat_fallback(uint32_t n_vocab, int32_t **ids, int *n, int **turn_ends,
 
 /* The conversation for model m: its tokenizer when it has one that renders ChatML, else the
  * fallback; *fallback says which (1 = fallback). */
-int mode_chat_for_model(const struct model *m, int32_t **ids, int *n, int **turn_ends,
-                        int *n_turns, int *fallback, struct gate_err *err);
+int mode_chat_for_model(const struct model *m, int32_t **ids, int *n, int **turn_ends, int *n_turns,
+                        int *fallback, struct gate_err *err);
 
 /* Deterministic token ids: out[i] = splitmix64 stream from seed, modulo n_vocab. With seed 202
  * and n_vocab 512 this is the conformance cases' tokens.txt. */

@@ -85,8 +85,7 @@ static double logsumexp(const float *x, int n)
     return mx + log(s);
 }
 
-static void judge_pos(const float *r, const float *t, int V, double near_tie,
-                      struct parity_pos *p)
+static void judge_pos(const float *r, const float *t, int V, double near_tie, struct parity_pos *p)
 {
     memset(p, 0, sizeof *p);
     if (!all_finite(r, V) || !all_finite(t, V)) {
@@ -198,8 +197,10 @@ int parity_judge(const float *ref, const float *test, int n_pos, int n_vocab,
         (n_pos < PARITY_MIN_POSITIONS &&
          (rc = err_set(&e, ERR_INPUT, "parity needs at least %d positions, got %d",
                        PARITY_MIN_POSITIONS, n_pos))) ||
-        (n_vocab < 5 && (rc = err_set(&e, ERR_INPUT, "parity needs a vocabulary of at least 5"
-                                      " (top-5), got %d", n_vocab)))) {
+        (n_vocab < 5 && (rc = err_set(&e, ERR_INPUT,
+                                      "parity needs a vocabulary of at least 5"
+                                      " (top-5), got %d",
+                                      n_vocab)))) {
         snprintf(out->reason, sizeof out->reason, "FAIL: %.300s", e.msg);
         return rc;
     }
@@ -215,9 +216,15 @@ int parity_judge(const float *ref, const float *test, int n_pos, int n_vocab,
         struct parity_pos *pp = &out->pos[p];
         judge_pos(r, t, n_vocab, cfg->near_tie, pp);
         switch (pp->cls) {
-        case PARITY_MATCH: out->n_match++; break;
-        case PARITY_TIE_FLIP: out->n_tie_flip++; break;
-        case PARITY_WRONG: out->n_wrong++; break;
+        case PARITY_MATCH:
+            out->n_match++;
+            break;
+        case PARITY_TIE_FLIP:
+            out->n_tie_flip++;
+            break;
+        case PARITY_WRONG:
+            out->n_wrong++;
+            break;
         case PARITY_NONFINITE:
             if (out->n_nonfinite++ == 0) {
                 out->first_nonfinite_pos = p;
@@ -242,9 +249,11 @@ int parity_judge(const float *ref, const float *test, int n_pos, int n_vocab,
                  out->nonfinite_in_ref ? "judge (ref)" : "mode under test",
                  out->first_nonfinite_pos, out->n_nonfinite);
     } else if (out->cosine.min < cfg->min_cosine) {
-        snprintf(why, wn, "FAIL: min cosine %.6f at position %d < %g; %d WRONG, %d TIE_FLIP;"
-                 " max KLD %.3g at position %d", out->cosine.min, out->cosine.argmin,
-                 cfg->min_cosine, out->n_wrong, out->n_tie_flip, out->kld.max, out->kld.argmax);
+        snprintf(why, wn,
+                 "FAIL: min cosine %.6f at position %d < %g; %d WRONG, %d TIE_FLIP;"
+                 " max KLD %.3g at position %d",
+                 out->cosine.min, out->cosine.argmin, cfg->min_cosine, out->n_wrong,
+                 out->n_tie_flip, out->kld.max, out->kld.argmax);
     } else if (out->kld.max > cfg->max_kld) {
         snprintf(why, wn, "FAIL: max KLD %.4g at position %d > %g; %d WRONG, %d TIE_FLIP",
                  out->kld.max, out->kld.argmax, cfg->max_kld, out->n_wrong, out->n_tie_flip);
@@ -252,14 +261,18 @@ int parity_judge(const float *ref, const float *test, int n_pos, int n_vocab,
         snprintf(why, wn, "FAIL: mean KLD %.4g > %g (worst position %d); %d WRONG", out->kld.mean,
                  cfg->max_mean_kld, out->kld.argmax, out->n_wrong);
     } else if (out->n_wrong) {
-        snprintf(why, wn, "FAIL: %d WRONG argmax positions, first at %d (ref gap %.4g >= near-tie"
-                 " %g)", out->n_wrong, out->first_fail_pos,
-                 out->pos[out->first_fail_pos].ref_gap, cfg->near_tie);
+        snprintf(why, wn,
+                 "FAIL: %d WRONG argmax positions, first at %d (ref gap %.4g >= near-tie"
+                 " %g)",
+                 out->n_wrong, out->first_fail_pos, out->pos[out->first_fail_pos].ref_gap,
+                 cfg->near_tie);
     } else {
         out->pass = 1;
-        snprintf(why, wn, "PASS: min cosine %.6f, mean KLD %.3g, max KLD %.3g, %d/%d argmax"
-                 " match, %d TIE_FLIP", out->cosine.min, out->kld.mean, out->kld.max,
-                 out->n_match, n_pos, out->n_tie_flip);
+        snprintf(why, wn,
+                 "PASS: min cosine %.6f, mean KLD %.3g, max KLD %.3g, %d/%d argmax"
+                 " match, %d TIE_FLIP",
+                 out->cosine.min, out->kld.mean, out->kld.max, out->n_match, n_pos,
+                 out->n_tie_flip);
     }
 done:
     free(scratch);
@@ -373,9 +386,9 @@ json_t *parity_result_json(const struct parity_result *r)
     if (r->localized) {
         json_t *loc = json_object(), *ls = json_array();
         json_object_set_new(loc, "first_bad_layer", json_integer(r->first_bad_layer));
-        json_object_set_new(loc, "at_position", json_integer(r->first_fail_pos >= 0
-                                                                 ? r->first_fail_pos
-                                                                 : r->worst_pos));
+        json_object_set_new(
+            loc, "at_position",
+            json_integer(r->first_fail_pos >= 0 ? r->first_fail_pos : r->worst_pos));
         for (int l = 0; l < r->n_layer; l++) {
             const struct parity_layer *L = &r->layers[l];
             json_t *x = json_object();
@@ -388,8 +401,7 @@ json_t *parity_result_json(const struct parity_result *r)
                 json_object_set_new(x, "same_expert_set", json_integer(L->n_same));
                 json_object_set_new(x, "different_expert_set", json_integer(L->n_diff));
                 json_object_set_new(x, "different_near_tie", json_integer(L->n_diff_near_tie));
-                json_object_set_new(x, "first_different_position",
-                                    json_integer(L->first_diff_pos));
+                json_object_set_new(x, "first_different_position", json_integer(L->first_diff_pos));
                 json_object_set_new(x, "ref_router_gap_min", parity_json_number(L->min_gap));
                 json_object_set_new(x, "ref_router_gap_max", parity_json_number(L->max_gap));
             }
@@ -430,14 +442,18 @@ void parity_print(FILE *f, const struct parity_result *r)
     for (int i = 0; i < 4; i++)
         fprintf(f, "  %-14s %12.6g %12.6g %12.6g %12.6g %12.6g   %s\n", rows[i].name,
                 rows[i].s->min, rows[i].s->mean, rows[i].s->p1, rows[i].s->p99, rows[i].s->max,
-                i == 0 ? t0 : i == 1 ? t1 : rows[i].thr);
+                i == 0   ? t0
+                : i == 1 ? t1
+                         : rows[i].thr);
     fprintf(f, "  argmax: %d MATCH, %d TIE_FLIP (near tie < %g), %d WRONG, %d NONFINITE\n",
             r->n_match, r->n_tie_flip, r->cfg.near_tie, r->n_wrong, r->n_nonfinite);
     if (r->worst_pos >= 0) {
         const struct parity_pos *w = &r->pos[r->worst_pos];
-        fprintf(f, "  worst position %d: cosine %.6f, KLD %.4g, max |dlogit| %.4g, top-5 %d/5,"
-                " argmax ref %d test %d (%s)\n", r->worst_pos, w->cosine, w->kld,
-                w->max_abs_diff, w->top5, w->ref_top, w->test_top, parity_class_name(w->cls));
+        fprintf(f,
+                "  worst position %d: cosine %.6f, KLD %.4g, max |dlogit| %.4g, top-5 %d/5,"
+                " argmax ref %d test %d (%s)\n",
+                r->worst_pos, w->cosine, w->kld, w->max_abs_diff, w->top5, w->ref_top, w->test_top,
+                parity_class_name(w->cls));
     }
     if (r->localized) {
         int at = r->first_fail_pos >= 0 ? r->first_fail_pos : r->worst_pos;
@@ -449,16 +465,16 @@ void parity_print(FILE *f, const struct parity_result *r)
             fprintf(f, "none (the divergence is after the last layer)\n");
         fprintf(f, "  %-6s %14s %14s", "layer", "hidden cos@pos", "min (pos)");
         if (r->is_moe)
-            fprintf(f, " %10s %10s %9s %12s %12s", "same-set", "diff-set", "near-tie",
-                    "min gap", "max gap");
+            fprintf(f, " %10s %10s %9s %12s %12s", "same-set", "diff-set", "near-tie", "min gap",
+                    "max gap");
         fprintf(f, "\n");
         for (int l = 0; l < r->n_layer; l++) {
             const struct parity_layer *L = &r->layers[l];
             fprintf(f, "  %-6d %14.6f %9.6f (%d)", l, L->hidden_cosine, L->hidden_cosine_min,
                     L->hidden_cosine_min_pos);
             if (r->is_moe)
-                fprintf(f, " %10d %10d %9d %12.4g %12.4g", L->n_same, L->n_diff,
-                        L->n_diff_near_tie, L->min_gap, L->max_gap);
+                fprintf(f, " %10d %10d %9d %12.4g %12.4g", L->n_same, L->n_diff, L->n_diff_near_tie,
+                        L->min_gap, L->max_gap);
             fprintf(f, "\n");
         }
     }
@@ -544,8 +560,10 @@ static int build_sequence(struct parity_session *s, const int32_t *tokens, int n
         if (rc)
             return rc;
         if (s->n < PARITY_MIN_POSITIONS)
-            return err_set(err, ERR_INPUT, "the chat conversation has %d tokens, fewer than the"
-                           " %d positions parity needs", s->n, PARITY_MIN_POSITIONS);
+            return err_set(err, ERR_INPUT,
+                           "the chat conversation has %d tokens, fewer than the"
+                           " %d positions parity needs",
+                           s->n, PARITY_MIN_POSITIONS);
         return 0;
     }
     if (!tokens)
@@ -560,8 +578,10 @@ static int build_sequence(struct parity_session *s, const int32_t *tokens, int n
     if (tokens) {
         for (int i = 0; i < n; i++)
             if (tokens[i] < 0 || (uint32_t)tokens[i] >= V)
-                return err_set(err, ERR_INPUT, "token id %d at position %d is out of range"
-                               " (vocabulary has %u tokens)", (int)tokens[i], i, V);
+                return err_set(err, ERR_INPUT,
+                               "token id %d at position %d is out of range"
+                               " (vocabulary has %u tokens)",
+                               (int)tokens[i], i, V);
         memcpy(s->tokens, tokens, (size_t)n * sizeof *tokens);
     } else {
         mode_tokens(PARITY_TOKEN_SEED, V, n, s->tokens);
@@ -577,10 +597,9 @@ static int build_sequence(struct parity_session *s, const int32_t *tokens, int n
     return 0;
 }
 
-int parity_session_open(struct parity_session **out, const struct model *m,
-                        const struct mode *mode, const int32_t *tokens, int n,
-                        const struct parity_config *cfg, int n_threads, int with_taps,
-                        struct gate_err *err)
+int parity_session_open(struct parity_session **out, const struct model *m, const struct mode *mode,
+                        const int32_t *tokens, int n, const struct parity_config *cfg,
+                        int n_threads, int with_taps, struct gate_err *err)
 {
     *out = NULL;
     int rc;
@@ -655,7 +674,9 @@ static int localize(struct parity_session *s, struct parity_result *r, struct ga
         return err_set(err, ERR_ENV, "out of memory");
     r->n_layer = L;
     r->is_moe = hp->n_expert > 0;
-    const int at = r->first_fail_pos >= 0 ? r->first_fail_pos : r->worst_pos >= 0 ? r->worst_pos : 0;
+    const int at = r->first_fail_pos >= 0 ? r->first_fail_pos
+                   : r->worst_pos >= 0    ? r->worst_pos
+                                          : 0;
     const struct backend_taps *J = &s->judge_taps, *S = &s->subj_taps;
     for (int l = 0; l < L; l++) {
         struct parity_layer *x = &r->layers[l];
@@ -703,16 +724,17 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
     memset(out, 0, sizeof *out);
     if (!cfg)
         cfg = &s->cfg;
-    if ((rc = fault_validate(faults, (int)hp->n_layer, hp->n_expert > 0,
-                             (int)hp->n_expert_used, err)))
+    if ((rc = fault_validate(faults, (int)hp->n_layer, hp->n_expert > 0, (int)hp->n_expert_used,
+                             err)))
         return rc;
     for (int i = 0; faults && i < faults->n; i++)
         if (faults->f[i].pos_lo >= s->n) {
             char name[96];
             fault_format(&faults->f[i], name, sizeof name);
-            return err_set(err, ERR_INPUT, "fault '%s': position scope starts at %d but the"
-                           " sequence has %d positions (0-%d)", name, faults->f[i].pos_lo, s->n,
-                           s->n - 1);
+            return err_set(err, ERR_INPUT,
+                           "fault '%s': position scope starts at %d but the"
+                           " sequence has %d positions (0-%d)",
+                           name, faults->f[i].pos_lo, s->n, s->n - 1);
         }
     backend_set_faults(s->subject, faults); /* copied; cleared again below */
     rc = mode_run_taps(s->subject, s->mode.path, s->tokens, s->n, s->turn_ends, s->n_turns,
@@ -734,8 +756,8 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
     return 0;
 }
 
-static int taps_differ_route(const struct backend_taps *a, const struct backend_taps *b,
-                             size_t i, int k)
+static int taps_differ_route(const struct backend_taps *a, const struct backend_taps *b, size_t i,
+                             int k)
 {
     for (int j = 0; j < k; j++)
         if (a->experts[i * (size_t)k + (size_t)j] != b->experts[i * (size_t)k + (size_t)j] ||
@@ -745,8 +767,8 @@ static int taps_differ_route(const struct backend_taps *a, const struct backend_
     return 0;
 }
 
-int parity_session_witness(struct parity_session *s, enum fault_kind kind,
-                           struct parity_witness *w, struct gate_err *err)
+int parity_session_witness(struct parity_session *s, enum fault_kind kind, struct parity_witness *w,
+                           struct gate_err *err)
 {
     const struct model_hparams *hp = &s->m->hp;
     memset(w, 0, sizeof *w);
@@ -780,8 +802,8 @@ int parity_session_witness(struct parity_session *s, enum fault_kind kind,
                 w->fired = 1;
                 w->layer = l;
                 w->pos = p;
-                snprintf(w->what, sizeof w->what, "%s", routing ? "chosen experts / weights"
-                                                                : "hidden state after the layer");
+                snprintf(w->what, sizeof w->what, "%s",
+                         routing ? "chosen experts / weights" : "hidden state after the layer");
             }
         }
     return 0;
@@ -796,8 +818,8 @@ int parity_run(const struct model *m, const struct mode *mode, const struct faul
     struct parity_session *s = NULL;
     memset(out, 0, sizeof *out);
     const struct model_hparams *hp = &m->hp;
-    int rc = fault_validate(faults, (int)hp->n_layer, hp->n_expert > 0,
-                            (int)hp->n_expert_used, err);
+    int rc =
+        fault_validate(faults, (int)hp->n_layer, hp->n_expert > 0, (int)hp->n_expert_used, err);
     if (!rc)
         rc = parity_session_open(&s, m, mode, tokens, n, cfg, n_threads, 1, err);
     if (!rc)

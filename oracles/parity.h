@@ -18,8 +18,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "engine/backend.h"
 #include "base/err.h"
+#include "engine/backend.h"
 #include "engine/model.h"
 #include "faults/fault.h"
 #include "oracles/mode.h"
@@ -62,7 +62,7 @@ struct parity_pos {
     double max_abs_diff; /* max_i |ref_i - test_i| */
     int top5;            /* |top5(ref) ∩ top5(test)|, 0..5 */
     int ref_top, test_top;
-    double ref_gap;      /* ref[ref_top] - ref[test_top], or ref's top-1/top-2 gap on a MATCH */
+    double ref_gap; /* ref[ref_top] - ref[test_top], or ref's top-1/top-2 gap on a MATCH */
     enum parity_class cls;
 };
 
@@ -75,7 +75,7 @@ struct parity_stat {
 
 /* Localization, per layer (filled by parity_run on FAIL when both sides give taps). */
 struct parity_layer {
-    double hidden_cosine; /* residual stream after the layer, at the first failing position */
+    double hidden_cosine;     /* residual stream after the layer, at the first failing position */
     double hidden_cosine_min; /* ... minimum over all positions */
     int hidden_cosine_min_pos;
     /* MoE only (n_same + n_diff == n_pos): positions choosing the same expert set */
@@ -88,24 +88,24 @@ struct parity_layer {
 struct parity_result {
     struct parity_config cfg;
     int n_pos, n_vocab;
-    int pass;            /* 1 PASS, 0 FAIL */
-    char reason[320];    /* one line: why it passed or which metric rejected it, where */
+    int pass;         /* 1 PASS, 0 FAIL */
+    char reason[320]; /* one line: why it passed or which metric rejected it, where */
     struct parity_stat cosine, kld, max_abs_diff, top5;
     int n_match, n_tie_flip, n_wrong, n_nonfinite;
-    int first_nonfinite_pos;  /* -1 when all finite */
-    int nonfinite_in_ref;     /* 1: the judge's own logits were non-finite there */
-    int worst_pos;            /* position of the largest KL (-1 when none) */
-    int first_fail_pos;       /* first position breaking a per-position rule (-1 when none) */
-    struct parity_pos *pos;   /* n_pos, owned */
+    int first_nonfinite_pos; /* -1 when all finite */
+    int nonfinite_in_ref;    /* 1: the judge's own logits were non-finite there */
+    int worst_pos;           /* position of the largest KL (-1 when none) */
+    int first_fail_pos;      /* first position breaking a per-position rule (-1 when none) */
+    struct parity_pos *pos;  /* n_pos, owned */
     /* localization */
-    int localized;            /* 1 when layers[] is filled */
+    int localized; /* 1 when layers[] is filled */
     int is_moe;
     int n_layer;
-    int first_bad_layer;      /* first layer with hidden_cosine < min_cosine, -1 when none */
+    int first_bad_layer;         /* first layer with hidden_cosine < min_cosine, -1 when none */
     struct parity_layer *layers; /* n_layer, owned */
     /* provenance, filled by parity_run */
     char mode[32];
-    int chat_fallback;        /* chat mode used the fallback conversation */
+    int chat_fallback; /* chat mode used the fallback conversation */
     int n_faults;
     char faults[FAULT_MAX][96];
 };
@@ -149,10 +149,9 @@ struct parity_session;
 /* Open a session: build the sequence as parity_run does, open the judge (ref, no faults) and
  * run it once with taps, open the subject without faults. with_taps 0 skips the
  * taps (no localization, no witness). */
-int parity_session_open(struct parity_session **out, const struct model *m,
-                        const struct mode *mode, const int32_t *tokens, int n,
-                        const struct parity_config *cfg, int n_threads, int with_taps,
-                        struct gate_err *err);
+int parity_session_open(struct parity_session **out, const struct model *m, const struct mode *mode,
+                        const int32_t *tokens, int n, const struct parity_config *cfg,
+                        int n_threads, int with_taps, struct gate_err *err);
 void parity_session_close(struct parity_session *s);
 
 /* The sequence length of the session. */
@@ -176,8 +175,8 @@ struct parity_witness {
     int n_route_diff;  /* (layer, position) pairs whose experts or weights differ */
     int n_hidden_diff; /* (layer, position) pairs whose hidden state differs */
 };
-int parity_session_witness(struct parity_session *s, enum fault_kind kind,
-                           struct parity_witness *w, struct gate_err *err);
+int parity_session_witness(struct parity_session *s, enum fault_kind kind, struct parity_witness *w,
+                           struct gate_err *err);
 
 #ifdef __cplusplus
 }

@@ -25,9 +25,9 @@
 #include "kernels/k_test.h"
 #endif
 
-static const char *const FAMILIES[] = {"gemv",    "gemv_experts", "gemv_swiglu", "gemm",
-                                       "embed",   "argmax",       "rmsnorm",     "qk_norm_rope",
-                                       "attention", "route",      "moe_sum"};
+static const char *const FAMILIES[] = {"gemv",      "gemv_experts", "gemv_swiglu", "gemm",
+                                       "embed",     "argmax",       "rmsnorm",     "qk_norm_rope",
+                                       "attention", "route",        "moe_sum"};
 
 const char *const *selftest_families(int *n)
 {
@@ -41,7 +41,8 @@ int selftest_device(char *name, size_t n, struct gate_err *err)
 {
     if (n)
         name[0] = '\0';
-    return err_set(err, ERR_ENV, "this build has no CUDA backend (configured with GATE_CUDA=OFF"
+    return err_set(err, ERR_ENV,
+                   "this build has no CUDA backend (configured with GATE_CUDA=OFF"
                    " or without nvcc)");
 }
 
@@ -131,7 +132,8 @@ static void compare_ids(struct run *r, struct selftest_case *c, const int32_t *g
     free(b);
 }
 
-/* ---- deterministic inputs --------------------------------------------------------------------- */
+/* ---- deterministic inputs ---------------------------------------------------------------------
+ */
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -171,28 +173,27 @@ static void *make_weight(int type, int64_t rows, int64_t cols, uint64_t seed, fl
     return q;
 }
 
-#define TRY(expr)                                                                                \
-    do {                                                                                         \
-        if ((rc = (expr)))                                                                       \
-            goto done;                                                                           \
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        if ((rc = (expr)))                                                                         \
+            goto done;                                                                             \
     } while (0)
-#define NEED(p)                                                                                  \
-    do {                                                                                         \
-        if (!(p)) {                                                                              \
-            rc = err_set(r->err, ERR_ENV, "selftest: out of host memory");                      \
-            goto done;                                                                           \
-        }                                                                                        \
+#define NEED(p)                                                                                    \
+    do {                                                                                           \
+        if (!(p)) {                                                                                \
+            rc = err_set(r->err, ERR_ENV, "selftest: out of host memory");                         \
+            goto done;                                                                             \
+        }                                                                                          \
     } while (0)
 
 /* ---- GEMV (plain, experts, fused SwiGLU) and the cuBLAS GEMM ------------------------------- */
 
-static const int GEMV_TYPES[] = {QUANT_F32, QUANT_F16, QUANT_BF16, QUANT_Q8_0,
+static const int GEMV_TYPES[] = {QUANT_F32,  QUANT_F16,  QUANT_BF16, QUANT_Q8_0,
                                  QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
 
 static int64_t cols_for(int type, int which)
 {
-    static const int64_t plain[] = {100, 96, 1000}, q8[] = {32, 96, 1280},
-                         kq[] = {256, 768, 1280};
+    static const int64_t plain[] = {100, 96, 1000}, q8[] = {32, 96, 1280}, kq[] = {256, 768, 1280};
     if (quant_block_size(type) == 1)
         return plain[which];
     return quant_block_size(type) == 32 ? q8[which] : kq[which];
@@ -224,8 +225,7 @@ static int check_gemv(struct run *r)
                             const float d = dotq_f32(deq + o * cols, x + v * cols, cols);
                             want[v * rows + o] = acc ? want[v * rows + o] + d : d;
                         }
-                    rc = k_test_gemv(type, w, rows, cols, 1, NULL, 1, x, nv, nv, acc, got,
-                                     r->err);
+                    rc = k_test_gemv(type, w, rows, cols, 1, NULL, 1, x, nv, nv, acc, got, r->err);
                     if (!rc) {
                         struct selftest_case c;
                         case_init(&c, "gemv", "y");
@@ -283,9 +283,11 @@ static int check_experts(struct run *r, int swiglu)
                 if (!rc) {
                     struct selftest_case c;
                     case_init(&c, swiglu ? "gemv_swiglu" : "gemv_experts", "y");
-                    snprintf(c.shape, sizeof c.shape, "%s %d experts rows %lld cols %lld tok %d"
-                             " top%d %s", quant_name(type), X, (long long)rows, (long long)cols,
-                             n_tok, k, style == 0 ? "shared input" : "input per slot");
+                    snprintf(c.shape, sizeof c.shape,
+                             "%s %d experts rows %lld cols %lld tok %d"
+                             " top%d %s",
+                             quant_name(type), X, (long long)rows, (long long)cols, n_tok, k,
+                             style == 0 ? "shared input" : "input per slot");
                     compare(r, &c, got, want, nv * rows);
                 }
             }
@@ -299,8 +301,8 @@ static int check_experts(struct run *r, int swiglu)
 static int check_gemm(struct run *r)
 {
     int rc = 0;
-    static const int TYPES[] = {QUANT_F16, QUANT_BF16, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q5_K,
-                                QUANT_Q6_K};
+    static const int TYPES[] = {QUANT_F16,  QUANT_BF16, QUANT_Q8_0,
+                                QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
     static const int NTOK[] = {1, 8, 300};
     const int64_t rows = 300;
     for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++)
@@ -464,8 +466,8 @@ static int check_qk_norm_rope(struct run *r)
             const int faulted = si % 2 == 1;
             if (faulted) {
                 fs.n = 1;
-                fs.f[0] = (struct fault_spec){FAULT_SKIP_QK_NORM, 0, layer, layer, s->pos0,
-                                              s->pos0 + 1};
+                fs.f[0] =
+                    (struct fault_spec){FAULT_SKIP_QK_NORM, 0, layer, layer, s->pos0, s->pos0 + 1};
             }
             float *q = malloc((size_t)n * nh * hd * 4), *k = malloc((size_t)n * kvd * 4);
             float *v = malloc((size_t)n * kvd * 4), *qn = malloc((size_t)hd * 4);
@@ -474,8 +476,7 @@ static int check_qk_norm_rope(struct run *r)
             float *sn = malloc((size_t)n_ctx * (hd / 2) * 4);
             float *qw = malloc((size_t)n * nh * hd * 4), *kcw = calloc(cache, 4);
             float *vcw = calloc(cache, 4), *kcg = calloc(cache, 4), *vcg = calloc(cache, 4);
-            if (!q || !k || !v || !qn || !kn || !cs || !sn || !qw || !kcw || !vcw || !kcg ||
-                !vcg) {
+            if (!q || !k || !v || !qn || !kn || !cs || !sn || !qw || !kcw || !vcw || !kcg || !vcg) {
                 rc = err_set(r->err, ERR_ENV, "selftest: out of host memory");
             } else {
                 fill(q, (int64_t)n * nh * hd, 61 + si, 2.0f);
@@ -490,26 +491,26 @@ static int check_qk_norm_rope(struct run *r)
                     const int skip = fault_skips_qk_norm(&fs, layer, pos);
                     for (int h = 0; h < nh; h++)
                         ref_norm_rope(qw + ((size_t)t * nh + h) * hd, qn, cs + pos * half,
-                                       sn + pos * half, hd, 1e-6f, skip);
+                                      sn + pos * half, hd, 1e-6f, skip);
                     float kt[1024];
                     memcpy(kt, k + (size_t)t * kvd, (size_t)kvd * 4);
                     for (int h = 0; h < nkv; h++)
-                        ref_norm_rope(kt + (size_t)h * hd, kn, cs + pos * half, sn + pos * half,
-                                       hd, 1e-6f, skip);
+                        ref_norm_rope(kt + (size_t)h * hd, kn, cs + pos * half, sn + pos * half, hd,
+                                      1e-6f, skip);
                     for (int i = 0; i < kvd; i++) {
                         kcw[(size_t)pos * kvd + i] = f32 ? kt[i] : round16(kt[i]);
                         vcw[(size_t)pos * kvd + i] =
                             f32 ? v[(size_t)t * kvd + i] : round16(v[(size_t)t * kvd + i]);
                     }
                 }
-                rc = k_test_qk_norm_rope(q, k, v, n, s->pos0, layer, nh, nkv, hd, qn, kn, 1e-6f,
-                                         cs, sn, n_ctx, f32, &fs, kcg, vcg, r->err);
+                rc = k_test_qk_norm_rope(q, k, v, n, s->pos0, layer, nh, nkv, hd, qn, kn, 1e-6f, cs,
+                                         sn, n_ctx, f32, &fs, kcg, vcg, r->err);
                 if (!rc) {
                     struct selftest_case c;
                     const char *row = f32 ? "qk_norm_rope" : "qk_norm_rope_f16";
                     char shape[160];
-                    snprintf(shape, sizeof shape, "hd %d heads %d/%d tokens %d at %d, KV %s%s",
-                             hd, nh, nkv, n, s->pos0, f32 ? "FP32" : "FP16",
+                    snprintf(shape, sizeof shape, "hd %d heads %d/%d tokens %d at %d, KV %s%s", hd,
+                             nh, nkv, n, s->pos0, f32 ? "FP32" : "FP16",
                              faulted ? ", skip_qk_norm at 2 positions" : "");
                     case_init(&c, "qk_norm_rope", "q");
                     snprintf(c.shape, sizeof c.shape, "%s", shape);
@@ -556,16 +557,16 @@ static int check_attention(struct run *r)
                     for (int h = 0; h < nh; h++)
                         ref_attn_head(q + ((size_t)t * nh + h) * hd,
                                       kc + (size_t)(h / (nh / nkv)) * hd,
-                                      vc + (size_t)(h / (nh / nkv)) * hd, (size_t)kvd,
-                                      sh->pos0 + t, hd, s, want + ((size_t)t * nh + h) * hd);
-                rc = k_test_attention(q, kc, vc, f32, n, sh->pos0, nh, nkv, hd, n_ctx, got,
-                                      r->err);
+                                      vc + (size_t)(h / (nh / nkv)) * hd, (size_t)kvd, sh->pos0 + t,
+                                      hd, s, want + ((size_t)t * nh + h) * hd);
+                rc = k_test_attention(q, kc, vc, f32, n, sh->pos0, nh, nkv, hd, n_ctx, got, r->err);
                 if (!rc) {
                     struct selftest_case c;
                     case_init(&c, "attention", "out");
-                    snprintf(c.shape, sizeof c.shape, "hd %d heads %d/%d (GQA %d) tokens %d at"
-                             " %d, KV %s", hd, nh, nkv, nh / nkv, n, sh->pos0,
-                             f32 ? "FP32" : "FP16");
+                    snprintf(c.shape, sizeof c.shape,
+                             "hd %d heads %d/%d (GQA %d) tokens %d at"
+                             " %d, KV %s",
+                             hd, nh, nkv, nh / nkv, n, sh->pos0, f32 ? "FP32" : "FP16");
                     compare(r, &c, got, want, (int64_t)qn);
                 }
             }
@@ -576,7 +577,8 @@ static int check_attention(struct run *r)
     return 0;
 }
 
-/* ---- routing and the weighted sum ------------------------------------------------------------- */
+/* ---- routing and the weighted sum -------------------------------------------------------------
+ */
 
 static int check_route(struct run *r)
 {
@@ -589,8 +591,8 @@ static int check_route(struct run *r)
             struct fault_set fs = {0};
             if (fk >= 0) { /* each routing fault on positions 11-13, rank 1 (or 0 when k = 1) */
                 fs.n = 1;
-                fs.f[0] = (struct fault_spec){(enum fault_kind)fk, k > 1 ? 1 : 0, 0, 1000,
-                                              pos0 + 1, pos0 + 3};
+                fs.f[0] = (struct fault_spec){
+                    (enum fault_kind)fk, k > 1 ? 1 : 0, 0, 1000, pos0 + 1, pos0 + 3};
             }
             float *l = malloc((size_t)n * X * 4), *probs = malloc((size_t)X * 4);
             int32_t *ig = malloc((size_t)n * k * 4), *iw = malloc((size_t)n * k * 4);
@@ -606,9 +608,9 @@ static int check_route(struct run *r)
                 for (int i = 0; i < X; i++)
                     l[3 * X + i] = 0.5f;
                 for (int t = 0; t < n; t++) {
-                    struct route_result rr = route_select(l + (size_t)t * X, probs, X, k, 1, &fs,
-                                                          layer, pos0 + t, iw + (size_t)t * k,
-                                                          ww + (size_t)t * k);
+                    struct route_result rr =
+                        route_select(l + (size_t)t * X, probs, X, k, 1, &fs, layer, pos0 + t,
+                                     iw + (size_t)t * k, ww + (size_t)t * k);
                     kw[t] = rr.kth_logit, k1w[t] = rr.k1th_logit;
                 }
                 rc = k_test_route(l, n, X, k, layer, pos0, &fs, ig, wg, kg, k1g, r->err);
@@ -687,10 +689,10 @@ int selftest_kernels(const char *family, selftest_cmp_fn cmp, void *ctx, int *n_
     char name[160];
     int rc = k_test_device(name, sizeof name, err);
     int known = family == NULL;
-#define FAMILY(fname, call)                                                                      \
-    if (!rc && (!family || !strcmp(family, fname))) {                                            \
-        known = 1;                                                                               \
-        rc = call;                                                                               \
+#define FAMILY(fname, call)                                                                        \
+    if (!rc && (!family || !strcmp(family, fname))) {                                              \
+        known = 1;                                                                                 \
+        rc = call;                                                                                 \
     }
     FAMILY("gemv", check_gemv(&r));
     FAMILY("gemv_experts", check_experts(&r, 0));

@@ -15,10 +15,10 @@
 #include "base/err.h"
 
 struct selftest_case {
-    const char *family; /* "gemv", "attention", ... */
-    const char *twin;   /* the CPU twin it is compared with */
-    char shape[160];    /* the edge shape, e.g. "Q4_K rows 37 cols 768 vec 1" */
-    const char *what;   /* which output ("y", "ids", "kcache", ...) */
+    const char *family;          /* "gemv", "attention", ... */
+    const char *twin;            /* the CPU twin it is compared with */
+    char shape[160];             /* the edge shape, e.g. "Q4_K rows 37 cols 768 vec 1" */
+    const char *what;            /* which output ("y", "ids", "kcache", ...) */
     double max_nmse, atol, rtol; /* the family's tolerance */
 };
 

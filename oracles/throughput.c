@@ -99,8 +99,8 @@ static int phase_stats(const json_t *metrics, const char *phase, struct throughp
 enum gate_verdict throughput_judge(const json_t *settings, const json_t *metrics, json_t *checks,
                                    char *why, size_t n)
 {
-    static const char *const keys[] = {"runs", "prompt_tokens", "decode_tokens",
-                                       "min_prefill_tps", "min_decode_tps", "max_cv"};
+    static const char *const keys[] = {
+        "runs", "prompt_tokens", "decode_tokens", "min_prefill_tps", "min_decode_tps", "max_cv"};
     double v[6];
     for (int i = 0; i < 6; i++)
         if (gate_metric_num(settings, keys[i], &v[i])) {
@@ -121,16 +121,20 @@ enum gate_verdict throughput_judge(const json_t *settings, const json_t *metrics
     int fails = 0;
     char first[320] = "";
     if (!gate_check_num(checks, "prefill_runs", pre.n, "==", runs) |
-        !gate_check_num(checks, "decode_runs", dec.n, "==", runs) && !fails++)
+            !gate_check_num(checks, "decode_runs", dec.n, "==", runs) &&
+        !fails++)
         snprintf(first, sizeof first, "%d / %d timed runs recorded, settings ask for %g", pre.n,
                  dec.n, runs);
     if (!gate_check_num(checks, "timed_runs", dec.n, ">=", THROUGHPUT_MIN_RUNS) && !fails++)
         snprintf(first, sizeof first, "%d timed runs: a median needs at least %d", dec.n,
                  THROUGHPUT_MIN_RUNS);
     if (!gate_check_num(checks, "prompt_tokens", pt, "==", v[1]) |
-        !gate_check_num(checks, "decode_tokens", dt, "==", v[2]) && !fails++)
-        snprintf(first, sizeof first, "measured %g prompt / %g decode tokens, settings ask for"
-                 " %g / %g", pt, dt, v[1], v[2]);
+            !gate_check_num(checks, "decode_tokens", dt, "==", v[2]) &&
+        !fails++)
+        snprintf(first, sizeof first,
+                 "measured %g prompt / %g decode tokens, settings ask for"
+                 " %g / %g",
+                 pt, dt, v[1], v[2]);
     if (fails) {
         say(why, n, "%s", first);
         return GATE_FAIL;
@@ -146,8 +150,10 @@ enum gate_verdict throughput_judge(const json_t *settings, const json_t *metrics
         return GATE_ERROR;
     }
     if (!gate_check_num(checks, "prefill_tps_median", pre.median, ">=", min_pre) && !fails++)
-        snprintf(first, sizeof first, "prefill %.1f tokens/s (median of %d) is below the floor"
-                 " %g", pre.median, pre.n, min_pre);
+        snprintf(first, sizeof first,
+                 "prefill %.1f tokens/s (median of %d) is below the floor"
+                 " %g",
+                 pre.median, pre.n, min_pre);
     if (!gate_check_num(checks, "decode_tps_median", dec.median, ">=", min_dec) && !fails++)
         snprintf(first, sizeof first, "decode %.1f tokens/s (median of %d) is below the floor %g",
                  dec.median, dec.n, min_dec);
@@ -180,26 +186,35 @@ int throughput_gate(const struct model *m, const struct mode *mode,
     out->verdict = GATE_FAIL;
     mode_format(mode, out->mode, sizeof out->mode);
     if (cfg->runs < 1 || cfg->runs > THROUGHPUT_MAX_RUNS || cfg->warmup < 0 || P < 1 || D < 1)
-        return err_set(err, ERR_INPUT, "throughput: runs %d (1-%d), warmup %d, prompt %d and"
-                       " decode %d tokens (>= 1) are required", cfg->runs, THROUGHPUT_MAX_RUNS,
-                       cfg->warmup, P, D);
+        return err_set(err, ERR_INPUT,
+                       "throughput: runs %d (1-%d), warmup %d, prompt %d and"
+                       " decode %d tokens (>= 1) are required",
+                       cfg->runs, THROUGHPUT_MAX_RUNS, cfg->warmup, P, D);
     if (mode->path == MODE_CHAT && P < THROUGHPUT_CHAT_TURNS)
-        return err_set(err, ERR_INPUT, "throughput: the chat path needs prompt_tokens >= %d"
-                       " (six turns), got %d", THROUGHPUT_CHAT_TURNS, P);
+        return err_set(err, ERR_INPUT,
+                       "throughput: the chat path needs prompt_tokens >= %d"
+                       " (six turns), got %d",
+                       THROUGHPUT_CHAT_TURNS, P);
     for (int i = 0; i < THROUGHPUT_CHAT_TURNS; i++)
         turn_ends[i] = (int)((long)P * (i + 1) / THROUGHPUT_CHAT_TURNS);
     switch (mode->path) {
     case MODE_DECODE:
-        snprintf(out->prompt_path, sizeof out->prompt_path, "decode: %d prompt tokens one"
-                 " forward each", P);
+        snprintf(out->prompt_path, sizeof out->prompt_path,
+                 "decode: %d prompt tokens one"
+                 " forward each",
+                 P);
         break;
     case MODE_PREFILL:
-        snprintf(out->prompt_path, sizeof out->prompt_path, "prefill: %d tokens in one batched"
-                 " forward, %d one forward each", P / 2, P - P / 2);
+        snprintf(out->prompt_path, sizeof out->prompt_path,
+                 "prefill: %d tokens in one batched"
+                 " forward, %d one forward each",
+                 P / 2, P - P / 2);
         break;
     default:
-        snprintf(out->prompt_path, sizeof out->prompt_path, "chat: %d tokens in 6 turns (user"
-                 " turns batched, replies one forward per token) on one cache", P);
+        snprintf(out->prompt_path, sizeof out->prompt_path,
+                 "chat: %d tokens in 6 turns (user"
+                 " turns batched, replies one forward per token) on one cache",
+                 P);
     }
     out->prompt_tokens = P;
     out->decode_tokens = D;
@@ -219,8 +234,8 @@ int throughput_gate(const struct model *m, const struct mode *mode,
     for (int r = 0; r < cfg->warmup + cfg->runs; r++) {
         double a = now_s();
         /* the mode's own path from an empty cache (mode_run truncates first) */
-        if ((rc = mode_run(b, mode->path, tokens, P, turn_ends, THROUGHPUT_CHAT_TURNS, logits,
-                           err)))
+        if ((rc =
+                 mode_run(b, mode->path, tokens, P, turn_ends, THROUGHPUT_CHAT_TURNS, logits, err)))
             goto done;
         double mid = now_s();
         for (int t = 0; t < D; t++)
@@ -251,9 +266,11 @@ int throughput_gate(const struct model *m, const struct mode *mode,
     out->verdict = throughput_judge(settings, out->metrics, out->checks, why, sizeof why);
     out->pass = out->verdict == GATE_PASS;
     if (out->pass)
-        snprintf(out->reason, sizeof out->reason, "PASS: prefill %.1f tokens/s (floor %g), decode"
-                 " %.1f tokens/s (floor %g)", out->prefill.median, cfg->min_prefill_tps,
-                 out->decode.median, cfg->min_decode_tps);
+        snprintf(out->reason, sizeof out->reason,
+                 "PASS: prefill %.1f tokens/s (floor %g), decode"
+                 " %.1f tokens/s (floor %g)",
+                 out->prefill.median, cfg->min_prefill_tps, out->decode.median,
+                 cfg->min_decode_tps);
     else
         snprintf(out->reason, sizeof out->reason, "%s: %.300s", gate_verdict_name(out->verdict),
                  why);
@@ -303,8 +320,10 @@ void throughput_print(FILE *f, const struct throughput_result *r)
     fprintf(f, "  prompt path: %s; then %d decode steps\n", r->prompt_path, r->decode_tokens);
     const struct throughput_stats *s[2] = {&r->prefill, &r->decode};
     for (int i = 0; i < 2; i++)
-        fprintf(f, "  %-8s %10.2f tokens/s median of %d (min %.2f, max %.2f, spread %.2f, CV"
-                " %.1f%%%s)\n", i ? "decode" : "prefill", s[i]->median, s[i]->n, s[i]->min,
-                s[i]->max, s[i]->spread, 100 * s[i]->cv, s[i]->noisy ? ", NOISY" : "");
+        fprintf(f,
+                "  %-8s %10.2f tokens/s median of %d (min %.2f, max %.2f, spread %.2f, CV"
+                " %.1f%%%s)\n",
+                i ? "decode" : "prefill", s[i]->median, s[i]->n, s[i]->min, s[i]->max, s[i]->spread,
+                100 * s[i]->cv, s[i]->noisy ? ", NOISY" : "");
     fprintf(f, "  %s\n", r->reason);
 }

@@ -30,18 +30,18 @@ extern "C" {
 #endif
 
 #define THROUGHPUT_MAX_RUNS 64
-#define THROUGHPUT_MIN_RUNS 3      /* DESIGN.md: the median of >= 3 timed runs */
-#define THROUGHPUT_MAX_CV 0.5      /* default max_cv (the gate table's, harness/gatedef.c) */
-#define THROUGHPUT_CHAT_TURNS 6    /* the chat path's prompt: six equal segments */
+#define THROUGHPUT_MIN_RUNS 3   /* DESIGN.md: the median of >= 3 timed runs */
+#define THROUGHPUT_MAX_CV 0.5   /* default max_cv (the gate table's, harness/gatedef.c) */
+#define THROUGHPUT_CHAT_TURNS 6 /* the chat path's prompt: six equal segments */
 
 struct throughput_config {
-    int runs;            /* timed runs (>= 3 for a gate; default 3) */
-    int warmup;          /* untimed runs first (default 1) */
-    int prompt_tokens;   /* prompt length along the mode's path (default 512) */
-    int decode_tokens;   /* decode steps after the prompt (default 128) */
-    int n_threads;       /* not a setting: how this host runs */
+    int runs;                               /* timed runs (>= 3 for a gate; default 3) */
+    int warmup;                             /* untimed runs first (default 1) */
+    int prompt_tokens;                      /* prompt length along the mode's path (default 512) */
+    int decode_tokens;                      /* decode steps after the prompt (default 128) */
+    int n_threads;                          /* not a setting: how this host runs */
     double min_prefill_tps, min_decode_tps; /* floors; 0 = none declared */
-    double max_cv;       /* above this CV in either phase the host is too noisy (default 0.5) */
+    double max_cv; /* above this CV in either phase the host is too noisy (default 0.5) */
 };
 
 void throughput_config_default(struct throughput_config *c);
@@ -63,15 +63,15 @@ int throughput_stats(const double *x, int n, struct throughput_stats *out);
 struct throughput_result {
     char mode[32];
     char backend[16], device[128];
-    char prompt_path[128];                   /* what the prompt phase measured */
+    char prompt_path[128];                    /* what the prompt phase measured */
     int prompt_tokens, decode_tokens, warmup; /* as measured */
-    double load_s;                           /* backend open, never counted */
-    struct throughput_stats prefill, decode; /* tokens per second */
-    enum gate_verdict verdict;               /* throughput_judge(settings, metrics) */
-    int pass;                                /* verdict == GATE_PASS */
+    double load_s;                            /* backend open, never counted */
+    struct throughput_stats prefill, decode;  /* tokens per second */
+    enum gate_verdict verdict;                /* throughput_judge(settings, metrics) */
+    int pass;                                 /* verdict == GATE_PASS */
     char reason[320];
-    json_t *metrics;                         /* owned: what the judge reads */
-    json_t *checks;                          /* owned */
+    json_t *metrics; /* owned: what the judge reads */
+    json_t *checks;  /* owned */
 };
 
 void throughput_result_free(struct throughput_result *r);

@@ -329,8 +329,8 @@ static int check_schema_readonly(struct store *s, struct gate_err *err)
     if (rc)
         return rc;
     if (!has_table)
-        return err_set(err, ERR_INPUT,
-                       "'%s' is not a gate receipt store (no schema_version table)", s->path);
+        return err_set(err, ERR_INPUT, "'%s' is not a gate receipt store (no schema_version table)",
+                       s->path);
     if ((rc = query_int(s, "SELECT max(version) FROM schema_version", 0, &version, err)))
         return rc;
     if (version > STORE_SCHEMA_VERSION)
@@ -519,11 +519,11 @@ cleanup:
 
 /* One receipt whose signature verifies, as the chain sees it. */
 struct link {
-    char hash[65];  /* recomputed from payload and signature */
-    char prev[65];  /* the signed prev_hash */
-    char key[80];   /* the signed key_id */
-    int64_t id;     /* row id; 0 for an import line not stored yet */
-    int64_t depth;  /* receipts in the chain ending here (1 for a key's first); -1 when broken */
+    char hash[65]; /* recomputed from payload and signature */
+    char prev[65]; /* the signed prev_hash */
+    char key[80];  /* the signed key_id */
+    int64_t id;    /* row id; 0 for an import line not stored yet */
+    int64_t depth; /* receipts in the chain ending here (1 for a key's first); -1 when broken */
 };
 
 /* Links in id order with two open-addressing tables of indices (-1 empty): by recomputed hash,
@@ -732,9 +732,11 @@ static int key_head(struct store *s, const struct key_pair *k, char hex[65], str
             !json_string_value(json_object_get(p, "key_id")) ||
             strcmp(json_string_value(json_object_get(p, "key_id")), k->id) != 0 ||
             receipt_verify(payload, len, k->pk, sig) != 0) {
-            rc = err_set(err, ERR_RUNTIME, "receipt store '%s': the newest receipt signed by %s"
+            rc = err_set(err, ERR_RUNTIME,
+                         "receipt store '%s': the newest receipt signed by %s"
                          " cannot be verified (damaged, or out of memory); not extending its"
-                         " chain", s->path, k->id);
+                         " chain",
+                         s->path, k->id);
             goto cleanup;
         }
         receipt_hash(payload, len, sig, hex);
@@ -1115,8 +1117,8 @@ int store_write_head(struct store *s, const struct key_pair *k, char head_hash[6
     }
     receipt_nonce(nonce);
     utc_now(now);
-    payload = json_pack("{s:I, s:s, s:s, s:s, s:s}", "count", (json_int_t)n, "head", head,
-                        "key_id", k->id, "nonce", nonce, "written_at", now);
+    payload = json_pack("{s:I, s:s, s:s, s:s, s:s}", "count", (json_int_t)n, "head", head, "key_id",
+                        k->id, "nonce", nonce, "written_at", now);
     if (!payload) {
         rc = err_set(err, ERR_ENV, "out of memory building a head record");
         goto cleanup;
@@ -1186,9 +1188,8 @@ int store_audit(struct store *s, struct store_audit *out, struct gate_err *err)
         goto cleanup;
     if ((rc = walk_core(&w, 0, audit_row, out, NULL, err)))
         goto cleanup;
-    rc = sqlite3_prepare_v2(s->db,
-                            "SELECT id, payload, signature, key_id, hash FROM heads ORDER BY id",
-                            -1, &st, NULL);
+    rc = sqlite3_prepare_v2(
+        s->db, "SELECT id, payload, signature, key_id, hash FROM heads ORDER BY id", -1, &st, NULL);
     if (rc != SQLITE_OK) {
         rc = db_fail(s, rc, "reading head records", err);
         goto cleanup;
@@ -1287,8 +1288,8 @@ static int export_line(struct export_ctx *x, const char *type, const char *paylo
     json_t *env = NULL;
     if (!pb || !sb)
         goto fail;
-    env = json_pack("{s:s, s:s, s:[{s:s, s:s}]}", "payloadType", type, "payload", pb,
-                    "signatures", "keyid", key_id, "sig", sb);
+    env = json_pack("{s:s, s:s, s:[{s:s, s:s}]}", "payloadType", type, "payload", pb, "signatures",
+                    "keyid", key_id, "sig", sb);
     if (!env || !(line = json_dumps(env, JSON_COMPACT | JSON_SORT_KEYS)))
         goto fail;
     if (fprintf(x->f, "%s\n", line) < 0)
@@ -1316,9 +1317,8 @@ static int export_row(void *vctx, const struct store_row *r)
 static int export_heads(struct store *s, struct export_ctx *x, struct gate_err *err)
 {
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(s->db,
-                                "SELECT payload, signature, key_id FROM heads ORDER BY id", -1,
-                                &st, NULL);
+    int rc = sqlite3_prepare_v2(s->db, "SELECT payload, signature, key_id FROM heads ORDER BY id",
+                                -1, &st, NULL);
     if (rc != SQLITE_OK) {
         rc = db_fail(s, rc, "reading head records", err);
         goto cleanup;
@@ -1392,8 +1392,8 @@ struct incoming {
     char prev_hash[65]; /* receipt: signed prev_hash */
     char cell[256];
     char verdict[16];
-    char head[65];      /* head record: the receipt hash it names */
-    int64_t count;      /* head record: that chain's length */
+    char head[65]; /* head record: the receipt hash it names */
+    int64_t count; /* head record: that chain's length */
     int line;
 };
 
@@ -1452,10 +1452,10 @@ static int parse_line(const char *path, int lineno, const char *text, struct inc
         if (head_parse(in->payload, in->len, in->sig, in->key_id, in->head, &in->count, why,
                        sizeof why) != 0 ||
             strcmp(in->key_id, keyid) != 0) {
-            rc = err_set(err, ERR_RUNTIME, "%s:%d: forged or corrupt head record (hash %.16s...): %s",
-                         path, lineno, in->hash,
-                         strcmp(in->key_id, keyid) ? "keyid differs from the payload's key_id"
-                                                   : why);
+            rc = err_set(
+                err, ERR_RUNTIME, "%s:%d: forged or corrupt head record (hash %.16s...): %s", path,
+                lineno, in->hash,
+                strcmp(in->key_id, keyid) ? "keyid differs from the payload's key_id" : why);
             goto cleanup;
         }
         goto cleanup;
@@ -1641,9 +1641,9 @@ int store_import(struct store *s, const char *path, int *n_imported, struct gate
             rc = err_set(err, ERR_ENV, "out of memory importing '%s'", path);
         goto cleanup;
     }
-    if ((rc = sqlite3_prepare_v2(s->db,
-                                 "SELECT id, payload, signature FROM receipts WHERE hash = ?", -1,
-                                 &has, NULL)) != SQLITE_OK ||
+    if ((rc =
+             sqlite3_prepare_v2(s->db, "SELECT id, payload, signature FROM receipts WHERE hash = ?",
+                                -1, &has, NULL)) != SQLITE_OK ||
         (rc = sqlite3_prepare_v2(s->db, "SELECT id, payload, signature FROM heads WHERE hash = ?",
                                  -1, &has_head, NULL)) != SQLITE_OK ||
         (rc = sqlite3_prepare_v2(s->db,

@@ -141,17 +141,17 @@ int store_write_head(struct store *s, const struct key_pair *k, char head_hash[6
 
 /* The result of store_audit(): the whole store, every row and every head record. */
 struct store_audit {
-    int n_rows;                  /* receipts in the store */
-    int n_bad;                   /* receipts failing sig_ok, chain_ok or columns_ok */
-    int64_t first_bad_id;        /* the lowest such receipt id, 0 when none */
-    char first_problem[256];     /* "receipt ID: <problem>", "" when none */
-    int n_heads;                 /* head records in the store */
-    int n_head_problems;         /* head records that do not verify or do not match the chain */
-    int64_t first_bad_head_id;   /* the lowest such head record id, 0 when none */
-    char head_problem[256];      /* "head record ID (key ...): <problem>", "" when none */
-    char head_key[80];           /* key_id of the newest valid head record, "" when none */
-    char head_hash[65];          /* the receipt hash it names, "" when none */
-    int64_t head_count;          /* the chain length it states, 0 when none */
+    int n_rows;                /* receipts in the store */
+    int n_bad;                 /* receipts failing sig_ok, chain_ok or columns_ok */
+    int64_t first_bad_id;      /* the lowest such receipt id, 0 when none */
+    char first_problem[256];   /* "receipt ID: <problem>", "" when none */
+    int n_heads;               /* head records in the store */
+    int n_head_problems;       /* head records that do not verify or do not match the chain */
+    int64_t first_bad_head_id; /* the lowest such head record id, 0 when none */
+    char head_problem[256];    /* "head record ID (key ...): <problem>", "" when none */
+    char head_key[80];         /* key_id of the newest valid head record, "" when none */
+    char head_hash[65];        /* the receipt hash it names, "" when none */
+    int64_t head_count;        /* the chain length it states, 0 when none */
 };
 
 /* Verify the whole store from one read transaction: every receipt as store_foreach() does

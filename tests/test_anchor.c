@@ -110,9 +110,8 @@ Test(anchor, the_correct_twin_passes_every_conformance_case, .timeout = 1200)
         cr_expect_eq(num(m, "greedy_matched"), num(m, "greedy_expected"), "%s", e->d_name);
         cr_expect_geq(num(m, "greedy_expected"), 32, "%s", e->d_name);
         cr_expect_str_eq(json_string_value(json_object_get(m, "backend")), "ref");
-        cr_log_info("%s: NMSE %.3g, min cosine %.9f, %g/%g greedy ids", e->d_name,
-                    num(m, "nmse"), num(m, "min_cosine"), num(m, "greedy_matched"),
-                    num(m, "greedy_expected"));
+        cr_log_info("%s: NMSE %.3g, min cosine %.9f, %g/%g greedy ids", e->d_name, num(m, "nmse"),
+                    num(m, "min_cosine"), num(m, "greedy_matched"), num(m, "greedy_expected"));
         json_decref(settings);
         json_decref(checks);
         json_decref(m);
@@ -218,11 +217,11 @@ static json_t *metrics_ok(void)
 {
     return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:f, s:f, s:i, s:i, s:i, s:i, s:i,"
                      " s:i}",
-                     "backend", "ref", "arch", "qwen3", "model_sha256", "aa", "tokens_sha256",
-                     "bb", "logits_sha256", "cc", "greedy_sha256", "dd", "n_pos", 96, "n_vocab",
-                     512, "nmse", 7e-14, "min_cosine", 0.9999999999, "n_nonfinite", 0, "n_wrong",
-                     0, "greedy_after", 16, "greedy_expected", 32, "greedy_matched", 32,
-                     "n_tie_flip", 0);
+                     "backend", "ref", "arch", "qwen3", "model_sha256", "aa", "tokens_sha256", "bb",
+                     "logits_sha256", "cc", "greedy_sha256", "dd", "n_pos", 96, "n_vocab", 512,
+                     "nmse", 7e-14, "min_cosine", 0.9999999999, "n_nonfinite", 0, "n_wrong", 0,
+                     "greedy_after", 16, "greedy_expected", 32, "greedy_matched", 32, "n_tie_flip",
+                     0);
 }
 
 static enum gate_verdict judge(json_t *s, json_t *m, char *why, size_t n)
@@ -343,11 +342,12 @@ static const char *ladder_with(const char *fmt, ...)
     snprintf(path, sizeof path, "%s", p);
     FILE *f = fopen(path, "w");
     cr_assert(f);
-    fprintf(f, "release: {name: a, version: '1'}\n"
-               "models:\n  moe: {path: %s, sha256: " MOE_SHA ", arch: qwen3moe}\n"
-               "hosts:\n  h: {device: none, trust: ['ed25519:%064d']}\n"
-               "modes: [ref.decode]\n"
-               "cells:\n  - {model: moe, host: h, mode: ref.decode}\n",
+    fprintf(f,
+            "release: {name: a, version: '1'}\n"
+            "models:\n  moe: {path: %s, sha256: " MOE_SHA ", arch: qwen3moe}\n"
+            "hosts:\n  h: {device: none, trust: ['ed25519:%064d']}\n"
+            "modes: [ref.decode]\n"
+            "cells:\n  - {model: moe, host: h, mode: ref.decode}\n",
             conf("qwen3moe-tiny-q4_k_m", "model.gguf"), 0);
     va_list ap;
     va_start(ap, fmt);
@@ -369,8 +369,8 @@ static const char *anchor_yaml(const char *id, const char *c, const char *arch, 
              "    logits: {path: %s, sha256: %s}\n"
              "    greedy: {path: %s, sha256: %s, after: 16}\n"
              "    thresholds: {max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 1.0e-3}\n%s",
-             id, arch, conf(c, "model.gguf"), sha_of(conf(c, "model.gguf")),
-             conf(c, "tokens.txt"), sha_of(conf(c, "tokens.txt")), conf(c, "logits_exact.f32"),
+             id, arch, conf(c, "model.gguf"), sha_of(conf(c, "model.gguf")), conf(c, "tokens.txt"),
+             sha_of(conf(c, "tokens.txt")), conf(c, "logits_exact.f32"),
              sha_of(conf(c, "logits_exact.f32")), conf(c, "greedy_exact.txt"),
              sha_of(conf(c, "greedy_exact.txt")), extra);
     return buf[k];
@@ -390,8 +390,8 @@ Test(anchor, the_ladder_parses_anchors_strictly)
 {
     struct gate_err err = {0};
     struct ladder *l = NULL;
-    const char *p = ladder_with("anchors:\n%s", anchor_yaml("conf-moe", "qwen3moe-tiny-q4_k_m",
-                                                            "qwen3moe", ""));
+    const char *p = ladder_with("anchors:\n%s",
+                                anchor_yaml("conf-moe", "qwen3moe-tiny-q4_k_m", "qwen3moe", ""));
     cr_assert_eq(ladder_load(&l, p, &err), 0, "%s", err.msg);
     cr_assert_eq(l->n_anchors, 1);
     const struct ladder_anchor *a = &l->anchors[0];
@@ -413,11 +413,12 @@ Test(anchor, the_ladder_parses_anchors_strictly)
     ladder_free(l);
 
     /* unknown keys, with file:line:col */
-    load_fails(ladder_with("anchors:\n%s",
-                           anchor_yaml("x", DENSE, "qwen3", "    optional: true\n")),
-               ":18:5: unknown key 'optional' in anchor 'x'");
+    load_fails(
+        ladder_with("anchors:\n%s", anchor_yaml("x", DENSE, "qwen3", "    optional: true\n")),
+        ":18:5: unknown key 'optional' in anchor 'x'");
     load_fails(ladder_with("anchors:\n  x:\n    arch: qwen3\n    reference: r\n"
-                           "    model: {path: m, sha256: %064d, size: 1}\n", 0),
+                           "    model: {path: m, sha256: %064d, size: 1}\n",
+                           0),
                "unknown key 'size' in anchor 'x' model");
     /* thresholds are stated, and not so loose that the anchor sees nothing */
     load_fails(ladder_with("anchors:\n  x:\n    arch: qwen3\n    reference: r\n"
@@ -445,7 +446,7 @@ Test(anchor, the_ladder_parses_anchors_strictly)
                "anchor 'x' greedy is missing required key 'after'");
     load_fails(ladder_with("anchors: {}\n"), "anchors must not be empty");
     load_fails(ladder_with("unanchored: {qwen3moe: \"\"}\n"), "unanchored reason must not be"
-               " empty");
+                                                              " empty");
     load_fails(ladder_with("anchors:\n%sunanchored: {qwen3moe: because}\n",
                            anchor_yaml("conf-moe", "qwen3moe-tiny-q4_k_m", "qwen3moe", "")),
                "unanchored names qwen3moe, but anchor 'conf-moe'");
@@ -456,12 +457,12 @@ Test(anchor, a_gated_architecture_without_an_anchor_is_refused_unless_excused)
     struct gate_err err = {0};
     struct ladder *l = NULL;
     /* an anchor for qwen3 only: the ladder gates qwen3moe */
-    cr_assert_eq(ladder_load(&l, ladder_with("anchors:\n%s", anchor_yaml("d", DENSE, "qwen3", "")),
-                             &err),
-                 0, "%s", err.msg);
+    cr_assert_eq(
+        ladder_load(&l, ladder_with("anchors:\n%s", anchor_yaml("d", DENSE, "qwen3", "")), &err), 0,
+        "%s", err.msg);
     cr_expect_eq(ladder_check_anchored(l, &err), ERR_INPUT);
-    cr_expect(strstr(err.msg, ":3:3: the ladder gates qwen3moe (model 'moe') but no anchor"),
-              "%s", err.msg);
+    cr_expect(strstr(err.msg, ":3:3: the ladder gates qwen3moe (model 'moe') but no anchor"), "%s",
+              err.msg);
     ladder_free(l);
     /* no anchors at all */
     err_clear(&err);
@@ -470,8 +471,9 @@ Test(anchor, a_gated_architecture_without_an_anchor_is_refused_unless_excused)
     ladder_free(l);
     /* excused with a reason: accepted, and the reason is there for every report */
     err_clear(&err);
-    cr_assert_eq(ladder_load(&l, ladder_with("unanchored: {qwen3moe: \"no independent MoE"
-                                             " engine on this fleet\"}\n"),
+    cr_assert_eq(ladder_load(&l,
+                             ladder_with("unanchored: {qwen3moe: \"no independent MoE"
+                                         " engine on this fleet\"}\n"),
                              &err),
                  0, "%s", err.msg);
     cr_expect_eq(ladder_check_anchored(l, &err), 0, "%s", err.msg);
@@ -510,11 +512,9 @@ Test(anchor, an_anchor_receipt_is_a_signed_payload_that_rederives, .timeout = 12
     cr_expect_str_eq(json_string_value(json_object_get(cell, "mode")), "anchor");
     json_t *g = json_object_get(json_object_get(good, "gates"), "anchor");
     cr_expect_str_eq(json_string_value(json_object_get(g, "verdict")), "PASS");
-    cr_expect_str_eq(
-        json_string_value(json_object_get(json_object_get(json_object_get(good, "subject"),
-                                                          "model"),
-                                          "sha256")),
-        l->anchors[0].model.sha256);
+    cr_expect_str_eq(json_string_value(json_object_get(
+                         json_object_get(json_object_get(good, "subject"), "model"), "sha256")),
+                     l->anchors[0].model.sha256);
     /* the release check's way: the ladder's settings + the recorded metrics, same verdict */
     json_t *checks = NULL;
     char why[512];

@@ -21,8 +21,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "harness/identity.h"
 #include "cli/cli.h"
+#include "harness/identity.h"
 #include "harness/run.h"
 #include "oracles/anchor.h"
 #include "receipts/key.h"
@@ -63,10 +63,16 @@ static void expect_caught(const char *c, const char *arch)
         snprintf(path[i], sizeof path[i], "%s", conf(c, files[i]));
         snprintf(sha[i], sizeof sha[i], "%s", sha_of(path[i]));
     }
-    struct anchor_spec s = {
-        .id = c, .arch = arch, .model = {path[0], sha[0]}, .tokens = {path[1], sha[1]},
-        .logits = {path[2], sha[2]}, .greedy = {path[3], sha[3]}, .greedy_after = 16,
-        .max_nmse = 1e-8, .min_cosine = 0.999999, .near_tie = 1e-3};
+    struct anchor_spec s = {.id = c,
+                            .arch = arch,
+                            .model = {path[0], sha[0]},
+                            .tokens = {path[1], sha[1]},
+                            .logits = {path[2], sha[2]},
+                            .greedy = {path[3], sha[3]},
+                            .greedy_after = 16,
+                            .max_nmse = 1e-8,
+                            .min_cosine = 0.999999,
+                            .near_tie = 1e-3};
     struct gate_err err = {0};
     json_t *m = NULL;
     cr_assert_eq(anchor_run(&s, 2, &m, &err), 0, "%s: %s", c, err.msg);
@@ -128,28 +134,28 @@ static void write_ladder(const char *goldens_sha)
 {
     FILE *f = fopen(in_dir("story.yaml"), "w");
     cr_assert(f);
-    fprintf(f,
-            "release: {name: story, version: '%s'}\n"
-            "models:\n  dense: {path: dense.gguf, sha256: " TINY_DENSE_SHA ", arch: qwen3}\n"
-            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
-            "modes: [ref.decode]\n"
-            "cells:\n  - {model: dense, host: a, mode: ref.decode}\n"
-            "gates:\n  defaults:\n"
-            "    parity: {positions: 64}\n"
-            "    golden: {goldens: goldens.json, sha256: %s, tokens: 8}\n"
-            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 16, decode_tokens: 4, max_cv: 100}\n"
-            "    falsify: {faults: [skip_qk_norm], sweep_samples: 1}\n"
-            "anchors:\n  conf-dense:\n    arch: qwen3\n"
-            "    reference: \"float64 exact evaluation (../shared/conformance)\"\n"
-            "    model: {path: %s, sha256: %s}\n    tokens: {path: %s, sha256: %s}\n"
-            "    logits: {path: %s, sha256: %s}\n"
-            "    greedy: {path: %s, sha256: %s, after: 16}\n"
-            "    thresholds: {max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 1.0e-3}\n",
-            GATE_VERSION, goldens_sha, conf(DENSE, "model.gguf"),
-            sha_of(conf(DENSE, "model.gguf")), conf(DENSE, "tokens.txt"),
-            sha_of(conf(DENSE, "tokens.txt")), conf(DENSE, "logits_exact.f32"),
-            sha_of(conf(DENSE, "logits_exact.f32")), conf(DENSE, "greedy_exact.txt"),
-            sha_of(conf(DENSE, "greedy_exact.txt")));
+    fprintf(
+        f,
+        "release: {name: story, version: '%s'}\n"
+        "models:\n  dense: {path: dense.gguf, sha256: " TINY_DENSE_SHA ", arch: qwen3}\n"
+        "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+        "modes: [ref.decode]\n"
+        "cells:\n  - {model: dense, host: a, mode: ref.decode}\n"
+        "gates:\n  defaults:\n"
+        "    parity: {positions: 64}\n"
+        "    golden: {goldens: goldens.json, sha256: %s, tokens: 8}\n"
+        "    throughput: {runs: 3, warmup: 0, prompt_tokens: 16, decode_tokens: 4, max_cv: 100}\n"
+        "    falsify: {faults: [skip_qk_norm], sweep_samples: 1}\n"
+        "anchors:\n  conf-dense:\n    arch: qwen3\n"
+        "    reference: \"float64 exact evaluation (../shared/conformance)\"\n"
+        "    model: {path: %s, sha256: %s}\n    tokens: {path: %s, sha256: %s}\n"
+        "    logits: {path: %s, sha256: %s}\n"
+        "    greedy: {path: %s, sha256: %s, after: 16}\n"
+        "    thresholds: {max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 1.0e-3}\n",
+        GATE_VERSION, goldens_sha, conf(DENSE, "model.gguf"), sha_of(conf(DENSE, "model.gguf")),
+        conf(DENSE, "tokens.txt"), sha_of(conf(DENSE, "tokens.txt")),
+        conf(DENSE, "logits_exact.f32"), sha_of(conf(DENSE, "logits_exact.f32")),
+        conf(DENSE, "greedy_exact.txt"), sha_of(conf(DENSE, "greedy_exact.txt")));
     fclose(f);
 }
 
@@ -255,8 +261,10 @@ Test(broken_twin, the_release_is_blocked_even_after_goldens_are_rerecorded, .tim
     write_ladder(sha_of(in_dir("goldens.json")));
     sh("%s run %s --host a --db %s --key %s >%s 2>&1", broken, yaml, db, kp, log);
     read_db(&v, first);
-    cr_expect_str_eq(v.cell, "PASS", "the cell compares the broken twin with itself and passes;"
-                     " see %s", log);
+    cr_expect_str_eq(v.cell, "PASS",
+                     "the cell compares the broken twin with itself and passes;"
+                     " see %s",
+                     log);
     cr_expect_str_eq(v.anchor, "FAIL", "the anchor must FAIL for the broken twin; see %s", log);
 
     /* 3. the release check, as the CLI runs it: never RELEASE OK */
@@ -295,7 +303,9 @@ Test(broken_twin, the_release_is_blocked_even_after_goldens_are_rerecorded, .tim
     cr_expect_eq(rc, 1, "exit %d:\n%s", rc, buf);
     cr_expect_null(strstr(buf, "RELEASE OK"), "%s", buf);
     cr_expect(strstr(buf, "conf-dense"), "the anchor must be its own row:\n%s", buf);
-    cr_expect(strstr(buf, "judge itself is wrong"), "the reason must say the judge itself is"
-              " wrong:\n%s", buf);
+    cr_expect(strstr(buf, "judge itself is wrong"),
+              "the reason must say the judge itself is"
+              " wrong:\n%s",
+              buf);
     free(buf);
 }

@@ -37,12 +37,13 @@ static int gate(const char *args, char **out)
 
 /* Every command and subcommand the usage promises. */
 static const char *const COMMANDS[] = {
-    "model",         "model inspect",  "model synth",    "model stats",    "eval",
-    "generate",      "tokenize",       "detokenize",     "bench",          "selftest",
-    "parity",        "falsify",        "ladder",         "ladder check",   "golden",
-    "golden record", "run",            "release",        "release check",  "key",
-    "key gen",       "key pub",        "receipt",        "receipt list",   "receipt show",
-    "receipt verify", "receipt export", "receipt import",
+    "model",        "model inspect",  "model synth",    "model stats",
+    "eval",         "generate",       "tokenize",       "detokenize",
+    "bench",        "selftest",       "parity",         "falsify",
+    "ladder",       "ladder check",   "golden",         "golden record",
+    "run",          "release",        "release check",  "key",
+    "key gen",      "key pub",        "receipt",        "receipt list",
+    "receipt show", "receipt verify", "receipt export", "receipt import",
 };
 
 Test(cli, help_works_on_every_command_and_subcommand)

@@ -23,13 +23,12 @@
 #include <unistd.h>
 #include <utf8proc.h>
 
+#include "cli/cmd_tokenize.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
 #include "engine/vocab.h"
-#include "cli/cmd_tokenize.h"
 #include "tests/support/check.h"
 #include "tests/support/tokcases.h"
-
 
 static double now_s(void)
 {
@@ -189,7 +188,6 @@ static void spit(const char *path, const void *data, size_t n)
     cr_assert_eq(fclose(f), 0);
 }
 
-
 /* The next line of *p (NUL-terminated copy in line[cap]); 0 at the end. */
 static int next_line(const char **p, char *line, size_t cap)
 {
@@ -288,8 +286,8 @@ static struct table write_table(void)
     cr_assert_not_null(tb.files);
     for (size_t i = 0; i < tb.n; i++) {
         size_t len;
-        char *text =
-            tokcases_unhex(json_string_value(json_object_get(json_array_get(tb.cases, i), "hex")), &len);
+        char *text = tokcases_unhex(
+            json_string_value(json_object_get(json_array_get(tb.cases, i), "hex")), &len);
         char name[32];
         snprintf(name, sizeof name, "case%03zu.txt", i);
         tb.files[i] = strdup(scratch(name));
@@ -644,8 +642,7 @@ Test(cmd_detokenize, gives_exact_bytes_even_for_a_split_character)
     int32_t *ids = NULL;
     int n_ids = 0;
     struct gate_err err = {0};
-    cr_assert_eq(tok_parse_ids(" 1,2\n\t3 ", 8, "t", 0, &ids, &n_ids, &err), 0, "%s",
-                 err.msg);
+    cr_assert_eq(tok_parse_ids(" 1,2\n\t3 ", 8, "t", 0, &ids, &n_ids, &err), 0, "%s", err.msg);
     cr_expect(n_ids == 3 && ids[0] == 1 && ids[1] == 2 && ids[2] == 3);
     free(ids);
     char *s = cmd_tokenize_format_ids((const int32_t[]){5, 0, 151645}, 3);
@@ -761,8 +758,8 @@ Test(cmd_tokenize, round_trip_of_1000_random_nfc_stable_strings, .timeout = 1200
         cr_assert_eq(tok_encode(t, strs[i], lens[i], 1, &ids, &n, &err), 0, "%s", err.msg);
         lines[i] = cmd_tokenize_format_ids(ids, n);
         cr_assert_not_null(lines[i]);
-        cr_assert_eq(tok_parse_ids(lines[i], strlen(lines[i]), "line", 0, &back, &nb, &err),
-                     0, "%s", err.msg);
+        cr_assert_eq(tok_parse_ids(lines[i], strlen(lines[i]), "line", 0, &back, &nb, &err), 0,
+                     "%s", err.msg);
         cr_assert(nb == n && (n == 0 || !memcmp(back, ids, (size_t)n * sizeof *ids)));
         char *out = NULL;
         size_t out_len = 0;

@@ -28,8 +28,8 @@ static float frand(void)
 
 Test(dotq, fused_equals_reference_bit_for_bit_on_random_rows)
 {
-    const int types[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q8_0, QUANT_Q5_K, QUANT_F16, QUANT_BF16,
-                         QUANT_F32, QUANT_Q4_0};
+    const int types[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q8_0, QUANT_Q5_K,
+                         QUANT_F16,  QUANT_BF16, QUANT_F32,  QUANT_Q4_0};
     const int64_t n = 3 * 256;
     uint8_t *row = malloc(quant_row_bytes(QUANT_F32, n));
     float *x = malloc(n * sizeof *x), *scratch = malloc(n * sizeof *scratch);

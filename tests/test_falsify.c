@@ -15,7 +15,6 @@
 #include "oracles/falsify.h"
 #include "support/check.h"
 
-
 static struct fault_set faults_of(const char *const *specs, int n)
 {
     struct fault_set fs = {0};
@@ -149,15 +148,15 @@ Test(falsify, single_layer_single_position_rejected_or_reported)
     cfg.n_clean = asan ? 1 : 2;
     struct falsify_sweep_result s;
     struct progress_log pl = {0};
-    cr_assert_eq(falsify_sweep(m, &mode, &ks, seq64(), 64, &cfg, 2, log_progress, &pl, &s, &err),
-                 0, "%s", err.msg);
+    cr_assert_eq(falsify_sweep(m, &mode, &ks, seq64(), 64, &cfg, 2, log_progress, &pl, &s, &err), 0,
+                 "%s", err.msg);
     /* progress: known up front, one call per parity run, the cost formula n_clean + layers x
      * positions x kinds (the tiny model has 2 layers; each kind is scoped to 1 or 2 positions) */
     const int want_total = cfg.n_clean + (int)m->hp.n_layer * (asan ? 1 : 2) * 4;
     cr_expect_eq(pl.calls, want_total + 1, "%d progress calls", pl.calls);
-    cr_expect(pl.first_done == 0 && pl.last_done == want_total && pl.total == want_total &&
-                  pl.monotone, "progress %d..%d of %d (want 0..%d)", pl.first_done, pl.last_done,
-              pl.total, want_total);
+    cr_expect(
+        pl.first_done == 0 && pl.last_done == want_total && pl.total == want_total && pl.monotone,
+        "progress %d..%d of %d (want 0..%d)", pl.first_done, pl.last_done, pl.total, want_total);
     cr_expect_eq(s.n_clean, asan ? 1 : 2);
     cr_expect_eq(s.noise_severity, 0.0); /* ref.decode reproduces the judge bit for bit */
     cr_expect(isinf(s.separation));
@@ -256,8 +255,7 @@ Test(falsify, thresholds_looser_than_the_floor_are_refused)
     struct falsify_config cfg;
     loose[0].field = &cfg.parity.min_cosine, loose[0].value = 0.0, loose[0].name = "min_cosine";
     loose[1].field = &cfg.parity.max_kld, loose[1].value = 1e9, loose[1].name = "max_kld";
-    loose[2].field = &cfg.parity.max_mean_kld, loose[2].value = 0.1,
-    loose[2].name = "max_mean_kld";
+    loose[2].field = &cfg.parity.max_mean_kld, loose[2].value = 0.1, loose[2].name = "max_mean_kld";
     loose[3].field = &cfg.parity.near_tie, loose[3].value = 1e9, loose[3].name = "near_tie";
     for (int i = 0; i < 4; i++) {
         falsify_config_default(&cfg);
@@ -407,13 +405,12 @@ Test(falsify, judge_recomputes_rejection_fired_and_noops_from_numbers)
     /* sweep points: an escape fails min_detection 1; the same point as a no-op (weights
      * already uniform within 1e-3, or nothing fired) leaves the rate's denominator */
     met = json_deep_copy(r.metrics);
-    json_t *pts = json_object_get(json_array_get(json_object_get(json_object_get(met, "sweep"),
-                                                                 "kinds"), 0), "points");
+    json_t *pts = json_object_get(
+        json_array_get(json_object_get(json_object_get(met, "sweep"), "kinds"), 0), "points");
     cr_assert_eq(json_array_size(pts), 2);
     json_t *p0 = json_array_get(pts, 0), *p1 = json_array_get(pts, 1);
-    json_t *clean_pt = json_pack("{s:f, s:f, s:f, s:i, s:i}", "min_cosine", 1.0, "mean_kld",
-                                 0.0, "max_kld", 0.0, "wrong_positions", 0,
-                                 "nonfinite_positions", 0);
+    json_t *clean_pt = json_pack("{s:f, s:f, s:f, s:i, s:i}", "min_cosine", 1.0, "mean_kld", 0.0,
+                                 "max_kld", 0.0, "wrong_positions", 0, "nonfinite_positions", 0);
     json_object_update(p0, clean_pt);
     json_t *bad_pt = json_pack("{s:f, s:f, s:f, s:i, s:i}", "min_cosine", 0.5, "mean_kld", 1.0,
                                "max_kld", 5.0, "wrong_positions", 3, "nonfinite_positions", 0);
@@ -456,8 +453,8 @@ Test(falsify, full_sweep_with_a_loose_threshold_reports_escapes)
     const char *kinds[] = {"dropped_expert:layers=1,positions=20"};
     struct fault_set ks = faults_of(kinds, 1);
     struct falsify_sweep_result s;
-    cr_assert_eq(falsify_sweep(m, &mode, &ks, seq64(), 64, &cfg, 2, NULL, NULL, &s, &err), 0,
-                 "%s", err.msg);
+    cr_assert_eq(falsify_sweep(m, &mode, &ks, seq64(), 64, &cfg, 2, NULL, NULL, &s, &err), 0, "%s",
+                 err.msg);
     cr_expect_eq(s.k[0].n_escaped, 1);
     cr_expect(s.threshold_above_weakest);
     cr_expect_not(s.pass);

@@ -27,9 +27,10 @@ static json_t *parity_metrics(int n, int bad, double c, double k, double gap)
     }
     json_t *m = json_pack("{s:{s:o, s:o, s:o, s:o, s:o}}", "per_position", "cosine", cos, "kld",
                           kld, "ref_gap", g, "ref_top", rt, "test_top", tt);
-    json_object_set_new(m, "ran", json_pack("{s:s, s:s, s:i, s:i, s:i, s:i}", "backend", "ref",
-                                            "device", "cpu: test", "forwards", 3, "tokens", 96,
-                                            "kernel_launches", 0, "subjects", 1));
+    json_object_set_new(m, "ran",
+                        json_pack("{s:s, s:s, s:i, s:i, s:i, s:i}", "backend", "ref", "device",
+                                  "cpu: test", "forwards", 3, "tokens", 96, "kernel_launches", 0,
+                                  "subjects", 1));
     return m;
 }
 
@@ -39,8 +40,7 @@ static json_t *parity_settings(void)
                      "max_mean_kld", 1e-3, "max_kld", 1e-2, "near_tie", 0.05);
 }
 
-static enum gate_verdict judge(const char *gate, const char *mode, json_t *s, json_t *m,
-                               char *why)
+static enum gate_verdict judge(const char *gate, const char *mode, json_t *s, json_t *m, char *why)
 {
     json_t *checks = NULL;
     enum gate_verdict v = gatedef_judge(gate, mode, s, m, &checks, why, 512);
@@ -54,9 +54,9 @@ static enum gate_verdict judge(const char *gate, const char *mode, json_t *s, js
 Test(gates, parity_passes_on_clean_numbers)
 {
     char why[512];
-    cr_expect_eq(judge("parity", "ref.decode", parity_settings(), parity_metrics(64, -1, 0, 0, 0),
-                       why),
-                 GATE_PASS, "%s", why);
+    cr_expect_eq(
+        judge("parity", "ref.decode", parity_settings(), parity_metrics(64, -1, 0, 0, 0), why),
+        GATE_PASS, "%s", why);
 }
 
 Test(gates, parity_fails_on_a_clear_argmax_flip_and_passes_a_near_tie)
@@ -76,24 +76,23 @@ Test(gates, parity_fails_on_too_few_positions_low_cosine_and_nonfinite)
     char why[512];
     json_t *s = parity_settings();
     json_object_set_new(s, "positions", json_integer(96));
-    cr_expect_eq(judge("parity", "ref.decode", s, parity_metrics(64, -1, 0, 0, 0), why),
-                 GATE_FAIL);
+    cr_expect_eq(judge("parity", "ref.decode", s, parity_metrics(64, -1, 0, 0, 0), why), GATE_FAIL);
     cr_expect(strstr(why, "too few positions"), "%s", why);
     cr_expect_eq(judge("parity", "ref.decode", parity_settings(),
                        parity_metrics(64, 3, 0.5, 1e-4, 1.0), why),
                  GATE_FAIL);
-    cr_expect_eq(judge("parity", "ref.decode", parity_settings(),
-                       parity_metrics(64, 3, NAN, NAN, 1.0), why),
-                 GATE_FAIL, "a NaN position is a FAIL, never a comparison that evaluates false");
+    cr_expect_eq(
+        judge("parity", "ref.decode", parity_settings(), parity_metrics(64, 3, NAN, NAN, 1.0), why),
+        GATE_FAIL, "a NaN position is a FAIL, never a comparison that evaluates false");
 }
 
 Test(gates, a_gate_that_ran_on_another_backend_fails)
 {
     char why[512];
     /* the numbers are perfect, but a cuda cell whose gate ran on the ref backend failed */
-    cr_expect_eq(judge("parity", "cuda.decode", parity_settings(),
-                       parity_metrics(64, -1, 0, 0, 0), why),
-                 GATE_FAIL);
+    cr_expect_eq(
+        judge("parity", "cuda.decode", parity_settings(), parity_metrics(64, -1, 0, 0, 0), why),
+        GATE_FAIL);
     cr_expect(strstr(why, "asked for cuda.decode but backend 'ref' ran"), "%s", why);
     json_t *m = parity_metrics(64, -1, 0, 0, 0);
     json_object_del(m, "ran");
@@ -126,11 +125,10 @@ Test(gates, a_payload_claiming_pass_over_failing_numbers_is_judged_fail)
 {
     /* a holder of a trusted key signs PASS with checks against made-up thresholds: the stored
      * checks and verdicts are ignored, the numbers decide */
-    json_t *checks = json_pack("[{s:s, s:f, s:s, s:f, s:b}]", "metric", "min_cosine", "value",
-                               0.5, "op", ">=", "threshold", 0.1, "pass", 1);
-    json_t *g = json_pack("{s:s, s:o, s:o, s:o}", "verdict", "PASS", "settings",
-                          parity_settings(), "metrics", parity_metrics(64, 3, 0.5, 1e-4, 1.0),
-                          "checks", checks);
+    json_t *checks = json_pack("[{s:s, s:f, s:s, s:f, s:b}]", "metric", "min_cosine", "value", 0.5,
+                               "op", ">=", "threshold", 0.1, "pass", 1);
+    json_t *g = json_pack("{s:s, s:o, s:o, s:o}", "verdict", "PASS", "settings", parity_settings(),
+                          "metrics", parity_metrics(64, 3, 0.5, 1e-4, 1.0), "checks", checks);
     json_t *p = json_pack("{s:{s:s, s:s, s:s}, s:{s:o}, s:s}", "cell", "model", "m", "host", "h",
                           "mode", "ref.decode", "gates", "parity", g, "verdict", "PASS");
     enum gate_verdict overall;
@@ -150,8 +148,7 @@ Test(gates, every_setting_has_its_default_from_the_table)
             cr_expect(s->type == GS_SHA256 || (s->dflt >= s->lo && s->dflt <= s->hi),
                       "%s.%s default %g outside [%g, %g]", GATE_DEFS[i].name, s->key, s->dflt,
                       s->lo, s->hi);
-            cr_expect(s->doc && *s->doc, "%s.%s has no documentation", GATE_DEFS[i].name,
-                      s->key);
+            cr_expect(s->doc && *s->doc, "%s.%s has no documentation", GATE_DEFS[i].name, s->key);
         }
     cr_expect(gatedef_find("parity") && gatedef_find("anchor") && !gatedef_find("nope"));
 }

@@ -13,7 +13,6 @@
 #include "oracles/golden.h"
 #include "support/check.h"
 
-
 Test(golden, first_diff)
 {
     int32_t a[] = {1, 2, 3, 4}, b[] = {1, 2, 9, 4};
@@ -67,8 +66,8 @@ Test(golden, record_replay_tamper_and_refuse)
     cr_assert_eq(golden_load(path, sha, &g, &err), 0, "%s", err.msg);
     cr_expect_eq(g.n, 3);
     cr_expect_not(g.independent);
-    json_t *settings = json_pack("{s:i, s:f, s:s}", "tokens", 8, "near_tie", 0.05,
-                                 "goldens_sha256", g.file_sha256);
+    json_t *settings = json_pack("{s:i, s:f, s:s}", "tokens", 8, "near_tie", 0.05, "goldens_sha256",
+                                 g.file_sha256);
     cr_expect_str_eq(g.c[2].name, "chat");
     const char *modes[] = {"ref.decode", "ref.chat"};
     for (int i = 0; i < 2; i++) {
@@ -91,8 +90,9 @@ Test(golden, record_replay_tamper_and_refuse)
     cr_expect_eq(r.c[1].first_diff, 5);
     cr_expect(strstr(r.reason, "index 5"), "%s", r.reason);
     json_t *j = golden_result_json(&r);
-    cr_expect_eq(json_array_size(json_object_get(json_array_get(json_object_get(j, "cases"), 1),
-                                                 "got")), (size_t)r.c[1].n_got);
+    cr_expect_eq(
+        json_array_size(json_object_get(json_array_get(json_object_get(j, "cases"), 1), "got")),
+        (size_t)r.c[1].n_got);
     json_decref(j);
     golden_result_free(&r);
     /* the dense model has no goldens in this file: refused, naming the digest it has */
@@ -128,8 +128,10 @@ static const char *SHA = "997927a07eb5a1467dccea15cbe52cc3b4bb64ced55972fa6ab34e
 static char *goldens_text(const char *by, const char *n_gen, int eos, const char *cases)
 {
     static char buf[4096];
-    snprintf(buf, sizeof buf, "{\"schema\": 2, \"models\": {\"%s\": {\"recorded_by\": %s,%s"
-             " \"eos\": %d, \"cases\": %s}}}", SHA, by, n_gen, eos, cases);
+    snprintf(buf, sizeof buf,
+             "{\"schema\": 2, \"models\": {\"%s\": {\"recorded_by\": %s,%s"
+             " \"eos\": %d, \"cases\": %s}}}",
+             SHA, by, n_gen, eos, cases);
     return buf;
 }
 
@@ -175,8 +177,7 @@ Test(golden, load_refuses_vacuous_or_inconsistent_cases)
         {"\"ref\"", " \"n_gen\": 4,", -1, ok, "recorded_by"},
         {"{\"engine\": \"my-own-fork\", \"version\": \"1\"}", " \"n_gen\": 4,", -1, ok,
          "recorded_by"},
-        {"{\"engine\": \"gate\", \"backend\": \"ref\"}", " \"n_gen\": 4,", -1, ok,
-         "recorded_by"},
+        {"{\"engine\": \"gate\", \"backend\": \"ref\"}", " \"n_gen\": 4,", -1, ok, "recorded_by"},
         {"{\"engine\": \"llama.cpp\"}", " \"n_gen\": 4,", -1, ok, "recorded_by"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -232,11 +233,11 @@ static json_t *flip_metrics(double margin, double gap_got)
 {
     json_t *by = json_loads(GATE_BY, 0, NULL);
     return json_pack("{s:s, s:s, s:o, s:s, s:i, s:i, s:[{s:s, s:[iiii], s:[iiii], s:i,"
-                     " s:{s:i, s:i, s:f, s:f, s:f}}]}", "mode", "cuda.decode", "source",
-                     "regression", "recorded_by", by, "goldens_sha256", SHA, "n_gen", 4, "eos",
-                     -1, "cases", "name", "a", "expected", 5, 7, 9, 11, "got", 5, 7, 8, 12,
-                     "first_diff", 2, "judge", "top1", 9, "top2", 8, "margin", margin,
-                     "gap_expected", 0.0, "gap_got", gap_got);
+                     " s:{s:i, s:i, s:f, s:f, s:f}}]}",
+                     "mode", "cuda.decode", "source", "regression", "recorded_by", by,
+                     "goldens_sha256", SHA, "n_gen", 4, "eos", -1, "cases", "name", "a", "expected",
+                     5, 7, 9, 11, "got", 5, 7, 8, 12, "first_diff", 2, "judge", "top1", 9, "top2",
+                     8, "margin", margin, "gap_expected", 0.0, "gap_got", gap_got);
 }
 
 static json_t *golden_settings(double near_tie)
@@ -330,8 +331,8 @@ Test(golden, gate_records_the_judge_margin_where_a_case_diverges)
         cr_expect_eq(r.c[0].top1, real);
         cr_expect_eq(r.c[0].gap_got, 0.0);
         cr_expect_geq(r.c[0].margin, 0.0);
-        json_t *j = json_object_get(json_array_get(json_object_get(r.metrics, "cases"), 0),
-                                    "judge");
+        json_t *j =
+            json_object_get(json_array_get(json_object_get(r.metrics, "cases"), 0), "judge");
         cr_expect_eq(json_integer_value(json_object_get(j, "top1")), real);
         if (!pass) {
             cr_expect_gt(r.c[0].margin, 0.05, "the tiny model's pick is not a near tie");

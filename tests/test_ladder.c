@@ -9,8 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness/identity.h"
 #include "engine/model.h"
+#include "harness/identity.h"
 #include "harness/ladder.h"
 #include "oracles/mode.h"
 #include "tests/support/check.h"
@@ -79,8 +79,7 @@ static const struct bad_case BAD[] = {
     {"unknown_top_key", HEAD "cells: [{model: m, host: local, mode: ref.decode}]\nskip: yes\n",
      ":9:1: unknown key 'skip' in the ladder (expected one of: release, models, hosts, modes,"
      " cells, gates, anchors, unanchored)"},
-    {"duplicate_key",
-     HEAD "cells: [{model: m, host: local, mode: ref.decode}]\ncells: []\n",
+    {"duplicate_key", HEAD "cells: [{model: m, host: local, mode: ref.decode}]\ncells: []\n",
      ":9:1: duplicate key 'cells' in the ladder (first at line 8)"},
     {"missing_release", "models: {}\n", "the ladder is missing required key 'release'"},
     {"missing_version", "release: {name: r}\n", "release is missing required key 'version'"},
@@ -93,24 +92,27 @@ static const struct bad_case BAD[] = {
     {"unknown_mode",
      "release: {name: r, version: '1'}\nmodels: {}\nhosts: {}\nmodes: [tpu.decode]\n",
      "models must not be empty"},
-    {"judge_mode",
-     HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n",
+    {"judge_mode", HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n",
      NULL /* valid: placeholder for the judge test below */},
     {"positions_below_64",
      HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
           "gates: {defaults: {parity: {positions: 32}}}\n",
      "parity.positions must be in [64, 1048576], found 32"},
-    {"wrong_type", HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
-                        "gates: {defaults: {parity: {min_cosine: high}}}\n",
+    {"wrong_type",
+     HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+          "gates: {defaults: {parity: {min_cosine: high}}}\n",
      "parity.min_cosine must be a number, found 'high'"},
-    {"unknown_gate_key", HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
-                              "gates: {defaults: {parity: {optional: true}}}\n",
+    {"unknown_gate_key",
+     HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+          "gates: {defaults: {parity: {optional: true}}}\n",
      "unknown key 'optional' in parity"},
-    {"routing_fault_on_dense", HEAD "cells: [{model: d, host: local, mode: ref.decode}]\n"
-                                    "gates: {defaults: {falsify: [wrong_expert]}}\n",
+    {"routing_fault_on_dense",
+     HEAD "cells: [{model: d, host: local, mode: ref.decode}]\n"
+          "gates: {defaults: {falsify: [wrong_expert]}}\n",
      "fault wrong_expert cannot apply to model 'd' (arch qwen3 has no experts)"},
-    {"unknown_fault", HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
-                           "gates: {defaults: {falsify: [flip_bits]}}\n",
+    {"unknown_fault",
+     HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+          "gates: {defaults: {falsify: [flip_bits]}}\n",
      "unknown fault 'flip_bits'"},
     {"exclusion_without_reason",
      HEAD "cells: [{models: [m], hosts: [local], modes: [ref.decode], exclude: [{model: m}]}]\n",
@@ -123,8 +125,9 @@ static const struct bad_case BAD[] = {
      HEAD "cells: [{model: m, host: local, mode: ref.decode}, {model: m, host: local,"
           " mode: ref.decode}]\n",
      "cell m/local/ref.decode is listed twice"},
-    {"bad_sha", "release: {name: r, version: '1'}\nmodels:\n  m: {path: m.gguf, sha256: abc,"
-                " arch: qwen3}\n",
+    {"bad_sha",
+     "release: {name: r, version: '1'}\nmodels:\n  m: {path: m.gguf, sha256: abc,"
+     " arch: qwen3}\n",
      ":3:29: model 'm': sha256 must be 64 lower-case hex digits"},
     {"path_and_synth",
      "release: {name: r, version: '1'}\nmodels:\n  m: {path: a, synth: {preset: tiny-moe,"
@@ -149,16 +152,18 @@ static const struct bad_case BAD[] = {
      "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3}\n"
      "hosts:\n  h: {device: none, trust: ['file:nope.pub']}\n",
      "cannot read trusted key file"},
-    {"device_word", "release: {name: r, version: '1'}\nmodels:\n  m: {path: a, sha256: "
-                    "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch:"
-                    " qwen3}\nhosts:\n  h: {device: gpu, trust: []}\n",
+    {"device_word",
+     "release: {name: r, version: '1'}\nmodels:\n  m: {path: a, sha256: "
+     "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch:"
+     " qwen3}\nhosts:\n  h: {device: gpu, trust: []}\n",
      "device must be 'none' or a mapping"},
     {"override_undefined",
      HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
           "gates: {overrides: [{match: {model: zz}}]}\n",
      "override matches model 'zz', which is not defined"},
-    {"runs_below_3", HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
-                          "gates: {defaults: {throughput: {runs: 1}}}\n",
+    {"runs_below_3",
+     HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+          "gates: {defaults: {throughput: {runs: 1}}}\n",
      "throughput.runs must be in [3, 1000], found 1"},
     {"empty_cells", HEAD "cells: []\n", "cells must not be empty"},
     {"cells_mixed", HEAD "cells: [{model: m, hosts: [local], mode: ref.decode}]\n",
@@ -180,8 +185,9 @@ static const struct bad_case BAD[] = {
      HEAD "cells: [{models: [m, m], hosts: [local], modes: [ref.decode]}]\n",
      "cell m/local/ref.decode is listed twice"},
     /* issue 11: bounds */
-    {"alias", HEAD "cells: [{model: m, host: local, mode: &x ref.decode},"
-                   " {model: d, host: local, mode: *x}]\n",
+    {"alias",
+     HEAD "cells: [{model: m, host: local, mode: &x ref.decode},"
+          " {model: d, host: local, mode: *x}]\n",
      ":8:85: YAML aliases (*name) are not allowed"},
     {"two_documents", HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n---\n{}\n",
      ":9:1: a ladder is one YAML document"},
@@ -250,8 +256,9 @@ static void trust_setup(void)
     static int serial;
     char cmd[4000];
     snprintf(base, sizeof base, "%s/trust-%d", check_tmp_dir(), serial++);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s/l' && echo '" KEY2 "' > '%s/outside.pub'",
-             base, base, base);
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' && mkdir -p '%s/l' && echo '" KEY2 "' > '%s/outside.pub'", base, base,
+             base);
     cr_assert_eq(system(cmd), 0);
 }
 
@@ -444,8 +451,10 @@ static char *big_ladder(int n_models, int n_hosts, int entries, int ids_per_entr
     char *y = malloc(cap);
     n += (size_t)snprintf(y + n, cap - n, "release: {name: r, version: '1'}\nmodels:\n");
     for (int i = 0; i < n_models; i++)
-        n += (size_t)snprintf(y + n, cap - n, "  m%d: {path: m.gguf, sha256: 9bdb98987dd76a89e999"
-                              "a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3moe}\n", i);
+        n += (size_t)snprintf(y + n, cap - n,
+                              "  m%d: {path: m.gguf, sha256: 9bdb98987dd76a89e999"
+                              "a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3moe}\n",
+                              i);
     n += (size_t)snprintf(y + n, cap - n, "hosts:\n");
     for (int i = 0; i < n_hosts; i++)
         n += (size_t)snprintf(y + n, cap - n, "  h%d: {device: none, trust: [" KEY1 "]}\n", i);
@@ -578,7 +587,8 @@ Test(ladder_check, lists_excluded_cells_with_reasons_and_counts)
         "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3moe}\n"
         "hosts:\n  local: {device: none, trust: [" KEY1 "]}\n"
         "modes: [ref.decode, ref.prefill, ref.chat]\n"
-        "cells:\n  - models: [m]\n    hosts: [local]\n    modes: [ref.decode, ref.prefill, ref.chat]\n"
+        "cells:\n  - models: [m]\n    hosts: [local]\n    modes: [ref.decode, ref.prefill, "
+        "ref.chat]\n"
         "    exclude: [{mode: ref.prefill, reason: \"prefill kernel not ready\"}]\n"
         "unanchored: {qwen3moe: \"no independent reference in this test\"}\n";
     const char *path = write_tmp("check.yaml", yaml, strlen(yaml));
@@ -646,8 +656,10 @@ Test(ladder_check, prints_the_positions_each_cell_is_judged_at)
     char want[200];
     cr_expect(strstr(text, "2 models, 1 host: 4 required, 0 excluded"), "%s", text);
     cr_expect(strstr(text, "m/local/ref.decode                       parity 64 pos "), "%s", text);
-    snprintf(want, sizeof want, "m/local/ref.chat                         parity %d pos (the chat "
-             "conversation) ", n);
+    snprintf(want, sizeof want,
+             "m/local/ref.chat                         parity %d pos (the chat "
+             "conversation) ",
+             n);
     cr_expect(strstr(text, want), "want '%s' in:\n%s", want, text);
     cr_expect(strstr(text, "s/local/ref.chat                         parity at the chat "
                            "conversation's length (known at run time) "),
@@ -660,7 +672,7 @@ Test(ladder_check, prints_the_positions_each_cell_is_judged_at)
 
 #define MOE_SHA "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560"
 #define FILES_TAIL                                                                                 \
-    "hosts:\n  local: {device: none, trust: [" KEY1 "]}\n"                                          \
+    "hosts:\n  local: {device: none, trust: [" KEY1 "]}\n"                                         \
     "modes: [ref.decode]\n"                                                                        \
     "cells: [{models: [m], hosts: [local], modes: [ref.decode]}]\n"                                \
     "unanchored: {qwen3: \"test\", qwen3moe: \"test\"}\n"
@@ -672,8 +684,10 @@ static int check_files(const char *text, struct gate_err *err)
     static int serial;
     char dir[600], cmd[4000], path[700];
     snprintf(dir, sizeof dir, "%s/files-%d", check_tmp_dir(), serial++);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cp '%s/conformance/qwen3moe-tiny-"
-             "q4_k_m/model.gguf' '%s/moe.gguf'", dir, dir, check_shared_dir(), dir);
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' && mkdir -p '%s' && cp '%s/conformance/qwen3moe-tiny-"
+             "q4_k_m/model.gguf' '%s/moe.gguf'",
+             dir, dir, check_shared_dir(), dir);
     cr_assert_eq(system(cmd), 0);
     snprintf(path, sizeof path, "%s/files.yaml", dir);
     FILE *f = fopen(path, "w");
@@ -723,8 +737,8 @@ Test(ladder_files, a_missing_model_file_is_refused_with_its_line)
 {
     struct gate_err err = {0};
     cr_expect_eq(check_files("release: {name: r, version: '1'}\nmodels:\n"
-                             "  m: {path: nothere.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n"
-                             FILES_TAIL,
+                             "  m: {path: nothere.gguf, sha256: " MOE_SHA
+                             ", arch: qwen3moe}\n" FILES_TAIL,
                              &err),
                  ERR_INPUT);
     cr_expect(strstr(err.msg, "files.yaml:3:3: model 'm': path '") &&
@@ -768,8 +782,9 @@ Test(ladder_files, a_missing_goldens_file_is_refused_with_its_position)
 {
     struct gate_err err = {0};
     cr_expect_eq(check_files("release: {name: r, version: '1'}\nmodels:\n"
-                             "  m: {path: moe.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n"
-                             FILES_TAIL "gates:\n  defaults:\n    golden: {goldens: gold.json,"
+                             "  m: {path: moe.gguf, sha256: " MOE_SHA
+                             ", arch: qwen3moe}\n" FILES_TAIL
+                             "gates:\n  defaults:\n    golden: {goldens: gold.json,"
                              " sha256: " MOE_SHA "}\n",
                              &err),
                  ERR_INPUT);
@@ -786,15 +801,18 @@ Test(ladder_files, ladder_check_and_run_refuse_before_any_receipt)
     cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
     char dir[600], cmd[4000], yaml[2000];
     snprintf(dir, sizeof dir, "%s/files-cli", check_tmp_dir());
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cp '%s/conformance/qwen3moe-tiny-"
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' && mkdir -p '%s' && cp '%s/conformance/qwen3moe-tiny-"
              "q4_k_m/model.gguf' '%s/moe.gguf' && printf '{\"schema\": 2, \"models\": {}}' >"
-             " '%s/gold.json'", dir, dir, check_shared_dir(), dir, dir);
+             " '%s/gold.json'",
+             dir, dir, check_shared_dir(), dir, dir);
     cr_assert_eq(system(cmd), 0);
     char gpath[900], gsha[65];
     snprintf(gpath, sizeof gpath, "%s/gold.json", dir);
     cr_assert_eq(identity_file_sha256(gpath, gsha, NULL), 0);
     /* 1. a missing model file */
-    snprintf(yaml, sizeof yaml, "release: {name: r, version: '1'}\nmodels:\n"
+    snprintf(yaml, sizeof yaml,
+             "release: {name: r, version: '1'}\nmodels:\n"
              "  m: {path: gone.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n" FILES_TAIL);
     FILE *f = fopen(strcat(strcpy(cmd, dir), "/l.yaml"), "w");
     cr_assert(f);
@@ -804,17 +822,19 @@ Test(ladder_files, ladder_check_and_run_refuse_before_any_receipt)
     snprintf(run, sizeof run, "cd '%s' && '%s' ladder check l.yaml >out 2>&1", dir, bin);
     int rc = system(run);
     cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "ladder check exit %d", WEXITSTATUS(rc));
-    snprintf(run, sizeof run, "cd '%s' && '%s' run l.yaml --host local --db r.db >out 2>&1",
-             dir, bin);
+    snprintf(run, sizeof run, "cd '%s' && '%s' run l.yaml --host local --db r.db >out 2>&1", dir,
+             bin);
     rc = system(run);
     cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "run exit %d", WEXITSTATUS(rc));
     char *out = check_slurp_text(strcat(strcpy(cmd, dir), "/out"));
     cr_expect(out && strstr(out, "l.yaml:3:3: model 'm': path '"), "%s", out ? out : "");
     free(out);
     /* 2. a pinned goldens file without the model's entry: run refuses, check is fine */
-    snprintf(yaml, sizeof yaml, "release: {name: r, version: '1'}\nmodels:\n"
+    snprintf(yaml, sizeof yaml,
+             "release: {name: r, version: '1'}\nmodels:\n"
              "  m: {path: moe.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n" FILES_TAIL
-             "gates:\n  defaults:\n    golden: {goldens: gold.json, sha256: %s}\n", gsha);
+             "gates:\n  defaults:\n    golden: {goldens: gold.json, sha256: %s}\n",
+             gsha);
     f = fopen(strcat(strcpy(cmd, dir), "/l.yaml"), "w");
     cr_assert(f);
     fputs(yaml, f);
@@ -822,8 +842,8 @@ Test(ladder_files, ladder_check_and_run_refuse_before_any_receipt)
     snprintf(run, sizeof run, "cd '%s' && '%s' ladder check l.yaml >out 2>&1", dir, bin);
     rc = system(run);
     cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "ladder check exit %d", WEXITSTATUS(rc));
-    snprintf(run, sizeof run, "cd '%s' && '%s' run l.yaml --host local --db r.db >out 2>&1",
-             dir, bin);
+    snprintf(run, sizeof run, "cd '%s' && '%s' run l.yaml --host local --db r.db >out 2>&1", dir,
+             bin);
     rc = system(run);
     cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "run exit %d", WEXITSTATUS(rc));
     out = check_slurp_text(strcat(strcpy(cmd, dir), "/out"));

@@ -16,7 +16,6 @@
 #include "oracles/parity.h"
 #include "support/check.h"
 
-
 Test(mode, parses_the_fixed_list_only)
 {
     const char *backends[] = {"cuda", "cpu", "ref"}, *paths[] = {"decode", "prefill", "chat"};
@@ -32,8 +31,9 @@ Test(mode, parses_the_fixed_list_only)
             mode_format(&m, back, sizeof back);
             cr_expect_str_eq(back, text);
         }
-    const char *bad[] = {"ref", "ref.", ".decode", "refx.decode", "ref.decodex", "vulkan.decode",
-                         "ref.batch", "ref.decode.x", ""};
+    const char *bad[] = {"ref",         "ref.",         ".decode",
+                         "refx.decode", "ref.decodex",  "vulkan.decode",
+                         "ref.batch",   "ref.decode.x", ""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err_clear(&err);
         cr_expect_eq(mode_parse(bad[i], &m, &err), ERR_INPUT, "'%s' accepted", bad[i]);
@@ -81,8 +81,9 @@ static void path_passes(const char *mode_text)
     cr_expect_eq(r.n_wrong, 0);
     cr_expect_eq(r.chat_fallback, 0);
     printf("noise ceiling %s (%d positions): min cosine %.9f, mean KLD %.3g, max KLD %.3g,"
-           " max |dlogit| %.3g, severity %.3g\n", mode_text, r.n_pos, r.cosine.min, r.kld.mean,
-           r.kld.max, r.max_abs_diff.max, parity_severity(&r));
+           " max |dlogit| %.3g, severity %.3g\n",
+           mode_text, r.n_pos, r.cosine.min, r.kld.mean, r.kld.max, r.max_abs_diff.max,
+           parity_severity(&r));
     cr_expect_lt(parity_severity(&r), 0.01, "%s noise sits near the thresholds", mode_text);
     parity_result_free(&r);
     model_free(m);
@@ -126,10 +127,10 @@ Test(mode, taps_across_calls_equal_the_judges)
     float *logits = malloc((size_t)n * hp->n_vocab * sizeof *logits);
     cr_assert_eq(mode_open(&b, &dec, m, n, 2, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(mode_judge(b, tokens, n, logits, &t[0], &err), 0, "%s", err.msg);
-    cr_assert_eq(mode_run_taps(b, MODE_DECODE, tokens, n, NULL, 0, logits, &t[1], &err), 0,
-                 "%s", err.msg);
-    check_floats("hidden taps", t[1].hidden, t[0].hidden, (int64_t)L * n * (int64_t)E, 1e-5,
-                 1e-5, 1e-10);
+    cr_assert_eq(mode_run_taps(b, MODE_DECODE, tokens, n, NULL, 0, logits, &t[1], &err), 0, "%s",
+                 err.msg);
+    check_floats("hidden taps", t[1].hidden, t[0].hidden, (int64_t)L * n * (int64_t)E, 1e-5, 1e-5,
+                 1e-10);
     cr_expect_eq(memcmp(t[0].experts, t[1].experts, (size_t)L * n * k * sizeof(int32_t)), 0);
     check_floats("router k-th", t[1].router_kth, t[0].router_kth, (int64_t)L * n, 1e-5, 1e-5,
                  1e-10);
@@ -228,8 +229,11 @@ Test(mode, capability_reads_what_ran)
         cr_expect(strstr(err.msg, "cannot run on this host"), "%s", err.msg);
     }
     /* the judge alone: a cuda cell whose backend counted no launches, or fell back */
-    struct backend_info info = {.backend = "cuda", .device = "NVIDIA H200", .forwards = 3,
-                                .tokens = 96, .kernel_launches = 0};
+    struct backend_info info = {.backend = "cuda",
+                                .device = "NVIDIA H200",
+                                .forwards = 3,
+                                .tokens = 96,
+                                .kernel_launches = 0};
     capability_judge(&cuda, &info, &r);
     cr_expect_not(r.pass);
     cr_expect(strstr(r.reason, "zero CUDA kernel launches"), "%s", r.reason);
@@ -273,7 +277,8 @@ Test(mode, one_list_for_parse_ladder_and_index)
     struct gate_err err = {0};
     cr_expect_eq(mode_parse("vulkan.decode", &none, &err), ERR_INPUT);
     cr_expect(strstr(err.msg, "BACKEND one of cuda, cpu, ref and PATH one of decode, prefill,"
-                             " chat"), "%s", err.msg);
+                              " chat"),
+              "%s", err.msg);
 }
 
 Test(mode, capability_asks_the_backend_list_which_backends_run_on_a_device)
@@ -281,8 +286,8 @@ Test(mode, capability_asks_the_backend_list_which_backends_run_on_a_device)
     /* a device backend is judged on kernel launches, a CPU backend on having none */
     struct capability_result r;
     struct mode cpu = {.backend = "cpu", .path = MODE_DECODE};
-    struct backend_info launched = {.backend = "cpu", .device = "cpu: x", .forwards = 1,
-                                    .tokens = 4, .kernel_launches = 7};
+    struct backend_info launched = {
+        .backend = "cpu", .device = "cpu: x", .forwards = 1, .tokens = 4, .kernel_launches = 7};
     capability_judge(&cpu, &launched, &r);
     cr_expect_not(r.pass);
     cr_expect(strstr(r.reason, "CPU mode but counted 7 kernel launches"), "%s", r.reason);

@@ -37,8 +37,8 @@ static void expect_error(const char *base, struct gguf_edit e, const char *tag, 
 {
     struct gate_err err = {0};
     int rc = load_edited(base, &e, tag, &err);
-    cr_assert_eq(rc, ERR_INPUT, "%s: expected a load error containing \"%s\", got rc %d (%s)",
-                 tag, want, rc, err.msg);
+    cr_assert_eq(rc, ERR_INPUT, "%s: expected a load error containing \"%s\", got rc %d (%s)", tag,
+                 want, rc, err.msg);
     cr_assert(strstr(err.msg, want), "%s: message \"%s\" lacks \"%s\"", tag, err.msg, want);
 }
 
@@ -84,9 +84,9 @@ Test(model, binds_moe_experts_as_slabs_without_repacking)
 
 Test(model, loads_every_conformance_case)
 {
-    const char *cases[] = {"qwen3-dense-tiny-f32", "qwen3-dense-tiny-q8_0",
-                           "qwen3-dense-tiny-q4_k_m", "qwen3moe-tiny-f32", "qwen3moe-tiny-q8_0",
-                           "qwen3moe-tiny-q4_k_m"};
+    const char *cases[] = {"qwen3-dense-tiny-f32",    "qwen3-dense-tiny-q8_0",
+                           "qwen3-dense-tiny-q4_k_m", "qwen3moe-tiny-f32",
+                           "qwen3moe-tiny-q8_0",      "qwen3moe-tiny-q4_k_m"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct gate_err err = {0};
         struct model *m = NULL;
@@ -98,10 +98,12 @@ Test(model, loads_every_conformance_case)
 Test(model, head_dim_from_hidden_over_heads_is_a_shape_error)
 {
     /* the field failure: key_length absent, so head_dim would be 256/4 = 64 != 128 */
-    expect_error("qwen3-dense-tiny-f32", EDIT(.drop_key = "qwen3.attention.key_length",
-                                                   .drop_key2 = "qwen3.attention.value_length"),
-                 "no_key_length", "tensor 'blk.0.attn_q.weight' has shape [256, 512], expected"
-                 " [256, 256]");
+    expect_error(
+        "qwen3-dense-tiny-f32",
+        EDIT(.drop_key = "qwen3.attention.key_length", .drop_key2 = "qwen3.attention.value_length"),
+        "no_key_length",
+        "tensor 'blk.0.attn_q.weight' has shape [256, 512], expected"
+        " [256, 256]");
 }
 
 Test(model, rejects_unknown_architecture)
@@ -114,7 +116,8 @@ Test(model, rejects_unknown_architecture)
 Test(model, rejects_missing_tensor_naming_it)
 {
     expect_error("qwen3-dense-tiny-f32", EDIT(.drop_tensor = "blk.1.attn_k_norm.weight"),
-                 "no_k_norm", "tensor 'blk.1.attn_k_norm.weight' is missing (expected shape"
+                 "no_k_norm",
+                 "tensor 'blk.1.attn_k_norm.weight' is missing (expected shape"
                  " [128] = [head_dim])");
 }
 
@@ -122,17 +125,19 @@ Test(model, rejects_mis_shaped_tensor_with_both_shapes)
 {
     expect_error("qwen3-dense-tiny-f32",
                  EDIT(.edit_tensor = "blk.0.ffn_down.weight", .n_dims = 2, .ne = {512, 128, 1, 1}),
-                 "bad_down", "tensor 'blk.0.ffn_down.weight' has shape [512, 128], expected"
+                 "bad_down",
+                 "tensor 'blk.0.ffn_down.weight' has shape [512, 128], expected"
                  " [512, 256] = [n_ff, n_embd]");
 }
 
 Test(model, rejects_mis_shaped_expert_tensor)
 {
-    expect_error("qwen3moe-tiny-f32",
-                 EDIT(.edit_tensor = "blk.1.ffn_up_exps.weight", .n_dims = 3,
-                      .ne = {256, 256, 7, 1}),
-                 "bad_exps", "tensor 'blk.1.ffn_up_exps.weight' has shape [256, 256, 7], expected"
-                 " [256, 256, 8]");
+    expect_error(
+        "qwen3moe-tiny-f32",
+        EDIT(.edit_tensor = "blk.1.ffn_up_exps.weight", .n_dims = 3, .ne = {256, 256, 7, 1}),
+        "bad_exps",
+        "tensor 'blk.1.ffn_up_exps.weight' has shape [256, 256, 7], expected"
+        " [256, 256, 8]");
 }
 
 Test(model, rejects_unsupported_tensor_type_naming_it)
@@ -144,9 +149,8 @@ Test(model, rejects_unsupported_tensor_type_naming_it)
 
 Test(model, rejects_missing_required_key)
 {
-    expect_error("qwen3-dense-tiny-f32",
-                 EDIT(.drop_key = "qwen3.attention.layer_norm_rms_epsilon"), "no_eps",
-                 "required key 'qwen3.attention.layer_norm_rms_epsilon' is missing");
+    expect_error("qwen3-dense-tiny-f32", EDIT(.drop_key = "qwen3.attention.layer_norm_rms_epsilon"),
+                 "no_eps", "required key 'qwen3.attention.layer_norm_rms_epsilon' is missing");
 }
 
 Test(model, rejects_wrongly_typed_key)
@@ -180,7 +184,8 @@ Test(model, rejects_vocab_size_mismatch)
 {
     expect_error("qwen3-dense-tiny-f32",
                  EDIT(.edit_tensor = "token_embd.weight", .n_dims = 2, .ne = {256, 500, 1, 1}),
-                 "vocab500", "tokenizer.ggml.tokens has 512 entries but token_embd.weight has 500"
+                 "vocab500",
+                 "tokenizer.ggml.tokens has 512 entries but token_embd.weight has 500"
                  " rows");
 }
 

@@ -180,7 +180,6 @@ Test(parity, too_few_positions_and_bad_config_are_input_errors)
 
 /* ---- on the conformance models ------------------------------------------------------------- */
 
-
 Test(parity, generated_tokens_are_the_conformance_prompt)
 {
     char path[4096];

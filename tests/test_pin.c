@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "engine/model.h"
-#include "engine/synth.h"
 #include "engine/pin.h"
+#include "engine/synth.h"
 #include "tests/support/check.h"
 
 static char dir[600];

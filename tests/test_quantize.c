@@ -61,9 +61,8 @@ static void naive_kx(const float *x, int nmax, uint16_t *dh, uint16_t *mh, uint8
         int m = dm > 0 ? clampi(rnd(b[j] / dm), 0, 63) : 0;
         quant_put_scale_min_k4(j, (uint8_t)sc, (uint8_t)m, scales);
         for (int i = 0; i < 32; i++)
-            q[32 * j + i] = (uint8_t)(sc ? clampi(rnd((x[32 * j + i] + dm * m) / (d * sc)), 0,
-                                                   nmax)
-                                         : 0);
+            q[32 * j + i] =
+                (uint8_t)(sc ? clampi(rnd((x[32 * j + i] + dm * m) / (d * sc)), 0, nmax) : 0);
     }
 }
 
@@ -118,8 +117,8 @@ static void naive_row(int type, const float *x, void *dst, int64_t n)
                     int u2 = qq[128 * h + l + 64] + 32, u3 = qq[128 * h + l + 96] + 32;
                     y->ql[64 * h + l] = (uint8_t)((u0 & 15) | ((u2 & 15) << 4));
                     y->ql[64 * h + l + 32] = (uint8_t)((u1 & 15) | ((u3 & 15) << 4));
-                    y->qh[32 * h + l] =
-                        (uint8_t)((u0 >> 4) | ((u1 >> 4) << 2) | ((u2 >> 4) << 4) | ((u3 >> 4) << 6));
+                    y->qh[32 * h + l] = (uint8_t)((u0 >> 4) | ((u1 >> 4) << 2) | ((u2 >> 4) << 4) |
+                                                  ((u3 >> 4) << 6));
                 }
         }
     }
@@ -164,8 +163,8 @@ static float *gaussian_rows(int64_t n)
 /* Synthetic weights: attn_q of layer 0 of tiny-dense (seed 1), the generator's F32 values. */
 static float *synthetic_weights(int64_t n)
 {
-    struct synth_options o = {.spec = *synth_preset_find("tiny-dense"), .quant = SYNTH_F32,
-                              .seed = 1};
+    struct synth_options o = {
+        .spec = *synth_preset_find("tiny-dense"), .quant = SYNTH_F32, .seed = 1};
     struct synth_tensor *t = NULL;
     int nt = 0;
     struct gate_err err = {0};
@@ -183,8 +182,8 @@ static float *synthetic_weights(int64_t n)
 
 struct expect {
     int type;
-    double min_gain;     /* default must be at least this much below naive (fraction) */
-    double max_vs_best;  /* default / exhaustive at most this */
+    double min_gain;    /* default must be at least this much below naive (fraction) */
+    double max_vs_best; /* default / exhaustive at most this */
 };
 
 static const struct expect EXPECT[] = {
@@ -202,14 +201,16 @@ static void rmse_table(const char *what, const float *x, int64_t n)
         double naive = rel_rmse(e->type, x, n, M_NAIVE);
         double best = rel_rmse(e->type, x, n, M_EXHAUSTIVE);
         cr_log_info("RMSE/RMS %-10s %-5s default %.5f  naive %.5f (%.1f%% lower)  exhaustive %.5f"
-                    " (default %+.1f%%)", what, quant_name(e->type), ours, naive,
-                    100 * (1 - ours / naive), best, 100 * (ours / best - 1));
+                    " (default %+.1f%%)",
+                    what, quant_name(e->type), ours, naive, 100 * (1 - ours / naive), best,
+                    100 * (ours / best - 1));
         cr_expect(ours <= naive * (1 - e->min_gain) + 1e-12,
                   "%s %s: default RMSE %.5f is not %.0f%% below naive %.5f", what,
                   quant_name(e->type), ours, 100 * e->min_gain, naive);
-        cr_expect(ours <= best * e->max_vs_best, "%s %s: default RMSE %.5f is more than %.0f%%"
-                  " above the exhaustive search's %.5f", what, quant_name(e->type), ours,
-                  100 * (e->max_vs_best - 1), best);
+        cr_expect(ours <= best * e->max_vs_best,
+                  "%s %s: default RMSE %.5f is more than %.0f%%"
+                  " above the exhaustive search's %.5f",
+                  what, quant_name(e->type), ours, 100 * (e->max_vs_best - 1), best);
     }
 }
 
@@ -237,8 +238,8 @@ Test(quantize, absolute_rmse_on_unit_gaussian_is_what_the_docs_state)
     const struct {
         int type;
         double max;
-    } lim[] = {{QUANT_Q4_K, 0.098}, {QUANT_Q5_K, 0.049}, {QUANT_Q6_K, 0.026},
-               {QUANT_Q8_0, 0.0068}, {QUANT_F16, 3e-4}, {QUANT_BF16, 2.4e-3}};
+    } lim[] = {{QUANT_Q4_K, 0.098},  {QUANT_Q5_K, 0.049}, {QUANT_Q6_K, 0.026},
+               {QUANT_Q8_0, 0.0068}, {QUANT_F16, 3e-4},   {QUANT_BF16, 2.4e-3}};
     for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {
         double r = rel_rmse(lim[i].type, x, n, M_DEFAULT);
         cr_log_info("RMSE/RMS gaussian %-5s %.6f", quant_name(lim[i].type), r);
@@ -247,7 +248,8 @@ Test(quantize, absolute_rmse_on_unit_gaussian_is_what_the_docs_state)
     free(x);
 }
 
-/* ---- validity --------------------------------------------------------------------------------- */
+/* ---- validity ---------------------------------------------------------------------------------
+ */
 
 static void roundtrip(int type, const float *x, int64_t n, float *y)
 {
@@ -308,8 +310,8 @@ Test(quantize, huge_and_tiny_magnitudes_stay_finite)
             roundtrip(KTYPES[t], xs, QK_K, y);
             double se = 0, ss = 0;
             for (int i = 0; i < QK_K; i++) {
-                cr_assert(isfinite(y[i]), "%s at scale %g: non-finite at %d",
-                          quant_name(KTYPES[t]), (double)scale[s], i);
+                cr_assert(isfinite(y[i]), "%s at scale %g: non-finite at %d", quant_name(KTYPES[t]),
+                          (double)scale[s], i);
                 se += ((double)y[i] - xs[i]) * ((double)y[i] - xs[i]);
                 ss += (double)xs[i] * xs[i];
             }

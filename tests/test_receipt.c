@@ -321,11 +321,11 @@ static json_t *judged(int numbers_pass, const char *claim)
         json_array_append_new(tt, json_integer(1));
     }
     json_t *m = json_pack("{s:{s:o, s:o, s:o, s:o, s:o}, s:{s:s, s:s, s:i, s:i, s:i}}",
-                          "per_position", "cosine", cos, "kld", kld, "ref_gap", gap, "ref_top",
-                          rt, "test_top", tt, "ran", "backend", "ref", "device", "cpu: t",
-                          "forwards", 64, "tokens", 64, "kernel_launches", 0);
-    json_t *settings = json_pack("{s:i, s:f, s:f, s:f, s:f}", "positions", 64, "min_cosine",
-                                 0.999, "max_mean_kld", 1e-3, "max_kld", 1e-2, "near_tie", 0.05);
+                          "per_position", "cosine", cos, "kld", kld, "ref_gap", gap, "ref_top", rt,
+                          "test_top", tt, "ran", "backend", "ref", "device", "cpu: t", "forwards",
+                          64, "tokens", 64, "kernel_launches", 0);
+    json_t *settings = json_pack("{s:i, s:f, s:f, s:f, s:f}", "positions", 64, "min_cosine", 0.999,
+                                 "max_mean_kld", 1e-3, "max_kld", 1e-2, "near_tie", 0.05);
     json_t *g = gatedef_row("parity", "ref.decode", settings, m, NULL);
     if (claim)
         json_object_set_new(g, "verdict", json_string(claim));
@@ -493,8 +493,7 @@ Test(cli, receipt_show_summarizes_first_and_collapses_per_position_arrays)
     cr_expect(!strncmp(out, "receipt 2: tiny-moe/local/ref.decode  FAIL\n", 43), "%s", out);
     const char *details = strstr(out, "\ndetails\n");
     const char *fail = strstr(out, "  FAIL parity: ");
-    cr_expect(details && fail && fail < details, "the failing gate's reason comes first:\n%s",
-              out);
+    cr_expect(details && fail && fail < details, "the failing gate's reason comes first:\n%s", out);
     const char *row = strstr(out, "\n  parity      FAIL   ");
     cr_expect(row && row < details, "a summary row per gate:\n%s", out);
     cr_expect(strstr(out, "per_position.cosine") &&
@@ -511,13 +510,13 @@ Test(cli, receipt_show_summarizes_first_and_collapses_per_position_arrays)
     json_t *p = json_loads(out, 0, &je);
     cr_assert(p, "--json prints JSON: %s\n%s", je.text, out);
     cr_expect_str_eq(json_string_value(json_object_get(p, "verdict")), "FAIL");
-    cr_expect_eq(json_array_size(json_object_get(
-                     json_object_get(json_object_get(json_object_get(json_object_get(p, "gates"),
-                                                                     "parity"),
-                                                     "metrics"),
-                                     "per_position"),
-                     "cosine")),
-                 64);
+    cr_expect_eq(
+        json_array_size(json_object_get(
+            json_object_get(
+                json_object_get(json_object_get(json_object_get(p, "gates"), "parity"), "metrics"),
+                "per_position"),
+            "cosine")),
+        64);
     json_decref(p);
 }
 
@@ -618,7 +617,11 @@ Test(cli, safe_escapes_control_characters_and_keeps_utf8)
 {
     char buf[128];
     cr_assert_str_eq(cli_safe("h\x1b]0;pwned\x07", buf, sizeof buf), "h\\x1b]0;pwned\\x07");
-    cr_assert_str_eq(cli_safe("a\x7f" "b\xc2\x9b" "c", buf, sizeof buf), "a\\x7fb\\xc2\\x9bc");
+    cr_assert_str_eq(cli_safe("a\x7f"
+                              "b\xc2\x9b"
+                              "c",
+                              buf, sizeof buf),
+                     "a\\x7fb\\xc2\\x9bc");
     cr_assert_str_eq(cli_safe("raw\x9b", buf, sizeof buf), "raw\\x9b");
     cr_assert_str_eq(cli_safe("caf\xc3\xa9 \xe2\x80\x94 ok\\", buf, sizeof buf),
                      "caf\xc3\xa9 \xe2\x80\x94 ok\\\\");
@@ -637,8 +640,9 @@ Test(cli, an_imported_receipt_cannot_rewrite_the_terminal)
     tmp_path(db, sizeof db, "esc.db");
     cr_assert_eq(store_open(&s, src, &err), 0, "%s", err.msg);
     json_t *p = judged(1, NULL);
-    json_object_set_new(p, "cell", json_pack("{s:s, s:s, s:s}", "model", "m", "host",
-                                             "h\x1b]0;pwned\x07", "mode", "ref.decode"));
+    json_object_set_new(p, "cell",
+                        json_pack("{s:s, s:s, s:s}", "model", "m", "host", "h\x1b]0;pwned\x07",
+                                  "mode", "ref.decode"));
     json_object_set_new(p, "environment", json_pack("{s:s}", "hostname", "box\x1b[2J"));
     cr_assert_eq(store_append(s, p, &k, NULL, &err), 0, "%s", err.msg);
     json_decref(p);
@@ -717,7 +721,8 @@ Test(cli, receipt_verify_names_a_receipt_deleted_behind_a_head_record)
     cr_assert(strstr(out, "1 head records: 1 ok"), "%s", out);
     sqlite3 *h;
     cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(h, "DROP TRIGGER receipts_no_delete; DELETE FROM receipts WHERE id = 3",
+    cr_assert_eq(sqlite3_exec(h,
+                              "DROP TRIGGER receipts_no_delete; DELETE FROM receipts WHERE id = 3",
                               NULL, NULL, NULL),
                  SQLITE_OK);
     sqlite3_close(h);

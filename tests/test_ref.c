@@ -7,8 +7,8 @@
  * minimum. Then the twin's own properties: thread-count invariance, decode == batched,
  * taps, faults, and input errors.
  */
-#include <criterion/criterion.h>
 #include "engine/ref_ops.h"
+#include <criterion/criterion.h>
 #include <dirent.h>
 #include <jansson.h>
 #include <limits.h>
@@ -132,8 +132,8 @@ static void check_case(const char *c)
     const double floor_cos = json_number_value(cm) - 1e-6;
     for (int p = 0; p < n_tok; p++) {
         double cs = cosine(logits + (size_t)p * V, llama + (size_t)p * V, V);
-        cr_expect_geq(cs, floor_cos, "%s: cosine vs llama.cpp %.7f at position %d < %.7f", c, cs,
-                      p, floor_cos);
+        cr_expect_geq(cs, floor_cos, "%s: cosine vs llama.cpp %.7f at position %d < %.7f", c, cs, p,
+                      floor_cos);
     }
 
     /* greedy: the first 16 ids as the prompt, then 32 steps through the KV cache */
@@ -229,7 +229,8 @@ Test(ref, decode_and_chunked_batches_equal_the_whole_batch)
     check_floats("token-by-token decode vs whole batch", decode, whole, 96 * 512, 0, 0, 0);
     check_floats("batches of 7 vs whole batch", chunks, whole, 96 * 512, 0, 0, 0);
     cr_expect_eq(memcmp(decode, whole, 96 * 512 * sizeof(float)), 0, "decode is not bit-identical");
-    cr_expect_eq(memcmp(chunks, whole, 96 * 512 * sizeof(float)), 0, "chunks are not bit-identical");
+    cr_expect_eq(memcmp(chunks, whole, 96 * 512 * sizeof(float)), 0,
+                 "chunks are not bit-identical");
     free(whole);
     free(decode);
     free(chunks);
@@ -311,8 +312,7 @@ Test(ref, every_fault_moves_the_logits_and_no_fault_moves_nothing)
     for (int i = 0; i < 5; i++) {
         float *f = eval_with_fault("qwen3moe-tiny-f32", faults[i]);
         struct compare_stats s = check_cmp(f, clean, 96 * 512, 0, 0);
-        cr_expect_gt(s.nmse, 1e-4, "fault %s moved the logits by only NMSE %g", faults[i],
-                     s.nmse);
+        cr_expect_gt(s.nmse, 1e-4, "fault %s moved the logits by only NMSE %g", faults[i], s.nmse);
         free(f);
     }
     float *again = eval_with_fault("qwen3moe-tiny-f32", "skip_qk_norm:positions=1000-2000");
@@ -385,8 +385,7 @@ static void spy_info(const struct backend *b, struct backend_info *out)
     out->forwards = 999; /* the wrapper's counters win */
 }
 
-static const struct backend_ops SPY_OPS = {.name = "spy", .forward = spy_forward,
-                                           .info = spy_info};
+static const struct backend_ops SPY_OPS = {.name = "spy", .forward = spy_forward, .info = spy_info};
 
 Test(backend, wrapper_checks_then_chunks_by_n_batch_and_counts)
 {
@@ -416,8 +415,7 @@ Test(backend, wrapper_checks_then_chunks_by_n_batch_and_counts)
     /* 7 tokens with n_batch 3: chunks 3, 3, 1 at positions 0, 3, 6, logits where they belong */
     cr_assert_eq(backend_forward(b, ok, 7, 0, logits, &err), 0, "%s", err.msg);
     cr_expect_eq(s.calls, 3);
-    cr_expect(s.n[0] == 3 && s.n[1] == 3 && s.n[2] == 1, "chunks %d %d %d", s.n[0], s.n[1],
-              s.n[2]);
+    cr_expect(s.n[0] == 3 && s.n[1] == 3 && s.n[2] == 1, "chunks %d %d %d", s.n[0], s.n[1], s.n[2]);
     cr_expect(s.pos0[0] == 0 && s.pos0[1] == 3 && s.pos0[2] == 6);
     for (int p = 0; p < 7; p++)
         cr_expect_eq(logits[(size_t)p * m->hp.n_vocab], (float)p, "row %d", p);
@@ -506,7 +504,8 @@ Test(backend, faults_are_copied_not_borrowed)
     fs.n = 0;
     cr_assert_eq(backend_truncate(b, 0, &err), 0);
     cr_assert_eq(backend_forward(b, tokens, N, 0, out, &err), 0, "%s", err.msg);
-    cr_expect_eq(memcmp(out, faulted, bytes), 0, "rewriting the caller's fault set reached the"
+    cr_expect_eq(memcmp(out, faulted, bytes), 0,
+                 "rewriting the caller's fault set reached the"
                  " backend: faults are borrowed, not copied");
     /* backend_set_faults replaces the copy; clearing it gives the clean logits back */
     backend_set_faults(b, NULL);
@@ -569,7 +568,8 @@ Test(faults, kinds_come_from_one_table)
     struct fault_spec f;
     cr_expect_eq(fault_parse("flipped_sign", &f, &err), ERR_INPUT);
     cr_expect(strstr(err.msg, "known: wrong_expert, dropped_expert, uniform_weights,"
-                              " skip_qk_norm"), "%s", err.msg);
+                              " skip_qk_norm"),
+              "%s", err.msg);
     /* settled question 4: MoE cells falsify all four, dense cells skip_qk_norm */
     struct fault_set moe, dense;
     fault_default_set(1, &moe);

@@ -11,19 +11,19 @@
  */
 #include <criterion/criterion.h>
 #include <sqlite3.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <stdarg.h>
 #include <sys/wait.h>
 
+#include "cli/cli.h"
+#include "cli/report.h"
 #include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
-#include "cli/cli.h"
 #include "harness/run.h"
-#include "cli/report.h"
 #include "receipts/key.h"
 #include "receipts/store.h"
 #include "tests/support/check.h"
@@ -60,16 +60,17 @@ static void setup(void)
     cr_assert_eq(key_write_public(path_in("b.pub"), &key_b, &err), 0, "%s", err.msg);
     FILE *f = fopen(path_in("ladder.yaml"), "w");
     cr_assert(f);
-    fprintf(f, "release: {name: rel, version: 1.0.0}\n"
-               "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
-               " sha256: " MOE_SHA ", arch: qwen3moe}\n"
-               "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
-               "  b: {device: none, trust: ['file:b.pub']}\n"
-               "modes: [ref.decode, ref.chat]\n"
-               "cells:\n  - {models: [moe], hosts: [a], modes: [ref.decode, ref.chat]}\n"
-               "  - {model: moe, host: b, mode: ref.decode}\n"
-               "gates:\n  defaults:\n    golden: {goldens: g.json, sha256: " GOLDENS_SHA "}\n"
-               "unanchored: {qwen3moe: 'state tests judge recorded numbers only'}\n",
+    fprintf(f,
+            "release: {name: rel, version: 1.0.0}\n"
+            "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
+            " sha256: " MOE_SHA ", arch: qwen3moe}\n"
+            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+            "  b: {device: none, trust: ['file:b.pub']}\n"
+            "modes: [ref.decode, ref.chat]\n"
+            "cells:\n  - {models: [moe], hosts: [a], modes: [ref.decode, ref.chat]}\n"
+            "  - {model: moe, host: b, mode: ref.decode}\n"
+            "gates:\n  defaults:\n    golden: {goldens: g.json, sha256: " GOLDENS_SHA "}\n"
+            "unanchored: {qwen3moe: 'state tests judge recorded numbers only'}\n",
             check_shared_dir());
     fclose(f);
     memset(&self, 0, sizeof self);
@@ -82,13 +83,13 @@ static void setup(void)
 TestSuite(release, .init = setup);
 
 struct fake {
-    const char *commit;  /* NULL: self's */
+    const char *commit; /* NULL: self's */
     int dirty;
-    const char *sha;     /* NULL: the pinned digest */
-    int fail;            /* 1: parity numbers that fail (one position at cosine 0.42) */
-    int no_gates;        /* 1: an empty gate list claiming PASS */
-    double min_cosine;   /* 0: the ladder's */
-    int claim_pass;      /* 1: verdicts and checks say PASS whatever the numbers are */
+    const char *sha;             /* NULL: the pinned digest */
+    int fail;                    /* 1: parity numbers that fail (one position at cosine 0.42) */
+    int no_gates;                /* 1: an empty gate list claiming PASS */
+    double min_cosine;           /* 0: the ladder's */
+    int claim_pass;              /* 1: verdicts and checks say PASS whatever the numbers are */
     const char *release_version; /* NULL: the ladder's */
     const char *trust_sha256;    /* NULL: the ladder's */
 };
@@ -117,8 +118,7 @@ static void add(const char *db, const struct key_pair *k, int ci, struct fake fk
         snprintf(id.git_commit, sizeof id.git_commit, "%s", fk.commit);
     id.git_dirty = fk.dirty;
     json_t *gates = json_object(), *metrics = real_metrics();
-    static const char *const names[] = {"capability", "parity", "golden", "throughput",
-                                        "falsify"};
+    static const char *const names[] = {"capability", "parity", "golden", "throughput", "falsify"};
     int all_pass = 1;
     for (int g = 0; !fk.no_gates && g < 5; g++) {
         struct ladder_gates lg = c->g;
@@ -135,17 +135,15 @@ static void add(const char *db, const struct key_pair *k, int ci, struct fake fk
         json_object_set_new(gates, names[g], row);
     }
     json_decref(metrics);
-    json_t *p = json_pack("{s:{s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:{s:{s:s, s:s}, s:o},"
-                          " s:{s:s}, s:o, s:s}",
-                          "ladder", "name", l->name, "version",
-                          fk.release_version ? fk.release_version : l->version, "sha256",
-                          l->sha256, "trust_sha256",
-                          fk.trust_sha256 ? fk.trust_sha256 : l->trust_sha256, "cell", "model",
-                          l->models[c->model].id, "host", l->hosts[c->host].id, "mode", c->mode,
-                          "subject", "model", "id", l->models[c->model].id, "sha256",
-                          fk.sha ? fk.sha : MOE_SHA, "engine", identity_json(&id),
-                          "environment", "host", l->hosts[c->host].id, "gates", gates, "verdict",
-                          (all_pass && !fk.no_gates) || fk.claim_pass ? "PASS" : "FAIL");
+    json_t *p = json_pack(
+        "{s:{s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:{s:{s:s, s:s}, s:o},"
+        " s:{s:s}, s:o, s:s}",
+        "ladder", "name", l->name, "version", fk.release_version ? fk.release_version : l->version,
+        "sha256", l->sha256, "trust_sha256", fk.trust_sha256 ? fk.trust_sha256 : l->trust_sha256,
+        "cell", "model", l->models[c->model].id, "host", l->hosts[c->host].id, "mode", c->mode,
+        "subject", "model", "id", l->models[c->model].id, "sha256", fk.sha ? fk.sha : MOE_SHA,
+        "engine", identity_json(&id), "environment", "host", l->hosts[c->host].id, "gates", gates,
+        "verdict", (all_pass && !fk.no_gates) || fk.claim_pass ? "PASS" : "FAIL");
     struct store *st = NULL;
     cr_assert_eq(store_open(&st, db, &err), 0, "%s", err.msg);
     int64_t rid;
@@ -186,20 +184,19 @@ static const struct release_row *row_of(const struct release_result *r, const ch
 
 /* Evaluate db and expect row `name` in `state`, blocked by receipt `blocking` (0: none), its
  * reason holding `words` (NULL: anything); the release is never OK. */
-static void expect_row(const char *db, const char *name, enum release_state state,
-                       int64_t blocking, const char *words)
+static void expect_row(const char *db, const char *name, enum release_state state, int64_t blocking,
+                       const char *words)
 {
     struct release_result r;
     evaluate(db, &r);
     const struct release_row *w = row_of(&r, name);
     cr_assert(w, "no row %s", name);
-    cr_expect_eq(w->state, state, "%s is %s, expected %s (%s)", name,
-                 release_state_name(w->state), release_state_name(state), w->reason);
+    cr_expect_eq(w->state, state, "%s is %s, expected %s (%s)", name, release_state_name(w->state),
+                 release_state_name(state), w->reason);
     cr_expect_eq(w->blocking_id, blocking, "%s is blocked by receipt %lld, expected %lld (%s)",
                  name, (long long)w->blocking_id, (long long)blocking, w->reason);
     if (words)
-        cr_expect(strstr(w->reason, words), "%s: reason lacks \"%s\": %s", name, words,
-                  w->reason);
+        cr_expect(strstr(w->reason, words), "%s: reason lacks \"%s\": %s", name, words, w->reason);
     cr_expect_eq(r.ok, 0, "a release with %s %s must not be OK", name, release_state_name(state));
     release_result_free(&r);
 }
@@ -222,8 +219,7 @@ Test(release, all_cells_pass_and_the_release_is_ok)
     cr_expect_eq(r.n_receipts, 3);
     cr_expect_str_empty(r.store_problem);
     for (int i = 0; i < 3; i++) {
-        cr_expect_eq(r.cells[i].state, RELEASE_PASS, "%s: %s", r.cells[i].name,
-                     r.cells[i].reason);
+        cr_expect_eq(r.cells[i].state, RELEASE_PASS, "%s: %s", r.cells[i].name, r.cells[i].reason);
         cr_expect_eq(r.cells[i].blocking_id, 0);
         cr_expect_eq(r.cells[i].n_pass_ids, 1);
         cr_expect_eq(r.cells[i].pass_ids[0], i + 1, "cell %d counts receipt %lld", i,
@@ -284,8 +280,9 @@ Test(release, a_payload_edited_in_the_database_is_tampered)
     sqlite3_finalize(q);
     for (int i = 0; i < nd; i++)
         cr_assert_eq(sqlite3_exec(db, drops[i], NULL, NULL, &msg), SQLITE_OK, "%s", msg);
-    cr_assert_eq(sqlite3_exec(db, "UPDATE receipts SET payload = replace(payload, '\"verdict\":"
-                                  "\"PASS\"', '\"verdict\":\"PASS\" ') WHERE id = 2",
+    cr_assert_eq(sqlite3_exec(db,
+                              "UPDATE receipts SET payload = replace(payload, '\"verdict\":"
+                              "\"PASS\"', '\"verdict\":\"PASS\" ') WHERE id = 2",
                               NULL, NULL, &msg),
                  SQLITE_OK, "%s", msg);
     cr_assert_eq(sqlite3_changes(db), 1);
@@ -368,9 +365,10 @@ Test(release, a_fail_rewritten_to_garbage_and_hidden_behind_imports_blocks_every
     add(path_in("r.db"), &key_a, 0, (struct fake){.fail = 1});
     all_pass(path_in("r.db"));
     sqlite3 *db = open_raw(path_in("r.db"));
-    cr_assert_eq(sqlite3_exec(db, "UPDATE receipts SET payload = '{\"x\":1}', cell = 'garbage',"
-                                  " verdict = 'PASS' WHERE id = 1; UPDATE receipts SET origin ="
-                                  " 'import' WHERE id > 1",
+    cr_assert_eq(sqlite3_exec(db,
+                              "UPDATE receipts SET payload = '{\"x\":1}', cell = 'garbage',"
+                              " verdict = 'PASS' WHERE id = 1; UPDATE receipts SET origin ="
+                              " 'import' WHERE id > 1",
                               NULL, NULL, NULL),
                  SQLITE_OK);
     sqlite3_close(db);
@@ -424,10 +422,11 @@ Test(release, receipts_made_under_other_trusted_keys_are_stale)
 static void add_anchor(void)
 {
     FILE *f = fopen(path_in("ladder.yaml"), "a");
-    fprintf(f, "anchors:\n  conf:\n    arch: qwen3moe\n    reference: test\n"
-               "    model: {path: m.gguf, sha256: %064d}\n    tokens: {path: t.txt, sha256: %064d}\n"
-               "    logits: {path: l.f32, sha256: %064d}\n"
-               "    thresholds: {max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 1.0e-3}\n",
+    fprintf(f,
+            "anchors:\n  conf:\n    arch: qwen3moe\n    reference: test\n"
+            "    model: {path: m.gguf, sha256: %064d}\n    tokens: {path: t.txt, sha256: %064d}\n"
+            "    logits: {path: l.f32, sha256: %064d}\n"
+            "    thresholds: {max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 1.0e-3}\n",
             1, 2, 3);
     fclose(f);
     /* the ladder now both anchors and un-anchors qwen3moe: drop the unanchored line */
@@ -552,13 +551,14 @@ Test(release, release_check_prints_the_matrix_blocking_rows_and_exit_codes)
     add(db2, &key_b, 1, (struct fake){0});
     /* an anchor receipt cannot be made here: the ladder un-anchors qwen3moe again instead */
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "sed -i '/^anchors:/,$d' '%s' && echo \"unanchored: {qwen3moe:"
-             " 'report test'}\" >> '%s'", path_in("ladder.yaml"), path_in("ladder.yaml"));
+    snprintf(cmd, sizeof cmd,
+             "sed -i '/^anchors:/,$d' '%s' && echo \"unanchored: {qwen3moe:"
+             " 'report test'}\" >> '%s'",
+             path_in("ladder.yaml"), path_in("ladder.yaml"));
     cr_assert_eq(system(cmd), 0);
     rc = check_release(db2, NULL, &out);
     cr_expect_eq(rc, 0, "%s", out);
-    cr_expect(strstr(out, "RELEASE OK: all 2 required cells and 0 anchor cases PASS"), "%s",
-              out);
+    cr_expect(strstr(out, "RELEASE OK: all 2 required cells and 0 anchor cases PASS"), "%s", out);
     cr_expect(strstr(out, "note: judge not anchored for qwen3moe: report test"), "%s", out);
     free(out);
     rc = check_release(db2, path_in("a.key"), &out);
@@ -665,13 +665,11 @@ struct events {
 static void on_event(void *ctx, const struct run_event *ev)
 {
     struct events *e = ctx;
-    static const char *const K[] = {"STARTED", "SYNTH", "CELL", "GATE", "DONE", "RECEIPT",
-                                    "HEAD"};
+    static const char *const K[] = {"STARTED", "SYNTH", "CELL", "GATE", "DONE", "RECEIPT", "HEAD"};
     if (ev->kind == RUN_EV_SYNTH || e->n == 64)
         return;
     snprintf(e->log[e->n++], sizeof e->log[0], "%s %s %s %s", K[ev->kind],
-             ev->cell ? ev->cell : "-", ev->gate ? ev->gate : "-",
-             ev->verdict ? ev->verdict : "-");
+             ev->cell ? ev->cell : "-", ev->gate ? ev->gate : "-", ev->verdict ? ev->verdict : "-");
     e->n_finished_with_seconds += ev->kind == RUN_EV_GATE_FINISHED && ev->seconds > 0;
     if (ev->kind == RUN_EV_RECEIPT)
         e->receipt_id = ev->receipt_id;
@@ -682,20 +680,24 @@ static void on_event(void *ctx, const struct run_event *ev)
 Test(release, run_ladder_returns_rows_and_reports_progress_through_the_callback)
 {
     FILE *f = fopen(path_in("one.yaml"), "w");
-    fprintf(f, "release: {name: rel, version: 1.0.0}\n"
-               "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
-               " sha256: " MOE_SHA ", arch: qwen3moe}\n"
-               "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
-               "modes: [ref.decode]\n"
-               "cells:\n  - {model: moe, host: a, mode: ref.decode}\n"
-               "gates:\n  defaults:\n    parity: {positions: 64}\n"
-               "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 2,"
-               " max_cv: 100}\n"
-               "unanchored: {qwen3moe: 'runner test'}\n",
+    fprintf(f,
+            "release: {name: rel, version: 1.0.0}\n"
+            "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
+            " sha256: " MOE_SHA ", arch: qwen3moe}\n"
+            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+            "modes: [ref.decode]\n"
+            "cells:\n  - {model: moe, host: a, mode: ref.decode}\n"
+            "gates:\n  defaults:\n    parity: {positions: 64}\n"
+            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 2,"
+            " max_cv: 100}\n"
+            "unanchored: {qwen3moe: 'runner test'}\n",
             check_shared_dir());
     fclose(f);
-    struct run_options o = {.ladder = path_in("one.yaml"), .host = "a", .db = path_in("one.db"),
-                            .key = path_in("a.key"), .threads = 2};
+    struct run_options o = {.ladder = path_in("one.yaml"),
+                            .host = "a",
+                            .db = path_in("one.db"),
+                            .key = path_in("a.key"),
+                            .threads = 2};
     struct run_result res;
     struct events ev;
     memset(&ev, 0, sizeof ev);
@@ -712,17 +714,20 @@ Test(release, run_ladder_returns_rows_and_reports_progress_through_the_callback)
     cr_expect_str_empty(c->store_error);
     cr_expect(c->gates_json && json_object_get(c->gates_json, "parity"));
     cr_assert_eq(c->n_gates, 5);
-    static const char *const names[] = {"capability", "parity", "golden", "throughput",
-                                        "falsify"};
+    static const char *const names[] = {"capability", "parity", "golden", "throughput", "falsify"};
     for (int g = 0; g < 5; g++) {
         cr_expect_str_eq(c->gates[g].name, names[g]);
-        cr_expect_str_eq(c->gates[g].verdict, g == 2 ? "FAIL" : "PASS", "%s: %s",
-                         c->gates[g].name, c->gates[g].summary);
+        cr_expect_str_eq(c->gates[g].verdict, g == 2 ? "FAIL" : "PASS", "%s: %s", c->gates[g].name,
+                         c->gates[g].summary);
     }
-    cr_expect(strstr(c->gates[2].summary, "declares no goldens file"), "the summary of a failed"
-              " gate is its reason: %s", c->gates[2].summary);
-    cr_expect(strstr(c->gates[1].summary, "64 pos"), "the summary of a passed gate is its"
-              " numbers: %s", c->gates[1].summary);
+    cr_expect(strstr(c->gates[2].summary, "declares no goldens file"),
+              "the summary of a failed"
+              " gate is its reason: %s",
+              c->gates[2].summary);
+    cr_expect(strstr(c->gates[1].summary, "64 pos"),
+              "the summary of a passed gate is its"
+              " numbers: %s",
+              c->gates[1].summary);
     cr_expect_eq(res.head_written, 1);
     cr_expect_eq(strlen(res.head), 64);
     cr_expect_str_eq(res.key_id, key_a.id);
@@ -765,8 +770,12 @@ Test(release, the_ticker_estimate_comes_from_earlier_cells_of_the_same_gate)
     struct report_run r;
     memset(&r, 0, sizeof r);
     cr_expect_lt(report_run_estimate(&r, "moe", "parity"), 0, "nothing ran yet: no estimate");
-    struct run_event ev = {.kind = RUN_EV_GATE_FINISHED, .cell = "moe/a/ref.decode",
-                           .model = "moe", .gate = "parity", .verdict = "PASS", .summary = "",
+    struct run_event ev = {.kind = RUN_EV_GATE_FINISHED,
+                           .cell = "moe/a/ref.decode",
+                           .model = "moe",
+                           .gate = "parity",
+                           .verdict = "PASS",
+                           .summary = "",
                            .seconds = 4.0};
     r.json = 1; /* nothing printed */
     report_run_progress(&r, &ev);
@@ -802,28 +811,30 @@ Test(release, gate_run_end_to_end_writes_verifiable_receipts, .timeout = 1200)
     const char *bin = getenv("GATE_BIN");
     cr_assert(bin, "GATE_BIN is not set");
     FILE *f = fopen(path_in("run.yaml"), "w");
-    fprintf(f, "release: {name: rel, version: '%s'}\n"
-               "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
-               " sha256: " MOE_SHA ", arch: qwen3moe}\n"
-               "  wrong: {path: %s/conformance/qwen3-dense-tiny-q8_0/model.gguf,"
-               " sha256: " MOE_SHA ", arch: qwen3}\n"
-               "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
-               "  gpu: {device: {name: NVIDIA H200}, trust: ['file:a.pub']}\n"
-               "modes: [ref.decode, cuda.decode]\n"
-               "cells:\n  - {model: moe, host: a, mode: ref.decode}\n"
-               "  - {model: wrong, host: a, mode: ref.decode}\n"
-               "  - {model: moe, host: gpu, mode: cuda.decode}\n"
-               "gates:\n  defaults:\n    throughput: {runs: 3, warmup: 0, prompt_tokens: 16,"
-               " decode_tokens: 4, max_cv: 100}\n    golden: {goldens: goldens.json, tokens: 8}\n"
-               "  overrides:\n    - {match: {model: wrong}, falsify: [skip_qk_norm]}\n"
-               "unanchored: {qwen3: 'end-to-end runner test', qwen3moe: 'end-to-end runner test'}\n",
+    fprintf(f,
+            "release: {name: rel, version: '%s'}\n"
+            "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
+            " sha256: " MOE_SHA ", arch: qwen3moe}\n"
+            "  wrong: {path: %s/conformance/qwen3-dense-tiny-q8_0/model.gguf,"
+            " sha256: " MOE_SHA ", arch: qwen3}\n"
+            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+            "  gpu: {device: {name: NVIDIA H200}, trust: ['file:a.pub']}\n"
+            "modes: [ref.decode, cuda.decode]\n"
+            "cells:\n  - {model: moe, host: a, mode: ref.decode}\n"
+            "  - {model: wrong, host: a, mode: ref.decode}\n"
+            "  - {model: moe, host: gpu, mode: cuda.decode}\n"
+            "gates:\n  defaults:\n    throughput: {runs: 3, warmup: 0, prompt_tokens: 16,"
+            " decode_tokens: 4, max_cv: 100}\n    golden: {goldens: goldens.json, tokens: 8}\n"
+            "  overrides:\n    - {match: {model: wrong}, falsify: [skip_qk_norm]}\n"
+            "unanchored: {qwen3: 'end-to-end runner test', qwen3moe: 'end-to-end runner test'}\n",
             GATE_VERSION, check_shared_dir(), check_shared_dir());
     fclose(f);
     char log[1024];
     snprintf(log, sizeof log, "%s", path_in("run.log"));
     /* no key: a usage error naming the fix */
     cr_expect_eq(sh("%s run %s --host a --db %s --key %s >%s 2>&1", bin, path_in("run.yaml"),
-                    path_in("run.db"), path_in("none.key"), log), 2);
+                    path_in("run.db"), path_in("none.key"), log),
+                 2);
     size_t n;
     char *txt;
     /* goldens: recorded for moe, refused for "wrong" (its file is not the pinned one) */
@@ -850,7 +861,8 @@ Test(release, gate_run_end_to_end_writes_verifiable_receipts, .timeout = 1200)
     }
     /* a host that declares a GPU, on a build or machine without one: environment error */
     cr_expect_eq(sh("%s run %s --host gpu --db %s --key %s >%s 2>&1", bin, path_in("run.yaml"),
-                    path_in("run.db"), path_in("a.key"), log), 3);
+                    path_in("run.db"), path_in("a.key"), log),
+                 3);
     txt = (char *)check_slurp(log, &n);
     cr_expect(txt && strstr(txt, "declares GPU 'NVIDIA H200'"), "%s", txt ? txt : "");
     free(txt);
@@ -887,7 +899,8 @@ Test(release, gate_run_end_to_end_writes_verifiable_receipts, .timeout = 1200)
     char big[1024];
     snprintf(big, sizeof big, "%s", path_in("full.db"));
     cr_expect_eq(sh("cp %s %s && (ulimit -f 64; %s run %s --host a --db %s --key %s --only 'moe/*'"
-                    " >%s 2>&1)", db, big, bin, yaml, big, key, log),
+                    " >%s 2>&1)",
+                    db, big, bin, yaml, big, key, log),
                  3, "a run that cannot write its receipt must exit 3; see %s", log);
     txt = (char *)check_slurp(log, &n);
     cr_expect(txt && strstr(txt, "cannot store the receipt"), "%s", txt ? txt : "");

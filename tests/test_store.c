@@ -5,15 +5,15 @@
  * the export's temporary file, bounded import lines.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
 #include <sodium.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <linux/capability.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -610,8 +610,7 @@ Test(store, a_preinserted_row_with_a_real_receipts_hash_is_an_import_conflict)
     b = open_db("pib.db");
     cr_assert_eq(store_import(b, out, &n, &err), ERR_RUNTIME,
                  "the FAIL was skipped as already stored (%d imported)", n);
-    cr_assert(strstr(err.msg, "pi.jsonl:2") && strstr(err.msg, "stored receipt 1"), "%s",
-              err.msg);
+    cr_assert(strstr(err.msg, "pi.jsonl:2") && strstr(err.msg, "stored receipt 1"), "%s", err.msg);
     cr_assert_eq(tally_of(b).rows, 1, "part of the file was imported");
     store_close(a);
     store_close(b);
@@ -943,7 +942,7 @@ Test(store, export_never_follows_a_symlink_planted_at_a_predictable_temp_name)
     size_t n = 0;
     char *text = (char *)check_slurp(victim, &n);
     cr_assert(text && n == 9 && !memcmp(text, "precious\n", 9), "the export wrote through the "
-              "planted symlink");
+                                                                "planted symlink");
     free(text);
     struct stat st;
     cr_assert_eq(lstat(out, &st), 0);

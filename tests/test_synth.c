@@ -24,17 +24,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli/cmd_synth.h"
 #include "engine/backend.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/quant.h"
 #include "engine/synth.h"
 #include "engine/tokenizer.h"
-#include "cli/cmd_synth.h"
 #include "tests/support/check.h"
 
 /* docs/synth.md: `gate model synth --preset tiny-dense --quant Q4_K_M --seed 1` */
-#define PINNED_TINY_DENSE_Q4_K_M_SHA256 "91d5b06bdb37e3f7c42f37d761857b150130488e18619bd7a06e08cc4bb923d0"
+#define PINNED_TINY_DENSE_Q4_K_M_SHA256                                                            \
+    "91d5b06bdb37e3f7c42f37d761857b150130488e18619bd7a06e08cc4bb923d0"
 
 static int asan(void)
 {
@@ -44,8 +45,8 @@ static int asan(void)
 
 static struct synth_options opts(const char *preset, int quant, uint32_t seed)
 {
-    struct synth_options o = {.spec = *synth_preset_find(preset), .quant = quant, .seed = seed,
-                              .n_threads = 2};
+    struct synth_options o = {
+        .spec = *synth_preset_find(preset), .quant = quant, .seed = seed, .n_threads = 2};
     if (asan())
         o.spec.n_layer = 1;
     return o;
@@ -414,9 +415,8 @@ Test(synth, quantized_logits_agree_with_f32)
                     cases[c].preset, mn, mean);
         cr_expect_geq(mn, cases[c].min_cos, "%s %s: min cosine %.6f < %.4f", cases[c].preset,
                       synth_quant_name(cases[c].quant), mn, cases[c].min_cos);
-        cr_expect_geq(mean, cases[c].mean_cos, "%s %s: mean cosine %.6f < %.4f",
-                      cases[c].preset, synth_quant_name(cases[c].quant), mean,
-                      cases[c].mean_cos);
+        cr_expect_geq(mean, cases[c].mean_cos, "%s %s: mean cosine %.6f < %.4f", cases[c].preset,
+                      synth_quant_name(cases[c].quant), mean, cases[c].mean_cos);
         free(a);
         free(b);
         mem_free(&mf);
@@ -485,8 +485,8 @@ Test(synth, byte_identical_across_runs_and_thread_counts)
  * ladders that pin synthetic digests); a machine-dependent result would move it on one host. */
 Test(synth, pinned_digest_of_tiny_dense_q4_k_m_seed_1)
 {
-    struct synth_options o = {.spec = *synth_preset_find("tiny-dense"), .quant = SYNTH_Q4_K_M,
-                              .seed = 1, .n_threads = 2};
+    struct synth_options o = {
+        .spec = *synth_preset_find("tiny-dense"), .quant = SYNTH_Q4_K_M, .seed = 1, .n_threads = 2};
     uint8_t *buf = NULL;
     size_t size = 0;
     struct gate_err err = {0};
@@ -525,8 +525,7 @@ Test(synth, fast_blocks_are_valid_deterministic_and_labelled)
         }
         const double rms = sqrt(ss / (double)t[i].n_elements);
         cr_expect(rms > 0.8 * t[i].sigma && rms < 1.25 * t[i].sigma,
-                  "%s (%s): RMS %.4g, planned %.4g", g->name, quant_name(g->type), rms,
-                  t[i].sigma);
+                  "%s (%s): RMS %.4g, planned %.4g", g->name, quant_name(g->type), rms, t[i].sigma);
         free(y);
     }
     free(t);
@@ -626,8 +625,8 @@ static int run_cli(const char **args, int n)
 static void cli_case(const char **args, int n, int want_rc, const char *path)
 {
     int rc = run_cli(args, n);
-    cr_expect_eq(rc, want_rc, "%s %s ...: exit %d, expected %d", args[1], n > 2 ? args[2] : "",
-                 rc, want_rc);
+    cr_expect_eq(rc, want_rc, "%s %s ...: exit %d, expected %d", args[1], n > 2 ? args[2] : "", rc,
+                 want_rc);
     struct stat st;
     cr_expect_neq(stat(path, &st), 0, "'%s' exists after a failed synth", path);
 }
@@ -648,25 +647,26 @@ Test(synth, cli_rejects_bad_arguments_before_writing, .init = cr_redirect_stderr
     snprintf(path, sizeof path, "%s/bad.gguf", check_tmp_dir());
     const char *a1[] = {"synth", "--preset", "tiny-nope", "--quant", "Q4_K_M", "-o", path};
     cli_case(a1, (int)(sizeof a1 / sizeof a1[0]), 2, path);
-    const char *a2[] = {"synth", "--arch", "qwen3", "--hidden", "512", "--layers", "2",
-                        "--heads", "6", "--kv-heads", "4", "--ffn", "512", "--quant", "F16",
-                        "-o", path};
+    const char *a2[] = {"synth", "--arch",  "qwen3", "--hidden",   "512", "--layers",
+                        "2",     "--heads", "6",     "--kv-heads", "4",   "--ffn",
+                        "512",   "--quant", "F16",   "-o",         path};
     cli_case(a2, (int)(sizeof a2 / sizeof a2[0]), 2, path);
-    const char *a3[] = {"synth", "--arch", "qwen3", "--hidden", "320", "--layers", "2",
-                        "--heads", "5", "--ffn", "512", "--quant", "Q4_K_M", "-o", path};
+    const char *a3[] = {"synth",    "--arch",  "qwen3",   "--hidden", "320",
+                        "--layers", "2",       "--heads", "5",        "--ffn",
+                        "512",      "--quant", "Q4_K_M",  "-o",       path};
     cli_case(a3, (int)(sizeof a3 / sizeof a3[0]), 2, path);
     const char *a4[] = {"synth", "--preset", "tiny-moe", "--experts-used", "9", "--quant",
-                        "Q8_0", "-o", path};
+                        "Q8_0",  "-o",       path};
     cli_case(a4, (int)(sizeof a4 / sizeof a4[0]), 2, path);
     const char *a5[] = {"synth", "--preset", "tiny-dense", "--quant", "Q3_K", "-o", path};
     cli_case(a5, (int)(sizeof a5 / sizeof a5[0]), 2, path);
     const char *a6[] = {"synth", "--preset", "tiny-dense", "--quant", "F16"};
     cli_case(a6, (int)(sizeof a6 / sizeof a6[0]), 2, path);
-    const char *a7[] = {"synth", "--preset", "tiny-dense", "--arch", "qwen3moe", "--quant",
-                        "F16", "-o", path};
+    const char *a7[] = {"synth",   "--preset", "tiny-dense", "--arch", "qwen3moe",
+                        "--quant", "F16",      "-o",         path};
     cli_case(a7, (int)(sizeof a7 / sizeof a7[0]), 2, path);
-    const char *a8[] = {"synth", "--preset", "tiny-dense", "--seed", "-1", "--quant", "F16",
-                        "-o", path};
+    const char *a8[] = {"synth",   "--preset", "tiny-dense", "--seed", "-1",
+                        "--quant", "F16",      "-o",         path};
     cli_case(a8, (int)(sizeof a8 / sizeof a8[0]), 2, path);
     const char *text = stderr_text();
     const char *needles[] = {
@@ -687,10 +687,11 @@ Test(synth, cli_writes_a_loadable_file, .init = cr_redirect_stderr)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/cli.gguf", check_tmp_dir());
-    const char *args[] = {"synth", "--arch", "qwen3", "--hidden", "256", "--layers", "1",
-                          "--heads", "2", "--kv-heads", "1", "--head-dim", "128", "--ffn",
-                          "256", "--vocab", "300", "--quant", "Q5_K_M", "--seed", "9",
-                          "--threads", "2", "-o", path};
+    const char *args[] = {"synth",    "--arch",     "qwen3",   "--hidden", "256",
+                          "--layers", "1",          "--heads", "2",        "--kv-heads",
+                          "1",        "--head-dim", "128",     "--ffn",    "256",
+                          "--vocab",  "300",        "--quant", "Q5_K_M",   "--seed",
+                          "9",        "--threads",  "2",       "-o",       path};
     cr_assert_eq(run_cli(args, (int)(sizeof args / sizeof args[0])), 0, "%s", stderr_text());
     struct model *m = NULL;
     struct gate_err err = {0};

@@ -38,8 +38,8 @@ static json_t *metrics_of(const double p[3], const double d[3])
 {
     return json_pack("{s:s, s:i, s:i, s:{s:f, s:[fff]}, s:{s:f, s:[fff]}}", "mode", "ref.decode",
                      "prompt_tokens", 64, "decode_tokens", 16, "prefill", "median_tps", p[1],
-                     "samples_tps", p[0], p[1], p[2], "decode", "median_tps", d[1],
-                     "samples_tps", d[0], d[1], d[2]);
+                     "samples_tps", p[0], p[1], p[2], "decode", "median_tps", d[1], "samples_tps",
+                     d[0], d[1], d[2]);
 }
 
 static json_t *settings_of(double min_pre, double min_dec, double max_cv)
@@ -120,8 +120,7 @@ Test(throughput, measures_each_mode_along_its_own_path)
         mode_ran_begin(&ran);
         cr_assert_eq(throughput_gate(m, &mode, &c, &r, &err), 0, "%s", err.msg);
         mode_ran_end();
-        cr_expect_eq(ran.forwards, 3 * want[i], "%s: %" PRIu64 " forwards", modes[i],
-                     ran.forwards);
+        cr_expect_eq(ran.forwards, 3 * want[i], "%s: %" PRIu64 " forwards", modes[i], ran.forwards);
         cr_expect(strstr(r.prompt_path, mode_path_name(mode.path)), "%s", r.prompt_path);
         cr_expect_eq(r.verdict, GATE_PASS, "%s", r.reason);
         cr_expect_eq(r.prefill.n, 3);
@@ -130,8 +129,9 @@ Test(throughput, measures_each_mode_along_its_own_path)
         json_t *s = throughput_settings_json(&c), *checks = json_array();
         char why[320];
         cr_expect_eq(throughput_judge(s, r.metrics, checks, why, sizeof why), r.verdict);
-        cr_expect_eq(json_array_size(json_object_get(json_object_get(r.metrics, "decode"),
-                                                     "samples_tps")), 3);
+        cr_expect_eq(
+            json_array_size(json_object_get(json_object_get(r.metrics, "decode"), "samples_tps")),
+            3);
         json_decref(s);
         json_decref(checks);
         throughput_result_free(&r);

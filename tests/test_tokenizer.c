@@ -21,7 +21,6 @@
 #include "tests/support/check.h"
 #include "tests/support/tokcases.h"
 
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -78,7 +77,6 @@ static struct tok *load_real(double *seconds)
     remove_scratch(path);
     return t;
 }
-
 
 Test(tokenizer, loads_real_vocabulary_metadata_only)
 {
@@ -529,8 +527,9 @@ Test(tokenizer, parse_ids_names_the_line_the_word_and_the_reason)
         {"1 -1", 0, "ids.txt:1: '-1' is not a token id (id 2: outside [0, 2147483647])"},
         {"2147483648", 0, "'2147483648' is not a token id (id 1: outside [0, 2147483647])"},
         {"99999999999999999999", 0, "outside [0, 2147483647]"},
-        {"1\n\n511 512", 512, "ids.txt:3: '512' is not a token id (id 3: outside the vocabulary"
-                              " [0, 512))"},
+        {"1\n\n511 512", 512,
+         "ids.txt:3: '512' is not a token id (id 3: outside the vocabulary"
+         " [0, 512))"},
         {"12a", 0, "'12a' is not a token id"},
         {"-", 0, "'-' is not a token id (id 1: not a decimal integer)"},
         {"1\x01'", 0, "'1\\x01\\x27' is not a token id"},

@@ -14,7 +14,6 @@
 #include "tests/support/check.h"
 #include "tests/support/skip.h"
 
-
 Test(cuda_backend, is_registered_when_built)
 {
     cr_assert_not_null(backend_find("cuda"));
@@ -34,9 +33,7 @@ Test(cuda_backend, refuses_clearly_without_a_device)
     int rc = backend_open(&b, "cuda", m, &cfg, &err);
     cr_assert_eq(rc, ERR_ENV, "rc %d: %s", rc, err.msg);
     cr_assert_null(b);
-    cr_assert(strstr(err.msg, "no usable CUDA device") || strstr(err.msg, "driver"), "%s",
-              err.msg);
+    cr_assert(strstr(err.msg, "no usable CUDA device") || strstr(err.msg, "driver"), "%s", err.msg);
     model_free(m);
     free(buf);
 }
-

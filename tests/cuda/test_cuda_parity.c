@@ -9,12 +9,11 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/synth.h"
+#include "oracles/mode.h"
+#include "oracles/parity.h"
 #include "oracles/selftest.h"
 #include "tests/support/check.h"
 #include "tests/support/skip.h"
-#include "oracles/mode.h"
-#include "oracles/parity.h"
-
 
 static void judge(const char *preset, const char *mode_name)
 {
@@ -38,7 +37,19 @@ static void judge(const char *preset, const char *mode_name)
     free(buf);
 }
 
-Test(cuda_parity, decode_of_tiny_moe_passes_parity) { judge("tiny-moe", "cuda.decode"); }
-Test(cuda_parity, prefill_of_tiny_moe_passes_parity) { judge("tiny-moe", "cuda.prefill"); }
-Test(cuda_parity, decode_of_tiny_dense_passes_parity) { judge("tiny-dense", "cuda.decode"); }
-Test(cuda_parity, prefill_of_tiny_dense_passes_parity) { judge("tiny-dense", "cuda.prefill"); }
+Test(cuda_parity, decode_of_tiny_moe_passes_parity)
+{
+    judge("tiny-moe", "cuda.decode");
+}
+Test(cuda_parity, prefill_of_tiny_moe_passes_parity)
+{
+    judge("tiny-moe", "cuda.prefill");
+}
+Test(cuda_parity, decode_of_tiny_dense_passes_parity)
+{
+    judge("tiny-dense", "cuda.decode");
+}
+Test(cuda_parity, prefill_of_tiny_dense_passes_parity)
+{
+    judge("tiny-dense", "cuda.prefill");
+}

@@ -32,17 +32,50 @@ static void run_family(const char *family)
     cr_assert_gt(n_cases, 0, "%s: no cases ran", family);
 }
 
-Test(cuda_kernels, gemv_matches_matmul_twin) { run_family("gemv"); }
-Test(cuda_kernels, expert_gemv_reads_ids_on_device) { run_family("gemv_experts"); }
-Test(cuda_kernels, fused_swiglu_gemv_matches_swiglu_twin) { run_family("gemv_swiglu"); }
-Test(cuda_kernels, cublas_prefill_gemm_matches_matmul_twin) { run_family("gemm"); }
-Test(cuda_kernels, embedding_matches_dequant_row) { run_family("embed"); }
-Test(cuda_kernels, argmax_takes_lowest_index_on_ties) { run_family("argmax"); }
-Test(cuda_kernels, rmsnorm_matches_twin) { run_family("rmsnorm"); }
-Test(cuda_kernels, qk_norm_rope_kv_matches_twin_and_skip_fault) { run_family("qk_norm_rope"); }
-Test(cuda_kernels, attention_matches_twin_over_gqa_and_head_dims) { run_family("attention"); }
-Test(cuda_kernels, routing_matches_route_select_with_ties_and_faults) { run_family("route"); }
-Test(cuda_kernels, moe_weighted_sum_in_slot_order) { run_family("moe_sum"); }
+Test(cuda_kernels, gemv_matches_matmul_twin)
+{
+    run_family("gemv");
+}
+Test(cuda_kernels, expert_gemv_reads_ids_on_device)
+{
+    run_family("gemv_experts");
+}
+Test(cuda_kernels, fused_swiglu_gemv_matches_swiglu_twin)
+{
+    run_family("gemv_swiglu");
+}
+Test(cuda_kernels, cublas_prefill_gemm_matches_matmul_twin)
+{
+    run_family("gemm");
+}
+Test(cuda_kernels, embedding_matches_dequant_row)
+{
+    run_family("embed");
+}
+Test(cuda_kernels, argmax_takes_lowest_index_on_ties)
+{
+    run_family("argmax");
+}
+Test(cuda_kernels, rmsnorm_matches_twin)
+{
+    run_family("rmsnorm");
+}
+Test(cuda_kernels, qk_norm_rope_kv_matches_twin_and_skip_fault)
+{
+    run_family("qk_norm_rope");
+}
+Test(cuda_kernels, attention_matches_twin_over_gqa_and_head_dims)
+{
+    run_family("attention");
+}
+Test(cuda_kernels, routing_matches_route_select_with_ties_and_faults)
+{
+    run_family("route");
+}
+Test(cuda_kernels, moe_weighted_sum_in_slot_order)
+{
+    run_family("moe_sum");
+}
 
 Test(cuda_kernels, unknown_family_is_an_input_error)
 {

@@ -25,8 +25,8 @@ void gguf_edit_copy(const char *src, const char *dst, const struct gguf_edit *e)
     for (uint64_t i = 0; i < f->n_kv; i++) {
         const struct gguf_kv *kv = &f->kv[i];
         if (same(kv->key, e->drop_key) || same(kv->key, e->drop_key2) ||
-            same(kv->key, e->set_u32_key) ||
-            same(kv->key, e->set_f32_key) || same(kv->key, e->set_str_key))
+            same(kv->key, e->set_u32_key) || same(kv->key, e->set_f32_key) ||
+            same(kv->key, e->set_str_key))
             continue;
         if (!strcmp(kv->key, "general.alignment"))
             continue; /* re-added by set_alignment below */
