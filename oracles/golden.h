@@ -95,11 +95,10 @@ int golden_generate(struct backend *b, enum mode_path path, const int32_t *promp
 int golden_first_diff(const int32_t *a, int na, const int32_t *b, int nb);
 
 /* Record goldens for m (default prompts, n_gen ids each, from the reference twin) into path,
- * keeping the entries of other model digests already there; written atomically (mkstemp in the
- * file's folder, then rename). recorded_by (copied; the caller knows the build: see
- * golden_recorded_by_gate(); NULL = an unknown, dirty gate build) says who recorded them. An
- * entry already recorded for m's digest is ERR_INPUT naming the digest and the file unless
- * force is set (never overwritten silently). */
+ * keeping the entries of other model digests already there; written atomically (base/atomic.h).
+ * recorded_by (copied; the caller knows the build: see golden_recorded_by_gate(); NULL = an
+ * unknown, dirty gate build) says who recorded them. An entry already recorded for m's digest is
+ * ERR_INPUT naming the digest and the file unless force is set (never overwritten silently). */
 int golden_record_force(const char *path, const struct model *m, int n_gen, int n_threads,
                         int force, const json_t *recorded_by, struct gate_err *err);
 /* {"engine": "gate", "backend": "ref", git_commit, git_dirty, date (now, UTC)} (new ref);

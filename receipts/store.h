@@ -103,9 +103,9 @@ int store_foreach(struct store *s, store_row_fn fn, void *ctx, struct gate_err *
 int store_get(struct store *s, int64_t id, store_row_fn fn, void *ctx, struct gate_err *err);
 
 /* Write every receipt (local and imported, id order), then every head record (id order), to path
- * as JSON lines, one DSSE envelope per line (docs/receipts.md). The file is written to a mkstemp
- * temporary in path's folder (O_EXCL: never a predictable name a symlink could hijack),
- * fsync'd and renamed into place; the temporary is removed on failure. Errors: ERR_ENV. */
+ * as JSON lines, one DSSE envelope per line (docs/receipts.md). The file is written through
+ * base/atomic.h (an O_EXCL temporary in path's folder, fsync, rename; removed on failure or on
+ * SIGINT/SIGTERM). Errors: ERR_ENV. */
 int store_export(struct store *s, const char *path, struct gate_err *err);
 
 /* Import an export file, all or nothing. First parses and verifies EVERY line (receipt or head
