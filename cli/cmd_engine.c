@@ -441,26 +441,55 @@ static const char BENCH_USAGE[] =
     "  live line with the elapsed time on a terminal, else one line before and one after); a\n"
     "  warning says when P + D exceed the model's context (context_length).\n";
 
-/* Progress while the measurement runs (issue 16). throughput_gate() runs every warm-up and timed
- * run inside one call and reports nothing until it returns, so what can be shown is the plan and
- * the elapsed time: on a terminal a line on stderr redrawn every half second, otherwise one line
- * before and one after (a log stays readable). The ticker is the only other thread; it only
- * reads t0 and what, written before it starts. */
+/* Progress while the measurement runs (issue 16): throughput_gate() reports each finished run
+ * (cfg.progress); on a terminal a line on stderr redrawn every half second shows runs done of
+ * total, the elapsed time and an estimate of what is left; otherwise one line per run (a log
+ * stays readable). done/total are shared with the ticker under mu. */
 struct bench_ticker {
     pthread_t tid;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop, running, tty;
+    int done, total; /* runs finished, runs planned (under mu) */
     double t0;
     char what[200];
 };
+
+/* "3 of 4 runs, elapsed 2.1 s, about 0.7 s left" into buf. */
+static void bench_status(const struct bench_ticker *tk, int done, int total, char *buf, size_t n)
+{
+    double el = now_s() - tk->t0;
+    if (done > 0 && done < total)
+        snprintf(buf, n, "%d of %d runs, elapsed %.1f s, about %.1f s left", done, total, el,
+                 el / done * (total - done));
+    else
+        snprintf(buf, n, "%d of %d runs, elapsed %.1f s", done, total, el);
+}
+
+/* throughput_config.progress: after each run. */
+static void bench_on_run(void *ctx, int done, int total)
+{
+    struct bench_ticker *tk = ctx;
+    if (tk->running) {
+        pthread_mutex_lock(&tk->mu);
+        tk->done = done;
+        tk->total = total;
+        pthread_mutex_unlock(&tk->mu);
+    } else {
+        char st[128];
+        bench_status(tk, done, total, st, sizeof st);
+        fprintf(stderr, "%s: %s\n", tk->what, st);
+    }
+}
 
 static void *bench_ticker_main(void *arg)
 {
     struct bench_ticker *tk = arg;
     pthread_mutex_lock(&tk->mu);
     while (!tk->stop) {
-        fprintf(stderr, "\r\033[K%s, elapsed %.1f s", tk->what, now_s() - tk->t0);
+        char st[128];
+        bench_status(tk, tk->done, tk->total, st, sizeof st);
+        fprintf(stderr, "\r\033[K%s: %s", tk->what, st);
         fflush(stderr);
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
@@ -596,6 +625,9 @@ int cmd_bench(int argc, char **argv)
         bench_warn_context(m, &cfg);
         fflush(stdout);
         bench_progress_start(&tk, &cfg, mode_name);
+        tk.total = cfg.warmup + cfg.runs;
+        cfg.progress = bench_on_run;
+        cfg.progress_ctx = &tk;
         rc = throughput_gate(m, &mode, &cfg, &r, &err);
         bench_progress_end(&tk);
     }

@@ -246,6 +246,8 @@ int throughput_gate(const struct model *m, const struct mode *mode,
             pre[r - cfg->warmup] = P / (mid - a > 1e-9 ? mid - a : 1e-9);
             dec[r - cfg->warmup] = D / (end - mid > 1e-9 ? end - mid : 1e-9);
         }
+        if (cfg->progress)
+            cfg->progress(cfg->progress_ctx, r + 1, cfg->warmup + cfg->runs);
     }
     struct backend_info info;
     backend_info(b, &info);

@@ -42,6 +42,10 @@ struct throughput_config {
     int n_threads;                          /* not a setting: how this host runs */
     double min_prefill_tps, min_decode_tps; /* floors; 0 = none declared */
     double max_cv; /* above this CV in either phase the host is too noisy (default 0.5) */
+    /* not settings: called after each warm-up and timed run with (done, warmup + runs), from the
+     * measuring thread, outside the timed intervals (NULL = none) */
+    void (*progress)(void *ctx, int done, int total);
+    void *progress_ctx;
 };
 
 void throughput_config_default(struct throughput_config *c);

@@ -273,6 +273,7 @@ Test(cmd_engine, bench_warns_past_the_context_and_reports_progress)
                           "tokens: measuring\n"),
               "%s", out);
     cr_expect(strstr(out, "tokens: done in "), "%s", out);
+    cr_expect(strstr(out, "tokens: 1 of 1 runs, elapsed "), "a line per finished run: %s", out);
     cr_expect(!strstr(out, "\033["), "no terminal codes when stderr is not a terminal: %s", out);
     free(out);
     /* within the context: no warning */
