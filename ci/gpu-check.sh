@@ -1,151 +1,341 @@
 #!/usr/bin/env bash
 # The GPU check: one script an (offline) NVIDIA GPU host runs from the repository root, in stages
-# within about 5 minutes, writing at most 8 files to $OUT (or the directory given as $1):
+# within one overall budget (GATE_GPU_BUDGET_S, default 480 s of command time), writing to $OUT
+# (or the directory given as $1):
 #   gpu-check.log  every stage's commands and output      build.log    configure + build
-#   selftest.txt   gate selftest: kernels vs CPU twins, cuda.* parity and device faults
+#   selftest.txt   gate selftest, one process per kernel family, then end to end
+#   bench.txt      gate bench --backend cuda on real-shape fast-blocks models (in /dev/shm)
 #   ladder.txt     gate run ladders/gpu.yaml + gate release check
-#   bench.txt      gate bench --backend cuda on real-shape fast-blocks models
-#   receipts.db    the signed receipts                     summary.json  stage -> exit code
-# Stages (each bounded by a timeout; a failed stage does not stop the later ones):
-#   0 shared   copy what the checks need from ../shared into ./shared (run once where ../shared
-#              exists, before the tree is sent; on the GPU host ./shared is already there)
-#   1 deps     unpack the .deb files carried in .deb/ (ci/fetch-debs.sh) into .deb/root with
+#   receipts.db    the signed receipts
+#   summary.json   every stage in order: status, exit code, seconds, reason; rewritten after
+#                  every stage, so a run cut short still says what finished
+# Stages, in order (a failed stage does not stop the later ones, except preflight):
+#   preflight  nvidia-smi lists a GPU; the driver supports the toolkit's CUDA version; glibc is
+#              at least what the carried .deb libraries need (.deb/MANIFEST); cmake, ninja, nvcc.
+#              A failed preflight stops the check at once (outside a dry run).
+#   deps       unpack the .deb files carried in .deb/ (ci/fetch-debs.sh) into .deb/root with
 #              dpkg -x (or plain ar + tar) and point pkg-config / the loader at them
-#   2 build    cmake -DGATE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${GATE_CUDA_ARCH:-90a}, target gate
-#   3 selftest gate selftest (+ the conformance models)        exit 3 = no device: a FAILURE here
-#   4 ladder   gate run ladders/gpu.yaml --host h200; gate release check
-#   5 bench    Qwen3-30B-A3B shape (128 experts, hidden 2048, $GATE_BENCH_LAYERS layers) and
-#              Qwen3-8B shape ($GATE_BENCH_LAYERS_8B layers), Q4_K_M fast blocks
-# Exit 0 only when every stage passed.
+#   build      cmake -DGATE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${GATE_CUDA_ARCH:-90a}, target gate
+#   selftest.F gate selftest --kernels-only --family F, each family in its own process (one
+#              sticky CUDA error cannot poison the rest), GATE_CUDA_DEBUG=1 (synchronize after
+#              every launch, so the failing kernel is named); exit 3 = no device: a FAILURE
+#   e2e        gate selftest --model <conformance models>: cuda.* parity, capability, device faults
+#   bench      Qwen3-30B-A3B shape (128 experts, hidden 2048, $GATE_BENCH_LAYERS layers) and
+#              Qwen3-8B shape ($GATE_BENCH_LAYERS_8B layers), Q4_K_M fast blocks, in /dev/shm
+#   ladder     gate run ladders/gpu.yaml --host h200; gate release check
+# Every stage runs as a re-invocation of this script (`timeout ... bash ci/gpu-check.sh --stage
+# NAME`): timeout cannot run a shell function. Its timeout is its own limit clipped to what is
+# left of the budget; a stage with less than 5 s left is skipped ("budget spent").
+#
+# GATE_GPU_DRYRUN=1: the whole control flow on a CPU host (CI runs it: tests/test_gpucheck.c).
+# Every stage starts; the ones that need a GPU fail with their reason; with GATE_BIN set the
+# build stage uses that binary instead of compiling; the bench synthesizes the tiny-moe preset
+# instead of the real shapes; the ladder runs in a temporary copy (nothing is written to the
+# tree). Exit 0 only when every stage passed (never in a dry run on a CPU host).
+#
+# GATE_PREPARE_ONLY=1: copy ../shared/{conformance,tokenizers} into ./shared and stop (ci/README.md).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+cd "$(dirname "$SELF")/.."
 ROOT=$PWD
-OUT="${1:-${OUT:-$ROOT/out/gpu-check}}"
-mkdir -p "$OUT"
-LOG="$OUT/gpu-check.log"
-: > "$LOG"
-declare -A RC
-T0=$(date +%s)
-say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
-stage() { # stage NAME TIMEOUT_S OUTFILE CMD...
-    local name=$1 t=$2 out=$3
-    shift 3
-    say "== stage $name (timeout ${t}s): $*"
-    timeout --kill-after=10 "$t" "$@" > >(tee -a "$out" >> "$LOG") 2>&1
-    RC[$name]=$?
-    say "== stage $name exit ${RC[$name]}"
+
+# ---- environment shared by the main script and the stage processes -------------------------------
+deps_env() {
+    local P="$ROOT/.deb/root" ML=x86_64-linux-gnu
+    if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+        export PATH="/usr/local/cuda/bin:$PATH"
+    fi
+    if [ -d "$P/usr/lib/$ML" ]; then
+        export PKG_CONFIG_SYSROOT_DIR="$P"
+        export PKG_CONFIG_LIBDIR="$P/usr/lib/$ML/pkgconfig:$P/usr/share/pkgconfig"
+        case ":${LD_LIBRARY_PATH:-}:" in
+        *":$P/usr/lib/$ML:"*) ;;
+        *) export LD_LIBRARY_PATH="$P/usr/lib/$ML:$P/lib/$ML${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;;
+        esac
+    fi
 }
 
-# ---- 0 shared -----------------------------------------------------------------------------------
-if [ -d ../shared/conformance ] && [ ! -d shared/conformance ]; then
-    mkdir -p shared
-    cp -r ../shared/conformance ../shared/tokenizers shared/ 2>>"$LOG"
-fi
-export GATE_SHARED="$ROOT/shared"
-# on the GPU host a test or check that would skip for lack of a device must fail instead
-export GATE_REQUIRE_GPU=1
-if [ "${GATE_PREPARE_ONLY:-0}" = 1 ]; then
-    say "prepared ./shared and .deb/ ($(ls .deb/*.deb 2>/dev/null | wc -l) packages); stop"
-    exit 0
-fi
+# ---- the stages (each runs in its own process: ci/gpu-check.sh --stage NAME [ARG]) -------------
 
-# ---- 1 deps -------------------------------------------------------------------------------------
-deps() {
-    local prefix="$ROOT/.deb/root"
-    mkdir -p "$prefix"
-    for d in "$ROOT"/.deb/*.deb; do
-        [ -e "$d" ] || { echo "no .deb files in .deb/ (run ci/fetch-debs.sh where apt works)"; return 0; }
-        if command -v dpkg >/dev/null; then
-            dpkg -x "$d" "$prefix" || return 1
-        else # ar + tar: a .deb is an ar archive holding data.tar.*
-            (tmp=$(mktemp -d) && cd "$tmp" && ar x "$d" && tar -xf data.tar.* -C "$prefix" && rm -rf "$tmp") || return 1
+# 1 when version $1 >= version $2 (dotted numbers).
+version_ge() {
+    [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n1)" = "$2" ]
+}
+
+st_preflight() {
+    local bad=0 why=()
+    if ! command -v nvidia-smi >/dev/null; then
+        why+=("nvidia-smi not found: no NVIDIA driver on this host")
+        bad=1
+    else
+        local gpus
+        gpus=$(nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version \
+            --format=csv,noheader 2>&1) || { why+=("nvidia-smi failed: ${gpus//$'\n'/ }"); bad=1; }
+        echo "GPUs: ${gpus:-none}"
+        [ -n "$gpus" ] || { why+=("nvidia-smi lists no GPU"); bad=1; }
+        local drv_cuda nvcc_cuda nvcc
+        drv_cuda=$(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -n1 | awk '{print $3}')
+        nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+        nvcc_cuda=$("$nvcc" --version 2>/dev/null | grep -o 'release [0-9.]*' | awk '{print $2}')
+        echo "driver supports CUDA ${drv_cuda:-?}; toolkit (nvcc) is CUDA ${nvcc_cuda:-?}"
+        if [ -n "$drv_cuda" ] && [ -n "$nvcc_cuda" ] && ! version_ge "$drv_cuda" "$nvcc_cuda"; then
+            why+=("the driver supports CUDA $drv_cuda but the toolkit is CUDA $nvcc_cuda")
+            bad=1
         fi
+    fi
+    if [ -z "${GATE_BIN:-}" ] || [ "${GATE_GPU_DRYRUN:-0}" != 1 ]; then # the build needs them
+        command -v cmake >/dev/null || { why+=("cmake not found"); bad=1; }
+        command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
+            { why+=("nvcc not found (neither on PATH nor /usr/local/cuda/bin)"); bad=1; }
+    fi
+    local glibc need
+    glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+    need=$(sed -n 's/^glibc_min=//p' "$ROOT/.deb/MANIFEST" 2>/dev/null)
+    echo "glibc ${glibc:-?}; the carried packages need ${need:-(no .deb/MANIFEST: not checked)}"
+    if [ -n "$need" ] && [ -n "$glibc" ] && ! version_ge "$glibc" "$need"; then
+        why+=("glibc $glibc is older than $need, which the carried .deb libraries need")
+        bad=1
+    fi
+    if [ -n "$(git -C "$ROOT" status --porcelain 2>/dev/null)" ]; then
+        echo "warning: the tree is not clean: receipts from this run will not count for a release"
+    fi
+    if [ $bad = 1 ]; then
+        local IFS=';'
+        echo "preflight failed: ${why[*]}"
+        return 1
+    fi
+    echo "preflight ok"
+}
+
+st_deps() {
+    local prefix="$ROOT/.deb/root" n=0 d
+    for d in "$ROOT"/.deb/*.deb; do
+        [ -e "$d" ] || break
+        mkdir -p "$prefix"
+        if command -v dpkg >/dev/null; then
+            dpkg -x "$d" "$prefix" || { echo "cannot unpack $d"; return 1; }
+        else # ar + tar: a .deb is an ar archive holding data.tar.*
+            (tmp=$(mktemp -d) && cd "$tmp" && ar x "$d" && tar -xf data.tar.* -C "$prefix" &&
+                rm -rf "$tmp") || { echo "cannot unpack $d"; return 1; }
+        fi
+        n=$((n + 1))
     done
-    echo "unpacked $(ls "$ROOT"/.deb/*.deb | wc -l) packages into $prefix"
+    deps_env
+    local missing=() p
+    for p in yaml-0.1 sqlite3 libsodium libpcre2-8 libutf8proc jansson; do
+        pkg-config --exists "$p" 2>/dev/null || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "missing libraries: ${missing[*]} (run ci/fetch-debs.sh where apt works and carry .deb/)"
+        return 1
+    fi
+    if [ $n = 0 ]; then
+        echo "no .deb files in .deb/: the system's libraries are used"
+    else
+        echo "unpacked $n packages into $prefix"
+    fi
 }
-stage deps 60 "$OUT/build.log" deps
-P="$ROOT/.deb/root"
-ML=x86_64-linux-gnu
-if [ -d "$P/usr/lib/$ML" ]; then
-    export PKG_CONFIG_SYSROOT_DIR="$P"
-    export PKG_CONFIG_LIBDIR="$P/usr/lib/$ML/pkgconfig:$P/usr/share/pkgconfig"
-    export LD_LIBRARY_PATH="$P/usr/lib/$ML:$P/lib/$ML${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    PKGCONF=$(command -v pkg-config || true)
-    [ -z "$PKGCONF" ] && [ -x "$P/usr/bin/pkgconf" ] && PKGCONF="$P/usr/bin/pkgconf"
-    CMAKE_DEPS=(-DPKG_CONFIG_EXECUTABLE="$PKGCONF" -DCMAKE_PREFIX_PATH="$P/usr")
-else
-    CMAKE_DEPS=()
-fi
 
-# ---- 2 build ------------------------------------------------------------------------------------
-B="$ROOT/build-gpu"
-build() {
-    local gen=()
+st_build() {
+    if [ "${GATE_GPU_DRYRUN:-0}" = 1 ] && [ -n "${GATE_BIN:-}" ]; then
+        [ -x "$GATE_BIN" ] || { echo "dry run: GATE_BIN=$GATE_BIN is not executable"; return 1; }
+        echo "dry run: not building; using GATE_BIN=$GATE_BIN"
+        return 0
+    fi
+    local gen=() deps=() pc
     command -v ninja >/dev/null && gen=(-G Ninja)
-    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv
+    pc=$(command -v pkg-config || true)
+    [ -z "$pc" ] && [ -x "$ROOT/.deb/root/usr/bin/pkgconf" ] && pc="$ROOT/.deb/root/usr/bin/pkgconf"
+    [ -d "$ROOT/.deb/root/usr" ] && deps=(-DPKG_CONFIG_EXECUTABLE="$pc" -DCMAKE_PREFIX_PATH="$ROOT/.deb/root/usr")
     cmake -S "$ROOT" -B "$B" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGATE_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES="${GATE_CUDA_ARCH:-90a}" -DGATE_TESTS=OFF "${CMAKE_DEPS[@]}" &&
-        cmake --build "$B" -j "$(nproc)" --target gate
+        -DCMAKE_CUDA_ARCHITECTURES="${GATE_CUDA_ARCH:-90a}" -DGATE_TESTS=OFF "${deps[@]}" ||
+        { echo "configure failed"; return 1; }
+    cmake --build "$B" -j "$(nproc)" --target gate || { echo "build failed"; return 1; }
+    echo "built $B/gate"
 }
-stage build 240 "$OUT/build.log" build
-GATE="$B/gate"
 
-# ---- 3 selftest ---------------------------------------------------------------------------------
-models=()
-for m in "$GATE_SHARED"/conformance/*/model.gguf; do [ -e "$m" ] && models+=(--model "$m"); done
-if [ -x "$GATE" ]; then
-    stage selftest 150 "$OUT/selftest.txt" "$GATE" selftest "${models[@]}"
-    [ "${RC[selftest]}" = 3 ] && say "selftest exit 3: no usable CUDA device — on a GPU host this is a failure"
-else
-    RC[selftest]=127
-fi
-
-# ---- 4 ladder -----------------------------------------------------------------------------------
-ladder() {
-    local key="$ROOT/build-gpu/keys/h200.key"
-    mkdir -p "$(dirname "$key")"
-    rm -f "$key" "$ROOT/ladders/gpu.pub"
-    "$GATE" key gen --host h200 -o "$key" --pub "$ROOT/ladders/gpu.pub" || return 1
-    "$GATE" run ladders/gpu.yaml --host h200 --key "$key" --db "$OUT/receipts.db"
-    local run_rc=$?
-    "$GATE" release check ladders/gpu.yaml --db "$OUT/receipts.db"
-    local rel_rc=$?
-    echo "gate run exit $run_rc, gate release check exit $rel_rc"
-    [ "$run_rc" = 0 ] && [ "$rel_rc" = 0 ]
+st_selftest() { # $1 = kernel family
+    GATE_CUDA_DEBUG=1 "$GATE" selftest --kernels-only --family "$1"
 }
-if [ -x "$GATE" ]; then stage ladder 200 "$OUT/ladder.txt" ladder; else RC[ladder]=127; fi
 
-# ---- 5 bench ------------------------------------------------------------------------------------
-bench() {
-    local dir="$ROOT/build-gpu/models" L=${GATE_BENCH_LAYERS:-8} L8=${GATE_BENCH_LAYERS_8B:-6}
+st_e2e() {
+    local models=() m
+    for m in "$GATE_SHARED"/conformance/*/model.gguf; do [ -e "$m" ] && models+=(--model "$m"); done
+    GATE_CUDA_DEBUG=1 "$GATE" selftest "${models[@]}"
+}
+
+st_bench() {
+    local dir=$SCRATCH/models L=${GATE_BENCH_LAYERS:-8} L8=${GATE_BENCH_LAYERS_8B:-6}
     mkdir -p "$dir"
+    if [ "${GATE_GPU_DRYRUN:-0}" = 1 ]; then # the control flow, not the real shapes
+        "$GATE" model synth --preset tiny-moe --quant Q4_K_M --fast-blocks -o "$dir/tiny.gguf" ||
+            return 1
+        "$GATE" bench "$dir/tiny.gguf" --backend cuda --prompt-tokens 16 --decode-tokens 4 \
+            --runs 3 --warmup 1
+        return
+    fi
     "$GATE" model synth --preset qwen3-30b-a3b --layers "$L" --quant Q4_K_M --fast-blocks \
         -o "$dir/a3b-L$L.gguf" || return 1
     "$GATE" bench "$dir/a3b-L$L.gguf" --backend cuda --prompt-tokens 512 --decode-tokens 64 \
         --runs 3 --warmup 1 || return 1
-    echo "(30B-A3B shape with $L of 48 layers: decode tokens/s at 48 layers ~ measured * $L / 48,"
-    echo " ignoring the LM head's share)"
+    echo "(30B-A3B shape with $L of 48 layers: see docs/performance.md for the extrapolation)"
+    rm -f "$dir/a3b-L$L.gguf"
     "$GATE" model synth --preset qwen3-8b --layers "$L8" --quant Q4_K_M --fast-blocks \
         -o "$dir/8b-L$L8.gguf" || return 1
     "$GATE" bench "$dir/8b-L$L8.gguf" --backend cuda --prompt-tokens 512 --decode-tokens 64 \
         --runs 3 --warmup 1
 }
-if [ -x "$GATE" ]; then stage bench 150 "$OUT/bench.txt" bench; else RC[bench]=127; fi
 
-# ---- summary ------------------------------------------------------------------------------------
-{
-    printf '{"commit":"%s","elapsed_s":%d,"stages":{' "$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
-        "$(( $(date +%s) - T0 ))"
-    first=1
-    for s in deps build selftest ladder bench; do
-        [ $first = 1 ] || printf ','
-        first=0
-        printf '"%s":%s' "$s" "${RC[$s]:-null}"
-    done
-    printf '}}\n'
-} > "$OUT/summary.json"
-cat "$OUT/summary.json" | tee -a "$LOG"
-for s in deps build selftest ladder bench; do
-    [ "${RC[$s]:-1}" = 0 ] || { say "gpu-check: FAIL (stage $s exit ${RC[$s]:-none})"; exit 1; }
+st_ladder() {
+    local lad="$ROOT/ladders" keydir="$ROOT/build-gpu/keys"
+    if [ "${GATE_GPU_DRYRUN:-0}" = 1 ]; then # a private copy: nothing is written to the tree
+        lad="$SCRATCH/ladders"
+        keydir="$SCRATCH/keys"
+        mkdir -p "$lad"
+        cp "$ROOT/ladders/gpu.yaml" "$ROOT/ladders/demo-goldens.json" "$lad/" || return 1
+        ln -sfn "$GATE_SHARED" "$SCRATCH/shared"
+    fi
+    local key="$keydir/h200.key"
+    mkdir -p "$keydir"
+    rm -f "$key" "$lad/gpu.pub"
+    "$GATE" key gen --host h200 -o "$key" --pub "$lad/gpu.pub" || return 1
+    "$GATE" run "$lad/gpu.yaml" --host h200 --key "$key" --db "$OUT/receipts.db" 2>&1 |
+        tee "$SCRATCH/run.out"
+    local run_rc=${PIPESTATUS[0]} rel_rc=none
+    if [ -e "$OUT/receipts.db" ]; then
+        "$GATE" release check "$lad/gpu.yaml" --db "$OUT/receipts.db"
+        rel_rc=$?
+    fi
+    echo "gate run exit $run_rc, gate release check exit $rel_rc ($([ "$run_rc" = 0 ] ||
+        grep -v '^[[:space:]]*$' "$SCRATCH/run.out" | tail -n1))"
+    [ "$run_rc" = 0 ] && [ "$rel_rc" = 0 ]
+}
+
+if [ "${1:-}" = --stage ]; then
+    deps_env
+    "st_$2" "${@:3}"
+    exit $?
+fi
+
+# ---- the driver ---------------------------------------------------------------------------------
+OUT="${1:-${OUT:-$ROOT/out/gpu-check}}"
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+LOG="$OUT/gpu-check.log"
+: >"$LOG"
+T0=$(date +%s)
+BUDGET=${GATE_GPU_BUDGET_S:-480}
+DRY=${GATE_GPU_DRYRUN:-0}
+say() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$LOG"; }
+
+if [ -d ../shared/conformance ] && [ ! -d shared/conformance ] && [ "$DRY" != 1 ]; then
+    mkdir -p shared
+    cp -r ../shared/conformance ../shared/tokenizers shared/ 2>>"$LOG"
+fi
+if [ "${GATE_PREPARE_ONLY:-0}" = 1 ]; then
+    say "prepared ./shared and .deb/ ($(ls .deb/*.deb 2>/dev/null | wc -l) packages); stop"
+    exit 0
+fi
+SCRATCH=$(mktemp -d /dev/shm/gate-gpu-check.XXXXXX 2>/dev/null || mktemp -d)
+trap 'rm -rf "$SCRATCH"' EXIT
+B="$ROOT/build-gpu"
+GATE="$B/gate"
+[ "$DRY" = 1 ] && [ -n "${GATE_BIN:-}" ] && GATE=$GATE_BIN
+[ "$DRY" = 1 ] && [ -z "${GATE_SHARED:-}" ] && [ -d ../shared/conformance ] && GATE_SHARED=$(cd ../shared && pwd)
+export GATE_SHARED="${GATE_SHARED:-$ROOT/shared}"
+# on the GPU host a test or check that would skip for lack of a device must fail instead
+export GATE_REQUIRE_GPU=1
+export ROOT OUT SCRATCH B GATE GATE_GPU_DRYRUN="$DRY"
+
+# The kernel families of oracles/selftest.c (selftest_kernels' FAMILY rows; the dry-run test
+# checks that this list and that table agree).
+FAMILIES=(gemv gemv_experts gemv_swiglu gemm embed argmax rmsnorm qk_norm_rope attention route
+    moe_sum)
+# name:limit_s:output file
+PLAN=("preflight:20:gpu-check.log" "deps:60:build.log" "build:240:build.log")
+for f in "${FAMILIES[@]}"; do PLAN+=("selftest.$f:60:selftest.txt"); done
+PLAN+=("e2e:150:selftest.txt" "bench:150:bench.txt" "ladder:200:ladder.txt")
+
+N=${#PLAN[@]}
+S_STATUS=() S_RC=() S_SEC=() S_REASON=()
+for ((i = 0; i < N; i++)); do S_STATUS[i]=pending S_RC[i]=null S_SEC[i]=0 S_REASON[i]=""; done
+
+json_str() { # a JSON string: control characters dropped, at most 300 characters
+    local s
+    s=$(printf '%s' "$1" | tr -d '\000-\037' | cut -c1-300)
+    s=${s//\\/\\\\}
+    printf '"%s"' "${s//\"/\\\"}"
+}
+
+write_summary() { # $1 = result (running, PASS, FAIL)
+    local tmp="$OUT/.summary.json.tmp" i
+    {
+        printf '{"commit":%s,"tree_clean":%s,"dry_run":%s,"budget_s":%d,"elapsed_s":%d,' \
+            "$(json_str "$COMMIT")" "$CLEAN" \
+            "$([ "$DRY" = 1 ] && echo true || echo false)" "$BUDGET" "$(($(date +%s) - T0))"
+        printf '"result":"%s","stages":[' "$1"
+        for ((i = 0; i < N; i++)); do
+            [ $i = 0 ] || printf ','
+            printf '{"name":"%s","status":"%s","rc":%s,"seconds":%d,"reason":%s}' \
+                "${PLAN[i]%%:*}" "${S_STATUS[i]}" "${S_RC[i]}" "${S_SEC[i]}" "$(json_str "${S_REASON[i]}")"
+        done
+        printf ']}\n'
+    } >"$tmp" && mv -f "$tmp" "$OUT/summary.json"
+}
+
+COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+CLEAN=false
+[ -z "$(git status --porcelain 2>/dev/null)" ] && CLEAN=true
+stop_early=""
+for ((i = 0; i < N; i++)); do
+    IFS=: read -r name limit file <<<"${PLAN[i]}"
+    if [ -n "$stop_early" ]; then
+        S_STATUS[i]=skipped S_REASON[i]="not run: $stop_early"
+        continue
+    fi
+    left=$((BUDGET - ($(date +%s) - T0)))
+    if [ $left -lt 5 ]; then
+        S_STATUS[i]=skipped S_REASON[i]="not run: the ${BUDGET}s budget is spent"
+        say "== stage $name skipped: budget spent"
+        write_summary running
+        continue
+    fi
+    t=$((limit < left ? limit : left))
+    case $name in
+    selftest.*) args=(selftest "${name#selftest.}") ;;
+    *) args=("$name") ;;
+    esac
+    say "== stage $name (timeout ${t}s of ${left}s left)"
+    part="$SCRATCH/stage.out"
+    s0=$(date +%s)
+    timeout --kill-after=10 "$t" bash "$SELF" --stage "${args[@]}" >"$part" 2>&1
+    rc=$?
+    [ "$file" = gpu-check.log ] || cat "$part" >>"$OUT/$file"
+    cat "$part" >>"$LOG"
+    S_SEC[i]=$(($(date +%s) - s0)) S_RC[i]=$rc
+    last=$(grep -v '^[[:space:]]*$' "$part" | tail -n1)
+    case $rc in
+    0) S_STATUS[i]=pass S_REASON[i]="$last" ;;
+    124 | 137) S_STATUS[i]=timeout S_REASON[i]="timed out after ${t}s; last output: $last" ;;
+    *) S_STATUS[i]=fail S_REASON[i]="exit $rc: $last" ;;
+    esac
+    # selftest prints its reason on the first line when it skips; prefer that line
+    if [ $rc = 3 ] && grep -q 'SKIPPED' "$part"; then
+        S_REASON[i]="exit 3 (no usable CUDA device: a failure on a GPU host): $(grep -m1 SKIPPED "$part")"
+    fi
+    say "== stage $name exit $rc (${S_SEC[i]}s)"
+    if [ "$name" = preflight ] && [ $rc != 0 ] && [ "$DRY" != 1 ]; then
+        stop_early="preflight failed"
+    fi
+    write_summary running
 done
-say "gpu-check: PASS"
+
+result=PASS
+for ((i = 0; i < N; i++)); do [ "${S_STATUS[i]}" = pass ] || result=FAIL; done
+write_summary $result
+cat "$OUT/summary.json" >>"$LOG"
+for ((i = 0; i < N; i++)); do
+    [ "${S_STATUS[i]}" = pass ] || say "gpu-check: ${PLAN[i]%%:*}: ${S_STATUS[i]}: ${S_REASON[i]}"
+done
+say "gpu-check: $result"
+[ $result = PASS ]

@@ -6,9 +6,11 @@
  * changed only here. A backend computes; it never re-checks, chunks or counts.
  * Start reading: backend_forward().
  */
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "backend.h"
 
@@ -19,6 +21,8 @@ extern const struct backend_ops backend_cuda_ops; /* kernels/cuda_backend.cu */
 #define CUDA_OPS NULL
 #endif
 
+extern const struct backend_ops backend_cpu_ops; /* engine/cpu.c */
+
 /* Every backend any build knows: a mode names one of these whether or not it is compiled in
  * (settled question 3). ops NULL = not in this build. */
 static const struct backend_entry {
@@ -27,7 +31,7 @@ static const struct backend_entry {
     int device; /* runs on an accelerator: its runs count kernel launches */
 } BACKENDS[] = {
     {"cuda", CUDA_OPS, 1},
-    {"cpu", NULL, 0},
+    {"cpu", &backend_cpu_ops, 0},
     {"ref", &backend_ref_ops, 0},
 };
 #define N_BACKENDS (int)(sizeof BACKENDS / sizeof BACKENDS[0])
@@ -83,6 +87,29 @@ int backend_describe(const char *name, struct backend_device *out, struct gate_e
     if (!BACKENDS[i].ops)
         return err_set(err, ERR_ENV, "backend %s is not in this build", name);
     return BACKENDS[i].ops->describe(out, err);
+}
+
+static int name_char(char c)
+{
+    return isalnum((unsigned char)c);
+}
+
+int backend_device_name_matches(const char *declared, const char *reported)
+{
+    if (!declared || !reported || !*declared)
+        return 0;
+    const size_t n = strlen(declared), m = strlen(reported);
+    for (size_t at = 0; at + n <= m; at++) {
+        if (strncasecmp(reported + at, declared, n))
+            continue;
+        /* whole words: no letter or digit glued on either side of the match */
+        const int left_ok = at == 0 || !name_char(reported[at - 1]) || !name_char(declared[0]);
+        const int right_ok =
+            at + n == m || !name_char(reported[at + n]) || !name_char(declared[n - 1]);
+        if (left_ok && right_ok)
+            return 1;
+    }
+    return 0;
 }
 
 int backend_open(struct backend **out, const char *name, const struct model *m,

@@ -120,6 +120,13 @@ const struct backend_ops *backend_find(const char *name);
  * name, ERR_ENV with the backend's reason when it has no usable device. */
 int backend_describe(const char *name, struct backend_device *out, struct gate_err *err);
 
+/* 1 when a ladder's declared device name matches the device's reported name: the declared name
+ * occurs in the reported one as whole words, case-insensitively, so a family name matches every
+ * member ("H200" and "NVIDIA H200" match "NVIDIA H200 NVL"; "H20" does not match "NVIDIA H200",
+ * "H200" does not match "NVIDIA GH200"). Words are runs of letters and digits. An empty or NULL
+ * declared name matches nothing. Pure; docs/ladder.md "hosts". */
+int backend_device_name_matches(const char *declared, const char *reported);
+
 /* ---- the contract ----------------------------------------------------------------------- */
 
 /* Open backend `name` on model m (borrowed; must outlive the backend); cfg may be NULL. The

@@ -450,9 +450,11 @@ static int host_matches(const struct ladder_host *h, struct gate_err *err)
     const double total_gib = (double)d.total_bytes / (double)(1ull << 30);
     char cc[16];
     snprintf(cc, sizeof cc, "%d.%d", d.cc_major, d.cc_minor);
-    if (strcmp(d.name, h->device_name))
-        return err_set(err, ERR_ENV, "host '%s' declares GPU '%s' but the device is '%s'", h->id,
-                       h->device_name, d.name);
+    if (!backend_device_name_matches(h->device_name, d.name)) /* a family: whole words */
+        return err_set(err, ERR_ENV,
+                       "host '%s' declares GPU '%s' but the device is '%s' (the declared name"
+                       " must occur in it as whole words)",
+                       h->id, h->device_name, d.name);
     if (h->compute_capability[0] && strcmp(cc, h->compute_capability))
         return err_set(err, ERR_ENV, "host '%s' declares compute capability %s but '%s' is %s",
                        h->id, h->compute_capability, d.name, cc);
