@@ -412,6 +412,7 @@ static int cuda_open(struct backend **out, const struct model *m, const struct b
     r->base.n_batch = cfg && cfg->n_batch > 0 ? cfg->n_batch : MAX_BATCH;
     if (r->base.n_batch > MAX_BATCH)
         r->base.n_batch = MAX_BATCH;
+    r->ks.debug = env_is("GATE_CUDA_DEBUG", "1");
     r->kv_f32 = env_is("GATE_CUDA_KV", "f32");
     r->gws.bf16 = env_is("GATE_CUDA_PREFILL", "bf16");
     r->E = hp->n_embd;
@@ -439,15 +440,26 @@ static int cuda_open(struct backend **out, const struct model *m, const struct b
         goto fail;
     OPEN_CUDA(cudaMemGetInfo(&free_b, &total_b));
     {
-        const uint64_t need = (uint64_t)wbytes + kvbytes + workbytes + BLAS_RESERVE;
+        /* local memory: the driver reserves the largest kernel frame for every resident thread;
+         * the context's stack limit is reserved already (outside free_b), the excess is not */
+        size_t frame = 0, stack = 0;
+        int dev = 0, sms = 0, tpsm = 0;
+        if ((rc = k_local_bytes_max(&frame, err)))
+            goto fail;
+        OPEN_CUDA(cudaDeviceGetLimit(&stack, cudaLimitStackSize));
+        OPEN_CUDA(cudaGetDevice(&dev));
+        OPEN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        OPEN_CUDA(cudaDeviceGetAttribute(&tpsm, cudaDevAttrMaxThreadsPerMultiProcessor, dev));
+        const uint64_t local = frame > stack ? (uint64_t)(frame - stack) * sms * tpsm : 0;
+        const uint64_t need = (uint64_t)wbytes + kvbytes + workbytes + BLAS_RESERVE + local;
         if (need > free_b) {
             rc = err_set(err, ERR_ENV,
                          "cuda: needs %.1f GiB: weights %.1f, KV %.1f for %d"
-                         " positions (%s), workspace %.1f (%d-token batch), cuBLAS reserve %.1f;"
-                         " device %s has %.1f GiB free",
+                         " positions (%s), workspace %.1f (%d-token batch), cuBLAS reserve %.1f,"
+                         " kernel local memory %.2f (%zu-byte frames); device %s has %.1f GiB free",
                          gib(need), gib(wbytes), gib(kvbytes), n_ctx, r->kv_f32 ? "FP32" : "FP16",
-                         gib(workbytes), r->base.n_batch, gib(BLAS_RESERVE), r->info.device,
-                         gib(free_b));
+                         gib(workbytes), r->base.n_batch, gib(BLAS_RESERVE), gib(local), frame,
+                         r->info.device, gib(free_b));
             goto fail;
         }
     }
@@ -462,6 +474,9 @@ static int cuda_open(struct backend **out, const struct model *m, const struct b
     OPEN_CUDA(cudaStreamCreateWithFlags(&r->ks.s, cudaStreamNonBlocking));
     OPEN_BLAS(cublasCreate(&r->gws.blas));
     OPEN_BLAS(cublasSetStream(r->gws.blas, r->ks.s));
+    /* the uploads went through the legacy stream (pageable cudaMemcpy may return before its DMA
+     * lands) and the forward launches on a non-blocking stream that does not wait for it */
+    OPEN_CUDA(cudaDeviceSynchronize());
     *out = &r->base;
     return 0;
 fail:

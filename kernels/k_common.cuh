@@ -30,6 +30,7 @@
 struct k_stream {
     cudaStream_t s;
     uint64_t launches; /* kernels (and cuBLAS calls) launched on s */
+    int debug;         /* synchronize and check after every launch (selftest, GATE_CUDA_DEBUG=1) */
 };
 
 struct k_weight {
@@ -59,13 +60,30 @@ int k_fail_blas(struct gate_err *err, const char *call, const char *file, int li
             return k_fail_blas(err, #call, __FILE__, __LINE__, k_s_);                              \
     } while (0)
 
-/* After a <<<>>> launch: count it and check the launch (no synchronization). */
+/* After a <<<>>> launch: count it and check the launch. cudaGetLastError alone reports only
+ * launch errors (and any earlier asynchronous fault, which it would blame on this launch): with
+ * ks->debug set (gate selftest's launchers, GATE_CUDA_DEBUG=1 in the backend) it also
+ * synchronizes the stream, so a fault during this kernel is reported with this kernel's name. */
 #define K_LAUNCHED(ks, name)                                                                       \
     do {                                                                                           \
         (ks)->launches++;                                                                          \
         cudaError_t k_e_ = cudaGetLastError();                                                     \
         if (k_e_ != cudaSuccess)                                                                   \
             return k_fail_cuda(err, "launch of " name, __FILE__, __LINE__, k_e_);                  \
+        if ((ks)->debug && (k_e_ = cudaStreamSynchronize((ks)->s)) != cudaSuccess)                 \
+            return k_fail_cuda(err, "execution of " name " (synchronized after launch)", __FILE__, \
+                               __LINE__, k_e_);                                                    \
+    } while (0)
+
+/* After a cuBLAS call on ks: count it and, with ks->debug, synchronize and check it the same way.
+ */
+#define K_BLAS_LAUNCHED(ks, name)                                                                  \
+    do {                                                                                           \
+        (ks)->launches++;                                                                          \
+        cudaError_t k_e_;                                                                          \
+        if ((ks)->debug && (k_e_ = cudaStreamSynchronize((ks)->s)) != cudaSuccess)                 \
+            return k_fail_cuda(err, "execution of " name " (synchronized after launch)", __FILE__, \
+                               __LINE__, k_e_);                                                    \
     } while (0)
 
 /* ---- device helpers ------------------------------------------------------------------------ */

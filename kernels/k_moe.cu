@@ -18,8 +18,8 @@
  * --fmad=false, so every operation rounds as on the host and the routes are identical).
  * Dynamic shared memory: X floats. */
 __global__ void route_kernel(const float *logits, int X, int k, int layer, int pos0,
-                             struct fault_set fs, int32_t *ids_out, float *w_out, float *kth,
-                             float *k1th)
+                             const __grid_constant__ struct fault_set fs, int32_t *ids_out,
+                             float *w_out, float *kth, float *k1th)
 {
     extern __shared__ float probs[];
     if (threadIdx.x != 0)
@@ -30,6 +30,18 @@ __global__ void route_kernel(const float *logits, int X, int k, int layer, int p
                             layer, pos0 + t, ids_out + (int64_t)t * k, w_out + (int64_t)t * k);
     kth[t] = rr.kth_logit;
     k1th[t] = rr.k1th_logit;
+}
+
+__global__ void moe_sum_kernel(float *x, const float *w, const float *y, int k, int E);
+
+int k_local_bytes_max(size_t *out, struct gate_err *err)
+{
+    cudaFuncAttributes a;
+    K_CUDA(cudaFuncGetAttributes(&a, route_kernel));
+    size_t most = a.localSizeBytes;
+    K_CUDA(cudaFuncGetAttributes(&a, moe_sum_kernel));
+    *out = a.localSizeBytes > most ? a.localSizeBytes : most;
+    return 0;
 }
 
 int k_route(struct k_stream *ks, const float *logits, int n, int X, int k, int layer, int pos0,

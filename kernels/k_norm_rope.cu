@@ -69,7 +69,8 @@ template <typename KV>
 __global__ void qk_norm_rope_kv_kernel(float *q, const float *k, const float *v, int pos0,
                                        int layer, int nh, int nkv, int hd, const float *qn,
                                        const float *kn, float eps, const float *cs, const float *sn,
-                                       KV *kc, KV *vc, struct fault_set faults)
+                                       KV *kc, KV *vc,
+                                       const __grid_constant__ struct fault_set faults)
 {
     extern __shared__ float buf[];
     const int t = blockIdx.x, hh = blockIdx.y, pos = pos0 + t, kvd = nkv * hd, half = hd / 2;

@@ -72,6 +72,12 @@ int k_attention(struct k_stream *ks, const float *q, const void *kc, const void 
 
 /* ---- k_moe.cu ------------------------------------------------------------------------------ */
 
+/* The largest per-thread local memory (stack frame) any kernel of the forward needs, from
+ * cudaFuncGetAttributes (the routing kernel reads its fault set in place, __grid_constant__, so
+ * this is normally 0). The driver reserves it for every resident thread of the device; the
+ * backend's memory plan counts what exceeds the context's stack limit. */
+int k_local_bytes_max(size_t *out, struct gate_err *err);
+
 /* Route n tokens (positions pos0 + t) from router logits (n, X): softmax, top-k (lowest id on
  * ties), renormalize, then the routing faults of `faults` (NULL = none) at (layer, pos) — the
  * device mirror of route_select() + fault_apply_route(). ids, w (n, k); kth, k1th (n) the router

@@ -95,7 +95,7 @@ int k_gemm(struct k_stream *ks, const struct k_gemm_ws *ws, const struct k_weigh
         K_BLAS(cublasGemmEx(ws->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, n, (int)cols, &alpha,
                             ws->tile, dt, (int)cols, x16, dt, (int)cols, &beta, y + r0, CUDA_R_32F,
                             (int)y_stride, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        ks->launches++;
+        K_BLAS_LAUNCHED(ks, "cublasGemmEx");
     }
     return 0;
 }

@@ -31,7 +31,7 @@ struct dbuf {
 };
 
 struct tstream {
-    struct k_stream ks = {nullptr, 0};
+    struct k_stream ks = {nullptr, 0, 0};
     ~tstream()
     {
         if (ks.s)
@@ -39,25 +39,34 @@ struct tstream {
     }
 };
 
-/* Allocate n bytes (zeroed) and copy src (NULL: leave zero). */
+/* Allocate n bytes (zeroed) and copy src (NULL: leave zero). cudaMemset is asynchronous and
+ * the pageable cudaMemcpy may return before its DMA lands, both on the legacy stream, while the
+ * kernels run on a non-blocking stream that does not wait for it: synchronize the device before
+ * the buffer is handed to a kernel. */
 int put(dbuf &b, const void *src, size_t n, struct gate_err *err)
 {
     K_CUDA(cudaMalloc(&b.p, n ? n : 1));
     K_CUDA(cudaMemset(b.p, 0, n ? n : 1));
     if (src && n)
         K_CUDA(cudaMemcpy(b.p, src, n, cudaMemcpyHostToDevice));
+    K_CUDA(cudaDeviceSynchronize());
     return 0;
 }
 
+/* Copy a result back after finish() has synchronized the kernels' stream. */
 int get(void *dst, const dbuf &b, size_t n, struct gate_err *err)
 {
+    K_CUDA(cudaDeviceSynchronize());
     K_CUDA(cudaMemcpy(dst, b.p, n, cudaMemcpyDeviceToHost));
     return 0;
 }
 
+/* The launchers' stream: debug on, so every launch is synchronized and a device fault names the
+ * kernel that raised it (gate selftest reports it per family). */
 int start(tstream &t, struct gate_err *err)
 {
     K_CUDA(cudaStreamCreateWithFlags(&t.ks.s, cudaStreamNonBlocking));
+    t.ks.debug = 1;
     return 0;
 }
 
