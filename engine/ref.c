@@ -20,6 +20,18 @@
  *   dense: x += Wdown (silu(Wgate h) * Wup h)
  *   MoE:   route (route.c), x += sum over slots w_s * expert_s(h)
  * then logits = Wout (RMSNorm(x) * output_norm).
+ * Emulation of the CUDA path's roundings (test-facing, off by default; docs/kernels.md
+ * "Numerics"): GATE_REF_EMULATE, read at open, a comma-separated list of
+ *   kv-f16     K (after norm + RoPE) and V rounded to FP16 as they enter the cache
+ *   gemm-f16   the batched projections of a chunk of >= REF_EMU_GEMM_MIN tokens (Q, K, V, O, the
+ *              dense FFN, the LM head; not the router nor the experts, which the CUDA backend runs
+ *              through its FP32 GEMV) take weights and activations rounded to FP16, FP32 sums
+ *   gemm-bf16  the same with BF16
+ *   cuda-f16   kv-f16,gemm-f16 (the FP16 configuration of the CUDA backend)
+ *   none / ""  nothing (the CUDA backend's gated defaults, FP32 KV and FP32 prefill, round as
+ *              the twin does up to summation order)
+ * A twin opened with it is a prediction of the CUDA backend, never a judge: the tests open the
+ * judge without it (tests/test_emulation.c).
  * Start reading: ref_forward_chunk().
  */
 #include <inttypes.h>
@@ -67,7 +79,13 @@ struct ref {
     float *rowbuf;              /* (n_threads, max_cols) */
     float *kc, *vc;             /* (n_layer, n_ctx, nkv*hd) caches: K after norm + RoPE, V as is */
     float *rope_cos, *rope_sin; /* (n_ctx, hd/2) */
+    int emu_kv;                 /* GATE_REF_EMULATE: 1 = FP16 KV cache */
+    int emu_gemm;               /* GATE_REF_EMULATE: 1 = FP16, 2 = BF16 projection inputs */
+    float *emu_x;               /* (B, max_cols) rounded activations (emu_gemm only) */
 };
+
+/* Chunks this long take the CUDA backend's cuBLAS projections (GEMM_MIN_TOKENS there). */
+#define REF_EMU_GEMM_MIN 8
 
 /* ---- numerics ----------------------------------------------------------------------------- */
 
@@ -83,6 +101,71 @@ void ref_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
         y[i] = (x[i] * scale) * w[i];
 }
 
+/* ---- emulated roundings (GATE_REF_EMULATE) ------------------------------------------------- */
+
+/* f rounded to the nearest FP16 value (ties to even), as __float2half_rn; overflow gives Inf. */
+static float round_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = x & 0x80000000u, ax = x ^ sign;
+    if (ax >= 0x7f800000u) /* Inf, NaN */
+        return f;
+    if (ax < 0x38800000u) /* below 2^-14: FP16 subnormals, a quantum of 2^-24 */
+        return rintf(f * 16777216.0f) / 16777216.0f;
+    uint32_t r = ax + 0x0fffu + ((ax >> 13) & 1u); /* 10 mantissa bits, ties to even */
+    r &= ~0x1fffu;
+    if (r >= 0x47800000u) /* 65520 and above round to Inf */
+        r = 0x7f800000u;
+    r |= sign;
+    float out;
+    memcpy(&out, &r, 4);
+    return out;
+}
+
+/* f rounded to the nearest BF16 value (ties to even), as __float2bfloat16_rn. */
+static float round_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN */
+        return f;
+    x = (x + 0x7fffu + ((x >> 16) & 1u)) & 0xffff0000u;
+    float out;
+    memcpy(&out, &x, 4);
+    return out;
+}
+
+static void round_n(float *x, int64_t n, int how)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = how == 2 ? round_bf16(x[i]) : round_f16(x[i]);
+}
+
+/* GATE_REF_EMULATE (see the header) into r->emu_*; ERR_INPUT naming an unknown item. */
+static int emulation_parse(struct ref *r, const char *text, struct gate_err *err)
+{
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", text ? text : "");
+    for (char *save = NULL, *it = strtok_r(buf, ", ", &save); it;
+         it = strtok_r(NULL, ", ", &save)) {
+        if (!strcmp(it, "kv-f16"))
+            r->emu_kv = 1;
+        else if (!strcmp(it, "gemm-f16"))
+            r->emu_gemm = 1;
+        else if (!strcmp(it, "gemm-bf16"))
+            r->emu_gemm = 2;
+        else if (!strcmp(it, "cuda-f16"))
+            r->emu_kv = 1, r->emu_gemm = 1;
+        else if (strcmp(it, "none"))
+            return err_set(err, ERR_INPUT,
+                           "ref: GATE_REF_EMULATE item '%.40s' is unknown (known: kv-f16,"
+                           " gemm-f16, gemm-bf16, cuda-f16, none)",
+                           it);
+    }
+    return 0;
+}
+
 /* ---- matrix products ---------------------------------------------------------------------- */
 
 struct matmul_job {
@@ -91,6 +174,7 @@ struct matmul_job {
     const float *x; /* (n, cols) */
     float *y;       /* (n, rows) */
     int n;
+    int round_w; /* emulation: round each dequantized weight row (1 FP16, 2 BF16) */
 };
 
 static void matmul_rows(void *ctx, int64_t begin, int64_t end, int thread)
@@ -105,10 +189,12 @@ static void matmul_rows(void *ctx, int64_t begin, int64_t end, int thread)
         }
         /* several tokens: dequantize the row once, then one dot product per token */
         const float *wr = row;
-        if (w->type == QUANT_F32)
+        if (w->type == QUANT_F32 && !j->round_w)
             wr = model_row(w, o);
         else
             quant_dequant_row(w->type, model_row(w, o), row, w->cols);
+        if (j->round_w)
+            round_n(row, w->cols, j->round_w);
         for (int t = 0; t < j->n; t++)
             j->y[(size_t)t * (size_t)w->rows + (size_t)o] =
                 dotq_f32(wr, j->x + (size_t)t * (size_t)w->cols, w->cols);
@@ -118,7 +204,22 @@ static void matmul_rows(void *ctx, int64_t begin, int64_t end, int thread)
 /* y (n, w.rows) = x (n, w.cols) times W transposed: y[t][o] = dot(W row o, x[t]). */
 static void matmul(struct ref *r, const struct model_weight *w, const float *x, int n, float *y)
 {
-    struct matmul_job j = {r, w, x, y, n};
+    struct matmul_job j = {r, w, x, y, n, 0};
+    pool_run(r->pool, w->rows, matmul_rows, &j);
+}
+
+/* A projection the CUDA backend runs through cuBLAS on a long chunk (Q, K, V, O, the dense FFN,
+ * the LM head): matmul(), with the emulated rounding of weights and activations when asked. */
+static void matmul_proj(struct ref *r, const struct model_weight *w, const float *x, int n,
+                        float *y)
+{
+    if (!r->emu_gemm || n < REF_EMU_GEMM_MIN) {
+        matmul(r, w, x, n, y);
+        return;
+    }
+    memcpy(r->emu_x, x, (size_t)n * (size_t)w->cols * sizeof(float));
+    round_n(r->emu_x, (int64_t)n * w->cols, r->emu_gemm);
+    struct matmul_job j = {r, w, r->emu_x, y, n, r->emu_gemm};
     pool_run(r->pool, w->rows, matmul_rows, &j);
 }
 
@@ -205,9 +306,9 @@ static void attention(struct ref *r, int il, int n, int pos0)
     const int64_t E = hp->n_embd;
     for (int t = 0; t < n; t++)
         ref_rmsnorm(r->xb + t * E, r->x + t * E, r->attn_norm + il * E, E, hp->eps);
-    matmul(r, &L->wq, r->xb, n, r->q);
-    matmul(r, &L->wk, r->xb, n, r->k);
-    matmul(r, &L->wv, r->xb, n, r->v);
+    matmul_proj(r, &L->wq, r->xb, n, r->q);
+    matmul_proj(r, &L->wk, r->xb, n, r->k);
+    matmul_proj(r, &L->wv, r->xb, n, r->v);
     for (int t = 0; t < n; t++) {
         const int pos = pos0 + t;
         const float *cs = r->rope_cos + (size_t)pos * (size_t)half;
@@ -222,26 +323,33 @@ static void attention(struct ref *r, int il, int n, int pos0)
         size_t at = ((size_t)il * (size_t)r->base.n_ctx + (size_t)pos) * (size_t)kvd;
         memcpy(r->kc + at, r->k + (size_t)t * (size_t)kvd, (size_t)kvd * sizeof(float));
         memcpy(r->vc + at, r->v + (size_t)t * (size_t)kvd, (size_t)kvd * sizeof(float));
+        if (r->emu_kv) {
+            round_n(r->kc + at, kvd, 1);
+            round_n(r->vc + at, kvd, 1);
+        }
     }
     struct attn_job j = {r, il, n, pos0};
     pool_run(r->pool, (int64_t)n * nh, attn_heads, &j);
-    matmul(r, &L->wo, r->att, n, r->xo);
+    matmul_proj(r, &L->wo, r->att, n, r->xo);
     for (int64_t i = 0; i < n * E; i++)
         r->x[i] += r->xo[i];
 }
 
 /* ---- feed-forward ------------------------------------------------------------------------- */
 
-/* out (n, E) = Wdown (silu(Wgate x) * Wup x) for x (n, E). */
+/* out (n, E) = Wdown (silu(Wgate x) * Wup x) for x (n, E). proj: the dense FFN, whose products
+ * are projections (matmul_proj); the experts are not. */
 static void swiglu(struct ref *r, const struct model_weight *gate, const struct model_weight *up,
-                   const struct model_weight *down, const float *x, int n, float *out)
+                   const struct model_weight *down, const float *x, int n, float *out, int proj)
 {
-    matmul(r, gate, x, n, r->ffa);
-    matmul(r, up, x, n, r->ffb);
+    void (*mm)(struct ref *, const struct model_weight *, const float *, int, float *) =
+        proj ? matmul_proj : matmul;
+    mm(r, gate, x, n, r->ffa);
+    mm(r, up, x, n, r->ffb);
     const int64_t f = gate->rows;
     for (int64_t i = 0; i < n * f; i++)
         r->ffa[i] = det_silu(r->ffa[i]) * r->ffb[i];
-    matmul(r, down, r->ffa, n, out);
+    mm(r, down, r->ffa, n, out);
 }
 
 static void moe(struct ref *r, int il, int n, int pos0)
@@ -282,7 +390,7 @@ static void moe(struct ref *r, int il, int n, int pos0)
         struct model_weight g = model_expert(&L->gate_exps, X, e);
         struct model_weight u = model_expert(&L->up_exps, X, e);
         struct model_weight d = model_expert(&L->down_exps, X, e);
-        swiglu(r, &g, &u, &d, r->gx, c, r->gy);
+        swiglu(r, &g, &u, &d, r->gx, c, r->gy, 0);
         for (int i = 0; i < c; i++)
             memcpy(r->moe_y + (size_t)r->rows[i] * E, r->gy + (size_t)i * E, E * sizeof(float));
     }
@@ -305,7 +413,7 @@ static void ffn(struct ref *r, int il, int n, int pos0)
     for (int t = 0; t < n; t++)
         ref_rmsnorm(r->xb + t * E, r->x + t * E, r->ffn_norm + il * E, E, hp->eps);
     if (hp->n_expert == 0) /* dense */
-        swiglu(r, &L->ffn_gate, &L->ffn_up, &L->ffn_down, r->xb, n, r->xo);
+        swiglu(r, &L->ffn_gate, &L->ffn_up, &L->ffn_down, r->xb, n, r->xo, 1);
     else
         moe(r, il, n, pos0);
     for (int64_t i = 0; i < n * E; i++)
@@ -339,7 +447,7 @@ static void ref_forward_chunk(struct ref *r, const int32_t *tokens, int n, int p
     }
     for (int t = 0; t < n; t++)
         ref_rmsnorm(r->xb + t * E, r->x + t * E, r->out_norm, E, hp->eps);
-    matmul(r, &m->output, r->xb, n, logits);
+    matmul_proj(r, &m->output, r->xb, n, logits);
 }
 
 /* ops->forward: one chunk, already checked by backend_forward() (backend.h). */
@@ -367,7 +475,7 @@ static void ref_close(struct backend *b)
                      r->xb,        r->xo,       r->q,      r->k,      r->v,        r->att,
                      r->ffa,       r->ffb,      r->router, r->probs,  r->selw,     r->gx,
                      r->gy,        r->moe_y,    r->scores, r->rowbuf, r->kc,       r->vc,
-                     r->rope_cos,  r->rope_sin};
+                     r->rope_cos,  r->rope_sin, r->emu_x};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(r->sel);
@@ -465,6 +573,8 @@ static int ref_open(struct backend **out, const struct model *m, const struct ba
         cfg && cfg->n_ctx > 0 ? cfg->n_ctx : (hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096);
     r->base.n_ctx = n_ctx;
     r->base.n_batch = cfg && cfg->n_batch > 0 ? cfg->n_batch : 512;
+    if ((rc = emulation_parse(r, getenv("GATE_REF_EMULATE"), err)))
+        goto fail;
     if ((rc = pool_create(&r->pool, cfg ? cfg->n_threads : 0, err)))
         goto fail;
     const int nt = pool_threads(r->pool);
@@ -507,6 +617,8 @@ static int ref_open(struct backend **out, const struct model *m, const struct ba
     ALLOC(vc, L * (size_t)n_ctx * kvd);
     ALLOC(rope_cos, (size_t)n_ctx * (hd / 2));
     ALLOC(rope_sin, (size_t)n_ctx * (hd / 2));
+    if (r->emu_gemm)
+        ALLOC(emu_x, B * (size_t)r->max_cols);
 #undef ALLOC
     for (size_t il = 0; il < L; il++) {
         const struct model_layer *ly = &m->layers[il];
