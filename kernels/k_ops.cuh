@@ -95,17 +95,19 @@ int k_moe_sum(struct k_stream *ks, float *x, const float *w, const float *y, int
 
 struct k_gemm_ws {
     cublasHandle_t blas;
-    void *tile; /* tile_elems 16-bit elements: dequantized weight rows */
+    void *tile; /* tile_elems elements (FP32: 4 bytes, else 2): dequantized weight rows */
     size_t tile_elems;
-    void *x16; /* x16_elems 16-bit elements: the activations converted */
+    void *x16; /* x16_elems 16-bit elements: the activations converted (16-bit tiles only) */
     size_t x16_elems;
-    int bf16; /* 1: BF16 tiles and activations, 0: FP16 */
+    int f32;  /* 1: FP32 tiles, activations used in place (the default of the gated modes) */
+    int bf16; /* with f32 0 — 1: BF16 tiles and activations, 0: FP16 */
 };
 
 /* y (n, rows; stride y_stride) = x (n, cols; stride x_stride) W_e^T through cuBLAS: W's rows
- * dequantized tile by tile into ws->tile as FP16/BF16, the activations converted once, GEMMs
- * with FP32 accumulation (CUBLAS_COMPUTE_32F). expert < 0: the 2-D weight. accumulate: y +=.
- * Twin: ref.c matmul() (the activation rounding to 16 bits is the documented difference). */
+ * dequantized tile by tile into ws->tile (FP32, or FP16/BF16 with the activations converted
+ * once), GEMMs with FP32 accumulation (CUBLAS_COMPUTE_32F). expert < 0: the 2-D weight.
+ * accumulate: y +=. Twin: ref.c matmul() (16-bit tiles: the rounding of weights and activations
+ * is the documented difference, emulated by GATE_REF_EMULATE=gemm-f16). */
 int k_gemm(struct k_stream *ks, const struct k_gemm_ws *ws, const struct k_weight *w, int expert,
            const float *x, int64_t x_stride, int n, float *y, int64_t y_stride, int accumulate,
            struct gate_err *err);

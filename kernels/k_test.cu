@@ -179,8 +179,9 @@ extern "C" int k_test_gemm(int type, const void *w, int64_t rows, int64_t cols, 
     /* a small tile (a third of the rows) so that the tiling loop is exercised */
     ws.tile_elems = (size_t)cols * (size_t)(rows / 3 > 0 ? rows / 3 : 1);
     ws.x16_elems = (size_t)n * (size_t)cols;
-    ws.bf16 = bf16;
-    TRY(put(tile, NULL, ws.tile_elems * 2, err));
+    ws.f32 = bf16 == 2;
+    ws.bf16 = bf16 == 1;
+    TRY(put(tile, NULL, ws.tile_elems * (ws.f32 ? 4 : 2), err));
     TRY(put(x16, NULL, ws.x16_elems * 2, err));
     ws.tile = tile.p;
     ws.x16 = x16.p;

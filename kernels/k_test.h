@@ -36,7 +36,8 @@ int k_test_gemv_swiglu(int type, const void *gate, const void *up, int64_t rows,
                        int n_expert, const int32_t *ids, int x_div, const float *x, int n_x,
                        int n_vec, float *y, struct gate_err *err);
 
-/* y (n, rows) (+)= x (n, cols) W^T through the cuBLAS prefill path (FP16, or BF16 when bf16). */
+/* y (n, rows) (+)= x (n, cols) W^T through the cuBLAS prefill path: bf16 0 FP16 tiles, 1 BF16,
+ * 2 FP32 (the gated modes' default; oracles/selftest.c may check it as its own family). */
 int k_test_gemm(int type, const void *w, int64_t rows, int64_t cols, const float *x, int n,
                 int bf16, int accumulate, float *y, struct gate_err *err);
 
