@@ -1,0 +1,585 @@
+/* cpu.c — the `cpu` engine: a fast CPU backend judged by the gate, not by bit-equality.
+ *
+ * Same model binding (model.h) and forward definition as the reference twin (engine/ref.c:
+ * RMSNorm, Q/K/V, per-head Q/K RMSNorm, NEOX RoPE, causal GQA attention, SwiGLU or routed
+ * experts, tied or untied output), and none of its numerics: activations are quantized per
+ * block before every quantized product and meet the weights in integer dot products
+ * (cpu_dot.h), float weights go through FMA lanes, norms and softmax sum in float, exp / sin /
+ * cos come from libm. Routing is route_select() (the one definition, where routing faults act);
+ * skip_qk_norm is read through fault_skips_qk_norm_inline(), as in every backend.
+ *
+ * Matrix products: the activations of the whole chunk are quantized once; threads split the
+ * weight rows (pool_run: one contiguous range each); inside a range, tiles of CPU_ROW_TILE rows
+ * x CPU_DOT_MAX_TOK tokens unpack each weight block once for all the tile's tokens. Decode is the
+ * same with one token: each weight row is read once per token. Attention threads over (token,
+ * head) pairs, causal over the cache. Every output element is computed by one thread in one
+ * fixed order, so logits do not depend on the thread count (tests/test_cpu.c). Everything is
+ * allocated at open (sizes planned first and refused with the numbers); forward allocates
+ * nothing. KV cache F32.
+ * Start reading: cpu_forward_chunk(), then matmul().
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "cpu_dot.h"
+#include "pool.h"
+#include "quant.h"
+#include "route.h"
+
+extern const struct backend_ops backend_cpu_ops; /* defined at the end of this file */
+
+#define CPU_ROW_TILE 64 /* weight rows per tile of a batched product */
+
+struct cpu {
+    struct backend base; /* first: a struct cpu * is a struct backend * */
+    const struct model *m;
+    struct pool *pool;
+    char device[128]; /* "cpu: <model name>" */
+    /* norm weights as floats: (n_layer, E) / (n_layer, hd) / (E) */
+    float *attn_norm, *ffn_norm, *q_norm, *k_norm, *out_norm;
+    float *x;       /* (B, E) residual stream */
+    float *xb;      /* (B, E) normalized input of the current block */
+    float *xo;      /* (B, E) block output before the residual add */
+    float *q;       /* (B, nh*hd) */
+    float *k, *v;   /* (B, nkv*hd) */
+    float *att;     /* (B, nh*hd) */
+    float *ffa;     /* (B*k, F or Fe) gate activations, then silu(gate) * up */
+    float *ffb;     /* (B*k, F or Fe) up activations */
+    float *router;  /* (B, X) */
+    float *probs;   /* (B, X) */
+    int32_t *sel;   /* (B, k) */
+    float *selw;    /* (B, k) */
+    int32_t *rows;  /* (B*k) */
+    float *gx, *gy; /* (B*k, E) gathered expert inputs / outputs */
+    float *moe_y;   /* (B, k, E) */
+    float *scores;  /* (n_threads, n_ctx) */
+    uint8_t *qact;  /* quantized activations of one product: (B*k) rows */
+    size_t qact_bytes;
+    float *kc, *vc;             /* (n_layer, n_ctx, nkv*hd): K after norm + RoPE, V */
+    float *rope_cos, *rope_sin; /* (n_ctx, hd/2) */
+};
+
+/* ---- small ops ------------------------------------------------------------------------------ */
+
+/* y (n) = x / rms(x) * w; the sum of squares through the FMA lanes, in float. y may be x. */
+static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
+{
+    const float ss = cpu_dot_f32(x, x, n);
+    const float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] * scale * w[i];
+}
+
+static float silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+/* ---- matrix products ------------------------------------------------------------------------ */
+
+struct quant_job {
+    const struct model_weight *w;
+    const float *x;
+    uint8_t *dst;
+    size_t stride;
+};
+
+static void quant_rows(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    struct quant_job *j = ctx;
+    for (int64_t t = begin; t < end; t++)
+        cpu_act_quantize(j->w->type, j->x + (size_t)t * (size_t)j->w->cols,
+                         j->dst + (size_t)t * j->stride, j->w->cols);
+}
+
+struct matmul_job {
+    const struct model_weight *w;
+    const uint8_t *act; /* (n) activation rows of `stride` bytes */
+    size_t stride;
+    float *y; /* (n, rows) */
+    int n;
+};
+
+static void matmul_rows(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    const struct matmul_job *j = ctx;
+    const struct model_weight *w = j->w;
+    for (int64_t o0 = begin; o0 < end; o0 += CPU_ROW_TILE) {
+        const int64_t o1 = o0 + CPU_ROW_TILE < end ? o0 + CPU_ROW_TILE : end;
+        for (int t0 = 0; t0 < j->n; t0 += CPU_DOT_MAX_TOK) {
+            const int nt = j->n - t0 < CPU_DOT_MAX_TOK ? j->n - t0 : CPU_DOT_MAX_TOK;
+            for (int64_t o = o0; o < o1; o++)
+                cpu_dot_rows(w->type, model_row(w, o), j->act + (size_t)t0 * j->stride, j->stride,
+                             nt, w->cols, j->y + (size_t)t0 * (size_t)w->rows + (size_t)o,
+                             (size_t)w->rows);
+        }
+    }
+}
+
+/* y (n, w.rows) = x (n, w.cols) times W transposed. The activations are quantized once for the
+ * whole chunk (float weights read x as is). */
+static void matmul(struct cpu *c, const struct model_weight *w, const float *x, int n, float *y)
+{
+    struct matmul_job j = {w, (const uint8_t *)x, (size_t)w->cols * sizeof(float), y, n};
+    if (cpu_act_kind(w->type) != CPU_ACT_F32) {
+        struct quant_job q = {w, x, c->qact, cpu_act_row_bytes(w->type, w->cols)};
+        if (n == 1)
+            quant_rows(&q, 0, 1, 0);
+        else
+            pool_run(c->pool, n, quant_rows, &q);
+        j.act = c->qact;
+        j.stride = q.stride;
+    }
+    pool_run(c->pool, w->rows, matmul_rows, &j);
+}
+
+/* ---- attention ------------------------------------------------------------------------------ */
+
+struct attn_job {
+    struct cpu *c;
+    int layer, n, pos0;
+};
+
+static void attn_heads(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    const struct attn_job *j = ctx;
+    struct cpu *c = j->c;
+    const struct model_hparams *hp = &c->m->hp;
+    const int hd = (int)hp->head_dim, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
+    const int kvd = nkv * hd, group = nh / nkv;
+    const size_t lay = (size_t)j->layer * (size_t)c->base.n_ctx * (size_t)kvd;
+    float *s = c->scores + (size_t)thread * (size_t)c->base.n_ctx;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t item = begin; item < end; item++) {
+        const int t = (int)(item / nh), h = (int)(item % nh), g = h / group;
+        const int pos = j->pos0 + t; /* causal: keys 0..pos */
+        const float *q = c->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd;
+        const float *kc = c->kc + lay + (size_t)g * (size_t)hd;
+        const float *vc = c->vc + lay + (size_t)g * (size_t)hd;
+        float *out = c->att + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd;
+        float max = -INFINITY;
+        for (int p = 0; p <= pos; p++) {
+            s[p] = cpu_dot_f32(q, kc + (size_t)p * (size_t)kvd, hd) * scale;
+            max = s[p] > max ? s[p] : max;
+        }
+        float sum = 0.0f;
+        for (int p = 0; p <= pos; p++) {
+            s[p] = expf(s[p] - max);
+            sum += s[p];
+        }
+        const float inv = 1.0f / sum;
+        memset(out, 0, (size_t)hd * sizeof(float));
+        for (int p = 0; p <= pos; p++) {
+            const float pw = s[p] * inv;
+            const float *v = vc + (size_t)p * (size_t)kvd;
+            for (int d = 0; d < hd; d++)
+                out[d] += pw * v[d];
+        }
+    }
+}
+
+/* Per-head RMSNorm (unless skipped: the fault, or a model without Q/K norms), then NEOX RoPE. */
+static void norm_rope(float *x, const float *w, const float *cs, const float *sn, int hd, float eps,
+                      int norm)
+{
+    if (norm)
+        rmsnorm(x, x, w, hd, eps);
+    const int half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        const float a = x[i], b = x[i + half];
+        x[i] = a * cs[i] - b * sn[i];
+        x[i + half] = a * sn[i] + b * cs[i];
+    }
+}
+
+static void attention(struct cpu *c, int il, int n, int pos0)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const struct model_layer *L = &c->m->layers[il];
+    const int hd = (int)hp->head_dim, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
+    const int kvd = nkv * hd, half = hd / 2;
+    const int64_t E = hp->n_embd;
+    const int has_norm = model_has_qk_norm(c->m);
+    for (int t = 0; t < n; t++)
+        rmsnorm(c->xb + t * E, c->x + t * E, c->attn_norm + il * E, E, hp->eps);
+    matmul(c, &L->wq, c->xb, n, c->q);
+    matmul(c, &L->wk, c->xb, n, c->k);
+    matmul(c, &L->wv, c->xb, n, c->v);
+    for (int t = 0; t < n; t++) {
+        const int pos = pos0 + t;
+        const float *cs = c->rope_cos + (size_t)pos * (size_t)half;
+        const float *sn = c->rope_sin + (size_t)pos * (size_t)half;
+        const int norm = has_norm && !fault_skips_qk_norm_inline(&c->base.faults, il, pos);
+        for (int h = 0; h < nh; h++)
+            norm_rope(c->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd,
+                      c->q_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, norm);
+        for (int h = 0; h < nkv; h++)
+            norm_rope(c->k + (size_t)t * (size_t)kvd + (size_t)h * (size_t)hd,
+                      c->k_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, norm);
+        const size_t at = ((size_t)il * (size_t)c->base.n_ctx + (size_t)pos) * (size_t)kvd;
+        memcpy(c->kc + at, c->k + (size_t)t * (size_t)kvd, (size_t)kvd * sizeof(float));
+        memcpy(c->vc + at, c->v + (size_t)t * (size_t)kvd, (size_t)kvd * sizeof(float));
+    }
+    struct attn_job j = {c, il, n, pos0};
+    pool_run(c->pool, (int64_t)n * nh, attn_heads, &j);
+    matmul(c, &L->wo, c->att, n, c->xo);
+    for (int64_t i = 0; i < n * E; i++)
+        c->x[i] += c->xo[i];
+}
+
+/* ---- feed-forward --------------------------------------------------------------------------- */
+
+/* out (n, E) = Wdown (silu(Wgate x) * Wup x) for x (n, E). */
+static void swiglu(struct cpu *c, const struct model_weight *gate, const struct model_weight *up,
+                   const struct model_weight *down, const float *x, int n, float *out)
+{
+    matmul(c, gate, x, n, c->ffa);
+    matmul(c, up, x, n, c->ffb);
+    const int64_t f = gate->rows;
+    for (int64_t i = 0; i < n * f; i++)
+        c->ffa[i] = silu(c->ffa[i]) * c->ffb[i];
+    matmul(c, down, c->ffa, n, out);
+}
+
+static void moe(struct cpu *c, int il, int n, int pos0)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const struct model_layer *L = &c->m->layers[il];
+    const int64_t E = hp->n_embd;
+    const int X = (int)hp->n_expert, k = (int)hp->n_expert_used;
+    const struct backend_taps *tp = c->base.taps;
+    matmul(c, &L->gate_inp, c->xb, n, c->router);
+    for (int t = 0; t < n; t++) {
+        struct route_result rr = route_select(c->router + (size_t)t * X, c->probs + (size_t)t * X,
+                                              X, k, 1, &c->base.faults, il, pos0 + t,
+                                              c->sel + (size_t)t * k, c->selw + (size_t)t * k);
+        if (!tp)
+            continue;
+        const size_t ti = (size_t)il * (size_t)c->base.tap_n + (size_t)(c->base.tap_off + t);
+        if (tp->experts)
+            memcpy(tp->experts + ti * k, c->sel + (size_t)t * k, (size_t)k * sizeof(int32_t));
+        if (tp->expert_w)
+            memcpy(tp->expert_w + ti * k, c->selw + (size_t)t * k, (size_t)k * sizeof(float));
+        if (tp->router_kth)
+            tp->router_kth[ti] = rr.kth_logit;
+        if (tp->router_k1th)
+            tp->router_k1th[ti] = rr.k1th_logit;
+    }
+    /* only the routed experts run, each once over the tokens that chose it */
+    for (int e = 0; e < X; e++) {
+        int cnt = 0;
+        for (int i = 0; i < n * k; i++)
+            if (c->sel[i] == e) {
+                c->rows[cnt] = i;
+                memcpy(c->gx + (size_t)cnt * E, c->xb + (size_t)(i / k) * E, E * sizeof(float));
+                cnt++;
+            }
+        if (cnt == 0)
+            continue;
+        struct model_weight g = model_expert(&L->gate_exps, X, e);
+        struct model_weight u = model_expert(&L->up_exps, X, e);
+        struct model_weight d = model_expert(&L->down_exps, X, e);
+        swiglu(c, &g, &u, &d, c->gx, cnt, c->gy);
+        for (int i = 0; i < cnt; i++)
+            memcpy(c->moe_y + (size_t)c->rows[i] * E, c->gy + (size_t)i * E, E * sizeof(float));
+    }
+    for (int t = 0; t < n; t++) {
+        float *o = c->xo + (size_t)t * E;
+        memset(o, 0, (size_t)E * sizeof(float));
+        for (int s = 0; s < k; s++) {
+            const float w = c->selw[(size_t)t * k + s];
+            const float *y = c->moe_y + ((size_t)t * k + s) * E;
+            for (int64_t i = 0; i < E; i++)
+                o[i] += w * y[i];
+        }
+    }
+}
+
+static void ffn(struct cpu *c, int il, int n, int pos0)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const struct model_layer *L = &c->m->layers[il];
+    const int64_t E = hp->n_embd;
+    for (int t = 0; t < n; t++)
+        rmsnorm(c->xb + t * E, c->x + t * E, c->ffn_norm + il * E, E, hp->eps);
+    if (hp->n_expert == 0)
+        swiglu(c, &L->ffn_gate, &L->ffn_up, &L->ffn_down, c->xb, n, c->xo);
+    else
+        moe(c, il, n, pos0);
+    for (int64_t i = 0; i < n * E; i++)
+        c->x[i] += c->xo[i];
+}
+
+/* ---- the forward pass ----------------------------------------------------------------------- */
+
+static void tap_hidden(struct cpu *c, int il, int n)
+{
+    const struct backend_taps *tp = c->base.taps;
+    if (!tp || !tp->hidden)
+        return;
+    const size_t E = c->m->hp.n_embd;
+    memcpy(tp->hidden + ((size_t)il * (size_t)c->base.tap_n + (size_t)c->base.tap_off) * E, c->x,
+           (size_t)n * E * sizeof(float));
+}
+
+static void cpu_forward_chunk(struct cpu *c, const int32_t *tokens, int n, int pos0, float *logits)
+{
+    const struct model *m = c->m;
+    const struct model_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd;
+    for (int t = 0; t < n; t++)
+        quant_dequant_row(m->tok_embd.type, model_row(&m->tok_embd, tokens[t]), c->x + t * E, E);
+    for (int il = 0; il < (int)hp->n_layer; il++) {
+        attention(c, il, n, pos0);
+        ffn(c, il, n, pos0);
+        tap_hidden(c, il, n);
+    }
+    for (int t = 0; t < n; t++)
+        rmsnorm(c->xb + t * E, c->x + t * E, c->out_norm, E, hp->eps);
+    matmul(c, &m->output, c->xb, n, logits);
+}
+
+/* ops->forward: one chunk, already checked by backend_forward() (backend.h). */
+static int cpu_forward(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
+                       struct gate_err *err)
+{
+    (void)err;
+    cpu_forward_chunk((struct cpu *)b, tokens, n, pos0, logits);
+    return 0;
+}
+
+static void cpu_info(const struct backend *b, struct backend_info *out)
+{
+    snprintf(out->backend, sizeof out->backend, "cpu");
+    snprintf(out->device, sizeof out->device, "%s", ((const struct cpu *)b)->device);
+    out->kernel_launches = 0;
+    out->device_bytes = 0;
+}
+
+static void cpu_close(struct backend *b)
+{
+    struct cpu *c = (struct cpu *)b;
+    if (!c)
+        return;
+    pool_free(c->pool);
+    void *bufs[] = {c->attn_norm, c->ffn_norm, c->q_norm,   c->k_norm,  c->out_norm, c->x,
+                    c->xb,        c->xo,       c->q,        c->k,       c->v,        c->att,
+                    c->ffa,       c->ffb,      c->router,   c->probs,   c->sel,      c->selw,
+                    c->rows,      c->gx,       c->gy,       c->moe_y,   c->scores,   c->qact,
+                    c->kc,        c->vc,       c->rope_cos, c->rope_sin};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    free(c);
+}
+
+/* ---- the device ----------------------------------------------------------------------------- */
+
+/* The CPU's model name from /proc/cpuinfo into buf ("" when unknown). */
+static void cpu_model_name(char *buf, size_t n)
+{
+    buf[0] = '\0';
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            char *p = strchr(line, ':');
+            if (p) {
+                p += 2;
+                p[strcspn(p, "\n")] = '\0';
+                snprintf(buf, n, "%s", p);
+            }
+            break;
+        }
+    fclose(f);
+}
+
+static uint64_t host_memory(void)
+{
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+}
+
+/* ops->describe: the host CPU and its memory. */
+static int cpu_describe(struct backend_device *out, struct gate_err *err)
+{
+    (void)err;
+    memset(out, 0, sizeof *out);
+    cpu_model_name(out->name, sizeof out->name);
+    if (!out->name[0])
+        snprintf(out->name, sizeof out->name, "cpu");
+    out->total_bytes = host_memory();
+    return 0;
+}
+
+/* ---- open ----------------------------------------------------------------------------------- */
+
+static void rope_tables(float *cs, float *sn, int n_ctx, int hd, float base)
+{
+    for (int i = 0; i < hd / 2; i++) {
+        const double inv_freq = pow((double)base, -2.0 * (double)i / (double)hd);
+        for (int p = 0; p < n_ctx; p++) {
+            const double a = (double)p * inv_freq;
+            cs[(size_t)p * (size_t)(hd / 2) + (size_t)i] = (float)cos(a);
+            sn[(size_t)p * (size_t)(hd / 2) + (size_t)i] = (float)sin(a);
+        }
+    }
+}
+
+/* ERR_INPUT naming the tensor when the cpu engine has no kernel for w's type. */
+static int check_weight(const struct model_weight *w, struct gate_err *err)
+{
+    if (!w->data || cpu_act_kind(w->type) >= 0)
+        return 0;
+    return err_set(err, ERR_INPUT,
+                   "cpu: tensor '%s' has type %s, which the cpu engine has no kernel for",
+                   w->name ? w->name : "?", quant_name(w->type));
+}
+
+static int check_types(const struct model *m, struct gate_err *err)
+{
+    int rc = check_weight(&m->output, err);
+    for (uint32_t il = 0; !rc && il < m->hp.n_layer; il++) {
+        const struct model_layer *L = &m->layers[il];
+        const struct model_weight *ws[] = {&L->wq,        &L->wk,      &L->wv,       &L->wo,
+                                           &L->ffn_gate,  &L->ffn_up,  &L->ffn_down, &L->gate_inp,
+                                           &L->gate_exps, &L->up_exps, &L->down_exps};
+        for (size_t i = 0; !rc && i < sizeof ws / sizeof ws[0]; i++)
+            rc = check_weight(ws[i], err);
+    }
+    return rc;
+}
+
+struct plan_item {
+    void **field;
+    size_t count, size;
+    const char *what;
+};
+
+static int cpu_open(struct backend **out, const struct model *m, const struct backend_config *cfg,
+                    struct gate_err *err)
+{
+    *out = NULL;
+    const struct model_hparams *hp = &m->hp;
+    int rc = check_types(m, err);
+    if (rc)
+        return rc;
+    struct cpu *c = calloc(1, sizeof *c);
+    if (!c)
+        return err_set(err, ERR_ENV, "cpu: out of memory for the backend");
+    c->base.ops = &backend_cpu_ops;
+    c->base.model = m;
+    c->m = m;
+    const int n_ctx =
+        cfg && cfg->n_ctx > 0 ? cfg->n_ctx : (hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096);
+    c->base.n_ctx = n_ctx;
+    c->base.n_batch = cfg && cfg->n_batch > 0 ? cfg->n_batch : 512;
+    if ((rc = pool_create(&c->pool, cfg ? cfg->n_threads : 0, err)))
+        goto fail;
+    const size_t nt = (size_t)pool_threads(c->pool);
+    const size_t B = (size_t)c->base.n_batch, E = hp->n_embd, hd = hp->head_dim, L = hp->n_layer;
+    const size_t qd = hp->n_head * hd, kvd = hp->n_head_kv * hd;
+    const int moe = hp->n_expert > 0;
+    const size_t X = hp->n_expert, K = moe ? hp->n_expert_used : 1;
+    const size_t F = moe ? hp->n_ff_exp : hp->n_ff;
+    size_t max_cols = E > qd ? E : qd;
+    max_cols = max_cols > F ? max_cols : F;
+    /* bytes per quantized activation row: the larger of the two block layouts, rounded up */
+    const size_t act_row = (max_cols / 32 + 1) * sizeof(struct cpu_q16_32) +
+                           (max_cols / QK_K + 1) * sizeof(struct cpu_q16_K);
+    const size_t R = moe ? B * K : B; /* rows of the largest product's input */
+    const struct plan_item plan[] = {
+        {(void **)&c->attn_norm, L * E, sizeof(float), "attn_norm"},
+        {(void **)&c->ffn_norm, L * E, sizeof(float), "ffn_norm"},
+        {(void **)&c->q_norm, L * hd, sizeof(float), "q_norm"},
+        {(void **)&c->k_norm, L * hd, sizeof(float), "k_norm"},
+        {(void **)&c->out_norm, E, sizeof(float), "output_norm"},
+        {(void **)&c->x, B * E, sizeof(float), "x"},
+        {(void **)&c->xb, B * E, sizeof(float), "xb"},
+        {(void **)&c->xo, B * E, sizeof(float), "xo"},
+        {(void **)&c->q, B * qd, sizeof(float), "q"},
+        {(void **)&c->k, B * kvd, sizeof(float), "k"},
+        {(void **)&c->v, B * kvd, sizeof(float), "v"},
+        {(void **)&c->att, B * qd, sizeof(float), "att"},
+        {(void **)&c->ffa, R * F, sizeof(float), "ffa"},
+        {(void **)&c->ffb, R * F, sizeof(float), "ffb"},
+        {(void **)&c->router, moe ? B * X : 0, sizeof(float), "router"},
+        {(void **)&c->probs, moe ? B * X : 0, sizeof(float), "probs"},
+        {(void **)&c->sel, moe ? B * K : 0, sizeof(int32_t), "sel"},
+        {(void **)&c->selw, moe ? B * K : 0, sizeof(float), "selw"},
+        {(void **)&c->rows, moe ? B * K : 0, sizeof(int32_t), "rows"},
+        {(void **)&c->gx, moe ? B * K * E : 0, sizeof(float), "gx"},
+        {(void **)&c->gy, moe ? B * K * E : 0, sizeof(float), "gy"},
+        {(void **)&c->moe_y, moe ? B * K * E : 0, sizeof(float), "moe_y"},
+        {(void **)&c->scores, nt * (size_t)n_ctx, sizeof(float), "scores"},
+        {(void **)&c->qact, R * act_row, 1, "quantized activations"},
+        {(void **)&c->kc, L * (size_t)n_ctx * kvd, sizeof(float), "K cache"},
+        {(void **)&c->vc, L * (size_t)n_ctx * kvd, sizeof(float), "V cache"},
+        {(void **)&c->rope_cos, (size_t)n_ctx * (hd / 2), sizeof(float), "rope_cos"},
+        {(void **)&c->rope_sin, (size_t)n_ctx * (hd / 2), sizeof(float), "rope_sin"},
+    };
+    const size_t n_plan = sizeof plan / sizeof plan[0];
+    /* memory arithmetic before allocation: refuse with the numbers, never crash on OOM */
+    double total = 0.0;
+    for (size_t i = 0; i < n_plan; i++)
+        total += (double)plan[i].count * (double)plan[i].size;
+    const uint64_t host = host_memory();
+    if (host && total > (double)host) {
+        rc = err_set(err, ERR_ENV,
+                     "cpu: buffers for n_ctx %d, n_batch %d need %.0f MiB, more than the host's "
+                     "%" PRIu64 " MiB",
+                     n_ctx, c->base.n_batch, total / 1048576.0, host >> 20);
+        goto fail;
+    }
+    for (size_t i = 0; i < n_plan; i++) {
+        const size_t count = plan[i].count ? plan[i].count : 1;
+        *plan[i].field = calloc(count, plan[i].size);
+        if (!*plan[i].field) {
+            rc = err_set(err, ERR_ENV, "cpu: out of memory for %s (%zu elements of %zu bytes)",
+                         plan[i].what, count, plan[i].size);
+            goto fail;
+        }
+    }
+    c->qact_bytes = R * act_row;
+    for (size_t il = 0; il < L; il++) {
+        const struct model_layer *ly = &m->layers[il];
+        quant_dequant_row(ly->attn_norm.type, ly->attn_norm.data, c->attn_norm + il * E,
+                          (int64_t)E);
+        quant_dequant_row(ly->ffn_norm.type, ly->ffn_norm.data, c->ffn_norm + il * E, (int64_t)E);
+        if (model_has_qk_norm(m)) {
+            quant_dequant_row(ly->q_norm.type, ly->q_norm.data, c->q_norm + il * hd, (int64_t)hd);
+            quant_dequant_row(ly->k_norm.type, ly->k_norm.data, c->k_norm + il * hd, (int64_t)hd);
+        }
+    }
+    quant_dequant_row(m->output_norm.type, m->output_norm.data, c->out_norm, (int64_t)E);
+    rope_tables(c->rope_cos, c->rope_sin, n_ctx, (int)hd, hp->rope_base);
+    char name[sizeof c->device - 5];
+    cpu_model_name(name, sizeof name);
+    if (name[0])
+        snprintf(c->device, sizeof c->device, "cpu: %s", name);
+    else
+        snprintf(c->device, sizeof c->device, "cpu");
+    *out = &c->base;
+    return 0;
+fail:
+    cpu_close(&c->base);
+    return rc;
+}
+
+const struct backend_ops backend_cpu_ops = {
+    .name = "cpu",
+    .describe = cpu_describe,
+    .open = cpu_open,
+    .forward = cpu_forward,
+    .truncate = NULL, /* the cache is plain memory: later positions are overwritten */
+    .info = cpu_info,
+    .close = cpu_close,
+};

@@ -1,0 +1,141 @@
+/* cpu_dot.c — the cpu engine's activation quantizers, the portable build of its dot kernels
+ * (cpu_dot_impl.h) and the run-time choice between it and the AVX2 build (cpu_dot_avx2.c).
+ *
+ * Invariant: both builds give the same bits for every type (tests/test_cpu.c checks it on
+ * random blocks), so the choice changes speed only. Start reading: cpu_dot_rows().
+ */
+#include "cpu_dot.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CPU_DOT_NAME(x) cpu_dot_portable_##x
+#include "cpu_dot_impl.h"
+#undef CPU_DOT_NAME
+
+int cpu_act_kind(int type)
+{
+    switch (type) {
+    case QUANT_F32:
+    case QUANT_F16:
+    case QUANT_BF16:
+        return CPU_ACT_F32;
+    case QUANT_Q4_0:
+    case QUANT_Q4_1:
+    case QUANT_Q5_0:
+    case QUANT_Q5_1:
+    case QUANT_Q8_0:
+        return CPU_ACT_Q16_32;
+    case QUANT_Q4_K:
+    case QUANT_Q5_K:
+    case QUANT_Q6_K:
+        return CPU_ACT_Q16_K;
+    default:
+        return -1;
+    }
+}
+
+size_t cpu_act_row_bytes(int type, int64_t n)
+{
+    switch (cpu_act_kind(type)) {
+    case CPU_ACT_F32:
+        return (size_t)n * sizeof(float);
+    case CPU_ACT_Q16_32:
+        return (size_t)(n / 32) * sizeof(struct cpu_q16_32);
+    case CPU_ACT_Q16_K:
+        return (size_t)(n / QK_K) * sizeof(struct cpu_q16_K);
+    default:
+        return 0;
+    }
+}
+
+/* the largest |x[i]| over n values */
+static float absmax(const float *x, int n)
+{
+    float a = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const float v = fabsf(x[i]);
+        a = v > a ? v : a;
+    }
+    return a;
+}
+
+/* q = round-to-nearest-even(x / d) in [-QMAX, QMAX]; returns the sum of the q */
+static int32_t quantize_block(const float *x, int16_t *q, int n, float id)
+{
+    int32_t sum = 0;
+    for (int i = 0; i < n; i++) {
+        float v = nearbyintf(x[i] * id);
+        v = v > (float)CPU_ACT_QMAX    ? (float)CPU_ACT_QMAX
+            : v < -(float)CPU_ACT_QMAX ? -(float)CPU_ACT_QMAX
+                                       : v;
+        q[i] = (int16_t)v;
+        sum += q[i];
+    }
+    return sum;
+}
+
+void cpu_act_quantize(int type, const float *x, void *dst, int64_t n)
+{
+    switch (cpu_act_kind(type)) {
+    case CPU_ACT_F32:
+        memcpy(dst, x, (size_t)n * sizeof(float));
+        return;
+    case CPU_ACT_Q16_32: {
+        struct cpu_q16_32 *y = dst;
+        for (int64_t i = 0; i < n / 32; i++) {
+            const float d = absmax(x + 32 * i, 32) / (float)CPU_ACT_QMAX;
+            const float id = d > 0.0f ? 1.0f / d : 0.0f;
+            const int32_t s = quantize_block(x + 32 * i, y[i].qs, 32, id);
+            y[i].d = d;
+            y[i].s = d * (float)s;
+        }
+        return;
+    }
+    case CPU_ACT_Q16_K: {
+        struct cpu_q16_K *y = dst;
+        for (int64_t i = 0; i < n / QK_K; i++) {
+            const float d = absmax(x + QK_K * i, QK_K) / (float)CPU_ACT_QMAX;
+            const float id = d > 0.0f ? 1.0f / d : 0.0f;
+            for (int j = 0; j < QK_K / 32; j++)
+                y[i].sums[j] = quantize_block(x + QK_K * i + 32 * j, y[i].qs + 32 * j, 32, id);
+            y[i].d = d;
+        }
+        return;
+    }
+    default:
+        abort(); /* broken invariant: cpu_open admits only types cpu_act_kind() knows */
+    }
+}
+
+int cpu_dot_have_avx2(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && defined(GATE_CPU_AVX2)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#else
+    return 0;
+#endif
+}
+
+void cpu_dot_rows(int type, const void *w, const void *act, size_t act_stride, int n_tok, int64_t n,
+                  float *out, size_t out_stride)
+{
+    if (cpu_dot_have_avx2())
+        cpu_dot_avx2_rows(type, w, act, act_stride, n_tok, n, out, out_stride);
+    else
+        cpu_dot_portable_rows(type, w, act, act_stride, n_tok, n, out, out_stride);
+}
+
+float cpu_dot_f32(const float *a, const float *b, int64_t n)
+{
+#if defined(GATE_CPU_AVX2)
+    if (cpu_dot_have_avx2()) {
+        float out;
+        cpu_dot_avx2_rows(QUANT_F32, a, b, 0, 1, n, &out, 1);
+        return out;
+    }
+#endif
+    return cpu_dot_portable_f32(a, b, n);
+}

@@ -1,0 +1,319 @@
+/* cpu_dot_impl.h — the cpu engine's dot kernels, written once and compiled twice: by cpu_dot.c
+ * (portable C) and cpu_dot_avx2.c (-mavx2 -mfma -mf16c). Not a header to include elsewhere.
+ *
+ * The includer defines CPU_DOT_NAME(x) (a suffix per build). Every kernel keeps the shape
+ * contract of cpu_dot_rows() (cpu_dot.h): per weight block it unpacks the block once into int16
+ * values and integer scales, then for each token forms the block's exact integer sums and adds one
+ * float expression to that token's accumulator, blocks in index order. The loops are written so
+ * the compiler vectorizes the integer sums (exact: any order gives the same int32), and every
+ * float operation is spelled out in the source, so both builds round identically.
+ * Start reading: CPU_DOT_NAME(rows).
+ */
+#ifndef CPU_DOT_NAME
+#error "cpu_dot_impl.h is included by cpu_dot.c and cpu_dot_avx2.c only"
+#endif
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* sum of w[i] * a[i] over 32 / 16 pairs (weights int16-widened, activations int16): exact in
+ * int32 (|w| <= 128, |a| <= CPU_ACT_QMAX) */
+static inline int32_t CPU_DOT_NAME(isum32)(const int16_t *restrict w, const int16_t *restrict a)
+{
+    int32_t s = 0;
+    for (int l = 0; l < 32; l++)
+        s += (int32_t)w[l] * (int32_t)a[l];
+    return s;
+}
+
+static inline int32_t CPU_DOT_NAME(isum16)(const int16_t *restrict w, const int16_t *restrict a)
+{
+    int32_t s = 0;
+    for (int l = 0; l < 16; l++)
+        s += (int32_t)w[l] * (int32_t)a[l];
+    return s;
+}
+
+#define ACT32(t, i) ((const struct cpu_q16_32 *)(act + (size_t)(t)*as) + (i))
+#define ACTK(t, i) ((const struct cpu_q16_K *)(act + (size_t)(t)*as) + (i))
+
+static inline void CPU_DOT_NAME(q8_0)(const void *w, const uint8_t *act, size_t as, int nt,
+                                      int64_t nb, float *acc)
+{
+    const struct block_q8_0 *x = w;
+    int16_t q[32];
+    for (int64_t i = 0; i < nb; i++) {
+        const float dw = quant_fp16_to_f32_inline(x[i].d);
+        for (int l = 0; l < 32; l++)
+            q[l] = x[i].qs[l];
+        for (int t = 0; t < nt; t++) {
+            const struct cpu_q16_32 *y = ACT32(t, i);
+            acc[t] += (dw * y->d) * (float)CPU_DOT_NAME(isum32)(q, y->qs);
+        }
+    }
+}
+
+static inline void CPU_DOT_NAME(q4_0)(const void *w, const uint8_t *act, size_t as, int nt,
+                                      int64_t nb, float *acc)
+{
+    const struct block_q4_0 *x = w;
+    int16_t q[32];
+    for (int64_t i = 0; i < nb; i++) {
+        const float dw = quant_fp16_to_f32_inline(x[i].d);
+        for (int l = 0; l < 16; l++) {
+            q[l] = (int16_t)((x[i].qs[l] & 0x0f) - 8);
+            q[l + 16] = (int16_t)((x[i].qs[l] >> 4) - 8);
+        }
+        for (int t = 0; t < nt; t++) {
+            const struct cpu_q16_32 *y = ACT32(t, i);
+            acc[t] += (dw * y->d) * (float)CPU_DOT_NAME(isum32)(q, y->qs);
+        }
+    }
+}
+
+static inline void CPU_DOT_NAME(q4_1)(const void *w, const uint8_t *act, size_t as, int nt,
+                                      int64_t nb, float *acc)
+{
+    const struct block_q4_1 *x = w;
+    int16_t q[32];
+    for (int64_t i = 0; i < nb; i++) {
+        const float dw = quant_fp16_to_f32_inline(x[i].d);
+        const float mw = quant_fp16_to_f32_inline(x[i].m);
+        for (int l = 0; l < 16; l++) {
+            q[l] = (int16_t)(x[i].qs[l] & 0x0f);
+            q[l + 16] = (int16_t)(x[i].qs[l] >> 4);
+        }
+        for (int t = 0; t < nt; t++) {
+            const struct cpu_q16_32 *y = ACT32(t, i);
+            acc[t] += (dw * y->d) * (float)CPU_DOT_NAME(isum32)(q, y->qs) + mw * y->s;
+        }
+    }
+}
+
+static inline void CPU_DOT_NAME(q5_0)(const void *w, const uint8_t *act, size_t as, int nt,
+                                      int64_t nb, float *acc)
+{
+    const struct block_q5_0 *x = w;
+    int16_t q[32];
+    for (int64_t i = 0; i < nb; i++) {
+        const float dw = quant_fp16_to_f32_inline(x[i].d);
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, 4);
+        for (int l = 0; l < 16; l++) {
+            const int h0 = (int)((qh >> l) << 4) & 0x10, h1 = (int)(qh >> (l + 12)) & 0x10;
+            q[l] = (int16_t)(((x[i].qs[l] & 0x0f) | h0) - 16);
+            q[l + 16] = (int16_t)(((x[i].qs[l] >> 4) | h1) - 16);
+        }
+        for (int t = 0; t < nt; t++) {
+            const struct cpu_q16_32 *y = ACT32(t, i);
+            acc[t] += (dw * y->d) * (float)CPU_DOT_NAME(isum32)(q, y->qs);
+        }
+    }
+}
+
+static inline void CPU_DOT_NAME(q5_1)(const void *w, const uint8_t *act, size_t as, int nt,
+                                      int64_t nb, float *acc)
+{
+    const struct block_q5_1 *x = w;
+    int16_t q[32];
+    for (int64_t i = 0; i < nb; i++) {
+        const float dw = quant_fp16_to_f32_inline(x[i].d);
+        const float mw = quant_fp16_to_f32_inline(x[i].m);
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, 4);
+        for (int l = 0; l < 16; l++) {
+            const int h0 = (int)((qh >> l) << 4) & 0x10, h1 = (int)(qh >> (l + 12)) & 0x10;
+            q[l] = (int16_t)((x[i].qs[l] & 0x0f) | h0);
+            q[l + 16] = (int16_t)((x[i].qs[l] >> 4) | h1);
+        }
+        for (int t = 0; t < nt; t++) {
+            const struct cpu_q16_32 *y = ACT32(t, i);
+            acc[t] += (dw * y->d) * (float)CPU_DOT_NAME(isum32)(q, y->qs) + mw * y->s;
+        }
+    }
+}
+
+/* Q4_K / Q5_K: value = d * sc_j * q - dmin * m_j on sub-block j (32 elements), so against a
+ * Q16_K activation block: d*yd * sum_j sc_j (q . y)_j - dmin*yd * sum_j m_j (sum of y)_j. */
+static inline void CPU_DOT_NAME(q45_K)(const void *w, int five, const uint8_t *act, size_t as,
+                                       int nt, int64_t nb, float *acc)
+{
+    int16_t q[256];
+    int32_t sc[8], mn[8];
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *scales, *qs, *qh = NULL;
+        float d, dmin;
+        if (five) {
+            const struct block_q5_K *x = (const struct block_q5_K *)w + i;
+            scales = x->scales;
+            qs = x->qs;
+            qh = x->qh;
+            d = quant_fp16_to_f32_inline(x->d);
+            dmin = quant_fp16_to_f32_inline(x->dmin);
+        } else {
+            const struct block_q4_K *x = (const struct block_q4_K *)w + i;
+            scales = x->scales;
+            qs = x->qs;
+            d = quant_fp16_to_f32_inline(x->d);
+            dmin = quant_fp16_to_f32_inline(x->dmin);
+        }
+        for (int j = 0; j < 8; j++) {
+            uint8_t s, m;
+            quant_scale_min_k4_inline(j, scales, &s, &m);
+            sc[j] = s;
+            mn[j] = m;
+        }
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++) {
+                q[64 * c + l] = (int16_t)(qs[32 * c + l] & 0x0f);
+                q[64 * c + 32 + l] = (int16_t)(qs[32 * c + l] >> 4);
+            }
+        if (five)
+            for (int c = 0; c < 4; c++)
+                for (int l = 0; l < 32; l++) {
+                    q[64 * c + l] = (int16_t)(q[64 * c + l] + (((qh[l] >> (2 * c)) & 1) << 4));
+                    q[64 * c + 32 + l] =
+                        (int16_t)(q[64 * c + 32 + l] + (((qh[l] >> (2 * c + 1)) & 1) << 4));
+                }
+        for (int t = 0; t < nt; t++) {
+            const struct cpu_q16_K *y = ACTK(t, i);
+            int64_t isum = 0, imin = 0;
+            for (int j = 0; j < 8; j++) {
+                isum += (int64_t)(sc[j] * CPU_DOT_NAME(isum32)(q + 32 * j, y->qs + 32 * j));
+                imin += (int64_t)(mn[j] * y->sums[j]);
+            }
+            acc[t] += (d * y->d) * (float)isum - (dmin * y->d) * (float)imin;
+        }
+    }
+}
+
+/* Q6_K: value = d * sc_g * (q - 32) on 16-element group g. */
+static inline void CPU_DOT_NAME(q6_K)(const void *w, const uint8_t *act, size_t as, int nt,
+                                      int64_t nb, float *acc)
+{
+    const struct block_q6_K *x = w;
+    int16_t q[256];
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = quant_fp16_to_f32_inline(x[i].d);
+        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+        for (int h = 0; h < 2; h++) {
+            int16_t *o = q + 128 * h;
+            for (int l = 0; l < 32; l++) {
+                o[l] = (int16_t)(((ql[l] & 0x0f) | ((qh[l] & 3) << 4)) - 32);
+                o[l + 32] = (int16_t)(((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                o[l + 64] = (int16_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                o[l + 96] = (int16_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
+            ql += 64;
+            qh += 32;
+        }
+        for (int t = 0; t < nt; t++) {
+            const struct cpu_q16_K *y = ACTK(t, i);
+            int64_t isum = 0;
+            for (int g = 0; g < 16; g++)
+                isum +=
+                    (int64_t)(x[i].scales[g] * CPU_DOT_NAME(isum16)(q + 16 * g, y->qs + 16 * g));
+            acc[t] += (d * y->d) * (float)isum;
+        }
+    }
+}
+
+/* Float weights: eight lanes of fmaf (lane i % 8), the chunk of eight weights converted once and
+ * used for every token; reduced ((0+1)+(2+3))+((4+5)+(6+7)). */
+static inline void CPU_DOT_NAME(flt)(int type, const void *w, const uint8_t *act, size_t as, int nt,
+                                     int64_t n, float *out, size_t os)
+{
+    float lanes[CPU_DOT_MAX_TOK][8];
+    memset(lanes, 0, sizeof lanes);
+    float wc[8];
+    for (int64_t i = 0; i < n; i += 8) {
+        const int m = n - i < 8 ? (int)(n - i) : 8;
+        if (type == QUANT_F32) {
+            memcpy(wc, (const float *)w + i, (size_t)m * sizeof(float));
+        } else if (type == QUANT_F16) {
+            for (int l = 0; l < m; l++)
+                wc[l] = quant_fp16_to_f32_inline(((const uint16_t *)w)[i + l]);
+        } else { /* BF16 */
+            for (int l = 0; l < m; l++) {
+                const uint32_t u = (uint32_t)((const uint16_t *)w)[i + l] << 16;
+                memcpy(&wc[l], &u, 4);
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            const float *x = (const float *)(act + (size_t)t * as) + i;
+            if (m == 8)
+                for (int l = 0; l < 8; l++)
+                    lanes[t][l] = fmaf(wc[l], x[l], lanes[t][l]);
+            else
+                for (int l = 0; l < m; l++)
+                    lanes[t][l] = fmaf(wc[l], x[l], lanes[t][l]);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        const float *L = lanes[t];
+        out[(size_t)t * os] = ((L[0] + L[1]) + (L[2] + L[3])) + ((L[4] + L[5]) + (L[6] + L[7]));
+    }
+}
+
+#ifndef CPU_DOT_Q8_0 /* a build may bring its own kernel with the same integer sums */
+#define CPU_DOT_Q8_0 CPU_DOT_NAME(q8_0)
+#endif
+#ifndef CPU_DOT_Q45_K
+#define CPU_DOT_Q45_K CPU_DOT_NAME(q45_K)
+#endif
+#ifndef CPU_DOT_Q6_K
+#define CPU_DOT_Q6_K CPU_DOT_NAME(q6_K)
+#endif
+
+float CPU_DOT_NAME(f32)(const float *a, const float *b, int64_t n)
+{
+    float out;
+    CPU_DOT_NAME(flt)(QUANT_F32, a, (const uint8_t *)b, 0, 1, n, &out, 1);
+    return out;
+}
+
+void CPU_DOT_NAME(rows)(int type, const void *w, const void *act_, size_t as, int nt, int64_t n,
+                        float *out, size_t os)
+{
+    const uint8_t *act = act_;
+    float acc[CPU_DOT_MAX_TOK] = {0};
+    switch (type) {
+    case QUANT_F32:
+    case QUANT_F16:
+    case QUANT_BF16:
+        CPU_DOT_NAME(flt)(type, w, act, as, nt, n, out, os);
+        return;
+    case QUANT_Q8_0:
+        CPU_DOT_Q8_0(w, act, as, nt, n / 32, acc);
+        break;
+    case QUANT_Q4_0:
+        CPU_DOT_NAME(q4_0)(w, act, as, nt, n / 32, acc);
+        break;
+    case QUANT_Q4_1:
+        CPU_DOT_NAME(q4_1)(w, act, as, nt, n / 32, acc);
+        break;
+    case QUANT_Q5_0:
+        CPU_DOT_NAME(q5_0)(w, act, as, nt, n / 32, acc);
+        break;
+    case QUANT_Q5_1:
+        CPU_DOT_NAME(q5_1)(w, act, as, nt, n / 32, acc);
+        break;
+    case QUANT_Q4_K:
+        CPU_DOT_Q45_K(w, 0, act, as, nt, n / 256, acc);
+        break;
+    case QUANT_Q5_K:
+        CPU_DOT_Q45_K(w, 1, act, as, nt, n / 256, acc);
+        break;
+    case QUANT_Q6_K:
+        CPU_DOT_Q6_K(w, act, as, nt, n / 256, acc);
+        break;
+    default:
+        abort(); /* broken invariant: cpu_open admits only types cpu_act_kind() knows */
+    }
+    for (int t = 0; t < nt; t++)
+        out[(size_t)t * os] = acc[t];
+}
+
+#undef ACT32
+#undef ACTK

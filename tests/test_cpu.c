@@ -1,0 +1,327 @@
+/* test_cpu.c — the `cpu` engine (engine/cpu.c, engine/cpu_dot*.c) as a subject of the gate.
+ *
+ * Every conformance case through cpu.decode / cpu.prefill / cpu.chat PASSES parity against the
+ * judge with the default thresholds (the measured noise ceiling is printed); the AVX2 kernels
+ * equal the portable ones bit for bit on random blocks of every type, and both stay within the
+ * activation rounding of the exact product; logits do not depend on the thread count or on
+ * n_batch; falsification rejects every fault on the tiny MoE; what ran is reported as cpu.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend.h"
+#include "engine/cpu_dot.h"
+#include "engine/model.h"
+#include "engine/quant.h"
+#include "oracles/falsify.h"
+#include "oracles/mode.h"
+#include "oracles/parity.h"
+#include "tests/support/check.h"
+
+#define MAX_CASES 64
+
+/* every conformance case folder with a model.gguf (cases added later count too) */
+static int list_cases(char names[][256])
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/conformance", check_shared_dir());
+    DIR *d = opendir(dir);
+    cr_assert(d, "cannot open %s", dir);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < MAX_CASES) {
+        char p[1400];
+        snprintf(p, sizeof p, "%s/%s/model.gguf", dir, e->d_name);
+        FILE *f = fopen(p, "rb");
+        if (!f)
+            continue;
+        fclose(f);
+        snprintf(names[n++], 256, "%s", e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+static struct mode mode_of(const char *text)
+{
+    struct mode m;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_parse(text, &m, &err), 0, "%s", err.msg);
+    return m;
+}
+
+Test(cpu, every_conformance_case_passes_parity_on_every_path, .timeout = 1200)
+{
+    static char cases[MAX_CASES][256];
+    const int n = list_cases(cases);
+    cr_assert_geq(n, 6, "expected the six conformance cases, found %d", n);
+    const char *modes[] = {"cpu.decode", "cpu.prefill", "cpu.chat"};
+    struct parity_config cfg;
+    parity_config_default(&cfg);
+    double worst_cos = 1.0, worst_kld = 0.0;
+    for (int c = 0; c < n; c++) {
+        struct model *m = check_load_case(cases[c]);
+        for (int i = 0; i < 3; i++) {
+            struct mode mode = mode_of(modes[i]);
+            struct parity_result r;
+            struct gate_err err = {0};
+            cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &cfg, 2, &r, &err), 0, "%s %s: %s",
+                         cases[c], modes[i], err.msg);
+            /* the noise ceiling of cpu.* against the judge, per case and path */
+            printf("cpu parity %-24s %-12s min cosine %.9f  max KL %.3e  mean KL %.3e  "
+                   "tie flips %d  wrong %d\n",
+                   cases[c], modes[i], r.cosine.min, r.kld.max, r.kld.mean, r.n_tie_flip,
+                   r.n_wrong);
+            cr_expect(r.pass, "%s %s: %s", cases[c], modes[i], r.reason);
+            cr_expect_eq(r.n_wrong, 0, "%s %s", cases[c], modes[i]);
+            worst_cos = r.cosine.min < worst_cos ? r.cosine.min : worst_cos;
+            worst_kld = r.kld.max > worst_kld ? r.kld.max : worst_kld;
+            parity_result_free(&r);
+        }
+        model_free(m);
+    }
+    printf("cpu parity ceiling over every case and path: min cosine %.9f, max KL %.3e\n", worst_cos,
+           worst_kld);
+}
+
+/* ---- the kernels ------------------------------------------------------------------------------
+ */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
+
+static uint64_t next_u64(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static float uniform(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((double)(next_u64() >> 11) / 9007199254740992.0);
+}
+
+/* A weight row of n elements of `type`: random bytes everywhere (every code value), then each
+ * block's fp16 scales replaced by finite ones (random bytes would make NaN and Inf). */
+static void random_row(int type, uint8_t *row, int64_t n)
+{
+    const size_t bytes = quant_row_bytes(type, n);
+    for (size_t i = 0; i < bytes; i++)
+        row[i] = (uint8_t)next_u64();
+    const int64_t bs = quant_block_size(type), ts = quant_type_size(type);
+    for (int64_t b = 0; b < n / bs; b++) {
+        uint8_t *blk = row + b * ts;
+        uint16_t h[2] = {quant_f32_to_fp16(uniform(-0.05f, 0.05f)),
+                         quant_f32_to_fp16(uniform(0.0f, 0.02f))};
+        switch (type) {
+        case QUANT_F32: {
+            const float f = uniform(-1.0f, 1.0f);
+            memcpy(blk, &f, 4);
+            break;
+        }
+        case QUANT_F16:
+            memcpy(blk, h, 2);
+            break;
+        case QUANT_BF16: {
+            const uint16_t v = quant_f32_to_bf16(uniform(-1.0f, 1.0f));
+            memcpy(blk, &v, 2);
+            break;
+        }
+        case QUANT_Q4_1:
+        case QUANT_Q5_1:
+        case QUANT_Q4_K:
+        case QUANT_Q5_K: /* d, then m / dmin */
+            memcpy(blk, h, 4);
+            break;
+        case QUANT_Q6_K: /* d is last */
+            memcpy(blk + ts - 2, h, 2);
+            break;
+        default: /* Q4_0, Q5_0, Q8_0: d first */
+            memcpy(blk, h, 2);
+            break;
+        }
+    }
+}
+
+static const int KERNEL_TYPES[] = {QUANT_F32,  QUANT_F16,  QUANT_BF16, QUANT_Q4_0,
+                                   QUANT_Q4_1, QUANT_Q5_0, QUANT_Q5_1, QUANT_Q8_0,
+                                   QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
+#define N_KERNEL_TYPES (int)(sizeof KERNEL_TYPES / sizeof KERNEL_TYPES[0])
+
+Test(cpu, avx2_kernels_equal_the_portable_ones_bit_for_bit)
+{
+    if (!cpu_dot_have_avx2())
+        cr_skip_test("this CPU or build has no AVX2+FMA+F16C: only the portable kernels exist");
+    const int64_t n = 1024 + 256; /* five K-quant blocks, forty 32-blocks, a lane tail of 0 */
+    uint8_t *row = malloc(quant_row_bytes(QUANT_F32, n));
+    float *x = malloc((size_t)CPU_DOT_MAX_TOK * (size_t)n * sizeof(float));
+    uint8_t *act = malloc((size_t)CPU_DOT_MAX_TOK * cpu_act_row_bytes(QUANT_F32, n));
+    for (int ti = 0; ti < N_KERNEL_TYPES; ti++) {
+        const int type = KERNEL_TYPES[ti];
+        const size_t as = cpu_act_row_bytes(type, n);
+        for (int trial = 0; trial < 20; trial++) {
+            random_row(type, row, n);
+            for (int t = 0; t < CPU_DOT_MAX_TOK; t++) {
+                /* mixed magnitudes, one outlier per token: the activation scale is stressed */
+                const float mag = trial % 2 ? 100.0f : 0.01f;
+                for (int64_t i = 0; i < n; i++)
+                    x[(size_t)t * n + i] = uniform(-mag, mag);
+                x[(size_t)t * n + (int64_t)(next_u64() % (uint64_t)n)] = 40.0f * mag;
+                cpu_act_quantize(type, x + (size_t)t * n, act + (size_t)t * as, n);
+            }
+            for (int nt = 1; nt <= CPU_DOT_MAX_TOK; nt++) {
+                float a[CPU_DOT_MAX_TOK], p[CPU_DOT_MAX_TOK];
+                cpu_dot_avx2_rows(type, row, act, as, nt, n, a, 1);
+                cpu_dot_portable_rows(type, row, act, as, nt, n, p, 1);
+                cr_assert(!memcmp(a, p, (size_t)nt * sizeof(float)),
+                          "%s, %d tokens, trial %d: avx2 %.9g != portable %.9g", quant_name(type),
+                          nt, trial, (double)a[0], (double)p[0]);
+                /* a token's result does not depend on the tokens it is tiled with */
+                float one;
+                cpu_dot_rows(type, row, act + (size_t)(nt - 1) * as, as, 1, n, &one, 1);
+                cr_assert(!memcmp(&one, &a[nt - 1], sizeof one), "%s: tiling changed a result",
+                          quant_name(type));
+            }
+        }
+    }
+    free(row);
+    free(x);
+    free(act);
+}
+
+Test(cpu, kernels_are_within_the_activation_rounding_of_the_exact_product)
+{
+    const int64_t n = 512;
+    uint8_t *row = malloc(quant_row_bytes(QUANT_F32, n));
+    float *w = malloc((size_t)n * sizeof(float)), *x = malloc((size_t)n * sizeof(float));
+    uint8_t *act = malloc(cpu_act_row_bytes(QUANT_F32, n));
+    for (int ti = 0; ti < N_KERNEL_TYPES; ti++) {
+        const int type = KERNEL_TYPES[ti];
+        for (int trial = 0; trial < 10; trial++) {
+            random_row(type, row, n);
+            quant_dequant_row(type, row, w, n);
+            for (int64_t i = 0; i < n; i++)
+                x[i] = uniform(-2.0f, 2.0f);
+            cpu_act_quantize(type, x, act, n);
+            double exact = 0.0, mag = 0.0;
+            for (int64_t i = 0; i < n; i++) {
+                exact += (double)w[i] * x[i];
+                mag += fabs((double)w[i] * x[i]);
+            }
+            float got[2];
+            cpu_dot_portable_rows(type, row, act, 0, 1, n, &got[0], 1);
+            cpu_dot_rows(type, row, act, 0, 1, n, &got[1], 1);
+            /* 14-bit activations: each |x| errs by at most 1/(2 * 8191) of its block's max */
+            for (int k = 0; k < 2; k++)
+                cr_assert_leq(fabs(got[k] - exact), 2e-4 * mag + 1e-6,
+                              "%s: %.9g vs exact %.9g (sum |w x| %.6g)", quant_name(type),
+                              (double)got[k], exact, mag);
+        }
+    }
+    free(row);
+    free(w);
+    free(x);
+    free(act);
+}
+
+/* ---- the engine -------------------------------------------------------------------------------
+ */
+
+/* logits of `tokens` (n) through a cpu backend: the first `batched` in one forward, then one by
+ * one. malloc'd (n, n_vocab). */
+static float *run_cpu(const struct model *m, int threads, int n_batch, const int32_t *tokens, int n,
+                      int batched)
+{
+    struct backend_config cfg = {.n_threads = threads, .n_ctx = 128, .n_batch = n_batch};
+    struct backend *b = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(backend_open(&b, "cpu", m, &cfg, &err), 0, "%s", err.msg);
+    const size_t V = m->hp.n_vocab;
+    float *logits = malloc((size_t)n * V * sizeof(float));
+    cr_assert_eq(backend_forward(b, tokens, batched, 0, logits, &err), 0, "%s", err.msg);
+    for (int t = batched; t < n; t++)
+        cr_assert_eq(backend_forward(b, tokens + t, 1, t, logits + (size_t)t * V, &err), 0, "%s",
+                     err.msg);
+    backend_close(b);
+    return logits;
+}
+
+Test(cpu, logits_are_bit_identical_for_any_thread_count_and_batch)
+{
+    const char *cases[] = {"qwen3moe-tiny-q4_k_m", "qwen3-dense-tiny-q4_k_m",
+                           "qwen3-dense-tiny-f32"};
+    int32_t tokens[48];
+    mode_tokens(PARITY_TOKEN_SEED, 512, 48, tokens);
+    for (int c = 0; c < 3; c++) {
+        struct model *m = check_load_case(cases[c]);
+        const size_t bytes = (size_t)48 * m->hp.n_vocab * sizeof(float);
+        float *one = run_cpu(m, 1, 0, tokens, 48, 40);
+        for (int threads = 2; threads <= 3; threads++) {
+            float *other = run_cpu(m, threads, 0, tokens, 48, 40);
+            cr_expect(!memcmp(one, other, bytes), "%s: %d threads differ from 1 thread", cases[c],
+                      threads);
+            free(other);
+        }
+        /* chunks of 7 tokens (the wrapper's n_batch) change no number either */
+        float *chunked = run_cpu(m, 2, 7, tokens, 48, 40);
+        cr_expect(!memcmp(one, chunked, bytes), "%s: n_batch 7 differs", cases[c]);
+        free(chunked);
+        free(one);
+        model_free(m);
+    }
+}
+
+Test(cpu, falsification_rejects_every_fault_on_the_tiny_moe, .timeout = 1200)
+{
+    struct model *m = check_load_case("qwen3moe-tiny-q4_k_m");
+    struct fault_set fs;
+    falsify_default_faults(m, &fs);
+    cr_assert_eq(fs.n, 4);
+    struct falsify_config cfg;
+    falsify_config_default(&cfg);
+    struct mode mode = mode_of("cpu.decode");
+    int32_t ids[64];
+    mode_tokens(PARITY_TOKEN_SEED, 512, 64, ids);
+    struct falsify_result r;
+    struct gate_err err = {0};
+    cr_assert_eq(falsify_run(m, &mode, &fs, ids, 64, &cfg, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect(r.clean.pass, "clean cpu.decode: %s", r.clean.reason);
+    for (int i = 0; i < r.n; i++) {
+        cr_expect(r.f[i].fired, "%s did not fire on cpu", r.f[i].name);
+        cr_expect(r.f[i].rejected, "%s escaped on cpu: %s", r.f[i].name, r.f[i].metric);
+    }
+    cr_expect_eq(r.verdict, GATE_PASS, "%s", r.reason);
+    falsify_result_free(&r);
+    model_free(m);
+}
+
+Test(cpu, reports_what_ran_and_describes_the_host)
+{
+    struct model *m = check_load_case("qwen3-dense-tiny-q8_0");
+    int32_t tokens[4] = {1, 2, 3, 4};
+    struct backend_config cfg = {.n_threads = 2, .n_ctx = 16};
+    struct backend *b = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(backend_open(&b, "cpu", m, &cfg, &err), 0, "%s", err.msg);
+    float *logits = malloc(4 * (size_t)m->hp.n_vocab * sizeof(float));
+    cr_assert_eq(backend_forward(b, tokens, 4, 0, logits, &err), 0, "%s", err.msg);
+    struct backend_info info;
+    backend_info(b, &info);
+    cr_expect_str_eq(info.backend, "cpu");
+    cr_expect(!strncmp(info.device, "cpu", 3), "device '%s'", info.device);
+    cr_expect_eq(info.kernel_launches, 0);
+    cr_expect_eq(info.tokens, 4);
+    struct backend_device dev;
+    cr_expect_eq(backend_describe("cpu", &dev, &err), 0, "%s", err.msg);
+    cr_expect_gt(dev.total_bytes, 0);
+    /* the wrapper's contract holds for cpu too: a wrong position is refused, nothing runs */
+    cr_expect_eq(backend_forward(b, tokens, 1, 0, logits, &err), ERR_INPUT);
+    backend_close(b);
+    free(logits);
+    model_free(m);
+}
