@@ -16,4 +16,13 @@ fi
 mkdir -p .deb
 cd .deb
 apt-get download "${pkgs[@]}"
+# What the packages need from the GPU host: the highest libc6 version any of them depends on
+# (ci/gpu-check.sh's preflight compares it with the host's glibc and stops early when older).
+need=$(for d in *.deb; do dpkg-deb -f "$d" Depends; done | tr ',' '\n' |
+    sed -n 's/^ *libc6 (>= \([0-9.]*\)).*/\1/p' | sort -V | tail -n1)
+{
+    echo "glibc_min=${need:-0}"
+    echo "fetched_on=$(. /etc/os-release && echo "$PRETTY_NAME"), glibc $(getconf GNU_LIBC_VERSION | awk '{print $2}')"
+} >MANIFEST
+cat MANIFEST
 ls -1 *.deb | wc -l | xargs echo "ci/fetch-debs.sh: .deb/ holds these many packages:"

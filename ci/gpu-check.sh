@@ -33,7 +33,9 @@
 # instead of the real shapes; the ladder runs in a temporary copy (nothing is written to the
 # tree). Exit 0 only when every stage passed (never in a dry run on a CPU host).
 #
-# GATE_PREPARE_ONLY=1: copy ../shared/{conformance,tokenizers} into ./shared and stop (ci/README.md).
+# GATE_PREPARE_ONLY=1 (where apt and ../shared exist): fetch the .deb files (ci/fetch-debs.sh) when
+# .deb/ has none, copy ../shared/{conformance,tokenizers} into ./shared, say whether the tree is
+# committed clean (receipts from a dirty tree never count) and what to carry; stop (ci/README.md).
 set -uo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$SELF")/.."
@@ -233,7 +235,13 @@ if [ -d ../shared/conformance ] && [ ! -d shared/conformance ] && [ "$DRY" != 1 
     cp -r ../shared/conformance ../shared/tokenizers shared/ 2>>"$LOG"
 fi
 if [ "${GATE_PREPARE_ONLY:-0}" = 1 ]; then
-    say "prepared ./shared and .deb/ ($(ls .deb/*.deb 2>/dev/null | wc -l) packages); stop"
+    if ! ls .deb/*.deb >/dev/null 2>&1; then
+        ci/fetch-debs.sh 2>&1 | tee -a "$LOG" || { say "prepare: ci/fetch-debs.sh failed"; exit 1; }
+    fi
+    [ -d shared/conformance ] || { say "prepare: no ./shared/conformance (is ../shared there?)"; exit 1; }
+    dirty=$(git status --porcelain --untracked-files=no | wc -l)
+    [ "$dirty" = 0 ] || say "prepare: WARNING: $dirty tracked files differ from HEAD: commit them, or the receipts will not count"
+    say "prepared: ./shared ($(du -sh shared | cut -f1)) and .deb/ ($(ls .deb/*.deb | wc -l) packages, $(cat .deb/MANIFEST 2>/dev/null | head -n1)); carry [\".deb\", \"shared\"] and run ci/gpu-check.sh \"\$OUT\" on the GPU host"
     exit 0
 fi
 SCRATCH=$(mktemp -d /dev/shm/gate-gpu-check.XXXXXX 2>/dev/null || mktemp -d)
