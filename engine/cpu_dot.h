@@ -4,15 +4,15 @@
  * block before each product against a quantized weight, as production CPU engines do —
  * struct cpu_q16_32 (32 values + float scale) for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights,
  * struct cpu_q16_K (256 values + float scale + sums of 32) for Q4_K/Q5_K/Q6_K — and each weight
- * block meets its activation block in exact int32 arithmetic; the float part (one scale product per
- * block, summed over blocks in index order) is scalar. Why 14-bit activations and not ggml's 8-bit
- * Q8_0 / Q8_K: measured on the conformance cases, 8-bit activations move the tiny MoE's router
- * logits by ~0.05, which flips a top-2 choice at layer 0 (router gap 0.0505) and fails the default
- * parity (min cosine 0.983 on qwen3moe-tiny-q8_0); 14-bit activations leave only the weights' own
- * rounding, which the judge shares. On AVX2 the cost is small: int16 x int16 pairs go through
- * vpmaddwd, which is where ggml's int8 path (vpmaddubsw, then vpmaddwd) ends anyway. Stored as
- * int16. F32/F16/BF16 weights take float activations through an eight-lane fused multiply-add dot
- * (lane i % 8, lanes reduced
+ * block meets its activation block in exact int32 arithmetic (bounds: CPU_ACT_QMAX); the float part
+ * (one scale product per block, summed over blocks in index order) is scalar. Why 12-bit
+ * activations and not ggml's 8-bit Q8_0 / Q8_K: measured on the conformance cases, 8-bit
+ * activations move the tiny MoE's router logits by ~0.05, which flips a top-2 choice at layer 0
+ * (router gap 0.0505) and fails the default parity (min cosine 0.983 on qwen3moe-tiny-q8_0); 12-bit
+ * activations leave only the weights' own rounding, which the judge shares. On AVX2 the cost is
+ * small: int16 x int16 pairs go through vpmaddwd, which is where ggml's int8 path (vpmaddubsw, then
+ * vpmaddwd) ends anyway. Stored as int16. F32/F16/BF16 weights take float activations through an
+ * eight-lane fused multiply-add dot (lane i % 8, lanes reduced
  * ((0+1)+(2+3))+((4+5)+(6+7))).
  *
  * Two builds of the same kernels (cpu_dot_impl.h): portable C (cpu_dot.c) and AVX2+FMA+F16C
@@ -35,12 +35,12 @@
 extern "C" {
 #endif
 
-/* The largest |q| of an activation value (14 bits). Bounds that keep the integer part exact:
- * a scaled sub-block sum sc_j (q . a)_j fits int32 (Q6_K: 16 x 32 x 128 x 8191 < 2^31), the sum
- * over a block's sub-blocks is int64; the AVX2 kernels pre-multiply the weights by their
- * sub-block scales in int16 (|q sc| <= 4096) and keep 8 int32 lanes of 32 products each
- * (32 x 4096 x 8191 < 2^31) added in int64, so both builds form the same exact integers. */
-#define CPU_ACT_QMAX 8191
+/* The largest |q| of an activation value (12 bits). It keeps every integer a kernel forms inside
+ * int32, whole weight blocks included: Q6_K 256 x |(q - 32) sc| <= 4096 x 2047 < 2^31, Q5_K
+ * 256 x 31 x 63 x 2047, Q8_0 32 x 128 x 2047; the AVX2 kernels pre-multiply the weights by their
+ * sub-block scales in int16 (|q sc| <= 4096) and add int32 lanes, so both builds form the same
+ * exact integers in any order. */
+#define CPU_ACT_QMAX 2047
 
 /* Activation block for the 32-element weight formats: x[i] ~ d * qs[i]; s = d * sum(qs). */
 struct cpu_q16_32 {

@@ -6,35 +6,82 @@
  * Every kernel of cpu_dot_impl.h is compiled here again (the compiler vectorizes its integer
  * loops), and the three hot ones — Q4_K/Q5_K, Q6_K, Q8_0 — are written with intrinsics: per
  * weight block, the values are unpacked once into int16 and pre-multiplied by their sub-block
- * scales, then each token's int16 activations meet them in vpmaddwd, 8 int32 lanes added in
- * int64 at the end (bounds: CPU_ACT_QMAX in cpu_dot.h). Those are the same exact integers the
- * portable kernels form, and the float expression per block is the same, so the results are
- * bit-identical to the portable build (tests/test_cpu.c). Elsewhere a stub that is never called.
+ * scales, then each token's int16 activations meet them in vpmaddwd, int32 lanes summed at the end
+ * (bounds: CPU_ACT_QMAX in cpu_dot.h). Those are the same exact integers the portable kernels form,
+ * and the float expression per block is the same, so the results are bit-identical to the portable
+ * build (tests/test_cpu.c). Elsewhere a stub that is never called.
  */
 #include "cpu_dot.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #if defined(GATE_CPU_AVX2) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
-/* the exact sum of the 8 int32 lanes */
-static inline int64_t hsum64(__m256i v)
+/* the sum of the 8 int32 lanes of a, and of b (exact: CPU_ACT_QMAX bounds every partial sum) */
+static inline void hsum2(__m256i a, __m256i b, int32_t *ra, int32_t *rb)
 {
-    const __m256i a = _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(v)),
-                                       _mm256_cvtepi32_epi64(_mm256_extracti128_si256(v, 1)));
-    const __m128i b = _mm_add_epi64(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-    return _mm_cvtsi128_si64(b) + _mm_extract_epi64(b, 1);
+    const __m256i h = _mm256_hadd_epi32(a, b); /* a01 a23 b01 b23 | a45 a67 b45 b67 */
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    s = _mm_hadd_epi32(s, s); /* sum(a) sum(b) sum(a) sum(b) */
+    *ra = _mm_cvtsi128_si32(s);
+    *rb = _mm_extract_epi32(s, 1);
 }
 
-/* 16 int16 weight vectors (256 values, pre-scaled) against one token's int16 activations */
-static inline int64_t dot256(const __m256i *W, const int16_t *a)
+static inline int32_t hsum(__m256i a)
 {
-    __m256i acc = _mm256_setzero_si256();
-    for (int g = 0; g < 16; g++)
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* int32 lanes of sum over the 16 pre-scaled weight vectors W times one token's activations */
+static inline __m256i dot256(const __m256i *W, const int16_t *a)
+{
+    __m256i acc = _mm256_madd_epi16(W[0], _mm256_loadu_si256((const __m256i *)a));
+    for (int g = 1; g < 16; g++)
         acc = _mm256_add_epi32(
             acc, _mm256_madd_epi16(W[g], _mm256_loadu_si256((const __m256i *)(a + 16 * g))));
-    return hsum64(acc);
+    return acc;
+}
+
+/* the same for four tokens (activation blocks at a0 + k * stride bytes): each weight vector is
+ * loaded once for the four */
+static inline void dot256x4(const __m256i *W, const uint8_t *a0, size_t stride, __m256i *out)
+{
+    const int16_t *a[4];
+    for (int k = 0; k < 4; k++)
+        a[k] = ((const struct cpu_q16_K *)(a0 + (size_t)k * stride))->qs;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    for (int g = 0; g < 16; g++) {
+        const __m256i w = _mm256_load_si256(W + g);
+#define STEP(sk, k)                                                                                \
+    sk = _mm256_add_epi32(                                                                         \
+        sk, _mm256_madd_epi16(w, _mm256_loadu_si256((const __m256i *)(a[k] + 16 * g))))
+        STEP(s0, 0);
+        STEP(s1, 1);
+        STEP(s2, 2);
+        STEP(s3, 3);
+#undef STEP
+    }
+    out[0] = s0;
+    out[1] = s1;
+    out[2] = s2;
+    out[3] = s3;
+}
+
+/* lanes of every token of the block: groups of four, then one by one */
+static inline void dot256_tokens(const __m256i *W, const uint8_t *act, size_t as, int64_t i, int nt,
+                                 __m256i *lanes)
+{
+    const size_t off = (size_t)i * sizeof(struct cpu_q16_K);
+    int t = 0;
+    for (; t + 4 <= nt; t += 4)
+        dot256x4(W, act + (size_t)t * as + off, as, lanes + t);
+    for (; t < nt; t++)
+        lanes[t] = dot256(W, ((const struct cpu_q16_K *)(act + (size_t)t * as + off))->qs);
 }
 
 /* sign-extend 32 int8 into two int16 vectors, each multiplied by its scale */
@@ -51,7 +98,7 @@ static void avx2_q6_K(const void *w, const uint8_t *act, size_t as, int nt, int6
     const struct block_q6_K *x = w;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
     const __m256i m32 = _mm256_set1_epi8(32);
-    __m256i W[16];
+    __m256i W[16], lanes[CPU_DOT_MAX_TOK];
     for (int64_t i = 0; i < nb; i++) {
         const float d = quant_fp16_to_f32_inline(x[i].d);
         const int8_t *sc = x[i].scales;
@@ -75,10 +122,10 @@ static void avx2_q6_K(const void *w, const uint8_t *act, size_t as, int nt, int6
             widen_scaled(q2, sc[g + 4], sc[g + 5], W + g + 4);
             widen_scaled(q3, sc[g + 6], sc[g + 7], W + g + 6);
         }
+        dot256_tokens(W, act, as, i, nt, lanes);
         for (int t = 0; t < nt; t++) {
             const struct cpu_q16_K *y = (const struct cpu_q16_K *)(act + (size_t)t * as) + i;
-            const int64_t isum = dot256(W, y->qs);
-            acc[t] += (d * y->d) * (float)isum;
+            acc[t] += (d * y->d) * (float)hsum(lanes[t]);
         }
     }
 }
@@ -87,8 +134,7 @@ static void avx2_q45_K(const void *w, int five, const uint8_t *act, size_t as, i
                        float *acc)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-    __m256i W[16];
-    int32_t mn[8];
+    __m256i W[16], lanes[CPU_DOT_MAX_TOK];
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *scales, *qs, *qhp = NULL;
         float d, dmin;
@@ -106,13 +152,17 @@ static void avx2_q45_K(const void *w, int five, const uint8_t *act, size_t as, i
             d = quant_fp16_to_f32_inline(x->d);
             dmin = quant_fp16_to_f32_inline(x->dmin);
         }
-        int16_t sc[8];
-        for (int j = 0; j < 8; j++) {
-            uint8_t s, m;
-            quant_scale_min_k4_inline(j, scales, &s, &m);
-            sc[j] = s;
-            mn[j] = m;
-        }
+        /* the twelve scale bytes as three words: sub-blocks 0-3 hold their 6-bit scale / min in
+         * bytes 0-3 / 4-7; sub-blocks 4-7 take 4 bits from bytes 8-11 and 2 from the top of 0-7 */
+        uint32_t u[3], sc4[2], mn4[2];
+        memcpy(u, scales, 12);
+        sc4[0] = u[0] & 0x3f3f3f3fu;
+        mn4[0] = u[1] & 0x3f3f3f3fu;
+        sc4[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+        mn4[1] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+        uint8_t sc[8];
+        memcpy(sc, sc4, 8);
+        const __m256i mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn4));
         const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)qhp) : _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
@@ -128,12 +178,13 @@ static void avx2_q45_K(const void *w, int five, const uint8_t *act, size_t as, i
             widen_scaled(lo, sc[2 * c], sc[2 * c], W + 4 * c);
             widen_scaled(hi, sc[2 * c + 1], sc[2 * c + 1], W + 4 * c + 2);
         }
+        dot256_tokens(W, act, as, i, nt, lanes);
         for (int t = 0; t < nt; t++) {
             const struct cpu_q16_K *y = (const struct cpu_q16_K *)(act + (size_t)t * as) + i;
-            const int64_t isum = dot256(W, y->qs);
-            int64_t imin = 0;
-            for (int j = 0; j < 8; j++)
-                imin += (int64_t)(mn[j] * y->sums[j]);
+            const __m256i ml =
+                _mm256_mullo_epi32(mins, _mm256_loadu_si256((const __m256i *)y->sums));
+            int32_t isum, imin;
+            hsum2(lanes[t], ml, &isum, &imin);
             acc[t] += (d * y->d) * (float)isum - (dmin * y->d) * (float)imin;
         }
     }
@@ -151,7 +202,7 @@ static void avx2_q8_0(const void *w, const uint8_t *act, size_t as, int nt, int6
             const __m256i s = _mm256_add_epi32(
                 _mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i *)y->qs)),
                 _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i *)(y->qs + 16))));
-            acc[t] += (dw * y->d) * (float)(int32_t)hsum64(s);
+            acc[t] += (dw * y->d) * (float)hsum(s);
         }
     }
 }

@@ -178,10 +178,10 @@ static inline void CPU_DOT_NAME(q45_K)(const void *w, int five, const uint8_t *a
                 }
         for (int t = 0; t < nt; t++) {
             const struct cpu_q16_K *y = ACTK(t, i);
-            int64_t isum = 0, imin = 0;
+            int32_t isum = 0, imin = 0;
             for (int j = 0; j < 8; j++) {
-                isum += (int64_t)(sc[j] * CPU_DOT_NAME(isum32)(q + 32 * j, y->qs + 32 * j));
-                imin += (int64_t)(mn[j] * y->sums[j]);
+                isum += sc[j] * CPU_DOT_NAME(isum32)(q + 32 * j, y->qs + 32 * j);
+                imin += mn[j] * y->sums[j];
             }
             acc[t] += (d * y->d) * (float)isum - (dmin * y->d) * (float)imin;
         }
@@ -210,10 +210,9 @@ static inline void CPU_DOT_NAME(q6_K)(const void *w, const uint8_t *act, size_t 
         }
         for (int t = 0; t < nt; t++) {
             const struct cpu_q16_K *y = ACTK(t, i);
-            int64_t isum = 0;
+            int32_t isum = 0;
             for (int g = 0; g < 16; g++)
-                isum +=
-                    (int64_t)(x[i].scales[g] * CPU_DOT_NAME(isum16)(q + 16 * g, y->qs + 16 * g));
+                isum += x[i].scales[g] * CPU_DOT_NAME(isum16)(q + 16 * g, y->qs + 16 * g);
             acc[t] += (d * y->d) * (float)isum;
         }
     }
