@@ -1,7 +1,8 @@
 /* cpu_dot.c — the cpu engine's activation quantizers, the portable build of its dot kernels
- * (cpu_dot_impl.h) and the run-time choice between it and the AVX2 build (cpu_dot_avx2.c).
+ * (cpu_dot_impl.h) and the run-time choice between it and the AVX2 / AVX-512 builds
+ * (cpu_dot_avx2.c, cpu_dot_avx512.c).
  *
- * Invariant: both builds give the same bits for every type (tests/test_cpu.c checks it on
+ * Invariant: every build gives the same bits for every type (tests/test_cpu.c checks it on
  * random blocks), so the choice changes speed only. Start reading: cpu_dot_rows().
  */
 #include "cpu_dot.h"
@@ -119,10 +120,23 @@ int cpu_dot_have_avx2(void)
 #endif
 }
 
+int cpu_dot_have_avx512(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && defined(GATE_CPU_AVX2)
+    return cpu_dot_have_avx2() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
 void cpu_dot_rows(int type, const void *w, const void *act, size_t act_stride, int n_tok, int64_t n,
                   float *out, size_t out_stride)
 {
-    if (cpu_dot_have_avx2())
+    if (cpu_dot_have_avx512())
+        cpu_dot_avx512_rows(type, w, act, act_stride, n_tok, n, out, out_stride);
+    else if (cpu_dot_have_avx2())
         cpu_dot_avx2_rows(type, w, act, act_stride, n_tok, n, out, out_stride);
     else
         cpu_dot_portable_rows(type, w, act, act_stride, n_tok, n, out, out_stride);

@@ -15,12 +15,12 @@
  * eight-lane fused multiply-add dot (lane i % 8, lanes reduced
  * ((0+1)+(2+3))+((4+5)+(6+7))).
  *
- * Two builds of the same kernels (cpu_dot_impl.h): portable C (cpu_dot.c) and AVX2+FMA+F16C
- * (cpu_dot_avx2.c, flags on that file only); cpu_dot_rows() picks one at run time
- * (__builtin_cpu_supports). Integer sums are exact and the float steps are the same operations
- * in the same order (fmaf is one rounding either way), so both builds give the same bits.
- * Each output element depends only on its weight row and its activation row: results are
- * independent of how rows or tokens are split over threads or tiles.
+ * Three builds of the same kernels (cpu_dot_impl.h): portable C (cpu_dot.c), AVX2+FMA+F16C
+ * (cpu_dot_avx2.c) and AVX-512 BW/VL/VNNI (cpu_dot_avx512.c), flags on those files only;
+ * cpu_dot_rows() picks the widest the CPU runs (__builtin_cpu_supports). Integer sums are exact and
+ * the float steps are the same operations in the same order (fmaf is one rounding either way), so
+ * every build gives the same bits. Each output element depends only on its weight row and its
+ * activation row: results are independent of how rows or tokens are split over threads or tiles.
  * Start reading: cpu_dot_rows().
  */
 #ifndef GATE_CPU_DOT_H
@@ -92,6 +92,10 @@ void cpu_dot_portable_rows(int type, const void *w, const void *act, size_t act_
 void cpu_dot_avx2_rows(int type, const void *w, const void *act, size_t act_stride, int n_tok,
                        int64_t n, float *out, size_t out_stride);
 int cpu_dot_have_avx2(void);
+/* The AVX-512 (BW, VL, VNNI) build (cpu_dot_avx512.c), picked first when the CPU has it. */
+void cpu_dot_avx512_rows(int type, const void *w, const void *act, size_t act_stride, int n_tok,
+                         int64_t n, float *out, size_t out_stride);
+int cpu_dot_have_avx512(void);
 
 /* Eight-lane FMA dot of two float vectors (attention scores): the F32 kernel's order. */
 float cpu_dot_f32(const float *a, const float *b, int64_t n);

@@ -233,10 +233,13 @@ static inline void CPU_DOT_NAME(flt)(int type, const void *w, const uint8_t *act
         } else if (type == QUANT_F16) {
             for (int l = 0; l < m; l++)
                 wc[l] = quant_fp16_to_f32_inline(((const uint16_t *)w)[i + l]);
-        } else { /* BF16 */
+        } else { /* BF16: the top half of a float's bits */
             for (int l = 0; l < m; l++) {
-                const uint32_t u = (uint32_t)((const uint16_t *)w)[i + l] << 16;
-                memcpy(&wc[l], &u, 4);
+                const union {
+                    uint32_t u;
+                    float f;
+                } v = {.u = (uint32_t)((const uint16_t *)w)[i + l] << 16};
+                wc[l] = v.f;
             }
         }
         for (int t = 0; t < nt; t++) {

@@ -155,6 +155,9 @@ static const int KERNEL_TYPES[] = {QUANT_F32,  QUANT_F16,  QUANT_BF16, QUANT_Q4_
 
 Test(cpu, avx2_kernels_equal_the_portable_ones_bit_for_bit)
 {
+    /* and the AVX-512 ones where the CPU has AVX-512 BW/VL/VNNI (said on stdout either way) */
+    printf("cpu kernels: avx2 %s, avx512 %s\n", cpu_dot_have_avx2() ? "tested" : "absent",
+           cpu_dot_have_avx512() ? "tested" : "absent (not tested on this machine)");
     if (!cpu_dot_have_avx2())
         cr_skip_test("this CPU or build has no AVX2+FMA+F16C: only the portable kernels exist");
     const int64_t n = 1024 + 256; /* five K-quant blocks, forty 32-blocks, a lane tail of 0 */
@@ -181,6 +184,13 @@ Test(cpu, avx2_kernels_equal_the_portable_ones_bit_for_bit)
                 cr_assert(!memcmp(a, p, (size_t)nt * sizeof(float)),
                           "%s, %d tokens, trial %d: avx2 %.9g != portable %.9g", quant_name(type),
                           nt, trial, (double)a[0], (double)p[0]);
+                if (cpu_dot_have_avx512()) {
+                    float z[CPU_DOT_MAX_TOK];
+                    cpu_dot_avx512_rows(type, row, act, as, nt, n, z, 1);
+                    cr_assert(!memcmp(z, p, (size_t)nt * sizeof(float)),
+                              "%s, %d tokens, trial %d: avx512 %.9g != portable %.9g",
+                              quant_name(type), nt, trial, (double)z[0], (double)p[0]);
+                }
                 /* a token's result does not depend on the tokens it is tiled with */
                 float one;
                 cpu_dot_rows(type, row, act + (size_t)(nt - 1) * as, as, 1, n, &one, 1);
