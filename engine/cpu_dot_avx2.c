@@ -19,6 +19,9 @@
 #if defined(GATE_CPU_AVX2) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
+/* fp16 -> float with F16C: exact, the same value as quant_fp16_to_f32_inline */
+#define FP16(h) _cvtsh_ss(h)
+
 /* the sum of the 8 int32 lanes of a, and of b (exact: CPU_ACT_QMAX bounds every partial sum) */
 static inline void hsum2(__m256i a, __m256i b, int32_t *ra, int32_t *rb)
 {
@@ -100,7 +103,7 @@ static void avx2_q6_K(const void *w, const uint8_t *act, size_t as, int nt, int6
     const __m256i m32 = _mm256_set1_epi8(32);
     __m256i W[16], lanes[CPU_DOT_MAX_TOK];
     for (int64_t i = 0; i < nb; i++) {
-        const float d = quant_fp16_to_f32_inline(x[i].d);
+        const float d = FP16(x[i].d);
         const int8_t *sc = x[i].scales;
         for (int h = 0; h < 2; h++) {
             const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
@@ -143,14 +146,14 @@ static void avx2_q45_K(const void *w, int five, const uint8_t *act, size_t as, i
             scales = x->scales;
             qs = x->qs;
             qhp = x->qh;
-            d = quant_fp16_to_f32_inline(x->d);
-            dmin = quant_fp16_to_f32_inline(x->dmin);
+            d = FP16(x->d);
+            dmin = FP16(x->dmin);
         } else {
             const struct block_q4_K *x = (const struct block_q4_K *)w + i;
             scales = x->scales;
             qs = x->qs;
-            d = quant_fp16_to_f32_inline(x->d);
-            dmin = quant_fp16_to_f32_inline(x->dmin);
+            d = FP16(x->d);
+            dmin = FP16(x->dmin);
         }
         /* the twelve scale bytes as three words: sub-blocks 0-3 hold their 6-bit scale / min in
          * bytes 0-3 / 4-7; sub-blocks 4-7 take 4 bits from bytes 8-11 and 2 from the top of 0-7 */
@@ -194,7 +197,7 @@ static void avx2_q8_0(const void *w, const uint8_t *act, size_t as, int nt, int6
 {
     const struct block_q8_0 *x = w;
     for (int64_t i = 0; i < nb; i++) {
-        const float dw = quant_fp16_to_f32_inline(x[i].d);
+        const float dw = FP16(x[i].d);
         const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].qs));
         const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x[i].qs + 16)));
         for (int t = 0; t < nt; t++) {

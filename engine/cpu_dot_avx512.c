@@ -18,6 +18,9 @@
     defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #include <immintrin.h>
 
+/* fp16 -> float with F16C: exact, the same value as quant_fp16_to_f32_inline */
+#define FP16(h) _cvtsh_ss(h)
+
 /* 8 pre-scaled weight registers (256 values) against one token's activations: int32 lanes */
 static inline __m512i dot256(const __m512i *W, const int16_t *a)
 {
@@ -77,7 +80,7 @@ static void avx512_q6_K(const void *w, const uint8_t *act, size_t as, int nt, in
     __m512i W[8];
     int32_t isum[CPU_DOT_MAX_TOK];
     for (int64_t i = 0; i < nb; i++) {
-        const float d = quant_fp16_to_f32_inline(x[i].d);
+        const float d = FP16(x[i].d);
         const int8_t *sc = x[i].scales;
         for (int h = 0; h < 2; h++) {
             const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
@@ -121,14 +124,14 @@ static void avx512_q45_K(const void *w, int five, const uint8_t *act, size_t as,
             scales = x->scales;
             qs = x->qs;
             qhp = x->qh;
-            d = quant_fp16_to_f32_inline(x->d);
-            dmin = quant_fp16_to_f32_inline(x->dmin);
+            d = FP16(x->d);
+            dmin = FP16(x->dmin);
         } else {
             const struct block_q4_K *x = (const struct block_q4_K *)w + i;
             scales = x->scales;
             qs = x->qs;
-            d = quant_fp16_to_f32_inline(x->d);
-            dmin = quant_fp16_to_f32_inline(x->dmin);
+            d = FP16(x->d);
+            dmin = FP16(x->dmin);
         }
         /* the twelve scale bytes as three words (see cpu_dot_avx2.c) */
         uint32_t u[3], sc4[2], mn4[2];
@@ -173,7 +176,7 @@ static void avx512_q8_0(const void *w, const uint8_t *act, size_t as, int nt, in
 {
     const struct block_q8_0 *x = w;
     for (int64_t i = 0; i < nb; i++) {
-        const float dw = quant_fp16_to_f32_inline(x[i].d);
+        const float dw = FP16(x[i].d);
         const __m512i w0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)x[i].qs));
         for (int t = 0; t < nt; t++) {
             const struct cpu_q16_32 *y = (const struct cpu_q16_32 *)(act + (size_t)t * as) + i;
