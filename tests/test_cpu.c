@@ -338,3 +338,44 @@ Test(cpu, reports_what_ran_and_describes_the_host)
     free(logits);
     model_free(m);
 }
+
+Test(cpu, taps_record_the_same_layers_and_routes_as_the_twin)
+{
+    struct model *m = check_load_case("qwen3moe-tiny-q4_k_m");
+    const int n = 40, L = (int)m->hp.n_layer, E = (int)m->hp.n_embd;
+    const int k = (int)m->hp.n_expert_used;
+    int32_t tokens[40];
+    mode_tokens(PARITY_TOKEN_SEED, 512, n, tokens);
+    float *hidden[2], *logits = malloc((size_t)n * m->hp.n_vocab * sizeof(float));
+    int32_t *experts[2];
+    float *kth[2];
+    const char *names[2] = {"ref.decode", "cpu.prefill"};
+    for (int s = 0; s < 2; s++) {
+        hidden[s] = calloc((size_t)L * n * E, sizeof(float));
+        experts[s] = calloc((size_t)L * n * k, sizeof(int32_t));
+        kth[s] = calloc((size_t)L * n, sizeof(float));
+        struct backend_taps taps = {
+            .hidden = hidden[s], .experts = experts[s], .router_kth = kth[s]};
+        struct mode mode = mode_of(names[s]);
+        struct backend *b = NULL;
+        struct gate_err err = {0};
+        cr_assert_eq(mode_open(&b, &mode, m, 64, 2, NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(mode_run_taps(b, mode.path, tokens, n, NULL, 0, logits, &taps, &err), 0, "%s",
+                     err.msg);
+        backend_close(b);
+    }
+    cr_expect(!memcmp(experts[0], experts[1], (size_t)L * n * k * sizeof(int32_t)),
+              "cpu routed differently from the twin on the tiny MoE");
+    for (int64_t i = 0; i < (int64_t)L * n; i++)
+        cr_expect_leq(fabsf(kth[0][i] - kth[1][i]), 1e-2f, "router k-th logit at %lld",
+                      (long long)i);
+    check_floats("cpu hidden taps vs ref", hidden[1], hidden[0], (int64_t)L * n * E, 1e-2, 1e-2,
+                 1e-6);
+    for (int s = 0; s < 2; s++) {
+        free(hidden[s]);
+        free(experts[s]);
+        free(kth[s]);
+    }
+    free(logits);
+    model_free(m);
+}
