@@ -115,10 +115,9 @@ static void matmul_rows(void *ctx, int64_t begin, int64_t end, int thread)
         const int64_t o1 = o0 + CPU_ROW_TILE < end ? o0 + CPU_ROW_TILE : end;
         for (int t0 = 0; t0 < j->n; t0 += CPU_DOT_MAX_TOK) {
             const int nt = j->n - t0 < CPU_DOT_MAX_TOK ? j->n - t0 : CPU_DOT_MAX_TOK;
-            for (int64_t o = o0; o < o1; o++)
-                cpu_dot_rows(w->type, model_row(w, o), j->act + (size_t)t0 * j->stride, j->stride,
-                             nt, w->cols, j->y + (size_t)t0 * (size_t)w->rows + (size_t)o,
-                             (size_t)w->rows);
+            cpu_dot_tile(w->type, model_row(w, o0), w->row_bytes, (int)(o1 - o0),
+                         j->act + (size_t)t0 * j->stride, j->stride, nt, w->cols,
+                         j->y + (size_t)t0 * (size_t)w->rows + (size_t)o0, (size_t)w->rows);
         }
     }
 }

@@ -142,6 +142,18 @@ void cpu_dot_rows(int type, const void *w, const void *act, size_t act_stride, i
         cpu_dot_portable_rows(type, w, act, act_stride, n_tok, n, out, out_stride);
 }
 
+void cpu_dot_tile(int type, const uint8_t *w, size_t row_bytes, int n_rows, const void *act,
+                  size_t act_stride, int n_tok, int64_t n, float *out, size_t out_stride)
+{
+    if (cpu_dot_have_avx512())
+        cpu_dot_avx512_tile(type, w, row_bytes, n_rows, act, act_stride, n_tok, n, out, out_stride);
+    else if (cpu_dot_have_avx2())
+        cpu_dot_avx2_tile(type, w, row_bytes, n_rows, act, act_stride, n_tok, n, out, out_stride);
+    else
+        cpu_dot_portable_tile(type, w, row_bytes, n_rows, act, act_stride, n_tok, n, out,
+                              out_stride);
+}
+
 float cpu_dot_f32(const float *a, const float *b, int64_t n)
 {
 #if defined(GATE_CPU_AVX2)

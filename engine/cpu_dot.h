@@ -85,6 +85,18 @@ void cpu_act_quantize(int type, const float *x, void *dst, int64_t n);
 void cpu_dot_rows(int type, const void *w, const void *act, size_t act_stride, int n_tok, int64_t n,
                   float *out, size_t out_stride);
 
+/* cpu_dot_rows over n_rows consecutive weight rows (w + r * row_bytes), result of row r and token
+ * t at out[t * out_stride + r]: one dispatch for the whole tile, the same numbers. */
+void cpu_dot_tile(int type, const uint8_t *w, size_t row_bytes, int n_rows, const void *act,
+                  size_t act_stride, int n_tok, int64_t n, float *out, size_t out_stride);
+void cpu_dot_portable_tile(int type, const uint8_t *w, size_t row_bytes, int n_rows,
+                           const void *act, size_t act_stride, int n_tok, int64_t n, float *out,
+                           size_t out_stride);
+void cpu_dot_avx2_tile(int type, const uint8_t *w, size_t row_bytes, int n_rows, const void *act,
+                       size_t act_stride, int n_tok, int64_t n, float *out, size_t out_stride);
+void cpu_dot_avx512_tile(int type, const uint8_t *w, size_t row_bytes, int n_rows, const void *act,
+                         size_t act_stride, int n_tok, int64_t n, float *out, size_t out_stride);
+
 /* The two builds, for the test that they agree; cpu_dot_avx2_rows is NULL-safe to ask for:
  * cpu_dot_have_avx2() says whether this machine and build can run it. */
 void cpu_dot_portable_rows(int type, const void *w, const void *act, size_t act_stride, int n_tok,

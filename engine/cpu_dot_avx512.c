@@ -201,4 +201,12 @@ void cpu_dot_avx512_rows(int type, const void *w, const void *act, size_t act_st
     (void)out_stride;
     abort(); /* broken invariant: cpu_dot_have_avx512() is 0 in this build */
 }
+
+void cpu_dot_avx512_tile(int type, const uint8_t *w, size_t row_bytes, int n_rows, const void *act,
+                         size_t act_stride, int n_tok, int64_t n, float *out, size_t out_stride)
+{
+    (void)type, (void)w, (void)row_bytes, (void)n_rows, (void)act, (void)act_stride;
+    (void)n_tok, (void)n, (void)out, (void)out_stride;
+    abort(); /* broken invariant: cpu_dot_have_avx512() is 0 in this build */
+}
 #endif

@@ -317,5 +317,13 @@ void CPU_DOT_NAME(rows)(int type, const void *w, const void *act_, size_t as, in
         out[(size_t)t * os] = acc[t];
 }
 
+/* n_rows consecutive weight rows (row_bytes apart) against the same tokens: out + r per row */
+void CPU_DOT_NAME(tile)(int type, const uint8_t *w, size_t row_bytes, int n_rows, const void *act,
+                        size_t as, int nt, int64_t n, float *out, size_t os)
+{
+    for (int r = 0; r < n_rows; r++)
+        CPU_DOT_NAME(rows)(type, w + (size_t)r * row_bytes, act, as, nt, n, out + r, os);
+}
+
 #undef ACT32
 #undef ACTK
