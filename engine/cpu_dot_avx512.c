@@ -63,14 +63,6 @@ static inline void dot256_tokens(const __m512i *W, const uint8_t *act, size_t as
             dot256(W, ((const struct cpu_q16_K *)(act + (size_t)t * as + off))->qs));
 }
 
-/* 32 int8 sign-extended to int16, times scale s_lo (first 16) and s_hi (last 16) */
-static inline __m512i widen_scaled(__m256i v, int16_t s_lo, int16_t s_hi)
-{
-    const __m512i s = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(s_lo)),
-                                         _mm256_set1_epi16(s_hi), 1);
-    return _mm512_mullo_epi16(_mm512_cvtepi8_epi16(v), s);
-}
-
 static void avx512_q6_K(const void *w, const uint8_t *act, size_t as, int nt, int64_t nb,
                         float *acc)
 {
@@ -81,7 +73,9 @@ static void avx512_q6_K(const void *w, const uint8_t *act, size_t as, int nt, in
     int32_t isum[CPU_DOT_MAX_TOK];
     for (int64_t i = 0; i < nb; i++) {
         const float d = FP16(x[i].d);
-        const int8_t *sc = x[i].scales;
+        /* the 16 group scales as int16 in the low half of a register */
+        const __m512i scv = _mm512_castsi256_si512(
+            _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales)));
         for (int h = 0; h < 2; h++) {
             const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
             const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
@@ -96,11 +90,15 @@ static void avx512_q6_K(const void *w, const uint8_t *act, size_t as, int nt, in
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), h2), m32);
             const __m256i q3 = _mm256_sub_epi8(
                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), h3), m32);
-            const int g = 8 * h; /* groups of 16: q_k covers groups g + 2k, g + 2k + 1 */
-            W[4 * h + 0] = widen_scaled(q0, sc[g + 0], sc[g + 1]);
-            W[4 * h + 1] = widen_scaled(q1, sc[g + 2], sc[g + 3]);
-            W[4 * h + 2] = widen_scaled(q2, sc[g + 4], sc[g + 5]);
-            W[4 * h + 3] = widen_scaled(q3, sc[g + 6], sc[g + 7]);
+            /* groups of 16: q_k of half h covers groups 8h + 2k and 8h + 2k + 1 */
+            const __m256i qk[4] = {q0, q1, q2, q3};
+            for (int k = 0; k < 4; k++) {
+                const __m512i idx = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_set1_epi16((short)(8 * h + 2 * k))),
+                    _mm256_set1_epi16((short)(8 * h + 2 * k + 1)), 1);
+                W[4 * h + k] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(qk[k]),
+                                                  _mm512_permutexvar_epi16(idx, scv));
+            }
         }
         dot256_tokens(W, act, as, i, nt, isum);
         for (int t = 0; t < nt; t++) {
@@ -154,8 +152,9 @@ static void avx512_q45_K(const void *w, int five, const uint8_t *act, size_t as,
                 lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
                 hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
             }
-            W[2 * c] = widen_scaled(lo, sc[2 * c], sc[2 * c]);
-            W[2 * c + 1] = widen_scaled(hi, sc[2 * c + 1], sc[2 * c + 1]);
+            W[2 * c] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(lo), _mm512_set1_epi16(sc[2 * c]));
+            W[2 * c + 1] =
+                _mm512_mullo_epi16(_mm512_cvtepi8_epi16(hi), _mm512_set1_epi16(sc[2 * c + 1]));
         }
         dot256_tokens(W, act, as, i, nt, isum);
         for (int t = 0; t < nt; t++) {
