@@ -439,7 +439,11 @@ static const char BENCH_USAGE[] =
     "  timed runs after W warm-up runs (defaults 64, 32, 3, 1), with min, max, spread and CV.\n"
     "  Backend open time is reported separately and never counted. Progress goes to stderr (a\n"
     "  live line with the elapsed time on a terminal, else one line before and one after); a\n"
-    "  warning says when P + D exceed the model's context (context_length).\n";
+    "  warning says when P + D exceed the model's context (context_length).\n"
+    "  --prompt-batch  instead: the whole P-token prompt in ONE batched forward from an empty\n"
+    "                  cache (every position's logits, as the backend interface returns them),\n"
+    "                  R timed runs after W warm-ups; the like-for-like figure for an external\n"
+    "                  engine's one-batch prompt test (docs/bench.md).\n";
 
 /* Progress while the measurement runs (issue 16): throughput_gate() reports each finished run
  * (cfg.progress); on a terminal a line on stderr redrawn every half second shows runs done of
@@ -557,9 +561,63 @@ static void bench_warn_context(const struct model *m, const struct throughput_co
                 cfg->prompt_tokens, cfg->decode_tokens, need, m->hp.n_ctx_train);
 }
 
+/* --prompt-batch: P tokens (mode_tokens seed 3, as the throughput gate) in one backend_forward
+ * from an empty cache, W untimed then R timed runs; only the forward call is timed. The backend
+ * interface returns logits for every position, so this figure includes P x n_vocab output
+ * rows where an engine that keeps only the last position's logits computes one: a lower bound
+ * on what a last-logits-only forward would reach. Prints one line; 0 or an ERR_* status. */
+static int bench_prompt_batch(const struct model *m, const struct mode *mode,
+                              const struct throughput_config *cfg, struct gate_err *err)
+{
+    const int P = cfg->prompt_tokens;
+    const size_t V = m->hp.n_vocab;
+    struct backend_config bc = {.n_threads = cfg->n_threads, .n_ctx = P, .n_batch = P};
+    struct backend *b = NULL;
+    struct throughput_stats st;
+    double tps[THROUGHPUT_MAX_RUNS];
+    int32_t *tokens = malloc(sizeof *tokens * (size_t)P);
+    float *logits = malloc(sizeof *logits * (size_t)P * V);
+    int rc = 0;
+    if (!tokens || !logits) {
+        rc = err_set(err, ERR_ENV, "bench: cannot allocate %d x %zu logits for --prompt-batch", P,
+                     V);
+        goto done;
+    }
+    mode_tokens(3, m->hp.n_vocab, P, tokens);
+    const double t_open = now_s();
+    if ((rc = backend_open(&b, mode->backend, m, &bc, err)))
+        goto done;
+    const double load_s = now_s() - t_open;
+    for (int r = 0; r < cfg->warmup + cfg->runs; r++) {
+        if ((rc = backend_truncate(b, 0, err)))
+            goto done;
+        const double t0 = now_s();
+        if ((rc = backend_forward(b, tokens, P, 0, logits, err)))
+            goto done;
+        const double dt = now_s() - t0;
+        if (r >= cfg->warmup)
+            tps[r - cfg->warmup] = P / dt;
+    }
+    if ((rc = throughput_stats(tps, cfg->runs, &st))) {
+        err_set(err, rc, "bench: --prompt-batch timings of %s are not finite and positive",
+                mode->backend);
+        goto done;
+    }
+    printf("prompt-batch (%s, %d tokens in one forward, all %d positions' logits): %.1f tokens/s"
+           " median of %d (min %.1f, max %.1f, spread %.1f, cv %.3f); backend open %.3f s, not"
+           " counted\n",
+           mode->backend, P, P, st.median, st.n, st.min, st.max, st.spread, st.cv, load_s);
+done:
+    backend_close(b);
+    free(logits);
+    free(tokens);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     const char *model = NULL, *backend = "ref", *mode_text = NULL, *v;
+    int prompt_batch = 0;
     struct throughput_config cfg;
     throughput_config_default(&cfg);
     cfg.prompt_tokens = 64;
@@ -587,6 +645,8 @@ int cmd_bench(int argc, char **argv)
         } else if (!strcmp(argv[i], "--backend")) {
             if (cli_value(argc, argv, &i, &backend))
                 return 2;
+        } else if (!strcmp(argv[i], "--prompt-batch")) {
+            prompt_batch = 1;
         } else if (!strcmp(argv[i], "--mode")) {
             if (cli_value(argc, argv, &i, &mode_text))
                 return 2;
@@ -617,6 +677,11 @@ int cmd_bench(int argc, char **argv)
         if (!rc)
             printf("bench: %s (model load %.3f s, not counted), %d threads\n", model, now_s() - t0,
                    cfg.n_threads ? cfg.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    }
+    if (!rc && prompt_batch) {
+        rc = bench_prompt_batch(m, &mode, &cfg, &err);
+        model_free(m);
+        return rc ? cli_fail(err_exit_code(rc), "%s", err.msg) : 0;
     }
     if (!rc) {
         struct bench_ticker tk;
