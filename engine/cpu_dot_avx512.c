@@ -21,13 +21,18 @@
 /* fp16 -> float with F16C: exact, the same value as quant_fp16_to_f32_inline */
 #define FP16(h) _cvtsh_ss(h)
 
-/* 8 pre-scaled weight registers (256 values) against one token's activations: int32 lanes */
+/* 8 pre-scaled weight registers (256 values) against one token's activations: int32 lanes.
+ * Four accumulators, so the vpdpwssd chain is two deep rather than eight. */
 static inline __m512i dot256(const __m512i *W, const int16_t *a)
 {
-    __m512i acc = _mm512_setzero_si512();
-    for (int j = 0; j < 8; j++)
-        acc = _mm512_dpwssd_epi32(acc, W[j], _mm512_loadu_si512((const void *)(a + 32 * j)));
-    return acc;
+    __m512i acc[4];
+    for (int j = 0; j < 4; j++)
+        acc[j] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), W[j],
+                                     _mm512_loadu_si512((const void *)(a + 32 * j)));
+    for (int j = 4; j < 8; j++)
+        acc[j - 4] =
+            _mm512_dpwssd_epi32(acc[j - 4], W[j], _mm512_loadu_si512((const void *)(a + 32 * j)));
+    return _mm512_add_epi32(_mm512_add_epi32(acc[0], acc[1]), _mm512_add_epi32(acc[2], acc[3]));
 }
 
 /* the same for four tokens (activation blocks at a0 + k * stride bytes) */
