@@ -163,24 +163,7 @@ static void attn_heads(void *ctx, int64_t begin, int64_t end, int thread)
         const float *kc = c->kc + lay + (size_t)g * (size_t)hd;
         const float *vc = c->vc + lay + (size_t)g * (size_t)hd;
         float *out = c->att + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd;
-        float max = -INFINITY;
-        for (int p = 0; p <= pos; p++) {
-            s[p] = cpu_dot_f32(q, kc + (size_t)p * (size_t)kvd, hd) * scale;
-            max = s[p] > max ? s[p] : max;
-        }
-        float sum = 0.0f;
-        for (int p = 0; p <= pos; p++) {
-            s[p] = expf(s[p] - max);
-            sum += s[p];
-        }
-        const float inv = 1.0f / sum;
-        memset(out, 0, (size_t)hd * sizeof(float));
-        for (int p = 0; p <= pos; p++) {
-            const float pw = s[p] * inv;
-            const float *v = vc + (size_t)p * (size_t)kvd;
-            for (int d = 0; d < hd; d++)
-                out[d] += pw * v[d];
-        }
+        cpu_attn_head(q, kc, vc, (size_t)kvd, pos + 1, hd, scale, s, out);
     }
 }
 

@@ -154,6 +154,17 @@ void cpu_dot_tile(int type, const uint8_t *w, size_t row_bytes, int n_rows, cons
                               out_stride);
 }
 
+void cpu_attn_head(const float *q, const float *kc, const float *vc, size_t stride, int n_keys,
+                   int hd, float scale, float *s, float *out)
+{
+    if (cpu_dot_have_avx512())
+        cpu_dot_avx512_attn(q, kc, vc, stride, n_keys, hd, scale, s, out);
+    else if (cpu_dot_have_avx2())
+        cpu_dot_avx2_attn(q, kc, vc, stride, n_keys, hd, scale, s, out);
+    else
+        cpu_dot_portable_attn(q, kc, vc, stride, n_keys, hd, scale, s, out);
+}
+
 float cpu_dot_f32(const float *a, const float *b, int64_t n)
 {
 #if defined(GATE_CPU_AVX2)

@@ -109,8 +109,21 @@ void cpu_dot_avx512_rows(int type, const void *w, const void *act, size_t act_st
                          int64_t n, float *out, size_t out_stride);
 int cpu_dot_have_avx512(void);
 
-/* Eight-lane FMA dot of two float vectors (attention scores): the F32 kernel's order. */
+/* Eight-lane FMA dot of two float vectors: the F32 kernel's order. */
 float cpu_dot_f32(const float *a, const float *b, int64_t n);
+
+/* Causal attention of one query head q (hd) over keys 0 .. n_keys-1: key p at kc + p * stride,
+ * value p at vc + p * stride (hd floats each); scores s (n_keys) are scratch; out (hd) =
+ * softmax(q . k * scale) weighted sum of the values (expf from libm, the weighted sum with
+ * fmaf, so every build gives the same bits). */
+void cpu_attn_head(const float *q, const float *kc, const float *vc, size_t stride, int n_keys,
+                   int hd, float scale, float *s, float *out);
+void cpu_dot_portable_attn(const float *q, const float *kc, const float *vc, size_t stride,
+                           int n_keys, int hd, float scale, float *s, float *out);
+void cpu_dot_avx2_attn(const float *q, const float *kc, const float *vc, size_t stride, int n_keys,
+                       int hd, float scale, float *s, float *out);
+void cpu_dot_avx512_attn(const float *q, const float *kc, const float *vc, size_t stride,
+                         int n_keys, int hd, float scale, float *s, float *out);
 
 #ifdef __cplusplus
 }

@@ -232,4 +232,12 @@ void cpu_dot_avx2_tile(int type, const uint8_t *w, size_t row_bytes, int n_rows,
     (void)n_tok, (void)n, (void)out, (void)out_stride;
     abort(); /* broken invariant: cpu_dot_have_avx2() is 0 in this build */
 }
+
+void cpu_dot_avx2_attn(const float *q, const float *kc, const float *vc, size_t stride, int n_keys,
+                       int hd, float scale, float *s, float *out)
+{
+    (void)q, (void)kc, (void)vc, (void)stride, (void)n_keys, (void)hd, (void)scale, (void)s;
+    (void)out;
+    abort(); /* broken invariant: cpu_dot_have_avx2() is 0 in this build */
+}
 #endif

@@ -317,6 +317,31 @@ void CPU_DOT_NAME(rows)(int type, const void *w, const void *act_, size_t as, in
         out[(size_t)t * os] = acc[t];
 }
 
+/* One query head over keys 0..n_keys-1 (see cpu_attn_head in cpu_dot.h). */
+void CPU_DOT_NAME(attn)(const float *q, const float *kc, const float *vc, size_t stride, int n_keys,
+                        int hd, float scale, float *s, float *out)
+{
+    float max = -INFINITY;
+    for (int p = 0; p < n_keys; p++) {
+        s[p] = CPU_DOT_NAME(f32)(q, kc + (size_t)p * stride, hd) * scale;
+        max = s[p] > max ? s[p] : max;
+    }
+    float sum = 0.0f;
+    for (int p = 0; p < n_keys; p++) {
+        s[p] = expf(s[p] - max);
+        sum += s[p];
+    }
+    const float inv = 1.0f / sum;
+    for (int d = 0; d < hd; d++)
+        out[d] = 0.0f;
+    for (int p = 0; p < n_keys; p++) {
+        const float pw = s[p] * inv;
+        const float *v = vc + (size_t)p * stride;
+        for (int d = 0; d < hd; d++)
+            out[d] = fmaf(pw, v[d], out[d]);
+    }
+}
+
 /* n_rows consecutive weight rows (row_bytes apart) against the same tokens: out + r per row */
 void CPU_DOT_NAME(tile)(int type, const uint8_t *w, size_t row_bytes, int n_rows, const void *act,
                         size_t as, int nt, int64_t n, float *out, size_t os)

@@ -204,6 +204,32 @@ Test(cpu, avx2_kernels_equal_the_portable_ones_bit_for_bit)
     free(act);
 }
 
+Test(cpu, attention_heads_are_bit_identical_in_every_build)
+{
+    if (!cpu_dot_have_avx2())
+        cr_skip_test("this CPU or build has no AVX2+FMA+F16C: only the portable kernels exist");
+    const int hd = 128, n_keys = 77, stride = 2 * 128;
+    float *q = malloc(hd * sizeof(float)),
+          *kv = malloc(2 * (size_t)n_keys * stride * sizeof(float));
+    float s[77], p[128], a[128], z[128];
+    for (int i = 0; i < hd; i++)
+        q[i] = uniform(-3.0f, 3.0f);
+    for (int i = 0; i < 2 * n_keys * stride; i++)
+        kv[i] = uniform(-2.0f, 2.0f);
+    const float *kc = kv + 128, *vc = kv + (size_t)n_keys * stride; /* second head's slots */
+    for (int n = 1; n <= n_keys; n += 19) {
+        cpu_dot_portable_attn(q, kc, vc, stride, n, hd, 0.0883883f, s, p);
+        cpu_dot_avx2_attn(q, kc, vc, stride, n, hd, 0.0883883f, s, a);
+        cr_assert(!memcmp(p, a, sizeof p), "%d keys: avx2 attention differs from portable", n);
+        if (cpu_dot_have_avx512()) {
+            cpu_dot_avx512_attn(q, kc, vc, stride, n, hd, 0.0883883f, s, z);
+            cr_assert(!memcmp(p, z, sizeof p), "%d keys: avx512 attention differs", n);
+        }
+    }
+    free(q);
+    free(kv);
+}
+
 Test(cpu, kernels_are_within_the_activation_rounding_of_the_exact_product)
 {
     const int64_t n = 512;
