@@ -51,7 +51,8 @@ size_t cpu_act_row_bytes(int type, int64_t n)
     }
 }
 
-/* the largest |x[i]| over n values */
+/* the largest |x[i]| over n values (exact operations: the clones agree bit for bit) */
+QUANT_VECTOR_CLONES
 static float absmax(const float *x, int n)
 {
     float a = 0.0f;
@@ -63,6 +64,7 @@ static float absmax(const float *x, int n)
 }
 
 /* q = round-to-nearest-even(x / d) in [-QMAX, QMAX]; returns the sum of the q */
+QUANT_VECTOR_CLONES
 static int32_t quantize_block(const float *x, int16_t *q, int n, float id)
 {
     int32_t sum = 0;
@@ -165,14 +167,18 @@ void cpu_attn_head(const float *q, const float *kc, const float *vc, size_t stri
         cpu_dot_portable_attn(q, kc, vc, stride, n_keys, hd, scale, s, out);
 }
 
+#if defined(GATE_CPU_AVX2) /* defined by cpu_dot_impl.h in the x86 builds */
+float cpu_dot_avx2_f32(const float *a, const float *b, int64_t n);
+float cpu_dot_avx512_f32(const float *a, const float *b, int64_t n);
+#endif
+
 float cpu_dot_f32(const float *a, const float *b, int64_t n)
 {
 #if defined(GATE_CPU_AVX2)
-    if (cpu_dot_have_avx2()) {
-        float out;
-        cpu_dot_avx2_rows(QUANT_F32, a, b, 0, 1, n, &out, 1);
-        return out;
-    }
+    if (cpu_dot_have_avx512())
+        return cpu_dot_avx512_f32(a, b, n);
+    if (cpu_dot_have_avx2())
+        return cpu_dot_avx2_f32(a, b, n);
 #endif
     return cpu_dot_portable_f32(a, b, n);
 }
