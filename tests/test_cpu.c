@@ -160,12 +160,15 @@ Test(cpu, avx2_kernels_equal_the_portable_ones_bit_for_bit)
            cpu_dot_have_avx512() ? "tested" : "absent (not tested on this machine)");
     if (!cpu_dot_have_avx2())
         cr_skip_test("this CPU or build has no AVX2+FMA+F16C: only the portable kernels exist");
-    const int64_t n = 1024 + 256; /* five K-quant blocks, forty 32-blocks, a lane tail of 0 */
-    uint8_t *row = malloc(quant_row_bytes(QUANT_F32, n));
-    float *x = malloc((size_t)CPU_DOT_MAX_TOK * (size_t)n * sizeof(float));
-    uint8_t *act = malloc((size_t)CPU_DOT_MAX_TOK * cpu_act_row_bytes(QUANT_F32, n));
+    /* five K-quant blocks; forty-one 32-blocks (the four-block loops have a tail); float rows
+     * 1312 = 164 x 8 */
+    const int64_t n_max = 1024 + 256 + 32;
+    uint8_t *row = malloc(quant_row_bytes(QUANT_F32, n_max));
+    float *x = malloc((size_t)CPU_DOT_MAX_TOK * (size_t)n_max * sizeof(float));
+    uint8_t *act = malloc((size_t)CPU_DOT_MAX_TOK * cpu_act_row_bytes(QUANT_F32, n_max));
     for (int ti = 0; ti < N_KERNEL_TYPES; ti++) {
         const int type = KERNEL_TYPES[ti];
+        const int64_t n = quant_block_size(type) == QK_K ? 1024 + 256 : n_max;
         const size_t as = cpu_act_row_bytes(type, n);
         for (int trial = 0; trial < 20; trial++) {
             random_row(type, row, n);
