@@ -196,6 +196,7 @@ static void avx2_q45_K(const void *w, int five, const uint8_t *act, size_t as, i
 static void avx2_q8_0(const void *w, const uint8_t *act, size_t as, int nt, int64_t nb, float *acc)
 {
     const struct block_q8_0 *x = w;
+    float p[CPU_DOT_MAX_TOK][4] = {{0}}; /* block i into partial i % 4, as the portable kernel */
     for (int64_t i = 0; i < nb; i++) {
         const float dw = FP16(x[i].d);
         const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].qs));
@@ -205,9 +206,11 @@ static void avx2_q8_0(const void *w, const uint8_t *act, size_t as, int nt, int6
             const __m256i s = _mm256_add_epi32(
                 _mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i *)y->qs)),
                 _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i *)(y->qs + 16))));
-            acc[t] += (dw * y->d) * (float)hsum(s);
+            p[t][i & 3] += (dw * y->d) * (float)hsum(s);
         }
     }
+    for (int t = 0; t < nt; t++)
+        acc[t] += (p[t][0] + p[t][1]) + (p[t][2] + p[t][3]);
 }
 
 #define CPU_DOT_Q8_0 avx2_q8_0

@@ -190,9 +190,10 @@ static void avx512_q8_0(const void *w, const uint8_t *act, size_t as, int nt, in
                         float *acc)
 {
     const struct block_q8_0 *x = w;
+    float p[CPU_DOT_MAX_TOK][4] = {{0}}; /* block i into partial i % 4, as the portable kernel */
     int64_t i = 0;
-    /* four blocks at a time: their integer sums reduced together, the float steps per block in
-     * the portable order (a vector multiply rounds each lane as the scalar one does) */
+    /* four blocks at a time: their integer sums reduced together, the float steps per block as
+     * the portable kernel's (a vector multiply or add rounds each lane as the scalar one does) */
     for (; i + 4 <= nb; i += 4) {
         __m512i wv[4];
         float dw[4];
@@ -208,12 +209,9 @@ static void avx512_q8_0(const void *w, const uint8_t *act, size_t as, int nt, in
                                             _mm512_loadu_si512((const void *)y[k].qs));
             const __m128 scale =
                 _mm_mul_ps(_mm_loadu_ps(dw), _mm_setr_ps(y[0].d, y[1].d, y[2].d, y[3].d));
-            float f[4];
-            _mm_storeu_ps(f, _mm_mul_ps(scale, _mm_cvtepi32_ps(hsum4(s4))));
-            acc[t] += f[0];
-            acc[t] += f[1];
-            acc[t] += f[2];
-            acc[t] += f[3];
+            /* lane k is block i + k, whose partial is k (i is a multiple of 4) */
+            _mm_storeu_ps(p[t], _mm_add_ps(_mm_loadu_ps(p[t]),
+                                           _mm_mul_ps(scale, _mm_cvtepi32_ps(hsum4(s4)))));
         }
     }
     for (; i < nb; i++) {
@@ -223,9 +221,11 @@ static void avx512_q8_0(const void *w, const uint8_t *act, size_t as, int nt, in
             const struct cpu_q16_32 *y = (const struct cpu_q16_32 *)(act + (size_t)t * as) + i;
             const __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w0,
                                                   _mm512_loadu_si512((const void *)y->qs));
-            acc[t] += (dw * y->d) * (float)_mm512_reduce_add_epi32(s);
+            p[t][i & 3] += (dw * y->d) * (float)_mm512_reduce_add_epi32(s);
         }
     }
+    for (int t = 0; t < nt; t++)
+        acc[t] += (p[t][0] + p[t][1]) + (p[t][2] + p[t][3]);
 }
 
 #define CPU_DOT_Q8_0 avx512_q8_0

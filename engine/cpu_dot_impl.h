@@ -38,20 +38,25 @@ static inline int32_t CPU_DOT_NAME(isum16)(const int16_t *restrict w, const int1
 #define ACT32(t, i) ((const struct cpu_q16_32 *)(act + (size_t)(t)*as) + (i))
 #define ACTK(t, i) ((const struct cpu_q16_K *)(act + (size_t)(t)*as) + (i))
 
+/* Q8_0: four partial sums (block i into i % 4), so the float additions of consecutive 32-blocks
+ * do not form one dependent chain; every build keeps this order. */
 static inline void CPU_DOT_NAME(q8_0)(const void *w, const uint8_t *act, size_t as, int nt,
                                       int64_t nb, float *acc)
 {
     const struct block_q8_0 *x = w;
     int16_t q[32];
+    float p[CPU_DOT_MAX_TOK][4] = {{0}}; /* block i adds into partial i % 4 */
     for (int64_t i = 0; i < nb; i++) {
         const float dw = quant_fp16_to_f32_inline(x[i].d);
         for (int l = 0; l < 32; l++)
             q[l] = x[i].qs[l];
         for (int t = 0; t < nt; t++) {
             const struct cpu_q16_32 *y = ACT32(t, i);
-            acc[t] += (dw * y->d) * (float)CPU_DOT_NAME(isum32)(q, y->qs);
+            p[t][i & 3] += (dw * y->d) * (float)CPU_DOT_NAME(isum32)(q, y->qs);
         }
     }
+    for (int t = 0; t < nt; t++)
+        acc[t] += (p[t][0] + p[t][1]) + (p[t][2] + p[t][3]);
 }
 
 static inline void CPU_DOT_NAME(q4_0)(const void *w, const uint8_t *act, size_t as, int nt,
