@@ -16,7 +16,8 @@
 #     as llama-bench's pp plus (P - 1) x vocab output rows, so gate's figure is a lower bound.
 #   - gate bench --mode B.decode --prompt-tokens 1 --decode-tokens 32: decode tokens/s (one
 #     prompt token, then 32 single-token forwards: llama-bench's tg32 from an almost empty cache).
-#   - peak RSS of each command (/usr/bin/time -v), and the memory-bandwidth ceiling: the streaming
+#   - peak RSS of each command (/usr/bin/time -v; gate's decode run, and the largest of its
+#     prompt-batch runs, which hold P x vocab float logits), and the memory-bandwidth ceiling: the streaming
 #     read bandwidth of ci/membw.c (best of its runs, THREADS threads) divided by the weight bytes
 #     a decode token reads (every tensor; the embedding only when it is also the output; routed
 #     expert tensors x n_expert_used / n_expert), and the fraction of it each engine's decode
@@ -56,7 +57,8 @@ trap 'rm -rf "$tmp"' EXIT
 # ---- the machine ---------------------------------------------------------------------------
 cc -O2 -march=native -pthread -o "$tmp/membw" ci/membw.c
 echo "== machine: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)," \
-    "$(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), gate $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (dirty tree)')"
+    "$(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== $("$GATE" --version 2>&1 | head -1) ($GATE), checkout $(git rev-parse --short HEAD)"
 membw_out=$("$tmp/membw" 1024 7 1 "$THREADS" 2>/dev/null)
 echo "$membw_out"
 GBPS=$(echo "$membw_out" | tail -1 | sed -n 's/.*best_gbps=\([0-9.]*\).*/\1/p')
@@ -167,9 +169,8 @@ for name in $MODELS; do
         }
         tg=$(sed -n 's/^ *decode *\([0-9.]*\) tokens\/s.*median of \([0-9]*\).*min \([0-9.]*\).*max \([0-9.]*\).*/\1 (\3 - \4, n=\2)/p' "$tmp/g.out")
         [ -n "$tg" ] || tg=$(grep -i decode "$tmp/g.out" | tail -1)
-        r=$(rss_mb "$tmp/g.time")
-        [ "$r" -gt "$rss" ] && rss=$r
-        printf '%s tg32 %-28s rss %s MB, %s%% of ceiling\n' "$line" "$tg" "$rss" \
+        printf '%s tg32 %-28s rss %s MB (decode) / %s MB (prompt-batch), %s%% of ceiling\n' \
+            "$line" "$tg" "$(rss_mb "$tmp/g.time")" "$rss" \
             "$(awk -v t="$(llama_median "$tg")" -v c="$ceil" 'BEGIN { printf "%.0f", 100 * t / c }')"
     done
 done
