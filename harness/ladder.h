@@ -55,7 +55,7 @@ struct ladder_host {
 struct ladder_gates {
     /* parity */
     int positions;
-    double min_cosine, max_mean_kld, max_kld, near_tie;
+    double min_cosine, max_mean_kld, max_kld, near_tie, route_tie;
     /* golden */
     char goldens[512];       /* goldens file (resolved); "" = none declared */
     char goldens_sha256[65]; /* its pinned digest ("" only when no file is declared) */

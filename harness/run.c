@@ -149,6 +149,7 @@ static void parity_cfg(const struct ladder_gates *g, struct parity_config *p)
     p->max_mean_kld = g->max_mean_kld;
     p->max_kld = g->max_kld;
     p->near_tie = g->near_tie;
+    p->route_tie = g->route_tie;
 }
 
 static json_t *gate_parity(struct cell_ctx *x)

@@ -53,6 +53,11 @@ int falsify_check_floor(const struct parity_config *p, struct gate_err *err)
                        "falsify: parity near_tie %g is looser than the floor %g:"
                        " it would excuse the argmax flips faults produce",
                        p->near_tie, FALSIFY_FLOOR_NEAR_TIE);
+    if (!(p->route_tie <= FALSIFY_FLOOR_ROUTE_TIE))
+        return err_set(err, ERR_INPUT,
+                       "falsify: parity route_tie %g is looser than the floor %g:"
+                       " it would excuse the routing changes faults produce",
+                       p->route_tie, FALSIFY_FLOOR_ROUTE_TIE);
     return 0;
 }
 
@@ -109,10 +114,11 @@ json_t *falsify_settings_json(const struct fault_set *faults, const struct falsi
                                             f->pos_lo, "pos_hi", f->pos_hi));
     }
     const struct parity_config *p = &cfg->parity;
-    return json_pack("{s:o, s:{s:i, s:f, s:f, s:f, s:f}, s:i, s:f}", "faults", fa, "parity",
+    return json_pack("{s:o, s:{s:i, s:f, s:f, s:f, s:f, s:f}, s:i, s:f}", "faults", fa, "parity",
                      "positions", p->positions, "min_cosine", p->min_cosine, "max_mean_kld",
-                     p->max_mean_kld, "max_kld", p->max_kld, "near_tie", p->near_tie,
-                     "sweep_samples", cfg->sweep_samples, "min_detection", cfg->min_detection);
+                     p->max_mean_kld, "max_kld", p->max_kld, "near_tie", p->near_tie, "route_tie",
+                     p->route_tie, "sweep_samples", cfg->sweep_samples, "min_detection",
+                     cfg->min_detection);
 }
 
 /* ---- the gate's sampled sweep --------------------------------------------------------------- */
@@ -353,7 +359,7 @@ static void say(char *why, size_t n, const char *fmt, ...)
 }
 
 struct thresholds {
-    double min_cosine, max_mean_kld, max_kld, near_tie;
+    double min_cosine, max_mean_kld, max_kld, near_tie, route_tie;
 };
 
 /* Parity's rule on recorded numbers: any non-finite or WRONG position, a cosine below, or a KL
@@ -371,7 +377,7 @@ static int parity_rejects(const json_t *p, const struct thresholds *t, int *malf
 {
     struct parity_summary ps;
     *malformed = 0;
-    if (!parity_metrics_summary(p, t->near_tie, &ps) && ps.n_pos > 0)
+    if (!parity_metrics_summary(p, t->near_tie, t->route_tie, &ps) && ps.n_pos > 0)
         return rejected_by(t, ps.min_cosine, ps.mean_kld, ps.max_kld, ps.n_wrong, ps.n_nonfinite);
     double v[5];
     static const char *const keys[] = {"min_cosine", "mean_kld", "max_kld", "wrong_positions",
@@ -394,7 +400,7 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
 {
     const json_t *sp = json_object_get(settings, "parity");
     const json_t *sf = json_object_get(settings, "faults");
-    struct thresholds t;
+    struct thresholds t = {0};
     double samples_d, min_det;
     char first[320] = "", metric[160];
     int fails = 0;
@@ -402,6 +408,7 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
         gate_metric_num(sp, "max_mean_kld", &t.max_mean_kld) ||
         gate_metric_num(sp, "max_kld", &t.max_kld) ||
         gate_metric_num(sp, "near_tie", &t.near_tie) ||
+        (json_object_get(sp, "route_tie") && gate_metric_num(sp, "route_tie", &t.route_tie)) ||
         gate_metric_num(settings, "sweep_samples", &samples_d) ||
         gate_metric_num(settings, "min_detection", &min_det) || !json_is_array(sf)) {
         gate_check_bool(checks, "settings complete", 0);

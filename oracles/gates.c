@@ -187,21 +187,25 @@ static int setting(const json_t *settings, const char *key, double *out, json_t 
     return -1;
 }
 
-int parity_metrics_summary(const json_t *metrics, double near_tie, struct parity_summary *s)
+int parity_metrics_summary(const json_t *metrics, double near_tie, double route_tie,
+                           struct parity_summary *s)
 {
     memset(s, 0, sizeof *s);
     const json_t *pp = json_object_get(metrics, "per_position");
     const json_t *cos = json_object_get(pp, "cosine"), *kld = json_object_get(pp, "kld");
     const json_t *gap = json_object_get(pp, "ref_gap"), *rt = json_object_get(pp, "ref_top");
     const json_t *tt = json_object_get(pp, "test_top");
+    const json_t *rgap = json_object_get(pp, "route_gap"); /* MoE only; null = routes agree */
     size_t np = json_array_size(cos);
     if (!json_is_array(cos) || json_array_size(kld) != np || json_array_size(gap) != np ||
-        json_array_size(rt) != np || json_array_size(tt) != np)
+        json_array_size(rt) != np || json_array_size(tt) != np ||
+        (rgap && json_array_size(rgap) != np))
         return -1;
     s->n_pos = (int)np;
     s->min_cosine = INFINITY;
     s->first_bad = -1;
     double sum_kld = 0;
+    int n_judged = 0;
     for (size_t i = 0; i < np; i++) {
         const json_t *c = json_array_get(cos, i), *k = json_array_get(kld, i);
         const json_t *g = json_array_get(gap, i);
@@ -220,6 +224,17 @@ int parity_metrics_summary(const json_t *metrics, double near_tie, struct parity
             s->mean_kld = NAN;
             continue;
         }
+        /* a position whose expert set differs where the judge's own router gap is below
+         * route_tie is a ROUTE_TIE: counted and shown, not judged by the logit thresholds (as a
+         * TIE_FLIP is for argmax); a changed route at a clear gap is judged like any position */
+        double vr;
+        const json_t *r_i = rgap ? json_array_get(rgap, i) : NULL;
+        if (r_i && !json_is_null(r_i) && gate_json_num(r_i, &vr) == 0 && vr >= 0 &&
+            vr < route_tie) {
+            s->n_route_tie++;
+            continue;
+        }
+        n_judged++;
         if (!isnan(s->min_cosine) && vc < s->min_cosine)
             s->min_cosine = vc;
         if (!isnan(s->max_kld) && vk > s->max_kld)
@@ -236,7 +251,7 @@ int parity_metrics_summary(const json_t *metrics, double near_tie, struct parity
         }
     }
     if (!isnan(s->mean_kld))
-        s->mean_kld = np ? sum_kld / (double)np : NAN;
+        s->mean_kld = n_judged ? sum_kld / (double)n_judged : NAN;
     if (!np)
         s->min_cosine = s->max_kld = NAN;
     return 0;
@@ -245,7 +260,8 @@ int parity_metrics_summary(const json_t *metrics, double near_tie, struct parity
 enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metrics, json_t *checks,
                                     char *why, size_t n)
 {
-    double positions, min_cos, max_mean_kld, max_kld, near_tie;
+    double positions, min_cos, max_mean_kld, max_kld, near_tie, route_tie = 0;
+    gate_metric_num(settings, "route_tie", &route_tie); /* absent: no route ties (strictest) */
     if (setting(settings, "positions", &positions, checks, why, n) ||
         setting(settings, "min_cosine", &min_cos, checks, why, n) ||
         setting(settings, "max_mean_kld", &max_mean_kld, checks, why, n) ||
@@ -253,7 +269,7 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
         setting(settings, "near_tie", &near_tie, checks, why, n))
         return GATE_FAIL;
     struct parity_summary s;
-    if (parity_metrics_summary(metrics, near_tie, &s)) {
+    if (parity_metrics_summary(metrics, near_tie, route_tie, &s)) {
         gate_check_bool(checks, "per-position metrics recorded", 0);
         why_set(why, n,
                 "parity metrics lack per_position cosine/kld/ref_gap/ref_top/test_top"
@@ -266,12 +282,17 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
     ok &= gate_check_num(checks, "mean_kld", s.mean_kld, "<=", max_mean_kld);
     ok &= gate_check_num(checks, "max_kld", s.max_kld, "<=", max_kld);
     ok &= gate_check_num(checks, "wrong_positions", s.n_wrong, "<=", 0);
+    /* route ties are rare by nature (a router gap below route_tie); an engine that routes
+     * differently at many of them is routing differently, not breaking ties */
+    ok &= gate_check_num(checks, "route_tie_positions", s.n_route_tie,
+                         "<=", floor(s.n_pos / PARITY_MAX_ROUTE_TIE_SHARE));
     if (!ok)
         why_set(why, n,
                 "%d positions: min cosine %.6g (>= %g), mean KL %.3g (<= %g), max KL %.3g"
-                " (<= %g), %d wrong, %d non-finite%s",
+                " (<= %g), %d wrong, %d non-finite, %d route ties%s",
                 s.n_pos, s.min_cosine, min_cos, s.mean_kld, max_mean_kld, s.max_kld, max_kld,
-                s.n_wrong, s.n_nonfinite, s.n_pos < positions ? " (too few positions)" : "");
+                s.n_wrong, s.n_nonfinite, s.n_route_tie,
+                s.n_pos < positions ? " (too few positions)" : "");
     return ok ? GATE_PASS : GATE_FAIL;
 }
 

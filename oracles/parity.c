@@ -21,6 +21,7 @@ void parity_config_default(struct parity_config *c)
     c->max_mean_kld = 1e-3;
     c->max_kld = 1e-2;
     c->near_tie = 0.05;
+    c->route_tie = PARITY_ROUTE_TIE;
 }
 
 int parity_config_check(const struct parity_config *c, struct gate_err *err)
@@ -285,8 +286,10 @@ void parity_result_free(struct parity_result *r)
         return;
     free(r->pos);
     free(r->layers);
+    free(r->route_gap);
     r->pos = NULL;
     r->layers = NULL;
+    r->route_gap = NULL;
 }
 
 double parity_severity(const struct parity_result *r)
@@ -381,6 +384,14 @@ json_t *parity_result_json(const struct parity_result *r)
     json_object_set_new(pp, "class", cls);
     json_object_set_new(pp, "ref_gap", gap);
     json_object_set_new(pp, "ref_top", rt);
+    if (r->route_gap) {
+        /* null where judge and subject route alike at every layer */
+        json_t *rg = json_array();
+        for (int i = 0; r->pos && i < r->n_pos; i++)
+            json_array_append_new(rg, isnan(r->route_gap[i]) ? json_null()
+                                                             : parity_json_number(r->route_gap[i]));
+        json_object_set_new(pp, "route_gap", rg);
+    }
     json_object_set_new(pp, "test_top", tt);
     json_object_set_new(o, "per_position", pp);
     if (r->localized) {
@@ -663,6 +674,28 @@ static int same_set(const int32_t *a, const int32_t *b, int k)
     return 1;
 }
 
+/* r->route_gap from the last run's taps: per position, the judge's router gap at the first layer
+ * whose expert set differs (NAN where all layers agree). */
+static int route_gaps(struct parity_session *s, struct parity_result *r, struct gate_err *err)
+{
+    const struct model_hparams *hp = &s->m->hp;
+    const int L = (int)hp->n_layer, n = s->n, k = (int)hp->n_expert_used;
+    const struct backend_taps *J = &s->judge_taps, *S = &s->subj_taps;
+    if (!(r->route_gap = malloc((size_t)n * sizeof *r->route_gap)))
+        return err_set(err, ERR_ENV, "out of memory");
+    for (int p = 0; p < n; p++) {
+        r->route_gap[p] = NAN;
+        for (int l = 0; l < L; l++) {
+            const size_t i = (size_t)l * (size_t)n + (size_t)p;
+            if (!same_set(J->experts + i * (size_t)k, S->experts + i * (size_t)k, k)) {
+                r->route_gap[p] = (double)J->router_kth[i] - J->router_k1th[i];
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
 /* Fill r->layers from the judge's and the subject's taps of the last run. */
 static int localize(struct parity_session *s, struct parity_result *r, struct gate_err *err)
 {
@@ -747,6 +780,8 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
         err_set(err, rc, "%s", out->reason);
         return rc;
     }
+    if (s->with_taps && hp->n_expert > 0 && (rc = route_gaps(s, out, err)))
+        return rc;
     mode_format(&s->mode, out->mode, sizeof out->mode);
     out->chat_fallback = s->chat_fallback;
     for (int i = 0; faults && i < faults->n && i < FAULT_MAX; i++)

@@ -38,6 +38,8 @@ struct parity_config {
     double max_mean_kld; /* mean KL(ref || test) over positions must be <= this (nats) */
     double max_kld;      /* every position's KL must be <= this (nats) */
     double near_tie;     /* logit gap (nats) below which an argmax flip is a TIE_FLIP */
+    double route_tie;    /* MoE: the judge's router gap (k-th minus (k+1)-th expert logit) below
+                          * which a position whose expert set differs is a ROUTE_TIE (0 = none) */
 };
 
 /* 96 positions, 0.999, 1e-3, 1e-2, 0.05 (docs/gates.md says where they come from). */
@@ -97,6 +99,9 @@ struct parity_result {
     int worst_pos;           /* position of the largest KL (-1 when none) */
     int first_fail_pos;      /* first position breaking a per-position rule (-1 when none) */
     struct parity_pos *pos;  /* n_pos, owned */
+    /* MoE: per position, the judge's router gap at the first layer whose expert set differs
+     * between judge and subject; NAN where every layer routes alike (NULL: no taps) */
+    double *route_gap; /* n_pos, owned */
     /* localization */
     int localized; /* 1 when layers[] is filled */
     int is_moe;
