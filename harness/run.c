@@ -93,8 +93,8 @@ static void gate_end(struct cell_ctx *x, const char *model, const char *gate, co
 {
     const char *v = json_string_value(json_object_get(g, "verdict"));
     const char *why = json_string_value(json_object_get(g, "reason"));
-    int pass = v && !strcmp(v, "PASS");
-    const char *summary = !pass && why ? why : (key ? key : "");
+    /* the judge's own line wins (a FAIL's reason, or a PASS that excused positions) */
+    const char *summary = why ? why : (key ? key : "");
     struct run_event ev = {.kind = RUN_EV_GATE_FINISHED,
                            .cell = x->name,
                            .model = model,

@@ -293,6 +293,14 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
                 s.n_pos, s.min_cosine, min_cos, s.mean_kld, max_mean_kld, s.max_kld, max_kld,
                 s.n_wrong, s.n_nonfinite, s.n_route_tie,
                 s.n_pos < positions ? " (too few positions)" : "");
+    if (ok && s.n_route_tie)
+        /* a PASS that excused positions says so on its one line */
+        why_set(why, n,
+                "%d positions: min cosine %.6g, max KL %.3g over %d judged; %d tie flip%s, %d"
+                " route tie%s (the judge's router gap < %g there: expert sets may differ)",
+                s.n_pos, s.min_cosine, s.max_kld, s.n_pos - s.n_route_tie, s.n_tie_flip,
+                s.n_tie_flip == 1 ? "" : "s", s.n_route_tie, s.n_route_tie == 1 ? "" : "s",
+                route_tie);
     return ok ? GATE_PASS : GATE_FAIL;
 }
 
