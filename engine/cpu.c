@@ -320,7 +320,12 @@ static void cpu_forward_chunk(struct cpu *c, const int32_t *tokens, int n, int p
         quant_dequant_row(m->tok_embd.type, model_row(&m->tok_embd, tokens[t]), c->x + t * E, E);
     for (int il = 0; il < (int)hp->n_layer; il++) {
         attention(c, il, n, pos0);
-        ffn(c, il, n, pos0);
+#ifdef GATE_TEST_CPU_DEFECT_LAYER
+        /* test-only compiled variant (tests/test_cpu_defect.c; never in gate): this layer's FFN
+         * is dropped, so parity's localization must name this layer */
+        if (il != GATE_TEST_CPU_DEFECT_LAYER)
+#endif
+            ffn(c, il, n, pos0);
         tap_hidden(c, il, n);
     }
     for (int t = 0; t < n; t++)
