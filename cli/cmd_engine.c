@@ -679,6 +679,9 @@ int cmd_bench(int argc, char **argv)
                    cfg.n_threads ? cfg.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
     }
     if (!rc && prompt_batch) {
+        struct throughput_config only_prompt = cfg;
+        only_prompt.decode_tokens = 0; /* --prompt-batch decodes nothing */
+        bench_warn_context(m, &only_prompt);
         rc = bench_prompt_batch(m, &mode, &cfg, &err);
         model_free(m);
         return rc ? cli_fail(err_exit_code(rc), "%s", err.msg) : 0;
