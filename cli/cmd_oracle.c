@@ -15,16 +15,19 @@
 
 #include "cli/cli.h"
 #include "oracles/falsify.h"
+#include "oracles/gates.h"
 #include "oracles/parity.h"
 
 static const char PARITY_USAGE[] =
     "usage: gate parity MODEL.gguf --mode MODE [--positions N] [--tokens FILE] [--threads N]\n"
     "                   [--fault SPEC]... [--min-cosine X] [--max-mean-kld X] [--max-kld X]\n"
-    "                   [--near-tie X] [--json FILE]\n"
+    "                   [--near-tie X] [--route-tie X] [--json FILE]\n"
     "  Runs MODE (BACKEND.PATH: cuda|cpu|ref . decode|prefill|chat) on the token sequence\n"
     "  (FILE, or N >= 64 deterministic ids; chat: the fixed three-turn conversation) and judges\n"
     "  it against the reference twin's batched forward at every position. A --fault goes into\n"
-    "  the mode only. Exit 0 PASS, 1 FAIL, 2 input error, 3 mode cannot run on this host.\n";
+    "  the mode only. The verdict is the parity gate's (the gate table's judge over the printed\n"
+    "  numbers, with routing near ties below --route-tie excused as in a ladder run).\n"
+    "  Exit 0 PASS, 1 FAIL, 2 input error, 3 mode cannot run on this host.\n";
 
 static const char FALSIFY_USAGE[] =
     "usage: gate falsify MODEL.gguf --mode MODE --fault KIND[,KIND...] [--layers L]\n"
@@ -86,6 +89,9 @@ static int common_opt(const char *cmd, int argc, char **argv, int *i, struct com
         return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.max_kld)) ? -1 : 1;
     if (!strcmp(a, "--near-tie"))
         return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.near_tie)) ? -1 : 1;
+    if (!strcmp(a, "--route-tie"))
+        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.route_tie)) ? -1
+                                                                                            : 1;
     return 0;
 }
 
@@ -204,7 +210,22 @@ int cmd_parity(int argc, char **argv)
         goto done;
     }
     parity_print(stdout, &r);
-    code = r.pass ? 0 : 1;
+    {
+        /* one definition of the verdict: the gate table's parity judge over these numbers */
+        json_t *settings =
+            json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}", "positions", c.cfg.positions, "min_cosine",
+                      c.cfg.min_cosine, "max_mean_kld", c.cfg.max_mean_kld, "max_kld",
+                      c.cfg.max_kld, "near_tie", c.cfg.near_tie, "route_tie", c.cfg.route_tie);
+        json_t *metrics = parity_result_json(&r), *checks = json_array();
+        char why[512] = "";
+        enum gate_verdict v = parity_gate_judge(settings, metrics, checks, why, sizeof why);
+        printf("parity gate verdict (routing near ties excused): %s%s%s\n", gate_verdict_name(v),
+               why[0] ? ": " : "", why);
+        code = v == GATE_PASS ? 0 : 1;
+        json_decref(settings);
+        json_decref(metrics);
+        json_decref(checks);
+    }
     if (write_json(c.json_path, parity_result_json(&r), &err))
         code = cli_fail(3, "parity: %s", err.msg);
 done:

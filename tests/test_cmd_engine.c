@@ -107,6 +107,26 @@ Test(cmd_engine, a_backend_not_in_this_build_is_exit_3_in_bench_parity_and_falsi
     free(out);
 }
 
+Test(cmd_engine, parity_verdict_is_the_gate_tables_with_routing_near_ties_excused)
+{
+    /* the tiny MoE demo model has a router gap of 2e-5 at position 68: the cpu engine picks the
+     * other expert there. gate parity judges like a ladder run (one definition of the verdict):
+     * a ROUTE_TIE with the default route_tie, a FAIL when route ties are not excused */
+    char *out, path[1024];
+    snprintf(path, sizeof path, "%s/tiny-moe.gguf", check_tmp_dir());
+    cr_assert_eq(
+        run(&out, "%s model synth --preset tiny-moe --quant Q4_K_M --seed 1 -o %s", bin(), path), 0,
+        "%s", out);
+    free(out);
+    int rc = run(&out, "%s parity %s --mode cpu.decode", bin(), path);
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "1 route tie"), "%s", out);
+    free(out);
+    rc = run(&out, "%s parity %s --mode cpu.decode --route-tie 0", bin(), path);
+    cr_expect_eq(rc, 1, "%s", out);
+    free(out);
+}
+
 Test(cmd_engine, generate_reproduces_the_exact_greedy_continuation)
 {
     char prompt[1024], *out;
