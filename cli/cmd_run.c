@@ -5,6 +5,7 @@
  * Start reading: cmd_run(), then release_check_opts().
  */
 #include <inttypes.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,11 +23,13 @@
 
 static const char RUN_USAGE[] =
     "usage: gate run LADDER.yaml --host ID [--db receipts.db] [--key FILE] [--only PATTERN]\n"
-    "                [--threads N] [--json]\n"
+    "                [--threads N] [--json] [--junit FILE]\n"
     "  Runs every cell of this host (--host or $GATE_HOST) through the capability, parity,\n"
     "  golden, throughput and falsify gates and writes one signed receipt per cell.\n"
     "  --key     signing key (default ~/.config/gate/keys/<host>.key; make one with gate key gen)\n"
     "  --only    fnmatch pattern over model/host/mode\n"
+    "  --junit   also write the results as JUnit XML to FILE (one testsuite per cell, one\n"
+    "            testcase per gate; written even when nothing could run; docs/reports.md)\n"
     "  Exit 0 when every cell passed, 1 when any failed, 2 for usage or ladder errors,\n"
     "  3 for environment errors (no GPU where the host declares one, disk full).\n";
 
@@ -34,7 +37,7 @@ int cmd_run(int argc, char **argv)
 {
     struct run_options o;
     memset(&o, 0, sizeof o);
-    const char *v;
+    const char *v, *junit = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(RUN_USAGE, stdout);
@@ -57,6 +60,9 @@ int cmd_run(int argc, char **argv)
                 return 2;
         } else if (!strcmp(argv[i], "--json")) {
             o.json = 1;
+        } else if (!strcmp(argv[i], "--junit")) {
+            if (cli_value(argc, argv, &i, &junit))
+                return 2;
         } else if (argv[i][0] == '-' || o.ladder) {
             fputs(RUN_USAGE, stderr);
             return cli_fail(2, "run: unexpected argument '%s'", argv[i]);
@@ -85,23 +91,35 @@ int cmd_run(int argc, char **argv)
         report_run_results(stdout, &res, o.json);
         code = rc ? err_exit_code(rc) : res.n_pass == res.n ? 0 : 1;
     }
+    /* a run that stopped early is an <error> in the file, never an empty green report */
+    struct gate_err jerr = {0};
+    if (junit &&
+        report_run_junit(junit, &res, rc ? err.msg[0] ? err.msg : "the run stopped early" : NULL,
+                         &jerr))
+        code = cli_fail(code ? code : 3, "run --junit: %s", jerr.msg);
     run_result_free(&res);
     return code;
 }
 
 static const char RELEASE_USAGE[] =
     "usage: gate release check LADDER.yaml [--db receipts.db] [--sign KEY] [--expect-head HASH]\n"
+    "                          [--json] [--junit FILE]\n"
     "  For every required cell and every anchor case: PASS, FAIL, FLAKY, ERROR, MISSING, STALE,\n"
     "  UNTRUSTED or TAMPERED, re-judged from the signed receipts for this exact build and the\n"
     "  ladder's pinned digests and settings; excluded cells are listed as EXCLUDED with their\n"
     "  reason. Prints the matrix and the blocking rows, each naming its receipt; exit 0 only\n"
     "  when every row is PASS. The store is opened read-only unless --sign, which writes a\n"
     "  signed sign-off and head record when the release passes. --expect-head HASH requires the\n"
-    "  store to still hold the receipt a `gate run` printed as its chain head.\n";
+    "  store to still hold the receipt a `gate run` printed as its chain head.\n"
+    "  --json prints the whole matrix as one JSON document instead (rows, states, blocking\n"
+    "  receipts, reasons, counts, build; docs/reports.md); --junit FILE also writes it as JUnit\n"
+    "  XML. Exit codes are the same.\n";
 
 int cmd_release(int argc, char **argv)
 {
     struct release_options o = {.db = "receipts.db"};
+    const char *junit = NULL;
+    int json = 0;
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         fputs(RELEASE_USAGE, stdout);
         return 0;
@@ -123,6 +141,11 @@ int cmd_release(int argc, char **argv)
         } else if (!strcmp(argv[i], "--expect-head")) {
             if (cli_value(argc, argv, &i, &o.expect_head))
                 return 2;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (!strcmp(argv[i], "--junit")) {
+            if (cli_value(argc, argv, &i, &junit))
+                return 2;
         } else if (argv[i][0] == '-' || o.ladder) {
             fputs(RELEASE_USAGE, stderr);
             return cli_fail(2, "release: unexpected argument '%s'", argv[i]);
@@ -134,58 +157,105 @@ int cmd_release(int argc, char **argv)
         fputs(RELEASE_USAGE, stderr);
         return 2;
     }
-    return release_check_opts(stdout, &o, NULL);
+    return release_check_report(stdout, &o, NULL, json, junit);
 }
 
-/* `gate release check` (declared in harness/run.h for callers from before the split): load and
- * check the ladder, the build identity (self, or the running binary's), the sign-off key, open
- * the store (read-only unless signing), evaluate, print, sign when OK. Returns the exit code. */
+/* `gate release check` (declared in cli/cli.h): release_check_report() without the CI
+ * outputs. Returns the exit code. */
 int release_check_opts(FILE *out, const struct release_options *o, const struct identity *self)
 {
-    struct gate_err err = {0};
+    return release_check_report(out, o, self, 0, NULL);
+}
+
+/* The check could not run: say so on stderr (and as JSON on out), return code. */
+static int check_failed(FILE *out, int json, int code, const char *msg)
+{
+    if (json) {
+        json_t *j =
+            json_pack("{s:s, s:b, s:s?}", "schema", "gate.release/1", "ok", 0, "error", msg);
+        if (!j) /* msg not UTF-8: the error is on stderr anyway */
+            j = json_pack("{s:s, s:b, s:s}", "schema", "gate.release/1", "ok", 0, "error",
+                          "the check could not run (see stderr)");
+        json_dumpf(j, out, JSON_INDENT(2));
+        fputc('\n', out);
+        json_decref(j);
+    }
+    return cli_fail(code, "%s", msg);
+}
+
+/* The whole `gate release check` (report.h has the contract): load and check the ladder, the
+ * build identity (self, or the running binary's), the sign-off key, open the store (read-only
+ * unless signing), evaluate, print (text or JSON), sign when OK, write the JUnit file. */
+int release_check_report(FILE *out, const struct release_options *o, const struct identity *self,
+                         int json, const char *junit)
+{
+    struct gate_err err = {0}, jerr = {0};
     struct ladder *l = NULL;
     struct store *st = NULL;
     struct identity id;
     struct key_pair k;
     struct release_result r;
-    int rc, code = 0;
+    json_t *signoff = NULL;
+    int rc, code = 0, evaluated = 0;
+    char msg[sizeof err.msg + 64];
+    msg[0] = '\0';
     memset(&k, 0, sizeof k);
     memset(&r, 0, sizeof r);
     if ((rc = ladder_load(&l, o->ladder, &err)) || (rc = ladder_check_runnable(l, &err))) {
-        code = cli_fail(err_exit_code(rc), "%s", err.msg);
+        snprintf(msg, sizeof msg, "%s", err.msg);
+        code = check_failed(out, json, err_exit_code(rc), msg);
         goto out;
     }
     if (self)
         id = *self;
     else if ((rc = identity_get(&id, &err))) {
-        code = cli_fail(err_exit_code(rc), "%s", err.msg);
+        snprintf(msg, sizeof msg, "%s", err.msg);
+        code = check_failed(out, json, err_exit_code(rc), msg);
         goto out;
     }
     /* a sign-off writes to the store; a check only reads it (and works on a read-only file) */
     if (o->sign_key && (rc = key_load(o->sign_key, &k, &err))) {
-        code = cli_fail(err_exit_code(rc), "release check --sign: %s", err.msg);
+        snprintf(msg, sizeof msg, "release check --sign: %s", err.msg);
+        code = check_failed(out, json, err_exit_code(rc), msg);
         goto out;
     }
     rc = o->sign_key ? store_open(&st, o->db, &err) : store_open_readonly(&st, o->db, &err);
     if (rc || (rc = release_evaluate(l, st, &id, o, &r, &err))) {
-        code = cli_fail(err_exit_code(rc), "%s", err.msg);
+        snprintf(msg, sizeof msg, "%s", err.msg);
+        code = check_failed(out, json, err_exit_code(rc), msg);
         goto out;
     }
-    report_release(out, l, o->ladder, o->db, &id, &r);
+    evaluated = 1;
+    if (!json)
+        report_release(out, l, o->ladder, o->db, &id, &r);
     code = r.ok ? 0 : 1;
     if (o->sign_key && r.ok) {
         char head[65];
         int64_t count = 0;
         if ((rc = release_sign(l, st, &id, &r, &k, head, &count, &err))) {
+            /* the matrix was judged; only the sign-off failed */
             code = cli_fail(err_exit_code(rc), "%s", err.msg);
+            if (json)
+                report_release_json(out, l, o->ladder, o->db, &id, &r, NULL);
             goto out;
         }
-        fprintf(out, "sign-off written to %s, signed by %s; chain head %s (%" PRId64 " receipts)\n",
-                o->db, k.id, head, count);
-    } else if (o->sign_key) {
+        if (json)
+            signoff = json_pack("{s:s, s:s, s:s, s:I}", "db", o->db, "key_id", k.id, "head", head,
+                                "receipts", (json_int_t)count);
+        else
+            fprintf(out,
+                    "sign-off written to %s, signed by %s; chain head %s (%" PRId64 " receipts)\n",
+                    o->db, k.id, head, count);
+    } else if (o->sign_key && !json) {
         fprintf(out, "not signed: the release is blocked\n");
     }
+    if (json)
+        report_release_json(out, l, o->ladder, o->db, &id, &r, signoff);
 out:
+    if (junit && report_release_junit(junit, evaluated ? l : NULL, evaluated ? &r : NULL,
+                                      msg[0] ? msg : err.msg, &jerr))
+        code = cli_fail(code ? code : 3, "release check --junit: %s", jerr.msg);
+    json_decref(signoff);
     release_result_free(&r);
     key_wipe(&k);
     store_close(st);

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/atomic.h"
 #include "cli/cli.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
@@ -368,4 +369,377 @@ void report_release(FILE *out, const struct ladder *l, const char *ladder_path, 
             fprintf(out, "  %-40s %-9s %s (excluded, but an exclusion cannot hide a failure)\n",
                     safe(r->excluded[i].name), release_state_name(r->excluded[i].state),
                     safe(r->excluded[i].reason));
+}
+
+/* ---- CI formats: JUnit XML and the release as JSON (issue 13) -------------------------------- */
+
+/* s as XML text or attribute value: first cli_safe() (C0 controls, which XML 1.0 cannot carry
+ * even as references, and invalid UTF-8 become "\xNN"), then the five markup characters as
+ * entities and the non-characters U+FFFE / U+FFFF (also illegal in XML) as "\xNN". */
+static void xml_put(FILE *out, const char *s)
+{
+    size_t n = 4 * strlen(s ? s : "(null)") + 1;
+    char small[1024], *buf = n <= sizeof small ? small : malloc(n);
+    if (!buf) {
+        fputs("(out of memory)", out);
+        return;
+    }
+    cli_safe(s, buf, n);
+    for (const unsigned char *p = (const unsigned char *)buf; *p; p++) {
+        if (p[0] == 0xef && p[1] == 0xbf && (p[2] == 0xbe || p[2] == 0xbf)) {
+            fprintf(out, "\\xef\\xbf\\x%02x", p[2]);
+            p += 2;
+            continue;
+        }
+        switch (*p) {
+        case '&':
+            fputs("&amp;", out);
+            break;
+        case '<':
+            fputs("&lt;", out);
+            break;
+        case '>':
+            fputs("&gt;", out);
+            break;
+        case '"':
+            fputs("&quot;", out);
+            break;
+        case '\'':
+            fputs("&apos;", out);
+            break;
+        default:
+            fputc(*p, out);
+        }
+    }
+    if (buf != small)
+        free(buf);
+}
+
+/* One <testcase>: kind 0 passed, 1 <failure>, 2 <error>, 3 <skipped>; message the reason. */
+static void junit_case(FILE *out, const char *classname, const char *name, int kind,
+                       const char *type, const char *message)
+{
+    static const char *const tag[] = {"", "failure", "error", "skipped"};
+    fputs("    <testcase classname=\"", out);
+    xml_put(out, classname);
+    fputs("\" name=\"", out);
+    xml_put(out, name);
+    if (kind == 0) {
+        fputs("\"/>\n", out);
+        return;
+    }
+    fprintf(out, "\">\n      <%s message=\"", tag[kind]);
+    xml_put(out, message);
+    if (kind == 3) {
+        fputs("\"/>\n    </testcase>\n", out);
+        return;
+    }
+    fputs("\" type=\"", out);
+    xml_put(out, type);
+    fputs("\">", out);
+    xml_put(out, message);
+    fprintf(out, "</%s>\n    </testcase>\n", tag[kind]);
+}
+
+static void junit_suite_open(FILE *out, const char *name, int tests, int failures, int errors,
+                             int skipped)
+{
+    fputs("  <testsuite name=\"", out);
+    xml_put(out, name);
+    fprintf(out, "\" tests=\"%d\" failures=\"%d\" errors=\"%d\" skipped=\"%d\">\n", tests, failures,
+            errors, skipped);
+}
+
+/* Write path atomically through fill(out, arg); the stream's errors surface at commit. */
+static int junit_file(const char *path, void (*fill)(FILE *, const void *), const void *arg,
+                      struct gate_err *err)
+{
+    struct atomic_file a = {0};
+    int rc = atomic_open(&a, path, 0644, err);
+    if (rc)
+        goto out;
+    FILE *f = atomic_stream(&a, err);
+    if (!f) {
+        rc = ERR_ENV;
+        goto out;
+    }
+    fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", f);
+    fill(f, arg);
+    if (ferror(f)) {
+        rc = err_set(err, ERR_ENV, "cannot write the JUnit report '%s': write error", path);
+        goto out;
+    }
+    rc = atomic_commit(&a, err);
+out:
+    atomic_abort(&a);
+    return rc;
+}
+
+/* the JUnit kind of a verdict: 0 PASS, 2 ERROR, 1 anything else */
+static int verdict_kind(const char *v)
+{
+    return !strcmp(v, "PASS") ? 0 : !strcmp(v, "ERROR") ? 2 : 1;
+}
+
+struct run_junit_arg {
+    const struct run_result *res;
+    const char *run_error;
+};
+
+/* The testcases of one run cell, counted (emit 0) or written (emit 1). */
+static void run_cell_cases(FILE *out, const struct run_cell_result *c, int emit, int *tests,
+                           int *failures, int *errors)
+{
+    int said = 0;
+    for (int g = 0; g < c->n_gates; g++) {
+        int k = verdict_kind(c->gates[g].verdict);
+        said |= k != 0;
+        if (emit)
+            junit_case(out, c->name, c->gates[g].name, k, c->gates[g].verdict, c->gates[g].summary);
+        (*tests)++;
+        *failures += k == 1;
+        *errors += k == 2;
+    }
+    if (c->n_gates == 0) {
+        if (emit)
+            junit_case(out, c->name, "gates", 1, "FAIL", "no gate ran: an empty gate list fails");
+        (*tests)++;
+        (*failures)++;
+        said = 1;
+    }
+    if (!said && verdict_kind(c->verdict) != 0) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "the cell's verdict is %s", c->verdict);
+        if (emit)
+            junit_case(out, c->name, "verdict", verdict_kind(c->verdict), c->verdict, msg);
+        (*tests)++;
+        *failures += verdict_kind(c->verdict) == 1;
+        *errors += verdict_kind(c->verdict) == 2;
+    }
+    if (emit && c->receipt_id && !c->store_error[0]) {
+        char name[64];
+        snprintf(name, sizeof name, "receipt %" PRId64, c->receipt_id);
+        junit_case(out, c->name, name, 0, "", "");
+    } else if (emit) {
+        char msg[1200];
+        snprintf(msg, sizeof msg, "not stored: no receipt exists for this run: %s",
+                 c->store_error[0] ? c->store_error : "no receipt id");
+        junit_case(out, c->name, "receipt", 2, "ERROR", msg);
+    }
+    (*tests)++;
+    *errors += !(c->receipt_id && !c->store_error[0]);
+}
+
+static void run_junit_fill(FILE *out, const void *argp)
+{
+    const struct run_junit_arg *a = argp;
+    int n = a->res ? a->res->n : 0;
+    int tests = 0, failures = 0, errors = 0;
+    for (int i = 0; i < n; i++)
+        run_cell_cases(out, &a->res->cells[i], 0, &tests, &failures, &errors);
+    int stopped = (a->run_error && a->run_error[0]) || n == 0;
+    fprintf(out, "<testsuites name=\"gate run\" tests=\"%d\" failures=\"%d\" errors=\"%d\">\n",
+            tests + stopped, failures, errors + stopped);
+    for (int i = 0; i < n; i++) {
+        const struct run_cell_result *c = &a->res->cells[i];
+        int t = 0, f = 0, e = 0;
+        run_cell_cases(out, c, 0, &t, &f, &e);
+        junit_suite_open(out, c->name, t, f, e, 0);
+        fputs("    <properties>\n      <property name=\"verdict\" value=\"", out);
+        xml_put(out, c->verdict);
+        fprintf(out, "\"/>\n      <property name=\"kind\" value=\"%s\"/>\n",
+                c->is_anchor ? "anchor" : "cell");
+        if (c->receipt_id && !c->store_error[0])
+            fprintf(out, "      <property name=\"receipt\" value=\"%" PRId64 "\"/>\n",
+                    c->receipt_id);
+        fputs("    </properties>\n", out);
+        run_cell_cases(out, c, 1, &t, &f, &e);
+        fputs("  </testsuite>\n", out);
+    }
+    if (stopped) {
+        junit_suite_open(out, "gate run", 1, 0, 1, 0);
+        junit_case(out, "gate run", "run", 2, "ERROR",
+                   a->run_error && a->run_error[0] ? a->run_error : "no cell ran");
+        fputs("  </testsuite>\n", out);
+    }
+    fputs("</testsuites>\n", out);
+}
+
+int report_run_junit(const char *path, const struct run_result *res, const char *run_error,
+                     struct gate_err *err)
+{
+    struct run_junit_arg a = {res, run_error};
+    return junit_file(path, run_junit_fill, &a, err);
+}
+
+struct release_junit_arg {
+    const struct ladder *l;
+    const struct release_result *r;
+    const char *check_error;
+};
+
+/* The JUnit kind of a release row: 0 PASS, 3 EXCLUDED, 2 ERROR, 1 any other state. */
+static int row_kind(const struct release_row *w)
+{
+    return w->state == RELEASE_PASS       ? 0
+           : w->state == RELEASE_EXCLUDED ? 3
+           : w->state == RELEASE_ERROR    ? 2
+                                          : 1;
+}
+
+static void release_row_case(FILE *out, const struct ladder *l, const struct release_row *w)
+{
+    static const char *const cls[] = {"cell", "excluded", "anchor"};
+    char msg[1200];
+    int k = row_kind(w);
+    if (k == 3)
+        snprintf(msg, sizeof msg, "excluded: %s", l->excluded[w->index].reason);
+    else if (w->blocking_id)
+        snprintf(msg, sizeof msg, "%s (receipt %" PRId64 "): %s", release_state_name(w->state),
+                 w->blocking_id, w->reason);
+    else
+        snprintf(msg, sizeof msg, "%s: %s", release_state_name(w->state), w->reason);
+    junit_case(out, cls[w->kind], w->name, k, release_state_name(w->state), msg);
+}
+
+static void release_junit_fill(FILE *out, const void *argp)
+{
+    const struct release_junit_arg *a = argp;
+    const struct release_result *r = a->r;
+    if (!r || !a->l) {
+        fputs("<testsuites name=\"gate release check\" tests=\"1\" failures=\"0\" errors=\"1\">\n",
+              out);
+        junit_suite_open(out, "release", 1, 0, 1, 0);
+        junit_case(out, "release", "release check", 2, "ERROR",
+                   a->check_error && a->check_error[0] ? a->check_error : "the check did not run");
+        fputs("  </testsuite>\n</testsuites>\n", out);
+        return;
+    }
+    int count[4] = {0};
+    const struct release_row *sets[3] = {r->cells, r->excluded, r->anchors};
+    int ns[3] = {r->n_cells, r->n_excluded, r->n_anchors};
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < ns[s]; i++)
+            count[row_kind(&sets[s][i])]++;
+    int tests = r->n_cells + r->n_excluded + r->n_anchors;
+    fprintf(out,
+            "<testsuites name=\"gate release check\" tests=\"%d\" failures=\"%d\" errors=\"%d\">\n",
+            tests, count[1], count[2]);
+    junit_suite_open(out, "release", tests, count[1], count[2], count[3]);
+    fputs("    <properties>\n      <property name=\"release\" value=\"", out);
+    xml_put(out, a->l->name);
+    fputs(" ", out);
+    xml_put(out, a->l->version);
+    fprintf(out, "\"/>\n      <property name=\"ladder_sha256\" value=\"%s\"/>\n", a->l->sha256);
+    fprintf(out, "      <property name=\"ok\" value=\"%s\"/>\n", r->ok ? "true" : "false");
+    if (r->store_problem[0]) {
+        fputs("      <property name=\"store_problem\" value=\"", out);
+        xml_put(out, r->store_problem);
+        fputs("\"/>\n", out);
+    }
+    fputs("    </properties>\n", out);
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < ns[s]; i++)
+            release_row_case(out, a->l, &sets[s][i]);
+    fputs("  </testsuite>\n</testsuites>\n", out);
+}
+
+int report_release_junit(const char *path, const struct ladder *l, const struct release_result *r,
+                         const char *check_error, struct gate_err *err)
+{
+    struct release_junit_arg a = {l, r, check_error};
+    return junit_file(path, release_junit_fill, &a, err);
+}
+
+/* A JSON string of receipt- or ladder-borne text: as is when it is valid UTF-8 (jansson escapes
+ * the controls), else through cli_safe(). */
+static json_t *jstr(const char *s)
+{
+    json_t *j = json_string(s ? s : "");
+    return j ? j : json_string(safe(s));
+}
+
+static json_t *row_json(const struct ladder *l, const struct release_row *w)
+{
+    static const char *const kind[] = {"cell", "excluded", "anchor"};
+    json_t *o = json_object(), *ids = json_array();
+    json_object_set_new(o, "kind", json_string(kind[w->kind]));
+    json_object_set_new(o, "name", jstr(w->name));
+    if (w->kind == RELEASE_ROW_ANCHOR) {
+        json_object_set_new(o, "arch", jstr(l->anchors[w->index].arch));
+    } else {
+        int ex = w->kind == RELEASE_ROW_EXCLUDED;
+        int model = ex ? l->excluded[w->index].model : l->cells[w->index].model;
+        int host = ex ? l->excluded[w->index].host : l->cells[w->index].host;
+        json_object_set_new(o, "model", jstr(l->models[model].id));
+        json_object_set_new(o, "host", jstr(l->hosts[host].id));
+        json_object_set_new(o, "mode",
+                            jstr(ex ? l->excluded[w->index].mode : l->cells[w->index].mode));
+        if (ex)
+            json_object_set_new(o, "excluded_reason", jstr(l->excluded[w->index].reason));
+    }
+    json_object_set_new(o, "state", json_string(release_state_name(w->state)));
+    json_object_set_new(o, "blocking_receipt",
+                        w->blocking_id ? json_integer(w->blocking_id) : json_null());
+    json_object_set_new(o, "reason", jstr(w->reason));
+    for (int i = 0; i < w->n_pass_ids; i++)
+        json_array_append_new(ids, json_integer(w->pass_ids[i]));
+    json_object_set_new(o, "pass_receipts", ids);
+    json_object_set_new(o, "receipts",
+                        json_pack("{s:i, s:i, s:i, s:i, s:i}", "pass", w->n_pass, "fail", w->n_fail,
+                                  "error", w->n_error, "stale", w->n_stale, "untrusted",
+                                  w->n_untrusted));
+    json_object_set_new(o, "disagree", w->disagree[0] ? jstr(w->disagree) : json_null());
+    return o;
+}
+
+void report_release_json(FILE *out, const struct ladder *l, const char *ladder_path, const char *db,
+                         const struct identity *id, const struct release_result *r,
+                         const struct json_t *signoff)
+{
+    json_t *doc = json_object(), *rows = json_array(), *states = json_object();
+    json_t *un = json_array();
+    const struct release_row *sets[3] = {r->cells, r->excluded, r->anchors};
+    int ns[3] = {r->n_cells, r->n_excluded, r->n_anchors};
+    for (int s = 0; s <= RELEASE_EXCLUDED; s++)
+        json_object_set_new(states, release_state_name((enum release_state)s), json_integer(0));
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < ns[s]; i++) {
+            const char *name = release_state_name(sets[s][i].state);
+            json_object_set_new(
+                states, name, json_integer(json_integer_value(json_object_get(states, name)) + 1));
+            json_array_append_new(rows, row_json(l, &sets[s][i]));
+        }
+    for (int i = 0; i < l->n_unanchored; i++)
+        json_array_append_new(un, json_pack("{s:o, s:o}", "arch", jstr(l->unanchored[i].arch),
+                                            "reason", jstr(l->unanchored[i].reason)));
+    json_object_set_new(doc, "schema", json_string("gate.release/1"));
+    json_object_set_new(doc, "ok", json_boolean(r->ok));
+    json_object_set_new(
+        doc, "release",
+        json_pack("{s:o, s:o}", "name", jstr(l->name), "version", jstr(l->version)));
+    json_object_set_new(doc, "ladder",
+                        json_pack("{s:o, s:s, s:s}", "path", jstr(ladder_path), "sha256", l->sha256,
+                                  "trust_sha256", l->trust_sha256));
+    json_object_set_new(doc, "build", identity_json(id));
+    json_object_set_new(doc, "dirty", json_boolean(r->dirty));
+    json_object_set_new(doc, "store",
+                        json_pack("{s:o, s:i}", "db", jstr(db), "receipts", r->n_receipts));
+    json_object_set_new(
+        doc, "store_problem",
+        r->store_problem[0]
+            ? json_pack("{s:o, s:o}", "reason", jstr(r->store_problem), "receipt",
+                        r->store_problem_id ? json_integer(r->store_problem_id) : json_null())
+            : json_null());
+    json_object_set_new(doc, "counts",
+                        json_pack("{s:i, s:i, s:i, s:i, s:i, s:o}", "required", r->n_cells,
+                                  "excluded", r->n_excluded, "anchors", r->n_anchors, "bad_cells",
+                                  r->n_bad_cells, "bad_anchors", r->n_bad_anchors, "states",
+                                  states));
+    json_object_set_new(doc, "unanchored", un);
+    json_object_set_new(doc, "rows", rows);
+    json_object_set_new(doc, "signoff", signoff ? json_deep_copy(signoff) : json_null());
+    json_dumpf(doc, out, JSON_INDENT(2));
+    fputc('\n', out);
+    json_decref(doc);
 }

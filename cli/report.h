@@ -14,6 +14,7 @@
 #include "harness/run.h"
 
 struct identity;
+struct json_t;
 struct ladder;
 
 #define REPORT_MAX_TIMINGS 64
@@ -52,5 +53,49 @@ void report_run_results(FILE *out, const struct run_result *res, int json);
  * row naming its receipt. */
 void report_release(FILE *out, const struct ladder *l, const char *ladder_path, const char *db,
                     const struct identity *id, const struct release_result *r);
+
+/* ---- CI formats (issue 13): JUnit XML and the release as JSON ---------------------------------
+ * JUnit: every string is XML-escaped after cli_safe() (controls and invalid UTF-8 as "\xNN",
+ * so receipt-borne text can neither break the XML nor the terminal that shows it). The files are
+ * written through base/atomic.h: a reader sees the old file or the whole new one. The mapping
+ * and the JSON schema are in docs/reports.md. */
+
+/* The result of `gate run` as JUnit XML at path (mode 0644): one <testsuite> per cell and per
+ * anchor case (res order, named as in run_event.cell), one <testcase> per gate (name = the
+ * gate, classname = the cell), <failure message="summary"> for FAIL, <error> for ERROR; plus a
+ * "receipt" testcase (an <error> when the receipt was not stored), a "gates" failure when no
+ * gate ran and a "verdict" failure when the cell is not PASS but no gate row says why.
+ * run_error (may be NULL or "") is why the run stopped early: then one more testsuite "gate run"
+ * holds a "run" testcase with that <error>, so a run that did not happen never reads as green.
+ * res may be NULL (nothing ran). ERR_ENV naming path when it cannot be written. */
+int report_run_junit(const char *path, const struct run_result *res, const char *run_error,
+                     struct gate_err *err);
+
+/* The release as JUnit XML at path (mode 0644): one testsuite "release", one testcase per
+ * required cell (classname "cell"), excluded cell ("excluded": <skipped message="excluded:
+ * REASON"/> while EXCLUDED, a failure when a failure shows through) and anchor case ("anchor");
+ * a row not PASS is a <failure message="STATE (receipt N): REASON"> (<error> for ERROR). l and r
+ * may be NULL when the check could not run: then one testcase "release check" with the <error>
+ * check_error. ERR_ENV naming path when it cannot be written. */
+int report_release_junit(const char *path, const struct ladder *l, const struct release_result *r,
+                         const char *check_error, struct gate_err *err);
+
+/* The release as one JSON document on out (schema "gate.release/1", docs/reports.md): ok,
+ * release and ladder identity, the checking build (identity_json), the store, counts (per state
+ * too), the store problem, the unanchored architectures, every row (kind, name, model/host/mode
+ * or arch, state, blocking receipt id, reason, PASS receipt ids, receipts per kind, exclusion
+ * reason, disagreement) and signoff (NULL: not signed: "signoff": null). Strings that are not
+ * valid UTF-8 are written through cli_safe(). */
+void report_release_json(FILE *out, const struct ladder *l, const char *ladder_path, const char *db,
+                         const struct identity *id, const struct release_result *r,
+                         const struct json_t *signoff);
+
+/* `gate release check` with the CI outputs (cli/cmd_run.c): release_check_opts(), plus json
+ * (the report on out is report_release_json() instead of the text, errors also as
+ * {"ok": false, "error": MSG}) and junit (NULL: none; else report_release_junit() at that path,
+ * also when the check could not run). The exit code is release_check_opts()'s, except that a
+ * JUnit file that cannot be written turns 0 into 3. */
+int release_check_report(FILE *out, const struct release_options *o, const struct identity *self,
+                         int json, const char *junit);
 
 #endif

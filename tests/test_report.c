@@ -1,0 +1,577 @@
+/* test_report.c — the CI-facing formats of cli/report.c (issue 13): JUnit XML for `gate run`
+ * and `gate release check`, and `gate release check --json`.
+ *
+ * Every JUnit file is read back by a tiny well-formedness check (xml_check below: one root,
+ * tags nested and closed, attribute values quoted, no raw '<' or control character in text or
+ * values, only the five entities) that also counts testcases, failures, errors and skips per
+ * testsuite and compares them with the counts the file declares. The JSON is parsed with
+ * jansson. Release results are built as tests/test_release.c builds them: receipts from the
+ * documented payload schema, signed through the store, judged against a stand-in clean build.
+ * No gate run happens here.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "cli/report.h"
+#include "harness/gatedef.h"
+#include "harness/identity.h"
+#include "harness/ladder.h"
+#include "harness/run.h"
+#include "receipts/key.h"
+#include "receipts/store.h"
+#include "tests/support/check.h"
+
+#define MOE_SHA "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560"
+#define GOLDENS_SHA "0fbed51a3d977ffe726a861d7d701e94bce701dd84dd25b96184e4664ba2427f"
+
+/* a build commit that carries markup and a terminal escape: receipt-borne text that the STALE
+ * reason quotes */
+#define EVIL_COMMIT "bad</failure><x a=\"&\">\x1b]0;pwned\x07"
+
+static char dir[600];
+static struct key_pair key_a, key_b;
+static struct identity self;
+
+static const char *path_in(const char *name)
+{
+    static char buf[4][1024];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+/* The ladder of tests/test_release.c: one MoE model, hosts a and b, cells moe/a/ref.decode,
+ * moe/a/ref.chat (excluded with a reason that holds markup), moe/b/ref.decode, and an anchor
+ * case "conf" for which no receipt can exist here (MISSING). */
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "%s/reportXXXXXX", check_tmp_dir());
+    cr_assert(mkdtemp(dir));
+    struct gate_err err = {0};
+    cr_assert_eq(key_generate(path_in("a.key"), "a", &key_a, &err), 0, "%s", err.msg);
+    cr_assert_eq(key_generate(path_in("b.key"), "b", &key_b, &err), 0, "%s", err.msg);
+    cr_assert_eq(key_write_public(path_in("a.pub"), &key_a, &err), 0, "%s", err.msg);
+    cr_assert_eq(key_write_public(path_in("b.pub"), &key_b, &err), 0, "%s", err.msg);
+    FILE *f = fopen(path_in("ladder.yaml"), "w");
+    cr_assert(f);
+    fprintf(f,
+            "release: {name: rel, version: 1.0.0}\n"
+            "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
+            " sha256: " MOE_SHA ", arch: qwen3moe}\n"
+            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+            "  b: {device: none, trust: ['file:b.pub']}\n"
+            "modes: [ref.decode, ref.chat]\n"
+            "cells:\n  - {models: [moe], hosts: [a], modes: [ref.decode, ref.chat], exclude:"
+            " [{mode: ref.chat, reason: \"flaky <chat> & co\"}]}\n"
+            "  - {model: moe, host: b, mode: ref.decode}\n"
+            "gates:\n  defaults:\n    golden: {goldens: g.json, sha256: " GOLDENS_SHA "}\n"
+            "anchors:\n  conf:\n    arch: qwen3moe\n    reference: test\n"
+            "    model: {path: m.gguf, sha256: %064d}\n    tokens: {path: t.txt, sha256: %064d}\n"
+            "    logits: {path: l.f32, sha256: %064d}\n"
+            "    thresholds: {max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 1.0e-3}\n",
+            check_shared_dir(), 1, 2, 3);
+    fclose(f);
+    memset(&self, 0, sizeof self);
+    snprintf(self.version, sizeof self.version, "1.0.0");
+    snprintf(self.git_commit, sizeof self.git_commit, "c0ffee0000000000000000000000000000000001");
+    snprintf(self.binary_sha256, sizeof self.binary_sha256, "%064d", 0);
+    snprintf(self.source_sha256, sizeof self.source_sha256, "%064d", 7);
+}
+
+TestSuite(report, .init = setup);
+
+/* Append one receipt for ladder cell ci to db, signed by k: the gates of a real PASS receipt
+ * (tests/data/release_metrics.json) judged through the gate table, parity failing when fail,
+ * the build's commit replaced when commit is not NULL. */
+static void add(const char *db, const struct key_pair *k, int ci, int fail, const char *commit)
+{
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_assert_eq(ladder_load(&l, path_in("ladder.yaml"), &err), 0, "%s", err.msg);
+    const struct ladder_cell *c = &l->cells[ci];
+    struct identity id = self;
+    if (commit)
+        snprintf(id.git_commit, sizeof id.git_commit, "%s", commit);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/data/release_metrics.json", GATE_SOURCE_DIR);
+    json_error_t je;
+    json_t *metrics = json_load_file(path, 0, &je), *gates = json_object();
+    cr_assert(metrics, "%s: %s", path, je.text);
+    static const char *const names[] = {"capability", "parity", "golden", "throughput", "falsify"};
+    int all_pass = 1;
+    for (int g = 0; g < 5; g++) {
+        json_t *m = json_deep_copy(json_object_get(metrics, names[g]));
+        if (fail && g == 1)
+            json_array_set_new(json_object_get(json_object_get(m, "per_position"), "cosine"), 5,
+                               json_real(0.42));
+        json_t *row =
+            gatedef_row(names[g], c->mode, ladder_gate_settings(&c->g, names[g]), m, NULL);
+        all_pass &= !strcmp(json_string_value(json_object_get(row, "verdict")), "PASS");
+        json_object_set_new(gates, names[g], row);
+    }
+    json_decref(metrics);
+    json_t *p = json_pack("{s:{s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:{s:{s:s, s:s}, s:o},"
+                          " s:{s:s}, s:o, s:s}",
+                          "ladder", "name", l->name, "version", l->version, "sha256", l->sha256,
+                          "trust_sha256", l->trust_sha256, "cell", "model", l->models[c->model].id,
+                          "host", l->hosts[c->host].id, "mode", c->mode, "subject", "model", "id",
+                          l->models[c->model].id, "sha256", MOE_SHA, "engine", identity_json(&id),
+                          "environment", "host", l->hosts[c->host].id, "gates", gates, "verdict",
+                          all_pass ? "PASS" : "FAIL");
+    struct store *st = NULL;
+    cr_assert_eq(store_open(&st, db, &err), 0, "%s", err.msg);
+    int64_t rid;
+    cr_assert_eq(store_append(st, p, k, &rid, &err), 0, "%s", err.msg);
+    store_close(st);
+    json_decref(p);
+    ladder_free(l);
+}
+
+/* The release of the test ladder from db as the build `self`; *lp receives the ladder. */
+static void evaluate(const char *db, struct ladder **lp, struct release_result *r)
+{
+    struct gate_err err = {0};
+    struct store *st = NULL;
+    struct release_options o = {.ladder = path_in("ladder.yaml"), .db = db};
+    cr_assert_eq(ladder_load(lp, o.ladder, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_open_readonly(&st, db, &err), 0, "%s", err.msg);
+    cr_assert_eq(release_evaluate(*lp, st, &self, &o, r, &err), 0, "%s", err.msg);
+    store_close(st);
+}
+
+/* ---- a tiny XML well-formedness check that counts JUnit elements ----------------------------- */
+
+struct suite_count {
+    char name[256];
+    int decl_tests, decl_failures, decl_errors, decl_skipped; /* the attributes (-1: absent) */
+    int tests, failures, errors, skipped;                     /* the elements inside */
+};
+
+struct xml_counts {
+    struct suite_count suites[16];
+    int n_suites;
+    int root_tests, root_failures, root_errors; /* <testsuites> attributes */
+    int tests, failures, errors, skipped;       /* elements in the whole file */
+};
+
+/* Text or an attribute value from p up to a byte in stop: no raw '<', no control character
+ * but tab / newline / CR, '&' only as one of the five entities. Returns the end or NULL. */
+static const char *xml_chars(const char *p, const char *stop, char *what, size_t n)
+{
+    size_t k = 0;
+    for (; *p && !strchr(stop, *p); p++) {
+        unsigned char c = (unsigned char)*p;
+        cr_assert(c != '<', "raw '<' in XML text or value near: %.60s", p);
+        cr_assert(c >= 0x20 || c == '\t' || c == '\n' || c == '\r',
+                  "control character 0x%02x in XML near: %.60s", c, p);
+        if (c == '&') {
+            static const char *const ent[] = {"&amp;", "&lt;", "&gt;", "&quot;", "&apos;"};
+            int ok = 0;
+            for (int i = 0; i < 5; i++)
+                ok |= !strncmp(p, ent[i], strlen(ent[i]));
+            cr_assert(ok, "bad entity near: %.60s", p);
+        }
+        if (what && k + 1 < n)
+            what[k++] = *p;
+    }
+    if (what)
+        what[k] = '\0';
+    return p;
+}
+
+/* Check the whole document s and count its JUnit elements into *c. */
+static void xml_check(const char *s, struct xml_counts *c)
+{
+    memset(c, 0, sizeof *c);
+    const char *p = s;
+    if (!strncmp(p, "<?xml", 5)) {
+        p = strstr(p, "?>");
+        cr_assert(p, "unterminated XML declaration");
+        p += 2;
+    }
+    char stack[16][32];
+    int depth = 0, roots = 0;
+    struct suite_count *cur = NULL;
+    while (*p) {
+        if (*p != '<') {
+            cr_assert(depth > 0 || strchr(" \t\r\n", *p), "text outside the root: %.60s", p);
+            p = xml_chars(p, "<", NULL, 0);
+            continue;
+        }
+        p++;
+        if (*p == '/') {
+            char name[32];
+            size_t n = strcspn(p + 1, ">");
+            cr_assert(p[1 + n] == '>' && n < sizeof name, "bad end tag: %.60s", p);
+            snprintf(name, sizeof name, "%.*s", (int)n, p + 1);
+            cr_assert(depth > 0 && !strcmp(stack[depth - 1], name), "</%s> closes <%s>", name,
+                      depth ? stack[depth - 1] : "nothing");
+            if (!strcmp(name, "testsuite"))
+                cur = NULL;
+            depth--;
+            p += n + 2;
+            continue;
+        }
+        char name[32];
+        size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz-_");
+        cr_assert(n > 0 && n < sizeof name, "bad start tag: %.60s", p);
+        snprintf(name, sizeof name, "%.*s", (int)n, p);
+        p += n;
+        if (depth == 0)
+            roots++;
+        int is_suite = !strcmp(name, "testsuite");
+        if (is_suite) {
+            cr_assert(c->n_suites < 16);
+            cur = &c->suites[c->n_suites++];
+            memset(cur, 0, sizeof *cur);
+            cur->decl_tests = cur->decl_failures = cur->decl_errors = cur->decl_skipped = -1;
+        }
+        for (;;) {
+            while (strchr(" \t\r\n", *p) && *p)
+                p++;
+            if (*p == '>' || (*p == '/' && p[1] == '>'))
+                break;
+            char an[32], av[2048];
+            size_t m = strcspn(p, "=");
+            cr_assert(p[m] == '=' && p[m + 1] == '"' && m < sizeof an, "bad attribute: %.60s", p);
+            snprintf(an, sizeof an, "%.*s", (int)m, p);
+            p = xml_chars(p + m + 2, "\"", av, sizeof av);
+            cr_assert(*p == '"', "unterminated attribute value");
+            p++;
+            int v = atoi(av);
+            if (is_suite && !strcmp(an, "name"))
+                snprintf(cur->name, sizeof cur->name, "%s", av);
+            else if (is_suite && !strcmp(an, "tests"))
+                cur->decl_tests = v;
+            else if (is_suite && !strcmp(an, "failures"))
+                cur->decl_failures = v;
+            else if (is_suite && !strcmp(an, "errors"))
+                cur->decl_errors = v;
+            else if (is_suite && !strcmp(an, "skipped"))
+                cur->decl_skipped = v;
+            else if (!strcmp(name, "testsuites") && !strcmp(an, "tests"))
+                c->root_tests = v;
+            else if (!strcmp(name, "testsuites") && !strcmp(an, "failures"))
+                c->root_failures = v;
+            else if (!strcmp(name, "testsuites") && !strcmp(an, "errors"))
+                c->root_errors = v;
+        }
+        int *field = !strcmp(name, "testcase")  ? &c->tests
+                     : !strcmp(name, "failure") ? &c->failures
+                     : !strcmp(name, "error")   ? &c->errors
+                     : !strcmp(name, "skipped") ? &c->skipped
+                                                : NULL;
+        if (field) {
+            (*field)++;
+            cr_assert(cur, "<%s> outside a testsuite", name);
+            int *sf = field == &c->tests      ? &cur->tests
+                      : field == &c->failures ? &cur->failures
+                      : field == &c->errors   ? &cur->errors
+                                              : &cur->skipped;
+            (*sf)++;
+        }
+        if (*p == '/') {
+            p += 2;
+            if (is_suite)
+                cur = NULL;
+            continue;
+        }
+        p++;
+        cr_assert(depth < 16);
+        snprintf(stack[depth++], sizeof stack[0], "%s", name);
+    }
+    cr_assert_eq(depth, 0, "unclosed <%s>", depth ? stack[depth - 1] : "");
+    cr_assert_eq(roots, 1, "%d root elements", roots);
+    for (int i = 0; i < c->n_suites; i++) {
+        const struct suite_count *t = &c->suites[i];
+        cr_expect_eq(t->decl_tests, t->tests, "suite %s declares %d tests, holds %d", t->name,
+                     t->decl_tests, t->tests);
+        cr_expect_eq(t->decl_failures, t->failures, "suite %s: failures", t->name);
+        cr_expect_eq(t->decl_errors, t->errors, "suite %s: errors", t->name);
+        cr_expect_eq(t->decl_skipped, t->skipped, "suite %s: skipped", t->name);
+    }
+    cr_expect_eq(c->root_tests, c->tests);
+    cr_expect_eq(c->root_failures, c->failures);
+    cr_expect_eq(c->root_errors, c->errors);
+}
+
+/* ---- gate release check --junit / --json ----------------------------------------------------- */
+
+/* moe/a/ref.decode FAILs (receipt 1), moe/b/ref.decode only has a receipt of another build whose
+ * commit carries markup and an escape (STALE, receipt 2), moe/a/ref.chat is EXCLUDED, the anchor
+ * is MISSING. */
+static void blocked_release(const char *db)
+{
+    add(db, &key_a, 0, 1, NULL);
+    add(db, &key_b, 1, 0, EVIL_COMMIT);
+}
+
+Test(report, release_junit_has_a_testcase_per_row_and_escapes_receipt_text)
+{
+    blocked_release(path_in("r.db"));
+    struct ladder *l = NULL;
+    struct release_result r;
+    evaluate(path_in("r.db"), &l, &r);
+    struct gate_err err = {0};
+    cr_assert_eq(report_release_junit(path_in("release.xml"), l, &r, NULL, &err), 0, "%s", err.msg);
+    char *xml = check_slurp_text(path_in("release.xml"));
+    cr_assert(xml);
+    struct xml_counts c;
+    xml_check(xml, &c);
+    cr_expect_eq(c.n_suites, 1);
+    cr_expect_str_eq(c.suites[0].name, "release");
+    /* two cells (FAIL, STALE) and the anchor (MISSING) fail; the excluded cell is skipped */
+    cr_expect_eq(c.tests, 4, "%s", xml);
+    cr_expect_eq(c.failures, 3, "%s", xml);
+    cr_expect_eq(c.errors, 0, "%s", xml);
+    cr_expect_eq(c.skipped, 1, "%s", xml);
+    cr_expect(strstr(xml, "message=\"FAIL (receipt 1): receipt 1 FAILED parity"), "%s", xml);
+    cr_expect(strstr(xml, "message=\"STALE (receipt 2): receipt 2 is for build"
+                          " bad&lt;/failure&gt;&lt;x a=&quot;&amp;&quot;&gt;\\x1b]0;pwned\\x07"),
+              "%s", xml);
+    cr_expect(strstr(xml, "<skipped message=\"excluded: flaky &lt;chat&gt; &amp; co\"/>"), "%s",
+              xml);
+    cr_expect(strstr(xml, "classname=\"anchor\" name=\"conf\""), "%s", xml);
+    free(xml);
+    release_result_free(&r);
+    ladder_free(l);
+}
+
+Test(report, release_json_holds_every_row_with_state_receipts_and_reason)
+{
+    blocked_release(path_in("r.db"));
+    add(path_in("r.db"), &key_a, 0, 0, NULL); /* a PASS after the FAIL: FLAKY, receipt 3 */
+    struct ladder *l = NULL;
+    struct release_result r;
+    evaluate(path_in("r.db"), &l, &r);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    report_release_json(f, l, "ladder.yaml", "r.db", &self, &r, NULL);
+    fclose(f);
+    json_error_t je;
+    json_t *doc = json_loads(buf, 0, &je);
+    cr_assert(doc, "not JSON (%s): %s", je.text, buf);
+    cr_expect_str_eq(json_string_value(json_object_get(doc, "schema")), "gate.release/1");
+    cr_expect(json_is_false(json_object_get(doc, "ok")));
+    cr_expect_str_eq(
+        json_string_value(json_object_get(json_object_get(doc, "build"), "git_commit")),
+        self.git_commit);
+    cr_expect(json_is_null(json_object_get(doc, "store_problem")));
+    cr_expect(json_is_null(json_object_get(doc, "signoff")));
+    json_t *counts = json_object_get(doc, "counts");
+    cr_expect_eq(json_integer_value(json_object_get(counts, "required")), 2);
+    cr_expect_eq(json_integer_value(json_object_get(counts, "excluded")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(counts, "anchors")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(counts, "bad_cells")), 2);
+    json_t *states = json_object_get(counts, "states");
+    cr_expect_eq(json_integer_value(json_object_get(states, "FLAKY")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(states, "STALE")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(states, "MISSING")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(states, "EXCLUDED")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(states, "PASS")), 0);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(doc, "store"), "receipts")), 3);
+    static const struct {
+        const char *kind, *name, *state;
+        json_int_t blocking; /* 0: null */
+        int n_pass;
+    } want[] = {
+        {"cell", "moe/a/ref.decode", "FLAKY", 1, 1},
+        {"cell", "moe/b/ref.decode", "STALE", 2, 0},
+        {"excluded", "moe/a/ref.chat", "EXCLUDED", 0, 0},
+        {"anchor", "conf", "MISSING", 0, 0},
+    };
+    json_t *rows = json_object_get(doc, "rows");
+    cr_assert_eq(json_array_size(rows), 4, "%s", buf);
+    for (size_t i = 0; i < 4; i++) {
+        json_t *w = json_array_get(rows, i);
+        cr_expect_str_eq(json_string_value(json_object_get(w, "kind")), want[i].kind);
+        cr_expect_str_eq(json_string_value(json_object_get(w, "name")), want[i].name);
+        cr_expect_str_eq(json_string_value(json_object_get(w, "state")), want[i].state, "row %s",
+                         want[i].name);
+        json_t *b = json_object_get(w, "blocking_receipt");
+        if (want[i].blocking)
+            cr_expect_eq(json_integer_value(b), want[i].blocking, "row %s", want[i].name);
+        else
+            cr_expect(json_is_null(b), "row %s", want[i].name);
+        json_t *ids = json_object_get(w, "pass_receipts");
+        cr_expect_eq(json_array_size(ids), (size_t)want[i].n_pass, "row %s", want[i].name);
+    }
+    json_t *flaky = json_array_get(rows, 0);
+    cr_expect_eq(json_integer_value(json_array_get(json_object_get(flaky, "pass_receipts"), 0)), 3);
+    cr_expect_str_eq(json_string_value(json_object_get(flaky, "host")), "a");
+    cr_expect_str_eq(json_string_value(json_object_get(flaky, "mode")), "ref.decode");
+    /* receipt-borne text arrives whole (the consumer escapes it for its own output) */
+    cr_expect(
+        strstr(json_string_value(json_object_get(json_array_get(rows, 1), "reason")), EVIL_COMMIT),
+        "%s", buf);
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(rows, 2), "excluded_reason")),
+                     "flaky <chat> & co");
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(rows, 3), "arch")),
+                     "qwen3moe");
+    json_decref(doc);
+    free(buf);
+    release_result_free(&r);
+    ladder_free(l);
+}
+
+/* The command layer: --json replaces the text on stdout, exit codes stay, --junit is written
+ * also when the check cannot run, and a JUnit file that cannot be written is an exit 3. */
+Test(report, release_check_json_and_junit_keep_the_exit_codes)
+{
+    blocked_release(path_in("r.db"));
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    char ladder[1024], db[1024];
+    snprintf(ladder, sizeof ladder, "%s", path_in("ladder.yaml"));
+    snprintf(db, sizeof db, "%s", path_in("r.db"));
+    struct release_options o = {.ladder = ladder, .db = db};
+    int code = release_check_report(f, &o, &self, 1, path_in("r.xml"));
+    fclose(f);
+    cr_expect_eq(code, 1, "%s", buf);
+    json_t *doc = json_loads(buf, 0, NULL);
+    cr_assert(doc, "stdout is not one JSON document: %s", buf);
+    cr_expect(json_is_false(json_object_get(doc, "ok")));
+    cr_expect_null(strstr(buf, "RELEASE BLOCKED"), "text mixed into the JSON: %s", buf);
+    json_decref(doc);
+    free(buf);
+    struct stat sb;
+    cr_expect_eq(stat(path_in("r.xml"), &sb), 0, "--junit wrote nothing");
+    /* a store that does not exist: exit 2, JSON {"ok": false, "error"}, a JUnit <error> */
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    o.db = path_in("missing.db");
+    code = release_check_report(f, &o, &self, 1, path_in("missing.xml"));
+    fclose(f);
+    cr_expect_eq(code, 2, "%s", buf);
+    doc = json_loads(buf, 0, NULL);
+    cr_assert(doc, "%s", buf);
+    cr_expect(json_is_false(json_object_get(doc, "ok")));
+    cr_expect(json_string_value(json_object_get(doc, "error")), "%s", buf);
+    json_decref(doc);
+    free(buf);
+    char *xml = check_slurp_text(path_in("missing.xml"));
+    cr_assert(xml, "a check that could not run left no JUnit file");
+    struct xml_counts c;
+    xml_check(xml, &c);
+    cr_expect_eq(c.tests, 1);
+    cr_expect_eq(c.errors, 1, "%s", xml);
+    cr_expect(strstr(xml, "missing.db"), "the error names the store: %s", xml);
+    free(xml);
+    /* an OK release whose JUnit file cannot be written is not a 0 */
+    char db2[1024];
+    snprintf(db2, sizeof db2, "%s", path_in("ok.db"));
+    add(db2, &key_a, 0, 0, NULL);
+    add(db2, &key_b, 1, 0, NULL);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd,
+             "sed -i '/^anchors:/,$d' '%s' && echo \"unanchored: {qwen3moe: 'report test'}\""
+             " >> '%s'",
+             path_in("ladder.yaml"), path_in("ladder.yaml"));
+    cr_assert_eq(system(cmd), 0);
+    o.db = db2;
+    f = fopen("/dev/null", "w");
+    cr_expect_eq(release_check_report(f, &o, &self, 0, path_in("r.xml")), 0);
+    cr_expect_eq(release_check_report(f, &o, &self, 0, path_in("no/such/dir/r.xml")), 3);
+    fclose(f);
+}
+
+/* ---- gate run --junit ------------------------------------------------------------------------ */
+
+static void set_gate(struct run_cell_result *c, const char *name, const char *verdict,
+                     const char *summary)
+{
+    struct run_gate *g = &c->gates[c->n_gates++];
+    snprintf(g->name, sizeof g->name, "%s", name);
+    snprintf(g->verdict, sizeof g->verdict, "%s", verdict);
+    snprintf(g->summary, sizeof g->summary, "%s", summary);
+}
+
+Test(report, run_junit_has_a_suite_per_cell_and_a_case_per_gate)
+{
+    struct run_cell_result cells[3];
+    memset(cells, 0, sizeof cells);
+    /* a PASS cell, stored */
+    snprintf(cells[0].name, sizeof cells[0].name, "moe/a/ref.decode");
+    snprintf(cells[0].verdict, sizeof cells[0].verdict, "PASS");
+    cells[0].pass = 1;
+    cells[0].receipt_id = 7;
+    set_gate(&cells[0], "capability", "PASS", "ran on ref");
+    set_gate(&cells[0], "parity", "PASS", "min cosine 0.99999");
+    /* a FAIL and an ERROR gate whose summaries carry markup, controls and invalid UTF-8 */
+    snprintf(cells[1].name, sizeof cells[1].name, "moe/a/ref.<chat>");
+    snprintf(cells[1].verdict, sizeof cells[1].verdict, "FAIL");
+    cells[1].receipt_id = 8;
+    set_gate(&cells[1], "capability", "PASS", "ran on ref");
+    set_gate(&cells[1], "parity", "FAIL", "cosine 0.42 < 0.999 at position 5 & \x1b[31m\xff");
+    set_gate(&cells[1], "golden", "ERROR", "cannot read '</testcase>': \x01\"quoted\"");
+    /* an anchor case whose receipt was not stored */
+    snprintf(cells[2].name, sizeof cells[2].name, "anchor/conf/a");
+    cells[2].is_anchor = 1;
+    snprintf(cells[2].verdict, sizeof cells[2].verdict, "PASS");
+    snprintf(cells[2].store_error, sizeof cells[2].store_error, "disk <full>");
+    set_gate(&cells[2], "anchor", "PASS", "nmse 1e-14");
+    struct run_result res = {.cells = cells, .n = 3, .n_pass = 1};
+    struct gate_err err = {0};
+    cr_assert_eq(report_run_junit(path_in("run.xml"), &res, NULL, &err), 0, "%s", err.msg);
+    char *xml = check_slurp_text(path_in("run.xml"));
+    cr_assert(xml);
+    struct xml_counts c;
+    xml_check(xml, &c);
+    cr_expect_eq(c.n_suites, 3, "%s", xml);
+    cr_expect_str_eq(c.suites[1].name, "moe/a/ref.&lt;chat&gt;");
+    /* gates plus one "receipt" case per cell */
+    cr_expect_eq(c.suites[0].tests, 3, "%s", xml);
+    cr_expect_eq(c.suites[0].failures + c.suites[0].errors, 0, "%s", xml);
+    cr_expect_eq(c.suites[1].tests, 4, "%s", xml);
+    cr_expect_eq(c.suites[1].failures, 1, "%s", xml);
+    cr_expect_eq(c.suites[1].errors, 1, "%s", xml);
+    cr_expect_eq(c.suites[2].errors, 1, "the receipt that was not stored: %s", xml);
+    cr_expect(strstr(xml, "<failure message=\"cosine 0.42 &lt; 0.999 at position 5 &amp;"
+                          " \\x1b[31m\\xff\" type=\"FAIL\">"),
+              "%s", xml);
+    cr_expect(strstr(xml, "<error message=\"cannot read &apos;&lt;/testcase&gt;&apos;: "
+                          "\\x01&quot;quoted&quot;\""),
+              "%s", xml);
+    cr_expect(strstr(xml, "not stored: no receipt exists for this run: disk &lt;full&gt;"), "%s",
+              xml);
+    cr_expect(strstr(xml, "<property name=\"receipt\" value=\"7\"/>"), "%s", xml);
+    free(xml);
+}
+
+Test(report, run_junit_of_a_run_that_did_not_happen_is_an_error_not_an_empty_pass)
+{
+    struct gate_err err = {0};
+    /* an older file at the path is replaced whole */
+    FILE *f = fopen(path_in("run.xml"), "w");
+    cr_assert(f);
+    fputs("<testsuites tests=\"9\"/>\n", f);
+    fclose(f);
+    cr_assert_eq(report_run_junit(path_in("run.xml"), NULL, "ladder 'x.yaml': no such file", &err),
+                 0, "%s", err.msg);
+    char *xml = check_slurp_text(path_in("run.xml"));
+    cr_assert(xml);
+    struct xml_counts c;
+    xml_check(xml, &c);
+    cr_expect_eq(c.tests, 1, "%s", xml);
+    cr_expect_eq(c.errors, 1, "%s", xml);
+    cr_expect(strstr(xml, "ladder &apos;x.yaml&apos;: no such file"), "%s", xml);
+    free(xml);
+    /* an empty result without a message is an error too */
+    struct run_result none = {0};
+    cr_assert_eq(report_run_junit(path_in("run.xml"), &none, NULL, &err), 0, "%s", err.msg);
+    xml = check_slurp_text(path_in("run.xml"));
+    xml_check(xml, &c);
+    cr_expect_eq(c.errors, 1, "%s", xml);
+    free(xml);
+    /* a folder that does not exist: ERR_ENV naming the path */
+    cr_expect_eq(report_run_junit(path_in("nope/run.xml"), &none, NULL, &err), ERR_ENV);
+    cr_expect(strstr(err.msg, "nope/run.xml"), "%s", err.msg);
+}
