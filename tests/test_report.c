@@ -481,6 +481,24 @@ Test(report, release_check_json_and_junit_keep_the_exit_codes)
     cr_expect_eq(release_check_report(f, &o, &self, 0, path_in("r.xml")), 0);
     cr_expect_eq(release_check_report(f, &o, &self, 0, path_in("no/such/dir/r.xml")), 3);
     fclose(f);
+    /* --sign --json: the sign-off is in the document */
+    char key[1024];
+    snprintf(key, sizeof key, "%s", path_in("a.key"));
+    o.sign_key = key;
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    code = release_check_report(f, &o, &self, 1, NULL);
+    fclose(f);
+    cr_expect_eq(code, 0, "%s", buf);
+    doc = json_loads(buf, 0, NULL);
+    cr_assert(doc, "%s", buf);
+    cr_expect(json_is_true(json_object_get(doc, "ok")));
+    json_t *so = json_object_get(doc, "signoff");
+    cr_expect_str_eq(json_string_value(json_object_get(so, "key_id")), key_a.id, "%s", buf);
+    cr_expect_eq(strlen(json_string_value(json_object_get(so, "head"))), 64, "%s", buf);
+    cr_expect_null(strstr(buf, "sign-off written"), "text mixed into the JSON: %s", buf);
+    json_decref(doc);
+    free(buf);
 }
 
 /* ---- gate run --junit ------------------------------------------------------------------------ */
