@@ -148,7 +148,7 @@ static void evaluate(const char *db, struct ladder **lp, struct release_result *
 /* ---- a tiny XML well-formedness check that counts JUnit elements ----------------------------- */
 
 struct suite_count {
-    char name[256];
+    char name[2048];
     int decl_tests, decl_failures, decl_errors, decl_skipped; /* the attributes (-1: absent) */
     int tests, failures, errors, skipped;                     /* the elements inside */
 };
