@@ -63,7 +63,12 @@ Test(cpu, every_conformance_case_passes_parity_on_every_path, .timeout = 1200)
     struct parity_config cfg;
     parity_config_default(&cfg);
     double worst_cos = 1.0, worst_kld = 0.0;
+    /* sanitizer builds run ~10x slower: there the Q4_K_M cases (dense and MoE: every K-quant
+     * kernel, routing) show memory safety; the normal build judges all six */
+    const int asan = getenv("GATE_ASAN") != NULL;
     for (int c = 0; c < n; c++) {
+        if (asan && !strstr(cases[c], "q4_k_m"))
+            continue;
         struct model *m = check_load_case(cases[c]);
         for (int i = 0; i < 3; i++) {
             struct mode mode = mode_of(modes[i]);

@@ -70,6 +70,8 @@ Test(falsify, every_fault_at_all_layers_is_rejected)
     cr_assert_eq(fs.n, 4);
     struct falsify_config cfg;
     falsify_config_default(&cfg);
+    if (getenv("GATE_ASAN")) /* sanitizer builds run ~10x slower: one sample per kind */
+        cfg.sweep_samples = 1;
     struct mode mode = ref_mode("ref.decode");
     struct falsify_result r;
     struct gate_err err = {0};
@@ -108,6 +110,8 @@ Test(falsify, rejected_on_the_chat_path_too)
     struct fault_set fs = faults_of(specs, 1);
     struct falsify_config cfg;
     falsify_config_default(&cfg);
+    if (getenv("GATE_ASAN")) /* sanitizer builds run ~10x slower: one sample per kind */
+        cfg.sweep_samples = 1;
     struct mode mode = ref_mode("ref.chat");
     struct falsify_result r;
     struct gate_err err = {0};
