@@ -163,28 +163,8 @@ int cli_ensure_model(const struct ladder_model *lm, int threads, struct gate_err
     if (!lm->synth)
         return err_set(err, ERR_INPUT, "model '%s': '%s' cannot be read: %s", lm->id, lm->path,
                        strerror(errno));
-    struct synth_options so;
-    memset(&so, 0, sizeof so);
-    const struct synth_spec *sp = synth_preset_find(lm->preset);
-    if (!sp)
-        return err_set(err, ERR_INPUT, "model '%s': unknown synth preset '%s'", lm->id, lm->preset);
-    so.spec = *sp;
-    so.quant = synth_quant_from_name(lm->quant);
-    if (so.quant < 0)
-        return err_set(err, ERR_INPUT, "model '%s': unknown synth quant '%s'", lm->id, lm->quant);
-    so.seed = (uint32_t)lm->seed;
-    so.n_threads = threads;
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s", lm->path);
-    char *slash = strrchr(dir, '/');
-    if (slash) {
-        *slash = '\0';
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-            return err_set(err, ERR_ENV, "cannot create the model cache '%s': %s", dir,
-                           strerror(errno));
-    }
     fprintf(stderr, "gate: model '%s' is not in the cache yet: writing %s\n", lm->id, lm->path);
-    int rc = synth_write(&so, lm->path, ensure_progress, (void *)lm, err);
+    int rc = ladder_model_ensure(lm, threads, ensure_progress, (void *)lm, NULL, err);
     if (isatty(2))
         fprintf(stderr, "\n");
     return rc;

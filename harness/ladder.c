@@ -1607,3 +1607,36 @@ int ladder_check_golden_entries(const struct ladder *l, int host, struct gate_er
     }
     return rc;
 }
+
+int ladder_model_ensure(const struct ladder_model *lm, int threads, synth_progress_fn progress,
+                        void *ctx, int *written, struct gate_err *err)
+{
+    struct stat st;
+    if (written)
+        *written = 0;
+    if (!lm->synth || stat(lm->path, &st) == 0)
+        return 0;
+    struct synth_options so;
+    memset(&so, 0, sizeof so);
+    const struct synth_spec *sp = synth_preset_find(lm->preset);
+    if (!sp)
+        return err_set(err, ERR_INPUT, "model '%s': unknown synth preset '%s'", lm->id, lm->preset);
+    so.spec = *sp;
+    so.quant = synth_quant_from_name(lm->quant);
+    if (so.quant < 0)
+        return err_set(err, ERR_INPUT, "model '%s': unknown synth quant '%s'", lm->id, lm->quant);
+    so.seed = (uint32_t)lm->seed;
+    so.n_threads = threads;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", lm->path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = '\0';
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            return err_set(err, ERR_ENV, "cannot create the model cache '%s': %s", dir,
+                           strerror(errno));
+    }
+    if (written)
+        *written = 1;
+    return synth_write(&so, lm->path, progress, ctx, err);
+}

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "engine/synth.h"
 #include "faults/fault.h"
 
 #define LADDER_ID_MAX 64
@@ -181,6 +182,14 @@ const char *ladder_unanchored_reason(const struct ladder *l, const char *arch);
  * ladder_check_anchored(), and every declared goldens file pinned by golden.sha256 (the message
  * gives the file's digest when it exists). `gate golden record` needs neither. ERR_INPUT. */
 int ladder_check_runnable(const struct ladder *l, struct gate_err *err);
+
+/* Make sure model lm's file exists: a `synth:` model missing from the cache (.gate-cache/ next to
+ * the ladder) is written by the deterministic synthesizer (threads workers, progress as
+ * synth_write takes it); a file that exists, or a `path:` model, is left alone. *written (may be
+ * NULL) says whether a file was synthesized. ERR_INPUT unknown preset/quant, ERR_ENV I/O. The one
+ * synth-on-demand of gate run and gate golden record. */
+int ladder_model_ensure(const struct ladder_model *lm, int threads, synth_progress_fn progress,
+                        void *ctx, int *written, struct gate_err *err);
 
 /* The files a ladder names, checked before anything runs (issue 16): every synth model's preset
  * and quant are known and its preset's architecture is the declared arch; every `path:` model

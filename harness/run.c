@@ -300,30 +300,13 @@ static void synth_progress(void *ctx, uint64_t done, uint64_t total, int i, int 
 static int ensure_model(struct cell_ctx *x, struct gate_err *err)
 {
     const struct ladder_model *lm = &x->l->models[x->c->model];
-    struct stat st;
-    if (!lm->synth || stat(lm->path, &st) == 0)
-        return 0;
-    struct synth_options so;
-    memset(&so, 0, sizeof so);
-    const struct synth_spec *sp = synth_preset_find(lm->preset);
-    if (!sp)
-        return err_set(err, ERR_INPUT, "model '%s': unknown synth preset '%s'", lm->id, lm->preset);
-    so.spec = *sp;
-    so.quant = synth_quant_from_name(lm->quant);
-    if (so.quant < 0)
-        return err_set(err, ERR_INPUT, "model '%s': unknown synth quant '%s'", lm->id, lm->quant);
-    so.seed = (uint32_t)lm->seed;
-    so.n_threads = x->o->threads;
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s", lm->path);
-    char *slash = strrchr(dir, '/');
-    if (slash) {
-        *slash = '\0';
-        mkdir(dir, 0755);
+    int written = 0;
+    int rc = ladder_model_ensure(lm, x->o->threads, synth_progress, x, &written, err);
+    if (written) {
+        struct run_event ev = {
+            .kind = RUN_EV_SYNTH, .cell = x->name, .model = lm->id, .finished = 1};
+        emit(x->progress, x->pctx, &ev);
     }
-    int rc = synth_write(&so, lm->path, synth_progress, x, err);
-    struct run_event ev = {.kind = RUN_EV_SYNTH, .cell = x->name, .model = lm->id, .finished = 1};
-    emit(x->progress, x->pctx, &ev);
     return rc;
 }
 
