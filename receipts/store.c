@@ -1082,17 +1082,60 @@ static void utc_now(char out[32])
     strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* Canonicalize payload, sign it under the DSSE type, and insert it into table ("heads" or
+ * "signoffs": append-only tables of signed payloads) inside the caller's transaction. what names
+ * the record in error messages ("a head record", "the sign-off"). */
+static int insert_signed(struct store *s, const char *table, const char *type,
+                         const json_t *payload, const struct key_pair *k, const char *what,
+                         struct gate_err *err)
+{
+    char hash[65], sql[160];
+    unsigned char sig[64];
+    char *bytes = NULL;
+    size_t len = 0;
+    sqlite3_stmt *st = NULL;
+    int rc;
+    if ((rc = receipt_canonical(payload, &bytes, &len, err)))
+        goto cleanup;
+    if ((rc = receipt_sign_type(type, bytes, len, k, sig))) {
+        rc = err_set(err, ERR_ENV, "out of memory signing %s", what);
+        goto cleanup;
+    }
+    receipt_hash(bytes, len, sig, hash);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO %s (payload, signature, key_id, hash, created_at) "
+             "VALUES (?, ?, ?, ?, strftime('%%Y-%%m-%%dT%%H:%%M:%%SZ', 'now'))",
+             table);
+    if ((rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL)) != SQLITE_OK) {
+        char step[96];
+        snprintf(step, sizeof step, "preparing the insert of %s", what);
+        rc = db_fail(s, rc, step, err);
+        goto cleanup;
+    }
+    sqlite3_bind_text(st, 1, bytes, (int)len, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 2, sig, 64, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, k->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, hash, -1, SQLITE_STATIC);
+    if ((rc = sqlite3_step(st)) != SQLITE_DONE) {
+        char step[96];
+        snprintf(step, sizeof step, "inserting %s", what);
+        rc = db_fail(s, rc, step, err);
+        goto cleanup;
+    }
+    rc = 0;
+cleanup:
+    sqlite3_finalize(st);
+    free(bytes);
+    return rc;
+}
+
 int store_write_head(struct store *s, const struct key_pair *k, char head_hash[65], int64_t *count,
                      struct gate_err *err)
 {
     struct walk w = {.s = s};
-    char head[65], hash[65], nonce[33], now[32];
-    unsigned char sig[64];
-    char *bytes = NULL;
-    size_t len = 0;
+    char head[65], nonce[33], now[32];
     int64_t n = 0;
     json_t *payload = NULL;
-    sqlite3_stmt *st = NULL;
     int rc = 0;
     if ((rc = exec(s, "BEGIN IMMEDIATE", "starting the head record transaction", err)))
         goto cleanup;
@@ -1123,29 +1166,8 @@ int store_write_head(struct store *s, const struct key_pair *k, char head_hash[6
         rc = err_set(err, ERR_ENV, "out of memory building a head record");
         goto cleanup;
     }
-    if ((rc = receipt_canonical(payload, &bytes, &len, err)))
+    if ((rc = insert_signed(s, "heads", HEAD_PAYLOAD_TYPE, payload, k, "a head record", err)))
         goto cleanup;
-    if ((rc = receipt_sign_type(HEAD_PAYLOAD_TYPE, bytes, len, k, sig))) {
-        rc = err_set(err, ERR_ENV, "out of memory signing a head record");
-        goto cleanup;
-    }
-    receipt_hash(bytes, len, sig, hash);
-    rc = sqlite3_prepare_v2(s->db,
-                            "INSERT INTO heads (payload, signature, key_id, hash, created_at) "
-                            "VALUES (?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))",
-                            -1, &st, NULL);
-    if (rc != SQLITE_OK) {
-        rc = db_fail(s, rc, "preparing the head record insert", err);
-        goto cleanup;
-    }
-    sqlite3_bind_text(st, 1, bytes, (int)len, SQLITE_STATIC);
-    sqlite3_bind_blob(st, 2, sig, 64, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, k->id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, hash, -1, SQLITE_STATIC);
-    if ((rc = sqlite3_step(st)) != SQLITE_DONE) {
-        rc = db_fail(s, rc, "inserting a head record", err);
-        goto cleanup;
-    }
     if ((rc = exec(s, "COMMIT", "committing the head record", err)))
         goto cleanup;
     if (head_hash)
@@ -1153,12 +1175,10 @@ int store_write_head(struct store *s, const struct key_pair *k, char head_hash[6
     if (count)
         *count = n;
 cleanup:
-    sqlite3_finalize(st);
     if (rc && s && s->db)
         rollback(s);
     index_free(&w.ix);
     json_decref(payload);
-    free(bytes);
     return rc;
 }
 
@@ -1769,12 +1789,8 @@ cleanup:
 int store_add_signoff(struct store *s, json_t *payload, const struct key_pair *k,
                       struct gate_err *err)
 {
-    char head[65], hash[65];
-    unsigned char sig[64];
-    char *bytes = NULL;
-    size_t len = 0;
+    char head[65];
     int64_t count = 0;
-    sqlite3_stmt *st = NULL;
     int rc = 0;
     if (!json_is_object(payload)) {
         rc = err_set(err, ERR_INPUT, "a sign-off payload must be a JSON object");
@@ -1792,34 +1808,11 @@ int store_add_signoff(struct store *s, json_t *payload, const struct key_pair *k
         rc = err_set(err, ERR_ENV, "out of memory setting sign-off \"receipts\"");
         goto cleanup;
     }
-    if ((rc = receipt_canonical(payload, &bytes, &len, err)))
+    if ((rc = insert_signed(s, "signoffs", SIGNOFF_PAYLOAD_TYPE, payload, k, "the sign-off", err)))
         goto cleanup;
-    if ((rc = receipt_sign_type(SIGNOFF_PAYLOAD_TYPE, bytes, len, k, sig))) {
-        rc = err_set(err, ERR_ENV, "out of memory signing the sign-off");
-        goto cleanup;
-    }
-    receipt_hash(bytes, len, sig, hash);
-    rc = sqlite3_prepare_v2(s->db,
-                            "INSERT INTO signoffs (payload, signature, key_id, hash, created_at) "
-                            "VALUES (?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))",
-                            -1, &st, NULL);
-    if (rc != SQLITE_OK) {
-        rc = db_fail(s, rc, "preparing the sign-off insert", err);
-        goto cleanup;
-    }
-    sqlite3_bind_text(st, 1, bytes, (int)len, SQLITE_STATIC);
-    sqlite3_bind_blob(st, 2, sig, 64, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, k->id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, hash, -1, SQLITE_STATIC);
-    if ((rc = sqlite3_step(st)) != SQLITE_DONE) {
-        rc = db_fail(s, rc, "inserting the sign-off", err);
-        goto cleanup;
-    }
     rc = exec(s, "COMMIT", "committing the sign-off", err);
 cleanup:
-    sqlite3_finalize(st);
     if (rc && s && s->db)
         rollback(s);
-    free(bytes);
     return rc;
 }
