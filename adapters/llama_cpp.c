@@ -58,6 +58,7 @@ struct options {
     enum ggml_type kv; /* --kv-type f16|f32 (default f16, llama.cpp's default) */
     int flash_attn;    /* --flash-attn auto|on|off: enum llama_flash_attn_type */
     int verbose;       /* --verbose: pass llama.cpp's INFO/DEBUG log to stderr */
+    int no_repack;     /* --no-repack: keep weights in their file layout (use_extra_bufts off) */
 };
 
 /* The session: what is loaded and where the cache stands. */
@@ -375,6 +376,7 @@ static int op_hello(struct session *s, json_t *req, struct gate_err *err)
                               "device", s->device, "faults", "max_tokens", s->opt.max_tokens);
     if (proto != PROTOCOL) {
         /* answer with our number: gate refuses the engine with both versions named */
+        fprintf(stderr, "gate-llama: hello asks for protocol %lld; this engine speaks 1\n", proto);
         if (reply)
             json_object_set_new(reply, "ok", json_false());
         if (reply)
@@ -420,6 +422,7 @@ static int op_load(struct session *s, json_t *req, struct gate_err *err)
     static ggml_backend_dev_t no_devices[1] = {NULL}; /* no GPU device: everything on the CPU */
     mp.devices = no_devices;
     mp.n_gpu_layers = 0;
+    mp.use_extra_bufts = !s->opt.no_repack;
     s->model = llama_model_load_from_file_ptr(s->model_file, mp);
     if (!s->model) {
         snprintf(msg, sizeof msg,
@@ -464,9 +467,10 @@ static int op_load(struct session *s, json_t *req, struct gate_err *err)
     s->n_cur = 0;
     fprintf(stderr,
             "gate-llama: loaded '%s' sha256 %s: n_vocab %d, n_ctx %d, n_batch %d, threads %d, "
-            "kv %s, flash_attn %s\n",
+            "kv %s, flash_attn %s, repack %s\n",
             path, hex, s->n_vocab, s->n_ctx, s->n_batch, s->opt.threads, ggml_type_name(s->opt.kv),
-            llama_flash_attn_type_name((enum llama_flash_attn_type)s->opt.flash_attn));
+            llama_flash_attn_type_name((enum llama_flash_attn_type)s->opt.flash_attn),
+            s->opt.no_repack ? "off" : "on");
     return send_ok(s,
                    json_pack("{s:s, s:i, s:i}", "sha256", hex, "n_vocab", (int)s->n_vocab, "n_ctx",
                              (int)s->n_ctx),
@@ -676,7 +680,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: gate-llama [--threads N] [--max-tokens N] [--kv-type f16|f32]\n"
-            "                  [--flash-attn auto|on|off] [--verbose]\n"
+            "                  [--flash-attn auto|on|off] [--no-repack] [--verbose]\n"
             "Speaks gate-exec protocol 1 on stdin/stdout (docs/exec.md); run it from a ladder's\n"
             "engines: section, not by hand.\n");
 }
@@ -688,12 +692,17 @@ static int parse_options(int argc, char **argv, struct options *o, struct gate_e
     o->kv = GGML_TYPE_F16;
     o->flash_attn = LLAMA_FLASH_ATTN_TYPE_AUTO;
     o->verbose = 0;
+    o->no_repack = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
         if (!strcmp(a, "--verbose")) {
             o->verbose = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-repack")) {
+            o->no_repack = 1;
             continue;
         }
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
