@@ -20,6 +20,7 @@ int cmd_ladder(int argc, char **argv);      /* ladder check */
 int cmd_run(int argc, char **argv);         /* run */
 int cmd_release(int argc, char **argv);     /* release check */
 int cmd_golden(int argc, char **argv);      /* golden record */
+int cmd_report(int argc, char **argv);      /* report (HTML; cli/cmd_report.c) */
 
 /* Print "gate: <msg>" to stderr; returns code. */
 int cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

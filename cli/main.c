@@ -26,7 +26,7 @@ static const struct command COMMANDS[] = {
     {"release", cmd_release},       {"golden", cmd_golden},
     {"parity", cmd_parity},         {"falsify", cmd_falsify},
     {"selftest", cmd_selftest},     {"key", cmd_key},
-    {"receipt", cmd_receipt},
+    {"receipt", cmd_receipt},       {"report", cmd_report},
 };
 
 /* Every command and subcommand, one line each, within 100 columns (tested: test_cli). */
@@ -51,6 +51,7 @@ static const char USAGE[] =
     "  golden record LADDER.yaml            record goldens from the reference twin\n"
     "  run LADDER.yaml --host ID            run this host's cells, one signed receipt each\n"
     "  release check LADDER.yaml            sign off only if every required cell PASSes\n"
+    "  report LADDER.yaml -o report.html    the release as one static HTML page\n"
     "keys and receipts:\n"
     "  key gen --host ID [-o FILE]          make a host signing key\n"
     "  key pub FILE                         print the public key of a private key file\n"
