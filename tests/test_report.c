@@ -593,3 +593,168 @@ Test(report, run_junit_of_a_run_that_did_not_happen_is_an_error_not_an_empty_pas
     cr_expect_eq(report_run_junit(path_in("nope/run.xml"), &none, NULL, &err), ERR_ENV);
     cr_expect(strstr(err.msg, "nope/run.xml"), "%s", err.msg);
 }
+
+/* ---- the common JUnit schema (tests/data/junit.xsd, docs/reports.md) ------------------------- */
+
+/* 1: xmllint validates path against tests/data/junit.xsd; 0: it reports a validity error (its
+ * exit 3; a schema that does not compile is neither); -1: anything else. Output in path.lint. */
+static int junit_schema_valid(const char *path)
+{
+    char cmd[3300];
+    snprintf(cmd, sizeof cmd,
+             "xmllint --noout --schema '%s/tests/data/junit.xsd' '%s' >'%s.lint' 2>&1; r=$?;"
+             " [ $r = 0 ] && exit 10; [ $r = 3 ] && exit 11; exit 12",
+             GATE_SOURCE_DIR, path, path);
+    int st = system(cmd) >> 8;
+    return st == 10 ? 1 : st == 11 ? 0 : -1;
+}
+
+static void skip_without_xmllint(void)
+{
+    if (system("command -v xmllint >/dev/null 2>&1") != 0)
+        cr_skip_test("xmllint is absent: JUnit schema validation not run (ci/deps.sh installs "
+                     "libxml2-utils)");
+}
+
+static void expect_valid(const char *path)
+{
+    char lint[1100];
+    snprintf(lint, sizeof lint, "%s.lint", path);
+    int v = junit_schema_valid(path);
+    char *why = check_slurp_text(lint), *xml = check_slurp_text(path);
+    cr_expect_eq(v, 1, "%s does not validate against the common JUnit schema:\n%s\n%s", path, why,
+                 xml);
+    free(why);
+    free(xml);
+}
+
+/* Every JUnit shape gate writes: a blocked release (failures, a skip), a run with PASS, FAIL and
+ * ERROR gates and a receipt that was not stored, a run that did not happen, a check that could
+ * not run. (The files of a real `gate run` / `release check` are validated in test_fleet.c.) */
+Test(report, junit_files_validate_against_the_common_schema)
+{
+    skip_without_xmllint();
+    struct gate_err err = {0};
+    blocked_release(path_in("r.db"));
+    struct ladder *l = NULL;
+    struct release_result r;
+    evaluate(path_in("r.db"), &l, &r);
+    cr_assert_eq(report_release_junit(path_in("release.xml"), l, &r, NULL, &err), 0, "%s", err.msg);
+    release_result_free(&r);
+    ladder_free(l);
+    expect_valid(path_in("release.xml"));
+
+    struct run_cell_result cells[2];
+    memset(cells, 0, sizeof cells);
+    snprintf(cells[0].name, sizeof cells[0].name, "moe/a/ref.decode");
+    snprintf(cells[0].verdict, sizeof cells[0].verdict, "FAIL");
+    cells[0].receipt_id = 3;
+    set_gate(&cells[0], "capability", "PASS", "ran on ref");
+    set_gate(&cells[0], "parity", "FAIL", "cosine 0.42 < 0.999 at position 5 & <x>");
+    set_gate(&cells[0], "golden", "ERROR", "cannot read 'g.json'");
+    snprintf(cells[1].name, sizeof cells[1].name, "anchor/conf/a");
+    cells[1].is_anchor = 1;
+    snprintf(cells[1].verdict, sizeof cells[1].verdict, "PASS");
+    snprintf(cells[1].store_error, sizeof cells[1].store_error, "disk full");
+    set_gate(&cells[1], "anchor", "PASS", "nmse 1e-14");
+    struct run_result res = {.cells = cells, .n = 2, .n_pass = 1};
+    cr_assert_eq(report_run_junit(path_in("run.xml"), &res, NULL, &err), 0, "%s", err.msg);
+    expect_valid(path_in("run.xml"));
+    cr_assert_eq(report_run_junit(path_in("none.xml"), NULL, "ladder 'x.yaml': no such file", &err),
+                 0, "%s", err.msg);
+    expect_valid(path_in("none.xml"));
+
+    char ladder[1024], db[1024];
+    snprintf(ladder, sizeof ladder, "%s", path_in("ladder.yaml"));
+    snprintf(db, sizeof db, "%s", path_in("missing.db"));
+    struct release_options o = {.ladder = ladder, .db = db};
+    FILE *f = fopen("/dev/null", "w");
+    cr_assert(f);
+    cr_expect_eq(release_check_report(f, &o, &self, 0, path_in("cannot.xml")), 2);
+    fclose(f);
+    expect_valid(path_in("cannot.xml"));
+}
+
+/* The attack side: the schema must be able to fail. Each document below is well-formed XML that
+ * a CI system would misread (a failure with no reason, a suite without its counts, a count that
+ * is not a number, two outcomes for one test, a test outside a suite); each must be rejected as
+ * a validity error, while the same document unmutated validates. */
+Test(report, junit_schema_rejects_documents_a_ci_system_would_misread)
+{
+    skip_without_xmllint();
+    static const char GOOD[] =
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+        "<testsuites name=\"gate run\" tests=\"2\" failures=\"1\" errors=\"0\">\n"
+        "  <testsuite name=\"m/a/ref.decode\" tests=\"2\" failures=\"1\" errors=\"0\" "
+        "skipped=\"0\">\n"
+        "    <properties><property name=\"verdict\" value=\"FAIL\"/></properties>\n"
+        "    <testcase classname=\"m/a/ref.decode\" name=\"capability\"/>\n"
+        "    <testcase classname=\"m/a/ref.decode\" name=\"parity\">"
+        "<failure message=\"cosine 0.42\" type=\"FAIL\">cosine 0.42</failure></testcase>\n"
+        "  </testsuite>\n"
+        "</testsuites>\n";
+    static const struct {
+        const char *what, *from, *to;
+    } attack[] = {
+        {"a failure without a message", "<failure message=\"cosine 0.42\" type", "<failure type"},
+        {"an error without a message",
+         "<failure message=\"cosine 0.42\" type=\"FAIL\">cosine 0.42</failure>",
+         "<error type=\"ERROR\">disk full</error>"},
+        {"a skip without a message",
+         "<failure message=\"cosine 0.42\" type=\"FAIL\">cosine "
+         "0.42</failure>",
+         "<skipped/>"},
+        {"a testsuite without its failures count",
+         " tests=\"2\" failures=\"1\" errors=\"0\" "
+         "skipped",
+         " tests=\"2\" errors=\"0\" skipped"},
+        {"a count that is not a number", "<testsuites name=\"gate run\" tests=\"2\"",
+         "<testsuites name=\"gate run\" tests=\"two\""},
+        {"a negative count", "errors=\"0\" skipped=\"0\"", "errors=\"0\" skipped=\"-1\""},
+        {"two outcomes in one testcase", "cosine 0.42</failure>",
+         "cosine 0.42</failure><error message=\"x\">x</error>"},
+        {"a testcase without a classname",
+         "<testcase classname=\"m/a/ref.decode\" "
+         "name=\"capability\"/>",
+         "<testcase name=\"capability\"/>"},
+        {"a testcase outside a testsuite", "  </testsuite>\n",
+         "  </testsuite>\n  <testcase classname=\"x\" name=\"y\"/>\n"},
+        {"properties after the testcases",
+         "    <properties><property name=\"verdict\" "
+         "value=\"FAIL\"/></properties>\n",
+         ""},
+    };
+    FILE *f = fopen(path_in("good.xml"), "w");
+    cr_assert(f);
+    fputs(GOOD, f);
+    fclose(f);
+    expect_valid(path_in("good.xml"));
+    for (size_t i = 0; i < sizeof attack / sizeof attack[0]; i++) {
+        const char *at = strstr(GOOD, attack[i].from);
+        cr_assert(at, "attack '%s': its anchor is not in the document", attack[i].what);
+        char doc[4096], name[64];
+        snprintf(doc, sizeof doc, "%.*s%s%s", (int)(at - GOOD), GOOD, attack[i].to,
+                 at + strlen(attack[i].from));
+        if (i == sizeof attack / sizeof attack[0] - 1) { /* move properties to the end */
+            char *end = strstr(doc, "  </testsuite>");
+            cr_assert(end);
+            char tail[2048];
+            snprintf(tail, sizeof tail,
+                     "    <properties><property name=\"verdict\" "
+                     "value=\"FAIL\"/></properties>\n%s",
+                     end);
+            snprintf(end, sizeof doc - (size_t)(end - doc), "%s", tail);
+        }
+        snprintf(name, sizeof name, "attack%zu.xml", i);
+        f = fopen(path_in(name), "w");
+        cr_assert(f);
+        fputs(doc, f);
+        fclose(f);
+        int v = junit_schema_valid(path_in(name));
+        char lint[1100];
+        snprintf(lint, sizeof lint, "%s.lint", path_in(name));
+        char *why = check_slurp_text(lint);
+        cr_expect_eq(v, 0, "the schema accepted %s (xmllint: %s):\n%s", attack[i].what, why, doc);
+        free(why);
+    }
+}
