@@ -22,6 +22,10 @@ extern const struct backend_ops backend_cuda_ops; /* kernels/cuda_backend.cu */
 #endif
 
 extern const struct backend_ops backend_cpu_ops; /* engine/cpu.c */
+/* engine/exec.c: engines gate did not build, one child process each (docs/exec.md). Not a row
+ * of BACKENDS[]: its modes name a ladder's engine (exec.<engine>.<path>), so they are not part of
+ * the fixed list every build knows; backend_find() still finds it. */
+extern const struct backend_ops backend_exec_ops;
 
 /* Every backend any build knows: a mode names one of these whether or not it is compiled in
  * (settled question 3). ops NULL = not in this build. */
@@ -63,6 +67,8 @@ int backend_is_device(const char *name)
 const struct backend_ops *backend_find(const char *name)
 {
     const int i = backend_index(name);
+    if (i < 0 && name && !strcmp(name, backend_exec_ops.name))
+        return &backend_exec_ops; /* external engines: modes exec.<engine>.<path>, not the list */
     return i >= 0 ? BACKENDS[i].ops : NULL;
 }
 
@@ -193,6 +199,11 @@ int backend_truncate(struct backend *b, int n_pos, struct gate_err *err)
     if (!rc)
         b->n_past = n_pos; /* later positions are overwritten by the next forward */
     return rc;
+}
+
+int backend_records_taps(const struct backend *b)
+{
+    return !b->ops->no_taps;
 }
 
 void backend_set_taps(struct backend *b, const struct backend_taps *taps)

@@ -23,12 +23,16 @@
 extern "C" {
 #endif
 
+struct exec_session; /* engine/exec.h */
+
 struct backend_config {
     int n_threads; /* CPU worker threads (0 = number of cores) */
     int n_ctx;     /* KV cache positions (0 = min(model context, 4096)) */
     int n_batch;   /* most tokens per ops->forward (0 = the backend's default); longer runs
                     * are chunked by backend_forward() */
     const struct fault_set *faults; /* copied at open (backend_set_faults); NULL = none */
+    struct exec_session *exec; /* the exec backend's engine child (engine/exec.h; borrowed, shared
+                                * by the backends of one cell); NULL for every other backend */
 };
 
 /* What actually ran, measured by the backend while running (settled question 7). */
@@ -39,6 +43,8 @@ struct backend_info {
     uint64_t tokens;          /* tokens they evaluated (kept by the wrapper) */
     uint64_t kernel_launches; /* device kernel launches (0 on CPU backends) */
     uint64_t device_bytes;    /* bytes moved host <-> device */
+    char engine[256];         /* an external engine's "name version (build_id)" from its
+                               * handshake (exec); "" for the backends built into gate */
 };
 
 /* The device a backend runs on (or would run on), for the host check and the receipt's
@@ -87,6 +93,9 @@ struct backend_ops {
     /* backend, device, kernel_launches, device_bytes (the wrapper adds forwards, tokens). */
     void (*info)(const struct backend *b, struct backend_info *out);
     void (*close)(struct backend *b);
+    /* 1 when the backend cannot record taps (exec: an external engine shows only logits); the
+     * arrays of backend_set_taps() are then left as they were (backend_records_taps()) */
+    int no_taps;
 };
 
 /* The part of every backend the wrappers own; a backend's own struct starts with it. */
@@ -112,7 +121,8 @@ int backend_index(const char *name); /* -1 when unknown */
 /* 1 when the backend runs on an accelerator (its runs must count kernel launches). */
 int backend_is_device(const char *name);
 
-/* The backends this build has; NULL when the name is unknown or not compiled in. */
+/* The backends this build has; NULL when the name is unknown or not compiled in. "exec" (engines
+ * gate did not build, engine/exec.h) is found too, though it is not in the list above. */
 const struct backend_ops *backend_find(const char *name);
 
 /* Describe the device backend `name` would use, before any model is opened. ERR_ENV "backend
@@ -145,6 +155,10 @@ int backend_forward(struct backend *b, const int32_t *tokens, int n, int pos0, f
 /* Keep only the first n_pos cache positions (0 = reset); ERR_INPUT unless 0 <= n_pos <=
  * n_past. */
 int backend_truncate(struct backend *b, int n_pos, struct gate_err *err);
+
+/* 1 when b records taps (every backend built into gate); 0 for one that cannot (exec): an
+ * oracle must not read tap arrays it handed such a backend (they are left untouched). */
+int backend_records_taps(const struct backend *b);
 
 /* Record taps during the next forward calls (NULL = stop). Borrowed until replaced. */
 void backend_set_taps(struct backend *b, const struct backend_taps *taps);

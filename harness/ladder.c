@@ -11,6 +11,7 @@
 #include "harness/identity.h"
 #include "oracles/falsify.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -473,6 +474,121 @@ static int parse_host(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct la
     return 0;
 }
 
+/* engines: {NAME: {argv: [...], timeout_s: N, supports: [...]}} (docs/exec.md). */
+static int parse_engines(struct parse *p, yaml_node_t *root)
+{
+    static const char *const keys[] = {"argv", "timeout_s", "supports", NULL};
+    struct ladder *l = p->l;
+    yaml_node_t *v = get(p, root, "engines"), *x, *it;
+    int rc;
+    if (!v)
+        return 0;
+    if ((rc = check_map(p, v, "engines", NULL)))
+        return rc;
+    const size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
+    if (n == 0)
+        return fail(p, v, "engines must not be empty (omit it when the ladder gates none)");
+    if (!(l->engines = calloc(n, sizeof *l->engines)))
+        return err_set(p->err, ERR_ENV, "out of memory");
+    FOR_PAIRS(v, pr)
+    {
+        yaml_node_t *k = node(p, pr->key), *e = node(p, pr->value);
+        struct ladder_engine *le = &l->engines[l->n_engines++];
+        const char *name = scalar(k);
+        char what[64];
+        int ok = strlen(name) >= 1 && strlen(name) < sizeof le->e.name;
+        for (const char *c = name; ok && *c; c++)
+            ok = isalnum((unsigned char)*c) || *c == '-' || *c == '_';
+        if (!ok)
+            return fail(p, k,
+                        "engine name '%s' must be 1-%d letters, digits, '-' or '_' (it is"
+                        " part of the mode exec.%s.<path>)",
+                        name, (int)sizeof le->e.name - 1, name);
+        snprintf(le->e.name, sizeof le->e.name, "%s", name);
+        snprintf(what, sizeof what, "engine '%s'", name);
+        le->line = (int)k->start_mark.line + 1;
+        le->e.timeout_s = EXEC_TIMEOUT_DEFAULT;
+        if ((rc = check_map(p, e, what, keys)) || (rc = need(p, e, "argv", what, &x)) ||
+            (rc = check_seq(p, x, "argv", 1)))
+            return rc;
+        FOR_ITEMS(p, x, it)
+        {
+            char buf[1024];
+            if (le->e.argc == EXEC_ARGV_MAX)
+                return fail(p, it, "%s: argv has more than %d entries", what, EXEC_ARGV_MAX);
+            if ((rc = get_str(p, it, "argv entries", buf, sizeof buf)))
+                return rc;
+            char *arg = le->e.argc == 0 && strchr(buf, '/') && buf[0] != '/' ? resolve(l, buf)
+                                                                             : strdup(buf);
+            if (!arg || (le->e.argc == 0 && !(le->argv0 = strdup(buf)))) {
+                free(arg);
+                return err_set(p->err, ERR_ENV, "out of memory");
+            }
+            le->e.argv[le->e.argc++] = arg;
+        }
+        if ((x = get(p, e, "timeout_s")) &&
+            (rc = get_num(p, x, "timeout_s", 0.1, 3600, &le->e.timeout_s)))
+            return rc;
+        if ((rc = need(p, e, "supports", what, &x)) || (rc = check_seq(p, x, "supports", 1)))
+            return rc;
+        le->supports_line = (int)x->start_mark.line + 1;
+        le->supports_col = (int)x->start_mark.column + 1;
+        FOR_ITEMS(p, x, it)
+        {
+            const unsigned bit = exec_support_bit(scalar(it));
+            if (!bit)
+                return fail(p, it,
+                            "%s: supports entry '%s' is not one of decode, prefill, chat,"
+                            " faults",
+                            what, scalar(it) ? scalar(it) : kind(it));
+            le->e.supports |= bit;
+        }
+    }
+    return 0;
+}
+
+int ladder_find_engine(const struct ladder *l, const char *name)
+{
+    for (int i = 0; i < l->n_engines; i++)
+        if (!strcmp(l->engines[i].e.name, name))
+            return i;
+    return -1;
+}
+
+/* A mode the ladder may name: the fixed list, or exec.<engine>.<path> of a declared engine that
+ * lists the path in `supports`. 0 ok; else the refusal at n (n NULL: only the status). */
+static int mode_declared(struct parse *p, yaml_node_t *n, const char *text)
+{
+    struct mode m;
+    struct gate_err why = {0};
+    if (mode_parse(text, &m, &why))
+        return n ? fail(p, n,
+                        "unknown mode '%s' (expected <backend>.<path> with backend cuda,"
+                        " cpu or ref and path decode, prefill or chat, or exec.<engine>.<path>)",
+                        text)
+                 : ERR_INPUT;
+    if (!m.engine[0])
+        return 0;
+    const int ei = ladder_find_engine(p->l, m.engine);
+    if (ei < 0)
+        return n ? fail(p, n,
+                        "mode '%s' names engine '%s', which the ladder's engines: section"
+                        " does not declare",
+                        text, m.engine)
+                 : ERR_INPUT;
+    const struct ladder_engine *le = &p->l->engines[ei];
+    const unsigned bit = m.path == MODE_DECODE    ? EXEC_SUPPORTS_DECODE
+                         : m.path == MODE_PREFILL ? EXEC_SUPPORTS_PREFILL
+                                                  : EXEC_SUPPORTS_CHAT;
+    if (!(le->e.supports & bit))
+        return n ? fail(p, n,
+                        "mode '%s': engine '%s' (line %d) does not list %s in its supports;"
+                        " a path the engine does not declare is refused, not skipped",
+                        text, m.engine, le->line, mode_path_name(m.path))
+                 : ERR_INPUT;
+    return 0;
+}
+
 int ladder_mode_known(const char *mode)
 {
     return mode_known(mode); /* the one mode list (oracles/mode.c over engine/backend.c's) */
@@ -608,11 +724,13 @@ struct cell_seen {
     unsigned char excluded[CELL_SLOTS];
 };
 
-static int cell_mode_index(const char *mode)
+static int cell_mode_index(const struct ladder *l, const char *mode)
 {
     struct mode m;
     if (mode_parse(mode, &m, NULL))
-        return 0; /* unreachable: modes were checked against ladder_mode_known() */
+        return 0;    /* unreachable: modes were checked by mode_declared() */
+    if (m.engine[0]) /* exec modes follow the fixed list: engine x path */
+        return mode_count() + ladder_find_engine(l, m.engine) * 3 + (int)m.path;
     return mode_index(&m);
 }
 
@@ -621,9 +739,10 @@ static int seen_add(struct parse *p, struct cell_seen *s, yaml_node_t *at, int m
                     const char *mode, int excluded)
 {
     const struct ladder *l = p->l;
-    uint32_t key =
-        1 + ((uint32_t)model * (uint32_t)l->n_hosts + (uint32_t)host) * (uint32_t)mode_count() +
-        (uint32_t)cell_mode_index(mode);
+    uint32_t key = 1 +
+                   ((uint32_t)model * (uint32_t)l->n_hosts + (uint32_t)host) *
+                       (uint32_t)(mode_count() + 3 * l->n_engines) +
+                   (uint32_t)cell_mode_index(l, mode);
     uint32_t i = (key * 2654435761u) >> 18; /* 14 bits: CELL_SLOTS */
     for (; s->key[i]; i = (i + 1) & (CELL_SLOTS - 1)) {
         if (s->key[i] != key)
@@ -911,7 +1030,7 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
                     yaml_node_t *v = get(p, m, mkeys[k]);
                     if (v && (!scalar(v) || (k == 0 && ladder_find_model(l, scalar(v)) < 0) ||
                               (k == 1 && ladder_find_host(l, scalar(v)) < 0) ||
-                              (k == 2 && !ladder_mode_known(scalar(v)))))
+                              (k == 2 && mode_declared(p, NULL, scalar(v)))))
                         return fail(p, v, "override matches %s '%s', which is not defined",
                                     mkeys[k], scalar(v) ? scalar(v) : "?");
                 }
@@ -927,6 +1046,21 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
                 if (match_override(p, get(p, it, "match"), c) &&
                     (rc = apply_gates(p, it, &c->g, 1)))
                     goto out;
+            }
+        }
+        struct mode cm;
+        if (!mode_parse(c->mode, &cm, NULL) && cm.engine[0]) {
+            const struct ladder_engine *le = &l->engines[ladder_find_engine(l, cm.engine)];
+            c->g.engine = le;
+            if (c->g.falsify.n != 0 && !(le->e.supports & EXEC_SUPPORTS_FAULTS)) {
+                char name[256];
+                rc = err_set(p->err, ERR_INPUT,
+                             "%s:%d:%d: cell %s: engine '%s' does not list faults in its"
+                             " supports, so the cell's falsify gate cannot inject anything; a"
+                             " falsify gate on such an engine is refused, not skipped",
+                             p->path, le->supports_line, le->supports_col,
+                             ladder_cell_name(l, i, name, sizeof name), le->e.name);
+                goto out;
             }
         }
         if (c->g.falsify.n != 0) {
@@ -1140,8 +1274,8 @@ int ladder_check_anchored(const struct ladder *l, struct gate_err *err)
 
 static int parse_root(struct parse *p, yaml_node_t *root)
 {
-    static const char *const keys[] = {"release", "models",  "hosts",      "modes", "cells",
-                                       "gates",   "anchors", "unanchored", NULL};
+    static const char *const keys[] = {"release", "models",  "hosts",      "modes",   "cells",
+                                       "gates",   "anchors", "unanchored", "engines", NULL};
     struct ladder *l = p->l;
     yaml_node_t *v, *it;
     int rc;
@@ -1175,6 +1309,8 @@ static int parse_root(struct parse *p, yaml_node_t *root)
     }
     if (l->n_hosts == 0)
         return fail(p, v, "hosts must not be empty");
+    if ((rc = parse_engines(p, root)))
+        return rc;
     yaml_node_t *modes;
     if ((rc = need(p, root, "modes", "the ladder", &modes)) ||
         (rc = check_seq(p, modes, "modes", 1)))
@@ -1189,11 +1325,8 @@ static int parse_root(struct parse *p, yaml_node_t *root)
                         "mode '%s' is the judge itself (the reference twin's batched"
                         " forward); a cell must test a different path",
                         m);
-        if (!ladder_mode_known(m))
-            return fail(p, it,
-                        "unknown mode '%s' (expected <backend>.<path> with backend cuda,"
-                        " cpu or ref and path decode, prefill or chat)",
-                        m);
+        if ((rc = mode_declared(p, it, m)))
+            return rc;
     }
     if ((rc = need(p, root, "cells", "the ladder", &v)) || (rc = parse_cells(p, v, modes)))
         return rc;
@@ -1381,6 +1514,12 @@ void ladder_free(struct ladder *l)
     free(l->anchors);
     free(l->unanchored);
     free(l->excluded);
+    for (int i = 0; i < l->n_engines; i++) {
+        for (int k = 0; k < l->engines[i].e.argc; k++)
+            free(l->engines[i].e.argv[k]);
+        free(l->engines[i].argv0);
+    }
+    free(l->engines);
     free(l->path);
     free(l->dir);
     free(l);
@@ -1428,6 +1567,19 @@ json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate)
             json_object_set_new(o, s->key, json_real(*(const double *)f));
         else
             json_object_set_new(o, s->key, json_string(f));
+    }
+    if (g->engine) { /* exec cells: the engine command is part of what the receipt vouches for */
+        const struct ladder_engine *le = g->engine;
+        json_t *argv = json_array(), *sup = json_array();
+        for (int k = 0; k < le->e.argc; k++)
+            json_array_append_new(argv, json_string(k ? le->e.argv[k] : le->argv0));
+        static const char *const words[] = {"decode", "prefill", "chat", "faults"};
+        for (int k = 0; k < 4; k++)
+            if (le->e.supports & exec_support_bit(words[k]))
+                json_array_append_new(sup, json_string(words[k]));
+        json_object_set_new(o, "engine",
+                            json_pack("{s:s, s:o, s:f, s:o}", "name", le->e.name, "argv", argv,
+                                      "timeout_s", le->e.timeout_s, "supports", sup));
     }
     if (!strcmp(gate, "golden")) /* the judge reads the pin under this name */
         json_object_set_new(o, "goldens_sha256", json_string(g->goldens_sha256));

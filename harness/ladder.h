@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "engine/exec.h"
 #include "engine/synth.h"
 #include "faults/fault.h"
 
@@ -38,6 +39,16 @@ struct ladder_model {
     char sha256[65]; /* pinned digest, lower-case hex */
     char arch[16];   /* expected architecture: qwen3 or qwen3moe */
     int line;
+};
+
+/* An engine gate did not build (docs/exec.md), as the top-level `engines:` section declares it;
+ * modes exec.<name>.<path> name it. */
+struct ladder_engine {
+    struct exec_engine e; /* argv strings owned here; argv[0] resolved against the ladder's folder
+                           * when it is relative and contains '/' */
+    char *argv0;          /* argv[0] as written: the settings record the ladder's words, not a path
+                           * that differs between hosts */
+    int line, supports_line, supports_col;
 };
 
 struct ladder_host {
@@ -69,6 +80,9 @@ struct ladder_gates {
     struct fault_set falsify;
     int sweep_samples;    /* sampled single-layer x single-position injections per kind */
     double min_detection; /* least detection rate per kind over those samples */
+    /* exec cells: the engine the mode names (borrowed from the ladder); NULL otherwise. Its
+     * argv, timeout and supports are part of every gate's recorded settings */
+    const struct ladder_engine *engine;
 };
 
 struct ladder_cell {
@@ -135,6 +149,9 @@ struct ladder {
     /* cells removed by `exclude` (never required, always shown), in expansion order */
     int n_excluded;
     struct ladder_excluded *excluded;
+    /* engines gate did not build (docs/exec.md), in file order */
+    int n_engines;
+    struct ladder_engine *engines;
 };
 
 /* Parse and validate path. Errors are ERR_INPUT with "file:line:column: what, expected what".
@@ -147,6 +164,9 @@ struct ladder {
  * bytes holding one key, and their content is never quoted in a message. */
 int ladder_load(struct ladder **out, const char *path, struct gate_err *err);
 void ladder_free(struct ladder *l);
+
+/* Index of an engine of the `engines:` section, or -1. */
+int ladder_find_engine(const struct ladder *l, const char *name);
 
 /* Index of a host / model id, or -1. */
 int ladder_find_host(const struct ladder *l, const char *id);

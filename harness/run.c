@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "engine/backend.h"
+#include "engine/exec.h"
 #include "engine/model.h"
 #include "engine/pin.h"
 #include "engine/synth.h"
@@ -374,6 +375,14 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
                      model_arch_name(m->hp.arch), lm->arch);
     if (!rc)
         rc = mode_parse(x.c->mode, &x.mode, &err);
+    /* an exec cell: one engine child for the whole cell, started at the first gate's open */
+    struct exec_session *engine = NULL;
+    if (!rc && x.mode.engine[0]) {
+        const int ei = ladder_find_engine(l, x.mode.engine);
+        rc = ei < 0 ? err_set(&err, ERR_INPUT, "mode %s names an undeclared engine", x.c->mode)
+                    : exec_session_new(&engine, &l->engines[ei].e, lm->path, lm->sha256, &err);
+        x.mode.exec = engine;
+    }
     if (rc) {
         gates = all_failed(&x, err.msg);
     } else {
@@ -389,6 +398,10 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
             json_object_set_new(gates, names[gi], row);
         }
     }
+    struct exec_hello hello;
+    const int have_hello = exec_session_hello(engine, &hello) == 0;
+    const int spawns = exec_session_spawns(engine);
+    exec_session_free(engine); /* bye; the child is always reaped */
     model_free(m);
     /* the verdict: from the gates' verdicts, as the release check derives it */
     enum gate_verdict overall = gatedef_overall(gates);
@@ -402,6 +415,14 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
                                       "seed", (json_int_t)lm->seed));
     else
         json_object_set_new(model_subject, "path", json_string(lm->path));
+    json_t *exec_subject = NULL;
+    if (x.mode.engine[0]) /* exec: the engine that ran, as its handshake named it */
+        exec_subject =
+            (have_hello ? json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "name", x.mode.engine,
+                                    "engine", hello.engine, "version", hello.version, "build_id",
+                                    hello.build_id, "device", hello.device, "spawns", spawns)
+                        : json_pack("{s:s, s:s, s:i}", "name", x.mode.engine, "error",
+                                    "no handshake completed", "spawns", spawns));
     json_t *env = identity_environment(o->threads);
     json_object_set_new(env, "host", json_string(l->hosts[x.c->host].id));
     json_object_set_new(env, "gpu", gpu_environment(&l->hosts[x.c->host]));
@@ -414,6 +435,8 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
         model_subject, "engine", identity_json(id), "environment", env, "gates", gates,
         "faults_active", "verdict", gate_verdict_name(overall), "started_at", started,
         "finished_at", finished);
+    if (exec_subject)
+        json_object_set_new(json_object_get(payload, "subject"), "exec_engine", exec_subject);
     return payload;
 }
 

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,9 +37,42 @@ static const char *path_at(int i)
     return PATHS[i];
 }
 
+/* "exec.<engine>.<path>": an engine gate did not build (docs/exec.md). 1 when text has the
+ * exec prefix (parsed or refused into err), 0 when it is not an exec mode. */
+static int parse_exec(const char *text, struct mode *out, int *rc, struct gate_err *err)
+{
+    if (!text || strncmp(text, "exec.", 5))
+        return 0;
+    const char *name = text + 5, *dot = strchr(name, '.');
+    const size_t len = dot ? (size_t)(dot - name) : 0;
+    int pi = -1;
+    for (int i = 0; dot && i < N_PATHS; i++)
+        if (!strcmp(dot + 1, PATHS[i]))
+            pi = i;
+    int ok = len >= 1 && len < sizeof out->engine && pi >= 0;
+    for (size_t i = 0; ok && i < len; i++)
+        ok = isalnum((unsigned char)name[i]) || name[i] == '-' || name[i] == '_';
+    if (!ok) {
+        *rc = err_set(err, ERR_INPUT,
+                      "unknown mode '%s' (an exec mode is exec.ENGINE.PATH with ENGINE 1-%d"
+                      " letters, digits, '-' or '_' and PATH one of decode, prefill, chat)",
+                      text, (int)sizeof out->engine - 1);
+        return 1;
+    }
+    snprintf(out->backend, sizeof out->backend, "exec");
+    memcpy(out->engine, name, len);
+    out->engine[len] = '\0';
+    out->path = (enum mode_path)pi;
+    *rc = 0;
+    return 1;
+}
+
 int mode_parse(const char *text, struct mode *out, struct gate_err *err)
 {
     memset(out, 0, sizeof *out);
+    int erc = 0;
+    if (parse_exec(text, out, &erc, err))
+        return erc;
     const char *dot = text ? strchr(text, '.') : NULL;
     int bi = -1, pi = -1;
     for (int i = 0; dot && i < backend_count(); i++)
@@ -98,7 +132,14 @@ const char *mode_path_name(enum mode_path p)
 
 void mode_format(const struct mode *m, char *buf, size_t n)
 {
-    snprintf(buf, n, "%s.%s", m->backend, mode_path_name(m->path));
+    char t[64]; /* "exec.<engine>.prefill" fits; cut to n below */
+    if (m->engine[0])
+        snprintf(t, sizeof t, "exec.%.24s.%s", m->engine, mode_path_name(m->path));
+    else
+        snprintf(t, sizeof t, "%.16s.%s", m->backend, mode_path_name(m->path));
+    const size_t len = strlen(t) < n ? strlen(t) : n - 1;
+    memcpy(buf, t, len);
+    buf[len] = '\0';
 }
 
 int mode_open(struct backend **out, const struct mode *mode, const struct model *m, int n_ctx,
@@ -114,8 +155,16 @@ int mode_open(struct backend **out, const struct mode *mode, const struct model 
                        name, mode->backend);
     /* the faults are copied into the backend (backend_set_faults); change them later with
      * backend_set_faults(), never by rewriting *faults */
-    struct backend_config cfg = {
-        .n_threads = n_threads, .n_ctx = n_ctx, .n_batch = n_ctx, .faults = faults};
+    struct backend_config cfg = {.n_threads = n_threads,
+                                 .n_ctx = n_ctx,
+                                 .n_batch = n_ctx,
+                                 .faults = faults,
+                                 .exec = mode->exec};
+    if (mode->engine[0] && !mode->exec)
+        return err_set(err, ERR_INPUT,
+                       "mode %s names engine '%s' but no engine session reached it (the"
+                       " ladder's engines: entry starts one per cell)",
+                       name, mode->engine);
     return backend_open(out, mode->backend, m, &cfg, err);
 }
 
@@ -173,6 +222,8 @@ static void on_close(void *ctx, const struct backend *b)
                  "%s%s", r->backends[0] ? "," : "", info.backend);
     if (!r->n_subjects)
         snprintf(r->device, sizeof r->device, "%s", info.device);
+    if (!r->engine[0] && info.engine[0])
+        snprintf(r->engine, sizeof r->engine, "%s", info.engine);
     r->n_subjects++;
     r->forwards += info.forwards;
     r->tokens += info.tokens;
@@ -194,10 +245,15 @@ void mode_ran_end(void)
 
 json_t *mode_ran_json(const struct mode_ran *r)
 {
-    return json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:I}", "backend", r->backends, "device",
-                     r->device, "subjects", r->n_subjects, "forwards", (json_int_t)r->forwards,
-                     "tokens", (json_int_t)r->tokens, "kernel_launches",
-                     (json_int_t)r->kernel_launches, "device_bytes", (json_int_t)r->device_bytes);
+    json_t *o =
+        json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:I}", "backend", r->backends, "device",
+                  r->device, "subjects", r->n_subjects, "forwards", (json_int_t)r->forwards,
+                  "tokens", (json_int_t)r->tokens, "kernel_launches",
+                  (json_int_t)r->kernel_launches, "device_bytes", (json_int_t)r->device_bytes);
+    /* an external engine's handshake (exec): what ran, as the engine named itself */
+    if (o && r->engine[0])
+        json_object_set_new(o, "engine", json_string(r->engine));
+    return o;
 }
 
 /* ---- running a path -------------------------------------------------------------------------- */

@@ -19,6 +19,7 @@
 
 #include "base/err.h"
 #include "engine/backend.h"
+#include "engine/exec.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "faults/fault.h"
@@ -34,12 +35,21 @@ enum mode_path {
 };
 
 struct mode {
-    char backend[16]; /* "cuda", "cpu" or "ref" */
+    char backend[16]; /* "cuda", "cpu" or "ref" (or "exec") */
     enum mode_path path;
+    /* exec modes only ("exec.<engine>.<path>", docs/exec.md): the ladder's engine name, and the
+     * cell's engine session (engine/exec.h; borrowed) that mode_open() hands the backend. The
+     * harness sets exec after mode_parse(); "" / NULL for every other mode. */
+    char engine[EXEC_NAME_MAX];
+    struct exec_session *exec;
 };
 
 /* Parse "ref.decode" etc. Anything outside the fixed list is ERR_INPUT naming the list. The
- * list is every backend of engine/backend.c's one list (compiled in or not) x every path. */
+ * list is every backend of engine/backend.c's one list (compiled in or not) x every path.
+ * Also "exec.<engine>.<path>" (an engine gate did not build, docs/exec.md): the engine name is
+ * 1..EXEC_NAME_MAX-1 letters, digits, '-' or '_'; whether the ladder declares it is the
+ * ladder's check, and out->exec stays NULL until the harness sets it. Exec modes are not in the
+ * fixed list (mode_count, mode_at, mode_index -1). */
 int mode_parse(const char *text, struct mode *out, struct gate_err *err);
 
 /* The fixed list, as the ladder reads it: mode_count() modes, mode_at(i) the i-th (0 ok, -1
@@ -75,6 +85,7 @@ int mode_open_judge(struct backend **out, const struct model *m, int n_ctx, int 
 struct mode_ran {
     char backends[64]; /* the distinct backend names seen, comma-separated ("" = none ran) */
     char device[128];  /* device of the first subject closed */
+    char engine[256];  /* an external engine's "name version (build_id)", first seen ("" none) */
     int n_subjects;    /* subject backends closed */
     uint64_t forwards, tokens, kernel_launches, device_bytes;
 };

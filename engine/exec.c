@@ -1,0 +1,859 @@
+/* exec.c — the `exec` backend: a child process speaking gate-exec version 1 (docs/exec.md).
+ *
+ * One struct exec_session per cell owns the child (pid, three non-blocking pipes, the stderr
+ * tail, the handshake); a struct exec_backend is a view of it between backend_open() and
+ * backend_close(). Every request goes through exchange(): one frame written, one frame read,
+ * both under the engine's deadline, the reply's header bounded and parsed before its payload
+ * size is accepted, the payload read straight into the caller's buffer. Any failure goes
+ * through fail(): the child is ended (stdin closed, SIGTERM, SIGKILL after EXEC_GRACE_S) and
+ * reaped, and the message carries its exit status or signal and its stderr tail, escaped.
+ * Invariants: s->pid != 0 exactly while a child is alive and unreaped; the pipes are
+ * close-on-exec in gate, so a second engine never inherits the first's; SIGPIPE is ignored once a
+ * child has been started (a write to a dead child is EPIPE, not the end of gate).
+ * Start reading: exchange(), then exec_open().
+ */
+#include "engine/exec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/backend.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "gate-exec payloads are little-endian int32/float32, copied as they lie in memory"
+#endif
+
+extern char **environ;
+
+struct exec_session {
+    const struct exec_engine *e; /* borrowed (the ladder's) */
+    char *model_path;            /* absolute */
+    char sha256[65];             /* the pinned digest the engine must report */
+    pid_t pid;                   /* 0: no child */
+    int in_fd, out_fd, err_fd;   /* gate's ends; -1 when closed */
+    char tail[EXEC_STDERR_TAIL]; /* the last bytes of the child's stderr */
+    size_t tail_len;
+    struct exec_hello hello;
+    int have_hello;
+    int loaded_ctx;        /* n_ctx the child loaded with (0: not loaded) */
+    int n_past;            /* positions in the child's cache, as gate counts them */
+    int spawns;            /* children started */
+    int attached;          /* a backend is open on this session */
+    struct fault_set sent; /* the child's active faults, as last sent */
+};
+
+struct exec_backend {
+    struct backend base; /* first: a struct exec_backend * is a struct backend * */
+    struct exec_session *s;
+};
+
+/* ---- small helpers --------------------------------------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+void exec_escape(const char *in, size_t len, char *out, size_t n)
+{
+    size_t at = 0;
+    for (size_t i = 0; i < len; i++) {
+        const unsigned char c = (unsigned char)in[i];
+        char one[8];
+        if (c == '\n')
+            snprintf(one, sizeof one, "\\n");
+        else if (c == '\t')
+            snprintf(one, sizeof one, "\\t");
+        else if (c == '"' || c == '\\' || c < 0x20 || c >= 0x7f)
+            snprintf(one, sizeof one, "\\x%02x", c);
+        else
+            snprintf(one, sizeof one, "%c", c);
+        const size_t w = strlen(one);
+        if (at + w + 1 > n)
+            break;
+        memcpy(out + at, one, w);
+        at += w;
+    }
+    out[at] = '\0';
+}
+
+unsigned exec_support_bit(const char *word)
+{
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } WORDS[] = {{"decode", EXEC_SUPPORTS_DECODE},
+                 {"prefill", EXEC_SUPPORTS_PREFILL},
+                 {"chat", EXEC_SUPPORTS_CHAT},
+                 {"faults", EXEC_SUPPORTS_FAULTS}};
+    for (size_t i = 0; word && i < sizeof WORDS / sizeof WORDS[0]; i++)
+        if (!strcmp(word, WORDS[i].name))
+            return WORDS[i].bit;
+    return 0;
+}
+
+/* Append what the child wrote to stderr, keeping the last EXEC_STDERR_TAIL bytes. */
+static void tail_add(struct exec_session *s, const char *buf, size_t n)
+{
+    if (n >= sizeof s->tail) {
+        memcpy(s->tail, buf + n - sizeof s->tail, sizeof s->tail);
+        s->tail_len = sizeof s->tail;
+        return;
+    }
+    if (s->tail_len + n > sizeof s->tail) {
+        const size_t drop = s->tail_len + n - sizeof s->tail;
+        memmove(s->tail, s->tail + drop, s->tail_len - drop);
+        s->tail_len -= drop;
+    }
+    memcpy(s->tail + s->tail_len, buf, n);
+    s->tail_len += n;
+}
+
+/* Read what stderr holds now (non-blocking); closes it at EOF. */
+static void drain_stderr(struct exec_session *s)
+{
+    char buf[4096];
+    while (s->err_fd >= 0) {
+        ssize_t r = read(s->err_fd, buf, sizeof buf);
+        if (r > 0) {
+            tail_add(s, buf, (size_t)r);
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+            close(s->err_fd);
+            s->err_fd = -1;
+        }
+        break;
+    }
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+/* End the child: stdin closed; if it has not exited, SIGTERM, then SIGKILL after the grace
+ * period; always reaped. status (n bytes) says how it ended. */
+static void end_child(struct exec_session *s, char *status, size_t n)
+{
+    int ws = 0, reaped = 0, signalled = 0;
+    close_fd(&s->in_fd);
+    if (!s->pid) {
+        snprintf(status, n, "no child was running");
+        return;
+    }
+    pid_t r;
+    while ((r = waitpid(s->pid, &ws, WNOHANG)) < 0 && errno == EINTR)
+        ;
+    reaped = r == s->pid;
+    if (!reaped) {
+        kill(s->pid, SIGTERM);
+        signalled = SIGTERM;
+        const double until = now_s() + EXEC_GRACE_S;
+        while (!reaped && now_s() < until) {
+            drain_stderr(s);
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            while ((r = waitpid(s->pid, &ws, WNOHANG)) < 0 && errno == EINTR)
+                ;
+            reaped = r == s->pid;
+        }
+    }
+    if (!reaped) {
+        kill(s->pid, SIGKILL);
+        signalled = SIGKILL;
+        while ((r = waitpid(s->pid, &ws, 0)) < 0 && errno == EINTR)
+            ;
+    }
+    drain_stderr(s);
+    if (WIFEXITED(ws))
+        snprintf(status, n, "the child (pid %d) exited with status %d", (int)s->pid,
+                 WEXITSTATUS(ws));
+    else if (WIFSIGNALED(ws) && signalled == WTERMSIG(ws))
+        snprintf(status, n, "the child (pid %d) was stopped by gate with %s", (int)s->pid,
+                 signalled == SIGKILL ? "SIGKILL" : "SIGTERM");
+    else if (WIFSIGNALED(ws))
+        snprintf(status, n, "the child (pid %d) died of signal %d (%s)", (int)s->pid, WTERMSIG(ws),
+                 strsignal(WTERMSIG(ws)));
+    else
+        snprintf(status, n, "the child (pid %d) ended (wait status 0x%x)", (int)s->pid, ws);
+    s->pid = 0;
+    close_fd(&s->out_fd);
+    close_fd(&s->err_fd);
+    s->have_hello = 0;
+    s->loaded_ctx = 0;
+    s->n_past = 0;
+    memset(&s->sent, 0, sizeof s->sent);
+}
+
+/* The failure of request `what`: end the child and fill err (ERR_RUNTIME) with the engine, the
+ * request, the reason, how the child ended and the last of its stderr. */
+static int fail(struct exec_session *s, const char *what, struct gate_err *err, const char *fmt,
+                ...)
+{
+    char reason[512], status[160], tail[420];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    end_child(s, status, sizeof status);
+    /* the message is bounded (struct gate_err): quote the end of the tail, where the cause is */
+    const size_t keep = s->tail_len < 100 ? s->tail_len : 100;
+    exec_escape(s->tail + s->tail_len - keep, keep, tail, sizeof tail);
+    return err_set(err, ERR_RUNTIME, "exec engine '%s' (%s): %s; %s; stderr: \"%s%s\"", s->e->name,
+                   what, reason, status, keep < s->tail_len ? "..." : "", tail);
+}
+
+/* ---- starting a child ------------------------------------------------------------------------ */
+
+static int spawn(struct exec_session *s, struct gate_err *err)
+{
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, er[2] = {-1, -1}, rc = 0;
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    int fa_ok = 0, at_ok = 0;
+    static int sigpipe_ignored;
+    if (!sigpipe_ignored) {
+        /* a write to an engine that died is EPIPE here, never the end of gate */
+        signal(SIGPIPE, SIG_IGN);
+        sigpipe_ignored = 1;
+    }
+    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(er, O_CLOEXEC)) {
+        rc = err_set(err, ERR_ENV, "exec engine '%s': cannot create pipes: %s", s->e->name,
+                     strerror(errno));
+        goto done;
+    }
+    if (posix_spawn_file_actions_init(&fa) || (fa_ok = 1, 0) ||
+        posix_spawn_file_actions_adddup2(&fa, in[0], 0) ||
+        posix_spawn_file_actions_adddup2(&fa, out[1], 1) ||
+        posix_spawn_file_actions_adddup2(&fa, er[1], 2) || posix_spawnattr_init(&at) ||
+        (at_ok = 1, 0)) {
+        rc = err_set(err, ERR_ENV, "exec engine '%s': cannot prepare the child", s->e->name);
+        goto done;
+    }
+    /* the child gets default signal handling and an empty mask, whatever gate set for itself */
+    sigset_t def, none;
+    sigemptyset(&def);
+    sigaddset(&def, SIGPIPE);
+    sigaddset(&def, SIGINT);
+    sigaddset(&def, SIGTERM);
+    sigemptyset(&none);
+    posix_spawnattr_setsigdefault(&at, &def);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    pid_t pid = 0;
+    const char *prog = s->e->argv[0];
+    int e = strchr(prog, '/') ? posix_spawn(&pid, prog, &fa, &at, s->e->argv, environ)
+                              : posix_spawnp(&pid, prog, &fa, &at, s->e->argv, environ);
+    if (e) {
+        rc = err_set(err, ERR_RUNTIME, "exec engine '%s': cannot start '%s': %s", s->e->name, prog,
+                     strerror(e));
+        goto done;
+    }
+    s->pid = pid;
+    s->spawns++;
+    s->in_fd = in[1];
+    s->out_fd = out[0];
+    s->err_fd = er[0];
+    in[1] = out[0] = er[0] = -1;
+    fcntl(s->in_fd, F_SETFL, fcntl(s->in_fd, F_GETFL) | O_NONBLOCK);
+    fcntl(s->out_fd, F_SETFL, fcntl(s->out_fd, F_GETFL) | O_NONBLOCK);
+    fcntl(s->err_fd, F_SETFL, fcntl(s->err_fd, F_GETFL) | O_NONBLOCK);
+    s->tail_len = 0;
+done:
+    if (fa_ok)
+        posix_spawn_file_actions_destroy(&fa);
+    if (at_ok)
+        posix_spawnattr_destroy(&at);
+    for (int i = 0; i < 2; i++) {
+        close_fd(&in[i]);
+        close_fd(&out[i]);
+        close_fd(&er[i]);
+    }
+    return rc;
+}
+
+/* ---- one exchange ---------------------------------------------------------------------------- */
+
+static void put_le(unsigned char *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_le(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* Write request `req` (+ payload, plen bytes) and read one reply: *reply gets its header (the
+ * caller decrefs), the payload goes to dst, and must be exactly dst_len bytes when the reply is
+ * ok (0 for every op but forward) and 0 when it is an error. An error reply, a broken frame, EOF
+ * or the deadline ends the child (fail()). */
+static int exchange(struct exec_session *s, const char *what, json_t *req, const void *payload,
+                    uint64_t plen, json_t **reply, void *dst, uint64_t dst_len,
+                    struct gate_err *err)
+{
+    *reply = NULL;
+    if (!s->pid)
+        return err_set(err, ERR_RUNTIME, "exec engine '%s' (%s): no engine is running", s->e->name,
+                       what);
+    char *text = json_dumps(req, JSON_COMPACT);
+    if (!text)
+        return fail(s, what, err, "out of memory for the request");
+    const size_t H = strlen(text);
+    unsigned char *wbuf = malloc(4 + H + 8);
+    if (!wbuf) {
+        free(text);
+        return fail(s, what, err, "out of memory for the request");
+    }
+    put_le(wbuf, H, 4);
+    memcpy(wbuf + 4, text, H);
+    put_le(wbuf + 4 + H, plen, 8);
+    free(text);
+    const size_t wlen = 4 + H + 8;
+    size_t woff = 0;
+    uint64_t poff = 0;
+    /* the reply: 4 bytes H, H bytes header, 8 bytes B, B bytes payload */
+    unsigned char pre[8];
+    unsigned char *hbuf = NULL;
+    uint64_t rh = 0, rb = 0, got = 0;
+    int phase = 0, rc = 0; /* 0: H, 1: header, 2: B, 3: payload, 4: done */
+    json_t *hdr = NULL;
+    const double deadline = now_s() + s->e->timeout_s;
+    while (phase < 4) {
+        const int writing = woff < wlen || poff < plen;
+        struct pollfd pf[3] = {{.fd = s->out_fd, .events = POLLIN},
+                               {.fd = s->err_fd, .events = POLLIN},
+                               {.fd = writing ? s->in_fd : -1, .events = POLLOUT}};
+        const double left = deadline - now_s();
+        if (left <= 0) {
+            rc = fail(s, what, err,
+                      "no complete reply within the timeout of %g s (%s, %llu reply bytes read)",
+                      s->e->timeout_s,
+                      writing ? "the request was not fully written" : "request sent",
+                      (unsigned long long)(phase == 0   ? got
+                                           : phase == 1 ? 4 + got
+                                                        : 4 + rh + got));
+            goto out;
+        }
+        int pr = poll(pf, 3, (int)(left * 1000.0) + 1);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr < 0) {
+            rc = fail(s, what, err, "poll failed: %s", strerror(errno));
+            goto out;
+        }
+        if (pf[1].revents)
+            drain_stderr(s);
+        if (writing && pf[2].revents) {
+            ssize_t w;
+            if (woff < wlen)
+                w = write(s->in_fd, wbuf + woff, wlen - woff);
+            else
+                w = write(s->in_fd, (const unsigned char *)payload + poff,
+                          (size_t)(plen - poff < (1u << 20) ? plen - poff : (1u << 20)));
+            if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                rc =
+                    fail(s, what, err, "cannot write the request: %s (the engine closed its stdin)",
+                         strerror(errno));
+                goto out;
+            }
+            if (w > 0 && woff < wlen)
+                woff += (size_t)w;
+            else if (w > 0)
+                poff += (uint64_t)w;
+        }
+        if (!pf[0].revents)
+            continue;
+        /* read as much of the current phase as is there */
+        unsigned char *to;
+        uint64_t need;
+        if (phase == 0 || phase == 2) {
+            to = pre + got;
+            need = (phase == 0 ? 4 : 8) - got;
+        } else if (phase == 1) {
+            to = hbuf + got;
+            need = rh - got;
+        } else {
+            to = (unsigned char *)dst + got;
+            need = rb - got;
+        }
+        ssize_t r = read(s->out_fd, to, (size_t)(need < (1u << 20) ? need : (1u << 20)));
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            continue;
+        if (r <= 0) {
+            rc = fail(s, what, err, "the engine closed its stdout %s",
+                      phase == 0 && got == 0 ? "instead of replying" : "in the middle of a reply");
+            goto out;
+        }
+        got += (uint64_t)r;
+        if (got < (phase == 0 ? 4 : phase == 1 ? rh : phase == 2 ? 8 : rb))
+            continue;
+        got = 0;
+        if (phase == 0) {
+            rh = get_le(pre, 4);
+            if (rh < 1 || rh > EXEC_HEADER_MAX) {
+                rc = fail(s, what, err, "reply header length %llu is outside 1..%d",
+                          (unsigned long long)rh, EXEC_HEADER_MAX);
+                goto out;
+            }
+            if (!(hbuf = malloc(rh))) {
+                rc = fail(s, what, err, "out of memory for a %llu-byte header",
+                          (unsigned long long)rh);
+                goto out;
+            }
+            phase = 1;
+        } else if (phase == 1) {
+            json_error_t je;
+            hdr = json_loadb((const char *)hbuf, rh, JSON_REJECT_DUPLICATES, &je);
+            if (!hdr || !json_is_object(hdr)) {
+                char q[120];
+                exec_escape((const char *)hbuf, rh < 48 ? rh : 48, q, sizeof q);
+                rc = fail(s, what, err, "reply header is not one JSON object (%s): \"%s%s\"",
+                          hdr ? "not an object" : je.text, q, rh > 48 ? "..." : "");
+                goto out;
+            }
+            if (!json_is_boolean(json_object_get(hdr, "ok"))) {
+                rc = fail(s, what, err, "reply header has no boolean \"ok\"");
+                goto out;
+            }
+            phase = 2;
+        } else if (phase == 2) {
+            rb = get_le(pre, 8);
+            const int ok = json_is_true(json_object_get(hdr, "ok"));
+            if (!ok) {
+                const char *e = json_string_value(json_object_get(hdr, "error"));
+                char q[300];
+                exec_escape(e ? e : "(no error text)", e ? strlen(e) : 15, q, sizeof q);
+                rc = fail(s, what, err, "the engine answered an error: \"%s\"", q);
+                goto out;
+            }
+            if (rb != dst_len) {
+                rc = fail(s, what, err, "reply payload is %llu bytes, expected exactly %llu",
+                          (unsigned long long)rb, (unsigned long long)dst_len);
+                goto out;
+            }
+            phase = rb ? 3 : 4;
+        } else {
+            phase = 4;
+        }
+    }
+    if (woff < wlen || poff < plen) {
+        rc = fail(s, what, err, "the engine replied before reading the whole request");
+        goto out;
+    }
+    *reply = hdr;
+    hdr = NULL;
+out:
+    json_decref(hdr);
+    free(hbuf);
+    free(wbuf);
+    return rc;
+}
+
+/* Integer field k of reply r in [lo, hi], or a failure naming it. */
+static int reply_int(struct exec_session *s, const char *what, const json_t *r, const char *k,
+                     long long lo, long long hi, long long *out, struct gate_err *err)
+{
+    const json_t *v = json_object_get(r, k);
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return fail(s, what, err, "reply field \"%s\" must be an integer in %lld..%lld", k, lo, hi);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+/* Non-empty string field k of reply r, at most n-1 bytes, no NUL. */
+static int reply_str(struct exec_session *s, const char *what, const json_t *r, const char *k,
+                     char *out, size_t n, struct gate_err *err)
+{
+    const json_t *v = json_object_get(r, k);
+    const char *t = json_string_value(v);
+    if (!t || !*t || json_string_length(v) != strlen(t) || strlen(t) >= n)
+        return fail(s, what, err,
+                    "reply field \"%s\" must be a non-empty string of at most %zu"
+                    " bytes",
+                    k, n - 1);
+    snprintf(out, n, "%s", t);
+    return 0;
+}
+
+/* ---- the session's requests ------------------------------------------------------------------ */
+
+static int do_hello(struct exec_session *s, struct gate_err *err)
+{
+    struct exec_hello *h = &s->hello;
+    json_t *req = json_pack("{s:s, s:i}", "op", "hello", "protocol", EXEC_PROTOCOL), *r = NULL;
+    long long v = 0;
+    int rc = exchange(s, "hello", req, NULL, 0, &r, NULL, 0, err);
+    json_decref(req);
+    if (rc)
+        return rc;
+    memset(h, 0, sizeof *h);
+    const json_t *proto = json_object_get(r, "protocol");
+    if (!json_is_integer(proto) || json_integer_value(proto) != EXEC_PROTOCOL) {
+        rc = fail(s, "hello", err, "the engine speaks gate-exec %s%lld, gate speaks %d",
+                  json_is_integer(proto) ? "" : "(no protocol number) ",
+                  json_is_integer(proto) ? (long long)json_integer_value(proto) : 0LL,
+                  EXEC_PROTOCOL);
+        goto out;
+    }
+    if ((rc = reply_str(s, "hello", r, "engine", h->engine, sizeof h->engine, err)) ||
+        (rc = reply_str(s, "hello", r, "version", h->version, sizeof h->version, err)) ||
+        (rc = reply_str(s, "hello", r, "build_id", h->build_id, sizeof h->build_id, err)) ||
+        (rc = reply_str(s, "hello", r, "device", h->device, sizeof h->device, err)) ||
+        (rc = reply_int(s, "hello", r, "max_tokens", 1, 1 << 24, &v, err)))
+        goto out;
+    h->max_tokens = (int)v;
+    const json_t *fl = json_object_get(r, "faults"), *it;
+    size_t i;
+    if (!json_is_array(fl)) {
+        rc = fail(s, "hello", err, "reply field \"faults\" must be a list of fault kind names");
+        goto out;
+    }
+    json_array_foreach(fl, i, it)
+    {
+        const char *name = json_string_value(it);
+        int kind = -1;
+        for (int k = 0; name && k < FAULT_KIND_COUNT; k++)
+            if (!strcmp(name, fault_kind_name((enum fault_kind)k)))
+                kind = k;
+        if (kind < 0) {
+            char q[80];
+            exec_escape(name ? name : "(not a string)", name ? strlen(name) : 14, q, sizeof q);
+            rc = fail(s, "hello", err,
+                      "the engine lists fault kind \"%s\", which gate does not know", q);
+            goto out;
+        }
+        h->faults |= 1u << kind;
+    }
+    s->have_hello = 1;
+out:
+    json_decref(r);
+    return rc;
+}
+
+static int do_load(struct exec_session *s, int n_ctx, uint32_t n_vocab, struct gate_err *err)
+{
+    json_t *req = json_pack("{s:s, s:s, s:i}", "op", "load", "path", s->model_path, "n_ctx", n_ctx);
+    json_t *r = NULL;
+    char sha[80];
+    long long v = 0, ctx = 0;
+    int rc = exchange(s, "load", req, NULL, 0, &r, NULL, 0, err);
+    json_decref(req);
+    if (rc)
+        return rc;
+    if ((rc = reply_str(s, "load", r, "sha256", sha, sizeof sha, err)) ||
+        (rc = reply_int(s, "load", r, "n_vocab", 1, INT32_MAX, &v, err)) ||
+        (rc = reply_int(s, "load", r, "n_ctx", 1, INT32_MAX, &ctx, err)))
+        goto out;
+    if (strcmp(sha, s->sha256)) {
+        char q[120];
+        exec_escape(sha, strlen(sha), q, sizeof q);
+        rc = fail(s, "load", err,
+                  "the engine loaded a file with SHA-256 \"%s\" but the ladder pins %s: it did"
+                  " not load the model under test",
+                  q, s->sha256);
+    } else if ((uint32_t)v != n_vocab)
+        rc = fail(s, "load", err, "the engine reports n_vocab %lld but the model has %u", v,
+                  n_vocab);
+    else if (ctx < n_ctx)
+        rc = fail(s, "load", err, "the engine loaded a context of %lld positions, gate asked %d",
+                  ctx, n_ctx);
+    else
+        s->loaded_ctx = n_ctx;
+out:
+    json_decref(r);
+    return rc;
+}
+
+/* A request whose reply is {"ok":true} and nothing else. */
+static int simple(struct exec_session *s, const char *what, json_t *req, struct gate_err *err)
+{
+    json_t *r = NULL;
+    int rc = exchange(s, what, req, NULL, 0, &r, NULL, 0, err);
+    json_decref(req);
+    json_decref(r);
+    return rc;
+}
+
+static int do_truncate(struct exec_session *s, int n_past, struct gate_err *err)
+{
+    char what[48];
+    snprintf(what, sizeof what, "truncate n_past=%d", n_past);
+    int rc = simple(s, what, json_pack("{s:s, s:i}", "op", "truncate", "n_past", n_past), err);
+    if (!rc)
+        s->n_past = n_past;
+    return rc;
+}
+
+/* Make the child's faults equal fs: set_faults when they differ from what was last sent. */
+static int sync_faults(struct exec_session *s, const struct fault_set *fs, struct gate_err *err)
+{
+    if (fs->n == s->sent.n && !memcmp(fs->f, s->sent.f, (size_t)fs->n * sizeof fs->f[0]))
+        return 0;
+    json_t *list = json_array();
+    for (int i = 0; i < fs->n; i++) {
+        const struct fault_spec *f = &fs->f[i];
+        if (!(s->hello.faults & (1u << f->kind))) {
+            json_decref(list);
+            return err_set(err, ERR_RUNTIME,
+                           "exec engine '%s' (set_faults): the engine cannot inject %s (its hello"
+                           " lists the fault kinds it can inject)",
+                           s->e->name, fault_kind_name(f->kind));
+        }
+        json_array_append_new(list, json_pack("{s:s, s:i, s:[i,i], s:[i,i]}", "kind",
+                                              fault_kind_name(f->kind), "rank", f->rank, "layers",
+                                              f->layer_lo, f->layer_hi, "positions", f->pos_lo,
+                                              f->pos_hi));
+    }
+    int rc =
+        simple(s, "set_faults", json_pack("{s:s, s:o}", "op", "set_faults", "faults", list), err);
+    if (!rc)
+        s->sent = *fs;
+    return rc;
+}
+
+/* ---- the session ----------------------------------------------------------------------------- */
+
+int exec_session_new(struct exec_session **out, const struct exec_engine *e, const char *model_path,
+                     const char *model_sha256, struct gate_err *err)
+{
+    *out = NULL;
+    if (!e || e->argc < 1 || e->argc > EXEC_ARGV_MAX || !e->argv[0] || e->argv[e->argc] ||
+        !(e->timeout_s > 0))
+        return err_set(err, ERR_INPUT,
+                       "exec engine '%s' needs 1..%d arguments (argv) and a timeout > 0",
+                       e ? e->name : "?", EXEC_ARGV_MAX);
+    if (!model_sha256 || strlen(model_sha256) != 64 ||
+        strspn(model_sha256, "0123456789abcdef") != 64)
+        return err_set(err, ERR_INPUT,
+                       "exec engine '%s': the model digest must be 64 lower-case"
+                       " hex digits",
+                       e->name);
+    struct exec_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return err_set(err, ERR_ENV, "out of memory");
+    s->e = e;
+    s->in_fd = s->out_fd = s->err_fd = -1;
+    snprintf(s->sha256, sizeof s->sha256, "%s", model_sha256);
+    s->model_path = realpath(model_path, NULL);
+    if (!s->model_path) {
+        int rc = err_set(err, ERR_INPUT, "exec engine '%s': model file '%s': %s", e->name,
+                         model_path, strerror(errno));
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void exec_session_free(struct exec_session *s)
+{
+    if (!s)
+        return;
+    if (s->pid) {
+        struct gate_err quiet = {0};
+        char status[160];
+        if (!simple(s, "bye", json_pack("{s:s}", "op", "bye"), &quiet)) {
+            /* it said goodbye: give it the timeout to exit on its own before end_child's signals */
+            close_fd(&s->in_fd);
+            const double until = now_s() + s->e->timeout_s;
+            int ws;
+            while (s->pid && now_s() < until) {
+                pid_t r = waitpid(s->pid, &ws, WNOHANG);
+                if (r == s->pid) {
+                    s->pid = 0;
+                    break;
+                }
+                drain_stderr(s);
+                struct timespec ts = {0, 5 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        if (s->pid)
+            end_child(s, status, sizeof status);
+    }
+    close_fd(&s->in_fd);
+    close_fd(&s->out_fd);
+    close_fd(&s->err_fd);
+    free(s->model_path);
+    free(s);
+}
+
+int exec_session_hello(const struct exec_session *s, struct exec_hello *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!s || !s->hello.engine[0])
+        return -1;
+    *out = s->hello;
+    return 0;
+}
+
+int exec_session_spawns(const struct exec_session *s)
+{
+    return s ? s->spawns : 0;
+}
+
+int exec_session_pid(const struct exec_session *s)
+{
+    return s ? (int)s->pid : 0;
+}
+
+/* ---- the backend ----------------------------------------------------------------------------- */
+
+static int exec_describe(struct backend_device *out, struct gate_err *err)
+{
+    memset(out, 0, sizeof *out);
+    return err_set(err, ERR_ENV,
+                   "the exec backend has no device of its own: its engine names one in its"
+                   " handshake");
+}
+
+static int exec_open(struct backend **out, const struct model *m, const struct backend_config *cfg,
+                     struct gate_err *err)
+{
+    *out = NULL;
+    struct exec_session *s = cfg ? cfg->exec : NULL;
+    const struct model_hparams *hp = &m->hp;
+    int rc = 0;
+    if (!s)
+        return err_set(err, ERR_INPUT,
+                       "the exec backend needs an engine (a ladder's engines: entry and a mode"
+                       " exec.<engine>.<path>)");
+    if (s->attached)
+        return err_set(err, ERR_RUNTIME,
+                       "exec engine '%s' is already in use by another open backend (one child,"
+                       " one cache)",
+                       s->e->name);
+    const int cap = hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096;
+    const int n_ctx = cfg->n_ctx > 0 ? cfg->n_ctx : cap;
+    if (s->pid && s->loaded_ctx < n_ctx) {
+        /* this gate needs a longer cache than the child loaded: a fresh child, loaded larger */
+        char status[160];
+        struct gate_err quiet = {0};
+        if (simple(s, "bye", json_pack("{s:s}", "op", "bye"), &quiet) == 0)
+            end_child(s, status, sizeof status);
+    }
+    if (!s->pid) {
+        if ((rc = spawn(s, err)) || (rc = do_hello(s, err)))
+            return rc;
+        if ((s->e->supports & EXEC_SUPPORTS_FAULTS) && !s->hello.faults)
+            return fail(s, "hello", err,
+                        "the ladder declares that the engine injects faults, but its hello lists"
+                        " none");
+        /* a cache long enough for the usual gates, so one child serves the whole cell */
+        if ((rc = do_load(s, n_ctx > cap ? n_ctx : cap, hp->n_vocab, err)))
+            return rc;
+    } else {
+        struct fault_set none = {0};
+        if ((rc = do_truncate(s, 0, err)) || (rc = sync_faults(s, &none, err)))
+            return rc;
+    }
+    struct exec_backend *b = calloc(1, sizeof *b);
+    if (!b)
+        return err_set(err, ERR_ENV, "out of memory");
+    b->s = s;
+    b->base.ops = &backend_exec_ops;
+    b->base.model = m;
+    b->base.n_ctx = n_ctx;
+    b->base.n_batch =
+        cfg->n_batch > 0 && cfg->n_batch < s->hello.max_tokens ? cfg->n_batch : s->hello.max_tokens;
+    s->attached = 1;
+    *out = &b->base;
+    return 0;
+}
+
+static int exec_forward(struct backend *bb, const int32_t *tokens, int n, int pos0, float *logits,
+                        struct gate_err *err)
+{
+    struct exec_backend *b = (struct exec_backend *)bb;
+    struct exec_session *s = b->s;
+    const uint32_t V = bb->model->hp.n_vocab;
+    char what[64];
+    int rc;
+    snprintf(what, sizeof what, "forward n_past=%d n_tokens=%d", pos0, n);
+    if (!s->pid)
+        return err_set(err, ERR_RUNTIME,
+                       "exec engine '%s' (%s): the engine is not running (an earlier failure"
+                       " ended it)",
+                       s->e->name, what);
+    if ((rc = sync_faults(s, &bb->faults, err)))
+        return rc;
+    if (s->n_past != pos0 && (rc = do_truncate(s, pos0, err)))
+        return rc;
+    json_t *req = json_pack("{s:s, s:i, s:i}", "op", "forward", "n_past", pos0, "n_tokens", n);
+    json_t *r = NULL;
+    long long v = 0;
+    rc = exchange(s, what, req, tokens, (uint64_t)n * sizeof(int32_t), &r, logits,
+                  (uint64_t)n * V * sizeof(float), err);
+    json_decref(req);
+    if (!rc && !(rc = reply_int(s, what, r, "n_tokens", n, n, &v, err)))
+        rc = reply_int(s, what, r, "n_vocab", V, V, &v, err);
+    json_decref(r);
+    if (!rc)
+        s->n_past = pos0 + n;
+    return rc;
+}
+
+static int exec_truncate(struct backend *bb, int n_pos, struct gate_err *err)
+{
+    struct exec_backend *b = (struct exec_backend *)bb;
+    if (!b->s->pid)
+        return err_set(err, ERR_RUNTIME,
+                       "exec engine '%s' (truncate): the engine is not running (an earlier"
+                       " failure ended it)",
+                       b->s->e->name);
+    return do_truncate(b->s, n_pos, err);
+}
+
+static void exec_info(const struct backend *bb, struct backend_info *out)
+{
+    const struct exec_backend *b = (const struct exec_backend *)bb;
+    const struct exec_hello *h = &b->s->hello;
+    snprintf(out->backend, sizeof out->backend, "exec");
+    snprintf(out->device, sizeof out->device, "%s", h->device[0] ? h->device : "unknown");
+    snprintf(out->engine, sizeof out->engine, "%.80s %.80s (%.80s)", h->engine, h->version,
+             h->build_id);
+}
+
+static void exec_close(struct backend *bb)
+{
+    struct exec_backend *b = (struct exec_backend *)bb;
+    if (!b)
+        return;
+    b->s->attached = 0; /* the child stays for the cell's next gate (exec_session_free ends it) */
+    free(b);
+}
+
+const struct backend_ops backend_exec_ops = {
+    .name = "exec",
+    .describe = exec_describe,
+    .open = exec_open,
+    .forward = exec_forward,
+    .truncate = exec_truncate,
+    .info = exec_info,
+    .close = exec_close,
+    .no_taps = 1, /* gate-exec carries logits only: an engine's insides are its own */
+};

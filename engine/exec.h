@@ -1,0 +1,99 @@
+/* exec.h — the `exec` backend: an engine gate did not build, run as a child process that speaks
+ * the gate-exec protocol (docs/exec.md) over its stdin and stdout.
+ *
+ * A ladder declares the engine (struct exec_engine: argv, timeout, what it supports); one cell
+ * holds one struct exec_session, which starts the child at the first backend_open(), keeps it
+ * across the cell's gates (the engine is started once per cell), and ends it with `bye` at
+ * exec_session_free(). A backend opened on a session is a view of that child: backend_forward()
+ * becomes `forward` requests, backend_truncate() `truncate`, backend_set_faults() a `set_faults`
+ * before the next forward.
+ * Invariants: every frame is bounded and checked before it is believed (header size, JSON shape,
+ * sizes, the model digest); every exchange runs under the engine's timeout with poll() and
+ * non-blocking pipes; on any failure the child is killed (SIGTERM, SIGKILL after a grace period)
+ * and always reaped, and the error names the engine, the request, the child's exit status or
+ * signal and its stderr tail (escaped). gate never hangs or crashes on an engine's behalf.
+ * Start reading: exec_session_new(), then exchange() in exec.c.
+ */
+#ifndef GATE_EXEC_H
+#define GATE_EXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EXEC_PROTOCOL 1           /* gate-exec version this build speaks */
+#define EXEC_HEADER_MAX 65536     /* bytes of one frame's JSON header */
+#define EXEC_ARGV_MAX 64          /* arguments of an engine's argv */
+#define EXEC_NAME_MAX 19          /* engine name + NUL: "exec.NAME.prefill" fits a 32-byte mode */
+#define EXEC_STDERR_TAIL 4096     /* bytes of the child's stderr kept for messages */
+#define EXEC_GRACE_S 2.0          /* SIGTERM -> SIGKILL grace period */
+#define EXEC_TIMEOUT_DEFAULT 60.0 /* seconds per exchange when the ladder says nothing */
+
+/* What an engine may be asked for (the ladder's `supports`), as bits. */
+enum exec_support {
+    EXEC_SUPPORTS_DECODE = 1,
+    EXEC_SUPPORTS_PREFILL = 2,
+    EXEC_SUPPORTS_CHAT = 4,
+    EXEC_SUPPORTS_FAULTS = 8,
+};
+
+/* An engine as a ladder declares it. argv is NULL-terminated; the strings are owned by whoever
+ * filled the struct (the ladder) and borrowed by sessions for as long as they live. argv[0] is
+ * already resolved (a relative path containing '/' against the ladder's folder); one without '/'
+ * is looked up in PATH. */
+struct exec_engine {
+    char name[EXEC_NAME_MAX];
+    int argc;                      /* 1 .. EXEC_ARGV_MAX */
+    char *argv[EXEC_ARGV_MAX + 1]; /* argv[argc] == NULL */
+    double timeout_s;              /* deadline of each request/reply exchange (> 0) */
+    unsigned supports;             /* enum exec_support bits */
+};
+
+/* The handshake of the running (or last) child: what ran, for the receipt. */
+struct exec_hello {
+    char engine[128], version[128], build_id[128], device[128];
+    unsigned faults; /* bit (1 << enum fault_kind) per kind the engine can inject */
+    int max_tokens;  /* most tokens per forward request */
+};
+
+struct exec_session;
+
+/* A session for engine e (borrowed: must outlive the session) on the model file model_path
+ * (made absolute here), whose pinned digest is model_sha256 (64 lower-case hex; the engine's
+ * `load` reply must equal it). Starts nothing: the child is spawned by the first backend_open()
+ * whose backend_config.exec is this session. ERR_INPUT for a bad engine or digest. */
+int exec_session_new(struct exec_session **out, const struct exec_engine *e, const char *model_path,
+                     const char *model_sha256, struct gate_err *err);
+
+/* End the session: `bye` to a live child (it must answer and exit within the timeout, else it
+ * is killed), always reaped. NULL-safe. A backend still open on it must be closed first. */
+void exec_session_free(struct exec_session *s);
+
+/* The last child's handshake; 0 when one happened, -1 when no child ever answered hello. */
+int exec_session_hello(const struct exec_session *s, struct exec_hello *out);
+
+/* Children this session started (1 for a cell whose engine never failed; a failure kills the
+ * child and the next open starts a fresh one). */
+int exec_session_spawns(const struct exec_session *s);
+
+/* The pid of the live child, 0 when none (tests check it is gone after a failure). */
+int exec_session_pid(const struct exec_session *s);
+
+/* Parse a `supports` word ("decode", "prefill", "chat", "faults") into its bit; 0 if unknown. */
+unsigned exec_support_bit(const char *word);
+
+/* Escape bytes for quoting in a message: printable ASCII except '"' and '\\' kept, everything
+ * else as \n, \t or \xNN. Always NUL-terminates out (n > 0); cuts at a whole escape. */
+void exec_escape(const char *in, size_t len, char *out, size_t n);
+
+extern const struct backend_ops backend_exec_ops;
+
+#ifdef __cplusplus
+}
+#endif
+#endif
