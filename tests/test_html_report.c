@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cli/report_html.h"
+#include "receipts/store.h"
 #include "tests/support/check.h"
 #include "tests/support/ladderfix.h"
 #include "tests/support/skip.h"
@@ -162,6 +163,11 @@ Test(html_report, the_page_has_the_matrix_sections_plots_and_states)
     cr_expect(strstr(s, "min cosine 0.42"), "the gate's reason quotes the number: %.2000s", s);
     cr_expect(strstr(s, "<td class=\"num\">0.42</td>"), "the position table shows it");
     cr_expect(strstr(s, "class=\"threshold\""), "the plot draws the thresholds");
+    cr_expect_eq(count(s, NULL, "<circle class=\"mark-tie\""), 2, "the tie flip, on both panels");
+    cr_expect(strstr(s, "position 7: TIE_FLIP"));
+    cr_expect(strstr(s, "<div class=\"localization\">"), "a failed parity run's localization");
+    cr_expect(strstr(s, "first diverging layer: <b>1</b>, at position 5"), "%.4000s", s);
+    cr_expect(strstr(s, "<td class=\"num\">93.8%</td>"), "layer 1's routing agreement, 90/96");
     free(s);
     s = section(html, "cell-0");
     cr_expect(strstr(s, "<details class=\"gate gate-parity v-PASS\" open>"));
@@ -214,6 +220,52 @@ Test(html_report, a_tampered_store_says_so_at_the_top_in_red_and_still_renders)
     cr_expect(strstr(html, "UNVERIFIED: receipt 2 does not verify"));
     cr_expect(strstr(html, "UNVERIFIED: receipt 1 is in a store that cannot be believed"));
     cr_expect(!strcasestr(html, "<script"));
+    free(html);
+}
+
+Test(html_report, a_large_ladder_reports_progress_on_stderr)
+{
+    /* 3 models x 2 hosts x 3 modes = 18 cells, no receipts: every row MISSING, still drawn */
+    const char *ladder = ladderfix_path(&fx, "big.yaml");
+    FILE *f = fopen(ladder, "w");
+    cr_assert(f);
+    fprintf(f, "release: {name: big, version: 1.0.0}\nmodels:\n");
+    for (int i = 0; i < 3; i++)
+        fprintf(f,
+                "  m%d: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
+                " sha256: " MOE_SHA ", arch: qwen3moe}\n",
+                i, check_shared_dir());
+    fprintf(f, "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+               "  b: {device: none, trust: ['file:b.pub']}\n"
+               "modes: [ref.decode, ref.prefill, ref.chat]\n"
+               "cells:\n  - {models: [m0, m1, m2], hosts: [a, b],"
+               " modes: [ref.decode, ref.prefill, ref.chat]}\n"
+               "unanchored: {qwen3moe: 'progress test'}\n");
+    fclose(f);
+    char db[1024], out[1024], log[1024];
+    snprintf(db, sizeof db, "%s", ladderfix_path(&fx, "big.db"));
+    snprintf(out, sizeof out, "%s", ladderfix_path(&fx, "big.html"));
+    snprintf(log, sizeof log, "%s", ladderfix_path(&fx, "big.log"));
+    struct store *st = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(store_open(&st, db, &err), 0, "%s", err.msg); /* an empty store */
+    store_close(st);
+    FILE *progress = fopen(log, "w");
+    cr_assert(progress);
+    int ok = -1;
+    cr_assert_eq(report_html_check(ladder, db, out, &fx.self, progress, &ok, &err), 0, "%s",
+                 err.msg);
+    fclose(progress);
+    cr_expect_eq(ok, 0);
+    char *txt = check_slurp_text(log);
+    cr_expect_str_eq(txt, "gate report: 16 of 18 rows drawn\ngate report: 18 of 18 rows drawn\n");
+    free(txt);
+    char *html = check_slurp_text(out);
+    char *m = matrix(html);
+    cr_expect_eq(count(m, NULL, "<tr class=\"row-cell\">"), 18);
+    cr_expect_eq(count(m, NULL, "st-MISSING"), 18);
+    free(m);
+    cr_expect_eq(count(html, NULL, "<section class=\"row row-MISSING\""), 18);
     free(html);
 }
 

@@ -68,9 +68,24 @@ int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const
     int all_pass = 1;
     for (int g = 0; g < 5; g++) {
         json_t *m = json_deep_copy(json_object_get(metrics, names[g]));
-        if (fk.fail && g == 1)
-            json_array_set_new(json_object_get(json_object_get(m, "per_position"), "cosine"), 5,
-                               json_real(0.42));
+        if (fk.fail && g == 1) {
+            json_t *pp = json_object_get(m, "per_position");
+            json_array_set_new(json_object_get(pp, "cosine"), 5, json_real(0.42));
+            json_array_set_new(json_object_get(pp, "class"), 7, json_string("TIE_FLIP"));
+            json_object_set_new(m, "n_tie_flip", json_integer(1));
+            json_object_set_new(
+                m, "localization",
+                json_pack(
+                    "{s:i, s:i, s:[{s:i, s:f, s:f, s:i, s:i, s:i, s:i, s:i, s:f},"
+                    " {s:i, s:f, s:f, s:i, s:i, s:i, s:i, s:i, s:f}]}",
+                    "first_bad_layer", 1, "at_position", 5, "layers", "layer", 0, "hidden_cosine",
+                    1.0, "hidden_cosine_min", 1.0, "hidden_cosine_min_position", 0,
+                    "same_expert_set", 96, "different_expert_set", 0, "different_near_tie", 0,
+                    "first_different_position", -1, "ref_router_gap_min", 0.01, "layer", 1,
+                    "hidden_cosine", 0.93, "hidden_cosine_min", 0.42, "hidden_cosine_min_position",
+                    5, "same_expert_set", 90, "different_expert_set", 6, "different_near_tie", 0,
+                    "first_different_position", 5, "ref_router_gap_min", 0.02));
+        }
         json_t *row =
             gatedef_row(names[g], c->mode, ladder_gate_settings(&c->g, names[g]), m, NULL);
         all_pass &= !strcmp(json_string_value(json_object_get(row, "verdict")), "PASS");

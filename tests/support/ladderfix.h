@@ -32,7 +32,9 @@ const char *ladderfix_path(const struct ladderfix *fx, const char *name);
 
 /* What to fake in one receipt. Zeroed: a PASS receipt of fx->self for the ladder's pin. */
 struct ladderfix_fake {
-    int fail;             /* 1: parity numbers that fail (position 5 at cosine 0.42) */
+    int fail;             /* 1: parity numbers that fail (position 5 at cosine 0.42), with the
+                           * localization a failed run records (first bad layer 1, routing
+                           * agreement 90 of 96 there) and position 7 an argmax TIE_FLIP */
     const char *commit;   /* NULL: self's commit */
     const char *env_host; /* NULL: the cell's host id; else environment.hostname (any text) */
 };
