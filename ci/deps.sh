@@ -6,6 +6,7 @@ pkgs=(build-essential cmake pkg-config git
       libyaml-dev libsqlite3-dev sqlite3 libcriterion-dev libsodium-dev
       libpcre2-dev libutf8proc-dev libjansson-dev
       clang clang-format libclang-rt-14-dev python3 ninja-build zlib1g-dev)
+pkgs+=(libxml2-utils) # xmllint: JUnit XML validated against tests/data/junit.xsd
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

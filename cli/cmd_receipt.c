@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -126,7 +129,8 @@ static const char RECEIPT_USAGE[] =
     "  every head record against the chain (store_audit); it exits 1 naming each bad receipt\n"
     "  and the first bad head record; --all also prints the good ones.\n"
     "  export writes one DSSE envelope per line; import verifies every signature first and\n"
-    "  refuses the whole file if any is bad.\n";
+    "  refuses the whole file if any is bad. An import of 1000 envelopes or more shows its\n"
+    "  progress on stderr (a live line on a terminal, else a line per 1000 with counts).\n";
 
 struct opts {
     const char *db, *cell, *verdict, *out, *arg;
@@ -551,6 +555,87 @@ static int verify_row(void *vctx, const struct store_row *r)
     return 0;
 }
 
+/* ---- import progress ------------------------------------------------------------------------ */
+
+/* Envelopes an input must hold before any progress shows (smaller imports print nothing), and
+ * the step between two progress lines when stderr is not a terminal (CI logs). */
+#define IMPORT_EVERY 1000
+
+struct import_progress {
+    const char *path, *db;
+    int tty;      /* stderr is a terminal: one live line, redrawn at most every 0.1 s */
+    int64_t size; /* bytes of the input file (0: unknown) */
+    int shown;    /* the live line is on the terminal */
+    double last;  /* monotonic seconds when the live line was last drawn */
+};
+
+static double monotonic_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* store_import_fn: "verified N envelopes (X of Y MiB)" while reading, then "checked N of M
+ * receipts (K new)" in the transaction; on a terminal one line redrawn in place, otherwise a
+ * line every IMPORT_EVERY envelopes or receipts and one when all receipts are checked. */
+static void import_progress(void *ctx, const struct store_import_status *st)
+{
+    struct import_progress *p = ctx;
+    char counts[160], size[64] = "", added[48] = "";
+    if (st->lines < IMPORT_EVERY)
+        return;
+    int64_t n = st->storing ? st->receipts : st->lines;
+    int last = st->storing && st->receipts == st->n_receipts;
+    if (p->tty) {
+        double t = monotonic_s();
+        if (!last && p->shown && t - p->last < 0.1)
+            return;
+        p->last = t;
+    } else if (!last && (n == 0 || n % IMPORT_EVERY != 0)) {
+        return;
+    }
+    if (p->size > 0)
+        snprintf(size, sizeof size, " (%.1f of %.1f MiB)", (double)st->bytes / 1048576.0,
+                 (double)p->size / 1048576.0);
+    if (!st->storing) {
+        snprintf(counts, sizeof counts, "verified %" PRId64 " envelopes%s", st->lines, size);
+    } else {
+        snprintf(counts, sizeof counts, "checked %" PRId64 " of %" PRId64 " receipts", st->receipts,
+                 st->n_receipts);
+        snprintf(added, sizeof added, " (%" PRId64 " new)", st->added);
+    }
+    if (p->tty) {
+        /* the counts only, cut to one terminal row: a wrapped line cannot be redrawn in place */
+        struct winsize ws;
+        int width = ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 16 ? ws.ws_col : 80;
+        char line[224];
+        snprintf(line, sizeof line, "%s%s", counts, added);
+        fprintf(stderr, "\r\033[Kgate: import: %.*s", width - 15, line);
+        p->shown = 1;
+    } else if (!st->storing) {
+        fprintf(stderr, "gate: import '%s': %s\n", safe(p->path), counts);
+    } else {
+        fprintf(stderr, "gate: import '%s': %s against '%s'%s\n", safe(p->path), counts,
+                safe(p->db), added);
+    }
+    fflush(stderr);
+}
+
+/* Import o->arg into s with progress on stderr (import_progress); the live line is cleared
+ * before anything else is printed. */
+static int import_file(struct store *s, const struct opts *o, int *n, struct gate_err *err)
+{
+    struct import_progress p = {.path = o->arg, .db = o->db, .tty = isatty(2)};
+    struct stat sb;
+    if (stat(o->arg, &sb) == 0 && S_ISREG(sb.st_mode))
+        p.size = (int64_t)sb.st_size;
+    int rc = store_import_progress(s, o->arg, import_progress, &p, n, err);
+    if (p.shown)
+        fputs("\r\033[K", stderr);
+    return rc;
+}
+
 static int count_row(void *ctx, const struct store_row *r)
 {
     (void)r;
@@ -649,7 +734,7 @@ int cmd_receipt(int argc, char **argv)
         printf("exported %d receipt%s from '%s' to '%s'\n", n, n == 1 ? "" : "s", o.db, o.out);
     } else {
         int n = 0;
-        if ((rc = store_import(s, o.arg, &n, &err)))
+        if ((rc = import_file(s, &o, &n, &err)))
             goto cleanup;
         printf("imported %d new receipts from '%s' into '%s'\n", n, o.arg, o.db);
     }

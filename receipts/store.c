@@ -1597,6 +1597,13 @@ static int stored_as(struct store *s, sqlite3_stmt *st, const struct incoming *i
 
 int store_import(struct store *s, const char *path, int *n_imported, struct gate_err *err)
 {
+    return store_import_progress(s, path, NULL, NULL, n_imported, err);
+}
+
+int store_import_progress(struct store *s, const char *path, store_import_fn fn, void *ctx,
+                          int *n_imported, struct gate_err *err)
+{
+    struct store_import_status st = {0};
     FILE *f = NULL;
     char *line = NULL;
     size_t len = 0;
@@ -1636,6 +1643,7 @@ int store_import(struct store *s, const char *path, int *n_imported, struct gate
             rc = err_set(err, ERR_ENV, "cannot read '%s': %s", path, strerror(errno));
             goto cleanup;
         }
+        st.bytes += (int64_t)len + 1;
         if (strspn(line, " \t\r") == len)
             continue;
         if (n == n_cap) {
@@ -1651,7 +1659,12 @@ int store_import(struct store *s, const char *path, int *n_imported, struct gate
         n++;
         if (rc)
             goto cleanup;
+        st.lines = n;
+        st.n_receipts += !in[n - 1].is_head;
+        if (fn)
+            fn(ctx, &st);
     }
+    st.storing = 1;
 
     /* pass 2: one transaction; the chain index of the stored rows, extended line by line */
     if ((rc = exec(s, "BEGIN IMMEDIATE", "starting the import", err)))
@@ -1680,6 +1693,11 @@ int store_import(struct store *s, const char *path, int *n_imported, struct gate
         int same = 0;
         if (r->is_head)
             continue;
+        if (fn) { /* the receipts checked before this one */
+            st.added = added;
+            fn(ctx, &st);
+        }
+        st.receipts++;
         int have = stored_as(s, has, r, &id, &same, err);
         if (have < 0) {
             rc = have;
@@ -1725,6 +1743,10 @@ int store_import(struct store *s, const char *path, int *n_imported, struct gate
                                  r->key_id, r->hash, r->prev_hash, NULL, err)))
             goto cleanup;
         added++;
+    }
+    if (fn) {
+        st.added = added;
+        fn(ctx, &st);
     }
     for (int i = 0; i < n; i++) {
         struct incoming *r = &in[i];

@@ -122,6 +122,26 @@ int store_export(struct store *s, const char *path, struct gate_err *err);
  * imported on any error. *n_imported (may be NULL) receives the count of new receipt rows. */
 int store_import(struct store *s, const char *path, int *n_imported, struct gate_err *err);
 
+/* How far store_import_progress() has come, for a progress display (the caller decides what to
+ * print and how often). */
+struct store_import_status {
+    int storing;        /* 0: pass 1, reading and verifying lines; 1: pass 2, the transaction */
+    int64_t lines;      /* envelopes (receipts and head records) verified so far */
+    int64_t bytes;      /* bytes of the file read so far (newlines included) */
+    int64_t n_receipts; /* receipt envelopes verified so far; in pass 2 all of the file's */
+    int64_t receipts;   /* pass 2: receipts checked against the store so far (of n_receipts) */
+    int64_t added;      /* pass 2: of those, new rows inserted (nothing is committed yet) */
+};
+
+/* Called from the importing thread; it cannot stop the import. st is borrowed for the call. */
+typedef void (*store_import_fn)(void *ctx, const struct store_import_status *st);
+
+/* store_import() that calls fn (may be NULL) after every verified line in pass 1, and before
+ * and after the receipts of pass 2 one by one (receipts = 0 .. n_receipts). Same result,
+ * errors and all-or-nothing rule as store_import(). */
+int store_import_progress(struct store *s, const char *path, store_import_fn fn, void *ctx,
+                          int *n_imported, struct gate_err *err);
+
 /* Append a release sign-off signed by k (DSSE payloadType SIGNOFF_PAYLOAD_TYPE, so it can never
  * pass for a receipt): sets payload "key_id", "chain_head" (hash of the last local receipt, or
  * genesis) and "receipts" (number of receipts in the store), canonicalizes, signs, inserts in
