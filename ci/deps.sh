@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
       libyaml-dev libsqlite3-dev sqlite3 libcriterion-dev libsodium-dev
       libpcre2-dev libutf8proc-dev libjansson-dev
-      clang clang-format libclang-rt-14-dev python3 ninja-build zlib1g-dev)
+      clang clang-format libclang-rt-14-dev python3 ninja-build zlib1g-dev
+      chromium fonts-dejavu-core)  # headless Chromium renders `gate report` (test_html_report)
 pkgs+=(libxml2-utils) # xmllint: JUnit XML validated against tests/data/junit.xsd
 missing=()
 for p in "${pkgs[@]}"; do
