@@ -86,7 +86,8 @@ void cpu_dot_rows(int type, const void *w, const void *act, size_t act_stride, i
                   float *out, size_t out_stride);
 
 /* cpu_dot_rows over n_rows consecutive weight rows (w + r * row_bytes), result of row r and token
- * t at out[t * out_stride + r]: one dispatch for the whole tile, the same numbers. */
+ * t at out[t * out_stride + r]: one dispatch for the whole tile, the same numbers. With one token
+ * the AVX-512 build takes Q4_K / Q6_K rows four at a time (the decode kernels; same bits). */
 void cpu_dot_tile(int type, const uint8_t *w, size_t row_bytes, int n_rows, const void *act,
                   size_t act_stride, int n_tok, int64_t n, float *out, size_t out_stride);
 void cpu_dot_portable_tile(int type, const uint8_t *w, size_t row_bytes, int n_rows,

@@ -8,6 +8,12 @@
  * each token's int16 activations, the int32 lanes summed once per block and token. The integers
  * are the portable kernels' exact ones (bounds: CPU_ACT_QMAX) and the float expression per block
  * is the same, so results are bit-identical to the other builds (tests/test_cpu.c).
+ *
+ * Decode (one token) has its own path through cpu_dot_tile(): four Q4_K / Q6_K rows at a time
+ * against activations split once per tile into bytes, vpdpbusd on the packed weight bytes, the
+ * four rows' integer sums reduced together and their float steps done in four lanes — the same
+ * integers and the same float operations per row (tests/test_cpu_dot.c), about twice the blocks
+ * per second of the int16 kernel, so two threads stream weights at memory speed.
  */
 #include "cpu_dot.h"
 
@@ -228,6 +234,224 @@ static void avx512_q8_0(const void *w, const uint8_t *act, size_t as, int nt, in
         acc[t] += (p[t][0] + p[t][1]) + (p[t][2] + p[t][3]);
 }
 
+/* ---- decode: four rows against one token, VNNI on bytes ---------------------------------------
+ *
+ * One token's activations are split once per tile into a = 64 hi + lo (hi = a >> 6 in [-32, 31],
+ * lo = a & 63), both signed bytes, in the order the weight bytes hold their values; vpdpbusd then
+ * multiplies the unsigned weight bytes (Q4_K nibbles, Q6_K 6-bit values) with hi and with lo, and
+ * (64 P + Q) is the exact int32 sum of q a over each group of four values — no widening of the
+ * weights to int16. Sub-block scales multiply those int32 lanes; Q6_K's offset of 32 is taken out
+ * once per block through the activation's group sums. Integer sums are exact (intermediate lanes
+ * may wrap mod 2^32, the block's total fits int32: CPU_ACT_QMAX), so each row's integers are the
+ * portable kernel's, and the float expression per block is the portable one, in four lanes (one
+ * row each; a vector multiply or add rounds each lane as the scalar one does). */
+
+#define FAST_MAX_NB 64 /* K-blocks per row the on-stack split takes (n <= 16384) */
+
+struct act_split {
+    __m512i hi[4], lo[4]; /* 256 values as bytes, in the weight type's order */
+    __m512i g32;          /* Q6_K: 32 x the sum of each group of 16 values, int32 */
+};
+
+/* split 32 int16 activations into hi / lo bytes (exact: |a| <= CPU_ACT_QMAX) */
+static inline void split32(const int16_t *a, __m256i *hi, __m256i *lo)
+{
+    const __m512i v = _mm512_loadu_si512((const void *)a);
+    *hi = _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 6));
+    *lo = _mm512_cvtepi16_epi8(_mm512_and_si512(v, _mm512_set1_epi16(63)));
+}
+
+static inline __m512i join(__m256i a, __m256i b)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+
+/* Q4_K byte order: register k of the 128 weight bytes (64 each) as low then high nibbles holds
+ * values {0..31, 64..95}, {32..63, 96..127}, {128..159, 192..223}, {160..191, 224..255} */
+static void split_q4_K(const struct cpu_q16_K *y, int64_t nb, struct act_split *s)
+{
+    static const int first[4][2] = {{0, 64}, {32, 96}, {128, 192}, {160, 224}};
+    for (int64_t i = 0; i < nb; i++)
+        for (int k = 0; k < 4; k++) {
+            __m256i h0, l0, h1, l1;
+            split32(y[i].qs + first[k][0], &h0, &l0);
+            split32(y[i].qs + first[k][1], &h1, &l1);
+            s[i].hi[k] = join(h0, h1);
+            s[i].lo[k] = join(l0, l1);
+        }
+}
+
+/* Q6_K byte order is the values' own (register k: values 64k .. 64k + 63) */
+static void split_q6_K(const struct cpu_q16_K *y, int64_t nb, struct act_split *s)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        for (int k = 0; k < 4; k++) {
+            __m256i h0, l0, h1, l1;
+            split32(y[i].qs + 64 * k, &h0, &l0);
+            split32(y[i].qs + 64 * k + 32, &h1, &l1);
+            s[i].hi[k] = join(h0, h1);
+            s[i].lo[k] = join(l0, l1);
+        }
+        int32_t g[16];
+        for (int gi = 0; gi < 16; gi++) {
+            int32_t sum = 0;
+            for (int l = 0; l < 16; l++)
+                sum += y[i].qs[16 * gi + l];
+            g[gi] = 32 * sum;
+        }
+        s[i].g32 = _mm512_loadu_si512((const void *)g);
+    }
+}
+
+/* sum over four lanes groups: (64 dpbusd(q, hi) + dpbusd(q, lo)), exact sum of q a per lane */
+static inline __m512i qa(__m512i q, __m512i hi, __m512i lo)
+{
+    const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, hi);
+    return _mm512_dpbusd_epi32(_mm512_slli_epi32(p, 6), q, lo);
+}
+
+/* four rows of Q4_K (rb bytes apart) against one split token y / s: out[0..3] */
+static void q4_K_x4(const uint8_t *w, size_t rb, const struct cpu_q16_K *y,
+                    const struct act_split *s, int64_t nb, float *out)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    /* scale byte j of the 8 into int32 lanes: register k holds sub-blocks sb[k][0] (lanes 0-7)
+     * and sb[k][1] (lanes 8-15) */
+    const __m512i pick[4] = {
+        _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
+        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
+        _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
+        _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5),
+    };
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const struct act_split *a = s + i;
+        __m512i lanes[4];
+        __m256i mprod[4];
+        uint16_t dh[4], mh[4];
+        for (int r = 0; r < 4; r++) {
+            const struct block_q4_K *x = (const struct block_q4_K *)(w + (size_t)r * rb) + i;
+            dh[r] = x->d;
+            mh[r] = x->dmin;
+            uint32_t u[3], sc4[2], mn4[2];
+            memcpy(u, x->scales, 12);
+            sc4[0] = u[0] & 0x3f3f3f3fu;
+            mn4[0] = u[1] & 0x3f3f3f3fu;
+            sc4[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+            mn4[1] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+            uint64_t sc8, mn8;
+            memcpy(&sc8, sc4, 8);
+            memcpy(&mn8, mn4, 8);
+            const __m512i scx = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8));
+            mprod[r] = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn8)),
+                                          _mm256_loadu_si256((const __m256i *)y[i].sums));
+            const __m512i w0 = _mm512_loadu_si512((const void *)x->qs);
+            const __m512i w1 = _mm512_loadu_si512((const void *)(x->qs + 64));
+            const __m512i q[4] = {
+                _mm512_and_si512(w0, m4), _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4),
+                _mm512_and_si512(w1, m4), _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4)};
+            __m512i t = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++)
+                t = _mm512_add_epi32(t, _mm512_mullo_epi32(qa(q[k], a->hi[k], a->lo[k]),
+                                                           _mm512_permutexvar_epi32(pick[k], scx)));
+            lanes[r] = t;
+        }
+        const __m128i isum = hsum4(lanes);
+        const __m256i hm = _mm256_hadd_epi32(_mm256_hadd_epi32(mprod[0], mprod[1]),
+                                             _mm256_hadd_epi32(mprod[2], mprod[3]));
+        const __m128i imin =
+            _mm_add_epi32(_mm256_castsi256_si128(hm), _mm256_extracti128_si256(hm, 1));
+        const __m128 d = _mm_cvtph_ps(
+            _mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3], 0, 0, 0, 0));
+        const __m128 dmin = _mm_cvtph_ps(
+            _mm_setr_epi16((short)mh[0], (short)mh[1], (short)mh[2], (short)mh[3], 0, 0, 0, 0));
+        const __m128 yd = _mm_set1_ps(y[i].d);
+        acc = _mm_add_ps(acc, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(d, yd), _mm_cvtepi32_ps(isum)),
+                                         _mm_mul_ps(_mm_mul_ps(dmin, yd), _mm_cvtepi32_ps(imin))));
+    }
+    _mm_storeu_ps(out, acc);
+}
+
+/* four rows of Q6_K against one split token: out[0..3] */
+static void q6_K_x4(const uint8_t *w, size_t rb, const struct cpu_q16_K *y,
+                    const struct act_split *s, int64_t nb, float *out)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    /* the two-bit high parts to bits 4-5: low-nibble registers take qh bits 0-1 (values 0-31)
+     * and 2-3 (32-63), high-nibble ones bits 4-5 and 6-7 */
+    const __m512i shl_lo = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i shr_hi = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+    const __m512i pick[4] = {
+        _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+        _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
+        _mm512_set_epi32(11, 11, 11, 11, 10, 10, 10, 10, 9, 9, 9, 9, 8, 8, 8, 8),
+        _mm512_set_epi32(15, 15, 15, 15, 14, 14, 14, 14, 13, 13, 13, 13, 12, 12, 12, 12),
+    };
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const struct act_split *a = s + i;
+        __m512i lanes[4];
+        uint16_t dh[4];
+        for (int r = 0; r < 4; r++) {
+            const struct block_q6_K *x = (const struct block_q6_K *)(w + (size_t)r * rb) + i;
+            dh[r] = x->d;
+            const __m512i scx = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x->scales));
+            /* the offset of 32: sum_g sc_g 32 A_g, taken out of the block's total */
+            __m512i t = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_mullo_epi32(scx, a->g32));
+            for (int h = 0; h < 2; h++) {
+                const __m512i ql = _mm512_loadu_si512((const void *)(x->ql + 64 * h));
+                const __m512i qh =
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
+                const __m512i q0 = _mm512_ternarylogic_epi32(
+                    _mm512_and_si512(ql, m4), _mm512_sllv_epi16(qh, shl_lo), m30, 0xf8);
+                const __m512i q1 =
+                    _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                              _mm512_srlv_epi16(qh, shr_hi), m30, 0xf8);
+                t = _mm512_add_epi32(
+                    t, _mm512_mullo_epi32(qa(q0, a->hi[2 * h], a->lo[2 * h]),
+                                          _mm512_permutexvar_epi32(pick[2 * h], scx)));
+                t = _mm512_add_epi32(
+                    t, _mm512_mullo_epi32(qa(q1, a->hi[2 * h + 1], a->lo[2 * h + 1]),
+                                          _mm512_permutexvar_epi32(pick[2 * h + 1], scx)));
+            }
+            lanes[r] = t;
+        }
+        const __m128i isum = hsum4(lanes);
+        const __m128 d = _mm_cvtph_ps(
+            _mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3], 0, 0, 0, 0));
+        acc =
+            _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(d, _mm_set1_ps(y[i].d)), _mm_cvtepi32_ps(isum)));
+    }
+    _mm_storeu_ps(out, acc);
+}
+
+/* cpu_dot_tile's multi-row path: one token, Q4_K / Q6_K, groups of four rows; returns the rows
+ * done (a multiple of four; the caller does the rest one by one) */
+static int avx512_tile_fast(int type, const uint8_t *w, size_t rb, int n_rows, const void *act,
+                            int nt, int64_t n, float *out)
+{
+    if (nt != 1 || n_rows < 4 || n % QK_K || n / QK_K > FAST_MAX_NB ||
+        (type != QUANT_Q4_K && type != QUANT_Q6_K))
+        return 0;
+    const int64_t nb = n / QK_K;
+    const struct cpu_q16_K *y = act;
+    struct act_split s[FAST_MAX_NB];
+    if (type == QUANT_Q4_K)
+        split_q4_K(y, nb, s);
+    else
+        split_q6_K(y, nb, s);
+    int r = 0;
+    for (; r + 4 <= n_rows; r += 4) {
+        if (type == QUANT_Q4_K)
+            q4_K_x4(w + (size_t)r * rb, rb, y, s, nb, out + r);
+        else
+            q6_K_x4(w + (size_t)r * rb, rb, y, s, nb, out + r);
+    }
+    return r;
+}
+
+#define CPU_DOT_TILE_FAST(type, w, rb, n_rows, act, nt, n, out)                                    \
+    avx512_tile_fast(type, w, rb, n_rows, act, nt, n, out)
 #define CPU_DOT_Q8_0 avx512_q8_0
 #define CPU_DOT_Q45_K avx512_q45_K
 #define CPU_DOT_Q6_K avx512_q6_K

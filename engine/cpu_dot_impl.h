@@ -357,7 +357,11 @@ void CPU_DOT_NAME(attn)(const float *q, const float *kc, const float *vc, size_t
 void CPU_DOT_NAME(tile)(int type, const uint8_t *w, size_t row_bytes, int n_rows, const void *act,
                         size_t as, int nt, int64_t n, float *out, size_t os)
 {
-    for (int r = 0; r < n_rows; r++)
+    int r = 0;
+#ifdef CPU_DOT_TILE_FAST /* a build's multi-row kernels: the first rows it takes, same numbers */
+    r = CPU_DOT_TILE_FAST(type, w, row_bytes, n_rows, act, nt, n, out);
+#endif
+    for (; r < n_rows; r++)
         CPU_DOT_NAME(rows)(type, w + (size_t)r * row_bytes, act, as, nt, n, out + r, os);
 }
 

@@ -1,0 +1,106 @@
+/* test_cpu_dot.c — the cpu engine's multi-row decode kernels (engine/cpu_dot_avx512.c: four
+ * K-quant rows against one token, VNNI on bytes) equal the portable kernels bit for bit.
+ *
+ * cpu_dot_tile() takes groups of four rows through the fast path when one token meets a
+ * Q4_K / Q6_K row; the rest (tails, other types, several tokens) go row by row. Every tile size
+ * from 1 to 13 rows is checked against cpu_dot_portable_tile() on random blocks (every code value,
+ * every 6-bit / signed 8-bit sub-block scale) and on extreme activations (every value at
+ * +-CPU_ACT_QMAX, where the byte split's hi part is -32 or 31), so a wrong lane, scale, offset or
+ * wrap shows. The engine-level checks (parity, thread-count independence) are in test_cpu.c.
+ */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cpu_dot.h"
+#include "engine/quant.h"
+
+static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
+
+static uint64_t next_u64(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static float uniform(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((double)(next_u64() >> 11) / 9007199254740992.0);
+}
+
+/* rows of a K-quant (or Q8_0) type: random bytes, then every block's fp16 scales finite */
+static void random_rows(int type, uint8_t *w, size_t bytes)
+{
+    for (size_t i = 0; i < bytes; i++)
+        w[i] = (uint8_t)next_u64();
+    const size_t ts = quant_type_size(type);
+    for (size_t o = 0; o + ts <= bytes; o += ts) {
+        const uint16_t h[2] = {quant_f32_to_fp16(uniform(-0.05f, 0.05f)),
+                               quant_f32_to_fp16(uniform(0.0f, 0.02f))};
+        if (type == QUANT_Q6_K)
+            memcpy(w + o + ts - 2, h, 2); /* d is last */
+        else if (type == QUANT_Q8_0)
+            memcpy(w + o, h, 2);
+        else
+            memcpy(w + o, h, 4); /* d, dmin */
+    }
+}
+
+/* kind 0: uniform; 1: every value +-1 (all activations at +-CPU_ACT_QMAX); 2: one outlier */
+static void activations(float *x, int64_t n, int kind)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = kind == 1 ? (next_u64() & 1 ? 1.0f : -1.0f) : uniform(-3.0f, 3.0f);
+    if (kind == 2)
+        x[next_u64() % (uint64_t)n] = -500.0f;
+}
+
+Test(cpu_dot, multi_row_decode_kernels_equal_the_portable_ones_bit_for_bit)
+{
+    printf("cpu_dot: avx512 %s\n", cpu_dot_have_avx512() ? "tested" : "absent (dispatch only)");
+    const int types[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_K, QUANT_Q8_0};
+    /* one K-block, five (a tail of the four-block loops), and more than the fast path's on-stack
+     * split holds (64 blocks: those rows must take the row-by-row kernels, same bits) */
+    const int64_t sizes[] = {256, 1280, 65 * 256};
+    const int max_rows = 13;
+    for (int ti = 0; ti < 4; ti++)
+        for (int si = 0; si < 3; si++) {
+            const int type = types[ti];
+            const int64_t n = sizes[si];
+            const size_t rb = quant_row_bytes(type, n);
+            uint8_t *w = malloc(rb * max_rows);
+            float *x = malloc((size_t)n * sizeof(float));
+            void *act = malloc(cpu_act_row_bytes(type, n));
+            cr_assert(w && x && act);
+            for (int trial = 0; trial < (si == 2 ? 2 : 12); trial++) {
+                random_rows(type, w, rb * max_rows);
+                activations(x, n, trial % 3);
+                cpu_act_quantize(type, x, act, n);
+                for (int rows = 1; rows <= max_rows; rows++) {
+                    float p[13], d[13], z[13];
+                    memset(d, 0xff, sizeof d);
+                    memset(z, 0xff, sizeof z);
+                    cpu_dot_portable_tile(type, w, rb, rows, act, 0, 1, n, p, 1);
+                    cpu_dot_tile(type, w, rb, rows, act, 0, 1, n, d, 1);
+                    cr_assert(!memcmp(p, d, (size_t)rows * sizeof(float)),
+                              "%s n %lld, %d rows, trial %d: dispatched tile differs from the "
+                              "portable one (row 0: %.9g vs %.9g)",
+                              quant_name(type), (long long)n, rows, trial, (double)d[0],
+                              (double)p[0]);
+                    if (cpu_dot_have_avx512()) {
+                        cpu_dot_avx512_tile(type, w, rb, rows, act, 0, 1, n, z, 1);
+                        cr_assert(!memcmp(p, z, (size_t)rows * sizeof(float)),
+                                  "%s n %lld, %d rows, trial %d: avx512 tile differs",
+                                  quant_name(type), (long long)n, rows, trial);
+                    }
+                }
+            }
+            free(w);
+            free(x);
+            free(act);
+        }
+}
