@@ -42,17 +42,10 @@
 
 /* ---- escaping and numbers -------------------------------------------------------------------- */
 
-/* s as HTML text or a quoted attribute value: cli_safe() first (controls, DEL, C1 and invalid
- * UTF-8 become "\xNN"), then & < > " ' as entities. s may be NULL ("(null)"). */
-static void put(FILE *f, const char *s)
+/* Text that is already safe for a terminal (valid UTF-8, no controls: cli_safe() or
+ * cmd_tokenize_escape() output) as HTML: & < > " ' as entities. */
+static void put_entities(FILE *f, const char *buf)
 {
-    size_t n = 4 * strlen(s ? s : "(null)") + 1;
-    char small[1024], *buf = n <= sizeof small ? small : malloc(n);
-    if (!buf) {
-        fputs("(out of memory)", f);
-        return;
-    }
-    cli_safe(s, buf, n);
     for (const char *p = buf; *p; p++) {
         switch (*p) {
         case '&':
@@ -74,6 +67,20 @@ static void put(FILE *f, const char *s)
             fputc(*p, f);
         }
     }
+}
+
+/* s as HTML text or a quoted attribute value: cli_safe() first (controls, DEL, C1 and invalid
+ * UTF-8 become "\xNN"), then & < > " ' as entities. s may be NULL ("(null)"). */
+static void put(FILE *f, const char *s)
+{
+    size_t n = 4 * strlen(s ? s : "(null)") + 1;
+    char small[1024], *buf = n <= sizeof small ? small : malloc(n);
+    if (!buf) {
+        fputs("(out of memory)", f);
+        return;
+    }
+    cli_safe(s, buf, n);
+    put_entities(f, buf);
     if (buf != small)
         free(buf);
 }
@@ -558,7 +565,7 @@ static void piece(FILE *f, const struct tok *t, const json_t *id)
         struct gate_err e = {0};
         if (v >= 0 && v < tok_n_vocab(t) && !tok_decode(t, &v, 1, &bytes, &len, &e) &&
             (shown = cmd_tokenize_escape(bytes, len)))
-            put(f, shown);
+            put_entities(f, shown); /* already escaped once, as `gate tokenize` shows it */
         else
             fputs("?", f);
         free(bytes);

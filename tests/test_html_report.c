@@ -173,6 +173,9 @@ Test(html_report, the_page_has_the_matrix_sections_plots_and_states)
     cr_expect(strstr(s, "<details class=\"gate gate-parity v-PASS\" open>"));
     cr_expect(strstr(s, "class=\"golden-diff\""), "golden cases side by side");
     cr_expect(strstr(s, "decoded with the tokenizer of"), "the model file is here: pieces");
+    /* a piece is escaped once, as `gate tokenize` shows it: \xNN, never \\xNN */
+    cr_expect(strstr(s, "<span class=\"tok\">\\x"), "a byte piece shown as \\xNN");
+    cr_expect(!strstr(s, "<span class=\"tok\">\\\\x"), "a piece escaped twice");
     cr_expect(strstr(s, "class=\"throughput\""));
     cr_expect(strstr(s, "class=\"faults\""));
     free(s);
