@@ -216,7 +216,7 @@ static int fail(struct exec_session *s, const char *what, struct gate_err *err, 
     va_end(ap);
     end_child(s, status, sizeof status);
     /* the message is bounded (struct gate_err): quote the end of the tail, where the cause is */
-    const size_t keep = s->tail_len < 100 ? s->tail_len : 100;
+    const size_t keep = s->tail_len < 200 ? s->tail_len : 200;
     exec_escape(s->tail + s->tail_len - keep, keep, tail, sizeof tail);
     return err_set(err, ERR_RUNTIME, "exec engine '%s' (%s): %s; %s; stderr: \"%s%s\"", s->e->name,
                    what, reason, status, keep < s->tail_len ? "..." : "", tail);

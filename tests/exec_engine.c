@@ -249,6 +249,7 @@ int main(int argc, char **argv)
             if (forwards == o.crash_at) {
                 fprintf(stderr, "exec_engine: crashing at forward %d as asked\n", forwards);
                 fflush(stderr);
+                signal(SIGSEGV, SIG_DFL); /* a real crash, even where a sanitizer catches SEGV */
                 raise(SIGSEGV);
             }
             if (forwards == o.hang_at) {
