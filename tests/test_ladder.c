@@ -78,7 +78,7 @@ static const struct bad_case BAD[] = {
     {"not_yaml", "release: [unclosed\n", "YAML error"},
     {"unknown_top_key", HEAD "cells: [{model: m, host: local, mode: ref.decode}]\nskip: yes\n",
      ":9:1: unknown key 'skip' in the ladder (expected one of: release, models, hosts, modes,"
-     " cells, gates, anchors, unanchored)"},
+     " cells, gates, anchors, unanchored, engines)"},
     {"duplicate_key", HEAD "cells: [{model: m, host: local, mode: ref.decode}]\ncells: []\n",
      ":9:1: duplicate key 'cells' in the ladder (first at line 8)"},
     {"missing_release", "models: {}\n", "the ladder is missing required key 'release'"},
