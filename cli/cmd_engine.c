@@ -433,6 +433,7 @@ int cmd_generate(int argc, char **argv)
 static const char BENCH_USAGE[] =
     "usage: gate bench MODEL.gguf [--backend ref] [--mode MODE] [--threads N]\n"
     "                  [--prompt-tokens P] [--decode-tokens D] [--runs R] [--warmup W]\n"
+    "                  [--prompt-batch] [--kv f32|f16]\n"
     "  The throughput gate's measurement (oracles/throughput.c), printed: P prompt tokens along\n"
     "  MODE's own path (default BACKEND.prefill: half batched, half decoded; .decode one\n"
     "  token per call; .chat six turns), then D decode steps; tokens/s as the median of R\n"
@@ -441,9 +442,10 @@ static const char BENCH_USAGE[] =
     "  live line with the elapsed time on a terminal, else one line before and one after); a\n"
     "  warning says when P + D exceed the model's context (context_length).\n"
     "  --prompt-batch  instead: the whole P-token prompt in ONE batched forward from an empty\n"
-    "                  cache (every position's logits, as the backend interface returns them),\n"
-    "                  R timed runs after W warm-ups; the like-for-like figure for an external\n"
-    "                  engine's one-batch prompt test (docs/bench.md).\n";
+    "                  cache computing the last position's logits only (backend_forward_last),\n"
+    "                  like llama-bench's pp test; R timed runs after W warm-ups\n"
+    "                  (docs/bench.md).\n"
+    "  --kv f16        the KV cache in F16 (backends that have one: cpu); default f32.\n";
 
 /* Progress while the measurement runs (issue 16): throughput_gate() reports each finished run
  * (cfg.progress); on a terminal a line on stderr redrawn every half second shows runs done of
@@ -561,26 +563,28 @@ static void bench_warn_context(const struct model *m, const struct throughput_co
                 cfg->prompt_tokens, cfg->decode_tokens, need, m->hp.n_ctx_train);
 }
 
-/* --prompt-batch: P tokens (mode_tokens seed 3, as the throughput gate) in one backend_forward
- * from an empty cache, W untimed then R timed runs; only the forward call is timed. The backend
- * interface returns logits for every position, so this figure includes P x n_vocab output
- * rows where an engine that keeps only the last position's logits computes one: a lower bound
- * on what a last-logits-only forward would reach. Prints one line; 0 or an ERR_* status. */
+/* --prompt-batch: P tokens (mode_tokens seed 3, as the throughput gate) in one
+ * backend_forward_last from an empty cache, W untimed then R timed runs; only the forward call is
+ * timed. Every position goes through the layers and the cache, the output product runs for the
+ * last position only — what llama-bench's ppN measures. Prints one line; 0 or an ERR_* status. */
 static int bench_prompt_batch(const struct model *m, const struct mode *mode,
                               const struct throughput_config *cfg, struct gate_err *err)
 {
     const int P = cfg->prompt_tokens;
     const size_t V = m->hp.n_vocab;
-    struct backend_config bc = {.n_threads = cfg->n_threads, .n_ctx = P, .n_batch = P};
+    struct backend_config bc = {
+        .n_threads = cfg->n_threads, .n_ctx = P, .n_batch = P, .kv_f16 = cfg->kv_f16};
     struct backend *b = NULL;
     struct throughput_stats st;
     double tps[THROUGHPUT_MAX_RUNS];
     int32_t *tokens = malloc(sizeof *tokens * (size_t)P);
-    float *logits = malloc(sizeof *logits * (size_t)P * V);
+    float *logits = malloc(sizeof *logits * V);
     int rc = 0;
     if (!tokens || !logits) {
-        rc = err_set(err, ERR_ENV, "bench: cannot allocate %d x %zu logits for --prompt-batch", P,
-                     V);
+        rc = err_set(err, ERR_ENV,
+                     "bench: cannot allocate %d tokens and %zu logits for"
+                     " --prompt-batch",
+                     P, V);
         goto done;
     }
     mode_tokens(3, m->hp.n_vocab, P, tokens);
@@ -592,7 +596,7 @@ static int bench_prompt_batch(const struct model *m, const struct mode *mode,
         if ((rc = backend_truncate(b, 0, err)))
             goto done;
         const double t0 = now_s();
-        if ((rc = backend_forward(b, tokens, P, 0, logits, err)))
+        if ((rc = backend_forward_last(b, tokens, P, 0, logits, err)))
             goto done;
         const double dt = now_s() - t0;
         if (r >= cfg->warmup)
@@ -603,10 +607,11 @@ static int bench_prompt_batch(const struct model *m, const struct mode *mode,
                 mode->backend);
         goto done;
     }
-    printf("prompt-batch (%s, %d tokens in one forward, all %d positions' logits): %.1f tokens/s"
-           " median of %d (min %.1f, max %.1f, spread %.1f, cv %.3f); backend open %.3f s, not"
-           " counted\n",
-           mode->backend, P, P, st.median, st.n, st.min, st.max, st.spread, st.cv, load_s);
+    printf("prompt-batch (%s, %d tokens in one forward, last position's logits only, like"
+           " llama-bench's pp; kv %s): %.1f tokens/s median of %d (min %.1f, max %.1f, spread %.1f,"
+           " cv %.3f); backend open %.3f s, not counted\n",
+           mode->backend, P, cfg->kv_f16 ? "f16" : "f32", st.median, st.n, st.min, st.max,
+           st.spread, st.cv, load_s);
 done:
     backend_close(b);
     free(logits);
@@ -647,6 +652,12 @@ int cmd_bench(int argc, char **argv)
                 return 2;
         } else if (!strcmp(argv[i], "--prompt-batch")) {
             prompt_batch = 1;
+        } else if (!strcmp(argv[i], "--kv")) {
+            if (cli_value(argc, argv, &i, &v))
+                return 2;
+            if (strcmp(v, "f16") && strcmp(v, "f32"))
+                return cli_fail(2, "bench: --kv takes f32 or f16, not '%s'", v);
+            cfg.kv_f16 = !strcmp(v, "f16");
         } else if (!strcmp(argv[i], "--mode")) {
             if (cli_value(argc, argv, &i, &mode_text))
                 return 2;

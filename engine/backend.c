@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -147,12 +148,20 @@ int backend_open(struct backend **out, const char *name, const struct model *m,
     b->n_past = 0;
     b->taps = NULL;
     b->forwards = b->tokens = 0;
+    if (cfg && cfg->kv_f16 && !b->kv_f16) {
+        rc = err_set(err, ERR_INPUT, "backend %s has no F16 KV cache (kv f16 is a cpu option)",
+                     name);
+        ops->close(b);
+        *out = NULL;
+        return rc;
+    }
     backend_set_faults(b, cfg ? cfg->faults : NULL);
     return 0;
 }
 
-int backend_forward(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
-                    struct gate_err *err)
+/* The contract's checks of one backend_forward / backend_forward_last call; nothing evaluated. */
+static int forward_checks(const struct backend *b, const int32_t *tokens, int n, int pos0,
+                          struct gate_err *err)
 {
     const char *name = b->ops->name;
     const uint32_t V = b->model->hp.n_vocab;
@@ -174,11 +183,21 @@ int backend_forward(struct backend *b, const int32_t *tokens, int n, int pos0, f
                            "%s: token id %" PRId32 " at position %d is out of"
                            " range (vocabulary has %" PRIu32 " tokens)",
                            name, tokens[t], pos0 + t, V);
+    return 0;
+}
+
+int backend_forward(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
+                    struct gate_err *err)
+{
+    const uint32_t V = b->model->hp.n_vocab;
+    int rc = forward_checks(b, tokens, n, pos0, err);
+    if (rc)
+        return rc;
     b->tap_n = n;
     for (int done = 0; done < n; done += b->n_batch) {
         const int c = n - done < b->n_batch ? n - done : b->n_batch;
         b->tap_off = done;
-        int rc = b->ops->forward(b, tokens + done, c, pos0 + done, logits + (size_t)done * V, err);
+        rc = b->ops->forward(b, tokens + done, c, pos0 + done, logits + (size_t)done * V, err);
         if (rc)
             return rc;
         b->n_past += c;
@@ -186,6 +205,44 @@ int backend_forward(struct backend *b, const int32_t *tokens, int n, int pos0, f
     b->forwards++;
     b->tokens += (uint64_t)n;
     return 0;
+}
+
+int backend_forward_last(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
+                         struct gate_err *err)
+{
+    const size_t V = b->model->hp.n_vocab;
+    float *full = NULL; /* the fallback's (chunk, n_vocab) rows */
+    int rc = forward_checks(b, tokens, n, pos0, err);
+    if (rc)
+        return rc;
+    if (!b->ops->forward_last) {
+        const size_t rows = (size_t)(n < b->n_batch ? n : b->n_batch);
+        full = malloc(rows * V * sizeof *full);
+        if (!full)
+            return err_set(err, ERR_ENV, "%s: out of memory for %zu x %zu logits of forward_last",
+                           b->ops->name, rows, V);
+    }
+    b->tap_n = n;
+    for (int done = 0; done < n; done += b->n_batch) {
+        const int c = n - done < b->n_batch ? n - done : b->n_batch;
+        b->tap_off = done;
+        /* every chunk's last row lands in logits; the final chunk's stays */
+        if (full) {
+            rc = b->ops->forward(b, tokens + done, c, pos0 + done, full, err);
+            if (!rc)
+                memcpy(logits, full + (size_t)(c - 1) * V, V * sizeof *logits);
+        } else {
+            rc = b->ops->forward_last(b, tokens + done, c, pos0 + done, logits, err);
+        }
+        if (rc)
+            goto done;
+        b->n_past += c;
+    }
+    b->forwards++;
+    b->tokens += (uint64_t)n;
+done:
+    free(full);
+    return rc;
 }
 
 int backend_truncate(struct backend *b, int n_pos, struct gate_err *err)

@@ -31,6 +31,8 @@ struct backend_config {
     int n_batch;   /* most tokens per ops->forward (0 = the backend's default); longer runs
                     * are chunked by backend_forward() */
     const struct fault_set *faults; /* copied at open (backend_set_faults); NULL = none */
+    int kv_f16; /* 1 = KV cache stored as F16 (backends that offer it set base.kv_f16 at open;
+                 * backend_open refuses the others: no silent fallback); 0 = F32 */
     struct exec_session *exec; /* the exec backend's engine child (engine/exec.h; borrowed, shared
                                 * by the backends of one cell); NULL for every other backend */
 };
@@ -96,6 +98,12 @@ struct backend_ops {
     /* 1 when the backend cannot record taps (exec: an external engine shows only logits); the
      * arrays of backend_set_taps() are then left as they were (backend_records_taps()) */
     int no_taps;
+    /* Optional (NULL = backend_forward_last computes every position's logits and keeps the
+     * last): forward() for ONE checked chunk that writes only the chunk's LAST position's
+     * logits, logits (n_vocab), bit-identical to that row of forward()'s; every position still
+     * goes through the layers, the cache, taps and faults. */
+    int (*forward_last)(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
+                        struct gate_err *err);
 };
 
 /* The part of every backend the wrappers own; a backend's own struct starts with it. */
@@ -109,6 +117,7 @@ struct backend {
     const struct backend_taps *taps; /* borrowed (backend_set_taps); NULL = none */
     int tap_n, tap_off;        /* tokens of the current backend_forward call; this chunk's offset */
     uint64_t forwards, tokens; /* counters kept by backend_forward */
+    int kv_f16;                /* set by open: the KV cache is F16 (backend_config.kv_f16) */
 };
 
 /* ---- the list of backends ------------------------------------------------------------------ */
@@ -151,6 +160,15 @@ int backend_open(struct backend **out, const char *name, const struct model *m,
  * and n tokens. */
 int backend_forward(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
                     struct gate_err *err);
+
+/* backend_forward() that writes only the LAST position's logits, logits (n_vocab): the same
+ * checks, chunking, counters, n_past, taps and faults, every position through the layers and the
+ * cache; the row is bit-identical to row n-1 of backend_forward()'s. Like llama.cpp's prompt
+ * evaluation (llama-bench's pp): the output product runs for one position instead of n. Backends
+ * without ops->forward_last get the fallback: each chunk computed in full into a buffer
+ * malloc'd for the call (ERR_ENV when that fails), its last row kept. */
+int backend_forward_last(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
+                         struct gate_err *err);
 
 /* Keep only the first n_pos cache positions (0 = reset); ERR_INPUT unless 0 <= n_pos <=
  * n_past. */

@@ -13,9 +13,13 @@
  * x CPU_DOT_MAX_TOK tokens unpack each weight block once for all the tile's tokens. Decode is the
  * same with one token: each weight row is read once per token. Attention threads over (token,
  * head) pairs, causal over the cache. Every output element is computed by one thread in one
- * fixed order, so logits do not depend on the thread count (tests/test_cpu.c). Everything is
- * allocated at open (sizes planned first and refused with the numbers); forward allocates
- * nothing. KV cache F32.
+ * fixed order, so logits do not depend on the thread count (tests/test_cpu.c). A batch of
+ * CPU_GEMM_MIN_TOK tokens or more takes the prompt GEMM instead where the CPU has it
+ * (cpu_gemm.h: tokens in the lanes of a register, no horizontal sums; the same bits), threads over
+ * tiles of 4 rows. Everything is allocated at open (sizes planned first and refused with the
+ * numbers); forward allocates nothing. KV cache F32, or F16 with backend_config.kv_f16 (each
+ * position's K and V rounded to F16 when stored; attention reads the layer's cache converted back,
+ * exactly). forward_last computes the output product for the last position only.
  * Start reading: cpu_forward_chunk(), then matmul().
  */
 #include <inttypes.h>
@@ -27,6 +31,7 @@
 
 #include "backend.h"
 #include "cpu_dot.h"
+#include "cpu_gemm.h"
 #include "pool.h"
 #include "quant.h"
 #include "route.h"
@@ -42,25 +47,32 @@ struct cpu {
     char device[128]; /* "cpu: <model name>" */
     /* norm weights as floats: (n_layer, E) / (n_layer, hd) / (E) */
     float *attn_norm, *ffn_norm, *q_norm, *k_norm, *out_norm;
-    float *x;       /* (B, E) residual stream */
-    float *xb;      /* (B, E) normalized input of the current block */
-    float *xo;      /* (B, E) block output before the residual add */
-    float *q;       /* (B, nh*hd) */
-    float *k, *v;   /* (B, nkv*hd) */
-    float *att;     /* (B, nh*hd) */
-    float *ffa;     /* (B*k, F or Fe) gate activations, then silu(gate) * up */
-    float *ffb;     /* (B*k, F or Fe) up activations */
-    float *router;  /* (B, X) */
-    float *probs;   /* (B, X) */
-    int32_t *sel;   /* (B, k) */
-    float *selw;    /* (B, k) */
-    int32_t *rows;  /* (B*k) */
-    float *gx, *gy; /* (B*k, E) gathered expert inputs / outputs */
-    float *moe_y;   /* (B, k, E) */
-    float *scores;  /* (n_threads, n_ctx) */
-    uint8_t *qact;  /* quantized activations of one product: (B*k) rows */
+    float *x;          /* (B, E) residual stream */
+    float *xb;         /* (B, E) normalized input of the current block */
+    float *xo;         /* (B, E) block output before the residual add */
+    float *q;          /* (B, nh*hd) */
+    float *k, *v;      /* (B, nkv*hd) */
+    float *att;        /* (B, nh*hd) */
+    float *ffa;        /* (B*k, F or Fe) gate activations, then silu(gate) * up */
+    float *ffb;        /* (B*k, F or Fe) up activations */
+    float *router;     /* (B, X) */
+    float *probs;      /* (B, X) */
+    int32_t *sel;      /* (B, k) */
+    float *selw;       /* (B, k) */
+    int32_t *rows;     /* (B*k) */
+    float *gx, *gy;    /* (B*k, E) gathered expert inputs / outputs */
+    float *moe_y;      /* (B, k, E) */
+    float *scores;     /* (n_threads, n_ctx) */
+    float *ascores;    /* the allocation of ascores_al (16 floats more) */
+    float *ascores_al; /* (n_threads, 16 * n_ctx), 64-byte aligned: cpu_gemm_attn's scores */
+    uint8_t *qact;     /* quantized activations of one product: (B*k) rows */
     size_t qact_bytes;
-    float *kc, *vc;             /* (n_layer, n_ctx, nkv*hd): K after norm + RoPE, V */
+    void *gpack;    /* the allocation of gpack_al (64 bytes more) */
+    void *gpack_al; /* the prompt GEMM's packed activations, 64-byte aligned; NULL without it */
+    int kv16;       /* the KV cache is F16 (kc16, vc16, kl, vl; kc, vc unused) */
+    float *kc, *vc; /* (n_layer, n_ctx, nkv*hd): K after norm + RoPE, V (F32 cache) */
+    uint16_t *kc16, *vc16;      /* the same in F16 (backend_config.kv_f16; kc, vc NULL then) */
+    float *kl, *vl;             /* (n_ctx, nkv*hd): one layer of the F16 cache as floats */
     float *rope_cos, *rope_sin; /* (n_ctx, hd/2) */
 };
 
@@ -122,8 +134,28 @@ static void matmul_rows(void *ctx, int64_t begin, int64_t end, int thread)
     }
 }
 
+struct gemm_job {
+    const struct model_weight *w;
+    const void *packed;
+    float *y; /* (n, rows) */
+    int n;
+};
+
+/* tiles [begin, end) of CPU_GEMM_ROWS weight rows against every packed token */
+static void gemm_tiles(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    const struct gemm_job *j = ctx;
+    const struct model_weight *w = j->w;
+    const int64_t r1 = end * CPU_GEMM_ROWS < w->rows ? end * CPU_GEMM_ROWS : w->rows;
+    cpu_gemm_rows(w->type, model_row(w, 0), w->row_bytes, begin * CPU_GEMM_ROWS, r1, j->packed,
+                  j->n, w->cols, j->y, (size_t)w->rows);
+}
+
 /* y (n, w.rows) = x (n, w.cols) times W transposed. The activations are quantized once for the
- * whole chunk (float weights read x as is). */
+ * whole chunk (float weights read x as is); a batch of CPU_GEMM_MIN_TOK tokens or more goes
+ * through the prompt GEMM where the type has one (cpu_gemm.h: the same bits), threads over tiles
+ * of rows. */
 static void matmul(struct cpu *c, const struct model_weight *w, const float *x, int n, float *y)
 {
     struct matmul_job j = {w, (const uint8_t *)x, (size_t)w->cols * sizeof(float), y, n};
@@ -135,6 +167,12 @@ static void matmul(struct cpu *c, const struct model_weight *w, const float *x, 
             pool_run(c->pool, n, quant_rows, &q);
         j.act = c->qact;
         j.stride = q.stride;
+        if (c->gpack_al && n >= CPU_GEMM_MIN_TOK && cpu_gemm_supported(w->type)) {
+            cpu_gemm_pack(w->type, c->qact, q.stride, n, w->cols, c->gpack_al);
+            struct gemm_job g = {w, c->gpack_al, y, n};
+            pool_run(c->pool, (w->rows + CPU_GEMM_ROWS - 1) / CPU_GEMM_ROWS, gemm_tiles, &g);
+            return;
+        }
     }
     pool_run(c->pool, w->rows, matmul_rows, &j);
 }
@@ -144,6 +182,7 @@ static void matmul(struct cpu *c, const struct model_weight *w, const float *x, 
 struct attn_job {
     struct cpu *c;
     int layer, n, pos0;
+    const float *kc, *vc; /* this layer's keys and values, (n_ctx, nkv*hd) */
 };
 
 static void attn_heads(void *ctx, int64_t begin, int64_t end, int thread)
@@ -153,17 +192,37 @@ static void attn_heads(void *ctx, int64_t begin, int64_t end, int thread)
     const struct model_hparams *hp = &c->m->hp;
     const int hd = (int)hp->head_dim, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
     const int kvd = nkv * hd, group = nh / nkv;
-    const size_t lay = (size_t)j->layer * (size_t)c->base.n_ctx * (size_t)kvd;
     float *s = c->scores + (size_t)thread * (size_t)c->base.n_ctx;
     const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t item = begin; item < end; item++) {
         const int t = (int)(item / nh), h = (int)(item % nh), g = h / group;
         const int pos = j->pos0 + t; /* causal: keys 0..pos */
         const float *q = c->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd;
-        const float *kc = c->kc + lay + (size_t)g * (size_t)hd;
-        const float *vc = c->vc + lay + (size_t)g * (size_t)hd;
+        const float *kc = j->kc + (size_t)g * (size_t)hd;
+        const float *vc = j->vc + (size_t)g * (size_t)hd;
         float *out = c->att + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd;
         cpu_attn_head(q, kc, vc, (size_t)kvd, pos + 1, hd, scale, s, out);
+    }
+}
+
+/* (head, block of 16 tokens) items, head-major so that the threads' contiguous ranges get equal
+ * shares of the long (late) blocks: cpu_gemm_attn, bit-identical to attn_heads() */
+static void attn_blocks(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    const struct attn_job *j = ctx;
+    struct cpu *c = j->c;
+    const struct model_hparams *hp = &c->m->hp;
+    const int hd = (int)hp->head_dim, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
+    const int kvd = nkv * hd, group = nh / nkv, nblk = (j->n + 15) / 16;
+    float *s = c->ascores_al + (size_t)thread * 16 * (size_t)c->base.n_ctx;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t item = begin; item < end; item++) {
+        const int h = (int)(item / nblk), t0 = 16 * (int)(item % nblk), g = h / group;
+        const int nq = j->n - t0 < 16 ? j->n - t0 : 16;
+        const size_t off = (size_t)t0 * (size_t)(nh * hd) + (size_t)h * (size_t)hd;
+        cpu_gemm_attn(c->q + off, (size_t)(nh * hd), nq, j->pos0 + t0,
+                      j->kc + (size_t)g * (size_t)hd, j->vc + (size_t)g * (size_t)hd, (size_t)kvd,
+                      hd, scale, s, c->att + off, (size_t)(nh * hd));
     }
 }
 
@@ -179,6 +238,31 @@ static void norm_rope(float *x, const float *w, const float *cs, const float *sn
         x[i] = a * cs[i] - b * sn[i];
         x[i + half] = a * sn[i] + b * cs[i];
     }
+}
+
+/* F16 KV cache (backend_config.kv_f16): K and V of one position rounded to F16 (nearest even) at
+ * cache offset `at`, from row offset `src` of c->k / c->v. */
+static void kv_store_f16(struct cpu *c, size_t at, size_t src, size_t kvd)
+{
+    for (size_t i = 0; i < kvd; i++) {
+        c->kc16[at + i] = quant_f32_to_fp16(c->k[src + i]);
+        c->vc16[at + i] = quant_f32_to_fp16(c->v[src + i]);
+    }
+}
+
+struct kv_load_job {
+    struct cpu *c;
+    size_t lay, kvd;
+};
+
+/* positions [begin, end) of one layer's F16 cache into c->kl / c->vl as floats */
+static void kv_load_rows(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    const struct kv_load_job *j = ctx;
+    const size_t off = (size_t)begin * j->kvd, cnt = (size_t)(end - begin) * j->kvd;
+    quant_dequant_row(QUANT_F16, j->c->kc16 + j->lay + off, j->c->kl + off, (int64_t)cnt);
+    quant_dequant_row(QUANT_F16, j->c->vc16 + j->lay + off, j->c->vl + off, (int64_t)cnt);
 }
 
 static void attention(struct cpu *c, int il, int n, int pos0)
@@ -206,11 +290,24 @@ static void attention(struct cpu *c, int il, int n, int pos0)
             norm_rope(c->k + (size_t)t * (size_t)kvd + (size_t)h * (size_t)hd,
                       c->k_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, norm);
         const size_t at = ((size_t)il * (size_t)c->base.n_ctx + (size_t)pos) * (size_t)kvd;
-        memcpy(c->kc + at, c->k + (size_t)t * (size_t)kvd, (size_t)kvd * sizeof(float));
-        memcpy(c->vc + at, c->v + (size_t)t * (size_t)kvd, (size_t)kvd * sizeof(float));
+        if (c->kv16)
+            kv_store_f16(c, at, (size_t)t * (size_t)kvd, (size_t)kvd);
+        else {
+            memcpy(c->kc + at, c->k + (size_t)t * (size_t)kvd, (size_t)kvd * sizeof(float));
+            memcpy(c->vc + at, c->v + (size_t)t * (size_t)kvd, (size_t)kvd * sizeof(float));
+        }
     }
-    struct attn_job j = {c, il, n, pos0};
-    pool_run(c->pool, (int64_t)n * nh, attn_heads, &j);
+    const size_t lay = (size_t)il * (size_t)c->base.n_ctx * (size_t)kvd;
+    struct attn_job j = {
+        c, il, n, pos0, c->kv16 ? c->kl : c->kc + lay, c->kv16 ? c->vl : c->vc + lay};
+    if (c->kv16) { /* the layer's cache so far as floats (exact), once for all heads */
+        struct kv_load_job kj = {c, lay, (size_t)kvd};
+        pool_run(c->pool, pos0 + n, kv_load_rows, &kj);
+    }
+    if (n >= CPU_GEMM_ATTN_MIN_TOK && cpu_gemm_attn_supported(hd))
+        pool_run(c->pool, (int64_t)nh * ((n + 15) / 16), attn_blocks, &j);
+    else
+        pool_run(c->pool, (int64_t)n * nh, attn_heads, &j);
     matmul(c, &L->wo, c->att, n, c->xo);
     for (int64_t i = 0; i < n * E; i++)
         c->x[i] += c->xo[i];
@@ -311,7 +408,10 @@ static void tap_hidden(struct cpu *c, int il, int n)
            (size_t)n * E * sizeof(float));
 }
 
-static void cpu_forward_chunk(struct cpu *c, const int32_t *tokens, int n, int pos0, float *logits)
+/* logits: (n, n_vocab), or with `last` only the last position's (n_vocab) — the output product
+ * then runs for one row; each row's numbers do not depend on the others, so they are the same. */
+static void cpu_forward_chunk(struct cpu *c, const int32_t *tokens, int n, int pos0, float *logits,
+                              int last)
 {
     const struct model *m = c->m;
     const struct model_hparams *hp = &m->hp;
@@ -328,9 +428,10 @@ static void cpu_forward_chunk(struct cpu *c, const int32_t *tokens, int n, int p
             ffn(c, il, n, pos0);
         tap_hidden(c, il, n);
     }
-    for (int t = 0; t < n; t++)
+    const int t0 = last ? n - 1 : 0;
+    for (int t = t0; t < n; t++)
         rmsnorm(c->xb + t * E, c->x + t * E, c->out_norm, E, hp->eps);
-    matmul(c, &m->output, c->xb, n, logits);
+    matmul(c, &m->output, c->xb + t0 * E, n - t0, logits);
 }
 
 /* ops->forward: one chunk, already checked by backend_forward() (backend.h). */
@@ -338,7 +439,16 @@ static int cpu_forward(struct backend *b, const int32_t *tokens, int n, int pos0
                        struct gate_err *err)
 {
     (void)err;
-    cpu_forward_chunk((struct cpu *)b, tokens, n, pos0, logits);
+    cpu_forward_chunk((struct cpu *)b, tokens, n, pos0, logits, 0);
+    return 0;
+}
+
+/* ops->forward_last: the chunk's last position's logits only (backend_forward_last). */
+static int cpu_forward_last(struct backend *b, const int32_t *tokens, int n, int pos0,
+                            float *logits, struct gate_err *err)
+{
+    (void)err;
+    cpu_forward_chunk((struct cpu *)b, tokens, n, pos0, logits, 1);
     return 0;
 }
 
@@ -356,11 +466,12 @@ static void cpu_close(struct backend *b)
     if (!c)
         return;
     pool_free(c->pool);
-    void *bufs[] = {c->attn_norm, c->ffn_norm, c->q_norm,   c->k_norm,  c->out_norm, c->x,
-                    c->xb,        c->xo,       c->q,        c->k,       c->v,        c->att,
-                    c->ffa,       c->ffb,      c->router,   c->probs,   c->sel,      c->selw,
-                    c->rows,      c->gx,       c->gy,       c->moe_y,   c->scores,   c->qact,
-                    c->kc,        c->vc,       c->rope_cos, c->rope_sin};
+    void *bufs[] = {c->attn_norm, c->ffn_norm, c->q_norm,   c->k_norm,   c->out_norm, c->x,
+                    c->xb,        c->xo,       c->q,        c->k,        c->v,        c->att,
+                    c->ffa,       c->ffb,      c->router,   c->probs,    c->sel,      c->selw,
+                    c->rows,      c->gx,       c->gy,       c->moe_y,    c->scores,   c->qact,
+                    c->kc,        c->vc,       c->rope_cos, c->rope_sin, c->kc16,     c->vc16,
+                    c->kl,        c->vl,       c->gpack,    c->ascores};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(c);
@@ -483,6 +594,17 @@ static int cpu_open(struct backend **out, const struct model *m, const struct ba
     const size_t act_row = (max_cols / 32 + 1) * sizeof(struct cpu_q16_32) +
                            (max_cols / QK_K + 1) * sizeof(struct cpu_q16_K);
     const size_t R = moe ? B * K : B; /* rows of the largest product's input */
+    /* the prompt GEMM's packed activations: the larger of its two layouts, columns rounded up */
+    size_t gpack = 0;
+    if (cpu_gemm_supported(QUANT_Q4_K)) {
+        const size_t gk =
+            cpu_gemm_pack_bytes(QUANT_Q4_K, (int)R, (int64_t)(max_cols / QK_K + 1) * QK_K);
+        const size_t g8 =
+            cpu_gemm_pack_bytes(QUANT_Q8_0, (int)R, (int64_t)(max_cols / 32 + 1) * 32);
+        gpack = gk > g8 ? gk : g8;
+    }
+    const int f16 = cfg && cfg->kv_f16;
+    const size_t kv_cells = L * (size_t)n_ctx * kvd;
     const struct plan_item plan[] = {
         {(void **)&c->attn_norm, L * E, sizeof(float), "attn_norm"},
         {(void **)&c->ffn_norm, L * E, sizeof(float), "ffn_norm"},
@@ -507,9 +629,16 @@ static int cpu_open(struct backend **out, const struct model *m, const struct ba
         {(void **)&c->gy, moe ? B * K * E : 0, sizeof(float), "gy"},
         {(void **)&c->moe_y, moe ? B * K * E : 0, sizeof(float), "moe_y"},
         {(void **)&c->scores, nt * (size_t)n_ctx, sizeof(float), "scores"},
+        {(void **)&c->ascores, cpu_gemm_attn_supported((int)hd) ? nt * 16 * (size_t)n_ctx + 16 : 0,
+         sizeof(float), "batched attention scores"},
         {(void **)&c->qact, R * act_row, 1, "quantized activations"},
-        {(void **)&c->kc, L * (size_t)n_ctx * kvd, sizeof(float), "K cache"},
-        {(void **)&c->vc, L * (size_t)n_ctx * kvd, sizeof(float), "V cache"},
+        {(void **)&c->gpack, gpack ? gpack + 64 : 0, 1, "packed activations"},
+        {(void **)&c->kc, f16 ? 0 : kv_cells, sizeof(float), "K cache"},
+        {(void **)&c->vc, f16 ? 0 : kv_cells, sizeof(float), "V cache"},
+        {(void **)&c->kc16, f16 ? kv_cells : 0, sizeof(uint16_t), "K cache (F16)"},
+        {(void **)&c->vc16, f16 ? kv_cells : 0, sizeof(uint16_t), "V cache (F16)"},
+        {(void **)&c->kl, f16 ? (size_t)n_ctx * kvd : 0, sizeof(float), "one layer of K"},
+        {(void **)&c->vl, f16 ? (size_t)n_ctx * kvd : 0, sizeof(float), "one layer of V"},
         {(void **)&c->rope_cos, (size_t)n_ctx * (hd / 2), sizeof(float), "rope_cos"},
         {(void **)&c->rope_sin, (size_t)n_ctx * (hd / 2), sizeof(float), "rope_sin"},
     };
@@ -536,6 +665,11 @@ static int cpu_open(struct backend **out, const struct model *m, const struct ba
         }
     }
     c->qact_bytes = R * act_row;
+    if (gpack) /* 64-byte aligned: the GEMM loads whole cache lines */
+        c->gpack_al = (void *)(((uintptr_t)c->gpack + 63) & ~(uintptr_t)63);
+    c->kv16 = f16;
+    c->ascores_al = (float *)(((uintptr_t)c->ascores + 63) & ~(uintptr_t)63);
+    c->base.kv_f16 = f16;
     for (size_t il = 0; il < L; il++) {
         const struct model_layer *ly = &m->layers[il];
         quant_dequant_row(ly->attn_norm.type, ly->attn_norm.data, c->attn_norm + il * E,
@@ -569,4 +703,5 @@ const struct backend_ops backend_cpu_ops = {
     .truncate = NULL, /* the cache is plain memory: later positions are overwritten */
     .info = cpu_info,
     .close = cpu_close,
+    .forward_last = cpu_forward_last,
 };

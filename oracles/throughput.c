@@ -220,7 +220,14 @@ int throughput_gate(const struct model *m, const struct mode *mode,
     out->decode_tokens = D;
     out->warmup = cfg->warmup;
     const double t0 = now_s();
-    if ((rc = mode_open(&b, mode, m, P + D, cfg->n_threads, NULL, err)))
+    if (cfg->kv_f16) { /* gate bench --kv f16 only: the backend refuses it unless it has one */
+        const struct backend_config bc = {
+            .n_threads = cfg->n_threads, .n_ctx = P + D, .n_batch = P + D, .kv_f16 = 1};
+        rc = backend_open(&b, mode->backend, m, &bc, err);
+    } else {
+        rc = mode_open(&b, mode, m, P + D, cfg->n_threads, NULL, err);
+    }
+    if (rc)
         goto done;
     out->load_s = now_s() - t0;
     const size_t V = m->hp.n_vocab;

@@ -40,6 +40,7 @@ struct throughput_config {
     int prompt_tokens;                      /* prompt length along the mode's path (default 512) */
     int decode_tokens;                      /* decode steps after the prompt (default 128) */
     int n_threads;                          /* not a setting: how this host runs */
+    int kv_f16;                             /* not a setting: gate bench --kv f16 (default 0) */
     double min_prefill_tps, min_decode_tps; /* floors; 0 = none declared */
     double max_cv; /* above this CV in either phase the host is too noisy (default 0.5) */
     /* not settings: called after each warm-up and timed run with (done, warmup + runs), from the

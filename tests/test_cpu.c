@@ -15,6 +15,7 @@
 
 #include "engine/backend.h"
 #include "engine/cpu_dot.h"
+#include "engine/cpu_gemm.h"
 #include "engine/model.h"
 #include "engine/quant.h"
 #include "oracles/falsify.h"
@@ -412,4 +413,217 @@ Test(cpu, taps_record_the_same_layers_and_routes_as_the_twin)
     }
     free(logits);
     model_free(m);
+}
+
+/* ---- the prompt path: last-position logits, the GEMM, the F16 KV cache (issue 17) ---------- */
+
+Test(cpu, forward_last_equals_the_last_row_of_the_full_forward)
+{
+    /* dense and MoE, K-quant and float: the batch of 40 takes the GEMM where the CPU has it, the
+     * chunks of 7 (n_batch 7) the row kernels; ref gets the wrapper's fallback */
+    const char *cases[] = {"qwen3moe-tiny-q4_k_m", "qwen3-dense-tiny-q8_0", "qwen3-dense-tiny-f32"};
+    const char *backends[] = {"cpu", "ref"};
+    int32_t tokens[40];
+    mode_tokens(PARITY_TOKEN_SEED, 512, 40, tokens);
+    for (int c = 0; c < 3; c++) {
+        struct model *m = check_load_case(cases[c]);
+        const size_t V = m->hp.n_vocab;
+        float *all = malloc(40 * V * sizeof(float)), *last = malloc(V * sizeof(float));
+        for (int bi = 0; bi < 2; bi++)
+            for (int n_batch = 40; n_batch >= 7; n_batch -= 33) {
+                struct backend_config cfg = {.n_threads = 2, .n_ctx = 64, .n_batch = n_batch};
+                struct backend *b = NULL;
+                struct gate_err err = {0};
+                cr_assert_eq(backend_open(&b, backends[bi], m, &cfg, &err), 0, "%s", err.msg);
+                cr_assert_eq(backend_forward(b, tokens, 40, 0, all, &err), 0, "%s", err.msg);
+                cr_assert_eq(backend_truncate(b, 0, &err), 0, "%s", err.msg);
+                memset(last, 0xff, V * sizeof(float));
+                cr_assert_eq(backend_forward_last(b, tokens, 40, 0, last, &err), 0, "%s", err.msg);
+                cr_expect(!memcmp(last, all + 39 * V, V * sizeof(float)),
+                          "%s %s n_batch %d: last-only logits differ from row 39", cases[c],
+                          backends[bi], n_batch);
+                /* the cache holds all 40 positions: the next token decodes as after forward() */
+                struct backend_info info;
+                backend_info(b, &info);
+                cr_expect_eq(b->n_past, 40, "%s %s", cases[c], backends[bi]);
+                cr_expect_eq(info.forwards, 2);
+                cr_expect_eq(info.tokens, 80);
+                float *next = malloc(V * sizeof(float)), *again = malloc(V * sizeof(float));
+                cr_assert_eq(backend_forward(b, tokens, 1, 40, next, &err), 0, "%s", err.msg);
+                cr_assert_eq(backend_truncate(b, 0, &err), 0, "%s", err.msg);
+                cr_assert_eq(backend_forward(b, tokens, 40, 0, all, &err), 0, "%s", err.msg);
+                cr_assert_eq(backend_forward(b, tokens, 1, 40, again, &err), 0, "%s", err.msg);
+                cr_expect(!memcmp(next, again, V * sizeof(float)),
+                          "%s %s: the cache after forward_last differs", cases[c], backends[bi]);
+                /* the contract's checks hold: wrong position, nothing evaluated */
+                cr_expect_eq(backend_forward_last(b, tokens, 1, 3, last, &err), ERR_INPUT);
+                free(next);
+                free(again);
+                backend_close(b);
+            }
+        free(all);
+        free(last);
+        model_free(m);
+    }
+}
+
+Test(cpu, gemm_equals_the_row_kernels_bit_for_bit)
+{
+    const int types[] = {QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_Q8_0};
+    printf("cpu prompt GEMM: %s\n",
+           cpu_gemm_supported(QUANT_Q4_K) ? "tested" : "absent (no AVX-512 VNNI on this machine)");
+    if (!cpu_gemm_supported(QUANT_Q4_K))
+        cr_skip_test("this CPU or build has no AVX-512 BW/VL/VNNI: the prompt GEMM is not used");
+    /* 37 rows (a short last tile of 4); 70 tokens (a second 64-token chunk, a part-full group of
+     * 16); K-quants 3 blocks, Q8_0 41 blocks (partials by block index mod 4 with a tail) */
+    const int n_rows = 37, n_tok = 70;
+    for (int ti = 0; ti < 4; ti++) {
+        const int type = types[ti];
+        const int64_t n = type == QUANT_Q8_0 ? 32 * 41 : 3 * QK_K;
+        const size_t rb = quant_row_bytes(type, n), as = cpu_act_row_bytes(type, n);
+        uint8_t *w = malloc((size_t)n_rows * rb), *act = malloc((size_t)n_tok * as);
+        float *x = malloc((size_t)n * sizeof(float));
+        float *gemm = malloc((size_t)n_tok * n_rows * sizeof(float));
+        float *rows = malloc((size_t)n_tok * n_rows * sizeof(float));
+        void *packed = aligned_alloc(64, (cpu_gemm_pack_bytes(type, n_tok, n) + 63) / 64 * 64);
+        for (int trial = 0; trial < 4; trial++) {
+            for (int r = 0; r < n_rows; r++)
+                random_row(type, w + (size_t)r * rb, n);
+            for (int t = 0; t < n_tok; t++) {
+                const float mag = (t + trial) % 2 ? 100.0f : 0.01f;
+                for (int64_t i = 0; i < n; i++)
+                    x[i] = uniform(-mag, mag);
+                x[(int64_t)(next_u64() % (uint64_t)n)] = 40.0f * mag; /* outlier */
+                if (t == 5)
+                    memset(x, 0, (size_t)n * sizeof(float)); /* a zero row: scale 0 */
+                cpu_act_quantize(type, x, act + (size_t)t * as, n);
+            }
+            for (int t = 0; t < n_tok; t++)
+                for (int r = 0; r < n_rows; r++)
+                    cpu_dot_portable_rows(type, w + (size_t)r * rb, act + (size_t)t * as, as, 1, n,
+                                          rows + (size_t)t * n_rows + r, 1);
+            for (int sub = n_tok; sub >= 1; sub = sub > 16 ? 16 : sub - 15) {
+                memset(gemm, 0xff, (size_t)n_tok * n_rows * sizeof(float));
+                cpu_gemm_pack(type, act, as, sub, n, packed);
+                /* split at row 9: two ranges, as two threads would take them */
+                cpu_gemm_rows(type, w, rb, 0, 9, packed, sub, n, gemm, (size_t)n_rows);
+                cpu_gemm_rows(type, w, rb, 9, n_rows, packed, sub, n, gemm, (size_t)n_rows);
+                for (int i = 0; i < sub * n_rows; i++)
+                    cr_assert(!memcmp(&gemm[i], &rows[i], sizeof(float)),
+                              "%s, %d tokens, trial %d: token %d row %d: gemm %.9g != rows %.9g",
+                              quant_name(type), sub, trial, i / n_rows, i % n_rows, (double)gemm[i],
+                              (double)rows[i]);
+            }
+        }
+        free(w);
+        free(act);
+        free(x);
+        free(gemm);
+        free(rows);
+        free(packed);
+    }
+}
+
+Test(cpu, kv_f16_runs_and_stays_within_parity)
+{
+    /* one conformance case per architecture, 64 positions on the prefill path (the batched half
+     * through the GEMM, the rest decoded), judged by the default parity settings */
+    const char *cases[] = {"qwen3-dense-tiny-q4_k_m", "qwen3moe-tiny-q4_k_m"};
+    const int n = PARITY_MIN_POSITIONS;
+    struct parity_config pc;
+    parity_config_default(&pc);
+    for (int c = 0; c < 2; c++) {
+        struct model *m = check_load_case(cases[c]);
+        const size_t V = m->hp.n_vocab;
+        int32_t *tokens = malloc((size_t)n * sizeof *tokens);
+        mode_tokens(PARITY_TOKEN_SEED, m->hp.n_vocab, n, tokens);
+        float *ref = malloc((size_t)n * V * sizeof(float));
+        float *f16 = malloc((size_t)n * V * sizeof(float));
+        float *f32 = malloc((size_t)n * V * sizeof(float));
+        struct gate_err err = {0};
+        struct backend *j = NULL;
+        cr_assert_eq(mode_open_judge(&j, m, n, 2, &err), 0, "%s", err.msg);
+        cr_assert_eq(mode_judge(j, tokens, n, ref, NULL, &err), 0, "%s", err.msg);
+        backend_close(j);
+        for (int kv = 0; kv < 2; kv++) {
+            struct backend_config cfg = {.n_threads = 2, .n_ctx = n, .n_batch = n, .kv_f16 = kv};
+            struct backend *b = NULL;
+            cr_assert_eq(backend_open(&b, "cpu", m, &cfg, &err), 0, "%s", err.msg);
+            cr_expect_eq(b->kv_f16, kv);
+            cr_assert_eq(mode_run(b, MODE_PREFILL, tokens, n, NULL, 0, kv ? f16 : f32, &err), 0,
+                         "%s", err.msg);
+            backend_close(b);
+        }
+        /* the option takes effect: F16 rounding of K and V changes the logits */
+        cr_expect(memcmp(f16, f32, (size_t)n * V * sizeof(float)),
+                  "%s: kv_f16 gave the F32 cache's logits", cases[c]);
+        struct parity_result r16, r32;
+        cr_assert_eq(parity_judge(ref, f16, n, (int)V, &pc, &r16), 0);
+        cr_assert_eq(parity_judge(ref, f32, n, (int)V, &pc, &r32), 0);
+        printf("cpu kv f16 %-24s cpu.prefill: min cosine %.9f max KL %.3e mean KL %.3e wrong %d;"
+               " kv f32: min cosine %.9f max KL %.3e\n",
+               cases[c], r16.cosine.min, r16.kld.max, r16.kld.mean, r16.n_wrong, r32.cosine.min,
+               r32.kld.max);
+        cr_expect(r16.pass, "%s kv f16: %s", cases[c], r16.reason);
+        cr_expect_eq(r16.n_wrong, 0, "%s", cases[c]);
+        parity_result_free(&r16);
+        parity_result_free(&r32);
+        free(tokens);
+        free(ref);
+        free(f16);
+        free(f32);
+        model_free(m);
+    }
+    /* a backend without an F16 cache refuses the option: no silent F32 */
+    struct model *m = check_load_case("qwen3-dense-tiny-q4_k_m");
+    struct backend_config cfg = {.n_threads = 1, .n_ctx = 64, .kv_f16 = 1};
+    struct backend *b = NULL;
+    struct gate_err err = {0};
+    cr_expect_eq(backend_open(&b, "ref", m, &cfg, &err), ERR_INPUT);
+    cr_expect_null(b);
+    cr_expect(strstr(err.msg, "F16"), "%s", err.msg);
+    model_free(m);
+}
+
+Test(cpu, batched_attention_equals_the_per_head_kernel_bit_for_bit)
+{
+    if (!cpu_gemm_attn_supported(128))
+        cr_skip_test("this CPU or build has no AVX-512: prompt attention runs per head");
+    /* hd 48: a short last group of registers; pos0 0 / 5 / 37 with 1, 7, 16 queries (odd and even
+     * key counts, a part-full block) */
+    const int hds[] = {16, 48, 128}, pos0s[] = {0, 5, 37}, nqs[] = {1, 7, 16};
+    const int max_keys = 37 + 16, kvs = 3 * 128 + 8; /* cache rows wider than one head */
+    float *kc = malloc((size_t)max_keys * kvs * sizeof(float));
+    float *vc = malloc((size_t)max_keys * kvs * sizeof(float));
+    float *q = malloc((size_t)16 * 2 * 128 * sizeof(float));
+    float *out = malloc((size_t)16 * 128 * sizeof(float)), want[128];
+    float *s = aligned_alloc(64, (size_t)16 * max_keys * sizeof(float));
+    for (int i = 0; i < max_keys * kvs; i++) {
+        kc[i] = uniform(-2.0f, 2.0f);
+        vc[i] = uniform(-1.0f, 1.0f);
+    }
+    for (int i = 0; i < 16 * 2 * 128; i++)
+        q[i] = uniform(-2.0f, 2.0f);
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int c = 0; c < 3; c++) {
+                const int hd = hds[a], pos0 = pos0s[b], nq = nqs[c];
+                const float scale = 1.0f / sqrtf((float)hd);
+                /* queries 2 x 128 apart (the q rows of a batch), outputs hd apart */
+                cpu_gemm_attn(q, 256, nq, pos0, kc, vc, (size_t)kvs, hd, scale, s, out, (size_t)hd);
+                for (int i = 0; i < nq; i++) {
+                    float *sc = malloc((size_t)max_keys * sizeof(float));
+                    cpu_attn_head(q + (size_t)i * 256, kc, vc, (size_t)kvs, pos0 + i + 1, hd, scale,
+                                  sc, want);
+                    free(sc);
+                    cr_assert(!memcmp(out + (size_t)i * hd, want, (size_t)hd * sizeof(float)),
+                              "hd %d, pos0 %d, %d queries: query %d differs (%.9g vs %.9g)", hd,
+                              pos0, nq, i, (double)out[(size_t)i * hd], (double)want[0]);
+                }
+            }
+    free(kc);
+    free(vc);
+    free(q);
+    free(out);
+    free(s);
 }

@@ -1,0 +1,99 @@
+/* cpu_gemm.c — the prompt GEMM's activation packing and its run-time dispatch (cpu_gemm.h); the
+ * kernels are in cpu_gemm_avx512.c.
+ *
+ * Packed layout, per group of 16 tokens (tv) and weight block (i), at index tv * nb + i:
+ *   K-quants (256 columns): struct gemm_pack_k — qs[k][lane] = token (16 tv + lane)'s int16
+ *     pair (a[2k], a[2k+1]) as one int32 (k < 128); mn[j][lane] = the pair (s >> 8, s & 255) of
+ *     that token's sub-block sum s = sums[j]; d[lane] = its block scale;
+ *   Q8_0 (32 columns): struct gemm_pack_32 — qs[k][lane] for k < 16, d[lane].
+ * Missing tokens (past n_tok) are zero. Start reading: cpu_gemm_pack().
+ */
+#include "cpu_gemm.h"
+
+#include <string.h>
+
+#include "cpu_dot.h"
+#include "quant.h"
+
+int cpu_gemm_supported(int type)
+{
+    if (type != QUANT_Q4_K && type != QUANT_Q5_K && type != QUANT_Q6_K && type != QUANT_Q8_0)
+        return 0;
+    return cpu_dot_have_avx512();
+}
+
+size_t cpu_gemm_pack_bytes(int type, int n_tok, int64_t n)
+{
+    const size_t groups = (size_t)(n_tok + CPU_GEMM_LANES - 1) / CPU_GEMM_LANES;
+    switch (type) {
+    case QUANT_Q4_K:
+    case QUANT_Q5_K:
+    case QUANT_Q6_K:
+        return groups * (size_t)(n / QK_K) * sizeof(struct gemm_pack_k);
+    case QUANT_Q8_0:
+        return groups * (size_t)(n / 32) * sizeof(struct gemm_pack_32);
+    default:
+        return 0;
+    }
+}
+
+/* int16 pair (lo, hi) as the int32 vpdpwssd reads: lo in the low half */
+static int32_t pair(int16_t lo, int16_t hi)
+{
+    return (int32_t)((uint32_t)(uint16_t)lo | ((uint32_t)(uint16_t)hi << 16));
+}
+
+void cpu_gemm_pack(int type, const uint8_t *act, size_t as, int n_tok, int64_t n, void *packed)
+{
+    memset(packed, 0, cpu_gemm_pack_bytes(type, n_tok, n));
+    if (type == QUANT_Q8_0) {
+        const int64_t nb = n / 32;
+        struct gemm_pack_32 *p = packed;
+        for (int t = 0; t < n_tok; t++) {
+            const struct cpu_q16_32 *y = (const struct cpu_q16_32 *)(act + (size_t)t * as);
+            const int tv = t / CPU_GEMM_LANES, l = t % CPU_GEMM_LANES;
+            for (int64_t i = 0; i < nb; i++) {
+                struct gemm_pack_32 *b = p + (size_t)tv * (size_t)nb + (size_t)i;
+                for (int k = 0; k < 16; k++)
+                    b->qs[k][l] = pair(y[i].qs[2 * k], y[i].qs[2 * k + 1]);
+                b->d[l] = y[i].d;
+            }
+        }
+        return;
+    }
+    const int64_t nb = n / QK_K;
+    struct gemm_pack_k *p = packed;
+    for (int t = 0; t < n_tok; t++) {
+        const struct cpu_q16_K *y = (const struct cpu_q16_K *)(act + (size_t)t * as);
+        const int tv = t / CPU_GEMM_LANES, l = t % CPU_GEMM_LANES;
+        for (int64_t i = 0; i < nb; i++) {
+            struct gemm_pack_k *b = p + (size_t)tv * (size_t)nb + (size_t)i;
+            for (int k = 0; k < QK_K / 2; k++)
+                b->qs[k][l] = pair(y[i].qs[2 * k], y[i].qs[2 * k + 1]);
+            for (int j = 0; j < QK_K / 32; j++) {
+                /* |s| <= 32 x CPU_ACT_QMAX < 2^16: s >> 8 in [-256, 255], s & 255 in [0, 255] */
+                const int32_t s = y[i].sums[j];
+                b->mn[j][l] = pair((int16_t)(s >> 8), (int16_t)(s & 255));
+            }
+            b->d[l] = y[i].d;
+        }
+    }
+}
+
+void cpu_gemm_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                   const void *packed, int n_tok, int64_t n, float *out, size_t out_stride)
+{
+    cpu_gemm_avx512_rows(type, w, row_bytes, r0, r1, packed, n_tok, n, out, out_stride);
+}
+
+int cpu_gemm_attn_supported(int hd)
+{
+    return hd > 0 && hd % 16 == 0 && hd <= CPU_GEMM_ATTN_MAX_HD && cpu_dot_have_avx512();
+}
+
+void cpu_gemm_attn(const float *q, size_t q_stride, int n_q, int pos0, const float *kc,
+                   const float *vc, size_t kv_stride, int hd, float scale, float *s, float *out,
+                   size_t out_stride)
+{
+    cpu_gemm_avx512_attn(q, q_stride, n_q, pos0, kc, vc, kv_stride, hd, scale, s, out, out_stride);
+}
