@@ -6,7 +6,9 @@
  * from 1 to 13 rows is checked against cpu_dot_portable_tile() on random blocks (every code value,
  * every 6-bit / signed 8-bit sub-block scale) and on extreme activations (every value at
  * +-CPU_ACT_QMAX, where the byte split's hi part is -32 or 31), so a wrong lane, scale, offset or
- * wrap shows. The engine-level checks (parity, thread-count independence) are in test_cpu.c.
+ * wrap shows. The engine's one-token path (Q/K/V, gate/up and a MoE layer's routed experts each
+ * in one parallel region) gives the batched forward's logits bit for bit. The other engine-level
+ * checks (parity, thread-count independence) are in test_cpu.c.
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -14,8 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend.h"
 #include "engine/cpu_dot.h"
+#include "engine/model.h"
 #include "engine/quant.h"
+#include "oracles/mode.h"
+#include "oracles/parity.h"
+#include "tests/support/check.h"
 
 static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
 
@@ -103,4 +110,40 @@ Test(cpu_dot, multi_row_decode_kernels_equal_the_portable_ones_bit_for_bit)
             free(x);
             free(act);
         }
+}
+
+Test(cpu_dot, decode_logits_equal_the_batched_forward_bit_for_bit)
+{
+    /* every conformance case's type mix, dense and MoE: one token at a time (the fused decode
+     * regions) against chunks of two tokens (one product at a time, the row kernels: below the
+     * prompt GEMM's and the batched attention's minimum batch), two threads */
+    const char *cases[] = {"qwen3moe-tiny-q4_k_m", "qwen3-dense-tiny-q4_k_m", "qwen3moe-tiny-q8_0",
+                           "qwen3-dense-tiny-f32"};
+    enum { N = 24 };
+    int32_t tokens[N];
+    mode_tokens(PARITY_TOKEN_SEED, 512, N, tokens);
+    for (int ci = 0; ci < 4; ci++) {
+        struct model *m = check_load_case(cases[ci]);
+        const size_t V = m->hp.n_vocab;
+        float *batch = malloc((size_t)N * V * sizeof(float));
+        float *step = malloc((size_t)N * V * sizeof(float));
+        cr_assert(batch && step);
+        struct backend_config cfg = {.n_threads = 2, .n_ctx = 64, .n_batch = 2};
+        struct backend *b = NULL;
+        struct gate_err err = {0};
+        cr_assert_eq(backend_open(&b, "cpu", m, &cfg, &err), 0, "%s", err.msg);
+        cr_assert_eq(backend_forward(b, tokens, N, 0, batch, &err), 0, "%s", err.msg);
+        cr_assert_eq(backend_truncate(b, 0, &err), 0, "%s", err.msg);
+        for (int t = 0; t < N; t++)
+            cr_assert_eq(backend_forward(b, tokens + t, 1, t, step + (size_t)t * V, &err), 0, "%s",
+                         err.msg);
+        for (int t = 0; t < N; t++)
+            cr_expect(!memcmp(batch + (size_t)t * V, step + (size_t)t * V, V * sizeof(float)),
+                      "%s: position %d decoded one token at a time differs from chunks of two",
+                      cases[ci], t);
+        backend_close(b);
+        free(batch);
+        free(step);
+        model_free(m);
+    }
 }
