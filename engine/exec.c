@@ -319,9 +319,11 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
     if (!s->pid)
         return err_set(err, ERR_RUNTIME, "exec engine '%s' (%s): no engine is running", s->e->name,
                        what);
-    char *text = json_dumps(req, JSON_COMPACT);
+    char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
     if (!text)
-        return fail(s, what, err, "out of memory for the request");
+        return fail(s, what, err,
+                    "cannot encode the request as JSON (out of memory, or a string that is not"
+                    " UTF-8)");
     const size_t H = strlen(text);
     unsigned char *wbuf = malloc(4 + H + 8);
     if (!wbuf) {
@@ -677,9 +679,10 @@ void exec_session_free(struct exec_session *s)
         struct gate_err quiet = {0};
         char status[160];
         if (!simple(s, "bye", json_pack("{s:s}", "op", "bye"), &quiet)) {
-            /* it said goodbye: give it the timeout to exit on its own before end_child's signals */
+            /* it said goodbye: let it exit on its own (at most the timeout, and 10 s) before
+             * end_child's signals */
             close_fd(&s->in_fd);
-            const double until = now_s() + s->e->timeout_s;
+            const double until = now_s() + (s->e->timeout_s < 10 ? s->e->timeout_s : 10);
             int ws;
             while (s->pid && now_s() < until) {
                 pid_t r = waitpid(s->pid, &ws, WNOHANG);
