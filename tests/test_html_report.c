@@ -189,6 +189,29 @@ Test(html_report, the_page_has_the_matrix_sections_plots_and_states)
     free(html);
 }
 
+Test(html_report, a_golden_difference_is_shown_as_token_pieces_side_by_side)
+{
+    const char *ladder = write_ladder();
+    char db[1024], out[1024];
+    snprintf(db, sizeof db, "%s", ladderfix_path(&fx, "g.db"));
+    snprintf(out, sizeof out, "%s", ladderfix_path(&fx, "golden.html"));
+    struct ladderfix_fake diff = {.golden_diff = 1};
+    cr_assert_eq(ladderfix_add(&fx, ladder, db, &fx.key_a, 0, diff), 1);
+    int ok = -1;
+    char *html = report(ladder, db, out, &ok);
+    char *s = section(html, "cell-0");
+    cr_expect(strstr(s, "<details class=\"gate gate-golden v-FAIL\" open>"), "%.3000s", s);
+    cr_expect(strstr(s, "FAILED golden"), "the row's reason names the gate");
+    const char *c = strstr(s, "<details class=\"golden-case\" open>");
+    cr_assert(c, "the differing case is open: %.3000s", s);
+    cr_expect(strstr(c, "<b>first difference at token 3</b>"), "%.600s", c);
+    const char *end = strstr(c, "</table>");
+    cr_expect_eq(count(c, end, "<tr class=\"diff\">"), 1, "one differing token: %.3000s", c);
+    cr_expect_eq(count(c, end, "<span class=\"tok\">"), 2 * 16, "golden and got pieces");
+    free(s);
+    free(html);
+}
+
 Test(html_report, a_tampered_store_says_so_at_the_top_in_red_and_still_renders)
 {
     const char *ladder = write_ladder();

@@ -35,6 +35,7 @@ struct ladderfix_fake {
     int fail;             /* 1: parity numbers that fail (position 5 at cosine 0.42), with the
                            * localization a failed run records (first bad layer 1, routing
                            * agreement 90 of 96 there) and position 7 an argmax TIE_FLIP */
+    int golden_diff;      /* 1: the first golden case's 4th token differs (first_diff 3) */
     const char *commit;   /* NULL: self's commit */
     const char *env_host; /* NULL: the cell's host id; else environment.hostname (any text) */
 };
