@@ -369,26 +369,29 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
         }
         if (pf[1].revents)
             drain_stderr(s);
-        if (writing && pf[2].revents) {
-            ssize_t w;
-            if (woff < wlen)
-                w = write(s->in_fd, wbuf + woff, wlen - woff);
-            else
-                w = write(s->in_fd, (const unsigned char *)payload + poff,
-                          (size_t)(plen - poff < (1u << 20) ? plen - poff : (1u << 20)));
-            if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                rc =
-                    fail(s, what, err, "cannot write the request: %s (the engine closed its stdin)",
-                         strerror(errno));
-                goto out;
+        if (!pf[0].revents) {
+            /* write only when there is nothing to read: an engine that answered early (an error
+             * reply, then exit) is heard before its closed stdin is */
+            if (writing && pf[2].revents) {
+                ssize_t w;
+                if (woff < wlen)
+                    w = write(s->in_fd, wbuf + woff, wlen - woff);
+                else
+                    w = write(s->in_fd, (const unsigned char *)payload + poff,
+                              (size_t)(plen - poff < (1u << 20) ? plen - poff : (1u << 20)));
+                if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                    rc = fail(s, what, err,
+                              "cannot write the request: %s (the engine closed its stdin)",
+                              strerror(errno));
+                    goto out;
+                }
+                if (w > 0 && woff < wlen)
+                    woff += (size_t)w;
+                else if (w > 0)
+                    poff += (uint64_t)w;
             }
-            if (w > 0 && woff < wlen)
-                woff += (size_t)w;
-            else if (w > 0)
-                poff += (uint64_t)w;
-        }
-        if (!pf[0].revents)
             continue;
+        }
         /* read as much of the current phase as is there */
         unsigned char *to;
         uint64_t need;

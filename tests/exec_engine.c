@@ -9,6 +9,7 @@
  *   --defect scale         logits scaled by 1.5 (parity must FAIL)
  *   --crash-at-forward N   the Nth forward request dies by SIGSEGV
  *   --hang-at-forward N    the Nth forward request never answers
+ *   --error-at-forward N   the Nth forward request gets an error reply ("ok": false)
  *   --bad-frame            the first forward reply's header is not JSON
  *   --oversize-frame       the first forward reply announces a 1 MiB header
  *   --wrong-size           forward replies carry one float too few
@@ -37,7 +38,7 @@
 struct opts {
     double noise;
     int defect;
-    int crash_at, hang_at;
+    int crash_at, hang_at, error_at;
     int bad_frame, oversize_frame, wrong_size, wrong_digest, exit_early, no_faults;
     int max_tokens;
 };
@@ -158,6 +159,8 @@ int main(int argc, char **argv)
             o.crash_at = atoi(argv[++i]);
         else if (!strcmp(a, "--hang-at-forward") && v)
             o.hang_at = atoi(argv[++i]);
+        else if (!strcmp(a, "--error-at-forward") && v)
+            o.error_at = atoi(argv[++i]);
         else if (!strcmp(a, "--max-tokens") && v)
             o.max_tokens = atoi(argv[++i]);
         else if (!strcmp(a, "--bad-frame"))
@@ -258,7 +261,10 @@ int main(int argc, char **argv)
                 for (;;)
                     pause();
             }
-            if (!b || n < 1 || n_past + n > n_ctx || B != (uint64_t)n * 4) {
+            if (forwards == o.error_at) {
+                fprintf(stderr, "exec_engine: refusing forward %d as asked\n", forwards);
+                send_error("planted error: this engine refuses forward requests now");
+            } else if (!b || n < 1 || n_past + n > n_ctx || B != (uint64_t)n * 4) {
                 send_error("forward: bad request (no model, or sizes off)");
             } else if (memcpy(tokens, payload, B),
                        backend_forward(b, tokens, n, n_past, logits, &err)) {

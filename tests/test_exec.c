@@ -254,6 +254,16 @@ Test(exec, a_hang_is_a_timeout_and_the_child_is_killed)
     cr_expect(strstr(msg, "hanging at forward 2 as asked"), "%s", msg);
 }
 
+Test(exec, an_error_reply_is_an_error_quoting_the_engine_s_text)
+{
+    static const char *const a[] = {"--error-at-forward", "2", NULL};
+    char msg[1024];
+    cr_expect_eq(run_failing(a, 30, msg, sizeof msg), ERR_RUNTIME);
+    cr_expect(strstr(msg, "(forward n_past=1 n_tokens=1): the engine answered an error: \"planted"
+                          " error: this engine refuses forward requests now\""),
+              "%s", msg);
+}
+
 Test(exec, a_malformed_reply_header_is_refused)
 {
     static const char *const a[] = {"--bad-frame", NULL};
