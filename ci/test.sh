@@ -58,8 +58,8 @@ run_ctest() {
 
 cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$jobs"
-run_ctest build
+run_ctest build GATE_REQUIRE_CHROMIUM=1
 cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=Debug -DGATE_SANITIZE=ON >/dev/null
 cmake --build build-asan -j "$jobs"
-run_ctest build-asan ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$PWD/ci/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 GATE_ASAN=1
+run_ctest build-asan ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$PWD/ci/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 GATE_ASAN=1 GATE_REQUIRE_CHROMIUM=1
 echo "ci/test.sh: all tests passed (normal and sanitizer builds)"

@@ -44,6 +44,7 @@ static const char *const COMMANDS[] = {
     "run",          "release",        "release check",  "key",
     "key gen",      "key pub",        "receipt",        "receipt list",
     "receipt show", "receipt verify", "receipt export", "receipt import",
+    "report",
 };
 
 Test(cli, help_works_on_every_command_and_subcommand)
