@@ -177,6 +177,143 @@ static void matmul(struct cpu *c, const struct model_weight *w, const float *x, 
     pool_run(c->pool, w->rows, matmul_rows, &j);
 }
 
+/* ---- decode: several one-token products in one parallel region ------------------------------ */
+
+#define CPU_MULTI_MAX 24 /* products one region takes: a MoE layer's gate and up for 8 experts */
+
+/* Products of one token each, rows concatenated: region row first[p] + r is row r of w[p]. One
+ * pool_run wakes the workers once for all of them (Q, K and V; gate and up; a MoE layer's routed
+ * experts), each thread streams one contiguous range of the concatenated rows. Every output is
+ * still one cpu_dot_tile() row with the same activation row: the same bits as matmul(). */
+struct multi_job {
+    int n;
+    const struct model_weight *w[CPU_MULTI_MAX];
+    const uint8_t *act[CPU_MULTI_MAX]; /* product p's input row: quantized, or floats */
+    float *y[CPU_MULTI_MAX];           /* product p's output (w[p]->rows) */
+    int64_t first[CPU_MULTI_MAX + 1];
+};
+
+static void multi_add(struct multi_job *j, const struct model_weight *w, const uint8_t *act,
+                      float *y)
+{
+    j->w[j->n] = w;
+    j->act[j->n] = act;
+    j->y[j->n] = y;
+    j->first[j->n + 1] = j->first[j->n] + w->rows;
+    j->n++;
+}
+
+static void multi_rows(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    const struct multi_job *j = ctx;
+    for (int p = 0; p < j->n; p++) {
+        const struct model_weight *w = j->w[p];
+        const int64_t b = (begin > j->first[p] ? begin : j->first[p]) - j->first[p];
+        const int64_t e = (end < j->first[p + 1] ? end : j->first[p + 1]) - j->first[p];
+        for (int64_t o0 = b; o0 < e; o0 += CPU_ROW_TILE) {
+            const int64_t o1 = o0 + CPU_ROW_TILE < e ? o0 + CPU_ROW_TILE : e;
+            cpu_dot_tile(w->type, model_row(w, o0), w->row_bytes, (int)(o1 - o0), j->act[p], 0, 1,
+                         w->cols, j->y[p] + o0, (size_t)w->rows);
+        }
+    }
+}
+
+/* The input row x for weight w at byte offset *off of the activation buffer (floats: x itself),
+ * *off advanced; reuses `prev` (the row quantized for weight `pw`) when the layout is the same.
+ * NULL when the buffer is full (the caller takes the product-at-a-time path). */
+static const uint8_t *multi_act(struct cpu *c, const struct model_weight *w, const float *x,
+                                size_t *off, const struct model_weight *pw, const uint8_t *prev)
+{
+    const int kind = cpu_act_kind(w->type);
+    if (kind == CPU_ACT_F32)
+        return (const uint8_t *)x;
+    if (pw && prev && cpu_act_kind(pw->type) == kind && pw->cols == w->cols)
+        return prev;
+    const size_t bytes = cpu_act_row_bytes(w->type, w->cols);
+    if (*off + bytes > c->qact_bytes)
+        return NULL;
+    uint8_t *dst = c->qact + *off;
+    cpu_act_quantize(w->type, x, dst, w->cols);
+    *off += bytes;
+    return dst;
+}
+
+/* y_p = W_p x for one token x and up to three weights in one region (NULL weights skipped).
+ * Returns 0 when done, -1 when the caller must run them one by one. */
+static int matmul_decode3(struct cpu *c, const float *x, const struct model_weight *w0, float *y0,
+                          const struct model_weight *w1, float *y1, const struct model_weight *w2,
+                          float *y2)
+{
+    struct multi_job j = {0};
+    size_t off = 0;
+    const struct model_weight *ws[3] = {w0, w1, w2}, *pw = NULL;
+    float *ys[3] = {y0, y1, y2};
+    const uint8_t *prev = NULL;
+    for (int p = 0; p < 3; p++) {
+        if (!ws[p])
+            continue;
+        const uint8_t *a = multi_act(c, ws[p], x, &off, pw, prev);
+        if (!a)
+            return -1;
+        multi_add(&j, ws[p], a, ys[p]);
+        pw = ws[p];
+        prev = a;
+    }
+    pool_run(c->pool, j.first[j.n], multi_rows, &j);
+    return 0;
+}
+
+/* The routed experts of one token: every selected expert's gate and up rows in one region, then
+ * every down row in another (instead of three regions per expert); slot s's output at
+ * moe_y + s E (zeros for a slot without an expert). Returns -1, having done nothing, when the
+ * activation buffer cannot hold the k inputs (the caller then runs the experts one by one). */
+static int moe_decode(struct cpu *c, const struct model_layer *L, int X, int k)
+{
+    const int64_t E = c->m->hp.n_embd;
+    const struct model_weight g0 = model_expert(&L->gate_exps, X, 0);
+    const struct model_weight u0 = model_expert(&L->up_exps, X, 0);
+    const struct model_weight d0 = model_expert(&L->down_exps, X, 0);
+    const int64_t F = g0.rows;
+    if (2 * k > CPU_MULTI_MAX || 2 * cpu_act_row_bytes(g0.type, E) > c->qact_bytes ||
+        (size_t)k * cpu_act_row_bytes(d0.type, F) > c->qact_bytes)
+        return -1;
+    struct model_weight gw[CPU_MULTI_MAX / 2], uw[CPU_MULTI_MAX / 2], dw[CPU_MULTI_MAX / 2];
+    struct multi_job j = {0}, d = {0};
+    size_t off = 0;
+    const uint8_t *ag = multi_act(c, &g0, c->xb, &off, NULL, NULL);
+    const uint8_t *au = multi_act(c, &u0, c->xb, &off, &g0, ag);
+    for (int s = 0; s < k; s++) {
+        const int e = c->sel[s];
+        if (e < 0 || e >= X)
+            continue;
+        gw[s] = model_expert(&L->gate_exps, X, e);
+        uw[s] = model_expert(&L->up_exps, X, e);
+        dw[s] = model_expert(&L->down_exps, X, e);
+        multi_add(&j, &gw[s], ag, c->ffa + (size_t)s * (size_t)F);
+        multi_add(&j, &uw[s], au, c->ffb + (size_t)s * (size_t)F);
+    }
+    if (j.n)
+        pool_run(c->pool, j.first[j.n], multi_rows, &j);
+    off = 0; /* the gate / up inputs are done with */
+    for (int s = 0; s < k; s++) {
+        float *y = c->moe_y + (size_t)s * (size_t)E;
+        const int e = c->sel[s];
+        if (e < 0 || e >= X) {
+            memset(y, 0, (size_t)E * sizeof(float));
+            continue;
+        }
+        float *h = c->ffa + (size_t)s * (size_t)F;
+        const float *u = c->ffb + (size_t)s * (size_t)F;
+        for (int64_t i = 0; i < F; i++)
+            h[i] = silu(h[i]) * u[i];
+        multi_add(&d, &dw[s], multi_act(c, &dw[s], h, &off, NULL, NULL), y);
+    }
+    if (d.n)
+        pool_run(c->pool, d.first[d.n], multi_rows, &d);
+    return 0;
+}
+
 /* ---- attention ------------------------------------------------------------------------------ */
 
 struct attn_job {
@@ -275,9 +412,11 @@ static void attention(struct cpu *c, int il, int n, int pos0)
     const int has_norm = model_has_qk_norm(c->m);
     for (int t = 0; t < n; t++)
         rmsnorm(c->xb + t * E, c->x + t * E, c->attn_norm + il * E, E, hp->eps);
-    matmul(c, &L->wq, c->xb, n, c->q);
-    matmul(c, &L->wk, c->xb, n, c->k);
-    matmul(c, &L->wv, c->xb, n, c->v);
+    if (n > 1 || matmul_decode3(c, c->xb, &L->wq, c->q, &L->wk, c->k, &L->wv, c->v)) {
+        matmul(c, &L->wq, c->xb, n, c->q);
+        matmul(c, &L->wk, c->xb, n, c->k);
+        matmul(c, &L->wv, c->xb, n, c->v);
+    }
     for (int t = 0; t < n; t++) {
         const int pos = pos0 + t;
         const float *cs = c->rope_cos + (size_t)pos * (size_t)half;
@@ -319,8 +458,10 @@ static void attention(struct cpu *c, int il, int n, int pos0)
 static void swiglu(struct cpu *c, const struct model_weight *gate, const struct model_weight *up,
                    const struct model_weight *down, const float *x, int n, float *out)
 {
-    matmul(c, gate, x, n, c->ffa);
-    matmul(c, up, x, n, c->ffb);
+    if (n > 1 || matmul_decode3(c, x, gate, c->ffa, up, c->ffb, NULL, NULL)) {
+        matmul(c, gate, x, n, c->ffa);
+        matmul(c, up, x, n, c->ffb);
+    }
     const int64_t f = gate->rows;
     for (int64_t i = 0; i < n * f; i++)
         c->ffa[i] = silu(c->ffa[i]) * c->ffb[i];
@@ -351,8 +492,10 @@ static void moe(struct cpu *c, int il, int n, int pos0)
         if (tp->router_k1th)
             tp->router_k1th[ti] = rr.k1th_logit;
     }
-    /* only the routed experts run, each once over the tokens that chose it */
-    for (int e = 0; e < X; e++) {
+    /* only the routed experts run, each once over the tokens that chose it (one token: all of
+     * them in two parallel regions, moe_decode) */
+    const int fused = n == 1 && moe_decode(c, L, X, k) == 0;
+    for (int e = 0; e < X && !fused; e++) {
         int cnt = 0;
         for (int i = 0; i < n * k; i++)
             if (c->sel[i] == e) {
