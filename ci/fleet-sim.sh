@@ -7,7 +7,7 @@
 # b, both CPU hosts: `--host` selects which cells run), write JUnit XML and export their
 # receipts as an artifact; the aggregation job imports both exports into one database, verifies
 # it, runs `gate release check --sign` with a release key, and renders the HTML report when this
-# gate has `gate report`. Then the negative: an aggregation that lacks host b's export must block
+# gate has `gate report` (required). Then the negative: an aggregation that lacks host b's export must block
 # the release with b's cell MISSING.
 #
 # Everything is written under WORK_DIR (a new or empty folder): keys, ladder, goldens copy,
@@ -149,18 +149,14 @@ else
         grep -q "not signed" logs/release.log || fail "dirty build: the sign-off was not refused"
     fi
 fi
-if "$GATE" report --help >/dev/null 2>&1; then
-    # gate report exits 0 when the page is written and the release OK, 1 written and blocked
-    if step "gate report" "$dirty" logs/report.log -- "$GATE" report fleet.yaml \
-        --db agg/agg.db -o agg/report.html; then
-        if [ -s agg/report.html ]; then
-            echo "report: agg/report.html ($(wc -c <agg/report.html) bytes)"
-        else
-            fail "gate report wrote no agg/report.html"
-        fi
+# gate report exits 0 when the page is written and the release OK, 1 written and blocked
+if step "gate report" "$dirty" logs/report.log -- "$GATE" report fleet.yaml \
+    --db agg/agg.db -o agg/report.html; then
+    if [ -s agg/report.html ]; then
+        echo "report: agg/report.html ($(wc -c <agg/report.html) bytes)"
+    else
+        fail "gate report wrote no agg/report.html"
     fi
-else
-    echo "SKIP report: gate report not built yet"
 fi
 
 # ---- the negative: host b's artifact never arrived -------------------------------------------

@@ -514,6 +514,39 @@ void release_result_free(struct release_result *r)
     memset(r, 0, sizeof *r);
 }
 
+/* store_get callback of pass_hashes: the row's hash when the row verifies in every respect. */
+static int row_hash(void *ctx, const struct store_row *row)
+{
+    if (!row->sig_ok || !row->chain_ok || !row->columns_ok)
+        return 1;
+    memcpy(ctx, row->hash, 65);
+    return 0;
+}
+
+/* A JSON array of the hashes (recomputed from the signed bytes: chain_ok) of receipts ids[0..n)
+ * of st, so a sign-off binds the receipts themselves, not row ids that mean something only in
+ * this database. NULL with err set when a receipt is gone or does not verify. */
+static json_t *pass_hashes(struct store *st, const int64_t *ids, int n, struct gate_err *err)
+{
+    json_t *a = json_array();
+    for (int j = 0; a && j < n; j++) {
+        char hash[65] = "";
+        int rc = store_get(st, ids[j], row_hash, hash, err);
+        if (rc || !hash[0]) {
+            /* kept when store_get recorded its own error (I/O, no such receipt) */
+            err_set(err, ERR_RUNTIME,
+                    "receipt %lld does not verify now: not signing a release on it",
+                    (long long)ids[j]);
+            json_decref(a);
+            return NULL;
+        }
+        json_array_append_new(a, json_string(hash));
+    }
+    if (!a)
+        err_set(err, ERR_ENV, "out of memory listing the sign-off's receipt hashes");
+    return a;
+}
+
 int release_sign(const struct ladder *l, struct store *st, const struct identity *self,
                  const struct release_result *r, const struct key_pair *k, char head[65],
                  int64_t *count, struct gate_err *err)
@@ -527,8 +560,13 @@ int release_sign(const struct ladder *l, struct store *st, const struct identity
         json_t *ids = json_array();
         for (int j = 0; j < r->cells[i].n_pass_ids; j++)
             json_array_append_new(ids, json_integer(r->cells[i].pass_ids[j]));
-        json_array_append_new(cells,
-                              json_pack("{s:s, s:o}", "cell", r->cells[i].name, "receipts", ids));
+        json_t *hashes = pass_hashes(st, r->cells[i].pass_ids, r->cells[i].n_pass_ids, err);
+        if (!hashes) {
+            json_decref(ids);
+            goto fail;
+        }
+        json_array_append_new(cells, json_pack("{s:s, s:o, s:o}", "cell", r->cells[i].name,
+                                               "receipts", ids, "receipt_sha256", hashes));
     }
     for (int i = 0; i < r->n_excluded; i++)
         json_array_append_new(excl, json_pack("{s:s, s:s}", "cell", r->excluded[i].name, "reason",
@@ -537,8 +575,14 @@ int release_sign(const struct ladder *l, struct store *st, const struct identity
         json_t *ids = json_array();
         for (int j = 0; j < r->anchors[i].n_pass_ids; j++)
             json_array_append_new(ids, json_integer(r->anchors[i].pass_ids[j]));
-        json_array_append_new(anchors, json_pack("{s:s, s:s, s:o}", "anchor", l->anchors[i].id,
-                                                 "arch", l->anchors[i].arch, "receipts", ids));
+        json_t *hashes = pass_hashes(st, r->anchors[i].pass_ids, r->anchors[i].n_pass_ids, err);
+        if (!hashes) {
+            json_decref(ids);
+            goto fail;
+        }
+        json_array_append_new(anchors, json_pack("{s:s, s:s, s:o, s:o}", "anchor", l->anchors[i].id,
+                                                 "arch", l->anchors[i].arch, "receipts", ids,
+                                                 "receipt_sha256", hashes));
     }
     for (int i = 0; i < l->n_unanchored; i++)
         json_array_append_new(unanch, json_pack("{s:s, s:s}", "arch", l->unanchored[i].arch,
@@ -555,4 +599,10 @@ int release_sign(const struct ladder *l, struct store *st, const struct identity
     if (!rc)
         rc = store_write_head(st, k, head, count, err);
     return rc;
+fail:
+    json_decref(cells);
+    json_decref(excl);
+    json_decref(anchors);
+    json_decref(unanch);
+    return err && err->code ? err->code : ERR_ENV;
 }

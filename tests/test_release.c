@@ -608,6 +608,43 @@ Test(release, a_fleet_exports_imports_and_signs_off)
     cr_expect_eq(release_sign(l, st, &self, &r, &key_a, head, &count, &err), 0, "%s", err.msg);
     cr_expect_eq(strlen(head), 64);
     cr_expect_gt(count, 0);
+    /* the sign-off binds each PASS receipt by its hash, not only by this database's row id
+     * (an aggregated store holds no local receipt, so its chain head says nothing) */
+    {
+        sqlite3 *db = NULL;
+        sqlite3_stmt *q = NULL;
+        cr_assert_eq(sqlite3_open(path_in("fleet.db"), &db), SQLITE_OK);
+        cr_assert_eq(sqlite3_prepare_v2(db, "SELECT payload FROM signoffs", -1, &q, NULL),
+                     SQLITE_OK);
+        cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
+        json_t *so = json_loads((const char *)sqlite3_column_text(q, 0), 0, NULL);
+        cr_assert(so);
+        int n_hashes = 0;
+        size_t i;
+        json_t *c;
+        json_array_foreach(json_object_get(so, "cells"), i, c)
+        {
+            json_t *ids = json_object_get(c, "receipts"),
+                   *hs = json_object_get(c, "receipt_sha256");
+            cr_expect_eq(json_array_size(hs), json_array_size(ids), "cell %zu", i);
+            for (size_t j = 0; j < json_array_size(hs); j++) {
+                sqlite3_stmt *h = NULL;
+                cr_assert_eq(
+                    sqlite3_prepare_v2(db, "SELECT hash FROM receipts WHERE id = ?", -1, &h, NULL),
+                    SQLITE_OK);
+                sqlite3_bind_int64(h, 1, json_integer_value(json_array_get(ids, j)));
+                cr_assert_eq(sqlite3_step(h), SQLITE_ROW);
+                cr_expect_str_eq(json_string_value(json_array_get(hs, j)),
+                                 (const char *)sqlite3_column_text(h, 0));
+                sqlite3_finalize(h);
+                n_hashes++;
+            }
+        }
+        cr_expect_eq(n_hashes, 3, "every PASS receipt of the fleet is named by hash");
+        json_decref(so);
+        sqlite3_finalize(q);
+        sqlite3_close(db);
+    }
     /* a blocked release is never signed */
     struct release_result blocked = r;
     blocked.ok = 0;
