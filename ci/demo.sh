@@ -30,8 +30,13 @@ echo
 echo "== gate release check: sign off only if every required cell has a valid PASS receipt =="
 "$gate" release check ladders/demo.yaml --db receipts.db
 rel_rc=$?
+echo
+echo "== gate report: the release as one static HTML page =="
+"$gate" report ladders/demo.yaml --db receipts.db -o build-demo/report.html
+rep_rc=$?
 set -e
 echo
-echo "gate run exited $run_rc, gate release check exited $rel_rc."
+echo "gate run exited $run_rc, gate release check exited $rel_rc, gate report exited $rep_rc."
+echo "Open the report: build-demo/report.html (one file: no scripts, nothing fetched)."
 echo "Audit any receipt with: $gate receipt show ID --db receipts.db   (gate receipt list --db receipts.db)"
-[ "$run_rc" -eq 0 ] && [ "$rel_rc" -eq 0 ]
+[ "$run_rc" -eq 0 ] && [ "$rel_rc" -eq 0 ] && [ "$rep_rc" -eq 0 ]
