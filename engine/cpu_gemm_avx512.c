@@ -145,14 +145,24 @@ INLINE void tile_k(const int kind, const int TV, const uint8_t *const *rows,
     for (int r = 0; r < R; r++)
         for (int v = 0; v < TV; v++)
             _mm512_store_ps(acc[r][v], _mm512_setzero_ps());
-    struct wblk wb[R];
+    /* double-buffered: block i + 1 is unpacked before block i's k loop, so its stores have
+     * reached L1 before the broadcasts read them */
+    struct wblk wbuf[2][R];
+    for (int r = 0; r < R; r++) {
+        if (kind == 2)
+            unpack_q6(rows[r], 0, &wbuf[0][r]);
+        else
+            unpack_q45(rows[r], kind, 0, &wbuf[0][r]);
+    }
     for (int64_t i = 0; i < nb; i++) {
-        for (int r = 0; r < R; r++) {
-            if (kind == 2)
-                unpack_q6(rows[r], i, &wb[r]);
-            else
-                unpack_q45(rows[r], kind, i, &wb[r]);
-        }
+        const struct wblk *wb = wbuf[i & 1];
+        if (i + 1 < nb)
+            for (int r = 0; r < R; r++) {
+                if (kind == 2)
+                    unpack_q6(rows[r], i + 1, &wbuf[(i + 1) & 1][r]);
+                else
+                    unpack_q45(rows[r], kind, i + 1, &wbuf[(i + 1) & 1][r]);
+            }
         const struct gemm_pack_k *b[CPU_GEMM_TOKVEC];
         for (int v = 0; v < TV; v++)
             b[v] = pk + (size_t)v * (size_t)nb + (size_t)i;
@@ -196,11 +206,18 @@ INLINE void tile_q8(const int TV, const uint8_t *const *rows, const struct gemm_
                     int64_t nb, float acc[R][CPU_GEMM_TOKVEC][16])
 {
     _Alignas(64) float p[4][R][CPU_GEMM_TOKVEC][16];
-    memset(p, 0, sizeof p);
-    struct wblk wb[R];
-    for (int64_t i = 0; i < nb; i++) {
+    for (int k = 0; k < 4; k++)
         for (int r = 0; r < R; r++)
-            unpack_q8(rows[r], i, &wb[r]);
+            for (int v = 0; v < TV; v++)
+                _mm512_store_ps(p[k][r][v], _mm512_setzero_ps());
+    struct wblk wbuf[2][R]; /* double-buffered as in tile_k */
+    for (int r = 0; r < R; r++)
+        unpack_q8(rows[r], 0, &wbuf[0][r]);
+    for (int64_t i = 0; i < nb; i++) {
+        const struct wblk *wb = wbuf[i & 1];
+        if (i + 1 < nb)
+            for (int r = 0; r < R; r++)
+                unpack_q8(rows[r], i + 1, &wbuf[(i + 1) & 1][r]);
         const struct gemm_pack_32 *b[CPU_GEMM_TOKVEC];
         for (int v = 0; v < TV; v++)
             b[v] = pk + (size_t)v * (size_t)nb + (size_t)i;
@@ -377,48 +394,34 @@ static inline void scores2(const float (*qt)[16], const float *k0, const float *
     _mm512_store_ps(s1, _mm512_mul_ps(b, scale));
 }
 
-/* out0 (and out1 when two) = sum over keys p < n0 (n1 for out1, n1 = n0 or n0 + 1) of
- * (s[16 p + lane] * inv) v_p, fmaf in key order; lane0's weights at s + lane0, lane1's next */
-INLINE void weigh(const float *s, int lane, int two, int n0, float inv0, float inv1,
-                  const float *vc, size_t kvs, int hd, float *out0, float *out1)
+/* The weighted values of all 16 queries, dims d0 .. d0 + 15 at a time, the queries in the lanes:
+ * out_i[d] = sum over keys p <= pos0 + i of (s[16 p + i] * inv_i) v_p[d], one fmaf per key in key
+ * order (lanes past a query's last key masked), as cpu_attn_head() forms it. Each value row is
+ * read once per 16 queries (rows lie a cache-row stride apart, so reading them per query cost
+ * more than the arithmetic). */
+static void weigh16(const float *s, const float *inv, int n_q, int pos0, const float *vc,
+                    size_t kvs, int hd, float *out, size_t out_stride)
 {
-    for (int d0 = 0; d0 < hd; d0 += 64) {
-        const int nr = hd - d0 >= 64 ? 4 : (hd - d0) / 16;
-        __m512 o0[4], o1[4];
-        for (int k = 0; k < 4; k++)
-            o0[k] = o1[k] = _mm512_setzero_ps();
-        for (int p = 0; p < n0; p++) {
-            const float *v = vc + (size_t)p * kvs + d0;
-            const __m512 w0 = _mm512_set1_ps(s[16 * p + lane] * inv0);
-            if (nr == 4) {
-                for (int k = 0; k < 4; k++) {
-                    const __m512 vv = _mm512_loadu_ps(v + 16 * k);
-                    o0[k] = _mm512_fmadd_ps(w0, vv, o0[k]);
-                    if (two)
-                        o1[k] =
-                            _mm512_fmadd_ps(_mm512_set1_ps(s[16 * p + lane + 1] * inv1), vv, o1[k]);
-                }
-            } else {
-                for (int k = 0; k < nr; k++) {
-                    const __m512 vv = _mm512_loadu_ps(v + 16 * k);
-                    o0[k] = _mm512_fmadd_ps(w0, vv, o0[k]);
-                    if (two)
-                        o1[k] =
-                            _mm512_fmadd_ps(_mm512_set1_ps(s[16 * p + lane + 1] * inv1), vv, o1[k]);
-                }
-            }
+    const int nk = pos0 + n_q;
+    const __mmask16 live = (__mmask16)((1u << n_q) - 1u);
+    const __m512 iv = _mm512_load_ps(inv);
+    _Alignas(64) float tmp[16][16];
+    for (int d0 = 0; d0 < hd; d0 += 16) {
+        __m512 acc[16];
+        for (int dd = 0; dd < 16; dd++)
+            acc[dd] = _mm512_setzero_ps();
+        const float *v = vc + d0;
+        for (int p = 0; p < nk; p++, v += kvs) {
+            const __mmask16 m = p <= pos0 ? live : (__mmask16)(live & ~((1u << (p - pos0)) - 1u));
+            const __m512 pw = _mm512_mul_ps(_mm512_load_ps(s + 16 * p), iv);
+            for (int dd = 0; dd < 16; dd++)
+                acc[dd] = _mm512_mask3_fmadd_ps(pw, _mm512_set1_ps(v[dd]), acc[dd], m);
         }
-        if (two) { /* the second query's one more key */
-            const float *v = vc + (size_t)n0 * kvs + d0;
-            const __m512 w1 = _mm512_set1_ps(s[16 * n0 + lane + 1] * inv1);
-            for (int k = 0; k < nr; k++)
-                o1[k] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(v + 16 * k), o1[k]);
-        }
-        for (int k = 0; k < nr; k++) {
-            _mm512_storeu_ps(out0 + d0 + 16 * k, o0[k]);
-            if (two)
-                _mm512_storeu_ps(out1 + d0 + 16 * k, o1[k]);
-        }
+        for (int dd = 0; dd < 16; dd++)
+            _mm512_store_ps(tmp[dd], acc[dd]);
+        for (int i = 0; i < n_q; i++)
+            for (int dd = 0; dd < 16; dd++)
+                out[(size_t)i * out_stride + (size_t)(d0 + dd)] = tmp[dd][i];
     }
 }
 
@@ -449,7 +452,7 @@ void cpu_gemm_avx512_attn(const float *q, size_t q_stride, int n_q, int pos0, co
         const __mmask16 m = k <= pos0 ? live : (__mmask16)(live & ~((1u << (k - pos0)) - 1u));
         mx = _mm512_mask_max_ps(mx, m, _mm512_load_ps(s + 16 * k), mx);
     }
-    _Alignas(64) float mxs[16], inv[16];
+    _Alignas(64) float mxs[16], inv[16] = {0};
     _mm512_store_ps(mxs, mx);
     for (int l = 0; l < n_q; l++) {
         float sum = 0.0f;
@@ -460,12 +463,7 @@ void cpu_gemm_avx512_attn(const float *q, size_t q_stride, int n_q, int pos0, co
         }
         inv[l] = 1.0f / sum;
     }
-    int l = 0;
-    for (; l + 2 <= n_q; l += 2)
-        weigh(s, l, 1, pos0 + l + 1, inv[l], inv[l + 1], vc, kvs, hd, out + (size_t)l * out_stride,
-              out + (size_t)(l + 1) * out_stride);
-    if (l < n_q)
-        weigh(s, l, 0, pos0 + l + 1, inv[l], 0.0f, vc, kvs, hd, out + (size_t)l * out_stride, NULL);
+    weigh16(s, inv, n_q, pos0, vc, kvs, hd, out, out_stride);
 }
 #else
 void cpu_gemm_avx512_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
