@@ -469,6 +469,13 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
         rc = fail(s, what, err, "the engine replied before reading the whole request");
         goto out;
     }
+    /* one reply per request: bytes already waiting behind it would be read as the next reply */
+    struct pollfd more = {.fd = s->out_fd, .events = POLLIN};
+    unsigned char extra;
+    if (poll(&more, 1, 0) == 1 && (more.revents & POLLIN) && read(s->out_fd, &extra, 1) == 1) {
+        rc = fail(s, what, err, "the engine wrote more than one reply (bytes follow its reply)");
+        goto out;
+    }
     *reply = hdr;
     hdr = NULL;
 out:

@@ -13,6 +13,7 @@
  *   --bad-frame            the first forward reply's header is not JSON
  *   --oversize-frame       the first forward reply announces a 1 MiB header
  *   --wrong-size           forward replies carry one float too few
+ *   --extra-bytes          truncate replies are followed by three stray bytes (one write)
  *   --wrong-digest         load answers a digest that is not the file's
  *   --exit-early           exits with status 3 right after answering hello
  *   --no-faults            lists no fault kinds in hello
@@ -39,7 +40,7 @@ struct opts {
     double noise;
     int defect;
     int crash_at, hang_at, error_at;
-    int bad_frame, oversize_frame, wrong_size, wrong_digest, exit_early, no_faults;
+    int bad_frame, oversize_frame, wrong_size, extra_bytes, wrong_digest, exit_early, no_faults;
     int max_tokens;
 };
 
@@ -169,6 +170,8 @@ int main(int argc, char **argv)
             o.oversize_frame = 1;
         else if (!strcmp(a, "--wrong-size"))
             o.wrong_size = 1;
+        else if (!strcmp(a, "--extra-bytes"))
+            o.extra_bytes = 1;
         else if (!strcmp(a, "--wrong-digest"))
             o.wrong_digest = 1;
         else if (!strcmp(a, "--exit-early"))
@@ -303,10 +306,21 @@ int main(int argc, char **argv)
         } else if (!strcmp(op, "truncate")) {
             struct gate_err err = {0};
             const int n_past = (int)json_integer_value(json_object_get(req, "n_past"));
-            if (!b || backend_truncate(b, n_past, &err))
+            if (!b || backend_truncate(b, n_past, &err)) {
                 send_error(err.msg[0] ? err.msg : "truncate before load");
-            else
+            } else if (o.extra_bytes) {
+                /* the reply and the stray bytes in one write: they arrive together */
+                const char *t = "{\"ok\":true}";
+                unsigned char buf[64];
+                const size_t h = strlen(t);
+                memset(buf, 0, sizeof buf);
+                buf[0] = (unsigned char)h;
+                memcpy(buf + 4, t, h);
+                memcpy(buf + 4 + h + 8, "xyz", 3);
+                write_full(buf, 4 + h + 8 + 3);
+            } else {
                 send_json(json_pack("{s:b}", "ok", 1), NULL, 0);
+            }
         } else if (!strcmp(op, "set_faults")) {
             struct fault_set fs = {0};
             const json_t *list = json_object_get(req, "faults"), *it;

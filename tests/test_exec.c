@@ -289,6 +289,14 @@ Test(exec, a_payload_of_the_wrong_size_is_refused)
     cr_expect(strstr(msg, "reply payload is 2044 bytes, expected exactly 2048"), "%s", msg);
 }
 
+Test(exec, bytes_after_a_reply_are_refused)
+{
+    static const char *const a[] = {"--extra-bytes", NULL};
+    char msg[1024];
+    cr_expect_eq(run_failing(a, 30, msg, sizeof msg), ERR_RUNTIME);
+    cr_expect(strstr(msg, "(truncate n_past=0): the engine wrote more than one reply"), "%s", msg);
+}
+
 Test(exec, a_digest_other_than_the_pinned_one_is_refused)
 {
     static const char *const a[] = {"--wrong-digest", NULL};
