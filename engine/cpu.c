@@ -136,10 +136,21 @@ static void matmul_rows(void *ctx, int64_t begin, int64_t end, int thread)
 
 struct gemm_job {
     const struct model_weight *w;
-    const void *packed;
+    void *packed;
     float *y; /* (n, rows) */
     int n;
+    struct quant_job q; /* the activations: quantized, then packed, by groups of 16 tokens */
 };
+
+/* groups [begin, end) of 16 tokens: quantized, then packed for the GEMM */
+static void gemm_prepare(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    struct gemm_job *j = ctx;
+    const int64_t t1 = end * CPU_GEMM_LANES < j->n ? end * CPU_GEMM_LANES : j->n;
+    quant_rows(&j->q, begin * CPU_GEMM_LANES, t1, thread);
+    for (int64_t g = begin; g < end; g++)
+        cpu_gemm_pack_group(j->w->type, j->q.dst, j->q.stride, j->n, j->w->cols, j->packed, (int)g);
+}
 
 /* tiles [begin, end) of CPU_GEMM_ROWS weight rows against every packed token */
 static void gemm_tiles(void *ctx, int64_t begin, int64_t end, int thread)
@@ -161,18 +172,18 @@ static void matmul(struct cpu *c, const struct model_weight *w, const float *x, 
     struct matmul_job j = {w, (const uint8_t *)x, (size_t)w->cols * sizeof(float), y, n};
     if (cpu_act_kind(w->type) != CPU_ACT_F32) {
         struct quant_job q = {w, x, c->qact, cpu_act_row_bytes(w->type, w->cols)};
+        if (c->gpack_al && n >= CPU_GEMM_MIN_TOK && cpu_gemm_supported(w->type)) {
+            struct gemm_job g = {w, c->gpack_al, y, n, q};
+            pool_run(c->pool, (n + CPU_GEMM_LANES - 1) / CPU_GEMM_LANES, gemm_prepare, &g);
+            pool_run(c->pool, (w->rows + CPU_GEMM_ROWS - 1) / CPU_GEMM_ROWS, gemm_tiles, &g);
+            return;
+        }
         if (n == 1)
             quant_rows(&q, 0, 1, 0);
         else
             pool_run(c->pool, n, quant_rows, &q);
         j.act = c->qact;
         j.stride = q.stride;
-        if (c->gpack_al && n >= CPU_GEMM_MIN_TOK && cpu_gemm_supported(w->type)) {
-            cpu_gemm_pack(w->type, c->qact, q.stride, n, w->cols, c->gpack_al);
-            struct gemm_job g = {w, c->gpack_al, y, n};
-            pool_run(c->pool, (w->rows + CPU_GEMM_ROWS - 1) / CPU_GEMM_ROWS, gemm_tiles, &g);
-            return;
-        }
     }
     pool_run(c->pool, w->rows, matmul_rows, &j);
 }

@@ -43,41 +43,49 @@ static int32_t pair(int16_t lo, int16_t hi)
     return (int32_t)((uint32_t)(uint16_t)lo | ((uint32_t)(uint16_t)hi << 16));
 }
 
-void cpu_gemm_pack(int type, const uint8_t *act, size_t as, int n_tok, int64_t n, void *packed)
+void cpu_gemm_pack_group(int type, const uint8_t *act, size_t as, int n_tok, int64_t n,
+                         void *packed, int g)
 {
-    memset(packed, 0, cpu_gemm_pack_bytes(type, n_tok, n));
+    const int t0 = g * CPU_GEMM_LANES;
+    const int t1 = n_tok - t0 < CPU_GEMM_LANES ? n_tok : t0 + CPU_GEMM_LANES;
+    const size_t group = cpu_gemm_pack_bytes(type, 1, n); /* one group of 16 */
+    memset((uint8_t *)packed + (size_t)g * group, 0, group);
     if (type == QUANT_Q8_0) {
         const int64_t nb = n / 32;
-        struct gemm_pack_32 *p = packed;
-        for (int t = 0; t < n_tok; t++) {
+        struct gemm_pack_32 *p = (struct gemm_pack_32 *)packed + (size_t)g * (size_t)nb;
+        for (int t = t0; t < t1; t++) {
             const struct cpu_q16_32 *y = (const struct cpu_q16_32 *)(act + (size_t)t * as);
-            const int tv = t / CPU_GEMM_LANES, l = t % CPU_GEMM_LANES;
+            const int l = t - t0;
             for (int64_t i = 0; i < nb; i++) {
-                struct gemm_pack_32 *b = p + (size_t)tv * (size_t)nb + (size_t)i;
                 for (int k = 0; k < 16; k++)
-                    b->qs[k][l] = pair(y[i].qs[2 * k], y[i].qs[2 * k + 1]);
-                b->d[l] = y[i].d;
+                    p[i].qs[k][l] = pair(y[i].qs[2 * k], y[i].qs[2 * k + 1]);
+                p[i].d[l] = y[i].d;
             }
         }
         return;
     }
     const int64_t nb = n / QK_K;
-    struct gemm_pack_k *p = packed;
-    for (int t = 0; t < n_tok; t++) {
+    struct gemm_pack_k *p = (struct gemm_pack_k *)packed + (size_t)g * (size_t)nb;
+    for (int t = t0; t < t1; t++) {
         const struct cpu_q16_K *y = (const struct cpu_q16_K *)(act + (size_t)t * as);
-        const int tv = t / CPU_GEMM_LANES, l = t % CPU_GEMM_LANES;
+        const int l = t - t0;
         for (int64_t i = 0; i < nb; i++) {
-            struct gemm_pack_k *b = p + (size_t)tv * (size_t)nb + (size_t)i;
             for (int k = 0; k < QK_K / 2; k++)
-                b->qs[k][l] = pair(y[i].qs[2 * k], y[i].qs[2 * k + 1]);
+                p[i].qs[k][l] = pair(y[i].qs[2 * k], y[i].qs[2 * k + 1]);
             for (int j = 0; j < QK_K / 32; j++) {
                 /* |s| <= 32 x CPU_ACT_QMAX < 2^16: s >> 8 in [-256, 255], s & 255 in [0, 255] */
                 const int32_t s = y[i].sums[j];
-                b->mn[j][l] = pair((int16_t)(s >> 8), (int16_t)(s & 255));
+                p[i].mn[j][l] = pair((int16_t)(s >> 8), (int16_t)(s & 255));
             }
-            b->d[l] = y[i].d;
+            p[i].d[l] = y[i].d;
         }
     }
+}
+
+void cpu_gemm_pack(int type, const uint8_t *act, size_t as, int n_tok, int64_t n, void *packed)
+{
+    for (int g = 0; g < (n_tok + CPU_GEMM_LANES - 1) / CPU_GEMM_LANES; g++)
+        cpu_gemm_pack_group(type, act, as, n_tok, n, packed, g);
 }
 
 void cpu_gemm_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,

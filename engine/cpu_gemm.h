@@ -62,6 +62,11 @@ size_t cpu_gemm_pack_bytes(int type, int n_tok, int64_t n);
 void cpu_gemm_pack(int type, const uint8_t *act, size_t act_stride, int n_tok, int64_t n,
                    void *packed);
 
+/* cpu_gemm_pack() of group g only (tokens 16 g .. 16 g + 15): groups are independent, so
+ * threads may pack different groups at once. */
+void cpu_gemm_pack_group(int type, const uint8_t *act, size_t act_stride, int n_tok, int64_t n,
+                         void *packed, int g);
+
 /* Weight rows [r0, r1) of a matrix of `type` (row r at w + r * row_bytes, n columns) against the
  * n_tok packed tokens: out[t * out_stride + r] = cpu_dot_rows(row r, token t), bit for bit.
  * Tiles of CPU_GEMM_ROWS rows x 64 tokens; no allocation (a few KB of stack). Requires
