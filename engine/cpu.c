@@ -413,23 +413,33 @@ static void kv_load_rows(void *ctx, int64_t begin, int64_t end, int thread)
     quant_dequant_row(QUANT_F16, j->c->vc16 + j->lay + off, j->c->vl + off, (int64_t)cnt);
 }
 
-static void attention(struct cpu *c, int il, int n, int pos0)
+/* fn over tokens [0, n): on the pool for a batch, inline for one token (decode wakes no one) */
+static void per_token(struct cpu *c, int n, pool_fn fn, void *ctx)
 {
+    if (n > 1)
+        pool_run(c->pool, n, fn, ctx);
+    else
+        fn(ctx, 0, n, 0);
+}
+
+struct qk_job {
+    struct cpu *c;
+    int il, pos0;
+};
+
+/* tokens [begin, end): per-head Q/K norm and RoPE, then K and V into the cache */
+static void qk_rope_store(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    const struct qk_job *j = ctx;
+    struct cpu *c = j->c;
     const struct model_hparams *hp = &c->m->hp;
-    const struct model_layer *L = &c->m->layers[il];
+    const int il = j->il;
     const int hd = (int)hp->head_dim, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
     const int kvd = nkv * hd, half = hd / 2;
-    const int64_t E = hp->n_embd;
     const int has_norm = model_has_qk_norm(c->m);
-    for (int t = 0; t < n; t++)
-        rmsnorm(c->xb + t * E, c->x + t * E, c->attn_norm + il * E, E, hp->eps);
-    if (n > 1 || matmul_decode3(c, c->xb, &L->wq, c->q, &L->wk, c->k, &L->wv, c->v)) {
-        matmul(c, &L->wq, c->xb, n, c->q);
-        matmul(c, &L->wk, c->xb, n, c->k);
-        matmul(c, &L->wv, c->xb, n, c->v);
-    }
-    for (int t = 0; t < n; t++) {
-        const int pos = pos0 + t;
+    for (int t = (int)begin; t < (int)end; t++) {
+        const int pos = j->pos0 + t;
         const float *cs = c->rope_cos + (size_t)pos * (size_t)half;
         const float *sn = c->rope_sin + (size_t)pos * (size_t)half;
         const int norm = has_norm && !fault_skips_qk_norm_inline(&c->base.faults, il, pos);
@@ -447,6 +457,24 @@ static void attention(struct cpu *c, int il, int n, int pos0)
             memcpy(c->vc + at, c->v + (size_t)t * (size_t)kvd, (size_t)kvd * sizeof(float));
         }
     }
+}
+
+static void attention(struct cpu *c, int il, int n, int pos0)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const struct model_layer *L = &c->m->layers[il];
+    const int hd = (int)hp->head_dim, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
+    const int kvd = nkv * hd;
+    const int64_t E = hp->n_embd;
+    for (int t = 0; t < n; t++)
+        rmsnorm(c->xb + t * E, c->x + t * E, c->attn_norm + il * E, E, hp->eps);
+    if (n > 1 || matmul_decode3(c, c->xb, &L->wq, c->q, &L->wk, c->k, &L->wv, c->v)) {
+        matmul(c, &L->wq, c->xb, n, c->q);
+        matmul(c, &L->wk, c->xb, n, c->k);
+        matmul(c, &L->wv, c->xb, n, c->v);
+    }
+    struct qk_job qj = {c, il, pos0};
+    per_token(c, n, qk_rope_store, &qj);
     const size_t lay = (size_t)il * (size_t)c->base.n_ctx * (size_t)kvd;
     struct attn_job j = {
         c, il, n, pos0, c->kv16 ? c->kl : c->kc + lay, c->kv16 ? c->vl : c->vc + lay};
@@ -466,6 +494,21 @@ static void attention(struct cpu *c, int il, int n, int pos0)
 /* ---- feed-forward --------------------------------------------------------------------------- */
 
 /* out (n, E) = Wdown (silu(Wgate x) * Wup x) for x (n, E). */
+struct glu_job {
+    struct cpu *c;
+    int64_t f;
+};
+
+/* tokens [begin, end): ffa = silu(ffa) * ffb, rows of f */
+static void glu_rows(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    const struct glu_job *j = ctx;
+    float *a = j->c->ffa, *b = j->c->ffb;
+    for (int64_t i = begin * j->f; i < end * j->f; i++)
+        a[i] = silu(a[i]) * b[i];
+}
+
 static void swiglu(struct cpu *c, const struct model_weight *gate, const struct model_weight *up,
                    const struct model_weight *down, const float *x, int n, float *out)
 {
@@ -473,9 +516,8 @@ static void swiglu(struct cpu *c, const struct model_weight *gate, const struct 
         matmul(c, gate, x, n, c->ffa);
         matmul(c, up, x, n, c->ffb);
     }
-    const int64_t f = gate->rows;
-    for (int64_t i = 0; i < n * f; i++)
-        c->ffa[i] = silu(c->ffa[i]) * c->ffb[i];
+    struct glu_job gj = {c, gate->rows};
+    per_token(c, n, glu_rows, &gj);
     matmul(c, down, c->ffa, n, out);
 }
 
