@@ -11,13 +11,13 @@
 #   - llama-bench (LLAMA_BENCH, a CPU-only build from source): pp64, pp512, tg32, median and
 #     spread of RUNS repetitions. llama-bench's pp test is the prompt in one batch computing the
 #     last position's logits only; its tg test decodes from an empty cache.
-#   - gate bench --prompt-batch (P = 64 and 512): the prompt in one batched forward, which
-#     computes EVERY position's logits (the backend interface returns them all) — the same work
-#     as llama-bench's pp plus (P - 1) x vocab output rows, so gate's figure is a lower bound.
+#   - gate bench --prompt-batch (P = 64 and 512): the prompt in one batched forward from an
+#     empty cache computing the LAST position's logits only (backend_forward_last) — the same
+#     work as llama-bench's ppP.
 #   - gate bench --mode B.decode --prompt-tokens 1 --decode-tokens 32: decode tokens/s (one
 #     prompt token, then 32 single-token forwards: llama-bench's tg32 from an almost empty cache).
 #   - peak RSS of each command (/usr/bin/time -v; gate's decode run, and the largest of its
-#     prompt-batch runs, which hold P x vocab float logits), and the memory-bandwidth ceiling: the streaming
+#     prompt-batch runs), and the memory-bandwidth ceiling: the streaming
 #     read bandwidth of ci/membw.c (best of its runs, THREADS threads) divided by the weight bytes
 #     a decode token reads (every tensor; the embedding only when it is also the output; routed
 #     expert tensors x n_expert_used / n_expert), and the fraction of it each engine's decode
@@ -175,5 +175,5 @@ for name in $MODELS; do
     done
 done
 echo
-echo "gate's pp figures compute every position's logits (llama-bench's only the last): a lower"
-echo "bound for gate. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "gate's pp figures, like llama-bench's, compute the last position's logits only."
+echo "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
