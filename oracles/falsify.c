@@ -219,6 +219,8 @@ static int sweep_kind(struct parity_session *s, const struct model *m, struct fa
             break;
         x->route_diffs = wit.n_route_diff;
         x->hidden_diffs = wit.n_hidden_diff;
+        x->logit_diffs = wit.n_logit_diff;
+        x->tapless = wit.tapless;
         x->min_cosine = r.cosine.min;
         x->mean_kld = r.kld.mean;
         x->max_kld = r.kld.max;
@@ -458,7 +460,20 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
                      kind ? kind : "?", want ? want : "?");
         const json_t *wit = json_object_get(f, "witness");
         double count = NAN;
-        gate_metric_num(wit, is_routing_name(kind) ? "route_diffs" : "hidden_diffs", &count);
+        /* an engine gate did not build (settings.engine: an exec cell) reports no taps, so its
+         * witness is the logits moving; any other subject must show the fault in its taps */
+        const int tapless = json_is_true(json_object_get(wit, "tapless"));
+        snprintf(metric, sizeof metric, "%.80s tap-less witness only on an exec engine", name);
+        if (tapless &&
+            !gate_check_bool(checks, metric, json_object_get(settings, "engine") != NULL) &&
+            !fails++)
+            snprintf(first, sizeof first,
+                     "fault %s has a tap-less witness, but the cell's engine records taps", name);
+        gate_metric_num(wit,
+                        tapless                 ? "logit_diffs"
+                        : is_routing_name(kind) ? "route_diffs"
+                                                : "hidden_diffs",
+                        &count);
         snprintf(metric, sizeof metric, "%.80s witness count", name);
         if (!gate_check_num(checks, metric, count, ">", 0) && !fails++)
             snprintf(first, sizeof first, "fault %s did not fire: it tested nothing", name);
@@ -502,7 +517,13 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
             gate_metric_num(x, "route_diffs", &rd);
             gate_metric_num(x, "hidden_diffs", &hd);
             gate_metric_num(x, "uniform_dev", &dev);
-            const int fired = is_routing_name(kind) ? rd > 0 : hd > 0;
+            /* a tap-less sample (exec engines only, as for the listed faults) fired when its
+             * logits moved */
+            const int tapless = json_is_true(json_object_get(x, "tapless")) &&
+                                json_object_get(settings, "engine") != NULL;
+            if (tapless)
+                gate_metric_num(x, "logit_diffs", &hd);
+            const int fired = !tapless && is_routing_name(kind) ? rd > 0 : hd > 0;
             if (!fired || (!strcmp(kind, "uniform_weights") && dev < FALSIFY_NOOP_UNIFORM)) {
                 noop++;
                 continue;
@@ -527,12 +548,17 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
 
 static json_t *sample_json(const struct falsify_sample *x)
 {
-    return json_pack("{s:i, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:i, s:i}", "layer", x->layer,
-                     "position", x->pos, "route_diffs", x->route_diffs, "hidden_diffs",
-                     x->hidden_diffs, "uniform_dev", parity_json_number(x->uniform_dev),
-                     "min_cosine", parity_json_number(x->min_cosine), "mean_kld",
-                     parity_json_number(x->mean_kld), "max_kld", parity_json_number(x->max_kld),
-                     "wrong_positions", x->n_wrong, "nonfinite_positions", x->n_nonfinite);
+    json_t *o = json_pack(
+        "{s:i, s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:i, s:i}", "layer", x->layer, "position", x->pos,
+        "route_diffs", x->route_diffs, "hidden_diffs", x->hidden_diffs, "uniform_dev",
+        parity_json_number(x->uniform_dev), "min_cosine", parity_json_number(x->min_cosine),
+        "mean_kld", parity_json_number(x->mean_kld), "max_kld", parity_json_number(x->max_kld),
+        "wrong_positions", x->n_wrong, "nonfinite_positions", x->n_nonfinite);
+    if (o && x->tapless) {
+        json_object_set_new(o, "logit_diffs", json_integer(x->logit_diffs));
+        json_object_set_new(o, "tapless", json_true());
+    }
+    return o;
 }
 
 json_t *falsify_result_json(const struct falsify_result *r)
@@ -551,6 +577,9 @@ json_t *falsify_result_json(const struct falsify_result *r)
         json_object_set_new(w, "tap", json_string(f->witness.what));
         json_object_set_new(w, "route_diffs", json_integer(f->witness.n_route_diff));
         json_object_set_new(w, "hidden_diffs", json_integer(f->witness.n_hidden_diff));
+        json_object_set_new(w, "logit_diffs", json_integer(f->witness.n_logit_diff));
+        if (f->witness.tapless)
+            json_object_set_new(w, "tapless", json_true());
         json_object_set_new(x, "witness", w);
         json_object_set_new(x, "rejected_by", json_string(f->metric)); /* informational */
         json_object_set_new(x, "severity", parity_json_number(f->severity));
@@ -564,8 +593,9 @@ json_t *falsify_result_json(const struct falsify_result *r)
         int det = 0, noop = 0;
         for (int j = 0; j < K->n; j++) {
             const struct falsify_sample *x = &K->s[j];
-            const int fired =
-                fault_is_routing(K->spec.kind) ? x->route_diffs > 0 : x->hidden_diffs > 0;
+            const int fired = x->tapless                       ? x->logit_diffs > 0
+                              : fault_is_routing(K->spec.kind) ? x->route_diffs > 0
+                                                               : x->hidden_diffs > 0;
             const int is_noop = !fired || (K->spec.kind == FAULT_UNIFORM_WEIGHTS &&
                                            x->uniform_dev < FALSIFY_NOOP_UNIFORM);
             noop += is_noop;

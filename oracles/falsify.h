@@ -90,6 +90,7 @@ struct falsify_fault {
 struct falsify_sample {
     int layer, pos;
     int route_diffs, hidden_diffs; /* the witness's counts */
+    int logit_diffs, tapless;      /* positions whose logits moved; the subject has no taps */
     double uniform_dev; /* uniform_weights: max |w - 1/k| of the clean weights there; else 0 */
     double min_cosine, mean_kld, max_kld;
     int n_wrong, n_nonfinite;

@@ -533,8 +533,9 @@ struct parity_session {
     int *turn_ends, n_turns;
     int chat_fallback;
     struct backend *judge, *subject;
-    float *judge_logits, *subj_logits;
+    float *judge_logits, *subj_logits, *clean_logits;
     int with_taps;
+    int subj_taps_ok; /* with_taps and the subject records taps (an exec engine does not) */
     struct backend_taps judge_taps, subj_taps, clean_taps;
     int have_clean;
 };
@@ -554,6 +555,7 @@ void parity_session_close(struct parity_session *s)
     free(s->turn_ends);
     free(s->judge_logits);
     free(s->subj_logits);
+    free(s->clean_logits);
     taps_free(&s->judge_taps);
     taps_free(&s->subj_taps);
     taps_free(&s->clean_taps);
@@ -642,6 +644,9 @@ int parity_session_open(struct parity_session **out, const struct model *m, cons
         goto fail;
     if ((rc = mode_open(&s->subject, mode, m, s->n, n_threads, NULL, err)))
         goto fail;
+    /* a subject without taps (an external engine) leaves its tap arrays zero: routing gaps,
+     * localization and the witness must not read them as its routing */
+    s->subj_taps_ok = with_taps && backend_records_taps(s->subject);
     *out = s;
     return 0;
 fail:
@@ -780,13 +785,13 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
         err_set(err, rc, "%s", out->reason);
         return rc;
     }
-    if (s->with_taps && hp->n_expert > 0 && (rc = route_gaps(s, out, err)))
+    if (s->subj_taps_ok && hp->n_expert > 0 && (rc = route_gaps(s, out, err)))
         return rc;
     mode_format(&s->mode, out->mode, sizeof out->mode);
     out->chat_fallback = s->chat_fallback;
     for (int i = 0; faults && i < faults->n && i < FAULT_MAX; i++)
         fault_format(&faults->f[i], out->faults[out->n_faults++], sizeof out->faults[0]);
-    if (!out->pass && localize_on_fail && s->with_taps && (rc = localize(s, out, err)))
+    if (!out->pass && localize_on_fail && s->subj_taps_ok && (rc = localize(s, out, err)))
         return rc;
     return 0;
 }
@@ -811,16 +816,35 @@ int parity_session_witness(struct parity_session *s, enum fault_kind kind, struc
     if (!s->with_taps)
         return err_set(err, ERR_INPUT, "the witness needs a session opened with taps");
     int rc;
+    const size_t V = hp->n_vocab;
     if (!s->have_clean) {
-        /* one clean run of the subject with taps, kept aside; the faulted run's taps stay */
+        /* one clean run of the subject (with taps where it records them), kept aside; the
+         * faulted run's logits and taps stay */
+        if (!(s->clean_logits = malloc((size_t)s->n * V * sizeof(float))))
+            return err_set(err, ERR_ENV, "out of memory for the clean logits (%d x %zu)", s->n, V);
         if ((rc = taps_alloc(&s->clean_taps, hp, s->n, err)))
             return rc;
         backend_set_faults(s->subject, NULL);
         rc = mode_run_taps(s->subject, s->mode.path, s->tokens, s->n, s->turn_ends, s->n_turns,
-                           s->subj_logits, &s->clean_taps, err);
+                           s->clean_logits, &s->clean_taps, err);
         if (rc)
             return rc;
         s->have_clean = 1;
+    }
+    for (int p = 0; p < s->n; p++)
+        w->n_logit_diff += memcmp(s->clean_logits + (size_t)p * V, s->subj_logits + (size_t)p * V,
+                                  V * sizeof(float)) != 0;
+    if (!s->subj_taps_ok) {
+        /* no taps: the only evidence a fault acted is that the logits moved */
+        w->tapless = 1;
+        for (int p = 0; p < s->n && !w->fired; p++)
+            if (memcmp(s->clean_logits + (size_t)p * V, s->subj_logits + (size_t)p * V,
+                       V * sizeof(float))) {
+                w->fired = 1;
+                w->pos = p;
+                snprintf(w->what, sizeof w->what, "%s", "logits (the engine reports no taps)");
+            }
+        return 0;
     }
     const int L = (int)hp->n_layer, n = s->n, k = (int)hp->n_expert_used;
     const size_t E = hp->n_embd;

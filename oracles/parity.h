@@ -172,13 +172,18 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
 /* Witness that the faults of the last run fired: compares its taps with a clean subject run
  * (made once, on first use). Routing faults must change a chosen expert or weight; skip_qk_norm
  * the hidden state after an affected layer. *fired 0 when nothing differed; layer/pos say where
- * it first did (layer-major order); what names the tap. */
+ * it first did (layer-major order); what names the tap. A subject that records no taps (an exec
+ * engine: backend_records_taps() == 0) is witnessed by its logits instead: fired when any
+ * position's logits differ from the clean run's (tapless set, layer -1). */
 struct parity_witness {
     int fired;
     int layer, pos;
     char what[64];
     int n_route_diff;  /* (layer, position) pairs whose experts or weights differ */
     int n_hidden_diff; /* (layer, position) pairs whose hidden state differs */
+    int n_logit_diff;  /* positions whose logits differ from the clean run's */
+    int tapless;       /* the subject records no taps (an exec engine): fired means the logits
+                          moved; layer -1 */
 };
 int parity_session_witness(struct parity_session *s, enum fault_kind kind, struct parity_witness *w,
                            struct gate_err *err);

@@ -23,6 +23,7 @@
 #include "engine/backend.h"
 #include "engine/exec.h"
 #include "engine/model.h"
+#include "harness/gatedef.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
 #include "oracles/falsify.h"
@@ -202,9 +203,15 @@ Test(exec, falsify_on_an_engine_with_faults_rejects_every_fault)
     struct gate_err err = {0};
     cr_assert_eq(falsify_run(f.m, &f.mode, &faults, NULL, 0, &cfg, 1, &fr, &err), 0, "%s", err.msg);
     cr_assert_eq(fr.n, faults.n);
-    for (int i = 0; i < fr.n; i++)
+    for (int i = 0; i < fr.n; i++) {
         cr_expect(fr.f[i].rejected, "fault %s escaped parity through the engine: %s", fr.f[i].name,
                   fr.f[i].metric);
+        /* no taps over the protocol: the witness is the engine's logits moving */
+        cr_expect(fr.f[i].fired && fr.f[i].witness.tapless && fr.f[i].witness.n_logit_diff > 0,
+                  "fault %s: no tap-less witness (fired %d, logit diffs %d)", fr.f[i].name,
+                  fr.f[i].fired, fr.f[i].witness.n_logit_diff);
+        cr_expect_eq(fr.f[i].witness.n_route_diff, 0, "zero taps read as routing");
+    }
     falsify_result_free(&fr);
     fixture_close(&f);
 }
@@ -491,13 +498,40 @@ Test(exec, gate_run_starts_the_engine_once_per_cell_and_records_its_handshake)
     struct run_result r = run_one(engines, "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8,"
                                            " decode_tokens: 2, max_cv: 100}\n"
                                            "    falsify: {faults: [uniform_weights],"
-                                           " sweep_samples: 0}\n");
+                                           " sweep_samples: 1}\n");
     cr_expect_str_eq(gate_field(&r, "capability", "verdict"), "PASS");
     cr_expect_str_eq(gate_field(&r, "parity", "verdict"), "PASS");
     cr_expect_str_eq(gate_field(&r, "throughput", "verdict"), "PASS");
+    /* falsify through an engine without taps: witnessed by its logits, rejected by parity */
+    cr_expect_str_eq(gate_field(&r, "falsify", "verdict"), "PASS", "%s",
+                     gate_field(&r, "falsify", "reason"));
+    {
+        /* the same recorded numbers re-judged as if the cell were a gate-built engine (no
+         * settings.engine): a tap-less witness does not count there */
+        const json_t *fg = json_object_get(r.cells[0].gates_json, "falsify");
+        json_t *st = json_deep_copy(json_object_get(fg, "settings"));
+        json_object_del(st, "engine");
+        json_t *checks = NULL;
+        char why[512] = "";
+        cr_expect_eq(gatedef_judge("falsify", "ref.decode", st, json_object_get(fg, "metrics"),
+                                   &checks, why, sizeof why),
+                     GATE_FAIL, "a tap-less witness passed on a cell without an exec engine");
+        cr_expect(strstr(why, "tap-less"), "%s", why);
+        json_decref(checks);
+        json_decref(st);
+    }
     json_t *ran = json_object_get(
         json_object_get(json_object_get(r.cells[0].gates_json, "parity"), "metrics"), "ran");
     cr_expect_str_eq(json_string_value(json_object_get(ran, "backend")), "exec");
+    /* no taps: no router gaps are read from the zeroed tap arrays (they would excuse positions
+     * as ROUTE_TIE) */
+    cr_expect_null(
+        json_object_get(
+            json_object_get(
+                json_object_get(json_object_get(r.cells[0].gates_json, "parity"), "metrics"),
+                "per_position"),
+            "route_gap"),
+        "an engine without taps got router gaps");
     cr_expect(strstr(json_string_value(json_object_get(ran, "engine")), "exec_engine 1.0"));
     run_result_free(&r);
     /* the receipt's subject names the engine that ran, and one child served all five gates */
