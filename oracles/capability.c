@@ -14,6 +14,8 @@ void capability_judge(const struct mode *mode, const struct backend_info *info,
     /* a device backend (engine/backend.c's list says which) must count kernel launches */
     const int on_device = backend_is_device(mode->backend);
     const int cpu_device = !strncmp(info->device, "cpu", 3);
+    /* an exec engine reports its own device, CPU or GPU: recorded, not judged (docs/exec.md) */
+    const int exec = !strcmp(mode->backend, "exec");
     char *why = out->reason;
     const size_t wn = sizeof out->reason;
     if (strcmp(info->backend, mode->backend))
@@ -29,7 +31,9 @@ void capability_judge(const struct mode *mode, const struct backend_info *info,
                  out->asked, (unsigned long long)info->tokens, info->device);
     else if (on_device && cpu_device)
         snprintf(why, wn, "FAIL: %s reports the CPU device '%s'", out->asked, info->device);
-    else if (!on_device && !cpu_device)
+    else if (exec && !info->device[0])
+        snprintf(why, wn, "FAIL: %s: the engine named no device", out->asked);
+    else if (!on_device && !cpu_device && !exec)
         snprintf(why, wn, "FAIL: %s is a CPU mode but reports device '%s'", out->asked,
                  info->device);
     else if (!on_device && info->kernel_launches)

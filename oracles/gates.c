@@ -142,6 +142,11 @@ enum gate_verdict gate_judge_ran(const char *mode, const json_t *metrics, json_t
     if (is_cuda) {
         ok &= gate_check_num(checks, "ran.kernel_launches", launches, ">", 0);
         ok &= gate_check_bool(checks, "ran.device is a GPU", !cpu_device);
+    } else if (!strcmp(backend, "exec")) {
+        /* an engine gate did not build names its own device (docs/exec.md: gate cannot measure
+         * it, the receipt records its word); gate counts no launches of its own */
+        ok &= gate_check_num(checks, "ran.kernel_launches", launches, "<=", 0);
+        ok &= gate_check_bool(checks, "ran.device named by the engine", device[0] != '\0');
     } else {
         ok &= gate_check_num(checks, "ran.kernel_launches", launches, "<=", 0);
         ok &= gate_check_bool(checks, "ran.device is the CPU", cpu_device);

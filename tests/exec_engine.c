@@ -42,6 +42,7 @@ struct opts {
     int crash_at, hang_at, error_at;
     int bad_frame, oversize_frame, wrong_size, extra_bytes, wrong_digest, exit_early, no_faults;
     int max_tokens;
+    const char *device; /* what hello says the engine runs on */
 };
 
 static void die(const char *why)
@@ -149,7 +150,7 @@ static int parse_fault(const json_t *o, struct fault_spec *f)
 
 int main(int argc, char **argv)
 {
-    struct opts o = {.max_tokens = 4096};
+    struct opts o = {.max_tokens = 4096, .device = "cpu: gate's reference twin"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--noise") && v)
@@ -162,6 +163,8 @@ int main(int argc, char **argv)
             o.hang_at = atoi(argv[++i]);
         else if (!strcmp(a, "--error-at-forward") && v)
             o.error_at = atoi(argv[++i]);
+        else if (!strcmp(a, "--device") && v)
+            o.device = argv[++i];
         else if (!strcmp(a, "--max-tokens") && v)
             o.max_tokens = atoi(argv[++i]);
         else if (!strcmp(a, "--bad-frame"))
@@ -220,8 +223,8 @@ int main(int argc, char **argv)
                 json_array_append_new(kinds, json_string(fault_kind_name((enum fault_kind)k)));
             send_json(json_pack("{s:b, s:i, s:s, s:s, s:s, s:s, s:o, s:i}", "ok", 1, "protocol", 1,
                                 "engine", "exec_engine", "version", "1.0", "build_id",
-                                "tests/exec_engine.c", "device", "cpu: gate's reference twin",
-                                "faults", kinds, "max_tokens", o.max_tokens),
+                                "tests/exec_engine.c", "device", o.device, "faults", kinds,
+                                "max_tokens", o.max_tokens),
                       NULL, 0);
             if (o.exit_early) {
                 fprintf(stderr, "exec_engine: exiting early as asked\n");

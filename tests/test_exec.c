@@ -551,6 +551,24 @@ Test(exec, gate_run_starts_the_engine_once_per_cell_and_records_its_handshake)
     sqlite3_close(db);
 }
 
+Test(exec, an_engine_that_reports_a_gpu_passes_capability_and_the_device_is_recorded)
+{
+    char engines[512];
+    snprintf(engines, sizeof engines,
+             ENGINE("{argv: [%s, --device, 'NVIDIA H200 (says the engine)'], timeout_s: 30,"
+                    " supports: [decode]}"),
+             engine_path());
+    struct run_result r = run_one(engines, "    falsify: []\n");
+    cr_expect_str_eq(gate_field(&r, "capability", "verdict"), "PASS", "%s",
+                     gate_field(&r, "capability", "reason"));
+    cr_expect_str_eq(gate_field(&r, "parity", "verdict"), "PASS", "%s",
+                     gate_field(&r, "parity", "reason"));
+    json_t *ran = json_object_get(
+        json_object_get(json_object_get(r.cells[0].gates_json, "parity"), "metrics"), "ran");
+    cr_expect(strstr(json_string_value(json_object_get(ran, "device")), "NVIDIA H200"));
+    run_result_free(&r);
+}
+
 Test(exec, gate_run_turns_a_crashing_engine_into_failed_rows)
 {
     char engines[512];
