@@ -71,11 +71,12 @@ Test(cpu_dot, multi_row_decode_kernels_equal_the_portable_ones_bit_for_bit)
     printf("cpu_dot: avx512 %s\n", cpu_dot_have_avx512() ? "tested" : "absent (dispatch only)");
     const int types[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_K, QUANT_Q8_0};
     /* one K-block, five (a tail of the four-block loops), and more than the fast path's on-stack
-     * split holds (64 blocks: those rows must take the row-by-row kernels, same bits) */
-    const int64_t sizes[] = {256, 1280, 65 * 256};
+     * split holds (128 blocks, the most it takes, and 129: those rows must take the row-by-row
+     * kernels, same bits) */
+    const int64_t sizes[] = {256, 1280, 128 * 256, 129 * 256};
     const int max_rows = 13;
     for (int ti = 0; ti < 4; ti++)
-        for (int si = 0; si < 3; si++) {
+        for (int si = 0; si < 4; si++) {
             const int type = types[ti];
             const int64_t n = sizes[si];
             const size_t rb = quant_row_bytes(type, n);
@@ -83,7 +84,7 @@ Test(cpu_dot, multi_row_decode_kernels_equal_the_portable_ones_bit_for_bit)
             float *x = malloc((size_t)n * sizeof(float));
             void *act = malloc(cpu_act_row_bytes(type, n));
             cr_assert(w && x && act);
-            for (int trial = 0; trial < (si == 2 ? 2 : 12); trial++) {
+            for (int trial = 0; trial < (si >= 2 ? 2 : 12); trial++) {
                 random_rows(type, w, rb * max_rows);
                 activations(x, n, trial % 3);
                 cpu_act_quantize(type, x, act, n);
