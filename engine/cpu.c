@@ -9,9 +9,11 @@
  * skip_qk_norm is read through fault_skips_qk_norm_inline(), as in every backend.
  *
  * Matrix products: the activations of the whole chunk are quantized once; threads split the
- * weight rows (pool_run: one contiguous range each); inside a range, tiles of CPU_ROW_TILE rows
- * x CPU_DOT_MAX_TOK tokens unpack each weight block once for all the tile's tokens. Decode is the
- * same with one token: each weight row is read once per token. Attention threads over (token,
+ * weight rows (pool_run: contiguous chunks taken in turn); inside a chunk, tiles of CPU_ROW_TILE
+ * rows x CPU_DOT_MAX_TOK tokens unpack each weight block once for all the tile's tokens. Decode
+ * is the same with one token (each weight row read once per token; the AVX-512 kernels take four
+ * rows at a time), with Q/K/V, gate/up and a MoE layer's routed experts each in one parallel
+ * region (matmul_decode3, moe_decode). Attention threads over (token,
  * head) pairs, causal over the cache. Every output element is computed by one thread in one
  * fixed order, so logits do not depend on the thread count (tests/test_cpu.c). A batch of
  * CPU_GEMM_MIN_TOK tokens or more takes the prompt GEMM instead where the CPU has it
