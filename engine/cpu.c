@@ -169,8 +169,14 @@ static void gemm_tiles(void *ctx, int64_t begin, int64_t end, int thread)
  * whole chunk (float weights read x as is); a batch of CPU_GEMM_MIN_TOK tokens or more goes
  * through the prompt GEMM where the type has one (cpu_gemm.h: the same bits), threads over tiles
  * of rows. */
+static int matmul_decode3(struct cpu *c, const float *x, const struct model_weight *w0, float *y0,
+                          const struct model_weight *w1, float *y1, const struct model_weight *w2,
+                          float *y2);
+
 static void matmul(struct cpu *c, const struct model_weight *w, const float *x, int n, float *y)
 {
+    if (n == 1 && !matmul_decode3(c, x, w, y, NULL, NULL, NULL, NULL))
+        return; /* one token: the decode region (long tiles, one activation split each) */
     struct matmul_job j = {w, (const uint8_t *)x, (size_t)w->cols * sizeof(float), y, n};
     if (cpu_act_kind(w->type) != CPU_ACT_F32) {
         struct quant_job q = {w, x, c->qact, cpu_act_row_bytes(w->type, w->cols)};
@@ -192,7 +198,8 @@ static void matmul(struct cpu *c, const struct model_weight *w, const float *x, 
 
 /* ---- decode: several one-token products in one parallel region ------------------------------ */
 
-#define CPU_MULTI_MAX 24 /* products one region takes: a MoE layer's gate and up for 8 experts */
+#define CPU_MULTI_MAX 24    /* products one region takes: a MoE layer's gate and up for 8 experts */
+#define CPU_DECODE_TILE 512 /* rows per cpu_dot_tile call with one token (one activation split) */
 
 /* Products of one token each, rows concatenated: region row first[p] + r is row r of w[p]. One
  * pool_run wakes the workers once for all of them (Q, K and V; gate and up; a MoE layer's routed
@@ -224,8 +231,8 @@ static void multi_rows(void *ctx, int64_t begin, int64_t end, int thread)
         const struct model_weight *w = j->w[p];
         const int64_t b = (begin > j->first[p] ? begin : j->first[p]) - j->first[p];
         const int64_t e = (end < j->first[p + 1] ? end : j->first[p + 1]) - j->first[p];
-        for (int64_t o0 = b; o0 < e; o0 += CPU_ROW_TILE) {
-            const int64_t o1 = o0 + CPU_ROW_TILE < e ? o0 + CPU_ROW_TILE : e;
+        for (int64_t o0 = b; o0 < e; o0 += CPU_DECODE_TILE) {
+            const int64_t o1 = o0 + CPU_DECODE_TILE < e ? o0 + CPU_DECODE_TILE : e;
             cpu_dot_tile(w->type, model_row(w, o0), w->row_bytes, (int)(o1 - o0), j->act[p], 0, 1,
                          w->cols, j->y[p] + o0, (size_t)w->rows);
         }
