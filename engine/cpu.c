@@ -9,7 +9,7 @@
  * skip_qk_norm is read through fault_skips_qk_norm_inline(), as in every backend.
  *
  * Matrix products: the activations of the whole chunk are quantized once; threads split the
- * weight rows (pool_run: contiguous chunks taken in turn); inside a chunk, tiles of CPU_ROW_TILE
+ * weight rows (pool_run: one contiguous range each); inside a range, tiles of CPU_ROW_TILE
  * rows x CPU_DOT_MAX_TOK tokens unpack each weight block once for all the tile's tokens. Decode
  * is the same with one token (each weight row read once per token; the AVX-512 kernels take four
  * rows at a time), with Q/K/V, gate/up and a MoE layer's routed experts each in one parallel

@@ -1,11 +1,8 @@
 /* pool.h — a fixed pool of worker threads for data-parallel loops.
  *
- * pool_run() splits [0, n) into contiguous chunks (a multiple of four items, about four per
- * thread) that the threads take in turn, the caller among them, and returns when all are done.
- * Which thread runs which chunk is not fixed (a thread the OS has parked leaves its share to the
- * others): work items must be independent and per-thread scratch indexed by `thread`, so results
- * never depend on the thread count (the reference twin's outputs are bit-identical for any
- * --threads).
+ * pool_run() splits [0, n) into one contiguous chunk per thread (the caller runs chunk 0) and
+ * returns when all are done. Work items must be independent, so results never depend on the
+ * thread count (the reference twin's outputs are bit-identical for any --threads).
  */
 #ifndef GATE_POOL_H
 #define GATE_POOL_H
