@@ -686,8 +686,9 @@ int cmd_bench(int argc, char **argv)
         const double t0 = now_s();
         rc = model_load(&m, model, &err);
         if (!rc)
-            printf("bench: %s (model load %.3f s, not counted), %d threads\n", model, now_s() - t0,
-                   cfg.n_threads ? cfg.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+            printf("bench: %s (model load %.3f s, not counted), %d threads, KV cache %s\n", model,
+                   now_s() - t0, cfg.n_threads ? cfg.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
+                   cfg.kv_f16 ? "F16" : "F32");
     }
     if (!rc && prompt_batch) {
         struct throughput_config only_prompt = cfg;

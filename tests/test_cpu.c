@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "engine/backend.h"
 #include "engine/cpu_dot.h"
@@ -626,4 +627,44 @@ Test(cpu, batched_attention_equals_the_per_head_kernel_bit_for_bit)
     free(q);
     free(out);
     free(s);
+}
+
+/* the command's output of `gate bench ARGS` (GATE_BIN) with its exit status; malloc'd text */
+static char *bench_output(const char *args, int *status)
+{
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s bench %s/conformance/qwen3-dense-tiny-q4_k_m/model.gguf %s 2>&1",
+             bin, check_shared_dir(), args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "cannot run %s", cmd);
+    size_t cap = 1 << 16, n = 0;
+    char *out = calloc(cap, 1);
+    size_t got;
+    while (n + 1 < cap && (got = fread(out + n, 1, cap - 1 - n, p)) > 0)
+        n += got;
+    const int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}
+
+Test(cpu, bench_prompt_batch_is_last_position_only_and_takes_kv_f16)
+{
+    int st;
+    char *out = bench_output(
+        "--backend cpu --prompt-batch --prompt-tokens 64 --kv f16 --runs 3 --warmup 0", &st);
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "last position's logits only, like llama-bench's pp"), "%s", out);
+    cr_expect(strstr(out, "kv f16") && strstr(out, "KV cache F16"), "%s", out);
+    free(out);
+    /* no silent F32: the twin has no F16 cache, and a bad value is a usage error */
+    out = bench_output("--backend ref --prompt-batch --prompt-tokens 64 --kv f16 --runs 3", &st);
+    cr_expect_eq(st, 2, "%s", out);
+    cr_expect(strstr(out, "no F16 KV cache"), "%s", out);
+    free(out);
+    out = bench_output("--backend cpu --kv f8", &st);
+    cr_expect_eq(st, 2, "%s", out);
+    cr_expect(strstr(out, "--kv takes f32 or f16"), "%s", out);
+    free(out);
 }
