@@ -61,7 +61,10 @@ struct cpu {
     float *probs;      /* (B, X) */
     int32_t *sel;      /* (B, k) */
     float *selw;       /* (B, k) */
-    int32_t *rows;     /* (B*k) */
+    int32_t *rows;     /* (B*k) slot t k + s of each row of gx / gy, grouped by expert */
+    int32_t *inv;      /* (B*k) the row of gy holding slot t k + s's output; -1: no expert */
+    int32_t *estart;   /* (X + 1) expert e's rows of gx / gy: estart[e] .. estart[e + 1] - 1 */
+    int32_t *elist;    /* (X) the experts a batch runs together (moe_batch) */
     float *gx, *gy;    /* (B*k, E) gathered expert inputs / outputs */
     float *moe_y;      /* (B, k, E) */
     float *scores;     /* (n_threads, n_ctx) */
@@ -223,19 +226,26 @@ static void multi_add(struct multi_job *j, const struct model_weight *w, const u
     j->n++;
 }
 
+/* rows [b, e) of w against one token's activation row act into y[b .. e): tiles of
+ * CPU_DECODE_TILE rows, one activation split each */
+static void decode_rows(const struct model_weight *w, const uint8_t *act, int64_t b, int64_t e,
+                        float *y)
+{
+    for (int64_t o0 = b; o0 < e; o0 += CPU_DECODE_TILE) {
+        const int64_t o1 = o0 + CPU_DECODE_TILE < e ? o0 + CPU_DECODE_TILE : e;
+        cpu_dot_tile(w->type, model_row(w, o0), w->row_bytes, (int)(o1 - o0), act, 0, 1, w->cols,
+                     y + o0, (size_t)w->rows);
+    }
+}
+
 static void multi_rows(void *ctx, int64_t begin, int64_t end, int thread)
 {
     (void)thread;
     const struct multi_job *j = ctx;
     for (int p = 0; p < j->n; p++) {
-        const struct model_weight *w = j->w[p];
         const int64_t b = (begin > j->first[p] ? begin : j->first[p]) - j->first[p];
         const int64_t e = (end < j->first[p + 1] ? end : j->first[p + 1]) - j->first[p];
-        for (int64_t o0 = b; o0 < e; o0 += CPU_DECODE_TILE) {
-            const int64_t o1 = o0 + CPU_DECODE_TILE < e ? o0 + CPU_DECODE_TILE : e;
-            cpu_dot_tile(w->type, model_row(w, o0), w->row_bytes, (int)(o1 - o0), j->act[p], 0, 1,
-                         w->cols, j->y[p] + o0, (size_t)w->rows);
-        }
+        decode_rows(j->w[p], j->act[p], b, e, j->y[p]);
     }
 }
 
@@ -284,38 +294,64 @@ static int matmul_decode3(struct cpu *c, const float *x, const struct model_weig
     return 0;
 }
 
-/* The routed experts of one token: every selected expert's gate and up rows in one region, then
- * every down row in another (instead of three regions per expert); slot s's output at
+#define CPU_MOE_CHUNK 256 /* expert rows per item of the gate/up region (when it divides F) */
+
+/* A MoE layer's routed experts for one token. Region one: items of (expert, CPU_MOE_CHUNK rows),
+ * each computing those rows of gate and up, silu(gate) * up, and that part of the down product's
+ * input quantized — whole activation blocks, since the chunk is a multiple of 256 (or all of F),
+ * so the bits are those of quantizing the row at once. Region two: every routed expert's down
+ * rows. No serial step between the two (the SwiGLU and the quantization run on both threads). */
+struct moe_job {
+    struct cpu *c;
+    int n;                  /* routed experts (slots with a valid expert) */
+    int64_t F, chunk;       /* rows of gate / up; rows per item (F or CPU_MOE_CHUNK, dividing F) */
+    const uint8_t *ag, *au; /* the token's input as the gate / up weights want it */
+    int slot[CPU_MULTI_MAX / 2];
+    struct model_weight gw[CPU_MULTI_MAX / 2], uw[CPU_MULTI_MAX / 2], dw[CPU_MULTI_MAX / 2];
+    uint8_t *ad[CPU_MULTI_MAX / 2]; /* the down input, quantized; NULL for float weights */
+};
+
+/* items [begin, end) of region one: expert it / (F / chunk), rows (it % (F / chunk)) * chunk on */
+static void moe_up_items(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    const struct moe_job *j = ctx;
+    const int64_t per = j->F / j->chunk;
+    for (int64_t it = begin; it < end; it++) {
+        const int v = (int)(it / per);
+        const int64_t r0 = it % per * j->chunk, r1 = r0 + j->chunk;
+        float *h = j->c->ffa + (size_t)j->slot[v] * (size_t)j->F;
+        float *u = j->c->ffb + (size_t)j->slot[v] * (size_t)j->F;
+        decode_rows(&j->gw[v], j->ag, r0, r1, h);
+        decode_rows(&j->uw[v], j->au, r0, r1, u);
+        for (int64_t i = r0; i < r1; i++)
+            h[i] = silu(h[i]) * u[i];
+        if (j->ad[v])
+            cpu_act_quantize(j->dw[v].type, h + r0, j->ad[v] + cpu_act_row_bytes(j->dw[v].type, r0),
+                             j->chunk);
+    }
+}
+
+/* The routed experts of one token in two parallel regions (struct moe_job); slot s's output at
  * moe_y + s E (zeros for a slot without an expert). Returns -1, having done nothing, when the
- * activation buffer cannot hold the k inputs (the caller then runs the experts one by one). */
+ * activation buffer cannot hold the inputs (the caller then runs the experts one by one). */
 static int moe_decode(struct cpu *c, const struct model_layer *L, int X, int k)
 {
     const int64_t E = c->m->hp.n_embd;
     const struct model_weight g0 = model_expert(&L->gate_exps, X, 0);
     const struct model_weight u0 = model_expert(&L->up_exps, X, 0);
     const struct model_weight d0 = model_expert(&L->down_exps, X, 0);
-    const int64_t F = g0.rows;
-    if (2 * k > CPU_MULTI_MAX || 2 * cpu_act_row_bytes(g0.type, E) > c->qact_bytes ||
-        (size_t)k * cpu_act_row_bytes(d0.type, F) > c->qact_bytes)
+    struct moe_job j = {.c = c, .F = g0.rows};
+    j.chunk = j.F % CPU_MOE_CHUNK == 0 ? CPU_MOE_CHUNK : j.F;
+    const size_t dbytes =
+        cpu_act_kind(d0.type) == CPU_ACT_F32 ? 0 : cpu_act_row_bytes(d0.type, j.F);
+    if (2 * k > CPU_MULTI_MAX ||
+        2 * cpu_act_row_bytes(g0.type, E) + (size_t)k * dbytes > c->qact_bytes)
         return -1;
-    struct model_weight gw[CPU_MULTI_MAX / 2], uw[CPU_MULTI_MAX / 2], dw[CPU_MULTI_MAX / 2];
-    struct multi_job j = {0}, d = {0};
     size_t off = 0;
-    const uint8_t *ag = multi_act(c, &g0, c->xb, &off, NULL, NULL);
-    const uint8_t *au = multi_act(c, &u0, c->xb, &off, &g0, ag);
-    for (int s = 0; s < k; s++) {
-        const int e = c->sel[s];
-        if (e < 0 || e >= X)
-            continue;
-        gw[s] = model_expert(&L->gate_exps, X, e);
-        uw[s] = model_expert(&L->up_exps, X, e);
-        dw[s] = model_expert(&L->down_exps, X, e);
-        multi_add(&j, &gw[s], ag, c->ffa + (size_t)s * (size_t)F);
-        multi_add(&j, &uw[s], au, c->ffb + (size_t)s * (size_t)F);
-    }
-    if (j.n)
-        pool_run(c->pool, j.first[j.n], multi_rows, &j);
-    off = 0; /* the gate / up inputs are done with */
+    j.ag = multi_act(c, &g0, c->xb, &off, NULL, NULL);
+    j.au = multi_act(c, &u0, c->xb, &off, &g0, j.ag);
+    struct multi_job d = {0};
     for (int s = 0; s < k; s++) {
         float *y = c->moe_y + (size_t)s * (size_t)E;
         const int e = c->sel[s];
@@ -323,14 +359,20 @@ static int moe_decode(struct cpu *c, const struct model_layer *L, int X, int k)
             memset(y, 0, (size_t)E * sizeof(float));
             continue;
         }
-        float *h = c->ffa + (size_t)s * (size_t)F;
-        const float *u = c->ffb + (size_t)s * (size_t)F;
-        for (int64_t i = 0; i < F; i++)
-            h[i] = silu(h[i]) * u[i];
-        multi_add(&d, &dw[s], multi_act(c, &dw[s], h, &off, NULL, NULL), y);
+        const int v = j.n++;
+        j.slot[v] = s;
+        j.gw[v] = model_expert(&L->gate_exps, X, e);
+        j.uw[v] = model_expert(&L->up_exps, X, e);
+        j.dw[v] = model_expert(&L->down_exps, X, e);
+        j.ad[v] = dbytes ? c->qact + off : NULL;
+        off += dbytes;
+        const float *h = c->ffa + (size_t)s * (size_t)j.F;
+        multi_add(&d, &j.dw[v], j.ad[v] ? j.ad[v] : (const uint8_t *)h, y);
     }
-    if (d.n)
+    if (j.n) {
+        pool_run(c->pool, j.n * (j.F / j.chunk), moe_up_items, &j);
         pool_run(c->pool, d.first[d.n], multi_rows, &d);
+    }
     return 0;
 }
 
@@ -530,11 +572,218 @@ static void swiglu(struct cpu *c, const struct model_weight *gate, const struct 
     matmul(c, down, c->ffa, n, out);
 }
 
+/* ---- a batch's routed experts -------------------------------------------------------------- */
+
+/* The experts of a batch with fewer than CPU_GEMM_MIN_TOK tokens each (all of them where the
+ * prompt GEMM is missing) run together, c->elist[0 .. n): region one, an item per expert: its
+ * rows of gx quantized, gate and up over its tokens (cpu_dot_tile, the row kernels), silu(gate) *
+ * up and the down input quantized; region two, every listed expert's down rows concatenated.
+ * A 64-token prompt gives each of 128 experts about 4 tokens: one set of parallel regions per
+ * expert cost more than its products. Per output element the same kernels on the same
+ * activation rows as swiglu(): the same bits. Row gi of gx / gy / ffa / ffb is gathered row gi;
+ * its quantized inputs at qact + gi rowb: gate's, then up's (when its layout differs), then
+ * down's. */
+struct moe_group_job {
+    struct cpu *c;
+    const struct model_layer *L;
+    int X, n;
+    int64_t E, F;
+    const uint8_t *gact, *uact, *dact; /* row gi of each product's input at base + gi * stride */
+    size_t gstride, ustride, dstride;
+    int qg, qu, qd; /* whether gate's / up's / down's input is quantized here */
+};
+
+/* rows [r0, r1) of w against cnt activation rows (act, stride bytes apart) into y (row t at
+ * y + t * ys): tiles of CPU_ROW_TILE rows x CPU_DOT_MAX_TOK tokens, as matmul_rows() */
+static void group_rows(const struct model_weight *w, const uint8_t *act, size_t stride, int cnt,
+                       int64_t r0, int64_t r1, float *y, size_t ys)
+{
+    for (int64_t o0 = r0; o0 < r1; o0 += CPU_ROW_TILE) {
+        const int64_t o1 = o0 + CPU_ROW_TILE < r1 ? o0 + CPU_ROW_TILE : r1;
+        for (int t0 = 0; t0 < cnt; t0 += CPU_DOT_MAX_TOK) {
+            const int nt = cnt - t0 < CPU_DOT_MAX_TOK ? cnt - t0 : CPU_DOT_MAX_TOK;
+            cpu_dot_tile(w->type, model_row(w, o0), w->row_bytes, (int)(o1 - o0),
+                         act + (size_t)t0 * stride, stride, nt, w->cols, y + (size_t)t0 * ys + o0,
+                         ys);
+        }
+    }
+}
+
+/* region one: listed experts [begin, end) */
+static void group_up(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    const struct moe_group_job *j = ctx;
+    struct cpu *c = j->c;
+    const int64_t E = j->E, F = j->F;
+    for (int64_t v = begin; v < end; v++) {
+        const int e = c->elist[v], g0 = c->estart[e], cnt = c->estart[e + 1] - g0;
+        const struct model_weight g = model_expert(&j->L->gate_exps, (uint32_t)j->X, (uint32_t)e);
+        const struct model_weight u = model_expert(&j->L->up_exps, (uint32_t)j->X, (uint32_t)e);
+        const struct model_weight d = model_expert(&j->L->down_exps, (uint32_t)j->X, (uint32_t)e);
+        for (int t = g0; t < g0 + cnt; t++) {
+            const float *x = c->gx + (size_t)t * (size_t)E;
+            if (j->qg)
+                cpu_act_quantize(g.type, x, (uint8_t *)j->gact + (size_t)t * j->gstride, E);
+            if (j->qu)
+                cpu_act_quantize(u.type, x, (uint8_t *)j->uact + (size_t)t * j->ustride, E);
+        }
+        float *a = c->ffa + (size_t)g0 * (size_t)F, *b = c->ffb + (size_t)g0 * (size_t)F;
+        group_rows(&g, j->gact + (size_t)g0 * j->gstride, j->gstride, cnt, 0, F, a, (size_t)F);
+        group_rows(&u, j->uact + (size_t)g0 * j->ustride, j->ustride, cnt, 0, F, b, (size_t)F);
+        for (int64_t i = 0; i < (int64_t)cnt * F; i++)
+            a[i] = silu(a[i]) * b[i];
+        for (int t = 0; j->qd && t < cnt; t++)
+            cpu_act_quantize(d.type, a + (size_t)t * (size_t)F,
+                             (uint8_t *)j->dact + (size_t)(g0 + t) * j->dstride, F);
+    }
+}
+
+/* region two: rows [begin, end) of the listed experts' down products, concatenated (E each) */
+static void group_down(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    const struct moe_group_job *j = ctx;
+    struct cpu *c = j->c;
+    for (int64_t it = begin; it < end;) {
+        const int64_t v = it / j->E, r0 = it % j->E;
+        const int64_t r1 = j->E - r0 < end - it ? j->E : r0 + (end - it);
+        const int e = c->elist[v], g0 = c->estart[e], cnt = c->estart[e + 1] - g0;
+        const struct model_weight d = model_expert(&j->L->down_exps, (uint32_t)j->X, (uint32_t)e);
+        group_rows(&d, j->dact + (size_t)g0 * j->dstride, j->dstride, cnt, r0, r1,
+                   c->gy + (size_t)g0 * (size_t)j->E, (size_t)j->E);
+        it += r1 - r0;
+    }
+}
+
+struct gather_job {
+    struct cpu *c;
+    int k;
+    int64_t E;
+};
+
+/* rows [begin, end) of gx: the input of the token whose slot the row holds */
+static void gather_rows(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    const struct gather_job *j = ctx;
+    for (int64_t r = begin; r < end; r++)
+        memcpy(j->c->gx + (size_t)r * (size_t)j->E,
+               j->c->xb + (size_t)(j->c->rows[r] / j->k) * (size_t)j->E,
+               (size_t)j->E * sizeof(float));
+}
+
+/* The routed experts of n tokens: slots grouped by expert (in slot order within an expert) into
+ * gx; an expert with CPU_GEMM_MIN_TOK tokens or more runs alone through swiglu() (the prompt
+ * GEMM), the others together (struct moe_group_job); expert outputs in gy, c->inv says where. */
+static void moe_batch(struct cpu *c, const struct model_layer *L, int X, int k, int n)
+{
+    const int64_t E = c->m->hp.n_embd;
+    memset(c->estart, 0, (size_t)(X + 1) * sizeof(int32_t));
+    for (int i = 0; i < n * k; i++)
+        if (c->sel[i] >= 0 && c->sel[i] < X)
+            c->estart[c->sel[i] + 1]++;
+    for (int e = 0; e < X; e++)
+        c->estart[e + 1] += c->estart[e];
+    for (int i = 0; i < n * k; i++) { /* rows of expert e in slot order, from estart[e] on */
+        const int e = c->sel[i];
+        c->inv[i] = -1;
+        if (e >= 0 && e < X) {
+            c->inv[i] = c->estart[e]++;
+            c->rows[c->inv[i]] = i;
+        }
+    }
+    for (int e = X; e > 0; e--) /* undo the advance: estart[e] is the first row again */
+        c->estart[e] = c->estart[e - 1];
+    c->estart[0] = 0;
+    struct gather_job gj = {c, k, E};
+    pool_run(c->pool, c->estart[X], gather_rows, &gj);
+    /* the grouped experts' inputs in qact: refused (every expert alone) when they do not fit */
+    const struct model_weight g0 = model_expert(&L->gate_exps, X, 0);
+    const struct model_weight u0 = model_expert(&L->up_exps, X, 0);
+    const struct model_weight d0 = model_expert(&L->down_exps, X, 0);
+    const int64_t F = g0.rows;
+    struct moe_group_job j = {.c = c, .L = L, .X = X, .E = E, .F = F};
+    j.qg = cpu_act_kind(g0.type) != CPU_ACT_F32;
+    j.qu = cpu_act_kind(u0.type) != CPU_ACT_F32 && cpu_act_kind(u0.type) != cpu_act_kind(g0.type);
+    j.qd = cpu_act_kind(d0.type) != CPU_ACT_F32;
+    const size_t bg = j.qg ? cpu_act_row_bytes(g0.type, E) : 0;
+    const size_t bu = j.qu ? cpu_act_row_bytes(u0.type, E) : 0;
+    const size_t rowb = bg + bu + (j.qd ? cpu_act_row_bytes(d0.type, F) : 0);
+    const int grouped = (size_t)c->estart[X] * rowb <= c->qact_bytes;
+    const size_t xstride = (size_t)E * sizeof(float);
+    j.gact = j.qg ? c->qact : (const uint8_t *)c->gx;
+    j.gstride = j.qg ? rowb : xstride;
+    if (j.qu) { /* up wants another layout: its own */
+        j.uact = c->qact + bg;
+        j.ustride = rowb;
+    } else if (cpu_act_kind(u0.type) == CPU_ACT_F32) {
+        j.uact = (const uint8_t *)c->gx;
+        j.ustride = xstride;
+    } else { /* the same layout as gate's: the same rows */
+        j.uact = j.gact;
+        j.ustride = j.gstride;
+    }
+    j.dact = j.qd ? c->qact + bg + bu : (const uint8_t *)c->ffa;
+    j.dstride = j.qd ? rowb : (size_t)F * sizeof(float);
+    const int gemm = c->gpack_al && cpu_gemm_supported(g0.type);
+    for (int e = 0; e < X; e++) {
+        const int r0 = c->estart[e], cnt = c->estart[e + 1] - r0;
+        if (cnt > 0 && grouped && !(gemm && cnt >= CPU_GEMM_MIN_TOK))
+            c->elist[j.n++] = e;
+    }
+    if (j.n) {
+        pool_run(c->pool, j.n, group_up, &j);
+        pool_run(c->pool, (int64_t)j.n * E, group_down, &j);
+    }
+    /* the rest alone (after the grouped ones: swiglu reuses ffa, ffb and qact from the start) */
+    for (int e = 0; e < X; e++) {
+        const int r0 = c->estart[e], cnt = c->estart[e + 1] - r0;
+        if (cnt == 0 || (grouped && !(gemm && cnt >= CPU_GEMM_MIN_TOK)))
+            continue;
+        struct model_weight g = model_expert(&L->gate_exps, X, e);
+        struct model_weight u = model_expert(&L->up_exps, X, e);
+        struct model_weight d = model_expert(&L->down_exps, X, e);
+        swiglu(c, &g, &u, &d, c->gx + (size_t)r0 * (size_t)E, cnt, c->gy + (size_t)r0 * (size_t)E);
+    }
+}
+
+struct moe_sum_job {
+    struct cpu *c;
+    int k, fused; /* fused: one token's outputs in moe_y by slot (moe_decode); else gy by inv */
+};
+
+/* tokens [begin, end): xo = the experts' outputs weighted, in slot order (no expert: + w 0) */
+static void moe_sum(void *ctx, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    const struct moe_sum_job *j = ctx;
+    struct cpu *c = j->c;
+    const int64_t E = c->m->hp.n_embd;
+    const int k = j->k;
+    for (int64_t t = begin; t < end; t++) {
+        float *o = c->xo + (size_t)t * (size_t)E;
+        memset(o, 0, (size_t)E * sizeof(float));
+        for (int s = 0; s < k; s++) {
+            const size_t i = (size_t)t * (size_t)k + (size_t)s;
+            const float w = c->selw[i];
+            const float *y = j->fused         ? c->moe_y + i * (size_t)E
+                             : c->inv[i] >= 0 ? c->gy + (size_t)c->inv[i] * (size_t)E
+                                              : NULL;
+            if (y)
+                for (int64_t x = 0; x < E; x++)
+                    o[x] += w * y[x];
+            else
+                for (int64_t x = 0; x < E; x++)
+                    o[x] += w * 0.0f;
+        }
+    }
+}
+
 static void moe(struct cpu *c, int il, int n, int pos0)
 {
     const struct model_hparams *hp = &c->m->hp;
     const struct model_layer *L = &c->m->layers[il];
-    const int64_t E = hp->n_embd;
     const int X = (int)hp->n_expert, k = (int)hp->n_expert_used;
     const struct backend_taps *tp = c->base.taps;
     matmul(c, &L->gate_inp, c->xb, n, c->router);
@@ -555,35 +804,12 @@ static void moe(struct cpu *c, int il, int n, int pos0)
             tp->router_k1th[ti] = rr.k1th_logit;
     }
     /* only the routed experts run, each once over the tokens that chose it (one token: all of
-     * them in two parallel regions, moe_decode) */
+     * them in two parallel regions, moe_decode; a batch: moe_batch) */
     const int fused = n == 1 && moe_decode(c, L, X, k) == 0;
-    for (int e = 0; e < X && !fused; e++) {
-        int cnt = 0;
-        for (int i = 0; i < n * k; i++)
-            if (c->sel[i] == e) {
-                c->rows[cnt] = i;
-                memcpy(c->gx + (size_t)cnt * E, c->xb + (size_t)(i / k) * E, E * sizeof(float));
-                cnt++;
-            }
-        if (cnt == 0)
-            continue;
-        struct model_weight g = model_expert(&L->gate_exps, X, e);
-        struct model_weight u = model_expert(&L->up_exps, X, e);
-        struct model_weight d = model_expert(&L->down_exps, X, e);
-        swiglu(c, &g, &u, &d, c->gx, cnt, c->gy);
-        for (int i = 0; i < cnt; i++)
-            memcpy(c->moe_y + (size_t)c->rows[i] * E, c->gy + (size_t)i * E, E * sizeof(float));
-    }
-    for (int t = 0; t < n; t++) {
-        float *o = c->xo + (size_t)t * E;
-        memset(o, 0, (size_t)E * sizeof(float));
-        for (int s = 0; s < k; s++) {
-            const float w = c->selw[(size_t)t * k + s];
-            const float *y = c->moe_y + ((size_t)t * k + s) * E;
-            for (int64_t i = 0; i < E; i++)
-                o[i] += w * y[i];
-        }
-    }
+    if (!fused)
+        moe_batch(c, L, X, k, n);
+    struct moe_sum_job sj = {c, k, fused};
+    per_token(c, n, moe_sum, &sj);
 }
 
 static void ffn(struct cpu *c, int il, int n, int pos0)
@@ -676,7 +902,8 @@ static void cpu_close(struct backend *b)
                     c->ffa,       c->ffb,      c->router,   c->probs,    c->sel,      c->selw,
                     c->rows,      c->gx,       c->gy,       c->moe_y,    c->scores,   c->qact,
                     c->kc,        c->vc,       c->rope_cos, c->rope_sin, c->kc16,     c->vc16,
-                    c->kl,        c->vl,       c->gpack,    c->ascores};
+                    c->kl,        c->vl,       c->gpack,    c->ascores,  c->inv,      c->estart,
+                    c->elist};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(c);
@@ -830,6 +1057,9 @@ static int cpu_open(struct backend **out, const struct model *m, const struct ba
         {(void **)&c->sel, moe ? B * K : 0, sizeof(int32_t), "sel"},
         {(void **)&c->selw, moe ? B * K : 0, sizeof(float), "selw"},
         {(void **)&c->rows, moe ? B * K : 0, sizeof(int32_t), "rows"},
+        {(void **)&c->inv, moe ? B * K : 0, sizeof(int32_t), "inv"},
+        {(void **)&c->estart, moe ? X + 1 : 0, sizeof(int32_t), "estart"},
+        {(void **)&c->elist, moe ? X : 0, sizeof(int32_t), "elist"},
         {(void **)&c->gx, moe ? B * K * E : 0, sizeof(float), "gx"},
         {(void **)&c->gy, moe ? B * K * E : 0, sizeof(float), "gy"},
         {(void **)&c->moe_y, moe ? B * K * E : 0, sizeof(float), "moe_y"},

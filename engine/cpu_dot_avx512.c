@@ -41,6 +41,17 @@ static inline __m512i dot256(const __m512i *W, const int16_t *a)
     return _mm512_add_epi32(_mm512_add_epi32(acc[0], acc[1]), _mm512_add_epi32(acc[2], acc[3]));
 }
 
+/* the four int32 lane sums of s[0..3] (16 lanes each), in order */
+static inline __m128i hsum4(const __m512i *s)
+{
+    __m256i y[4];
+    for (int k = 0; k < 4; k++)
+        y[k] = _mm256_add_epi32(_mm512_castsi512_si256(s[k]), _mm512_extracti64x4_epi64(s[k], 1));
+    const __m256i h =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(y[0], y[1]), _mm256_hadd_epi32(y[2], y[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
 /* the same for four tokens (activation blocks at a0 + k * stride bytes) */
 static inline void dot256x4(const __m512i *W, const uint8_t *a0, size_t stride, int32_t *out)
 {
@@ -55,10 +66,8 @@ static inline void dot256x4(const __m512i *W, const uint8_t *a0, size_t stride, 
         s2 = _mm512_dpwssd_epi32(s2, w, _mm512_loadu_si512((const void *)(a[2] + 32 * j)));
         s3 = _mm512_dpwssd_epi32(s3, w, _mm512_loadu_si512((const void *)(a[3] + 32 * j)));
     }
-    out[0] = _mm512_reduce_add_epi32(s0);
-    out[1] = _mm512_reduce_add_epi32(s1);
-    out[2] = _mm512_reduce_add_epi32(s2);
-    out[3] = _mm512_reduce_add_epi32(s3);
+    const __m512i s[4] = {s0, s1, s2, s3};
+    _mm_storeu_si128((__m128i *)out, hsum4(s)); /* the four reductions together */
 }
 
 /* the block's integer sum for every token: groups of four, then one by one */
@@ -168,7 +177,28 @@ static void avx512_q45_K(const void *w, int five, const uint8_t *act, size_t as,
                 _mm512_mullo_epi16(_mm512_cvtepi8_epi16(hi), _mm512_set1_epi16(sc[2 * c + 1]));
         }
         dot256_tokens(W, act, as, i, nt, isum);
-        for (int t = 0; t < nt; t++) {
+        int t = 0;
+        /* four tokens at a time: their min terms reduced together, the float steps in four
+         * lanes (each lane the scalar expression below, rounded the same) */
+        for (; t + 4 <= nt; t += 4) {
+            const struct cpu_q16_K *y[4];
+            __m256i ml[4];
+            for (int q = 0; q < 4; q++) {
+                y[q] = (const struct cpu_q16_K *)(act + (size_t)(t + q) * as) + i;
+                ml[q] = _mm256_mullo_epi32(mins, _mm256_loadu_si256((const __m256i *)y[q]->sums));
+            }
+            const __m256i hm =
+                _mm256_hadd_epi32(_mm256_hadd_epi32(ml[0], ml[1]), _mm256_hadd_epi32(ml[2], ml[3]));
+            const __m128i imin =
+                _mm_add_epi32(_mm256_castsi256_si128(hm), _mm256_extracti128_si256(hm, 1));
+            const __m128 yd = _mm_setr_ps(y[0]->d, y[1]->d, y[2]->d, y[3]->d);
+            const __m128 is = _mm_cvtepi32_ps(_mm_loadu_si128((const __m128i *)(isum + t)));
+            const __m128 v =
+                _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(_mm_set1_ps(d), yd), is),
+                           _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(dmin), yd), _mm_cvtepi32_ps(imin)));
+            _mm_storeu_ps(acc + t, _mm_add_ps(_mm_loadu_ps(acc + t), v));
+        }
+        for (; t < nt; t++) {
             const struct cpu_q16_K *y = (const struct cpu_q16_K *)(act + (size_t)t * as) + i;
             const __m256i ml =
                 _mm256_mullo_epi32(mins, _mm256_loadu_si256((const __m256i *)y->sums));
@@ -179,17 +209,6 @@ static void avx512_q45_K(const void *w, int five, const uint8_t *act, size_t as,
             acc[t] += (d * y->d) * (float)isum[t] - (dmin * y->d) * (float)imin;
         }
     }
-}
-
-/* the four int32 lane sums of s[0..3] (16 lanes each), in order */
-static inline __m128i hsum4(const __m512i *s)
-{
-    __m256i y[4];
-    for (int k = 0; k < 4; k++)
-        y[k] = _mm256_add_epi32(_mm512_castsi512_si256(s[k]), _mm512_extracti64x4_epi64(s[k], 1));
-    const __m256i h =
-        _mm256_hadd_epi32(_mm256_hadd_epi32(y[0], y[1]), _mm256_hadd_epi32(y[2], y[3]));
-    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
 static void avx512_q8_0(const void *w, const uint8_t *act, size_t as, int nt, int64_t nb,

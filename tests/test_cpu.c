@@ -17,8 +17,10 @@
 #include "engine/backend.h"
 #include "engine/cpu_dot.h"
 #include "engine/cpu_gemm.h"
+#include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/quant.h"
+#include "engine/synth.h"
 #include "oracles/falsify.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
@@ -667,4 +669,55 @@ Test(cpu, bench_prompt_batch_is_last_position_only_and_takes_kv_f16)
     cr_expect_eq(st, 2, "%s", out);
     cr_expect(strstr(out, "--kv takes f32 or f16"), "%s", out);
     free(out);
+}
+
+/* A MoE shaped so that the batched and one-token expert paths take their split paths: expert FFN
+ * 768 (the one-token gate/up region's items are 256-row chunks, three per expert; issue 17's
+ * 30B-A3B shape has 768 too), 8 experts, top-2, 2 layers; in memory (*buf: the file's bytes,
+ * freed by the caller after model_free). */
+static struct model *moe_f768(uint8_t **buf)
+{
+    struct synth_options o;
+    memset(&o, 0, sizeof o);
+    o.spec = *synth_preset_find("tiny-moe");
+    o.spec.n_layer = 2;
+    o.spec.n_ff_exp = 768;
+    o.quant = SYNTH_Q4_K_M;
+    o.seed = 3;
+    size_t size = 0;
+    struct gate_err err = {0};
+    cr_assert_eq(synth_write_mem(&o, buf, &size, &err), 0, "%s", err.msg);
+    struct gguf_file *f = NULL;
+    cr_assert_eq(gguf_open_mem(&f, *buf, size, "moe-f768", 0, &err), 0, "%s", err.msg);
+    struct model *m = NULL;
+    cr_assert_eq(model_from_gguf(&m, f, &err), 0, "%s", err.msg);
+    return m;
+}
+
+/* Decode (one token per forward: moe_decode's chunked gate/up region, SwiGLU and quantization
+ * on the threads) and a batched forward (experts with fewer than CPU_GEMM_MIN_TOK tokens grouped
+ * in two regions, the others alone) give every position the same logits, bit for bit, for 1, 2
+ * and 3 threads. */
+Test(cpu, moe_decode_and_grouped_batch_equal_bit_for_bit)
+{
+    uint8_t *buf = NULL;
+    struct model *m = moe_f768(&buf);
+    enum { N = 24 };
+    int32_t tokens[N];
+    mode_tokens(PARITY_TOKEN_SEED, (int)m->hp.n_vocab, N, tokens);
+    const size_t bytes = (size_t)N * m->hp.n_vocab * sizeof(float);
+    float *batched = run_cpu(m, 2, 0, tokens, N, N);
+    for (int threads = 1; threads <= 3; threads++) {
+        float *decoded = run_cpu(m, threads, 0, tokens, N, 1);
+        cr_expect(!memcmp(batched, decoded, bytes),
+                  "%d threads: one token per forward differs from the batched forward", threads);
+        free(decoded);
+        float *other = run_cpu(m, threads, 0, tokens, N, N);
+        cr_expect(!memcmp(batched, other, bytes), "%d threads: the batched forward differs",
+                  threads);
+        free(other);
+    }
+    free(batched);
+    model_free(m);
+    free(buf);
 }
