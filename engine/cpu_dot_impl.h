@@ -353,6 +353,27 @@ void CPU_DOT_NAME(attn)(const float *q, const float *kc, const float *vc, size_t
     }
 }
 
+/* F32 weights, one token: four rows at a time (four independent FMA chains instead of one),
+ * each row's eight lanes, order and reduction exactly flt()'s; returns the rows done */
+static inline int CPU_DOT_NAME(f32_x4)(const uint8_t *w, size_t rb, int n_rows,
+                                       const float *restrict x, int64_t n, float *out)
+{
+    int r = 0;
+    for (; r + 4 <= n_rows; r += 4) {
+        float L[4][8] = {{0}};
+        for (int64_t i = 0; i < n; i += 8)
+            for (int q = 0; q < 4; q++) {
+                const float *wr = (const float *)(w + (size_t)(r + q) * rb) + i;
+                for (int l = 0; l < 8; l++)
+                    L[q][l] = fmaf(wr[l], x[i + l], L[q][l]);
+            }
+        for (int q = 0; q < 4; q++)
+            out[r + q] = ((L[q][0] + L[q][1]) + (L[q][2] + L[q][3])) +
+                         ((L[q][4] + L[q][5]) + (L[q][6] + L[q][7]));
+    }
+    return r;
+}
+
 /* n_rows consecutive weight rows (row_bytes apart) against the same tokens: out + r per row */
 void CPU_DOT_NAME(tile)(int type, const uint8_t *w, size_t row_bytes, int n_rows, const void *act,
                         size_t as, int nt, int64_t n, float *out, size_t os)
@@ -361,6 +382,8 @@ void CPU_DOT_NAME(tile)(int type, const uint8_t *w, size_t row_bytes, int n_rows
 #ifdef CPU_DOT_TILE_FAST /* a build's multi-row kernels: the first rows it takes, same numbers */
     r = CPU_DOT_TILE_FAST(type, w, row_bytes, n_rows, act, nt, n, out);
 #endif
+    if (r == 0 && type == QUANT_F32 && nt == 1 && n % 8 == 0)
+        r = CPU_DOT_NAME(f32_x4)(w, row_bytes, n_rows, act, n, out);
     for (; r < n_rows; r++)
         CPU_DOT_NAME(rows)(type, w + (size_t)r * row_bytes, act, as, nt, n, out + r, os);
 }

@@ -148,3 +148,60 @@ Test(cpu_dot, decode_logits_equal_the_batched_forward_bit_for_bit)
         model_free(m);
     }
 }
+
+/* The one-token F32 tile (four rows at a time: the MoE router, an F32 model's products) and the
+ * AVX-512 K-quant row kernels with several tokens (four tokens' sums reduced together) equal the
+ * portable row-by-row kernel bit for bit: every tile size 1-13, 1-8 tokens. */
+Test(cpu_dot, f32_tiles_and_multi_token_rows_equal_the_portable_rows_bit_for_bit)
+{
+    const int64_t sizes[] = {8, 256, 2056};
+    enum { ROWS = 13, TOK = 8 };
+    for (int si = 0; si < 3; si++) {
+        const int64_t n = sizes[si];
+        float *w = malloc((size_t)n * ROWS * sizeof(float)), *x = malloc((size_t)n * sizeof(float));
+        cr_assert(w && x);
+        for (int64_t i = 0; i < n * ROWS; i++)
+            w[i] = uniform(-1.0f, 1.0f);
+        activations(x, n, 0);
+        for (int rows = 1; rows <= ROWS; rows++) {
+            float p[ROWS], d[ROWS];
+            for (int r = 0; r < rows; r++)
+                cpu_dot_portable_rows(QUANT_F32, w + (size_t)r * (size_t)n, x, 0, 1, n, p + r, 1);
+            cpu_dot_tile(QUANT_F32, (const uint8_t *)w, (size_t)n * sizeof(float), rows, x, 0, 1, n,
+                         d, 1);
+            cr_assert(!memcmp(p, d, (size_t)rows * sizeof(float)),
+                      "F32 n %lld, %d rows: the tile differs from the row kernel", (long long)n,
+                      rows);
+        }
+        free(w);
+        free(x);
+    }
+    const int types[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_K};
+    const int64_t n = 1280;
+    for (int ti = 0; ti < 3; ti++) {
+        const int type = types[ti];
+        const size_t rb = quant_row_bytes(type, n), ab = cpu_act_row_bytes(type, n);
+        uint8_t *w = malloc(rb), *act = malloc(ab * TOK);
+        float *x = malloc((size_t)n * sizeof(float));
+        cr_assert(w && act && x);
+        for (int trial = 0; trial < 6; trial++) {
+            random_rows(type, w, rb);
+            for (int t = 0; t < TOK; t++) {
+                activations(x, n, (trial + t) % 3);
+                cpu_act_quantize(type, x, act + (size_t)t * ab, n);
+            }
+            for (int nt = 1; nt <= TOK; nt++) {
+                float p[TOK], d[TOK];
+                memset(d, 0xff, sizeof d);
+                cpu_dot_portable_rows(type, w, act, ab, nt, n, p, 1);
+                cpu_dot_rows(type, w, act, ab, nt, n, d, 1);
+                cr_assert(!memcmp(p, d, (size_t)nt * sizeof(float)),
+                          "%s, %d tokens, trial %d: the dispatched rows kernel differs",
+                          quant_name(type), nt, trial);
+            }
+        }
+        free(w);
+        free(act);
+        free(x);
+    }
+}
