@@ -18,8 +18,9 @@
  * fixed order, so logits do not depend on the thread count (tests/test_cpu.c). A batch of
  * CPU_GEMM_MIN_TOK tokens or more takes the prompt GEMM instead where the CPU has it
  * (cpu_gemm.h: tokens in the lanes of a register, no horizontal sums; the same bits), threads over
- * tiles of 4 rows. Everything is allocated at open (sizes planned first and refused with the
- * numbers); forward allocates nothing. KV cache F32, or F16 with backend_config.kv_f16 (each
+ * tiles of 4 rows; a MoE batch's experts with fewer than CPU_MOE_GEMM_MIN_TOK tokens run together
+ * in two regions (moe_batch). Everything is allocated at open (sizes planned first and refused with
+ * the numbers); forward allocates nothing. KV cache F32, or F16 with backend_config.kv_f16 (each
  * position's K and V rounded to F16 when stored; attention reads the layer's cache converted back,
  * exactly). forward_last computes the output product for the last position only.
  * Start reading: cpu_forward_chunk(), then matmul().
@@ -574,7 +575,12 @@ static void swiglu(struct cpu *c, const struct model_weight *gate, const struct 
 
 /* ---- a batch's routed experts -------------------------------------------------------------- */
 
-/* The experts of a batch with fewer than CPU_GEMM_MIN_TOK tokens each (all of them where the
+/* An expert takes the prompt GEMM alone from this many tokens of a batch: below it the grouped row
+ * kernels win (a GEMM register holds 16 tokens; measured on the 30B-A3B shape, pp64 149 -> 157
+ * tokens/s with 16 instead of CPU_GEMM_MIN_TOK's 8) */
+#define CPU_MOE_GEMM_MIN_TOK 16
+
+/* The experts of a batch with fewer than CPU_MOE_GEMM_MIN_TOK tokens each (all of them where the
  * prompt GEMM is missing) run together, c->elist[0 .. n): region one, an item per expert: its
  * rows of gx quantized, gate and up over its tokens (cpu_dot_tile, the row kernels), silu(gate) *
  * up and the down input quantized; region two, every listed expert's down rows concatenated.
@@ -674,7 +680,7 @@ static void gather_rows(void *ctx, int64_t begin, int64_t end, int thread)
 }
 
 /* The routed experts of n tokens: slots grouped by expert (in slot order within an expert) into
- * gx; an expert with CPU_GEMM_MIN_TOK tokens or more runs alone through swiglu() (the prompt
+ * gx; an expert with CPU_MOE_GEMM_MIN_TOK tokens or more runs alone through swiglu() (the prompt
  * GEMM), the others together (struct moe_group_job); expert outputs in gy, c->inv says where. */
 static void moe_batch(struct cpu *c, const struct model_layer *L, int X, int k, int n)
 {
@@ -729,7 +735,7 @@ static void moe_batch(struct cpu *c, const struct model_layer *L, int X, int k, 
     const int gemm = c->gpack_al && cpu_gemm_supported(g0.type);
     for (int e = 0; e < X; e++) {
         const int r0 = c->estart[e], cnt = c->estart[e + 1] - r0;
-        if (cnt > 0 && grouped && !(gemm && cnt >= CPU_GEMM_MIN_TOK))
+        if (cnt > 0 && grouped && !(gemm && cnt >= CPU_MOE_GEMM_MIN_TOK))
             c->elist[j.n++] = e;
     }
     if (j.n) {
@@ -739,7 +745,7 @@ static void moe_batch(struct cpu *c, const struct model_layer *L, int X, int k, 
     /* the rest alone (after the grouped ones: swiglu reuses ffa, ffb and qact from the start) */
     for (int e = 0; e < X; e++) {
         const int r0 = c->estart[e], cnt = c->estart[e + 1] - r0;
-        if (cnt == 0 || (grouped && !(gemm && cnt >= CPU_GEMM_MIN_TOK)))
+        if (cnt == 0 || (grouped && !(gemm && cnt >= CPU_MOE_GEMM_MIN_TOK)))
             continue;
         struct model_weight g = model_expert(&L->gate_exps, X, e);
         struct model_weight u = model_expert(&L->up_exps, X, e);

@@ -702,7 +702,7 @@ Test(cpu, moe_decode_and_grouped_batch_equal_bit_for_bit)
 {
     uint8_t *buf = NULL;
     struct model *m = moe_f768(&buf);
-    enum { N = 24 };
+    enum { N = 48 };
     int32_t tokens[N];
     mode_tokens(PARITY_TOKEN_SEED, (int)m->hp.n_vocab, N, tokens);
     const size_t bytes = (size_t)N * m->hp.n_vocab * sizeof(float);
