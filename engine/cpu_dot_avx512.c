@@ -361,25 +361,40 @@ static void q4_K_x4(const uint8_t *w, size_t rb, const struct cpu_q16_K *y,
     for (int64_t i = 0; i < nb; i++) {
         const struct act_split *a = s + i;
         prefetch_share(w, rb, i, sizeof(struct block_q4_K));
+        /* the four rows' first 16 bytes (d, dmin, the 12 scale bytes) transposed, so their
+         * scales and mins unpack together (the scalar expressions of q45_K, lane by lane) */
+        __m128i hd[4];
+        for (int r = 0; r < 4; r++)
+            hd[r] = _mm_loadu_si128(
+                (const __m128i *)((const struct block_q4_K *)(w + (size_t)r * rb) + i));
+        const __m128i t0 = _mm_unpacklo_epi32(hd[0], hd[1]), t1 = _mm_unpacklo_epi32(hd[2], hd[3]);
+        const __m128i t2 = _mm_unpackhi_epi32(hd[0], hd[1]), t3 = _mm_unpackhi_epi32(hd[2], hd[3]);
+        const __m128i dd = _mm_unpacklo_epi64(t0, t1); /* d | dmin << 16 of rows 0-3 */
+        const __m128i u0 = _mm_unpackhi_epi64(t0, t1), u1 = _mm_unpacklo_epi64(t2, t3);
+        const __m128i u2 = _mm_unpackhi_epi64(t2, t3);
+        const __m128i c3f = _mm_set1_epi32(0x3f3f3f3f), c0f = _mm_set1_epi32(0x0f0f0f0f);
+        const __m128i c03 = _mm_set1_epi32(0x03030303);
+        const __m128i sc0 = _mm_and_si128(u0, c3f), mn0 = _mm_and_si128(u1, c3f);
+        const __m128i sc1 = _mm_or_si128(
+            _mm_and_si128(u2, c0f), _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u0, 6), c03), 4));
+        const __m128i mn1 =
+            _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), c0f),
+                         _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u1, 6), c03), 4));
+        /* row r's eight scale (min) bytes: quadword r % 2 of sc01 / sc23 (mn01 / mn23) */
+        const __m128i sc01 = _mm_unpacklo_epi32(sc0, sc1), sc23 = _mm_unpackhi_epi32(sc0, sc1);
+        const __m128i mn01 = _mm_unpacklo_epi32(mn0, mn1), mn23 = _mm_unpackhi_epi32(mn0, mn1);
+        const __m128i scr[4] = {sc01, _mm_unpackhi_epi64(sc01, sc01), sc23,
+                                _mm_unpackhi_epi64(sc23, sc23)};
+        const __m128i mnr[4] = {mn01, _mm_unpackhi_epi64(mn01, mn01), mn23,
+                                _mm_unpackhi_epi64(mn23, mn23)};
+        const __m256i ysums = _mm256_loadu_si256((const __m256i *)y[i].sums);
         __m512i lanes[4];
         __m256i mprod[4];
-        uint16_t dh[4], mh[4];
         for (int r = 0; r < 4; r++) {
             const struct block_q4_K *x = (const struct block_q4_K *)(w + (size_t)r * rb) + i;
-            dh[r] = x->d;
-            mh[r] = x->dmin;
-            uint32_t u[3], sc4[2], mn4[2];
-            memcpy(u, x->scales, 12);
-            sc4[0] = u[0] & 0x3f3f3f3fu;
-            mn4[0] = u[1] & 0x3f3f3f3fu;
-            sc4[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-            mn4[1] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-            uint64_t sc8, mn8;
-            memcpy(&sc8, sc4, 8);
-            memcpy(&mn8, mn4, 8);
-            const __m512i scx = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8));
-            mprod[r] = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn8)),
-                                          _mm256_loadu_si256((const __m256i *)y[i].sums));
+            /* lanes 8-15 hold another row's bytes: pick[] reads lanes 0-7 only */
+            const __m512i scx = _mm512_cvtepu8_epi32(scr[r]);
+            mprod[r] = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(mnr[r]), ysums);
             const __m512i w0 = _mm512_loadu_si512((const void *)x->qs);
             const __m512i w1 = _mm512_loadu_si512((const void *)(x->qs + 64));
             const __m512i q[4] = {
@@ -396,10 +411,10 @@ static void q4_K_x4(const uint8_t *w, size_t rb, const struct cpu_q16_K *y,
                                              _mm256_hadd_epi32(mprod[2], mprod[3]));
         const __m128i imin =
             _mm_add_epi32(_mm256_castsi256_si128(hm), _mm256_extracti128_si256(hm, 1));
-        const __m128 d = _mm_cvtph_ps(
-            _mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3], 0, 0, 0, 0));
-        const __m128 dmin = _mm_cvtph_ps(
-            _mm_setr_epi16((short)mh[0], (short)mh[1], (short)mh[2], (short)mh[3], 0, 0, 0, 0));
+        const __m128 d = _mm_cvtph_ps(_mm_shuffle_epi8(
+            dd, _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1)));
+        const __m128 dmin = _mm_cvtph_ps(_mm_shuffle_epi8(
+            dd, _mm_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1)));
         const __m128 yd = _mm_set1_ps(y[i].d);
         acc = _mm_add_ps(acc, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(d, yd), _mm_cvtepi32_ps(isum)),
                                          _mm_mul_ps(_mm_mul_ps(dmin, yd), _mm_cvtepi32_ps(imin))));
