@@ -344,6 +344,16 @@ static inline void prefetch_share(const uint8_t *w, size_t rb, int64_t i, size_t
         _mm_prefetch((const char *)(p + o), _MM_HINT_T0);
 }
 
+/* the same into L2 only (_MM_HINT_T1): the Q6_K kernel. Streaming Q6_K rows from memory on one
+ * core, 15.7 ns per block with T0 against 8.9 with T1 (the 210-byte blocks; Q4_K's 144-byte
+ * ones stream best with T0: 8.2 against 8.6 ns) */
+static inline void prefetch_share_l2(const uint8_t *w, size_t rb, int64_t i, size_t bs)
+{
+    const uint8_t *p = w + (size_t)FAST_PREFETCH_GROUPS * 4 * rb + (size_t)i * 4 * bs;
+    for (size_t o = 0; o < 4 * bs; o += 64)
+        _mm_prefetch((const char *)(p + o), _MM_HINT_T1);
+}
+
 /* four rows of Q4_K (rb bytes apart) against one split token y / s: out[0..3] */
 static void q4_K_x4(const uint8_t *w, size_t rb, const struct cpu_q16_K *y,
                     const struct act_split *s, int64_t nb, float *out)
@@ -440,7 +450,7 @@ static void q6_K_x4(const uint8_t *w, size_t rb, const struct cpu_q16_K *y,
     __m128 acc = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const struct act_split *a = s + i;
-        prefetch_share(w, rb, i, sizeof(struct block_q6_K));
+        prefetch_share_l2(w, rb, i, sizeof(struct block_q6_K));
         __m512i lanes[4];
         uint16_t dh[4];
         for (int r = 0; r < 4; r++) {
