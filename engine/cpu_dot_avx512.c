@@ -486,11 +486,138 @@ static void q6_K_x4(const uint8_t *w, size_t rb, const struct cpu_q16_K *y,
     _mm_storeu_ps(out, acc);
 }
 
+#define FEW_MAX_TOK 8 /* tokens the few-token four-row kernel takes (CPU_DOT_MAX_TOK) */
+
+/* four rows of Q4_K against nt (2 .. FEW_MAX_TOK) split tokens: token t's activations at
+ * act + t * as, its split at s + t * nb, its four outputs at out + t * os. Each row's weight bytes
+ * unpacked once per block for every token; per token and row the integers and float steps of
+ * q4_K_x4 (the portable kernel's). An expert of a prompt batch sees a few tokens: the int16
+ * kernel's weight widening, per block, costs more than these per-token products. */
+static void q4_K_x4_few(const uint8_t *w, size_t rb, const uint8_t *act, size_t as,
+                        const struct act_split *s, int nt, int64_t nb, float *out, size_t os)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i pick[4] = {
+        _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
+        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
+        _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
+        _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5),
+    };
+    __m128 acc[FEW_MAX_TOK];
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_share(w, rb, i, sizeof(struct block_q4_K));
+        __m128i hd[4];
+        for (int r = 0; r < 4; r++)
+            hd[r] = _mm_loadu_si128(
+                (const __m128i *)((const struct block_q4_K *)(w + (size_t)r * rb) + i));
+        const __m128i t0 = _mm_unpacklo_epi32(hd[0], hd[1]), t1 = _mm_unpacklo_epi32(hd[2], hd[3]);
+        const __m128i t2 = _mm_unpackhi_epi32(hd[0], hd[1]), t3 = _mm_unpackhi_epi32(hd[2], hd[3]);
+        const __m128i dd = _mm_unpacklo_epi64(t0, t1);
+        const __m128i u0 = _mm_unpackhi_epi64(t0, t1), u1 = _mm_unpacklo_epi64(t2, t3);
+        const __m128i u2 = _mm_unpackhi_epi64(t2, t3);
+        const __m128i c3f = _mm_set1_epi32(0x3f3f3f3f), c0f = _mm_set1_epi32(0x0f0f0f0f);
+        const __m128i c03 = _mm_set1_epi32(0x03030303);
+        const __m128i sc0 = _mm_and_si128(u0, c3f), mn0 = _mm_and_si128(u1, c3f);
+        const __m128i sc1 = _mm_or_si128(
+            _mm_and_si128(u2, c0f), _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u0, 6), c03), 4));
+        const __m128i mn1 =
+            _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), c0f),
+                         _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u1, 6), c03), 4));
+        const __m128i sc01 = _mm_unpacklo_epi32(sc0, sc1), sc23 = _mm_unpackhi_epi32(sc0, sc1);
+        const __m128i mn01 = _mm_unpacklo_epi32(mn0, mn1), mn23 = _mm_unpackhi_epi32(mn0, mn1);
+        const __m128i scr[4] = {sc01, _mm_unpackhi_epi64(sc01, sc01), sc23,
+                                _mm_unpackhi_epi64(sc23, sc23)};
+        const __m128i mnr[4] = {mn01, _mm_unpackhi_epi64(mn01, mn01), mn23,
+                                _mm_unpackhi_epi64(mn23, mn23)};
+        int32_t is[4][FEW_MAX_TOK];
+        for (int r = 0; r < 4; r++) {
+            const struct block_q4_K *x = (const struct block_q4_K *)(w + (size_t)r * rb) + i;
+            const __m512i scx = _mm512_cvtepu8_epi32(scr[r]);
+            const __m512i w0 = _mm512_loadu_si512((const void *)x->qs);
+            const __m512i w1 = _mm512_loadu_si512((const void *)(x->qs + 64));
+            const __m512i q[4] = {
+                _mm512_and_si512(w0, m4), _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4),
+                _mm512_and_si512(w1, m4), _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4)};
+            __m512i sk[4];
+            for (int k = 0; k < 4; k++)
+                sk[k] = _mm512_permutexvar_epi32(pick[k], scx);
+            int t = 0;
+            for (; t + 4 <= nt; t += 4) {
+                __m512i L[4];
+                for (int u = 0; u < 4; u++) {
+                    const struct act_split *a = s + (size_t)(t + u) * (size_t)nb + i;
+                    __m512i v = _mm512_mullo_epi32(qa(q[0], a->hi[0], a->lo[0]), sk[0]);
+                    for (int k = 1; k < 4; k++)
+                        v = _mm512_add_epi32(
+                            v, _mm512_mullo_epi32(qa(q[k], a->hi[k], a->lo[k]), sk[k]));
+                    L[u] = v;
+                }
+                _mm_storeu_si128((__m128i *)&is[r][t], hsum4(L));
+            }
+            for (; t < nt; t++) {
+                const struct act_split *a = s + (size_t)t * (size_t)nb + i;
+                __m512i v = _mm512_mullo_epi32(qa(q[0], a->hi[0], a->lo[0]), sk[0]);
+                for (int k = 1; k < 4; k++)
+                    v = _mm512_add_epi32(v,
+                                         _mm512_mullo_epi32(qa(q[k], a->hi[k], a->lo[k]), sk[k]));
+                is[r][t] = _mm512_reduce_add_epi32(v);
+            }
+        }
+        const __m128 d = _mm_cvtph_ps(_mm_shuffle_epi8(
+            dd, _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1)));
+        const __m128 dmin = _mm_cvtph_ps(_mm_shuffle_epi8(
+            dd, _mm_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1)));
+        const __m256i mn[4] = {_mm256_cvtepu8_epi32(mnr[0]), _mm256_cvtepu8_epi32(mnr[1]),
+                               _mm256_cvtepu8_epi32(mnr[2]), _mm256_cvtepu8_epi32(mnr[3])};
+        for (int t = 0; t < nt; t++) {
+            const struct cpu_q16_K *y = (const struct cpu_q16_K *)(act + (size_t)t * as) + i;
+            const __m256i ysums = _mm256_loadu_si256((const __m256i *)y->sums);
+            __m256i mprod[4];
+            for (int r = 0; r < 4; r++)
+                mprod[r] = _mm256_mullo_epi32(mn[r], ysums);
+            const __m256i hm = _mm256_hadd_epi32(_mm256_hadd_epi32(mprod[0], mprod[1]),
+                                                 _mm256_hadd_epi32(mprod[2], mprod[3]));
+            const __m128i imin =
+                _mm_add_epi32(_mm256_castsi256_si128(hm), _mm256_extracti128_si256(hm, 1));
+            const __m128i isum = _mm_setr_epi32(is[0][t], is[1][t], is[2][t], is[3][t]);
+            const __m128 yd = _mm_set1_ps(y->d);
+            acc[t] = _mm_add_ps(
+                acc[t], _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(d, yd), _mm_cvtepi32_ps(isum)),
+                                   _mm_mul_ps(_mm_mul_ps(dmin, yd), _mm_cvtepi32_ps(imin))));
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        _mm_storeu_ps(out + (size_t)t * os, acc[t]);
+}
+
+/* cpu_dot_tile's multi-token path: 2 .. FEW_MAX_TOK tokens against Q4_K rows, groups of four
+ * rows, each token split once; returns the rows done (a multiple of four) */
+static int avx512_tile_few(int type, const uint8_t *w, size_t rb, int n_rows, const void *act,
+                           size_t as, int nt, int64_t n, float *out, size_t os)
+{
+    if (nt < 2 || nt > FEW_MAX_TOK || n_rows < 4 || n % QK_K || (n / QK_K) * nt > FAST_MAX_NB ||
+        type != QUANT_Q4_K)
+        return 0;
+    const int64_t nb = n / QK_K;
+    struct act_split s[FAST_MAX_NB];
+    for (int t = 0; t < nt; t++)
+        split_q4_K((const struct cpu_q16_K *)((const uint8_t *)act + (size_t)t * as), nb,
+                   s + (size_t)t * (size_t)nb);
+    int r = 0;
+    for (; r + 4 <= n_rows; r += 4)
+        q4_K_x4_few(w + (size_t)r * rb, rb, act, as, s, nt, nb, out + r, os);
+    return r;
+}
+
 /* cpu_dot_tile's multi-row path: one token, Q4_K / Q6_K, groups of four rows; returns the rows
  * done (a multiple of four; the caller does the rest one by one) */
 static int avx512_tile_fast(int type, const uint8_t *w, size_t rb, int n_rows, const void *act,
-                            int nt, int64_t n, float *out)
+                            size_t as, int nt, int64_t n, float *out, size_t os)
 {
+    if (nt > 1)
+        return avx512_tile_few(type, w, rb, n_rows, act, as, nt, n, out, os);
     if (nt != 1 || n_rows < 4 || n % QK_K || n / QK_K > FAST_MAX_NB ||
         (type != QUANT_Q4_K && type != QUANT_Q6_K))
         return 0;
@@ -511,8 +638,8 @@ static int avx512_tile_fast(int type, const uint8_t *w, size_t rb, int n_rows, c
     return r;
 }
 
-#define CPU_DOT_TILE_FAST(type, w, rb, n_rows, act, nt, n, out)                                    \
-    avx512_tile_fast(type, w, rb, n_rows, act, nt, n, out)
+#define CPU_DOT_TILE_FAST(type, w, rb, n_rows, act, as, nt, n, out, os)                            \
+    avx512_tile_fast(type, w, rb, n_rows, act, as, nt, n, out, os)
 #define CPU_DOT_Q8_0 avx512_q8_0
 #define CPU_DOT_Q45_K avx512_q45_K
 #define CPU_DOT_Q6_K avx512_q6_K

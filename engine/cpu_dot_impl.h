@@ -380,7 +380,7 @@ void CPU_DOT_NAME(tile)(int type, const uint8_t *w, size_t row_bytes, int n_rows
 {
     int r = 0;
 #ifdef CPU_DOT_TILE_FAST /* a build's multi-row kernels: the first rows it takes, same numbers */
-    r = CPU_DOT_TILE_FAST(type, w, row_bytes, n_rows, act, nt, n, out);
+    r = CPU_DOT_TILE_FAST(type, w, row_bytes, n_rows, act, as, nt, n, out, os);
 #endif
     if (r == 0 && type == QUANT_F32 && nt == 1 && n % 8 == 0)
         r = CPU_DOT_NAME(f32_x4)(w, row_bytes, n_rows, act, n, out);

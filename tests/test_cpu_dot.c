@@ -113,6 +113,51 @@ Test(cpu_dot, multi_row_decode_kernels_equal_the_portable_ones_bit_for_bit)
         }
 }
 
+/* The few-token four-row kernel (a prompt batch's routed experts: 2-8 tokens against Q4_K rows,
+ * engine/cpu_dot_avx512.c) equals the portable tile bit for bit: 1-8 tokens (activation rows
+ * padded apart, outputs at a stride wider than the tile), every tile size 1-13 rows (four-row
+ * groups and their remainders), one, five and 16 K-blocks (the most its on-stack split takes at
+ * eight tokens) and 17 (more: the row kernels), random and extreme activations. */
+Test(cpu_dot, few_token_tiles_equal_the_portable_ones_bit_for_bit)
+{
+    const int types[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_K};
+    const int64_t sizes[] = {256, 1280, 16 * 256, 17 * 256};
+    enum { ROWS = 13, OS = 16, TOK = 8 };
+    for (int ti = 0; ti < 3; ti++)
+        for (int si = 0; si < 4; si++) {
+            const int type = types[ti];
+            const int64_t n = sizes[si];
+            const size_t rb = quant_row_bytes(type, n);
+            const size_t as = cpu_act_row_bytes(type, n) + 64;
+            uint8_t *w = malloc(rb * ROWS);
+            float *x = malloc((size_t)n * sizeof(float));
+            uint8_t *act = calloc(TOK, as);
+            cr_assert(w && x && act);
+            for (int trial = 0; trial < 3; trial++) {
+                random_rows(type, w, rb * ROWS);
+                for (int t = 0; t < TOK; t++) {
+                    activations(x, n, (trial + t) % 3);
+                    cpu_act_quantize(type, x, act + (size_t)t * as, n);
+                }
+                for (int nt = 1; nt <= TOK; nt++)
+                    for (int rows = 1; rows <= ROWS; rows++) {
+                        float p[TOK * OS], d[TOK * OS];
+                        memset(p, 0xff, sizeof p);
+                        memset(d, 0xff, sizeof d);
+                        cpu_dot_portable_tile(type, w, rb, rows, act, as, nt, n, p, OS);
+                        cpu_dot_tile(type, w, rb, rows, act, as, nt, n, d, OS);
+                        cr_assert(!memcmp(p, d, sizeof p),
+                                  "%s n %lld, %d tokens, %d rows, trial %d: the tile differs from "
+                                  "the portable one",
+                                  quant_name(type), (long long)n, nt, rows, trial);
+                    }
+            }
+            free(w);
+            free(x);
+            free(act);
+        }
+}
+
 Test(cpu_dot, decode_logits_equal_the_batched_forward_bit_for_bit)
 {
     /* every conformance case's type mix, dense and MoE: one token at a time (the fused decode
