@@ -592,22 +592,105 @@ static void q4_K_x4_few(const uint8_t *w, size_t rb, const uint8_t *act, size_t 
         _mm_storeu_ps(out + (size_t)t * os, acc[t]);
 }
 
-/* cpu_dot_tile's multi-token path: 2 .. FEW_MAX_TOK tokens against Q4_K rows, groups of four
+/* four rows of Q6_K against nt (2 .. FEW_MAX_TOK) split tokens, laid out as q4_K_x4_few's; per
+ * token and row the integers and float steps of q6_K_x4 */
+static void q6_K_x4_few(const uint8_t *w, size_t rb, const uint8_t *act, size_t as,
+                        const struct act_split *s, int nt, int64_t nb, float *out, size_t os)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i shl_lo = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i shr_hi = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+    const __m512i pick[4] = {
+        _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+        _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
+        _mm512_set_epi32(11, 11, 11, 11, 10, 10, 10, 10, 9, 9, 9, 9, 8, 8, 8, 8),
+        _mm512_set_epi32(15, 15, 15, 15, 14, 14, 14, 14, 13, 13, 13, 13, 12, 12, 12, 12),
+    };
+    __m128 acc[FEW_MAX_TOK];
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_share_l2(w, rb, i, sizeof(struct block_q6_K));
+        int32_t is[4][FEW_MAX_TOK];
+        uint16_t dh[4];
+        for (int r = 0; r < 4; r++) {
+            const struct block_q6_K *x = (const struct block_q6_K *)(w + (size_t)r * rb) + i;
+            dh[r] = x->d;
+            const __m512i scx = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x->scales));
+            __m512i q[4], sk[4];
+            for (int h = 0; h < 2; h++) {
+                const __m512i ql = _mm512_loadu_si512((const void *)(x->ql + 64 * h));
+                const __m512i qh =
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
+                q[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, m4),
+                                                     _mm512_sllv_epi16(qh, shl_lo), m30, 0xf8);
+                q[2 * h + 1] =
+                    _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                              _mm512_srlv_epi16(qh, shr_hi), m30, 0xf8);
+            }
+            for (int k = 0; k < 4; k++)
+                sk[k] = _mm512_permutexvar_epi32(pick[k], scx);
+            int t = 0;
+            for (; t + 4 <= nt; t += 4) {
+                __m512i L[4];
+                for (int u = 0; u < 4; u++) {
+                    const struct act_split *a = s + (size_t)(t + u) * (size_t)nb + i;
+                    __m512i v =
+                        _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_mullo_epi32(scx, a->g32));
+                    for (int k = 0; k < 4; k++)
+                        v = _mm512_add_epi32(
+                            v, _mm512_mullo_epi32(qa(q[k], a->hi[k], a->lo[k]), sk[k]));
+                    L[u] = v;
+                }
+                _mm_storeu_si128((__m128i *)&is[r][t], hsum4(L));
+            }
+            for (; t < nt; t++) {
+                const struct act_split *a = s + (size_t)t * (size_t)nb + i;
+                __m512i v =
+                    _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_mullo_epi32(scx, a->g32));
+                for (int k = 0; k < 4; k++)
+                    v = _mm512_add_epi32(v,
+                                         _mm512_mullo_epi32(qa(q[k], a->hi[k], a->lo[k]), sk[k]));
+                is[r][t] = _mm512_reduce_add_epi32(v);
+            }
+        }
+        const __m128 d = _mm_cvtph_ps(
+            _mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3], 0, 0, 0, 0));
+        for (int t = 0; t < nt; t++) {
+            const struct cpu_q16_K *y = (const struct cpu_q16_K *)(act + (size_t)t * as) + i;
+            const __m128i isum = _mm_setr_epi32(is[0][t], is[1][t], is[2][t], is[3][t]);
+            acc[t] = _mm_add_ps(
+                acc[t], _mm_mul_ps(_mm_mul_ps(d, _mm_set1_ps(y->d)), _mm_cvtepi32_ps(isum)));
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        _mm_storeu_ps(out + (size_t)t * os, acc[t]);
+}
+
+/* cpu_dot_tile's multi-token path: 2 .. FEW_MAX_TOK tokens against Q4_K / Q6_K rows, groups of four
  * rows, each token split once; returns the rows done (a multiple of four) */
 static int avx512_tile_few(int type, const uint8_t *w, size_t rb, int n_rows, const void *act,
                            size_t as, int nt, int64_t n, float *out, size_t os)
 {
     if (nt < 2 || nt > FEW_MAX_TOK || n_rows < 4 || n % QK_K || (n / QK_K) * nt > FAST_MAX_NB ||
-        type != QUANT_Q4_K)
+        (type != QUANT_Q4_K && type != QUANT_Q6_K))
         return 0;
     const int64_t nb = n / QK_K;
     struct act_split s[FAST_MAX_NB];
-    for (int t = 0; t < nt; t++)
-        split_q4_K((const struct cpu_q16_K *)((const uint8_t *)act + (size_t)t * as), nb,
-                   s + (size_t)t * (size_t)nb);
+    for (int t = 0; t < nt; t++) {
+        const struct cpu_q16_K *y = (const void *)((const uint8_t *)act + (size_t)t * as);
+        if (type == QUANT_Q4_K)
+            split_q4_K(y, nb, s + (size_t)t * (size_t)nb);
+        else
+            split_q6_K(y, nb, s + (size_t)t * (size_t)nb);
+    }
     int r = 0;
-    for (; r + 4 <= n_rows; r += 4)
-        q4_K_x4_few(w + (size_t)r * rb, rb, act, as, s, nt, nb, out + r, os);
+    for (; r + 4 <= n_rows; r += 4) {
+        if (type == QUANT_Q4_K)
+            q4_K_x4_few(w + (size_t)r * rb, rb, act, as, s, nt, nb, out + r, os);
+        else
+            q6_K_x4_few(w + (size_t)r * rb, rb, act, as, s, nt, nb, out + r, os);
+    }
     return r;
 }
 
