@@ -668,9 +668,11 @@ static void q6_K_x4_few(const uint8_t *w, size_t rb, const uint8_t *act, size_t 
 }
 
 /* cpu_dot_tile's multi-token path: 2 .. FEW_MAX_TOK tokens against Q4_K / Q6_K rows, groups of four
- * rows, each token split once; returns the rows done (a multiple of four) */
-static int avx512_tile_few(int type, const uint8_t *w, size_t rb, int n_rows, const void *act,
-                           size_t as, int nt, int64_t n, float *out, size_t os)
+ * rows, each token split once; returns the rows done (a multiple of four). Not inlined: its
+ * splits (73 KB) stay off the one-token path's stack frame. */
+static __attribute__((noinline)) int avx512_tile_few(int type, const uint8_t *w, size_t rb,
+                                                     int n_rows, const void *act, size_t as, int nt,
+                                                     int64_t n, float *out, size_t os)
 {
     if (nt < 2 || nt > FEW_MAX_TOK || n_rows < 4 || n % QK_K || (n / QK_K) * nt > FAST_MAX_NB ||
         (type != QUANT_Q4_K && type != QUANT_Q6_K))
