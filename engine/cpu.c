@@ -577,8 +577,10 @@ static void swiglu(struct cpu *c, const struct model_weight *gate, const struct 
 
 /* An expert takes the prompt GEMM alone from this many tokens of a batch: below it the grouped row
  * kernels win (a GEMM register holds 16 tokens; measured on the 30B-A3B shape, pp64 149 -> 157
- * tokens/s with 16 instead of CPU_GEMM_MIN_TOK's 8) */
-#define CPU_MOE_GEMM_MIN_TOK 16
+ * tokens/s with 16 instead of CPU_GEMM_MIN_TOK's 8; with the few-token four-row kernels of
+ * cpu_dot_avx512.c, 24 against 16: pp64 167-175 against 162-170, pp512 207-215 against 204-211,
+ * side by side) */
+#define CPU_MOE_GEMM_MIN_TOK 24
 
 /* The experts of a batch with fewer than CPU_MOE_GEMM_MIN_TOK tokens each (all of them where the
  * prompt GEMM is missing) run together, c->elist[0 .. n): region one, an item per expert: its
