@@ -13,7 +13,9 @@
  * against activations split once per tile into bytes, vpdpbusd on the packed weight bytes, the
  * four rows' integer sums reduced together and their float steps done in four lanes — the same
  * integers and the same float operations per row (tests/test_cpu_dot.c), about twice the blocks
- * per second of the int16 kernel, so two threads stream weights at memory speed.
+ * per second of the int16 kernel, so two threads stream weights at memory speed. With 2-8 tokens
+ * (a prompt batch's routed experts, about 4 tokens each at P = 64) the same scheme runs with
+ * every row's weights unpacked once per block for all the tokens (q4_K_x4_few, q6_K_x4_few).
  */
 #include "cpu_dot.h"
 

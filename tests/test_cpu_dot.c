@@ -2,7 +2,8 @@
  * K-quant rows against one token, VNNI on bytes) equal the portable kernels bit for bit.
  *
  * cpu_dot_tile() takes groups of four rows through the fast path when one token meets a
- * Q4_K / Q6_K row; the rest (tails, other types, several tokens) go row by row. Every tile size
+ * Q4_K / Q6_K row, and through the few-token kernels with 2-8 tokens (a prompt batch's routed
+ * experts); the rest (tails, other types) go row by row. Every tile size
  * from 1 to 13 rows is checked against cpu_dot_portable_tile() on random blocks (every code value,
  * every 6-bit / signed 8-bit sub-block scale) and on extreme activations (every value at
  * +-CPU_ACT_QMAX, where the byte split's hi part is -32 or 31), so a wrong lane, scale, offset or
