@@ -831,19 +831,23 @@ int parity_session_witness(struct parity_session *s, enum fault_kind kind, struc
             return rc;
         s->have_clean = 1;
     }
+    /* one pass over the logits: how many positions moved, and the first one */
+    int first_moved = -1;
     for (int p = 0; p < s->n; p++)
-        w->n_logit_diff += memcmp(s->clean_logits + (size_t)p * V, s->subj_logits + (size_t)p * V,
-                                  V * sizeof(float)) != 0;
+        if (memcmp(s->clean_logits + (size_t)p * V, s->subj_logits + (size_t)p * V,
+                   V * sizeof(float))) {
+            w->n_logit_diff++;
+            if (first_moved < 0)
+                first_moved = p;
+        }
     if (!s->subj_taps_ok) {
         /* no taps: the only evidence a fault acted is that the logits moved */
         w->tapless = 1;
-        for (int p = 0; p < s->n && !w->fired; p++)
-            if (memcmp(s->clean_logits + (size_t)p * V, s->subj_logits + (size_t)p * V,
-                       V * sizeof(float))) {
-                w->fired = 1;
-                w->pos = p;
-                snprintf(w->what, sizeof w->what, "%s", "logits (the engine reports no taps)");
-            }
+        if (first_moved >= 0) {
+            w->fired = 1;
+            w->pos = first_moved;
+            snprintf(w->what, sizeof w->what, "%s", "logits (the engine reports no taps)");
+        }
         return 0;
     }
     const int L = (int)hp->n_layer, n = s->n, k = (int)hp->n_expert_used;
