@@ -224,14 +224,51 @@ static inline void CPU_DOT_NAME(q6_K)(const void *w, const uint8_t *act, size_t 
 }
 
 /* Float weights: eight lanes of fmaf (lane i % 8), the chunk of eight weights converted once and
- * used for every token; reduced ((0+1)+(2+3))+((4+5)+(6+7)). */
+ * used for every token; reduced ((0+1)+(2+3))+((4+5)+(6+7)). The AVX2 and AVX-512 builds keep the
+ * eight lanes in one register (flt_chunks below) for the whole chunks, the tail as here. */
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define CPU_DOT_FLT_SIMD 1
+#include <immintrin.h>
+/* chunks of eight [0, n) (n a multiple of 8) into lanes[t]: one register per token, the weights
+ * converted once per chunk (F16C and the BF16 shift are exact); _mm256_fmadd_ps rounds each lane
+ * as fmaf does, so the lanes hold the portable loop's bits */
+static inline void CPU_DOT_NAME(flt_chunks)(int type, const void *w, const uint8_t *act, size_t as,
+                                            int nt, int64_t n, float lanes[][8])
+{
+    __m256 L[CPU_DOT_MAX_TOK];
+    for (int t = 0; t < nt; t++)
+        L[t] = _mm256_loadu_ps(lanes[t]);
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256 wv;
+        if (type == QUANT_F32)
+            wv = _mm256_loadu_ps((const float *)w + i);
+        else if (type == QUANT_F16)
+            wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
+        else
+            wv = _mm256_castsi256_ps(_mm256_slli_epi32(
+                _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i))),
+                16));
+        for (int t = 0; t < nt; t++)
+            L[t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps((const float *)(act + (size_t)t * as) + i),
+                                   L[t]);
+    }
+    for (int t = 0; t < nt; t++)
+        _mm256_storeu_ps(lanes[t], L[t]);
+}
+#endif
+
 static inline void CPU_DOT_NAME(flt)(int type, const void *w, const uint8_t *act, size_t as, int nt,
                                      int64_t n, float *out, size_t os)
 {
     float lanes[CPU_DOT_MAX_TOK][8];
     memset(lanes, 0, sizeof lanes);
     float wc[8];
-    for (int64_t i = 0; i < n; i += 8) {
+    int64_t i = 0;
+#ifdef CPU_DOT_FLT_SIMD
+    i = n - n % 8;
+    CPU_DOT_NAME(flt_chunks)(type, w, act, as, nt, i, lanes);
+#endif
+    for (; i < n; i += 8) {
         const int m = n - i < 8 ? (int)(n - i) : 8;
         if (type == QUANT_F32) {
             memcpy(wc, (const float *)w + i, (size_t)m * sizeof(float));
