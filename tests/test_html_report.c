@@ -25,8 +25,7 @@
 #include "tests/support/ladderfix.h"
 #include "tests/support/skip.h"
 
-#define MOE_SHA "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560"
-#define GOLDENS_SHA "0fbed51a3d977ffe726a861d7d701e94bce701dd84dd25b96184e4664ba2427f"
+#define MOE_SHA LADDERFIX_MOE_SHA
 
 /* ladder- and receipt-borne text that tries to become markup */
 #define EVIL_REASON "<script>alert(1)</script> \\\"quoted\\\" & co"
@@ -47,27 +46,7 @@ TestSuite(html_report, .init = setup);
  * excluded with a reason that holds markup; an anchor case with no receipt (MISSING). */
 static const char *write_ladder(void)
 {
-    const char *path = ladderfix_path(&fx, "ladder.yaml");
-    FILE *f = fopen(path, "w");
-    cr_assert(f);
-    fprintf(f,
-            "release: {name: rel, version: 1.0.0}\n"
-            "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
-            " sha256: " MOE_SHA ", arch: qwen3moe}\n"
-            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
-            "  b: {device: none, trust: ['file:b.pub']}\n"
-            "modes: [ref.decode, ref.chat]\n"
-            "cells:\n  - {models: [moe], hosts: [a], modes: [ref.decode, ref.chat], exclude:"
-            " [{mode: ref.chat, reason: \"" EVIL_REASON "\"}]}\n"
-            "  - {model: moe, host: b, mode: ref.decode}\n"
-            "gates:\n  defaults:\n    golden: {goldens: g.json, sha256: " GOLDENS_SHA "}\n"
-            "anchors:\n  conf:\n    arch: qwen3moe\n    reference: test\n"
-            "    model: {path: m.gguf, sha256: %064d}\n    tokens: {path: t.txt, sha256: %064d}\n"
-            "    logits: {path: l.f32, sha256: %064d}\n"
-            "    thresholds: {max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 1.0e-3}\n",
-            check_shared_dir(), 1, 2, 3);
-    fclose(f);
-    return path;
+    return ladderfix_ladder(&fx, "ladder.yaml", EVIL_REASON, 1);
 }
 
 /* Occurrences of needle in [s, end) (end NULL: to the terminating NUL). */

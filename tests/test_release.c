@@ -5,166 +5,62 @@
  * in process (run_ladder's result rows and progress events), and `gate run` end to end through
  * the CLI.
  *
- * Receipts for the state tests are built here from the documented payload schema and signed
- * through the store, and the check judges them against a stand-in clean build identity
- * (release_evaluate's `self`), so the tests do not depend on whether this checkout is dirty.
+ * Receipts for the state tests are built by tests/support/ladderfix.h from the documented
+ * payload schema and signed through the store, and the check judges them against a stand-in
+ * clean build identity (release_evaluate's `self`, fx.self here), so the tests do not depend on
+ * whether this checkout is dirty.
  */
 #include <criterion/criterion.h>
 #include <sqlite3.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "cli/cli.h"
 #include "cli/report.h"
-#include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
 #include "receipts/key.h"
 #include "receipts/store.h"
 #include "tests/support/check.h"
+#include "tests/support/ladderfix.h"
 
-#define MOE_SHA "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560"
-/* the metrics of a real PASS receipt (tests/data/release_metrics.json, from the demo ladder's
- * tiny-moe/local/ref.decode cell) were judged with goldens of this digest */
-#define GOLDENS_SHA "0fbed51a3d977ffe726a861d7d701e94bce701dd84dd25b96184e4664ba2427f"
+#define MOE_SHA LADDERFIX_MOE_SHA
 
-static char dir[600];
-static struct key_pair key_a, key_b, key_x;
-static struct identity self;
+static struct ladderfix fx;
+static struct key_pair key_x; /* a second key of host "a" that the ladder never saw */
 
 static const char *path_in(const char *name)
 {
-    static char buf[4][1024];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
+    return ladderfix_path(&fx, name);
 }
 
-/* Ladder: one MoE model, hosts a and b (each trusting its own key), two cells on a, one on b. */
+/* ladderfix's release ladder: one MoE model, hosts a and b (each trusting its own key), cells
+ * moe/a/ref.decode (0), moe/a/ref.chat (1), moe/b/ref.decode (2), qwen3moe unanchored. */
 static void setup(void)
 {
     /* each test runs in its own process: a fresh folder each */
-    snprintf(dir, sizeof dir, "%s/relXXXXXX", check_tmp_dir());
-    cr_assert(mkdtemp(dir));
+    ladderfix_init(&fx, "rel");
     struct gate_err err = {0};
-    cr_assert_eq(key_generate(path_in("a.key"), "a", &key_a, &err), 0, "%s", err.msg);
-    cr_assert_eq(key_generate(path_in("b.key"), "b", &key_b, &err), 0, "%s", err.msg);
     cr_assert_eq(key_generate(path_in("x.key"), "a", &key_x, &err), 0, "%s", err.msg);
-    cr_assert_eq(key_write_public(path_in("a.pub"), &key_a, &err), 0, "%s", err.msg);
-    cr_assert_eq(key_write_public(path_in("b.pub"), &key_b, &err), 0, "%s", err.msg);
-    FILE *f = fopen(path_in("ladder.yaml"), "w");
-    cr_assert(f);
-    fprintf(f,
-            "release: {name: rel, version: 1.0.0}\n"
-            "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
-            " sha256: " MOE_SHA ", arch: qwen3moe}\n"
-            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
-            "  b: {device: none, trust: ['file:b.pub']}\n"
-            "modes: [ref.decode, ref.chat]\n"
-            "cells:\n  - {models: [moe], hosts: [a], modes: [ref.decode, ref.chat]}\n"
-            "  - {model: moe, host: b, mode: ref.decode}\n"
-            "gates:\n  defaults:\n    golden: {goldens: g.json, sha256: " GOLDENS_SHA "}\n"
-            "unanchored: {qwen3moe: 'state tests judge recorded numbers only'}\n",
-            check_shared_dir());
-    fclose(f);
-    memset(&self, 0, sizeof self);
-    snprintf(self.version, sizeof self.version, "1.0.0");
-    snprintf(self.git_commit, sizeof self.git_commit, "c0ffee0000000000000000000000000000000001");
-    snprintf(self.binary_sha256, sizeof self.binary_sha256, "%064d", 0);
-    snprintf(self.source_sha256, sizeof self.source_sha256, "%064d", 7);
+    ladderfix_ladder(&fx, "ladder.yaml", NULL, 0);
 }
 
 TestSuite(release, .init = setup);
 
-struct fake {
-    const char *commit; /* NULL: self's */
-    int dirty;
-    const char *sha;             /* NULL: the pinned digest */
-    int fail;                    /* 1: parity numbers that fail (one position at cosine 0.42) */
-    int no_gates;                /* 1: an empty gate list claiming PASS */
-    double min_cosine;           /* 0: the ladder's */
-    int claim_pass;              /* 1: verdicts and checks say PASS whatever the numbers are */
-    const char *release_version; /* NULL: the ladder's */
-    const char *trust_sha256;    /* NULL: the ladder's */
-};
-
-/* The recorded metrics of every gate of a real PASS receipt (new reference). */
-static json_t *real_metrics(void)
+/* Append one receipt for ladder cell ci to db, signed by k (ladderfix_add). Verdicts are the gate
+ * table's over the recorded numbers, as gate run records them, unless fk.claim_pass forges them. */
+static void add(const char *db, const struct key_pair *k, int ci, struct ladderfix_fake fk)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tests/data/release_metrics.json", GATE_SOURCE_DIR);
-    json_error_t je;
-    json_t *m = json_load_file(path, 0, &je);
-    cr_assert(m, "%s: %s", path, je.text);
-    return m;
+    ladderfix_add(&fx, path_in("ladder.yaml"), db, k, ci, fk);
 }
 
-/* Append one receipt for ladder cell ci to db, signed by k. Verdicts are the gate table's over
- * the recorded numbers, as gate run records them, unless claim_pass forges them. */
-static void add(const char *db, const struct key_pair *k, int ci, struct fake fk)
-{
-    struct gate_err err = {0};
-    struct ladder *l = NULL;
-    cr_assert_eq(ladder_load(&l, path_in("ladder.yaml"), &err), 0, "%s", err.msg);
-    const struct ladder_cell *c = &l->cells[ci];
-    struct identity id = self;
-    if (fk.commit)
-        snprintf(id.git_commit, sizeof id.git_commit, "%s", fk.commit);
-    id.git_dirty = fk.dirty;
-    json_t *gates = json_object(), *metrics = real_metrics();
-    static const char *const names[] = {"capability", "parity", "golden", "throughput", "falsify"};
-    int all_pass = 1;
-    for (int g = 0; !fk.no_gates && g < 5; g++) {
-        struct ladder_gates lg = c->g;
-        if (fk.min_cosine != 0)
-            lg.min_cosine = fk.min_cosine;
-        json_t *m = json_deep_copy(json_object_get(metrics, names[g]));
-        if (fk.fail && g == 1)
-            json_array_set_new(json_object_get(json_object_get(m, "per_position"), "cosine"), 5,
-                               json_real(0.42));
-        json_t *row = gatedef_row(names[g], c->mode, ladder_gate_settings(&lg, names[g]), m, NULL);
-        if (fk.claim_pass)
-            json_object_set_new(row, "verdict", json_string("PASS"));
-        all_pass &= !strcmp(json_string_value(json_object_get(row, "verdict")), "PASS");
-        json_object_set_new(gates, names[g], row);
-    }
-    json_decref(metrics);
-    json_t *p = json_pack(
-        "{s:{s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:{s:{s:s, s:s}, s:o},"
-        " s:{s:s}, s:o, s:s}",
-        "ladder", "name", l->name, "version", fk.release_version ? fk.release_version : l->version,
-        "sha256", l->sha256, "trust_sha256", fk.trust_sha256 ? fk.trust_sha256 : l->trust_sha256,
-        "cell", "model", l->models[c->model].id, "host", l->hosts[c->host].id, "mode", c->mode,
-        "subject", "model", "id", l->models[c->model].id, "sha256", fk.sha ? fk.sha : MOE_SHA,
-        "engine", identity_json(&id), "environment", "host", l->hosts[c->host].id, "gates", gates,
-        "verdict", (all_pass && !fk.no_gates) || fk.claim_pass ? "PASS" : "FAIL");
-    struct store *st = NULL;
-    cr_assert_eq(store_open(&st, db, &err), 0, "%s", err.msg);
-    int64_t rid;
-    cr_assert_eq(store_append(st, p, k, &rid, &err), 0, "%s", err.msg);
-    store_close(st);
-    json_decref(p);
-    ladder_free(l);
-}
-
-/* Evaluate the release of the test ladder from db as the build `self` (new result in r). */
+/* Evaluate the release of the test ladder from db as the build fx.self (new result in r). */
 static void evaluate(const char *db, struct release_result *r)
 {
-    struct gate_err err = {0};
-    struct ladder *l = NULL;
-    struct store *st = NULL;
-    struct release_options o = {.ladder = path_in("ladder.yaml"), .db = db};
-    cr_assert_eq(ladder_load(&l, o.ladder, &err), 0, "%s", err.msg);
-    cr_assert_eq(store_open_readonly(&st, db, &err), 0, "%s", err.msg);
-    cr_assert_eq(release_evaluate(l, st, &self, &o, r, &err), 0, "%s", err.msg);
-    store_close(st);
-    ladder_free(l);
+    ladderfix_evaluate(&fx, path_in("ladder.yaml"), db, NULL, r);
 }
 
 /* The row named name (a cell, an excluded cell or an anchor id), or NULL. */
@@ -203,9 +99,9 @@ static void expect_row(const char *db, const char *name, enum release_state stat
 
 static void all_pass(const char *db)
 {
-    add(db, &key_a, 0, (struct fake){0});
-    add(db, &key_a, 1, (struct fake){0});
-    add(db, &key_b, 2, (struct fake){0});
+    add(db, &fx.key_a, 0, (struct ladderfix_fake){0});
+    add(db, &fx.key_a, 1, (struct ladderfix_fake){0});
+    add(db, &fx.key_b, 2, (struct ladderfix_fake){0});
 }
 
 Test(release, all_cells_pass_and_the_release_is_ok)
@@ -231,8 +127,8 @@ Test(release, all_cells_pass_and_the_release_is_ok)
 
 Test(release, a_missing_cell_blocks)
 {
-    add(path_in("r.db"), &key_a, 0, (struct fake){0});
-    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){0});
+    add(path_in("r.db"), &fx.key_b, 2, (struct ladderfix_fake){0});
     expect_row(path_in("r.db"), "moe/a/ref.chat", RELEASE_MISSING, 0, "no receipt for this build");
     expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_PASS, 0, NULL);
 }
@@ -240,46 +136,36 @@ Test(release, a_missing_cell_blocks)
 Test(release, a_receipt_from_an_older_build_is_stale)
 {
     all_pass(path_in("r.db"));
-    add(path_in("r2.db"), &key_a, 0, (struct fake){.commit = "0123456789"});
-    add(path_in("r2.db"), &key_a, 1, (struct fake){0});
-    add(path_in("r2.db"), &key_b, 2, (struct fake){0});
+    add(path_in("r2.db"), &fx.key_a, 0, (struct ladderfix_fake){.commit = "0123456789"});
+    add(path_in("r2.db"), &fx.key_a, 1, (struct ladderfix_fake){0});
+    add(path_in("r2.db"), &fx.key_b, 2, (struct ladderfix_fake){0});
     expect_row(path_in("r2.db"), "moe/a/ref.decode", RELEASE_STALE, 1, "is for build 0123456789");
 }
 
 Test(release, a_dirty_tree_receipt_never_counts)
 {
-    add(path_in("r.db"), &key_a, 0, (struct fake){.dirty = 1});
-    add(path_in("r.db"), &key_a, 1, (struct fake){0});
-    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){.dirty = 1});
+    add(path_in("r.db"), &fx.key_a, 1, (struct ladderfix_fake){0});
+    add(path_in("r.db"), &fx.key_b, 2, (struct ladderfix_fake){0});
     expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_STALE, 1, "built from a dirty tree");
 }
 
 Test(release, another_model_digest_is_stale)
 {
-    add(path_in("r.db"), &key_a, 0,
-        (struct fake){.sha = "ab00000000000000000000000000000000000000000000000000000000000000"});
-    add(path_in("r.db"), &key_a, 1, (struct fake){0});
-    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    add(path_in("r.db"), &fx.key_a, 0,
+        (struct ladderfix_fake){
+            .sha = "ab00000000000000000000000000000000000000000000000000000000000000"});
+    add(path_in("r.db"), &fx.key_a, 1, (struct ladderfix_fake){0});
+    add(path_in("r.db"), &fx.key_b, 2, (struct ladderfix_fake){0});
     expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_STALE, 1, "is for model digest ab");
 }
 
 Test(release, a_payload_edited_in_the_database_is_tampered)
 {
     all_pass(path_in("r.db"));
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open(path_in("r.db"), &db), SQLITE_OK);
-    char *msg = NULL;
     /* bypass the append-only triggers, then flip a FAIL into the payload */
-    sqlite3_exec(db, "SELECT name FROM sqlite_master", NULL, NULL, NULL);
-    sqlite3_stmt *q;
-    sqlite3_prepare_v2(db, "SELECT name FROM sqlite_master WHERE type='trigger'", -1, &q, NULL);
-    char drops[8][128];
-    int nd = 0;
-    while (sqlite3_step(q) == SQLITE_ROW && nd < 8)
-        snprintf(drops[nd++], 128, "DROP TRIGGER \"%s\"", sqlite3_column_text(q, 0));
-    sqlite3_finalize(q);
-    for (int i = 0; i < nd; i++)
-        cr_assert_eq(sqlite3_exec(db, drops[i], NULL, NULL, &msg), SQLITE_OK, "%s", msg);
+    sqlite3 *db = ladderfix_open_raw(path_in("r.db"));
+    char *msg = NULL;
     cr_assert_eq(sqlite3_exec(db,
                               "UPDATE receipts SET payload = replace(payload, '\"verdict\":"
                               "\"PASS\"', '\"verdict\":\"PASS\" ') WHERE id = 2",
@@ -294,9 +180,11 @@ Test(release, a_payload_edited_in_the_database_is_tampered)
 
 Test(release, a_receipt_signed_by_an_untrusted_key_is_untrusted)
 {
-    add(path_in("r.db"), &key_a, 0, (struct fake){0});
-    add(path_in("r.db"), &key_x, 1, (struct fake){0}); /* a key of host "a" the ladder never saw */
-    add(path_in("r.db"), &key_a, 2, (struct fake){0}); /* host a's key signing for host b */
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){0});
+    /* a key of host "a" the ladder never saw */
+    add(path_in("r.db"), &key_x, 1, (struct ladderfix_fake){0});
+    /* host a's key signing for host b */
+    add(path_in("r.db"), &fx.key_a, 2, (struct ladderfix_fake){0});
     expect_row(path_in("r.db"), "moe/a/ref.chat", RELEASE_UNTRUSTED, 2,
                "which the ladder does not trust for host a");
     expect_row(path_in("r.db"), "moe/b/ref.decode", RELEASE_UNTRUSTED, 3,
@@ -305,17 +193,18 @@ Test(release, a_receipt_signed_by_an_untrusted_key_is_untrusted)
 
 Test(release, a_fail_blocks)
 {
-    add(path_in("r.db"), &key_a, 0, (struct fake){.fail = 1});
-    add(path_in("r.db"), &key_a, 1, (struct fake){0});
-    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){.fail = 1});
+    add(path_in("r.db"), &fx.key_a, 1, (struct ladderfix_fake){0});
+    add(path_in("r.db"), &fx.key_b, 2, (struct ladderfix_fake){0});
     expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_FAIL, 1, "receipt 1 FAILED parity");
 }
 
 Test(release, pass_then_fail_on_the_same_build_is_flaky)
 {
     all_pass(path_in("r.db"));
-    add(path_in("r.db"), &key_a, 0, (struct fake){.fail = 1});
-    add(path_in("r.db"), &key_a, 0, (struct fake){0}); /* a rerun never erases the failure */
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){.fail = 1});
+    /* a rerun never erases the failure */
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){0});
     expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_FLAKY, 4, "a rerun never erases");
     struct release_result r;
     evaluate(path_in("r.db"), &r);
@@ -326,45 +215,28 @@ Test(release, pass_then_fail_on_the_same_build_is_flaky)
 
 Test(release, an_empty_gate_list_claiming_pass_blocks)
 {
-    add(path_in("r.db"), &key_a, 0, (struct fake){.no_gates = 1});
-    add(path_in("r.db"), &key_a, 1, (struct fake){0});
-    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){.no_gates = 1});
+    add(path_in("r.db"), &fx.key_a, 1, (struct ladderfix_fake){0});
+    add(path_in("r.db"), &fx.key_b, 2, (struct ladderfix_fake){0});
     expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_STALE, 1, "has no 'capability' gate");
 }
 
 Test(release, a_run_with_looser_settings_cannot_pass_a_strict_ladder)
 {
-    add(path_in("r.db"), &key_a, 0, (struct fake){.min_cosine = 0.5});
-    add(path_in("r.db"), &key_a, 1, (struct fake){0});
-    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){.min_cosine = 0.5});
+    add(path_in("r.db"), &fx.key_a, 1, (struct ladderfix_fake){0});
+    add(path_in("r.db"), &fx.key_b, 2, (struct ladderfix_fake){0});
     expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_STALE, 1,
                "ran with parity.min_cosine 0.5 -> 0.999");
-}
-
-/* Drop the append-only triggers, as an attacker with write access to the file can. */
-static sqlite3 *open_raw(const char *path)
-{
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-    sqlite3_stmt *q;
-    sqlite3_prepare_v2(db, "SELECT name FROM sqlite_master WHERE type='trigger'", -1, &q, NULL);
-    char drops[8][128];
-    int nd = 0;
-    while (sqlite3_step(q) == SQLITE_ROW && nd < 8)
-        snprintf(drops[nd++], 128, "DROP TRIGGER \"%s\"", sqlite3_column_text(q, 0));
-    sqlite3_finalize(q);
-    for (int i = 0; i < nd; i++)
-        cr_assert_eq(sqlite3_exec(db, drops[i], NULL, NULL, NULL), SQLITE_OK);
-    return db;
 }
 
 Test(release, a_fail_rewritten_to_garbage_and_hidden_behind_imports_blocks_everything)
 {
     /* issue 11: rewrite a FAIL row's payload and cell to garbage, mark later rows 'import';
      * today's check skipped the unattributable row and linked imports by the stored hash */
-    add(path_in("r.db"), &key_a, 0, (struct fake){.fail = 1});
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){.fail = 1});
     all_pass(path_in("r.db"));
-    sqlite3 *db = open_raw(path_in("r.db"));
+    sqlite3 *db = ladderfix_open_raw(path_in("r.db"));
     cr_assert_eq(sqlite3_exec(db,
                               "UPDATE receipts SET payload = '{\"x\":1}', cell = 'garbage',"
                               " verdict = 'PASS' WHERE id = 1; UPDATE receipts SET origin ="
@@ -386,9 +258,9 @@ Test(release, a_fail_rewritten_to_garbage_and_hidden_behind_imports_blocks_every
 Test(release, a_trusted_key_signing_pass_over_failing_numbers_is_judged_fail)
 {
     /* issue 10 §4: stored checks and verdicts are not believed; the numbers are re-judged */
-    add(path_in("r.db"), &key_a, 0, (struct fake){.fail = 1, .claim_pass = 1});
-    add(path_in("r.db"), &key_a, 1, (struct fake){0});
-    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){.fail = 1, .claim_pass = 1});
+    add(path_in("r.db"), &fx.key_a, 1, (struct ladderfix_fake){0});
+    add(path_in("r.db"), &fx.key_b, 2, (struct ladderfix_fake){0});
     expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_FAIL, 1, "receipt 1 FAILED parity");
     struct release_result r;
     evaluate(path_in("r.db"), &r);
@@ -399,9 +271,9 @@ Test(release, a_trusted_key_signing_pass_over_failing_numbers_is_judged_fail)
 
 Test(release, a_bumped_release_version_makes_old_receipts_stale)
 {
-    add(path_in("r.db"), &key_a, 0, (struct fake){.release_version = "0.9.0"});
-    add(path_in("r.db"), &key_a, 1, (struct fake){0});
-    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){.release_version = "0.9.0"});
+    add(path_in("r.db"), &fx.key_a, 1, (struct ladderfix_fake){0});
+    add(path_in("r.db"), &fx.key_b, 2, (struct ladderfix_fake){0});
     expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_STALE, 1,
                "is for release rel 0.9.0, not rel 1.0.0");
 }
@@ -409,11 +281,11 @@ Test(release, a_bumped_release_version_makes_old_receipts_stale)
 Test(release, receipts_made_under_other_trusted_keys_are_stale)
 {
     /* issue 11: the trust files' keys are bound into what a receipt is for */
-    add(path_in("r.db"), &key_a, 0,
-        (struct fake){.trust_sha256 =
-                          "1111111111111111111111111111111111111111111111111111111111111111"});
-    add(path_in("r.db"), &key_a, 1, (struct fake){0});
-    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    add(path_in("r.db"), &fx.key_a, 0,
+        (struct ladderfix_fake){
+            .trust_sha256 = "1111111111111111111111111111111111111111111111111111111111111111"});
+    add(path_in("r.db"), &fx.key_a, 1, (struct ladderfix_fake){0});
+    add(path_in("r.db"), &fx.key_b, 2, (struct ladderfix_fake){0});
     expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_STALE, 1,
                "when the ladder trusted other keys");
 }
@@ -421,18 +293,7 @@ Test(release, receipts_made_under_other_trusted_keys_are_stale)
 /* Append an anchor case "conf" for qwen3moe to the test ladder (and drop its unanchored line). */
 static void add_anchor(void)
 {
-    FILE *f = fopen(path_in("ladder.yaml"), "a");
-    fprintf(f,
-            "anchors:\n  conf:\n    arch: qwen3moe\n    reference: test\n"
-            "    model: {path: m.gguf, sha256: %064d}\n    tokens: {path: t.txt, sha256: %064d}\n"
-            "    logits: {path: l.f32, sha256: %064d}\n"
-            "    thresholds: {max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 1.0e-3}\n",
-            1, 2, 3);
-    fclose(f);
-    /* the ladder now both anchors and un-anchors qwen3moe: drop the unanchored line */
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "sed -i '/^unanchored:/d' '%s'", path_in("ladder.yaml"));
-    cr_assert_eq(system(cmd), 0);
+    ladderfix_add_anchor(path_in("ladder.yaml"));
 }
 
 Test(release, a_missing_anchor_blocks_and_says_the_judge_is_not_shown_right)
@@ -464,9 +325,10 @@ static void exclude_chat(void)
 Test(release, an_exclusion_cannot_hide_a_failure)
 {
     /* issue 10 §3: excluding a cell after it FAILED for this build does not make it vanish */
-    add(path_in("r.db"), &key_a, 1, (struct fake){.fail = 1}); /* moe/a/ref.chat FAILS */
-    add(path_in("r.db"), &key_a, 0, (struct fake){0});
-    add(path_in("r.db"), &key_b, 2, (struct fake){0});
+    /* moe/a/ref.chat FAILS */
+    add(path_in("r.db"), &fx.key_a, 1, (struct ladderfix_fake){.fail = 1});
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){0});
+    add(path_in("r.db"), &fx.key_b, 2, (struct ladderfix_fake){0});
     exclude_chat();
     struct release_result r;
     evaluate(path_in("r.db"), &r);
@@ -485,8 +347,8 @@ Test(release, an_exclusion_cannot_hide_a_failure)
      * moe/a/ref.decode and moe/b/ref.decode) */
     char db2[1024];
     snprintf(db2, sizeof db2, "%s", path_in("r2.db"));
-    add(db2, &key_a, 0, (struct fake){0});
-    add(db2, &key_b, 1, (struct fake){0});
+    add(db2, &fx.key_a, 0, (struct ladderfix_fake){0});
+    add(db2, &fx.key_b, 1, (struct ladderfix_fake){0});
     evaluate(db2, &r);
     w = row_of(&r, "moe/a/ref.chat");
     cr_assert(w);
@@ -495,7 +357,7 @@ Test(release, an_exclusion_cannot_hide_a_failure)
     release_result_free(&r);
 }
 
-/* Run the command layer's release check (what `gate release check` does, with self as the
+/* Run the command layer's release check (what `gate release check` does, with fx.self as the
  * build); return its exit code and leave its output in out (malloc'd). */
 static int check_release(const char *db, const char *sign_key, char **out)
 {
@@ -503,7 +365,7 @@ static int check_release(const char *db, const char *sign_key, char **out)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     struct release_options o = {.ladder = path_in("ladder.yaml"), .db = db, .sign_key = sign_key};
-    int rc = release_check_opts(f, &o, &self);
+    int rc = release_check_opts(f, &o, &fx.self);
     fclose(f);
     *out = buf;
     return rc;
@@ -518,8 +380,8 @@ Test(release, release_check_prints_the_matrix_blocking_rows_and_exit_codes)
     exclude_chat(); /* cells: moe/a/ref.decode, moe/b/ref.decode; excluded: moe/a/ref.chat */
     /* moe/a/ref.decode FAILs, moe/b/ref.decode only has a receipt from another build whose
      * commit carries a terminal escape */
-    add(path_in("r.db"), &key_a, 0, (struct fake){.fail = 1});
-    add(path_in("r.db"), &key_b, 1, (struct fake){.commit = "bad\x1b]0;pwned\x07"});
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){.fail = 1});
+    add(path_in("r.db"), &fx.key_b, 1, (struct ladderfix_fake){.commit = "bad\x1b]0;pwned\x07"});
     char *out = NULL;
     int rc = check_release(path_in("r.db"), NULL, &out);
     cr_expect_eq(rc, 1, "%s", out);
@@ -547,15 +409,10 @@ Test(release, release_check_prints_the_matrix_blocking_rows_and_exit_codes)
     /* a release where everything passes: exit 0, RELEASE OK, and --sign writes the sign-off */
     char db2[1024];
     snprintf(db2, sizeof db2, "%s", path_in("ok.db"));
-    add(db2, &key_a, 0, (struct fake){0});
-    add(db2, &key_b, 1, (struct fake){0});
+    add(db2, &fx.key_a, 0, (struct ladderfix_fake){0});
+    add(db2, &fx.key_b, 1, (struct ladderfix_fake){0});
     /* an anchor receipt cannot be made here: the ladder un-anchors qwen3moe again instead */
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd,
-             "sed -i '/^anchors:/,$d' '%s' && echo \"unanchored: {qwen3moe:"
-             " 'report test'}\" >> '%s'",
-             path_in("ladder.yaml"), path_in("ladder.yaml"));
-    cr_assert_eq(system(cmd), 0);
+    ladderfix_drop_anchor(path_in("ladder.yaml"), "report test");
     rc = check_release(db2, NULL, &out);
     cr_expect_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "RELEASE OK: all 2 required cells and 0 anchor cases PASS"), "%s", out);
@@ -575,9 +432,9 @@ Test(release, release_check_prints_the_matrix_blocking_rows_and_exit_codes)
 Test(release, a_fleet_exports_imports_and_signs_off)
 {
     struct gate_err err = {0};
-    add(path_in("host-a.db"), &key_a, 0, (struct fake){0});
-    add(path_in("host-a.db"), &key_a, 1, (struct fake){0});
-    add(path_in("host-b.db"), &key_b, 2, (struct fake){0});
+    add(path_in("host-a.db"), &fx.key_a, 0, (struct ladderfix_fake){0});
+    add(path_in("host-a.db"), &fx.key_a, 1, (struct ladderfix_fake){0});
+    add(path_in("host-b.db"), &fx.key_b, 2, (struct ladderfix_fake){0});
     struct store *a = NULL, *b = NULL, *all = NULL;
     cr_assert_eq(store_open(&a, path_in("host-a.db"), &err), 0, "%s", err.msg);
     cr_assert_eq(store_open(&b, path_in("host-b.db"), &err), 0, "%s", err.msg);
@@ -605,7 +462,8 @@ Test(release, a_fleet_exports_imports_and_signs_off)
     cr_assert_eq(store_open(&st, path_in("fleet.db"), &err), 0, "%s", err.msg);
     char head[65] = "";
     int64_t count = 0;
-    cr_expect_eq(release_sign(l, st, &self, &r, &key_a, head, &count, &err), 0, "%s", err.msg);
+    cr_expect_eq(release_sign(l, st, &fx.self, &r, &fx.key_a, head, &count, &err), 0, "%s",
+                 err.msg);
     cr_expect_eq(strlen(head), 64);
     cr_expect_gt(count, 0);
     /* the sign-off binds each PASS receipt by its hash, not only by this database's row id
@@ -649,7 +507,8 @@ Test(release, a_fleet_exports_imports_and_signs_off)
     struct release_result blocked = r;
     blocked.ok = 0;
     err_clear(&err);
-    cr_expect_eq(release_sign(l, st, &self, &blocked, &key_a, head, &count, &err), ERR_RUNTIME);
+    cr_expect_eq(release_sign(l, st, &fx.self, &blocked, &fx.key_a, head, &count, &err),
+                 ERR_RUNTIME);
     cr_expect(strstr(err.msg, "blocked"), "%s", err.msg);
     store_close(st);
     ladder_free(l);
@@ -767,7 +626,7 @@ Test(release, run_ladder_returns_rows_and_reports_progress_through_the_callback)
               c->gates[1].summary);
     cr_expect_eq(res.head_written, 1);
     cr_expect_eq(strlen(res.head), 64);
-    cr_expect_str_eq(res.key_id, key_a.id);
+    cr_expect_str_eq(res.key_id, fx.key_a.id);
     /* the events, in order: started, the cell, each gate begun and finished, the receipt, the
      * head */
     static const char *const want[] = {
@@ -831,18 +690,6 @@ Test(release, the_ticker_estimate_comes_from_earlier_cells_of_the_same_gate)
 
 /* ---- gate run through the CLI ---------------------------------------------------------------- */
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 Test(release, gate_run_end_to_end_writes_verifiable_receipts, .timeout = 1200)
 {
     const char *bin = getenv("GATE_BIN");
@@ -870,13 +717,13 @@ Test(release, gate_run_end_to_end_writes_verifiable_receipts, .timeout = 1200)
     char log[1024];
     snprintf(log, sizeof log, "%s", path_in("run.log"));
     /* no key: a usage error naming the fix */
-    cr_expect_eq(sh("%s run %s --host a --db %s --key %s >%s 2>&1", bin, path_in("run.yaml"),
-                    path_in("run.db"), path_in("none.key"), log),
+    cr_expect_eq(ladderfix_sh("%s run %s --host a --db %s --key %s >%s 2>&1", bin,
+                              path_in("run.yaml"), path_in("run.db"), path_in("none.key"), log),
                  2);
     size_t n;
     char *txt;
     /* goldens: recorded for moe, refused for "wrong" (its file is not the pinned one) */
-    cr_expect_eq(sh("%s golden record %s >%s 2>&1", bin, path_in("run.yaml"), log), 2);
+    cr_expect_eq(ladderfix_sh("%s golden record %s >%s 2>&1", bin, path_in("run.yaml"), log), 2);
     txt = (char *)check_slurp(log, &n);
     cr_expect(txt && strstr(txt, "not recording goldens for another file"), "%s", txt ? txt : "");
     free(txt);
@@ -898,15 +745,15 @@ Test(release, gate_run_end_to_end_writes_verifiable_receipts, .timeout = 1200)
         free(y);
     }
     /* a host that declares a GPU, on a build or machine without one: environment error */
-    cr_expect_eq(sh("%s run %s --host gpu --db %s --key %s >%s 2>&1", bin, path_in("run.yaml"),
-                    path_in("run.db"), path_in("a.key"), log),
+    cr_expect_eq(ladderfix_sh("%s run %s --host gpu --db %s --key %s >%s 2>&1", bin,
+                              path_in("run.yaml"), path_in("run.db"), path_in("a.key"), log),
                  3);
     txt = (char *)check_slurp(log, &n);
     cr_expect(txt && strstr(txt, "declares GPU 'NVIDIA H200'"), "%s", txt ? txt : "");
     free(txt);
     /* host a, model moe: every gate passes */
-    cr_assert_eq(sh("%s run %s --host a --db %s --key %s --only 'moe/*' >%s 2>&1", bin,
-                    path_in("run.yaml"), path_in("run.db"), path_in("a.key"), log),
+    cr_assert_eq(ladderfix_sh("%s run %s --host a --db %s --key %s --only 'moe/*' >%s 2>&1", bin,
+                              path_in("run.yaml"), path_in("run.db"), path_in("a.key"), log),
                  0, "see %s", log);
     txt = (char *)check_slurp(log, &n);
     static const char *const gates[] = {"capability  PASS", "parity      PASS",
@@ -916,8 +763,8 @@ Test(release, gate_run_end_to_end_writes_verifiable_receipts, .timeout = 1200)
         cr_expect(txt && strstr(txt, gates[i]), "no \"%s\" in:\n%s", gates[i], txt ? txt : "");
     free(txt);
     /* a model whose bytes are not the pinned ones: every gate a FAILED row naming why */
-    cr_expect_eq(sh("%s run %s --host a --db %s --key %s --only 'wrong/*' >%s 2>&1", bin,
-                    path_in("run.yaml"), path_in("run.db"), path_in("a.key"), log),
+    cr_expect_eq(ladderfix_sh("%s run %s --host a --db %s --key %s --only 'wrong/*' >%s 2>&1", bin,
+                              path_in("run.yaml"), path_in("run.db"), path_in("a.key"), log),
                  1);
     txt = (char *)check_slurp(log, &n);
     cr_expect(txt && strstr(txt, "but the ladder pins"), "%s", txt ? txt : "");
@@ -927,29 +774,32 @@ Test(release, gate_run_end_to_end_writes_verifiable_receipts, .timeout = 1200)
     snprintf(yaml, sizeof yaml, "%s", path_in("run.yaml"));
     snprintf(db, sizeof db, "%s", path_in("run.db"));
     snprintf(key, sizeof key, "%s", path_in("a.key"));
-    cr_expect_eq(sh("(%s run %s --host a --db %s --key %s --only 'moe/*' >%s.1 2>&1 & "
-                    "%s run %s --host a --db %s --key %s --only 'moe/*' >%s.2 2>&1; r2=$?; "
-                    "wait $!; r1=$?; test $r1 = 0 && test $r2 = 0)",
-                    bin, yaml, db, key, log, bin, yaml, db, key, log),
-                 0, "concurrent runs into one database: see %s.1 and %s.2", log, log);
+    cr_expect_eq(
+        ladderfix_sh("(%s run %s --host a --db %s --key %s --only 'moe/*' >%s.1 2>&1 & "
+                     "%s run %s --host a --db %s --key %s --only 'moe/*' >%s.2 2>&1; r2=$?; "
+                     "wait $!; r1=$?; test $r1 = 0 && test $r2 = 0)",
+                     bin, yaml, db, key, log, bin, yaml, db, key, log),
+        0, "concurrent runs into one database: see %s.1 and %s.2", log, log);
     /* a full disk (here: a file-size limit) is exit 3 with a message, never a crash, and the
      * database keeps every receipt written before */
     char big[1024];
     snprintf(big, sizeof big, "%s", path_in("full.db"));
-    cr_expect_eq(sh("cp %s %s && (ulimit -f 64; %s run %s --host a --db %s --key %s --only 'moe/*'"
-                    " >%s 2>&1)",
-                    db, big, bin, yaml, big, key, log),
-                 3, "a run that cannot write its receipt must exit 3; see %s", log);
+    cr_expect_eq(
+        ladderfix_sh("cp %s %s && (ulimit -f 64; %s run %s --host a --db %s --key %s --only 'moe/*'"
+                     " >%s 2>&1)",
+                     db, big, bin, yaml, big, key, log),
+        3, "a run that cannot write its receipt must exit 3; see %s", log);
     txt = (char *)check_slurp(log, &n);
     cr_expect(txt && strstr(txt, "cannot store the receipt"), "%s", txt ? txt : "");
     free(txt);
-    cr_expect_eq(sh("%s receipt verify --db %s >%s 2>&1", bin, big, log), 0,
+    cr_expect_eq(ladderfix_sh("%s receipt verify --db %s >%s 2>&1", bin, big, log), 0,
                  "the database must survive the failed write intact; see %s", log);
     /* every receipt verifies, signature, chain and re-derived verdicts */
-    cr_expect_eq(sh("%s receipt verify --db %s >%s 2>&1", bin, path_in("run.db"), log), 0);
+    cr_expect_eq(ladderfix_sh("%s receipt verify --db %s >%s 2>&1", bin, path_in("run.db"), log),
+                 0);
     /* a FAIL (and the missing gpu cell) never releases */
-    cr_expect_eq(sh("%s release check %s --db %s >%s 2>&1", bin, path_in("run.yaml"),
-                    path_in("run.db"), log),
+    cr_expect_eq(ladderfix_sh("%s release check %s --db %s >%s 2>&1", bin, path_in("run.yaml"),
+                              path_in("run.db"), log),
                  1);
     txt = (char *)check_slurp(log, &n);
     cr_expect(txt && strstr(txt, "moe/gpu/cuda.decode") && strstr(txt, "MISSING"), "%s",

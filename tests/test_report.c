@@ -5,9 +5,9 @@
  * tags nested and closed, attribute values quoted, no raw '<' or control character in text or
  * values, only the five entities) that also counts testcases, failures, errors and skips per
  * testsuite and compares them with the counts the file declares. The JSON is parsed with
- * jansson. Release results are built as tests/test_release.c builds them: receipts from the
- * documented payload schema, signed through the store, judged against a stand-in clean build.
- * No gate run happens here.
+ * jansson. Release results are built with tests/support/ladderfix.h, as tests/test_release.c
+ * builds them: receipts from the documented payload schema, signed through the store, judged
+ * against a stand-in clean build. No gate run happens here.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -18,131 +18,48 @@
 
 #include "cli/cli.h"
 #include "cli/report.h"
-#include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
 #include "receipts/key.h"
-#include "receipts/store.h"
 #include "tests/support/check.h"
-
-#define MOE_SHA "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560"
-#define GOLDENS_SHA "0fbed51a3d977ffe726a861d7d701e94bce701dd84dd25b96184e4664ba2427f"
+#include "tests/support/ladderfix.h"
 
 /* a build commit that carries markup and a terminal escape: receipt-borne text that the STALE
  * reason quotes */
 #define EVIL_COMMIT "bad</failure><x a=\"&\">\x1b]0;pwned\x07"
 
-static char dir[600];
-static struct key_pair key_a, key_b;
-static struct identity self;
+static struct ladderfix fx;
 
 static const char *path_in(const char *name)
 {
-    static char buf[4][1024];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
+    return ladderfix_path(&fx, name);
 }
 
-/* The ladder of tests/test_release.c: one MoE model, hosts a and b, cells moe/a/ref.decode,
- * moe/a/ref.chat (excluded with a reason that holds markup), moe/b/ref.decode, and an anchor
+/* ladderfix's release ladder: one MoE model, hosts a and b, cells moe/a/ref.decode (0),
+ * moe/b/ref.decode (1), moe/a/ref.chat excluded with a reason that holds markup, and an anchor
  * case "conf" for which no receipt can exist here (MISSING). */
 static void setup(void)
 {
-    snprintf(dir, sizeof dir, "%s/reportXXXXXX", check_tmp_dir());
-    cr_assert(mkdtemp(dir));
-    struct gate_err err = {0};
-    cr_assert_eq(key_generate(path_in("a.key"), "a", &key_a, &err), 0, "%s", err.msg);
-    cr_assert_eq(key_generate(path_in("b.key"), "b", &key_b, &err), 0, "%s", err.msg);
-    cr_assert_eq(key_write_public(path_in("a.pub"), &key_a, &err), 0, "%s", err.msg);
-    cr_assert_eq(key_write_public(path_in("b.pub"), &key_b, &err), 0, "%s", err.msg);
-    FILE *f = fopen(path_in("ladder.yaml"), "w");
-    cr_assert(f);
-    fprintf(f,
-            "release: {name: rel, version: 1.0.0}\n"
-            "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
-            " sha256: " MOE_SHA ", arch: qwen3moe}\n"
-            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
-            "  b: {device: none, trust: ['file:b.pub']}\n"
-            "modes: [ref.decode, ref.chat]\n"
-            "cells:\n  - {models: [moe], hosts: [a], modes: [ref.decode, ref.chat], exclude:"
-            " [{mode: ref.chat, reason: \"flaky <chat> & co\"}]}\n"
-            "  - {model: moe, host: b, mode: ref.decode}\n"
-            "gates:\n  defaults:\n    golden: {goldens: g.json, sha256: " GOLDENS_SHA "}\n"
-            "anchors:\n  conf:\n    arch: qwen3moe\n    reference: test\n"
-            "    model: {path: m.gguf, sha256: %064d}\n    tokens: {path: t.txt, sha256: %064d}\n"
-            "    logits: {path: l.f32, sha256: %064d}\n"
-            "    thresholds: {max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 1.0e-3}\n",
-            check_shared_dir(), 1, 2, 3);
-    fclose(f);
-    memset(&self, 0, sizeof self);
-    snprintf(self.version, sizeof self.version, "1.0.0");
-    snprintf(self.git_commit, sizeof self.git_commit, "c0ffee0000000000000000000000000000000001");
-    snprintf(self.binary_sha256, sizeof self.binary_sha256, "%064d", 0);
-    snprintf(self.source_sha256, sizeof self.source_sha256, "%064d", 7);
+    ladderfix_init(&fx, "report");
+    ladderfix_ladder(&fx, "ladder.yaml", "flaky <chat> & co", 1);
 }
 
 TestSuite(report, .init = setup);
 
 /* Append one receipt for ladder cell ci to db, signed by k: the gates of a real PASS receipt
- * (tests/data/release_metrics.json) judged through the gate table, parity failing when fail,
- * the build's commit replaced when commit is not NULL. */
+ * judged through the gate table (ladderfix_add), parity failing when fail, the build's commit
+ * replaced when commit is not NULL. */
 static void add(const char *db, const struct key_pair *k, int ci, int fail, const char *commit)
 {
-    struct gate_err err = {0};
-    struct ladder *l = NULL;
-    cr_assert_eq(ladder_load(&l, path_in("ladder.yaml"), &err), 0, "%s", err.msg);
-    const struct ladder_cell *c = &l->cells[ci];
-    struct identity id = self;
-    if (commit)
-        snprintf(id.git_commit, sizeof id.git_commit, "%s", commit);
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tests/data/release_metrics.json", GATE_SOURCE_DIR);
-    json_error_t je;
-    json_t *metrics = json_load_file(path, 0, &je), *gates = json_object();
-    cr_assert(metrics, "%s: %s", path, je.text);
-    static const char *const names[] = {"capability", "parity", "golden", "throughput", "falsify"};
-    int all_pass = 1;
-    for (int g = 0; g < 5; g++) {
-        json_t *m = json_deep_copy(json_object_get(metrics, names[g]));
-        if (fail && g == 1)
-            json_array_set_new(json_object_get(json_object_get(m, "per_position"), "cosine"), 5,
-                               json_real(0.42));
-        json_t *row =
-            gatedef_row(names[g], c->mode, ladder_gate_settings(&c->g, names[g]), m, NULL);
-        all_pass &= !strcmp(json_string_value(json_object_get(row, "verdict")), "PASS");
-        json_object_set_new(gates, names[g], row);
-    }
-    json_decref(metrics);
-    json_t *p = json_pack("{s:{s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:{s:{s:s, s:s}, s:o},"
-                          " s:{s:s}, s:o, s:s}",
-                          "ladder", "name", l->name, "version", l->version, "sha256", l->sha256,
-                          "trust_sha256", l->trust_sha256, "cell", "model", l->models[c->model].id,
-                          "host", l->hosts[c->host].id, "mode", c->mode, "subject", "model", "id",
-                          l->models[c->model].id, "sha256", MOE_SHA, "engine", identity_json(&id),
-                          "environment", "host", l->hosts[c->host].id, "gates", gates, "verdict",
-                          all_pass ? "PASS" : "FAIL");
-    struct store *st = NULL;
-    cr_assert_eq(store_open(&st, db, &err), 0, "%s", err.msg);
-    int64_t rid;
-    cr_assert_eq(store_append(st, p, k, &rid, &err), 0, "%s", err.msg);
-    store_close(st);
-    json_decref(p);
-    ladder_free(l);
+    ladderfix_add(&fx, path_in("ladder.yaml"), db, k, ci,
+                  (struct ladderfix_fake){.fail = fail, .commit = commit});
 }
 
-/* The release of the test ladder from db as the build `self`; *lp receives the ladder. */
+/* The release of the test ladder from db as the build fx.self; *lp receives the ladder. */
 static void evaluate(const char *db, struct ladder **lp, struct release_result *r)
 {
-    struct gate_err err = {0};
-    struct store *st = NULL;
-    struct release_options o = {.ladder = path_in("ladder.yaml"), .db = db};
-    cr_assert_eq(ladder_load(lp, o.ladder, &err), 0, "%s", err.msg);
-    cr_assert_eq(store_open_readonly(&st, db, &err), 0, "%s", err.msg);
-    cr_assert_eq(release_evaluate(*lp, st, &self, &o, r, &err), 0, "%s", err.msg);
-    store_close(st);
+    ladderfix_evaluate(&fx, path_in("ladder.yaml"), db, lp, r);
 }
 
 /* ---- a tiny XML well-formedness check that counts JUnit elements ----------------------------- */
@@ -308,8 +225,8 @@ static void xml_check(const char *s, struct xml_counts *c)
  * is MISSING. */
 static void blocked_release(const char *db)
 {
-    add(db, &key_a, 0, 1, NULL);
-    add(db, &key_b, 1, 0, EVIL_COMMIT);
+    add(db, &fx.key_a, 0, 1, NULL);
+    add(db, &fx.key_b, 1, 0, EVIL_COMMIT);
 }
 
 Test(report, release_junit_has_a_testcase_per_row_and_escapes_receipt_text)
@@ -346,14 +263,14 @@ Test(report, release_junit_has_a_testcase_per_row_and_escapes_receipt_text)
 Test(report, release_json_holds_every_row_with_state_receipts_and_reason)
 {
     blocked_release(path_in("r.db"));
-    add(path_in("r.db"), &key_a, 0, 0, NULL); /* a PASS after the FAIL: FLAKY, receipt 3 */
+    add(path_in("r.db"), &fx.key_a, 0, 0, NULL); /* a PASS after the FAIL: FLAKY, receipt 3 */
     struct ladder *l = NULL;
     struct release_result r;
     evaluate(path_in("r.db"), &l, &r);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    report_release_json(f, l, "ladder.yaml", "r.db", &self, &r, NULL);
+    report_release_json(f, l, "ladder.yaml", "r.db", &fx.self, &r, NULL);
     fclose(f);
     json_error_t je;
     json_t *doc = json_loads(buf, 0, &je);
@@ -362,7 +279,7 @@ Test(report, release_json_holds_every_row_with_state_receipts_and_reason)
     cr_expect(json_is_false(json_object_get(doc, "ok")));
     cr_expect_str_eq(
         json_string_value(json_object_get(json_object_get(doc, "build"), "git_commit")),
-        self.git_commit);
+        fx.self.git_commit);
     cr_expect(json_is_null(json_object_get(doc, "store_problem")));
     cr_expect(json_is_null(json_object_get(doc, "signoff")));
     json_t *counts = json_object_get(doc, "counts");
@@ -433,7 +350,7 @@ Test(report, release_check_json_and_junit_keep_the_exit_codes)
     snprintf(ladder, sizeof ladder, "%s", path_in("ladder.yaml"));
     snprintf(db, sizeof db, "%s", path_in("r.db"));
     struct release_options o = {.ladder = ladder, .db = db};
-    int code = release_check_report(f, &o, &self, 1, path_in("r.xml"));
+    int code = release_check_report(f, &o, &fx.self, 1, path_in("r.xml"));
     fclose(f);
     cr_expect_eq(code, 1, "%s", buf);
     json_t *doc = json_loads(buf, 0, NULL);
@@ -448,7 +365,7 @@ Test(report, release_check_json_and_junit_keep_the_exit_codes)
     buf = NULL;
     f = open_memstream(&buf, &len);
     o.db = path_in("missing.db");
-    code = release_check_report(f, &o, &self, 1, path_in("missing.xml"));
+    code = release_check_report(f, &o, &fx.self, 1, path_in("missing.xml"));
     fclose(f);
     cr_expect_eq(code, 2, "%s", buf);
     doc = json_loads(buf, 0, NULL);
@@ -468,18 +385,13 @@ Test(report, release_check_json_and_junit_keep_the_exit_codes)
     /* an OK release whose JUnit file cannot be written is not a 0 */
     char db2[1024];
     snprintf(db2, sizeof db2, "%s", path_in("ok.db"));
-    add(db2, &key_a, 0, 0, NULL);
-    add(db2, &key_b, 1, 0, NULL);
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd,
-             "sed -i '/^anchors:/,$d' '%s' && echo \"unanchored: {qwen3moe: 'report test'}\""
-             " >> '%s'",
-             path_in("ladder.yaml"), path_in("ladder.yaml"));
-    cr_assert_eq(system(cmd), 0);
+    add(db2, &fx.key_a, 0, 0, NULL);
+    add(db2, &fx.key_b, 1, 0, NULL);
+    ladderfix_drop_anchor(path_in("ladder.yaml"), "report test");
     o.db = db2;
     f = fopen("/dev/null", "w");
-    cr_expect_eq(release_check_report(f, &o, &self, 0, path_in("r.xml")), 0);
-    cr_expect_eq(release_check_report(f, &o, &self, 0, path_in("no/such/dir/r.xml")), 3);
+    cr_expect_eq(release_check_report(f, &o, &fx.self, 0, path_in("r.xml")), 0);
+    cr_expect_eq(release_check_report(f, &o, &fx.self, 0, path_in("no/such/dir/r.xml")), 3);
     fclose(f);
     /* --sign --json: the sign-off is in the document */
     char key[1024];
@@ -487,14 +399,14 @@ Test(report, release_check_json_and_junit_keep_the_exit_codes)
     o.sign_key = key;
     buf = NULL;
     f = open_memstream(&buf, &len);
-    code = release_check_report(f, &o, &self, 1, NULL);
+    code = release_check_report(f, &o, &fx.self, 1, NULL);
     fclose(f);
     cr_expect_eq(code, 0, "%s", buf);
     doc = json_loads(buf, 0, NULL);
     cr_assert(doc, "%s", buf);
     cr_expect(json_is_true(json_object_get(doc, "ok")));
     json_t *so = json_object_get(doc, "signoff");
-    cr_expect_str_eq(json_string_value(json_object_get(so, "key_id")), key_a.id, "%s", buf);
+    cr_expect_str_eq(json_string_value(json_object_get(so, "key_id")), fx.key_a.id, "%s", buf);
     cr_expect_eq(strlen(json_string_value(json_object_get(so, "head"))), 64, "%s", buf);
     cr_expect_null(strstr(buf, "sign-off written"), "text mixed into the JSON: %s", buf);
     json_decref(doc);
@@ -670,7 +582,7 @@ Test(report, junit_files_validate_against_the_common_schema)
     struct release_options o = {.ladder = ladder, .db = db};
     FILE *f = fopen("/dev/null", "w");
     cr_assert(f);
-    cr_expect_eq(release_check_report(f, &o, &self, 0, path_in("cannot.xml")), 2);
+    cr_expect_eq(release_check_report(f, &o, &fx.self, 0, path_in("cannot.xml")), 2);
     fclose(f);
     expect_valid(path_in("cannot.xml"));
 }

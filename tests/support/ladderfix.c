@@ -1,5 +1,6 @@
-/* ladderfix.c — the release fixture of ladderfix.h: keys, a stand-in build, fabricated receipts
- * signed through the store, raw SQLite access for tampering, a shell helper.
+/* ladderfix.c — the release fixture of ladderfix.h: keys, a stand-in build, the shared release
+ * ladder, fabricated receipts signed through the store, the release judged as the stand-in
+ * build, raw SQLite access for tampering, a shell helper.
  * Start reading: ladderfix_add().
  */
 #include "tests/support/ladderfix.h"
@@ -16,6 +17,7 @@
 
 #include "harness/gatedef.h"
 #include "harness/ladder.h"
+#include "harness/run.h"
 #include "receipts/store.h"
 #include "tests/support/check.h"
 
@@ -48,6 +50,80 @@ const char *ladderfix_path(const struct ladderfix *fx, const char *name)
     return buf[k];
 }
 
+/* The anchors entry of ladderfix_add_anchor: the last entry of a ladder file. */
+static void write_anchor(FILE *f)
+{
+    fprintf(f,
+            "anchors:\n  conf:\n    arch: qwen3moe\n    reference: test\n"
+            "    model: {path: m.gguf, sha256: %064d}\n    tokens: {path: t.txt, sha256: %064d}\n"
+            "    logits: {path: l.f32, sha256: %064d}\n"
+            "    thresholds: {max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 1.0e-3}\n",
+            1, 2, 3);
+}
+
+const char *ladderfix_ladder(const struct ladderfix *fx, const char *name,
+                             const char *exclude_reason, int anchor)
+{
+    const char *path = ladderfix_path(fx, name);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "cannot write '%s'", path);
+    fprintf(f,
+            "release: {name: rel, version: 1.0.0}\n"
+            "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
+            " sha256: " LADDERFIX_MOE_SHA ", arch: qwen3moe}\n"
+            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+            "  b: {device: none, trust: ['file:b.pub']}\n"
+            "modes: [ref.decode, ref.chat]\n"
+            "cells:\n  - {models: [moe], hosts: [a], modes: [ref.decode, ref.chat]",
+            check_shared_dir());
+    if (exclude_reason)
+        fprintf(f, ", exclude: [{mode: ref.chat, reason: \"%s\"}]", exclude_reason);
+    fprintf(f, "}\n"
+               "  - {model: moe, host: b, mode: ref.decode}\n"
+               "gates:\n  defaults:\n    golden: {goldens: g.json, sha256: " LADDERFIX_GOLDENS_SHA
+               "}\n");
+    if (anchor)
+        write_anchor(f);
+    else
+        fprintf(f, "unanchored: {qwen3moe: 'release fixture: recorded numbers only'}\n");
+    cr_assert_eq(fclose(f), 0, "cannot write '%s'", path);
+    return path;
+}
+
+void ladderfix_add_anchor(const char *path)
+{
+    size_t n = 0;
+    char *old = (char *)check_slurp(path, &n);
+    cr_assert(old, "cannot read '%s'", path);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "cannot write '%s'", path);
+    for (char *line = old; *line;) {
+        char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) + 1 : strlen(line);
+        if (strncmp(line, "unanchored:", 11))
+            fwrite(line, 1, len, f);
+        line += len;
+    }
+    write_anchor(f);
+    cr_assert_eq(fclose(f), 0, "cannot write '%s'", path);
+    free(old);
+}
+
+void ladderfix_drop_anchor(const char *path, const char *reason)
+{
+    size_t n = 0;
+    char *old = (char *)check_slurp(path, &n);
+    cr_assert(old, "cannot read '%s'", path);
+    char *at = !strncmp(old, "anchors:", 8) ? old : strstr(old, "\nanchors:");
+    cr_assert(at, "'%s' has no anchors entry to drop", path);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "cannot write '%s'", path);
+    fwrite(old, 1, (size_t)(at - old) + (at == old ? 0 : 1), f);
+    fprintf(f, "unanchored: {qwen3moe: '%s'}\n", reason);
+    cr_assert_eq(fclose(f), 0, "cannot write '%s'", path);
+    free(old);
+}
+
 int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const char *db,
                       const struct key_pair *k, int ci, struct ladderfix_fake fk)
 {
@@ -59,6 +135,7 @@ int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const
     struct identity id = fx->self;
     if (fk.commit)
         snprintf(id.git_commit, sizeof id.git_commit, "%s", fk.commit);
+    id.git_dirty = fk.dirty;
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/data/release_metrics.json", GATE_SOURCE_DIR);
     json_error_t je;
@@ -66,7 +143,10 @@ int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const
     cr_assert(metrics, "%s: %s", path, je.text);
     static const char *const names[] = {"capability", "parity", "golden", "throughput", "falsify"};
     int all_pass = 1;
-    for (int g = 0; g < 5; g++) {
+    for (int g = 0; !fk.no_gates && g < 5; g++) {
+        struct ladder_gates lg = c->g;
+        if (fk.min_cosine != 0)
+            lg.min_cosine = fk.min_cosine;
         json_t *m = json_deep_copy(json_object_get(metrics, names[g]));
         if (fk.fail && g == 1) {
             json_t *pp = json_object_get(m, "per_position");
@@ -94,8 +174,9 @@ int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const
                                json_integer(json_integer_value(json_array_get(got, 3)) + 1));
             json_object_set_new(c0, "first_diff", json_integer(3));
         }
-        json_t *row =
-            gatedef_row(names[g], c->mode, ladder_gate_settings(&c->g, names[g]), m, NULL);
+        json_t *row = gatedef_row(names[g], c->mode, ladder_gate_settings(&lg, names[g]), m, NULL);
+        if (fk.claim_pass)
+            json_object_set_new(row, "verdict", json_string("PASS"));
         all_pass &= !strcmp(json_string_value(json_object_get(row, "verdict")), "PASS");
         json_object_set_new(gates, names[g], row);
     }
@@ -103,12 +184,13 @@ int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const
     json_t *p = json_pack(
         "{s:{s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:{s:{s:s, s:s}, s:o}, s:{s:s, s:s},"
         " s:o, s:s}",
-        "ladder", "name", l->name, "version", l->version, "sha256", l->sha256, "trust_sha256",
-        l->trust_sha256, "cell", "model", l->models[c->model].id, "host", l->hosts[c->host].id,
-        "mode", c->mode, "subject", "model", "id", l->models[c->model].id, "sha256",
-        l->models[c->model].sha256, "engine", identity_json(&id), "environment", "host",
-        l->hosts[c->host].id, "hostname", fk.env_host ? fk.env_host : l->hosts[c->host].id, "gates",
-        gates, "verdict", all_pass ? "PASS" : "FAIL");
+        "ladder", "name", l->name, "version", fk.release_version ? fk.release_version : l->version,
+        "sha256", l->sha256, "trust_sha256", fk.trust_sha256 ? fk.trust_sha256 : l->trust_sha256,
+        "cell", "model", l->models[c->model].id, "host", l->hosts[c->host].id, "mode", c->mode,
+        "subject", "model", "id", l->models[c->model].id, "sha256",
+        fk.sha ? fk.sha : l->models[c->model].sha256, "engine", identity_json(&id), "environment",
+        "host", l->hosts[c->host].id, "hostname", fk.env_host ? fk.env_host : l->hosts[c->host].id,
+        "gates", gates, "verdict", (all_pass && !fk.no_gates) || fk.claim_pass ? "PASS" : "FAIL");
     cr_assert(p, "cannot build the receipt payload");
     struct store *st = NULL;
     cr_assert_eq(store_open(&st, db, &err), 0, "%s", err.msg);
@@ -118,6 +200,23 @@ int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const
     json_decref(p);
     ladder_free(l);
     return rid;
+}
+
+void ladderfix_evaluate(const struct ladderfix *fx, const char *ladder_path, const char *db,
+                        struct ladder **lp, struct release_result *r)
+{
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    struct store *st = NULL;
+    struct release_options o = {.ladder = ladder_path, .db = db};
+    cr_assert_eq(ladder_load(&l, ladder_path, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_open_readonly(&st, db, &err), 0, "%s", err.msg);
+    cr_assert_eq(release_evaluate(l, st, &fx->self, &o, r, &err), 0, "%s", err.msg);
+    store_close(st);
+    if (lp)
+        *lp = l;
+    else
+        ladder_free(l);
 }
 
 struct sqlite3 *ladderfix_open_raw(const char *db)

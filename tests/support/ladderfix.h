@@ -2,10 +2,10 @@
  * the engine: a scratch folder with two host keys (a, b) and their .pub files, a stand-in clean
  * build identity, receipts fabricated from the recorded metrics of a real PASS receipt
  * (tests/data/release_metrics.json) and judged through the gate table as `gate run` records them,
- * raw SQLite access that bypasses the append-only triggers (to tamper), and a shell helper for
- * CLI tests. The release-check tests (tests/test_release.c, tests/test_report.c) build the same
- * shapes inline; new tests use this.
- * Start reading: ladderfix_init(), then ladderfix_add().
+ * the two-host release ladder those tests share, the release judged as that build, raw SQLite
+ * access that bypasses the append-only triggers (to tamper), and a shell helper for CLI tests.
+ * Used by tests/test_release.c, tests/test_report.c and tests/test_html_report.c.
+ * Start reading: ladderfix_init(), then ladderfix_ladder() and ladderfix_add().
  */
 #ifndef GATE_TEST_LADDERFIX_H
 #define GATE_TEST_LADDERFIX_H
@@ -15,7 +15,15 @@
 #include "harness/identity.h"
 #include "receipts/key.h"
 
+struct ladder;
+struct release_result;
 struct sqlite3;
+
+/* The pinned SHA-256 of ../shared/conformance/qwen3moe-tiny-q4_k_m/model.gguf (model moe of
+ * ladderfix_ladder), and of the goldens file the golden gate of tests/data/release_metrics.json
+ * was judged with (the ladder's golden setting must pin it for those numbers to count). */
+#define LADDERFIX_MOE_SHA "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560"
+#define LADDERFIX_GOLDENS_SHA "0fbed51a3d977ffe726a861d7d701e94bce701dd84dd25b96184e4664ba2427f"
 
 struct ladderfix {
     char dir[600];         /* the scratch folder (under check_tmp_dir()) */
@@ -30,14 +38,48 @@ void ladderfix_init(struct ladderfix *fx, const char *tag);
 /* fx->dir/name; eight rotating buffers (each valid until eight more calls). */
 const char *ladderfix_path(const struct ladderfix *fx, const char *name);
 
-/* What to fake in one receipt. Zeroed: a PASS receipt of fx->self for the ladder's pin. */
+/* Write fx->dir/name: the release ladder of the release tests. Release rel 1.0.0; model moe (the
+ * tiny MoE conformance model, pinned to LADDERFIX_MOE_SHA); hosts a and b, device none, each
+ * trusting its own key (file:a.pub, file:b.pub); modes ref.decode and ref.chat; cells
+ * moe/a/ref.decode (0), moe/a/ref.chat (1), moe/b/ref.decode (2); golden defaults naming g.json
+ * pinned to LADDERFIX_GOLDENS_SHA; every other setting the default, so the receipts of
+ * ladderfix_add judge as PASS. exclude_reason non-NULL: moe/a/ref.chat is excluded with that
+ * reason (written as given inside YAML double quotes), and the cells become moe/a/ref.decode (0)
+ * and moe/b/ref.decode (1). anchor 1: ladderfix_add_anchor()'s anchor case "conf" is the last
+ * entry; anchor 0: the last line declares qwen3moe unanchored. Returns the path (one of
+ * ladderfix_path's buffers). Asserts. */
+const char *ladderfix_ladder(const struct ladderfix *fx, const char *name,
+                             const char *exclude_reason, int anchor);
+
+/* Append to the ladder at path an anchor case "conf" for qwen3moe whose files (pinned to made-up
+ * digests) exist nowhere, so no receipt can be made for it here and it stays MISSING, and remove
+ * the ladder's `unanchored:` line (a ladder may not both anchor and un-anchor an arch). The
+ * anchors entry is then the file's last one. Asserts. */
+void ladderfix_add_anchor(const char *path);
+
+/* The reverse of ladderfix_add_anchor: cut the ladder at path from its `anchors:` line to the end
+ * (the anchors entry must be the last) and append `unanchored: {qwen3moe: 'reason'}` (reason is
+ * written inside YAML single quotes as given). Asserts that there was an anchors entry. */
+void ladderfix_drop_anchor(const char *path, const char *reason);
+
+/* What to fake in one receipt. Zeroed: a PASS receipt of fx->self for the ladder's pin, its gates
+ * judged with the ladder's settings for the cell. */
 struct ladderfix_fake {
-    int fail;             /* 1: parity numbers that fail (position 5 at cosine 0.42), with the
-                           * localization a failed run records (first bad layer 1, routing
-                           * agreement 90 of 96 there) and position 7 an argmax TIE_FLIP */
+    int fail;             /* 1: parity numbers that fail (position 5 at cosine 0.42), with
+                           * the localization a failed run records (first bad layer 1,
+                           * routing agreement 90 of 96 there) and position 7 an argmax
+                           * TIE_FLIP */
     int golden_diff;      /* 1: the first golden case's 4th token differs (first_diff 3) */
     const char *commit;   /* NULL: self's commit */
+    int dirty;            /* 1: the build identity says its tree was dirty */
+    const char *sha;      /* NULL: the model digest the ladder pins */
     const char *env_host; /* NULL: the cell's host id; else environment.hostname (any text) */
+    int no_gates;         /* 1: no gate at all (the overall verdict FAIL unless claim_pass) */
+    double min_cosine;    /* 0: the ladder's; else parity judged (and recorded) with it */
+    int claim_pass;       /* 1: every gate's verdict and the overall verdict say PASS
+                           * whatever the numbers say */
+    const char *release_version; /* NULL: the ladder's release version */
+    const char *trust_sha256;    /* NULL: the ladder's trust_sha256 */
 };
 
 /* Append one receipt for cell ci of the ladder at ladder_path to db (created if missing), signed
@@ -45,6 +87,13 @@ struct ladderfix_fake {
  * model digest the ladder pins. Returns the receipt id. Asserts. */
 int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const char *db,
                       const struct key_pair *k, int ci, struct ladderfix_fake fk);
+
+/* Judge the release of the ladder at ladder_path from the store db (opened read-only) as the
+ * build fx->self, through release_evaluate. *r is filled (free with release_result_free); *lp
+ * receives the loaded ladder (free with ladder_free), or with lp NULL it is freed here. Asserts
+ * that the evaluation ran (not that the release is OK). */
+void ladderfix_evaluate(const struct ladderfix *fx, const char *ladder_path, const char *db,
+                        struct ladder **lp, struct release_result *r);
 
 /* Open db with SQLite directly and drop the append-only triggers, so a test can alter rows as an
  * attacker with file access would. Close with sqlite3_close. Asserts. */
