@@ -7,7 +7,6 @@
  * n_batch; falsification rejects every fault on the tiny MoE; what ran is reported as cpu.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,30 +24,7 @@
 #include "oracles/mode.h"
 #include "oracles/parity.h"
 #include "tests/support/check.h"
-
-#define MAX_CASES 64
-
-/* every conformance case folder with a model.gguf (cases added later count too) */
-static int list_cases(char names[][256])
-{
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/conformance", check_shared_dir());
-    DIR *d = opendir(dir);
-    cr_assert(d, "cannot open %s", dir);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < MAX_CASES) {
-        char p[1400];
-        snprintf(p, sizeof p, "%s/%s/model.gguf", dir, e->d_name);
-        FILE *f = fopen(p, "rb");
-        if (!f)
-            continue;
-        fclose(f);
-        snprintf(names[n++], 256, "%s", e->d_name);
-    }
-    closedir(d);
-    return n;
-}
+#include "tests/support/conformance.h"
 
 static struct mode mode_of(const char *text)
 {
@@ -60,8 +36,8 @@ static struct mode mode_of(const char *text)
 
 Test(cpu, every_conformance_case_passes_parity_on_every_path, .timeout = 1200)
 {
-    static char cases[MAX_CASES][256];
-    const int n = list_cases(cases);
+    static char cases[CONFORMANCE_MAX_CASES][CONFORMANCE_NAME_MAX];
+    const int n = conformance_cases(cases, CONFORMANCE_MAX_CASES);
     cr_assert_geq(n, 6, "expected the six conformance cases, found %d", n);
     const char *modes[] = {"cpu.decode", "cpu.prefill", "cpu.chat"};
     struct parity_config cfg;

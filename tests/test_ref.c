@@ -9,7 +9,6 @@
  */
 #include "engine/ref_ops.h"
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -20,38 +19,7 @@
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "tests/support/check.h"
-
-#define MAX_CASES 64
-
-static int list_cases(char names[][256])
-{
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/conformance", check_shared_dir());
-    DIR *d = opendir(dir);
-    cr_assert(d, "cannot open %s", dir);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < MAX_CASES) {
-        char p[1400];
-        snprintf(p, sizeof p, "%s/%s/model.gguf", dir, e->d_name);
-        FILE *f = fopen(p, "rb");
-        if (!f)
-            continue;
-        fclose(f);
-        snprintf(names[n++], 256, "%s", e->d_name);
-    }
-    closedir(d);
-    return n;
-}
-
-static char *case_file(const char *c, const char *file)
-{
-    static char buf[4][1400];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/conformance/%s/%s", check_shared_dir(), c, file);
-    return buf[k];
-}
+#include "tests/support/conformance.h"
 
 static float *read_f32(const char *path, size_t want)
 {
@@ -98,18 +66,18 @@ static void check_case(const char *c)
 {
     struct gate_err err = {0};
     json_error_t jerr;
-    json_t *meta = json_load_file(case_file(c, "meta.json"), 0, &jerr);
+    json_t *meta = json_load_file(conformance_path(c, "meta.json"), 0, &jerr);
     cr_assert(meta, "%s: meta.json: %s", c, jerr.text);
     int n_tok = 0;
-    int32_t *tokens = check_read_ids(case_file(c, "tokens.txt"), &n_tok);
+    int32_t *tokens = check_read_ids(conformance_path(c, "tokens.txt"), &n_tok);
     cr_assert(tokens && n_tok > 16, "%s: tokens.txt", c);
     struct model *m = NULL;
-    struct backend *b = open_ref(&m, case_file(c, "model.gguf"), 2, 0);
+    struct backend *b = open_ref(&m, conformance_path(c, "model.gguf"), 2, 0);
     const int V = (int)m->hp.n_vocab;
     float *logits = malloc((size_t)n_tok * V * sizeof(float));
     cr_assert_eq(backend_forward(b, tokens, n_tok, 0, logits, &err), 0, "%s: %s", c, err.msg);
 
-    float *exact = read_f32(case_file(c, "logits_exact.f32"), (size_t)n_tok * V);
+    float *exact = read_f32(conformance_path(c, "logits_exact.f32"), (size_t)n_tok * V);
     char what[512];
     snprintf(what, sizeof what, "%s: ref vs logits_exact.f32", c);
     check_floats(what, logits, exact, (int64_t)n_tok * V, 1e-3, 1e-3, 1e-8);
@@ -123,7 +91,7 @@ static void check_case(const char *c)
     }
     cr_expect_gt(checked, n_tok / 2, "%s: too few positions with a clear margin", c);
 
-    float *llama = read_f32(case_file(c, "logits.f32"), (size_t)n_tok * V);
+    float *llama = read_f32(conformance_path(c, "logits.f32"), (size_t)n_tok * V);
     json_t *cm = json_object_get(
         json_object_get(json_object_get(meta, "numpy_reference"), "exact_dequant_f64"), "cos_min");
     cr_assert(json_is_number(cm), "%s: meta.json lacks numpy_reference.exact_dequant_f64.cos_min",
@@ -138,7 +106,7 @@ static void check_case(const char *c)
 
     /* greedy: the first 16 ids as the prompt, then 32 steps through the KV cache */
     int n_exp = 0;
-    int32_t *want = check_read_ids(case_file(c, "greedy_exact.txt"), &n_exp);
+    int32_t *want = check_read_ids(conformance_path(c, "greedy_exact.txt"), &n_exp);
     cr_assert(want && n_exp > 0, "%s: greedy_exact.txt", c);
     const int n_prompt = 16;
     cr_assert_eq(backend_truncate(b, 0, &err), 0, "%s", err.msg);
@@ -157,7 +125,7 @@ static void check_case(const char *c)
     const char *quant = json_string_value(json_object_get(meta, "quant"));
     if (quant && !strcmp(quant, "F32")) {
         int n_l = 0;
-        int32_t *gl = check_read_ids(case_file(c, "greedy.txt"), &n_l);
+        int32_t *gl = check_read_ids(conformance_path(c, "greedy.txt"), &n_l);
         cr_assert(gl && n_l == n_exp);
         for (int i = 0; i < n_l; i++)
             cr_expect_eq(got[i], gl[i], "%s: greedy id %d differs from llama.cpp", c, i);
@@ -175,8 +143,8 @@ static void check_case(const char *c)
 
 Test(ref, matches_every_conformance_case, .timeout = 1200)
 {
-    char names[MAX_CASES][256];
-    int n = list_cases(names);
+    char names[CONFORMANCE_MAX_CASES][CONFORMANCE_NAME_MAX];
+    int n = conformance_cases(names, CONFORMANCE_MAX_CASES);
     cr_assert_geq(n, 6, "expected the conformance cases under %s", check_shared_dir());
     for (int i = 0; i < n; i++)
         check_case(names[i]);
@@ -186,9 +154,9 @@ static float *eval_all(const char *c, int threads, int n_batch, int one_by_one)
 {
     struct gate_err err = {0};
     int n_tok = 0;
-    int32_t *tokens = check_read_ids(case_file(c, "tokens.txt"), &n_tok);
+    int32_t *tokens = check_read_ids(conformance_path(c, "tokens.txt"), &n_tok);
     struct model *m = NULL;
-    struct backend *b = open_ref(&m, case_file(c, "model.gguf"), threads, n_batch);
+    struct backend *b = open_ref(&m, conformance_path(c, "model.gguf"), threads, n_batch);
     const size_t V = m->hp.n_vocab;
     float *logits = malloc((size_t)n_tok * V * sizeof(float));
     if (one_by_one)
@@ -240,7 +208,7 @@ Test(ref, taps_record_hidden_states_and_routing)
 {
     struct gate_err err = {0};
     struct model *m = NULL;
-    struct backend *b = open_ref(&m, case_file("qwen3moe-tiny-f32", "model.gguf"), 2, 0);
+    struct backend *b = open_ref(&m, conformance_path("qwen3moe-tiny-f32", "model.gguf"), 2, 0);
     const int n = 8, L = (int)m->hp.n_layer, E = (int)m->hp.n_embd, k = (int)m->hp.n_expert_used;
     int32_t tokens[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     float *logits = malloc((size_t)n * m->hp.n_vocab * sizeof(float));
@@ -290,9 +258,9 @@ static float *eval_with_fault(const char *c, const char *fault)
         fault_set_add(&fs, &f, &err);
     }
     int n_tok = 0;
-    int32_t *tokens = check_read_ids(case_file(c, "tokens.txt"), &n_tok);
+    int32_t *tokens = check_read_ids(conformance_path(c, "tokens.txt"), &n_tok);
     struct model *m = NULL;
-    cr_assert_eq(model_load(&m, case_file(c, "model.gguf"), &err), 0, "%s", err.msg);
+    cr_assert_eq(model_load(&m, conformance_path(c, "model.gguf"), &err), 0, "%s", err.msg);
     struct backend *b = NULL;
     struct backend_config cfg = {.n_threads = 2, .n_ctx = 128, .faults = &fs};
     cr_assert_eq(backend_open(&b, "ref", m, &cfg, &err), 0, "%s", err.msg);
@@ -327,7 +295,7 @@ Test(ref, rejects_bad_tokens_positions_and_overflow)
     struct gate_err err = {0};
     struct model *m = NULL;
     struct backend *b = NULL;
-    cr_assert_eq(model_load(&m, case_file("qwen3-dense-tiny-f32", "model.gguf"), &err), 0);
+    cr_assert_eq(model_load(&m, conformance_path("qwen3-dense-tiny-f32", "model.gguf"), &err), 0);
     struct backend_config cfg = {.n_threads = 1, .n_ctx = 4};
     cr_assert_eq(backend_open(&b, "ref", m, &cfg, &err), 0, "%s", err.msg);
     float logits[8 * 512];
@@ -391,7 +359,7 @@ Test(backend, wrapper_checks_then_chunks_by_n_batch_and_counts)
 {
     struct gate_err err = {0};
     struct model *m = NULL;
-    cr_assert_eq(model_load(&m, case_file("qwen3-dense-tiny-f32", "model.gguf"), &err), 0);
+    cr_assert_eq(model_load(&m, conformance_path("qwen3-dense-tiny-f32", "model.gguf"), &err), 0);
     struct spy s = {.base = {.ops = &SPY_OPS, .model = m, .n_ctx = 16, .n_batch = 3}};
     struct backend *b = &s.base;
     float *logits = malloc((size_t)16 * m->hp.n_vocab * sizeof(float));
@@ -457,7 +425,7 @@ Test(backend, chunking_across_n_batch_gives_identical_logits_and_counters)
 {
     struct gate_err err = {0};
     struct model *m = NULL;
-    cr_assert_eq(model_load(&m, case_file("qwen3moe-tiny-f32", "model.gguf"), &err), 0);
+    cr_assert_eq(model_load(&m, conformance_path("qwen3moe-tiny-f32", "model.gguf"), &err), 0);
     enum { N = 24 };
     int32_t tokens[N];
     for (int i = 0; i < N; i++)
@@ -480,7 +448,7 @@ Test(backend, faults_are_copied_not_borrowed)
 {
     struct gate_err err = {0};
     struct model *m = NULL;
-    cr_assert_eq(model_load(&m, case_file("qwen3moe-tiny-f32", "model.gguf"), &err), 0);
+    cr_assert_eq(model_load(&m, conformance_path("qwen3moe-tiny-f32", "model.gguf"), &err), 0);
     enum { N = 16 };
     const size_t bytes = (size_t)N * m->hp.n_vocab * sizeof(float);
     int32_t tokens[N];
