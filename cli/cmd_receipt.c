@@ -415,9 +415,10 @@ static void print_summary(const struct store_row *r, const json_t *p)
 {
     json_t *cell = json_object_get(p, "cell"), *gates = json_object_get(p, "gates"), *g;
     const char *v = json_string_value(json_object_get(p, "verdict"));
-    printf("receipt %" PRId64 ": %s/%s/%s  %s\n", r->id, str_of(json_object_get(cell, "model")),
+    const char *kv = json_string_value(json_object_get(cell, "kv"));
+    printf("receipt %" PRId64 ": %s/%s/%s%s  %s\n", r->id, str_of(json_object_get(cell, "model")),
            str_of(json_object_get(cell, "host")), str_of(json_object_get(cell, "mode")),
-           v ? safe(v) : "?");
+           kv && !strcmp(kv, "f16") ? RECEIPT_KV_F16_SUFFIX : "", v ? safe(v) : "?");
     const char *name, *order[64];
     int n = 0;
     for (int k = 0; GATE_ORDER[k]; k++)
@@ -489,8 +490,11 @@ static int show_row(void *ctx, const struct store_row *r)
     printf("receipt      %" PRId64 " (%s, stored %s)\n", r->id, r->imported ? "imported" : "local",
            safe(r->created_at));
     json_t *cell = json_object_get(p, "cell");
-    printf("cell         model %s, host %s, mode %s\n", str_of(json_object_get(cell, "model")),
-           str_of(json_object_get(cell, "host")), str_of(json_object_get(cell, "mode")));
+    const char *kv = json_string_value(json_object_get(cell, "kv"));
+    printf("cell         model %s, host %s, mode %s, kv %s\n",
+           str_of(json_object_get(cell, "model")), str_of(json_object_get(cell, "host")),
+           str_of(json_object_get(cell, "mode")),
+           kv ? safe(kv) : "f32 (not recorded: before the kv key)");
     printf("verdict      %s\n", str_of(json_object_get(p, "verdict")));
     const char *started = json_string_value(json_object_get(p, "started_at"));
     const char *finished = json_string_value(json_object_get(p, "finished_at"));

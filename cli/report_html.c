@@ -886,6 +886,11 @@ static void draw_receipt(struct page *pg, const struct loaded *x, int64_t id, in
     pjson(f, json_object_get(cell, "host"));
     fputs(" / ", f);
     pjson(f, json_object_get(cell, "mode"));
+    fputs("</td></tr>\n<tr><th>KV cache</th><td>", f);
+    if (json_object_get(cell, "kv"))
+        pjson(f, json_object_get(cell, "kv"));
+    else
+        fputs("f32 (not recorded: a receipt from before the kv key)", f);
     fputs("</td></tr>\n<tr><th>signed by</th><td class=\"mono\">", f);
     pjson(f, json_object_get(p, "key_id"));
     fputs("</td></tr>\n<tr><th>build</th><td class=\"mono\">", f);
@@ -1105,6 +1110,8 @@ static void matrix_row(FILE *f, const struct ladder *l, const struct release_row
         put(f, l->hosts[hi].id);
         fputs("</td><td>", f);
         put(f, ex ? l->excluded[row->index].mode : l->cells[row->index].mode);
+        /* the KV type is part of the cell: an F16 cell is its own row */
+        put(f, ladder_kv_suffix(ex ? l->excluded[row->index].kv_f16 : l->cells[row->index].kv_f16));
         fputs("</td>", f);
     }
     badge(f, release_state_name(row->state), row_anchor(row->kind, row->index, a, sizeof a), 1);
@@ -1150,11 +1157,13 @@ static void draw_matrix(FILE *f, const struct ladder *l, const struct release_re
         int ex = i >= l->n_cells, k = ex ? i - l->n_cells : i;
         int hi = ex ? l->excluded[k].host : l->cells[k].host;
         const char *mode = ex ? l->excluded[k].mode : l->cells[k].mode;
+        const int kv = ex ? l->excluded[k].kv_f16 : l->cells[k].kv_f16; /* its own column */
         col_of[i] = -1;
         for (int c = 0; c < n_cols && col_of[i] < 0; c++) {
             int j = first[c], exj = j >= l->n_cells, kj = exj ? j - l->n_cells : j;
             if ((exj ? l->excluded[kj].host : l->cells[kj].host) == hi &&
-                !strcmp(exj ? l->excluded[kj].mode : l->cells[kj].mode, mode))
+                !strcmp(exj ? l->excluded[kj].mode : l->cells[kj].mode, mode) &&
+                (exj ? l->excluded[kj].kv_f16 : l->cells[kj].kv_f16) == kv)
                 col_of[i] = c;
         }
         if (col_of[i] < 0) {
@@ -1169,6 +1178,7 @@ static void draw_matrix(FILE *f, const struct ladder *l, const struct release_re
         put(f, l->hosts[ex ? l->excluded[k].host : l->cells[k].host].id);
         fputs("<br>", f);
         put(f, ex ? l->excluded[k].mode : l->cells[k].mode);
+        put(f, ladder_kv_suffix(ex ? l->excluded[k].kv_f16 : l->cells[k].kv_f16));
         fputs("</th>", f);
     }
     fputs("</tr>\n", f);

@@ -34,10 +34,14 @@ static const struct backend_entry {
     const char *name;
     const struct backend_ops *ops;
     int device; /* runs on an accelerator: its runs count kernel launches */
+    int kv_f16; /* its open honours backend_config.kv_f16 (sets base.kv_f16): every build knows
+                 * it, compiled in or not, so a ladder's `kv: f16` cell is judged the same
+                 * everywhere; tests/test_kv_ladder.c opens each compiled-in backend to hold it
+                 * to its word */
 } BACKENDS[] = {
-    {"cuda", CUDA_OPS, 1},
-    {"cpu", &backend_cpu_ops, 0},
-    {"ref", &backend_ref_ops, 0},
+    {"cuda", CUDA_OPS, 1, 0},
+    {"cpu", &backend_cpu_ops, 0, 1},
+    {"ref", &backend_ref_ops, 0, 0},
 };
 #define N_BACKENDS (int)(sizeof BACKENDS / sizeof BACKENDS[0])
 
@@ -63,6 +67,12 @@ int backend_is_device(const char *name)
 {
     const int i = backend_index(name);
     return i >= 0 && BACKENDS[i].device;
+}
+
+int backend_offers_kv_f16(const char *name)
+{
+    const int i = backend_index(name);
+    return i >= 0 && BACKENDS[i].kv_f16;
 }
 
 const struct backend_ops *backend_find(const char *name)

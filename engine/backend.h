@@ -129,6 +129,10 @@ const char *backend_name(int i);     /* NULL when i is out of range */
 int backend_index(const char *name); /* -1 when unknown */
 /* 1 when the backend runs on an accelerator (its runs must count kernel launches). */
 int backend_is_device(const char *name);
+/* 1 when the backend offers an F16 KV cache (its open honours backend_config.kv_f16; the others
+ * refuse it at open): the ladder's `kv: f16` check. Known for every backend of the list, compiled
+ * in or not; 0 for an unknown name and for "exec". */
+int backend_offers_kv_f16(const char *name);
 
 /* The backends this build has; NULL when the name is unknown or not compiled in. "exec" (engines
  * gate did not build, engine/exec.h) is found too, though it is not in the list above. */

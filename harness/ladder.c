@@ -734,26 +734,30 @@ static int cell_mode_index(const struct ladder *l, const char *mode)
     return mode_index(&m);
 }
 
-/* Record cell (model, host, mode) from line `line`; a cell met twice is an error at `at`. */
+/* Record cell (model, host, mode, kv) from line `line`; a cell met twice is an error at `at`.
+ * The KV type is part of the identity: the same model/host/mode with kv f32 and kv f16 are two
+ * cells. */
 static int seen_add(struct parse *p, struct cell_seen *s, yaml_node_t *at, int model, int host,
-                    const char *mode, int excluded)
+                    const char *mode, int kv_f16, int excluded)
 {
     const struct ladder *l = p->l;
     uint32_t key = 1 +
-                   ((uint32_t)model * (uint32_t)l->n_hosts + (uint32_t)host) *
-                       (uint32_t)(mode_count() + 3 * l->n_engines) +
-                   (uint32_t)cell_mode_index(l, mode);
+                   (((uint32_t)model * (uint32_t)l->n_hosts + (uint32_t)host) *
+                        (uint32_t)(mode_count() + 3 * l->n_engines) +
+                    (uint32_t)cell_mode_index(l, mode)) *
+                       2u +
+                   (uint32_t)(kv_f16 != 0);
     uint32_t i = (key * 2654435761u) >> 18; /* 14 bits: CELL_SLOTS */
     for (; s->key[i]; i = (i + 1) & (CELL_SLOTS - 1)) {
         if (s->key[i] != key)
             continue;
-        const char *m = l->models[model].id, *h = l->hosts[host].id;
+        const char *m = l->models[model].id, *h = l->hosts[host].id, *kv = ladder_kv_suffix(kv_f16);
         if (s->excluded[i] != excluded)
             return fail(p, at,
-                        "cell %s/%s/%s is both excluded and required (the other at line"
+                        "cell %s/%s/%s%s is both excluded and required (the other at line"
                         " %d)",
-                        m, h, mode, s->line[i]);
-        return fail(p, at, "cell %s/%s/%s is listed twice (first at line %d)", m, h, mode,
+                        m, h, mode, kv, s->line[i]);
+        return fail(p, at, "cell %s/%s/%s%s is listed twice (first at line %d)", m, h, mode, kv,
                     s->line[i]);
     }
     s->key[i] = key;
@@ -770,7 +774,8 @@ static void *grow(void *a, int n, size_t size)
     return realloc(a, (size_t)(n ? 2 * n : 1) * size);
 }
 
-static int add_cell(struct parse *p, yaml_node_t *at, int model, int host, const char *mode)
+static int add_cell(struct parse *p, yaml_node_t *at, int model, int host, const char *mode,
+                    int kv_f16)
 {
     struct ladder *l = p->l;
     (void)at;
@@ -783,11 +788,13 @@ static int add_cell(struct parse *p, yaml_node_t *at, int model, int host, const
     c->model = model;
     c->host = host;
     snprintf(c->mode, sizeof c->mode, "%s", mode);
+    c->kv_f16 = kv_f16;
     return 0;
 }
 
 /* Keep an excluded cell with the reason of exclusion x (issue 10 §3: no cell vanishes). */
-static int add_excluded(struct parse *p, yaml_node_t *x, int model, int host, const char *mode)
+static int add_excluded(struct parse *p, yaml_node_t *x, int model, int host, const char *mode,
+                        int kv_f16)
 {
     struct ladder *l = p->l;
     const char *reason = scalar(get(p, x, "reason"));
@@ -800,6 +807,7 @@ static int add_excluded(struct parse *p, yaml_node_t *x, int model, int host, co
     e->model = model;
     e->host = host;
     snprintf(e->mode, sizeof e->mode, "%s", mode);
+    e->kv_f16 = kv_f16;
     snprintf(e->reason, sizeof e->reason, "%s", reason);
     e->line = (int)x->start_mark.line + 1;
     return 0;
@@ -878,10 +886,40 @@ static int check_coverage(struct parse *p, yaml_node_t *cells)
     return rc;
 }
 
+/* A `kv` value (a cells entry's, or an override match's): the scalar f32 or f16, nothing else. */
+static int parse_kv(struct parse *p, yaml_node_t *v, const char *what, int *kv_f16)
+{
+    const char *t = scalar(v);
+    if (!t || (strcmp(t, "f32") && strcmp(t, "f16")))
+        return fail(p, v, "%s must be f32 or f16 (the KV cache type), not %s%s%s", what,
+                    t ? "'" : "", t ? t : kind(v), t ? "'" : "");
+    *kv_f16 = !strcmp(t, "f16");
+    return 0;
+}
+
+/* A `kv: f16` cell must name a backend whose open offers an F16 KV cache (engine/backend.c's
+ * word, the same in every build); any other is refused here rather than run as F32. */
+static int check_kv(struct parse *p, yaml_node_t *at, int model, int host, const char *mode)
+{
+    struct mode m;
+    if (mode_parse(mode, &m, NULL) || backend_offers_kv_f16(m.backend))
+        return 0;
+    char offer[96] = "";
+    for (int i = 0; i < backend_count(); i++)
+        if (backend_offers_kv_f16(backend_name(i)))
+            snprintf(offer + strlen(offer), sizeof offer - strlen(offer), "%s%s",
+                     offer[0] ? ", " : "", backend_name(i));
+    return fail(p, at,
+                "cell %s/%s/%s: kv: f16, but backend '%s' offers no F16 KV cache (only %s"
+                " do); an F16 cell is refused, never run as F32",
+                p->l->models[model].id, p->l->hosts[host].id, mode,
+                m.engine[0] ? "exec" : m.backend, offer[0] ? offer : "none");
+}
+
 static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
 {
-    static const char *const keys[] = {"models", "hosts", "modes", "exclude",
-                                       "model",  "host",  "mode",  NULL};
+    static const char *const keys[] = {"models", "hosts", "modes", "exclude", "model",
+                                       "host",   "mode",  "kv",    NULL};
     static const char *const xkeys[] = {"model", "host", "mode", "reason", NULL};
     yaml_node_t *e, *x;
     struct cell_seen *seen = NULL;
@@ -913,6 +951,10 @@ static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
             (rc = id_list(p, v, hk, 1, modes, hi, ha, &nh, 64)) ||
             (rc = need(p, e, ok, "a cells entry", &v)) ||
             (rc = id_list(p, v, ok, 2, modes, oi, oa, &no, 64)))
+            goto out;
+        int kv_f16 = 0;
+        yaml_node_t *kvn = get(p, e, "kv");
+        if (kvn && (rc = parse_kv(p, kvn, "a cells entry's kv", &kv_f16)))
             goto out;
         if (!matrix && get(p, e, "exclude")) {
             rc = fail(p, get(p, e, "exclude"), "'exclude' belongs to a matrix entry");
@@ -971,10 +1013,11 @@ static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
                     }
                     int model = ladder_find_model(p->l, mi[a]);
                     int host = ladder_find_host(p->l, hi[b]);
-                    if ((rc = seen_add(p, seen, skip < 0 ? oa[c] : exs[skip], model, host, oi[c],
-                                       skip >= 0)) ||
-                        (rc = skip < 0 ? add_cell(p, oa[c], model, host, oi[c])
-                                       : add_excluded(p, exs[skip], model, host, oi[c])))
+                    if ((kv_f16 && (rc = check_kv(p, kvn, model, host, oi[c]))) ||
+                        (rc = seen_add(p, seen, skip < 0 ? oa[c] : exs[skip], model, host, oi[c],
+                                       kv_f16, skip >= 0)) ||
+                        (rc = skip < 0 ? add_cell(p, oa[c], model, host, oi[c], kv_f16)
+                                       : add_excluded(p, exs[skip], model, host, oi[c], kv_f16)))
                         goto out;
                 }
         for (int i = 0; i < n_ex; i++)
@@ -992,9 +1035,10 @@ out:
 static int match_override(struct parse *p, yaml_node_t *match, const struct ladder_cell *c)
 {
     const struct ladder *l = p->l;
-    const char *want[3] = {l->models[c->model].id, l->hosts[c->host].id, c->mode};
-    const char *keys[3] = {"model", "host", "mode"};
-    for (int i = 0; i < 3; i++) {
+    const char *want[4] = {l->models[c->model].id, l->hosts[c->host].id, c->mode,
+                           ladder_kv_name(c->kv_f16)};
+    const char *keys[4] = {"model", "host", "mode", "kv"};
+    for (int i = 0; i < 4; i++) {
         yaml_node_t *v = get(p, match, keys[i]);
         if (v && strcmp(scalar(v), want[i]))
             return 0;
@@ -1005,7 +1049,7 @@ static int match_override(struct parse *p, yaml_node_t *match, const struct ladd
 static int parse_gates(struct parse *p, yaml_node_t *gates)
 {
     static const char *const keys[] = {"defaults", "overrides", NULL};
-    static const char *const mkeys[] = {"model", "host", "mode", NULL};
+    static const char *const mkeys[] = {"model", "host", "mode", "kv", NULL};
     struct ladder *l = p->l;
     struct ladder_gates base;
     yaml_node_t *d, *o, *it;
@@ -1034,12 +1078,17 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
                         return fail(p, v, "override matches %s '%s', which is not defined",
                                     mkeys[k], scalar(v) ? scalar(v) : "?");
                 }
+                int kv_unused;
+                yaml_node_t *mkv = get(p, m, "kv");
+                if (mkv && (rc = parse_kv(p, mkv, "an override's match kv", &kv_unused)))
+                    goto out;
             }
         }
     }
     for (int i = 0; i < l->n_cells; i++) {
         struct ladder_cell *c = &l->cells[i];
         c->g = base;
+        c->g.kv_f16 = c->kv_f16;
         if (gates && (o = get(p, gates, "overrides"))) {
             FOR_ITEMS(p, o, it)
             {
@@ -1541,17 +1590,29 @@ int ladder_find_model(const struct ladder *l, const char *id)
     return -1;
 }
 
+const char *ladder_kv_suffix(int kv_f16)
+{
+    return kv_f16 ? LADDER_KV_F16_SUFFIX : "";
+}
+
+const char *ladder_kv_name(int kv_f16)
+{
+    return kv_f16 ? "f16" : "f32";
+}
+
 const char *ladder_cell_name(const struct ladder *l, int i, char *buf, int n)
 {
     const struct ladder_cell *c = &l->cells[i];
-    snprintf(buf, (size_t)n, "%s/%s/%s", l->models[c->model].id, l->hosts[c->host].id, c->mode);
+    snprintf(buf, (size_t)n, "%s/%s/%s%s", l->models[c->model].id, l->hosts[c->host].id, c->mode,
+             ladder_kv_suffix(c->kv_f16));
     return buf;
 }
 
 const char *ladder_excluded_name(const struct ladder *l, int i, char *buf, int n)
 {
     const struct ladder_excluded *e = &l->excluded[i];
-    snprintf(buf, (size_t)n, "%s/%s/%s", l->models[e->model].id, l->hosts[e->host].id, e->mode);
+    snprintf(buf, (size_t)n, "%s/%s/%s%s", l->models[e->model].id, l->hosts[e->host].id, e->mode,
+             ladder_kv_suffix(e->kv_f16));
     return buf;
 }
 
@@ -1581,6 +1642,11 @@ json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate)
                             json_pack("{s:s, s:o, s:f, s:o}", "name", le->e.name, "argv", argv,
                                       "timeout_s", le->e.timeout_s, "supports", sup));
     }
+    /* an F16-KV cell: recorded in every gate's settings, so an F32 receipt cannot match it (and
+     * gates.c holds metrics.ran.kv to it); F32 cells record nothing here: absent means f32, and
+     * their settings are what they were before the key */
+    if (g->kv_f16)
+        json_object_set_new(o, "kv", json_string("f16"));
     if (!strcmp(gate, "golden")) /* the judge reads the pin under this name */
         json_object_set_new(o, "goldens_sha256", json_string(g->goldens_sha256));
     if (!strcmp(gate, "falsify")) {

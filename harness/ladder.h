@@ -18,6 +18,7 @@
 #include "engine/exec.h"
 #include "engine/synth.h"
 #include "faults/fault.h"
+#include "receipts/receipt.h"
 
 #define LADDER_ID_MAX 64
 #define LADDER_MAX_TRUST 16
@@ -83,12 +84,19 @@ struct ladder_gates {
     /* exec cells: the engine the mode names (borrowed from the ladder); NULL otherwise. Its
      * argv, timeout and supports are part of every gate's recorded settings */
     const struct ladder_engine *engine;
+    /* the cell's KV cache (its `kv` key, copied from struct ladder_cell): recorded in every cell
+     * gate's settings as "kv": "f32" / "f16", so a receipt made with the other KV type does not
+     * match the ladder at release check */
+    int kv_f16;
 };
 
 struct ladder_cell {
     int model;     /* index into models */
     int host;      /* index into hosts */
     char mode[32]; /* "<backend>.<path>" */
+    int kv_f16;    /* the cells entry's `kv: f16` (0 = f32, the default): part of the cell's
+                    * identity (model, host, mode, kv) — two cells that differ only here are two
+                    * required cells with their own receipts; every gate opens the subject with it */
     struct ladder_gates g;
 };
 
@@ -98,6 +106,7 @@ struct ladder_excluded {
     int model; /* index into models */
     int host;  /* index into hosts */
     char mode[32];
+    int kv_f16;       /* the matrix entry's `kv` (part of the cell's identity, as above) */
     char reason[256]; /* the first matching exclusion's reason */
     int line;         /* line of that exclusion in the ladder file */
 };
@@ -172,11 +181,20 @@ int ladder_find_engine(const struct ladder *l, const char *name);
 int ladder_find_host(const struct ladder *l, const char *id);
 int ladder_find_model(const struct ladder *l, const char *id);
 
-/* "model/host/mode" of cell i into buf. */
+/* "model/host/mode" of cell i into buf, with LADDER_KV_F16_SUFFIX appended for a `kv: f16`
+ * cell ("tiny/ci-cpu/cpu.decode+kv=f16"): the name receipts, reports and --only patterns use. */
 const char *ladder_cell_name(const struct ladder *l, int i, char *buf, int n);
 
-/* "model/host/mode" of excluded cell i into buf. */
+/* "model/host/mode" of excluded cell i into buf (the same suffix rule). */
 const char *ladder_excluded_name(const struct ladder *l, int i, char *buf, int n);
+
+/* What a cell's name and a report's column carry after the mode for a KV type: "" for F32 (the
+ * default, so every F32 name is what it was before the key), LADDER_KV_F16_SUFFIX for F16. */
+#define LADDER_KV_F16_SUFFIX RECEIPT_KV_F16_SUFFIX
+const char *ladder_kv_suffix(int kv_f16);
+
+/* "f16" or "f32": the word the ladder, the settings and the receipt's cell use. */
+const char *ladder_kv_name(int kv_f16);
 
 /* The settings of one gate ("capability", "parity", "golden", "throughput", "falsify") as
  * recorded in a receipt; the release check compares a receipt's copy with this (new ref). */

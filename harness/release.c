@@ -75,24 +75,36 @@ static void keep(char *dst, size_t n, int64_t *dst_id, int64_t rid, const char *
     snprintf(dst, n, "%s", text);
 }
 
-static int find_cell(const struct ladder *l, const char *model, const char *host, const char *mode)
+/* The KV type a payload's cell names: "kv" absent (receipts from before the key) is f32; 1 for
+ * "f16", 0 for "f32", -1 for anything else (a cell no ladder has). */
+static int payload_kv(const json_t *cell)
+{
+    const json_t *v = json_object_get(cell, "kv");
+    const char *t = json_string_value(v);
+    if (!v)
+        return 0;
+    return t && !strcmp(t, "f16") ? 1 : t && !strcmp(t, "f32") ? 0 : -1;
+}
+
+static int find_cell(const struct ladder *l, const char *model, const char *host, const char *mode,
+                     int kv_f16)
 {
     for (int i = 0; i < l->n_cells; i++) {
         const struct ladder_cell *c = &l->cells[i];
         if (!strcmp(l->models[c->model].id, model) && !strcmp(l->hosts[c->host].id, host) &&
-            !strcmp(c->mode, mode))
+            !strcmp(c->mode, mode) && c->kv_f16 == kv_f16)
             return i;
     }
     return -1;
 }
 
 static int find_excluded(const struct ladder *l, const char *model, const char *host,
-                         const char *mode)
+                         const char *mode, int kv_f16)
 {
     for (int i = 0; i < l->n_excluded; i++) {
         const struct ladder_excluded *e = &l->excluded[i];
         if (!strcmp(l->models[e->model].id, model) && !strcmp(l->hosts[e->host].id, host) &&
-            !strcmp(e->mode, mode))
+            !strcmp(e->mode, mode) && e->kv_f16 == kv_f16)
             return i;
     }
     return -1;
@@ -295,11 +307,11 @@ static int on_row(void *ctx, const struct store_row *row)
         a = &x->anchors[ai];
         pin = l->anchors[ai].model.sha256;
         want = json_pack("{s:o}", "anchor", run_anchor_settings(l, ai));
-    } else if ((ci = find_cell(l, model, host, mode)) >= 0) {
+    } else if ((ci = find_cell(l, model, host, mode, payload_kv(cell))) >= 0) {
         a = &x->cells[ci];
         pin = l->models[l->cells[ci].model].sha256;
         want = cell_settings(l, &l->cells[ci].g);
-    } else if ((ci = find_excluded(l, model, host, mode)) >= 0) {
+    } else if ((ci = find_excluded(l, model, host, mode, payload_kv(cell))) >= 0) {
         /* an exclusion cannot hide a failure: its receipts are judged like a cell's */
         a = &x->excluded[ci];
         pin = l->models[l->excluded[ci].model].sha256;
@@ -308,6 +320,7 @@ static int on_row(void *ctx, const struct store_row *row)
         for (int k = 0; k < l->n_cells && !any; k++)
             if (l->cells[k].model == l->excluded[ci].model) {
                 g = l->cells[k].g;
+                g.kv_f16 = l->excluded[ci].kv_f16; /* the excluded cell's own KV type */
                 any = 1;
             }
         want = any ? cell_settings(l, &g) : json_object();
@@ -398,8 +411,9 @@ static void to_row(const struct acc *a, enum release_row_kind kind, int index, c
 
 static void excluded_name(const struct ladder *l, int i, char *out, size_t n)
 {
-    snprintf(out, n, "%s/%s/%s", l->models[l->excluded[i].model].id,
-             l->hosts[l->excluded[i].host].id, l->excluded[i].mode);
+    snprintf(out, n, "%s/%s/%s%s", l->models[l->excluded[i].model].id,
+             l->hosts[l->excluded[i].host].id, l->excluded[i].mode,
+             ladder_kv_suffix(l->excluded[i].kv_f16));
 }
 
 int release_evaluate(const struct ladder *l, struct store *st, const struct identity *self,

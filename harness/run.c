@@ -375,6 +375,7 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
                      model_arch_name(m->hp.arch), lm->arch);
     if (!rc)
         rc = mode_parse(x.c->mode, &x.mode, &err);
+    x.mode.kv_f16 = x.c->kv_f16; /* every gate's subject opens with the cell's KV cache */
     /* an exec cell: one engine child for the whole cell, started at the first gate's open */
     struct exec_session *engine = NULL;
     if (!rc && x.mode.engine[0]) {
@@ -437,6 +438,9 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
         "finished_at", finished);
     if (exec_subject)
         json_object_set_new(json_object_get(payload, "subject"), "exec_engine", exec_subject);
+    /* the KV type is part of the cell (docs/receipts.md): the release check matches it */
+    json_object_set_new(json_object_get(payload, "cell"), "kv",
+                        json_string(ladder_kv_name(x.c->kv_f16)));
     return payload;
 }
 

@@ -311,6 +311,27 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
 
 /* ---- every gate ------------------------------------------------------------------------------ */
 
+/* The KV cache the cell asked for is the one the subjects reported at open (metrics.ran.kv,
+ * oracles/mode.c): an F16 cell (settings "kv": "f16", docs/ladder.md) whose backend ran F32 — a
+ * harness that dropped the setting — FAILs, and so does an F32 cell (no "kv" in its settings)
+ * whose subject ran F16. A run that recorded no ran.kv (receipts from before the key) is judged
+ * only when its settings ask for a KV type. */
+static enum gate_verdict judge_kv(const json_t *settings, const json_t *metrics, json_t *checks,
+                                  char *why, size_t n)
+{
+    const char *want = json_string_value(json_object_get(settings, "kv"));
+    const char *got = json_string_value(json_object_get(json_object_get(metrics, "ran"), "kv"));
+    if (!want && !got)
+        return GATE_PASS;
+    if (!want)
+        want = "f32";
+    if (gate_check_str(checks, "ran.kv", got, want))
+        return GATE_PASS;
+    why_set(why, n, "the cell asks for a %s KV cache but the subject ran with %s", want,
+            got ? got : "no KV cache recorded");
+    return GATE_FAIL;
+}
+
 enum gate_verdict gate_judge_common(gate_judge_fn judge, int check_ran, const char *mode,
                                     const json_t *settings, const json_t *metrics, json_t *checks,
                                     char *why, size_t n)
@@ -329,6 +350,8 @@ enum gate_verdict gate_judge_common(gate_judge_fn judge, int check_ran, const ch
         return GATE_FAIL;
     }
     enum gate_verdict ran = check_ran ? gate_judge_ran(mode, metrics, checks, why, n) : GATE_PASS;
+    if (check_ran && ran == GATE_PASS)
+        ran = judge_kv(settings, metrics, checks, why, n);
     enum gate_verdict v = judge(settings, metrics, checks, why, n);
     if (json_array_size(checks) == 0) {
         why_set(why, n, "the gate made no check");

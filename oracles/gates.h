@@ -64,7 +64,8 @@ int gate_json_num(const json_t *v, double *out);
 /* The checks every gate of a cell gets, then its own judge: metrics "error" (a gate that could
  * not run the subject) is a FAIL with that error; with check_ran, metrics "ran" (what actually
  * ran, oracles/mode.h's struct mode_ran) must match mode ("ref.decode"): the same backend, tokens
- * evaluated, and for cuda modes kernel launches on a GPU device, for CPU modes none on the CPU.
+ * evaluated, and for cuda modes kernel launches on a GPU device, for CPU modes none on the CPU;
+ * and when settings record "kv" ("f32"/"f16", the cell's KV cache), metrics.ran.kv must equal it.
  * Then judge(settings, metrics). FAIL wins over ERROR wins over PASS; no check at all is FAIL. */
 enum gate_verdict gate_judge_common(gate_judge_fn judge, int check_ran, const char *mode,
                                     const json_t *settings, const json_t *metrics, json_t *checks,

@@ -159,6 +159,7 @@ int mode_open(struct backend **out, const struct mode *mode, const struct model 
                                  .n_ctx = n_ctx,
                                  .n_batch = n_ctx,
                                  .faults = faults,
+                                 .kv_f16 = mode->kv_f16,
                                  .exec = mode->exec};
     if (mode->engine[0] && !mode->exec)
         return err_set(err, ERR_INPUT,
@@ -224,6 +225,11 @@ static void on_close(void *ctx, const struct backend *b)
         snprintf(r->device, sizeof r->device, "%s", info.device);
     if (!r->engine[0] && info.engine[0])
         snprintf(r->engine, sizeof r->engine, "%s", info.engine);
+    const char *kv = b->kv_f16 ? "f16" : "f32"; /* the backend's own word, set by its open */
+    if (!r->kv[0])
+        snprintf(r->kv, sizeof r->kv, "%s", kv);
+    else if (strcmp(r->kv, kv))
+        snprintf(r->kv, sizeof r->kv, "mixed");
     r->n_subjects++;
     r->forwards += info.forwards;
     r->tokens += info.tokens;
@@ -253,6 +259,8 @@ json_t *mode_ran_json(const struct mode_ran *r)
     /* an external engine's handshake (exec): what ran, as the engine named itself */
     if (o && r->engine[0])
         json_object_set_new(o, "engine", json_string(r->engine));
+    if (o && r->kv[0]) /* the KV cache the subjects reported; gates.c holds it to settings.kv */
+        json_object_set_new(o, "kv", json_string(r->kv));
     return o;
 }
 

@@ -42,6 +42,10 @@ struct mode {
      * harness sets exec after mode_parse(); "" / NULL for every other mode. */
     char engine[EXEC_NAME_MAX];
     struct exec_session *exec;
+    /* 1: mode_open() asks the backend for an F16 KV cache (backend_config.kv_f16; a ladder cell's
+     * `kv: f16`); a backend without one refuses at open, never runs F32 instead. The harness
+     * sets it after mode_parse() (0 = F32); the judge (mode_open_judge) is always F32. */
+    int kv_f16;
 };
 
 /* Parse "ref.decode" etc. Anything outside the fixed list is ERR_INPUT naming the list. The
@@ -86,6 +90,8 @@ struct mode_ran {
     char backends[64]; /* the distinct backend names seen, comma-separated ("" = none ran) */
     char device[128];  /* device of the first subject closed */
     char engine[256];  /* an external engine's "name version (build_id)", first seen ("" none) */
+    char kv[8];        /* the subjects' KV cache as each backend reported it at open (base.kv_f16):
+                        * "f32", "f16", "mixed" when they differed, "" when none closed */
     int n_subjects;    /* subject backends closed */
     uint64_t forwards, tokens, kernel_launches, device_bytes;
 };

@@ -220,13 +220,11 @@ int throughput_gate(const struct model *m, const struct mode *mode,
     out->decode_tokens = D;
     out->warmup = cfg->warmup;
     const double t0 = now_s();
-    if (cfg->kv_f16) { /* gate bench --kv f16 only: the backend refuses it unless it has one */
-        const struct backend_config bc = {
-            .n_threads = cfg->n_threads, .n_ctx = P + D, .n_batch = P + D, .kv_f16 = 1};
-        rc = backend_open(&b, mode->backend, m, &bc, err);
-    } else {
-        rc = mode_open(&b, mode, m, P + D, cfg->n_threads, NULL, err);
-    }
+    /* F16 KV: the cell's `kv: f16` (mode->kv_f16) or gate bench --kv f16 (cfg->kv_f16); the
+     * backend refuses it unless it has one */
+    struct mode kvm = *mode;
+    kvm.kv_f16 = mode->kv_f16 || cfg->kv_f16;
+    rc = mode_open(&b, &kvm, m, P + D, cfg->n_threads, NULL, err);
     if (rc)
         goto done;
     out->load_s = now_s() - t0;

@@ -195,10 +195,18 @@ int receipt_cell_name(const json_t *payload, char *out, size_t n, struct gate_er
         return err_set(err, ERR_INPUT,
                        "payload \"cell\" must be an object with non-empty strings \"model\", "
                        "\"host\" and \"mode\"");
-    int w = snprintf(out, n, "%s/%s/%s", m, h, d);
+    const json_t *kv = json_object_get(cell, "kv");
+    const char *k = json_string_value(kv);
+    if (kv && (!k || (strcmp(k, "f32") && strcmp(k, "f16"))))
+        return err_set(err, ERR_INPUT,
+                       "payload \"cell\" of %s/%s/%s: \"kv\" must be \"f32\" or"
+                       " \"f16\"",
+                       m, h, d);
+    const char *suffix = k && !strcmp(k, "f16") ? RECEIPT_KV_F16_SUFFIX : "";
+    int w = snprintf(out, n, "%s/%s/%s%s", m, h, d, suffix);
     if (w < 0 || (size_t)w >= n)
-        return err_set(err, ERR_INPUT, "cell name '%s/%s/%s' is too long (at most %zu bytes)", m, h,
-                       d, n - 1);
+        return err_set(err, ERR_INPUT, "cell name '%s/%s/%s%s' is too long (at most %zu bytes)", m,
+                       h, d, suffix, n - 1);
     return 0;
 }
 

@@ -1,0 +1,496 @@
+/* test_kv_ladder.c — the KV cache type as a ladder setting (issue 17: "KV cache F32 (F16
+ * selectable)"): a cells entry's `kv: f16` is strictly parsed and refused on a backend that
+ * offers no F16 cache; it is part of the cell's identity (name, receipt cell, release matching);
+ * every gate of the cell opens its subject with it and the receipt records what the backend
+ * reported; an F32 receipt never satisfies an F16 cell (nor the reverse).
+ * Start reading: kv_ladder.an_f16_cell_runs_end_to_end_and_its_receipt_says_f16, then
+ * kv_ladder.an_f32_receipt_never_satisfies_an_f16_cell.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <limits.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "harness/gatedef.h"
+#include "harness/identity.h"
+#include "harness/ladder.h"
+#include "harness/run.h"
+#include "oracles/mode.h"
+#include "receipts/key.h"
+#include "receipts/receipt.h"
+#include "receipts/store.h"
+#include "tests/support/check.h"
+
+/* The tiny MoE conformance model and its digest (tests/data/release_metrics.json was recorded on
+ * it, with the goldens file pinned below). */
+#define MOE_SHA "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560"
+#define GOLDENS_SHA "0fbed51a3d977ffe726a861d7d701e94bce701dd84dd25b96184e4664ba2427f"
+#define KEY_A "ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29"
+
+static char dir[600];
+
+static const char *path_in(const char *name)
+{
+    static char buf[4][1024];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+static void make_dir(void)
+{
+    snprintf(dir, sizeof dir, "%s/kvXXXXXX", check_tmp_dir());
+    cr_assert(mkdtemp(dir), "cannot make a scratch folder under %s", check_tmp_dir());
+}
+
+static const char *moe_path(void)
+{
+    static char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/conformance/qwen3moe-tiny-q4_k_m/model.gguf",
+             check_shared_dir());
+    return path;
+}
+
+/* Write l.yaml: one model m (the conformance MoE), host a (inline key), modes, the cells text
+ * (each entry a line starting with "  - "), gates text; returns its path. */
+static const char *write_ladder(const char *modes, const char *cells, const char *gates)
+{
+    const char *p = path_in("l.yaml");
+    FILE *f = fopen(p, "w");
+    cr_assert(f, "cannot write %s", p);
+    fprintf(f,
+            "release: {name: r, version: '1'}\n"                     /* 1 */
+            "models:\n"                                              /* 2 */
+            "  m: {path: %s, sha256: " MOE_SHA ", arch: qwen3moe}\n" /* 3 */
+            "hosts:\n"                                               /* 4 */
+            "  local: {device: none, trust: [" KEY_A "]}\n"          /* 5 */
+            "modes: [%s]\n"                                          /* 6 */
+            "cells:\n"                                               /* 7 */
+            "%s"                                                     /* 8.. */
+            "%s"
+            "unanchored: {qwen3moe: 'kv ladder tests'}\n",
+            moe_path(), modes, cells, gates ? gates : "");
+    cr_assert_eq(fclose(f), 0);
+    return p;
+}
+
+/* ---- the ladder ---------------------------------------------------------------------------- */
+
+Test(kv_ladder, kv_is_part_of_the_cell_and_of_every_gate_s_settings)
+{
+    make_dir();
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    const char *p =
+        write_ladder("cpu.decode, cpu.prefill, ref.decode",
+                     "  - {models: [m], hosts: [local], modes: [cpu.decode, cpu.prefill]}\n"
+                     "  - {model: m, host: local, mode: cpu.decode, kv: f16}\n"
+                     "  - {model: m, host: local, mode: ref.decode, kv: f32}\n",
+                     "gates:\n  overrides:\n"
+                     "    - match: {mode: cpu.decode, kv: f16}\n"
+                     "      parity: {min_cosine: 0.99}\n");
+    cr_assert_eq(ladder_load(&l, p, &err), 0, "%s", err.msg);
+    cr_assert_eq(l->n_cells, 4, "the same model/host/mode with f32 and f16 are two cells");
+    char name[256];
+    cr_expect_str_eq(ladder_cell_name(l, 0, name, sizeof name), "m/local/cpu.decode");
+    cr_expect_str_eq(ladder_cell_name(l, 2, name, sizeof name), "m/local/cpu.decode+kv=f16");
+    cr_expect_str_eq(ladder_cell_name(l, 3, name, sizeof name), "m/local/ref.decode");
+    cr_expect_eq(l->cells[0].kv_f16, 0);
+    cr_expect_eq(l->cells[2].kv_f16, 1);
+    cr_expect_eq(l->cells[2].g.kv_f16, 1, "the settings carry the cell's KV type");
+    cr_expect_eq(l->cells[3].kv_f16, 0, "kv: f32 is the default, written out");
+    /* an override can match the KV type */
+    cr_expect_float_eq(l->cells[2].g.min_cosine, 0.99, 1e-12);
+    cr_expect_float_eq(l->cells[0].g.min_cosine, 0.999, 1e-12);
+    /* every cell gate of the F16 cell records kv f16 (falsify's nested parity too); an F32
+     * cell records nothing, so its settings are what they were before the key */
+    for (int i = 0; GATE_DEFS[i].name; i++) {
+        if (!GATE_DEFS[i].cell_gate)
+            continue;
+        json_t *s16 = ladder_gate_settings(&l->cells[2].g, GATE_DEFS[i].name);
+        json_t *s32 = ladder_gate_settings(&l->cells[0].g, GATE_DEFS[i].name);
+        cr_expect_str_eq(json_string_value(json_object_get(s16, "kv")), "f16", "gate %s",
+                         GATE_DEFS[i].name);
+        cr_expect_null(json_object_get(s32, "kv"), "gate %s", GATE_DEFS[i].name);
+        if (!strcmp(GATE_DEFS[i].name, "falsify"))
+            cr_expect_str_eq(
+                json_string_value(json_object_get(json_object_get(s16, "parity"), "kv")), "f16");
+        json_decref(s16);
+        json_decref(s32);
+    }
+    /* the receipt's cell names itself the way the ladder does (the store's cell column) */
+    json_t *payload = json_pack("{s:{s:s, s:s, s:s, s:s}}", "cell", "model", "m", "host", "local",
+                                "mode", "cpu.decode", "kv", "f16");
+    char rname[256];
+    cr_assert_eq(receipt_cell_name(payload, rname, sizeof rname, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(rname, "m/local/cpu.decode+kv=f16");
+    json_object_set_new(json_object_get(payload, "cell"), "kv", json_string("f8"));
+    cr_expect_eq(receipt_cell_name(payload, rname, sizeof rname, NULL), ERR_INPUT,
+                 "a cell kv that is neither f32 nor f16 has no name");
+    json_decref(payload);
+    ladder_free(l);
+}
+
+struct bad_case {
+    const char *name, *modes, *cells, *gates;
+    const char *want; /* substring of the message, with line:column */
+};
+
+static const struct bad_case BAD[] = {
+    {"unknown value", "cpu.decode", "  - {model: m, host: local, mode: cpu.decode, kv: f8}\n", NULL,
+     "l.yaml:8:51: a cells entry's kv must be f32 or f16 (the KV cache type), not 'f8'"},
+    {"wrong type", "cpu.decode", "  - {model: m, host: local, mode: cpu.decode, kv: [f16]}\n", NULL,
+     "l.yaml:8:51: a cells entry's kv must be f32 or f16 (the KV cache type), not a list"},
+    {"a number", "cpu.decode", "  - {model: m, host: local, mode: cpu.decode, kv: 16}\n", NULL,
+     "l.yaml:8:51: a cells entry's kv must be f32 or f16 (the KV cache type), not '16'"},
+    {"the twin", "ref.decode", "  - {model: m, host: local, mode: ref.decode, kv: f16}\n", NULL,
+     "l.yaml:8:51: cell m/local/ref.decode: kv: f16, but backend 'ref' offers no F16 KV cache"
+     " (only cpu do); an F16 cell is refused, never run as F32"},
+    {"cuda, in every build", "cuda.decode",
+     "  - {model: m, host: local, mode: cuda.decode, kv: f16}\n", NULL,
+     "l.yaml:8:52: cell m/local/cuda.decode: kv: f16, but backend 'cuda' offers no F16 KV cache"},
+    {"one mode of a matrix", "cpu.decode, ref.chat",
+     "  - {models: [m], hosts: [local], modes: [cpu.decode, ref.chat], kv: f16}\n", NULL,
+     "l.yaml:8:70: cell m/local/ref.chat: kv: f16, but backend 'ref' offers no F16 KV cache"},
+    {"listed twice", "cpu.decode",
+     "  - {model: m, host: local, mode: cpu.decode, kv: f16}\n"
+     "  - {model: m, host: local, mode: cpu.decode}\n"
+     "  - {models: [m], hosts: [local], modes: [cpu.decode], kv: f16}\n",
+     NULL, "l.yaml:10:43: cell m/local/cpu.decode+kv=f16 is listed twice (first at line 8)"},
+    {"override match", "cpu.decode", "  - {model: m, host: local, mode: cpu.decode, kv: f16}\n",
+     "gates:\n  overrides:\n    - match: {kv: F16}\n      parity: {min_cosine: 0.99}\n",
+     "l.yaml:11:19: an override's match kv must be f32 or f16 (the KV cache type), not 'F16'"},
+};
+
+Test(kv_ladder, a_bad_kv_is_refused_naming_file_line_and_cell)
+{
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        make_dir();
+        struct gate_err err = {0};
+        struct ladder *l = NULL;
+        const char *p = write_ladder(BAD[i].modes, BAD[i].cells, BAD[i].gates);
+        cr_expect_eq(ladder_load(&l, p, &err), ERR_INPUT, "%s: accepted", BAD[i].name);
+        cr_expect(strstr(err.msg, BAD[i].want), "%s: want '%s' in: %s", BAD[i].name, BAD[i].want,
+                  err.msg);
+        ladder_free(l);
+    }
+    /* exec modes: the engine is another program; gate cannot ask its cache type */
+    make_dir();
+    FILE *f = fopen(path_in("l.yaml"), "w");
+    cr_assert(f);
+    fprintf(f,
+            "release: {name: r, version: '1'}\n"
+            "models:\n  m: {path: %s, sha256: " MOE_SHA ", arch: qwen3moe}\n"
+            "hosts:\n  local: {device: none, trust: [" KEY_A "]}\n"
+            "engines:\n  twin: {argv: [x], supports: [decode, faults]}\n"
+            "modes: [exec.twin.decode]\n"
+            "cells:\n  - {model: m, host: local, mode: exec.twin.decode, kv: f16}\n"
+            "unanchored: {qwen3moe: t}\n",
+            moe_path());
+    fclose(f);
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_expect_eq(ladder_load(&l, path_in("l.yaml"), &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "cell m/local/exec.twin.decode: kv: f16, but backend 'exec'"), "%s",
+              err.msg);
+    ladder_free(l);
+}
+
+/* The ladder believes engine/backend.c's word (backend_offers_kv_f16); each compiled-in backend
+ * must keep it: its open honours kv_f16 exactly when the list says so. */
+Test(kv_ladder, every_backend_keeps_its_word_about_an_f16_cache)
+{
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-moe", &buf);
+    int offered = 0;
+    for (int i = 0; i < backend_count(); i++) {
+        const char *name = backend_name(i);
+        if (!backend_find(name))
+            continue; /* not in this build (cuda on a CPU-only one) */
+        struct backend_config cfg = {.n_threads = 1, .n_ctx = 16, .n_batch = 16, .kv_f16 = 1};
+        struct backend *b = NULL;
+        struct gate_err err = {0};
+        const int rc = backend_open(&b, name, m, &cfg, &err);
+        cr_expect_eq(rc == 0, backend_offers_kv_f16(name) == 1,
+                     "backend %s: open with kv_f16 %s, but the list says it %s", name,
+                     rc ? "refused" : "succeeded",
+                     backend_offers_kv_f16(name) ? "offers one" : "offers none");
+        if (!rc)
+            cr_expect_eq(b->kv_f16, 1, "backend %s opened without reporting an F16 cache", name);
+        offered += !rc;
+        backend_close(b);
+    }
+    cr_expect_geq(offered, 1, "no backend of this build offers an F16 KV cache");
+    cr_expect_eq(backend_offers_kv_f16("exec"), 0);
+    cr_expect_eq(backend_offers_kv_f16("nope"), 0);
+    model_free(m);
+    free(buf);
+}
+
+/* mode_open (every gate's subject) hands the mode's KV type to the backend; the ran recorder
+ * reports what the backend says, and the numbers really differ from an F32 cache. */
+Test(kv_ladder, mode_open_opens_the_subject_with_the_cell_s_kv)
+{
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-moe", &buf);
+    const int n = 24, V = (int)m->hp.n_vocab;
+    int32_t tokens[24];
+    mode_tokens(7, (uint32_t)V, n, tokens);
+    float *lg[2];
+    for (int kv = 0; kv < 2; kv++) {
+        struct mode md;
+        struct gate_err err = {0};
+        cr_assert_eq(mode_parse("cpu.decode", &md, &err), 0, "%s", err.msg);
+        md.kv_f16 = kv;
+        struct mode_ran ran;
+        mode_ran_begin(&ran);
+        struct backend *b = NULL;
+        cr_assert_eq(mode_open(&b, &md, m, n, 1, NULL, &err), 0, "%s", err.msg);
+        cr_expect_eq(b->kv_f16, kv);
+        lg[kv] = malloc((size_t)n * V * sizeof *lg[kv]);
+        cr_assert(lg[kv]);
+        cr_assert_eq(mode_run(b, MODE_DECODE, tokens, n, NULL, 0, lg[kv], &err), 0, "%s", err.msg);
+        backend_close(b);
+        mode_ran_end();
+        cr_expect_str_eq(ran.kv, kv ? "f16" : "f32");
+        json_t *rj = mode_ran_json(&ran);
+        cr_expect_str_eq(json_string_value(json_object_get(rj, "kv")), kv ? "f16" : "f32");
+        json_decref(rj);
+    }
+    cr_expect_neq(memcmp(lg[0], lg[1], (size_t)n * V * sizeof(float)), 0,
+                  "an F16 cache gave the F32 cache's logits bit for bit");
+    free(lg[0]);
+    free(lg[1]);
+    model_free(m);
+    free(buf);
+}
+
+/* ---- end to end: gate run ------------------------------------------------------------------ */
+
+static json_t *gate_of(const struct run_result *r, const char *gate)
+{
+    return json_object_get(r->cells[0].gates_json, gate);
+}
+
+Test(kv_ladder, an_f16_cell_runs_end_to_end_and_its_receipt_says_f16)
+{
+    make_dir();
+    struct gate_err err = {0};
+    struct key_pair k;
+    cr_assert_eq(key_generate(path_in("a.key"), "a", &k, &err), 0, "%s", err.msg);
+    cr_assert_eq(key_write_public(path_in("a.pub"), &k, &err), 0, "%s", err.msg);
+    key_wipe(&k);
+    const char *p = path_in("l.yaml");
+    FILE *f = fopen(p, "w");
+    cr_assert(f);
+    /* the smallest ladder that proves it: one cell, parity at 64 positions, a short throughput,
+     * one fault without the sweep; no goldens file (the golden gate FAILs, which is not what
+     * this test is about) */
+    fprintf(f,
+            "release: {name: rel, version: 1.0.0}\n"
+            "models:\n  moe: {path: %s, sha256: " MOE_SHA ", arch: qwen3moe}\n"
+            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+            "modes: [cpu.decode]\n"
+            "cells:\n  - {model: moe, host: a, mode: cpu.decode, kv: f16}\n"
+            "gates:\n  defaults:\n    parity: {positions: 64}\n"
+            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 2,"
+            " max_cv: 100}\n"
+            "    falsify: {faults: [skip_qk_norm], sweep_samples: 0}\n"
+            "unanchored: {qwen3moe: 'kv ladder tests'}\n",
+            moe_path());
+    cr_assert_eq(fclose(f), 0);
+    struct run_options o = {
+        .ladder = p, .host = "a", .db = path_in("r.db"), .key = path_in("a.key"), .threads = 1};
+    struct run_result res;
+    cr_assert_eq(run_ladder(&o, NULL, NULL, &res, &err), 0, "%s", err.msg);
+    cr_assert_eq(res.n, 1);
+    cr_expect_str_eq(res.cells[0].name, "moe/a/cpu.decode+kv=f16");
+    json_t *parity = gate_of(&res, "parity");
+    cr_expect_str_eq(json_string_value(json_object_get(parity, "verdict")), "PASS", "parity: %s",
+                     json_string_value(json_object_get(parity, "reason")));
+    /* every gate that runs the subject: the settings ask for f16 and the backend reported f16 */
+    static const char *const gates[] = {"capability", "parity", "golden", "throughput", "falsify"};
+    for (int g = 0; g < 5; g++) {
+        json_t *row = gate_of(&res, gates[g]);
+        cr_expect_str_eq(json_string_value(json_object_get(json_object_get(row, "settings"), "kv")),
+                         "f16", "gate %s settings", gates[g]);
+        json_t *ran = json_object_get(json_object_get(row, "metrics"), "ran");
+        if (!strcmp(gates[g], "golden") && !json_object_get(ran, "kv"))
+            continue; /* no goldens file: the gate stops before opening the subject */
+        cr_expect_str_eq(json_string_value(json_object_get(ran, "kv")), "f16",
+                         "gate %s: the subject did not run with an F16 cache", gates[g]);
+    }
+    run_result_free(&res);
+    /* the signed payload's cell carries the KV type, and the store names the cell with it */
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_open_v2(path_in("r.db"), &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "select json_extract(payload,'$.cell.kv'), cell from receipts",
+                                    -1, &st, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_expect_str_eq((const char *)sqlite3_column_text(st, 0), "f16");
+    cr_expect_str_eq((const char *)sqlite3_column_text(st, 1), "moe/a/cpu.decode+kv=f16");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
+/* ---- the release check --------------------------------------------------------------------- */
+
+/* A stand-in clean build (the receipts below are fabricated as this build's). */
+static struct identity self_id(void)
+{
+    struct identity id;
+    memset(&id, 0, sizeof id);
+    snprintf(id.version, sizeof id.version, "1.0.0");
+    snprintf(id.git_commit, sizeof id.git_commit, "c0ffee0000000000000000000000000000000001");
+    snprintf(id.binary_sha256, sizeof id.binary_sha256, "%064d", 0);
+    snprintf(id.source_sha256, sizeof id.source_sha256, "%064d", 7);
+    snprintf(id.build_flags, sizeof id.build_flags, "test stand-in");
+    return id;
+}
+
+/* What a receipt says about the KV cache, each part separately. */
+struct kv_claim {
+    const char *cell_kv; /* payload cell.kv; NULL: absent (a receipt from before the key) */
+    int settings_f16;    /* the gates' settings were those of an F16 cell */
+    const char *ran_kv;  /* metrics.ran.kv of every gate (what the backend reported) */
+};
+
+/* Append to db a receipt for model m, host a, mode cpu.decode, signed by k: the recorded numbers
+ * of a real PASS receipt (tests/data/release_metrics.json, as ran by the cpu backend), judged
+ * with the settings of cell ci of l (kv set by the claim). */
+static void add_receipt(const struct ladder *l, int ci, const char *db, const struct key_pair *k,
+                        struct kv_claim c)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/data/release_metrics.json", GATE_SOURCE_DIR);
+    json_error_t je;
+    json_t *metrics = json_load_file(path, 0, &je), *gates = json_object();
+    cr_assert(metrics, "%s: %s", path, je.text);
+    struct ladder_gates g = l->cells[ci].g;
+    g.kv_f16 = c.settings_f16;
+    static const char *const names[] = {"capability", "parity", "golden", "throughput", "falsify"};
+    for (int i = 0; i < 5; i++) {
+        json_t *mt = json_deep_copy(json_object_get(metrics, names[i]));
+        json_t *ran = json_object_get(mt, "ran");
+        json_object_set_new(ran, "backend", json_string("cpu"));
+        json_object_set_new(ran, "kv", json_string(c.ran_kv));
+        json_object_set_new(
+            gates, names[i],
+            gatedef_row(names[i], "cpu.decode", ladder_gate_settings(&g, names[i]), mt, NULL));
+    }
+    json_decref(metrics);
+    const struct identity id = self_id();
+    json_t *cell = json_pack("{s:s, s:s, s:s}", "model", "m", "host", "a", "mode", "cpu.decode");
+    if (c.cell_kv)
+        json_object_set_new(cell, "kv", json_string(c.cell_kv));
+    json_t *p = json_pack("{s:{s:s, s:s, s:s, s:s}, s:o, s:{s:{s:s, s:s}, s:o}, s:{s:s, s:s},"
+                          " s:o, s:s}",
+                          "ladder", "name", l->name, "version", l->version, "sha256", l->sha256,
+                          "trust_sha256", l->trust_sha256, "cell", cell, "subject", "model", "id",
+                          "m", "sha256", MOE_SHA, "engine", identity_json(&id), "environment",
+                          "host", "a", "hostname", "a", "gates", gates, "verdict",
+                          gatedef_overall(gates) == GATE_PASS ? "PASS" : "FAIL");
+    cr_assert(p);
+    struct gate_err err = {0};
+    struct store *st = NULL;
+    cr_assert_eq(store_open(&st, db, &err), 0, "%s", err.msg);
+    int64_t rid = 0;
+    cr_assert_eq(store_append(st, p, k, &rid, &err), 0, "%s", err.msg);
+    store_close(st);
+    json_decref(p);
+}
+
+/* The release of l from db as the stand-in build: the state of each cell into states. */
+static int evaluate(const struct ladder *l, const char *db, enum release_state *states,
+                    char reasons[][700])
+{
+    struct gate_err err = {0};
+    struct store *st = NULL;
+    const struct identity id = self_id();
+    struct release_options o = {.ladder = l->path, .db = db};
+    struct release_result r;
+    cr_assert_eq(store_open_readonly(&st, db, &err), 0, "%s", err.msg);
+    cr_assert_eq(release_evaluate(l, st, &id, &o, &r, &err), 0, "%s", err.msg);
+    store_close(st);
+    for (int i = 0; i < r.n_cells; i++) {
+        states[i] = r.cells[i].state;
+        snprintf(reasons[i], 700, "%s", r.cells[i].reason);
+    }
+    const int ok = r.ok;
+    release_result_free(&r);
+    return ok;
+}
+
+Test(kv_ladder, an_f32_receipt_never_satisfies_an_f16_cell)
+{
+    make_dir();
+    struct gate_err err = {0};
+    struct key_pair k;
+    cr_assert_eq(key_generate(path_in("a.key"), "a", &k, &err), 0, "%s", err.msg);
+    cr_assert_eq(key_write_public(path_in("a.pub"), &k, &err), 0, "%s", err.msg);
+    const char *p = path_in("l.yaml");
+    FILE *f = fopen(p, "w");
+    cr_assert(f);
+    fprintf(f,
+            "release: {name: rel, version: 1.0.0}\n"
+            "models:\n  m: {path: %s, sha256: " MOE_SHA ", arch: qwen3moe}\n"
+            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+            "modes: [cpu.decode]\n"
+            "cells:\n  - {model: m, host: a, mode: cpu.decode}\n"
+            "  - {model: m, host: a, mode: cpu.decode, kv: f16}\n"
+            "gates:\n  defaults:\n    golden: {goldens: g.json, sha256: " GOLDENS_SHA "}\n"
+            "unanchored: {qwen3moe: 'recorded numbers only'}\n",
+            moe_path());
+    cr_assert_eq(fclose(f), 0);
+    struct ladder *l = NULL;
+    cr_assert_eq(ladder_load(&l, p, &err), 0, "%s", err.msg);
+    cr_assert_eq(l->n_cells, 2);
+    enum release_state s[2];
+    char why[2][700];
+    const struct kv_claim f32 = {"f32", 0, "f32"}, f16 = {"f16", 1, "f16"};
+
+    /* the attack: a genuine PASS receipt of the F32 cell offered for the F16 one */
+    add_receipt(l, 0, path_in("attack.db"), &k, f32);
+    cr_expect_eq(evaluate(l, path_in("attack.db"), s, why), 0, "the release is OK without F16");
+    cr_expect_eq(s[0], RELEASE_PASS, "the F32 cell: %s", why[0]);
+    cr_expect_eq(s[1], RELEASE_MISSING, "the F16 cell is %s: %s", release_state_name(s[1]), why[1]);
+    /* a receipt from before the key (no cell.kv) is an F32 receipt too */
+    add_receipt(l, 0, path_in("old.db"), &k, (struct kv_claim){NULL, 0, "f32"});
+    evaluate(l, path_in("old.db"), s, why);
+    cr_expect_eq(s[1], RELEASE_MISSING, "no cell.kv counted for F16: %s", why[1]);
+    /* an F32 run relabelled as the F16 cell: its settings are not the F16 cell's */
+    add_receipt(l, 0, path_in("relabel.db"), &k, (struct kv_claim){"f16", 0, "f32"});
+    evaluate(l, path_in("relabel.db"), s, why);
+    cr_expect_eq(s[1], RELEASE_STALE, "relabelled: %s (%s)", release_state_name(s[1]), why[1]);
+    cr_expect(strstr(why[1], ".kv (absent) -> \"f16\""), "%s", why[1]);
+    /* a harness that dropped the setting: the F16 cell's settings, but the backend ran F32 */
+    add_receipt(l, 1, path_in("dropped.db"), &k, (struct kv_claim){"f16", 1, "f32"});
+    evaluate(l, path_in("dropped.db"), s, why);
+    cr_expect_eq(s[1], RELEASE_FAIL, "dropped: %s (%s)", release_state_name(s[1]), why[1]);
+    cr_expect(strstr(why[1], "asks for a f16 KV cache but the subject ran with f32"), "%s", why[1]);
+    /* and the reverse: an F16 receipt does not count for the F32 cell */
+    add_receipt(l, 1, path_in("reverse.db"), &k, f16);
+    cr_expect_eq(evaluate(l, path_in("reverse.db"), s, why), 0);
+    cr_expect_eq(s[0], RELEASE_MISSING, "the F32 cell is %s: %s", release_state_name(s[0]), why[0]);
+    cr_expect_eq(s[1], RELEASE_PASS, "the F16 cell: %s", why[1]);
+    /* an F32 cell whose subject ran F16 fails too */
+    add_receipt(l, 0, path_in("f32ran16.db"), &k, (struct kv_claim){"f32", 0, "f16"});
+    evaluate(l, path_in("f32ran16.db"), s, why);
+    cr_expect_eq(s[0], RELEASE_FAIL, "f32 cell ran f16: %s (%s)", release_state_name(s[0]), why[0]);
+    /* the control: both cells with their own receipts, the release is OK */
+    add_receipt(l, 0, path_in("both.db"), &k, f32);
+    add_receipt(l, 1, path_in("both.db"), &k, f16);
+    cr_expect_eq(evaluate(l, path_in("both.db"), s, why), 1, "%s / %s", why[0], why[1]);
+    key_wipe(&k);
+    ladder_free(l);
+}
