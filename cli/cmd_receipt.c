@@ -491,10 +491,12 @@ static int show_row(void *ctx, const struct store_row *r)
            safe(r->created_at));
     json_t *cell = json_object_get(p, "cell");
     const char *kv = json_string_value(json_object_get(cell, "kv"));
-    printf("cell         model %s, host %s, mode %s, kv %s\n",
-           str_of(json_object_get(cell, "model")), str_of(json_object_get(cell, "host")),
-           str_of(json_object_get(cell, "mode")),
-           kv ? safe(kv) : "f32 (not recorded: before the kv key)");
+    const char *cmode = json_string_value(json_object_get(cell, "mode"));
+    printf("cell         model %s, host %s, mode %s", str_of(json_object_get(cell, "model")),
+           str_of(json_object_get(cell, "host")), str_of(json_object_get(cell, "mode")));
+    if (!cmode || strcmp(cmode, "anchor")) /* an anchor case runs the judge: always F32 */
+        printf(", kv %s", kv ? safe(kv) : "f32 (not recorded: before the kv key)");
+    printf("\n");
     printf("verdict      %s\n", str_of(json_object_get(p, "verdict")));
     const char *started = json_string_value(json_object_get(p, "started_at"));
     const char *finished = json_string_value(json_object_get(p, "finished_at"));

@@ -341,6 +341,27 @@ Test(kv_ladder, an_f16_cell_runs_end_to_end_and_its_receipt_says_f16)
     cr_expect_str_eq((const char *)sqlite3_column_text(st, 1), "moe/a/cpu.decode+kv=f16");
     sqlite3_finalize(st);
     sqlite3_close(db);
+    /* what a person reads: receipt show, the release matrix, the HTML report */
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && '%s' receipt show 1 --db r.db > show.txt 2>&1;"
+             " '%s' release check l.yaml --db r.db > release.txt 2>&1;"
+             " '%s' report l.yaml --db r.db -o report.html > /dev/null 2>&1; true",
+             dir, bin, bin, bin);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    char *show = check_slurp_text(path_in("show.txt"));
+    cr_expect(strstr(show, "receipt 1: moe/a/cpu.decode+kv=f16"), "%s", show);
+    cr_expect(strstr(show, "mode cpu.decode, kv f16"), "%s", show);
+    free(show);
+    char *rel = check_slurp_text(path_in("release.txt"));
+    cr_expect(strstr(rel, "a/cpu.decode+kv=f16"), "the matrix has no F16 column: %s", rel);
+    free(rel);
+    char *html = check_slurp_text(path_in("report.html"));
+    cr_expect(strstr(html, "<th>KV cache</th><td>f16"), "the HTML receipt has no KV row");
+    cr_expect(strstr(html, "cpu.decode+kv=f16"), "the HTML matrix does not name the F16 cell");
+    free(html);
 }
 
 /* ---- the release check --------------------------------------------------------------------- */
