@@ -4,8 +4,9 @@
  * Invariants after ladder_load() succeeds: every key was known, of the right type and unique;
  * every cell names defined models, hosts and modes from the fixed list every build knows;
  * no cell is the judge itself; parity runs >= 64 positions; every fault listed can apply to
- * the cell's model architecture; every model pins a SHA-256. There is no "optional" and no
- * "skip": every expanded cell is required.
+ * the cell's model architecture; every model pins a SHA-256; a `kv: f16` cell names a backend
+ * that offers an F16 KV cache (backend_offers_kv_f16). There is no "optional" and no "skip":
+ * every expanded cell is required.
  * Start reading: struct ladder, then ladder_load().
  */
 #ifndef GATE_LADDER_H

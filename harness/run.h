@@ -25,7 +25,8 @@ struct run_options {
     const char *host; /* --host or $GATE_HOST */
     const char *db;   /* default receipts.db */
     const char *key;  /* default ~/.config/gate/keys/<host>.key */
-    const char *only; /* fnmatch pattern over "model/host/mode"; NULL = all */
+    const char *only; /* fnmatch pattern over the cell name, "model/host/mode" (plus "+kv=f16"
+                       * for an F16-KV cell, ladder_cell_name); NULL = all */
     int threads;      /* 0 = all cores */
     int json;         /* machine-readable results on stdout (read by the command, not the core) */
 };

@@ -225,10 +225,13 @@ static void on_close(void *ctx, const struct backend *b)
         snprintf(r->device, sizeof r->device, "%s", info.device);
     if (!r->engine[0] && info.engine[0])
         snprintf(r->engine, sizeof r->engine, "%s", info.engine);
-    const char *kv = b->kv_f16 ? "f16" : "f32"; /* the backend's own word, set by its open */
-    if (!r->kv[0])
+    /* the KV cache: the backend's own word, set by its open; an external engine's (exec) is its
+     * own business, which gate cannot see, so none is recorded for it */
+    const char *kv = b->kv_f16 ? "f16" : "f32";
+    const int external = !strcmp(info.backend, "exec");
+    if (!external && !r->kv[0])
         snprintf(r->kv, sizeof r->kv, "%s", kv);
-    else if (strcmp(r->kv, kv))
+    else if (!external && strcmp(r->kv, kv))
         snprintf(r->kv, sizeof r->kv, "mixed");
     r->n_subjects++;
     r->forwards += info.forwards;

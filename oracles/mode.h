@@ -91,7 +91,8 @@ struct mode_ran {
     char device[128];  /* device of the first subject closed */
     char engine[256];  /* an external engine's "name version (build_id)", first seen ("" none) */
     char kv[8];        /* the subjects' KV cache as each backend reported it at open (base.kv_f16):
-                        * "f32", "f16", "mixed" when they differed, "" when none closed */
+                        * "f32", "f16", "mixed" when they differed, "" when none closed or only
+                        * external engines (exec: gate cannot see their cache) */
     int n_subjects;    /* subject backends closed */
     uint64_t forwards, tokens, kernel_launches, device_bytes;
 };
