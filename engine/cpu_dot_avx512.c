@@ -213,9 +213,55 @@ static void avx512_q45_K(const void *w, int five, const uint8_t *act, size_t as,
     }
 }
 
+/* avx512_q8_0 with one token: the four partials in a register rather than in p[t] (whose
+ * load-add-store each group of four blocks chained the loop through memory); the same integers
+ * and float operations */
+static void avx512_q8_0_one(const struct block_q8_0 *x, const struct cpu_q16_32 *y, int64_t nb,
+                            float *acc)
+{
+    __m128 p = _mm_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        /* each block in two halves of 16 values (ymm: the widening and the final hadds are
+         * cheaper than a zmm's, 1.27 against 1.45 ns per block in L2) */
+        __m256i s4[4];
+        for (int k = 0; k < 4; k++) {
+            const __m256i lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i + k].qs));
+            const __m256i hi =
+                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x[i + k].qs + 16)));
+            s4[k] = _mm256_dpwssd_epi32(
+                _mm256_dpwssd_epi32(_mm256_setzero_si256(), lo,
+                                    _mm256_loadu_si256((const __m256i *)y[i + k].qs)),
+                hi, _mm256_loadu_si256((const __m256i *)(y[i + k].qs + 16)));
+        }
+        const __m256i h =
+            _mm256_hadd_epi32(_mm256_hadd_epi32(s4[0], s4[1]), _mm256_hadd_epi32(s4[2], s4[3]));
+        const __m128i isum =
+            _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16(
+            (short)x[i].d, (short)x[i + 1].d, (short)x[i + 2].d, (short)x[i + 3].d, 0, 0, 0, 0));
+        const __m128 yd = _mm_setr_ps(y[i].d, y[i + 1].d, y[i + 2].d, y[i + 3].d);
+        p = _mm_add_ps(p, _mm_mul_ps(_mm_mul_ps(dw, yd), _mm_cvtepi32_ps(isum)));
+    }
+    float q[4];
+    _mm_storeu_ps(q, p);
+    for (; i < nb; i++) {
+        const __m512i s =
+            _mm512_dpwssd_epi32(_mm512_setzero_si512(),
+                                _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)x[i].qs)),
+                                _mm512_loadu_si512((const void *)y[i].qs));
+        q[i & 3] += (FP16(x[i].d) * y[i].d) * (float)_mm512_reduce_add_epi32(s);
+    }
+    *acc += (q[0] + q[1]) + (q[2] + q[3]);
+}
+
 static void avx512_q8_0(const void *w, const uint8_t *act, size_t as, int nt, int64_t nb,
                         float *acc)
 {
+    if (nt == 1) {
+        avx512_q8_0_one(w, (const struct cpu_q16_32 *)act, nb, acc);
+        return;
+    }
     const struct block_q8_0 *x = w;
     float p[CPU_DOT_MAX_TOK][4] = {{0}}; /* block i into partial i % 4, as the portable kernel */
     int64_t i = 0;
