@@ -1,8 +1,12 @@
 /* pool.h — a fixed pool of worker threads for data-parallel loops.
  *
- * pool_run() splits [0, n) into one contiguous chunk per thread (the caller runs chunk 0) and
- * returns when all are done. Work items must be independent, so results never depend on the
- * thread count (the reference twin's outputs are bit-identical for any --threads).
+ * pool_run() cuts [0, n) into contiguous grains — one per item for n <= 256, else four per
+ * thread — which the threads, the caller included, claim in turn from one counter; it returns
+ * when all are done. fn may run several times on one thread, on one grain each time, and never
+ * on two threads at once with the same `thread`, so per-thread scratch indexed by `thread`
+ * stays private. Work items must be independent, so results never depend on the thread count
+ * or on which thread ran which grain (the reference twin's outputs are bit-identical for any
+ * --threads).
  */
 #ifndef GATE_POOL_H
 #define GATE_POOL_H
