@@ -27,7 +27,7 @@ static const char RUN_USAGE[] =
     "  Runs every cell of this host (--host or $GATE_HOST) through the capability, parity,\n"
     "  golden, throughput and falsify gates and writes one signed receipt per cell.\n"
     "  --key     signing key (default ~/.config/gate/keys/<host>.key; make one with gate key gen)\n"
-    "  --only    fnmatch pattern over model/host/mode\n"
+    "  --only    fnmatch pattern over model/host/mode (an F16-KV cell's name ends +kv=f16)\n"
     "  --junit   also write the results as JUnit XML to FILE (one testsuite per cell, one\n"
     "            testcase per gate; written even when nothing could run; docs/reports.md)\n"
     "  Exit 0 when every cell passed, 1 when any failed, 2 for usage or ladder errors,\n"
