@@ -25,17 +25,9 @@
 #include "receipts/key.h"
 #include "receipts/store.h"
 #include "tests/support/check.h"
+#include "tests/support/conformance.h"
 
 /* ---- helpers ------------------------------------------------------------------------------- */
-
-static const char *conf(const char *c, const char *file)
-{
-    static char buf[8][1400];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/conformance/%s/%s", check_shared_dir(), c, file);
-    return buf[k];
-}
 
 static const char *sha_of(const char *path)
 {
@@ -60,7 +52,7 @@ static void exact_spec(struct spec_buf *b, const char *c, const char *arch)
                                         "greedy_exact.txt"};
     memset(b, 0, sizeof *b);
     for (int i = 0; i < 4; i++) {
-        snprintf(b->path[i], sizeof b->path[i], "%s", conf(c, files[i]));
+        snprintf(b->path[i], sizeof b->path[i], "%s", conformance_path(c, files[i]));
         snprintf(b->sha[i], sizeof b->sha[i], "%s", sha_of(b->path[i]));
     }
     b->s.id = c;
@@ -126,7 +118,8 @@ Test(anchor, a_file_that_is_not_the_pinned_one_is_an_input_error)
     struct spec_buf b;
     exact_spec(&b, "qwen3-dense-tiny-q4_k_m", "qwen3");
     /* llama.cpp's logits in place of the exact ones, with the exact file's pin */
-    snprintf(b.path[2], sizeof b.path[2], "%s", conf("qwen3-dense-tiny-q4_k_m", "logits.f32"));
+    snprintf(b.path[2], sizeof b.path[2], "%s",
+             conformance_path("qwen3-dense-tiny-q4_k_m", "logits.f32"));
     struct gate_err err = {0};
     json_t *m = NULL;
     cr_expect_eq(anchor_run(&b.s, 1, &m, &err), ERR_INPUT);
@@ -348,7 +341,7 @@ static const char *ladder_with(const char *fmt, ...)
             "hosts:\n  h: {device: none, trust: ['ed25519:%064d']}\n"
             "modes: [ref.decode]\n"
             "cells:\n  - {model: moe, host: h, mode: ref.decode}\n",
-            conf("qwen3moe-tiny-q4_k_m", "model.gguf"), 0);
+            conformance_path("qwen3moe-tiny-q4_k_m", "model.gguf"), 0);
     va_list ap;
     va_start(ap, fmt);
     vfprintf(f, fmt, ap);
@@ -369,10 +362,12 @@ static const char *anchor_yaml(const char *id, const char *c, const char *arch, 
              "    logits: {path: %s, sha256: %s}\n"
              "    greedy: {path: %s, sha256: %s, after: 16}\n"
              "    thresholds: {max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 1.0e-3}\n%s",
-             id, arch, conf(c, "model.gguf"), sha_of(conf(c, "model.gguf")), conf(c, "tokens.txt"),
-             sha_of(conf(c, "tokens.txt")), conf(c, "logits_exact.f32"),
-             sha_of(conf(c, "logits_exact.f32")), conf(c, "greedy_exact.txt"),
-             sha_of(conf(c, "greedy_exact.txt")), extra);
+             id, arch, conformance_path(c, "model.gguf"), sha_of(conformance_path(c, "model.gguf")),
+             conformance_path(c, "tokens.txt"), sha_of(conformance_path(c, "tokens.txt")),
+             conformance_path(c, "logits_exact.f32"),
+             sha_of(conformance_path(c, "logits_exact.f32")),
+             conformance_path(c, "greedy_exact.txt"),
+             sha_of(conformance_path(c, "greedy_exact.txt")), extra);
     return buf[k];
 }
 
@@ -398,7 +393,8 @@ Test(anchor, the_ladder_parses_anchors_strictly)
     cr_expect_str_eq(a->id, "conf-moe");
     cr_expect_str_eq(a->arch, "qwen3moe");
     cr_expect_str_eq(a->reference, "float64 exact evaluation");
-    cr_expect_str_eq(a->logits.sha256, sha_of(conf("qwen3moe-tiny-q4_k_m", "logits_exact.f32")));
+    cr_expect_str_eq(a->logits.sha256,
+                     sha_of(conformance_path("qwen3moe-tiny-q4_k_m", "logits_exact.f32")));
     cr_expect(a->greedy.path && a->greedy_after == 16);
     cr_expect_eq(a->max_nmse, 1e-8);
     cr_expect_eq(a->min_cosine, 0.999999);
@@ -496,7 +492,7 @@ Test(anchor, an_anchor_receipt_is_a_signed_payload_that_rederives, .timeout = 12
         anchor_yaml("bad", DENSE, "qwen3", ""));
     cr_assert_eq(ladder_load(&l, p, &err), 0, "%s", err.msg);
     free(l->anchors[1].logits.path);
-    l->anchors[1].logits.path = strdup(conf(DENSE, "logits.f32"));
+    l->anchors[1].logits.path = strdup(conformance_path(DENSE, "logits.f32"));
     struct identity id;
     memset(&id, 0, sizeof id);
     snprintf(id.version, sizeof id.version, "1");

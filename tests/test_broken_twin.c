@@ -29,18 +29,10 @@
 #include "receipts/receipt.h"
 #include "receipts/store.h"
 #include "tests/support/check.h"
+#include "tests/support/conformance.h"
 
 #define DENSE "qwen3-dense-tiny-q4_k_m"
 #define TINY_DENSE_SHA "91d5b06bdb37e3f7c42f37d761857b150130488e18619bd7a06e08cc4bb923d0"
-
-static const char *conf(const char *c, const char *file)
-{
-    static char buf[8][1400];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/conformance/%s/%s", check_shared_dir(), c, file);
-    return buf[k];
-}
 
 static const char *sha_of(const char *path)
 {
@@ -60,7 +52,7 @@ static void expect_caught(const char *c, const char *arch)
                                         "greedy_exact.txt"};
     char path[4][1400], sha[4][65];
     for (int i = 0; i < 4; i++) {
-        snprintf(path[i], sizeof path[i], "%s", conf(c, files[i]));
+        snprintf(path[i], sizeof path[i], "%s", conformance_path(c, files[i]));
         snprintf(sha[i], sizeof sha[i], "%s", sha_of(path[i]));
     }
     struct anchor_spec s = {.id = c,
@@ -152,10 +144,12 @@ static void write_ladder(const char *goldens_sha)
         "    logits: {path: %s, sha256: %s}\n"
         "    greedy: {path: %s, sha256: %s, after: 16}\n"
         "    thresholds: {max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 1.0e-3}\n",
-        GATE_VERSION, goldens_sha, conf(DENSE, "model.gguf"), sha_of(conf(DENSE, "model.gguf")),
-        conf(DENSE, "tokens.txt"), sha_of(conf(DENSE, "tokens.txt")),
-        conf(DENSE, "logits_exact.f32"), sha_of(conf(DENSE, "logits_exact.f32")),
-        conf(DENSE, "greedy_exact.txt"), sha_of(conf(DENSE, "greedy_exact.txt")));
+        GATE_VERSION, goldens_sha, conformance_path(DENSE, "model.gguf"),
+        sha_of(conformance_path(DENSE, "model.gguf")), conformance_path(DENSE, "tokens.txt"),
+        sha_of(conformance_path(DENSE, "tokens.txt")), conformance_path(DENSE, "logits_exact.f32"),
+        sha_of(conformance_path(DENSE, "logits_exact.f32")),
+        conformance_path(DENSE, "greedy_exact.txt"),
+        sha_of(conformance_path(DENSE, "greedy_exact.txt")));
     fclose(f);
 }
 

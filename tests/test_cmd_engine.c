@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "tests/support/check.h"
+#include "tests/support/conformance.h"
 #include "tests/support/ggufedit.h"
 
 static const char *bin(void)
@@ -44,28 +45,20 @@ static int run(char **out, const char *fmt, ...)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static const char *conf(const char *c, const char *file)
-{
-    static char buf[4][1024];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/conformance/%s/%s", check_shared_dir(), c, file);
-    return buf[k];
-}
-
 Test(cmd_engine, eval_writes_logits_matching_the_exact_reference)
 {
     char *out, logits[1024];
     snprintf(logits, sizeof logits, "%s/eval.f32", check_tmp_dir());
     int rc = run(&out, "%s eval %s --tokens %s --logits %s --threads 2", bin(),
-                 conf("qwen3moe-tiny-q8_0", "model.gguf"), conf("qwen3moe-tiny-q8_0", "tokens.txt"),
-                 logits);
+                 conformance_path("qwen3moe-tiny-q8_0", "model.gguf"),
+                 conformance_path("qwen3moe-tiny-q8_0", "tokens.txt"), logits);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "96 positions x 512 logits"), "%s", out);
     free(out);
     size_t na = 0, nb = 0;
     float *a = (float *)check_slurp(logits, &na);
-    float *b = (float *)check_slurp(conf("qwen3moe-tiny-q8_0", "logits_exact.f32"), &nb);
+    float *b =
+        (float *)check_slurp(conformance_path("qwen3moe-tiny-q8_0", "logits_exact.f32"), &nb);
     cr_assert(a && b && na == nb && na == 96 * 512 * 4, "sizes %zu %zu", na, nb);
     check_floats("gate eval vs logits_exact.f32", a, b, 96 * 512, 1e-3, 1e-3, 1e-8);
     free(a);
@@ -78,8 +71,8 @@ Test(cmd_engine, eval_output_errors_name_the_users_file_not_a_temp)
      * writer named its predictable "OUT.tmp.<pid>", which is also gone: mkostemp now) */
     char *out;
     int rc = run(&out, "%s eval %s --tokens %s --logits %s/no/such/dir/x.f32", bin(),
-                 conf("qwen3-dense-tiny-f32", "model.gguf"),
-                 conf("qwen3-dense-tiny-f32", "tokens.txt"), check_tmp_dir());
+                 conformance_path("qwen3-dense-tiny-f32", "model.gguf"),
+                 conformance_path("qwen3-dense-tiny-f32", "tokens.txt"), check_tmp_dir());
     cr_expect_eq(rc, 3, "%s", out);
     cr_expect(strstr(out, "no/such/dir/x.f32'") && !strstr(out, "XXXXXX") && !strstr(out, ".tmp."),
               "%s", out);
@@ -90,7 +83,7 @@ Test(cmd_engine, a_backend_not_in_this_build_is_exit_3_in_bench_parity_and_falsi
 {
     /* issue 16: the same situation gets the same code everywhere (settled question 6) */
     char *out;
-    const char *m = conf("qwen3-dense-tiny-f32", "model.gguf");
+    const char *m = conformance_path("qwen3-dense-tiny-f32", "model.gguf");
 #ifndef GATE_HAVE_CUDA
     cr_expect_eq(run(&out, "%s bench %s --backend cuda", bin(), m), 3, "%s", out);
     free(out);
@@ -132,17 +125,18 @@ Test(cmd_engine, generate_reproduces_the_exact_greedy_continuation)
     char prompt[1024], *out;
     snprintf(prompt, sizeof prompt, "%s/prompt.txt", check_tmp_dir());
     int n = 0;
-    int32_t *ids = check_read_ids(conf("qwen3-dense-tiny-q4_k_m", "tokens.txt"), &n);
+    int32_t *ids = check_read_ids(conformance_path("qwen3-dense-tiny-q4_k_m", "tokens.txt"), &n);
     FILE *f = fopen(prompt, "w");
     for (int i = 0; i < 16; i++)
         fprintf(f, "%d\n", ids[i]);
     fclose(f);
     free(ids);
     int rc = run(&out, "%s generate %s --tokens %s --n 32 --ids", bin(),
-                 conf("qwen3-dense-tiny-q4_k_m", "model.gguf"), prompt);
+                 conformance_path("qwen3-dense-tiny-q4_k_m", "model.gguf"), prompt);
     cr_assert_eq(rc, 0, "%s", out);
     int ne = 0;
-    int32_t *want = check_read_ids(conf("qwen3-dense-tiny-q4_k_m", "greedy_exact.txt"), &ne);
+    int32_t *want =
+        check_read_ids(conformance_path("qwen3-dense-tiny-q4_k_m", "greedy_exact.txt"), &ne);
     char *p = out;
     for (int i = 0; i < ne; i++) {
         long v = strtol(p, &p, 10);
@@ -152,7 +146,7 @@ Test(cmd_engine, generate_reproduces_the_exact_greedy_continuation)
     free(out);
     /* text mode through the tokenizer and the chat template runs and stops cleanly */
     rc = run(&out, "%s generate %s --prompt 'Hello there' --chat --n 4", bin(),
-             conf("qwen3-dense-tiny-q4_k_m", "model.gguf"));
+             conformance_path("qwen3-dense-tiny-q4_k_m", "model.gguf"));
     cr_expect_eq(rc, 0, "%s", out);
     free(out);
 }
@@ -160,7 +154,8 @@ Test(cmd_engine, generate_reproduces_the_exact_greedy_continuation)
 Test(cmd_engine, model_inspect_describes_the_file)
 {
     char *out;
-    int rc = run(&out, "%s model inspect %s", bin(), conf("qwen3moe-tiny-q4_k_m", "model.gguf"));
+    int rc = run(&out, "%s model inspect %s", bin(),
+                 conformance_path("qwen3moe-tiny-q4_k_m", "model.gguf"));
     cr_assert_eq(rc, 0, "%s", out);
     const char *want[] = {
         "sha256:      9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560",
@@ -181,7 +176,7 @@ Test(cmd_engine, bench_prints_prefill_and_decode_with_load_apart)
     int rc = run(&out,
                  "%s bench %s --threads 1 --prompt-tokens 8 --decode-tokens 4 --runs 3"
                  " --warmup 0",
-                 bin(), conf("qwen3-dense-tiny-f32", "model.gguf"));
+                 bin(), conformance_path("qwen3-dense-tiny-f32", "model.gguf"));
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(strstr(out, "load ") && strstr(out, "(not counted)"), "%s", out);
     cr_expect(strstr(out, "prefill ") && strstr(out, "median of 3"), "%s", out);
@@ -209,7 +204,7 @@ Test(cmd_engine, bad_inputs_are_exit_2_naming_the_problem)
     f = fopen(bad_id, "w");
     fputs("1 600\n", f);
     fclose(f);
-    const char *model = conf("qwen3-dense-tiny-f32", "model.gguf");
+    const char *model = conformance_path("qwen3-dense-tiny-f32", "model.gguf");
     char cases[8][2048];
     const char *wants[8];
     int n = 0;
@@ -269,7 +264,7 @@ Test(cmd_engine, generate_on_a_synthetic_model_says_the_weights_are_random)
     free(out);
     /* a real (non-synthetic) model carries no such note */
     rc = run(&out, "%s generate %s --prompt 'Hello' --n 2 2>&1 >/dev/null", bin(),
-             conf("qwen3-dense-tiny-q4_k_m", "model.gguf"));
+             conformance_path("qwen3-dense-tiny-q4_k_m", "model.gguf"));
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(out && !strstr(out, "synthetic"), "stderr: %s", out ? out : "");
     free(out);
@@ -282,7 +277,7 @@ Test(cmd_engine, bench_warns_past_the_context_and_reports_progress)
     char small[1024], *out;
     snprintf(small, sizeof small, "%s/ctx16.gguf", check_tmp_dir());
     struct gguf_edit e = {.set_u32_key = "qwen3.context_length", .set_u32 = 16, .type = -1};
-    gguf_edit_copy(conf("qwen3-dense-tiny-f32", "model.gguf"), small, &e);
+    gguf_edit_copy(conformance_path("qwen3-dense-tiny-f32", "model.gguf"), small, &e);
     int rc = run(&out, "%s bench %s --prompt-tokens 16 --decode-tokens 4 --runs 1 --warmup 0",
                  bin(), small);
     cr_expect_eq(rc, 0, "%s", out);

@@ -29,10 +29,11 @@
 #include "oracles/falsify.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
-#include "receipts/key.h"
 #include "tests/support/check.h"
+#include "tests/support/conformance.h"
+#include "tests/support/ladderfix.h"
 
-#define MOE_SHA "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560"
+#define MOE_SHA LADDERFIX_MOE_SHA
 
 /* The reference engine: $GATE_EXEC_ENGINE, else exec_engine next to this test binary. */
 static const char *engine_path(void)
@@ -52,10 +53,7 @@ static const char *engine_path(void)
 
 static const char *moe_path(void)
 {
-    static char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/conformance/qwen3moe-tiny-q4_k_m/model.gguf",
-             check_shared_dir());
-    return path;
+    return conformance_path("qwen3moe-tiny-q4_k_m", "model.gguf");
 }
 
 /* An engine declaration: the reference engine with the NULL-terminated extra arguments. */
@@ -368,27 +366,17 @@ Test(exec, a_handshake_that_contradicts_the_ladder_is_refused)
 
 /* ---- the ladder ---------------------------------------------------------------------------- */
 
-static char dir[600];
+/* The ladder tests' scratch folder with host a's key and a.pub (the ladder trusts file:a.pub). */
+static struct ladderfix fx;
 
 static const char *path_in(const char *name)
 {
-    static char buf[4][1024];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
+    return ladderfix_path(&fx, name);
 }
 
-/* A fresh folder with host a's key and a.pub (the ladder trusts file:a.pub). */
 static void make_dir(void)
 {
-    snprintf(dir, sizeof dir, "%s/execXXXXXX", check_tmp_dir());
-    cr_assert(mkdtemp(dir));
-    struct gate_err err = {0};
-    struct key_pair k;
-    cr_assert_eq(key_generate(path_in("a.key"), "a", &k, &err), 0, "%s", err.msg);
-    cr_assert_eq(key_write_public(path_in("a.pub"), &k, &err), 0, "%s", err.msg);
-    key_wipe(&k);
+    ladderfix_init(&fx, "exec");
 }
 
 /* Write a one-cell ladder on the tiny MoE model: engine entry text, mode, extra gates text. */

@@ -8,7 +8,6 @@
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
-#include <limits.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,44 +17,35 @@
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "harness/gatedef.h"
-#include "harness/identity.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
 #include "oracles/mode.h"
-#include "receipts/key.h"
 #include "receipts/receipt.h"
-#include "receipts/store.h"
 #include "tests/support/check.h"
+#include "tests/support/conformance.h"
+#include "tests/support/ladderfix.h"
 
-/* The tiny MoE conformance model and its digest (tests/data/release_metrics.json was recorded on
- * it, with the goldens file pinned below). */
-#define MOE_SHA "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560"
-#define GOLDENS_SHA "0fbed51a3d977ffe726a861d7d701e94bce701dd84dd25b96184e4664ba2427f"
+/* The tiny MoE conformance model (tests/data/release_metrics.json was recorded on it) is pinned
+ * to LADDERFIX_MOE_SHA; the parse tests trust this inline key. */
+#define MOE_SHA LADDERFIX_MOE_SHA
 #define KEY_A "ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29"
 
-static char dir[600];
+/* Each test's scratch folder, host keys a (a.key, a.pub) and b, the stand-in build. */
+static struct ladderfix fx;
 
 static const char *path_in(const char *name)
 {
-    static char buf[4][1024];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
+    return ladderfix_path(&fx, name);
 }
 
 static void make_dir(void)
 {
-    snprintf(dir, sizeof dir, "%s/kvXXXXXX", check_tmp_dir());
-    cr_assert(mkdtemp(dir), "cannot make a scratch folder under %s", check_tmp_dir());
+    ladderfix_init(&fx, "kv");
 }
 
 static const char *moe_path(void)
 {
-    static char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/conformance/qwen3moe-tiny-q4_k_m/model.gguf",
-             check_shared_dir());
-    return path;
+    return conformance_path("qwen3moe-tiny-q4_k_m", "model.gguf");
 }
 
 /* Write l.yaml: one model m (the conformance MoE), host a (inline key), modes, the cells text
@@ -283,10 +273,6 @@ Test(kv_ladder, an_f16_cell_runs_end_to_end_and_its_receipt_says_f16)
 {
     make_dir();
     struct gate_err err = {0};
-    struct key_pair k;
-    cr_assert_eq(key_generate(path_in("a.key"), "a", &k, &err), 0, "%s", err.msg);
-    cr_assert_eq(key_write_public(path_in("a.pub"), &k, &err), 0, "%s", err.msg);
-    key_wipe(&k);
     const char *p = path_in("l.yaml");
     FILE *f = fopen(p, "w");
     cr_assert(f);
@@ -349,7 +335,7 @@ Test(kv_ladder, an_f16_cell_runs_end_to_end_and_its_receipt_says_f16)
              "cd %s && '%s' receipt show 1 --db r.db > show.txt 2>&1;"
              " '%s' release check l.yaml --db r.db > release.txt 2>&1;"
              " '%s' report l.yaml --db r.db -o report.html > /dev/null 2>&1; true",
-             dir, bin, bin, bin);
+             fx.dir, bin, bin, bin);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     char *show = check_slurp_text(path_in("show.txt"));
     cr_expect(strstr(show, "receipt 1: moe/a/cpu.decode+kv=f16"), "%s", show);
@@ -366,83 +352,21 @@ Test(kv_ladder, an_f16_cell_runs_end_to_end_and_its_receipt_says_f16)
 
 /* ---- the release check --------------------------------------------------------------------- */
 
-/* A stand-in clean build (the receipts below are fabricated as this build's). */
-static struct identity self_id(void)
+/* A receipt for cell ci of l (model m, host a, mode cpu.decode) in db, signed by key a: the
+ * recorded numbers of a real PASS receipt judged with the cell's settings (ladderfix_add), its
+ * payload's cell.kv and every gate's metrics.ran.kv as given (NULL: absent). */
+static void add_receipt(const char *l, int ci, const char *db, const char *cell_kv,
+                        const char *ran_kv)
 {
-    struct identity id;
-    memset(&id, 0, sizeof id);
-    snprintf(id.version, sizeof id.version, "1.0.0");
-    snprintf(id.git_commit, sizeof id.git_commit, "c0ffee0000000000000000000000000000000001");
-    snprintf(id.binary_sha256, sizeof id.binary_sha256, "%064d", 0);
-    snprintf(id.source_sha256, sizeof id.source_sha256, "%064d", 7);
-    snprintf(id.build_flags, sizeof id.build_flags, "test stand-in");
-    return id;
-}
-
-/* What a receipt says about the KV cache, each part separately. */
-struct kv_claim {
-    const char *cell_kv; /* payload cell.kv; NULL: absent (a receipt from before the key) */
-    int settings_f16;    /* the gates' settings were those of an F16 cell */
-    const char *ran_kv;  /* metrics.ran.kv of every gate (what the backend reported) */
-};
-
-/* Append to db a receipt for model m, host a, mode cpu.decode, signed by k: the recorded numbers
- * of a real PASS receipt (tests/data/release_metrics.json, as ran by the cpu backend), judged
- * with the settings of cell ci of l (kv set by the claim). */
-static void add_receipt(const struct ladder *l, int ci, const char *db, const struct key_pair *k,
-                        struct kv_claim c)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tests/data/release_metrics.json", GATE_SOURCE_DIR);
-    json_error_t je;
-    json_t *metrics = json_load_file(path, 0, &je), *gates = json_object();
-    cr_assert(metrics, "%s: %s", path, je.text);
-    struct ladder_gates g = l->cells[ci].g;
-    g.kv_f16 = c.settings_f16;
-    static const char *const names[] = {"capability", "parity", "golden", "throughput", "falsify"};
-    for (int i = 0; i < 5; i++) {
-        json_t *mt = json_deep_copy(json_object_get(metrics, names[i]));
-        json_t *ran = json_object_get(mt, "ran");
-        json_object_set_new(ran, "backend", json_string("cpu"));
-        json_object_set_new(ran, "kv", json_string(c.ran_kv));
-        json_object_set_new(
-            gates, names[i],
-            gatedef_row(names[i], "cpu.decode", ladder_gate_settings(&g, names[i]), mt, NULL));
-    }
-    json_decref(metrics);
-    const struct identity id = self_id();
-    json_t *cell = json_pack("{s:s, s:s, s:s}", "model", "m", "host", "a", "mode", "cpu.decode");
-    if (c.cell_kv)
-        json_object_set_new(cell, "kv", json_string(c.cell_kv));
-    json_t *p = json_pack("{s:{s:s, s:s, s:s, s:s}, s:o, s:{s:{s:s, s:s}, s:o}, s:{s:s, s:s},"
-                          " s:o, s:s}",
-                          "ladder", "name", l->name, "version", l->version, "sha256", l->sha256,
-                          "trust_sha256", l->trust_sha256, "cell", cell, "subject", "model", "id",
-                          "m", "sha256", MOE_SHA, "engine", identity_json(&id), "environment",
-                          "host", "a", "hostname", "a", "gates", gates, "verdict",
-                          gatedef_overall(gates) == GATE_PASS ? "PASS" : "FAIL");
-    cr_assert(p);
-    struct gate_err err = {0};
-    struct store *st = NULL;
-    cr_assert_eq(store_open(&st, db, &err), 0, "%s", err.msg);
-    int64_t rid = 0;
-    cr_assert_eq(store_append(st, p, k, &rid, &err), 0, "%s", err.msg);
-    store_close(st);
-    json_decref(p);
+    ladderfix_add(&fx, l, db, &fx.key_a, ci,
+                  (struct ladderfix_fake){.cell_kv = cell_kv, .ran_kv = ran_kv});
 }
 
 /* The release of l from db as the stand-in build: the state of each cell into states. */
-static int evaluate(const struct ladder *l, const char *db, enum release_state *states,
-                    char reasons[][700])
+static int evaluate(const char *l, const char *db, enum release_state *states, char reasons[][700])
 {
-    struct gate_err err = {0};
-    struct store *st = NULL;
-    const struct identity id = self_id();
-    struct release_options o = {.ladder = l->path, .db = db};
     struct release_result r;
-    cr_assert_eq(store_open_readonly(&st, db, &err), 0, "%s", err.msg);
-    cr_assert_eq(release_evaluate(l, st, &id, &o, &r, &err), 0, "%s", err.msg);
-    store_close(st);
+    ladderfix_evaluate(&fx, l, db, NULL, &r);
     for (int i = 0; i < r.n_cells; i++) {
         states[i] = r.cells[i].state;
         snprintf(reasons[i], 700, "%s", r.cells[i].reason);
@@ -456,10 +380,8 @@ Test(kv_ladder, an_f32_receipt_never_satisfies_an_f16_cell)
 {
     make_dir();
     struct gate_err err = {0};
-    struct key_pair k;
-    cr_assert_eq(key_generate(path_in("a.key"), "a", &k, &err), 0, "%s", err.msg);
-    cr_assert_eq(key_write_public(path_in("a.pub"), &k, &err), 0, "%s", err.msg);
-    const char *p = path_in("l.yaml");
+    char p[1024]; /* path_in's buffers rotate */
+    snprintf(p, sizeof p, "%s", path_in("l.yaml"));
     FILE *f = fopen(p, "w");
     cr_assert(f);
     fprintf(f,
@@ -469,49 +391,48 @@ Test(kv_ladder, an_f32_receipt_never_satisfies_an_f16_cell)
             "modes: [cpu.decode]\n"
             "cells:\n  - {model: m, host: a, mode: cpu.decode}\n"
             "  - {model: m, host: a, mode: cpu.decode, kv: f16}\n"
-            "gates:\n  defaults:\n    golden: {goldens: g.json, sha256: " GOLDENS_SHA "}\n"
+            "gates:\n  defaults:\n    golden: {goldens: g.json, sha256: " LADDERFIX_GOLDENS_SHA
+            "}\n"
             "unanchored: {qwen3moe: 'recorded numbers only'}\n",
             moe_path());
     cr_assert_eq(fclose(f), 0);
     struct ladder *l = NULL;
     cr_assert_eq(ladder_load(&l, p, &err), 0, "%s", err.msg);
     cr_assert_eq(l->n_cells, 2);
+    ladder_free(l);
     enum release_state s[2];
     char why[2][700];
-    const struct kv_claim f32 = {"f32", 0, "f32"}, f16 = {"f16", 1, "f16"};
 
     /* the attack: a genuine PASS receipt of the F32 cell offered for the F16 one */
-    add_receipt(l, 0, path_in("attack.db"), &k, f32);
-    cr_expect_eq(evaluate(l, path_in("attack.db"), s, why), 0, "the release is OK without F16");
+    add_receipt(p, 0, path_in("attack.db"), "f32", "f32");
+    cr_expect_eq(evaluate(p, path_in("attack.db"), s, why), 0, "the release is OK without F16");
     cr_expect_eq(s[0], RELEASE_PASS, "the F32 cell: %s", why[0]);
     cr_expect_eq(s[1], RELEASE_MISSING, "the F16 cell is %s: %s", release_state_name(s[1]), why[1]);
     /* a receipt from before the key (no cell.kv) is an F32 receipt too */
-    add_receipt(l, 0, path_in("old.db"), &k, (struct kv_claim){NULL, 0, "f32"});
-    evaluate(l, path_in("old.db"), s, why);
+    add_receipt(p, 0, path_in("old.db"), NULL, "f32");
+    evaluate(p, path_in("old.db"), s, why);
     cr_expect_eq(s[1], RELEASE_MISSING, "no cell.kv counted for F16: %s", why[1]);
     /* an F32 run relabelled as the F16 cell: its settings are not the F16 cell's */
-    add_receipt(l, 0, path_in("relabel.db"), &k, (struct kv_claim){"f16", 0, "f32"});
-    evaluate(l, path_in("relabel.db"), s, why);
+    add_receipt(p, 0, path_in("relabel.db"), "f16", "f32");
+    evaluate(p, path_in("relabel.db"), s, why);
     cr_expect_eq(s[1], RELEASE_STALE, "relabelled: %s (%s)", release_state_name(s[1]), why[1]);
     cr_expect(strstr(why[1], ".kv (absent) -> \"f16\""), "%s", why[1]);
     /* a harness that dropped the setting: the F16 cell's settings, but the backend ran F32 */
-    add_receipt(l, 1, path_in("dropped.db"), &k, (struct kv_claim){"f16", 1, "f32"});
-    evaluate(l, path_in("dropped.db"), s, why);
+    add_receipt(p, 1, path_in("dropped.db"), "f16", "f32");
+    evaluate(p, path_in("dropped.db"), s, why);
     cr_expect_eq(s[1], RELEASE_FAIL, "dropped: %s (%s)", release_state_name(s[1]), why[1]);
     cr_expect(strstr(why[1], "asks for a f16 KV cache but the subject ran with f32"), "%s", why[1]);
     /* and the reverse: an F16 receipt does not count for the F32 cell */
-    add_receipt(l, 1, path_in("reverse.db"), &k, f16);
-    cr_expect_eq(evaluate(l, path_in("reverse.db"), s, why), 0);
+    add_receipt(p, 1, path_in("reverse.db"), "f16", "f16");
+    cr_expect_eq(evaluate(p, path_in("reverse.db"), s, why), 0);
     cr_expect_eq(s[0], RELEASE_MISSING, "the F32 cell is %s: %s", release_state_name(s[0]), why[0]);
     cr_expect_eq(s[1], RELEASE_PASS, "the F16 cell: %s", why[1]);
     /* an F32 cell whose subject ran F16 fails too */
-    add_receipt(l, 0, path_in("f32ran16.db"), &k, (struct kv_claim){"f32", 0, "f16"});
-    evaluate(l, path_in("f32ran16.db"), s, why);
+    add_receipt(p, 0, path_in("f32ran16.db"), "f32", "f16");
+    evaluate(p, path_in("f32ran16.db"), s, why);
     cr_expect_eq(s[0], RELEASE_FAIL, "f32 cell ran f16: %s (%s)", release_state_name(s[0]), why[0]);
     /* the control: both cells with their own receipts, the release is OK */
-    add_receipt(l, 0, path_in("both.db"), &k, f32);
-    add_receipt(l, 1, path_in("both.db"), &k, f16);
-    cr_expect_eq(evaluate(l, path_in("both.db"), s, why), 1, "%s / %s", why[0], why[1]);
-    key_wipe(&k);
-    ladder_free(l);
+    add_receipt(p, 0, path_in("both.db"), "f32", "f32");
+    add_receipt(p, 1, path_in("both.db"), "f16", "f16");
+    cr_expect_eq(evaluate(p, path_in("both.db"), s, why), 1, "%s / %s", why[0], why[1]);
 }

@@ -32,9 +32,9 @@ int conformance_cases(char names[][CONFORMANCE_NAME_MAX], int max)
 
 const char *conformance_path(const char *name, const char *file)
 {
-    static char buf[4][1400];
+    static char buf[8][1400];
     static int k;
-    k = (k + 1) % 4;
+    k = (k + 1) % 8;
     snprintf(buf[k], sizeof buf[k], "%s/conformance/%s/%s", check_shared_dir(), name, file);
     return buf[k];
 }

@@ -124,6 +124,16 @@ void ladderfix_drop_anchor(const char *path, const char *reason)
     free(old);
 }
 
+/* What the subject of cell c reported in one gate's metrics.ran (see ladderfix_fake). */
+static void set_ran(json_t *ran, const struct ladder_cell *c, struct ladderfix_fake fk)
+{
+    cr_assert(ran, "release_metrics.json: a gate without metrics.ran");
+    json_object_set_new(ran, "backend", json_stringn(c->mode, strcspn(c->mode, ".")));
+    const char *kv = fk.ran_kv ? fk.ran_kv : c->kv_f16 ? "f16" : NULL;
+    if (kv)
+        json_object_set_new(ran, "kv", json_string(kv));
+}
+
 int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const char *db,
                       const struct key_pair *k, int ci, struct ladderfix_fake fk)
 {
@@ -148,6 +158,7 @@ int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const
         if (fk.min_cosine != 0)
             lg.min_cosine = fk.min_cosine;
         json_t *m = json_deep_copy(json_object_get(metrics, names[g]));
+        set_ran(json_object_get(m, "ran"), c, fk);
         if (fk.fail && g == 1) {
             json_t *pp = json_object_get(m, "per_position");
             json_array_set_new(json_object_get(pp, "cosine"), 5, json_real(0.42));
@@ -192,6 +203,9 @@ int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const
         "host", l->hosts[c->host].id, "hostname", fk.env_host ? fk.env_host : l->hosts[c->host].id,
         "gates", gates, "verdict", (all_pass && !fk.no_gates) || fk.claim_pass ? "PASS" : "FAIL");
     cr_assert(p, "cannot build the receipt payload");
+    const char *cell_kv = fk.cell_kv ? fk.cell_kv : c->kv_f16 ? "f16" : NULL;
+    if (cell_kv)
+        json_object_set_new(json_object_get(p, "cell"), "kv", json_string(cell_kv));
     struct store *st = NULL;
     cr_assert_eq(store_open(&st, db, &err), 0, "%s", err.msg);
     int64_t rid = 0;

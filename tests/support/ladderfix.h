@@ -4,7 +4,8 @@
  * (tests/data/release_metrics.json) and judged through the gate table as `gate run` records them,
  * the two-host release ladder those tests share, the release judged as that build, raw SQLite
  * access that bypasses the append-only triggers (to tamper), and a shell helper for CLI tests.
- * Used by tests/test_release.c, tests/test_report.c and tests/test_html_report.c.
+ * Used by tests/test_release.c, tests/test_report.c, tests/test_html_report.c,
+ * tests/test_kv_ladder.c and tests/test_exec.c.
  * Start reading: ladderfix_init(), then ladderfix_ladder() and ladderfix_add().
  */
 #ifndef GATE_TEST_LADDERFIX_H
@@ -80,11 +81,19 @@ struct ladderfix_fake {
                            * whatever the numbers say */
     const char *release_version; /* NULL: the ladder's release version */
     const char *trust_sha256;    /* NULL: the ladder's trust_sha256 */
+    const char *cell_kv;         /* NULL: the payload's cell.kv is "f16" for an F16 cell, absent
+                                  * for an F32 one (as in receipts from before the key; the
+                                  * release reads that as f32); else cell.kv as given */
+    const char *ran_kv;          /* NULL: every gate's metrics.ran.kv is "f16" for an F16 cell,
+                                  * absent for an F32 one (as in release_metrics.json); else as
+                                  * given (what the backend reported) */
 };
 
 /* Append one receipt for cell ci of the ladder at ladder_path to db (created if missing), signed
- * by k: every gate of release_metrics.json judged with the ladder's settings for the cell, the
- * model digest the ladder pins. Returns the receipt id. Asserts. */
+ * by k: every gate of release_metrics.json judged with the ladder's settings for the cell (its
+ * KV type included), its metrics.ran.backend the backend the cell's mode names (the text before
+ * the first dot; the numbers were recorded on ref), the model digest the ladder pins. Returns the
+ * receipt id. Asserts. */
 int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const char *db,
                       const struct key_pair *k, int ci, struct ladderfix_fake fk);
 
