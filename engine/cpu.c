@@ -207,7 +207,7 @@ static void matmul(struct cpu *c, const struct model_weight *w, const float *x, 
 
 /* Products of one token each, rows concatenated: region row first[p] + r is row r of w[p]. One
  * pool_run wakes the workers once for all of them (Q, K and V; gate and up; a MoE layer's routed
- * experts), each thread streams one contiguous range of the concatenated rows. Every output is
+ * experts), the threads claiming contiguous grains of the concatenated rows. Every output is
  * still one cpu_dot_tile() row with the same activation row: the same bits as matmul(). */
 struct multi_job {
     int n;
