@@ -382,21 +382,7 @@ static void make_dir(void)
 /* Write a one-cell ladder on the tiny MoE model: engine entry text, mode, extra gates text. */
 static const char *write_ladder(const char *engines, const char *mode, const char *gates)
 {
-    const char *p = path_in("l.yaml");
-    FILE *f = fopen(p, "w");
-    cr_assert(f);
-    fprintf(f,
-            "release: {name: rel, version: 1.0.0}\n"
-            "models:\n  moe: {path: %s, sha256: " MOE_SHA ", arch: qwen3moe}\n"
-            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
-            "%s"
-            "modes: [%s]\n"
-            "cells:\n  - {model: moe, host: a, mode: %s}\n"
-            "gates:\n  defaults:\n    parity: {positions: 64}\n%s"
-            "unanchored: {qwen3moe: 'exec tests'}\n",
-            moe_path(), engines, mode, mode, gates ? gates : "");
-    fclose(f);
-    return p;
+    return ladderfix_one_cell(&fx, "l.yaml", engines, mode, NULL, gates);
 }
 
 static void expect_refused(const char *engines, const char *mode, const char *gates,

@@ -273,25 +273,13 @@ Test(kv_ladder, an_f16_cell_runs_end_to_end_and_its_receipt_says_f16)
 {
     make_dir();
     struct gate_err err = {0};
-    const char *p = path_in("l.yaml");
-    FILE *f = fopen(p, "w");
-    cr_assert(f);
     /* the smallest ladder that proves it: one cell, parity at 64 positions, a short throughput,
      * one fault without the sweep; no goldens file (the golden gate FAILs, which is not what
      * this test is about) */
-    fprintf(f,
-            "release: {name: rel, version: 1.0.0}\n"
-            "models:\n  moe: {path: %s, sha256: " MOE_SHA ", arch: qwen3moe}\n"
-            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
-            "modes: [cpu.decode]\n"
-            "cells:\n  - {model: moe, host: a, mode: cpu.decode, kv: f16}\n"
-            "gates:\n  defaults:\n    parity: {positions: 64}\n"
-            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 2,"
-            " max_cv: 100}\n"
-            "    falsify: {faults: [skip_qk_norm], sweep_samples: 0}\n"
-            "unanchored: {qwen3moe: 'kv ladder tests'}\n",
-            moe_path());
-    cr_assert_eq(fclose(f), 0);
+    const char *p = ladderfix_one_cell(&fx, "l.yaml", NULL, "cpu.decode", ", kv: f16",
+                                       "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8,"
+                                       " decode_tokens: 2, max_cv: 100}\n"
+                                       "    falsify: {faults: [skip_qk_norm], sweep_samples: 0}\n");
     struct run_options o = {
         .ladder = p, .host = "a", .db = path_in("r.db"), .key = path_in("a.key"), .threads = 1};
     struct run_result res;

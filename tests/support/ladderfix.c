@@ -61,21 +61,29 @@ static void write_anchor(FILE *f)
             1, 2, 3);
 }
 
-const char *ladderfix_ladder(const struct ladderfix *fx, const char *name,
-                             const char *exclude_reason, int anchor)
+/* A ladder file opened for writing at path, its first lines written: release rel 1.0.0, model moe
+ * (the tiny MoE conformance model, pinned), host a (device none, trusting file:a.pub). */
+static FILE *open_ladder(const char *path)
 {
-    const char *path = ladderfix_path(fx, name);
     FILE *f = fopen(path, "w");
     cr_assert(f, "cannot write '%s'", path);
     fprintf(f,
             "release: {name: rel, version: 1.0.0}\n"
             "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
             " sha256: " LADDERFIX_MOE_SHA ", arch: qwen3moe}\n"
-            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
-            "  b: {device: none, trust: ['file:b.pub']}\n"
-            "modes: [ref.decode, ref.chat]\n"
-            "cells:\n  - {models: [moe], hosts: [a], modes: [ref.decode, ref.chat]",
+            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n",
             check_shared_dir());
+    return f;
+}
+
+const char *ladderfix_ladder(const struct ladderfix *fx, const char *name,
+                             const char *exclude_reason, int anchor)
+{
+    const char *path = ladderfix_path(fx, name);
+    FILE *f = open_ladder(path);
+    fprintf(f, "  b: {device: none, trust: ['file:b.pub']}\n"
+               "modes: [ref.decode, ref.chat]\n"
+               "cells:\n  - {models: [moe], hosts: [a], modes: [ref.decode, ref.chat]");
     if (exclude_reason)
         fprintf(f, ", exclude: [{mode: ref.chat, reason: \"%s\"}]", exclude_reason);
     fprintf(f, "}\n"
@@ -86,6 +94,22 @@ const char *ladderfix_ladder(const struct ladderfix *fx, const char *name,
         write_anchor(f);
     else
         fprintf(f, "unanchored: {qwen3moe: 'release fixture: recorded numbers only'}\n");
+    cr_assert_eq(fclose(f), 0, "cannot write '%s'", path);
+    return path;
+}
+
+const char *ladderfix_one_cell(const struct ladderfix *fx, const char *name, const char *top,
+                               const char *mode, const char *cell_extra, const char *defaults)
+{
+    const char *path = ladderfix_path(fx, name);
+    FILE *f = open_ladder(path);
+    fprintf(f,
+            "%s"
+            "modes: [%s]\n"
+            "cells:\n  - {model: moe, host: a, mode: %s%s}\n"
+            "gates:\n  defaults:\n    parity: {positions: 64}\n%s"
+            "unanchored: {qwen3moe: 'a one-cell test ladder'}\n",
+            top ? top : "", mode, mode, cell_extra ? cell_extra : "", defaults ? defaults : "");
     cr_assert_eq(fclose(f), 0, "cannot write '%s'", path);
     return path;
 }

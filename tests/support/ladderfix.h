@@ -52,6 +52,16 @@ const char *ladderfix_path(const struct ladderfix *fx, const char *name);
 const char *ladderfix_ladder(const struct ladderfix *fx, const char *name,
                              const char *exclude_reason, int anchor);
 
+/* Write fx->dir/name: the smallest ladder for an end-to-end `gate run` (release rel 1.0.0):
+ * model moe (the tiny MoE conformance model, pinned to LADDERFIX_MOE_SHA), host a (device none,
+ * trusting file:a.pub), then top (NULL, or whole top-level entries such as an engines: section),
+ * modes: [mode], the one cell moe/a/mode with cell_extra inside its braces (NULL, or e.g.
+ * ", kv: f16"), gate defaults parity {positions: 64} followed by defaults (NULL, or lines indented
+ * under defaults:), qwen3moe unanchored. Returns the path (one of ladderfix_path's buffers).
+ * Asserts. */
+const char *ladderfix_one_cell(const struct ladderfix *fx, const char *name, const char *top,
+                               const char *mode, const char *cell_extra, const char *defaults);
+
 /* Append to the ladder at path an anchor case "conf" for qwen3moe whose files (pinned to made-up
  * digests) exist nowhere, so no receipt can be made for it here and it stays MISSING, and remove
  * the ladder's `unanchored:` line (a ladder may not both anchor and un-anchor an arch). The
