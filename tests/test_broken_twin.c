@@ -95,11 +95,7 @@ static char dir[700];
 
 static const char *in_dir(const char *name)
 {
-    static char buf[8][1024];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
+    return check_path(dir, name);
 }
 
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -216,8 +212,7 @@ Test(broken_twin, the_release_is_blocked_even_after_goldens_are_rerecorded, .tim
     struct stat st;
     cr_assert_eq(stat(broken, &st), 0, "no broken-twin gate at %s (build gate_broken_twin)",
                  broken);
-    snprintf(dir, sizeof dir, "%s/storyXXXXXX", check_tmp_dir());
-    cr_assert(mkdtemp(dir));
+    check_make_dir(dir, sizeof dir, "story");
     struct gate_err err = {0};
     struct key_pair key;
     cr_assert_eq(key_generate(in_dir("a.key"), "a", &key, &err), 0, "%s", err.msg);

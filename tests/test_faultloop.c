@@ -48,11 +48,7 @@ static const char *bin;
 
 static const char *path_in(const char *name)
 {
-    static char buf[8][1024];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
+    return check_path(dir, name);
 }
 
 /* ---- running gate ---------------------------------------------------------------------------- */
@@ -362,8 +358,7 @@ static void setup_loop(struct loop *l)
     memset(l, 0, sizeof *l);
     bin = getenv("GATE_BIN");
     cr_assert(bin && *bin, "GATE_BIN is not set (run through ctest, or set it to build/gate)");
-    snprintf(dir, sizeof dir, "%s/faultloopXXXXXX", check_tmp_dir());
-    cr_assert(mkdtemp(dir));
+    check_make_dir(dir, sizeof dir, "faultloop");
     snprintf(l->ladder, sizeof l->ladder, "%s", path_in("fl.yaml"));
     snprintf(l->key, sizeof l->key, "%s", path_in("a.key"));
     snprintf(l->base_db, sizeof l->base_db, "%s", path_in("base.db"));
@@ -577,8 +572,7 @@ Test(faultsim, gate_refuses_a_malformed_spec_and_reports_an_unreached_one)
 {
     bin = getenv("GATE_BIN");
     cr_assert(bin && *bin, "GATE_BIN is not set (run through ctest, or set it to build/gate)");
-    snprintf(dir, sizeof dir, "%s/faultsimXXXXXX", check_tmp_dir());
-    cr_assert(mkdtemp(dir));
+    check_make_dir(dir, sizeof dir, "faultsim");
     struct outcome o;
     gate(&o, "alloc:zero", "bad.out", "version", NULL);
     cr_expect_eq(o.code, 2, "a malformed GATE_FAULTSIM must be exit 2:\n%s", o.out);

@@ -30,19 +30,14 @@ static const char *bin;
 
 static const char *path_in(const char *name)
 {
-    static char buf[8][1024];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
+    return check_path(dir, name);
 }
 
 static void setup(void)
 {
     bin = getenv("GATE_BIN");
     cr_assert(bin && *bin, "GATE_BIN is not set (run through ctest, or set it to build/gate)");
-    snprintf(dir, sizeof dir, "%s/fleetXXXXXX", check_tmp_dir());
-    cr_assert(mkdtemp(dir));
+    check_make_dir(dir, sizeof dir, "fleet");
 }
 
 TestSuite(fleet, .init = setup);

@@ -18,20 +18,14 @@ static char dir[600];
 
 static void setup(void)
 {
-    static int serial;
-    snprintf(dir, sizeof dir, "%s/key-%d-%d", check_tmp_dir(), (int)getpid(), serial++);
-    cr_assert_eq(mkdir(dir, 0700), 0);
+    check_make_dir(dir, sizeof dir, "key-");
 }
 
 TestSuite(key_files, .init = setup, .timeout = 1200);
 
 static const char *in_dir(const char *name)
 {
-    static char buf[4][800];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
+    return check_path(dir, name);
 }
 
 static char *slurp_text(const char *path)

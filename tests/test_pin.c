@@ -21,20 +21,14 @@ static char dir[600];
 
 static void setup(void)
 {
-    static int serial;
-    snprintf(dir, sizeof dir, "%s/pin-%d-%d", check_tmp_dir(), (int)getpid(), serial++);
-    cr_assert_eq(mkdir(dir, 0700), 0);
+    check_make_dir(dir, sizeof dir, "pin-");
 }
 
 TestSuite(pin, .init = setup);
 
 static const char *in_dir(const char *name)
 {
-    static char buf[4][800];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
+    return check_path(dir, name);
 }
 
 static void write_file(const char *path, const void *p, size_t n)

@@ -45,6 +45,22 @@ const char *check_tmp_dir(void)
     return dir;
 }
 
+void check_make_dir(char *dir, size_t n, const char *tag)
+{
+    const int len = snprintf(dir, n, "%s/%sXXXXXX", check_tmp_dir(), tag);
+    cr_assert(len > 0 && (size_t)len < n, "the scratch folder name '%s...' is too long", tag);
+    cr_assert(mkdtemp(dir), "cannot make a scratch folder '%s'", dir);
+}
+
+const char *check_path(const char *dir, const char *name)
+{
+    static char buf[8][1024];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
 uint8_t *check_slurp(const char *path, size_t *size)
 {
     FILE *f = fopen(path, "rb");

@@ -25,6 +25,14 @@ const char *check_shared_dir(void);
 /* A fresh scratch folder under $TMPDIR for this process (created on first call). */
 const char *check_tmp_dir(void);
 
+/* A fresh folder under check_tmp_dir() named tag and six random characters (mkdtemp, mode 0700):
+ * its path into dir (n bytes). Asserts. */
+void check_make_dir(char *dir, size_t n, const char *tag);
+
+/* dir/name in one of eight rotating static buffers (each valid until eight more calls, from any
+ * caller). */
+const char *check_path(const char *dir, const char *name);
+
 /* Read a whole file; returns malloc'd bytes (*size of them, plus a NUL after the last, so text
  * may be searched with strstr) and sets *size, or NULL. */
 uint8_t *check_slurp(const char *path, size_t *size);

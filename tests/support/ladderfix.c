@@ -24,8 +24,7 @@
 void ladderfix_init(struct ladderfix *fx, const char *tag)
 {
     memset(fx, 0, sizeof *fx);
-    snprintf(fx->dir, sizeof fx->dir, "%s/%sXXXXXX", check_tmp_dir(), tag);
-    cr_assert(mkdtemp(fx->dir), "cannot make a scratch folder under %s", check_tmp_dir());
+    check_make_dir(fx->dir, sizeof fx->dir, tag);
     struct gate_err err = {0};
     cr_assert_eq(key_generate(ladderfix_path(fx, "a.key"), "a", &fx->key_a, &err), 0, "%s",
                  err.msg);
@@ -43,11 +42,7 @@ void ladderfix_init(struct ladderfix *fx, const char *tag)
 
 const char *ladderfix_path(const struct ladderfix *fx, const char *name)
 {
-    static char buf[8][1024];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", fx->dir, name);
-    return buf[k];
+    return check_path(fx->dir, name);
 }
 
 /* The anchors entry of ladderfix_add_anchor: the last entry of a ladder file. */

@@ -36,7 +36,8 @@ struct ladderfix {
 /* A fresh scratch folder named after tag, keys a and b with their .pub files, self. Asserts. */
 void ladderfix_init(struct ladderfix *fx, const char *tag);
 
-/* fx->dir/name; eight rotating buffers (each valid until eight more calls). */
+/* fx->dir/name: check_path's eight rotating buffers (each valid until eight more calls of it or
+ * check_path). */
 const char *ladderfix_path(const struct ladderfix *fx, const char *name);
 
 /* Write fx->dir/name: the release ladder of the release tests. Release rel 1.0.0; model moe (the
