@@ -14,12 +14,10 @@
 #include <jansson.h>
 #include <libgen.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "cli/cli.h"
 #include "harness/identity.h"
@@ -30,6 +28,7 @@
 #include "receipts/store.h"
 #include "tests/support/check.h"
 #include "tests/support/conformance.h"
+#include "tests/support/ladderfix.h"
 
 #define DENSE "qwen3-dense-tiny-q4_k_m"
 #define TINY_DENSE_SHA "91d5b06bdb37e3f7c42f37d761857b150130488e18619bd7a06e08cc4bb923d0"
@@ -96,18 +95,6 @@ static char dir[700];
 static const char *in_dir(const char *name)
 {
     return check_path(dir, name);
-}
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 static char *slurp_text(const char *path)
@@ -222,9 +209,10 @@ Test(broken_twin, the_release_is_blocked_even_after_goldens_are_rerecorded, .tim
     snprintf(yaml, sizeof yaml, "%s", in_dir("story.yaml"));
     snprintf(db, sizeof db, "%s", in_dir("story.db"));
     snprintf(kp, sizeof kp, "%s", in_dir("a.key"));
-    cr_assert_eq(sh("%s model synth --preset tiny-dense --quant Q4_K_M --seed 1 -o %s >%s 2>&1",
-                    good, in_dir("dense.gguf"), log),
-                 0, "see %s", log);
+    cr_assert_eq(
+        ladderfix_sh("%s model synth --preset tiny-dense --quant Q4_K_M --seed 1 -o %s >%s 2>&1",
+                     good, in_dir("dense.gguf"), log),
+        0, "see %s", log);
     cr_assert_str_eq(sha_of(in_dir("dense.gguf")), TINY_DENSE_SHA);
 
     /* 0. goldens recorded by the correct build, pinned */
@@ -232,12 +220,13 @@ Test(broken_twin, the_release_is_blocked_even_after_goldens_are_rerecorded, .tim
     memset(zero, '0', 64);
     zero[64] = '\0';
     write_ladder(zero);
-    cr_assert_eq(sh("%s golden record %s >%s 2>&1", good, yaml, log), 0, "see %s", log);
+    cr_assert_eq(ladderfix_sh("%s golden record %s >%s 2>&1", good, yaml, log), 0, "see %s", log);
     write_ladder(sha_of(in_dir("goldens.json")));
 
     /* 1. the broken build: its decode agrees with its own twin, but not with the goldens */
-    cr_expect_eq(sh("%s run %s --host a --db %s --key %s >%s 2>&1", broken, yaml, db, kp, log), 1,
-                 "see %s", log);
+    cr_expect_eq(
+        ladderfix_sh("%s run %s --host a --db %s --key %s >%s 2>&1", broken, yaml, db, kp, log), 1,
+        "see %s", log);
     struct verdicts v;
     read_db(&v, 0);
     cr_expect_str_eq(v.golden, "FAIL", "goldens from the correct twin must fail the broken one");
@@ -246,9 +235,10 @@ Test(broken_twin, the_release_is_blocked_even_after_goldens_are_rerecorded, .tim
     json_decref(v.payloads);
 
     /* 2. re-record the goldens with the broken build (forced: they exist), commit, run again */
-    cr_expect_eq(sh("%s golden record %s --force >%s 2>&1", broken, yaml, log), 0, "see %s", log);
+    cr_expect_eq(ladderfix_sh("%s golden record %s --force >%s 2>&1", broken, yaml, log), 0,
+                 "see %s", log);
     write_ladder(sha_of(in_dir("goldens.json")));
-    sh("%s run %s --host a --db %s --key %s >%s 2>&1", broken, yaml, db, kp, log);
+    ladderfix_sh("%s run %s --host a --db %s --key %s >%s 2>&1", broken, yaml, db, kp, log);
     read_db(&v, first);
     cr_expect_str_eq(v.cell, "PASS",
                      "the cell compares the broken twin with itself and passes;"
@@ -257,7 +247,7 @@ Test(broken_twin, the_release_is_blocked_even_after_goldens_are_rerecorded, .tim
     cr_expect_str_eq(v.anchor, "FAIL", "the anchor must FAIL for the broken twin; see %s", log);
 
     /* 3. the release check, as the CLI runs it: never RELEASE OK */
-    int rc = sh("%s release check %s --db %s >%s 2>&1", broken, yaml, db, log);
+    int rc = ladderfix_sh("%s release check %s --db %s >%s 2>&1", broken, yaml, db, log);
     char *out = slurp_text(log);
     cr_expect_eq(rc, 1, "release check exit %d:\n%s", rc, out);
     cr_expect_null(strstr(out, "RELEASE OK"), "%s", out);

@@ -14,16 +14,15 @@
 #include <criterion/logging.h>
 #include <jansson.h>
 #include <sodium.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "harness/identity.h"
 #include "receipts/key.h"
 #include "receipts/receipt.h"
 #include "tests/support/check.h"
+#include "tests/support/ladderfix.h"
 
 static char dir[600];
 static const char *bin;
@@ -42,18 +41,6 @@ static void setup(void)
 
 TestSuite(fleet, .init = setup);
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* The line of text at or after from that holds both a and b, or NULL. */
 static const char *line_with(const char *text, const char *a, const char *b)
 {
@@ -71,14 +58,14 @@ static const char *line_with(const char *text, const char *a, const char *b)
 
 static int have_xmllint(void)
 {
-    return sh("command -v xmllint >/dev/null 2>&1") == 0;
+    return ladderfix_sh("command -v xmllint >/dev/null 2>&1") == 0;
 }
 
 /* 0 when xmllint validates file against tests/data/junit.xsd; its output goes to file.lint. */
 static int validate(const char *file)
 {
-    return sh("xmllint --noout --schema '%s/tests/data/junit.xsd' '%s' >'%s.lint' 2>&1",
-              GATE_SOURCE_DIR, file, file);
+    return ladderfix_sh("xmllint --noout --schema '%s/tests/data/junit.xsd' '%s' >'%s.lint' 2>&1",
+                        GATE_SOURCE_DIR, file, file);
 }
 
 /* ---- ci/fleet-sim.sh ------------------------------------------------------------------------- */
@@ -88,8 +75,8 @@ Test(fleet, two_hosts_export_import_release_and_a_missing_host_blocks, .timeout 
     struct identity self;
     struct gate_err err = {0};
     cr_assert_eq(identity_get(&self, &err), 0, "%s", err.msg);
-    int code = sh("'%s/ci/fleet-sim.sh' '%s' '%s' >'%s' 2>&1", GATE_SOURCE_DIR, bin, path_in("sim"),
-                  path_in("sim.log"));
+    int code = ladderfix_sh("'%s/ci/fleet-sim.sh' '%s' '%s' >'%s' 2>&1", GATE_SOURCE_DIR, bin,
+                            path_in("sim"), path_in("sim.log"));
     char *out = check_slurp_text(path_in("sim.log"));
     cr_assert_eq(code, 0, "ci/fleet-sim.sh exited %d:\n%s", code, out);
     cr_expect(strstr(out, "\nfleet-sim: OK\n"), "%s", out);
@@ -148,12 +135,14 @@ Test(fleet, simulation_refuses_a_folder_that_is_not_empty)
     cr_assert(f);
     fputs("not the simulation's\n", f);
     fclose(f);
-    cr_expect_eq(sh("'%s/ci/fleet-sim.sh' '%s' '%s' >/dev/null 2>&1", GATE_SOURCE_DIR, bin, dir),
-                 2);
-    cr_expect_eq(sh("ls -A '%s' | wc -l | grep -qx 1", dir), 0, "the script wrote into %s", dir);
     cr_expect_eq(
-        sh("env -u GATE_BIN -u FLEET_DIR '%s/ci/fleet-sim.sh' >/dev/null 2>&1", GATE_SOURCE_DIR),
+        ladderfix_sh("'%s/ci/fleet-sim.sh' '%s' '%s' >/dev/null 2>&1", GATE_SOURCE_DIR, bin, dir),
         2);
+    cr_expect_eq(ladderfix_sh("ls -A '%s' | wc -l | grep -qx 1", dir), 0,
+                 "the script wrote into %s", dir);
+    cr_expect_eq(ladderfix_sh("env -u GATE_BIN -u FLEET_DIR '%s/ci/fleet-sim.sh' >/dev/null 2>&1",
+                              GATE_SOURCE_DIR),
+                 2);
 }
 
 /* ---- gate receipt import: progress ----------------------------------------------------------- */
@@ -203,8 +192,8 @@ Test(fleet, import_prints_progress_every_thousand_receipts_when_not_a_terminal, 
     write_export(path_in("small.jsonl"), &k, 10);
     key_wipe(&k);
     /* stderr is a file here: no live line, one line per thousand and one at the end */
-    int code =
-        sh("cd '%s' && '%s' receipt import big.jsonl --db big.db >out.txt 2>err.txt", dir, bin);
+    int code = ladderfix_sh(
+        "cd '%s' && '%s' receipt import big.jsonl --db big.db >out.txt 2>err.txt", dir, bin);
     char *out = check_slurp_text(path_in("out.txt"));
     char *errs = check_slurp_text(path_in("err.txt"));
     cr_assert_eq(code, 0, "%s%s", out, errs);
@@ -232,14 +221,15 @@ Test(fleet, import_prints_progress_every_thousand_receipts_when_not_a_terminal, 
     free(out);
     free(errs);
     /* the same file again: every receipt already stored, the counts say so */
-    code = sh("cd '%s' && '%s' receipt import big.jsonl --db big.db >out.txt 2>err.txt", dir, bin);
+    code = ladderfix_sh("cd '%s' && '%s' receipt import big.jsonl --db big.db >out.txt 2>err.txt",
+                        dir, bin);
     errs = check_slurp_text(path_in("err.txt"));
     cr_expect_eq(code, 0, "%s", errs);
     cr_expect(strstr(errs, "checked 2500 of 2500 receipts against 'big.db' (0 new)\n"), "%s", errs);
     free(errs);
     /* a small input is silent on stderr */
-    code =
-        sh("cd '%s' && '%s' receipt import small.jsonl --db small.db >out.txt 2>err.txt", dir, bin);
+    code = ladderfix_sh(
+        "cd '%s' && '%s' receipt import small.jsonl --db small.db >out.txt 2>err.txt", dir, bin);
     out = check_slurp_text(path_in("out.txt"));
     errs = check_slurp_text(path_in("err.txt"));
     cr_expect_eq(code, 0, "%s%s", out, errs);
