@@ -2,10 +2,12 @@
  * the engine: a scratch folder with two host keys (a, b) and their .pub files, a stand-in clean
  * build identity, receipts fabricated from the recorded metrics of a real PASS receipt
  * (tests/data/release_metrics.json) and judged through the gate table as `gate run` records them,
- * the two-host release ladder those tests share, the release judged as that build, raw SQLite
- * access that bypasses the append-only triggers (to tamper), and a shell helper for CLI tests.
+ * the two-host release ladder those tests share, a one-cell ladder for an end-to-end `gate run`,
+ * the release judged as that build, raw SQLite access that bypasses the append-only triggers (to
+ * tamper), and a shell helper for CLI tests.
  * Used by tests/test_release.c, tests/test_report.c, tests/test_html_report.c,
- * tests/test_kv_ladder.c and tests/test_exec.c.
+ * tests/test_kv_ladder.c and tests/test_exec.c (test_fleet.c and test_broken_twin.c: the shell
+ * helper).
  * Start reading: ladderfix_init(), then ladderfix_ladder() and ladderfix_add().
  */
 #ifndef GATE_TEST_LADDERFIX_H
