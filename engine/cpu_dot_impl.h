@@ -315,6 +315,13 @@ float CPU_DOT_NAME(f32)(const float *a, const float *b, int64_t n)
 {
     float L[8] = {0};
     int64_t i = 0;
+#ifdef CPU_DOT_FLT_SIMD /* the eight lanes in one register (flt_chunks); decode's attention scores \
+                         */
+    __m256 v = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8)
+        v = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), v);
+    _mm256_storeu_ps(L, v);
+#endif
     for (; i + 8 <= n; i += 8)
         for (int l = 0; l < 8; l++)
             L[l] = fmaf(a[i + l], b[i + l], L[l]);
