@@ -56,8 +56,8 @@ static void run_grains(struct pool *p, int thread)
  * on a VM a sleeping vCPU's wake-up cost more than the loop: one-token decode of the 0.6B Q8_0
  * file went from 37.0 to 46.8 tokens/s (2 threads, median of 10 interleaved rounds) with 2 ms.
  * The spinner yields at every clock check, so on an oversubscribed machine (two 2-thread
- * decodes on 2 cores) whoever else is runnable gets the core: 37-38 tokens/s each, against
- * 32-33 with the old short spin and 10-28 when it first yielded only after 0.1 ms. */
+ * decodes on 2 cores) whoever else is runnable gets the core: 34-38 tokens/s each, against
+ * 32-36 with the old short spin and 10-28 when it first yielded only after 0.1 ms. */
 #ifndef POOL_SPIN_NS
 #define POOL_SPIN_NS 2000000L
 #endif
