@@ -402,80 +402,162 @@ static inline void prefetch_share_l2(const uint8_t *w, size_t rb, int64_t i, siz
         _mm_prefetch((const char *)(p + o), _MM_HINT_T1);
 }
 
+/* ---- the four-row kernels' shared pieces ------------------------------------------------------
+ */
+
+/* pick[k] puts each int32 lane of qa(q[k], ...) next to its sub-block's scale: for Q4_K, scale
+ * byte j of the 8 (register k holds sub-blocks sb[k][0] in lanes 0-7 and sb[k][1] in 8-15); for
+ * Q6_K, scale g of the 16 (register k holds groups 4k .. 4k + 3, four lanes each) */
+static inline void q4_K_picks(__m512i pick[4])
+{
+    pick[0] = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+    pick[1] = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+    pick[2] = _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4);
+    pick[3] = _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5);
+}
+
+static inline void q6_K_picks(__m512i pick[4])
+{
+    for (int k = 0; k < 4; k++)
+        pick[k] = _mm512_set_epi32(4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 2, 4 * k + 2,
+                                   4 * k + 2, 4 * k + 2, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1,
+                                   4 * k, 4 * k, 4 * k, 4 * k);
+}
+
+/* block i of four Q4_K rows (rb bytes apart): their first 16 bytes (d, dmin, the 12 scale bytes)
+ * loaded and transposed, so the four rows' scales and mins unpack together (the scalar
+ * expressions of q45_K, lane by lane). d / dmin: the rows' in four lanes; sc[r] / mn[r]: row r's
+ * eight scale / min bytes in the low quadword (the high one holds another row's: read lanes 0-7
+ * only) */
+struct q4_K_heads {
+    __m128 d, dmin;
+    __m128i sc[4], mn[4];
+};
+
+static inline void q4_K_heads(const uint8_t *w, size_t rb, int64_t i, struct q4_K_heads *h)
+{
+    __m128i hd[4];
+    for (int r = 0; r < 4; r++)
+        hd[r] =
+            _mm_loadu_si128((const __m128i *)((const struct block_q4_K *)(w + (size_t)r * rb) + i));
+    const __m128i t0 = _mm_unpacklo_epi32(hd[0], hd[1]), t1 = _mm_unpacklo_epi32(hd[2], hd[3]);
+    const __m128i t2 = _mm_unpackhi_epi32(hd[0], hd[1]), t3 = _mm_unpackhi_epi32(hd[2], hd[3]);
+    const __m128i dd = _mm_unpacklo_epi64(t0, t1); /* d | dmin << 16 of rows 0-3 */
+    const __m128i u0 = _mm_unpackhi_epi64(t0, t1), u1 = _mm_unpacklo_epi64(t2, t3);
+    const __m128i u2 = _mm_unpackhi_epi64(t2, t3);
+    const __m128i c3f = _mm_set1_epi32(0x3f3f3f3f), c0f = _mm_set1_epi32(0x0f0f0f0f);
+    const __m128i c03 = _mm_set1_epi32(0x03030303);
+    const __m128i sc0 = _mm_and_si128(u0, c3f), mn0 = _mm_and_si128(u1, c3f);
+    const __m128i sc1 = _mm_or_si128(_mm_and_si128(u2, c0f),
+                                     _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u0, 6), c03), 4));
+    const __m128i mn1 = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), c0f),
+                                     _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u1, 6), c03), 4));
+    /* row r's eight scale (min) bytes: quadword r % 2 of sc01 / sc23 (mn01 / mn23) */
+    const __m128i sc01 = _mm_unpacklo_epi32(sc0, sc1), sc23 = _mm_unpackhi_epi32(sc0, sc1);
+    const __m128i mn01 = _mm_unpacklo_epi32(mn0, mn1), mn23 = _mm_unpackhi_epi32(mn0, mn1);
+    h->sc[0] = sc01, h->sc[1] = _mm_unpackhi_epi64(sc01, sc01);
+    h->sc[2] = sc23, h->sc[3] = _mm_unpackhi_epi64(sc23, sc23);
+    h->mn[0] = mn01, h->mn[1] = _mm_unpackhi_epi64(mn01, mn01);
+    h->mn[2] = mn23, h->mn[3] = _mm_unpackhi_epi64(mn23, mn23);
+    h->d = _mm_cvtph_ps(_mm_shuffle_epi8(
+        dd, _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1)));
+    h->dmin = _mm_cvtph_ps(_mm_shuffle_epi8(
+        dd, _mm_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1)));
+}
+
+/* a Q4_K block's nibbles as four byte registers, in split_q4_K's order */
+static inline void q4_K_nibbles(const struct block_q4_K *x, __m512i q[4])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i w0 = _mm512_loadu_si512((const void *)x->qs);
+    const __m512i w1 = _mm512_loadu_si512((const void *)(x->qs + 64));
+    q[0] = _mm512_and_si512(w0, m4), q[1] = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
+    q[2] = _mm512_and_si512(w1, m4), q[3] = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
+}
+
+/* a Q6_K block's 6-bit values (0 .. 63, the offset of 32 not taken out) as four byte registers
+ * in the values' own order (split_q6_K's): the two-bit high parts to bits 4-5, low-nibble
+ * registers taking qh bits 0-1 (values 0-31) and 2-3 (32-63), high-nibble ones 4-5 and 6-7 */
+static inline void q6_K_values(const struct block_q6_K *x, __m512i q[4])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i shl_lo = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i shr_hi = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+    for (int h = 0; h < 2; h++) {
+        const __m512i ql = _mm512_loadu_si512((const void *)(x->ql + 64 * h));
+        const __m512i qh =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
+        q[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, m4),
+                                             _mm512_sllv_epi16(qh, shl_lo), m30, 0xf8);
+        q[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                                 _mm512_srlv_epi16(qh, shr_hi), m30, 0xf8);
+    }
+}
+
+/* v + the block's scaled sums against one split token: sum_k qa(q[k], a) * sk[k], int32 lanes
+ * (sk[k]: the row's scales permuted by pick[k]) */
+static inline __m512i qa_scaled(const __m512i q[4], const __m512i sk[4], const struct act_split *a,
+                                __m512i v)
+{
+    for (int k = 0; k < 4; k++)
+        v = _mm512_add_epi32(v, _mm512_mullo_epi32(qa(q[k], a->hi[k], a->lo[k]), sk[k]));
+    return v;
+}
+
+/* Q6_K's offset of 32: -sum_g sc_g 32 A_g, the start of the block's lanes (scx: the 16 scales) */
+static inline __m512i q6_K_offset(__m512i scx, const struct act_split *a)
+{
+    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_mullo_epi32(scx, a->g32));
+}
+
+/* the four rows' min terms against one token's sub-block sums: lane r is sum_j mn[r][j] ysums[j]
+ * (mn[r]: row r's eight mins as int32) */
+static inline __m128i q4_K_imin(const __m256i mn[4], __m256i ysums)
+{
+    __m256i mprod[4];
+    for (int r = 0; r < 4; r++)
+        mprod[r] = _mm256_mullo_epi32(mn[r], ysums);
+    const __m256i hm = _mm256_hadd_epi32(_mm256_hadd_epi32(mprod[0], mprod[1]),
+                                         _mm256_hadd_epi32(mprod[2], mprod[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(hm), _mm256_extracti128_si256(hm, 1));
+}
+
+/* acc + the four rows' block value for one token (activation scale yd): the portable q45_K's
+ * (d yd) isum - (dmin yd) imin, a lane per row */
+static inline __m128 q4_K_step(__m128 acc, const struct q4_K_heads *h, float yd, __m128i isum,
+                               __m128i imin)
+{
+    const __m128 y = _mm_set1_ps(yd);
+    return _mm_add_ps(acc, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(h->d, y), _mm_cvtepi32_ps(isum)),
+                                      _mm_mul_ps(_mm_mul_ps(h->dmin, y), _mm_cvtepi32_ps(imin))));
+}
+
 /* four rows of Q4_K (rb bytes apart) against one split token y / s: out[0..3] */
 static void q4_K_x4(const uint8_t *w, size_t rb, const struct cpu_q16_K *y,
                     const struct act_split *s, int64_t nb, float *out)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    /* scale byte j of the 8 into int32 lanes: register k holds sub-blocks sb[k][0] (lanes 0-7)
-     * and sb[k][1] (lanes 8-15) */
-    const __m512i pick[4] = {
-        _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
-        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
-        _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
-        _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5),
-    };
+    __m512i pick[4];
+    q4_K_picks(pick);
     __m128 acc = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const struct act_split *a = s + i;
         prefetch_share(w, rb, i, sizeof(struct block_q4_K));
-        /* the four rows' first 16 bytes (d, dmin, the 12 scale bytes) transposed, so their
-         * scales and mins unpack together (the scalar expressions of q45_K, lane by lane) */
-        __m128i hd[4];
-        for (int r = 0; r < 4; r++)
-            hd[r] = _mm_loadu_si128(
-                (const __m128i *)((const struct block_q4_K *)(w + (size_t)r * rb) + i));
-        const __m128i t0 = _mm_unpacklo_epi32(hd[0], hd[1]), t1 = _mm_unpacklo_epi32(hd[2], hd[3]);
-        const __m128i t2 = _mm_unpackhi_epi32(hd[0], hd[1]), t3 = _mm_unpackhi_epi32(hd[2], hd[3]);
-        const __m128i dd = _mm_unpacklo_epi64(t0, t1); /* d | dmin << 16 of rows 0-3 */
-        const __m128i u0 = _mm_unpackhi_epi64(t0, t1), u1 = _mm_unpacklo_epi64(t2, t3);
-        const __m128i u2 = _mm_unpackhi_epi64(t2, t3);
-        const __m128i c3f = _mm_set1_epi32(0x3f3f3f3f), c0f = _mm_set1_epi32(0x0f0f0f0f);
-        const __m128i c03 = _mm_set1_epi32(0x03030303);
-        const __m128i sc0 = _mm_and_si128(u0, c3f), mn0 = _mm_and_si128(u1, c3f);
-        const __m128i sc1 = _mm_or_si128(
-            _mm_and_si128(u2, c0f), _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u0, 6), c03), 4));
-        const __m128i mn1 =
-            _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), c0f),
-                         _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u1, 6), c03), 4));
-        /* row r's eight scale (min) bytes: quadword r % 2 of sc01 / sc23 (mn01 / mn23) */
-        const __m128i sc01 = _mm_unpacklo_epi32(sc0, sc1), sc23 = _mm_unpackhi_epi32(sc0, sc1);
-        const __m128i mn01 = _mm_unpacklo_epi32(mn0, mn1), mn23 = _mm_unpackhi_epi32(mn0, mn1);
-        const __m128i scr[4] = {sc01, _mm_unpackhi_epi64(sc01, sc01), sc23,
-                                _mm_unpackhi_epi64(sc23, sc23)};
-        const __m128i mnr[4] = {mn01, _mm_unpackhi_epi64(mn01, mn01), mn23,
-                                _mm_unpackhi_epi64(mn23, mn23)};
-        const __m256i ysums = _mm256_loadu_si256((const __m256i *)y[i].sums);
+        struct q4_K_heads h;
+        q4_K_heads(w, rb, i, &h);
         __m512i lanes[4];
-        __m256i mprod[4];
+        __m256i mn[4];
         for (int r = 0; r < 4; r++) {
             const struct block_q4_K *x = (const struct block_q4_K *)(w + (size_t)r * rb) + i;
-            /* lanes 8-15 hold another row's bytes: pick[] reads lanes 0-7 only */
-            const __m512i scx = _mm512_cvtepu8_epi32(scr[r]);
-            mprod[r] = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(mnr[r]), ysums);
-            const __m512i w0 = _mm512_loadu_si512((const void *)x->qs);
-            const __m512i w1 = _mm512_loadu_si512((const void *)(x->qs + 64));
-            const __m512i q[4] = {
-                _mm512_and_si512(w0, m4), _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4),
-                _mm512_and_si512(w1, m4), _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4)};
-            __m512i t = _mm512_setzero_si512();
+            const __m512i scx = _mm512_cvtepu8_epi32(h.sc[r]);
+            mn[r] = _mm256_cvtepu8_epi32(h.mn[r]);
+            __m512i q[4], sk[4];
+            q4_K_nibbles(x, q);
             for (int k = 0; k < 4; k++)
-                t = _mm512_add_epi32(t, _mm512_mullo_epi32(qa(q[k], a->hi[k], a->lo[k]),
-                                                           _mm512_permutexvar_epi32(pick[k], scx)));
-            lanes[r] = t;
+                sk[k] = _mm512_permutexvar_epi32(pick[k], scx);
+            lanes[r] = qa_scaled(q, sk, a, _mm512_setzero_si512());
         }
-        const __m128i isum = hsum4(lanes);
-        const __m256i hm = _mm256_hadd_epi32(_mm256_hadd_epi32(mprod[0], mprod[1]),
-                                             _mm256_hadd_epi32(mprod[2], mprod[3]));
-        const __m128i imin =
-            _mm_add_epi32(_mm256_castsi256_si128(hm), _mm256_extracti128_si256(hm, 1));
-        const __m128 d = _mm_cvtph_ps(_mm_shuffle_epi8(
-            dd, _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1)));
-        const __m128 dmin = _mm_cvtph_ps(_mm_shuffle_epi8(
-            dd, _mm_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1)));
-        const __m128 yd = _mm_set1_ps(y[i].d);
-        acc = _mm_add_ps(acc, _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(d, yd), _mm_cvtepi32_ps(isum)),
-                                         _mm_mul_ps(_mm_mul_ps(dmin, yd), _mm_cvtepi32_ps(imin))));
+        const __m128i imin = q4_K_imin(mn, _mm256_loadu_si256((const __m256i *)y[i].sums));
+        acc = q4_K_step(acc, &h, y[i].d, hsum4(lanes), imin);
     }
     _mm_storeu_ps(out, acc);
 }
@@ -484,17 +566,8 @@ static void q4_K_x4(const uint8_t *w, size_t rb, const struct cpu_q16_K *y,
 static void q6_K_x4(const uint8_t *w, size_t rb, const struct cpu_q16_K *y,
                     const struct act_split *s, int64_t nb, float *out)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
-    /* the two-bit high parts to bits 4-5: low-nibble registers take qh bits 0-1 (values 0-31)
-     * and 2-3 (32-63), high-nibble ones bits 4-5 and 6-7 */
-    const __m512i shl_lo = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-    const __m512i shr_hi = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
-    const __m512i pick[4] = {
-        _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-        _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
-        _mm512_set_epi32(11, 11, 11, 11, 10, 10, 10, 10, 9, 9, 9, 9, 8, 8, 8, 8),
-        _mm512_set_epi32(15, 15, 15, 15, 14, 14, 14, 14, 13, 13, 13, 13, 12, 12, 12, 12),
-    };
+    __m512i pick[4];
+    q6_K_picks(pick);
     __m128 acc = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const struct act_split *a = s + i;
@@ -505,25 +578,11 @@ static void q6_K_x4(const uint8_t *w, size_t rb, const struct cpu_q16_K *y,
             const struct block_q6_K *x = (const struct block_q6_K *)(w + (size_t)r * rb) + i;
             dh[r] = x->d;
             const __m512i scx = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x->scales));
-            /* the offset of 32: sum_g sc_g 32 A_g, taken out of the block's total */
-            __m512i t = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_mullo_epi32(scx, a->g32));
-            for (int h = 0; h < 2; h++) {
-                const __m512i ql = _mm512_loadu_si512((const void *)(x->ql + 64 * h));
-                const __m512i qh =
-                    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
-                const __m512i q0 = _mm512_ternarylogic_epi32(
-                    _mm512_and_si512(ql, m4), _mm512_sllv_epi16(qh, shl_lo), m30, 0xf8);
-                const __m512i q1 =
-                    _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                              _mm512_srlv_epi16(qh, shr_hi), m30, 0xf8);
-                t = _mm512_add_epi32(
-                    t, _mm512_mullo_epi32(qa(q0, a->hi[2 * h], a->lo[2 * h]),
-                                          _mm512_permutexvar_epi32(pick[2 * h], scx)));
-                t = _mm512_add_epi32(
-                    t, _mm512_mullo_epi32(qa(q1, a->hi[2 * h + 1], a->lo[2 * h + 1]),
-                                          _mm512_permutexvar_epi32(pick[2 * h + 1], scx)));
-            }
-            lanes[r] = t;
+            __m512i q[4], sk[4];
+            q6_K_values(x, q);
+            for (int k = 0; k < 4; k++)
+                sk[k] = _mm512_permutexvar_epi32(pick[k], scx);
+            lanes[r] = qa_scaled(q, sk, a, q6_K_offset(scx, a));
         }
         const __m128i isum = hsum4(lanes);
         const __m128 d = _mm_cvtph_ps(
@@ -536,6 +595,27 @@ static void q6_K_x4(const uint8_t *w, size_t rb, const struct cpu_q16_K *y,
 
 #define FEW_MAX_TOK 8 /* tokens the few-token four-row kernel takes (CPU_DOT_MAX_TOK) */
 
+/* one row's block i against nt split tokens (token t's split at s + t * nb): its integer sum
+ * is[t] per token, four tokens reduced together; scx non-NULL: Q6_K, its offset taken out */
+static inline void few_sums(const __m512i q[4], const __m512i sk[4], const __m512i *scx,
+                            const struct act_split *s, int64_t nb, int64_t i, int nt, int32_t *is)
+{
+    int t = 0;
+    for (; t + 4 <= nt; t += 4) {
+        __m512i L[4];
+        for (int u = 0; u < 4; u++) {
+            const struct act_split *a = s + (size_t)(t + u) * (size_t)nb + i;
+            L[u] = qa_scaled(q, sk, a, scx ? q6_K_offset(*scx, a) : _mm512_setzero_si512());
+        }
+        _mm_storeu_si128((__m128i *)&is[t], hsum4(L));
+    }
+    for (; t < nt; t++) {
+        const struct act_split *a = s + (size_t)t * (size_t)nb + i;
+        is[t] = _mm512_reduce_add_epi32(
+            qa_scaled(q, sk, a, scx ? q6_K_offset(*scx, a) : _mm512_setzero_si512()));
+    }
+}
+
 /* four rows of Q4_K against nt (2 .. FEW_MAX_TOK) split tokens: token t's activations at
  * act + t * as, its split at s + t * nb, its four outputs at out + t * os. Each row's weight bytes
  * unpacked once per block for every token; per token and row the integers and float steps of
@@ -544,96 +624,32 @@ static void q6_K_x4(const uint8_t *w, size_t rb, const struct cpu_q16_K *y,
 static void q4_K_x4_few(const uint8_t *w, size_t rb, const uint8_t *act, size_t as,
                         const struct act_split *s, int nt, int64_t nb, float *out, size_t os)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i pick[4] = {
-        _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
-        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
-        _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
-        _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5),
-    };
+    __m512i pick[4];
+    q4_K_picks(pick);
     __m128 acc[FEW_MAX_TOK];
     for (int t = 0; t < nt; t++)
         acc[t] = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         prefetch_share(w, rb, i, sizeof(struct block_q4_K));
-        __m128i hd[4];
-        for (int r = 0; r < 4; r++)
-            hd[r] = _mm_loadu_si128(
-                (const __m128i *)((const struct block_q4_K *)(w + (size_t)r * rb) + i));
-        const __m128i t0 = _mm_unpacklo_epi32(hd[0], hd[1]), t1 = _mm_unpacklo_epi32(hd[2], hd[3]);
-        const __m128i t2 = _mm_unpackhi_epi32(hd[0], hd[1]), t3 = _mm_unpackhi_epi32(hd[2], hd[3]);
-        const __m128i dd = _mm_unpacklo_epi64(t0, t1);
-        const __m128i u0 = _mm_unpackhi_epi64(t0, t1), u1 = _mm_unpacklo_epi64(t2, t3);
-        const __m128i u2 = _mm_unpackhi_epi64(t2, t3);
-        const __m128i c3f = _mm_set1_epi32(0x3f3f3f3f), c0f = _mm_set1_epi32(0x0f0f0f0f);
-        const __m128i c03 = _mm_set1_epi32(0x03030303);
-        const __m128i sc0 = _mm_and_si128(u0, c3f), mn0 = _mm_and_si128(u1, c3f);
-        const __m128i sc1 = _mm_or_si128(
-            _mm_and_si128(u2, c0f), _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u0, 6), c03), 4));
-        const __m128i mn1 =
-            _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), c0f),
-                         _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u1, 6), c03), 4));
-        const __m128i sc01 = _mm_unpacklo_epi32(sc0, sc1), sc23 = _mm_unpackhi_epi32(sc0, sc1);
-        const __m128i mn01 = _mm_unpacklo_epi32(mn0, mn1), mn23 = _mm_unpackhi_epi32(mn0, mn1);
-        const __m128i scr[4] = {sc01, _mm_unpackhi_epi64(sc01, sc01), sc23,
-                                _mm_unpackhi_epi64(sc23, sc23)};
-        const __m128i mnr[4] = {mn01, _mm_unpackhi_epi64(mn01, mn01), mn23,
-                                _mm_unpackhi_epi64(mn23, mn23)};
+        struct q4_K_heads h;
+        q4_K_heads(w, rb, i, &h);
         int32_t is[4][FEW_MAX_TOK];
+        __m256i mn[4];
         for (int r = 0; r < 4; r++) {
             const struct block_q4_K *x = (const struct block_q4_K *)(w + (size_t)r * rb) + i;
-            const __m512i scx = _mm512_cvtepu8_epi32(scr[r]);
-            const __m512i w0 = _mm512_loadu_si512((const void *)x->qs);
-            const __m512i w1 = _mm512_loadu_si512((const void *)(x->qs + 64));
-            const __m512i q[4] = {
-                _mm512_and_si512(w0, m4), _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4),
-                _mm512_and_si512(w1, m4), _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4)};
-            __m512i sk[4];
+            const __m512i scx = _mm512_cvtepu8_epi32(h.sc[r]);
+            mn[r] = _mm256_cvtepu8_epi32(h.mn[r]);
+            __m512i q[4], sk[4];
+            q4_K_nibbles(x, q);
             for (int k = 0; k < 4; k++)
                 sk[k] = _mm512_permutexvar_epi32(pick[k], scx);
-            int t = 0;
-            for (; t + 4 <= nt; t += 4) {
-                __m512i L[4];
-                for (int u = 0; u < 4; u++) {
-                    const struct act_split *a = s + (size_t)(t + u) * (size_t)nb + i;
-                    __m512i v = _mm512_mullo_epi32(qa(q[0], a->hi[0], a->lo[0]), sk[0]);
-                    for (int k = 1; k < 4; k++)
-                        v = _mm512_add_epi32(
-                            v, _mm512_mullo_epi32(qa(q[k], a->hi[k], a->lo[k]), sk[k]));
-                    L[u] = v;
-                }
-                _mm_storeu_si128((__m128i *)&is[r][t], hsum4(L));
-            }
-            for (; t < nt; t++) {
-                const struct act_split *a = s + (size_t)t * (size_t)nb + i;
-                __m512i v = _mm512_mullo_epi32(qa(q[0], a->hi[0], a->lo[0]), sk[0]);
-                for (int k = 1; k < 4; k++)
-                    v = _mm512_add_epi32(v,
-                                         _mm512_mullo_epi32(qa(q[k], a->hi[k], a->lo[k]), sk[k]));
-                is[r][t] = _mm512_reduce_add_epi32(v);
-            }
+            few_sums(q, sk, NULL, s, nb, i, nt, is[r]);
         }
-        const __m128 d = _mm_cvtph_ps(_mm_shuffle_epi8(
-            dd, _mm_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1)));
-        const __m128 dmin = _mm_cvtph_ps(_mm_shuffle_epi8(
-            dd, _mm_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1)));
-        const __m256i mn[4] = {_mm256_cvtepu8_epi32(mnr[0]), _mm256_cvtepu8_epi32(mnr[1]),
-                               _mm256_cvtepu8_epi32(mnr[2]), _mm256_cvtepu8_epi32(mnr[3])};
         for (int t = 0; t < nt; t++) {
             const struct cpu_q16_K *y = (const struct cpu_q16_K *)(act + (size_t)t * as) + i;
-            const __m256i ysums = _mm256_loadu_si256((const __m256i *)y->sums);
-            __m256i mprod[4];
-            for (int r = 0; r < 4; r++)
-                mprod[r] = _mm256_mullo_epi32(mn[r], ysums);
-            const __m256i hm = _mm256_hadd_epi32(_mm256_hadd_epi32(mprod[0], mprod[1]),
-                                                 _mm256_hadd_epi32(mprod[2], mprod[3]));
-            const __m128i imin =
-                _mm_add_epi32(_mm256_castsi256_si128(hm), _mm256_extracti128_si256(hm, 1));
             const __m128i isum = _mm_setr_epi32(is[0][t], is[1][t], is[2][t], is[3][t]);
-            const __m128 yd = _mm_set1_ps(y->d);
-            acc[t] = _mm_add_ps(
-                acc[t], _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(d, yd), _mm_cvtepi32_ps(isum)),
-                                   _mm_mul_ps(_mm_mul_ps(dmin, yd), _mm_cvtepi32_ps(imin))));
+            acc[t] = q4_K_step(acc[t], &h, y->d, isum,
+                               q4_K_imin(mn, _mm256_loadu_si256((const __m256i *)y->sums)));
         }
     }
     for (int t = 0; t < nt; t++)
@@ -645,15 +661,8 @@ static void q4_K_x4_few(const uint8_t *w, size_t rb, const uint8_t *act, size_t 
 static void q6_K_x4_few(const uint8_t *w, size_t rb, const uint8_t *act, size_t as,
                         const struct act_split *s, int nt, int64_t nb, float *out, size_t os)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
-    const __m512i shl_lo = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-    const __m512i shr_hi = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
-    const __m512i pick[4] = {
-        _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-        _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
-        _mm512_set_epi32(11, 11, 11, 11, 10, 10, 10, 10, 9, 9, 9, 9, 8, 8, 8, 8),
-        _mm512_set_epi32(15, 15, 15, 15, 14, 14, 14, 14, 13, 13, 13, 13, 12, 12, 12, 12),
-    };
+    __m512i pick[4];
+    q6_K_picks(pick);
     __m128 acc[FEW_MAX_TOK];
     for (int t = 0; t < nt; t++)
         acc[t] = _mm_setzero_ps();
@@ -666,41 +675,10 @@ static void q6_K_x4_few(const uint8_t *w, size_t rb, const uint8_t *act, size_t 
             dh[r] = x->d;
             const __m512i scx = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x->scales));
             __m512i q[4], sk[4];
-            for (int h = 0; h < 2; h++) {
-                const __m512i ql = _mm512_loadu_si512((const void *)(x->ql + 64 * h));
-                const __m512i qh =
-                    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
-                q[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, m4),
-                                                     _mm512_sllv_epi16(qh, shl_lo), m30, 0xf8);
-                q[2 * h + 1] =
-                    _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                              _mm512_srlv_epi16(qh, shr_hi), m30, 0xf8);
-            }
+            q6_K_values(x, q);
             for (int k = 0; k < 4; k++)
                 sk[k] = _mm512_permutexvar_epi32(pick[k], scx);
-            int t = 0;
-            for (; t + 4 <= nt; t += 4) {
-                __m512i L[4];
-                for (int u = 0; u < 4; u++) {
-                    const struct act_split *a = s + (size_t)(t + u) * (size_t)nb + i;
-                    __m512i v =
-                        _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_mullo_epi32(scx, a->g32));
-                    for (int k = 0; k < 4; k++)
-                        v = _mm512_add_epi32(
-                            v, _mm512_mullo_epi32(qa(q[k], a->hi[k], a->lo[k]), sk[k]));
-                    L[u] = v;
-                }
-                _mm_storeu_si128((__m128i *)&is[r][t], hsum4(L));
-            }
-            for (; t < nt; t++) {
-                const struct act_split *a = s + (size_t)t * (size_t)nb + i;
-                __m512i v =
-                    _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_mullo_epi32(scx, a->g32));
-                for (int k = 0; k < 4; k++)
-                    v = _mm512_add_epi32(v,
-                                         _mm512_mullo_epi32(qa(q[k], a->hi[k], a->lo[k]), sk[k]));
-                is[r][t] = _mm512_reduce_add_epi32(v);
-            }
+            few_sums(q, sk, &scx, s, nb, i, nt, is[r]);
         }
         const __m128 d = _mm_cvtph_ps(
             _mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3], 0, 0, 0, 0));
