@@ -310,24 +310,13 @@ static inline void CPU_DOT_NAME(flt)(int type, const void *w, const uint8_t *act
 #define CPU_DOT_Q6_K CPU_DOT_NAME(q6_K)
 #endif
 
-/* the F32 kernel's order for one pair of float vectors, without its token tiles */
+/* the F32 kernel's order for one pair of float vectors (decode's attention scores): flt() with
+ * one token, a as the weight row */
 float CPU_DOT_NAME(f32)(const float *a, const float *b, int64_t n)
 {
-    float L[8] = {0};
-    int64_t i = 0;
-#ifdef CPU_DOT_FLT_SIMD /* the eight lanes in one register (flt_chunks); decode's attention scores \
-                         */
-    __m256 v = _mm256_setzero_ps();
-    for (; i + 8 <= n; i += 8)
-        v = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), v);
-    _mm256_storeu_ps(L, v);
-#endif
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++)
-            L[l] = fmaf(a[i + l], b[i + l], L[l]);
-    for (int l = 0; i + l < n; l++)
-        L[l] = fmaf(a[i + l], b[i + l], L[l]);
-    return ((L[0] + L[1]) + (L[2] + L[3])) + ((L[4] + L[5]) + (L[6] + L[7]));
+    float out;
+    CPU_DOT_NAME(flt)(QUANT_F32, a, (const uint8_t *)b, 0, 1, n, &out, 1);
+    return out;
 }
 
 void CPU_DOT_NAME(rows)(int type, const void *w, const void *act_, size_t as, int nt, int64_t n,
