@@ -303,15 +303,16 @@ static int on_row(void *ctx, const struct store_row *row)
     if (!model || hi < 0 || !mode)
         goto out;
     int ci, ai;
+    const int kv_f16 = payload_kv(cell);
     if (!strcmp(mode, "anchor") && (ai = find_anchor(l, model)) >= 0) {
         a = &x->anchors[ai];
         pin = l->anchors[ai].model.sha256;
         want = json_pack("{s:o}", "anchor", run_anchor_settings(l, ai));
-    } else if ((ci = find_cell(l, model, host, mode, payload_kv(cell))) >= 0) {
+    } else if ((ci = find_cell(l, model, host, mode, kv_f16)) >= 0) {
         a = &x->cells[ci];
         pin = l->models[l->cells[ci].model].sha256;
         want = cell_settings(l, &l->cells[ci].g);
-    } else if ((ci = find_excluded(l, model, host, mode, payload_kv(cell))) >= 0) {
+    } else if ((ci = find_excluded(l, model, host, mode, kv_f16)) >= 0) {
         /* an exclusion cannot hide a failure: its receipts are judged like a cell's */
         a = &x->excluded[ci];
         pin = l->models[l->excluded[ci].model].sha256;
@@ -409,13 +410,6 @@ static void to_row(const struct acc *a, enum release_row_kind kind, int index, c
     snprintf(r->disagree, sizeof r->disagree, "%s", a->disagree);
 }
 
-static void excluded_name(const struct ladder *l, int i, char *out, size_t n)
-{
-    snprintf(out, n, "%s/%s/%s%s", l->models[l->excluded[i].model].id,
-             l->hosts[l->excluded[i].host].id, l->excluded[i].mode,
-             ladder_kv_suffix(l->excluded[i].kv_f16));
-}
-
 int release_evaluate(const struct ladder *l, struct store *st, const struct identity *self,
                      const struct release_options *o, struct release_result *out,
                      struct gate_err *err)
@@ -495,8 +489,8 @@ int release_evaluate(const struct ladder *l, struct store *st, const struct iden
         out->n_bad_cells += x.cells[i].state != RELEASE_PASS;
     }
     for (int i = 0; i < l->n_excluded; i++) {
-        excluded_name(l, i, name, sizeof name);
-        to_row(&x.excluded[i], RELEASE_ROW_EXCLUDED, i, name, &out->excluded[i]);
+        to_row(&x.excluded[i], RELEASE_ROW_EXCLUDED, i,
+               ladder_excluded_name(l, i, name, sizeof name), &out->excluded[i]);
         out->n_bad_cells += x.excluded[i].state != RELEASE_EXCLUDED;
     }
     for (int i = 0; i < l->n_anchors; i++) {
