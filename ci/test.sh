@@ -59,6 +59,9 @@ run_ctest() {
 cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$jobs"
 run_ctest build GATE_REQUIRE_CHROMIUM=1
+# mutation testing's machinery (docs/gates.md, "Mutation testing"): three mutants planted in a
+# clean commit, each must be stopped by a systematic gate
+ci/mutants.sh --sample --work build/mutants
 cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=Debug -DGATE_SANITIZE=ON >/dev/null
 cmake --build build-asan -j "$jobs"
 run_ctest build-asan ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$PWD/ci/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 GATE_ASAN=1 GATE_REQUIRE_CHROMIUM=1
