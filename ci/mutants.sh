@@ -35,6 +35,8 @@
 #   --kind K         only mutants of kind K (ladder, tests or cuda)
 #   --sample         the CI sample: the mutants whose header says `Sample: yes`, on the one-cell
 #                    ladder ladders/mutants-sample.yaml, no control; exit 1 unless every one is killed
+#   --hinted-only    tests mutants: build and run only the binaries of their Tests: header (a
+#                    survivor then says so: it passed those, the rest of the suite did not run)
 #   --no-control     skip the control run of the base
 #   --all-cells      run every matching cell of a ladder mutant (default: stop at the first cell
 #                    whose systematic gate fails; prefill cells first, then decode, MoE first)
@@ -62,6 +64,7 @@ control=1
 check_only=0
 list_only=0
 all_cells=0
+hinted_only=0
 out=""
 names=()
 
@@ -81,6 +84,7 @@ while [ $# -gt 0 ]; do
     --sample) sample=1; shift ;;
     --no-control) control=0; shift ;;
     --all-cells) all_cells=1; shift ;;
+    --hinted-only) hinted_only=1; shift ;;
     --check) check_only=1; shift ;;
     --list) list_only=1; shift ;;
     --out) out=${2:?--out needs a file}; shift 2 ;;
@@ -193,7 +197,12 @@ build() {
     ladder)
         configure "$work/build" OFF "$tests_on" && "${NICE[@]}" ninja -C "$work/build" -j "$jobs" gate >"$log" 2>&1 ;;
     tests)
-        configure "$work/build" OFF ON && "${NICE[@]}" ninja -C "$work/build" -j "$jobs" >"$log" 2>&1 ;;
+        local targets=()
+        if [ "$hinted_only" = 1 ]; then
+            targets=(gate $(header Tests "$p" | tr ',' ' '))
+            [[ " ${targets[*]} " == *" test_broken_twin "* ]] && targets+=(gate_broken_twin)
+        fi
+        configure "$work/build" OFF ON && "${NICE[@]}" ninja -C "$work/build" -j "$jobs" "${targets[@]}" >"$log" 2>&1 ;;
     cuda)
         configure "$work/build-cuda" ON OFF >"$log" 2>&1 || return 1
         local objs=() f
@@ -341,6 +350,10 @@ run_tests() {
     local rc=0
     if [ -n "$re" ]; then
         (cd "$b" && "${NICE[@]}" ctest -R "$re" -j "$jobs" --stop-on-failure >"$log" 2>&1) || rc=$?
+    fi
+    if [ "$rc" = 0 ] && [ "$hinted_only" = 1 ]; then
+        printf 'SURVIVED\tpassed %s (--hinted-only: the rest of the suite not run)\n' "$hints"
+        return
     fi
     if [ "$rc" = 0 ]; then
         if [ -n "$re" ]; then
