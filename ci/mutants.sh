@@ -363,7 +363,7 @@ run_tests() {
         fi
     fi
     if [ "$rc" != 0 ]; then
-        failed=$(sed -n 's/^ *[0-9]* - \([A-Za-z0-9_]*\) (.*/\1/p' "$log" | sort -u | tr '\n' ' ')
+        failed=$(sed -n 's/^[[:space:]]*[0-9]* - \([A-Za-z0-9_]*\) (.*/\1/p' "$log" | sort -u | tr '\n' ' ')
         printf 'KILLED\t%s\n' "${failed:-ctest exit $rc}"
     else
         printf 'SURVIVED\tevery test binary passed\n'
@@ -384,12 +384,13 @@ if [ "$control" = 1 ]; then
         build ladder "$work/control.build.log" || die "the base does not build (see $work/control.build.log)"
         res=$(run_ladder control "${only:-*/cpu.*}")
         t=$(($(date +%s) - t0))
-        add_result "(control: base)" ladder - "$(cut -f1 <<<"$res")" "$(cut -f2 <<<"$res")" "$t"
         if [ "$(cut -f1 <<<"$res")" != SURVIVED ]; then
+            add_result "(control: base)" ladder - "FAIL" "$(cut -f2 <<<"$res")" "$t"
             echo "ci/mutants.sh: the unmutated base does not pass the ladder's correctness gates:" \
                 "every kill would be noise; see $(rundir_for control)" >&2
             exit 1
         fi
+        add_result "(control: base)" ladder - PASS "every systematic and golden gate passed" "$t"
     fi
 fi
 
