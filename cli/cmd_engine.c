@@ -20,6 +20,7 @@
 #include "engine/chat.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
+#include "engine/pool.h"
 #include "engine/quant.h"
 #include "engine/ref_ops.h"
 #include "engine/tokenizer.h"
@@ -687,7 +688,7 @@ int cmd_bench(int argc, char **argv)
         rc = model_load(&m, model, &err);
         if (!rc)
             printf("bench: %s (model load %.3f s, not counted), %d threads, KV cache %s\n", model,
-                   now_s() - t0, cfg.n_threads ? cfg.n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
+                   now_s() - t0, cfg.n_threads ? cfg.n_threads : pool_default_threads(),
                    cfg.kv_f16 ? "F16" : "F32");
     }
     if (!rc && prompt_batch) {

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/pool.h"
 #include "gate_buildinfo.h"
 
 int identity_file_sha256(const char *path, char hex[65], struct gate_err *err)
@@ -72,7 +73,7 @@ json_t *identity_environment(int threads)
     if (f)
         fclose(f);
     if (threads <= 0)
-        threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        threads = pool_default_threads(); /* what the engines' pools take */
     return json_pack("{s:s, s:s, s:i}", "hostname", host, "cpu", cpu, "threads", threads);
 }
 
