@@ -7,9 +7,17 @@
  * size is accepted, the payload read straight into the caller's buffer. Any failure goes
  * through fail(): the child is ended (stdin closed, SIGTERM, SIGKILL after EXEC_GRACE_S) and
  * reaped, and the message carries its exit status or signal and its stderr tail, escaped.
- * Invariants: s->pid != 0 exactly while a child is alive and unreaped; the pipes are
- * close-on-exec in gate, so a second engine never inherits the first's; SIGPIPE is ignored once a
- * child has been started (a write to a dead child is EPIPE, not the end of gate).
+ * The child is started by spawn(): the engine binary resolved and hashed against the ladder's
+ * pin, its pinned files checked, a Landlock ruleset built (or the start refused on a host that
+ * cannot isolate it), then fork() and isolate_child_exec() (engine/isolate.h) — minimal
+ * environment, no inherited descriptors, no capabilities, its own process group. Every failure,
+ * and the session's end, kills the group and sweeps the orphans (gate is a child subreaper).
+ * Invariants: s->pid != 0 exactly while a child is alive and unreaped (and registered with
+ * isolate_register, so the sweep spares it); the pipes are close-on-exec in gate, so a second
+ * engine never inherits the first's; SIGPIPE is ignored once a child has been started (a write
+ * to a dead child is EPIPE, not the end of gate); the engine's time over the session never
+ * exceeds cell_timeout_s (every exchange's deadline is cut to what is left), and a failure no
+ * new child can cure (a pin, isolation, the budget) is kept in s->fatal and repeated.
  * Start reading: exchange(), then exec_open().
  */
 #include "engine/exec.h"
@@ -25,17 +33,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "engine/backend.h"
+#include "engine/isolate.h"
+#include "engine/pin.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "gate-exec payloads are little-endian int32/float32, copied as they lie in memory"
 #endif
-
-extern char **environ;
 
 struct exec_session {
     const struct exec_engine *e; /* borrowed (the ladder's) */
@@ -52,6 +61,15 @@ struct exec_session {
     int spawns;            /* children started */
     int attached;          /* a backend is open on this session */
     struct fault_set sent; /* the child's active faults, as last sent */
+    /* isolation and identity (engine/isolate.h) */
+    char exe[4096];      /* argv[0] as resolved, what execve runs */
+    char exe_sha256[65]; /* its digest, measured before every start */
+    char isolation[300]; /* "landlock ABI N" or "none: REASON" */
+    char scratch[512];   /* the private scratch folder (HOME, TMPDIR), removed at the end */
+    char env_home[600], env_tmp[600];
+    double engine_s; /* seconds spent waiting for the engine (the cell's budget) */
+    char fatal[900]; /* a failure no new child can cure; every later open repeats it */
+    int fatal_code;
 };
 
 struct exec_backend {
@@ -150,39 +168,49 @@ static void close_fd(int *fd)
     *fd = -1;
 }
 
-/* End the child: stdin closed; if it has not exited, SIGTERM, then SIGKILL after the grace
- * period; always reaped. status (n bytes) says how it ended. */
+/* Has the child exited? Looks without reaping it (its pid, and so its process group, stay
+ * ours until waitpid). */
+static int exited(pid_t pid)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == EINTR)
+        ;
+    return si.si_pid == pid;
+}
+
+/* End the child: stdin closed; if it has not exited, SIGTERM to its process group, then SIGKILL
+ * after the grace period; the rest of its group killed while its pid still holds the group;
+ * always reaped; then every orphan it left (reparented to gate, the subreaper) killed and
+ * reaped. status (n bytes) says how it ended. */
 static void end_child(struct exec_session *s, char *status, size_t n)
 {
-    int ws = 0, reaped = 0, signalled = 0;
+    int ws = 0, signalled = 0;
     close_fd(&s->in_fd);
     if (!s->pid) {
         snprintf(status, n, "no child was running");
         return;
     }
-    pid_t r;
-    while ((r = waitpid(s->pid, &ws, WNOHANG)) < 0 && errno == EINTR)
-        ;
-    reaped = r == s->pid;
-    if (!reaped) {
+    if (!exited(s->pid)) {
+        kill(-s->pid, SIGTERM);
         kill(s->pid, SIGTERM);
         signalled = SIGTERM;
         const double until = now_s() + EXEC_GRACE_S;
-        while (!reaped && now_s() < until) {
+        while (!exited(s->pid) && now_s() < until) {
             drain_stderr(s);
             struct timespec ts = {0, 10 * 1000 * 1000};
             nanosleep(&ts, NULL);
-            while ((r = waitpid(s->pid, &ws, WNOHANG)) < 0 && errno == EINTR)
-                ;
-            reaped = r == s->pid;
         }
     }
-    if (!reaped) {
-        kill(s->pid, SIGKILL);
+    if (!exited(s->pid)) {
         signalled = SIGKILL;
-        while ((r = waitpid(s->pid, &ws, 0)) < 0 && errno == EINTR)
-            ;
+        kill(s->pid, SIGKILL);
     }
+    kill(-s->pid, SIGKILL); /* whatever else is in its group */
+    while (waitpid(s->pid, &ws, 0) < 0 && errno == EINTR)
+        ;
+    isolate_unregister(s->pid);
+    isolate_sweep();
     drain_stderr(s);
     if (WIFEXITED(ws))
         snprintf(status, n, "the child (pid %d) exited with status %d", (int)s->pid,
@@ -224,69 +252,181 @@ static int fail(struct exec_session *s, const char *what, struct gate_err *err, 
 
 /* ---- starting a child ------------------------------------------------------------------------ */
 
+/* A failure that no new child can cure (a pin that does not match, no isolation, the cell's time
+ * spent): recorded so every later open of the cell gets the same answer without starting
+ * anything. */
+static int fatal(struct exec_session *s, struct gate_err *err, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->fatal, sizeof s->fatal, fmt, ap);
+    va_end(ap);
+    s->fatal_code = code;
+    return err_set(err, code, "%s", s->fatal);
+}
+
+/* The child's environment: the fixed minimum, then the ladder's entries (which win for a name
+ * they share). Pointers into s->env_buf; NULL-terminated. */
+static void build_env(struct exec_session *s, char **envp)
+{
+    static const char *const FIXED[] = {"PATH=" ISOLATE_DEFAULT_PATH, "LANG=C.UTF-8", NULL};
+    int n = 0;
+    for (int i = 0; FIXED[i]; i++) {
+        const size_t k = strcspn(FIXED[i], "=") + 1;
+        int overridden = 0;
+        for (int j = 0; j < s->e->n_env; j++)
+            overridden |= !strncmp(s->e->env[j], FIXED[i], k);
+        if (!overridden)
+            envp[n++] = (char *)FIXED[i];
+    }
+    snprintf(s->env_home, sizeof s->env_home, "HOME=%s", s->scratch);
+    snprintf(s->env_tmp, sizeof s->env_tmp, "TMPDIR=%s", s->scratch);
+    envp[n++] = s->env_home;
+    envp[n++] = s->env_tmp;
+    for (int j = 0; j < s->e->n_env; j++)
+        envp[n++] = s->e->env[j];
+    envp[n] = NULL;
+}
+
+/* Resolve and hash the engine binary and its pinned files; refuse a pin that does not match. */
+static int check_pins(struct exec_session *s, struct gate_err *err)
+{
+    const struct exec_engine *e = s->e;
+    const char *path_env = NULL;
+    for (int j = 0; j < e->n_env; j++)
+        if (!strncmp(e->env[j], "PATH=", 5))
+            path_env = e->env[j] + 5;
+    if (isolate_resolve(e->argv[0], path_env, s->exe, sizeof s->exe))
+        return fatal(s, err, ERR_RUNTIME,
+                     "exec engine '%s': cannot start '%s': no executable of that name in the"
+                     " engine's PATH (%s)",
+                     e->name, e->argv[0], path_env ? path_env : ISOLATE_DEFAULT_PATH);
+    struct pinned pf = {.fd = -1};
+    struct gate_err why = {0};
+    if (pin_open_bounded(s->exe, NULL, PIN_MAX_SIZE, &pf, &why))
+        return fatal(s, err, ERR_RUNTIME, "exec engine '%s': cannot start '%s': %s", e->name,
+                     s->exe, why.msg);
+    snprintf(s->exe_sha256, sizeof s->exe_sha256, "%s", pf.sha256);
+    pin_close(&pf);
+    if (e->sha256[0] && strcmp(e->sha256, s->exe_sha256))
+        return fatal(s, err, ERR_RUNTIME,
+                     "exec engine '%s': the engine binary '%s' has SHA-256 %s but the ladder"
+                     " pins %s: it is not the engine this ladder gates (nothing was started)",
+                     e->name, s->exe, s->exe_sha256, e->sha256);
+    for (int i = 0; i < e->n_files; i++) {
+        memset(&why, 0, sizeof why);
+        if (pin_open_bounded(e->files[i].path, e->files[i].sha256, PIN_MAX_SIZE, &pf, &why))
+            return fatal(s, err, ERR_RUNTIME,
+                         "exec engine '%s': pinned file: %s (nothing was started)", e->name,
+                         why.msg);
+        pin_close(&pf);
+    }
+    return 0;
+}
+
+/* The Landlock ruleset for this engine (*fd -1 under `isolation: none`), or the refusal of a
+ * host that cannot isolate it. */
+static int sandbox(struct exec_session *s, int *fd, struct gate_err *err)
+{
+    const struct exec_engine *e = s->e;
+    char why[200];
+    *fd = -1;
+    const int abi = isolate_landlock_abi(why, sizeof why);
+    if (e->isolation_none) {
+        snprintf(s->isolation, sizeof s->isolation, "none: %s", e->reason);
+        return 0;
+    }
+    if (abi < 1)
+        return fatal(s, err, ERR_ENV,
+                     "exec engine '%s': this host cannot isolate the engine (%s); gate does not"
+                     " run an engine it cannot isolate unless the ladder's engine entry says"
+                     " `isolation: none` with a `reason`",
+                     e->name, why);
+    const char *read[2 * EXEC_PATHS_MAX + 2], *rw[EXEC_PATHS_MAX + 1];
+    int nr = 0, nw = 0;
+    read[nr++] = s->model_path;
+    for (int i = 0; i < e->n_files; i++)
+        read[nr++] = e->files[i].path;
+    for (int i = 0; i < e->n_allow; i++)
+        read[nr++] = e->allow[i];
+    read[nr] = NULL;
+    for (int i = 0; i < e->n_devices; i++)
+        rw[nw++] = e->devices[i];
+    rw[nw] = NULL;
+    const struct isolate_spec sp = {.exe = s->exe, .read = read, .rw = rw, .scratch = s->scratch};
+    struct gate_err why2 = {0};
+    if (isolate_prepare(&sp, abi, fd, &why2))
+        return fatal(s, err, why2.code, "exec engine '%s': %s", e->name, why2.msg);
+    snprintf(s->isolation, sizeof s->isolation, "landlock ABI %d", abi);
+    return 0;
+}
+
 static int spawn(struct exec_session *s, struct gate_err *err)
 {
-    int in[2] = {-1, -1}, out[2] = {-1, -1}, er[2] = {-1, -1}, rc = 0;
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t at;
-    int fa_ok = 0, at_ok = 0;
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, er[2] = {-1, -1}, rep[2] = {-1, -1}, rc = 0;
+    int ruleset = -1;
     static int sigpipe_ignored;
+    if (s->fatal[0])
+        return err_set(err, s->fatal_code, "%s", s->fatal);
     if (!sigpipe_ignored) {
         /* a write to an engine that died is EPIPE here, never the end of gate */
         signal(SIGPIPE, SIG_IGN);
         sigpipe_ignored = 1;
     }
-    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(er, O_CLOEXEC)) {
+    isolate_guard_self();
+    if (!s->scratch[0] && (rc = isolate_scratch_new(s->scratch, sizeof s->scratch, err)))
+        return rc;
+    if ((rc = check_pins(s, err)) || (rc = sandbox(s, &ruleset, err)))
+        return rc;
+    char *envp[EXEC_ENV_MAX + 8];
+    build_env(s, envp);
+    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(er, O_CLOEXEC) ||
+        pipe2(rep, O_CLOEXEC)) {
         rc = err_set(err, ERR_ENV, "exec engine '%s': cannot create pipes: %s", s->e->name,
                      strerror(errno));
         goto done;
     }
-    if (posix_spawn_file_actions_init(&fa) || (fa_ok = 1, 0) ||
-        posix_spawn_file_actions_adddup2(&fa, in[0], 0) ||
-        posix_spawn_file_actions_adddup2(&fa, out[1], 1) ||
-        posix_spawn_file_actions_adddup2(&fa, er[1], 2) || posix_spawnattr_init(&at) ||
-        (at_ok = 1, 0)) {
-        rc = err_set(err, ERR_ENV, "exec engine '%s': cannot prepare the child", s->e->name);
+    const pid_t pid = fork();
+    if (pid < 0) {
+        rc =
+            err_set(err, ERR_ENV, "exec engine '%s': cannot fork: %s", s->e->name, strerror(errno));
         goto done;
     }
-    /* the child gets default signal handling and an empty mask, whatever gate set for itself */
-    sigset_t def, none;
-    sigemptyset(&def);
-    sigaddset(&def, SIGPIPE);
-    sigaddset(&def, SIGINT);
-    sigaddset(&def, SIGTERM);
-    sigemptyset(&none);
-    posix_spawnattr_setsigdefault(&at, &def);
-    posix_spawnattr_setsigmask(&at, &none);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-    pid_t pid = 0;
-    const char *prog = s->e->argv[0];
-    int e = strchr(prog, '/') ? posix_spawn(&pid, prog, &fa, &at, s->e->argv, environ)
-                              : posix_spawnp(&pid, prog, &fa, &at, s->e->argv, environ);
-    if (e) {
-        rc = err_set(err, ERR_RUNTIME, "exec engine '%s': cannot start '%s': %s", s->e->name, prog,
-                     strerror(e));
-        goto done;
-    }
+    if (pid == 0)
+        isolate_child_exec(in[0], out[1], er[1], rep[1], ruleset, s->exe, s->e->argv, envp);
+    setpgid(pid, pid); /* also here: no window in which the group does not exist yet */
+    isolate_register(pid);
     s->pid = pid;
     s->spawns++;
+    close_fd(&rep[1]);
+    /* the child's report: EOF when execve succeeded (the pipe is close-on-exec) */
+    int msg[2] = {0, 0};
+    ssize_t r;
+    while ((r = read(rep[0], msg, sizeof msg)) < 0 && errno == EINTR)
+        ;
     s->in_fd = in[1];
     s->out_fd = out[0];
     s->err_fd = er[0];
     in[1] = out[0] = er[0] = -1;
+    if (r == (ssize_t)sizeof msg) {
+        char status[160];
+        end_child(s, status, sizeof status);
+        rc = err_set(err, ERR_RUNTIME, "exec engine '%s': cannot start '%s': %s failed: %s",
+                     s->e->name, s->exe, isolate_step_name(msg[0]), strerror(msg[1]));
+        goto done;
+    }
     fcntl(s->in_fd, F_SETFL, fcntl(s->in_fd, F_GETFL) | O_NONBLOCK);
     fcntl(s->out_fd, F_SETFL, fcntl(s->out_fd, F_GETFL) | O_NONBLOCK);
     fcntl(s->err_fd, F_SETFL, fcntl(s->err_fd, F_GETFL) | O_NONBLOCK);
     s->tail_len = 0;
 done:
-    if (fa_ok)
-        posix_spawn_file_actions_destroy(&fa);
-    if (at_ok)
-        posix_spawnattr_destroy(&at);
+    if (ruleset >= 0)
+        close(ruleset);
     for (int i = 0; i < 2; i++) {
         close_fd(&in[i]);
         close_fd(&out[i]);
         close_fd(&er[i]);
+        close_fd(&rep[i]);
     }
     return rc;
 }
@@ -305,6 +445,12 @@ static uint64_t get_le(const unsigned char *p, int n)
     for (int i = n - 1; i >= 0; i--)
         v = (v << 8) | p[i];
     return v;
+}
+
+/* The engine's time budget over the session, seconds. */
+static double cell_budget(const struct exec_session *s)
+{
+    return s->e->cell_timeout_s > 0 ? s->e->cell_timeout_s : EXEC_CELL_TIMEOUT_DEFAULT;
 }
 
 /* Write request `req` (+ payload, plen bytes) and read one reply: *reply gets its header (the
@@ -343,13 +489,31 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
     uint64_t rh = 0, rb = 0, got = 0;
     int phase = 0, rc = 0; /* 0: H, 1: header, 2: B, 3: payload, 4: done */
     json_t *hdr = NULL;
-    const double deadline = now_s() + s->e->timeout_s;
+    /* one deadline per exchange, and never past the engine's time budget for the cell */
+    const double t0 = now_s(), budget = cell_budget(s) - s->engine_s;
+    const int by_budget = budget < s->e->timeout_s;
+    const double deadline = t0 + (by_budget ? budget : s->e->timeout_s);
+    int charged = 0;
     while (phase < 4) {
         const int writing = woff < wlen || poff < plen;
         struct pollfd pf[3] = {{.fd = s->out_fd, .events = POLLIN},
                                {.fd = s->err_fd, .events = POLLIN},
                                {.fd = writing ? s->in_fd : -1, .events = POLLOUT}};
         const double left = deadline - now_s();
+        if (left <= 0 && by_budget) {
+            s->engine_s += now_s() - t0;
+            charged = 1;
+            rc = fail(s, what, err,
+                      "the engine used up the cell's time budget (cell_timeout_s %g: %.1f s"
+                      " spent waiting for it over the cell)",
+                      cell_budget(s), s->engine_s);
+            snprintf(s->fatal, sizeof s->fatal,
+                     "exec engine '%s' (%s): the engine used up the cell's time budget"
+                     " (cell_timeout_s %g); nothing more is started for this cell",
+                     s->e->name, what, cell_budget(s));
+            s->fatal_code = ERR_RUNTIME;
+            goto out;
+        }
         if (left <= 0) {
             rc = fail(s, what, err,
                       "no complete reply within the timeout of %g s (%s, %llu reply bytes read)",
@@ -479,6 +643,8 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
     *reply = hdr;
     hdr = NULL;
 out:
+    if (!charged)
+        s->engine_s += now_s() - t0;
     json_decref(hdr);
     free(hbuf);
     free(wbuf);
@@ -537,6 +703,20 @@ static int do_hello(struct exec_session *s, struct gate_err *err)
         (rc = reply_str(s, "hello", r, "device", h->device, sizeof h->device, err)) ||
         (rc = reply_int(s, "hello", r, "max_tokens", 1, 1 << 24, &v, err)))
         goto out;
+    if (s->e->build_id[0] && strcmp(h->build_id, s->e->build_id)) {
+        char q[300];
+        exec_escape(h->build_id, strlen(h->build_id), q, sizeof q);
+        snprintf(s->fatal, sizeof s->fatal,
+                 "exec engine '%s' (hello): the engine reports build_id \"%s\" but the ladder"
+                 " pins \"%s\": it is not the engine build this ladder gates",
+                 s->e->name, q, s->e->build_id);
+        s->fatal_code = ERR_RUNTIME;
+        rc = fail(s, "hello", err,
+                  "the engine reports build_id \"%s\" but the ladder pins"
+                  " \"%s\"",
+                  q, s->e->build_id);
+        goto out;
+    }
     h->max_tokens = (int)v;
     const json_t *fl = json_object_get(r, "faults"), *it;
     size_t i;
@@ -693,24 +873,19 @@ void exec_session_free(struct exec_session *s)
              * end_child's signals */
             close_fd(&s->in_fd);
             const double until = now_s() + (s->e->timeout_s < 10 ? s->e->timeout_s : 10);
-            int ws;
-            while (s->pid && now_s() < until) {
-                pid_t r = waitpid(s->pid, &ws, WNOHANG);
-                if (r == s->pid) {
-                    s->pid = 0;
-                    break;
-                }
+            while (!exited(s->pid) && now_s() < until) {
                 drain_stderr(s);
                 struct timespec ts = {0, 5 * 1000 * 1000};
                 nanosleep(&ts, NULL);
             }
         }
-        if (s->pid)
-            end_child(s, status, sizeof status);
+        /* exited or not: its group, its orphans and itself are killed and reaped */
+        end_child(s, status, sizeof status);
     }
     close_fd(&s->in_fd);
     close_fd(&s->out_fd);
     close_fd(&s->err_fd);
+    isolate_scratch_free(s->scratch);
     free(s->model_path);
     free(s);
 }
@@ -732,6 +907,17 @@ int exec_session_spawns(const struct exec_session *s)
 int exec_session_pid(const struct exec_session *s)
 {
     return s ? (int)s->pid : 0;
+}
+
+void exec_session_identity(const struct exec_session *s, struct exec_identity *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!s)
+        return;
+    snprintf(out->path, sizeof out->path, "%s", s->exe);
+    snprintf(out->sha256, sizeof out->sha256, "%s", s->exe_sha256);
+    snprintf(out->isolation, sizeof out->isolation, "%s", s->isolation);
+    out->engine_s = s->engine_s;
 }
 
 /* ---- the backend ----------------------------------------------------------------------------- */

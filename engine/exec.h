@@ -12,6 +12,9 @@
  * non-blocking pipes; on any failure the child is killed (SIGTERM, SIGKILL after a grace period)
  * and always reaped, and the error names the engine, the request, the child's exit status or
  * signal and its stderr tail (escaped). gate never hangs or crashes on an engine's behalf.
+ * The engine is an adversary: it runs sandboxed (engine/isolate.h), cannot outlive its session,
+ * has a time budget over the whole cell, and is refused before it starts when its binary, files
+ * or build id differ from the ladder's pins (docs/exec.md, "Threat model").
  * Start reading: exec_session_new(), then exchange() in exec.c.
  */
 #ifndef GATE_EXEC_H
@@ -42,16 +45,41 @@ enum exec_support {
     EXEC_SUPPORTS_FAULTS = 8,
 };
 
+#define EXEC_ENV_MAX 32                 /* `env:` entries of an engine */
+#define EXEC_PATHS_MAX 32               /* `allow:`, `devices:` and `files:` entries of an engine */
+#define EXEC_CELL_TIMEOUT_DEFAULT 600.0 /* seconds an engine may take over a whole cell */
+
+/* A file an engine entry pins (`files:`): granted read-only, its digest checked before a start. */
+struct exec_file {
+    char *path;      /* absolute (resolved against the ladder's folder) */
+    char sha256[65]; /* lower-case hex */
+};
+
 /* An engine as a ladder declares it. argv is NULL-terminated; the strings are owned by whoever
  * filled the struct (the ladder) and borrowed by sessions for as long as they live. argv[0] is
  * already resolved (a relative path containing '/' against the ladder's folder); one without '/'
- * is looked up in PATH. */
+ * is looked up in the child's PATH (isolate_resolve). */
 struct exec_engine {
     char name[EXEC_NAME_MAX];
     int argc;                      /* 1 .. EXEC_ARGV_MAX */
     char *argv[EXEC_ARGV_MAX + 1]; /* argv[argc] == NULL */
     double timeout_s;              /* deadline of each request/reply exchange (> 0) */
+    double cell_timeout_s;         /* the engine's time over the whole session (> 0; 0: default) */
     unsigned supports;             /* enum exec_support bits */
+    /* isolation (docs/exec.md, "Threat model") */
+    int isolation_none; /* the ladder said `isolation: none` (then reason is non-empty) */
+    char reason[256];   /* why it runs unisolated */
+    int n_env;          /* "NAME=value" entries the child gets beside the fixed ones */
+    char *env[EXEC_ENV_MAX];
+    int n_allow; /* extra read-only paths (absolute) */
+    char *allow[EXEC_PATHS_MAX];
+    int n_devices; /* extra read-write paths (absolute), e.g. /dev/nvidia0 */
+    char *devices[EXEC_PATHS_MAX];
+    /* pins (empty: unpinned) */
+    char sha256[65];    /* of the engine binary (argv[0] as resolved) */
+    char build_id[128]; /* hello's build_id must equal it */
+    int n_files;
+    struct exec_file files[EXEC_PATHS_MAX];
 };
 
 /* The handshake of the running (or last) child: what ran, for the receipt. */
@@ -83,6 +111,17 @@ int exec_session_spawns(const struct exec_session *s);
 
 /* The pid of the live child, 0 when none (tests check it is gone after a failure). */
 int exec_session_pid(const struct exec_session *s);
+
+/* What the session measured about the engine it ran, for the receipt: the binary as resolved
+ * (path, SHA-256: "" before the first start), the isolation it ran under ("landlock ABI N" or
+ * "none: REASON"), and the seconds the engine took over the session. */
+struct exec_identity {
+    char path[4096];
+    char sha256[65];
+    char isolation[300];
+    double engine_s;
+};
+void exec_session_identity(const struct exec_session *s, struct exec_identity *out);
 
 /* Parse a `supports` word ("decode", "prefill", "chat", "faults") into its bit; 0 if unknown. */
 unsigned exec_support_bit(const char *word);

@@ -474,10 +474,133 @@ static int parse_host(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct la
     return 0;
 }
 
-/* engines: {NAME: {argv: [...], timeout_s: N, supports: [...]}} (docs/exec.md). */
+/* A list of paths (`allow:`, `devices:`) into out (resolved against the ladder's folder). */
+static int engine_paths(struct parse *p, yaml_node_t *x, const char *what, const char *key,
+                        char **out, int *n)
+{
+    yaml_node_t *it;
+    int rc;
+    if ((rc = check_seq(p, x, key, 0)))
+        return rc;
+    FOR_ITEMS(p, x, it)
+    {
+        char buf[1024];
+        if (*n == EXEC_PATHS_MAX)
+            return fail(p, it, "%s: %s has more than %d entries", what, key, EXEC_PATHS_MAX);
+        if ((rc = get_str(p, it, key, buf, sizeof buf)))
+            return rc;
+        if (!(out[*n] = resolve(p->l, buf)))
+            return err_set(p->err, ERR_ENV, "out of memory");
+        (*n)++;
+    }
+    return 0;
+}
+
+/* The isolation, environment and pins of one engine entry (docs/exec.md, "Threat model" and
+ * "Pinning the engine"). */
+static int parse_engine_guard(struct parse *p, yaml_node_t *e, const char *what,
+                              struct ladder_engine *le)
+{
+    struct exec_engine *x = &le->e;
+    yaml_node_t *v, *it;
+    char buf[1024];
+    int rc;
+    x->cell_timeout_s = EXEC_CELL_TIMEOUT_DEFAULT;
+    if ((v = get(p, e, "cell_timeout_s")) &&
+        (rc = get_num(p, v, "cell_timeout_s", 0.1, 86400, &x->cell_timeout_s)))
+        return rc;
+    if ((v = get(p, e, "isolation"))) {
+        if ((rc = get_str(p, v, "isolation", buf, sizeof buf)))
+            return rc;
+        if (strcmp(buf, "landlock") && strcmp(buf, "none"))
+            return fail(p, v, "%s: isolation must be landlock (the default) or none, found '%s'",
+                        what, buf);
+        x->isolation_none = !strcmp(buf, "none");
+    }
+    v = get(p, e, "reason");
+    if (x->isolation_none && !v)
+        return fail(p, e,
+                    "%s: isolation: none needs a reason (why this engine may run with access to"
+                    " everything gate can read; it is recorded in every receipt)",
+                    what);
+    if (v && !x->isolation_none)
+        return fail(p, v, "%s: reason is only for isolation: none", what);
+    if (v && (rc = get_str(p, v, "reason", x->reason, sizeof x->reason)))
+        return rc;
+    if ((v = get(p, e, "env"))) {
+        if ((rc = check_map(p, v, "env", NULL)))
+            return rc;
+        FOR_PAIRS(v, pr)
+        {
+            yaml_node_t *k = node(p, pr->key), *val = node(p, pr->value);
+            const char *name = scalar(k);
+            int ok = name && (isalpha((unsigned char)name[0]) || name[0] == '_');
+            for (const char *c = name; ok && *c; c++)
+                ok = isalnum((unsigned char)*c) || *c == '_';
+            if (!ok)
+                return fail(p, k, "%s: env name '%s' must be letters, digits and '_'", what,
+                            name ? name : kind(k));
+            if (x->n_env == EXEC_ENV_MAX)
+                return fail(p, k, "%s: env has more than %d entries", what, EXEC_ENV_MAX);
+            const char *val_s = scalar(val);
+            if (!val_s)
+                return fail(p, val, "%s: env %s must be a string, found %s", what, name, kind(val));
+            const size_t len = strlen(name) + strlen(val_s) + 2;
+            if (!(x->env[x->n_env] = malloc(len)))
+                return err_set(p->err, ERR_ENV, "out of memory");
+            snprintf(x->env[x->n_env++], len, "%s=%s", name, val_s);
+        }
+    }
+    if ((v = get(p, e, "allow")) && (rc = engine_paths(p, v, what, "allow", x->allow, &x->n_allow)))
+        return rc;
+    if ((v = get(p, e, "devices")) &&
+        (rc = engine_paths(p, v, what, "devices", x->devices, &x->n_devices)))
+        return rc;
+    if ((v = get(p, e, "sha256"))) {
+        if ((rc = get_str(p, v, "sha256", x->sha256, sizeof x->sha256)))
+            return rc;
+        if (strlen(x->sha256) != 64 || strspn(x->sha256, "0123456789abcdef") != 64)
+            return fail(p, v,
+                        "%s: sha256 must be 64 lower-case hex digits (the SHA-256 of the engine"
+                        " binary argv[0] names)",
+                        what);
+    }
+    if ((v = get(p, e, "build_id")) &&
+        (rc = get_str(p, v, "build_id", x->build_id, sizeof x->build_id)))
+        return rc;
+    if ((v = get(p, e, "files"))) {
+        static const char *const fkeys[] = {"path", "sha256", NULL};
+        if ((rc = check_seq(p, v, "files", 0)))
+            return rc;
+        FOR_ITEMS(p, v, it)
+        {
+            yaml_node_t *f;
+            struct exec_file *xf = &x->files[x->n_files];
+            if (x->n_files == EXEC_PATHS_MAX)
+                return fail(p, it, "%s: files has more than %d entries", what, EXEC_PATHS_MAX);
+            if ((rc = check_map(p, it, "a files entry", fkeys)) ||
+                (rc = need(p, it, "path", "a files entry", &f)) ||
+                (rc = get_str(p, f, "path", buf, sizeof buf)) ||
+                (rc = need(p, it, "sha256", "a files entry", &f)) ||
+                (rc = get_str(p, f, "sha256", xf->sha256, sizeof xf->sha256)))
+                return rc;
+            if (strlen(xf->sha256) != 64 || strspn(xf->sha256, "0123456789abcdef") != 64)
+                return fail(p, f, "%s: a files entry's sha256 must be 64 lower-case hex digits",
+                            what);
+            if (!(xf->path = resolve(p->l, buf)))
+                return err_set(p->err, ERR_ENV, "out of memory");
+            x->n_files++;
+        }
+    }
+    return 0;
+}
+
+/* engines: {NAME: {argv: [...], timeout_s: N, supports: [...], ...}} (docs/exec.md). */
 static int parse_engines(struct parse *p, yaml_node_t *root)
 {
-    static const char *const keys[] = {"argv", "timeout_s", "supports", NULL};
+    static const char *const keys[] = {
+        "argv",  "timeout_s", "supports", "cell_timeout_s", "isolation", "reason", "env",
+        "allow", "devices",   "sha256",   "build_id",       "files",     NULL};
     struct ladder *l = p->l;
     yaml_node_t *v = get(p, root, "engines"), *x, *it;
     int rc;
@@ -543,6 +666,8 @@ static int parse_engines(struct parse *p, yaml_node_t *root)
                             what, scalar(it) ? scalar(it) : kind(it));
             le->e.supports |= bit;
         }
+        if ((rc = parse_engine_guard(p, e, what, le)))
+            return rc;
     }
     return 0;
 }
@@ -1564,8 +1689,17 @@ void ladder_free(struct ladder *l)
     free(l->unanchored);
     free(l->excluded);
     for (int i = 0; i < l->n_engines; i++) {
-        for (int k = 0; k < l->engines[i].e.argc; k++)
-            free(l->engines[i].e.argv[k]);
+        struct exec_engine *x = &l->engines[i].e;
+        for (int k = 0; k < x->argc; k++)
+            free(x->argv[k]);
+        for (int k = 0; k < x->n_env; k++)
+            free(x->env[k]);
+        for (int k = 0; k < x->n_allow; k++)
+            free(x->allow[k]);
+        for (int k = 0; k < x->n_devices; k++)
+            free(x->devices[k]);
+        for (int k = 0; k < x->n_files; k++)
+            free(x->files[k].path);
         free(l->engines[i].argv0);
     }
     free(l->engines);
@@ -1638,9 +1772,23 @@ json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate)
         for (int k = 0; k < 4; k++)
             if (le->e.supports & exec_support_bit(words[k]))
                 json_array_append_new(sup, json_string(words[k]));
-        json_object_set_new(o, "engine",
-                            json_pack("{s:s, s:o, s:f, s:o}", "name", le->e.name, "argv", argv,
-                                      "timeout_s", le->e.timeout_s, "supports", sup));
+        json_t *eo = json_pack("{s:s, s:o, s:f, s:o, s:f, s:s}", "name", le->e.name, "argv", argv,
+                               "timeout_s", le->e.timeout_s, "supports", sup, "cell_timeout_s",
+                               le->e.cell_timeout_s, "isolation",
+                               le->e.isolation_none ? "none" : "landlock");
+        if (le->e.isolation_none) /* shown wherever the settings are: why it ran unisolated */
+            json_object_set_new(eo, "reason", json_string(le->e.reason));
+        if (le->e.n_env) { /* the environment shapes what the engine does */
+            json_t *env = json_object();
+            for (int k = 0; k < le->e.n_env; k++) {
+                const char *eq = strchr(le->e.env[k], '=');
+                char name[256];
+                snprintf(name, sizeof name, "%.*s", (int)(eq - le->e.env[k]), le->e.env[k]);
+                json_object_set_new(env, name, json_string(eq + 1));
+            }
+            json_object_set_new(eo, "env", env);
+        }
+        json_object_set_new(o, "engine", eo);
     }
     /* an F16-KV cell: recorded in every gate's settings, so an F32 receipt cannot match it (and
      * gates.c holds metrics.ran.kv to it); F32 cells record nothing here: absent means f32, and

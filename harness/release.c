@@ -193,6 +193,50 @@ static void not_this(const struct check_ctx *x, const json_t *p, const char *mod
                  trust ? trust : "(none)", l->trust_sha256);
 }
 
+/* Why receipt p did not run the engine the ladder pins for its exec mode ("" when it did, or the
+ * mode is not exec): the engine binary's SHA-256, the hello build_id and the pinned files, as
+ * measured at run time (subject.exec_engine), against the ladder's pins, old -> new. */
+static void engine_not_this(const struct ladder *l, const json_t *p, const char *mode, char *why,
+                            size_t n)
+{
+    why[0] = '\0';
+    char name[EXEC_NAME_MAX];
+    const char *dot = mode && !strncmp(mode, "exec.", 5) ? strchr(mode + 5, '.') : NULL;
+    if (!dot || (size_t)(dot - mode - 5) >= sizeof name)
+        return;
+    snprintf(name, sizeof name, "%.*s", (int)(dot - mode - 5), mode + 5);
+    const int ei = ladder_find_engine(l, name);
+    if (ei < 0)
+        return;
+    const struct exec_engine *e = &l->engines[ei].e;
+    const json_t *x = json_object_get(json_object_get(p, "subject"), "exec_engine");
+    const char *sha = json_string_value(json_object_get(x, "sha256"));
+    const char *bid = json_string_value(json_object_get(x, "build_id"));
+    const json_t *files = json_object_get(x, "files");
+    if (e->sha256[0] && (!sha || strcmp(sha, e->sha256)))
+        snprintf(why, n,
+                 "ran another build of engine '%s': binary sha256 %.64s -> %s (the"
+                 " ladder's pin)",
+                 name, sha && *sha ? sha : "(not recorded)", e->sha256);
+    else if (e->build_id[0] && (!bid || strcmp(bid, e->build_id)))
+        snprintf(why, n,
+                 "ran another build of engine '%s': build_id %.100s -> %.100s (the"
+                 " ladder's pin)",
+                 name, bid ? bid : "(not recorded)", e->build_id);
+    else if (e->n_files != (int)json_array_size(files))
+        snprintf(why, n, "ran engine '%s' with %d pinned files, the ladder pins %d", name,
+                 (int)json_array_size(files), e->n_files);
+    else
+        for (int i = 0; i < e->n_files; i++) {
+            const char *f = json_string_value(json_array_get(files, (size_t)i));
+            if (!f || strcmp(f, e->files[i].sha256)) {
+                snprintf(why, n, "ran engine '%s' with file %d sha256 %.64s, the ladder pins %s",
+                         name, i + 1, f ? f : "?", e->files[i].sha256);
+                break;
+            }
+        }
+}
+
 /* Re-judge the gates of p for one row: every gate named in want (gate -> ladder settings) must
  * be recorded with exactly those settings (else STALE), and is judged again from its metrics. */
 static void judge_receipt(struct check_ctx *x, struct acc *a, int64_t rid, const json_t *p,
@@ -339,7 +383,9 @@ static int on_row(void *ctx, const struct store_row *row)
         goto out;
     }
     char not [400];
-    not_this(x, p, pin, not, sizeof not );
+    engine_not_this(l, p, mode, not, sizeof not );
+    if (!not [0])
+        not_this(x, p, pin, not, sizeof not );
     if (not [0]) {
         a->n_other++;
         snprintf(why, sizeof why, "receipt %" PRId64 " %s", row->id, not );

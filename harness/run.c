@@ -402,7 +402,9 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     struct exec_hello hello;
     const int have_hello = exec_session_hello(engine, &hello) == 0;
     const int spawns = exec_session_spawns(engine);
-    exec_session_free(engine); /* bye; the child is always reaped */
+    struct exec_identity eid;
+    exec_session_identity(engine, &eid);
+    exec_session_free(engine); /* bye; the child, its group and its orphans are reaped */
     model_free(m);
     /* the verdict: from the gates' verdicts, as the release check derives it */
     enum gate_verdict overall = gatedef_overall(gates);
@@ -424,6 +426,17 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
                                     hello.build_id, "device", hello.device, "spawns", spawns)
                         : json_pack("{s:s, s:s, s:i}", "name", x.mode.engine, "error",
                                     "no handshake completed", "spawns", spawns));
+    if (exec_subject) { /* what was measured about it (docs/exec.md, "Pinning the engine") */
+        const struct ladder_engine *le = x.c->g.engine;
+        json_t *files = json_array();
+        for (int i = 0; le && i < le->e.n_files; i++)
+            json_array_append_new(files, json_string(le->e.files[i].sha256));
+        json_object_set_new(exec_subject, "path", json_string(eid.path));
+        json_object_set_new(exec_subject, "sha256", json_string(eid.sha256));
+        json_object_set_new(exec_subject, "files", files);
+        json_object_set_new(exec_subject, "isolation", json_string(eid.isolation));
+        json_object_set_new(exec_subject, "engine_s", json_real(eid.engine_s));
+    }
     json_t *env = identity_environment(o->threads);
     json_object_set_new(env, "host", json_string(l->hosts[x.c->host].id));
     json_object_set_new(env, "gpu", gpu_environment(&l->hosts[x.c->host]));

@@ -18,17 +18,35 @@
  *   --exit-early           exits with status 3 right after answering hello
  *   --no-faults            lists no fault kinds in hello
  *   --max-tokens N         hello's max_tokens (default 4096)
+ * Attacks on gate itself (docs/exec.md, "Threat model"); what they got is reported in hello's
+ * `device` ("cpu: " and ';'-separated findings), which gate records and the tests read:
+ *   --steal PATH           try to read PATH (repeatable, at most 8): "s0=STOLEN:<hex of its first 4
+ *                          bytes>" or "s0=denied"
+ *   --steal-parent         read /proc/<gate>/cmdline, try the files after --key and --db
+ *                          ("key=", "db="), list the key's folder ("kdir="), read gate's
+ *                          /proc/<pid>/environ ("penv=") and look for GATE_TEST_SECRET in its own
+ *                          environment ("env="), read any regular file open on a descriptor
+ *                          >= 3 ("fd=")
+ *   --grandchild           double-fork (setsid in between) a grandchild that sleeps for ten
+ *                          minutes: "gc=<pid>"
+ *   --slow-forward MS      every forward request sleeps MS milliseconds before answering
  * Faults: every kind of gate's table, applied by the twin (set_faults -> backend_set_faults).
  * Start reading: main().
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <libgen.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/detmath.h"
@@ -43,7 +61,114 @@ struct opts {
     int bad_frame, oversize_frame, wrong_size, extra_bytes, wrong_digest, exit_early, no_faults;
     int max_tokens;
     const char *device; /* what hello says the engine runs on */
+    const char *steal[8];
+    int n_steal, steal_parent, grandchild, slow_ms;
 };
+
+/* ---- attacks on gate (reported through hello's device) ------------------------------------- */
+
+static void add_finding(char *out, size_t n, const char *fmt, const char *label, const char *what)
+{
+    const size_t at = strlen(out);
+    snprintf(out + at, n - at, fmt, at ? ";" : "", label, what);
+}
+
+/* Try to read path: "label=STOLEN:<hex>" or "label=denied". */
+static void try_read(char *out, size_t n, const char *label, const char *path)
+{
+    unsigned char b[4] = {0};
+    char hex[16] = "";
+    const int fd = open(path, O_RDONLY);
+    const ssize_t r = fd >= 0 ? read(fd, b, sizeof b) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (r > 0) {
+        for (ssize_t i = 0; i < r; i++)
+            snprintf(hex + 2 * i, 3, "%02x", b[i]);
+        add_finding(out, n, "%s%s=STOLEN:%s", label, hex);
+    } else {
+        add_finding(out, n, "%s%s=%s", label, "denied");
+    }
+}
+
+/* /proc/<gate>/cmdline: the files after --key and --db; gate's environ; our own. */
+static void steal_parent(char *out, size_t n)
+{
+    char path[64], buf[8192];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)getppid());
+    const int fd = open(path, O_RDONLY);
+    const ssize_t len = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    for (ssize_t i = 0; len > 0 && i < len;) {
+        const char *arg = buf + i;
+        const size_t al = strnlen(arg, (size_t)(len - i));
+        const ssize_t next = i + (ssize_t)al + 1;
+        if (next < len && (!strcmp(arg, "--key") || !strcmp(arg, "--db"))) {
+            const char *file = buf + next;
+            try_read(out, n, arg[2] == 'k' ? "key" : "db", file);
+            if (arg[2] == 'k') {
+                char dir[4096];
+                snprintf(dir, sizeof dir, "%s", file);
+                DIR *d = opendir(dirname(dir));
+                add_finding(out, n, "%s%s=%s", "kdir", d ? "STOLEN:listed" : "denied");
+                if (d)
+                    closedir(d);
+            }
+        }
+        i = next;
+    }
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)getppid());
+    const int ef = open(path, O_RDONLY);
+    const ssize_t el = ef >= 0 ? read(ef, buf, sizeof buf - 1) : -1;
+    if (ef >= 0)
+        close(ef);
+    add_finding(out, n, "%s%s=%s", "penv", el > 0 ? "STOLEN:read" : "denied");
+    add_finding(out, n, "%s%s=%s", "env",
+                getenv("GATE_TEST_SECRET") ? "STOLEN:inherited" : "clean");
+    /* a descriptor gate forgot to close on a file it holds */
+    int leaked = 0;
+    for (int fd = 3; fd < 256; fd++) {
+        struct stat st;
+        unsigned char b[4];
+        if (!fstat(fd, &st) && S_ISREG(st.st_mode) && pread(fd, b, sizeof b, 0) > 0)
+            leaked++;
+    }
+    add_finding(out, n, "%s%s=%s", "fd", leaked ? "STOLEN:inherited" : "none");
+}
+
+/* A grandchild in its own session that outlives this engine unless gate kills it; its pid. */
+static int leave_grandchild(void)
+{
+    int p[2];
+    if (pipe(p))
+        return -1;
+    const pid_t c = fork();
+    if (c == 0) {
+        setsid();
+        const pid_t g = fork();
+        if (g == 0) {
+            close(p[0]);
+            const int me = (int)getpid();
+            if (write(p[1], &me, sizeof me) != (ssize_t)sizeof me)
+                _exit(1);
+            close(p[1]);
+            for (int fd = 0; fd < 3; fd++)
+                close(fd);
+            struct timespec t = {600, 0};
+            nanosleep(&t, NULL);
+            _exit(0);
+        }
+        _exit(g > 0 ? 0 : 1);
+    }
+    close(p[1]);
+    int pid = -1;
+    if (read(p[0], &pid, sizeof pid) != (ssize_t)sizeof pid)
+        pid = -1;
+    close(p[0]);
+    waitpid(c, NULL, 0);
+    return pid;
+}
 
 static void die(const char *why)
 {
@@ -181,6 +306,14 @@ int main(int argc, char **argv)
             o.exit_early = 1;
         else if (!strcmp(a, "--no-faults"))
             o.no_faults = 1;
+        else if (!strcmp(a, "--steal") && v && o.n_steal < 8)
+            o.steal[o.n_steal++] = argv[++i];
+        else if (!strcmp(a, "--steal-parent"))
+            o.steal_parent = 1;
+        else if (!strcmp(a, "--grandchild"))
+            o.grandchild = 1;
+        else if (!strcmp(a, "--slow-forward") && v)
+            o.slow_ms = atoi(argv[++i]);
         else {
             fprintf(stderr, "exec_engine: unknown option '%s'\n", a);
             return 2;
@@ -218,13 +351,28 @@ int main(int argc, char **argv)
         if (!op) {
             send_error("request without op");
         } else if (!strcmp(op, "hello")) {
+            char found[120] = "", device[128];
+            for (int k = 0; k < o.n_steal; k++) {
+                char label[16];
+                snprintf(label, sizeof label, "s%d", k);
+                try_read(found, sizeof found, label, o.steal[k]);
+            }
+            if (o.steal_parent)
+                steal_parent(found, sizeof found);
+            if (o.grandchild) {
+                char pid[16];
+                snprintf(pid, sizeof pid, "%d", leave_grandchild());
+                add_finding(found, sizeof found, "%s%s=%s", "gc", pid);
+            }
+            snprintf(device, sizeof device, "cpu: %s", found);
+            const char *dev = found[0] ? device : o.device;
             json_t *kinds = json_array();
             for (int k = 0; !o.no_faults && k < FAULT_KIND_COUNT; k++)
                 json_array_append_new(kinds, json_string(fault_kind_name((enum fault_kind)k)));
             send_json(json_pack("{s:b, s:i, s:s, s:s, s:s, s:s, s:o, s:i}", "ok", 1, "protocol", 1,
                                 "engine", "exec_engine", "version", "1.0", "build_id",
-                                "tests/exec_engine.c", "device", o.device, "faults", kinds,
-                                "max_tokens", o.max_tokens),
+                                "tests/exec_engine.c", "device", dev, "faults", kinds, "max_tokens",
+                                o.max_tokens),
                       NULL, 0);
             if (o.exit_early) {
                 fprintf(stderr, "exec_engine: exiting early as asked\n");
@@ -255,6 +403,10 @@ int main(int argc, char **argv)
             const int n = (int)json_integer_value(json_object_get(req, "n_tokens"));
             struct gate_err err = {0};
             forwards++;
+            if (o.slow_ms > 0) {
+                struct timespec t = {o.slow_ms / 1000, (long)(o.slow_ms % 1000) * 1000000L};
+                nanosleep(&t, NULL);
+            }
             if (forwards == o.crash_at) {
                 fprintf(stderr, "exec_engine: crashing at forward %d as asked\n", forwards);
                 fflush(stderr);

@@ -10,13 +10,16 @@
 #include <criterion/criterion.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
 #include <limits.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,11 +27,13 @@
 #include "engine/exec.h"
 #include "engine/model.h"
 #include "harness/gatedef.h"
+#include "harness/identity.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
 #include "oracles/falsify.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
+#include "receipts/store.h"
 #include "tests/support/check.h"
 #include "tests/support/conformance.h"
 #include "tests/support/ladderfix.h"
@@ -558,4 +563,313 @@ Test(exec, gate_run_turns_a_crashing_engine_into_failed_rows)
     cr_expect_str_eq(gate_field(&r, "parity", "verdict"), "FAIL");
     cr_expect_str_eq(gate_field(&r, "capability", "verdict"), "FAIL");
     run_result_free(&r);
+}
+
+/* ---- the engine is an adversary (docs/exec.md, "Threat model") ---------------------------- */
+
+/* The handshake's device text of an engine started with extra arguments: where the attack
+ * modes of the reference engine report what they got. The child is started by a mode_open. */
+static void attack_report(struct fixture *f, char *out, size_t n)
+{
+    struct backend *b = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_open(&b, &f->mode, f->m, 64, 1, NULL, &err), 0, "%s", err.msg);
+    struct exec_hello h;
+    cr_assert_eq(exec_session_hello(f->s, &h), 0);
+    snprintf(out, n, "%s", h.device);
+    backend_close(b);
+}
+
+Test(exec, the_engine_cannot_read_the_key_the_store_gate_s_environment_or_its_descriptors)
+{
+    make_dir();
+    const char *key = path_in("a.key");
+    char db[1024];
+    snprintf(db, sizeof db, "%s", path_in("r.db"));
+    FILE *w = fopen(db, "w");
+    cr_assert(w);
+    fputs("SQLite format 3", w);
+    fclose(w);
+    /* a secret in gate's environment, and a descriptor on the key that is not close-on-exec */
+    setenv("GATE_TEST_SECRET", "hunter2", 1);
+    const int leak = open(key, O_RDONLY);
+    cr_assert_geq(leak, 3);
+    const char *const a[] = {"--steal", key, "--steal", db, "--steal-parent", NULL};
+    struct fixture f;
+    fixture_open(&f, "exec.twin.decode", 30, 0, a);
+    char got[256];
+    attack_report(&f, got, sizeof got);
+    close(leak);
+    unsetenv("GATE_TEST_SECRET");
+    cr_expect(strstr(got, "s0=denied"), "the engine read the signing key: %s", got);
+    cr_expect(strstr(got, "s1=denied"), "the engine read the receipt store: %s", got);
+    cr_expect(strstr(got, "penv=denied"), "the engine read gate's /proc environ: %s", got);
+    cr_expect(strstr(got, "env=clean"), "the engine inherited gate's environment: %s", got);
+    cr_expect(strstr(got, "fd=none"), "the engine inherited a descriptor on the key: %s", got);
+    cr_expect_null(strstr(got, "STOLEN"), "%s", got);
+    fixture_close(&f);
+}
+
+Test(exec, gate_run_s_key_path_on_its_command_line_does_not_give_the_key_away)
+{
+    /* the attack as it was done: the engine reads /proc/<gate>/cmdline, finds --key and --db,
+     * and copies them */
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
+    make_dir();
+    char engines[512];
+    snprintf(engines, sizeof engines,
+             ENGINE("{argv: [%s, --steal-parent], timeout_s: 30, supports: [decode]}"),
+             engine_path());
+    const char *lad = write_ladder(engines, "exec.twin.decode",
+                                   "    falsify: []\n    throughput: {runs: 3, warmup: 0,"
+                                   " prompt_tokens: 8, decode_tokens: 2, max_cv: 100}\n");
+    char db[1024];
+    snprintf(db, sizeof db, "%s", path_in("r.db"));
+    /* stdin closed, as under some CI runners: gate's first descriptors are 0..2 */
+    const int st = ladderfix_sh("cd %s && %s run %s --host a --db %s --key %s >/dev/null 2>&1 <&-",
+                                fx.dir, bin, lad, db, path_in("a.key"));
+    cr_expect_eq(st, 1, "gate run: exit %d (falsify: [] fails the cell)", st);
+    sqlite3 *h = NULL;
+    sqlite3_stmt *q = NULL;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(h,
+                                    "select json_extract(payload,'$.subject.exec_engine.device'),"
+                                    " json_extract(payload,'$.subject.exec_engine.isolation')"
+                                    " from receipts",
+                                    -1, &q, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(h));
+    cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
+    const char *dev = (const char *)sqlite3_column_text(q, 0);
+    const char *iso = (const char *)sqlite3_column_text(q, 1);
+    cr_expect(
+        dev && strstr(dev, "key=denied") && strstr(dev, "db=denied") && strstr(dev, "kdir=denied"),
+        "the engine found the key on gate's command line and read it: %s", dev ? dev : "(none)");
+    cr_expect(dev && !strstr(dev, "STOLEN"), "%s", dev ? dev : "(none)");
+    cr_expect(iso && !strncmp(iso, "landlock ABI ", 13), "isolation recorded: %s",
+              iso ? iso : "(none)");
+    sqlite3_finalize(q);
+    sqlite3_close(h);
+}
+
+Test(exec, a_double_forked_grandchild_does_not_outlive_the_cell)
+{
+    static const char *const a[] = {"--grandchild", NULL};
+    struct fixture f;
+    fixture_open(&f, "exec.twin.decode", 30, 0, a);
+    char got[256];
+    attack_report(&f, got, sizeof got);
+    const char *gc = strstr(got, "gc=");
+    cr_assert(gc, "no grandchild reported: %s", got);
+    const pid_t pid = (pid_t)atoi(gc + 3);
+    cr_assert_gt(pid, 1, "%s", got);
+    cr_expect_eq(kill(pid, 0), 0, "the grandchild %d should be alive while the cell runs", pid);
+    exec_session_free(f.s); /* the cell ends */
+    f.s = NULL;
+    errno = 0;
+    const int alive = kill(pid, 0) == 0;
+    cr_expect(!alive && errno == ESRCH, "the engine's grandchild %d outlived the cell", (int)pid);
+    if (alive)
+        kill(pid, SIGKILL); /* do not leave it behind when the test fails */
+    fixture_close(&f);
+}
+
+Test(exec, a_slow_engine_cannot_stretch_a_cell_past_its_time_budget)
+{
+    /* every forward takes 0.3 s, well within the per-request timeout; 64 of them would take
+     * 19 s, the cell's budget is 2 s */
+    static const char *const a[] = {"--slow-forward", "300", NULL};
+    struct fixture f;
+    fixture_open(&f, "exec.twin.decode", 30, 0, a);
+    f.e.cell_timeout_s = 2;
+    struct backend *b = NULL;
+    struct gate_err err = {0};
+    const size_t V = f.m->hp.n_vocab;
+    int32_t tok[64];
+    mode_tokens(3, (uint32_t)V, 64, tok);
+    float *lg = malloc(64 * V * sizeof *lg);
+    cr_assert(lg);
+    int rc = mode_open(&b, &f.mode, f.m, 64, 1, NULL, &err);
+    if (!rc)
+        rc = mode_run(b, MODE_DECODE, tok, 64, NULL, 0, lg, &err);
+    backend_close(b);
+    cr_expect_eq(rc, ERR_RUNTIME);
+    cr_expect(strstr(err.msg, "used up the cell's time budget (cell_timeout_s 2"), "%s", err.msg);
+    cr_expect_eq(exec_session_pid(f.s), 0, "the child is still running");
+    /* the next gate of the cell starts nothing: the budget is spent */
+    struct gate_err err2 = {0};
+    cr_expect_neq(mode_open(&b, &f.mode, f.m, 64, 1, NULL, &err2), 0);
+    cr_expect(strstr(err2.msg, "time budget"), "%s", err2.msg);
+    cr_expect_eq(exec_session_spawns(f.s), 1, "a new child was started after the budget ran out");
+    free(lg);
+    fixture_close(&f);
+}
+
+Test(exec, a_host_without_isolation_refuses_exec_cells_unless_the_ladder_says_none_with_a_reason)
+{
+    expect_refused(ENGINE("{argv: [x], supports: [decode], isolation: none}"), "exec.twin.decode",
+                   "    falsify: []\n", "isolation: none needs a reason");
+    expect_refused(ENGINE("{argv: [x], supports: [decode], isolation: landlock, reason: why}"),
+                   "exec.twin.decode", "    falsify: []\n", "reason is only for isolation: none");
+    expect_refused(ENGINE("{argv: [x], supports: [decode], isolation: chroot}"), "exec.twin.decode",
+                   "    falsify: []\n", "isolation must be landlock");
+    setenv("GATE_TEST_NO_LANDLOCK", "1", 1);
+    char engines[512];
+    snprintf(engines, sizeof engines, ENGINE("{argv: [%s], timeout_s: 30, supports: [decode]}"),
+             engine_path());
+    struct run_result r = run_one(engines, "    falsify: []\n");
+    const char *why = gate_field(&r, "capability", "reason");
+    cr_expect_str_eq(gate_field(&r, "capability", "verdict"), "FAIL");
+    cr_expect(why && strstr(why, "this host cannot isolate the engine (GATE_TEST_NO_LANDLOCK=1") &&
+                  strstr(why, "`isolation: none` with a `reason`"),
+              "%s", why ? why : "(none)");
+    run_result_free(&r);
+    snprintf(engines, sizeof engines,
+             ENGINE("{argv: [%s], timeout_s: 30, supports: [decode], isolation: none,"
+                    " reason: 'CI runner without Landlock'}"),
+             engine_path());
+    r = run_one(engines, "    falsify: []\n");
+    unsetenv("GATE_TEST_NO_LANDLOCK");
+    cr_expect_str_eq(gate_field(&r, "capability", "verdict"), "PASS", "%s",
+                     gate_field(&r, "capability", "reason"));
+    /* the reason is in every gate's settings (every report shows them) and in the subject */
+    const json_t *eng = json_object_get(
+        json_object_get(json_object_get(r.cells[0].gates_json, "parity"), "settings"), "engine");
+    cr_expect_str_eq(json_string_value(json_object_get(eng, "isolation")), "none");
+    cr_expect_str_eq(json_string_value(json_object_get(eng, "reason")),
+                     "CI runner without Landlock");
+    run_result_free(&r);
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_open_v2(path_in("r.db"), &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "select json_extract(payload,'$.subject.exec_engine.isolation')"
+                                    " from receipts",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_expect_str_eq((const char *)sqlite3_column_text(st, 0), "none: CI runner without Landlock");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
+/* ---- pinning the engine (docs/exec.md, "Pinning the engine") ------------------------------- */
+
+/* Copy the reference engine to fx.dir/name, plus `extra` appended bytes (another build: the ELF
+ * still runs, its digest differs); its SHA-256 into sha. Returns the path. */
+static const char *engine_copy(const char *name, const char *extra, char sha[65])
+{
+    size_t n = 0;
+    uint8_t *bytes = check_slurp(engine_path(), &n);
+    cr_assert(bytes);
+    const char *p = path_in(name);
+    FILE *w = fopen(p, "wb");
+    cr_assert(w, "cannot write %s", p);
+    cr_assert_eq(fwrite(bytes, 1, n, w), n);
+    fputs(extra, w);
+    fclose(w);
+    free(bytes);
+    cr_assert_eq(chmod(p, 0755), 0);
+    struct gate_err err = {0};
+    cr_assert_eq(identity_file_sha256(p, sha, &err), 0, "%s", err.msg);
+    return p;
+}
+
+/* The release row of the one cell of the ladder at lad, judged from r.db as this build. */
+static void release_row(const char *lad, struct release_row *out)
+{
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    struct store *st = NULL;
+    struct identity id;
+    struct release_result r;
+    struct release_options o = {.ladder = lad, .db = path_in("r.db")};
+    cr_assert_eq(identity_get(&id, &err), 0, "%s", err.msg);
+    cr_assert_eq(ladder_load(&l, lad, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_open_readonly(&st, path_in("r.db"), &err), 0, "%s", err.msg);
+    cr_assert_eq(release_evaluate(l, st, &id, &o, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(r.n_cells, 1);
+    *out = r.cells[0];
+    release_result_free(&r);
+    store_close(st);
+    ladder_free(l);
+}
+
+Test(exec, the_ladder_pins_the_engine_binary_and_build_and_another_build_s_receipts_are_stale)
+{
+    make_dir();
+    char sha_a[65], sha_b[65], a[1024], b[1024], engines[4096];
+    snprintf(a, sizeof a, "%s", engine_copy("engine-a", "", sha_a));
+    snprintf(b, sizeof b, "%s", engine_copy("engine-b", "another build", sha_b));
+    cr_assert_str_neq(sha_a, sha_b);
+    static const char *const gates = "    falsify: []\n    throughput: {runs: 3, warmup: 0,"
+                                     " prompt_tokens: 8, decode_tokens: 2, max_cv: 100}\n";
+    /* a pin that does not match: nothing is started, capability FAILs naming both digests */
+    snprintf(engines, sizeof engines, ENGINE("{argv: [%s], supports: [decode], sha256: %s}"), a,
+             sha_b);
+    struct run_result r = run_one(engines, gates);
+    const char *why = gate_field(&r, "capability", "reason");
+    cr_expect_str_eq(gate_field(&r, "capability", "verdict"), "FAIL");
+    cr_expect(why && strstr(why, sha_a) && strstr(why, sha_b) && strstr(why, "nothing was started"),
+              "%s", why ? why : "(none)");
+    run_result_free(&r);
+    /* a build_id that does not match the engine's hello */
+    snprintf(engines, sizeof engines,
+             ENGINE("{argv: [%s], supports: [decode], sha256: %s, build_id: 'v2.0-abc'}"), a,
+             sha_a);
+    r = run_one(engines, gates);
+    why = gate_field(&r, "capability", "reason");
+    cr_expect_str_eq(gate_field(&r, "capability", "verdict"), "FAIL");
+    cr_expect(why && strstr(why, "build_id \"tests/exec_engine.c\" but the ladder pins"
+                                 " \"v2.0-abc\""),
+              "%s", why ? why : "(none)");
+    run_result_free(&r);
+    /* build A, pinned: it runs, and the receipt records what ran */
+    snprintf(engines, sizeof engines,
+             ENGINE("{argv: [%s], supports: [decode], sha256: %s,"
+                    " build_id: tests/exec_engine.c}"),
+             a, sha_a);
+    r = run_one(engines, gates);
+    cr_expect_str_eq(gate_field(&r, "parity", "verdict"), "PASS", "%s",
+                     gate_field(&r, "parity", "reason"));
+    run_result_free(&r);
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_open_v2(path_in("r.db"), &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "select json_extract(payload,'$.subject.exec_engine.sha256'),"
+                                    " json_extract(payload,'$.subject.exec_engine.path'),"
+                                    " json_extract(payload,'$.subject.exec_engine.build_id')"
+                                    " from receipts",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_expect_str_eq((const char *)sqlite3_column_text(st, 0), sha_a);
+    cr_expect_str_eq((const char *)sqlite3_column_text(st, 1), a);
+    cr_expect_str_eq((const char *)sqlite3_column_text(st, 2), "tests/exec_engine.c");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    /* the ladder as it was: the receipt is judged (whatever else this build says of it) */
+    struct release_row row;
+    const char *lad = path_in("l.yaml");
+    release_row(lad, &row);
+    cr_expect_null(strstr(row.reason, "another build of engine"), "%s", row.reason);
+    /* the ladder now pins build B: A's receipt does not count, and the reason names A -> B */
+    snprintf(engines, sizeof engines,
+             ENGINE("{argv: [%s], supports: [decode], sha256: %s,"
+                    " build_id: tests/exec_engine.c}"),
+             b, sha_b);
+    lad = write_ladder(engines, "exec.twin.decode", gates);
+    release_row(lad, &row);
+    cr_expect_eq(row.state, RELEASE_STALE, "%s: %s", release_state_name(row.state), row.reason);
+    cr_expect(strstr(row.reason, "another build of engine 'twin'") && strstr(row.reason, sha_a) &&
+                  strstr(row.reason, sha_b),
+              "%s", row.reason);
+    /* and a new build_id pin likewise */
+    snprintf(engines, sizeof engines,
+             ENGINE("{argv: [%s], supports: [decode], sha256: %s, build_id: 'v2'}"), a, sha_a);
+    lad = write_ladder(engines, "exec.twin.decode", gates);
+    release_row(lad, &row);
+    cr_expect_eq(row.state, RELEASE_STALE, "%s: %s", release_state_name(row.state), row.reason);
+    cr_expect(strstr(row.reason, "build_id tests/exec_engine.c -> v2"), "%s", row.reason);
 }
