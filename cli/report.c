@@ -337,6 +337,10 @@ void report_release(FILE *out, const struct ladder *l, const char *ladder_path, 
     for (int i = 0; i < r->n_excluded; i++)
         fprintf(out, "excluded: %-36s %s\n", safe(r->excluded[i].name),
                 safe(l->excluded[i].reason));
+    for (int i = 0; i < l->n_engines; i++) /* docs/exec.md, "A host without isolation" */
+        if (l->engines[i].e.isolation_none)
+            fprintf(out, "note: engine %s runs without isolation (isolation: none): %s\n",
+                    safe(l->engines[i].e.name), safe(l->engines[i].e.reason));
     if (id->git_dirty)
         fprintf(out,
                 "note: this gate binary was built from a tree that is not its commit (%s);"
@@ -718,6 +722,13 @@ void report_release_json(FILE *out, const struct ladder *l, const char *ladder_p
     for (int i = 0; i < l->n_unanchored; i++)
         json_array_append_new(un, json_pack("{s:o, s:o}", "arch", jstr(l->unanchored[i].arch),
                                             "reason", jstr(l->unanchored[i].reason)));
+    json_t *unisolated = json_array();
+    for (int i = 0; i < l->n_engines; i++)
+        if (l->engines[i].e.isolation_none)
+            json_array_append_new(unisolated,
+                                  json_pack("{s:o, s:o}", "engine", jstr(l->engines[i].e.name),
+                                            "reason", jstr(l->engines[i].e.reason)));
+    json_object_set_new(doc, "unisolated_engines", unisolated);
     json_object_set_new(doc, "schema", json_string("gate.release/1"));
     json_object_set_new(doc, "ok", json_boolean(r->ok));
     json_object_set_new(

@@ -751,6 +751,29 @@ Test(exec, a_host_without_isolation_refuses_exec_cells_unless_the_ladder_says_no
     cr_expect_str_eq((const char *)sqlite3_column_text(st, 0), "none: CI runner without Landlock");
     sqlite3_finalize(st);
     sqlite3_close(db);
+    /* and the release check says so, in text and JSON */
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
+    char out[1024];
+    snprintf(out, sizeof out, "%s", path_in("release.txt"));
+    ladderfix_sh("%s release check %s --db %s > %s 2>&1", bin, path_in("l.yaml"), path_in("r.db"),
+                 out);
+    size_t n = 0;
+    char *text = (char *)check_slurp(out, &n);
+    cr_assert(text);
+    cr_expect(strstr(text, "note: engine twin runs without isolation (isolation: none): CI runner"
+                           " without Landlock"),
+              "%s", text);
+    free(text);
+    ladderfix_sh("%s release check %s --db %s --json > %s 2>&1", bin, path_in("l.yaml"),
+                 path_in("r.db"), out);
+    text = (char *)check_slurp(out, &n);
+    cr_assert(text);
+    cr_expect(strstr(text, "\"unisolated_engines\":[{\"engine\":\"twin\",\"reason\":\"CI runner"
+                           " without Landlock\"}]") ||
+                  strstr(text, "\"reason\": \"CI runner without Landlock\""),
+              "%s", text);
+    free(text);
 }
 
 /* ---- pinning the engine (docs/exec.md, "Pinning the engine") ------------------------------- */
