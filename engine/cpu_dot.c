@@ -10,6 +10,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 
 #define CPU_DOT_NAME(x) cpu_dot_portable_##x
 #include "cpu_dot_impl.h"
@@ -115,8 +118,11 @@ void cpu_act_quantize(int type, const float *x, void *dst, int64_t n)
 int cpu_dot_have_avx2(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__) && defined(GATE_CPU_AVX2)
+    /* F16C through CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know
+     * "f16c", and the fuzz build (fuzz/README.md) compiles this file with clang */
+    unsigned a = 0, b = 0, c = 0, d = 0;
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+           __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
 #else
     return 0;
 #endif

@@ -453,6 +453,106 @@ static double cell_budget(const struct exec_session *s)
     return s->e->cell_timeout_s > 0 ? s->e->cell_timeout_s : EXEC_CELL_TIMEOUT_DEFAULT;
 }
 
+/* The checks of one reply frame's parts, in the order they arrive; exchange() and
+ * exec_reply_decode() share them, so the fuzz target (fuzz/fuzz_exec.c) runs the checks a live
+ * engine's replies meet. Each returns 0, or -1 with the reason (no engine or request) in why. */
+static int check_header_len(uint64_t rh, char *why, size_t n)
+{
+    if (rh >= 1 && rh <= EXEC_HEADER_MAX)
+        return 0;
+    snprintf(why, n, "reply header length %llu is outside 1..%d", (unsigned long long)rh,
+             EXEC_HEADER_MAX);
+    return -1;
+}
+
+/* The header's rh bytes: one JSON object with a boolean "ok"; *hdr gets it (caller decrefs). */
+static int check_header(const unsigned char *hbuf, uint64_t rh, json_t **hdr, char *why, size_t n)
+{
+    json_error_t je;
+    *hdr = json_loadb((const char *)hbuf, rh, JSON_REJECT_DUPLICATES, &je);
+    if (!*hdr || !json_is_object(*hdr)) {
+        char q[120];
+        exec_escape((const char *)hbuf, rh < 48 ? rh : 48, q, sizeof q);
+        snprintf(why, n, "reply header is not one JSON object (%s): \"%s%s\"",
+                 *hdr ? "not an object" : je.text, q, rh > 48 ? "..." : "");
+        json_decref(*hdr);
+        *hdr = NULL;
+        return -1;
+    }
+    if (!json_is_boolean(json_object_get(*hdr, "ok"))) {
+        snprintf(why, n, "reply header has no boolean \"ok\"");
+        json_decref(*hdr);
+        *hdr = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Payload length rb after header hdr: an error reply is refused with its (escaped) text; an ok
+ * reply must carry exactly dst_len bytes. */
+static int check_payload(const json_t *hdr, uint64_t rb, uint64_t dst_len, char *why, size_t n)
+{
+    if (!json_is_true(json_object_get(hdr, "ok"))) {
+        const char *e = json_string_value(json_object_get(hdr, "error"));
+        char q[300];
+        exec_escape(e ? e : "(no error text)", e ? strlen(e) : 15, q, sizeof q);
+        snprintf(why, n, "the engine answered an error: \"%s\"", q);
+        return -1;
+    }
+    if (rb != dst_len) {
+        snprintf(why, n, "reply payload is %llu bytes, expected exactly %llu",
+                 (unsigned long long)rb, (unsigned long long)dst_len);
+        return -1;
+    }
+    return 0;
+}
+
+int exec_reply_decode(const void *buf, size_t len, uint64_t dst_len, json_t **hdr,
+                      const void **payload, size_t *used, struct gate_err *err)
+{
+    const unsigned char *p = buf;
+    json_t *h = NULL;
+    char why[400];
+    if (hdr)
+        *hdr = NULL;
+    if (payload)
+        *payload = NULL;
+    if (used)
+        *used = 0;
+    if (len < 4)
+        return err_set(err, ERR_RUNTIME, "reply cut short: %zu of 4 header-length bytes", len);
+    const uint64_t rh = get_le(p, 4);
+    if (check_header_len(rh, why, sizeof why))
+        return err_set(err, ERR_RUNTIME, "%s", why);
+    if (len - 4 < rh + 8)
+        return err_set(err, ERR_RUNTIME,
+                       "reply cut short: %zu bytes after the header length, "
+                       "the header and payload length need %llu",
+                       len - 4, (unsigned long long)(rh + 8));
+    if (check_header(p + 4, rh, &h, why, sizeof why))
+        return err_set(err, ERR_RUNTIME, "%s", why);
+    const uint64_t rb = get_le(p + 4 + rh, 8);
+    if (check_payload(h, rb, dst_len, why, sizeof why)) {
+        json_decref(h);
+        return err_set(err, ERR_RUNTIME, "%s", why);
+    }
+    const size_t at = 4 + (size_t)rh + 8;
+    if (len - at < rb) {
+        json_decref(h);
+        return err_set(err, ERR_RUNTIME, "reply cut short: %zu of %llu payload bytes", len - at,
+                       (unsigned long long)rb);
+    }
+    if (payload)
+        *payload = p + at;
+    if (used)
+        *used = at + (size_t)rb;
+    if (hdr)
+        *hdr = h;
+    else
+        json_decref(h);
+    return 0;
+}
+
 /* Write request `req` (+ payload, plen bytes) and read one reply: *reply gets its header (the
  * caller decrefs), the payload goes to dst, and must be exactly dst_len bytes when the reply is
  * ok (0 for every op but forward) and 0 when it is an error. An error reply, a broken frame, EOF
@@ -489,6 +589,7 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
     uint64_t rh = 0, rb = 0, got = 0;
     int phase = 0, rc = 0; /* 0: H, 1: header, 2: B, 3: payload, 4: done */
     json_t *hdr = NULL;
+    char why[400];
     /* one deadline per exchange, and never past the engine's time budget for the cell */
     const double t0 = now_s(), budget = cell_budget(s) - s->engine_s;
     const int by_budget = budget < s->e->timeout_s;
@@ -583,9 +684,8 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
         got = 0;
         if (phase == 0) {
             rh = get_le(pre, 4);
-            if (rh < 1 || rh > EXEC_HEADER_MAX) {
-                rc = fail(s, what, err, "reply header length %llu is outside 1..%d",
-                          (unsigned long long)rh, EXEC_HEADER_MAX);
+            if (check_header_len(rh, why, sizeof why)) {
+                rc = fail(s, what, err, "%s", why);
                 goto out;
             }
             if (!(hbuf = malloc(rh))) {
@@ -595,33 +695,15 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
             }
             phase = 1;
         } else if (phase == 1) {
-            json_error_t je;
-            hdr = json_loadb((const char *)hbuf, rh, JSON_REJECT_DUPLICATES, &je);
-            if (!hdr || !json_is_object(hdr)) {
-                char q[120];
-                exec_escape((const char *)hbuf, rh < 48 ? rh : 48, q, sizeof q);
-                rc = fail(s, what, err, "reply header is not one JSON object (%s): \"%s%s\"",
-                          hdr ? "not an object" : je.text, q, rh > 48 ? "..." : "");
-                goto out;
-            }
-            if (!json_is_boolean(json_object_get(hdr, "ok"))) {
-                rc = fail(s, what, err, "reply header has no boolean \"ok\"");
+            if (check_header(hbuf, rh, &hdr, why, sizeof why)) {
+                rc = fail(s, what, err, "%s", why);
                 goto out;
             }
             phase = 2;
         } else if (phase == 2) {
             rb = get_le(pre, 8);
-            const int ok = json_is_true(json_object_get(hdr, "ok"));
-            if (!ok) {
-                const char *e = json_string_value(json_object_get(hdr, "error"));
-                char q[300];
-                exec_escape(e ? e : "(no error text)", e ? strlen(e) : 15, q, sizeof q);
-                rc = fail(s, what, err, "the engine answered an error: \"%s\"", q);
-                goto out;
-            }
-            if (rb != dst_len) {
-                rc = fail(s, what, err, "reply payload is %llu bytes, expected exactly %llu",
-                          (unsigned long long)rb, (unsigned long long)dst_len);
+            if (check_payload(hdr, rb, dst_len, why, sizeof why)) {
+                rc = fail(s, what, err, "%s", why);
                 goto out;
             }
             phase = rb ? 3 : 4;

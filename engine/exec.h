@@ -130,6 +130,19 @@ unsigned exec_support_bit(const char *word);
  * else as \n, \t or \xNN. Always NUL-terminates out (n > 0); cuts at a whole escape. */
 void exec_escape(const char *in, size_t len, char *out, size_t n);
 
+struct json_t;
+
+/* Decode the reply frame at the start of buf (len bytes: 4-byte header length H, H bytes of JSON
+ * header, 8-byte payload length B, B bytes of payload; docs/exec.md) with the checks a live
+ * engine's reply meets in exchange(): H in bounds, one JSON object with a boolean "ok", an error
+ * reply refused with its text, and an ok reply's payload exactly dst_len bytes. On 0: *hdr (may be
+ * NULL: dropped) the header, which the caller json_decref()s; *payload (may be NULL) points into
+ * buf; *used (may be NULL) the frame's bytes, so the next frame starts at buf + *used. ERR_RUNTIME
+ * with the reason otherwise, including a frame cut short (which exchange() would wait for). For
+ * the fuzz target (fuzz/fuzz_exec.c) and tests; exchange() itself reads from a pipe. */
+int exec_reply_decode(const void *buf, size_t len, uint64_t dst_len, struct json_t **hdr,
+                      const void **payload, size_t *used, struct gate_err *err);
+
 extern const struct backend_ops backend_exec_ops;
 
 #ifdef __cplusplus

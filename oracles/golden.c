@@ -415,6 +415,12 @@ int golden_load_buf(const char *bytes, size_t n, const char *name, const char *s
     int rc = 0;
     memset(out, 0, sizeof *out);
     out->eos = -1;
+    /* entries are keyed by a whole digest: a longer key would be cut to fit out->sha256 and the
+     * set would name a model it was not loaded for (found by fuzz/fuzz_golden.c) */
+    if (!sha256 || strlen(sha256) != 64 || strspn(sha256, "0123456789abcdef") != 64)
+        return err_set(err, ERR_INPUT,
+                       "goldens '%s': the model digest '%.80s' is not 64 lower-case hex digits",
+                       name, sha256 ? sha256 : "(none)");
     json_t *root = json_loadb(bytes, n, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return err_set(err, ERR_INPUT, "cannot read goldens '%s': %s (line %d)", name, je.text,

@@ -239,7 +239,7 @@ static int run_failing(const char *const *extra, double timeout_s, char *msg, si
     cr_expect_eq(exec_session_pid(f.s), 0, "the child is still running after a failure");
     backend_close(b);
     free(lg);
-    snprintf(msg, n, "%s", err.msg);
+    snprintf(msg, n, "%.400s", err.msg);
     fixture_close(&f);
     return rc;
 }
@@ -305,6 +305,81 @@ Test(exec, bytes_after_a_reply_are_refused)
     char msg[1024];
     cr_expect_eq(run_failing(a, 30, msg, sizeof msg), ERR_RUNTIME);
     cr_expect(strstr(msg, "(truncate n_past=0): the engine wrote more than one reply"), "%s", msg);
+}
+
+/* A reply frame in memory: 4-byte H, header text, 8-byte B, payload (plen bytes of 0x5a). */
+static size_t frame_put(unsigned char *buf, const char *header, uint64_t plen)
+{
+    const size_t h = strlen(header);
+    for (int i = 0; i < 4; i++)
+        buf[i] = (unsigned char)(h >> (8 * i));
+    memcpy(buf + 4, header, h);
+    for (int i = 0; i < 8; i++)
+        buf[4 + h + i] = (unsigned char)(plen >> (8 * i));
+    memset(buf + 12 + h, 0x5a, plen);
+    return 12 + h + plen;
+}
+
+/* exec_reply_decode() of len bytes copied to an exact-size buffer (an ASan build sees a read
+ * past the frame); 0 or the error, with *used set. */
+static int decode(const unsigned char *frame, size_t len, uint64_t dst_len, size_t *used, char *msg,
+                  size_t n)
+{
+    unsigned char *copy = malloc(len ? len : 1);
+    cr_assert(copy);
+    memcpy(copy, frame, len);
+    json_t *hdr = NULL;
+    const void *payload = NULL;
+    struct gate_err err = {0};
+    int rc = exec_reply_decode(copy, len, dst_len, &hdr, &payload, used, &err);
+    snprintf(msg, n, "%.400s", err.msg);
+    if (!rc) {
+        cr_expect(json_is_true(json_object_get(hdr, "ok")));
+        cr_expect_eq((const unsigned char *)payload + dst_len, copy + *used);
+    } else {
+        cr_expect_null(hdr);
+        cr_expect_null(payload);
+    }
+    json_decref(hdr);
+    free(copy);
+    return rc;
+}
+
+Test(exec, a_reply_frame_decodes_from_memory_with_the_checks_of_the_pipe)
+{
+    unsigned char buf[256];
+    char msg[512];
+    size_t used = 0;
+    /* two frames back to back: a forward reply of 8 bytes, then {"ok":true} */
+    size_t a = frame_put(buf, "{\"ok\":true,\"n_tokens\":1}", 8);
+    size_t b = frame_put(buf + a, "{\"ok\":true}", 0);
+    cr_assert_eq(decode(buf, a + b, 8, &used, msg, sizeof msg), 0, "%s", msg);
+    cr_expect_eq(used, a);
+    cr_assert_eq(decode(buf + a, b, 0, &used, msg, sizeof msg), 0, "%s", msg);
+    cr_expect_eq(used, b);
+    /* every proper prefix of a frame is cut short, never read past */
+    for (size_t k = 0; k < a; k++) {
+        cr_expect_eq(decode(buf, k, 8, &used, msg, sizeof msg), ERR_RUNTIME, "prefix %zu", k);
+        cr_expect(strstr(msg, "reply cut short"), "prefix %zu: %s", k, msg);
+    }
+    /* the pipe's own refusals, in its words */
+    cr_expect_eq(decode(buf, a, 4, &used, msg, sizeof msg), ERR_RUNTIME);
+    cr_expect(strstr(msg, "reply payload is 8 bytes, expected exactly 4"), "%s", msg);
+    size_t n = frame_put(buf, "{\"ok\":false,\"error\":\"no\\nway\"}", 0);
+    cr_expect_eq(decode(buf, n, 0, &used, msg, sizeof msg), ERR_RUNTIME);
+    cr_expect(strstr(msg, "the engine answered an error: \"no\\nway\""), "%s", msg);
+    n = frame_put(buf, "[true]", 0);
+    cr_expect_eq(decode(buf, n, 0, &used, msg, sizeof msg), ERR_RUNTIME);
+    cr_expect(strstr(msg, "reply header is not one JSON object (not an object): \"[true]\""), "%s",
+              msg);
+    n = frame_put(buf, "{\"ok\":1}", 0);
+    cr_expect_eq(decode(buf, n, 0, &used, msg, sizeof msg), ERR_RUNTIME);
+    cr_expect(strstr(msg, "reply header has no boolean \"ok\""), "%s", msg);
+    const unsigned char zero[16] = {0}, big[16] = {0x01, 0x00, 0x01, 0x00};
+    cr_expect_eq(decode(zero, sizeof zero, 0, &used, msg, sizeof msg), ERR_RUNTIME);
+    cr_expect(strstr(msg, "reply header length 0 is outside 1..65536"), "%s", msg);
+    cr_expect_eq(decode(big, sizeof big, 0, &used, msg, sizeof msg), ERR_RUNTIME);
+    cr_expect(strstr(msg, "reply header length 65537 is outside 1..65536"), "%s", msg);
 }
 
 Test(exec, a_digest_other_than_the_pinned_one_is_refused)

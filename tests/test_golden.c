@@ -147,6 +147,31 @@ static int load_text(const char *text, struct gate_err *err)
 static const char *GATE_BY = "{\"engine\": \"gate\", \"backend\": \"ref\", \"git_commit\":"
                              " \"abc\", \"git_dirty\": false, \"date\": \"2025-01-01T00:00:00Z\"}";
 
+/* fuzz/fuzz_golden.c found it: an entry keyed by 65 characters, asked for by that key, loaded
+ * as a set whose digest was the key cut to 64 characters */
+Test(golden, load_refuses_a_model_digest_that_is_not_64_hex_digits)
+{
+    static const char *const BAD[] = {
+        "997927a07eb5a1467dccea15cbe52cc3b4bb64ced55972fa6ab34ec3ae6fb0ed0", /* 65 */
+        "997927a07eb5a1467dccea15cbe52cc3b4bb64ced55972fa6ab34ec3ae6fb0e",   /* 63 */
+        "997927A07EB5A1467DCCEA15CBE52CC3B4BB64CED55972FA6AB34EC3AE6FB0ED",  /* upper case */
+        "997927a07eb5a1467dccea15cbe52cc3b4bb64ced55972fa6ab34ec3ae6fb0e/",  /* not hex */
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        char text[1024];
+        snprintf(text, sizeof text,
+                 "{\"schema\": 2, \"models\": {\"%s\": {\"recorded_by\": %s, \"n_gen\": 2,"
+                 " \"cases\": [{\"name\": \"a\", \"prompt\": [1], \"ids\": [3, 4]}]}}}",
+                 BAD[i], GATE_BY);
+        struct golden_set g;
+        struct gate_err err = {0};
+        cr_expect_eq(golden_load_buf(text, strlen(text), "t.json", BAD[i], &g, &err), ERR_INPUT,
+                     "digest %zu accepted", i);
+        cr_expect(strstr(err.msg, "is not 64 lower-case hex digits"), "%s", err.msg);
+        golden_set_free(&g);
+    }
+}
+
 Test(golden, load_refuses_vacuous_or_inconsistent_cases)
 {
     struct gate_err err = {0};
