@@ -255,7 +255,8 @@ if sysg:
 elif luck:
     print("LUCK\tgolden only: %s" % by(luck))
 else:
-    print("SURVIVED\t%d cells, every systematic gate PASS" % len(cells))
+    n_anchor = sum(1 for c in cells if str(c.get("cell", "")).startswith("anchor/"))
+    print("SURVIVED\t%d cells + %d anchors, every systematic gate PASS" % (len(cells) - n_anchor, n_anchor))
 EOF
 }
 
