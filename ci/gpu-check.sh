@@ -6,7 +6,8 @@
 #   selftest.txt   gate selftest, one process per kernel family, then end to end
 #   bench.txt      gate bench --backend cuda on real-shape fast-blocks models (in /dev/shm)
 #   ladder.txt     gate run ladders/gpu.yaml + gate release check
-#   receipts.db    the signed receipts
+#   receipts.db    the signed receipts (kept in scratch while the ladder runs; receipts.db.tar
+#                  with the -wal / -shm files when the stage was killed: never more than 7 files)
 #   summary.json   every stage in order: status, exit code, seconds, reason; rewritten after
 #                  every stage, so a run cut short still says what finished
 # Stages, in order (a failed stage does not stop the later ones, except preflight):
@@ -98,7 +99,15 @@ st_preflight() {
         why+=("glibc $glibc is older than $need, which the carried .deb libraries need")
         bad=1
     fi
-    if [ -n "$(git -C "$ROOT" status --porcelain 2>/dev/null)" ]; then
+    # R1: the build records its commit from git; without one every receipt is dirty and useless
+    local head status
+    if ! head=$(git -C "$ROOT" rev-parse HEAD 2>&1); then
+        why+=("git rev-parse HEAD failed (${head//$'\n'/ }): no commit identity (did .git travel, is git installed?)")
+        bad=1
+    elif ! status=$(git -C "$ROOT" status --porcelain 2>&1); then
+        why+=("git status failed (${status//$'\n'/ }): cannot tell whether the tree is clean")
+        bad=1
+    elif [ -n "$status" ]; then
         echo "warning: the tree is not clean: receipts from this run will not count for a release"
     fi
     if [ $bad = 1 ]; then
@@ -201,11 +210,13 @@ st_ladder() {
     mkdir -p "$keydir"
     rm -f "$key" "$lad/gpu.pub"
     "$GATE" key gen --host h200 -o "$key" --pub "$lad/gpu.pub" || return 1
-    "$GATE" run "$lad/gpu.yaml" --host h200 --key "$key" --db "$OUT/receipts.db" 2>&1 |
+    # R7: the DB lives in scratch (its -wal / -shm files too, should the stage be killed); the
+    # driver brings it back as one file when the check ends (save_db)
+    "$GATE" run "$lad/gpu.yaml" --host h200 --key "$key" --db "$SCRATCH/receipts.db" 2>&1 |
         tee "$SCRATCH/run.out"
     local run_rc=${PIPESTATUS[0]} rel_rc=none
-    if [ -e "$OUT/receipts.db" ]; then
-        "$GATE" release check "$lad/gpu.yaml" --db "$OUT/receipts.db"
+    if [ -e "$SCRATCH/receipts.db" ]; then
+        "$GATE" release check "$lad/gpu.yaml" --db "$SCRATCH/receipts.db"
         rel_rc=$?
     fi
     echo "gate run exit $run_rc, gate release check exit $rel_rc ($([ "$run_rc" = 0 ] ||
@@ -244,7 +255,21 @@ if [ "${GATE_PREPARE_ONLY:-0}" = 1 ]; then
     say "prepared: ./shared ($(du -sh shared | cut -f1)) and .deb/ ($(ls .deb/*.deb | wc -l) packages, $(cat .deb/MANIFEST 2>/dev/null | head -n1)); carry [\".deb\", \"shared\"] and run ci/gpu-check.sh \"\$OUT\" on the GPU host"
     exit 0
 fi
-SCRATCH=$(mktemp -d /dev/shm/gate-gpu-check.XXXXXX 2>/dev/null || mktemp -d)
+# R6: scratch (the bench models, ~3.4 GB, and the receipts DB) in shared memory only when it has
+# room: GATE_SHM_DIR (default /dev/shm) needs GATE_SHM_NEED_MB free (default 4096), else disk
+SHM_DIR=${GATE_SHM_DIR:-/dev/shm}
+SHM_NEED_MB=${GATE_SHM_NEED_MB:-4096}
+shm_free_mb=$(df -Pm "$SHM_DIR" 2>/dev/null | awk 'NR == 2 {print $4}')
+SCRATCH=""
+if [ -n "$shm_free_mb" ] && [ "$shm_free_mb" -ge "$SHM_NEED_MB" ]; then
+    SCRATCH=$(mktemp -d "$SHM_DIR/gate-gpu-check.XXXXXX" 2>/dev/null)
+fi
+if [ -z "$SCRATCH" ]; then
+    SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/gate-gpu-check.XXXXXX")
+    say "scratch on disk ($SCRATCH): $SHM_DIR has ${shm_free_mb:-unknown} MB free, the check wants $SHM_NEED_MB"
+else
+    say "scratch in $SHM_DIR ($SCRATCH, $shm_free_mb MB free)"
+fi
 trap 'rm -rf "$SCRATCH"' EXIT
 B="$ROOT/build-gpu"
 GATE="$B/gate"
@@ -293,7 +318,10 @@ write_summary() { # $1 = result (running, PASS, FAIL)
 
 COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 CLEAN=false
-[ -z "$(git status --porcelain 2>/dev/null)" ] && CLEAN=true
+# clean only when git answered, and answered nothing (R1): a failed git status is not clean
+if [ "$COMMIT" != unknown ] && porcelain=$(git status --porcelain 2>/dev/null) && [ -z "$porcelain" ]; then
+    CLEAN=true
+fi
 stop_early=""
 for ((i = 0; i < N; i++)); do
     IFS=: read -r name limit file <<<"${PLAN[i]}"
@@ -337,6 +365,22 @@ for ((i = 0; i < N; i++)); do
     fi
     write_summary running
 done
+
+# R7: the receipts come back as one file: receipts.db when SQLite closed it cleanly (no WAL
+# left), else receipts.db.tar holding the DB with its -wal / -shm (a killed stage), so $OUT holds
+# at most the 7 files named at the top
+save_db() {
+    local db="$SCRATCH/receipts.db" f extra=()
+    [ -e "$db" ] || return 0
+    for f in "$db-wal" "$db-shm" "$db-journal"; do [ -e "$f" ] && extra+=("$(basename "$f")"); done
+    if [ ${#extra[@]} = 0 ]; then
+        cp "$db" "$OUT/receipts.db" && say "receipts: $OUT/receipts.db"
+    else
+        tar -C "$SCRATCH" -cf "$OUT/receipts.db.tar" receipts.db "${extra[@]}" &&
+            say "receipts: $OUT/receipts.db.tar (the DB with ${extra[*]}: a stage was cut short)"
+    fi
+}
+save_db
 
 result=PASS
 for ((i = 0; i < N; i++)); do [ "${S_STATUS[i]}" = pass ] || result=FAIL; done

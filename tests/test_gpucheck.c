@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "engine/backend.h"
@@ -155,6 +156,62 @@ Test(gpucheck, a_spent_budget_skips_stages_with_the_reason, .timeout = 120)
     const int t = atoi(first + strlen("== stage preflight (timeout "));
     cr_assert(t >= 1 && t <= 9, "preflight timeout %ds, not clipped to the 9 s budget", t);
     free(log);
+}
+
+/* Issue 25 R1 and R6: a tree whose .git did not travel (GIT_DIR names nothing) fails preflight
+ * with the git reason and is never counted clean; a shared-memory folder without room for the
+ * bench model puts the scratch folder on disk and says so. */
+Test(gpucheck, no_git_fails_preflight_and_a_full_shm_puts_scratch_on_disk, .timeout = 300)
+{
+    int status = 0;
+    json_t *sum = dry_run("nogit", "GIT_DIR=/nonexistent GATE_SHM_NEED_MB=999999999", &status);
+    cr_expect(json_is_false(json_object_get(sum, "tree_clean")), "tree_clean without git");
+    cr_expect_str_eq(json_string_value(json_object_get(sum, "commit")), "unknown");
+    json_t *pre = json_array_get(json_object_get(sum, "stages"), 0);
+    const char *why = json_string_value(json_object_get(pre, "reason"));
+    cr_expect(why && strstr(why, "git rev-parse HEAD failed"), "preflight: %s", why);
+    json_decref(sum);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/nogit/gpu-check.log", check_tmp_dir());
+    char *log = check_slurp_text(path);
+    cr_expect(strstr(log, "scratch on disk (") && strstr(log, "the check wants 999999999"), "%s",
+              log);
+    free(log);
+}
+
+/* Issue 25 R7: a ladder stage killed with the receipts DB open leaves its -wal and -shm in
+ * scratch, and they come back inside one receipts.db.tar, never as loose files in OUT. The kill
+ * is simulated: GATE_BIN is a wrapper whose `run` writes a WAL-mode DB and dies by SIGKILL. */
+Test(gpucheck, a_killed_ladder_stage_brings_the_db_back_as_one_file, .timeout = 300)
+{
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin && *bin);
+    char wrap[1024], env[1200];
+    snprintf(wrap, sizeof wrap, "%s/killed-gate.sh", check_tmp_dir());
+    FILE *f = fopen(wrap, "w");
+    cr_assert(f);
+    fprintf(f,
+            "#!/bin/sh\n"
+            "if [ \"$1\" = run ]; then\n"
+            "  while [ $# -gt 0 ] && [ \"$1\" != --db ]; do shift; done\n"
+            "  exec python3 -c 'import os, sqlite3, sys\n"
+            "c = sqlite3.connect(sys.argv[1]); c.execute(\"PRAGMA journal_mode=WAL\")\n"
+            "c.execute(\"CREATE TABLE t (x)\"); c.commit(); os.kill(os.getpid(), 9)' \"$2\"\n"
+            "fi\n"
+            "exec '%s' \"$@\"\n",
+            bin);
+    fclose(f);
+    cr_assert_eq(chmod(wrap, 0755), 0);
+    snprintf(env, sizeof env, "GATE_BIN='%s'", wrap);
+    int status = 0;
+    json_decref(dry_run("killed", env, &status));
+    char out[1100], cmd[2600];
+    snprintf(out, sizeof out, "%s/killed", check_tmp_dir());
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && [ ! -e receipts.db-wal ] && [ ! -e receipts.db-shm ] && "
+             "[ $(ls -A | wc -l) -le 8 ] && tar -tf receipts.db.tar | grep -qx receipts.db-wal",
+             out);
+    cr_expect_eq(system(cmd), 0, "OUT (%s) holds loose WAL files or no receipts.db.tar", out);
 }
 
 Test(gpucheck, the_script_runs_every_kernel_family_of_the_selftest)
