@@ -21,12 +21,12 @@
 static const char PARITY_USAGE[] =
     "usage: gate parity MODEL.gguf --mode MODE [--positions N] [--tokens FILE] [--threads N]\n"
     "                   [--fault SPEC]... [--min-cosine X] [--max-mean-kld X] [--max-kld X]\n"
-    "                   [--near-tie X] [--route-tie X] [--json FILE]\n"
+    "                   [--near-tie X] [--route-tie X] [--max-rel-l2 X] [--json FILE]\n"
     "  Runs MODE (BACKEND.PATH: cuda|cpu|ref . decode|prefill|chat) on the token sequence\n"
-    "  (FILE, or N >= 64 deterministic ids; chat: the fixed three-turn conversation) and judges\n"
-    "  it against the reference twin's batched forward at every position. A --fault goes into\n"
-    "  the mode only. The verdict is the parity gate's (the gate table's judge over the printed\n"
-    "  numbers, with routing near ties below --route-tie excused as in a ladder run).\n"
+    "  (FILE: every position it gives is judged, at least 64; or N >= 64 deterministic ids;\n"
+    "  chat: the fixed three-turn conversation) and judges it against the reference twin's\n"
+    "  batched forward at every position. A --fault goes into the mode only. One verdict: the\n"
+    "  parity rule a ladder run, the receipt and the release check apply (oracles/parity.h).\n"
     "  Exit 0 PASS, 1 FAIL, 2 input error, 3 mode cannot run on this host.\n";
 
 static const char FALSIFY_USAGE[] =
@@ -89,6 +89,9 @@ static int common_opt(const char *cmd, int argc, char **argv, int *i, struct com
         return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.max_kld)) ? -1 : 1;
     if (!strcmp(a, "--near-tie"))
         return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.near_tie)) ? -1 : 1;
+    if (!strcmp(a, "--max-rel-l2"))
+        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.max_rel_l2)) ? -1
+                                                                                             : 1;
     if (!strcmp(a, "--route-tie"))
         return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.route_tie)) ? -1
                                                                                             : 1;
@@ -161,7 +164,7 @@ int cmd_parity(int argc, char **argv)
     struct common c = {0};
     parity_config_default(&c.cfg);
     const char *faults[FAULT_MAX];
-    int n_faults = 0;
+    int n_faults = 0, positions_set = 0;
     const char *v;
     for (int i = 1; i < argc; i++) {
         int r = common_opt("parity", argc, argv, &i, &c);
@@ -176,6 +179,7 @@ int cmd_parity(int argc, char **argv)
             if (cli_value(argc, argv, &i, &v) ||
                 cli_int("parity", "--positions", v, 1, 1 << 20, &c.cfg.positions))
                 return 2;
+            positions_set = 1;
         } else if (!strcmp(argv[i], "--fault")) {
             if (cli_value(argc, argv, &i, &v))
                 return 2;
@@ -193,6 +197,9 @@ int cmd_parity(int argc, char **argv)
         fputs(PARITY_USAGE, stderr);
         return cli_fail(2, "parity: MODEL.gguf and --mode are required");
     }
+    if (c.tokens_path && positions_set)
+        return cli_fail(2, "parity: --tokens FILE judges every position the file gives; drop"
+                           " --positions");
     struct gate_err err = {0};
     struct model *m = NULL;
     struct mode mode;
@@ -201,6 +208,13 @@ int cmd_parity(int argc, char **argv)
     struct fault_set fs = {0};
     struct parity_result r = {0};
     int rc = load_inputs(&c, &m, &mode, &ids, &n, &err);
+    if (!rc && c.tokens_path) {
+        /* the file's positions are the ones judged: the rule asks for exactly that many */
+        if (n < PARITY_MIN_POSITIONS)
+            rc = err_set(&err, ERR_INPUT, "'%s' gives %d positions; parity judges at least %d",
+                         c.tokens_path, n, PARITY_MIN_POSITIONS);
+        c.cfg.positions = n;
+    }
     for (int i = 0; !rc && i < n_faults; i++)
         rc = add_faults(faults[i], m, &fs, &err);
     if (!rc)
@@ -209,23 +223,8 @@ int cmd_parity(int argc, char **argv)
         code = cli_fail(err_exit_code(rc), "parity: %s", err.msg);
         goto done;
     }
-    parity_print(stdout, &r);
-    {
-        /* one definition of the verdict: the gate table's parity judge over these numbers */
-        json_t *settings =
-            json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}", "positions", c.cfg.positions, "min_cosine",
-                      c.cfg.min_cosine, "max_mean_kld", c.cfg.max_mean_kld, "max_kld",
-                      c.cfg.max_kld, "near_tie", c.cfg.near_tie, "route_tie", c.cfg.route_tie);
-        json_t *metrics = parity_result_json(&r), *checks = json_array();
-        char why[512] = "";
-        enum gate_verdict v = parity_gate_judge(settings, metrics, checks, why, sizeof why);
-        printf("parity gate verdict (routing near ties excused): %s%s%s\n", gate_verdict_name(v),
-               why[0] ? ": " : "", why);
-        code = v == GATE_PASS ? 0 : 1;
-        json_decref(settings);
-        json_decref(metrics);
-        json_decref(checks);
-    }
+    parity_print(stdout, &r); /* ends with the one verdict line */
+    code = r.pass ? 0 : 1;
     if (write_json(c.json_path, parity_result_json(&r), &err))
         code = cli_fail(3, "parity: %s", err.msg);
 done:
@@ -379,6 +378,13 @@ int cmd_falsify(int argc, char **argv)
     struct falsify_result fr = {0};
     struct falsify_sweep_result sr;
     int rc = load_inputs(&c, &m, &mode, &ids, &n, &err);
+    if (!rc && c.tokens_path) {
+        /* the file's positions are the ones judged: the rule asks for exactly that many */
+        if (n < PARITY_MIN_POSITIONS)
+            rc = err_set(&err, ERR_INPUT, "'%s' gives %d positions; parity judges at least %d",
+                         c.tokens_path, n, PARITY_MIN_POSITIONS);
+        c.cfg.positions = n;
+    }
     for (int i = 0; !rc && i < n_faults; i++)
         rc = add_faults(faults[i], m, &fs, &err);
     if (!rc)

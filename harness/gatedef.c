@@ -13,6 +13,7 @@
 #include "oracles/anchor.h"
 #include "oracles/falsify.h"
 #include "oracles/golden.h"
+#include "oracles/parity.h"
 #include "oracles/throughput.h"
 
 #define OFF(f) offsetof(struct ladder_gates, f)
@@ -32,6 +33,9 @@ static const struct gate_setting PARITY[] = {
     {"route_tie", GS_NUM, OFF(route_tie), 1e-3, 0, 1,
      "MoE: judge's router gap (k-th minus (k+1)-th logit) below which a changed expert set is a"
      " ROUTE_TIE (reported, not judged by the logit thresholds; at most 1 in 8 positions)"},
+    {"max_rel_l2", GS_NUM, OFF(max_rel_l2), PARITY_MAX_REL_L2, 0, 1e9,
+     "every position's relative L2 error of the centred logits (sees a uniform scale, which"
+     " cosine cannot)"},
     {NULL},
 };
 

@@ -69,7 +69,7 @@ struct ladder_host {
 struct ladder_gates {
     /* parity */
     int positions;
-    double min_cosine, max_mean_kld, max_kld, near_tie, route_tie;
+    double min_cosine, max_mean_kld, max_kld, near_tie, route_tie, max_rel_l2;
     /* golden */
     char goldens[512];       /* goldens file (resolved); "" = none declared */
     char goldens_sha256[65]; /* its pinned digest ("" only when no file is declared) */

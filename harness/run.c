@@ -151,6 +151,7 @@ static void parity_cfg(const struct ladder_gates *g, struct parity_config *p)
     p->max_kld = g->max_kld;
     p->near_tie = g->near_tie;
     p->route_tie = g->route_tie;
+    p->max_rel_l2 = g->max_rel_l2;
 }
 
 static json_t *gate_parity(struct cell_ctx *x)

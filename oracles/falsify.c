@@ -224,6 +224,7 @@ static int sweep_kind(struct parity_session *s, const struct model *m, struct fa
         x->min_cosine = r.cosine.min;
         x->mean_kld = r.kld.mean;
         x->max_kld = r.kld.max;
+        x->max_rel_l2 = r.rel_l2.max;
         x->n_wrong = r.n_wrong;
         x->n_nonfinite = r.n_nonfinite;
         if (K->spec.kind == FAULT_UNIFORM_WEIGHTS && w) {
@@ -250,6 +251,10 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
     int n_ids = 0;
     memset(out, 0, sizeof *out);
     out->verdict = GATE_FAIL;
+    struct falsify_config own = *cfg;
+    if (tokens) /* supplied tokens: every one is judged, and parity's rule asks for that many */
+        own.parity.positions = n;
+    cfg = &own;
     mode_format(mode, out->mode, sizeof out->mode);
     int rc = check_faults(m, faults, err);
     if (!rc)
@@ -362,34 +367,16 @@ static void say(char *why, size_t n, const char *fmt, ...)
 
 struct thresholds {
     double min_cosine, max_mean_kld, max_kld, near_tie, route_tie;
+    const json_t *settings; /* the parity settings object: parity's own rule reads it */
 };
 
-/* Parity's rule on recorded numbers: any non-finite or WRONG position, a cosine below, or a KL
- * above its bound rejects (a NaN number rejects too). */
-static int rejected_by(const struct thresholds *t, double min_cos, double mean_kld, double max_kld,
-                       double wrong, double nonfinite)
-{
-    return !(nonfinite == 0) || !(wrong == 0) || !(min_cos >= t->min_cosine) ||
-           !(mean_kld <= t->max_mean_kld) || !(max_kld <= t->max_kld);
-}
-
-/* Rejected from a recorded parity metrics object: its per-position arrays when present (the
- * strongest form: parity_metrics_summary re-derives WRONG with near_tie), else its summary. */
+/* Rejected from a recorded parity metrics object (per-position arrays, or a sweep point's
+ * summary numbers): parity's one rule (oracles/parity.h, parity_metrics_rejected). */
 static int parity_rejects(const json_t *p, const struct thresholds *t, int *malformed)
 {
-    struct parity_summary ps;
-    *malformed = 0;
-    if (!parity_metrics_summary(p, t->near_tie, t->route_tie, &ps) && ps.n_pos > 0)
-        return rejected_by(t, ps.min_cosine, ps.mean_kld, ps.max_kld, ps.n_wrong, ps.n_nonfinite);
-    double v[5];
-    static const char *const keys[] = {"min_cosine", "mean_kld", "max_kld", "wrong_positions",
-                                       "nonfinite_positions"};
-    for (int i = 0; i < 5; i++)
-        if (gate_metric_num(p, keys[i], &v[i])) {
-            *malformed = 1;
-            return 0;
-        }
-    return rejected_by(t, v[0], v[1], v[2], v[3], v[4]);
+    const int r = parity_metrics_rejected(t->settings, p, NULL, 0);
+    *malformed = r < 0;
+    return r > 0;
 }
 
 static int is_routing_name(const char *kind)
@@ -402,7 +389,7 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
 {
     const json_t *sp = json_object_get(settings, "parity");
     const json_t *sf = json_object_get(settings, "faults");
-    struct thresholds t = {0};
+    struct thresholds t = {.settings = sp};
     double samples_d, min_det;
     char first[320] = "", metric[160];
     int fails = 0;
@@ -554,6 +541,8 @@ static json_t *sample_json(const struct falsify_sample *x)
         parity_json_number(x->uniform_dev), "min_cosine", parity_json_number(x->min_cosine),
         "mean_kld", parity_json_number(x->mean_kld), "max_kld", parity_json_number(x->max_kld),
         "wrong_positions", x->n_wrong, "nonfinite_positions", x->n_nonfinite);
+    if (o)
+        json_object_set_new(o, "max_rel_l2", parity_json_number(x->max_rel_l2));
     if (o && x->tapless) {
         json_object_set_new(o, "logit_diffs", json_integer(x->logit_diffs));
         json_object_set_new(o, "tapless", json_true());
@@ -671,6 +660,10 @@ int falsify_sweep(const struct model *m, const struct mode *mode, const struct f
     struct parity_result r = {0};
     memset(out, 0, sizeof *out);
     mode_format(mode, out->mode, sizeof out->mode);
+    struct falsify_config own = *cfg;
+    if (tokens) /* supplied tokens: every one is judged (as in falsify_run) */
+        own.parity.positions = n;
+    cfg = &own;
     out->cfg = cfg->parity;
     int rc = check_faults(m, kinds, err);
     if (!rc && cfg->n_clean < 1)

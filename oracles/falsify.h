@@ -93,6 +93,7 @@ struct falsify_sample {
     int logit_diffs, tapless;      /* positions whose logits moved; the subject has no taps */
     double uniform_dev; /* uniform_weights: max |w - 1/k| of the clean weights there; else 0 */
     double min_cosine, mean_kld, max_kld;
+    double max_rel_l2; /* parity's rel-L2 bound reads it (parity_metrics_rejected) */
     int n_wrong, n_nonfinite;
 };
 

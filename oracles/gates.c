@@ -1,11 +1,11 @@
-/* gates.c — the check helpers every judge uses, the judges of the capability and parity gates,
+/* gates.c — the check helpers every judge uses, the judge of the capability gate,
  * and the checks common to every gate (its error, what ran). See gates.h.
  *
  * A judge reads only the settings and metrics objects as a receipt records them, so the run and
  * the release check reach the same verdict from the same bytes. Numbers in metrics may be the
  * strings "NaN"/"Inf"/"-Inf" (receipts cannot hold non-finite JSON numbers); every comparison
  * with a non-finite number fails.
- * Start reading: gate_judge_common(), then parity_gate_judge().
+ * Start reading: gate_judge_common().
  */
 #include "oracles/gates.h"
 
@@ -177,136 +177,6 @@ enum gate_verdict capability_gate_judge(const json_t *settings, const json_t *me
         return GATE_FAIL;
     }
     return GATE_PASS;
-}
-
-/* ---- parity ---------------------------------------------------------------------------------- */
-
-/* Settings number or a FAIL naming it. */
-static int setting(const json_t *settings, const char *key, double *out, json_t *checks, char *why,
-                   size_t n)
-{
-    if (gate_metric_num(settings, key, out) == 0)
-        return 0;
-    gate_check_bool(checks, key, 0);
-    why_set(why, n, "setting '%s' is missing or not a number", key);
-    return -1;
-}
-
-int parity_metrics_summary(const json_t *metrics, double near_tie, double route_tie,
-                           struct parity_summary *s)
-{
-    memset(s, 0, sizeof *s);
-    const json_t *pp = json_object_get(metrics, "per_position");
-    const json_t *cos = json_object_get(pp, "cosine"), *kld = json_object_get(pp, "kld");
-    const json_t *gap = json_object_get(pp, "ref_gap"), *rt = json_object_get(pp, "ref_top");
-    const json_t *tt = json_object_get(pp, "test_top");
-    const json_t *rgap = json_object_get(pp, "route_gap"); /* MoE only; null = routes agree */
-    size_t np = json_array_size(cos);
-    if (!json_is_array(cos) || json_array_size(kld) != np || json_array_size(gap) != np ||
-        json_array_size(rt) != np || json_array_size(tt) != np ||
-        (rgap && json_array_size(rgap) != np))
-        return -1;
-    s->n_pos = (int)np;
-    s->min_cosine = INFINITY;
-    s->first_bad = -1;
-    double sum_kld = 0;
-    int n_judged = 0;
-    for (size_t i = 0; i < np; i++) {
-        const json_t *c = json_array_get(cos, i), *k = json_array_get(kld, i);
-        const json_t *g = json_array_get(gap, i);
-        double vc, vk, vg = NAN;
-        if (gate_json_num(c, &vc) || gate_json_num(k, &vk))
-            return -1;
-        gate_json_num(g, &vg);
-        json_int_t r = json_integer_value(json_array_get(rt, i));
-        json_int_t t = json_integer_value(json_array_get(tt, i));
-        if (!isfinite(vc) || !isfinite(vk) || r < 0 || t < 0) {
-            s->n_nonfinite++;
-            if (s->first_bad < 0)
-                s->first_bad = (int)i;
-            s->min_cosine = NAN; /* a non-finite position poisons the minimum */
-            s->max_kld = NAN;
-            s->mean_kld = NAN;
-            continue;
-        }
-        /* a position whose expert set differs where the judge's own router gap is below
-         * route_tie is a ROUTE_TIE: counted and shown, not judged by the logit thresholds (as a
-         * TIE_FLIP is for argmax); a changed route at a clear gap is judged like any position */
-        double vr;
-        const json_t *r_i = rgap ? json_array_get(rgap, i) : NULL;
-        if (r_i && !json_is_null(r_i) && gate_json_num(r_i, &vr) == 0 && vr >= 0 &&
-            vr < route_tie) {
-            s->n_route_tie++;
-            continue;
-        }
-        n_judged++;
-        if (!isnan(s->min_cosine) && vc < s->min_cosine)
-            s->min_cosine = vc;
-        if (!isnan(s->max_kld) && vk > s->max_kld)
-            s->max_kld = vk;
-        sum_kld += vk;
-        if (r != t) {
-            if (isfinite(vg) && vg < near_tie) {
-                s->n_tie_flip++;
-            } else {
-                s->n_wrong++;
-                if (s->first_bad < 0)
-                    s->first_bad = (int)i;
-            }
-        }
-    }
-    if (!isnan(s->mean_kld))
-        s->mean_kld = n_judged ? sum_kld / (double)n_judged : NAN;
-    if (!np)
-        s->min_cosine = s->max_kld = NAN;
-    return 0;
-}
-
-enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metrics, json_t *checks,
-                                    char *why, size_t n)
-{
-    double positions, min_cos, max_mean_kld, max_kld, near_tie, route_tie = 0;
-    gate_metric_num(settings, "route_tie", &route_tie); /* absent: no route ties (strictest) */
-    if (setting(settings, "positions", &positions, checks, why, n) ||
-        setting(settings, "min_cosine", &min_cos, checks, why, n) ||
-        setting(settings, "max_mean_kld", &max_mean_kld, checks, why, n) ||
-        setting(settings, "max_kld", &max_kld, checks, why, n) ||
-        setting(settings, "near_tie", &near_tie, checks, why, n))
-        return GATE_FAIL;
-    struct parity_summary s;
-    if (parity_metrics_summary(metrics, near_tie, route_tie, &s)) {
-        gate_check_bool(checks, "per-position metrics recorded", 0);
-        why_set(why, n,
-                "parity metrics lack per_position cosine/kld/ref_gap/ref_top/test_top"
-                " arrays of one length");
-        return GATE_FAIL;
-    }
-    int ok = gate_check_num(checks, "positions", s.n_pos, ">=", positions);
-    ok &= gate_check_num(checks, "nonfinite_positions", s.n_nonfinite, "<=", 0);
-    ok &= gate_check_num(checks, "min_cosine", s.min_cosine, ">=", min_cos);
-    ok &= gate_check_num(checks, "mean_kld", s.mean_kld, "<=", max_mean_kld);
-    ok &= gate_check_num(checks, "max_kld", s.max_kld, "<=", max_kld);
-    ok &= gate_check_num(checks, "wrong_positions", s.n_wrong, "<=", 0);
-    /* route ties are rare by nature (a router gap below route_tie); an engine that routes
-     * differently at many of them is routing differently, not breaking ties */
-    ok &= gate_check_num(checks, "route_tie_positions", s.n_route_tie,
-                         "<=", floor(s.n_pos / PARITY_MAX_ROUTE_TIE_SHARE));
-    if (!ok)
-        why_set(why, n,
-                "%d positions: min cosine %.6g (>= %g), mean KL %.3g (<= %g), max KL %.3g"
-                " (<= %g), %d wrong, %d non-finite, %d route ties%s",
-                s.n_pos, s.min_cosine, min_cos, s.mean_kld, max_mean_kld, s.max_kld, max_kld,
-                s.n_wrong, s.n_nonfinite, s.n_route_tie,
-                s.n_pos < positions ? " (too few positions)" : "");
-    if (ok && s.n_route_tie)
-        /* a PASS that excused positions says so on its one line */
-        why_set(why, n,
-                "%d positions: min cosine %.6g, max KL %.3g over %d judged; %d tie flip%s, %d"
-                " route tie%s (the judge's router gap < %g there: expert sets may differ)",
-                s.n_pos, s.min_cosine, s.max_kld, s.n_pos - s.n_route_tie, s.n_tie_flip,
-                s.n_tie_flip == 1 ? "" : "s", s.n_route_tie, s.n_route_tie == 1 ? "" : "s",
-                route_tie);
-    return ok ? GATE_PASS : GATE_FAIL;
 }
 
 /* ---- every gate ------------------------------------------------------------------------------ */

@@ -77,22 +77,7 @@ enum gate_verdict gate_judge_ran(const char *mode, const json_t *metrics, json_t
 enum gate_verdict capability_gate_judge(const json_t *settings, const json_t *metrics,
                                         json_t *checks, char *why, size_t n);
 
-/* Parity, recomputed from metrics "per_position" arrays (cosine, kld, ref_gap, ref_top,
- * test_top; MoE: route_gap) and settings {positions, min_cosine, max_mean_kld, max_kld, near_tie,
- * route_tie}: a position whose top ids differ is a TIE_FLIP when its ref_gap < near_tie, else
- * WRONG; a position whose expert set differs where the judge's router gap (route_gap) is below
- * route_tie is a ROUTE_TIE, left out of the logit thresholds and counted (at most 1 in
- * PARITY_MAX_ROUTE_TIE_SHARE); a non-finite cosine/KL is a non-finite position (FAIL). */
-/* At most n_pos / this many positions may be ROUTE_TIEs (1 in 8). */
-#define PARITY_MAX_ROUTE_TIE_SHARE 8.0
-struct parity_summary {
-    int n_pos, n_nonfinite, n_wrong, n_tie_flip, n_route_tie, first_bad;
-    double min_cosine, mean_kld, max_kld;
-};
-int parity_metrics_summary(const json_t *metrics, double near_tie, double route_tie,
-                           struct parity_summary *s);
-enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metrics, json_t *checks,
-                                    char *why, size_t n);
+/* The parity gate's judge lives next to its oracle: oracles/parity.h (parity_gate_judge). */
 
 #ifdef __cplusplus
 }

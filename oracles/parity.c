@@ -10,6 +10,7 @@
 #include "engine/ref_ops.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@ void parity_config_default(struct parity_config *c)
     c->max_kld = 1e-2;
     c->near_tie = 0.05;
     c->route_tie = PARITY_ROUTE_TIE;
+    c->max_rel_l2 = PARITY_MAX_REL_L2;
 }
 
 int parity_config_check(const struct parity_config *c, struct gate_err *err)
@@ -35,6 +37,8 @@ int parity_config_check(const struct parity_config *c, struct gate_err *err)
         return err_set(err, ERR_INPUT, "parity max_mean_kld %g must be >= 0", c->max_mean_kld);
     if (!(c->max_kld >= 0.0))
         return err_set(err, ERR_INPUT, "parity max_kld %g must be >= 0", c->max_kld);
+    if (!(c->max_rel_l2 >= 0.0))
+        return err_set(err, ERR_INPUT, "parity max_rel_l2 %g must be >= 0", c->max_rel_l2);
     if (!(c->near_tie >= 0.0) || isinf(c->near_tie))
         return err_set(err, ERR_INPUT, "parity near_tie %g must be finite and >= 0", c->near_tie);
     return 0;
@@ -89,9 +93,10 @@ static double logsumexp(const float *x, int n)
 static void judge_pos(const float *r, const float *t, int V, double near_tie, struct parity_pos *p)
 {
     memset(p, 0, sizeof *p);
+    p->route_gap = NAN;
     if (!all_finite(r, V) || !all_finite(t, V)) {
         p->cls = PARITY_NONFINITE;
-        p->cosine = p->kld = p->max_abs_diff = p->ref_gap = NAN;
+        p->cosine = p->kld = p->max_abs_diff = p->ref_gap = p->rel_l2 = NAN;
         p->ref_top = p->test_top = -1;
         return;
     }
@@ -107,6 +112,19 @@ static void judge_pos(const float *r, const float *t, int V, double near_tie, st
     /* two zero vectors are the same direction; one zero vector is orthogonal to anything */
     p->cosine = (nr == 0 && nt == 0) ? 1.0 : (nr == 0 || nt == 0) ? 0.0 : dot / sqrt(nr * nt);
     p->max_abs_diff = mad;
+    /* relative L2 of the centred logits: softmax ignores a common shift, so the means go; what
+     * stays sees a uniform scale (t = s r gives |s - 1|), which the cosine cannot */
+    double mr = 0, mt = 0;
+    for (int i = 0; i < V; i++)
+        mr += r[i], mt += t[i];
+    mr /= V, mt /= V;
+    double dd = 0, rr = 0;
+    for (int i = 0; i < V; i++) {
+        const double a = (double)r[i] - mr, d = ((double)t[i] - mt) - a;
+        dd += d * d;
+        rr += a * a;
+    }
+    p->rel_l2 = rr > 0 ? sqrt(dd / rr) : dd > 0 ? INFINITY : 0.0;
     const double lr = logsumexp(r, V), lt = logsumexp(t, V);
     double kl = 0.0;
     for (int i = 0; i < V; i++) {
@@ -174,14 +192,282 @@ static void stat_of(struct parity_stat *s, const struct parity_pos *pos, int n, 
     s->p99 = scratch[hi < 0 ? 0 : hi];
 }
 
-static int breaks_rule(const struct parity_pos *p, const struct parity_config *c)
+/* ---- the rule (parity.h: written once) ------------------------------------------------------ */
+
+/* A position is a ROUTE_TIE when its expert set differs where the judge's router gap is a near
+ * tie; a NaN / negative gap is never one. */
+static int is_route_tie(const struct parity_pos *p, const struct parity_config *cfg)
 {
-    return p->cls == PARITY_NONFINITE || p->cls == PARITY_WRONG || p->cosine < c->min_cosine ||
-           p->kld > c->max_kld;
+    return p->route_gap >= 0 && p->route_gap < cfg->route_tie;
 }
 
-int parity_judge(const float *ref, const float *test, int n_pos, int n_vocab,
-                 const struct parity_config *cfg, struct parity_result *out)
+static int pos_nonfinite(const struct parity_pos *p)
+{
+    return p->ref_top < 0 || p->test_top < 0 || !isfinite(p->cosine) || !isfinite(p->kld) ||
+           isnan(p->rel_l2);
+}
+
+void parity_summarize(const struct parity_pos *pos, int n, const struct parity_config *cfg,
+                      struct parity_summary *s)
+{
+    memset(s, 0, sizeof *s);
+    s->n_pos = n;
+    s->first_bad = s->argmin_cosine = s->argmax_kld = s->argmax_rel_l2 = -1;
+    s->min_cosine = INFINITY;
+    double sum_kld = 0;
+    int n_judged = 0, poisoned = 0;
+    for (int i = 0; i < n; i++) {
+        const struct parity_pos *p = &pos[i];
+        if (pos_nonfinite(p)) {
+            s->n_nonfinite++;
+            poisoned = 1;
+            if (s->first_bad < 0)
+                s->first_bad = i;
+            continue;
+        }
+        if (is_route_tie(p, cfg)) {
+            s->n_route_tie++;
+            continue;
+        }
+        n_judged++;
+        if (s->argmin_cosine < 0 || p->cosine < s->min_cosine)
+            s->min_cosine = p->cosine, s->argmin_cosine = i;
+        if (s->argmax_kld < 0 || p->kld > s->max_kld)
+            s->max_kld = p->kld, s->argmax_kld = i;
+        if (s->argmax_rel_l2 < 0 || p->rel_l2 > s->max_rel_l2)
+            s->max_rel_l2 = p->rel_l2, s->argmax_rel_l2 = i;
+        sum_kld += p->kld;
+        if (p->ref_top == p->test_top) {
+            s->n_match++;
+        } else if (isfinite(p->ref_gap) && p->ref_gap < cfg->near_tie) {
+            s->n_tie_flip++;
+        } else {
+            s->n_wrong++;
+            if (s->first_bad < 0)
+                s->first_bad = i;
+        }
+    }
+    s->mean_kld = n_judged ? sum_kld / n_judged : NAN;
+    if (!n_judged)
+        s->min_cosine = s->max_kld = s->max_rel_l2 = NAN;
+    if (poisoned) /* a non-finite position poisons every statistic */
+        s->min_cosine = s->mean_kld = s->max_kld = s->max_rel_l2 = NAN;
+}
+
+static void say(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *why, size_t n, const char *fmt, ...)
+{
+    if (!why || !n || why[0])
+        return; /* the first reason wins */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+}
+
+int parity_verdict(const struct parity_config *cfg, const struct parity_summary *s, json_t *checks,
+                   char *why, size_t n)
+{
+    json_t *own = checks ? NULL : json_array(); /* gate_check_* need an array */
+    json_t *c = checks ? checks : own;
+    char first[200] = "";
+    const size_t fn = sizeof first;
+    if (!gate_check_num(c, "positions", s->n_pos, ">=", cfg->positions))
+        say(first, fn, "%d positions judged, fewer than the %d asked for (too few positions)",
+            s->n_pos, cfg->positions);
+    if (!gate_check_num(c, "nonfinite_positions", s->n_nonfinite, "<=", 0))
+        say(first, fn, "non-finite logits at position %d (%d positions)", s->first_bad,
+            s->n_nonfinite);
+    if (!gate_check_num(c, "wrong_positions", s->n_wrong, "<=", 0))
+        say(first, fn,
+            "%d WRONG argmax positions, first at position %d (judge's gap >= near tie %g)",
+            s->n_wrong, s->first_bad, cfg->near_tie);
+    if (!gate_check_num(c, "min_cosine", s->min_cosine, ">=", cfg->min_cosine))
+        say(first, fn, "min cosine %.6g at position %d < %g", s->min_cosine, s->argmin_cosine,
+            cfg->min_cosine);
+    if (!gate_check_num(c, "max_kld", s->max_kld, "<=", cfg->max_kld))
+        say(first, fn, "max KL %.4g at position %d > %g", s->max_kld, s->argmax_kld, cfg->max_kld);
+    if (!gate_check_num(c, "mean_kld", s->mean_kld, "<=", cfg->max_mean_kld))
+        say(first, fn, "mean KL %.4g > %g", s->mean_kld, cfg->max_mean_kld);
+    if (!isinf(cfg->max_rel_l2) &&
+        !gate_check_num(c, "max_rel_l2", s->max_rel_l2, "<=", cfg->max_rel_l2))
+        say(first, fn, "max rel-L2 %.4g at position %d > %g (a scale error cosine cannot see)",
+            s->max_rel_l2, s->argmax_rel_l2, cfg->max_rel_l2);
+    /* route ties are rare by nature; an engine that routes differently at many of them is
+     * routing differently, not breaking ties */
+    if (!gate_check_num(c, "route_tie_positions", s->n_route_tie,
+                        "<=", floor(s->n_pos / PARITY_MAX_ROUTE_TIE_SHARE)))
+        say(first, fn, "%d route ties, more than 1 in %g positions", s->n_route_tie,
+            PARITY_MAX_ROUTE_TIE_SHARE);
+    json_decref(own);
+    const int pass = first[0] == '\0';
+    if (why && n) {
+        char tail[240];
+        snprintf(tail, sizeof tail,
+                 "%d positions: min cosine %.6g, mean KL %.3g, max KL %.3g, max rel-L2 %.3g;"
+                 " %d/%d argmax match, %d tie flip%s, %d wrong, %d non-finite, %d route tie%s",
+                 s->n_pos, s->min_cosine, s->mean_kld, s->max_kld, s->max_rel_l2, s->n_match,
+                 s->n_pos, s->n_tie_flip, s->n_tie_flip == 1 ? "" : "s", s->n_wrong, s->n_nonfinite,
+                 s->n_route_tie, s->n_route_tie == 1 ? "" : "s");
+        if (pass)
+            snprintf(why, n, "PASS: %s%s", tail,
+                     s->n_route_tie ? " (the judge's router gap < route_tie there: not held to"
+                                      " the logit thresholds)"
+                                    : "");
+        else
+            snprintf(why, n, "FAIL: %s; %s", first, tail);
+    }
+    return pass;
+}
+
+int parity_rejected(const struct parity_config *cfg, const struct parity_summary *s)
+{
+    return !parity_verdict(cfg, s, NULL, NULL, 0);
+}
+
+/* ---- the rule on recorded numbers ------------------------------------------------------------ */
+
+int parity_settings_read(const json_t *settings, struct parity_config *cfg, char *why, size_t n)
+{
+    static const struct {
+        const char *key;
+        size_t off;
+    } K[] = {
+        {"min_cosine", offsetof(struct parity_config, min_cosine)},
+        {"max_mean_kld", offsetof(struct parity_config, max_mean_kld)},
+        {"max_kld", offsetof(struct parity_config, max_kld)},
+        {"near_tie", offsetof(struct parity_config, near_tie)},
+    };
+    memset(cfg, 0, sizeof *cfg);
+    double v;
+    if (gate_metric_num(settings, "positions", &v)) {
+        say(why, n, "setting 'positions' is missing or not a number");
+        return -1;
+    }
+    cfg->positions = (int)v;
+    for (size_t i = 0; i < sizeof K / sizeof K[0]; i++)
+        if (gate_metric_num(settings, K[i].key, (double *)((char *)cfg + K[i].off))) {
+            say(why, n, "setting '%s' is missing or not a number", K[i].key);
+            return -1;
+        }
+    /* absent: no route ties (the strictest); no rel-L2 bound (a receipt from before the key) */
+    if (gate_metric_num(settings, "route_tie", &cfg->route_tie))
+        cfg->route_tie = 0;
+    if (gate_metric_num(settings, "max_rel_l2", &cfg->max_rel_l2))
+        cfg->max_rel_l2 = INFINITY;
+    return 0;
+}
+
+int parity_metrics_summary(const json_t *metrics, const struct parity_config *cfg,
+                           struct parity_summary *s)
+{
+    memset(s, 0, sizeof *s);
+    const json_t *pp = json_object_get(metrics, "per_position");
+    const json_t *cos = json_object_get(pp, "cosine"), *kld = json_object_get(pp, "kld");
+    const json_t *gap = json_object_get(pp, "ref_gap"), *rt = json_object_get(pp, "ref_top");
+    const json_t *tt = json_object_get(pp, "test_top"), *rl = json_object_get(pp, "rel_l2");
+    const json_t *rgap = json_object_get(pp, "route_gap"); /* MoE only; null = routes agree */
+    const size_t np = json_array_size(cos);
+    if (!json_is_array(cos) || json_array_size(kld) != np || json_array_size(gap) != np ||
+        json_array_size(rt) != np || json_array_size(tt) != np ||
+        (rgap && json_array_size(rgap) != np) || (rl && json_array_size(rl) != np))
+        return -1;
+    if (!rl && !isinf(cfg->max_rel_l2))
+        return -1; /* the bound is judged but the numbers were not recorded */
+    struct parity_pos *pos = calloc(np ? np : 1, sizeof *pos);
+    if (!pos)
+        return -1;
+    int rc = 0;
+    for (size_t i = 0; i < np && !rc; i++) {
+        struct parity_pos *p = &pos[i];
+        p->ref_gap = p->route_gap = NAN;
+        p->rel_l2 = 0;
+        if (gate_json_num(json_array_get(cos, i), &p->cosine) ||
+            gate_json_num(json_array_get(kld, i), &p->kld) ||
+            (rl && gate_json_num(json_array_get(rl, i), &p->rel_l2))) {
+            rc = -1;
+            break;
+        }
+        gate_json_num(json_array_get(gap, i), &p->ref_gap);
+        const json_t *r_i = rgap ? json_array_get(rgap, i) : NULL;
+        if (r_i && !json_is_null(r_i))
+            gate_json_num(r_i, &p->route_gap);
+        const json_t *a = json_array_get(rt, i), *b = json_array_get(tt, i);
+        p->ref_top = json_is_integer(a) ? (int)json_integer_value(a) : -1;
+        p->test_top = json_is_integer(b) ? (int)json_integer_value(b) : -1;
+    }
+    if (!rc)
+        parity_summarize(pos, (int)np, cfg, s);
+    free(pos);
+    return rc;
+}
+
+int parity_metrics_rejected(const json_t *settings, const json_t *metrics, char *why, size_t n)
+{
+    struct parity_config cfg;
+    struct parity_summary s;
+    if (parity_settings_read(settings, &cfg, why, n))
+        return -1;
+    if (json_object_get(metrics, "per_position")) {
+        if (parity_metrics_summary(metrics, &cfg, &s)) {
+            say(why, n, "parity metrics lack per_position arrays of one length");
+            return -1;
+        }
+        return parity_rejected(&cfg, &s);
+    }
+    /* a sweep point: the summary numbers only (judged at the positions it recorded) */
+    memset(&s, 0, sizeof s);
+    double v[5];
+    static const char *const keys[] = {"min_cosine", "mean_kld", "max_kld", "wrong_positions",
+                                       "nonfinite_positions"};
+    for (int i = 0; i < 5; i++)
+        if (gate_metric_num(metrics, keys[i], &v[i])) {
+            say(why, n, "parity numbers lack '%s'", keys[i]);
+            return -1;
+        }
+    s.min_cosine = v[0], s.mean_kld = v[1], s.max_kld = v[2];
+    s.n_wrong = (int)v[3], s.n_nonfinite = (int)v[4];
+    s.max_rel_l2 = 0;
+    if (!isinf(cfg.max_rel_l2) && gate_metric_num(metrics, "max_rel_l2", &s.max_rel_l2)) {
+        say(why, n, "parity numbers lack 'max_rel_l2'");
+        return -1;
+    }
+    s.n_pos = cfg.positions; /* a sweep point judges its session's positions */
+    if (!(v[3] == 0 && v[4] == 0) && s.n_wrong == 0 && s.n_nonfinite == 0)
+        s.n_nonfinite = 1; /* NaN counts: never a silent pass */
+    return parity_rejected(&cfg, &s);
+}
+
+enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metrics, json_t *checks,
+                                    char *why, size_t n)
+{
+    struct parity_config cfg;
+    struct parity_summary s;
+    if (parity_settings_read(settings, &cfg, why, n)) {
+        gate_check_bool(checks, "settings complete", 0);
+        return GATE_FAIL;
+    }
+    if (parity_metrics_summary(metrics, &cfg, &s)) {
+        gate_check_bool(checks, "per-position metrics recorded", 0);
+        say(why, n,
+            "parity metrics lack per_position cosine/kld/ref_gap/ref_top/test_top%s arrays of"
+            " one length",
+            isinf(cfg.max_rel_l2) ? "" : "/rel_l2");
+        return GATE_FAIL;
+    }
+    char line[512] = "";
+    const int pass = parity_verdict(&cfg, &s, checks, line, sizeof line);
+    /* the gate's reason is the rule's line without its verdict word (the row carries it) */
+    say(why, n, "%s", line + (pass ? 6 : 6));
+    return pass ? GATE_PASS : GATE_FAIL;
+}
+
+/* ---- in memory ------------------------------------------------------------------------------- */
+
+/* Judge with per-position router gaps (NULL: none): the one path every in-memory verdict takes. */
+static int judge_routes(const float *ref, const float *test, int n_pos, int n_vocab,
+                        const struct parity_config *cfg, const double *route_gap,
+                        struct parity_result *out)
 {
     struct gate_err e = {0};
     double *scratch = NULL;
@@ -193,7 +479,7 @@ int parity_judge(const float *ref, const float *test, int n_pos, int n_vocab,
     out->first_nonfinite_pos = out->worst_pos = out->first_fail_pos = -1;
     out->first_bad_layer = -1;
     struct parity_config c = *cfg;
-    c.positions = PARITY_MIN_POSITIONS; /* the judged length is checked below */
+    c.positions = PARITY_MIN_POSITIONS; /* the judged length is the rule's to check */
     if ((rc = parity_config_check(&c, &e)) ||
         (n_pos < PARITY_MIN_POSITIONS &&
          (rc = err_set(&e, ERR_INPUT, "parity needs at least %d positions, got %d",
@@ -208,7 +494,7 @@ int parity_judge(const float *ref, const float *test, int n_pos, int n_vocab,
     out->pos = calloc((size_t)n_pos, sizeof *out->pos);
     scratch = malloc((size_t)n_pos * sizeof *scratch);
     if (!out->pos || !scratch) {
-        snprintf(out->reason, sizeof out->reason, "FAIL: out of memory");
+        snprintf(out->reason, sizeof out->reason, "FAIL: out of memory for %d positions", n_pos);
         rc = ERR_ENV;
         goto done;
     }
@@ -216,68 +502,51 @@ int parity_judge(const float *ref, const float *test, int n_pos, int n_vocab,
         const float *r = ref + (size_t)p * (size_t)n_vocab, *t = test + (size_t)p * (size_t)n_vocab;
         struct parity_pos *pp = &out->pos[p];
         judge_pos(r, t, n_vocab, cfg->near_tie, pp);
-        switch (pp->cls) {
-        case PARITY_MATCH:
-            out->n_match++;
-            break;
-        case PARITY_TIE_FLIP:
-            out->n_tie_flip++;
-            break;
-        case PARITY_WRONG:
-            out->n_wrong++;
-            break;
-        case PARITY_NONFINITE:
-            if (out->n_nonfinite++ == 0) {
-                out->first_nonfinite_pos = p;
-                out->nonfinite_in_ref = !all_finite(r, n_vocab);
-            }
-            break;
+        if (route_gap)
+            pp->route_gap = route_gap[p];
+        if (pp->cls == PARITY_NONFINITE && out->n_nonfinite++ == 0) {
+            out->first_nonfinite_pos = p;
+            out->nonfinite_in_ref = !all_finite(r, n_vocab);
         }
-        if (out->first_fail_pos < 0 && breaks_rule(pp, cfg))
-            out->first_fail_pos = p;
     }
     stat_of(&out->cosine, out->pos, n_pos, offsetof(struct parity_pos, cosine), scratch);
     stat_of(&out->kld, out->pos, n_pos, offsetof(struct parity_pos, kld), scratch);
+    stat_of(&out->rel_l2, out->pos, n_pos, offsetof(struct parity_pos, rel_l2), scratch);
     stat_of(&out->max_abs_diff, out->pos, n_pos, offsetof(struct parity_pos, max_abs_diff),
             scratch);
     stat_of(&out->top5, out->pos, n_pos, (size_t)-1, scratch);
     out->worst_pos = out->kld.argmax;
 
-    char *why = out->reason;
-    const size_t wn = sizeof out->reason;
-    if (out->n_nonfinite) {
-        snprintf(why, wn, "FAIL: non-finite logits in the %s at position %d (%d positions)",
+    struct parity_summary s;
+    parity_summarize(out->pos, n_pos, cfg, &s);
+    out->n_match = s.n_match;
+    out->n_tie_flip = s.n_tie_flip;
+    out->n_wrong = s.n_wrong;
+    out->n_route_tie = s.n_route_tie;
+    /* the first position breaking a per-position rule (localization starts there) */
+    for (int p = 0; p < n_pos && out->first_fail_pos < 0; p++) {
+        const struct parity_pos *x = &out->pos[p];
+        if (pos_nonfinite(x) || (!is_route_tie(x, cfg) &&
+                                 ((x->ref_top != x->test_top && !(x->ref_gap < cfg->near_tie)) ||
+                                  !(x->cosine >= cfg->min_cosine) || !(x->kld <= cfg->max_kld) ||
+                                  !(x->rel_l2 <= cfg->max_rel_l2))))
+            out->first_fail_pos = p;
+    }
+    out->pass = parity_verdict(cfg, &s, NULL, out->reason, sizeof out->reason);
+    if (!out->pass && out->n_nonfinite) /* say which side was non-finite */
+        snprintf(out->reason, sizeof out->reason,
+                 "FAIL: non-finite logits in the %s at position %d (%d positions)",
                  out->nonfinite_in_ref ? "judge (ref)" : "mode under test",
                  out->first_nonfinite_pos, out->n_nonfinite);
-    } else if (out->cosine.min < cfg->min_cosine) {
-        snprintf(why, wn,
-                 "FAIL: min cosine %.6f at position %d < %g; %d WRONG, %d TIE_FLIP;"
-                 " max KLD %.3g at position %d",
-                 out->cosine.min, out->cosine.argmin, cfg->min_cosine, out->n_wrong,
-                 out->n_tie_flip, out->kld.max, out->kld.argmax);
-    } else if (out->kld.max > cfg->max_kld) {
-        snprintf(why, wn, "FAIL: max KLD %.4g at position %d > %g; %d WRONG, %d TIE_FLIP",
-                 out->kld.max, out->kld.argmax, cfg->max_kld, out->n_wrong, out->n_tie_flip);
-    } else if (out->kld.mean > cfg->max_mean_kld) {
-        snprintf(why, wn, "FAIL: mean KLD %.4g > %g (worst position %d); %d WRONG", out->kld.mean,
-                 cfg->max_mean_kld, out->kld.argmax, out->n_wrong);
-    } else if (out->n_wrong) {
-        snprintf(why, wn,
-                 "FAIL: %d WRONG argmax positions, first at %d (ref gap %.4g >= near-tie"
-                 " %g)",
-                 out->n_wrong, out->first_fail_pos, out->pos[out->first_fail_pos].ref_gap,
-                 cfg->near_tie);
-    } else {
-        out->pass = 1;
-        snprintf(why, wn,
-                 "PASS: min cosine %.6f, mean KLD %.3g, max KLD %.3g, %d/%d argmax"
-                 " match, %d TIE_FLIP",
-                 out->cosine.min, out->kld.mean, out->kld.max, out->n_match, n_pos,
-                 out->n_tie_flip);
-    }
 done:
     free(scratch);
     return rc;
+}
+
+int parity_judge(const float *ref, const float *test, int n_pos, int n_vocab,
+                 const struct parity_config *cfg, struct parity_result *out)
+{
+    return judge_routes(ref, test, n_pos, n_vocab, cfg, NULL, out);
 }
 
 void parity_result_free(struct parity_result *r)
@@ -300,10 +569,15 @@ double parity_severity(const struct parity_result *r)
     double s = (1.0 - r->cosine.min) / allowed;
     double a = r->kld.mean / (r->cfg.max_mean_kld > 0 ? r->cfg.max_mean_kld : 1e-300);
     double b = r->kld.max / (r->cfg.max_kld > 0 ? r->cfg.max_kld : 1e-300);
+    double c = isinf(r->cfg.max_rel_l2)
+                   ? 0
+                   : r->rel_l2.max / (r->cfg.max_rel_l2 > 0 ? r->cfg.max_rel_l2 : 1e-300);
     if (a > s)
         s = a;
     if (b > s)
         s = b;
+    if (c > s)
+        s = c;
     return s < 0 ? 0 : s;
 }
 
@@ -340,6 +614,8 @@ json_t *parity_result_json(const struct parity_result *r)
     json_object_set_new(c, "max_mean_kld", parity_json_number(r->cfg.max_mean_kld));
     json_object_set_new(c, "max_kld", parity_json_number(r->cfg.max_kld));
     json_object_set_new(c, "near_tie", parity_json_number(r->cfg.near_tie));
+    json_object_set_new(c, "route_tie", parity_json_number(r->cfg.route_tie));
+    json_object_set_new(c, "max_rel_l2", parity_json_number(r->cfg.max_rel_l2));
     json_object_set_new(o, "config", c);
     json_object_set_new(o, "verdict", json_string(r->pass ? "PASS" : "FAIL"));
     json_object_set_new(o, "reason", json_string(r->reason));
@@ -353,6 +629,8 @@ json_t *parity_result_json(const struct parity_result *r)
     json_object_set_new(o, "n_vocab", json_integer(r->n_vocab));
     json_object_set_new(o, "cosine", stat_json(&r->cosine));
     json_object_set_new(o, "kld", stat_json(&r->kld));
+    json_object_set_new(o, "rel_l2", stat_json(&r->rel_l2));
+    json_object_set_new(o, "n_route_tie", json_integer(r->n_route_tie));
     json_object_set_new(o, "max_abs_diff", stat_json(&r->max_abs_diff));
     json_object_set_new(o, "top5_overlap", stat_json(&r->top5));
     json_object_set_new(o, "n_match", json_integer(r->n_match));
@@ -365,6 +643,7 @@ json_t *parity_result_json(const struct parity_result *r)
     json_object_set_new(o, "first_failing_position", json_integer(r->first_fail_pos));
     json_object_set_new(o, "severity", parity_json_number(r->pos ? parity_severity(r) : NAN));
     json_t *pp = json_object();
+    json_t *rl = json_array();
     json_t *cos = json_array(), *kld = json_array(), *mad = json_array(), *t5 = json_array(),
            *cls = json_array(), *gap = json_array(), *rt = json_array(), *tt = json_array();
     for (int i = 0; r->pos && i < r->n_pos; i++) {
@@ -372,6 +651,7 @@ json_t *parity_result_json(const struct parity_result *r)
         json_array_append_new(tt, json_integer(r->pos[i].test_top));
         json_array_append_new(cos, parity_json_number(r->pos[i].cosine));
         json_array_append_new(kld, parity_json_number(r->pos[i].kld));
+        json_array_append_new(rl, parity_json_number(r->pos[i].rel_l2));
         json_array_append_new(mad, parity_json_number(r->pos[i].max_abs_diff));
         json_array_append_new(t5, json_integer(r->pos[i].top5));
         json_array_append_new(cls, json_string(parity_class_name(r->pos[i].cls)));
@@ -379,6 +659,7 @@ json_t *parity_result_json(const struct parity_result *r)
     }
     json_object_set_new(pp, "cosine", cos);
     json_object_set_new(pp, "kld", kld);
+    json_object_set_new(pp, "rel_l2", rl);
     json_object_set_new(pp, "max_abs_diff", mad);
     json_object_set_new(pp, "top5_overlap", t5);
     json_object_set_new(pp, "class", cls);
@@ -442,22 +723,26 @@ void parity_print(FILE *f, const struct parity_result *r)
         const struct parity_stat *s;
         char thr[48];
     } rows[] = {
-        {"cosine", &r->cosine, ""},
-        {"kld (nats)", &r->kld, ""},
-        {"max |dlogit|", &r->max_abs_diff, "-"},
+        {"cosine", &r->cosine, ""},       {"kld (nats)", &r->kld, ""},
+        {"rel-L2", &r->rel_l2, ""},       {"max |dlogit|", &r->max_abs_diff, "-"},
         {"top-5 overlap", &r->top5, "-"},
     };
-    char t0[48], t1[48];
+    char t0[48], t1[48], t2[48];
     snprintf(t0, sizeof t0, "min >= %g", r->cfg.min_cosine);
     snprintf(t1, sizeof t1, "mean <= %g, max <= %g", r->cfg.max_mean_kld, r->cfg.max_kld);
-    for (int i = 0; i < 4; i++)
+    snprintf(t2, sizeof t2, "max <= %g", r->cfg.max_rel_l2);
+    for (int i = 0; i < 5; i++)
         fprintf(f, "  %-14s %12.6g %12.6g %12.6g %12.6g %12.6g   %s\n", rows[i].name,
                 rows[i].s->min, rows[i].s->mean, rows[i].s->p1, rows[i].s->p99, rows[i].s->max,
                 i == 0   ? t0
                 : i == 1 ? t1
+                : i == 2 ? t2
                          : rows[i].thr);
-    fprintf(f, "  argmax: %d MATCH, %d TIE_FLIP (near tie < %g), %d WRONG, %d NONFINITE\n",
-            r->n_match, r->n_tie_flip, r->cfg.near_tie, r->n_wrong, r->n_nonfinite);
+    fprintf(f,
+            "  argmax: %d MATCH, %d TIE_FLIP (near tie < %g), %d WRONG, %d NONFINITE;"
+            " %d ROUTE_TIE (router gap < %g)\n",
+            r->n_match, r->n_tie_flip, r->cfg.near_tie, r->n_wrong, r->n_nonfinite, r->n_route_tie,
+            r->cfg.route_tie);
     if (r->worst_pos >= 0) {
         const struct parity_pos *w = &r->pos[r->worst_pos];
         fprintf(f,
@@ -679,21 +964,22 @@ static int same_set(const int32_t *a, const int32_t *b, int k)
     return 1;
 }
 
-/* r->route_gap from the last run's taps: per position, the judge's router gap at the first layer
- * whose expert set differs (NAN where all layers agree). */
-static int route_gaps(struct parity_session *s, struct parity_result *r, struct gate_err *err)
+/* Per position, the judge's router gap at the first layer whose expert set differs from the
+ * subject's (NAN where all layers agree), from the last run's taps; *out malloc'd. */
+static int route_gaps(struct parity_session *s, double **out, struct gate_err *err)
 {
     const struct model_hparams *hp = &s->m->hp;
     const int L = (int)hp->n_layer, n = s->n, k = (int)hp->n_expert_used;
     const struct backend_taps *J = &s->judge_taps, *S = &s->subj_taps;
-    if (!(r->route_gap = malloc((size_t)n * sizeof *r->route_gap)))
-        return err_set(err, ERR_ENV, "out of memory");
+    double *g = malloc((size_t)n * sizeof *g);
+    if (!(*out = g))
+        return err_set(err, ERR_ENV, "out of memory for %d router gaps", n);
     for (int p = 0; p < n; p++) {
-        r->route_gap[p] = NAN;
+        g[p] = NAN;
         for (int l = 0; l < L; l++) {
             const size_t i = (size_t)l * (size_t)n + (size_t)p;
             if (!same_set(J->experts + i * (size_t)k, S->experts + i * (size_t)k, k)) {
-                r->route_gap[p] = (double)J->router_kth[i] - J->router_k1th[i];
+                g[p] = (double)J->router_kth[i] - J->router_k1th[i];
                 break;
             }
         }
@@ -781,12 +1067,15 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
     if (rc)
         return rc;
     struct parity_config c = *cfg;
-    if ((rc = parity_judge(s->judge_logits, s->subj_logits, s->n, (int)hp->n_vocab, &c, out))) {
+    double *gaps = NULL;
+    if (s->subj_taps_ok && hp->n_expert > 0 && (rc = route_gaps(s, &gaps, err)))
+        return rc;
+    rc = judge_routes(s->judge_logits, s->subj_logits, s->n, (int)hp->n_vocab, &c, gaps, out);
+    out->route_gap = gaps; /* owned by out from here */
+    if (rc) {
         err_set(err, rc, "%s", out->reason);
         return rc;
     }
-    if (s->subj_taps_ok && hp->n_expert > 0 && (rc = route_gaps(s, out, err)))
-        return rc;
     mode_format(&s->mode, out->mode, sizeof out->mode);
     out->chat_fallback = s->chat_fallback;
     for (int i = 0; faults && i < faults->n && i < FAULT_MAX; i++)

@@ -22,6 +22,7 @@
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "faults/fault.h"
+#include "oracles/gates.h"
 #include "oracles/mode.h"
 
 #ifdef __cplusplus
@@ -31,6 +32,7 @@ extern "C" {
 #define PARITY_MIN_POSITIONS 64 /* DESIGN.md: a parity run judges at least 64 positions */
 #define PARITY_TOKEN_SEED 202   /* the conformance cases' seed: tokens.txt is reproduced */
 #define PARITY_ROUTE_TIE 1e-3   /* router gap below which a changed expert set is a near tie */
+#define PARITY_MAX_REL_L2 5e-3  /* default max_rel_l2 (docs/gates.md, "tolerances from noise") */
 
 struct parity_config {
     int positions;       /* sequence length when parity_run generates tokens (>= 64) */
@@ -40,9 +42,13 @@ struct parity_config {
     double near_tie;     /* logit gap (nats) below which an argmax flip is a TIE_FLIP */
     double route_tie;    /* MoE: the judge's router gap (k-th minus (k+1)-th expert logit) below
                           * which a position whose expert set differs is a ROUTE_TIE (0 = none) */
+    double max_rel_l2;   /* every position's relative L2 error of the centred logits,
+                          * ||(t - mean t) - (r - mean r)|| / ||r - mean r||, must be <= this:
+                          * the check a uniform scale cannot hide from (cosine is blind to it).
+                          * INFINITY = not judged (a receipt recorded before the setting). */
 };
 
-/* 96 positions, 0.999, 1e-3, 1e-2, 0.05 (docs/gates.md says where they come from). */
+/* The gate table's parity row defaults (docs/gates.md says where they come from). */
 void parity_config_default(struct parity_config *c);
 
 /* ERR_INPUT naming the field: positions < 64, a NaN threshold, min_cosine outside [-1, 1],
@@ -60,12 +66,16 @@ const char *parity_class_name(enum parity_class c);
 
 struct parity_pos {
     double cosine;       /* cos(ref, test) of the logit vectors */
+    double rel_l2;       /* ||(t - mean t) - (r - mean r)|| / ||r - mean r|| (0 when both are
+                          * constant, +Inf when only the ref is) */
     double kld;          /* KL(softmax(ref) || softmax(test)), nats */
     double max_abs_diff; /* max_i |ref_i - test_i| */
     int top5;            /* |top5(ref) ∩ top5(test)|, 0..5 */
     int ref_top, test_top;
     double ref_gap; /* ref[ref_top] - ref[test_top], or ref's top-1/top-2 gap on a MATCH */
     enum parity_class cls;
+    double route_gap; /* MoE: the judge's router gap at the first layer whose expert set differs
+                       * from the subject's; NAN where every layer routes alike (or no taps) */
 };
 
 /* Summary over positions; argmin/argmax are positions (the first on ties). p1/p99 are the
@@ -93,7 +103,8 @@ struct parity_result {
     int pass;         /* 1 PASS, 0 FAIL */
     char reason[320]; /* one line: why it passed or which metric rejected it, where */
     struct parity_stat cosine, kld, max_abs_diff, top5;
-    int n_match, n_tie_flip, n_wrong, n_nonfinite;
+    struct parity_stat rel_l2;
+    int n_match, n_tie_flip, n_wrong, n_nonfinite, n_route_tie;
     int first_nonfinite_pos; /* -1 when all finite */
     int nonfinite_in_ref;    /* 1: the judge's own logits were non-finite there */
     int worst_pos;           /* position of the largest KL (-1 when none) */
@@ -120,6 +131,65 @@ struct parity_result {
  * n_pos < 64, n_vocab < 5 or cfg is invalid; ERR_ENV when out of memory. */
 int parity_judge(const float *ref, const float *test, int n_pos, int n_vocab,
                  const struct parity_config *cfg, struct parity_result *out);
+
+/* ---- the rule: written once, used by every path ------------------------------------------------
+ *
+ * Every parity verdict — `gate parity`, `gate run`, falsify's "rejected", `receipt show/verify`,
+ * `release check` — is parity_verdict() over a parity_summary, and every summary is
+ * parity_summarize() over per-position numbers (in memory from parity_judge, or read back from a
+ * receipt's metrics by parity_metrics_summary). Positions: at least cfg->positions; any
+ * non-finite position FAILs; an argmax flip is a TIE_FLIP when the judge scores the subject's pick
+ * within near_tie of its own, else WRONG (FAIL); min cosine >= min_cosine, mean KL <=
+ * max_mean_kld, max KL <= max_kld, max rel-L2 <= max_rel_l2; a position whose expert set differs
+ * where the judge's router gap is below route_tie is a ROUTE_TIE: counted, not held to the logit
+ * thresholds, at most 1 in PARITY_MAX_ROUTE_TIE_SHARE positions. */
+
+/* At most n_pos / this many positions may be ROUTE_TIEs (1 in 8). */
+#define PARITY_MAX_ROUTE_TIE_SHARE 8.0
+
+struct parity_summary {
+    int n_pos, n_nonfinite, n_wrong, n_tie_flip, n_route_tie, n_match;
+    int first_bad; /* first non-finite or WRONG position (-1 none) */
+    double min_cosine, mean_kld, max_kld, max_rel_l2; /* over judged positions; NaN when a
+                                                       * position is non-finite */
+    int argmin_cosine, argmax_kld, argmax_rel_l2;     /* positions (indices), -1 when none */
+};
+
+/* Summarize n per-position rows (only cosine, kld, rel_l2, ref_top, test_top, ref_gap and
+ * route_gap are read; ref_top/test_top < 0 or a non-finite cosine/KL/rel-L2 is non-finite). */
+void parity_summarize(const struct parity_pos *pos, int n, const struct parity_config *cfg,
+                      struct parity_summary *s);
+
+/* THE parity rule. Returns 1 PASS, 0 FAIL. checks (a JSON array, may be NULL) receives one check
+ * per rule (gate_check_num); why (n bytes, may be NULL) one line beginning "PASS: " or "FAIL: "
+ * that names the first broken rule and its position. */
+int parity_verdict(const struct parity_config *cfg, const struct parity_summary *s, json_t *checks,
+                   char *why, size_t n);
+
+/* 1 when the rule rejects s (a FAIL), 0 when it passes: parity_verdict without the words. The
+ * predicate falsify's "was the fault rejected" asks. */
+int parity_rejected(const struct parity_config *cfg, const struct parity_summary *s);
+
+/* Thresholds from a recorded settings object (the gate table's parity keys; route_tie absent = 0,
+ * max_rel_l2 absent = not judged). -1 and why set when a required key is missing. */
+int parity_settings_read(const json_t *settings, struct parity_config *cfg, char *why, size_t n);
+
+/* A summary from a recorded parity metrics object: its per_position arrays (cosine, kld, ref_gap,
+ * ref_top, test_top; rel_l2 and route_gap when recorded). -1 when they are missing or disagree in
+ * length. */
+int parity_metrics_summary(const json_t *metrics, const struct parity_config *cfg,
+                           struct parity_summary *s);
+
+/* Falsify's predicate on recorded numbers: 1 rejected, 0 passes, -1 (and *why) when settings or
+ * metrics are malformed. settings: the parity keys; metrics: a parity metrics object with
+ * per_position arrays, or (a sweep point) the summary keys min_cosine, mean_kld, max_kld,
+ * wrong_positions, nonfinite_positions and, when max_rel_l2 is judged, max_rel_l2. */
+int parity_metrics_rejected(const json_t *settings, const json_t *metrics, char *why, size_t n);
+
+/* The parity gate's judge (the gate table's row): parity_settings_read + parity_metrics_summary +
+ * parity_verdict. */
+enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metrics, json_t *checks,
+                                    char *why, size_t n);
 
 /* Judge the mode on model m. tokens (n): the sequence, or NULL for cfg->positions ids from
  * mode_tokens(PARITY_TOKEN_SEED) — or, for the chat path, the fixed conversation

@@ -120,6 +120,52 @@ Test(cmd_engine, parity_verdict_is_the_gate_tables_with_routing_near_ties_excuse
     free(out);
 }
 
+/* Count the lines of out that hold needle. */
+static int count_lines(const char *out, const char *needle)
+{
+    int n = 0;
+    for (const char *l = out; l && *l;) {
+        const char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l) : strlen(l);
+        char line[2048];
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), l);
+        n += strstr(line, needle) != NULL;
+        l = e ? e + 1 : NULL;
+    }
+    return n;
+}
+
+Test(cmd_engine, parity_tokens_file_judges_its_positions_with_one_verdict)
+{
+    /* issue 24: a 71-token file printed PASS and then "FAIL (too few positions)" against a
+     * ladder default of 96 it was never told; now its 71 positions are the ones judged, once */
+    char toks[1024], *out;
+    int n = 0;
+    int32_t *ids = check_read_ids(conformance_path("qwen3-dense-tiny-q4_k_m", "tokens.txt"), &n);
+    cr_assert_geq(n, 71);
+    const char *m = conformance_path("qwen3-dense-tiny-q4_k_m", "model.gguf");
+    for (int len = 71; len >= 40; len -= 31) {
+        snprintf(toks, sizeof toks, "%s/tokens-%d.txt", check_tmp_dir(), len);
+        FILE *f = fopen(toks, "w");
+        cr_assert_not_null(f);
+        for (int i = 0; i < len; i++)
+            fprintf(f, "%d\n", ids[i]);
+        fclose(f);
+        int rc = run(&out, "%s parity %s --mode cpu.decode --tokens %s", bin(), m, toks);
+        if (len == 71) {
+            cr_expect_eq(rc, 0, "%s", out);
+            cr_expect(strstr(out, "71 positions"), "%s", out);
+            cr_expect_eq(count_lines(out, "PASS") + count_lines(out, "FAIL"), 1, "one verdict: %s",
+                         out);
+        } else {
+            cr_expect_eq(rc, 2, "fewer than 64 positions is an input error: %s", out);
+            cr_expect(strstr(out, "at least 64"), "%s", out);
+        }
+        free(out);
+    }
+    free(ids);
+}
+
 Test(cmd_engine, generate_reproduces_the_exact_greedy_continuation)
 {
     char prompt[1024], *out;

@@ -70,7 +70,8 @@ Test(falsify, every_fault_at_all_layers_is_rejected)
     cr_assert_eq(fs.n, 4);
     struct falsify_config cfg;
     falsify_config_default(&cfg);
-    if (getenv("GATE_ASAN")) /* sanitizer builds run ~10x slower: one sample per kind */
+    cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
+    if (getenv("GATE_ASAN"))   /* sanitizer builds run ~10x slower: one sample per kind */
         cfg.sweep_samples = 1;
     struct mode mode = ref_mode("ref.decode");
     struct falsify_result r;
@@ -110,7 +111,8 @@ Test(falsify, rejected_on_the_chat_path_too)
     struct fault_set fs = faults_of(specs, 1);
     struct falsify_config cfg;
     falsify_config_default(&cfg);
-    if (getenv("GATE_ASAN")) /* sanitizer builds run ~10x slower: one sample per kind */
+    cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
+    if (getenv("GATE_ASAN"))   /* sanitizer builds run ~10x slower: one sample per kind */
         cfg.sweep_samples = 1;
     struct mode mode = ref_mode("ref.chat");
     struct falsify_result r;
@@ -128,6 +130,7 @@ Test(falsify, single_layer_single_position_rejected_or_reported)
     struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct falsify_config cfg;
     falsify_config_default(&cfg);
+    cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
     cfg.n_clean = 2;
     struct mode mode = ref_mode("ref.decode");
     struct gate_err err = {0};
@@ -192,6 +195,7 @@ Test(falsify, routing_fault_on_dense_model_is_an_error)
     struct fault_set fs = faults_of(specs, 1);
     struct falsify_config cfg;
     falsify_config_default(&cfg);
+    cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
     struct mode mode = ref_mode("ref.decode");
     struct falsify_result r;
     struct gate_err err = {0};
@@ -215,6 +219,7 @@ Test(falsify, missing_scope_or_empty_list_is_a_validation_error)
     struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct falsify_config cfg;
     falsify_config_default(&cfg);
+    cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
     struct mode mode = ref_mode("ref.decode");
     struct falsify_result r;
     struct gate_err err = {0};
@@ -263,6 +268,7 @@ Test(falsify, thresholds_looser_than_the_floor_are_refused)
     loose[3].field = &cfg.parity.near_tie, loose[3].value = 1e9, loose[3].name = "near_tie";
     for (int i = 0; i < 4; i++) {
         falsify_config_default(&cfg);
+        cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
         *loose[i].field = loose[i].value;
         struct falsify_result r;
         struct gate_err err = {0};
@@ -283,6 +289,7 @@ Test(falsify, thresholds_looser_than_the_floor_are_refused)
         json_decref(checks);
     }
     falsify_config_default(&cfg);
+    cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
     struct gate_err err = {0};
     cr_expect_eq(falsify_check_floor(&cfg.parity, &err), 0, "%s", err.msg);
     model_free(m);
@@ -296,6 +303,8 @@ static void at_floor(struct falsify_config *cfg)
     cfg->parity.max_kld = FALSIFY_FLOOR_MAX_KLD;
     cfg->parity.max_mean_kld = FALSIFY_FLOOR_MAX_MEAN_KLD;
     cfg->parity.near_tie = FALSIFY_FLOOR_NEAR_TIE;
+    cfg->parity.max_rel_l2 = 1e9; /* no rel-L2 floor: it alone would see the weak faults */
+    cfg->parity.positions = 64;   /* the tests judge seq64()'s 64 positions */
 }
 
 Test(falsify, weak_fault_escapes_at_the_floor_and_the_gate_fails)
@@ -319,6 +328,7 @@ Test(falsify, weak_fault_escapes_at_the_floor_and_the_gate_fails)
     falsify_result_free(&r);
     /* the same fault under the default thresholds is rejected: the gate passes */
     falsify_config_default(&cfg);
+    cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
     cfg.sweep_samples = 0;
     cr_assert_eq(falsify_run(m, &mode, &fs, seq64(), 64, &cfg, 2, &r, &err), 0, "%s", err.msg);
     cr_expect_eq(r.verdict, GATE_PASS, "%s", r.reason);
@@ -380,6 +390,7 @@ Test(falsify, judge_recomputes_rejection_fired_and_noops_from_numbers)
     struct fault_set fs = faults_of(one, 1);
     struct falsify_config cfg;
     falsify_config_default(&cfg);
+    cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
     cfg.sweep_samples = 2;
     cfg.min_detection = 1.0;
     struct mode mode = ref_mode("ref.decode");
@@ -446,10 +457,12 @@ Test(falsify, full_sweep_with_a_loose_threshold_reports_escapes)
     struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct falsify_config cfg;
     falsify_config_default(&cfg);
+    cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
     cfg.parity.min_cosine = 0.0;
     cfg.parity.max_kld = 1e9;
     cfg.parity.max_mean_kld = 1e9;
     cfg.parity.near_tie = 1e9; /* every argmax flip excused as a "near tie" */
+    cfg.parity.max_rel_l2 = 1e9;
     struct mode mode = ref_mode("ref.decode");
     struct gate_err err = {0};
     /* the investigation sweep takes any thresholds, and says loudly that they are blind */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "oracles/gates.h"
 #include "oracles/parity.h"
 #include "support/check.h"
 
@@ -27,6 +28,7 @@ static struct parity_config cfg_default(void)
 {
     struct parity_config c;
     parity_config_default(&c);
+    c.positions = NP; /* the rule holds the judged count to the positions asked for */
     return c;
 }
 
@@ -81,7 +83,7 @@ Test(parity, flipped_near_tie_is_tie_flip_not_wrong)
     cr_expect_eq(r.n_tie_flip, 1);
     cr_expect_eq(r.n_wrong, 0);
     cr_expect(r.pass, "%s", r.reason); /* reported, and within every threshold */
-    cr_expect(strstr(r.reason, "1 TIE_FLIP"), "%s", r.reason);
+    cr_expect(strstr(r.reason, "1 tie flip"), "%s", r.reason);
     parity_result_free(&r);
     /* a tiny ref top-1/top-2 gap does not excuse picking the ref's third choice */
     rb[3] = 4.0f, rb[9] = 4.0f, rb[1] = 5.0f;
@@ -151,11 +153,78 @@ Test(parity, small_drift_beyond_mean_kld_fails)
     cr_expect_eq(r.n_match, NP);
     cr_expect_eq(r.cosine.min >= 0.99999, 1); /* scaling keeps the direction */
     cr_expect_not(r.pass, "%s", r.reason);    /* ... but the KL divergence sees it */
-    cr_expect(strstr(r.reason, "KLD"), "%s", r.reason);
+    cr_expect(strstr(r.reason, "KL"), "%s", r.reason);
     cr_expect_gt(parity_severity(&r), 1.0);
     parity_result_free(&r);
     free(a);
     free(b);
+}
+
+Test(parity, a_one_percent_uniform_scale_fails_though_cosine_cannot_see_it)
+{
+    /* issue 22 §2: t = 1.01 r keeps every cosine at 1 and moves KL by ~1e-4; the relative L2
+     * error of the centred logits is exactly 0.01 there */
+    float *a = make_logits(), *b = make_logits();
+    for (int p = 10; p < 20; p++)
+        for (int v = 0; v < NV; v++)
+            b[p * NV + v] = a[p * NV + v] * 1.01f;
+    struct parity_config c = cfg_default();
+    struct parity_result r;
+    cr_assert_eq(parity_judge(a, b, NP, NV, &c, &r), 0);
+    cr_expect_geq(r.cosine.min, 0.999999, "cosine is blind to a scale: %g", r.cosine.min);
+    cr_expect_leq(r.kld.max, c.max_kld, "KL does not reach its bound: %g", r.kld.max);
+    cr_expect_not(r.pass, "a 1%% scale error passed: %s", r.reason);
+    cr_expect(strstr(r.reason, "rel-L2") && strstr(r.reason, "position 1"), "%s", r.reason);
+    cr_expect_eq(r.first_fail_pos, 10);
+    cr_expect_gt(parity_severity(&r), 1.0);
+    /* the recorded numbers reach the same verdict (one rule) */
+    json_t *m = parity_result_json(&r), *checks = json_array();
+    json_t *s =
+        json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "positions", NP, "min_cosine",
+                  c.min_cosine, "max_mean_kld", c.max_mean_kld, "max_kld", c.max_kld, "near_tie",
+                  c.near_tie, "route_tie", c.route_tie, "max_rel_l2", c.max_rel_l2);
+    char why[512] = "";
+    cr_expect_eq(parity_gate_judge(s, m, checks, why, sizeof why), GATE_FAIL, "%s", why);
+    cr_expect_eq(parity_metrics_rejected(s, m, NULL, 0), 1);
+    json_decref(checks);
+    json_decref(m);
+    json_decref(s);
+    parity_result_free(&r);
+    free(a);
+    free(b);
+}
+
+Test(parity, one_rule_for_memory_receipt_and_falsify)
+{
+    /* the same numbers, judged in memory (parity_judge), from the receipt's metrics
+     * (parity_gate_judge) and by falsify's predicate (parity_metrics_rejected): one verdict */
+    const double scales[] = {1.0, 1.002, 1.01, 0.9};
+    for (int k = 0; k < 4; k++) {
+        float *a = make_logits(), *b = make_logits();
+        for (int v = 0; v < NV; v++)
+            b[33 * NV + v] = a[33 * NV + v] * (float)scales[k];
+        struct parity_config c = cfg_default();
+        struct parity_result r;
+        cr_assert_eq(parity_judge(a, b, NP, NV, &c, &r), 0);
+        json_t *m = parity_result_json(&r), *checks = json_array();
+        json_t *s =
+            json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "positions", NP, "min_cosine",
+                      c.min_cosine, "max_mean_kld", c.max_mean_kld, "max_kld", c.max_kld,
+                      "near_tie", c.near_tie, "route_tie", c.route_tie, "max_rel_l2", c.max_rel_l2);
+        char why[512] = "";
+        enum gate_verdict v = parity_gate_judge(s, m, checks, why, sizeof why);
+        cr_expect_eq(v == GATE_PASS, r.pass, "scale %g: memory %s, receipt %s", scales[k], r.reason,
+                     why);
+        cr_expect_eq(parity_metrics_rejected(s, m, NULL, 0), !r.pass, "scale %g", scales[k]);
+        cr_expect_eq(r.pass, scales[k] < 1.005 && scales[k] > 0.995, "scale %g: %s", scales[k],
+                     r.reason);
+        json_decref(checks);
+        json_decref(m);
+        json_decref(s);
+        parity_result_free(&r);
+        free(a);
+        free(b);
+    }
 }
 
 Test(parity, too_few_positions_and_bad_config_are_input_errors)
@@ -200,6 +269,7 @@ Test(parity, judge_matches_exact_logits_and_decode_passes)
     struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct parity_session *s = NULL;
     struct parity_config c = cfg_default();
+    c.positions = 96;
     struct mode mode;
     struct gate_err err = {0};
     cr_assert_eq(mode_parse("ref.decode", &mode, &err), 0);
