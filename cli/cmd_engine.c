@@ -24,6 +24,8 @@
 #include "engine/quant.h"
 #include "engine/ref_ops.h"
 #include "engine/tokenizer.h"
+#include "harness/baseline.h"
+#include "harness/identity.h"
 #include "oracles/throughput.h"
 
 static double now_s(void)
@@ -434,11 +436,21 @@ int cmd_generate(int argc, char **argv)
 static const char BENCH_USAGE[] =
     "usage: gate bench MODEL.gguf [--backend ref] [--mode MODE] [--threads N]\n"
     "                  [--prompt-tokens P] [--decode-tokens D] [--runs R] [--warmup W]\n"
-    "                  [--prompt-batch] [--kv f32|f16]\n"
-    "  The throughput gate's measurement (oracles/throughput.c), printed: P prompt tokens along\n"
-    "  MODE's own path (default BACKEND.prefill: half batched, half decoded; .decode one\n"
-    "  token per call; .chat six turns), then D decode steps; tokens/s as the median of R\n"
-    "  timed runs after W warm-up runs (defaults 64, 32, 3, 1), with min, max, spread and CV.\n"
+    "                  [--prompt-batch] [--kv f32|f16] [--max-runs N] [--max-seconds S]\n"
+    "                  [--min-prefill-tps F] [--min-decode-tps F] [--no-check]\n"
+    "                  [--compare RECEIPT_ID [--db receipts.db] [--max-regression 0.05]]\n"
+    "  The throughput gate's measurement and estimator (oracles/throughput.c), printed: P\n"
+    "  prompt tokens along MODE's own path (default BACKEND.prefill: half batched, half\n"
+    "  decoded; .decode one token per call; .chat six turns), then D decode steps, each run on\n"
+    "  a fresh token sequence; tokens/s as the median of R timed runs after W warm-up runs\n"
+    "  (defaults 64, 32, 6, 1) with its 95% distribution-free interval, min, max and CV, the\n"
+    "  host-starved runs and the spot checks against the judge (2 positions per run; --no-check\n"
+    "  skips them). With a floor, runs are added as the gate adds them (up to --max-runs,\n"
+    "  default 30, and --max-seconds, default 20) and the gate's verdict is printed.\n"
+    "  --compare ID    the gate's regression test against stored receipt ID (its throughput\n"
+    "                  runs; it must verify and match this host, thread count, KV type, mode\n"
+    "                  and model digest): the ratio of medians with its 95% interval, FAIL\n"
+    "                  (exit 1) when confidently below 1 - max_regression.\n"
     "  Backend open time is reported separately and never counted. Progress goes to stderr (a\n"
     "  live line with the elapsed time on a terminal, else one line before and one after); a\n"
     "  warning says when P + D exceed the model's context (context_length).\n"
@@ -622,7 +634,8 @@ done:
 
 int cmd_bench(int argc, char **argv)
 {
-    const char *model = NULL, *backend = "ref", *mode_text = NULL, *v;
+    const char *model = NULL, *backend = "ref", *mode_text = NULL, *v, *db = "receipts.db";
+    long long compare_id = 0;
     int prompt_batch = 0;
     struct throughput_config cfg;
     throughput_config_default(&cfg);
@@ -645,6 +658,8 @@ int cmd_bench(int argc, char **argv)
             target = &cfg.runs, hi = THROUGHPUT_MAX_RUNS;
         else if (!strcmp(argv[i], "--warmup"))
             target = &cfg.warmup, lo = 0;
+        else if (!strcmp(argv[i], "--max-runs"))
+            target = &cfg.max_runs, hi = THROUGHPUT_MAX_RUNS;
         if (target) {
             if (cli_value(argc, argv, &i, &v) || cli_int("bench", argv[i - 1], v, lo, hi, target))
                 return 2;
@@ -653,6 +668,42 @@ int cmd_bench(int argc, char **argv)
                 return 2;
         } else if (!strcmp(argv[i], "--prompt-batch")) {
             prompt_batch = 1;
+        } else if (!strcmp(argv[i], "--no-check")) {
+            cfg.check_positions = 0;
+        } else if (!strcmp(argv[i], "--db")) {
+            if (cli_value(argc, argv, &i, &db))
+                return 2;
+        } else if (!strcmp(argv[i], "--compare")) {
+            char *end = NULL;
+            if (cli_value(argc, argv, &i, &v))
+                return 2;
+            compare_id = strtoll(v, &end, 10);
+            if (!*v || *end || compare_id < 1)
+                return cli_fail(2,
+                                "bench: --compare takes a receipt id (gate receipt list), not"
+                                " '%s'",
+                                v);
+        } else if (!strcmp(argv[i], "--max-regression")) {
+            char *end = NULL;
+            if (cli_value(argc, argv, &i, &v))
+                return 2;
+            cfg.max_regression = strtod(v, &end);
+            if (!*v || *end || !(cfg.max_regression >= 0 && cfg.max_regression < 1))
+                return cli_fail(2, "bench: --max-regression takes a fraction in [0, 1), not '%s'",
+                                v);
+        } else if (!strcmp(argv[i], "--max-seconds") || !strcmp(argv[i], "--min-prefill-tps") ||
+                   !strcmp(argv[i], "--min-decode-tps")) {
+            double *dst = argv[i][2] == 'm' && argv[i][3] == 'a'  ? &cfg.max_seconds
+                          : !strcmp(argv[i], "--min-prefill-tps") ? &cfg.min_prefill_tps
+                                                                  : &cfg.min_decode_tps;
+            char *end = NULL;
+            if (cli_value(argc, argv, &i, &v))
+                return 2;
+            *dst = strtod(v, &end);
+            if (!*v || *end || !isfinite(*dst) || *dst < 0 ||
+                (dst == &cfg.max_seconds && !(*dst > 0)))
+                return cli_fail(2, "bench: %s takes a non-negative number, not '%s'", argv[i - 1],
+                                v);
         } else if (!strcmp(argv[i], "--kv")) {
             if (cli_value(argc, argv, &i, &v))
                 return 2;
@@ -673,6 +724,8 @@ int cmd_bench(int argc, char **argv)
         fputs(BENCH_USAGE, stderr);
         return 2;
     }
+    if (cfg.max_runs < cfg.runs)
+        cfg.max_runs = cfg.runs; /* --runs alone: at least that many */
     struct gate_err err = {0};
     struct model *m = NULL;
     struct mode mode;
@@ -699,6 +752,28 @@ int cmd_bench(int argc, char **argv)
         model_free(m);
         return rc ? cli_fail(err_exit_code(rc), "%s", err.msg) : 0;
     }
+    json_t *base = NULL;
+    char base_name[65] = "";
+    if (!rc && compare_id) { /* issue 27 §3: the gate's regression test from the command line */
+        struct store *st = NULL;
+        struct baseline b;
+        char sha[65], mode_name[32];
+        json_t *env = identity_environment(cfg.n_threads);
+        mode_format(&mode, mode_name, sizeof mode_name);
+        if (!(rc = identity_file_sha256(model, sha, &err)) &&
+            !(rc = store_open_readonly(&st, db, &err)) &&
+            !(rc = baseline_from_receipt(st, compare_id, mode_name, sha, env, cfg.kv_f16, &b,
+                                         &err))) {
+            base = baseline_json(&b);
+            snprintf(base_name, sizeof base_name, "%s", b.receipt[0] ? b.receipt : "receipt");
+            cfg.baseline = base_name;
+            cfg.base_json = base;
+            if (b.refused[0])
+                fprintf(stderr, "gate: bench: --compare %lld refused: %s\n", compare_id, b.refused);
+        }
+        store_close(st);
+        json_decref(env);
+    }
     if (!rc) {
         struct bench_ticker tk;
         char mode_name[32];
@@ -714,7 +789,17 @@ int cmd_bench(int argc, char **argv)
     }
     if (!rc)
         throughput_print(stdout, &r);
+    /* with a floor, or outputs that disagree with the judge, the gate's verdict decides the
+     * exit: FAIL 1; ERROR (inconclusive or host starved: the host, not the engine) 3. Without
+     * either, bench only measures (fewer than 3 runs are allowed here, not in a gate) */
+    const enum gate_verdict verdict =
+        cfg.min_prefill_tps > 0 || cfg.min_decode_tps > 0 || r.n_check_bad || compare_id
+            ? r.verdict
+            : GATE_PASS;
+    json_decref(base);
     throughput_result_free(&r);
     model_free(m);
-    return rc ? cli_fail(err_exit_code(rc), "%s", err.msg) : 0;
+    if (rc)
+        return cli_fail(err_exit_code(rc), "%s", err.msg);
+    return verdict == GATE_PASS ? 0 : verdict == GATE_FAIL ? 1 : 3;
 }

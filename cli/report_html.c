@@ -649,11 +649,12 @@ static void draw_golden(FILE *f, const json_t *g, const struct tok *t, const cha
 static void draw_throughput(FILE *f, const json_t *g)
 {
     const json_t *m = json_object_get(g, "metrics"), *s = json_object_get(g, "settings");
-    fputs("<table class=\"throughput\"><tr><th></th><th>median tok/s</th><th>floor</th>"
-          "<th>min</th><th>max</th><th>spread</th><th>cv</th><th>runs (tok/s)</th></tr>\n",
+    fputs("<table class=\"throughput\"><tr><th></th><th>median tok/s</th><th>interval</th>"
+          "<th>floor</th><th>min</th><th>max</th><th>cv</th><th>runs (tok/s)</th></tr>\n",
           f);
     static const char *const ph[] = {"prefill", "decode"};
     static const char *const floor_key[] = {"min_prefill_tps", "min_decode_tps"};
+    static const char *const run_key[] = {"prefill_tps", "decode_tps"};
     for (int k = 0; k < 2; k++) {
         const json_t *x = json_object_get(m, ph[k]);
         if (!x)
@@ -661,22 +662,24 @@ static void draw_throughput(FILE *f, const json_t *g)
         fprintf(f, "<tr><th>%s</th><td class=\"num\">", ph[k]);
         pnum(f, onum(x, "median_tps"));
         fputs("</td><td class=\"num\">", f);
+        pnum(f, onum(x, "ci_lo_tps"));
+        fputs("&ndash;", f);
+        pnum(f, onum(x, "ci_hi_tps"));
+        fputs("</td><td class=\"num\">", f);
         pjson(f, json_object_get(s, floor_key[k]));
         fputs("</td><td class=\"num\">", f);
         pnum(f, onum(x, "min_tps"));
         fputs("</td><td class=\"num\">", f);
         pnum(f, onum(x, "max_tps"));
         fputs("</td><td class=\"num\">", f);
-        pnum(f, onum(x, "spread_tps"));
-        fputs("</td><td class=\"num\">", f);
         pnum(f, onum(x, "cv"));
         fputs("</td><td class=\"mono\">", f);
         size_t i;
         json_t *v;
-        json_array_foreach(json_object_get(x, "samples_tps"), i, v)
+        json_array_foreach(json_object_get(m, "runs"), i, v)
         {
             fputs(i ? ", " : "", f);
-            pnum(f, jnum(v));
+            pnum(f, onum(v, run_key[k]));
         }
         fputs("</td></tr>\n", f);
     }
@@ -689,11 +692,41 @@ static void draw_throughput(FILE *f, const json_t *g)
     pjson(f, json_object_get(m, "decode_tokens"));
     fputs(" decode tokens, warm-up ", f);
     pjson(f, json_object_get(m, "warmup"));
-    fputs("; max_cv ", f);
-    pjson(f, json_object_get(s, "max_cv"));
+    fputs(" discarded; host-starved runs ", f);
+    pjson(f, json_object_get(m, "starved_runs"));
+    fputs(" (", f);
+    pjson(f, json_object_get(m, "starvation"));
+    fputs("); spot checks ", f);
+    fprintf(f, "%zu", json_array_size(json_object_get(m, "spot")));
+    fputs("; host ", f);
+    pjson(f, json_object_get(m, "host"));
     fputs("; prompt path: ", f);
     pjson(f, json_object_get(m, "prompt_path"));
     fputs("</p>\n", f);
+    const json_t *bl = json_object_get(m, "baseline"), *vs = json_object_get(m, "vs_baseline");
+    if (bl) { /* issue 27 §2: this build against the baseline it was compared with */
+        fputs("<p class=\"baseline\">baseline ", f);
+        pjson(f, json_object_get(s, "baseline"));
+        fputs(": ", f);
+        if (vs)
+            for (int k = 0; k < 2; k++) {
+                const json_t *q = json_object_get(vs, ph[k]);
+                fprintf(f, "%s%s ", k ? "; " : "", ph[k]);
+                pnum(f, onum(q, "ratio"));
+                fputs("&times; [", f);
+                pnum(f, onum(q, "lo"));
+                fputs("&ndash;", f);
+                pnum(f, onum(q, "hi"));
+                fputs("]", f);
+            }
+        else
+            pjson(f, json_object_get(bl, json_object_get(bl, "refused") ? "refused" : "none"));
+        fputs(" (receipt ", f);
+        pjson(f, json_object_get(bl, "receipt"));
+        fputs(", version ", f);
+        pjson(f, json_object_get(bl, "version"));
+        fputs(")</p>\n", f);
+    }
 }
 
 static void draw_falsify(FILE *f, const json_t *g)

@@ -49,16 +49,29 @@ static const struct gate_setting GOLDEN[] = {
 };
 
 static const struct gate_setting THROUGHPUT[] = {
-    {"runs", GS_INT, OFF(runs), 3, 3, 1000, "timed runs; the median counts"},
-    {"warmup", GS_INT, OFF(warmup), 1, 0, 1000, "untimed runs first"},
+    {"runs", GS_INT, OFF(runs), 6, 3, 200,
+     "timed runs before the first decision (6 is the fewest with a 95% interval of the median)"},
+    {"warmup", GS_INT, OFF(warmup), 1, 0, 1000, "untimed runs first (counted in the receipt)"},
     {"prompt_tokens", GS_INT, OFF(prompt_tokens), 64, 1, 1 << 20, "prompt length"},
     {"decode_tokens", GS_INT, OFF(decode_tokens), 16, 1, 1 << 20, "generated tokens"},
     {"min_prefill_tps", GS_NUM, OFF(min_prefill_tps), 0, 0, 1e12,
-     "floor on the prompt rate, tokens/s"},
+     "floor on the prompt rate, tokens/s: PASS when the median's 95% interval is above it"},
     {"min_decode_tps", GS_NUM, OFF(min_decode_tps), 0, 0, 1e12,
-     "floor on the generation rate, tokens/s"},
-    {"max_cv", GS_NUM, OFF(max_cv), 0.5, 0, 100,
-     "coefficient of variation above which the host is too noisy to judge (ERROR, not FAIL)"},
+     "floor on the generation rate, tokens/s (as min_prefill_tps)"},
+    {"max_runs", GS_INT, OFF(max_runs), 30, 3, 200,
+     "budget: timed runs at most while the interval straddles a floor (>= runs)"},
+    {"max_seconds", GS_NUM, OFF(max_seconds), 20, 0.1, 3600,
+     "budget: timed seconds at most (sum of the timed runs' wall time) before ERROR inconclusive"},
+    {"max_wait", GS_NUM, OFF(max_wait), 0.25, 0.01, 1,
+     "a run whose threads waited for a CPU more than this share of their demand is host-starved:"
+     " no evidence that the engine is slow"},
+    {"check_positions", GS_INT, OFF(check_positions), 2, 1, 8,
+     "positions of every timed run checked against the judge (prompt and decode alternately)"},
+    {"baseline", GS_BASELINE, OFF(baseline), 0, 0, 0,
+     "compare with: `previous` (newest PASS receipt of the cell, this host's key, the newest"
+     " earlier release version) or a receipt hash; \"\" = no comparison"},
+    {"max_regression", GS_NUM, OFF(max_regression), 0.05, 0, 0.99,
+     "with a baseline: FAIL when the ratio to its median is confidently below 1 - this"},
     {NULL},
 };
 
@@ -81,7 +94,8 @@ const struct gate_def GATE_DEFS[] = {
     {"golden", GOLDEN, golden_judge, 1, 1,
      "greedy continuations reproduce the recorded ids (TIE_FLIP at near ties)"},
     {"throughput", THROUGHPUT, throughput_judge, 1, 1,
-     "the mode's own path meets the rate floors (median of timed runs)"},
+     "the mode's own path meets the rate floors (95% interval of the median of fresh, checked "
+     "runs)"},
     {"falsify", FALSIFY, falsify_judge, 1, 1,
      "injected faults are rejected by the parity math (the oracle is not blind)"},
     {"anchor", ANCHOR, anchor_judge, 0, 0,

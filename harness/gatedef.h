@@ -15,9 +15,10 @@
 #include "oracles/gates.h"
 
 enum gate_setting_type {
-    GS_INT,    /* an integer within [lo, hi] */
-    GS_NUM,    /* a finite number within [lo, hi] */
-    GS_SHA256, /* 64 lower-case hex digits (a file pin); "" when not declared */
+    GS_INT,      /* an integer within [lo, hi] */
+    GS_NUM,      /* a finite number within [lo, hi] */
+    GS_SHA256,   /* 64 lower-case hex digits (a file pin); "" when not declared */
+    GS_BASELINE, /* "previous", or a receipt hash (64 lower-case hex); "" when not declared */
 };
 
 /* One setting: the ladder key `gates.<gate>.<key>` and the key the receipt records. */

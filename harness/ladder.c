@@ -753,11 +753,16 @@ static int parse_setting(struct parse *p, yaml_node_t *v, const char *gate,
     if (s->type == GS_NUM)
         return get_num(p, v, what, s->lo, s->hi, (double *)f);
     const char *t = scalar(v);
+    if (s->type == GS_BASELINE && t && !strcmp(t, "previous")) {
+        snprintf(f, 65, "%s", t);
+        return 0;
+    }
     int ok = t && strlen(t) == 64;
     for (int i = 0; ok && i < 64; i++)
         ok = (t[i] >= '0' && t[i] <= '9') || (t[i] >= 'a' && t[i] <= 'f');
     if (!ok)
-        return fail(p, v, "%s must be 64 lower-case hex digits (a SHA-256)", what);
+        return fail(p, v, "%s must be %s64 lower-case hex digits (a SHA-256)", what,
+                    s->type == GS_BASELINE ? "`previous` or a receipt hash of " : "");
     memcpy(f, t, 65);
     return 0;
 }
@@ -1255,6 +1260,12 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
                           fe.msg);
                 goto out;
             }
+        }
+        if (c->g.max_runs < c->g.runs) { /* the throughput budget holds the first decision */
+            char name[256];
+            rc = fail(p, gates, "cell %s: throughput max_runs %d is below runs %d",
+                      ladder_cell_name(l, i, name, sizeof name), c->g.max_runs, c->g.runs);
+            goto out;
         }
         const struct ladder_model *m = &l->models[c->model];
         int moe = !strcmp(m->arch, "qwen3moe");
@@ -1811,6 +1822,8 @@ json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate)
         json_object_set_new(o, "faults", faults);
         json_object_set_new(o, "parity", ladder_gate_settings(g, "parity"));
     }
+    if (!strcmp(gate, "throughput")) /* the spot checks of timed runs use the cell's parity rule */
+        json_object_set_new(o, "parity", ladder_gate_settings(g, "parity"));
     return o;
 }
 

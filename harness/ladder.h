@@ -76,8 +76,9 @@ struct ladder_gates {
     int golden_tokens;       /* greedy tokens per prompt */
     double golden_near_tie;  /* judge margin below which a greedy flip is a TIE_FLIP */
     /* throughput */
-    int runs, warmup, prompt_tokens, decode_tokens;
-    double min_prefill_tps, min_decode_tps, max_cv;
+    int runs, warmup, prompt_tokens, decode_tokens, max_runs, check_positions;
+    double min_prefill_tps, min_decode_tps, max_seconds, max_wait, max_regression;
+    char baseline[65]; /* "", "previous" or a receipt hash (harness/baseline.h) */
     /* falsify */
     struct fault_set falsify;
     int sweep_samples;    /* sampled single-layer x single-position injections per kind */

@@ -28,6 +28,7 @@
 #include "engine/model.h"
 #include "engine/pin.h"
 #include "engine/synth.h"
+#include "harness/baseline.h"
 #include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
@@ -70,6 +71,8 @@ struct cell_ctx {
     run_progress_fn progress;
     void *pctx;
     struct run_cell_result *res; /* the gate rows go here */
+    struct store *st;            /* the receipts store (the throughput baseline is read from it) */
+    const char *key_id;          /* the signing key's id */
     int gate_started;            /* GATE_STARTED was reported for the current gate at t0 */
     struct timespec t0;
 };
@@ -227,22 +230,43 @@ static json_t *gate_throughput(struct cell_ctx *x)
     cfg.warmup = lg->warmup;
     cfg.prompt_tokens = lg->prompt_tokens;
     cfg.decode_tokens = lg->decode_tokens;
+    cfg.max_runs = lg->max_runs;
+    cfg.max_seconds = lg->max_seconds;
+    cfg.max_wait = lg->max_wait;
+    cfg.check_positions = lg->check_positions;
+    cfg.check_min_cosine = lg->min_cosine;
+    cfg.check_near_tie = lg->near_tie;
     cfg.n_threads = x->o->threads;
     cfg.min_prefill_tps = lg->min_prefill_tps;
     cfg.min_decode_tps = lg->min_decode_tps;
-    cfg.max_cv = lg->max_cv;
+    cfg.baseline = lg->baseline;
+    cfg.max_regression = lg->max_regression;
+    mode_ran_begin(&x->ran);
+    json_t *base = NULL;
+    if (lg->baseline[0]) { /* issue 27 §2: this host's earlier receipt of the cell, or a pin */
+        struct baseline b;
+        json_t *env = identity_environment(x->o->threads);
+        int ci = (int)(x->c - x->l->cells);
+        if (!x->st || baseline_find(x->st, x->l, ci, x->key_id, env, &b, &err)) {
+            json_decref(env);
+            return finish(x, "throughput", NULL, err.msg[0] ? err.msg : "no receipts store", NULL);
+        }
+        json_decref(env);
+        base = baseline_json(&b);
+        cfg.base_json = base;
+    }
     struct throughput_result tr;
     memset(&tr, 0, sizeof tr);
-    mode_ran_begin(&x->ran);
     /* the model already loaded from the pinned descriptor: never re-opened by path */
-    if (throughput_gate(x->m, &x->mode, &cfg, &tr, &err)) {
+    const int trc = throughput_gate(x->m, &x->mode, &cfg, &tr, &err);
+    json_decref(base);
+    if (trc) {
         throughput_result_free(&tr);
         return finish(x, "throughput", NULL, err.msg, NULL);
     }
-    char key[400];
-    snprintf(key, sizeof key, "%s %.1f tok/s, decode %.1f tok/s (floors %g / %g), CV %.2f / %.2f",
-             tr.prompt_path, tr.prefill.median, tr.decode.median, cfg.min_prefill_tps,
-             cfg.min_decode_tps, tr.prefill.cv, tr.decode.cv);
+    char key[800];
+    snprintf(key, sizeof key, "%s; %d runs (%d host-starved), %d spot checks: %s", tr.prompt_path,
+             tr.decision.n, tr.decision.n_starved, tr.n_checks, tr.decision.reason);
     json_t *metrics = throughput_result_json(&tr);
     throughput_result_free(&tr);
     return finish(x, "throughput", metrics, NULL, key);
@@ -334,10 +358,13 @@ static json_t *gpu_environment(const struct ladder_host *h)
  * memory); res receives the gate rows, *pass whether the verdict is PASS. */
 static json_t *run_cell(const struct ladder *l, int ci, const struct run_options *o,
                         const struct identity *id, run_progress_fn progress, void *pctx,
-                        struct run_cell_result *res, int *pass)
+                        struct run_cell_result *res, int *pass, struct store *st,
+                        const char *key_id)
 {
     struct cell_ctx x;
     memset(&x, 0, sizeof x);
+    x.st = st;
+    x.key_id = key_id;
     x.l = l;
     x.c = &l->cells[ci];
     x.o = o;
@@ -610,7 +637,7 @@ int run_ladder(const struct run_options *o, run_progress_fn progress, void *pctx
         if (l->cells[i].host != hi || (o->only && fnmatch(o->only, r->name, 0) != 0))
             continue;
         int pass = 0;
-        json_t *payload = run_cell(l, i, o, &id, progress, pctx, r, &pass);
+        json_t *payload = run_cell(l, i, o, &id, progress, pctx, r, &pass, st, key.id);
         int src = store_result(st, payload, &key, r, &pass, progress, pctx);
         if (src && !store_rc)
             store_rc = err_set(err, ERR_ENV, "cannot store the receipt of %s: %s", r->name,

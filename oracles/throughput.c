@@ -1,39 +1,78 @@
-/* throughput.c — see throughput.h. Timing uses CLOCK_MONOTONIC around forward calls only; the
+/* throughput.c — see throughput.h. Timing uses CLOCK_MONOTONIC around forward calls only;
+ * starvation is read from /proc/<pid>/task/<tid>/schedstat (CPU ns, run-queue wait ns); the
  * verdict is throughput_judge()'s over the samples recorded in the metrics.
- * Start reading: throughput_gate().
+ * Start reading: throughput_decide(), then throughput_gate().
  */
 #include "oracles/throughput.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "base/detmath.h"
 #include "oracles/parity.h"
 
 void throughput_config_default(struct throughput_config *c)
 {
     memset(c, 0, sizeof *c);
-    c->runs = 3;
+    c->runs = 6;
     c->warmup = 1;
     c->prompt_tokens = 512;
     c->decode_tokens = 128;
-    c->max_cv = THROUGHPUT_MAX_CV;
+    c->max_runs = 30;
+    c->max_seconds = 20;
+    c->max_wait = 0.25;
+    c->check_positions = 2;
+    c->check_min_cosine = 0.999;
+    c->check_near_tie = 0.05;
+    c->max_regression = 0.05;
 }
 
 json_t *throughput_settings_json(const struct throughput_config *c)
 {
-    return json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:f}", "runs", c->runs, "warmup", c->warmup,
-                     "prompt_tokens", c->prompt_tokens, "decode_tokens", c->decode_tokens,
-                     "min_prefill_tps", c->min_prefill_tps, "min_decode_tps", c->min_decode_tps,
-                     "max_cv", c->max_cv);
+    return json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:f, s:f, s:i, s:{s:f, s:f}, s:s, s:f}",
+                     "runs", c->runs, "warmup", c->warmup, "prompt_tokens", c->prompt_tokens,
+                     "decode_tokens", c->decode_tokens, "min_prefill_tps", c->min_prefill_tps,
+                     "min_decode_tps", c->min_decode_tps, "max_runs", c->max_runs, "max_seconds",
+                     c->max_seconds, "max_wait", c->max_wait, "check_positions", c->check_positions,
+                     "parity", "min_cosine", c->check_min_cosine, "near_tie", c->check_near_tie,
+                     "baseline", c->baseline ? c->baseline : "", "max_regression",
+                     c->max_regression);
 }
+
+/* ---- statistics ----------------------------------------------------------------------------- */
 
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+int throughput_median_rank(int n, double conf, double *coverage)
+{
+    /* P(B <= i) summed in log space: exact enough for n <= a few thousand */
+    const double tail = (1 - conf) / 2;
+    double cdf = 0;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        cdf += exp(lgamma(n + 1.0) - lgamma(i + 1.0) - lgamma(n - i + 1.0) - n * log(2.0));
+        if (cdf > tail)
+            break;
+        k = i + 1;
+    }
+    if (coverage) {
+        double below = 0; /* P(B <= k - 1) */
+        for (int i = 0; i < k; i++)
+            below += exp(lgamma(n + 1.0) - lgamma(i + 1.0) - lgamma(n - i + 1.0) - n * log(2.0));
+        *coverage = k ? 1 - 2 * below : 0;
+    }
+    return k;
 }
 
 int throughput_stats(const double *x, int n, struct throughput_stats *out)
@@ -59,6 +98,183 @@ int throughput_stats(const double *x, int n, struct throughput_stats *out)
     for (int i = 0; i < n; i++)
         ss += (x[i] - out->mean) * (x[i] - out->mean);
     out->cv = n > 1 ? sqrt(ss / (n - 1)) / out->mean : 0.0;
+    const int k = throughput_median_rank(n, THROUGHPUT_CONFIDENCE, &out->coverage);
+    out->lo = k ? sorted[k - 1] : 0;
+    out->hi = k ? sorted[n - k] : INFINITY;
+    return 0;
+}
+
+int throughput_ratio(const double *x, int n, const double *base, int m,
+                     struct throughput_ratio *out)
+{
+    out->ratio = NAN;
+    out->lo = 0;
+    out->hi = INFINITY;
+    struct throughput_stats a, b;
+    if (n < 1 || m < 1 || throughput_stats(x, n, &a) || throughput_stats(base, m, &b))
+        return ERR_INPUT;
+    out->ratio = a.median / b.median;
+    const long N = (long)n * m;
+    const long k = (long)floor(N / 2.0 - 1.96 * sqrt(N * (n + m + 1) / 12.0));
+    if (k < 1)
+        return 0;
+    double *d = malloc((size_t)N * sizeof *d);
+    if (!d)
+        return ERR_ENV;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < m; j++)
+            d[(long)i * m + j] = log(x[i]) - log(base[j]);
+    qsort(d, (size_t)N, sizeof *d, cmp_double);
+    out->lo = exp(d[k - 1]);
+    out->hi = exp(d[N - k]);
+    free(d);
+    return 0;
+}
+
+/* ---- the decision --------------------------------------------------------------------------- */
+
+int throughput_starved(const struct throughput_sample *s, double max_wait)
+{
+    if (isfinite(s->cpu_s) && isfinite(s->wait_s))
+        return s->cpu_s + s->wait_s > 0 && s->wait_s / (s->cpu_s + s->wait_s) > max_wait;
+    if (isfinite(s->cpu_s) && s->wall_s > 0)
+        return s->cpu_s / s->wall_s < 1 - max_wait;
+    return 0;
+}
+
+static void say(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *why, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (why && n)
+        vsnprintf(why, n, fmt, ap);
+    va_end(ap);
+}
+
+static const char *const PHASE[2] = {"prefill", "decode"};
+
+int throughput_decide(const struct throughput_sample *s, int n, const struct throughput_rule *rule,
+                      struct throughput_decision *d)
+{
+    memset(d, 0, sizeof *d);
+    d->verdict = GATE_FAIL;
+    if (n < 1 || n > THROUGHPUT_MAX_RUNS)
+        return ERR_INPUT;
+    double x[2][THROUGHPUT_MAX_RUNS], g[2][THROUGHPUT_MAX_RUNS];
+    int ng = 0;
+    for (int i = 0; i < n; i++) {
+        x[0][i] = s[i].prefill_tps;
+        x[1][i] = s[i].decode_tps;
+        d->timed_s += s[i].wall_s;
+        if (throughput_starved(&s[i], rule->max_wait)) {
+            d->n_starved++;
+        } else {
+            g[0][ng] = s[i].prefill_tps;
+            g[1][ng++] = s[i].decode_tps;
+        }
+    }
+    d->n = n;
+    int pass = 0, fail = -1, undecided = -1, starved = 0;
+    for (int p = 0; p < 2; p++) {
+        struct throughput_phase *ph = &d->phase[p];
+        ph->floor = rule->floor[p];
+        if (throughput_stats(x[p], n, &ph->all))
+            return ERR_INPUT;
+        if (ng)
+            throughput_stats(g[p], ng, &ph->granted);
+        if (!(ph->floor > 0) || ph->all.lo >= ph->floor)
+            ph->state = 1;
+        else if (ng && ph->granted.hi < ph->floor)
+            ph->state = -1;
+        /* every run says below, but the runs that had their CPU are too few to say it with
+         * confidence: the host, not the engine, is what was measured */
+        ph->starved = !ph->state && ph->all.hi < ph->floor;
+        if (rule->base[p]) { /* the same rule against the baseline, relative */
+            const double bar = 1 - rule->max_regression;
+            if (throughput_ratio(x[p], n, rule->base[p], rule->base_n, &ph->vs_all))
+                return ERR_INPUT;
+            if (ng)
+                throughput_ratio(g[p], ng, rule->base[p], rule->base_n, &ph->vs_granted);
+            ph->vs_state = ph->vs_all.lo >= bar ? 1 : ng && ph->vs_granted.hi < bar ? -1 : 0;
+            ph->vs_starved = !ph->vs_state && ph->vs_all.hi < bar;
+            if (ph->state == 1 && ph->vs_state != 1) /* a floor met does not excuse a regression */
+                ph->state = ph->vs_state;
+            else if (ph->state == 0 && ph->vs_state == -1)
+                ph->state = -1;
+            ph->starved |= ph->vs_starved;
+        }
+        pass += ph->state == 1;
+        if (ph->state == -1 && fail < 0)
+            fail = p;
+        if (!ph->state && undecided < 0)
+            undecided = p;
+        starved |= ph->starved;
+    }
+    if (fail >= 0 && d->phase[fail].vs_state == -1 &&
+        !(d->phase[fail].floor > 0 && d->phase[fail].granted.n &&
+          d->phase[fail].granted.hi < d->phase[fail].floor)) {
+        const struct throughput_phase *ph = &d->phase[fail];
+        d->verdict = GATE_FAIL;
+        say(d->reason, sizeof d->reason,
+            "%s regressed: %.3f x the baseline's median (%.3f-%.3f, 95%% interval of %d runs"
+            " with the CPU granted) is below 1 - max_regression = %.3f",
+            PHASE[fail], ph->vs_granted.ratio, ph->vs_granted.lo, ph->vs_granted.hi, ph->granted.n,
+            1 - rule->max_regression);
+        return 0;
+    }
+    if (fail >= 0) {
+        const struct throughput_phase *ph = &d->phase[fail];
+        d->verdict = GATE_FAIL;
+        say(d->reason, sizeof d->reason,
+            "%s %.1f tokens/s (median; %.1f-%.1f, %.0f%% interval of %d runs with the CPU"
+            " granted) is below the floor %g",
+            PHASE[fail], ph->granted.median, ph->granted.lo, ph->granted.hi,
+            100 * ph->granted.coverage, ph->granted.n, ph->floor);
+        return 0;
+    }
+    if (pass == 2 && n >= rule->runs) {
+        d->verdict = GATE_PASS;
+        say(d->reason, sizeof d->reason,
+            "prefill %.1f tokens/s (%.1f-%.1f), decode %.1f tokens/s (%.1f-%.1f) after %d runs"
+            " (floors %g / %g)",
+            d->phase[0].all.median, d->phase[0].all.lo, d->phase[0].all.hi, d->phase[1].all.median,
+            d->phase[1].all.lo, d->phase[1].all.hi, n, rule->floor[0], rule->floor[1]);
+        if (rule->base[0]) {
+            const size_t at = strlen(d->reason);
+            snprintf(d->reason + at, sizeof d->reason - at,
+                     "; vs baseline: prefill %.3fx (%.3f-%.3f), decode %.3fx (%.3f-%.3f)",
+                     d->phase[0].vs_all.ratio, d->phase[0].vs_all.lo, d->phase[0].vs_all.hi,
+                     d->phase[1].vs_all.ratio, d->phase[1].vs_all.lo, d->phase[1].vs_all.hi);
+        }
+        return 0;
+    }
+    if (n < rule->runs || (n < rule->max_runs && d->timed_s < rule->max_seconds)) {
+        d->more = 1;
+        say(d->reason, sizeof d->reason, "undecided after %d runs / %.1f s", n, d->timed_s);
+        return 0;
+    }
+    const struct throughput_phase *ph = &d->phase[undecided];
+    d->verdict = GATE_ERROR;
+    if (!(ph->floor > 0 && ph->all.lo < ph->floor) && rule->base[undecided]) {
+        say(d->reason, sizeof d->reason,
+            "%s: %s %.3f x the baseline (%.3f-%.3f) vs 1 - max_regression = %.3f after %d"
+            " runs / %.1f s (%d host-starved)",
+            starved ? "host starved" : "inconclusive", PHASE[undecided], ph->vs_all.ratio,
+            ph->vs_all.lo, ph->vs_all.hi, 1 - rule->max_regression, n, d->timed_s, d->n_starved);
+        return 0;
+    }
+    if (starved)
+        say(d->reason, sizeof d->reason,
+            "host starved: %d of %d runs waited for a CPU more than %.0f%% of the time they"
+            " asked for; %s %.1f-%.1f tok/s vs floor %g after %d runs / %.1f s is no evidence"
+            " about the engine",
+            d->n_starved, n, 100 * rule->max_wait, PHASE[undecided], ph->all.lo, ph->all.hi,
+            ph->floor, n, d->timed_s);
+    else
+        say(d->reason, sizeof d->reason,
+            "inconclusive: %.1f-%.1f tok/s vs floor %g (%s) after %d runs / %.1f s", ph->all.lo,
+            ph->all.hi, ph->floor, PHASE[undecided], n, d->timed_s);
     return 0;
 }
 
@@ -73,196 +289,573 @@ void throughput_result_free(struct throughput_result *r)
 
 /* ---- the judge ------------------------------------------------------------------------------ */
 
-static void say(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(char *why, size_t n, const char *fmt, ...)
+/* metrics "runs" into s (n of them); -1 when absent, too many, or a rate is not a number. */
+static int runs_of(const json_t *metrics, struct throughput_sample *s, uint64_t *seeds, int *n)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    if (why && n)
-        vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-}
-
-/* Statistics of metrics[phase].samples_tps; -1 when absent or not all finite and positive. */
-static int phase_stats(const json_t *metrics, const char *phase, struct throughput_stats *s)
-{
-    const json_t *a = json_object_get(json_object_get(metrics, phase), "samples_tps");
-    double x[THROUGHPUT_MAX_RUNS];
+    const json_t *a = json_object_get(metrics, "runs");
     if (!json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > THROUGHPUT_MAX_RUNS)
         return -1;
-    for (size_t i = 0; i < json_array_size(a); i++)
-        if (gate_json_num(json_array_get(a, i), &x[i]))
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        const json_t *r = json_array_get(a, i);
+        const char *seed = json_string_value(json_object_get(r, "seed"));
+        char *end = NULL;
+        if (gate_metric_num(r, "prefill_tps", &s[i].prefill_tps) ||
+            gate_metric_num(r, "decode_tps", &s[i].decode_tps) ||
+            gate_metric_num(r, "wall_s", &s[i].wall_s) || !seed || strlen(seed) != 16)
             return -1;
-    return throughput_stats(x, (int)json_array_size(a), s) ? -1 : 0;
+        seeds[i] = strtoull(seed, &end, 16);
+        if (*end)
+            return -1;
+        if (gate_metric_num(r, "cpu_s", &s[i].cpu_s))
+            s[i].cpu_s = NAN;
+        if (gate_metric_num(r, "wait_s", &s[i].wait_s))
+            s[i].wait_s = NAN;
+    }
+    *n = (int)json_array_size(a);
+    return 0;
+}
+
+/* The spot checks: 0 when every run has check_positions good ones; else a FAIL reason in why. */
+static int spot_ok(const json_t *metrics, int n_runs, int per_run, int n_pos, double min_cos,
+                   double near_tie, json_t *checks, char *why, size_t n)
+{
+    const json_t *a = json_object_get(metrics, "spot");
+    int count[THROUGHPUT_MAX_RUNS] = {0}, bad = 0;
+    char first[300] = "";
+    if (!json_is_array(a) && per_run > 0) {
+        gate_check_bool(checks, "timed runs checked against the judge", 0);
+        say(why, n, "throughput metrics lack the spot checks of the timed runs (\"spot\")");
+        return -1;
+    }
+    size_t i;
+    const json_t *c;
+    json_array_foreach(a, i, c)
+    {
+        double run, pos, cos, am, jam, gap;
+        if (gate_metric_num(c, "run", &run) || gate_metric_num(c, "pos", &pos) ||
+            gate_metric_num(c, "cosine", &cos) || gate_metric_num(c, "argmax", &am) ||
+            gate_metric_num(c, "judge_argmax", &jam) || gate_metric_num(c, "judge_gap", &gap) ||
+            !(run >= 0 && run < n_runs && run == floor(run)) || !(pos >= 0 && pos < n_pos)) {
+            gate_check_bool(checks, "spot check well formed", 0);
+            say(why, n, "throughput spot check %zu is malformed", i);
+            return -1;
+        }
+        count[(int)run]++;
+        const int good = cos >= min_cos && (am == jam || gap < near_tie);
+        if (!good && !bad++)
+            snprintf(first, sizeof first,
+                     "run %d position %g: cosine %.6f (min %g), argmax %g vs the judge's %g"
+                     " (judge's top-2 gap %.3g)",
+                     (int)run, pos, cos, min_cos, am, jam, gap);
+    }
+    int short_run = -1;
+    for (int r = 0; r < n_runs && short_run < 0; r++)
+        if (count[r] != per_run)
+            short_run = r;
+    gate_check_num(checks, "spot_checks_bad", bad, "==", 0);
+    if (!gate_check_bool(checks, "every timed run checked", short_run < 0)) {
+        say(why, n, "timed run %d has %d spot checks, the settings ask for %d", short_run,
+            count[short_run], per_run);
+        return -1;
+    }
+    if (bad) {
+        say(why, n,
+            "timed work is not the judged work: %d of %zu spot checks disagree with the"
+            " judge; first: %s",
+            bad, json_array_size(a), first);
+        return -1;
+    }
+    return 0;
 }
 
 enum gate_verdict throughput_judge(const json_t *settings, const json_t *metrics, json_t *checks,
                                    char *why, size_t n)
 {
     static const char *const keys[] = {
-        "runs", "prompt_tokens", "decode_tokens", "min_prefill_tps", "min_decode_tps", "max_cv"};
-    double v[6];
-    for (int i = 0; i < 6; i++)
+        "runs",     "prompt_tokens", "decode_tokens", "min_prefill_tps", "min_decode_tps",
+        "max_runs", "max_seconds",   "max_wait",      "check_positions"};
+    enum { NK = sizeof keys / sizeof keys[0] };
+    double v[NK], min_cos, near_tie;
+    const json_t *par = json_object_get(settings, "parity");
+    for (int i = 0; i < NK; i++)
         if (gate_metric_num(settings, keys[i], &v[i])) {
             gate_check_bool(checks, "settings complete", 0);
             say(why, n, "throughput settings lack '%s'", keys[i]);
             return GATE_FAIL;
         }
-    const double runs = v[0], min_pre = v[3], min_dec = v[4], max_cv = v[5];
-    struct throughput_stats pre, dec;
-    if (phase_stats(metrics, "prefill", &pre) || phase_stats(metrics, "decode", &dec)) {
-        gate_check_bool(checks, "samples recorded", 0);
-        say(why, n, "throughput metrics lack finite positive prefill/decode samples_tps");
+    if (gate_metric_num(par, "min_cosine", &min_cos) ||
+        gate_metric_num(par, "near_tie", &near_tie)) {
+        gate_check_bool(checks, "settings complete", 0);
+        say(why, n, "throughput settings lack parity.min_cosine / parity.near_tie");
         return GATE_FAIL;
+    }
+    struct throughput_rule rule = {.floor = {v[3], v[4]},
+                                   .runs = (int)v[0],
+                                   .max_runs = (int)v[5],
+                                   .max_seconds = v[6],
+                                   .max_wait = v[7]};
+    const char *bl = json_string_value(json_object_get(settings, "baseline"));
+    double base[2][THROUGHPUT_MAX_RUNS];
+    const char *refused = NULL;
+    if (!bl || gate_metric_num(settings, "max_regression", &rule.max_regression)) {
+        gate_check_bool(checks, "settings complete", 0);
+        say(why, n, "throughput settings lack 'baseline' / 'max_regression'");
+        return GATE_FAIL;
+    }
+    if (bl[0]) {
+        const json_t *b = json_object_get(metrics, "baseline");
+        const json_t *bp = json_object_get(b, "prefill_tps"),
+                     *bd = json_object_get(b, "decode_tps");
+        const char *rec = json_string_value(json_object_get(b, "receipt"));
+        refused = json_string_value(json_object_get(b, "refused"));
+        const int none = json_is_string(json_object_get(b, "none"));
+        if (refused) {
+            gate_check_bool(checks, "baseline comparable", 0);
+        } else if (none && !strcmp(bl, "previous")) {
+            gate_check_bool(checks, "baseline: none earlier (first release of the cell)", 1);
+        } else {
+            int ok = rec && (!strcmp(bl, "previous") || !strcmp(rec, bl)) &&
+                     json_array_size(bp) >= 1 && json_array_size(bp) <= THROUGHPUT_MAX_RUNS &&
+                     json_array_size(bp) == json_array_size(bd);
+            for (size_t i = 0; ok && i < json_array_size(bp); i++)
+                ok = !gate_json_num(json_array_get(bp, i), &base[0][i]) &&
+                     !gate_json_num(json_array_get(bd, i), &base[1][i]);
+            if (!gate_check_bool(checks, "baseline recorded", ok)) {
+                say(why, n,
+                    "throughput settings name baseline '%s' but the metrics record no"
+                    " comparable baseline rates",
+                    bl);
+                return GATE_FAIL;
+            }
+            rule.base[0] = base[0];
+            rule.base[1] = base[1];
+            rule.base_n = (int)json_array_size(bp);
+        }
+    }
+    struct throughput_sample *sp = malloc(THROUGHPUT_MAX_RUNS * sizeof *sp);
+    uint64_t *sd = malloc(THROUGHPUT_MAX_RUNS * sizeof *sd);
+    int nr = 0;
+    enum gate_verdict verdict = GATE_FAIL;
+    if (!sp || !sd) {
+        gate_check_bool(checks, "memory", 0);
+        say(why, n, "out of memory");
+        goto out;
+    }
+    if (!gate_check_bool(checks, "runs recorded", runs_of(metrics, sp, sd, &nr) == 0)) {
+        say(why, n,
+            "throughput metrics lack timed runs (\"runs\": seed, prefill_tps,"
+            " decode_tps, wall_s)");
+        goto out;
     }
     double pt = NAN, dt = NAN;
     gate_metric_num(metrics, "prompt_tokens", &pt);
     gate_metric_num(metrics, "decode_tokens", &dt);
-    int fails = 0;
-    char first[320] = "";
-    if (!gate_check_num(checks, "prefill_runs", pre.n, "==", runs) |
-            !gate_check_num(checks, "decode_runs", dec.n, "==", runs) &&
-        !fails++)
-        snprintf(first, sizeof first, "%d / %d timed runs recorded, settings ask for %g", pre.n,
-                 dec.n, runs);
-    if (!gate_check_num(checks, "timed_runs", dec.n, ">=", THROUGHPUT_MIN_RUNS) && !fails++)
-        snprintf(first, sizeof first, "%d timed runs: a median needs at least %d", dec.n,
-                 THROUGHPUT_MIN_RUNS);
     if (!gate_check_num(checks, "prompt_tokens", pt, "==", v[1]) |
-            !gate_check_num(checks, "decode_tokens", dt, "==", v[2]) &&
-        !fails++)
-        snprintf(first, sizeof first,
-                 "measured %g prompt / %g decode tokens, settings ask for"
-                 " %g / %g",
-                 pt, dt, v[1], v[2]);
-    if (fails) {
-        say(why, n, "%s", first);
-        return GATE_FAIL;
+        !gate_check_num(checks, "decode_tokens", dt, "==", v[2])) {
+        say(why, n, "measured %g prompt / %g decode tokens, settings ask for %g / %g", pt, dt, v[1],
+            v[2]);
+        goto out;
     }
-    /* a noisy host cannot be judged either way: ERROR, not FAIL (a FAIL would make the build
-     * FLAKY forever) */
-    int ok_pre = gate_check_num(checks, "prefill_cv", pre.cv, "<=", max_cv);
-    int ok_dec = gate_check_num(checks, "decode_cv", dec.cv, "<=", max_cv);
-    if (!ok_pre || !ok_dec) {
-        const struct throughput_stats *s = !ok_pre ? &pre : &dec;
-        say(why, n, "host too noisy to judge (CV %.3f > bound %g, %s)", s->cv, max_cv,
-            !ok_pre ? "prefill" : "decode");
-        return GATE_ERROR;
+    if (!gate_check_num(checks, "timed_runs", nr, ">=", fmax(v[0], THROUGHPUT_MIN_RUNS)) |
+        !gate_check_num(checks, "timed_runs_budget", nr, "<=", v[5])) {
+        say(why, n, "%d timed runs recorded, settings ask for %g to %g", nr, v[0], v[5]);
+        goto out;
     }
-    if (!gate_check_num(checks, "prefill_tps_median", pre.median, ">=", min_pre) && !fails++)
-        snprintf(first, sizeof first,
-                 "prefill %.1f tokens/s (median of %d) is below the floor"
-                 " %g",
-                 pre.median, pre.n, min_pre);
-    if (!gate_check_num(checks, "decode_tps_median", dec.median, ">=", min_dec) && !fails++)
-        snprintf(first, sizeof first, "decode %.1f tokens/s (median of %d) is below the floor %g",
-                 dec.median, dec.n, min_dec);
-    say(why, n, "%s", fails ? first : "");
-    return fails ? GATE_FAIL : GATE_PASS;
+    int dup = -1;
+    for (int i = 0; i < nr && dup < 0; i++)
+        for (int j = 0; j < i; j++)
+            if (sd[i] == sd[j])
+                dup = i;
+    if (!gate_check_bool(checks, "fresh sequence per run", dup < 0)) {
+        say(why, n, "timed run %d repeats an earlier run's token sequence (seed %llu)", dup,
+            (unsigned long long)sd[dup]);
+        goto out;
+    }
+    if (spot_ok(metrics, nr, (int)v[8], (int)(v[1] + v[2]), min_cos, near_tie, checks, why, n))
+        goto out;
+    struct throughput_decision d;
+    if (!gate_check_bool(checks, "rates finite and positive",
+                         throughput_decide(sp, nr, &rule, &d) == 0)) {
+        say(why, n, "a recorded rate is not finite and positive");
+        goto out;
+    }
+    gate_check_num(checks, "prefill_tps_ci_lo", d.phase[0].all.lo, ">=", rule.floor[0]);
+    gate_check_num(checks, "decode_tps_ci_lo", d.phase[1].all.lo, ">=", rule.floor[1]);
+    gate_check_num(checks, "starved_runs", d.n_starved, "<=", nr);
+    if (d.more) {
+        gate_check_bool(checks, "decided or budget spent", 0);
+        say(why, n,
+            "the measurement stopped after %d runs / %.1f s, undecided and with budget"
+            " left (%g runs / %g s)",
+            nr, d.timed_s, v[5], v[6]);
+        goto out;
+    }
+    verdict = d.verdict;
+    say(why, n, "%s", verdict == GATE_PASS ? "" : d.reason);
+    if (verdict == GATE_PASS && refused) { /* named, but not comparable: no evidence either way */
+        verdict = GATE_ERROR;
+        say(why, n, "cannot compare with the baseline: %s", refused);
+    }
+out:
+    free(sp);
+    free(sd);
+    return verdict;
 }
 
-/* ---- the run -------------------------------------------------------------------------------- */
+/* ---- measuring ------------------------------------------------------------------------------ */
 
-static double now_s(void)
+static double real_clock(void *ctx)
 {
+    (void)ctx;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Sum of schedstat (CPU ns, wait ns) over /proc/<pid>/task/<every tid>; -1 when unreadable. */
+static int sched_sum(int pid, double *cpu, double *wait)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return -1;
+    struct dirent *e;
+    int any = 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[320];
+        snprintf(p, sizeof p, "/proc/%d/task/%.200s/schedstat", pid, e->d_name);
+        FILE *f = fopen(p, "r");
+        unsigned long long c = 0, w = 0;
+        if (f && fscanf(f, "%llu %llu", &c, &w) == 2) {
+            *cpu += (double)c * 1e-9;
+            *wait += (double)w * 1e-9;
+            any = 1;
+        }
+        if (f)
+            fclose(f);
+    }
+    closedir(d);
+    return any ? 0 : -1;
+}
+
+static int real_usage(void *ctx, int child_pid, double *cpu_s, double *wait_s)
+{
+    (void)ctx;
+    double c = 0, w = 0;
+    if (sched_sum((int)getpid(), &c, &w) == 0 &&
+        (child_pid <= 0 || sched_sum(child_pid, &c, &w) == 0)) {
+        *cpu_s = c;
+        *wait_s = w;
+        return 0;
+    }
+    /* no schedstat: the CPU this process received, waiting unknown (an exec child's CPU is not
+     * visible this way either: not measured) */
+    struct rusage ru;
+    if (child_pid > 0 || getrusage(RUSAGE_SELF, &ru))
+        return -1;
+    *cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+             ru.ru_stime.tv_usec * 1e-6;
+    *wait_s = NAN;
+    return 0;
+}
+
+/* What the host was doing: 1-minute load average, and the CPU steal and busy ticks of /proc/stat
+ * (all CPUs) so far; fields NAN when unreadable. */
+struct host_snap {
+    double load1, steal, total;
+};
+
+static void host_snap(struct host_snap *h)
+{
+    h->load1 = h->steal = h->total = NAN;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &h->load1) != 1)
+            h->load1 = NAN;
+        fclose(f);
+    }
+    f = fopen("/proc/stat", "r");
+    if (f) {
+        unsigned long long v[8] = {0};
+        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                   &v[4], &v[5], &v[6], &v[7]) == 8) {
+            h->steal = (double)v[7];
+            h->total = 0;
+            for (int i = 0; i < 8; i++)
+                h->total += (double)v[i];
+        }
+        fclose(f);
+    }
+}
+
+static json_t *host_json(const struct host_snap *a, const struct host_snap *b)
+{
+    char gov[64] = "unreadable";
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", "r");
+    if (f) {
+        if (fgets(gov, sizeof gov, f))
+            gov[strcspn(gov, "\n")] = '\0';
+        else
+            snprintf(gov, sizeof gov, "unreadable");
+        fclose(f);
+    }
+    const double dt = b->total - a->total;
+    return json_pack("{s:o, s:o, s:o, s:s, s:i}", "loadavg_1m_start", parity_json_number(a->load1),
+                     "loadavg_1m_end", parity_json_number(b->load1), "steal_fraction",
+                     parity_json_number(dt > 0 ? (b->steal - a->steal) / dt : NAN), "governor", gov,
+                     "cpus_online", (int)sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+/* Cosine, argmax and the judge's top-2 gap of one position. */
+static json_t *spot_json(int run, int pos, const float *test, const float *ref, size_t V)
+{
+    double dot = 0, nt = 0, nr = 0;
+    size_t am = 0, jam = 0;
+    for (size_t i = 0; i < V; i++) {
+        dot += (double)test[i] * ref[i];
+        nt += (double)test[i] * test[i];
+        nr += (double)ref[i] * ref[i];
+        if (!(test[i] <= test[am])) /* a NaN wins, and fails the cosine anyway */
+            am = i;
+        if (ref[i] > ref[jam])
+            jam = i;
+    }
+    double second = -INFINITY;
+    for (size_t i = 0; i < V; i++)
+        if (i != jam && ref[i] > second)
+            second = ref[i];
+    const double cos = nt > 0 && nr > 0 ? dot / sqrt(nt * nr) : NAN;
+    return json_pack("{s:i, s:i, s:o, s:I, s:I, s:o}", "run", run, "pos", pos, "cosine",
+                     parity_json_number(cos), "argmax", (json_int_t)am, "judge_argmax",
+                     (json_int_t)jam, "judge_gap", parity_json_number(ref[jam] - second));
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
 }
 
 int throughput_gate(const struct model *m, const struct mode *mode,
                     const struct throughput_config *cfg, struct throughput_result *out,
                     struct gate_err *err)
 {
-    struct backend *b = NULL;
+    struct backend *b = NULL, *jb = NULL;
     int32_t *tokens = NULL;
-    float *logits = NULL;
-    json_t *settings = NULL;
-    double pre[THROUGHPUT_MAX_RUNS], dec[THROUGHPUT_MAX_RUNS];
-    const int P = cfg->prompt_tokens, D = cfg->decode_tokens;
+    int *slot = NULL;
+    float *logits = NULL, *keep = NULL, *jl = NULL;
+    json_t *settings = NULL, *runs = NULL, *spot = NULL, *base_json = NULL;
+    struct throughput_sample *s = NULL;
+    struct throughput_rule rule;
+    memset(&rule, 0, sizeof rule);
+    const int P = cfg->prompt_tokens, D = cfg->decode_tokens, C = cfg->check_positions;
     int turn_ends[THROUGHPUT_CHAT_TURNS];
-    int rc = 0;
+    int rc = 0, n = 0;
+    double (*clk)(void *) = cfg->clock ? cfg->clock : real_clock;
+    int (*use)(void *, int, double *, double *) = cfg->usage ? cfg->usage : real_usage;
     memset(out, 0, sizeof *out);
     out->verdict = GATE_FAIL;
     mode_format(mode, out->mode, sizeof out->mode);
-    if (cfg->runs < 1 || cfg->runs > THROUGHPUT_MAX_RUNS || cfg->warmup < 0 || P < 1 || D < 1)
+    if (cfg->runs < 1 || cfg->max_runs < cfg->runs || cfg->max_runs > THROUGHPUT_MAX_RUNS ||
+        cfg->warmup < 0 || P < 1 || D < 1 || C < 0 || C > THROUGHPUT_MAX_CHECKS ||
+        !(cfg->max_seconds > 0))
         return err_set(err, ERR_INPUT,
-                       "throughput: runs %d (1-%d), warmup %d, prompt %d and"
-                       " decode %d tokens (>= 1) are required",
-                       cfg->runs, THROUGHPUT_MAX_RUNS, cfg->warmup, P, D);
+                       "throughput: runs %d (>= 1) and max_runs %d (runs to %d), warmup %d (>= 0),"
+                       " prompt %d and decode %d tokens (>= 1), check_positions %d (0-%d) and"
+                       " max_seconds %g (> 0) are required",
+                       cfg->runs, cfg->max_runs, THROUGHPUT_MAX_RUNS, cfg->warmup, P, D, C,
+                       THROUGHPUT_MAX_CHECKS, cfg->max_seconds);
     if (mode->path == MODE_CHAT && P < THROUGHPUT_CHAT_TURNS)
         return err_set(err, ERR_INPUT,
-                       "throughput: the chat path needs prompt_tokens >= %d"
-                       " (six turns), got %d",
+                       "throughput: the chat path needs prompt_tokens >= %d (six turns), got %d",
                        THROUGHPUT_CHAT_TURNS, P);
     for (int i = 0; i < THROUGHPUT_CHAT_TURNS; i++)
         turn_ends[i] = (int)((long)P * (i + 1) / THROUGHPUT_CHAT_TURNS);
     switch (mode->path) {
     case MODE_DECODE:
         snprintf(out->prompt_path, sizeof out->prompt_path,
-                 "decode: %d prompt tokens one"
-                 " forward each",
-                 P);
+                 "decode: %d prompt tokens one forward each", P);
         break;
     case MODE_PREFILL:
         snprintf(out->prompt_path, sizeof out->prompt_path,
-                 "prefill: %d tokens in one batched"
-                 " forward, %d one forward each",
-                 P / 2, P - P / 2);
+                 "prefill: %d tokens in one batched forward, %d one forward each", P / 2,
+                 P - P / 2);
         break;
     default:
         snprintf(out->prompt_path, sizeof out->prompt_path,
-                 "chat: %d tokens in 6 turns (user"
-                 " turns batched, replies one forward per token) on one cache",
+                 "chat: %d tokens in 6 turns (user turns batched, replies one forward per token)"
+                 " on one cache",
                  P);
     }
     out->prompt_tokens = P;
     out->decode_tokens = D;
     out->warmup = cfg->warmup;
-    const double t0 = now_s();
+    uint64_t seed = cfg->seed;
+    if (!seed && getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
+        return err_set(err, ERR_ENV, "throughput: no random seed for the token sequences");
+    const double t0 = clk(cfg->hook_ctx);
     /* F16 KV: the cell's `kv: f16` (mode->kv_f16) or gate bench --kv f16 (cfg->kv_f16); the
      * backend refuses it unless it has one */
     struct mode kvm = *mode;
     kvm.kv_f16 = mode->kv_f16 || cfg->kv_f16;
-    rc = mode_open(&b, &kvm, m, P + D, cfg->n_threads, NULL, err);
-    if (rc)
+    if ((rc = mode_open(&b, &kvm, m, P + D, cfg->n_threads, NULL, err)))
         goto done;
-    out->load_s = now_s() - t0;
+    out->load_s = clk(cfg->hook_ctx) - t0;
+    if (C && (rc = mode_open_judge(&jb, m, P + D, cfg->n_threads, err)))
+        goto done;
     const size_t V = m->hp.n_vocab;
     tokens = malloc((size_t)(P + D) * sizeof *tokens);
     logits = malloc((size_t)P * V * sizeof *logits);
-    if (!tokens || !logits) {
+    keep = malloc(((size_t)C + 1) * V * sizeof *keep);
+    jl = malloc(V * sizeof *jl);
+    slot = malloc((size_t)D * sizeof *slot);
+    s = calloc((size_t)cfg->max_runs, sizeof *s);
+    runs = json_array();
+    spot = json_array();
+    if (!tokens || !logits || !keep || !jl || !slot || !s || !runs || !spot) {
         rc = err_set(err, ERR_ENV, "out of memory for %d tokens of logits", P);
         goto done;
     }
-    mode_tokens(3, (uint32_t)V, P + D, tokens);
-    for (int r = 0; r < cfg->warmup + cfg->runs; r++) {
-        double a = now_s();
+    const int child = mode->exec ? exec_session_pid(mode->exec) : 0;
+    struct host_snap h0, h1;
+    host_snap(&h0);
+    rule = (struct throughput_rule){.floor = {cfg->min_prefill_tps, cfg->min_decode_tps},
+                                    .runs = cfg->runs,
+                                    .max_runs = cfg->max_runs,
+                                    .max_seconds = cfg->max_seconds,
+                                    .max_wait = cfg->max_wait,
+                                    .max_regression = cfg->max_regression};
+    if (cfg->baseline && cfg->baseline[0]) {
+        base_json = cfg->base_json ? json_deep_copy(cfg->base_json)
+                                   : json_pack("{s:s}", "refused", "no baseline was looked up");
+        const json_t *bp = json_object_get(base_json, "prefill_tps"),
+                     *bd = json_object_get(base_json, "decode_tps");
+        const size_t bn = json_array_size(bp);
+        if (bn >= 1 && bn <= THROUGHPUT_MAX_RUNS && bn == json_array_size(bd)) {
+            double *bb = calloc(2 * bn, sizeof *bb);
+            int ok = bb != NULL;
+            for (size_t i = 0; ok && i < bn; i++)
+                ok = !gate_json_num(json_array_get(bp, i), &bb[i]) &&
+                     !gate_json_num(json_array_get(bd, i), &bb[bn + i]);
+            if (ok) {
+                rule.base[0] = bb;
+                rule.base[1] = bb + bn;
+                rule.base_n = (int)bn;
+            } else {
+                free(bb);
+            }
+        }
+    }
+    for (int r = 0;; r++) {
+        const int timed = r >= cfg->warmup, run = r - cfg->warmup;
+        uint64_t st = seed ^ (0x9E3779B97F4A7C15ULL * (uint64_t)(r + 1));
+        const uint64_t run_seed = det_splitmix64(&st);
+        mode_tokens(run_seed, (uint32_t)V, P + D, tokens);
+        /* the checked positions: even checks in the prompt, odd in the decode phase; unknown
+         * to the engine until it has answered them */
+        int pos[THROUGHPUT_MAX_CHECKS], alias[THROUGHPUT_MAX_CHECKS];
+        for (int t = 0; t < D; t++)
+            slot[t] = -1;
+        for (int c = 0; timed && c < C; c++) {
+            const uint64_t u = det_splitmix64(&st);
+            pos[c] = c % 2 == 0 ? (int)(u % (uint64_t)P) : P + (int)(u % (uint64_t)D);
+            alias[c] = c;
+            if (c % 2 && slot[pos[c] - P] >= 0)
+                alias[c] = slot[pos[c] - P]; /* the same step twice: one slot */
+            else if (c % 2)
+                slot[pos[c] - P] = c;
+        }
+        double c0 = NAN, w0 = NAN, c1 = NAN, w1 = NAN;
+        if (use(cfg->hook_ctx, child, &c0, &w0))
+            c0 = w0 = NAN;
+        const double a = clk(cfg->hook_ctx);
         /* the mode's own path from an empty cache (mode_run truncates first) */
         if ((rc =
                  mode_run(b, mode->path, tokens, P, turn_ends, THROUGHPUT_CHAT_TURNS, logits, err)))
             goto done;
-        double mid = now_s();
-        for (int t = 0; t < D; t++)
-            if ((rc = backend_forward(b, tokens + P + t, 1, P + t, logits, err)))
+        const double mid = clk(cfg->hook_ctx);
+        for (int t = 0; t < D; t++) {
+            /* not into logits: the prompt's rows are checked after the run */
+            float *dst = keep + (size_t)(slot[t] >= 0 ? slot[t] : C) * V;
+            if ((rc = backend_forward(b, tokens + P + t, 1, P + t, dst, err)))
                 goto done;
-        double end = now_s();
-        if (r >= cfg->warmup) {
-            pre[r - cfg->warmup] = P / (mid - a > 1e-9 ? mid - a : 1e-9);
-            dec[r - cfg->warmup] = D / (end - mid > 1e-9 ? end - mid : 1e-9);
         }
-        if (cfg->progress)
-            cfg->progress(cfg->progress_ctx, r + 1, cfg->warmup + cfg->runs);
+        const double end = clk(cfg->hook_ctx);
+        if (use(cfg->hook_ctx, child, &c1, &w1))
+            c1 = w1 = NAN;
+        if (timed) {
+            struct throughput_sample *x = &s[run];
+            x->prefill_tps = P / (mid - a > 1e-9 ? mid - a : 1e-9);
+            x->decode_tps = D / (end - mid > 1e-9 ? end - mid : 1e-9);
+            x->wall_s = end - a;
+            x->cpu_s = c1 - c0;
+            x->wait_s = w1 - w0;
+            if (!(x->cpu_s >= 0))
+                x->cpu_s = NAN;
+            if (!(x->wait_s >= 0))
+                x->wait_s = NAN;
+            char hex[17];
+            snprintf(hex, sizeof hex, "%016llx", (unsigned long long)run_seed);
+            json_array_append_new(runs, json_pack("{s:s, s:o, s:o, s:o, s:o, s:o}", "seed", hex,
+                                                  "prefill_tps", parity_json_number(x->prefill_tps),
+                                                  "decode_tps", parity_json_number(x->decode_tps),
+                                                  "wall_s", parity_json_number(x->wall_s), "cpu_s",
+                                                  parity_json_number(x->cpu_s), "wait_s",
+                                                  parity_json_number(x->wait_s)));
+            /* the spot checks: prompt positions from the prompt's logits, decode positions from
+             * their slots; the judge over the same tokens, one forward_last per position */
+            for (int c = 0; c < C; c++)
+                if (c % 2 == 0)
+                    memcpy(keep + (size_t)c * V, logits + (size_t)pos[c] * V, V * sizeof *logits);
+                else if (alias[c] != c)
+                    memcpy(keep + (size_t)c * V, keep + (size_t)alias[c] * V, V * sizeof *keep);
+            int order[THROUGHPUT_MAX_CHECKS];
+            for (int c = 0; c < C; c++)
+                order[c] = pos[c] * THROUGHPUT_MAX_CHECKS + c;
+            qsort(order, (size_t)C, sizeof *order, cmp_int);
+            int n_past = 0;
+            if (C && (rc = backend_truncate(jb, 0, err)))
+                goto done;
+            for (int k = 0; k < C; k++) {
+                const int c = order[k] % THROUGHPUT_MAX_CHECKS, p = pos[c];
+                if (p + 1 > n_past) {
+                    if ((rc = backend_forward_last(jb, tokens + n_past, p + 1 - n_past, n_past, jl,
+                                                   err)))
+                        goto done;
+                    n_past = p + 1;
+                }
+                json_t *j = spot_json(run, p, keep + (size_t)c * V, jl, V);
+                out->n_checks++;
+                json_array_append_new(spot, j);
+            }
+            n = run + 1;
+        }
+        const int stop =
+            timed &&
+            ((throughput_decide(s, n, &rule, &out->decision) == 0 && !out->decision.more) ||
+             n >= cfg->max_runs); /* rates not finite: the judge says so */
+        if (cfg->progress)        /* the runs planned so far: one more while undecided */
+            cfg->progress(cfg->progress_ctx, r + 1,
+                          cfg->warmup + (n < cfg->runs ? cfg->runs
+                                         : stop        ? n
+                                                       : n + 1));
+        if (stop)
+            break;
     }
+    host_snap(&h1);
     struct backend_info info;
     backend_info(b, &info);
     snprintf(out->backend, sizeof out->backend, "%s", info.backend);
     snprintf(out->device, sizeof out->device, "%s", info.device);
-    throughput_stats(pre, cfg->runs, &out->prefill);
-    throughput_stats(dec, cfg->runs, &out->decode);
-    out->prefill.noisy = out->prefill.cv > cfg->max_cv;
-    out->decode.noisy = out->decode.cv > cfg->max_cv;
-    char why[320] = "";
+    {
+        double pre[THROUGHPUT_MAX_RUNS], dec[THROUGHPUT_MAX_RUNS];
+        for (int i = 0; i < n; i++)
+            pre[i] = s[i].prefill_tps, dec[i] = s[i].decode_tps;
+        throughput_stats(pre, n, &out->prefill);
+        throughput_stats(dec, n, &out->decode);
+    }
     out->metrics = throughput_result_json(out);
     out->checks = json_array();
     settings = throughput_settings_json(cfg);
@@ -270,42 +863,86 @@ int throughput_gate(const struct model *m, const struct mode *mode,
         rc = err_set(err, ERR_ENV, "out of memory");
         goto done;
     }
+    json_object_set(out->metrics, "runs", runs);
+    if (base_json) {
+        json_object_set(out->metrics, "baseline", base_json);
+        if (rule.base_n) {
+            json_t *vs = json_object();
+            for (int p = 0; p < 2; p++) {
+                const struct throughput_ratio *q = &out->decision.phase[p].vs_all;
+                json_object_set_new(
+                    vs, PHASE[p],
+                    json_pack("{s:o, s:o, s:o}", "ratio", parity_json_number(q->ratio), "lo",
+                              parity_json_number(q->lo), "hi", parity_json_number(q->hi)));
+            }
+            json_object_set_new(out->metrics, "vs_baseline", vs);
+        }
+    }
+    json_object_set(out->metrics, "spot", spot);
+    json_object_set_new(out->metrics, "host", host_json(&h0, &h1));
+    json_object_set_new(out->metrics, "starved_runs", json_integer(out->decision.n_starved));
+    json_object_set_new(out->metrics, "timed_s", parity_json_number(out->decision.timed_s));
+    json_object_set_new(
+        out->metrics, "starvation",
+        json_string(isfinite(s[0].wait_s)  ? (child ? "measured: run-queue wait of gate's and the"
+                                                      " engine child's threads (schedstat)"
+                                                    : "measured: run-queue wait of the engine's"
+                                                      " threads (schedstat)")
+                    : isfinite(s[0].cpu_s) ? "CPU time only (getrusage): waiting not measured"
+                                           : "not measured"));
+    char why[400] = "";
     out->verdict = throughput_judge(settings, out->metrics, out->checks, why, sizeof why);
     out->pass = out->verdict == GATE_PASS;
+    for (size_t i = 0; i < json_array_size(spot); i++) {
+        const json_t *c = json_array_get(spot, i);
+        double cos = NAN, am = 0, jam = 0, gap = 0;
+        gate_metric_num(c, "cosine", &cos);
+        gate_metric_num(c, "argmax", &am);
+        gate_metric_num(c, "judge_argmax", &jam);
+        gate_metric_num(c, "judge_gap", &gap);
+        out->n_check_bad +=
+            !(cos >= cfg->check_min_cosine && (am == jam || gap < cfg->check_near_tie));
+    }
     if (out->pass)
-        snprintf(out->reason, sizeof out->reason,
-                 "PASS: prefill %.1f tokens/s (floor %g), decode"
-                 " %.1f tokens/s (floor %g)",
-                 out->prefill.median, cfg->min_prefill_tps, out->decode.median,
-                 cfg->min_decode_tps);
+        snprintf(out->reason, sizeof out->reason, "PASS: %s", out->decision.reason);
     else
-        snprintf(out->reason, sizeof out->reason, "%s: %.300s", gate_verdict_name(out->verdict),
+        snprintf(out->reason, sizeof out->reason, "%s: %.400s", gate_verdict_name(out->verdict),
                  why);
 done:
+    free((double *)rule.base[0]);
+    json_decref(base_json);
     json_decref(settings);
+    json_decref(runs);
+    json_decref(spot);
     free(tokens);
     free(logits);
+    free(keep);
+    free(jl);
+    free(slot);
+    free(s);
+    backend_close(jb);
     backend_close(b);
     return rc;
 }
 
 static json_t *stats_json(const struct throughput_stats *s)
 {
-    json_t *o = json_object(), *a = json_array();
+    json_t *o = json_object();
     json_object_set_new(o, "median_tps", parity_json_number(s->median));
+    json_object_set_new(o, "ci_lo_tps", parity_json_number(s->lo));
+    json_object_set_new(o, "ci_hi_tps", parity_json_number(s->hi));
+    json_object_set_new(o, "ci_coverage", parity_json_number(s->coverage));
     json_object_set_new(o, "min_tps", parity_json_number(s->min));
     json_object_set_new(o, "max_tps", parity_json_number(s->max));
-    json_object_set_new(o, "mean_tps", parity_json_number(s->mean));
     json_object_set_new(o, "spread_tps", parity_json_number(s->spread));
     json_object_set_new(o, "cv", parity_json_number(s->cv));
-    for (int i = 0; i < s->n; i++)
-        json_array_append_new(a, parity_json_number(s->samples[i]));
-    json_object_set_new(o, "samples_tps", a);
     return o;
 }
 
 json_t *throughput_result_json(const struct throughput_result *r)
 {
+    if (r->metrics)
+        return json_deep_copy(r->metrics);
     json_t *o = json_object();
     json_object_set_new(o, "mode", json_string(r->mode));
     json_object_set_new(o, "backend", json_string(r->backend));
@@ -314,6 +951,7 @@ json_t *throughput_result_json(const struct throughput_result *r)
     json_object_set_new(o, "prompt_tokens", json_integer(r->prompt_tokens));
     json_object_set_new(o, "decode_tokens", json_integer(r->decode_tokens));
     json_object_set_new(o, "warmup", json_integer(r->warmup));
+    json_object_set_new(o, "confidence", json_real(THROUGHPUT_CONFIDENCE));
     json_object_set_new(o, "load_s", parity_json_number(r->load_s));
     json_object_set_new(o, "prefill", stats_json(&r->prefill));
     json_object_set_new(o, "decode", stats_json(&r->decode));
@@ -324,13 +962,37 @@ void throughput_print(FILE *f, const struct throughput_result *r)
 {
     fprintf(f, "throughput %s on %s (%s): load (backend open) %.3f s (not counted)\n", r->mode,
             r->backend, r->device, r->load_s);
-    fprintf(f, "  prompt path: %s; then %d decode steps\n", r->prompt_path, r->decode_tokens);
+    fprintf(f, "  prompt path: %s; then %d decode steps; %d warm-up run%s discarded\n",
+            r->prompt_path, r->decode_tokens, r->warmup, r->warmup == 1 ? "" : "s");
     const struct throughput_stats *s[2] = {&r->prefill, &r->decode};
-    for (int i = 0; i < 2; i++)
-        fprintf(f,
-                "  %-8s %10.2f tokens/s median of %d (min %.2f, max %.2f, spread %.2f, CV"
-                " %.1f%%%s)\n",
-                i ? "decode" : "prefill", s[i]->median, s[i]->n, s[i]->min, s[i]->max, s[i]->spread,
-                100 * s[i]->cv, s[i]->noisy ? ", NOISY" : "");
+    for (int i = 0; i < 2; i++) {
+        fprintf(f, "  %-8s %10.2f tokens/s median of %d, ", i ? "decode" : "prefill", s[i]->median,
+                s[i]->n);
+        if (s[i]->coverage > 0)
+            fprintf(f, "%.2f-%.2f (%.1f%% interval of the median)", s[i]->lo, s[i]->hi,
+                    100 * s[i]->coverage);
+        else
+            fprintf(f, "no %.0f%% interval from %d runs (6 needed)", 100 * THROUGHPUT_CONFIDENCE,
+                    s[i]->n);
+        fprintf(f, "; min %.2f, max %.2f, CV %.1f%%\n", s[i]->min, s[i]->max, 100 * s[i]->cv);
+    }
+    const json_t *vs = json_object_get(r->metrics, "vs_baseline");
+    const json_t *bl = json_object_get(r->metrics, "baseline");
+    if (vs)
+        for (int i = 0; i < 2; i++) {
+            const json_t *q = json_object_get(vs, i ? "decode" : "prefill");
+            double x = NAN, lo = NAN, hi = NAN;
+            gate_metric_num(q, "ratio", &x);
+            gate_metric_num(q, "lo", &lo);
+            gate_metric_num(q, "hi", &hi);
+            fprintf(f, "  %-8s %.3f x baseline %.16s... (%s): %.3f-%.3f (95%% interval)\n",
+                    i ? "decode" : "prefill", x, json_string_value(json_object_get(bl, "receipt")),
+                    json_string_value(json_object_get(bl, "version")), lo, hi);
+        }
+    else if (json_object_get(bl, "refused"))
+        fprintf(f, "  baseline refused: %s\n", json_string_value(json_object_get(bl, "refused")));
+    fprintf(f, "  %d host-starved run%s; %d of %d spot checks against the judge disagree\n",
+            r->decision.n_starved, r->decision.n_starved == 1 ? "" : "s", r->n_check_bad,
+            r->n_checks);
     fprintf(f, "  %s\n", r->reason);
 }

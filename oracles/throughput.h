@@ -1,23 +1,35 @@
-/* throughput.h — the throughput oracle: tokens/s of the mode's OWN path, as the median of N timed
- * runs after warm-up, with min, max, spread and coefficient of variation; opening the backend is
- * timed separately and never counted (DESIGN.md: a gate once counted model build time as
- * generation time). The model is passed in already loaded and digest-checked: the oracle never
- * opens a file (issue 11: one open descriptor per pinned file).
+/* throughput.h — the throughput oracle: tokens/s of the mode's OWN path, judged as a statistical
+ * statement (DESIGN.md settled question 13): a distribution-free confidence interval of the
+ * median against the ladder's floors, more timed runs while the interval does not decide, and an
+ * ERROR (never a FAIL) when the host starved the engine of CPU. Opening the backend is timed
+ * separately and never counted (a gate once counted model build time as generation time). The
+ * model is passed in already loaded and digest-checked: the oracle never opens a file.
  *
- * One timed run, from an empty cache: the prompt (prompt_tokens ids, mode_tokens seed 3) along
- * the mode's path with mode_run() — decode: one forward per token; prefill: the first half in one
- * batched forward, the rest one per token; chat: six equal turns, user turns batched, replies
- * decoded — then decode_tokens fixed ids one forward each. The "prefill" figure is the prompt
- * phase's rate on that path (metrics "prompt_path" says which), "decode" the decode loop's.
+ * One timed run, from an empty cache, on a FRESH token sequence (mode_tokens of a per-run seed;
+ * issue 23 §2: an engine that replays cached replies must not be timed on work it has seen): the
+ * prompt (prompt_tokens ids) along the mode's path with mode_run() — decode: one forward per
+ * token; prefill: the first half in one batched forward, the rest one per token; chat: six equal
+ * turns, user turns batched, replies decoded — then decode_tokens ids one forward each. The
+ * "prefill" figure is the prompt phase's rate on that path (metrics "prompt_path" says which),
+ * "decode" the decode loop's. After each timed run (outside the timed intervals) the subject's
+ * logits at check_positions sampled positions (prompt and decode phases alternately) are
+ * compared with the judge's (the twin's forward over the same tokens): cosine and argmax with
+ * the cell's parity thresholds; a mismatch is FAIL "timed work is not the judged work".
  *
- * The verdict is throughput_judge()'s over the recorded samples: a CV above max_cv in either
- * phase is GATE_ERROR ("host too noisy to judge"), never a FAIL; a median below a declared floor
- * is a FAIL. Start reading: throughput_gate(), then throughput_judge().
+ * Around each timed run the CPU the engine's threads received and the time they spent runnable
+ * but waiting for a CPU (Linux schedstat run_delay, summed over gate's threads and an exec
+ * engine's child) are recorded: a run whose wait exceeds max_wait of its CPU demand is "host
+ * starved" and is no evidence that the engine is slow (it may still be evidence that it is fast).
+ *
+ * The verdict is throughput_judge()'s over the recorded runs, through throughput_decide(), a
+ * pure function of the samples that the measuring loop also uses to decide when to stop.
+ * Start reading: throughput_decide(), then throughput_gate().
  */
 #ifndef GATE_THROUGHPUT_H
 #define GATE_THROUGHPUT_H
 
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "base/err.h"
@@ -29,35 +41,62 @@
 extern "C" {
 #endif
 
-#define THROUGHPUT_MAX_RUNS 64
-#define THROUGHPUT_MIN_RUNS 3   /* DESIGN.md: the median of >= 3 timed runs */
-#define THROUGHPUT_MAX_CV 0.5   /* default max_cv (the gate table's, harness/gatedef.c) */
-#define THROUGHPUT_CHAT_TURNS 6 /* the chat path's prompt: six equal segments */
+#define THROUGHPUT_MAX_RUNS 200    /* the most timed runs one measurement records */
+#define THROUGHPUT_MIN_RUNS 3      /* DESIGN.md: the median of >= 3 timed runs */
+#define THROUGHPUT_CONFIDENCE 0.95 /* two-sided level of the median's interval (docs/gates.md) */
+#define THROUGHPUT_CHAT_TURNS 6    /* the chat path's prompt: six equal segments */
+#define THROUGHPUT_MAX_CHECKS 8    /* spot-checked positions per timed run, at most */
 
 struct throughput_config {
-    int runs;                               /* timed runs (>= 3 for a gate; default 3) */
-    int warmup;                             /* untimed runs first (default 1) */
-    int prompt_tokens;                      /* prompt length along the mode's path (default 512) */
-    int decode_tokens;                      /* decode steps after the prompt (default 128) */
-    int n_threads;                          /* not a setting: how this host runs */
-    int kv_f16;                             /* not a setting: gate bench --kv f16 (default 0) */
+    int runs;           /* timed runs before the first decision (>= 3; default 6) */
+    int warmup;         /* untimed runs first (default 1), on their own fresh sequences */
+    int prompt_tokens;  /* prompt length along the mode's path (default 512) */
+    int decode_tokens;  /* decode steps after the prompt (default 128) */
+    int max_runs;       /* budget: timed runs at most (>= runs; default 30) */
+    double max_seconds; /* budget: timed seconds (sum of the runs' wall time; default 20) */
+    double max_wait;    /* a run is host-starved above this wait / (cpu + wait) (0.25) */
     double min_prefill_tps, min_decode_tps; /* floors; 0 = none declared */
-    double max_cv; /* above this CV in either phase the host is too noisy (default 0.5) */
-    /* not settings: called after each warm-up and timed run with (done, warmup + runs), from the
-     * measuring thread, outside the timed intervals (NULL = none) */
+    int check_positions; /* positions per timed run checked against the judge (default 2; 0
+                          * only for gate bench --no-check: the gate table's bound is >= 1) */
+    double check_min_cosine, check_near_tie; /* the cell's parity min_cosine and near_tie */
+    const char *baseline;  /* "" / NULL none, "previous" or a receipt hash (recorded as set) */
+    double max_regression; /* with a baseline: the largest slowdown allowed (default 0.05) */
+    /* not settings: what the harness found for `baseline` (harness/baseline.h), recorded as
+     * metrics "baseline" (borrowed; copied): {"receipt", "version", "prefill_tps", "decode_tps"}
+     * (compared), {"none": why} (`previous` found nothing: no comparison) or {"refused": why}
+     * (ERROR). NULL with a baseline set: recorded as refused. */
+    const json_t *base_json;
+    int n_threads; /* not a setting: how this host runs */
+    int kv_f16;    /* not a setting: gate bench --kv f16 (default 0) */
+    uint64_t seed; /* not a setting: 0 = a random nonce per measurement (the engine cannot
+                    * know the sequences in advance); tests fix it */
+    /* not settings: called after each warm-up and timed run with (done, runs planned so far:
+     * warmup + runs, then one more while undecided), from the measuring thread, outside the
+     * timed intervals (NULL = none) */
     void (*progress)(void *ctx, int done, int total);
     void *progress_ctx;
+    /* test hooks (NULL = the real ones). clock: monotonic seconds, called in this order: before
+     * the backend opens, after it opened, then per run (warm-up and timed) at its start, at the
+     * prompt/decode boundary and at its end. usage: the CPU seconds received and the seconds
+     * spent waiting for a CPU so far, by this process's threads plus child_pid's (0 = none);
+     * called at each run's start and end; returns 0, or -1 when not measurable (NAN recorded);
+     * *wait_s may be NAN alone (CPU measured, waiting not). */
+    double (*clock)(void *ctx);
+    int (*usage)(void *ctx, int child_pid, double *cpu_s, double *wait_s);
+    void *hook_ctx;
 };
 
 void throughput_config_default(struct throughput_config *c);
 
-/* The settings object of c, keys as throughput_judge reads them (new reference). */
+/* The settings object of c, keys as throughput_judge reads them (new reference): the gate
+ * table's throughput row plus "parity": {"min_cosine", "near_tie"} for the spot checks. */
 json_t *throughput_settings_json(const struct throughput_config *c);
 
 struct throughput_stats {
     int n;
     double median, min, max, mean, spread, cv; /* spread = max - min; cv = sample stddev/mean */
-    int noisy;                                 /* cv > the run's max_cv */
+    double lo, hi;   /* the median's distribution-free interval (0 / INFINITY: too few runs) */
+    double coverage; /* its exact coverage (>= THROUGHPUT_CONFIDENCE; 0 when unbounded) */
     double samples[THROUGHPUT_MAX_RUNS];
 };
 
@@ -65,32 +104,115 @@ struct throughput_stats {
  * sample is not finite and positive. */
 int throughput_stats(const double *x, int n, struct throughput_stats *out);
 
+/* Pure: the 1-based rank k of the order-statistic interval [x(k), x(n+1-k)] for the median of
+ * n samples at two-sided level conf: the largest k with P(Binomial(n, 1/2) <= k - 1) <=
+ * (1 - conf) / 2; 0 when no k qualifies (n too small: the interval is unbounded). *coverage
+ * (may be NULL) gets 1 - 2 P(B <= k - 1). */
+int throughput_median_rank(int n, double conf, double *coverage);
+
+/* One timed run as recorded. */
+struct throughput_sample {
+    double prefill_tps, decode_tps;
+    double wall_s; /* the timed run's wall time, prompt + decode */
+    double cpu_s;  /* CPU time the engine's threads received in it (NAN: not measured) */
+    double wait_s; /* time they were runnable but waited for a CPU (NAN: not measured) */
+};
+
+/* 1 when s is host-starved under max_wait: wait / (cpu + wait) > max_wait; when waiting is not
+ * measured but CPU is, cpu / wall < 1 - max_wait (less than one busy thread's worth; errs toward
+ * starved); 0 when neither is measured. */
+int throughput_starved(const struct throughput_sample *s, double max_wait);
+
+/* This build's rates against a baseline's (issue 27 §2): ratio = median(x) / median(base), and
+ * the 95 % distribution-free interval of the ratio from the Mann-Whitney (Hodges-Lehmann) shift
+ * interval of log rates: the pairwise differences log x_i - log base_j sorted, [d(k), d(nm+1-k)]
+ * with k = floor(nm/2 - 1.96 sqrt(nm(n+m+1)/12)) (normal approximation of U's null
+ * distribution), exponentiated; unbounded (0, INFINITY) when k < 1. */
+struct throughput_ratio {
+    double ratio, lo, hi;
+};
+
+/* Pure: the ratio above; ERR_INPUT unless 1 <= n, m <= THROUGHPUT_MAX_RUNS and every rate is
+ * finite and positive; ERR_ENV out of memory. */
+int throughput_ratio(const double *x, int n, const double *base, int m,
+                     struct throughput_ratio *out);
+
+struct throughput_rule {
+    double floor[2]; /* prefill, decode; 0 = none */
+    int runs, max_runs;
+    double max_seconds, max_wait;
+    /* a baseline (NULL = none): its timed rates per phase (base_n each) and the largest
+     * slowdown allowed (0.05: the ratio must not be confidently below 0.95) */
+    const double *base[2];
+    int base_n;
+    double max_regression;
+};
+
+struct throughput_phase {
+    double floor;
+    struct throughput_stats all;     /* every timed run */
+    struct throughput_stats granted; /* the runs that were not starved (n may be 0) */
+    int state;                       /* +1 lower bound >= floor, -1 granted upper < floor, 0 */
+    int starved;                     /* undecided, and every run says below: starvation */
+    /* against the baseline (rule.base): every run's ratio, the granted runs' ratio, and the
+     * state as above against 1 - max_regression (0 when there is no baseline) */
+    struct throughput_ratio vs_all, vs_granted;
+    int vs_state, vs_starved;
+};
+
+struct throughput_decision {
+    enum gate_verdict verdict; /* meaningful when !more */
+    int more;                  /* undecided with budget left: take another timed run */
+    int n, n_starved;
+    double timed_s;
+    struct throughput_phase phase[2]; /* prefill, decode */
+    char reason[400];
+};
+
+/* Pure: the decision over n timed runs (n >= 1, all rates finite and positive, else ERR_INPUT).
+ * For each phase with a floor: PASS when the interval of every run's median has its lower bound
+ * at or above the floor (starved runs only make a rate lower); FAIL when the interval of the
+ * not-starved runs has its upper bound below it; otherwise undecided. Any FAIL is FAIL, all PASS
+ * is PASS; undecided with n < rule->runs, or n < max_runs and timed_s < max_seconds, is more;
+ * undecided with the budget spent is ERROR "host starved: ..." when the runs say below the floor
+ * but too few had their CPU, else ERROR "inconclusive: LO–HI tok/s vs floor F after N runs / S s".
+ * With fewer than rule->runs runs the decision is always more. With a baseline each phase is also
+ * compared the same way: PASS needs every run's ratio interval at or above 1 - max_regression,
+ * FAIL "regressed" is the granted runs' interval below it, else more, then ERROR. */
+int throughput_decide(const struct throughput_sample *s, int n, const struct throughput_rule *rule,
+                      struct throughput_decision *d);
+
 struct throughput_result {
     char mode[32];
     char backend[16], device[128];
     char prompt_path[128];                    /* what the prompt phase measured */
     int prompt_tokens, decode_tokens, warmup; /* as measured */
     double load_s;                            /* backend open, never counted */
-    struct throughput_stats prefill, decode;  /* tokens per second */
-    enum gate_verdict verdict;                /* throughput_judge(settings, metrics) */
-    int pass;                                 /* verdict == GATE_PASS */
-    char reason[320];
+    struct throughput_stats prefill, decode;  /* tokens per second, every timed run */
+    struct throughput_decision decision;
+    int n_checks, n_check_bad; /* spot checks made / failed */
+    enum gate_verdict verdict; /* throughput_judge(settings, metrics) */
+    int pass;                  /* verdict == GATE_PASS */
+    char reason[420];
     json_t *metrics; /* owned: what the judge reads */
     json_t *checks;  /* owned */
 };
 
 void throughput_result_free(struct throughput_result *r);
 
-/* The throughput gate's verdict from settings {runs, warmup, prompt_tokens, decode_tokens,
- * min_prefill_tps, min_decode_tps, max_cv} and metrics as throughput_gate() records them; pure
- * (gate_judge_fn). Median and CV are recomputed from metrics "prefill"/"decode" "samples_tps"
- * (their count must equal runs, >= 3); a CV above max_cv is GATE_ERROR, a median below a
- * positive floor FAIL. */
+/* The throughput gate's verdict from settings as throughput_settings_json() writes them and
+ * metrics as throughput_gate() records them; pure (gate_judge_fn). Everything is recomputed from
+ * metrics "runs" (per run: seed, prefill_tps, decode_tps, wall_s, cpu_s, wait_s) and "spot" (per
+ * check: run, pos, cosine, argmax, judge_argmax, judge_gap): token counts as set; run seeds all
+ * different; every run checked at check_positions positions, each with cosine >= min_cosine and
+ * the same argmax unless the judge's top-2 gap is below near_tie (else FAIL "timed work is not
+ * the judged work"); then throughput_decide(), where "more" on a finished record is FAIL (the
+ * measurement stopped before deciding and before its budget was spent). */
 enum gate_verdict throughput_judge(const json_t *settings, const json_t *metrics, json_t *checks,
                                    char *why, size_t n);
 
-/* Open the mode's backend on m (loaded by the caller, which checked its digest), run
- * cfg->warmup + cfg->runs times as the header block says, build out->metrics and take the
+/* Open the mode's backend on m (loaded by the caller, which checked its digest) and the judge,
+ * run as the header block says until throughput_decide() stops, build out->metrics and take the
  * verdict from throughput_judge(throughput_settings_json(cfg), out->metrics). Returns 0 when
  * measured, else a negative status (ERR_INPUT for bad settings). Free with
  * throughput_result_free(). */
@@ -98,8 +220,7 @@ int throughput_gate(const struct model *m, const struct mode *mode,
                     const struct throughput_config *cfg, struct throughput_result *out,
                     struct gate_err *err);
 
-/* The metrics object of r's numbers, as a receipt records them and the judge reads them (new
- * reference; throughput_gate() stores it in r->metrics). */
+/* The metrics object of r (new reference; throughput_gate() stores it in r->metrics). */
 json_t *throughput_result_json(const struct throughput_result *r);
 void throughput_print(FILE *f, const struct throughput_result *r);
 

@@ -30,6 +30,9 @@
  *   --grandchild           double-fork (setsid in between) a grandchild that sleeps for ten
  *                          minutes: "gc=<pid>"
  *   --slow-forward MS      every forward request sleeps MS milliseconds before answering
+ *   --replay               a lying fast engine (issue 23 §2): a forward request whose (n_past,
+ *                          n_tokens) it has answered before gets that earlier reply again,
+ *                          whatever the tokens; only new shapes are computed
  * Faults: every kind of gate's table, applied by the twin (set_faults -> backend_set_faults).
  * Start reading: main().
  */
@@ -60,6 +63,7 @@ struct opts {
     int crash_at, hang_at, error_at;
     int bad_frame, oversize_frame, wrong_size, extra_bytes, wrong_digest, exit_early, no_faults;
     int max_tokens;
+    int replay;
     const char *device; /* what hello says the engine runs on */
     const char *steal[8];
     int n_steal, steal_parent, grandchild, slow_ms;
@@ -314,6 +318,8 @@ int main(int argc, char **argv)
             o.grandchild = 1;
         else if (!strcmp(a, "--slow-forward") && v)
             o.slow_ms = atoi(argv[++i]);
+        else if (!strcmp(a, "--replay"))
+            o.replay = 1;
         else {
             fprintf(stderr, "exec_engine: unknown option '%s'\n", a);
             return 2;
@@ -326,6 +332,9 @@ int main(int argc, char **argv)
     float *logits = NULL;
     int32_t *tokens = NULL;
     int forwards = 0, n_ctx = 0;
+    /* --replay: the first reply for each (n_past, n_tokens), kept for ever */
+    enum { REPLAY_MAX = 128 };
+    static float *cache[REPLAY_MAX][REPLAY_MAX];
     for (;;) {
         unsigned char pre[8];
         if (read_full(pre, 4))
@@ -424,10 +433,24 @@ int main(int argc, char **argv)
                 send_error("planted error: this engine refuses forward requests now");
             } else if (!b || n < 1 || n_past + n > n_ctx || B != (uint64_t)n * 4) {
                 send_error("forward: bad request (no model, or sizes off)");
+            } else if (o.replay && n_past < REPLAY_MAX && n <= REPLAY_MAX && cache[n_past][n - 1]) {
+                char *t = json_dumps(json_pack("{s:b, s:i, s:i}", "ok", 1, "n_tokens", n, "n_vocab",
+                                               (int)m->hp.n_vocab),
+                                     JSON_COMPACT);
+                const uint64_t bytes = (uint64_t)n * m->hp.n_vocab * 4;
+                send_raw(t, (uint32_t)strlen(t), cache[n_past][n - 1], bytes, bytes);
+                free(t);
             } else if (memcpy(tokens, payload, B),
                        backend_forward(b, tokens, n, n_past, logits, &err)) {
                 send_error(err.msg);
             } else {
+                if (o.replay && n_past < REPLAY_MAX && n <= REPLAY_MAX) {
+                    const size_t bytes = (size_t)n * m->hp.n_vocab * 4;
+                    cache[n_past][n - 1] = malloc(bytes);
+                    if (!cache[n_past][n - 1])
+                        die("out of memory for the replay cache");
+                    memcpy(cache[n_past][n - 1], logits, bytes);
+                }
                 const size_t V = m->hp.n_vocab;
                 for (int t = 0; t < n; t++)
                     for (size_t i = 0; i < V; i++) {

@@ -109,30 +109,30 @@ static void write_ladder(const char *goldens_sha)
 {
     FILE *f = fopen(in_dir("story.yaml"), "w");
     cr_assert(f);
-    fprintf(
-        f,
-        "release: {name: story, version: '%s'}\n"
-        "models:\n  dense: {path: dense.gguf, sha256: " TINY_DENSE_SHA ", arch: qwen3}\n"
-        "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
-        "modes: [ref.decode]\n"
-        "cells:\n  - {model: dense, host: a, mode: ref.decode}\n"
-        "gates:\n  defaults:\n"
-        "    parity: {positions: 64}\n"
-        "    golden: {goldens: goldens.json, sha256: %s, tokens: 8}\n"
-        "    throughput: {runs: 3, warmup: 0, prompt_tokens: 16, decode_tokens: 4, max_cv: 100}\n"
-        "    falsify: {faults: [skip_qk_norm], sweep_samples: 1}\n"
-        "anchors:\n  conf-dense:\n    arch: qwen3\n"
-        "    reference: \"float64 exact evaluation (../shared/conformance)\"\n"
-        "    model: {path: %s, sha256: %s}\n    tokens: {path: %s, sha256: %s}\n"
-        "    logits: {path: %s, sha256: %s}\n"
-        "    greedy: {path: %s, sha256: %s, after: 16}\n"
-        "    thresholds: {max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 1.0e-3}\n",
-        GATE_VERSION, goldens_sha, conformance_path(DENSE, "model.gguf"),
-        sha_of(conformance_path(DENSE, "model.gguf")), conformance_path(DENSE, "tokens.txt"),
-        sha_of(conformance_path(DENSE, "tokens.txt")), conformance_path(DENSE, "logits_exact.f32"),
-        sha_of(conformance_path(DENSE, "logits_exact.f32")),
-        conformance_path(DENSE, "greedy_exact.txt"),
-        sha_of(conformance_path(DENSE, "greedy_exact.txt")));
+    fprintf(f,
+            "release: {name: story, version: '%s'}\n"
+            "models:\n  dense: {path: dense.gguf, sha256: " TINY_DENSE_SHA ", arch: qwen3}\n"
+            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+            "modes: [ref.decode]\n"
+            "cells:\n  - {model: dense, host: a, mode: ref.decode}\n"
+            "gates:\n  defaults:\n"
+            "    parity: {positions: 64}\n"
+            "    golden: {goldens: goldens.json, sha256: %s, tokens: 8}\n"
+            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 16, decode_tokens: 4}\n"
+            "    falsify: {faults: [skip_qk_norm], sweep_samples: 1}\n"
+            "anchors:\n  conf-dense:\n    arch: qwen3\n"
+            "    reference: \"float64 exact evaluation (../shared/conformance)\"\n"
+            "    model: {path: %s, sha256: %s}\n    tokens: {path: %s, sha256: %s}\n"
+            "    logits: {path: %s, sha256: %s}\n"
+            "    greedy: {path: %s, sha256: %s, after: 16}\n"
+            "    thresholds: {max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 1.0e-3}\n",
+            GATE_VERSION, goldens_sha, conformance_path(DENSE, "model.gguf"),
+            sha_of(conformance_path(DENSE, "model.gguf")), conformance_path(DENSE, "tokens.txt"),
+            sha_of(conformance_path(DENSE, "tokens.txt")),
+            conformance_path(DENSE, "logits_exact.f32"),
+            sha_of(conformance_path(DENSE, "logits_exact.f32")),
+            conformance_path(DENSE, "greedy_exact.txt"),
+            sha_of(conformance_path(DENSE, "greedy_exact.txt")));
     fclose(f);
 }
 

@@ -550,7 +550,7 @@ Test(exec, gate_run_starts_the_engine_once_per_cell_and_records_its_handshake)
              ENGINE("{argv: [%s, --noise, '1e-5'], timeout_s: 30, supports: [decode, faults]}"),
              engine_path());
     struct run_result r = run_one(engines, "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8,"
-                                           " decode_tokens: 2, max_cv: 100}\n"
+                                           " decode_tokens: 2}\n"
                                            "    falsify: {faults: [uniform_weights],"
                                            " sweep_samples: 1}\n");
     cr_expect_str_eq(gate_field(&r, "capability", "verdict"), "PASS");

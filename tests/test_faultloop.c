@@ -382,8 +382,8 @@ static void setup_loop(struct loop *l)
             "cells:\n  - {model: dense, host: a, mode: ref.decode}\n"
             "gates:\n  defaults:\n"
             "    parity: {positions: 64}\n"
-            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 4,"
-            " max_cv: 100}\n"
+            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 4"
+            "}\n"
             "    falsify: {faults: [skip_qk_norm], sweep_samples: 0}\n"
             "unanchored: {qwen3: 'the fault loop judges the receipt store, not the engine'}\n",
             GATE_VERSION);

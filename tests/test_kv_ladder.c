@@ -278,7 +278,7 @@ Test(kv_ladder, an_f16_cell_runs_end_to_end_and_its_receipt_says_f16)
      * this test is about) */
     const char *p = ladderfix_one_cell(&fx, "l.yaml", NULL, "cpu.decode", ", kv: f16",
                                        "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8,"
-                                       " decode_tokens: 2, max_cv: 100}\n"
+                                       " decode_tokens: 2}\n"
                                        "    falsify: {faults: [skip_qk_norm], sweep_samples: 0}\n");
     struct run_options o = {
         .ladder = p, .host = "a", .db = path_in("r.db"), .key = path_in("a.key"), .threads = 1};

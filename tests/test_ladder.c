@@ -164,7 +164,7 @@ static const struct bad_case BAD[] = {
     {"runs_below_3",
      HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
           "gates: {defaults: {throughput: {runs: 1}}}\n",
-     "throughput.runs must be in [3, 1000], found 1"},
+     "throughput.runs must be in [3, 200], found 1"},
     {"empty_cells", HEAD "cells: []\n", "cells must not be empty"},
     {"cells_mixed", HEAD "cells: [{model: m, hosts: [local], mode: ref.decode}]\n",
      "either a matrix (models, hosts, modes) or one cell"},

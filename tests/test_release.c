@@ -584,8 +584,8 @@ Test(release, run_ladder_returns_rows_and_reports_progress_through_the_callback)
             "modes: [ref.decode]\n"
             "cells:\n  - {model: moe, host: a, mode: ref.decode}\n"
             "gates:\n  defaults:\n    parity: {positions: 64}\n    falsify: {sweep_samples: 1}\n"
-            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 2,"
-            " max_cv: 100}\n"
+            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 2"
+            "}\n"
             "unanchored: {qwen3moe: 'runner test'}\n",
             check_shared_dir());
     fclose(f);
@@ -709,7 +709,7 @@ Test(release, gate_run_end_to_end_writes_verifiable_receipts, .timeout = 1200)
             "  - {model: moe, host: gpu, mode: cuda.decode}\n"
             "gates:\n  defaults:\n    parity: {positions: 64}\n    falsify: {sweep_samples: 1}\n"
             "    throughput: {runs: 3, warmup: 0, prompt_tokens: 16,"
-            " decode_tokens: 4, max_cv: 100}\n    golden: {goldens: goldens.json, tokens: 8}\n"
+            " decode_tokens: 4}\n    golden: {goldens: goldens.json, tokens: 8}\n"
             "  overrides:\n    - {match: {model: wrong}, falsify: [skip_qk_norm]}\n"
             "unanchored: {qwen3: 'end-to-end runner test', qwen3moe: 'end-to-end runner test'}\n",
             GATE_VERSION, check_shared_dir(), check_shared_dir());

@@ -1,19 +1,30 @@
-/* test_throughput.c — the throughput oracle: statistics on hand-made samples (median, spread,
- * CV), the judge over recorded samples (a floor above what ran FAILS, a CV above max_cv is an
- * ERROR "host too noisy to judge", a forged median is ignored), and real runs on the tiny model
- * along each mode's own path, counted by the backend's forwards.
+/* test_throughput.c — the throughput oracle: statistics on hand-made asymmetric samples (median
+ * of an even count, the order-statistic interval of the median against hand-computed binomial
+ * ranks), the decision over synthetic sample sets (PASS, FAIL, more runs, ERROR inconclusive,
+ * ERROR host starved, budget in runs and in seconds), the judge over recorded metrics (forged
+ * summaries ignored, spot checks that disagree with the judge, repeated sequences, a
+ * measurement stopped early), the arithmetic of real runs under a fake clock (prompt vs decode
+ * token counts, warm-up excluded), real runs along each mode's path counted by the backend's
+ * forwards, and an exec engine that replays cached replies (issue 23 §2).
+ * No assertion reads a wall clock: time comes from a scripted clock or not at all.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "engine/exec.h"
 #include "oracles/mode.h"
 #include "oracles/throughput.h"
 #include "support/check.h"
+#include "support/conformance.h"
+#include "support/ladderfix.h"
 
-Test(throughput, stats_on_hand_made_samples)
+Test(throughput, stats_on_asymmetric_hand_made_samples)
 {
     struct throughput_stats s;
     double x[] = {100, 300, 200};
@@ -23,9 +34,20 @@ Test(throughput, stats_on_hand_made_samples)
     cr_expect_eq(s.max, 300);
     cr_expect_eq(s.spread, 200);
     cr_expect(fabs(s.cv - 0.5) < 1e-12); /* stddev 100 / mean 200 */
-    double y[] = {100, 101, 99, 100};
+    cr_expect_eq(s.coverage, 0);         /* 3 runs: no 95% interval */
+    cr_expect(s.lo == 0 && isinf(s.hi));
+    /* even count, asymmetric: the lower middle 20, the upper 40, the mean 267.5 — the median
+     * is their midpoint 30, nothing else */
+    double y[] = {1000, 20, 10, 40};
     cr_assert_eq(throughput_stats(y, 4, &s), 0);
-    cr_expect_eq(s.median, 100);
+    cr_expect_eq(s.median, 30);
+    cr_expect_eq(s.mean, 267.5);
+    /* six runs: the interval is [min, max] at 1 - 2/64 */
+    double z[] = {9, 3, 7, 1, 5, 11};
+    cr_assert_eq(throughput_stats(z, 6, &s), 0);
+    cr_expect_eq(s.median, 6);
+    cr_expect(s.lo == 1 && s.hi == 11, "%g %g", s.lo, s.hi);
+    cr_expect(fabs(s.coverage - (1 - 2.0 / 64)) < 1e-12, "%.12f", s.coverage);
     double bad[] = {100, NAN};
     cr_expect_eq(throughput_stats(bad, 2, &s), ERR_INPUT);
     double zero[] = {0};
@@ -33,16 +55,216 @@ Test(throughput, stats_on_hand_made_samples)
     cr_expect_eq(throughput_stats(y, 0, &s), ERR_INPUT);
 }
 
-/* Metrics of three runs with the given samples, 64 prompt / 16 decode tokens. */
-static json_t *metrics_of(const double p[3], const double d[3])
+Test(throughput, median_rank_is_the_binomial_order_statistic)
 {
-    return json_pack("{s:s, s:i, s:i, s:{s:f, s:[fff]}, s:{s:f, s:[fff]}}", "mode", "ref.decode",
-                     "prompt_tokens", 64, "decode_tokens", 16, "prefill", "median_tps", p[1],
-                     "samples_tps", p[0], p[1], p[2], "decode", "median_tps", d[1], "samples_tps",
-                     d[0], d[1], d[2]);
+    double cov;
+    /* n = 5: P(B <= 0) = 1/32 > 0.025, no interval */
+    cr_expect_eq(throughput_median_rank(5, 0.95, &cov), 0);
+    cr_expect_eq(cov, 0);
+    cr_expect_eq(throughput_median_rank(6, 0.95, &cov), 1);
+    /* n = 10: P(B <= 1) = 11/1024 <= 0.025 < P(B <= 2) = 56/1024 */
+    cr_expect_eq(throughput_median_rank(10, 0.95, &cov), 2);
+    cr_expect(fabs(cov - (1 - 2 * 11.0 / 1024)) < 1e-12, "%.12f", cov);
+    /* n = 30: P(B <= 9) = 0.0214 <= 0.025 < P(B <= 10) = 0.0494 */
+    cr_expect_eq(throughput_median_rank(30, 0.95, &cov), 10);
+    cr_expect(cov > 0.957 && cov < 0.958, "%.6f", cov);
+    /* 99%: n = 8 is the first (P(B <= 0) = 1/256) */
+    cr_expect_eq(throughput_median_rank(7, 0.99, NULL), 0);
+    cr_expect_eq(throughput_median_rank(8, 0.99, NULL), 1);
 }
 
-static json_t *settings_of(double min_pre, double min_dec, double max_cv)
+/* n samples: decode rate d[i % nd], prefill 10x that, one second each, CPU granted unless
+ * wait > 0 (then wait s of waiting per 1 s of CPU). */
+static void fill(struct throughput_sample *s, int n, const double *d, int nd, double wait)
+{
+    for (int i = 0; i < n; i++)
+        s[i] = (struct throughput_sample){.prefill_tps = 10 * d[i % nd],
+                                          .decode_tps = d[i % nd],
+                                          .wall_s = 0.5,
+                                          .cpu_s = 1,
+                                          .wait_s = wait};
+}
+
+static const struct throughput_rule RULE = {
+    .floor = {0, 50}, .runs = 6, .max_runs = 30, .max_seconds = 20, .max_wait = 0.25};
+
+Test(throughput, decide_pass_fail_and_more_from_synthetic_samples)
+{
+    struct throughput_sample s[THROUGHPUT_MAX_RUNS];
+    struct throughput_decision d;
+    /* every run far above the floor: PASS after the first six */
+    const double fast[] = {400, 520, 150, 480};
+    fill(s, 6, fast, 4, 0);
+    cr_assert_eq(throughput_decide(s, 6, &RULE, &d), 0);
+    cr_expect(!d.more && d.verdict == GATE_PASS, "%s", d.reason);
+    /* the same numbers, five runs: fewer than `runs`, more */
+    cr_assert_eq(throughput_decide(s, 5, &RULE, &d), 0);
+    cr_expect(d.more, "%s", d.reason);
+    /* below the floor with the CPU granted: FAIL, naming the phase and the floor */
+    const double slow[] = {41, 44, 39, 43, 40, 42};
+    fill(s, 6, slow, 6, 0);
+    cr_assert_eq(throughput_decide(s, 6, &RULE, &d), 0);
+    cr_expect(!d.more && d.verdict == GATE_FAIL, "%s", d.reason);
+    cr_expect(strstr(d.reason, "decode 41.5 tokens/s") && strstr(d.reason, "below the floor 50"),
+              "%s", d.reason);
+    /* one run above the floor: the interval [min, max] of six straddles it, more */
+    const double near[] = {41, 44, 39, 43, 40, 52};
+    fill(s, 6, near, 6, 0);
+    cr_assert_eq(throughput_decide(s, 6, &RULE, &d), 0);
+    cr_expect(d.more, "%s", d.reason);
+    /* ten runs, one above: [x(2), x(9)] = [39, 45] is below, FAIL */
+    const double ten[] = {41, 44, 39, 43, 40, 52, 39.5, 42, 39, 45};
+    fill(s, 10, ten, 10, 0);
+    cr_assert_eq(throughput_decide(s, 10, &RULE, &d), 0);
+    cr_expect(!d.more && d.verdict == GATE_FAIL, "%s", d.reason);
+    cr_expect_eq(d.phase[1].granted.hi, 45);
+    /* the prefill floor is judged too (prefill = 10x decode here) */
+    struct throughput_rule r2 = RULE;
+    r2.floor[0] = 1000;
+    r2.floor[1] = 0;
+    fill(s, 6, fast, 4, 0);
+    cr_assert_eq(throughput_decide(s, 6, &r2, &d), 0);
+    cr_expect(d.verdict == GATE_PASS && !d.more, "%s", d.reason);
+    r2.floor[0] = 6000;
+    cr_assert_eq(throughput_decide(s, 6, &r2, &d), 0);
+    cr_expect(d.verdict == GATE_FAIL && strstr(d.reason, "prefill"), "%s", d.reason);
+    cr_expect_eq(throughput_decide(s, 0, &RULE, &d), ERR_INPUT);
+}
+
+Test(throughput, decide_errors_only_when_the_budget_is_spent)
+{
+    struct throughput_sample s[THROUGHPUT_MAX_RUNS];
+    struct throughput_decision d;
+    /* half the runs above, half below: undecided for ever */
+    const double straddle[] = {41, 58, 45, 55};
+    fill(s, 30, straddle, 4, 0);
+    cr_assert_eq(throughput_decide(s, 29, &RULE, &d), 0);
+    cr_expect(d.more, "%s", d.reason);
+    cr_assert_eq(throughput_decide(s, 30, &RULE, &d), 0);
+    cr_expect(!d.more && d.verdict == GATE_ERROR, "%s", d.reason);
+    cr_expect(strstr(d.reason, "inconclusive: 45.0-55.0 tok/s vs floor 50 (decode) after 30 runs"),
+              "%s", d.reason);
+    /* the seconds budget: 3 s per run, 7 runs = 21 s >= 20 s */
+    for (int i = 0; i < 7; i++)
+        s[i].wall_s = 3;
+    cr_assert_eq(throughput_decide(s, 6, &RULE, &d), 0);
+    cr_expect(d.more, "%s", d.reason);
+    cr_assert_eq(throughput_decide(s, 7, &RULE, &d), 0);
+    cr_expect(!d.more && d.verdict == GATE_ERROR, "%s", d.reason);
+    cr_expect(strstr(d.reason, "after 7 runs / 21.0 s"), "%s", d.reason);
+}
+
+Test(throughput, starved_runs_are_no_evidence_of_a_slow_engine)
+{
+    struct throughput_sample s[THROUGHPUT_MAX_RUNS];
+    struct throughput_decision d;
+    /* every run below the floor, every run waited 3 s per 1 s of CPU: more, then ERROR naming
+     * starvation — never FAIL */
+    const double slow[] = {12, 11, 13, 10};
+    fill(s, 30, slow, 4, 3);
+    cr_assert_eq(throughput_starved(&s[0], 0.25), 1);
+    cr_assert_eq(throughput_decide(s, 6, &RULE, &d), 0);
+    cr_expect(d.more, "%s", d.reason);
+    cr_assert_eq(throughput_decide(s, 30, &RULE, &d), 0);
+    cr_expect(!d.more && d.verdict == GATE_ERROR, "%s", d.reason);
+    cr_expect(strstr(d.reason, "host starved: 30 of 30 runs"), "%s", d.reason);
+    cr_expect_eq(d.n_starved, 30);
+    /* the same rates with the CPU granted (a real slowdown): FAIL after six */
+    fill(s, 6, slow, 4, 0.1);
+    cr_assert_eq(throughput_starved(&s[0], 0.25), 0); /* 0.1 / 1.1 = 9% waiting */
+    cr_assert_eq(throughput_decide(s, 6, &RULE, &d), 0);
+    cr_expect(!d.more && d.verdict == GATE_FAIL, "%s", d.reason);
+    /* starved but far above the floor anyway: PASS (starvation only lowers a rate) */
+    const double fast[] = {400, 300, 350};
+    fill(s, 6, fast, 3, 3);
+    cr_assert_eq(throughput_decide(s, 6, &RULE, &d), 0);
+    cr_expect(!d.more && d.verdict == GATE_PASS, "%s", d.reason);
+    /* ten granted runs below the floor among twenty starved ones: the granted ten decide, FAIL */
+    fill(s, 30, slow, 4, 3);
+    for (int i = 0; i < 10; i++)
+        s[3 * i].wait_s = 0;
+    cr_assert_eq(throughput_decide(s, 30, &RULE, &d), 0);
+    cr_expect(!d.more && d.verdict == GATE_FAIL, "%s", d.reason);
+    cr_expect_eq(d.n_starved, 20);
+    cr_expect_eq(d.phase[1].granted.n, 10);
+    /* waiting not measured, CPU measured: below one busy thread's worth is starved */
+    struct throughput_sample u = {
+        .prefill_tps = 1, .decode_tps = 1, .wall_s = 1, .cpu_s = 0.5, .wait_s = NAN};
+    cr_expect_eq(throughput_starved(&u, 0.25), 1);
+    u.cpu_s = 0.9;
+    cr_expect_eq(throughput_starved(&u, 0.25), 0);
+    u.cpu_s = NAN;
+    cr_expect_eq(throughput_starved(&u, 0.25), 0); /* nothing measured: counted as granted */
+}
+
+Test(throughput, ratio_to_a_baseline_on_known_vectors)
+{
+    const double base[] = {10, 11, 12, 13, 14, 15};
+    double x[6];
+    for (int i = 0; i < 6; i++)
+        x[i] = 2 * base[5 - i];
+    struct throughput_ratio r;
+    cr_assert_eq(throughput_ratio(x, 6, base, 6, &r), 0);
+    cr_expect_eq(r.ratio, 2);
+    /* 36 differences log 2 + log b_i - log b_j, symmetric about log 2; k = floor(18 - 1.96
+     * sqrt(39)) = 5: [d(5), d(32)], so lo * hi = 4 */
+    cr_expect(r.lo < 2 && r.hi > 2 && fabs(r.lo * r.hi - 4) < 1e-9, "%g %g", r.lo, r.hi);
+    cr_expect(fabs(r.lo - 2 * 11.0 / 14.0) < 1e-12, "%.12g", r.lo); /* the 5th: 2 * 11/14 */
+    cr_assert_eq(throughput_ratio(x, 1, base, 1, &r), 0);
+    cr_expect(r.ratio == 2 * 15.0 / 10 && r.lo == 0 && isinf(r.hi)); /* no interval from 1 x 1 */
+    cr_expect_eq(throughput_ratio(x, 0, base, 6, &r), ERR_INPUT);
+}
+
+Test(throughput, decide_against_a_baseline)
+{
+    struct throughput_sample s[THROUGHPUT_MAX_RUNS];
+    struct throughput_decision d;
+    const double base_dec[] = {100, 101, 99, 100.5, 99.5, 100.2, 100.1, 99.9};
+    double base_pre[8];
+    for (int i = 0; i < 8; i++)
+        base_pre[i] = 10 * base_dec[i];
+    struct throughput_rule rule = RULE;
+    rule.floor[1] = 0;
+    rule.base[0] = base_pre;
+    rule.base[1] = base_dec;
+    rule.base_n = 8;
+    rule.max_regression = 0.05;
+    /* the same speed, tight: PASS */
+    const double same[] = {100.3, 99.7, 100.1, 99.8, 100.4, 99.6};
+    fill(s, 6, same, 6, 0);
+    cr_assert_eq(throughput_decide(s, 6, &rule, &d), 0);
+    cr_expect(!d.more && d.verdict == GATE_PASS, "%s", d.reason);
+    cr_expect(d.phase[1].vs_all.lo >= 0.95 && d.phase[1].vs_all.hi <= 1.05);
+    /* 20 % slower with the CPU granted: FAIL, named a regression */
+    const double slower[] = {80.3, 79.7, 80.1, 79.8, 80.4, 79.6};
+    fill(s, 6, slower, 6, 0);
+    cr_assert_eq(throughput_decide(s, 6, &rule, &d), 0);
+    cr_expect(!d.more && d.verdict == GATE_FAIL, "%s", d.reason);
+    cr_expect(strstr(d.reason, "prefill regressed: 0.799 x the baseline"), "%s", d.reason);
+    /* the same, every run starved: more, then ERROR host starved, never FAIL */
+    fill(s, 30, slower, 6, 3);
+    cr_assert_eq(throughput_decide(s, 6, &rule, &d), 0);
+    cr_expect(d.more, "%s", d.reason);
+    cr_assert_eq(throughput_decide(s, 30, &rule, &d), 0);
+    cr_expect(!d.more && d.verdict == GATE_ERROR && strstr(d.reason, "host starved"), "%s",
+              d.reason);
+    /* 4 % slower: within max_regression, but the interval must say so — with noise around the
+     * bar it cannot: inconclusive after the budget */
+    const double near[] = {90, 102, 93, 99, 96, 97};
+    fill(s, 30, near, 6, 0);
+    cr_assert_eq(throughput_decide(s, 30, &rule, &d), 0);
+    cr_expect(!d.more && d.verdict == GATE_ERROR && strstr(d.reason, "inconclusive"), "%s",
+              d.reason);
+    /* a floor met does not excuse a regression */
+    rule.floor[1] = 10;
+    fill(s, 6, slower, 6, 0);
+    cr_assert_eq(throughput_decide(s, 6, &rule, &d), 0);
+    cr_expect(d.verdict == GATE_FAIL && strstr(d.reason, "regressed"), "%s", d.reason);
+}
+
+/* ---- the judge over recorded metrics -------------------------------------------------------- */
+
+static json_t *settings_of(double min_pre, double min_dec)
 {
     struct throughput_config c;
     throughput_config_default(&c);
@@ -50,13 +272,34 @@ static json_t *settings_of(double min_pre, double min_dec, double max_cv)
     c.decode_tokens = 16;
     c.min_prefill_tps = min_pre;
     c.min_decode_tps = min_dec;
-    c.max_cv = max_cv;
+    c.check_positions = 1;
     return throughput_settings_json(&c);
+}
+
+/* Metrics of n runs (decode d[i % nd], prefill 20x), one good spot check per run. */
+static json_t *metrics_of(int n, const double *d, int nd)
+{
+    json_t *runs = json_array(), *spot = json_array();
+    for (int i = 0; i < n; i++) {
+        char seed[17];
+        snprintf(seed, sizeof seed, "%016x", 0x1000 + i);
+        json_array_append_new(runs,
+                              json_pack("{s:s, s:f, s:f, s:f, s:f, s:f}", "seed", seed,
+                                        "prefill_tps", 20 * d[i % nd], "decode_tps", d[i % nd],
+                                        "wall_s", 0.5, "cpu_s", 0.5, "wait_s", 0.0));
+        json_array_append_new(spot, json_pack("{s:i, s:i, s:f, s:i, s:i, s:f}", "run", i, "pos",
+                                              3 + i, "cosine", 0.99999, "argmax", 7, "judge_argmax",
+                                              7, "judge_gap", 1.5));
+    }
+    return json_pack("{s:s, s:i, s:i, s:o, s:o, s:{s:f}, s:{s:f}}", "mode", "ref.decode",
+                     "prompt_tokens", 64, "decode_tokens", 16, "runs", runs, "spot", spot,
+                     "prefill", "median_tps", 1.0, "decode", "median_tps", 1.0);
 }
 
 static enum gate_verdict judge(json_t *s, json_t *m, char *why, size_t n)
 {
     json_t *checks = json_array();
+    why[0] = '\0';
     enum gate_verdict v = throughput_judge(s, m, checks, why, n);
     cr_expect_gt(json_array_size(checks), 0);
     json_decref(checks);
@@ -64,37 +307,170 @@ static enum gate_verdict judge(json_t *s, json_t *m, char *why, size_t n)
     return v;
 }
 
-Test(throughput, judge_against_floors_from_recorded_samples)
+Test(throughput, judge_against_floors_from_recorded_runs)
 {
-    const double p[] = {1000, 1010, 990}, d[] = {50, 51, 49};
-    json_t *m = metrics_of(p, d);
-    char why[320];
-    cr_expect_eq(judge(settings_of(900, 60, 0.1), m, why, sizeof why), GATE_FAIL);
-    cr_expect(strstr(why, "decode 50.0"), "%s", why);
-    cr_expect_eq(judge(settings_of(900, 40, 0.1), m, why, sizeof why), GATE_PASS, "%s", why);
-    cr_expect_eq(judge(settings_of(2000, 40, 0.1), m, why, sizeof why), GATE_FAIL);
+    const double d[] = {50, 51, 49, 50.5, 49.5, 52};
+    json_t *m = metrics_of(6, d, 6);
+    char why[400];
+    cr_expect_eq(judge(settings_of(900, 60), m, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "decode 50.2 tokens/s"), "%s", why);
+    cr_expect_eq(judge(settings_of(900, 40), m, why, sizeof why), GATE_PASS, "%s", why);
+    cr_expect_eq(judge(settings_of(2000, 40), m, why, sizeof why), GATE_FAIL);
     cr_expect(strstr(why, "prefill"), "%s", why);
-    /* a forged median is not believed: the samples say 50 */
+    /* a forged summary is not believed: the runs say 50 */
     json_object_set_new(json_object_get(m, "decode"), "median_tps", json_real(1e9));
-    cr_expect_eq(judge(settings_of(900, 60, 0.1), m, why, sizeof why), GATE_FAIL);
-    /* fewer samples than the settings' runs: FAIL */
-    json_array_remove(json_object_get(json_object_get(m, "decode"), "samples_tps"), 0);
-    cr_expect_eq(judge(settings_of(0, 0, 0.1), m, why, sizeof why), GATE_FAIL);
+    cr_expect_eq(judge(settings_of(900, 60), m, why, sizeof why), GATE_FAIL);
+    /* undecided (the floor inside the interval) with budget left: the measurement stopped
+     * early, FAIL */
+    cr_expect_eq(judge(settings_of(0, 50.2), m, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "stopped after 6 runs"), "%s", why);
+    /* fewer runs than the settings' runs: FAIL */
+    json_array_remove(json_object_get(m, "runs"), 0);
+    cr_expect_eq(judge(settings_of(0, 0), m, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "5 timed runs recorded"), "%s", why);
     json_decref(m);
 }
 
-Test(throughput, noisy_host_is_an_error_not_a_fail)
+Test(throughput, judge_rejects_timed_work_that_is_not_the_judged_work)
 {
-    /* decode CV 0.5: below a floor too, but a noisy host cannot be judged either way */
-    const double p[] = {1000, 1010, 990}, d[] = {100, 300, 200};
-    json_t *m = metrics_of(p, d);
-    char why[320];
-    cr_expect_eq(judge(settings_of(0, 1e6, 0.1), m, why, sizeof why), GATE_ERROR);
-    cr_expect(strstr(why, "host too noisy to judge (CV 0.500 > bound 0.1"), "%s", why);
-    /* under a looser bound the same numbers are judged: FAIL on the floor, PASS without it */
-    cr_expect_eq(judge(settings_of(0, 1e6, 0.6), m, why, sizeof why), GATE_FAIL);
-    cr_expect_eq(judge(settings_of(0, 10, 0.6), m, why, sizeof why), GATE_PASS, "%s", why);
+    const double d[] = {100, 120, 110};
+    json_t *m = metrics_of(6, d, 3);
+    char why[400];
+    cr_expect_eq(judge(settings_of(0, 50), m, why, sizeof why), GATE_PASS, "%s", why);
+    json_t *c = json_array_get(json_object_get(m, "spot"), 4);
+    /* another argmax at a clear margin: FAIL */
+    json_object_set_new(c, "argmax", json_integer(9));
+    cr_expect_eq(judge(settings_of(0, 50), m, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "timed work is not the judged work") && strstr(why, "run 4"), "%s", why);
+    /* the same flip at a near tie of the judge: excused */
+    json_object_set_new(c, "judge_gap", json_real(0.01));
+    cr_expect_eq(judge(settings_of(0, 50), m, why, sizeof why), GATE_PASS, "%s", why);
+    /* a cosine below the cell's min_cosine (0.999), or not a number: FAIL */
+    json_object_set_new(c, "cosine", json_real(0.998));
+    cr_expect_eq(judge(settings_of(0, 50), m, why, sizeof why), GATE_FAIL);
+    json_object_set_new(c, "cosine", json_string("NaN"));
+    cr_expect_eq(judge(settings_of(0, 50), m, why, sizeof why), GATE_FAIL);
+    json_object_set_new(c, "cosine", json_real(1));
+    /* a run without its check: FAIL */
+    json_array_remove(json_object_get(m, "spot"), 4);
+    cr_expect_eq(judge(settings_of(0, 50), m, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "timed run 4 has 0 spot checks"), "%s", why);
+    json_object_del(m, "spot");
+    cr_expect_eq(judge(settings_of(0, 50), m, why, sizeof why), GATE_FAIL);
     json_decref(m);
+    /* two runs on the same sequence: FAIL */
+    m = metrics_of(6, d, 3);
+    json_object_set_new(json_array_get(json_object_get(m, "runs"), 5), "seed",
+                        json_string("0000000000001002"));
+    cr_expect_eq(judge(settings_of(0, 50), m, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "repeats an earlier run's token sequence"), "%s", why);
+    json_decref(m);
+}
+
+/* ---- real runs ------------------------------------------------------------------------------ */
+
+/* A scripted clock: call 0 is before the backend opens, call 1 after; then three calls per run
+ * (start, prompt/decode boundary, end) with the run's prompt and decode seconds. */
+struct fake {
+    int calls, usage_calls;
+    double now;
+    const double *prompt_s, *decode_s; /* per run, warm-up first */
+    int n;
+    double starve_run; /* this run (counting warm-up) waits 9 s per 1 s of CPU */
+    double cpu, wait;
+};
+
+static double fake_clock(void *ctx)
+{
+    struct fake *f = ctx;
+    const int i = f->calls++;
+    if (i == 1)
+        f->now += 0.25; /* the load */
+    else if (i >= 2) {
+        const int run = (i - 2) / 3, k = (i - 2) % 3, r = run < f->n ? run : f->n - 1;
+        f->now += k == 0 ? 1.0 : k == 1 ? f->prompt_s[r] : f->decode_s[r];
+    }
+    return f->now;
+}
+
+static int fake_usage(void *ctx, int child, double *cpu, double *wait)
+{
+    struct fake *f = ctx;
+    (void)child;
+    const int run = f->usage_calls / 2, end = f->usage_calls++ % 2;
+    if (end) {
+        f->cpu += 1;
+        f->wait += run == (int)f->starve_run ? 9 : 0.01;
+    }
+    *cpu = f->cpu;
+    *wait = f->wait;
+    return 0;
+}
+
+Test(throughput, arithmetic_under_a_fake_clock)
+{
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
+    struct throughput_config c;
+    throughput_config_default(&c);
+    c.prompt_tokens = 12;
+    c.decode_tokens = 4;
+    c.warmup = 1;
+    c.n_threads = 1;
+    c.seed = 77;
+    /* the warm-up is slow and long: counted, it would move both medians */
+    const double prompt_s[] = {100, 1, 2, 3, 4, 6, 12}, decode_s[] = {50, 0.5, 1, 1, 2, 4, 8};
+    struct fake f = {.prompt_s = prompt_s, .decode_s = decode_s, .n = 7, .starve_run = 3};
+    c.clock = fake_clock;
+    c.usage = fake_usage;
+    c.hook_ctx = &f;
+    struct mode mode;
+    struct gate_err err = {0};
+    struct throughput_result r;
+    cr_assert_eq(mode_parse("ref.decode", &mode, &err), 0, "%s", err.msg);
+    cr_assert_eq(throughput_gate(m, &mode, &c, &r, &err), 0, "%s", err.msg);
+    cr_expect_eq(r.verdict, GATE_PASS, "%s", r.reason); /* no floors */
+    cr_expect_eq(f.calls, 2 + 3 * 7, "one warm-up and six timed runs");
+    cr_expect_eq(r.load_s, 0.25);
+    /* prefill: 12 tokens in 1, 2, 3, 4, 6, 12 s = 12, 6, 4, 3, 2, 1 tok/s: median (4 + 3) / 2 */
+    cr_expect_eq(r.prefill.n, 6);
+    cr_expect_eq(r.prefill.median, 3.5);
+    cr_expect(r.prefill.lo == 1 && r.prefill.hi == 12);
+    /* decode: 4 tokens (not 12) in 0.5, 1, 1, 2, 4, 8 s = 8, 4, 4, 2, 1, 0.5: median 3 */
+    cr_expect_eq(r.decode.median, 3);
+    cr_expect_eq(r.decode.max, 8);
+    const json_t *runs = json_object_get(r.metrics, "runs");
+    cr_assert_eq(json_array_size(runs), 6);
+    double wall = 0, wait = 0, cpu = 0;
+    gate_metric_num(json_array_get(runs, 0), "wall_s", &wall);
+    gate_metric_num(json_array_get(runs, 2), "wait_s", &wait);
+    gate_metric_num(json_array_get(runs, 2), "cpu_s", &cpu);
+    cr_expect_eq(wall, 1.5);
+    cr_expect(wait == 9 && cpu == 1, "run 3 (the third timed) waited %g s for %g s of CPU", wait,
+              cpu);
+    cr_expect_eq(json_integer_value(json_object_get(r.metrics, "starved_runs")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(r.metrics, "warmup")), 1);
+    cr_expect(json_object_get(json_object_get(r.metrics, "host"), "loadavg_1m_start"));
+    /* the spot checks: two per timed run, all agreeing (the subject is the twin) */
+    cr_expect_eq(json_array_size(json_object_get(r.metrics, "spot")), 12);
+    cr_expect_eq(r.n_check_bad, 0);
+    /* every timed run on its own sequence */
+    const char *s0 = json_string_value(json_object_get(json_array_get(runs, 0), "seed"));
+    const char *s1 = json_string_value(json_object_get(json_array_get(runs, 1), "seed"));
+    cr_expect(s0 && s1 && strcmp(s0, s1), "%s %s", s0, s1);
+    throughput_result_free(&r);
+
+    /* a decode floor of 5: [0.5, 8] straddles it, so the gate measures more runs (the scripted
+     * clock repeats the last run: 0.5 tok/s) until [x(2), x(8)] of nine is below 5: FAIL at nine */
+    struct fake g = {.prompt_s = prompt_s, .decode_s = decode_s, .n = 7, .starve_run = -1};
+    c.hook_ctx = &g;
+    c.min_decode_tps = 5;
+    c.max_seconds = 1000;
+    cr_assert_eq(throughput_gate(m, &mode, &c, &r, &err), 0, "%s", err.msg);
+    cr_expect_eq(r.verdict, GATE_FAIL, "%s", r.reason);
+    cr_expect_eq(r.decode.n, 9);
+    cr_expect(strstr(r.reason, "below the floor 5"), "%s", r.reason);
+    throughput_result_free(&r);
+    model_free(m);
 }
 
 Test(throughput, measures_each_mode_along_its_own_path)
@@ -105,10 +481,10 @@ Test(throughput, measures_each_mode_along_its_own_path)
     c.prompt_tokens = 12;
     c.decode_tokens = 4;
     c.warmup = 0;
+    c.runs = 3;
     c.n_threads = 2;
-    c.max_cv = 100; /* no timing assert: the point is what ran */
     /* forwards per run: decode 12 + 4; prefill 1 + 6 + 4; chat six turns of 2 (user turns one
-     * call each, replies one call per token: 3 + 6) + 4 */
+     * call each, replies one call per token: 3 + 6) + 4 (no floors: PASS after `runs`) */
     const char *modes[] = {"ref.decode", "ref.prefill", "ref.chat"};
     const uint64_t want[] = {16, 11, 13};
     for (int i = 0; i < 3; i++) {
@@ -116,7 +492,7 @@ Test(throughput, measures_each_mode_along_its_own_path)
         struct gate_err err = {0};
         struct throughput_result r;
         struct mode_ran ran;
-        cr_assert_eq(mode_parse(modes[i], &mode, &err), 0);
+        cr_assert_eq(mode_parse(modes[i], &mode, &err), 0, "%s", err.msg);
         mode_ran_begin(&ran);
         cr_assert_eq(throughput_gate(m, &mode, &c, &r, &err), 0, "%s", err.msg);
         mode_ran_end();
@@ -124,14 +500,12 @@ Test(throughput, measures_each_mode_along_its_own_path)
         cr_expect(strstr(r.prompt_path, mode_path_name(mode.path)), "%s", r.prompt_path);
         cr_expect_eq(r.verdict, GATE_PASS, "%s", r.reason);
         cr_expect_eq(r.prefill.n, 3);
-        cr_expect_gt(r.decode.median, 0);
+        cr_expect_eq(r.n_checks, 6);
+        cr_expect_eq(r.n_check_bad, 0);
         cr_expect_str_eq(r.backend, "ref");
         json_t *s = throughput_settings_json(&c), *checks = json_array();
-        char why[320];
+        char why[400];
         cr_expect_eq(throughput_judge(s, r.metrics, checks, why, sizeof why), r.verdict);
-        cr_expect_eq(
-            json_array_size(json_object_get(json_object_get(r.metrics, "decode"), "samples_tps")),
-            3);
         json_decref(s);
         json_decref(checks);
         throughput_result_free(&r);
@@ -139,7 +513,70 @@ Test(throughput, measures_each_mode_along_its_own_path)
     struct mode dec = {.backend = "ref", .path = MODE_DECODE};
     struct throughput_result r;
     struct gate_err err = {0};
-    c.runs = 0;
+    c.max_runs = 2; /* below runs */
     cr_expect_eq(throughput_gate(m, &dec, &c, &r, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "max_runs 2"), "%s", err.msg);
+    model_free(m);
+}
+
+/* The exec reference engine next to this test binary ($GATE_EXEC_ENGINE overrides). */
+static const char *engine_path(void)
+{
+    static char path[PATH_MAX];
+    const char *env = getenv("GATE_EXEC_ENGINE");
+    if (env && *env)
+        return env;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    cr_assert(n > 0);
+    self[n] = '\0';
+    snprintf(path, sizeof path, "%s/exec_engine", dirname(self));
+    cr_assert_eq(access(path, X_OK), 0, "the reference engine '%s' is not built", path);
+    return path;
+}
+
+/* issue 23 §2: an engine that answers a request shape it has seen with the reply it gave
+ * before, whatever the tokens, is fast and wrong. Timed on the warm-up's sequence again it
+ * would pass; on fresh sequences with spot checks it FAILs. The honest engine passes. */
+Test(throughput, an_engine_replaying_cached_replies_fails)
+{
+    struct model *m = check_load_case("qwen3moe-tiny-q4_k_m");
+    for (int liar = 0; liar < 2; liar++) {
+        struct exec_engine e;
+        memset(&e, 0, sizeof e);
+        snprintf(e.name, sizeof e.name, "twin");
+        e.argv[e.argc++] = (char *)engine_path();
+        if (liar)
+            e.argv[e.argc++] = "--replay";
+        e.timeout_s = 60;
+        e.supports = 15;
+        struct exec_session *sess = NULL;
+        struct gate_err err = {0};
+        cr_assert_eq(exec_session_new(&sess, &e,
+                                      conformance_path("qwen3moe-tiny-q4_k_m", "model.gguf"),
+                                      LADDERFIX_MOE_SHA, &err),
+                     0, "%s", err.msg);
+        struct mode mode;
+        cr_assert_eq(mode_parse("exec.twin.decode", &mode, &err), 0, "%s", err.msg);
+        mode.exec = sess;
+        struct throughput_config c;
+        throughput_config_default(&c);
+        c.prompt_tokens = 8;
+        c.decode_tokens = 4;
+        c.runs = 3;
+        c.n_threads = 1;
+        struct throughput_result r;
+        cr_assert_eq(throughput_gate(m, &mode, &c, &r, &err), 0, "%s", err.msg);
+        if (liar) {
+            cr_expect_eq(r.verdict, GATE_FAIL, "%s", r.reason);
+            cr_expect(strstr(r.reason, "timed work is not the judged work"), "%s", r.reason);
+            cr_expect_gt(r.n_check_bad, 0);
+        } else {
+            cr_expect_eq(r.verdict, GATE_PASS, "%s", r.reason);
+            cr_expect_eq(r.n_check_bad, 0);
+        }
+        throughput_result_free(&r);
+        exec_session_free(sess);
+    }
     model_free(m);
 }
