@@ -984,6 +984,83 @@ static const char *row_anchor(enum release_row_kind k, int i, char *buf, size_t 
 }
 
 /* One row's section: name, state, reason, the receipts behind it, the receipt that decides it. */
+/* Issue 27 §2: the decode and prefill medians of a cell over the release versions in the store
+ * (per version its newest verified PASS receipt), as a small SVG line each, oldest version on the
+ * left; nothing when fewer than two versions have one. Reads the store once (store_foreach). */
+struct trend {
+    const char *cell;
+    int n;
+    char version[32][64];
+    double tps[32][2]; /* prefill, decode medians */
+};
+
+static int on_trend(void *ctx, const struct store_row *row)
+{
+    struct trend *t = ctx;
+    if (strcmp(row->cell, t->cell) || strcmp(row->verdict, "PASS") || !row->sig_ok ||
+        !row->chain_ok || !row->columns_ok)
+        return 0;
+    json_t *p = json_loadb(row->payload, row->len, 0, NULL);
+    const char *v = json_string_value(json_object_get(json_object_get(p, "ladder"), "version"));
+    const json_t *m =
+        json_object_get(json_object_get(json_object_get(p, "gates"), "throughput"), "metrics");
+    double pre = onum(json_object_get(m, "prefill"), "median_tps");
+    double dec = onum(json_object_get(m, "decode"), "median_tps");
+    if (v && isfinite(pre) && isfinite(dec)) {
+        int k = 0;
+        while (k < t->n && strcmp(t->version[k], v))
+            k++;
+        if (k == t->n && t->n < 32)
+            snprintf(t->version[t->n++], sizeof t->version[0], "%s", v);
+        if (k < t->n) { /* the newest receipt of a version wins */
+            t->tps[k][0] = pre;
+            t->tps[k][1] = dec;
+        }
+    }
+    json_decref(p);
+    return 0;
+}
+
+static void draw_trend(struct page *pg, const char *cell)
+{
+    struct trend *t = calloc(1, sizeof *t);
+    struct gate_err e = {0};
+    if (!t)
+        return;
+    t->cell = cell;
+    if (store_foreach(pg->st, on_trend, t, &e) || t->n < 2) {
+        free(t);
+        return;
+    }
+    FILE *f = pg->f;
+    static const char *const ph[] = {"prefill", "decode"};
+    fputs("<p class=\"trend\">throughput over releases (median tok/s, newest PASS receipt per"
+          " version, in store order):",
+          f);
+    for (int k = 0; k < 2; k++) {
+        double hi = 0;
+        for (int i = 0; i < t->n; i++)
+            hi = t->tps[i][k] > hi ? t->tps[i][k] : hi;
+        fprintf(f,
+                " %s <svg class=\"trend\" width=\"160\" height=\"40\" viewBox=\"0 0 160 40\">"
+                "<polyline fill=\"none\" stroke=\"currentColor\" points=\"",
+                ph[k]);
+        for (int i = 0; i < t->n; i++)
+            fprintf(f, "%s%.1f,%.1f", i ? " " : "", 5 + 150.0 * i / (t->n - 1),
+                    35 - 30 * (hi > 0 ? t->tps[i][k] / hi : 0));
+        fputs("\"/></svg>", f);
+        for (int i = 0; i < t->n; i++) {
+            fputs(i ? ", " : " (", f);
+            put(f, t->version[i]);
+            fputs(" ", f);
+            pnum(f, t->tps[i][k]);
+        }
+        fputs(")", f);
+    }
+    fputs("</p>\n", f);
+    free(t);
+}
+
 static int draw_row(struct page *pg, const struct release_row *row, int64_t newest,
                     struct gate_err *err)
 {
@@ -1066,6 +1143,8 @@ static int draw_row(struct page *pg, const struct release_row *row, int64_t newe
         goto out;
     }
     draw_receipt(pg, &x, id, mi);
+    if (row->kind == RELEASE_ROW_CELL)
+        draw_trend(pg, row->name);
 out:
     json_decref(x.payload);
     fputs("</section>\n", f);

@@ -458,7 +458,9 @@ enum gate_verdict throughput_judge(const json_t *settings, const json_t *metrics
     }
     if (!gate_check_num(checks, "timed_runs", nr, ">=", fmax(v[0], THROUGHPUT_MIN_RUNS)) |
         !gate_check_num(checks, "timed_runs_budget", nr, "<=", v[5])) {
-        say(why, n, "%d timed runs recorded, settings ask for %g to %g", nr, v[0], v[5]);
+        say(why, n,
+            "%d timed runs recorded, a gate needs %g to %g (runs, at least %d, to max_runs)", nr,
+            fmax(v[0], THROUGHPUT_MIN_RUNS), v[5], THROUGHPUT_MIN_RUNS);
         goto out;
     }
     int dup = -1;
