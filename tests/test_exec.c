@@ -698,7 +698,7 @@ Test(exec, gate_run_s_key_path_on_its_command_line_does_not_give_the_key_away)
              engine_path());
     const char *lad = write_ladder(engines, "exec.twin.decode",
                                    "    falsify: []\n    throughput: {runs: 3, warmup: 0,"
-                                   " prompt_tokens: 8, decode_tokens: 2, max_cv: 100}\n");
+                                   " prompt_tokens: 8, decode_tokens: 2}\n");
     char db[1024];
     snprintf(db, sizeof db, "%s", path_in("r.db"));
     /* stdin closed, as under some CI runners: gate's first descriptors are 0..2 */
@@ -901,7 +901,7 @@ Test(exec, the_ladder_pins_the_engine_binary_and_build_and_another_build_s_recei
     snprintf(b, sizeof b, "%s", engine_copy("engine-b", "another build", sha_b));
     cr_assert_str_neq(sha_a, sha_b);
     static const char *const gates = "    falsify: []\n    throughput: {runs: 3, warmup: 0,"
-                                     " prompt_tokens: 8, decode_tokens: 2, max_cv: 100}\n";
+                                     " prompt_tokens: 8, decode_tokens: 2}\n";
     /* a pin that does not match: nothing is started, capability FAILs naming both digests */
     snprintf(engines, sizeof engines, ENGINE("{argv: [%s], supports: [decode], sha256: %s}"), a,
              sha_b);
