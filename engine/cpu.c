@@ -23,6 +23,11 @@
  * the numbers); forward allocates nothing. KV cache F32, or F16 with backend_config.kv_f16 (each
  * position's K and V rounded to F16 when stored; attention reads the layer's cache converted back,
  * exactly). forward_last computes the output product for the last position only.
+ * Numeric faults (faults/fault.h, issue 22 §3) act here, in this engine's own code: a scale fault
+ * multiplies the named product's output rows (fault_scale), kv_corrupt the K and V entries as they
+ * are stored, rope_shift recomputes a position's RoPE angles with the shifted base, drop_diag
+ * takes the per-(token, head) attention (never the batched blocks) with the query's own key left
+ * out. With no fault active none of them changes a bit.
  * Start reading: cpu_forward_chunk(), then matmul().
  */
 #include <inttypes.h>
@@ -80,6 +85,7 @@ struct cpu {
     uint16_t *kc16, *vc16;      /* the same in F16 (backend_config.kv_f16; kc, vc NULL then) */
     float *kl, *vl;             /* (n_ctx, nkv*hd): one layer of the F16 cache as floats */
     float *rope_cos, *rope_sin; /* (n_ctx, hd/2) */
+    float *rope_f;              /* (n_threads, hd): rope_shift's angles of one position */
 };
 
 /* ---- small ops ------------------------------------------------------------------------------ */
@@ -97,6 +103,29 @@ static float silu(float x)
 {
     return x / (1.0f + expf(-x));
 }
+
+/* The scale fault (faults/fault.h) on n output rows of `cols` floats: row r belongs to the token
+ * at position pos0 + r, or with `rows` to token rows[r] / k (a batch's gathered expert rows). */
+static void fault_scale(const struct cpu *c, int tensor, int il, int pos0, float *y, int n,
+                        int64_t cols, const int32_t *rows, int k)
+{
+    const struct fault_set *fs = &c->base.faults;
+    for (int r = 0; fs->n && r < n; r++) {
+        const float f = fault_scale_factor_inline(fs, tensor, il, pos0 + (rows ? rows[r] / k : r));
+        if (f != 1.0f)
+            for (int64_t i = 0; i < cols; i++)
+                y[(size_t)r * (size_t)cols + (size_t)i] *= f;
+    }
+}
+
+/* Where a SwiGLU block's products sit for the scale fault: its layer, first position, the
+ * gathered rows' slots (NULL: row t is token t), and the tensors of gate, up and down. */
+struct fscope {
+    int il, pos0;
+    const int32_t *rows;
+    int k;
+    int g, u, d;
+};
 
 /* ---- matrix products ------------------------------------------------------------------------ */
 
@@ -310,6 +339,7 @@ struct moe_job {
     int slot[CPU_MULTI_MAX / 2];
     struct model_weight gw[CPU_MULTI_MAX / 2], uw[CPU_MULTI_MAX / 2], dw[CPU_MULTI_MAX / 2];
     uint8_t *ad[CPU_MULTI_MAX / 2]; /* the down input, quantized; NULL for float weights */
+    float fg, fu; /* the scale fault's factors of gate_exps / up_exps for this token (1: none) */
 };
 
 /* items [begin, end) of region one: expert it / (F / chunk), rows (it % (F / chunk)) * chunk on */
@@ -325,6 +355,10 @@ static void moe_up_items(void *ctx, int64_t begin, int64_t end, int thread)
         float *u = j->c->ffb + (size_t)j->slot[v] * (size_t)j->F;
         decode_rows(&j->gw[v], j->ag, r0, r1, h);
         decode_rows(&j->uw[v], j->au, r0, r1, u);
+        for (int64_t i = r0; j->fg != 1.0f && i < r1; i++)
+            h[i] *= j->fg;
+        for (int64_t i = r0; j->fu != 1.0f && i < r1; i++)
+            u[i] *= j->fu;
         for (int64_t i = r0; i < r1; i++)
             h[i] = silu(h[i]) * u[i];
         if (j->ad[v])
@@ -336,13 +370,15 @@ static void moe_up_items(void *ctx, int64_t begin, int64_t end, int thread)
 /* The routed experts of one token in two parallel regions (struct moe_job); slot s's output at
  * moe_y + s E (zeros for a slot without an expert). Returns -1, having done nothing, when the
  * activation buffer cannot hold the inputs (the caller then runs the experts one by one). */
-static int moe_decode(struct cpu *c, const struct model_layer *L, int X, int k)
+static int moe_decode(struct cpu *c, const struct model_layer *L, int X, int k, int il, int pos)
 {
     const int64_t E = c->m->hp.n_embd;
     const struct model_weight g0 = model_expert(&L->gate_exps, X, 0);
     const struct model_weight u0 = model_expert(&L->up_exps, X, 0);
     const struct model_weight d0 = model_expert(&L->down_exps, X, 0);
     struct moe_job j = {.c = c, .F = g0.rows};
+    j.fg = fault_scale_factor_inline(&c->base.faults, FAULT_T_FFN_GATE_EXPS, il, pos);
+    j.fu = fault_scale_factor_inline(&c->base.faults, FAULT_T_FFN_UP_EXPS, il, pos);
     j.chunk = j.F % CPU_MOE_CHUNK == 0 ? CPU_MOE_CHUNK : j.F;
     const size_t dbytes =
         cpu_act_kind(d0.type) == CPU_ACT_F32 ? 0 : cpu_act_row_bytes(d0.type, j.F);
@@ -401,7 +437,11 @@ static void attn_heads(void *ctx, int64_t begin, int64_t end, int thread)
         const float *kc = j->kc + (size_t)g * (size_t)hd;
         const float *vc = j->vc + (size_t)g * (size_t)hd;
         float *out = c->att + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd;
-        cpu_attn_head(q, kc, vc, (size_t)kvd, pos + 1, hd, scale, s, out);
+        const int n_keys = fault_drops_diag_inline(&c->base.faults, j->layer, pos) ? pos : pos + 1;
+        if (n_keys > 0)
+            cpu_attn_head(q, kc, vc, (size_t)kvd, n_keys, hd, scale, s, out);
+        else /* drop_diag at position 0: nothing to attend to */
+            memset(out, 0, (size_t)hd * sizeof(float));
     }
 }
 
@@ -474,6 +514,17 @@ static void per_token(struct cpu *c, int n, pool_fn fn, void *ctx)
         fn(ctx, 0, n, 0);
 }
 
+/* One position's RoPE angles with base `base` (rope_shift): as rope_tables() computes them (below).
+ */
+static void rope_row(float *cs, float *sn, int pos, int hd, double base)
+{
+    for (int i = 0; i < hd / 2; i++) {
+        const double a = (double)pos * pow(base, -2.0 * (double)i / (double)hd);
+        cs[i] = (float)cos(a);
+        sn[i] = (float)sin(a);
+    }
+}
+
 struct qk_job {
     struct cpu *c;
     int il, pos0;
@@ -482,7 +533,6 @@ struct qk_job {
 /* tokens [begin, end): per-head Q/K norm and RoPE, then K and V into the cache */
 static void qk_rope_store(void *ctx, int64_t begin, int64_t end, int thread)
 {
-    (void)thread;
     const struct qk_job *j = ctx;
     struct cpu *c = j->c;
     const struct model_hparams *hp = &c->m->hp;
@@ -494,6 +544,13 @@ static void qk_rope_store(void *ctx, int64_t begin, int64_t end, int thread)
         const int pos = j->pos0 + t;
         const float *cs = c->rope_cos + (size_t)pos * (size_t)half;
         const float *sn = c->rope_sin + (size_t)pos * (size_t)half;
+        const float rf = fault_rope_factor_inline(&c->base.faults, il, pos);
+        if (rf != 1.0f) { /* rope_shift: this position's angles with the shifted base */
+            float *fc = c->rope_f + (size_t)thread * (size_t)hd;
+            rope_row(fc, fc + half, pos, hd, (double)c->m->hp.rope_base * (double)rf);
+            cs = fc;
+            sn = fc + half;
+        }
         const int norm = has_norm && !fault_skips_qk_norm_inline(&c->base.faults, il, pos);
         for (int h = 0; h < nh; h++)
             norm_rope(c->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd,
@@ -502,6 +559,11 @@ static void qk_rope_store(void *ctx, int64_t begin, int64_t end, int thread)
             norm_rope(c->k + (size_t)t * (size_t)kvd + (size_t)h * (size_t)hd,
                       c->k_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, norm);
         const size_t at = ((size_t)il * (size_t)c->base.n_ctx + (size_t)pos) * (size_t)kvd;
+        const float kf = fault_kv_factor_inline(&c->base.faults, il, pos);
+        for (int i = 0; kf != 1.0f && i < kvd; i++) { /* kv_corrupt: the entries as stored */
+            c->k[(size_t)t * (size_t)kvd + (size_t)i] *= kf;
+            c->v[(size_t)t * (size_t)kvd + (size_t)i] *= kf;
+        }
         if (c->kv16)
             kv_store_f16(c, at, (size_t)t * (size_t)kvd, (size_t)kvd);
         else {
@@ -525,6 +587,9 @@ static void attention(struct cpu *c, int il, int n, int pos0)
         matmul(c, &L->wk, c->xb, n, c->k);
         matmul(c, &L->wv, c->xb, n, c->v);
     }
+    fault_scale(c, FAULT_T_ATTN_Q, il, pos0, c->q, n, (int64_t)nh * hd, NULL, 1);
+    fault_scale(c, FAULT_T_ATTN_K, il, pos0, c->k, n, kvd, NULL, 1);
+    fault_scale(c, FAULT_T_ATTN_V, il, pos0, c->v, n, kvd, NULL, 1);
     struct qk_job qj = {c, il, pos0};
     per_token(c, n, qk_rope_store, &qj);
     const size_t lay = (size_t)il * (size_t)c->base.n_ctx * (size_t)kvd;
@@ -534,11 +599,14 @@ static void attention(struct cpu *c, int il, int n, int pos0)
         struct kv_load_job kj = {c, lay, (size_t)kvd};
         pool_run(c->pool, pos0 + n, kv_load_rows, &kj);
     }
-    if (n >= CPU_GEMM_ATTN_MIN_TOK && cpu_gemm_attn_supported(hd))
+    /* drop_diag changes one query's keys: the per-(token, head) path, never the blocks */
+    if (n >= CPU_GEMM_ATTN_MIN_TOK && cpu_gemm_attn_supported(hd) &&
+        !fault_has_kind_inline(&c->base.faults, FAULT_DROP_DIAG))
         pool_run(c->pool, (int64_t)nh * ((n + 15) / 16), attn_blocks, &j);
     else
         pool_run(c->pool, (int64_t)n * nh, attn_heads, &j);
     matmul(c, &L->wo, c->att, n, c->xo);
+    fault_scale(c, FAULT_T_ATTN_OUTPUT, il, pos0, c->xo, n, E, NULL, 1);
     for (int64_t i = 0; i < n * E; i++)
         c->x[i] += c->xo[i];
 }
@@ -562,15 +630,19 @@ static void glu_rows(void *ctx, int64_t begin, int64_t end, int thread)
 }
 
 static void swiglu(struct cpu *c, const struct model_weight *gate, const struct model_weight *up,
-                   const struct model_weight *down, const float *x, int n, float *out)
+                   const struct model_weight *down, const float *x, int n, float *out,
+                   const struct fscope *fs)
 {
     if (n > 1 || matmul_decode3(c, x, gate, c->ffa, up, c->ffb, NULL, NULL)) {
         matmul(c, gate, x, n, c->ffa);
         matmul(c, up, x, n, c->ffb);
     }
+    fault_scale(c, fs->g, fs->il, fs->pos0, c->ffa, n, gate->rows, fs->rows, fs->k);
+    fault_scale(c, fs->u, fs->il, fs->pos0, c->ffb, n, up->rows, fs->rows, fs->k);
     struct glu_job gj = {c, gate->rows};
     per_token(c, n, glu_rows, &gj);
     matmul(c, down, c->ffa, n, out);
+    fault_scale(c, fs->d, fs->il, fs->pos0, out, n, down->rows, fs->rows, fs->k);
 }
 
 /* ---- a batch's routed experts -------------------------------------------------------------- */
@@ -598,7 +670,8 @@ struct moe_group_job {
     int64_t E, F;
     const uint8_t *gact, *uact, *dact; /* row gi of each product's input at base + gi * stride */
     size_t gstride, ustride, dstride;
-    int qg, qu, qd; /* whether gate's / up's / down's input is quantized here */
+    int qg, qu, qd;  /* whether gate's / up's / down's input is quantized here */
+    int il, pos0, k; /* the scale fault's scope of the gathered rows (rows[r] / k: the token) */
 };
 
 /* rows [r0, r1) of w against cnt activation rows (act, stride bytes apart) into y (row t at
@@ -639,6 +712,8 @@ static void group_up(void *ctx, int64_t begin, int64_t end, int thread)
         float *a = c->ffa + (size_t)g0 * (size_t)F, *b = c->ffb + (size_t)g0 * (size_t)F;
         group_rows(&g, j->gact + (size_t)g0 * j->gstride, j->gstride, cnt, 0, F, a, (size_t)F);
         group_rows(&u, j->uact + (size_t)g0 * j->ustride, j->ustride, cnt, 0, F, b, (size_t)F);
+        fault_scale(c, FAULT_T_FFN_GATE_EXPS, j->il, j->pos0, a, cnt, F, c->rows + g0, j->k);
+        fault_scale(c, FAULT_T_FFN_UP_EXPS, j->il, j->pos0, b, cnt, F, c->rows + g0, j->k);
         for (int64_t i = 0; i < (int64_t)cnt * F; i++)
             a[i] = silu(a[i]) * b[i];
         for (int t = 0; j->qd && t < cnt; t++)
@@ -684,7 +759,8 @@ static void gather_rows(void *ctx, int64_t begin, int64_t end, int thread)
 /* The routed experts of n tokens: slots grouped by expert (in slot order within an expert) into
  * gx; an expert with CPU_MOE_GEMM_MIN_TOK tokens or more runs alone through swiglu() (the prompt
  * GEMM), the others together (struct moe_group_job); expert outputs in gy, c->inv says where. */
-static void moe_batch(struct cpu *c, const struct model_layer *L, int X, int k, int n)
+static void moe_batch(struct cpu *c, const struct model_layer *L, int X, int k, int n, int il,
+                      int pos0)
 {
     const int64_t E = c->m->hp.n_embd;
     memset(c->estart, 0, (size_t)(X + 1) * sizeof(int32_t));
@@ -711,7 +787,8 @@ static void moe_batch(struct cpu *c, const struct model_layer *L, int X, int k, 
     const struct model_weight u0 = model_expert(&L->up_exps, X, 0);
     const struct model_weight d0 = model_expert(&L->down_exps, X, 0);
     const int64_t F = g0.rows;
-    struct moe_group_job j = {.c = c, .L = L, .X = X, .E = E, .F = F};
+    struct moe_group_job j = {
+        .c = c, .L = L, .X = X, .E = E, .F = F, .il = il, .pos0 = pos0, .k = k};
     j.qg = cpu_act_kind(g0.type) != CPU_ACT_F32;
     j.qu = cpu_act_kind(u0.type) != CPU_ACT_F32 && cpu_act_kind(u0.type) != cpu_act_kind(g0.type);
     j.qd = cpu_act_kind(d0.type) != CPU_ACT_F32;
@@ -752,13 +829,17 @@ static void moe_batch(struct cpu *c, const struct model_layer *L, int X, int k, 
         struct model_weight g = model_expert(&L->gate_exps, X, e);
         struct model_weight u = model_expert(&L->up_exps, X, e);
         struct model_weight d = model_expert(&L->down_exps, X, e);
-        swiglu(c, &g, &u, &d, c->gx + (size_t)r0 * (size_t)E, cnt, c->gy + (size_t)r0 * (size_t)E);
+        const struct fscope fs = {
+            il, pos0, c->rows + r0, k, FAULT_T_FFN_GATE_EXPS, FAULT_T_FFN_UP_EXPS, FAULT_T_NONE};
+        swiglu(c, &g, &u, &d, c->gx + (size_t)r0 * (size_t)E, cnt, c->gy + (size_t)r0 * (size_t)E,
+               &fs);
     }
 }
 
 struct moe_sum_job {
     struct cpu *c;
     int k, fused; /* fused: one token's outputs in moe_y by slot (moe_decode); else gy by inv */
+    int il, pos0; /* the scale fault on ffn_down_exps acts here, on each expert's output */
 };
 
 /* tokens [begin, end): xo = the experts' outputs weighted, in slot order (no expert: + w 0) */
@@ -771,6 +852,8 @@ static void moe_sum(void *ctx, int64_t begin, int64_t end, int thread)
     const int k = j->k;
     for (int64_t t = begin; t < end; t++) {
         float *o = c->xo + (size_t)t * (size_t)E;
+        const float f = fault_scale_factor_inline(&c->base.faults, FAULT_T_FFN_DOWN_EXPS, j->il,
+                                                  j->pos0 + (int)t);
         memset(o, 0, (size_t)E * sizeof(float));
         for (int s = 0; s < k; s++) {
             const size_t i = (size_t)t * (size_t)k + (size_t)s;
@@ -778,7 +861,10 @@ static void moe_sum(void *ctx, int64_t begin, int64_t end, int thread)
             const float *y = j->fused         ? c->moe_y + i * (size_t)E
                              : c->inv[i] >= 0 ? c->gy + (size_t)c->inv[i] * (size_t)E
                                               : NULL;
-            if (y)
+            if (y && f != 1.0f)
+                for (int64_t x = 0; x < E; x++)
+                    o[x] += w * (y[x] * f);
+            else if (y)
                 for (int64_t x = 0; x < E; x++)
                     o[x] += w * y[x];
             else
@@ -795,6 +881,7 @@ static void moe(struct cpu *c, int il, int n, int pos0)
     const int X = (int)hp->n_expert, k = (int)hp->n_expert_used;
     const struct backend_taps *tp = c->base.taps;
     matmul(c, &L->gate_inp, c->xb, n, c->router);
+    fault_scale(c, FAULT_T_FFN_GATE_INP, il, pos0, c->router, n, X, NULL, 1);
     for (int t = 0; t < n; t++) {
         struct route_result rr = route_select(c->router + (size_t)t * X, c->probs + (size_t)t * X,
                                               X, k, 1, &c->base.faults, il, pos0 + t,
@@ -813,10 +900,10 @@ static void moe(struct cpu *c, int il, int n, int pos0)
     }
     /* only the routed experts run, each once over the tokens that chose it (one token: all of
      * them in two parallel regions, moe_decode; a batch: moe_batch) */
-    const int fused = n == 1 && moe_decode(c, L, X, k) == 0;
+    const int fused = n == 1 && moe_decode(c, L, X, k, il, pos0) == 0;
     if (!fused)
-        moe_batch(c, L, X, k, n);
-    struct moe_sum_job sj = {c, k, fused};
+        moe_batch(c, L, X, k, n, il, pos0);
+    struct moe_sum_job sj = {c, k, fused, il, pos0};
     per_token(c, n, moe_sum, &sj);
 }
 
@@ -827,8 +914,10 @@ static void ffn(struct cpu *c, int il, int n, int pos0)
     const int64_t E = hp->n_embd;
     for (int t = 0; t < n; t++)
         rmsnorm(c->xb + t * E, c->x + t * E, c->ffn_norm + il * E, E, hp->eps);
+    const struct fscope fs = {
+        il, pos0, NULL, 1, FAULT_T_FFN_GATE, FAULT_T_FFN_UP, FAULT_T_FFN_DOWN};
     if (hp->n_expert == 0)
-        swiglu(c, &L->ffn_gate, &L->ffn_up, &L->ffn_down, c->xb, n, c->xo);
+        swiglu(c, &L->ffn_gate, &L->ffn_up, &L->ffn_down, c->xb, n, c->xo, &fs);
     else
         moe(c, il, n, pos0);
     for (int64_t i = 0; i < n * E; i++)
@@ -871,6 +960,7 @@ static void cpu_forward_chunk(struct cpu *c, const int32_t *tokens, int n, int p
     for (int t = t0; t < n; t++)
         rmsnorm(c->xb + t * E, c->x + t * E, c->out_norm, E, hp->eps);
     matmul(c, &m->output, c->xb + t0 * E, n - t0, logits);
+    fault_scale(c, FAULT_T_OUTPUT, -1, pos0 + t0, logits, n - t0, hp->n_vocab, NULL, 1);
 }
 
 /* ops->forward: one chunk, already checked by backend_forward() (backend.h). */
@@ -911,7 +1001,7 @@ static void cpu_close(struct backend *b)
                     c->rows,      c->gx,       c->gy,       c->moe_y,    c->scores,   c->qact,
                     c->kc,        c->vc,       c->rope_cos, c->rope_sin, c->kc16,     c->vc16,
                     c->kl,        c->vl,       c->gpack,    c->ascores,  c->inv,      c->estart,
-                    c->elist};
+                    c->elist,     c->rope_f};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(c);
@@ -1084,6 +1174,7 @@ static int cpu_open(struct backend **out, const struct model *m, const struct ba
         {(void **)&c->vl, f16 ? (size_t)n_ctx * kvd : 0, sizeof(float), "one layer of V"},
         {(void **)&c->rope_cos, (size_t)n_ctx * (hd / 2), sizeof(float), "rope_cos"},
         {(void **)&c->rope_sin, (size_t)n_ctx * (hd / 2), sizeof(float), "rope_sin"},
+        {(void **)&c->rope_f, nt * hd, sizeof(float), "rope_shift angles"},
     };
     const size_t n_plan = sizeof plan / sizeof plan[0];
     /* memory arithmetic before allocation: refuse with the numbers, never crash on OOM */

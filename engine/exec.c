@@ -897,10 +897,15 @@ static int sync_faults(struct exec_session *s, const struct fault_set *fs, struc
                            " lists the fault kinds it can inject)",
                            s->e->name, fault_kind_name(f->kind));
         }
-        json_array_append_new(list, json_pack("{s:s, s:i, s:[i,i], s:[i,i]}", "kind",
-                                              fault_kind_name(f->kind), "rank", f->rank, "layers",
-                                              f->layer_lo, f->layer_hi, "positions", f->pos_lo,
-                                              f->pos_hi));
+        json_t *o = json_pack("{s:s, s:i, s:[i,i], s:[i,i]}", "kind", fault_kind_name(f->kind),
+                              "rank", f->rank, "layers", f->layer_lo, f->layer_hi, "positions",
+                              f->pos_lo, f->pos_hi);
+        const struct fault_kind_def *d = fault_kind_def(f->kind);
+        if (d && d->takes_tensor) /* scale: the tensor's name without blk.N. (layers scope it) */
+            json_object_set_new(o, "tensor", json_string(fault_tensor_name(f->tensor)));
+        if (d && d->takes_factor)
+            json_object_set_new(o, "factor", json_real((double)f->factor));
+        json_array_append_new(list, o);
     }
     int rc =
         simple(s, "set_faults", json_pack("{s:s, s:o}", "op", "set_faults", "faults", list), err);

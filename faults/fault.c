@@ -2,6 +2,7 @@
 #include "faults/fault.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,89 @@ static const struct fault_kind_def FAULT_KINDS[FAULT_KIND_COUNT] = {
                               "the expert at rank r removed, the rest renormalized"},
     [FAULT_UNIFORM_WEIGHTS] = {"uniform_weights", 1, 0, 1, 0, "every selected expert weighted 1/k"},
     [FAULT_SKIP_QK_NORM] = {"skip_qk_norm", 0, 0, 1, 1, "the per-head Q/K RMSNorm is not applied"},
+    /* the numeric faults act inside the engine under test (issue 22 §3); not in the default
+     * lists: the falsify gate's power probes inject scale on every matmul tensor by itself */
+    [FAULT_SCALE] = {"scale", 0, 0, 0, 0,
+                     "one weight tensor's product times factor (tensor=blk.N.NAME or NAME)", 1, 1,
+                     1.01f, 0.0f},
+    [FAULT_KV_CORRUPT] = {"kv_corrupt", 0, 0, 0, 0,
+                          "K and V entries stored at positions in scope times factor (0: lost)", 0,
+                          1, 0.5f, 0.0f},
+    [FAULT_ROPE_SHIFT] = {"rope_shift", 0, 0, 0, 0,
+                          "RoPE base times factor for Q and K at positions in scope", 0, 1, 0.5f,
+                          1e-6f},
+    [FAULT_DROP_DIAG] = {"drop_diag", 0, 0, 0, 0,
+                         "a query in scope does not attend to its own key (the diagonal)", 0, 0,
+                         0.0f, 0.0f},
 };
+
+/* Indexed by enum fault_tensor: the GGUF name after blk.N. (output: the whole name), and
+ * whether the tensor is in a dense (0) / MoE (1) model. */
+static const struct {
+    const char *name;
+    int dense, moe;
+} TENSORS[FAULT_T_COUNT] = {
+    [FAULT_T_NONE] = {"", 0, 0},
+    [FAULT_T_ATTN_Q] = {"attn_q", 1, 1},
+    [FAULT_T_ATTN_K] = {"attn_k", 1, 1},
+    [FAULT_T_ATTN_V] = {"attn_v", 1, 1},
+    [FAULT_T_ATTN_OUTPUT] = {"attn_output", 1, 1},
+    [FAULT_T_FFN_GATE] = {"ffn_gate", 1, 0},
+    [FAULT_T_FFN_UP] = {"ffn_up", 1, 0},
+    [FAULT_T_FFN_DOWN] = {"ffn_down", 1, 0},
+    [FAULT_T_FFN_GATE_INP] = {"ffn_gate_inp", 0, 1},
+    [FAULT_T_FFN_GATE_EXPS] = {"ffn_gate_exps", 0, 1},
+    [FAULT_T_FFN_UP_EXPS] = {"ffn_up_exps", 0, 1},
+    [FAULT_T_FFN_DOWN_EXPS] = {"ffn_down_exps", 0, 1},
+    [FAULT_T_OUTPUT] = {"output", 1, 1},
+};
+
+const char *fault_tensor_name(int t)
+{
+    return t > 0 && t < FAULT_T_COUNT ? TENSORS[t].name : "?";
+}
+
+int fault_tensor_in_model(int t, int is_moe)
+{
+    return t > 0 && t < FAULT_T_COUNT && (is_moe ? TENSORS[t].moe : TENSORS[t].dense);
+}
+
+int fault_matmul_tensors(int is_moe, int *out)
+{
+    int n = 0;
+    for (int t = 1; t < FAULT_T_COUNT; t++)
+        if (fault_tensor_in_model(t, is_moe))
+            out[n++] = t;
+    return n;
+}
+
+static void tensors_list(char *buf, size_t n)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int t = 1; t < FAULT_T_COUNT && at < n; t++) {
+        int w = snprintf(buf + at, n - at, "%s%s", t > 1 ? ", " : "", TENSORS[t].name);
+        at += w > 0 ? (size_t)w : 0;
+    }
+}
+
+/* "blk.N.NAME" or "NAME" -> tensor and *layer (-1 when no blk. prefix); -1 when unknown. */
+static int parse_tensor(const char *v, int *layer)
+{
+    *layer = -1;
+    if (!strncmp(v, "blk.", 4)) {
+        char *end;
+        long l = strtol(v + 4, &end, 10);
+        if (end == v + 4 || *end != '.' || l < 0 || l > INT_MAX)
+            return -1;
+        *layer = (int)l;
+        v = end + 1;
+    }
+    for (int t = 1; t < FAULT_T_COUNT; t++)
+        if (!strcmp(v, TENSORS[t].name))
+            return (t == FAULT_T_OUTPUT && *layer >= 0) ? -1 : t;
+    return -1;
+}
 
 const struct fault_kind_def *fault_kind_def(enum fault_kind k)
 {
@@ -60,7 +143,10 @@ static int parse_range(const char *v, int *lo, int *hi)
     if (end == v || a < 0 || a > INT_MAX)
         return -1;
     long b = a;
-    if (*end == '-') {
+    if (*end == '-' && end[1] == '\0') { /* "A-": from A on */
+        b = INT_MAX;
+        end++;
+    } else if (*end == '-') {
         const char *s = end + 1;
         b = strtol(s, &end, 10);
         if (end == s || b < a || b > INT_MAX)
@@ -95,6 +181,9 @@ int fault_parse(const char *text, struct fault_spec *out, struct gate_err *err)
         return err_set(err, ERR_INPUT, "unknown fault '%s' (known: %s)", buf, known);
     }
     out->kind = (enum fault_kind)kind;
+    const struct fault_kind_def *d = &FAULT_KINDS[kind];
+    out->factor = d->takes_factor ? d->factor : 0.0f;
+    int tensor_layer = -1, layers_given = 0;
     for (char *tok = opts ? strtok(opts, ",") : NULL; tok; tok = strtok(NULL, ",")) {
         char *eq = strchr(tok, '=');
         if (!eq)
@@ -109,6 +198,25 @@ int fault_parse(const char *text, struct fault_spec *out, struct gate_err *err)
         } else if (!strcmp(tok, "layers")) {
             if (parse_range(eq, &out->layer_lo, &out->layer_hi))
                 return err_set(err, ERR_INPUT, "fault '%s': layers '%s' is not N or A-B", text, eq);
+            layers_given = 1;
+        } else if (!strcmp(tok, "tensor") && d->takes_tensor) {
+            if ((out->tensor = parse_tensor(eq, &tensor_layer)) < 0) {
+                char known[256];
+                tensors_list(known, sizeof known);
+                return err_set(err, ERR_INPUT,
+                               "fault '%s': unknown tensor '%s' (known: blk.N.NAME or NAME with"
+                               " NAME one of %s; output has no blk.N.)",
+                               text, eq, known);
+            }
+        } else if (!strcmp(tok, "factor") && d->takes_factor) {
+            char *end;
+            const double x = strtod(eq, &end);
+            if (end == eq || *end || !isfinite(x) || x < d->factor_min || x > 1e6 || x == 1.0)
+                return err_set(err, ERR_INPUT,
+                               "fault '%s': factor '%s' is not a finite number in [%g, 1e6]"
+                               " other than 1 (factor 1 changes nothing)",
+                               text, eq, (double)d->factor_min);
+            out->factor = (float)x;
         } else if (!strcmp(tok, "positions")) {
             if (parse_range(eq, &out->pos_lo, &out->pos_hi))
                 return err_set(err, ERR_INPUT, "fault '%s': positions '%s' is not N or A-B", text,
@@ -117,6 +225,18 @@ int fault_parse(const char *text, struct fault_spec *out, struct gate_err *err)
             return err_set(err, ERR_INPUT, "fault '%s': unknown option '%s' for %s", text, tok,
                            FAULT_KINDS[kind].name);
         }
+    }
+    if (d->takes_tensor && out->tensor == FAULT_T_NONE)
+        return err_set(err, ERR_INPUT,
+                       "fault '%s': %s needs tensor=NAME (e.g. tensor=blk.3.ffn_down, or"
+                       " tensor=ffn_down for every layer in scope)",
+                       text, d->name);
+    if (tensor_layer >= 0) {
+        if (layers_given)
+            return err_set(err, ERR_INPUT,
+                           "fault '%s': tensor blk.%d.… names its layer; drop layers=", text,
+                           tensor_layer);
+        out->layer_lo = out->layer_hi = tensor_layer;
     }
     return 0;
 }
@@ -162,6 +282,12 @@ int fault_validate(const struct fault_set *s, int n_layer, int is_moe, int n_exp
                            "fault '%s': layer scope %d-%d does not exist (the "
                            "model has %d layers, 0-%d)",
                            name, f->layer_lo, f->layer_hi, n_layer, n_layer - 1);
+        if (f->kind == FAULT_SCALE && !fault_tensor_in_model(f->tensor, is_moe))
+            return err_set(err, ERR_INPUT,
+                           "fault '%s': tensor %s does not exist in this %s model (%s)", name,
+                           fault_tensor_name(f->tensor), is_moe ? "MoE" : "dense",
+                           is_moe ? "its FFN is ffn_*_exps with a router, ffn_gate_inp"
+                                  : "no router, no experts");
         const struct fault_kind_def *d = fault_kind_def(f->kind);
         if (d && d->takes_rank && f->rank >= n_expert_used)
             return err_set(err, ERR_INPUT,
@@ -180,6 +306,8 @@ static int put_range(char *buf, size_t n, int at, const char *key, int lo, int h
     *first = 0;
     if (lo == hi)
         return at + snprintf(buf + at, n - (size_t)at, "%s%s=%d", sep, key, lo);
+    if (hi == INT_MAX)
+        return at + snprintf(buf + at, n - (size_t)at, "%s%s=%d-", sep, key, lo);
     return at + snprintf(buf + at, n - (size_t)at, "%s%s=%d-%d", sep, key, lo, hi);
 }
 
@@ -191,6 +319,14 @@ void fault_format(const struct fault_spec *f, char *buf, size_t n)
         at += snprintf(buf + at, n - (size_t)at, ":rank=%d", f->rank);
         first = 0;
     }
+    if (f->kind == FAULT_SCALE && at >= 0 && (size_t)at < n) {
+        at += snprintf(buf + at, n - (size_t)at, "%stensor=%s", first ? ":" : ",",
+                       fault_tensor_name(f->tensor));
+        first = 0;
+    }
     at = put_range(buf, n, at, "layers", f->layer_lo, f->layer_hi, &first);
-    put_range(buf, n, at, "positions", f->pos_lo, f->pos_hi, &first);
+    at = put_range(buf, n, at, "positions", f->pos_lo, f->pos_hi, &first);
+    const struct fault_kind_def *d = fault_kind_def(f->kind);
+    if (d && d->takes_factor && f->factor != d->factor && at >= 0 && (size_t)at < n)
+        snprintf(buf + at, n - (size_t)at, "%sfactor=%.9g", first ? ":" : ",", (double)f->factor);
 }

@@ -4,8 +4,11 @@
  * question 4). Routing faults act in exactly one place, fault_apply_route(), called by
  * route_select() — every backend's host-side routing and the device kernel mirror it.
  * skip_qk_norm is queried by the attention code through fault_skips_qk_norm_inline() (host and
- * device). The kinds are one table (struct fault_kind_def); a struct fault_set is plain data
- * passed to kernels by value.
+ * device). The numeric faults (issue 22 §3: scale, kv_corrupt, rope_shift, drop_diag) act INSIDE
+ * each engine, on its own code path: the engine asks the inline queries below (the factor of a
+ * product, of a KV entry, of the RoPE base; whether a query drops its own key) at the point where
+ * it computes that thing, and applies the answer itself. The kinds are one table (struct
+ * fault_kind_def); a struct fault_set is plain data passed to kernels by value.
  * Start reading: struct fault_spec.
  */
 #ifndef GATE_FAULT_H
@@ -26,7 +29,32 @@ enum fault_kind {
     FAULT_DROPPED_EXPERT = 1,  /* the expert at rank r removed, the rest renormalized */
     FAULT_UNIFORM_WEIGHTS = 2, /* every selected expert weighted 1/k */
     FAULT_SKIP_QK_NORM = 3,    /* the per-head Q/K RMSNorm is not applied */
-    FAULT_KIND_COUNT = 4,
+    FAULT_SCALE = 4,           /* one weight tensor's product multiplied by factor */
+    FAULT_KV_CORRUPT = 5,      /* K and V entries stored at positions in scope times factor */
+    FAULT_ROPE_SHIFT = 6,      /* RoPE base times factor for Q and K at positions in scope */
+    FAULT_DROP_DIAG = 7,       /* a query in scope does not attend to its own key */
+    FAULT_KIND_COUNT = 8,
+};
+
+/* The weight tensors a scale fault can name (their GGUF names: blk.N.<name>, or output). The
+ * product's output rows at positions in scope are multiplied by the factor; for the routed
+ * experts, every routed expert of a token in scope. FAULT_T_OUTPUT has no layer: its layer
+ * scope is ignored. */
+enum fault_tensor {
+    FAULT_T_NONE = 0,
+    FAULT_T_ATTN_Q = 1,
+    FAULT_T_ATTN_K = 2,
+    FAULT_T_ATTN_V = 3,
+    FAULT_T_ATTN_OUTPUT = 4,
+    FAULT_T_FFN_GATE = 5,
+    FAULT_T_FFN_UP = 6,
+    FAULT_T_FFN_DOWN = 7,
+    FAULT_T_FFN_GATE_INP = 8,
+    FAULT_T_FFN_GATE_EXPS = 9,
+    FAULT_T_FFN_UP_EXPS = 10,
+    FAULT_T_FFN_DOWN_EXPS = 11,
+    FAULT_T_OUTPUT = 12,
+    FAULT_T_COUNT = 13,
 };
 
 #define FAULT_MAX 16
@@ -36,6 +64,8 @@ struct fault_spec {
     int rank;               /* wrong/dropped: which selected slot (0 = top); default 0 */
     int layer_lo, layer_hi; /* inclusive layer range; default all (0, INT32_MAX) */
     int pos_lo, pos_hi;     /* inclusive position range; default all */
+    int tensor;             /* scale: enum fault_tensor; else FAULT_T_NONE */
+    float factor;           /* scale, kv_corrupt, rope_shift: the factor; else 0 */
 };
 
 struct fault_set {
@@ -54,7 +84,19 @@ struct fault_kind_def {
     int default_moe;     /* in the default falsify set of an MoE cell */
     int default_dense;   /* in the default falsify set of a dense cell */
     const char *summary; /* one line for help and docs */
+    int takes_tensor;    /* requires tensor=NAME (scale) */
+    int takes_factor;    /* accepts factor=X */
+    float factor;        /* the default factor (takes_factor) */
+    float factor_min;    /* the least factor accepted (factor 1 is always refused: a no-op) */
 };
+
+/* The tensor's GGUF name without the blk.N. prefix ("ffn_down", "output"); "?" out of range. */
+const char *fault_tensor_name(int t);
+/* 1 when the model has tensor t (is_moe: the FFN is routed experts and a router). */
+int fault_tensor_in_model(int t, int is_moe);
+/* The matmul tensors of a model, in table order: the scale faults' power probes. Returns the
+ * count (at most FAULT_T_COUNT - 1). */
+int fault_matmul_tensors(int is_moe, int *out);
 
 /* The row of kind k; NULL when k is out of range. */
 const struct fault_kind_def *fault_kind_def(enum fault_kind k);
@@ -69,8 +111,11 @@ int fault_is_routing(enum fault_kind k);
  * an MoE (moe 1) or dense (moe 0) model, in table order, unscoped. */
 void fault_default_set(int moe, struct fault_set *out);
 
-/* Parse "KIND[:key=value,...]" with keys rank, layers=A-B (or A), positions=A-B (or A), e.g.
- * "wrong_expert:rank=1,layers=0-3". Unknown kinds or keys are ERR_INPUT naming them. */
+/* Parse "KIND[:key=value,...]" with keys rank, layers=A-B (or A), positions=A-B (or A, or A- for
+ * "A on"), tensor=NAME (scale: blk.N.NAME also scopes the layers to N; output), factor=X, e.g.
+ * "wrong_expert:rank=1,layers=0-3" or "scale:tensor=blk.3.ffn_down,factor=1.01". Unknown kinds,
+ * keys or tensors, a missing tensor, a factor that is not a finite number in the kind's range or
+ * is 1 (a no-op): ERR_INPUT naming them. */
 int fault_parse(const char *text, struct fault_spec *out, struct gate_err *err);
 
 /* Append a spec; ERR_INPUT when the set is full. */
@@ -144,6 +189,61 @@ GATE_HD static inline int fault_skips_qk_norm_inline(const struct fault_set *s, 
     return 0;
 }
 
+/* The factor of tensor t's product at (layer, pos): the product of every scale fault's factor
+ * naming t and covering it (1 when none). s may be NULL. */
+GATE_HD static inline float fault_scale_factor_inline(const struct fault_set *s, int t, int layer,
+                                                      int pos)
+{
+    float f = 1.0f;
+    for (int i = 0; s && i < s->n; i++) {
+        const struct fault_spec *x = &s->f[i];
+        if (x->kind == FAULT_SCALE && x->tensor == t &&
+            (t == FAULT_T_OUTPUT ? pos >= x->pos_lo && pos <= x->pos_hi
+                                 : fault_applies_inline(x, layer, pos)))
+            f *= x->factor;
+    }
+    return f;
+}
+
+/* The factor by which K and V entries stored for (layer, pos) are corrupted (1 when none). */
+GATE_HD static inline float fault_kv_factor_inline(const struct fault_set *s, int layer, int pos)
+{
+    float f = 1.0f;
+    for (int i = 0; s && i < s->n; i++)
+        if (s->f[i].kind == FAULT_KV_CORRUPT && fault_applies_inline(&s->f[i], layer, pos))
+            f *= s->f[i].factor;
+    return f;
+}
+
+/* The factor on the RoPE base for Q and K at (layer, pos) (1 when none). */
+GATE_HD static inline float fault_rope_factor_inline(const struct fault_set *s, int layer, int pos)
+{
+    float f = 1.0f;
+    for (int i = 0; s && i < s->n; i++)
+        if (s->f[i].kind == FAULT_ROPE_SHIFT && fault_applies_inline(&s->f[i], layer, pos))
+            f *= s->f[i].factor;
+    return f;
+}
+
+/* 1 when the query at (layer, pos) must not attend to its own key (keys 0..pos-1 only; at
+ * position 0 it attends to nothing and its output is zero). */
+GATE_HD static inline int fault_drops_diag_inline(const struct fault_set *s, int layer, int pos)
+{
+    for (int i = 0; s && i < s->n; i++)
+        if (s->f[i].kind == FAULT_DROP_DIAG && fault_applies_inline(&s->f[i], layer, pos))
+            return 1;
+    return 0;
+}
+
+/* 1 when any fault of kind k is in s (engines take a slower exact path only then). */
+GATE_HD static inline int fault_has_kind_inline(const struct fault_set *s, int k)
+{
+    for (int i = 0; s && i < s->n; i++)
+        if ((int)s->f[i].kind == k)
+            return 1;
+    return 0;
+}
+
 /* The single point where routing faults act. Given the router's probabilities over all
  * n_expert experts and the clean selection (ids/w, k slots, slot 0 = highest probability,
  * weights already renormalized), rewrite ids/w for every routing fault in s covering
@@ -158,8 +258,9 @@ int fault_apply_route(const struct fault_set *s, int layer, int pos, const float
 int fault_validate(const struct fault_set *s, int n_layer, int is_moe, int n_expert_used,
                    struct gate_err *err);
 
-/* The spec as fault_parse() reads it, e.g. "wrong_expert:rank=1,layers=0-3,positions=5"
- * (default options omitted). Always NUL-terminates buf (n > 0). */
+/* The spec as fault_parse() reads it, e.g. "wrong_expert:rank=1,layers=0-3,positions=5" or
+ * "scale:tensor=ffn_down,layers=3,factor=1.01" (default options omitted). Always NUL-terminates buf
+ * (n > 0). */
 void fault_format(const struct fault_spec *f, char *buf, size_t n);
 
 #ifdef __cplusplus

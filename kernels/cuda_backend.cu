@@ -17,7 +17,10 @@
  *   there is no CPU fallback: a failure is a failed forward, reported as such;
  * - faults are the backend's own copy (base.faults, set by backend_set_faults), passed to the
  *   kernels by value at every chunk and applied on the device through the same inline
- *   functions as the twin (fault_skips_qk_norm_inline, route_select_inline);
+ *   functions as the twin (fault_skips_qk_norm_inline, route_select_inline; the numeric faults
+ *   of issue 22 §3 through fault_kv_factor_inline / fault_rope_factor_inline /
+ *   fault_drops_diag_inline in their kernels, and scale through k_fault_scale on the named
+ *   product's output, the fused SwiGLU GEMV left for the unfused pair under a gate/up scale);
  * - info.kernel_launches counts every kernel and cuBLAS call, info.device_bytes every byte
  *   moved between host and device (weights at open, tokens, logits, taps); the argument
  *   checks, chunking, n_past and the forwards / tokens counters are engine/backend.c's.
@@ -547,26 +550,64 @@ static int taps_after_layer(struct cuda_be *r, int il, int n, struct gate_err *e
     return 0;
 }
 
-static int ffn_dense(struct cuda_be *r, const struct dlayer *d, int n, struct gate_err *err)
+/* 1 when a scale fault names tensor t (enum fault_tensor): the products it names take their
+ * faulted form (an extra k_fault_scale; unfused SwiGLU) only then. */
+static int scaled(const struct cuda_be *r, int t)
+{
+    for (int i = 0; i < r->base.faults.n; i++)
+        if (r->base.faults.f[i].kind == FAULT_SCALE && r->base.faults.f[i].tensor == t)
+            return 1;
+    return 0;
+}
+
+/* A product that adds into the residual x (attn_output, ffn_down): straight in, or, under a
+ * scale fault on tensor t, into xb (free then), scaled, then added. */
+static int proj_add(struct cuda_be *r, const struct k_weight *w, const float *x, int64_t xs, int n,
+                    int t, int il, int pos0, struct gate_err *err)
+{
+    const int64_t E = r->E;
+    if (!scaled(r, t))
+        return proj(r, w, x, xs, n, r->x, E, 1, err);
+    int rc = proj(r, w, x, xs, n, r->xb, E, 0, err);
+    return rc ? rc
+              : k_fault_scale(&r->ks, r->xb, r->x, 1, n, E, 1, t, il, pos0, &r->base.faults, err);
+}
+
+/* The scale fault on an out-of-place product's rows (per: rows per token), when one names t. */
+static int scale_rows(struct cuda_be *r, float *y, int rows, int64_t cols, int per, int t, int il,
+                      int pos0, struct gate_err *err)
+{
+    if (!scaled(r, t))
+        return 0;
+    return k_fault_scale(&r->ks, y, y, 0, rows, cols, per, t, il, pos0, &r->base.faults, err);
+}
+
+static int ffn_dense(struct cuda_be *r, const struct dlayer *d, int il, int n, int pos0,
+                     struct gate_err *err)
 {
     struct k_stream *ks = &r->ks;
     const int64_t E = r->E, F = r->F;
+    const int gu = scaled(r, FAULT_T_FFN_GATE) || scaled(r, FAULT_T_FFN_UP);
     int rc;
     if (n >= GEMM_MIN_TOKENS && r->gws.tile) {
         if ((rc = proj(r, &d->ffn_gate, r->xb, E, n, r->ffa, F, 0, err)) ||
             (rc = proj(r, &d->ffn_up, r->xb, E, n, r->ffb, F, 0, err)) ||
+            (rc = scale_rows(r, r->ffa, n, F, 1, FAULT_T_FFN_GATE, il, pos0, err)) ||
+            (rc = scale_rows(r, r->ffb, n, F, 1, FAULT_T_FFN_UP, il, pos0, err)) ||
             (rc = k_swiglu_ew(ks, r->ffa, r->ffb, (int64_t)n * F, err)))
             return rc;
-    } else if (d->fused) {
+    } else if (d->fused && !gu) {
         if ((rc =
                  k_gemv_swiglu(ks, &d->ffn_gate, &d->ffn_up, r->xb, E, 1, r->ffa, F, n, NULL, err)))
             return rc;
     } else if ((rc = k_gemv(ks, &d->ffn_gate, r->xb, E, 1, r->ffa, F, n, NULL, 0, err)) ||
                (rc = k_gemv(ks, &d->ffn_up, r->xb, E, 1, r->ffb, F, n, NULL, 0, err)) ||
+               (rc = scale_rows(r, r->ffa, n, F, 1, FAULT_T_FFN_GATE, il, pos0, err)) ||
+               (rc = scale_rows(r, r->ffb, n, F, 1, FAULT_T_FFN_UP, il, pos0, err)) ||
                (rc = k_swiglu_ew(ks, r->ffa, r->ffb, (int64_t)n * F, err))) {
         return rc;
     }
-    return proj(r, &d->ffn_down, r->ffa, F, n, r->x, E, 1, err);
+    return proj_add(r, &d->ffn_down, r->ffa, F, n, FAULT_T_FFN_DOWN, il, pos0, err);
 }
 
 static int ffn_moe(struct cuda_be *r, const struct dlayer *d, int il, int n, int pos0,
@@ -578,20 +619,25 @@ static int ffn_moe(struct cuda_be *r, const struct dlayer *d, int il, int n, int
     int rc;
     /* router in FP32 through the GEMV (exact dequantization, like the twin) */
     if ((rc = k_gemv(ks, &d->gate_inp, r->xb, E, 1, r->router, X, n, NULL, 0, err)) ||
+        (rc = scale_rows(r, r->router, n, X, 1, FAULT_T_FFN_GATE_INP, il, pos0, err)) ||
         (rc = k_route(ks, r->router, n, X, K, il, pos0, &r->base.faults, r->sel, r->selw, r->kth,
                       r->k1th, err)))
         return rc;
+    const int gu = scaled(r, FAULT_T_FFN_GATE_EXPS) || scaled(r, FAULT_T_FFN_UP_EXPS);
     /* each (token, slot) pair runs its expert, whose id the GEMV reads from r->sel */
-    if (d->fused) {
+    if (d->fused && !gu) {
         if ((rc = k_gemv_swiglu(ks, &d->gate_exps, &d->up_exps, r->xb, E, K, r->ffa, F, nk, r->sel,
                                 err)))
             return rc;
     } else if ((rc = k_gemv(ks, &d->gate_exps, r->xb, E, K, r->ffa, F, nk, r->sel, 0, err)) ||
                (rc = k_gemv(ks, &d->up_exps, r->xb, E, K, r->ffb, F, nk, r->sel, 0, err)) ||
+               (rc = scale_rows(r, r->ffa, nk, F, K, FAULT_T_FFN_GATE_EXPS, il, pos0, err)) ||
+               (rc = scale_rows(r, r->ffb, nk, F, K, FAULT_T_FFN_UP_EXPS, il, pos0, err)) ||
                (rc = k_swiglu_ew(ks, r->ffa, r->ffb, (int64_t)nk * F, err))) {
         return rc;
     }
-    if ((rc = k_gemv(ks, &d->down_exps, r->ffa, F, 1, r->moe_y, E, nk, r->sel, 0, err)))
+    if ((rc = k_gemv(ks, &d->down_exps, r->ffa, F, 1, r->moe_y, E, nk, r->sel, 0, err)) ||
+        (rc = scale_rows(r, r->moe_y, nk, E, K, FAULT_T_FFN_DOWN_EXPS, il, pos0, err)))
         return rc;
     return k_moe_sum(ks, r->x, r->selw, r->moe_y, n, K, (int)E, err);
 }
@@ -617,20 +663,25 @@ static int forward_chunk(struct cuda_be *r, const int32_t *tokens, int n, int po
             (rc = proj(r, &d->wq, r->xb, E, n, r->q, qd, 0, err)) ||
             (rc = proj(r, &d->wk, r->xb, E, n, r->k, kvd, 0, err)) ||
             (rc = proj(r, &d->wv, r->xb, E, n, r->v, kvd, 0, err)) ||
+            (rc = scale_rows(r, r->q, n, qd, 1, FAULT_T_ATTN_Q, il, pos0, err)) ||
+            (rc = scale_rows(r, r->k, n, kvd, 1, FAULT_T_ATTN_K, il, pos0, err)) ||
+            (rc = scale_rows(r, r->v, n, kvd, 1, FAULT_T_ATTN_V, il, pos0, err)) ||
             (rc = k_qk_norm_rope_kv(ks, r->q, r->k, r->v, n, pos0, il, nh, nkv, hd,
                                     r->q_norm + (size_t)il * hd, r->k_norm + (size_t)il * hd,
                                     hp->eps, r->rope_cos, r->rope_sin, kc, vc, r->kv_f32,
-                                    &r->base.faults, err)) ||
-            (rc = k_attention(ks, r->q, kc, vc, r->kv_f32, r->att, n, pos0, nh, nkv, hd, err)) ||
-            (rc = proj(r, &d->wo, r->att, qd, n, r->x, E, 1, err)) ||
+                                    &r->base.faults, hp->rope_base, err)) ||
+            (rc = k_attention_faulted(ks, r->q, kc, vc, r->kv_f32, r->att, n, pos0, nh, nkv, hd, il,
+                                      &r->base.faults, err)) ||
+            (rc = proj_add(r, &d->wo, r->att, qd, n, FAULT_T_ATTN_OUTPUT, il, pos0, err)) ||
             (rc = k_rmsnorm(ks, r->x, r->ffn_norm + il * E, r->xb, n, (int)E, hp->eps, err)))
             return rc;
-        rc = r->X == 0 ? ffn_dense(r, d, n, err) : ffn_moe(r, d, il, n, pos0, err);
+        rc = r->X == 0 ? ffn_dense(r, d, il, n, pos0, err) : ffn_moe(r, d, il, n, pos0, err);
         if (rc || (rc = taps_after_layer(r, il, n, err)))
             return rc;
     }
     if ((rc = k_rmsnorm(ks, r->x, r->out_norm, r->xb, n, (int)E, hp->eps, err)) ||
         (rc = proj(r, &r->output, r->xb, E, n, r->logits, r->V, 0, err)) ||
+        (rc = scale_rows(r, r->logits, n, r->V, 1, FAULT_T_OUTPUT, -1, pos0, err)) ||
         (rc = k_argmax(ks, r->logits, n, (int)r->V, r->argmax, err)) ||
         (rc = copy_back(r, logits, r->logits, (size_t)n * (size_t)r->V * 4, err)))
         return rc;

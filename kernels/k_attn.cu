@@ -42,12 +42,20 @@ __device__ float block_reduce_f(float v, int is_max)
 
 template <typename KV>
 __global__ void attn_kernel(const float *q, const KV *kc, const KV *vc, float *out, int pos0,
-                            int nh, int nkv, int hd, float scale)
+                            int nh, int nkv, int hd, float scale, int layer,
+                            const __grid_constant__ struct fault_set faults)
 {
     extern __shared__ float sm[];
     float *qs = sm;     /* hd */
     float *s = sm + hd; /* pos + 1 scores */
-    const int t = blockIdx.x, h = blockIdx.y, pos = pos0 + t;
+    const int t = blockIdx.x, h = blockIdx.y;
+    /* drop_diag: the query's own key left out (block-uniform); at position 0 nothing is left */
+    const int pos = pos0 + t - fault_drops_diag_inline(&faults, layer, pos0 + t);
+    if (pos < 0) {
+        for (int d = threadIdx.x; d < hd; d += blockDim.x)
+            out[(int64_t)t * nh * hd + h * hd + d] = 0.0f;
+        return;
+    }
     const int g = h / (nh / nkv), kvd = nkv * hd;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
     const float *qv = q + (int64_t)t * nh * hd + h * hd;
@@ -110,6 +118,13 @@ int k_attention_prepare(int n_ctx, int hd, struct gate_err *err)
 int k_attention(struct k_stream *ks, const float *q, const void *kc, const void *vc, int kv_f32,
                 float *out, int n, int pos0, int nh, int nkv, int hd, struct gate_err *err)
 {
+    return k_attention_faulted(ks, q, kc, vc, kv_f32, out, n, pos0, nh, nkv, hd, 0, NULL, err);
+}
+
+int k_attention_faulted(struct k_stream *ks, const float *q, const void *kc, const void *vc,
+                        int kv_f32, float *out, int n, int pos0, int nh, int nkv, int hd, int layer,
+                        const struct fault_set *faults, struct gate_err *err)
+{
     if (n <= 0)
         return 0;
     dim3 grid((unsigned)n, (unsigned)nh);
@@ -117,10 +132,12 @@ int k_attention(struct k_stream *ks, const float *q, const void *kc, const void 
     const float scale = 1.0f / sqrtf((float)hd);
     if (kv_f32)
         attn_kernel<float><<<grid, ATTN_THREADS, smem, ks->s>>>(
-            q, (const float *)kc, (const float *)vc, out, pos0, nh, nkv, hd, scale);
+            q, (const float *)kc, (const float *)vc, out, pos0, nh, nkv, hd, scale, layer,
+            k_fault_value(faults));
     else
         attn_kernel<__half><<<grid, ATTN_THREADS, smem, ks->s>>>(
-            q, (const __half *)kc, (const __half *)vc, out, pos0, nh, nkv, hd, scale);
+            q, (const __half *)kc, (const __half *)vc, out, pos0, nh, nkv, hd, scale, layer,
+            k_fault_value(faults));
     K_LAUNCHED(ks, "attn_kernel");
     return 0;
 }

@@ -66,18 +66,21 @@ __device__ __forceinline__ void kv_store(__half *p, float v)
 /* grid (n, nh + 2 nkv): block y < nh is Q head y, then the nkv K heads, then the nkv V heads.
  * Dynamic shared memory: hd floats. */
 template <typename KV>
-__global__ void qk_norm_rope_kv_kernel(float *q, const float *k, const float *v, int pos0,
-                                       int layer, int nh, int nkv, int hd, const float *qn,
-                                       const float *kn, float eps, const float *cs, const float *sn,
-                                       KV *kc, KV *vc,
-                                       const __grid_constant__ struct fault_set faults)
+__global__ void
+qk_norm_rope_kv_kernel(float *q, const float *k, const float *v, int pos0, int layer, int nh,
+                       int nkv, int hd, const float *qn, const float *kn, float eps,
+                       const float *cs, const float *sn, KV *kc, KV *vc,
+                       const __grid_constant__ struct fault_set faults, float rope_base)
 {
     extern __shared__ float buf[];
     const int t = blockIdx.x, hh = blockIdx.y, pos = pos0 + t, kvd = nkv * hd, half = hd / 2;
-    if (hh >= nh + nkv) { /* V head: append as is */
+    const float kf = fault_kv_factor_inline(&faults, layer, pos); /* kv_corrupt (1: none) */
+    if (hh >= nh + nkv) {                                         /* V head: append as is */
         const int h = hh - nh - nkv;
-        for (int d = threadIdx.x; d < hd; d += blockDim.x)
-            kv_store(&vc[(int64_t)pos * kvd + h * hd + d], v[(int64_t)t * kvd + h * hd + d]);
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+            const float x = v[(int64_t)t * kvd + h * hd + d];
+            kv_store(&vc[(int64_t)pos * kvd + h * hd + d], kf != 1.0f ? x * kf : x);
+        }
         return;
     }
     const int is_q = hh < nh;
@@ -100,9 +103,20 @@ __global__ void qk_norm_rope_kv_kernel(float *q, const float *k, const float *v,
         __syncthreads();
     }
     const float *c = cs + (int64_t)pos * half, *s = sn + (int64_t)pos * half;
+    const float rf = fault_rope_factor_inline(&faults, layer, pos); /* rope_shift (1: none) */
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         const float a = buf[i], b = buf[i + half];
-        const float r0 = a * c[i] - b * s[i], r1 = a * s[i] + b * c[i];
+        float ci = c[i], si = s[i];
+        if (rf != 1.0f) { /* this position's angle with the shifted base, in double */
+            const double ang = (double)pos * pow((double)rope_base * (double)rf, -2.0 * i / hd);
+            ci = (float)cos(ang);
+            si = (float)sin(ang);
+        }
+        float r0 = a * ci - b * si, r1 = a * si + b * ci;
+        if (!is_q && kf != 1.0f) {
+            r0 *= kf;
+            r1 *= kf;
+        }
         if (is_q) {
             float *dst = q + (int64_t)t * nh * hd + h * hd;
             dst[i] = r0;
@@ -118,21 +132,52 @@ __global__ void qk_norm_rope_kv_kernel(float *q, const float *k, const float *v,
 int k_qk_norm_rope_kv(struct k_stream *ks, float *q, const float *k, const float *v, int n,
                       int pos0, int layer, int nh, int nkv, int hd, const float *qn,
                       const float *kn, float eps, const float *cs, const float *sn, void *kc,
-                      void *vc, int kv_f32, const struct fault_set *faults, struct gate_err *err)
+                      void *vc, int kv_f32, const struct fault_set *faults, float rope_base,
+                      struct gate_err *err)
 {
     if (n <= 0)
         return 0;
+    if (!(rope_base > 0.0f) && fault_has_kind_inline(faults, FAULT_ROPE_SHIFT))
+        return err_set(err, ERR_INPUT, "cuda: a rope_shift fault needs the model's RoPE base");
     dim3 grid((unsigned)n, (unsigned)(nh + 2 * nkv));
     const int threads = hd >= 128 ? 128 : 64;
     const size_t smem = (size_t)hd * sizeof(float);
     if (kv_f32)
-        qk_norm_rope_kv_kernel<float>
-            <<<grid, threads, smem, ks->s>>>(q, k, v, pos0, layer, nh, nkv, hd, qn, kn, eps, cs, sn,
-                                             (float *)kc, (float *)vc, k_fault_value(faults));
+        qk_norm_rope_kv_kernel<float><<<grid, threads, smem, ks->s>>>(
+            q, k, v, pos0, layer, nh, nkv, hd, qn, kn, eps, cs, sn, (float *)kc, (float *)vc,
+            k_fault_value(faults), rope_base);
     else
-        qk_norm_rope_kv_kernel<__half>
-            <<<grid, threads, smem, ks->s>>>(q, k, v, pos0, layer, nh, nkv, hd, qn, kn, eps, cs, sn,
-                                             (__half *)kc, (__half *)vc, k_fault_value(faults));
+        qk_norm_rope_kv_kernel<__half><<<grid, threads, smem, ks->s>>>(
+            q, k, v, pos0, layer, nh, nkv, hd, qn, kn, eps, cs, sn, (__half *)kc, (__half *)vc,
+            k_fault_value(faults), rope_base);
     K_LAUNCHED(ks, "qk_norm_rope_kv_kernel");
+    return 0;
+}
+
+/* ---- the scale fault (faults/fault.h), on any product's output ------------------------------ */
+
+__global__ void fault_scale_kernel(const float *src, float *dst, int accumulate, int64_t total,
+                                   int64_t cols, int per, int tensor, int layer, int pos0,
+                                   const __grid_constant__ struct fault_set faults)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total)
+        return;
+    const int row = (int)(i / cols);
+    const float f = fault_scale_factor_inline(&faults, tensor, layer, pos0 + row / per);
+    dst[i] = accumulate ? dst[i] + f * src[i] : f * src[i];
+}
+
+int k_fault_scale(struct k_stream *ks, const float *src, float *dst, int accumulate, int n,
+                  int64_t cols, int per, int tensor, int layer, int pos0,
+                  const struct fault_set *faults, struct gate_err *err)
+{
+    const int64_t total = (int64_t)n * cols;
+    if (total <= 0)
+        return 0;
+    fault_scale_kernel<<<(unsigned)((total + 255) / 256), 256, 0, ks->s>>>(
+        src, dst, accumulate, total, cols, per > 0 ? per : 1, tensor, layer, pos0,
+        k_fault_value(faults));
+    K_LAUNCHED(ks, "fault_scale_kernel");
     return 0;
 }

@@ -53,10 +53,14 @@ int k_rmsnorm(struct k_stream *ks, const float *x, const float *w, float *y, int
  * RoPE from the tables cs / sn (n_ctx, hd/2); Q rewritten in place, K and V appended to the caches
  * kc / vc (n_ctx, nkv*hd) of this layer, as FP32 (kv_f32) or FP16. Twin: ref.c norm_rope() + the
  * cache copy in attention(). */
+/* The numeric faults act here too (faults/fault.h): kv_corrupt scales K and V as they are stored,
+ * rope_shift recomputes the position's angles with base rope_base x factor on the device
+ * (rope_base 0: no base known, and a rope_shift fault is then ERR_INPUT). */
 int k_qk_norm_rope_kv(struct k_stream *ks, float *q, const float *k, const float *v, int n,
                       int pos0, int layer, int nh, int nkv, int hd, const float *qn,
                       const float *kn, float eps, const float *cs, const float *sn, void *kc,
-                      void *vc, int kv_f32, const struct fault_set *faults, struct gate_err *err);
+                      void *vc, int kv_f32, const struct fault_set *faults, float rope_base,
+                      struct gate_err *err);
 
 /* ---- k_attn.cu ----------------------------------------------------------------------------- */
 
@@ -69,6 +73,23 @@ int k_attention_prepare(int n_ctx, int hd, struct gate_err *err);
  * Twin: ref.c attn_heads(). */
 int k_attention(struct k_stream *ks, const float *q, const void *kc, const void *vc, int kv_f32,
                 float *out, int n, int pos0, int nh, int nkv, int hd, struct gate_err *err);
+
+/* k_attention() of layer `layer` under faults (NULL = none): a drop_diag fault covering (layer,
+ * pos) leaves the query's own key out (keys 0..pos-1; at position 0 a zero output). Twin: ref.c
+ * attn_heads(). */
+int k_attention_faulted(struct k_stream *ks, const float *q, const void *kc, const void *vc,
+                        int kv_f32, float *out, int n, int pos0, int nh, int nkv, int hd, int layer,
+                        const struct fault_set *faults, struct gate_err *err);
+
+/* ---- the scale fault ------------------------------------------------------------------------ */
+
+/* dst (n, cols) = f * src, or with accumulate dst += f * src, where f is the scale fault's
+ * factor of tensor `tensor` (enum fault_tensor) at (layer, pos0 + r / per) for row r (per: rows
+ * per token, k for a MoE layer's (token, slot) rows). src may be dst (accumulate 0). Twin: the
+ * fault_scale() of ref.c. */
+int k_fault_scale(struct k_stream *ks, const float *src, float *dst, int accumulate, int n,
+                  int64_t cols, int per, int tensor, int layer, int pos0,
+                  const struct fault_set *faults, struct gate_err *err);
 
 /* ---- k_moe.cu ------------------------------------------------------------------------------ */
 

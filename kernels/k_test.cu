@@ -247,7 +247,8 @@ extern "C" int k_test_qk_norm_rope(float *q, const float *k, const float *v, int
     TRY(put(dvc, NULL, cache * (kv_f32 ? 4 : 2), err));
     TRY(k_qk_norm_rope_kv(&t.ks, dq.as<float>(), dk.as<float>(), dv.as<float>(), n, pos0, layer, nh,
                           nkv, hd, dqn.as<float>(), dkn.as<float>(), eps, dcs.as<float>(),
-                          dsn.as<float>(), dkc.p, dvc.p, kv_f32, faults, err));
+                          dsn.as<float>(), dkc.p, dvc.p, kv_f32, faults,
+                          0.0f /* no base: a rope_shift fault is refused */, err));
     TRY(finish(t, err));
     TRY(get(q, dq, (size_t)n * nh * hd * 4, err));
     TRY(get_cache(kc, dkc, cache, kv_f32, err));

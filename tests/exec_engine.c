@@ -274,6 +274,19 @@ static int parse_fault(const json_t *o, struct fault_spec *f)
     f->layer_hi = (int)json_integer_value(json_array_get(ly, 1));
     f->pos_lo = (int)json_integer_value(json_array_get(ps, 0));
     f->pos_hi = (int)json_integer_value(json_array_get(ps, 1));
+    const struct fault_kind_def *d = fault_kind_def(f->kind);
+    const char *tensor = json_string_value(json_object_get(o, "tensor"));
+    for (int t = 1; d && d->takes_tensor && tensor && t < FAULT_T_COUNT; t++)
+        if (!strcmp(tensor, fault_tensor_name(t)))
+            f->tensor = t;
+    if (d && d->takes_tensor && f->tensor == FAULT_T_NONE)
+        return -1;
+    if (d && d->takes_factor) {
+        const json_t *x = json_object_get(o, "factor");
+        if (!json_is_number(x))
+            return -1;
+        f->factor = (float)json_number_value(x);
+    }
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend.h"
 #include "oracles/falsify.h"
 #include "support/check.h"
 
@@ -508,4 +509,170 @@ Test(falsify, witness_says_no_when_nothing_was_injected)
     parity_result_free(&r);
     parity_session_close(s);
     model_free(m);
+}
+
+/* ---- numeric faults in the subject (issue 22 §3) -------------------------------------------- */
+
+Test(faults, numeric_kinds_parse_with_clear_errors)
+{
+    struct gate_err err = {0};
+    struct fault_spec f;
+    cr_assert_eq(fault_parse("scale:tensor=blk.3.ffn_down,factor=1.01", &f, &err), 0, "%s",
+                 err.msg);
+    cr_expect_eq(f.kind, FAULT_SCALE);
+    cr_expect_eq(f.tensor, FAULT_T_FFN_DOWN);
+    cr_expect_eq(f.layer_lo, 3);
+    cr_expect_eq(f.layer_hi, 3);
+    cr_expect_eq(f.pos_hi, INT_MAX);
+    cr_expect_float_eq(f.factor, 1.01f, 1e-9);
+    char text[128];
+    fault_format(&f, text, sizeof text);
+    struct fault_spec g;
+    cr_assert_eq(fault_parse(text, &g, &err), 0, "%s: %s", text, err.msg);
+    cr_expect_eq(memcmp(&f, &g, sizeof f), 0, "format/parse round trip: %s", text);
+    cr_assert_eq(fault_parse("kv_corrupt:positions=100-", &f, &err), 0, "%s", err.msg);
+    cr_expect_eq(f.pos_lo, 100);
+    cr_expect_eq(f.pos_hi, INT_MAX);
+    fault_format(&f, text, sizeof text);
+    cr_expect_str_eq(text, "kv_corrupt:positions=100-");
+    cr_assert_eq(fault_parse("rope_shift:factor=0.9", &f, &err), 0, "%s", err.msg);
+    cr_assert_eq(fault_parse("drop_diag:positions=7", &f, &err), 0, "%s", err.msg);
+    static const struct {
+        const char *text, *says;
+    } bad[] = {
+        {"scale:tensor=blk.3.ffn_dwn,factor=1.01", "unknown tensor 'blk.3.ffn_dwn'"},
+        {"scale:tensor=blk.x.ffn_down", "unknown tensor"},
+        {"scale:tensor=blk.1.output", "unknown tensor"},
+        {"scale:factor=1.01", "needs tensor=NAME"},
+        {"scale:tensor=ffn_down,factor=abc", "factor 'abc'"},
+        {"scale:tensor=ffn_down,factor=1", "factor 1 changes nothing"},
+        {"scale:tensor=ffn_down,factor=-2", "factor '-2'"},
+        {"scale:tensor=ffn_down,factor=nan", "factor 'nan'"},
+        {"scale:tensor=ffn_down,factor=inf", "factor 'inf'"},
+        {"scale:tensor=blk.1.ffn_down,layers=2", "drop layers="},
+        {"drop_diag:factor=2", "unknown option 'factor'"},
+        {"skip_qk_norm:tensor=ffn_down", "unknown option 'tensor'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err_clear(&err);
+        cr_expect_eq(fault_parse(bad[i].text, &f, &err), ERR_INPUT, "%s", bad[i].text);
+        cr_expect(strstr(err.msg, bad[i].says), "%s: %s", bad[i].text, err.msg);
+    }
+    /* a tensor the model does not have is a validation error naming it */
+    err_clear(&err);
+    cr_assert_eq(fault_parse("scale:tensor=ffn_down", &f, &err), 0);
+    struct fault_set one = {.n = 1, .f = {f}};
+    cr_expect_eq(fault_validate(&one, 2, 1, 2, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "tensor ffn_down does not exist in this MoE model"), "%s", err.msg);
+    err_clear(&err);
+    cr_assert_eq(fault_parse("scale:tensor=ffn_down_exps", &f, &err), 0);
+    one.f[0] = f;
+    cr_expect_eq(fault_validate(&one, 2, 0, 0, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "does not exist in this dense model"), "%s", err.msg);
+    err_clear(&err);
+    cr_assert_eq(fault_parse("scale:tensor=blk.5.attn_q", &f, &err), 0);
+    one.f[0] = f;
+    cr_expect_eq(fault_validate(&one, 2, 0, 0, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "layer scope 5-5 does not exist"), "%s", err.msg);
+}
+
+#define NF_POS 40 /* > 16 tokens: the batched forward takes the cpu engine's GEMM and blocks */
+
+/* logits (NF_POS, V) of backend `name` on the sequence with faults fs (NULL: clean); decode: one
+ * token per forward, else the whole sequence in one batch */
+static float *run_faulted(const char *name, const struct model *m, const struct fault_set *fs,
+                          int decode)
+{
+    const size_t V = m->hp.n_vocab;
+    float *lg = malloc((size_t)NF_POS * V * sizeof *lg);
+    cr_assert_not_null(lg);
+    struct backend_config bc = {.n_threads = 2, .n_ctx = 64, .faults = fs};
+    struct backend *b = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(backend_open(&b, name, m, &bc, &err), 0, "%s", err.msg);
+    const int32_t *ids = seq64();
+    if (decode)
+        for (int p = 0; p < NF_POS; p++)
+            cr_assert_eq(backend_forward(b, ids + p, 1, p, lg + (size_t)p * V, &err), 0, "%s",
+                         err.msg);
+    else
+        cr_assert_eq(backend_forward(b, ids, NF_POS, 0, lg, &err), 0, "%s", err.msg);
+    backend_close(b);
+    return lg;
+}
+
+/* cosine of (a - a0) and (b - b0) over n floats */
+static double delta_cosine(const float *a, const float *a0, const float *b, const float *b0,
+                           size_t n)
+{
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double x = (double)a[i] - a0[i], y = (double)b[i] - b0[i];
+        ab += x * y;
+        aa += x * x;
+        bb += y * y;
+    }
+    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0.0;
+}
+
+/* Every numeric fault acts inside the cpu engine (its decode and its batched path) as it does in
+ * the twin: the faulted engine moves, positions before the scope do not move a bit, and the
+ * change it makes points the same way as the twin's under the same fault (F32 weights: the two
+ * engines agree to float rounding, so the deltas must agree closely). */
+static void numeric_faults_in_cpu(const char *model_case)
+{
+    struct model *m = check_load_case(model_case);
+    const int moe = m->hp.n_expert > 0;
+    const size_t V = m->hp.n_vocab, N = (size_t)NF_POS * V;
+    char specs[FAULT_T_COUNT + 4][96];
+    int ns = 0, tensors[FAULT_T_COUNT];
+    const int nt = fault_matmul_tensors(moe, tensors);
+    for (int i = 0; i < nt; i++)
+        snprintf(specs[ns++], sizeof specs[0], "scale:tensor=%s%s,factor=1.01",
+                 tensors[i] == FAULT_T_OUTPUT ? "" : "blk.1.", fault_tensor_name(tensors[i]));
+    snprintf(specs[ns++], sizeof specs[0], "kv_corrupt:positions=20-");
+    snprintf(specs[ns++], sizeof specs[0], "rope_shift:layers=0,factor=0.5");
+    snprintf(specs[ns++], sizeof specs[0], "drop_diag:positions=25");
+    snprintf(specs[ns++], sizeof specs[0], "drop_diag:layers=1");
+    float *cpu_c = run_faulted("cpu", m, NULL, 0), *cpu_cd = run_faulted("cpu", m, NULL, 1);
+    float *ref_c = run_faulted("ref", m, NULL, 0);
+    for (int i = 0; i < ns; i++) {
+        struct fault_set fs = {0};
+        struct gate_err err = {0};
+        cr_assert_eq(fault_parse(specs[i], &fs.f[0], &err), 0, "%s: %s", specs[i], err.msg);
+        fs.n = 1;
+        cr_assert_eq(fault_validate(&fs, (int)m->hp.n_layer, moe, (int)m->hp.n_expert_used, &err),
+                     0, "%s: %s", specs[i], err.msg);
+        float *cpu_f = run_faulted("cpu", m, &fs, 0), *cpu_fd = run_faulted("cpu", m, &fs, 1);
+        float *ref_f = run_faulted("ref", m, &fs, 0);
+        const int p0 = fs.f[0].pos_lo;
+        cr_expect_eq(memcmp(cpu_f, cpu_c, (size_t)p0 * V * sizeof(float)), 0,
+                     "%s %s: positions before %d moved", model_case, specs[i], p0);
+        cr_expect_neq(memcmp(cpu_f + (size_t)p0 * V, cpu_c + (size_t)p0 * V,
+                             (N - (size_t)p0 * V) * sizeof(float)),
+                      0, "%s %s: the cpu engine's batch did not move", model_case, specs[i]);
+        const double cb = delta_cosine(cpu_f, cpu_c, ref_f, ref_c, N);
+        const double cd = delta_cosine(cpu_fd, cpu_cd, ref_f, ref_c, N);
+        cr_expect(cb > 0.99, "%s %s: cpu batch change vs the twin's: cosine %.6f", model_case,
+                  specs[i], cb);
+        cr_expect(cd > 0.99, "%s %s: cpu decode change vs the twin's: cosine %.6f", model_case,
+                  specs[i], cd);
+        free(cpu_f);
+        free(cpu_fd);
+        free(ref_f);
+    }
+    free(cpu_c);
+    free(cpu_cd);
+    free(ref_c);
+    model_free(m);
+}
+
+Test(faults, numeric_faults_act_in_the_cpu_engine_as_in_the_twin_dense)
+{
+    numeric_faults_in_cpu("qwen3-dense-tiny-f32");
+}
+
+Test(faults, numeric_faults_act_in_the_cpu_engine_as_in_the_twin_moe)
+{
+    numeric_faults_in_cpu("qwen3moe-tiny-f32");
 }
