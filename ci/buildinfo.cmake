@@ -17,10 +17,39 @@
 #     shadow a tracked one), and no untracked ci/*.cmake or top-level CMakeLists.txt exists.
 # Replacement objects (`git replace`) are ignored, so the tree read is the commit's own.
 #
+#
+# The build configuration is part of the identity (settled question 1; issue 23 §4). Inputs BUILD
+# (the build folder: compile_commands.json, and build.ninja + CMakeFiles/rules.ninja or the
+# Makefile generator's CMakeFiles/<target>.dir/link.txt) and CONFIG (gate_buildconfig.cmake,
+# written at configure time by CMakeLists.txt: compiler, launchers, allowed definitions and
+# dependency prefixes). The build is also dirty when:
+#   - the compile or link commands of the gate binary (targets gate, gate_core, gate_base)
+#     cannot be read, or a compiled file has no compile command;
+#   - a command carries a flag that injects code or moves the search for it: -include,
+#     -imacros, -Wp,/-Xpreprocessor, -Wa,/-Xassembler, -Wl,/-Xlinker, -fplugin, -specs, -B,
+#     -wrapper, --sysroot/-isysroot, -iprefix/-iwithprefix*, -nostdinc*, -U, @response files;
+#   - a -D names a macro that is not one the project or its dependencies define (ALLOWED_DEFINES);
+#   - a path in a command (-I/-isystem/-iquote/-idirafter/-L, or any absolute path in any
+#     argument) lies outside the source tree, the build folder, /usr, /bin, /lib, /opt and the
+#     dependency prefixes that pkg-config reported (PREFIXES);
+#   - the compiler or a launcher (ccache) lies outside those prefixes;
+#   - a header file sits in the build folder other than gate_buildinfo.h (the build folder is on
+#     the include path: a build/sodium.h would shadow <sodium.h>), or an untracked *.h at the top
+#     of the source tree;
+#   - the build runs with CPATH, C_INCLUDE_PATH, CPLUS_INCLUDE_PATH, OBJC_INCLUDE_PATH,
+#     GCC_EXEC_PREFIX, COMPILER_PATH, LIBRARY_PATH, LD_PRELOAD, CCACHE_PREFIX or
+#     CCACHE_PREFIX_CPP naming a path outside those prefixes (they change what the compiler reads
+#     without showing in a command);
+#   - CONFIG records a configure-time reason (a toolchain file or CMAKE_PROJECT_INCLUDE*).
+#
 # Output: GATE_GIT_COMMIT, GATE_GIT_DIRTY (0/1), GATE_DIRTY_COUNT (number of reasons),
 # GATE_DIRTY_REASON (the first reason, "" when clean), GATE_SOURCE_SHA256 (SHA-256 of the sorted
 # `git ls-tree -r HEAD` lines of the source files above, each line ending in "\n": the same on
-# every host at one commit, whatever it compiled), GATE_BUILD_FLAGS.
+# every host at one commit, whatever it compiled), GATE_BUILD_FLAGS, GATE_COMPILER (id, version,
+# path, real path and the SHA-256 of the compiler driver), GATE_BUILD_CONFIG_SHA256 (SHA-256 of
+# the compiler identity, the launchers and the exact compile and link commands of the gate
+# binary as the build folder holds them, absolute paths included: two builds with equal digests
+# were compiled the same way, in the same folders).
 
 cmake_minimum_required(VERSION 3.20) # script mode: today's policies (CMP0007: keep empty list items)
 
@@ -177,6 +206,316 @@ if(NOT commit STREQUAL "unknown")
   endforeach()
 endif()
 
+# ---- the build configuration (issue 23 §4) --------------------------------------------------
+set(config_text "")
+set(compiler_text "unknown")
+set(COMPILER "")
+set(COMPILER_ID "")
+set(COMPILER_VERSION "")
+set(CUDA_COMPILER "")
+set(LAUNCHERS "")
+set(ALLOWED_DEFINES "")
+set(PREFIXES "")
+set(CONFIGURE_DIRTY "")
+if(DEFINED CONFIG AND EXISTS "${CONFIG}")
+  include("${CONFIG}")
+else()
+  dirty_because("the build configuration (gate_buildconfig.cmake) is not recorded")
+endif()
+foreach(why IN LISTS CONFIGURE_DIRTY)
+  dirty_because("${why}")
+endforeach()
+
+# Where a file the compiler or linker reads may live.
+set(allowed_roots "${SRC}" /usr /bin /lib /lib64 /opt ${PREFIXES})
+if(DEFINED BUILD AND NOT BUILD STREQUAL "")
+  list(APPEND allowed_roots "${BUILD}")
+endif()
+set(real_roots "")
+foreach(r IN LISTS allowed_roots)
+  if(NOT r STREQUAL "")
+    file(REAL_PATH "${r}" rr)
+    list(APPEND real_roots "${rr}")
+  endif()
+endforeach()
+
+# check_path(path where): appends a reason to _bad unless path (relative: to BUILD) lies under
+# an allowed root, after symbolic links are resolved.
+function(check_path path where)
+  set(base "${BUILD}")
+  if(base STREQUAL "")
+    set(base "${SRC}")
+  endif()
+  file(REAL_PATH "${path}" real BASE_DIRECTORY "${base}")
+  string(LENGTH "${real}" lr)
+  foreach(r IN LISTS real_roots)
+    string(LENGTH "${r}" n)
+    if(real STREQUAL r OR r STREQUAL "/")
+      return()
+    endif()
+    if(lr GREATER n)
+      string(SUBSTRING "${real}" 0 ${n} head)
+      string(SUBSTRING "${real}" ${n} 1 sep)
+      if(head STREQUAL r AND sep STREQUAL "/")
+        return()
+      endif()
+    endif()
+  endforeach()
+  set(_bad "${_bad};${where} reads ${path}, outside the source tree, the build folder and the system and dependency prefixes" PARENT_SCOPE)
+endfunction()
+
+set(deny_re "^(-include|--include|-imacros|--imacros|-Wp,|-Xpreprocessor|-Wa,|-Xassembler|-Wl,|-Xlinker|-fplugin|-specs|--specs|-B|-wrapper|--sysroot|-isysroot|-iprefix|-iwithprefix|-nostdinc|-U|@)")
+
+# check_args(args where): every argument of one compile or link command.
+function(check_args args where)
+  set(_bad "")
+  set(prev "")
+  foreach(a IN LISTS args)
+    if(a STREQUAL "")
+      continue()
+    endif()
+    if(prev MATCHES "^-(I|L|isystem|iquote|idirafter)$")
+      check_path("${a}" "${where}")
+    elseif(NOT prev MATCHES "^-(o|MF|MT|MQ|c|x)$" OR a MATCHES "^/")
+      if(a MATCHES "${deny_re}" OR a MATCHES ",(-include|-imacros|-Wp|-B|-specs|-fplugin)")
+        set(_bad "${_bad};${where} has flag ${a}, which no clean build of gate uses")
+      elseif(a MATCHES "^-D([A-Za-z_][A-Za-z0-9_]*)")
+        list(FIND ALLOWED_DEFINES "${CMAKE_MATCH_1}" k)
+        if(k LESS 0)
+          set(_bad "${_bad};${where} defines ${CMAKE_MATCH_1}, which neither gate nor its dependencies define")
+        endif()
+      else()
+        string(REGEX REPLACE "^-(I|L|isystem|iquote|idirafter)" "" rest "${a}")
+        if(NOT rest STREQUAL a AND NOT rest MATCHES "^/")
+          check_path("${rest}" "${where}") # -Irelative
+        else()
+          string(REGEX REPLACE "[=,:]" ";" pieces "${rest}")
+          foreach(p IN LISTS pieces)
+            if(p MATCHES "^/")
+              check_path("${p}" "${where}")
+            endif()
+          endforeach()
+        endif()
+      endif()
+    endif()
+    set(prev "${a}")
+  endforeach()
+  set(_bad "${_bad}" PARENT_SCOPE)
+endfunction()
+
+macro(take_bad)
+  foreach(b IN LISTS _bad)
+    if(NOT b STREQUAL "")
+      dirty_because("${b}")
+    endif()
+  endforeach()
+  set(_bad "")
+endmacro()
+
+# the compiler and the launchers: identity, and where they live
+if(NOT COMPILER STREQUAL "")
+  file(REAL_PATH "${COMPILER}" cc_real)
+  if(EXISTS "${cc_real}")
+    file(SHA256 "${cc_real}" cc_sha)
+  else()
+    set(cc_sha "missing")
+  endif()
+  set(compiler_text "${COMPILER_ID} ${COMPILER_VERSION} ${COMPILER} (${cc_real}) sha256:${cc_sha}")
+  set(_bad "")
+  check_path("${COMPILER}" "the compiler")
+  take_bad()
+else()
+  dirty_because("the compiler is not recorded")
+endif()
+string(APPEND config_text "compiler ${compiler_text}\n")
+if(NOT CUDA_COMPILER STREQUAL "")
+  file(REAL_PATH "${CUDA_COMPILER}" nv_real)
+  file(SHA256 "${nv_real}" nv_sha)
+  string(APPEND config_text "cuda compiler ${CUDA_COMPILER} (${nv_real}) sha256:${nv_sha}\n")
+  set(_bad "")
+  check_path("${CUDA_COMPILER}" "the CUDA compiler")
+  take_bad()
+endif()
+foreach(l IN LISTS LAUNCHERS)
+  if(l STREQUAL "")
+    continue()
+  endif()
+  if(NOT IS_ABSOLUTE "${l}")
+    find_program(lp NAMES "${l}" NO_CACHE)
+    if(NOT lp)
+      dirty_because("launcher ${l} is not on PATH")
+      continue()
+    endif()
+    set(l "${lp}")
+  endif()
+  file(REAL_PATH "${l}" l_real)
+  if(EXISTS "${l_real}")
+    file(SHA256 "${l_real}" l_sha)
+  else()
+    set(l_sha "missing")
+  endif()
+  string(APPEND config_text "launcher ${l} (${l_real}) sha256:${l_sha}\n")
+  set(_bad "")
+  check_path("${l}" "launcher ${l}")
+  take_bad()
+endforeach()
+
+# the environment of this build
+foreach(v CPATH C_INCLUDE_PATH CPLUS_INCLUDE_PATH OBJC_INCLUDE_PATH GCC_EXEC_PREFIX COMPILER_PATH
+          LIBRARY_PATH LD_PRELOAD CCACHE_PREFIX CCACHE_PREFIX_CPP)
+  string(REGEX REPLACE "[: ]" ";" entries "$ENV{${v}}")
+  set(_bad "")
+  foreach(e IN LISTS entries)
+    if(NOT e STREQUAL "")
+      check_path("${e}" "the build's environment (${v})")
+    endif()
+  endforeach()
+  take_bad()
+endforeach()
+
+# the compile commands of the gate binary
+set(target_re "^CMakeFiles/(gate|gate_core|gate_base)\\.dir/")
+if(NOT DEFINED BUILD OR BUILD STREQUAL "" OR NOT EXISTS "${BUILD}/compile_commands.json")
+  dirty_because("the compile commands (compile_commands.json) are not recorded")
+else()
+  file(READ "${BUILD}/compile_commands.json" cc_json)
+  string(JSON n_cmd ERROR_VARIABLE jerr LENGTH "${cc_json}")
+  if(jerr)
+    dirty_because("compile_commands.json cannot be read: ${jerr}")
+    set(n_cmd 0)
+  endif()
+  set(cmd_lines "")
+  set(have_cmd "")
+  if(n_cmd GREATER 0)
+    math(EXPR last_cmd "${n_cmd} - 1")
+    foreach(i RANGE ${last_cmd})
+      string(JSON cmd ERROR_VARIABLE jerr GET "${cc_json}" ${i} command)
+      if(jerr OR NOT cmd MATCHES " -o ([^ ]+)" OR NOT CMAKE_MATCH_1 MATCHES "${target_re}")
+        continue() # another target's object (tests, gate_broken_twin)
+      endif()
+      string(JSON file GET "${cc_json}" ${i} file)
+      string(JSON dir GET "${cc_json}" ${i} directory)
+      list(APPEND cmd_lines "${dir} ${cmd}")
+      file(RELATIVE_PATH rel "${SRC}" "${file}")
+      list(APPEND have_cmd "${rel}")
+      separate_arguments(args UNIX_COMMAND "${cmd}")
+      list(POP_FRONT args cc) # the compiler, checked above
+      set(_bad "")
+      check_args("${args}" "the compile command of ${rel}")
+      take_bad()
+    endforeach()
+  endif()
+  foreach(f IN LISTS compiled)
+    if(f MATCHES "\\.(c|cu)$")
+      list(FIND have_cmd "${f}" k)
+      if(k LESS 0)
+        dirty_because("compiled file ${f} has no compile command")
+      endif()
+    endif()
+  endforeach()
+  list(SORT cmd_lines)
+  foreach(c IN LISTS cmd_lines)
+    string(APPEND config_text "compile ${c}\n")
+  endforeach()
+
+  # the link commands: Ninja's build statements and rules, or the Makefiles' link.txt
+  set(link_text "")
+  if(EXISTS "${BUILD}/build.ninja" AND EXISTS "${BUILD}/CMakeFiles/rules.ninja")
+    set(rule_re "^[A-Z_]+_LINKER__(gate|gate_core|gate_base)_[A-Za-z]*$")
+    file(STRINGS "${BUILD}/build.ninja" ninja_lines)
+    set(in_block 0)
+    foreach(line IN LISTS ninja_lines)
+      if(line MATCHES "^build ([^:]+): ([A-Za-z0-9_]+)")
+        set(in_block 0)
+        if(CMAKE_MATCH_2 MATCHES "${rule_re}")
+          set(in_block 1)
+          string(APPEND link_text "${line}\n")
+        endif()
+      elseif(in_block AND line MATCHES "^  ([A-Z_]+) = (.*)$")
+        string(APPEND link_text "${line}\n")
+        set(var "${CMAKE_MATCH_1}")
+        set(value "${CMAKE_MATCH_2}")
+        if(var MATCHES "^(FLAGS|LINK_FLAGS|LINK_LIBRARIES|LINK_PATH|LANGUAGE_COMPILE_FLAGS|PRE_LINK|POST_BUILD)$")
+          separate_arguments(args UNIX_COMMAND "${value}")
+          set(_bad "")
+          check_args("${args}" "the link of the gate binary (${var})")
+          take_bad()
+        endif()
+      elseif(NOT line MATCHES "^  ")
+        set(in_block 0)
+      endif()
+    endforeach()
+    file(STRINGS "${BUILD}/CMakeFiles/rules.ninja" rule_lines)
+    set(in_rule 0)
+    foreach(line IN LISTS rule_lines)
+      if(line MATCHES "^rule ([A-Za-z0-9_]+)")
+        set(in_rule 0)
+        if(CMAKE_MATCH_1 MATCHES "${rule_re}" OR CMAKE_MATCH_1 MATCHES
+                                                  "^[A-Z_]+_COMPILER__(gate|gate_core|gate_base)_[A-Za-z]*$")
+          set(in_rule 1)
+          string(APPEND link_text "${line}\n")
+        endif()
+      elseif(in_rule AND line MATCHES "^  command = (.*)$")
+        string(APPEND link_text "${line}\n")
+        separate_arguments(args UNIX_COMMAND "${CMAKE_MATCH_1}")
+        set(_bad "")
+        set(expect_prog 1)
+        foreach(a IN LISTS args)
+          # the programs a rule runs: the first word of each command (after a launcher, the next)
+          if(a MATCHES "^\\$")
+            continue()
+          elseif(a STREQUAL "&&")
+            set(expect_prog 1)
+          elseif(expect_prog)
+            list(FIND LAUNCHERS "${a}" k)
+            if(a MATCHES "^/")
+              check_path("${a}" "a build rule")
+            elseif(k LESS 0 AND NOT a STREQUAL ":")
+              set(_bad "${_bad};a build rule runs ${a}, which is not a recorded launcher")
+            endif()
+            if(k LESS 0)
+              set(expect_prog 0)
+            endif()
+          endif()
+        endforeach()
+        take_bad()
+      endif()
+    endforeach()
+  else()
+    foreach(t gate gate_core gate_base)
+      set(lt "${BUILD}/CMakeFiles/${t}.dir/link.txt")
+      if(EXISTS "${lt}")
+        file(READ "${lt}" txt)
+        string(APPEND link_text "link ${t}: ${txt}\n")
+        separate_arguments(args UNIX_COMMAND "${txt}")
+        set(_bad "")
+        check_args("${args}" "the link of ${t}")
+        take_bad()
+      else()
+        dirty_because("the link command of ${t} is not recorded (neither build.ninja nor ${lt})")
+      endif()
+    endforeach()
+  endif()
+  string(APPEND config_text "${link_text}")
+
+  # headers the include path could pick up that nobody committed
+  file(GLOB_RECURSE build_headers LIST_DIRECTORIES false RELATIVE "${BUILD}" "${BUILD}/*.h")
+  foreach(h IN LISTS build_headers)
+    if(NOT h STREQUAL "gate_buildinfo.h" AND NOT h MATCHES "^CMakeFiles/")
+      dirty_because("header ${h} in the build folder (on the include path) is not gate's")
+    endif()
+  endforeach()
+endif()
+execute_process(COMMAND ${git} ls-files --others -- ":(glob)*.h" WORKING_DIRECTORY "${SRC}"
+                OUTPUT_VARIABLE top_headers ERROR_QUIET)
+string(REPLACE "\n" ";" top_headers "${top_headers}")
+foreach(h IN LISTS top_headers)
+  if(NOT h STREQUAL "")
+    dirty_because("untracked header ${h} at the top of the source tree (on the include path)")
+  endif()
+endforeach()
+string(SHA256 config_sha256 "${config_text}")
+
 if(n_reasons EQUAL 0)
   set(dirty 0)
 else()
@@ -188,6 +527,8 @@ string(REPLACE "\"" "\\\"" reason_c "${reason_c}")
 string(REGEX REPLACE "[\n\r\t]" "?" reason_c "${reason_c}")
 string(REPLACE "\\" "\\\\" flags_c "${FLAGS}")
 string(REPLACE "\"" "\\\"" flags_c "${flags_c}")
+string(REPLACE "\\" "\\\\" compiler_c "${compiler_text}")
+string(REPLACE "\"" "\\\"" compiler_c "${compiler_c}")
 set(text "/* generated by ci/buildinfo.cmake */
 #define GATE_GIT_COMMIT \"${commit}\"
 #define GATE_GIT_DIRTY ${dirty}
@@ -195,6 +536,8 @@ set(text "/* generated by ci/buildinfo.cmake */
 #define GATE_DIRTY_REASON \"${reason_c}\"
 #define GATE_SOURCE_SHA256 \"${source_sha256}\"
 #define GATE_BUILD_FLAGS \"${flags_c}\"
+#define GATE_COMPILER \"${compiler_c}\"
+#define GATE_BUILD_CONFIG_SHA256 \"${config_sha256}\"
 ")
 if(EXISTS "${OUT}")
   file(READ "${OUT}" old)

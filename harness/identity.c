@@ -43,15 +43,21 @@ int identity_get(struct identity *out, struct gate_err *err)
     snprintf(out->dirty_reason, sizeof out->dirty_reason, "%s", GATE_DIRTY_REASON);
     snprintf(out->source_sha256, sizeof out->source_sha256, "%s", GATE_SOURCE_SHA256);
     snprintf(out->build_flags, sizeof out->build_flags, "%s", GATE_BUILD_FLAGS);
+    snprintf(out->compiler, sizeof out->compiler, "%s", GATE_COMPILER);
+    snprintf(out->build_config_sha256, sizeof out->build_config_sha256, "%s",
+             GATE_BUILD_CONFIG_SHA256);
+    if (gethostname(out->hostname, sizeof out->hostname - 1) != 0)
+        out->hostname[0] = '\0';
     return identity_file_sha256("/proc/self/exe", out->binary_sha256, err);
 }
 
 json_t *identity_json(const struct identity *id)
 {
-    return json_pack("{s:s, s:s, s:b, s:s, s:s, s:s, s:s}", "version", id->version, "git_commit",
-                     id->git_commit, "git_dirty", id->git_dirty, "dirty_reason", id->dirty_reason,
-                     "source_sha256", id->source_sha256, "binary_sha256", id->binary_sha256,
-                     "build_flags", id->build_flags);
+    return json_pack("{s:s, s:s, s:b, s:s, s:s, s:s, s:s, s:s, s:s}", "version", id->version,
+                     "git_commit", id->git_commit, "git_dirty", id->git_dirty, "dirty_reason",
+                     id->dirty_reason, "source_sha256", id->source_sha256, "binary_sha256",
+                     id->binary_sha256, "build_flags", id->build_flags, "compiler", id->compiler,
+                     "build_config_sha256", id->build_config_sha256);
 }
 
 json_t *identity_environment(int threads)

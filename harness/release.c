@@ -5,6 +5,8 @@
  * makes EVERY cell TAMPERED, naming the row — a row nobody can attribute is still a row someone
  * altered. Then, per required cell and per anchor case, the receipts for it are sorted:
  *   - signed by a key the ladder does not trust for the receipt's host: UNTRUSTED;
+ *   - claiming this host, build and configuration but made by another binary (binary_sha256):
+ *     STALE "identity mismatch", and the row is blocked whatever its other receipts say;
  *   - for another build (git commit + version of a clean tree + source tree digest), another
  *     model digest, another release (name, version), other trusted keys, or gate settings other
  *     than the ladder's current ones: STALE, with the difference named;
@@ -48,10 +50,12 @@ const char *release_state_name(enum release_state s)
 /* What the store says about one row of the release (a cell, an excluded cell or an anchor). */
 struct acc {
     int n_pass, n_fail, n_error, n_other, n_untrusted;
+    int n_mismatch; /* receipts that claim this host, build and configuration, made by another
+                     * binary (issue 23 §4): they block the row whatever else it has */
     int64_t pass_ids[64];
     int n_pass_ids;
-    int64_t fail_id, error_id, other_id, untrusted_id; /* the first receipt of each kind */
-    char fail_why[512], error_why[512], other_why[512], untrusted_why[512];
+    int64_t fail_id, error_id, other_id, untrusted_id, mismatch_id; /* the first of each kind */
+    char fail_why[512], error_why[512], other_why[512], untrusted_why[512], mismatch_why[512];
     char disagree[512]; /* the first receipt whose recorded verdict its numbers contradict */
     enum release_state state;
     int64_t blocking_id; /* the receipt that decides state, 0 when none */
@@ -237,6 +241,30 @@ static void engine_not_this(const struct ladder *l, const json_t *p, const char 
         }
 }
 
+/* Settled question 1: the binary's digest is compared only where a receipt claims this host
+ * (environment.hostname), this build (commit, version) and this configuration
+ * (build_config_sha256); there it must be this binary's. "" when it is or does not apply. */
+static void binary_mismatch(const struct identity *id, const json_t *p, char *why, size_t n)
+{
+    json_t *eng = json_object_get(json_object_get(p, "subject"), "engine");
+    const char *host =
+        json_string_value(json_object_get(json_object_get(p, "environment"), "hostname"));
+    const char *commit = json_string_value(json_object_get(eng, "git_commit"));
+    const char *version = json_string_value(json_object_get(eng, "version"));
+    const char *config = json_string_value(json_object_get(eng, "build_config_sha256"));
+    const char *bin = json_string_value(json_object_get(eng, "binary_sha256"));
+    why[0] = '\0';
+    if (!id->hostname[0] || !id->build_config_sha256[0] || !host || strcmp(host, id->hostname) ||
+        !commit || strcmp(commit, id->git_commit) || !version || strcmp(version, id->version) ||
+        !config || strcmp(config, id->build_config_sha256))
+        return;
+    if (!bin || strcmp(bin, id->binary_sha256))
+        snprintf(why, n,
+                 "identity mismatch: it claims this host (%.64s), build and configuration"
+                 " (%.16s), but was made by binary %.16s, not this binary %.16s",
+                 host, config, bin ? bin : "(none)", id->binary_sha256);
+}
+
 /* Re-judge the gates of p for one row: every gate named in want (gate -> ladder settings) must
  * be recorded with exactly those settings (else STALE), and is judged again from its metrics. */
 static void judge_receipt(struct check_ctx *x, struct acc *a, int64_t rid, const json_t *p,
@@ -383,6 +411,13 @@ static int on_row(void *ctx, const struct store_row *row)
         goto out;
     }
     char not [400];
+    binary_mismatch(x->id, p, not, sizeof not );
+    if (not [0]) {
+        a->n_mismatch++;
+        snprintf(why, sizeof why, "receipt %" PRId64 " %s", row->id, not );
+        keep(a->mismatch_why, sizeof a->mismatch_why, &a->mismatch_id, row->id, why);
+        goto out;
+    }
     engine_not_this(l, p, mode, not, sizeof not );
     if (!not [0])
         not_this(x, p, pin, not, sizeof not );
@@ -402,7 +437,11 @@ out:
 /* The row's state from what its receipts say, and the receipt that decides it. */
 static void decide(struct acc *a, int excluded)
 {
-    if (a->n_pass && a->n_fail) {
+    if (a->n_mismatch) {
+        a->state = RELEASE_STALE;
+        a->blocking_id = a->mismatch_id;
+        snprintf(a->why, sizeof a->why, "%s", a->mismatch_why);
+    } else if (a->n_pass && a->n_fail) {
         a->state = RELEASE_FLAKY;
         a->blocking_id = a->fail_id;
         snprintf(a->why, sizeof a->why,

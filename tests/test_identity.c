@@ -14,7 +14,9 @@
 #include "harness/identity.h"
 #include "tests/support/check.h"
 
-static char repo[600], compiled[700], out_h[700];
+static char repo[600], compiled[700], out_h[700], bdir[700];
+static char cflags[512]; /* extra flags in the compile command of engine/a.c (issue 23 §4) */
+static char lflags[512]; /* LINK_FLAGS of the gate binary's link statement */
 
 static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -62,6 +64,45 @@ static void make_repo(void)
     cr_assert(f);
     fprintf(f, "%s/engine/a.c\n", repo);
     fclose(f);
+    /* a build folder as CMake's Ninja generator leaves it, outside the repository */
+    snprintf(bdir, sizeof bdir, "%s.build", repo);
+    sh("rm -rf '%s' && mkdir -p '%s/CMakeFiles'", bdir, bdir);
+    cflags[0] = lflags[0] = '\0';
+}
+
+/* Write bdir's compile_commands.json, build.ninja, CMakeFiles/rules.ninja and
+ * gate_buildconfig.cmake for one compiled file (engine/a.c) with cflags and lflags. */
+static void write_build(void)
+{
+    char path[800];
+    snprintf(path, sizeof path, "%s/compile_commands.json", bdir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fprintf(f,
+            "[{\"directory\": \"%s\", \"command\": \"/usr/bin/cc -DGATE_VERSION=1 -I%s"
+            " -I%s -O3 %s -o CMakeFiles/gate_core.dir/engine/a.c.o -c %s/engine/a.c\","
+            " \"file\": \"%s/engine/a.c\"}]\n",
+            bdir, repo, bdir, cflags, repo, repo);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/build.ninja", bdir);
+    cr_assert((f = fopen(path, "w")));
+    fprintf(f,
+            "build gate: C_EXECUTABLE_LINKER__gate_Release CMakeFiles/gate.dir/cli/main.c.o\n"
+            "  FLAGS = -O3\n  LINK_FLAGS = %s\n  LINK_LIBRARIES = libgate_core.a -lm\n\n",
+            lflags);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/CMakeFiles/rules.ninja", bdir);
+    cr_assert((f = fopen(path, "w")));
+    fprintf(f, "rule C_EXECUTABLE_LINKER__gate_Release\n"
+               "  command = $PRE_LINK && /usr/bin/cc $FLAGS $LINK_FLAGS $in -o $TARGET_FILE"
+               " $LINK_LIBRARIES && $POST_BUILD\n\n");
+    fclose(f);
+    snprintf(path, sizeof path, "%s/gate_buildconfig.cmake", bdir);
+    cr_assert((f = fopen(path, "w")));
+    fprintf(f, "set(COMPILER [[/usr/bin/cc]])\nset(COMPILER_ID [[GNU]])\n"
+               "set(COMPILER_VERSION [[1.0]])\nset(LAUNCHERS [[]])\n"
+               "set(ALLOWED_DEFINES [[GATE_VERSION;_GNU_SOURCE]])\nset(PREFIXES [[]])\n");
+    fclose(f);
 }
 
 struct info {
@@ -69,6 +110,8 @@ struct info {
     int count;
     char reason[512];
     char source_sha256[80];
+    char config_sha256[80];
+    char compiler[512];
 };
 
 /* Run the script over repo and read the header it wrote. */
@@ -77,9 +120,10 @@ static struct info buildinfo(void)
     struct info in;
     memset(&in, 0, sizeof in);
     in.dirty = -1;
-    sh("rm -f '%s' && cmake -DSRC='%s' -DOUT='%s' -DCOMPILED='%s' -DFLAGS=test -P"
-       " '%s/ci/buildinfo.cmake'",
-       out_h, repo, out_h, compiled, GATE_SOURCE_DIR);
+    write_build();
+    sh("rm -f '%s' && cmake -DSRC='%s' -DOUT='%s' -DCOMPILED='%s' -DFLAGS=test -DBUILD='%s'"
+       " -DCONFIG='%s/gate_buildconfig.cmake' -P '%s/ci/buildinfo.cmake'",
+       out_h, repo, out_h, compiled, bdir, bdir, GATE_SOURCE_DIR);
     FILE *f = fopen(out_h, "r");
     cr_assert(f, "the script wrote no %s", out_h);
     char line[1024];
@@ -88,6 +132,8 @@ static struct info buildinfo(void)
         sscanf(line, "#define GATE_DIRTY_COUNT %d", &in.count);
         sscanf(line, "#define GATE_DIRTY_REASON \"%511[^\"]\"", in.reason);
         sscanf(line, "#define GATE_SOURCE_SHA256 \"%79[^\"]\"", in.source_sha256);
+        sscanf(line, "#define GATE_BUILD_CONFIG_SHA256 \"%79[^\"]\"", in.config_sha256);
+        sscanf(line, "#define GATE_COMPILER \"%511[^\"]\"", in.compiler);
     }
     fclose(f);
     return in;
@@ -181,6 +227,96 @@ Test(identity, source_digest_is_the_commit_tree_not_the_working_copy)
     cr_expect_str_neq(next.source_sha256, clean.source_sha256);
 }
 
+/* Issue 23 §4: a build configured with -DCMAKE_C_FLAGS="-include /tmp/elsewhere/evil.h" (a
+ * header outside the tree) recorded git_dirty false. Every way into the compile or link commands
+ * that reads or injects code from outside the tree and the system prefixes is dirty now. */
+Test(identity, an_include_from_outside_the_tree_is_dirty)
+{
+    make_repo();
+    snprintf(cflags, sizeof cflags, "-include /tmp/elsewhere/evil.h");
+    expect_dirty("has flag -include");
+}
+
+Test(identity, an_include_directory_outside_the_tree_is_dirty)
+{
+    make_repo();
+    snprintf(cflags, sizeof cflags, "-I/tmp/elsewhere");
+    expect_dirty("reads /tmp/elsewhere, outside the source tree");
+    make_repo();
+    snprintf(cflags, sizeof cflags, "-isystem ../../elsewhere");
+    expect_dirty("reads ../../elsewhere, outside the source tree");
+}
+
+Test(identity, a_preprocessor_passthrough_is_dirty)
+{
+    make_repo();
+    snprintf(cflags, sizeof cflags, "-Wp,-include,/tmp/elsewhere/evil.h");
+    expect_dirty("has flag -Wp,-include");
+}
+
+Test(identity, a_definition_gate_does_not_make_is_dirty)
+{
+    make_repo();
+    snprintf(cflags, sizeof cflags, "-DGATE_TEST_BROKEN_TWIN=1");
+    expect_dirty("defines GATE_TEST_BROKEN_TWIN");
+}
+
+Test(identity, a_link_input_from_outside_the_tree_is_dirty)
+{
+    make_repo();
+    snprintf(lflags, sizeof lflags, "/tmp/elsewhere/evil.o");
+    expect_dirty("the link of the gate binary (LINK_FLAGS) reads /tmp/elsewhere/evil.o");
+}
+
+Test(identity, an_include_path_in_the_environment_is_dirty)
+{
+    make_repo();
+    setenv("CPATH", "/tmp/elsewhere", 1);
+    expect_dirty("the build's environment (CPATH) reads /tmp/elsewhere");
+    unsetenv("CPATH");
+}
+
+Test(identity, a_header_in_the_build_folder_is_dirty)
+{
+    make_repo();
+    sh("echo '#define X 1' > '%s/sodium.h'", bdir);
+    expect_dirty("header sodium.h in the build folder");
+}
+
+Test(identity, missing_compile_commands_are_dirty)
+{
+    make_repo();
+    write_build();
+    sh("rm -f '%s/compile_commands.json'", bdir);
+    struct info in;
+    memset(&in, 0, sizeof in);
+    sh("rm -f '%s' && cmake -DSRC='%s' -DOUT='%s' -DCOMPILED='%s' -DFLAGS=test -DBUILD='%s'"
+       " -DCONFIG='%s/gate_buildconfig.cmake' -P '%s/ci/buildinfo.cmake'",
+       out_h, repo, out_h, compiled, bdir, bdir, GATE_SOURCE_DIR);
+    FILE *f = fopen(out_h, "r");
+    cr_assert(f);
+    char line[1024];
+    while (fgets(line, sizeof line, f))
+        sscanf(line, "#define GATE_DIRTY_REASON \"%511[^\"]\"", in.reason);
+    fclose(f);
+    cr_expect(strstr(in.reason, "compile commands (compile_commands.json) are not recorded"), "%s",
+              in.reason);
+}
+
+Test(identity, the_config_digest_follows_the_flags_and_names_the_compiler)
+{
+    make_repo();
+    struct info a = buildinfo();
+    cr_expect_eq(a.dirty, 0, "%s", a.reason);
+    cr_expect_eq(strlen(a.config_sha256), 64);
+    cr_expect(strstr(a.compiler, "GNU 1.0 /usr/bin/cc"), "%s", a.compiler);
+    snprintf(cflags, sizeof cflags, "-O2 -fno-strict-aliasing");
+    struct info b = buildinfo();
+    cr_expect_eq(b.dirty, 0, "recorded optimisation flags do not make a build dirty (%s)",
+                 b.reason);
+    cr_expect_str_neq(a.config_sha256, b.config_sha256, "the digest must cover the flags");
+}
+
 Test(identity, json_carries_source_digest_and_dirty_reason)
 {
     struct identity id;
@@ -193,5 +329,10 @@ Test(identity, json_carries_source_digest_and_dirty_reason)
     cr_assert(j);
     cr_expect_str_eq(json_string_value(json_object_get(j, "source_sha256")), id.source_sha256);
     cr_expect_str_eq(json_string_value(json_object_get(j, "dirty_reason")), id.dirty_reason);
+    cr_expect_eq(strlen(id.build_config_sha256), 64);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "build_config_sha256")),
+                     id.build_config_sha256);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "compiler")), id.compiler);
+    cr_expect(id.compiler[0]);
     json_decref(j);
 }

@@ -142,6 +142,26 @@ Test(release, a_receipt_from_an_older_build_is_stale)
     expect_row(path_in("r2.db"), "moe/a/ref.decode", RELEASE_STALE, 1, "is for build 0123456789");
 }
 
+/* Issue 23 §4: binary_sha256 was recorded and never compared. A receipt that claims this host,
+ * this build and this configuration but another binary blocks its row, even beside a PASS
+ * receipt of this binary; the same digest on another host (which compiles its own binary) or
+ * under another configuration is not compared. */
+Test(release, a_receipt_of_another_binary_claiming_this_build_blocks)
+{
+    snprintf(fx.self.hostname, sizeof fx.self.hostname, "builder-1");
+    snprintf(fx.self.build_config_sha256, sizeof fx.self.build_config_sha256, "%064d", 5);
+    const char *other = "be00000000000000000000000000000000000000000000000000000000000000";
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){.env_host = "builder-1"});
+    add(path_in("r.db"), &fx.key_a, 0,
+        (struct ladderfix_fake){.env_host = "builder-1", .binary_sha256 = other});
+    add(path_in("r.db"), &fx.key_a, 1, (struct ladderfix_fake){.env_host = "builder-1"});
+    add(path_in("r.db"), &fx.key_b, 2,
+        (struct ladderfix_fake){.env_host = "builder-2", .binary_sha256 = other});
+    expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_STALE, 2, "identity mismatch");
+    expect_row(path_in("r.db"), "moe/a/ref.chat", RELEASE_PASS, 0, NULL);
+    expect_row(path_in("r.db"), "moe/b/ref.decode", RELEASE_PASS, 0, NULL);
+}
+
 Test(release, a_dirty_tree_receipt_never_counts)
 {
     add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){.dirty = 1});

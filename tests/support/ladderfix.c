@@ -165,6 +165,8 @@ int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const
     if (fk.commit)
         snprintf(id.git_commit, sizeof id.git_commit, "%s", fk.commit);
     id.git_dirty = fk.dirty;
+    if (fk.binary_sha256)
+        snprintf(id.binary_sha256, sizeof id.binary_sha256, "%s", fk.binary_sha256);
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/data/release_metrics.json", GATE_SOURCE_DIR);
     json_error_t je;

@@ -79,19 +79,20 @@ void ladderfix_drop_anchor(const char *path, const char *reason);
 /* What to fake in one receipt. Zeroed: a PASS receipt of fx->self for the ladder's pin, its gates
  * judged with the ladder's settings for the cell. */
 struct ladderfix_fake {
-    int fail;             /* 1: parity numbers that fail (position 5 at cosine 0.42), with
-                           * the localization a failed run records (first bad layer 1,
-                           * routing agreement 90 of 96 there) and position 7 an argmax
-                           * TIE_FLIP */
-    int golden_diff;      /* 1: the first golden case's 4th token differs (first_diff 3) */
-    const char *commit;   /* NULL: self's commit */
-    int dirty;            /* 1: the build identity says its tree was dirty */
-    const char *sha;      /* NULL: the model digest the ladder pins */
-    const char *env_host; /* NULL: the cell's host id; else environment.hostname (any text) */
-    int no_gates;         /* 1: no gate at all (the overall verdict FAIL unless claim_pass) */
-    double min_cosine;    /* 0: the ladder's; else parity judged (and recorded) with it */
-    int claim_pass;       /* 1: every gate's verdict and the overall verdict say PASS
-                           * whatever the numbers say */
+    int fail;                  /* 1: parity numbers that fail (position 5 at cosine 0.42), with
+                                * the localization a failed run records (first bad layer 1,
+                                * routing agreement 90 of 96 there) and position 7 an argmax
+                                * TIE_FLIP */
+    int golden_diff;           /* 1: the first golden case's 4th token differs (first_diff 3) */
+    const char *commit;        /* NULL: self's commit */
+    int dirty;                 /* 1: the build identity says its tree was dirty */
+    const char *sha;           /* NULL: the model digest the ladder pins */
+    const char *env_host;      /* NULL: the cell's host id; else environment.hostname (any text) */
+    const char *binary_sha256; /* NULL: self's; else the engine's binary_sha256 */
+    int no_gates;              /* 1: no gate at all (the overall verdict FAIL unless claim_pass) */
+    double min_cosine;         /* 0: the ladder's; else parity judged (and recorded) with it */
+    int claim_pass;            /* 1: every gate's verdict and the overall verdict say PASS
+                                * whatever the numbers say */
     const char *release_version; /* NULL: the ladder's release version */
     const char *trust_sha256;    /* NULL: the ladder's trust_sha256 */
     const char *cell_kv;         /* NULL: the payload's cell.kv is "f16" for an F16 cell, absent
