@@ -578,6 +578,39 @@ int report_run_junit(const char *path, const struct run_result *res, const char 
     return junit_file(path, run_junit_fill, &a, err);
 }
 
+int report_release_blockers(const struct release_result *r, report_blocker_fn fn, void *ctx)
+{
+    int n = 0;
+    char msg[1200];
+    if (r->store_problem[0]) {
+        fn(ctx, "store", "store", r->store_problem);
+        n++;
+    }
+    if (r->dirty) {
+        snprintf(msg, sizeof msg,
+                 "this gate binary is not a clean build (%s): no receipt can count for it",
+                 r->dirty_reason[0] ? r->dirty_reason : "the tree is not its commit");
+        fn(ctx, "build", "build", msg);
+        n++;
+    }
+    const struct release_row *sets[3] = {r->cells, r->excluded, r->anchors};
+    int ns[3] = {r->n_cells, r->n_excluded, r->n_anchors};
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < ns[s]; i++) {
+            const struct release_row *w = &sets[s][i];
+            if (w->state == (s == 1 ? RELEASE_EXCLUDED : RELEASE_PASS))
+                continue;
+            snprintf(msg, sizeof msg, "%s: %s", release_state_name(w->state), w->reason);
+            fn(ctx, "row", w->name, msg);
+            n++;
+        }
+    if (!r->ok && n == 0) {
+        fn(ctx, "release", "release", "the release is blocked");
+        n++;
+    }
+    return n;
+}
+
 struct release_junit_arg {
     const struct ladder *l;
     const struct release_result *r;
@@ -608,6 +641,32 @@ static void release_row_case(FILE *out, const struct ladder *l, const struct rel
     junit_case(out, cls[w->kind], w->name, k, release_state_name(w->state), msg);
 }
 
+/* report_release_blockers callback for JUnit: counts the blockers that are not rows (out NULL)
+ * or writes each as a failing testcase of classname "release". */
+struct extra_cases {
+    FILE *out;
+    int n;
+};
+
+static void count_extra(void *ctx, const char *kind, const char *subject, const char *reason)
+{
+    struct extra_cases *ex = ctx;
+    if (!strcmp(kind, "row"))
+        return;
+    if (!ex->out) {
+        ex->n++;
+        return;
+    }
+    static const char *const names[][2] = {
+        {"store", "store verifies"}, {"build", "clean build"}, {"release", "release"}};
+    const char *name = subject;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(kind, names[i][0]))
+            name = names[i][1];
+    junit_case(ex->out, "release", name, 1, !strcmp(kind, "store") ? "TAMPERED" : "BLOCKED",
+               reason);
+}
+
 static void release_junit_fill(FILE *out, const void *argp)
 {
     const struct release_junit_arg *a = argp;
@@ -628,6 +687,13 @@ static void release_junit_fill(FILE *out, const void *argp)
         for (int i = 0; i < ns[s]; i++)
             count[row_kind(&sets[s][i])]++;
     int tests = r->n_cells + r->n_excluded + r->n_anchors;
+    /* the blockers that are not rows: one failing testcase each */
+    struct extra_cases ex = {NULL, 0};
+    report_release_blockers(r, count_extra, &ex);
+    const int sign_error = a->check_error && a->check_error[0];
+    tests += ex.n + sign_error;
+    count[1] += ex.n;
+    count[2] += sign_error;
     fprintf(out,
             "<testsuites name=\"gate release check\" tests=\"%d\" failures=\"%d\" errors=\"%d\">\n",
             tests, count[1], count[2]);
@@ -644,6 +710,10 @@ static void release_junit_fill(FILE *out, const void *argp)
         fputs("\"/>\n", out);
     }
     fputs("    </properties>\n", out);
+    ex.out = out;
+    report_release_blockers(r, count_extra, &ex);
+    if (sign_error)
+        junit_case(out, "release", "release check", 2, "ERROR", a->check_error);
     for (int s = 0; s < 3; s++)
         for (int i = 0; i < ns[s]; i++)
             release_row_case(out, a->l, &sets[s][i]);
@@ -702,6 +772,13 @@ static json_t *row_json(const struct ladder *l, const struct release_row *w)
     return o;
 }
 
+/* report_release_blockers callback: one {kind, subject, reason} into the array ctx. */
+static void blocker_json(void *ctx, const char *kind, const char *subject, const char *reason)
+{
+    json_array_append_new(ctx, json_pack("{s:s, s:o, s:o}", "kind", kind, "subject", jstr(subject),
+                                         "reason", jstr(reason)));
+}
+
 void report_release_json(FILE *out, const struct ladder *l, const char *ladder_path, const char *db,
                          const struct identity *id, const struct release_result *r,
                          const struct json_t *signoff)
@@ -754,6 +831,9 @@ void report_release_json(FILE *out, const struct ladder *l, const char *ladder_p
                                   states));
     json_object_set_new(doc, "unanchored", un);
     json_object_set_new(doc, "rows", rows);
+    json_t *blocked = json_array();
+    report_release_blockers(r, blocker_json, blocked);
+    json_object_set_new(doc, "blocked_by", blocked);
     json_object_set_new(doc, "signoff", signoff ? json_deep_copy(signoff) : json_null());
     json_dumpf(doc, out, JSON_INDENT(2));
     fputc('\n', out);

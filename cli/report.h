@@ -71,12 +71,28 @@ void report_release(FILE *out, const struct ladder *l, const char *ladder_path, 
 int report_run_junit(const char *path, const struct run_result *res, const char *run_error,
                      struct gate_err *err);
 
+/* Every reason release r is blocked (issue 23 §5: each output carries all of them), in this
+ * order: kind "store" (the store cannot be believed: a row fails verification, a head names a
+ * removed receipt, --expect-head is not in the store; subject "store"), "build" (the checking
+ * binary is not a clean build; subject "build"), "row" (a required cell or anchor not PASS, an
+ * excluded cell that shows a failure; subject the row name, reason "STATE: reason", identity
+ * mismatches included), and, only when r is not ok and none of those applies, "release"
+ * (subject "release"). fn is called once per reason (strings valid during the call); returns
+ * the number of reasons: 0 exactly when r->ok. */
+typedef void (*report_blocker_fn)(void *ctx, const char *kind, const char *subject,
+                                  const char *reason);
+int report_release_blockers(const struct release_result *r, report_blocker_fn fn, void *ctx);
+
 /* The release as JUnit XML at path (mode 0644): one testsuite "release", one testcase per
  * required cell (classname "cell"), excluded cell ("excluded": <skipped message="excluded:
  * REASON"/> while EXCLUDED, a failure when a failure shows through) and anchor case ("anchor");
- * a row not PASS is a <failure message="STATE (receipt N): REASON"> (<error> for ERROR). l and r
- * may be NULL when the check could not run: then one testcase "release check" with the <error>
- * check_error. ERR_ENV naming path when it cannot be written. */
+ * a row not PASS is a <failure message="STATE (receipt N): REASON"> (<error> for ERROR); every
+ * blocker that is not a row (report_release_blockers: store, build, release) is one more
+ * testcase of classname "release" with a <failure>, so a blocked release never has
+ * failures="0" errors="0". l and r may be NULL when the check could not run: then one testcase
+ * "release check" with the <error> check_error; with r, a non-empty check_error (the sign-off
+ * failed) is one more <error> testcase "release check". ERR_ENV naming path when it cannot be
+ * written. */
 int report_release_junit(const char *path, const struct ladder *l, const struct release_result *r,
                          const char *check_error, struct gate_err *err);
 
@@ -84,7 +100,9 @@ int report_release_junit(const char *path, const struct ladder *l, const struct 
  * release and ladder identity, the checking build (identity_json), the store, counts (per state
  * too), the store problem, the unanchored architectures, every row (kind, name, model/host/mode
  * or arch, state, blocking receipt id, reason, PASS receipt ids, receipts per kind, exclusion
- * reason, disagreement) and signoff (NULL: not signed: "signoff": null). Strings that are not
+ * reason, disagreement), "blocked_by" (every report_release_blockers() reason as {kind,
+ * subject, reason}; [] exactly when ok) and signoff (NULL: not signed: "signoff": null). Strings
+ * that are not
  * valid UTF-8 are written through cli_safe(). */
 void report_release_json(FILE *out, const struct ladder *l, const char *ladder_path, const char *db,
                          const struct identity *id, const struct release_result *r,

@@ -26,6 +26,7 @@
 #include "base/atomic.h"
 #include "cli/cli.h"
 #include "cli/cmd_tokenize.h"
+#include "cli/report.h"
 #include "engine/tokenizer.h"
 #include "harness/gatedef.h"
 #include "harness/identity.h"
@@ -1340,6 +1341,19 @@ static void progress_line(FILE *progress, int tty, int done, int total)
         fprintf(progress, "gate report: %d of %d rows drawn\n", done, total);
 }
 
+/* report_release_blockers callback: one <li> per reason into the page ctx. */
+static void blocker_li(void *ctx, const char *kind, const char *subject, const char *reason)
+{
+    FILE *f = ctx;
+    fputs("<li class=\"blocker-", f);
+    put(f, kind);
+    fputs("\"><b>", f);
+    put(f, subject);
+    fputs("</b>: ", f);
+    put(f, reason);
+    fputs("</li>\n", f);
+}
+
 int report_html_write(const char *path, const struct ladder *l, const char *ladder_path,
                       const char *db, struct store *st, const struct identity *id,
                       const struct release_result *r, FILE *progress, struct gate_err *err)
@@ -1372,6 +1386,11 @@ int report_html_write(const char *path, const struct ladder *l, const char *ladd
         goto out;
     }
     head(f, l);
+    if (r->dirty) {
+        fputs("<div class=\"banner banner-tampered\" id=\"dirty\">BUILD NOT CLEAN: ", f);
+        put(f, r->dirty_reason);
+        fputs(". No receipt can count for this gate binary: commit, rebuild, rerun.</div>\n", f);
+    }
     if (r->store_problem[0]) {
         fputs("<div class=\"banner banner-tampered\" id=\"tampered\">STORE TAMPERED: ", f);
         put(f, r->store_problem);
@@ -1396,6 +1415,12 @@ int report_html_write(const char *path, const struct ladder *l, const char *ladd
                 r->n_bad_cells, r->n_cells, r->n_bad_anchors, r->n_anchors,
                 r->n_anchors == 1 ? "" : "s",
                 r->dirty ? "; this binary is not a clean build, nothing can count" : "");
+    if (!r->ok) {
+        /* every reason, as JUnit and JSON carry them (issue 23 §5) */
+        fputs("<ul class=\"banner banner-blocked\" id=\"blockers\">\n", f);
+        report_release_blockers(r, blocker_li, f);
+        fputs("</ul>\n", f);
+    }
     draw_matrix(f, l, r);
     draw_identity(f, l, ladder_path, db, id, r);
     fputs("<h2>cells</h2>\n", f);
@@ -1431,14 +1456,15 @@ out:
     return rc;
 }
 
-int report_html_check(const char *ladder_path, const char *db, const char *out_path,
-                      const struct identity *self, FILE *progress, int *ok, struct gate_err *err)
+int report_html_check(const char *ladder_path, const char *db, const char *expect_head,
+                      const char *out_path, const struct identity *self, FILE *progress, int *ok,
+                      struct gate_err *err)
 {
     struct ladder *l = NULL;
     struct store *st = NULL;
     struct identity id;
     struct release_result r;
-    struct release_options o = {.ladder = ladder_path, .db = db};
+    struct release_options o = {.ladder = ladder_path, .db = db, .expect_head = expect_head};
     int rc;
     memset(&r, 0, sizeof r);
     if (ok)

@@ -38,11 +38,15 @@ int report_html_write(const char *path, const struct ladder *l, const char *ladd
 
 /* The whole `gate report`: load and check the ladder, take the build identity (self, or the
  * running binary's when NULL; tests pass a stand-in clean build), open the store read-only,
- * evaluate the release as `gate release check` does, write the page to out_path. *ok (may be
+ * evaluate the release as `gate release check` does (expect_head, may be NULL: a chain head
+ * that must still be in the store, as `release check --expect-head`), write the page to
+ * out_path. The page shows a red banner for a dirty build and for a store that cannot be
+ * believed, and lists every reason the release is blocked (report_release_blockers). *ok (may be
  * NULL) receives r.ok: 1 only when the release is OK. Returns 0 when the page was written,
  * whatever the release; ERR_INPUT (ladder, missing store) or ERR_ENV (unreadable store, page not
  * writable) with err naming the subject. */
-int report_html_check(const char *ladder_path, const char *db, const char *out_path,
-                      const struct identity *self, FILE *progress, int *ok, struct gate_err *err);
+int report_html_check(const char *ladder_path, const char *db, const char *expect_head,
+                      const char *out_path, const struct identity *self, FILE *progress, int *ok,
+                      struct gate_err *err);
 
 #endif

@@ -587,6 +587,9 @@ int release_evaluate(const struct ladder *l, struct store *st, const struct iden
     out->n_anchors = l->n_anchors;
     out->n_receipts = x.n_rows;
     out->dirty = self->git_dirty != 0;
+    if (out->dirty)
+        snprintf(out->dirty_reason, sizeof out->dirty_reason, "%s",
+                 self->dirty_reason[0] ? self->dirty_reason : "the tree is not its commit");
     out->ok = out->n_bad_cells + out->n_bad_anchors == 0 && !out->dirty;
 out:
     free(x.cells);

@@ -165,6 +165,7 @@ struct release_result {
     int n_bad_cells;          /* required cells not PASS + excluded cells not EXCLUDED */
     int n_bad_anchors;        /* anchor cases not PASS */
     int dirty;                /* the checking binary is not a clean build: nothing can count */
+    char dirty_reason[256];   /* why (identity.dirty_reason), "" when clean */
     int ok;                   /* 1 only when nothing blocks: the release may be signed */
 };
 

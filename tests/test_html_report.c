@@ -91,7 +91,8 @@ static void two_receipts(const char *ladder, const char *db)
 static char *report(const char *ladder, const char *db, const char *out, int *ok)
 {
     struct gate_err err = {0};
-    cr_assert_eq(report_html_check(ladder, db, out, &fx.self, NULL, ok, &err), 0, "%s", err.msg);
+    cr_assert_eq(report_html_check(ladder, db, NULL, out, &fx.self, NULL, ok, &err), 0, "%s",
+                 err.msg);
     struct stat sb;
     cr_assert_eq(stat(out, &sb), 0);
     cr_expect_eq(sb.st_mode & 0777, 0644, "the page is mode 0644, not %o", sb.st_mode & 0777);
@@ -258,7 +259,7 @@ Test(html_report, a_large_ladder_reports_progress_on_stderr)
     FILE *progress = fopen(log, "w");
     cr_assert(progress);
     int ok = -1;
-    cr_assert_eq(report_html_check(ladder, db, out, &fx.self, progress, &ok, &err), 0, "%s",
+    cr_assert_eq(report_html_check(ladder, db, NULL, out, &fx.self, progress, &ok, &err), 0, "%s",
                  err.msg);
     fclose(progress);
     cr_expect_eq(ok, 0);
@@ -422,5 +423,46 @@ Test(html_report, gate_report_end_to_end_and_in_headless_chromium, .timeout = 12
     cr_expect(!strcasestr(d, "<script"));
     free(d);
     ladderfix_sh("rm -rf '%s'", prof); /* the browser profile: megabytes nobody reads */
+    free(html);
+}
+
+/* Issue 23 §5: a dirty checking build is a red banner naming the reason and a list of every
+ * blocker; `gate report --expect-head` (which a9e2031 rejected as an unknown argument) makes a
+ * store without that head TAMPERED, as `release check --expect-head` does. */
+Test(html_report, a_dirty_build_and_a_missing_head_are_red_banners)
+{
+    const char *ladder = ladderfix_ladder(&fx, "ok.yaml", NULL, 0);
+    const char *db = ladderfix_path(&fx, "ok.db");
+    ladderfix_add(&fx, ladder, db, &fx.key_a, 0, (struct ladderfix_fake){0});
+    ladderfix_add(&fx, ladder, db, &fx.key_a, 1, (struct ladderfix_fake){0});
+    ladderfix_add(&fx, ladder, db, &fx.key_b, 2, (struct ladderfix_fake){0});
+    struct identity dirty = fx.self;
+    dirty.git_dirty = 1;
+    snprintf(dirty.dirty_reason, sizeof dirty.dirty_reason, "CPATH=/tmp/elsewhere");
+    struct gate_err err = {0};
+    int ok = -1;
+    const char *out = ladderfix_path(&fx, "dirty.html");
+    cr_assert_eq(report_html_check(ladder, db, NULL, out, &dirty, NULL, &ok, &err), 0, "%s",
+                 err.msg);
+    cr_expect_eq(ok, 0);
+    char *html = check_slurp_text(out);
+    cr_assert(html);
+    cr_expect(strstr(html, "<div class=\"banner banner-tampered\" id=\"dirty\">BUILD NOT CLEAN: "
+                           "CPATH=/tmp/elsewhere"),
+              "%s", html);
+    cr_expect(strstr(html, "id=\"blockers\""), "%s", html);
+    free(html);
+    /* the CLI: --expect-head with a head the store never held */
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin, "GATE_BIN is not set");
+    const char *page = ladderfix_path(&fx, "head.html");
+    int code = ladderfix_sh("'%s' report '%s' --db '%s' --expect-head "
+                            "ab00000000000000000000000000000000000000000000000000000000000000"
+                            " -o '%s' >/dev/null 2>&1",
+                            bin, ladder, db, page);
+    cr_expect_eq(code, 1, "gate report --expect-head exited %d", code);
+    html = check_slurp_text(page);
+    cr_assert(html, "no page written");
+    cr_expect(strstr(html, "id=\"tampered\">STORE TAMPERED: "), "%s", html);
     free(html);
 }

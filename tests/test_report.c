@@ -670,3 +670,93 @@ Test(report, junit_schema_rejects_documents_a_ci_system_would_misread)
         free(why);
     }
 }
+
+/* ---- a blocked release is never green (issue 23 §5) ------------------------------------------ */
+
+/* Every cell PASSes for the clean stand-in build, but the checking binary is dirty: a9e2031's
+ * `release check --junit` exited 1 and wrote failures="0" errors="0". Every output must carry the
+ * reason: a failing JUnit testcase, a "blocked_by" entry in the JSON. */
+Test(report, a_dirty_build_fails_in_junit_and_json_not_only_in_the_exit_code)
+{
+    add(path_in("ok.db"), &fx.key_a, 0, 0, NULL);
+    add(path_in("ok.db"), &fx.key_b, 1, 0, NULL);
+    ladderfix_drop_anchor(path_in("ladder.yaml"), "report test");
+    struct identity dirty = fx.self;
+    dirty.git_dirty = 1;
+    dirty.dirty_count = 1;
+    snprintf(dirty.dirty_reason, sizeof dirty.dirty_reason,
+             "the compile command of base/atomic.c has flag -include");
+    char ladder[1024], db[1024];
+    snprintf(ladder, sizeof ladder, "%s", path_in("ladder.yaml"));
+    snprintf(db, sizeof db, "%s", path_in("ok.db"));
+    struct release_options o = {.ladder = ladder, .db = db};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    /* the clean build: OK, nothing blocks, JUnit green */
+    cr_assert_eq(release_check_report(f, &o, &fx.self, 1, path_in("clean.xml")), 0);
+    fclose(f);
+    json_t *doc = json_loads(buf, 0, NULL);
+    cr_assert(doc, "%s", buf);
+    cr_expect_eq(json_array_size(json_object_get(doc, "blocked_by")), 0, "%s", buf);
+    json_decref(doc);
+    free(buf);
+    char *xml = check_slurp_text(path_in("clean.xml"));
+    struct xml_counts c;
+    xml_check(xml, &c);
+    cr_expect_eq(c.failures + c.errors, 0, "%s", xml);
+    free(xml);
+    /* the dirty build: exit 1, and JUnit and JSON say why */
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    cr_expect_eq(release_check_report(f, &o, &dirty, 1, path_in("dirty.xml")), 1);
+    fclose(f);
+    doc = json_loads(buf, 0, NULL);
+    cr_assert(doc, "%s", buf);
+    json_t *b = json_array_get(json_object_get(doc, "blocked_by"), 0);
+    cr_expect_str_eq(json_string_value(json_object_get(b, "kind")), "build", "%s", buf);
+    cr_expect(strstr(json_string_value(json_object_get(b, "reason")), "-include"), "%s", buf);
+    json_decref(doc);
+    free(buf);
+    xml = check_slurp_text(path_in("dirty.xml"));
+    cr_assert(xml);
+    xml_check(xml, &c);
+    cr_expect_geq(c.failures, 1, "a blocked release with failures=0: %s", xml);
+    cr_expect_eq(c.root_failures, c.failures, "%s", xml);
+    cr_expect(strstr(xml, "classname=\"release\" name=\"clean build\""), "%s", xml);
+    cr_expect(strstr(xml, "has flag -include"), "%s", xml);
+    free(xml);
+}
+
+/* A chain head that the store no longer holds (a documented tail deletion): every output fails
+ * and names the store problem. */
+Test(report, an_expected_head_that_is_gone_fails_in_junit_and_json)
+{
+    add(path_in("ok.db"), &fx.key_a, 0, 0, NULL);
+    add(path_in("ok.db"), &fx.key_b, 1, 0, NULL);
+    ladderfix_drop_anchor(path_in("ladder.yaml"), "report test");
+    char ladder[1024], db[1024];
+    snprintf(ladder, sizeof ladder, "%s", path_in("ladder.yaml"));
+    snprintf(db, sizeof db, "%s", path_in("ok.db"));
+    struct release_options o = {
+        .ladder = ladder,
+        .db = db,
+        .expect_head = "ab00000000000000000000000000000000000000000000000000000000000000"};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cr_expect_eq(release_check_report(f, &o, &fx.self, 1, path_in("head.xml")), 1);
+    fclose(f);
+    json_t *doc = json_loads(buf, 0, NULL);
+    cr_assert(doc, "%s", buf);
+    json_t *b = json_array_get(json_object_get(doc, "blocked_by"), 0);
+    cr_expect_str_eq(json_string_value(json_object_get(b, "kind")), "store", "%s", buf);
+    json_decref(doc);
+    free(buf);
+    char *xml = check_slurp_text(path_in("head.xml"));
+    struct xml_counts c;
+    xml_check(xml, &c);
+    cr_expect(strstr(xml, "classname=\"release\" name=\"store verifies\""), "%s", xml);
+    cr_expect_geq(c.failures, 3, "%s", xml);
+    free(xml);
+}
