@@ -126,8 +126,10 @@ static const char RECEIPT_USAGE[] =
     "  arrays as min/p1/median/p99/max plus the offending positions (--full: every value);\n"
     "  --json prints the whole signed payload (full precision).\n"
     "  verify checks every receipt's signature, chain link, columns and re-derived verdicts, and\n"
-    "  every head record against the chain (store_audit); it exits 1 naming each bad receipt\n"
-    "  and the first bad head record; --all also prints the good ones.\n"
+    "  every head record against the chain, and every sign-off (signature, columns, the receipts\n"
+    "  it names must be verified receipts of this store; store_audit); it exits 1 naming each\n"
+    "  bad receipt, the first bad head record and the first bad sign-off; --all also prints the\n"
+    "  good ones.\n"
     "  export writes one DSSE envelope per line; import verifies every signature first and\n"
     "  refuses the whole file if any is bad. An import of 1000 envelopes or more shows its\n"
     "  progress on stderr (a live line on a terminal, else a line per 1000 with counts).\n";
@@ -727,12 +729,18 @@ int cmd_receipt(int argc, char **argv)
         if (a.n_bad)
             printf("store TAMPERED: %d receipts fail verification, the first %s\n", a.n_bad,
                    safe(a.first_problem));
+        printf("%d sign-off%s: %d ok, %d failed verification\n", a.n_signoffs,
+               a.n_signoffs == 1 ? "" : "s", a.n_signoffs - a.n_signoff_problems,
+               a.n_signoff_problems);
+        if (a.n_signoff_problems)
+            printf("store TAMPERED: %d sign-offs fail verification, the first %s\n",
+                   a.n_signoff_problems, safe(a.signoff_problem));
         if (a.n_head_problems)
             printf("store TAMPERED: %s\n", safe(a.head_problem));
         else if (a.head_key[0] && o.all)
             printf("newest head record: key %s, receipt %s, chain of %" PRId64 "\n",
                    safe(a.head_key), safe(a.head_hash), a.head_count);
-        exit_code = v.bad || a.n_bad || a.n_head_problems ? 1 : 0;
+        exit_code = v.bad || a.n_bad || a.n_head_problems || a.n_signoff_problems ? 1 : 0;
     } else if (is_export) {
         int n = 0;
         if ((rc = store_export(s, o.out, &err)) || (rc = store_foreach(s, count_row, &n, &err)))

@@ -534,6 +534,9 @@ int release_evaluate(const struct ladder *l, struct store *st, const struct iden
                  "receipt %" PRId64 " of the"
                  " store fails verification (%s); no receipt of this store can be believed",
                  audit.first_bad_id, audit.first_problem);
+    } else if (audit.n_signoff_problems) {
+        snprintf(out->store_problem, sizeof out->store_problem,
+                 "%s; a sign-off of this store cannot be believed", audit.signoff_problem);
     } else if (audit.n_head_problems) {
         snprintf(out->store_problem, sizeof out->store_problem,
                  "%s; receipts were removed from"

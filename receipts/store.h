@@ -161,24 +161,34 @@ int store_write_head(struct store *s, const struct key_pair *k, char head_hash[6
 
 /* The result of store_audit(): the whole store, every row and every head record. */
 struct store_audit {
-    int n_rows;                /* receipts in the store */
-    int n_bad;                 /* receipts failing sig_ok, chain_ok or columns_ok */
-    int64_t first_bad_id;      /* the lowest such receipt id, 0 when none */
-    char first_problem[256];   /* "receipt ID: <problem>", "" when none */
-    int n_heads;               /* head records in the store */
-    int n_head_problems;       /* head records that do not verify or do not match the chain */
-    int64_t first_bad_head_id; /* the lowest such head record id, 0 when none */
-    char head_problem[256];    /* "head record ID (key ...): <problem>", "" when none */
-    char head_key[80];         /* key_id of the newest valid head record, "" when none */
-    char head_hash[65];        /* the receipt hash it names, "" when none */
-    int64_t head_count;        /* the chain length it states, 0 when none */
+    int n_rows;                   /* receipts in the store */
+    int n_bad;                    /* receipts failing sig_ok, chain_ok or columns_ok */
+    int64_t first_bad_id;         /* the lowest such receipt id, 0 when none */
+    char first_problem[256];      /* "receipt ID: <problem>", "" when none */
+    int n_heads;                  /* head records in the store */
+    int n_head_problems;          /* head records that do not verify or do not match the chain */
+    int64_t first_bad_head_id;    /* the lowest such head record id, 0 when none */
+    char head_problem[256];       /* "head record ID (key ...): <problem>", "" when none */
+    char head_key[80];            /* key_id of the newest valid head record, "" when none */
+    char head_hash[65];           /* the receipt hash it names, "" when none */
+    int64_t head_count;           /* the chain length it states, 0 when none */
+    int n_signoffs;               /* sign-off records in the store */
+    int n_signoff_problems;       /* sign-offs that do not verify or name receipts not here */
+    int64_t first_bad_signoff_id; /* the lowest such sign-off id, 0 when none */
+    char signoff_problem[256];    /* "sign-off ID (key ...): <problem>", "" when none */
 };
 
 /* Verify the whole store from one read transaction: every receipt as store_foreach() does
  * (whatever its cell names), then every head record: its signature verifies under its key_id
  * (HEAD_PAYLOAD_TYPE), and the receipt it names exists, is signed by that key and has exactly
- * `count` receipts in its chain (a receipt deleted behind a head is a head problem). A store is
- * sound only when n_bad == 0 and n_head_problems == 0; the release check blocks otherwise.
+ * `count` receipts in its chain (a receipt deleted behind a head is a head problem), then every
+ * sign-off (issue 23 §5): canonical payload, signature under its key_id (SIGNOFF_PAYLOAD_TYPE),
+ * key_id and hash columns equal to the signed record, its chain_head genesis or a verified
+ * receipt of this store, and every receipt it names (cells[].receipt_sha256,
+ * anchors[].receipt_sha256) a verified receipt of this store: a forged, garbage or copied
+ * sign-off is a problem. Whether the signing key is trusted is the ladder's question
+ * (`gate release check`); the audit has no ladder. A store is sound only when n_bad,
+ * n_head_problems and n_signoff_problems are 0; the release check blocks otherwise.
  * Returns 0 (whatever was found), or ERR_ENV (I/O, lock, memory). */
 int store_audit(struct store *s, struct store_audit *out, struct gate_err *err);
 

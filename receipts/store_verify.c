@@ -448,6 +448,117 @@ static int audit_row(void *ctx, const struct store_row *r)
     return 0;
 }
 
+/* Why sign-off payload (len bytes, signature sig, columns key_col and hash_col) cannot be
+ * believed in the store indexed by ix, into why; 0 when it can. */
+static int signoff_problem(const struct chain_index *ix, const char *payload, size_t len,
+                           const unsigned char sig[64], const char *key_col, const char *hash_col,
+                           char key[80], char *why, size_t n)
+{
+    json_t *p = NULL;
+    unsigned char pk[32];
+    char computed[65];
+    int bad = 1;
+    key[0] = '\0';
+    if (receipt_parse(payload, len, &p, NULL) != 0) {
+        snprintf(why, n, "payload is not canonical JSON");
+        goto cleanup;
+    }
+    const char *pkey = json_string_value(json_object_get(p, "key_id"));
+    if (!pkey || key_parse_public(pkey, pk, NULL) != 0) {
+        snprintf(why, n, "payload has no valid key_id");
+        goto cleanup;
+    }
+    snprintf(key, 80, "%s", pkey);
+    if (receipt_verify_type(SIGNOFF_PAYLOAD_TYPE, payload, len, pk, sig) != 0) {
+        snprintf(why, n, "signature does not verify under the payload's key_id");
+        goto cleanup;
+    }
+    receipt_hash(payload, len, sig, computed);
+    if (!key_col || strcmp(key_col, pkey) || !hash_col || strcmp(hash_col, computed)) {
+        snprintf(why, n, "key_id or hash column disagrees with the signed record");
+        goto cleanup;
+    }
+    const char *ch = json_string_value(json_object_get(p, "chain_head"));
+    if (!store_is_hex64(ch) ||
+        (strcmp(ch, RECEIPT_GENESIS_HASH) != 0 && store_find_hash(ix, ch) < 0)) {
+        snprintf(why, n, "its chain_head %.64s is not a verified receipt of this store",
+                 ch ? ch : "(none)");
+        goto cleanup;
+    }
+    static const char *const lists[] = {"cells", "anchors"};
+    for (int t = 0; t < 2; t++) {
+        json_t *arr = json_object_get(p, lists[t]), *row;
+        size_t i;
+        if (!json_is_array(arr)) {
+            snprintf(why, n, "payload has no \"%s\" list", lists[t]);
+            goto cleanup;
+        }
+        json_array_foreach(arr, i, row)
+        {
+            json_t *hashes = json_object_get(row, "receipt_sha256"), *h;
+            size_t j;
+            if (!json_is_array(hashes) || !json_array_size(hashes)) {
+                snprintf(why, n, "%s[%zu] names no receipt", lists[t], i);
+                goto cleanup;
+            }
+            json_array_foreach(hashes, j, h)
+            {
+                const char *hs = json_string_value(h);
+                if (!store_is_hex64(hs) || store_find_hash(ix, hs) < 0) {
+                    snprintf(why, n,
+                             "%s[%zu] names receipt %.64s, which is not a verified receipt of"
+                             " this store",
+                             lists[t], i, hs ? hs : "(not a hash)");
+                    goto cleanup;
+                }
+            }
+        }
+    }
+    bad = 0;
+cleanup:
+    json_decref(p);
+    return bad;
+}
+
+/* Every sign-off of s against the index of its verified receipts (store_audit's last step). */
+static int audit_signoffs(struct store *s, const struct chain_index *ix, struct store_audit *out,
+                          struct gate_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    char why[200], key[80];
+    int rc = sqlite3_prepare_v2(
+        s->db, "SELECT id, payload, signature, key_id, hash FROM signoffs ORDER BY id", -1, &st,
+        NULL);
+    if (rc != SQLITE_OK) {
+        rc = store_db_fail(s, rc, "reading sign-offs", err);
+        goto cleanup;
+    }
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(st, 0);
+        const char *payload = (const char *)sqlite3_column_text(st, 1);
+        size_t len = (size_t)sqlite3_column_bytes(st, 1);
+        unsigned char sig[64] = {0};
+        const void *sb = sqlite3_column_blob(st, 2);
+        if (sb && sqlite3_column_bytes(st, 2) == 64)
+            memcpy(sig, sb, 64);
+        out->n_signoffs++;
+        if (!signoff_problem(ix, payload ? payload : "", len, sig,
+                             (const char *)sqlite3_column_text(st, 3),
+                             (const char *)sqlite3_column_text(st, 4), key, why, sizeof why))
+            continue;
+        if (!out->n_signoff_problems++) {
+            out->first_bad_signoff_id = id;
+            snprintf(out->signoff_problem, sizeof out->signoff_problem,
+                     "sign-off %lld (key %.24s...): %.200s", (long long)id, key[0] ? key : "?",
+                     why);
+        }
+    }
+    rc = rc == SQLITE_DONE ? 0 : store_db_fail(s, rc, "reading sign-offs", err);
+cleanup:
+    sqlite3_finalize(st);
+    return rc;
+}
+
 int store_audit(struct store *s, struct store_audit *out, struct gate_err *err)
 {
     struct walk w = {.s = s};
@@ -504,7 +615,7 @@ int store_audit(struct store *s, struct store_audit *out, struct gate_err *err)
         rc = store_db_fail(s, rc, "reading head records", err);
         goto cleanup;
     }
-    rc = 0;
+    rc = audit_signoffs(s, &w.ix, out, err);
 cleanup:
     sqlite3_finalize(st);
     store_index_free(&w.ix);

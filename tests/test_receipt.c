@@ -729,3 +729,74 @@ Test(cli, receipt_verify_names_a_receipt_deleted_behind_a_head_record)
     cr_assert_eq(GATE(&out, "receipt", "verify", "--all", "--db", db), 1, "%s", out);
     cr_assert(strstr(out, "store TAMPERED: head record 1") && strstr(out, "deleted"), "%s", out);
 }
+
+/* store_get callback: the verified row's recomputed hash. */
+static int hash_of(void *ctx, const struct store_row *row)
+{
+    memcpy(ctx, row->hash, 65);
+    return 0;
+}
+
+/* A sign-off into the store at db signed by k naming receipt hash (as release_sign writes). */
+static void add_signoff(const char *db, const struct key_pair *k, const char *hash)
+{
+    struct store *s = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(store_open(&s, db, &err), 0, "%s", err.msg);
+    json_t *p =
+        json_pack("{s:[{s:s, s:[i], s:[s]}], s:[], s:s}", "cells", "cell", "m/local/ref.decode",
+                  "receipts", 1, "receipt_sha256", hash, "anchors", "verdict", "PASS");
+    cr_assert_eq(store_add_signoff(s, p, k, &err), 0, "%s", err.msg);
+    json_decref(p);
+    store_close(s);
+}
+
+/* Issue 23 §5: `receipt verify --all` never looked at sign-offs, so a garbage, forged or copied
+ * sign-off row passed. Each is now named and the exit code is 1. */
+Test(cli, receipt_verify_checks_every_sign_off)
+{
+    struct key_pair ka = make_key("so-a.key", "local"), kb = make_key("so-b.key", "other");
+    char db_a[512], db_b[512], hash[65] = "";
+    snprintf(db_a, sizeof db_a, "%s", cli_db("so-a.db", &ka));
+    snprintf(db_b, sizeof db_b, "%s", cli_db("so-b.db", &kb));
+    struct store *s = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(store_open(&s, db_a, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_get(s, 1, hash_of, hash, &err), 0, "%s", err.msg);
+    store_close(s);
+    add_signoff(db_a, &ka, hash);
+    char *out;
+    cr_expect_eq(GATE(&out, "receipt", "verify", "--all", "--db", db_a), 0, "%s", out);
+    cr_expect(strstr(out, "1 sign-off: 1 ok, 0 failed verification"), "%s", out);
+    /* copied: store A's sign-off row into store B, which holds none of the receipts it names */
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open(db_b, &h), SQLITE_OK);
+    char sql[1400];
+    snprintf(sql, sizeof sql,
+             "ATTACH '%s' AS a; INSERT INTO signoffs (payload, signature, key_id, hash,"
+             " created_at) SELECT payload, signature, key_id, hash, created_at FROM a.signoffs",
+             db_a);
+    cr_assert_eq(sqlite3_exec(h, sql, NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(h));
+    sqlite3_close(h);
+    cr_expect_eq(GATE(&out, "receipt", "verify", "--all", "--db", db_b), 1, "%s", out);
+    cr_expect(strstr(out, "store TAMPERED: 1 sign-offs fail verification, the first sign-off 1"),
+              "%s", out);
+    cr_expect(strstr(out, "is not a verified receipt of this store"), "%s", out);
+    /* forged: validly signed by a key, naming a receipt this store never held */
+    add_signoff(db_a, &kb, "ab00000000000000000000000000000000000000000000000000000000000000");
+    cr_expect_eq(GATE(&out, "receipt", "verify", "--db", db_a), 1, "%s", out);
+    cr_expect(strstr(out, "sign-off 2 (key "), "%s", out);
+    cr_expect(strstr(out, "names receipt ab00"), "%s", out);
+    /* garbage: a row that is no signed record at all */
+    char db_c[512];
+    snprintf(db_c, sizeof db_c, "%s", cli_db("so-c.db", &ka));
+    cr_assert_eq(sqlite3_open(db_c, &h), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(h,
+                              "INSERT INTO signoffs (payload, signature, key_id, hash, created_at)"
+                              " VALUES ('garbage', zeroblob(64), 'x', 'y', 'now')",
+                              NULL, NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(h));
+    sqlite3_close(h);
+    cr_expect_eq(GATE(&out, "receipt", "verify", "--db", db_c), 1, "%s", out);
+    cr_expect(strstr(out, "sign-off 1 (key ?...): payload is not canonical JSON"), "%s", out);
+}
