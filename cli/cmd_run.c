@@ -6,6 +6,7 @@
  */
 #include <inttypes.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "cli/cli.h"
 #include "cli/report.h"
 #include "engine/model.h"
+#include "engine/pin.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
@@ -337,17 +339,19 @@ int cmd_golden(int argc, char **argv)
             if (dup)
                 continue;
             struct model *m = NULL;
-            char sha[65];
+            struct pinned pf = {.fd = -1};
             rc = cli_ensure_model(&l->models[mi], threads, &err);
+            /* opened once, hashed and run from one private copy (engine/pin.h) */
             if (!rc)
-                rc = identity_file_sha256(l->models[mi].path, sha, &err);
-            if (!rc && strcmp(sha, l->models[mi].sha256))
+                rc = pin_open_bounded(l->models[mi].path, NULL, UINT64_MAX, &pf, &err);
+            if (!rc && strcmp(pf.sha256, l->models[mi].sha256))
                 rc = err_set(&err, ERR_INPUT,
                              "model '%s' (%s) has SHA-256 %s but the ladder pins"
                              " %s: not recording goldens for another file",
-                             l->models[mi].id, l->models[mi].path, sha, l->models[mi].sha256);
+                             l->models[mi].id, l->models[mi].path, pf.sha256, l->models[mi].sha256);
             if (!rc)
-                rc = model_load(&m, l->models[mi].path, &err);
+                rc = model_load_pinned(&m, &pf, &err);
+            pin_close(&pf);
             if (!rc) {
                 json_t *by = golden_recorded_by_gate(self.git_commit, self.git_dirty);
                 rc = golden_record_force(c->g.goldens, m, c->g.golden_tokens, threads, force, by,

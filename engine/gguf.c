@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/pin.h"
+
 #include "quant.h"
 
 static const char *TYPE_NAMES[GGUF_TYPE_COUNT] = {
@@ -471,6 +473,27 @@ int gguf_open_mem(struct gguf_file **out, const void *buf, size_t size, const ch
     return open_common(out, f, flags, err);
 }
 
+int gguf_open_owned(struct gguf_file **out, void *map, size_t size, const char *name,
+                    unsigned flags, struct gate_err *err)
+{
+    *out = NULL;
+    struct gguf_file *f = calloc(1, sizeof *f);
+    if (!f || !(f->path = strdup(name))) {
+        if (map)
+            munmap(map, size);
+        free(f);
+        return err_set(err, ERR_ENV, "%s: out of memory", name);
+    }
+    if (!size) {
+        gguf_close(f);
+        return err_set(err, ERR_INPUT, "%s: file is empty", name);
+    }
+    f->map = map;
+    f->size = size;
+    f->mapped = 1;
+    return open_common(out, f, flags, err);
+}
+
 int gguf_open_fd(struct gguf_file **out, int fd, const char *name, unsigned flags,
                  struct gate_err *err)
 {
@@ -501,11 +524,13 @@ int gguf_open_fd(struct gguf_file **out, int fd, const char *name, unsigned flag
 int gguf_open(struct gguf_file **out, const char *path, unsigned flags, struct gate_err *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return err_set(err, errno == ENOENT || errno == EISDIR ? ERR_INPUT : ERR_ENV,
-                       "cannot open '%s': %s", path, strerror(errno));
-    int rc = gguf_open_fd(out, fd, path, flags, err);
+    int fd;
+    uint64_t size;
+    /* never blocking on a FIFO, never a device or a /proc file (engine/pin.h) */
+    int rc = pin_open_regular(path, &fd, &size, err);
+    if (rc)
+        return rc;
+    rc = gguf_open_fd(out, fd, path, flags, err);
     close(fd);
     return rc;
 }

@@ -97,6 +97,11 @@ int gguf_open(struct gguf_file **out, const char *path, unsigned flags, struct g
 int gguf_open_fd(struct gguf_file **out, int fd, const char *name, unsigned flags,
                  struct gate_err *err);
 
+/* Same over an anonymous mapping of size bytes that the file takes over (munmap()ed by
+ * gguf_close(), on failure too): the hashed private copy of a pinned file (pin_take()). */
+int gguf_open_owned(struct gguf_file **out, void *map, size_t size, const char *name,
+                    unsigned flags, struct gate_err *err);
+
 /* Same over caller memory [buf, buf+size), borrowed until gguf_close(). name is for messages. */
 int gguf_open_mem(struct gguf_file **out, const void *buf, size_t size, const char *name,
                   unsigned flags, struct gate_err *err);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/pin.h"
 #include "quant.h"
 
 const char *model_arch_name(enum model_arch a)
@@ -324,6 +325,21 @@ int model_load(struct model **out, const char *path, struct gate_err *err)
     struct gguf_file *f = NULL;
     *out = NULL;
     int rc = gguf_open(&f, path, 0, err);
+    if (rc)
+        return rc;
+    return model_from_gguf(out, f, err);
+}
+
+int model_load_pinned(struct model **out, struct pinned *p, struct gate_err *err)
+{
+    struct gguf_file *f = NULL;
+    void *data;
+    size_t size;
+    *out = NULL;
+    const char *name = p->name ? p->name : "pinned model";
+    if (pin_take(p, &data, &size) != 0)
+        return err_set(err, ERR_ENV, "'%s': the pinned bytes were already taken", name);
+    int rc = gguf_open_owned(&f, data, size, name, 0, err);
     if (rc)
         return rc;
     return model_from_gguf(out, f, err);

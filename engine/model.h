@@ -93,6 +93,12 @@ int model_load(struct model **out, const char *path, struct gate_err *err);
  * caller's: the model holds its own mapping, so fd may be closed right after. */
 int model_load_fd(struct model **out, int fd, const char *name, struct gate_err *err);
 
+/* Same from a pinned file (engine/pin.h): the model takes over the pinned private copy
+ * (pin_take), so the bytes it runs are exactly the bytes pin_open() hashed, whatever is written
+ * to the file afterwards. p keeps its descriptor and name (pin_close() it as usual). */
+struct pinned;
+int model_load_pinned(struct model **out, struct pinned *p, struct gate_err *err);
+
 /* Bind an already opened file; takes ownership of f (closed on failure too). */
 int model_from_gguf(struct model **out, struct gguf_file *f, struct gate_err *err);
 

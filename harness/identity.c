@@ -9,24 +9,28 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/pin.h"
 #include "engine/pool.h"
 #include "gate_buildinfo.h"
 
 int identity_file_sha256(const char *path, char hex[65], struct gate_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return err_set(err, ERR_INPUT, "cannot open '%s': %s", path, strerror(errno));
+    /* opened once, never blocking, regular files only (engine/pin.h) */
+    int fd;
+    uint64_t size;
+    int rc = pin_open_regular(path, &fd, &size, err);
+    if (rc)
+        return rc;
     crypto_hash_sha256_state st;
     crypto_hash_sha256_init(&st);
     unsigned char buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-        crypto_hash_sha256_update(&st, buf, n);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad)
-        return err_set(err, ERR_ENV, "cannot read '%s'", path);
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+        if (n > 0)
+            crypto_hash_sha256_update(&st, buf, (unsigned long long)n);
+    close(fd);
+    if (n < 0)
+        return err_set(err, ERR_ENV, "cannot read '%s': %s", path, strerror(errno));
     unsigned char d[32];
     crypto_hash_sha256_final(&st, d);
     sodium_bin2hex(hex, 65, d, 32);

@@ -396,7 +396,7 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
                          lm->id, x.model_sha, lm->sha256);
     }
     if (!rc)
-        rc = model_load_fd(&m, pf.fd, lm->path, &err);
+        rc = model_load_pinned(&m, &pf, &err);
     pin_close(&pf);
     if (!rc && strcmp(model_arch_name(m->hp.arch), lm->arch))
         rc = err_set(&err, ERR_INPUT, "model '%s' is %s but the ladder says %s", lm->id,

@@ -166,7 +166,7 @@ int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics, str
         (s->greedy.path &&
          (rc = read_pinned(s, "greedy", &s->greedy, &pg, &greedy_text, &greedy_len, err))))
         goto out;
-    if ((rc = model_load_fd(&m, pm.fd, s->model.path, err)))
+    if ((rc = model_load_pinned(&m, &pm, err)))
         goto out;
     const char *arch = model_arch_name(m->hp.arch);
     if (strcmp(arch, s->arch)) {

@@ -6,6 +6,7 @@
  */
 #include "oracles/golden.h"
 #include "base/atomic.h"
+#include "engine/pin.h"
 #include "engine/ref_ops.h"
 
 #include <errno.h>
@@ -224,9 +225,23 @@ static char *text_of(const struct tok *t, const int32_t *ids, int n)
 static json_t *load_root(const char *path, struct gate_err *err)
 {
     json_error_t je;
-    if (access(path, F_OK) != 0)
+    if (access(path, F_OK) != 0 && errno == ENOENT)
         return json_object();
-    json_t *root = json_load_file(path, 0, &je);
+    /* opened once, never blocking, regular files only (engine/pin.h): a FIFO cannot hang the
+     * recorder */
+    struct pinned p = {.fd = -1};
+    uint8_t *buf = NULL;
+    size_t n = 0;
+    struct gate_err e = {0};
+    if (pin_open_bounded(path, NULL, (uint64_t)GOLDEN_MAX_FILE - 1, &p, &e) ||
+        pin_read_all(&p, GOLDEN_MAX_FILE, &buf, &n, &e)) {
+        pin_close(&p);
+        err_set(err, e.code ? e.code : ERR_INPUT, "goldens: %s", e.msg);
+        return NULL;
+    }
+    pin_close(&p);
+    json_t *root = json_loadb((const char *)buf, n, 0, &je);
+    free(buf);
     if (!root || !json_is_object(root)) {
         err_set(err, ERR_INPUT, "goldens '%s' is not a JSON object: %s", path,
                 root ? "wrong type" : je.text);
@@ -503,23 +518,21 @@ done:
 int golden_load(const char *path, const char *sha256, struct golden_set *out, struct gate_err *err)
 {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return err_set(err, ERR_INPUT, "cannot open goldens '%s': %s", path, strerror(errno));
-    char *buf = malloc(GOLDEN_MAX_FILE);
-    size_t n = buf ? fread(buf, 1, GOLDEN_MAX_FILE, f) : 0;
-    int rc = 0;
-    if (!buf)
-        rc = err_set(err, ERR_ENV, "out of memory");
-    else if (ferror(f))
-        rc = err_set(err, ERR_INPUT, "cannot read goldens '%s': %s", path, strerror(errno));
-    else if (n == GOLDEN_MAX_FILE)
-        rc =
-            err_set(err, ERR_INPUT, "goldens '%s' are larger than %u bytes", path, GOLDEN_MAX_FILE);
+    /* opened once, never blocking, regular files only (engine/pin.h): a FIFO or a link to
+     * /proc/self/environ named as goldens is refused before a byte is read */
+    struct pinned p = {.fd = -1};
+    uint8_t *buf = NULL;
+    size_t n = 0;
+    struct gate_err e = {0};
+    int rc = pin_open_bounded(path, NULL, (uint64_t)GOLDEN_MAX_FILE - 1, &p, &e);
+    if (!rc)
+        rc = pin_read_all(&p, GOLDEN_MAX_FILE, &buf, &n, &e);
+    if (rc)
+        rc = err_set(err, rc, "goldens: %s", e.msg);
     else
-        rc = golden_load_buf(buf, n, path, sha256, out, err);
+        rc = golden_load_buf((const char *)buf, n, path, sha256, out, err);
     free(buf);
-    fclose(f);
+    pin_close(&p);
     return rc;
 }
 

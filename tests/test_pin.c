@@ -1,7 +1,10 @@
 /* test_pin.c — pinned files are opened once: the digest is checked through the descriptor that
  * every later reader uses, so renaming another file over the path after the check changes
  * nothing that gate loads (issue 11, "files the ladder did not pin"); FIFOs, folders and files
- * over the bound are refused without hanging.
+ * over the bound are refused without hanging. Issue 23 §5: the hashed bytes are the bytes used (a
+ * model overwritten in place after hashing still runs as pinned), pseudo files (a link to
+ * /proc/self/environ) are refused before a byte is read, and a goldens FIFO cannot hang
+ * `gate golden record` or `gate run`.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -15,7 +18,9 @@
 #include "engine/model.h"
 #include "engine/pin.h"
 #include "engine/synth.h"
+#include "oracles/golden.h"
 #include "tests/support/check.h"
+#include "tests/support/ladderfix.h"
 
 static char dir[600];
 
@@ -152,4 +157,90 @@ Test(pin, refuses_fifo_folder_and_oversized_files_without_hanging)
     err_clear(&err);
     cr_expect_eq(pin_open(in_dir("missing"), NULL, &p, &err), ERR_INPUT);
     cr_expect_eq(p.fd, -1);
+}
+
+/* Issue 23 §5: the file overwritten IN PLACE (same inode) after pin_open hashed it. A mapping of
+ * the file (even MAP_PRIVATE) shows the writer's bytes in pages it had not touched, so the
+ * model would run other weights under the pinned digest; the private copy does not change. */
+Test(pin, a_model_overwritten_in_place_after_hashing_is_not_what_runs)
+{
+    char dense[65];
+    const char *path = in_dir("model.gguf");
+    write_model("tiny-dense", path, dense);
+    struct pinned p;
+    struct gate_err err = {0};
+    cr_assert_eq(pin_open(path, dense, &p, &err), 0, "%s", err.msg);
+    /* the attack: rewrite the pinned file's bytes in place (no rename, same inode) */
+    uint8_t *zeros = calloc(1, (size_t)p.size);
+    cr_assert(zeros);
+    int fd = open(path, O_WRONLY);
+    cr_assert(fd >= 0);
+    cr_assert_eq(pwrite(fd, zeros, (size_t)p.size, 0), (ssize_t)p.size);
+    close(fd);
+    free(zeros);
+    char now[65];
+    sha_hex(p.data, (size_t)p.size, now);
+    cr_expect_str_eq(now, dense, "the pinned copy changed with the file");
+    struct model *m = NULL;
+    cr_assert_eq(model_load_pinned(&m, &p, &err), 0,
+                 "the bytes written over the file were loaded: %s", err.msg);
+    cr_expect_eq(m->hp.arch, MODEL_ARCH_QWEN3, "the pinned bytes run");
+    model_free(m);
+    pin_close(&p);
+}
+
+/* A link to /proc/self/environ named as a ladder file: a9e2031's golden_load read it by path
+ * and quoted the environment in its error. Pseudo files are refused before a byte is read. */
+Test(pin, a_link_to_proc_environ_is_refused_and_never_quoted)
+{
+    setenv("GATE_PIN_CANARY", "canary-5a7e", 1);
+    const char *link = in_dir("goldens.json");
+    cr_assert_eq(symlink("/proc/self/environ", link), 0);
+    struct pinned p;
+    struct gate_err err = {0};
+    cr_expect_eq(pin_open(link, NULL, &p, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "proc pseudo filesystem"), "%s", err.msg);
+    err_clear(&err);
+    struct golden_set gs;
+    int rc = golden_load(link, NULL, &gs, &err);
+    cr_expect_neq(rc, 0, "the environment loaded as goldens");
+    cr_expect_null(strstr(err.msg, "canary-5a7e"), "the error quotes the environment: %s", err.msg);
+    cr_expect(strstr(err.msg, "not a regular file"), "%s", err.msg);
+    if (!rc)
+        golden_set_free(&gs);
+}
+
+/* A goldens path that is a FIFO hung `gate golden record` and `gate run` forever on a9e2031.
+ * Each runs under timeout(1) (120 s, far above the seconds a refusal takes), so the old code
+ * FAILS here (exit 124) rather than hanging the suite. */
+Test(pin, a_goldens_fifo_cannot_hang_golden_record_or_run, .timeout = 600)
+{
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
+    struct ladderfix fx;
+    ladderfix_init(&fx, "pinfifo");
+    const char *fifo = ladderfix_path(&fx, "goldens.json");
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    char defaults[1024];
+    snprintf(defaults, sizeof defaults, "    golden: {goldens: %s, sha256: %064d}\n", fifo, 1);
+    const char *ladder = ladderfix_one_cell(&fx, "l.yaml", NULL, "ref.decode", NULL, defaults);
+    char ladder_c[1024];
+    snprintf(ladder_c, sizeof ladder_c, "%s", ladder);
+    const char *log = ladderfix_path(&fx, "record.log");
+    int code = ladderfix_sh("cd '%s' && timeout 120 '%s' golden record '%s' >'%s' 2>&1", fx.dir,
+                            bin, ladder_c, log);
+    char *out = check_slurp_text(log);
+    cr_expect_neq(code, 124, "gate golden record hung on a FIFO");
+    cr_expect_eq(code, 2, "gate golden record exited %d: %s", code, out ? out : "");
+    cr_expect(out && strstr(out, "not a regular file (a FIFO)"), "%s", out ? out : "");
+    free(out);
+    log = ladderfix_path(&fx, "run.log");
+    code = ladderfix_sh("cd '%s' && timeout 120 '%s' run '%s' --host a --key '%s' --db '%s'"
+                        " >'%s' 2>&1",
+                        fx.dir, bin, ladder_c, ladderfix_path(&fx, "a.key"),
+                        ladderfix_path(&fx, "r.db"), log);
+    out = check_slurp_text(log);
+    cr_expect_neq(code, 124, "gate run hung on a FIFO");
+    cr_expect(out && strstr(out, "not a regular file (a FIFO)"), "%s", out ? out : "");
+    free(out);
 }
