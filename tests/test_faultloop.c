@@ -460,7 +460,7 @@ static void run_loop(struct loop *l, const char *kind)
 
 /* One test, one prepared store, three loops: the unfaulted baseline run is paid once (it is
  * most of the cost under ASan). */
-Test(faultloop, no_failed_allocation_write_or_statement_breaks_the_store, .timeout = 1200)
+Test(faultloop, no_failed_allocation_write_or_statement_breaks_the_store, .timeout = 3600)
 {
     struct loop l;
     setup_loop(&l);
