@@ -120,9 +120,16 @@ int cpu_dot_have_avx2(void)
 #if defined(__x86_64__) && defined(__GNUC__) && defined(GATE_CPU_AVX2)
     /* F16C through CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know
      * "f16c", and the fuzz build (fuzz/README.md) compiles this file with clang */
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    /* asked once: CPUID traps to the hypervisor on a VM, and this is asked per product */
+    static int have = -1;
+    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+    if (h < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        h = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+            __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
+    }
+    return h;
 #else
     return 0;
 #endif
