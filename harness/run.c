@@ -236,6 +236,7 @@ static json_t *gate_throughput(struct cell_ctx *x)
     cfg.check_positions = lg->check_positions;
     cfg.check_min_cosine = lg->min_cosine;
     cfg.check_near_tie = lg->near_tie;
+    cfg.check_route_tie = lg->route_tie;
     cfg.n_threads = x->o->threads;
     cfg.min_prefill_tps = lg->min_prefill_tps;
     cfg.min_decode_tps = lg->min_decode_tps;

@@ -59,8 +59,11 @@ struct throughput_config {
     int check_positions; /* positions per timed run checked against the judge (default 2; 0
                           * only for gate bench --no-check: the gate table's bound is >= 1) */
     double check_min_cosine, check_near_tie; /* the cell's parity min_cosine and near_tie */
-    const char *baseline;  /* "" / NULL none, "previous" or a receipt hash (recorded as set) */
-    double max_regression; /* with a baseline: the largest slowdown allowed (default 0.05) */
+    double check_route_tie; /* the cell's parity route_tie (MoE): a spot check that misses
+                             * min_cosine where the judge's router gap is below it is a ROUTE_TIE,
+                             * as in parity (at most 1 in PARITY_MAX_ROUTE_TIE_SHARE) */
+    const char *baseline;   /* "" / NULL none, "previous" or a receipt hash (recorded as set) */
+    double max_regression;  /* with a baseline: the largest slowdown allowed (default 0.05) */
     /* not settings: what the harness found for `baseline` (harness/baseline.h), recorded as
      * metrics "baseline" (borrowed; copied): {"receipt", "version", "prefill_tps", "decode_tps"}
      * (compared), {"none": why} (`previous` found nothing: no comparison) or {"refused": why}
@@ -191,6 +194,7 @@ struct throughput_result {
     struct throughput_stats prefill, decode;  /* tokens per second, every timed run */
     struct throughput_decision decision;
     int n_checks, n_check_bad; /* spot checks made / failed */
+    int n_check_route_tie;     /* spot checks excused as ROUTE_TIEs (counted in n_checks) */
     enum gate_verdict verdict; /* throughput_judge(settings, metrics) */
     int pass;                  /* verdict == GATE_PASS */
     char reason[420];

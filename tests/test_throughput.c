@@ -296,6 +296,14 @@ static json_t *metrics_of(int n, const double *d, int nd)
                      "prefill", "median_tps", 1.0, "decode", "median_tps", 1.0);
 }
 
+/* settings_of(0, 50) with two spot checks per timed run */
+static json_t *two_per_run(void)
+{
+    json_t *s = settings_of(0, 50);
+    json_object_set_new(s, "check_positions", json_integer(2));
+    return s;
+}
+
 static enum gate_verdict judge(json_t *s, json_t *m, char *why, size_t n)
 {
     json_t *checks = json_array();
@@ -351,6 +359,48 @@ Test(throughput, judge_rejects_timed_work_that_is_not_the_judged_work)
     json_object_set_new(c, "cosine", json_string("NaN"));
     cr_expect_eq(judge(settings_of(0, 50), m, why, sizeof why), GATE_FAIL);
     json_object_set_new(c, "cosine", json_real(1));
+    json_decref(m);
+
+    /* a cosine miss where the judge's router is at a near tie (MoE: the subject may have taken
+     * the other expert) is a ROUTE_TIE, as in parity: excused, at most 1 in 8 checks (here 12:
+     * two per run) */
+    m = metrics_of(6, d, 3);
+    json_t *spots = json_object_get(m, "spot");
+    for (int i = 0; i < 6; i++)
+        json_array_append_new(spots, json_pack("{s:i, s:i, s:f, s:i, s:i, s:f}", "run", i, "pos",
+                                               20 + i, "cosine", 0.99999, "argmax", 3,
+                                               "judge_argmax", 3, "judge_gap", 2.0));
+    cr_expect_eq(judge(two_per_run(), m, why, sizeof why), GATE_PASS, "%s", why);
+    c = json_array_get(spots, 4);
+    json_object_set_new(c, "cosine", json_real(0.9985));
+    cr_expect_eq(judge(two_per_run(), m, why, sizeof why), GATE_FAIL);
+    json_object_set_new(c, "judge_route_gap", json_real(2e-4));
+    cr_expect_eq(judge(two_per_run(), m, why, sizeof why), GATE_PASS, "%s", why);
+    /* a wrong argmax there is excused too (parity's ROUTE_TIE is not held to the logit
+     * thresholds); a non-finite cosine never is */
+    json_object_set_new(c, "argmax", json_integer(9));
+    cr_expect_eq(judge(two_per_run(), m, why, sizeof why), GATE_PASS, "%s", why);
+    json_object_set_new(c, "cosine", json_string("NaN"));
+    cr_expect_eq(judge(two_per_run(), m, why, sizeof why), GATE_FAIL);
+    json_object_set_new(c, "cosine", json_real(0.9985));
+    /* not below the cell's route_tie (1e-3): FAIL */
+    json_object_set_new(c, "judge_route_gap", json_real(0.02));
+    cr_expect_eq(judge(two_per_run(), m, why, sizeof why), GATE_FAIL);
+    /* a second route tie among 12 checks is more than 1 in 8: FAIL */
+    json_object_set_new(c, "judge_route_gap", json_real(2e-4));
+    json_t *c2 = json_array_get(spots, 9);
+    json_object_set_new(c2, "cosine", json_real(0.99));
+    json_object_set_new(c2, "judge_route_gap", json_real(1e-4));
+    cr_expect_eq(judge(two_per_run(), m, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "2 route ties"), "%s", why);
+    json_object_del(c2, "judge_route_gap");
+    json_object_set_new(c2, "cosine", json_real(0.99999));
+    /* settings from before the rule (no parity.route_tie): no excuse */
+    json_t *old = two_per_run();
+    json_object_del(json_object_get(old, "parity"), "route_tie");
+    cr_expect_eq(judge(old, m, why, sizeof why), GATE_FAIL);
+    json_decref(m);
+    m = metrics_of(6, d, 3);
     /* a run without its check: FAIL */
     json_array_remove(json_object_get(m, "spot"), 4);
     cr_expect_eq(judge(settings_of(0, 50), m, why, sizeof why), GATE_FAIL);
