@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "base/sanitize.h"
 #include "quant.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -14,7 +15,7 @@
 #define DOTQ_X86 1
 #endif
 
-static float reduce(float *acc)
+GATE_UNINSTRUMENTED static float reduce(float *acc)
 {
     for (int s = DOTQ_LANES / 2; s > 0; s /= 2)
         for (int j = 0; j < s; j++)
@@ -22,9 +23,12 @@ static float reduce(float *acc)
     return acc[0];
 }
 
-QUANT_VECTOR_CLONES
-float dotq_f32(const float *a, const float *b, int64_t n)
+/* the twin's hottest loop: outside the sanitizers' instrumentation, its two ranges checked
+ * whole (base/sanitize.h) */
+QUANT_VECTOR_CLONES GATE_UNINSTRUMENTED float dotq_f32(const float *a, const float *b, int64_t n)
 {
+    gate_check_range(a, n > 0 ? (size_t)n * sizeof *a : 0);
+    gate_check_range(b, n > 0 ? (size_t)n * sizeof *b : 0);
     float acc[DOTQ_LANES] = {0};
     int64_t i = 0;
     for (; i + DOTQ_LANES <= n; i += DOTQ_LANES)
