@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "harness/gatedef.h"
 #include "oracles/falsify.h"
 #include "oracles/gates.h"
 #include "oracles/parity.h"
@@ -316,6 +317,9 @@ int cmd_falsify(int argc, char **argv)
     struct common c = {0};
     struct falsify_config fc;
     falsify_config_default(&fc);
+    /* the sweep's defaults are the gate table's, as in a ladder (one row, one default) */
+    fc.sweep_samples = (int)gatedef_default("falsify", "sweep_samples");
+    fc.min_detection = gatedef_default("falsify", "min_detection");
     c.cfg = fc.parity;
     const char *faults[FAULT_MAX], *layers = NULL, *positions = NULL, *v;
     int n_faults = 0, sweep = 0;

@@ -3,6 +3,7 @@
  * harness/release.c judge through gatedef_judge(). */
 #include "harness/gatedef.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -78,9 +79,9 @@ static const struct gate_setting THROUGHPUT[] = {
 static const struct gate_setting FALSIFY[] = {
     {"sweep_samples", GS_INT, OFF(sweep_samples), 4, 0, 4096,
      "sampled single-layer x single-position injections per fault kind"},
-    {"min_detection", GS_NUM, OFF(min_detection), 0, 0, 1,
-     "least detection rate per fault kind over the sampled sweep (no-ops excluded); 0 records"
-     " the rates without a bar: a single-position fault can be too weak to see"},
+    {"min_detection", GS_NUM, OFF(min_detection), 0.5, FALSIFY_MIN_DETECTION_FLOOR, 1,
+     "least detection rate per fault kind over the sampled sweep (no-ops excluded); 0 is refused:"
+     " a floor that cannot fail proves nothing (`gate falsify` takes the same default)"},
     {NULL},
 };
 
@@ -102,6 +103,15 @@ const struct gate_def GATE_DEFS[] = {
      "the judge itself matches an independent reference (anchor cases)"},
     {NULL},
 };
+
+double gatedef_default(const char *gate, const char *key)
+{
+    const struct gate_def *d = gatedef_find(gate);
+    for (const struct gate_setting *s = d ? d->settings : NULL; s && s->key; s++)
+        if (!strcmp(s->key, key))
+            return s->dflt;
+    return NAN;
+}
 
 const struct gate_def *gatedef_find(const char *name)
 {

@@ -45,6 +45,10 @@ extern const struct gate_def GATE_DEFS[];
 /* The row named name, or NULL. */
 const struct gate_def *gatedef_find(const char *name);
 
+/* The default of setting `key` of gate `gate` (its row); NaN when there is no such row. Commands
+ * that run a gate outside a ladder (gate falsify) take their defaults here. */
+double gatedef_default(const char *gate, const char *key);
+
 /* Judge one recorded gate: gate_judge_common() with the row's judge. mode is the cell's mode
  * ("ref.decode"); checks receives the checks (a new array the caller owns). An unknown gate name
  * is FAIL. */

@@ -259,11 +259,12 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
     int rc = check_faults(m, faults, err);
     if (!rc)
         rc = falsify_check_floor(&cfg->parity, err);
-    if (!rc && (cfg->sweep_samples < 0 || !(cfg->min_detection >= 0 && cfg->min_detection <= 1)))
+    if (!rc && (cfg->sweep_samples < 0 ||
+                !(cfg->min_detection >= FALSIFY_MIN_DETECTION_FLOOR && cfg->min_detection <= 1)))
         rc = err_set(err, ERR_INPUT,
-                     "falsify: sweep_samples %d must be >= 0 and min_detection"
-                     " %g in [0, 1]",
-                     cfg->sweep_samples, cfg->min_detection);
+                     "falsify: sweep_samples %d must be >= 0 and min_detection %g in [%g, 1] (a"
+                     " detection floor of 0 cannot fail: it proves nothing)",
+                     cfg->sweep_samples, cfg->min_detection, FALSIFY_MIN_DETECTION_FLOOR);
     if (!rc)
         rc = parity_session_open(&s, m, mode, tokens, n, &cfg->parity, n_threads, 1, err);
     if (!rc)
@@ -415,6 +416,14 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
                                "<=", FALSIFY_FLOOR_MAX_MEAN_KLD);
     floor_ok &=
         gate_check_num(checks, "parity.near_tie floor", t.near_tie, "<=", FALSIFY_FLOOR_NEAR_TIE);
+    if (samples_d > 0 &&
+        !gate_check_num(checks, "min_detection floor", min_det,
+                        ">=", FALSIFY_MIN_DETECTION_FLOOR) &&
+        !fails++)
+        snprintf(first, sizeof first,
+                 "min_detection %g is below %g: a detection floor of 0 cannot fail, the sweep"
+                 " proves nothing",
+                 min_det, FALSIFY_MIN_DETECTION_FLOOR);
     if (!floor_ok && !fails++)
         snprintf(first, sizeof first,
                  "parity thresholds are looser than the falsify floor"

@@ -47,6 +47,9 @@ extern "C" {
 /* route_tie above 0.01 would excuse routing changes where the judge's router gap is clear: the
  * tiny models' routing near ties sit below 1e-3 (../shared/conformance README: smallest 2.2e-4). */
 #define FALSIFY_FLOOR_ROUTE_TIE 0.01
+/* The least sweep detection floor a falsify run accepts: a floor of 0 cannot fail, so the sweep
+ * would prove nothing (the gate table's min_detection bound and default, 0.5, say the same). */
+#define FALSIFY_MIN_DETECTION_FLOOR 0.01
 /* A uniform_weights injection on weights already within this of 1/k changed nothing. */
 #define FALSIFY_NOOP_UNIFORM 1e-3
 

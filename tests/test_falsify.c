@@ -374,12 +374,24 @@ Test(falsify, sampled_sweep_rate_is_judged_per_kind)
     cr_expect_eq(r2.k[1].escapes, u->escapes);
     falsify_result_free(&r2);
     /* a ladder asking less passes on the same numbers: the judge decides from the metrics */
-    cfg.min_detection = 0.0;
+    cr_assert_gt(u->rate, 0.0, "some single-position uniform_weights sample is detected");
+    cfg.min_detection = u->rate;
     json_t *s = falsify_settings_json(&fs, &cfg), *checks = json_array();
     char why[320];
     cr_expect_eq(falsify_judge(s, r.metrics, checks, why, sizeof why), GATE_PASS, "%s", why);
     json_decref(s);
     json_decref(checks);
+    /* a floor of 0 cannot fail: the judge refuses it (issue 22 §2), and so does a run */
+    cfg.min_detection = 0.0;
+    s = falsify_settings_json(&fs, &cfg);
+    checks = json_array();
+    cr_expect_eq(falsify_judge(s, r.metrics, checks, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "min_detection 0 is below"), "%s", why);
+    json_decref(s);
+    json_decref(checks);
+    cr_expect_eq(falsify_run(m, &mode, &fs, seq64(), 64, &cfg, 2, &r2, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "cannot fail"), "%s", err.msg);
+    falsify_result_free(&r2);
     falsify_result_free(&r);
     model_free(m);
 }
