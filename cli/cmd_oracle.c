@@ -20,13 +20,15 @@
 #include "oracles/parity.h"
 
 static const char PARITY_USAGE[] =
-    "usage: gate parity MODEL.gguf --mode MODE [--positions N] [--tokens FILE] [--threads N]\n"
+    "usage: gate parity MODEL.gguf --mode MODE [--positions N [--span S]] [--tokens FILE]\n"
+    "                   [--threads N]\n"
     "                   [--fault SPEC]... [--min-cosine X] [--max-mean-kld X] [--max-kld X]\n"
     "                   [--near-tie X] [--route-tie X] [--max-rel-l2 X] [--json FILE]\n"
     "  Runs MODE (BACKEND.PATH: cuda|cpu|ref . decode|prefill|chat) on the token sequence\n"
     "  (FILE: every position it gives is judged, at least 64; or N >= 64 deterministic ids;\n"
     "  chat: the fixed three-turn conversation) and judges it against the reference twin's\n"
-    "  batched forward at every position. A --fault goes into the mode only. One verdict: the\n"
+    "  batched forward (--span S: a sequence of S ids, N positions spread over it judged, the\n"
+    "  last included). A --fault goes into the mode only. One verdict: the\n"
     "  parity rule a ladder run, the receipt and the release check apply (oracles/parity.h).\n"
     "  Exit 0 PASS, 1 FAIL, 2 input error, 3 mode cannot run on this host.\n";
 
@@ -181,6 +183,10 @@ int cmd_parity(int argc, char **argv)
                 cli_int("parity", "--positions", v, 1, 1 << 20, &c.cfg.positions))
                 return 2;
             positions_set = 1;
+        } else if (!strcmp(argv[i], "--span")) {
+            if (cli_value(argc, argv, &i, &v) ||
+                cli_int("parity", "--span", v, 0, 1 << 20, &c.cfg.span))
+                return 2;
         } else if (!strcmp(argv[i], "--fault")) {
             if (cli_value(argc, argv, &i, &v))
                 return 2;

@@ -24,6 +24,9 @@ static const struct gate_setting CAPABILITY[] = {{NULL}};
 static const struct gate_setting PARITY[] = {
     {"positions", GS_INT, OFF(positions), 96, 64, 1 << 20,
      "token positions judged; fewer than 64 is an error"},
+    {"span", GS_INT, OFF(span), 0, 0, 1 << 20,
+     "the generated sequence's length: `positions` positions spread over it are judged, the last"
+     " included (0 = positions); the subject and the judge still run every position"},
     {"min_cosine", GS_NUM, OFF(min_cosine), 0.999, -1, 1,
      "every position's logit cosine must be at least this"},
     {"max_mean_kld", GS_NUM, OFF(max_mean_kld), 1e-3, 0, 1e9,

@@ -1254,6 +1254,7 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
             pc.near_tie = c->g.near_tie;
             pc.route_tie = c->g.route_tie;
             pc.max_rel_l2 = c->g.max_rel_l2;
+            pc.span = c->g.span;
             if (falsify_check_floor(&pc, &fe)) {
                 char name[256];
                 rc = fail(p, gates, "cell %s: %s", ladder_cell_name(l, i, name, sizeof name),

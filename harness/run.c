@@ -155,6 +155,17 @@ static void parity_cfg(const struct ladder_gates *g, struct parity_config *p)
     p->near_tie = g->near_tie;
     p->route_tie = g->route_tie;
     p->max_rel_l2 = g->max_rel_l2;
+    p->span = g->span;
+}
+
+/* The cell's parity seed (sampled positions, prefill chunks): FNV-1a of its name, so every cell
+ * meets its own positions and splits, the same on every run. */
+static uint64_t cell_seed(const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ULL;
+    return h;
 }
 
 static json_t *gate_parity(struct cell_ctx *x)
@@ -162,6 +173,7 @@ static json_t *gate_parity(struct cell_ctx *x)
     struct gate_err err = {0};
     struct parity_config cfg;
     parity_cfg(&x->c->g, &cfg);
+    cfg.seed = cell_seed(x->name);
     struct parity_result pr;
     memset(&pr, 0, sizeof pr);
     mode_ran_begin(&x->ran);
@@ -279,6 +291,8 @@ static json_t *gate_falsify(struct cell_ctx *x)
     struct falsify_config cfg;
     falsify_config_default(&cfg);
     parity_cfg(&x->c->g, &cfg.parity);
+    cfg.parity.seed = cell_seed(x->name);
+    cfg.parity.span = 0; /* falsify re-runs the subject per fault: the first `positions` only */
     cfg.sweep_samples = x->c->g.sweep_samples;
     cfg.min_detection = x->c->g.min_detection;
     struct falsify_result fr;

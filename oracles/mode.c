@@ -373,9 +373,44 @@ static int check_turns(const int *turn_ends, int n_turns, int n, struct gate_err
     return 0;
 }
 
+int mode_prefill_split(uint64_t seed, int n_prefill, int *chunks, int max_chunks)
+{
+    uint64_t s = seed ^ 0x5EED5EEDULL;
+    int k = 0;
+    for (int left = n_prefill; left > 0 && k < max_chunks; k++) {
+        const uint64_t r = det_splitmix64(&s);
+        int len;
+        switch (k % 4) {
+        case 0:
+            len = 1 + (int)(r % 8);
+            break;
+        case 1:
+            len = 17 + (int)(r % 30);
+            break;
+        case 2:
+            len = 16 * (1 + (int)(r % 4)) + 1 + (int)((r >> 8) % 15);
+            break;
+        default:
+            len = 32 + (int)(r % 64);
+        }
+        if (len > left || k == max_chunks - 1)
+            len = left;
+        chunks[k] = len;
+        left -= len;
+    }
+    return k;
+}
+
 int mode_run_taps(struct backend *b, enum mode_path path, const int32_t *tokens, int n,
                   const int *turn_ends, int n_turns, float *logits, const struct backend_taps *taps,
                   struct gate_err *err)
+{
+    return mode_run_split(b, path, tokens, n, turn_ends, n_turns, NULL, 0, logits, taps, err);
+}
+
+int mode_run_split(struct backend *b, enum mode_path path, const int32_t *tokens, int n,
+                   const int *turn_ends, int n_turns, const int *chunks, int n_chunks,
+                   float *logits, const struct backend_taps *taps, struct gate_err *err)
 {
     struct scatter s;
     int have_taps = 0, rc;
@@ -383,6 +418,17 @@ int mode_run_taps(struct backend *b, enum mode_path path, const int32_t *tokens,
         return err_set(err, ERR_INPUT, "a mode run needs at least one token (got %d)", n);
     if (path == MODE_CHAT && (rc = check_turns(turn_ends, n_turns, n, err)))
         return rc;
+    int batched = 0;
+    for (int i = 0; chunks && i < n_chunks; i++) {
+        if (chunks[i] < 1)
+            return err_set(err, ERR_INPUT, "prefill chunk %d has length %d: lengths are >= 1", i,
+                           chunks[i]);
+        batched += chunks[i];
+    }
+    if (chunks && path == MODE_PREFILL && (n_chunks < 1 || batched > n))
+        return err_set(err, ERR_INPUT,
+                       "prefill chunks cover %d tokens in %d chunks: they must cover 1..%d",
+                       batched, n_chunks, n);
     if ((rc = backend_truncate(b, 0, err)))
         return rc;
     if (taps) {
@@ -397,8 +443,14 @@ int mode_run_taps(struct backend *b, enum mode_path path, const int32_t *tokens,
         rc = decode_range(b, sp, tokens, 0, n, logits, err);
         break;
     case MODE_PREFILL: {
-        const int half = n / 2 > 0 ? n / 2 : 1;
-        rc = step(b, sp, tokens, 0, half, logits, err);
+        int half = n / 2 > 0 ? n / 2 : 1;
+        if (chunks) {
+            half = 0;
+            for (int i = 0; i < n_chunks && !rc; half += chunks[i], i++)
+                rc = step(b, sp, tokens, half, chunks[i], logits, err);
+        } else {
+            rc = step(b, sp, tokens, 0, half, logits, err);
+        }
         if (!rc)
             rc = decode_range(b, sp, tokens, half, n, logits, err);
         break;

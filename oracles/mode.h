@@ -4,7 +4,8 @@
  * question 3): backends cuda, cpu, ref × paths decode, prefill, chat. A build that lacks a
  * backend still parses its modes; opening one is ERR_ENV ("cannot run on this host").
  *   decode:  every token through the KV cache, one forward call per token (teacher-forced);
- *   prefill: the first half of the sequence in one batched forward, the rest decoded;
+ *   prefill: the first half of the sequence batched (in one forward, or in the uneven chunks
+ *            mode_prefill_split() derives from a seed), the rest decoded;
  *   chat:    a fixed three-turn ChatML conversation fed turn by turn on one KV cache: each user
  *            turn in one batched forward, each assistant reply decoded token by token.
  * The judge is the reference twin's batched forward over the whole sequence (one call of n
@@ -108,6 +109,21 @@ struct json_t *mode_ran_json(const struct mode_ran *r);
  * segments 1, 3, 5, ... (assistant replies) decoded. decode/prefill ignore them. */
 int mode_run(struct backend *b, enum mode_path path, const int32_t *tokens, int n,
              const int *turn_ends, int n_turns, float *logits, struct gate_err *err);
+
+/* Uneven prefill chunks (issue 22 §5): split n_prefill tokens into chunk lengths derived from
+ * seed (splitmix64): lengths cycle through four kinds — 1..8 tokens, 17..46, 16k + r (k 1..4,
+ * r 1..15) and 32..95 — each cut to what is left, so a batched kernel meets single tokens,
+ * odd sizes and partial 16-token tiles at positions that differ per seed. Writes at most
+ * max_chunks lengths (the last takes the rest) and returns how many (0 when n_prefill < 1). */
+#define MODE_MAX_CHUNKS 64
+int mode_prefill_split(uint64_t seed, int n_prefill, int *chunks, int max_chunks);
+
+/* mode_run_taps with the prefill path's batched part given as chunks (n_chunks lengths fed one
+ * call each from position 0; their sum must be in 1..n); the rest is decoded. chunks NULL: the
+ * first half in one call (mode_run_taps). Other paths ignore chunks. */
+int mode_run_split(struct backend *b, enum mode_path path, const int32_t *tokens, int n,
+                   const int *turn_ends, int n_turns, const int *chunks, int n_chunks,
+                   float *logits, const struct backend_taps *taps, struct gate_err *err);
 
 /* mode_run that also records taps over the whole sequence: taps' arrays are laid out
  * (n_layer, n, ...) for all n tokens (any may be NULL), whatever the forward calls were. */

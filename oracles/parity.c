@@ -7,6 +7,7 @@
  * fault set). Start reading: judge_pos(), then parity_judge().
  */
 #include "oracles/parity.h"
+#include "base/detmath.h"
 #include "engine/ref_ops.h"
 
 #include <math.h>
@@ -24,6 +25,8 @@ void parity_config_default(struct parity_config *c)
     c->near_tie = 0.05;
     c->route_tie = PARITY_ROUTE_TIE;
     c->max_rel_l2 = PARITY_MAX_REL_L2;
+    c->span = 0;
+    c->seed = 0;
 }
 
 int parity_config_check(const struct parity_config *c, struct gate_err *err)
@@ -37,6 +40,11 @@ int parity_config_check(const struct parity_config *c, struct gate_err *err)
         return err_set(err, ERR_INPUT, "parity max_mean_kld %g must be >= 0", c->max_mean_kld);
     if (!(c->max_kld >= 0.0))
         return err_set(err, ERR_INPUT, "parity max_kld %g must be >= 0", c->max_kld);
+    if (c->span < 0 || (c->span > 0 && c->span < c->positions))
+        return err_set(err, ERR_INPUT,
+                       "parity span %d: it must be 0 or at least positions (%d): the judged"
+                       " positions are sampled from it",
+                       c->span, c->positions);
     if (!(c->max_rel_l2 >= 0.0))
         return err_set(err, ERR_INPUT, "parity max_rel_l2 %g must be >= 0", c->max_rel_l2);
     if (!(c->near_tie >= 0.0) || isinf(c->near_tie))
@@ -222,7 +230,7 @@ void parity_summarize(const struct parity_pos *pos, int n, const struct parity_c
             s->n_nonfinite++;
             poisoned = 1;
             if (s->first_bad < 0)
-                s->first_bad = i;
+                s->first_bad = p->position;
             continue;
         }
         if (is_route_tie(p, cfg)) {
@@ -230,12 +238,12 @@ void parity_summarize(const struct parity_pos *pos, int n, const struct parity_c
             continue;
         }
         n_judged++;
-        if (s->argmin_cosine < 0 || p->cosine < s->min_cosine)
-            s->min_cosine = p->cosine, s->argmin_cosine = i;
-        if (s->argmax_kld < 0 || p->kld > s->max_kld)
-            s->max_kld = p->kld, s->argmax_kld = i;
-        if (s->argmax_rel_l2 < 0 || p->rel_l2 > s->max_rel_l2)
-            s->max_rel_l2 = p->rel_l2, s->argmax_rel_l2 = i;
+        if (n_judged == 1 || p->cosine < s->min_cosine)
+            s->min_cosine = p->cosine, s->argmin_cosine = p->position;
+        if (n_judged == 1 || p->kld > s->max_kld)
+            s->max_kld = p->kld, s->argmax_kld = p->position;
+        if (n_judged == 1 || p->rel_l2 > s->max_rel_l2)
+            s->max_rel_l2 = p->rel_l2, s->argmax_rel_l2 = p->position;
         sum_kld += p->kld;
         if (p->ref_top == p->test_top) {
             s->n_match++;
@@ -244,7 +252,7 @@ void parity_summarize(const struct parity_pos *pos, int n, const struct parity_c
         } else {
             s->n_wrong++;
             if (s->first_bad < 0)
-                s->first_bad = i;
+                s->first_bad = p->position;
         }
     }
     s->mean_kld = n_judged ? sum_kld / n_judged : NAN;
@@ -367,7 +375,10 @@ int parity_metrics_summary(const json_t *metrics, const struct parity_config *cf
     const json_t *gap = json_object_get(pp, "ref_gap"), *rt = json_object_get(pp, "ref_top");
     const json_t *tt = json_object_get(pp, "test_top"), *rl = json_object_get(pp, "rel_l2");
     const json_t *rgap = json_object_get(pp, "route_gap"); /* MoE only; null = routes agree */
+    const json_t *at = json_object_get(pp, "position");    /* absent: row i is position i */
     const size_t np = json_array_size(cos);
+    if (at && json_array_size(at) != np)
+        return -1;
     if (!json_is_array(cos) || json_array_size(kld) != np || json_array_size(gap) != np ||
         json_array_size(rt) != np || json_array_size(tt) != np ||
         (rgap && json_array_size(rgap) != np) || (rl && json_array_size(rl) != np))
@@ -382,6 +393,7 @@ int parity_metrics_summary(const json_t *metrics, const struct parity_config *cf
         struct parity_pos *p = &pos[i];
         p->ref_gap = p->route_gap = NAN;
         p->rel_l2 = 0;
+        p->position = at ? (int)json_integer_value(json_array_get(at, i)) : (int)i;
         if (gate_json_num(json_array_get(cos, i), &p->cosine) ||
             gate_json_num(json_array_get(kld, i), &p->kld) ||
             (rl && gate_json_num(json_array_get(rl, i), &p->rel_l2))) {
@@ -467,7 +479,7 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
 /* Judge with per-position router gaps (NULL: none): the one path every in-memory verdict takes. */
 static int judge_routes(const float *ref, const float *test, int n_pos, int n_vocab,
                         const struct parity_config *cfg, const double *route_gap,
-                        struct parity_result *out)
+                        const int *positions, struct parity_result *out)
 {
     struct gate_err e = {0};
     double *scratch = NULL;
@@ -502,6 +514,7 @@ static int judge_routes(const float *ref, const float *test, int n_pos, int n_vo
         const float *r = ref + (size_t)p * (size_t)n_vocab, *t = test + (size_t)p * (size_t)n_vocab;
         struct parity_pos *pp = &out->pos[p];
         judge_pos(r, t, n_vocab, cfg->near_tie, pp);
+        pp->position = positions ? positions[p] : p;
         if (route_gap)
             pp->route_gap = route_gap[p];
         if (pp->cls == PARITY_NONFINITE && out->n_nonfinite++ == 0) {
@@ -537,7 +550,7 @@ static int judge_routes(const float *ref, const float *test, int n_pos, int n_vo
         snprintf(out->reason, sizeof out->reason,
                  "FAIL: non-finite logits in the %s at position %d (%d positions)",
                  out->nonfinite_in_ref ? "judge (ref)" : "mode under test",
-                 out->first_nonfinite_pos, out->n_nonfinite);
+                 out->pos[out->first_nonfinite_pos].position, out->n_nonfinite);
 done:
     free(scratch);
     return rc;
@@ -546,7 +559,7 @@ done:
 int parity_judge(const float *ref, const float *test, int n_pos, int n_vocab,
                  const struct parity_config *cfg, struct parity_result *out)
 {
-    return judge_routes(ref, test, n_pos, n_vocab, cfg, NULL, out);
+    return judge_routes(ref, test, n_pos, n_vocab, cfg, NULL, NULL, out);
 }
 
 void parity_result_free(struct parity_result *r)
@@ -616,6 +629,7 @@ json_t *parity_result_json(const struct parity_result *r)
     json_object_set_new(c, "near_tie", parity_json_number(r->cfg.near_tie));
     json_object_set_new(c, "route_tie", parity_json_number(r->cfg.route_tie));
     json_object_set_new(c, "max_rel_l2", parity_json_number(r->cfg.max_rel_l2));
+    json_object_set_new(c, "span", json_integer(r->cfg.span));
     json_object_set_new(o, "config", c);
     json_object_set_new(o, "verdict", json_string(r->pass ? "PASS" : "FAIL"));
     json_object_set_new(o, "reason", json_string(r->reason));
@@ -626,6 +640,13 @@ json_t *parity_result_json(const struct parity_result *r)
         json_array_append_new(fa, json_string(r->faults[i]));
     json_object_set_new(o, "faults", fa);
     json_object_set_new(o, "n_pos", json_integer(r->n_pos));
+    json_object_set_new(o, "sequence_length", json_integer(r->seq_len ? r->seq_len : r->n_pos));
+    if (r->n_chunks) { /* the prefill path's batched calls, in order */
+        json_t *ch = json_array();
+        for (int i = 0; i < r->n_chunks; i++)
+            json_array_append_new(ch, json_integer(r->chunks[i]));
+        json_object_set_new(o, "prefill_chunks", ch);
+    }
     json_object_set_new(o, "n_vocab", json_integer(r->n_vocab));
     json_object_set_new(o, "cosine", stat_json(&r->cosine));
     json_object_set_new(o, "kld", stat_json(&r->kld));
@@ -643,7 +664,7 @@ json_t *parity_result_json(const struct parity_result *r)
     json_object_set_new(o, "first_failing_position", json_integer(r->first_fail_pos));
     json_object_set_new(o, "severity", parity_json_number(r->pos ? parity_severity(r) : NAN));
     json_t *pp = json_object();
-    json_t *rl = json_array();
+    json_t *rl = json_array(), *at = json_array();
     json_t *cos = json_array(), *kld = json_array(), *mad = json_array(), *t5 = json_array(),
            *cls = json_array(), *gap = json_array(), *rt = json_array(), *tt = json_array();
     for (int i = 0; r->pos && i < r->n_pos; i++) {
@@ -652,6 +673,7 @@ json_t *parity_result_json(const struct parity_result *r)
         json_array_append_new(cos, parity_json_number(r->pos[i].cosine));
         json_array_append_new(kld, parity_json_number(r->pos[i].kld));
         json_array_append_new(rl, parity_json_number(r->pos[i].rel_l2));
+        json_array_append_new(at, json_integer(r->pos[i].position));
         json_array_append_new(mad, parity_json_number(r->pos[i].max_abs_diff));
         json_array_append_new(t5, json_integer(r->pos[i].top5));
         json_array_append_new(cls, json_string(parity_class_name(r->pos[i].cls)));
@@ -660,6 +682,7 @@ json_t *parity_result_json(const struct parity_result *r)
     json_object_set_new(pp, "cosine", cos);
     json_object_set_new(pp, "kld", kld);
     json_object_set_new(pp, "rel_l2", rl);
+    json_object_set_new(pp, "position", at);
     json_object_set_new(pp, "max_abs_diff", mad);
     json_object_set_new(pp, "top5_overlap", t5);
     json_object_set_new(pp, "class", cls);
@@ -680,7 +703,8 @@ json_t *parity_result_json(const struct parity_result *r)
         json_object_set_new(loc, "first_bad_layer", json_integer(r->first_bad_layer));
         json_object_set_new(
             loc, "at_position",
-            json_integer(r->first_fail_pos >= 0 ? r->first_fail_pos : r->worst_pos));
+            json_integer(
+                r->pos[r->first_fail_pos >= 0 ? r->first_fail_pos : r->worst_pos].position));
         for (int l = 0; l < r->n_layer; l++) {
             const struct parity_layer *L = &r->layers[l];
             json_t *x = json_object();
@@ -709,6 +733,11 @@ void parity_print(FILE *f, const struct parity_result *r)
 {
     fprintf(f, "parity %s: %d positions x %d vocab", r->mode[0] ? r->mode : "", r->n_pos,
             r->n_vocab);
+    if (r->seq_len > r->n_pos)
+        fprintf(f, " (sampled from %d, last %d)", r->seq_len,
+                r->pos ? r->pos[r->n_pos - 1].position : -1);
+    for (int i = 0; i < r->n_chunks; i++)
+        fprintf(f, "%s%d", i ? "+" : "  prefill chunks ", r->chunks[i]);
     for (int i = 0; i < r->n_faults; i++)
         fprintf(f, "%s%s", i ? ", " : "  faults: ", r->faults[i]);
     fprintf(f, "%s\n", r->chat_fallback ? "  (chat: fallback conversation)" : "");
@@ -748,11 +777,11 @@ void parity_print(FILE *f, const struct parity_result *r)
         fprintf(f,
                 "  worst position %d: cosine %.6f, KLD %.4g, max |dlogit| %.4g, top-5 %d/5,"
                 " argmax ref %d test %d (%s)\n",
-                r->worst_pos, w->cosine, w->kld, w->max_abs_diff, w->top5, w->ref_top, w->test_top,
+                w->position, w->cosine, w->kld, w->max_abs_diff, w->top5, w->ref_top, w->test_top,
                 parity_class_name(w->cls));
     }
     if (r->localized) {
-        int at = r->first_fail_pos >= 0 ? r->first_fail_pos : r->worst_pos;
+        int at = r->pos[r->first_fail_pos >= 0 ? r->first_fail_pos : r->worst_pos].position;
         fprintf(f, "  localization at position %d: first layer with hidden cosine < %g: ", at,
                 r->cfg.min_cosine);
         if (r->first_bad_layer >= 0)
@@ -819,6 +848,9 @@ struct parity_session {
     int chat_fallback;
     struct backend *judge, *subject;
     float *judge_logits, *subj_logits, *clean_logits;
+    int *judged, n_judged;                 /* the positions judged (increasing), n_judged of n */
+    float *judge_sel, *subj_sel;           /* (n_judged, V): their rows */
+    int chunks[MODE_MAX_CHUNKS], n_chunks; /* prefill: the batched part's chunks */
     int with_taps;
     int subj_taps_ok; /* with_taps and the subject records taps (an exec engine does not) */
     struct backend_taps judge_taps, subj_taps, clean_taps;
@@ -841,6 +873,9 @@ void parity_session_close(struct parity_session *s)
     free(s->judge_logits);
     free(s->subj_logits);
     free(s->clean_logits);
+    free(s->judged);
+    free(s->judge_sel);
+    free(s->subj_sel);
     taps_free(&s->judge_taps);
     taps_free(&s->subj_taps);
     taps_free(&s->clean_taps);
@@ -865,7 +900,7 @@ static int build_sequence(struct parity_session *s, const int32_t *tokens, int n
         return 0;
     }
     if (!tokens)
-        n = s->cfg.positions;
+        n = s->cfg.span > s->cfg.positions ? s->cfg.span : s->cfg.positions;
     if (n < PARITY_MIN_POSITIONS)
         return err_set(err, ERR_INPUT, "parity needs at least %d positions, got %d",
                        PARITY_MIN_POSITIONS, n);
@@ -895,6 +930,39 @@ static int build_sequence(struct parity_session *s, const int32_t *tokens, int n
     return 0;
 }
 
+/* Which positions are judged: all of a supplied or chat sequence; of a generated one longer
+ * than `positions` (span), one position per equal stratum of [0, n), the last stratum's pick
+ * the last position — spread over the whole context, different per seed. Also the prefill
+ * chunks. */
+static int choose_positions(struct parity_session *s, int supplied, struct gate_err *err)
+{
+    const int n = s->n;
+    const int sample = !supplied && s->mode.path != MODE_CHAT && n > s->cfg.positions;
+    s->n_judged = sample ? s->cfg.positions : n;
+    if (!(s->judged = malloc((size_t)s->n_judged * sizeof *s->judged)))
+        return err_set(err, ERR_ENV, "out of memory for %d positions", s->n_judged);
+    uint64_t st = s->cfg.seed ^ 0xB0B0B0B0ULL;
+    for (int i = 0; i < s->n_judged; i++) {
+        const int lo = (int)((int64_t)n * i / s->n_judged);
+        const int hi = (int)((int64_t)n * (i + 1) / s->n_judged);
+        s->judged[i] = sample ? lo + (int)(det_splitmix64(&st) % (uint64_t)(hi - lo)) : i;
+    }
+    if (sample)
+        s->judged[s->n_judged - 1] = n - 1;
+    if (s->mode.path == MODE_PREFILL)
+        s->n_chunks =
+            mode_prefill_split(s->cfg.seed, n / 2 > 0 ? n / 2 : 1, s->chunks, MODE_MAX_CHUNKS);
+    return 0;
+}
+
+/* The judged rows of full (n, V) into sel (n_judged, V). */
+static void gather(const struct parity_session *s, const float *full, float *sel)
+{
+    const size_t V = s->m->hp.n_vocab;
+    for (int i = 0; i < s->n_judged; i++)
+        memcpy(sel + (size_t)i * V, full + (size_t)s->judged[i] * V, V * sizeof *sel);
+}
+
 int parity_session_open(struct parity_session **out, const struct model *m, const struct mode *mode,
                         const int32_t *tokens, int n, const struct parity_config *cfg,
                         int n_threads, int with_taps, struct gate_err *err)
@@ -911,11 +979,13 @@ int parity_session_open(struct parity_session **out, const struct model *m, cons
     s->cfg = *cfg;
     s->with_taps = with_taps;
     const size_t V = m->hp.n_vocab;
-    if ((rc = build_sequence(s, tokens, n, err)))
+    if ((rc = build_sequence(s, tokens, n, err)) || (rc = choose_positions(s, tokens != NULL, err)))
         goto fail;
     s->judge_logits = malloc((size_t)s->n * V * sizeof(float));
     s->subj_logits = malloc((size_t)s->n * V * sizeof(float));
-    if (!s->judge_logits || !s->subj_logits) {
+    s->judge_sel = malloc((size_t)s->n_judged * V * sizeof(float));
+    s->subj_sel = malloc((size_t)s->n_judged * V * sizeof(float));
+    if (!s->judge_logits || !s->subj_logits || !s->judge_sel || !s->subj_sel) {
         rc = err_set(err, ERR_ENV, "out of memory for logits (%d x %zu)", s->n, V);
         goto fail;
     }
@@ -927,6 +997,7 @@ int parity_session_open(struct parity_session **out, const struct model *m, cons
         (rc = mode_judge(s->judge, s->tokens, s->n, s->judge_logits,
                          with_taps ? &s->judge_taps : NULL, err)))
         goto fail;
+    gather(s, s->judge_logits, s->judge_sel);
     if ((rc = mode_open(&s->subject, mode, m, s->n, n_threads, NULL, err)))
         goto fail;
     /* a subject without taps (an external engine) leaves its tap arrays zero: routing gaps,
@@ -998,9 +1069,10 @@ static int localize(struct parity_session *s, struct parity_result *r, struct ga
         return err_set(err, ERR_ENV, "out of memory");
     r->n_layer = L;
     r->is_moe = hp->n_expert > 0;
-    const int at = r->first_fail_pos >= 0 ? r->first_fail_pos
-                   : r->worst_pos >= 0    ? r->worst_pos
-                                          : 0;
+    const int row = r->first_fail_pos >= 0 ? r->first_fail_pos
+                    : r->worst_pos >= 0    ? r->worst_pos
+                                           : 0;
+    const int at = r->pos[row].position;
     const struct backend_taps *J = &s->judge_taps, *S = &s->subj_taps;
     for (int l = 0; l < L; l++) {
         struct parity_layer *x = &r->layers[l];
@@ -1061,8 +1133,9 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
                            name, faults->f[i].pos_lo, s->n, s->n - 1);
         }
     backend_set_faults(s->subject, faults); /* copied; cleared again below */
-    rc = mode_run_taps(s->subject, s->mode.path, s->tokens, s->n, s->turn_ends, s->n_turns,
-                       s->subj_logits, s->with_taps ? &s->subj_taps : NULL, err);
+    rc = mode_run_split(s->subject, s->mode.path, s->tokens, s->n, s->turn_ends, s->n_turns,
+                        s->n_chunks ? s->chunks : NULL, s->n_chunks, s->subj_logits,
+                        s->with_taps ? &s->subj_taps : NULL, err);
     backend_set_faults(s->subject, NULL);
     if (rc)
         return rc;
@@ -1070,7 +1143,14 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
     double *gaps = NULL;
     if (s->subj_taps_ok && hp->n_expert > 0 && (rc = route_gaps(s, &gaps, err)))
         return rc;
-    rc = judge_routes(s->judge_logits, s->subj_logits, s->n, (int)hp->n_vocab, &c, gaps, out);
+    for (int i = 0; gaps && i < s->n_judged; i++) /* in place: judged[i] >= i */
+        gaps[i] = gaps[s->judged[i]];
+    gather(s, s->subj_logits, s->subj_sel);
+    rc = judge_routes(s->judge_sel, s->subj_sel, s->n_judged, (int)hp->n_vocab, &c, gaps, s->judged,
+                      out);
+    out->seq_len = s->n;
+    out->n_chunks = s->n_chunks;
+    memcpy(out->chunks, s->chunks, sizeof out->chunks);
     out->route_gap = gaps; /* owned by out from here */
     if (rc) {
         err_set(err, rc, "%s", out->reason);
@@ -1114,8 +1194,9 @@ int parity_session_witness(struct parity_session *s, enum fault_kind kind, struc
         if ((rc = taps_alloc(&s->clean_taps, hp, s->n, err)))
             return rc;
         backend_set_faults(s->subject, NULL);
-        rc = mode_run_taps(s->subject, s->mode.path, s->tokens, s->n, s->turn_ends, s->n_turns,
-                           s->clean_logits, &s->clean_taps, err);
+        rc = mode_run_split(s->subject, s->mode.path, s->tokens, s->n, s->turn_ends, s->n_turns,
+                            s->n_chunks ? s->chunks : NULL, s->n_chunks, s->clean_logits,
+                            &s->clean_taps, err);
         if (rc)
             return rc;
         s->have_clean = 1;

@@ -46,6 +46,11 @@ struct parity_config {
                           * ||(t - mean t) - (r - mean r)|| / ||r - mean r||, must be <= this:
                           * the check a uniform scale cannot hide from (cosine is blind to it).
                           * INFINITY = not judged (a receipt recorded before the setting). */
+    int span;            /* generated sequences: the sequence is max(span, positions) tokens long
+                          * and `positions` positions spread over it are judged, the last one
+                          * included (0 = span positions: judge them all) */
+    uint64_t seed;       /* which positions are sampled and how prefill is chunked
+                          * (mode_prefill_split); the harness derives it from the cell's name */
 };
 
 /* The gate table's parity row defaults (docs/gates.md says where they come from). */
@@ -65,6 +70,7 @@ enum parity_class {
 const char *parity_class_name(enum parity_class c);
 
 struct parity_pos {
+    int position;        /* the sequence position this row judges */
     double cosine;       /* cos(ref, test) of the logit vectors */
     double rel_l2;       /* ||(t - mean t) - (r - mean r)|| / ||r - mean r|| (0 when both are
                           * constant, +Inf when only the ref is) */
@@ -120,6 +126,9 @@ struct parity_result {
     int first_bad_layer;         /* first layer with hidden_cosine < min_cosine, -1 when none */
     struct parity_layer *layers; /* n_layer, owned */
     /* provenance, filled by parity_run */
+    int seq_len;  /* tokens the subject and the judge ran (>= n_pos) */
+    int n_chunks; /* prefill path: the batched part's chunk lengths */
+    int chunks[MODE_MAX_CHUNKS];
     char mode[32];
     int chat_fallback; /* chat mode used the fallback conversation */
     int n_faults;

@@ -16,6 +16,24 @@
 #include "oracles/parity.h"
 #include "support/check.h"
 
+Test(mode, prefill_split_covers_the_tokens_unevenly)
+{
+    int ch[MODE_MAX_CHUNKS];
+    for (uint64_t seed = 0; seed < 50; seed++)
+        for (int n = 1; n < 700; n += 37) {
+            int k = mode_prefill_split(seed, n, ch, MODE_MAX_CHUNKS), sum = 0;
+            cr_assert(k >= 1 && k <= MODE_MAX_CHUNKS);
+            for (int i = 0; i < k; i++) {
+                cr_assert_geq(ch[i], 1);
+                sum += ch[i];
+            }
+            cr_assert_eq(sum, n, "seed %llu n %d", (unsigned long long)seed, n);
+            if (n >= 48)
+                cr_expect_geq(k, 2);
+        }
+    cr_expect_eq(mode_prefill_split(1, 0, ch, MODE_MAX_CHUNKS), 0);
+}
+
 Test(mode, parses_the_fixed_list_only)
 {
     const char *backends[] = {"cuda", "cpu", "ref"}, *paths[] = {"decode", "prefill", "chat"};

@@ -312,6 +312,79 @@ Test(parity, fault_is_rejected_and_localized)
     model_free(m);
 }
 
+Test(parity, span_spreads_the_judged_positions_over_the_context_and_reaches_late_faults)
+{
+    /* issue 22 §5: `positions: 64, span: 200` judges 64 positions spread over 200, the last
+     * included; a fault that acts only from position 150 on is judged there (with 96 generated
+     * positions it could not even be placed) */
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
+    struct parity_config c = cfg_default();
+    c.span = 200;
+    c.seed = 7;
+    struct mode mode;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_parse("ref.decode", &mode, &err), 0);
+    struct parity_result r;
+    cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect(r.pass, "%s", r.reason);
+    cr_expect_eq(r.n_pos, 64);
+    cr_expect_eq(r.seq_len, 200);
+    cr_expect_eq(r.pos[63].position, 199, "the last position is judged");
+    cr_expect_gt(r.pos[31].position, 60, "spread, not the first 64: %d", r.pos[31].position);
+    for (int i = 1; i < 64; i++)
+        cr_expect_gt(r.pos[i].position, r.pos[i - 1].position);
+    json_t *j = parity_result_json(&r);
+    cr_expect_eq(json_integer_value(json_object_get(j, "sequence_length")), 200);
+    cr_expect_eq(json_integer_value(json_array_get(
+                     json_object_get(json_object_get(j, "per_position"), "position"), 63)),
+                 199);
+    json_decref(j);
+    parity_result_free(&r);
+    struct fault_set fs = {0};
+    struct fault_spec f;
+    cr_assert_eq(fault_parse("wrong_expert:layers=1,positions=150-199", &f, &err), 0);
+    fault_set_add(&fs, &f, &err);
+    cr_assert_eq(parity_run(m, &mode, &fs, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect_not(r.pass, "a fault from position 150 on escaped: %s", r.reason);
+    parity_result_free(&r);
+    /* span shorter than positions is an input error */
+    c.span = 60; /* positions is 64 */
+    cr_expect_eq(parity_config_check(&c, &err), ERR_INPUT);
+    model_free(m);
+}
+
+Test(parity, prefill_runs_in_uneven_chunks_that_vary_by_seed)
+{
+    struct model *m = check_load_case("qwen3-dense-tiny-q8_0");
+    struct parity_config c = cfg_default();
+    c.positions = 96;
+    struct mode mode;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_parse("cpu.prefill", &mode, &err), 0);
+    struct parity_result r, r2;
+    c.seed = 1;
+    cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+    c.seed = 2;
+    cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r2, &err), 0, "%s", err.msg);
+    cr_expect(r.pass && r2.pass, "%s / %s", r.reason, r2.reason);
+    cr_assert_geq(r.n_chunks, 2, "the batched half in more than one call");
+    int sum = 0, odd = 0, differ = r.n_chunks != r2.n_chunks;
+    for (int i = 0; i < r.n_chunks; i++) {
+        sum += r.chunks[i];
+        odd += r.chunks[i] % 16 != 0;
+        differ |= i < r2.n_chunks && r.chunks[i] != r2.chunks[i];
+    }
+    cr_expect_eq(sum, 48);
+    cr_expect_gt(odd, 0, "a chunk that is not a whole number of 16-token tiles");
+    cr_expect(differ, "two seeds, two splits");
+    json_t *j = parity_result_json(&r);
+    cr_expect_eq(json_array_size(json_object_get(j, "prefill_chunks")), (size_t)r.n_chunks);
+    json_decref(j);
+    parity_result_free(&r);
+    parity_result_free(&r2);
+    model_free(m);
+}
+
 Test(parity, input_errors)
 {
     struct model *moe = check_load_case("qwen3moe-tiny-f32");
