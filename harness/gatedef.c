@@ -34,7 +34,7 @@ static const struct gate_setting PARITY[] = {
     {"max_kld", GS_NUM, OFF(max_kld), 1e-2, 0, 1e9, "every position's KL, nats"},
     {"near_tie", GS_NUM, OFF(near_tie), 0.05, 0, 1e9,
      "logit gap below which an argmax flip is a TIE_FLIP (reported), not WRONG"},
-    {"route_tie", GS_NUM, OFF(route_tie), 1e-3, 0, 1,
+    {"route_tie", GS_NUM, OFF(route_tie), PARITY_ROUTE_TIE, 0, 1,
      "MoE: judge's router gap (k-th minus (k+1)-th logit) below which a changed expert set is a"
      " ROUTE_TIE (reported, not judged by the logit thresholds; at most 1 in 8 positions)"},
     {"max_rel_l2", GS_NUM, OFF(max_rel_l2), PARITY_MAX_REL_L2, 0, 1e9,

@@ -31,7 +31,7 @@ extern "C" {
 
 #define PARITY_MIN_POSITIONS 64 /* DESIGN.md: a parity run judges at least 64 positions */
 #define PARITY_TOKEN_SEED 202   /* the conformance cases' seed: tokens.txt is reproduced */
-#define PARITY_ROUTE_TIE 1e-3   /* router gap below which a changed expert set is a near tie */
+#define PARITY_ROUTE_TIE 5e-3   /* router gap below which a changed expert set is a near tie */
 #define PARITY_MAX_REL_L2 5e-3  /* default max_rel_l2 (docs/gates.md, "tolerances from noise") */
 
 struct parity_config {

@@ -870,7 +870,10 @@ int throughput_gate(const struct model *m, const struct mode *mode,
                 order[c] = pos[c] * THROUGHPUT_MAX_CHECKS + c;
             qsort(order, (size_t)C, sizeof *order, cmp_int);
             int n_past = 0;
-            double route_gap = NAN; /* MoE: the judge's least router gap at position n_past-1 */
+            /* MoE: the judge's least router gap over every layer and every position up to
+             * n_past - 1: a near tie anywhere upstream may send the subject to the other expert
+             * there, and every later position reads that position's keys and values */
+            double route_gap = NAN;
             if (C && (rc = backend_truncate(jb, 0, err)))
                 goto done;
             for (int k = 0; k < C; k++) {
@@ -880,9 +883,7 @@ int throughput_gate(const struct model *m, const struct mode *mode,
                     if ((rc = backend_forward_last(jb, tokens + n_past, cnt, n_past, jl, err)))
                         goto done;
                     n_past = p + 1;
-                    route_gap = NAN;
-                    for (int l = 0; jt.router_kth && l < L; l++) {
-                        const size_t i = (size_t)l * (size_t)cnt + (size_t)(cnt - 1);
+                    for (size_t i = 0; jt.router_kth && i < (size_t)L * (size_t)cnt; i++) {
                         const double g = (double)jt.router_kth[i] - jt.router_k1th[i];
                         route_gap = isnan(route_gap) || g < route_gap ? g : route_gap;
                     }

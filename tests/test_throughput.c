@@ -383,7 +383,7 @@ Test(throughput, judge_rejects_timed_work_that_is_not_the_judged_work)
     json_object_set_new(c, "cosine", json_string("NaN"));
     cr_expect_eq(judge(two_per_run(), m, why, sizeof why), GATE_FAIL);
     json_object_set_new(c, "cosine", json_real(0.9985));
-    /* not below the cell's route_tie (1e-3): FAIL */
+    /* not below the cell's route_tie (5e-3): FAIL */
     json_object_set_new(c, "judge_route_gap", json_real(0.02));
     cr_expect_eq(judge(two_per_run(), m, why, sizeof why), GATE_FAIL);
     /* a second route tie among 12 checks is more than 1 in 8: FAIL */
