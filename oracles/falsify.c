@@ -92,8 +92,10 @@ void falsify_result_free(struct falsify_result *r)
     if (!r)
         return;
     parity_result_free(&r->clean);
-    for (int i = 0; i < r->n; i++)
+    for (int i = 0; i < r->n; i++) {
         parity_result_free(&r->f[i].parity);
+        parity_result_free(&r->f[i].agreement);
+    }
     for (int i = 0; i < r->n_kinds; i++) {
         free(r->k[i].s);
         r->k[i].s = NULL;
@@ -280,10 +282,23 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
         if ((rc = parity_session_witness(s, ff->spec.kind, &ff->witness, err)))
             break;
         ff->fired = ff->witness.fired;
+        /* no taps (an exec engine): the logits moving is no evidence that the fault was the one
+         * asked for; its faulted run must match the judge's run with the same fault */
+        if (ff->witness.tapless) {
+            if ((rc = parity_session_agreement(s, &one, &cfg->parity, &ff->agreement, err)))
+                break;
+            ff->has_agreement = 1;
+            ff->fired = ff->fired && ff->agreement.pass;
+        }
         ff->rejected = !ff->parity.pass;
         ff->severity = parity_severity(&ff->parity);
         ff->pass = ff->fired && ff->rejected;
-        if (!ff->fired)
+        if (!ff->fired && ff->witness.fired)
+            snprintf(ff->metric, sizeof ff->metric,
+                     "the engine's faulted run does not match the judge's run with the same"
+                     " fault: %.200s",
+                     ff->agreement.reason);
+        else if (!ff->fired)
             snprintf(ff->metric, sizeof ff->metric,
                      "fault did not fire: no tap differs from"
                      " the clean run");
@@ -473,6 +488,20 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
         snprintf(metric, sizeof metric, "%.80s witness count", name);
         if (!gate_check_num(checks, metric, count, ">", 0) && !fails++)
             snprintf(first, sizeof first, "fault %s did not fire: it tested nothing", name);
+        /* a tap-less witness only says the logits moved: the faulted run must also match the
+         * judge's run with the same fault (an engine that ignores set_faults and jitters its
+         * logits instead moves them too) */
+        if (tapless) {
+            int agree_malformed = 0;
+            const json_t *ag = json_object_get(f, "agreement");
+            const int off = !ag || parity_rejects(ag, &t, &agree_malformed);
+            snprintf(metric, sizeof metric, "%.80s faulted run matches the judge's", name);
+            if (!gate_check_bool(checks, metric, !off && !agree_malformed) && !fails++)
+                snprintf(first, sizeof first,
+                         "fault %s: the engine's faulted run does not match the judge's run with"
+                         " the same fault (%s): the engine did not apply it",
+                         name, !ag ? "not recorded" : "parity rejects the pair");
+        }
         int rej = parity_rejects(json_object_get(f, "parity"), &t, &malformed);
         snprintf(metric, sizeof metric, "%.80s rejected", name);
         if (!gate_check_bool(checks, metric, rej && !malformed) && !fails++)
@@ -582,6 +611,8 @@ json_t *falsify_result_json(const struct falsify_result *r)
         json_object_set_new(x, "rejected_by", json_string(f->metric)); /* informational */
         json_object_set_new(x, "severity", parity_json_number(f->severity));
         json_object_set_new(x, "parity", parity_result_json(&f->parity));
+        if (f->has_agreement)
+            json_object_set_new(x, "agreement", parity_result_json(&f->agreement));
         json_array_append_new(fa, x);
     }
     json_object_set_new(o, "faults", fa);

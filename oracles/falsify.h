@@ -87,6 +87,10 @@ struct falsify_fault {
     char metric[320];            /* what rejected it, where: parity's reason */
     int pass;                    /* fired && rejected */
     struct parity_result parity; /* owned */
+    /* a tap-less subject (exec): its faulted run against the judge's run with the same fault
+     * (parity_session_agreement); fired needs it to PASS. has_agreement 0 otherwise. */
+    int has_agreement;
+    struct parity_result agreement; /* owned */
 };
 
 /* One sampled single-layer x single-position injection of the gate's sweep. */

@@ -1111,6 +1111,36 @@ static int localize(struct parity_session *s, struct parity_result *r, struct ga
     return 0;
 }
 
+int parity_session_agreement(struct parity_session *s, const struct fault_set *faults,
+                             const struct parity_config *cfg, struct parity_result *out,
+                             struct gate_err *err)
+{
+    const size_t V = s->m->hp.n_vocab;
+    memset(out, 0, sizeof *out);
+    float *full = malloc((size_t)s->n * V * sizeof *full);
+    float *sel = malloc((size_t)s->n_judged * V * sizeof *sel);
+    int rc = 0;
+    if (!full || !sel)
+        rc = err_set(err, ERR_ENV, "out of memory for the judge's faulted logits (%d x %zu)", s->n,
+                     V);
+    if (!rc) {
+        backend_set_faults(s->judge, faults); /* copied; cleared again below */
+        rc = mode_judge(s->judge, s->tokens, s->n, full, NULL, err);
+        backend_set_faults(s->judge, NULL);
+    }
+    if (!rc) {
+        gather(s, full, sel);
+        struct parity_config c = cfg ? *cfg : s->cfg;
+        if ((rc = judge_routes(sel, s->subj_sel, s->n_judged, (int)V, &c, NULL, s->judged, out)))
+            err_set(err, rc, "%s", out->reason);
+        out->seq_len = s->n;
+        mode_format(&s->mode, out->mode, sizeof out->mode);
+    }
+    free(full);
+    free(sel);
+    return rc;
+}
+
 int parity_session_run(struct parity_session *s, const struct fault_set *faults,
                        const struct parity_config *cfg, int localize_on_fail,
                        struct parity_result *out, struct gate_err *err)

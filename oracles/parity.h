@@ -267,6 +267,16 @@ struct parity_witness {
 int parity_session_witness(struct parity_session *s, enum fault_kind kind, struct parity_witness *w,
                            struct gate_err *err);
 
+/* The fault agreement (issue 23 §3): the judge run with the same faults over the session's
+ * sequence, against the subject's last (faulted) run by the parity rule (cfg, or the session's
+ * when NULL; no route-tie excuses: nothing to read them from). A subject that applied the fault
+ * as specified matches the judge's faulted run as its clean run matches the clean judge; one that
+ * ignored set_faults and moved its logits some other way does not. The witness of a tap-less
+ * subject, whose logits moving is otherwise the only evidence. */
+int parity_session_agreement(struct parity_session *s, const struct fault_set *faults,
+                             const struct parity_config *cfg, struct parity_result *out,
+                             struct gate_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -33,6 +33,9 @@
  *   --replay               a lying fast engine (issue 23 §2): a forward request whose (n_past,
  *                          n_tokens) it has answered before gets that earlier reply again,
  *                          whatever the tokens; only new shapes are computed
+ *   --fake-faults          a lying engine (issue 23 §3): set_faults is acknowledged but never
+ *                          applied; while a fault list is set, every logit gets a large jitter
+ *                          instead (so the logits move and parity rejects them)
  * Faults: every kind of gate's table, applied by the twin (set_faults -> backend_set_faults).
  * Start reading: main().
  */
@@ -59,6 +62,7 @@
 
 struct opts {
     double noise;
+    int fake_faults, faults_on; /* --fake-faults, and whether a fault list is set */
     int defect;
     int crash_at, hang_at, error_at;
     int bad_frame, oversize_frame, wrong_size, extra_bytes, wrong_digest, exit_early, no_faults;
@@ -333,6 +337,8 @@ int main(int argc, char **argv)
             o.slow_ms = atoi(argv[++i]);
         else if (!strcmp(a, "--replay"))
             o.replay = 1;
+        else if (!strcmp(a, "--fake-faults"))
+            o.fake_faults = 1;
         else {
             fprintf(stderr, "exec_engine: unknown option '%s'\n", a);
             return 2;
@@ -476,6 +482,10 @@ int main(int argc, char **argv)
                         }
                         if (o.defect)
                             *x *= 1.5f;
+                        if (o.fake_faults && o.faults_on) {
+                            uint64_t st = ((uint64_t)(n_past + t) << 32) ^ (uint64_t)i ^ 0xfa4eull;
+                            *x += (float)((double)(det_splitmix64(&st) >> 11) * 0x1.0p-53 * 4.0);
+                        }
                     }
                 const uint64_t bytes = (uint64_t)n * V * 4;
                 if (o.bad_frame) {
@@ -525,7 +535,9 @@ int main(int argc, char **argv)
             if (!ok) {
                 send_error("set_faults: bad fault list");
             } else {
-                backend_set_faults(b, &fs);
+                o.faults_on = fs.n > 0;
+                if (!o.fake_faults)
+                    backend_set_faults(b, &fs);
                 send_json(json_pack("{s:b}", "ok", 1), NULL, 0);
             }
         } else if (!strcmp(op, "bye")) {

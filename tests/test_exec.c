@@ -192,6 +192,21 @@ Test(exec, chunked_forwards_give_the_same_logits_as_one_call)
     fixture_close(&f);
 }
 
+/* falsify_judge over fr's metrics with the settings of an exec cell (settings.engine set, as the
+ * ladder records it), as gate run, receipt verify and release check judge it */
+static enum gate_verdict judge_as_exec(const struct fault_set *faults,
+                                       const struct falsify_config *cfg,
+                                       const struct falsify_result *fr, char *why, size_t n)
+{
+    json_t *settings = falsify_settings_json(faults, cfg), *checks = json_array();
+    json_object_set_new(settings, "engine", json_pack("{s:s}", "name", "twin"));
+    why[0] = '\0';
+    const enum gate_verdict v = falsify_judge(settings, fr->metrics, checks, why, n);
+    json_decref(settings);
+    json_decref(checks);
+    return v;
+}
+
 Test(exec, falsify_on_an_engine_with_faults_rejects_every_fault)
 {
     struct fixture f;
@@ -214,7 +229,51 @@ Test(exec, falsify_on_an_engine_with_faults_rejects_every_fault)
                   "fault %s: no tap-less witness (fired %d, logit diffs %d)", fr.f[i].name,
                   fr.f[i].fired, fr.f[i].witness.n_logit_diff);
         cr_expect_eq(fr.f[i].witness.n_route_diff, 0, "zero taps read as routing");
+        /* and its faulted run matches the judge's run with the same fault */
+        cr_expect(fr.f[i].has_agreement && fr.f[i].agreement.pass,
+                  "fault %s: the honest engine's faulted run does not match the judge's: %s",
+                  fr.f[i].name, fr.f[i].agreement.reason);
     }
+    char why[400];
+    cr_expect_eq(judge_as_exec(&faults, &cfg, &fr, why, sizeof why), GATE_PASS, "%s", why);
+    falsify_result_free(&fr);
+    fixture_close(&f);
+}
+
+/* Issue 23 §3: an engine that acknowledges set_faults, never applies them, and jitters its
+ * logits while a fault is "on" moves its logits (the only tap-less evidence before) and so
+ * passed falsify; its faulted runs do not match the judge's runs with the same faults, so every
+ * fault is "did not fire" and the gate FAILs, in the run and in the judge over the metrics. */
+Test(exec, an_engine_that_fakes_its_faults_fails_falsify)
+{
+    struct fixture f;
+    const char *extra[] = {"--fake-faults", NULL};
+    fixture_open(&f, "exec.twin.decode", 30, 0, extra);
+    struct falsify_config cfg;
+    falsify_config_default(&cfg);
+    parity_cfg(&cfg.parity);
+    cfg.sweep_samples = 0;
+    struct fault_set faults;
+    fault_default_set(1, &faults);
+    struct falsify_result fr;
+    struct gate_err err = {0};
+    cr_assert_eq(falsify_run(f.m, &f.mode, &faults, NULL, 0, &cfg, 1, &fr, &err), 0, "%s", err.msg);
+    cr_assert_eq(fr.n, faults.n);
+    for (int i = 0; i < fr.n; i++) {
+        cr_expect(fr.f[i].witness.fired && fr.f[i].rejected,
+                  "fault %s: the jitter moves the logits and parity rejects them", fr.f[i].name);
+        cr_expect(fr.f[i].has_agreement && !fr.f[i].agreement.pass && !fr.f[i].fired,
+                  "fault %s: a faked fault counted as fired", fr.f[i].name);
+    }
+    char why[400];
+    cr_expect_eq(judge_as_exec(&faults, &cfg, &fr, why, sizeof why), GATE_FAIL,
+                 "falsify passed an engine that fakes its faults");
+    cr_expect(strstr(why, "did not apply it"), "%s", why);
+    /* a record without the agreement (an edited receipt) is no evidence either */
+    json_t *fa = json_object_get(fr.metrics, "faults");
+    for (size_t i = 0; i < json_array_size(fa); i++)
+        json_object_del(json_array_get(fa, i), "agreement");
+    cr_expect_eq(judge_as_exec(&faults, &cfg, &fr, why, sizeof why), GATE_FAIL);
     falsify_result_free(&fr);
     fixture_close(&f);
 }
