@@ -219,6 +219,15 @@ static int sweep_kind(struct parity_session *s, const struct model *m, struct fa
         if ((rc = parity_session_run(s, &one, cfg, 0, &r, err)) ||
             (rc = parity_session_witness(s, K->spec.kind, &wit, err)))
             break;
+        if (wit.tapless) { /* the logits moved; was it the injection asked for? */
+            struct parity_result ag = {0};
+            rc = parity_session_agreement(s, &one, cfg, &ag, err);
+            x->agreement = (struct falsify_numbers){ag.cosine.min, ag.kld.mean, ag.kld.max,
+                                                    ag.rel_l2.max, ag.n_wrong,  ag.n_nonfinite};
+            parity_result_free(&ag);
+            if (rc)
+                break;
+        }
         x->route_diffs = wit.n_route_diff;
         x->hidden_diffs = wit.n_hidden_diff;
         x->logit_diffs = wit.n_logit_diff;
@@ -546,8 +555,13 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
              * logits moved */
             const int tapless = json_is_true(json_object_get(x, "tapless")) &&
                                 json_object_get(settings, "engine") != NULL;
-            if (tapless)
+            if (tapless) { /* fired: the logits moved, as the judge's did under that injection */
+                int agree_malformed = 0;
+                const json_t *ag = json_object_get(x, "agreement");
                 gate_metric_num(x, "logit_diffs", &hd);
+                if (!ag || parity_rejects(ag, &t, &agree_malformed) || agree_malformed)
+                    hd = 0;
+            }
             const int fired = !tapless && is_routing_name(kind) ? rd > 0 : hd > 0;
             if (!fired || (!strcmp(kind, "uniform_weights") && dev < FALSIFY_NOOP_UNIFORM)) {
                 noop++;
@@ -582,10 +596,27 @@ static json_t *sample_json(const struct falsify_sample *x)
     if (o)
         json_object_set_new(o, "max_rel_l2", parity_json_number(x->max_rel_l2));
     if (o && x->tapless) {
+        const struct falsify_numbers *a = &x->agreement;
         json_object_set_new(o, "logit_diffs", json_integer(x->logit_diffs));
         json_object_set_new(o, "tapless", json_true());
+        json_object_set_new(o, "agreement",
+                            json_pack("{s:o, s:o, s:o, s:o, s:i, s:i}", "min_cosine",
+                                      parity_json_number(a->min_cosine), "mean_kld",
+                                      parity_json_number(a->mean_kld), "max_kld",
+                                      parity_json_number(a->max_kld), "max_rel_l2",
+                                      parity_json_number(a->max_rel_l2), "wrong_positions",
+                                      a->n_wrong, "nonfinite_positions", a->n_nonfinite));
     }
     return o;
+}
+
+/* The informational counts' reading of the clean run's thresholds (the judge recounts from the
+ * recorded points with parity_metrics_rejected) */
+static int numbers_rejected(const struct parity_config *c, double min_cos, double mean_kld,
+                            double max_kld, int n_wrong, int n_nonfinite)
+{
+    return n_nonfinite || n_wrong || !(min_cos >= c->min_cosine) ||
+           !(mean_kld <= c->max_mean_kld) || !(max_kld <= c->max_kld);
 }
 
 json_t *falsify_result_json(const struct falsify_result *r)
@@ -622,16 +653,18 @@ json_t *falsify_result_json(const struct falsify_result *r)
         int det = 0, noop = 0;
         for (int j = 0; j < K->n; j++) {
             const struct falsify_sample *x = &K->s[j];
-            const int fired = x->tapless                       ? x->logit_diffs > 0
+            const struct falsify_numbers *a = &x->agreement;
+            const int fired = x->tapless
+                                  ? x->logit_diffs > 0 &&
+                                        !numbers_rejected(&r->clean.cfg, a->min_cosine, a->mean_kld,
+                                                          a->max_kld, a->n_wrong, a->n_nonfinite)
                               : fault_is_routing(K->spec.kind) ? x->route_diffs > 0
                                                                : x->hidden_diffs > 0;
             const int is_noop = !fired || (K->spec.kind == FAULT_UNIFORM_WEIGHTS &&
                                            x->uniform_dev < FALSIFY_NOOP_UNIFORM);
             noop += is_noop;
-            det += !is_noop &&
-                   (x->n_nonfinite || x->n_wrong || !(x->min_cosine >= r->clean.cfg.min_cosine) ||
-                    !(x->mean_kld <= r->clean.cfg.max_mean_kld) ||
-                    !(x->max_kld <= r->clean.cfg.max_kld));
+            det += !is_noop && numbers_rejected(&r->clean.cfg, x->min_cosine, x->mean_kld,
+                                                x->max_kld, x->n_wrong, x->n_nonfinite);
             json_array_append_new(pts, sample_json(x));
         }
         /* the counts are informational; the judge recounts them from the points */

@@ -102,6 +102,12 @@ struct falsify_sample {
     double min_cosine, mean_kld, max_kld;
     double max_rel_l2; /* parity's rel-L2 bound reads it (parity_metrics_rejected) */
     int n_wrong, n_nonfinite;
+    /* tap-less: the same numbers for the faulted run against the judge's run with the same
+     * injection (parity_session_agreement); fired needs parity to accept that pair */
+    struct falsify_numbers {
+        double min_cosine, mean_kld, max_kld, max_rel_l2;
+        int n_wrong, n_nonfinite;
+    } agreement;
 };
 
 struct falsify_kind {

@@ -207,6 +207,21 @@ static enum gate_verdict judge_as_exec(const struct fault_set *faults,
     return v;
 }
 
+/* falsify_run with one fault kind (wrong_expert) and `samples` sweep samples per kind */
+static void sweep_one_kind(struct fixture *f, int samples, struct falsify_result *fr)
+{
+    struct falsify_config cfg;
+    falsify_config_default(&cfg);
+    parity_cfg(&cfg.parity);
+    cfg.sweep_samples = samples;
+    struct fault_set one = {.n = 1};
+    struct gate_err err = {0};
+    cr_assert_eq(fault_parse("wrong_expert", &one.f[0], &err), 0, "%s", err.msg);
+    cr_assert_eq(falsify_run(f->m, &f->mode, &one, NULL, 0, &cfg, 1, fr, &err), 0, "%s", err.msg);
+    cr_assert_eq(fr->n_kinds, 1);
+    cr_assert_eq(fr->k[0].n, samples);
+}
+
 Test(exec, falsify_on_an_engine_with_faults_rejects_every_fault)
 {
     struct fixture f;
@@ -236,6 +251,12 @@ Test(exec, falsify_on_an_engine_with_faults_rejects_every_fault)
     }
     char why[400];
     cr_expect_eq(judge_as_exec(&faults, &cfg, &fr, why, sizeof why), GATE_PASS, "%s", why);
+    falsify_result_free(&fr);
+    /* the sampled sweep: every injection the honest engine applied fired (it matches the
+     * judge's run with it) */
+    sweep_one_kind(&f, 2, &fr);
+    cr_expect_eq(fr.k[0].noops, 0, "%d of %d honest injections counted as no-ops", fr.k[0].noops,
+                 fr.k[0].n);
     falsify_result_free(&fr);
     fixture_close(&f);
 }
@@ -274,6 +295,12 @@ Test(exec, an_engine_that_fakes_its_faults_fails_falsify)
     for (size_t i = 0; i < json_array_size(fa); i++)
         json_object_del(json_array_get(fa, i), "agreement");
     cr_expect_eq(judge_as_exec(&faults, &cfg, &fr, why, sizeof why), GATE_FAIL);
+    falsify_result_free(&fr);
+    /* the sampled sweep likewise: each tap-less injection moved the logits, none matched the
+     * judge's run with it, so none counts as fired */
+    sweep_one_kind(&f, 2, &fr);
+    cr_expect_eq(fr.k[0].noops, fr.k[0].n, "%d of %d faked injections counted as fired",
+                 fr.k[0].n - fr.k[0].noops, fr.k[0].n);
     falsify_result_free(&fr);
     fixture_close(&f);
 }
