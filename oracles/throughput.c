@@ -379,11 +379,11 @@ static int spot_ok(const json_t *metrics, int n_runs, int per_run, int n_pos, do
                      " (judge's top-2 gap %.3g)",
                      (int)run, pos, cos, min_cos, am, jam, gap);
     }
-    const double max_ties = floor((double)json_array_size(a) / PARITY_MAX_ROUTE_TIE_SHARE);
+    const double max_ties = floor((double)json_array_size(a) / THROUGHPUT_MAX_ROUTE_TIE_SHARE);
     if (!gate_check_num(checks, "spot_route_ties", ties, "<=", max_ties) && !bad++)
         snprintf(first, sizeof first,
                  "%d route ties (the judge's router gap < %g), more than 1 in %g checks", ties,
-                 route_tie, PARITY_MAX_ROUTE_TIE_SHARE);
+                 route_tie, THROUGHPUT_MAX_ROUTE_TIE_SHARE);
     int short_run = -1;
     for (int r = 0; r < n_runs && short_run < 0; r++)
         if (count[r] != per_run)
