@@ -299,14 +299,14 @@ static void parity_plot(FILE *f, const json_t *m, const json_t *settings)
 {
     const json_t *pp = json_object_get(m, "per_position");
     const json_t *cos = json_object_get(pp, "cosine"), *kld = json_object_get(pp, "kld");
-    const json_t *cls = json_object_get(pp, "class"), *rg = json_object_get(pp, "route_gap");
+    const json_t *cls = json_object_get(pp, "class"), *rg = json_object_get(pp, "route_deficit");
     size_t n = json_array_size(cos);
     if (n == 0 || json_array_size(kld) != n) {
         fputs("<p class=\"muted\">no per-position numbers recorded: no plot</p>\n", f);
         return;
     }
     double min_cos = onum(settings, "min_cosine"), max_kld = onum(settings, "max_kld");
-    double max_mean = onum(settings, "max_mean_kld"), route_tie = onum(settings, "route_tie");
+    double max_mean = onum(settings, "max_mean_kld");
     double cmin = 1, kmax = 0;
     for (size_t i = 0; i < n; i++) {
         double c = jnum(json_array_get(cos, i)), k = jnum(json_array_get(kld, i));
@@ -405,11 +405,12 @@ static void parity_plot(FILE *f, const json_t *m, const json_t *settings)
         }
         fputs("\"/>\n", f);
     }
-    /* marks: argmax classes other than MATCH, and positions whose routes differ at a near tie */
-    int n_tie = 0, n_wrong = 0, n_nonfinite = 0, n_route_tie = 0;
+    /* marks: argmax classes other than MATCH, and positions where the route-tie replay forced
+     * the judge to the subject's expert set */
+    int n_tie = 0, n_wrong = 0, n_nonfinite = 0, n_forced = 0;
     for (size_t i = 0; i < n; i++) {
         const char *c = json_string_value(json_array_get(cls, i));
-        double gap = jnum(json_array_get(rg, i));
+        double deficit = jnum(json_array_get(rg, i)); /* null: nothing forced there */
         double yc = yof(jnum(json_array_get(cos, i)), clo, chi, T1, B1);
         double yk = yof(klog(jnum(json_array_get(kld, i)), klo), klo, khi, T2, B2);
         const char *what = NULL, *col = NULL, *cl = NULL;
@@ -440,13 +441,14 @@ static void parity_plot(FILE *f, const json_t *m, const json_t *settings)
                     PX(i), PX(i), T1, B2, col, cl, PX(i), yc, col, i, what, cl, PX(i), yk, col, i,
                     what);
         }
-        if (isfinite(gap) && isfinite(route_tie) && gap < route_tie) {
-            n_route_tie++;
+        if (isfinite(deficit)) {
+            n_forced++;
             fprintf(f,
                     "<rect class=\"mark-route-tie\" x=\"%.1f\" y=\"%.1f\" width=\"7\" height=\"7\""
                     " transform=\"rotate(45 %.1f %.1f)\" fill=\"#8250df\"><title>position %zu:"
-                    " routes differ at a judge router gap %.3g &lt; route_tie</title></rect>\n",
-                    PX(i) - 3.5, B1 - 10, PX(i), B1 - 6.5, i, gap);
+                    " judge replayed with the subject's expert set at a router near tie (deficit"
+                    " %.3g)</title></rect>\n",
+                    PX(i) - 3.5, B1 - 10, PX(i), B1 - 6.5, i, deficit);
         }
     }
     fputs("</svg>\n", f);
@@ -454,8 +456,8 @@ static void parity_plot(FILE *f, const json_t *m, const json_t *settings)
     fprintf(f,
             "<p class=\"muted\">green: cosine per position; blue: KL per position; dashed: the"
             " ladder's thresholds. Marked: %d TIE_FLIP (amber), %d WRONG (red), %d NONFINITE"
-            " (dark red), %d route near ties (violet diamonds).</p>\n",
-            n_tie, n_wrong, n_nonfinite, n_route_tie);
+            " (dark red), %d judged against the route-tie replay (violet diamonds).</p>\n",
+            n_tie, n_wrong, n_nonfinite, n_forced);
 }
 
 /* The localization of a failed parity run: first diverging layer, and per layer the hidden

@@ -66,6 +66,15 @@ struct backend_taps {
     float *expert_w;    /* (n_layer, n_tok, k): their weights (MoE) */
     float *router_kth;  /* (n_layer, n_tok): router logit of the k-th expert (MoE) */
     float *router_k1th; /* (n_layer, n_tok): router logit of the (k+1)-th expert (MoE) */
+    /* The route-tie replay's input (issue 22 §6; oracles/parity.c), honoured by the reference
+     * twin only: route each (layer, token) to the set force_experts names instead of the own
+     * top-k where that set is a near tie (route_force(): deficit < force_tol). Slot 0 < 0 leaves
+     * a (layer, token) alone. NULL = no replay. experts / expert_w then record what ran. */
+    const int32_t *force_experts; /* (n_layer, n_tok, k) */
+    float force_tol;
+    float *force_deficit; /* out (n_layer, n_tok): route_force's deficit where force_experts named
+                           * another set than the own top-k (forced when < force_tol); NAN
+                           * where it named the same set or nothing */
 };
 
 struct backend;

@@ -433,6 +433,14 @@ static void moe(struct ref *r, int il, int n, int pos0)
                                               r->sel + (size_t)t * k, r->selw + (size_t)t * k);
         if (tp) {
             size_t ti = (size_t)il * (size_t)r->base.tap_n + (size_t)(r->base.tap_off + t);
+            if (tp->force_experts && tp->force_deficit) {
+                const int32_t *f = tp->force_experts + ti * k;
+                tp->force_deficit[ti] =
+                    f[0] < 0 ? NAN
+                             : route_force(r->router + (size_t)t * X, r->probs + (size_t)t * X, X,
+                                           k, 1, f, tp->force_tol, r->sel + (size_t)t * k,
+                                           r->selw + (size_t)t * k);
+            }
             if (tp->experts)
                 memcpy(tp->experts + ti * k, r->sel + (size_t)t * k, (size_t)k * sizeof(int32_t));
             if (tp->expert_w)

@@ -36,6 +36,18 @@ struct route_result route_select(const float *logits, float *probs, int n_expert
                                  const struct fault_set *faults, int layer, int pos, int32_t *ids,
                                  float *w);
 
+/* The route-tie replay (issue 22 §6, oracles/parity.c): route one token to the expert set
+ * `force` (k ids) instead of its own top-k, when that set is a near tie under these logits.
+ * The deficit is the best logit left out of force minus the worst logit in it: <= 0 when force
+ * is a top-k, small when it differs from one only at a near tie, +Inf when force is not k
+ * distinct ids in [0, n_expert). When force is the set ids already holds, nothing changes and
+ * NAN is returned. Otherwise, when deficit < tol, ids and w become force in route_select's
+ * slot order (highest probability first, lowest id on ties) with its weights (probs of those
+ * experts, renormalized as route_select does when norm_w); else ids and w are left alone.
+ * Returns the deficit. probs: route_select's softmax for this token. */
+float route_force(const float *logits, const float *probs, int n_expert, int k, int norm_w,
+                  const int32_t *force, float tol, int32_t *ids, float *w);
+
 /* route_select() itself, inline for both compilers: the CUDA routing kernel runs this very
  * function (built with --fmad=false), so host and device route identically. Softmax sums in
  * double with det_expf; top-k by k selection passes (highest probability, lowest id on ties). */

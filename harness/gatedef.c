@@ -35,8 +35,10 @@ static const struct gate_setting PARITY[] = {
     {"near_tie", GS_NUM, OFF(near_tie), 0.05, 0, 1e9,
      "logit gap below which an argmax flip is a TIE_FLIP (reported), not WRONG"},
     {"route_tie", GS_NUM, OFF(route_tie), PARITY_ROUTE_TIE, 0, 1,
-     "MoE: judge's router gap (k-th minus (k+1)-th logit) below which a changed expert set is a"
-     " ROUTE_TIE (reported, not judged by the logit thresholds; at most 1 in 8 positions)"},
+     "MoE: the router near tie (logits): where the subject's expert set differs from the judge's"
+     " and both its router gap and the judge's deficit for that set are below it, the judge is"
+     " replayed with the subject's set and every position judged; elsewhere a differing set"
+     " FAILs"},
     {"max_rel_l2", GS_NUM, OFF(max_rel_l2), PARITY_MAX_REL_L2, 0, 1e9,
      "every position's relative L2 error of the centred logits (sees a uniform scale, which"
      " cosine cannot)"},

@@ -222,8 +222,9 @@ static int sweep_kind(struct parity_session *s, const struct model *m, struct fa
         if (wit.tapless) { /* the logits moved; was it the injection asked for? */
             struct parity_result ag = {0};
             rc = parity_session_agreement(s, &one, cfg, &ag, err);
-            x->agreement = (struct falsify_numbers){ag.cosine.min, ag.kld.mean, ag.kld.max,
-                                                    ag.rel_l2.max, ag.n_wrong,  ag.n_nonfinite};
+            x->agreement = (struct falsify_numbers){ag.cosine.min,     ag.kld.mean, ag.kld.max,
+                                                    ag.rel_l2.max,     ag.n_wrong,  ag.n_nonfinite,
+                                                    ag.route.n_refused};
             parity_result_free(&ag);
             if (rc)
                 break;
@@ -238,6 +239,7 @@ static int sweep_kind(struct parity_session *s, const struct model *m, struct fa
         x->max_rel_l2 = r.rel_l2.max;
         x->n_wrong = r.n_wrong;
         x->n_nonfinite = r.n_nonfinite;
+        x->n_route_refused = r.route.n_refused;
         if (K->spec.kind == FAULT_UNIFORM_WEIGHTS && w) {
             const float *ww = w + ((size_t)x->layer * (size_t)n + (size_t)x->pos) * (size_t)k;
             for (int e = 0; e < k; e++) {
@@ -595,8 +597,10 @@ static json_t *sample_json(const struct falsify_sample *x)
         parity_json_number(x->uniform_dev), "min_cosine", parity_json_number(x->min_cosine),
         "mean_kld", parity_json_number(x->mean_kld), "max_kld", parity_json_number(x->max_kld),
         "wrong_positions", x->n_wrong, "nonfinite_positions", x->n_nonfinite);
-    if (o)
+    if (o) {
         json_object_set_new(o, "max_rel_l2", parity_json_number(x->max_rel_l2));
+        json_object_set_new(o, "route_refused", json_integer(x->n_route_refused));
+    }
     if (o && x->tapless) {
         const struct falsify_numbers *a = &x->agreement;
         json_object_set_new(o, "logit_diffs", json_integer(x->logit_diffs));
@@ -612,13 +616,18 @@ static json_t *sample_json(const struct falsify_sample *x)
     return o;
 }
 
-/* The informational counts' reading of the clean run's thresholds (the judge recounts from the
- * recorded points with parity_metrics_rejected) */
-static int numbers_rejected(const struct parity_config *c, double min_cos, double mean_kld,
-                            double max_kld, int n_wrong, int n_nonfinite)
+/* The informational counts: parity's rule over a sample's summary numbers, as the judge reads
+ * the recorded points (parity_metrics_rejected): positions as the session's */
+static int numbers_rejected(const struct parity_config *c, const struct falsify_numbers *x)
 {
-    return n_nonfinite || n_wrong || !(min_cos >= c->min_cosine) ||
-           !(mean_kld <= c->max_mean_kld) || !(max_kld <= c->max_kld);
+    struct parity_summary s;
+    memset(&s, 0, sizeof s);
+    s.n_pos = c->positions;
+    s.min_cosine = x->min_cosine, s.mean_kld = x->mean_kld, s.max_kld = x->max_kld;
+    s.max_rel_l2 = x->max_rel_l2;
+    s.n_wrong = x->n_wrong, s.n_nonfinite = x->n_nonfinite;
+    s.route.n_refused = x->n_route_refused;
+    return parity_rejected(c, &s);
 }
 
 json_t *falsify_result_json(const struct falsify_result *r)
@@ -656,17 +665,16 @@ json_t *falsify_result_json(const struct falsify_result *r)
         for (int j = 0; j < K->n; j++) {
             const struct falsify_sample *x = &K->s[j];
             const struct falsify_numbers *a = &x->agreement;
-            const int fired = x->tapless
-                                  ? x->logit_diffs > 0 &&
-                                        !numbers_rejected(&r->clean.cfg, a->min_cosine, a->mean_kld,
-                                                          a->max_kld, a->n_wrong, a->n_nonfinite)
+            const int fired = x->tapless ? x->logit_diffs > 0 && !numbers_rejected(&r->clean.cfg, a)
                               : fault_is_routing(K->spec.kind) ? x->route_diffs > 0
                                                                : x->hidden_diffs > 0;
             const int is_noop = !fired || (K->spec.kind == FAULT_UNIFORM_WEIGHTS &&
                                            x->uniform_dev < FALSIFY_NOOP_UNIFORM);
             noop += is_noop;
-            det += !is_noop && numbers_rejected(&r->clean.cfg, x->min_cosine, x->mean_kld,
-                                                x->max_kld, x->n_wrong, x->n_nonfinite);
+            const struct falsify_numbers xn = {x->min_cosine,     x->mean_kld, x->max_kld,
+                                               x->max_rel_l2,     x->n_wrong,  x->n_nonfinite,
+                                               x->n_route_refused};
+            det += !is_noop && numbers_rejected(&r->clean.cfg, &xn);
             json_array_append_new(pts, sample_json(x));
         }
         /* the counts are informational; the judge recounts them from the points */

@@ -101,7 +101,6 @@ static double logsumexp(const float *x, int n)
 static void judge_pos(const float *r, const float *t, int V, double near_tie, struct parity_pos *p)
 {
     memset(p, 0, sizeof *p);
-    p->route_gap = NAN;
     if (!all_finite(r, V) || !all_finite(t, V)) {
         p->cls = PARITY_NONFINITE;
         p->cosine = p->kld = p->max_abs_diff = p->ref_gap = p->rel_l2 = NAN;
@@ -202,11 +201,11 @@ static void stat_of(struct parity_stat *s, const struct parity_pos *pos, int n, 
 
 /* ---- the rule (parity.h: written once) ------------------------------------------------------ */
 
-/* A position is a ROUTE_TIE when its expert set differs where the judge's router gap is a near
- * tie; a NaN / negative gap is never one. */
-static int is_route_tie(const struct parity_pos *p, const struct parity_config *cfg)
+static void route_none(struct parity_route_replay *r)
 {
-    return p->route_gap >= 0 && p->route_gap < cfg->route_tie;
+    memset(r, 0, sizeof *r);
+    r->refused_layer = r->refused_pos = -1;
+    r->refused_deficit = r->refused_subject_gap = NAN;
 }
 
 static int pos_nonfinite(const struct parity_pos *p)
@@ -219,6 +218,7 @@ void parity_summarize(const struct parity_pos *pos, int n, const struct parity_c
                       struct parity_summary *s)
 {
     memset(s, 0, sizeof *s);
+    route_none(&s->route);
     s->n_pos = n;
     s->first_bad = s->argmin_cosine = s->argmax_kld = s->argmax_rel_l2 = -1;
     s->min_cosine = INFINITY;
@@ -231,10 +231,6 @@ void parity_summarize(const struct parity_pos *pos, int n, const struct parity_c
             poisoned = 1;
             if (s->first_bad < 0)
                 s->first_bad = p->position;
-            continue;
-        }
-        if (is_route_tie(p, cfg)) {
-            s->n_route_tie++;
             continue;
         }
         n_judged++;
@@ -286,6 +282,16 @@ int parity_verdict(const struct parity_config *cfg, const struct parity_summary 
     if (!gate_check_num(c, "nonfinite_positions", s->n_nonfinite, "<=", 0))
         say(first, fn, "non-finite logits at position %d (%d positions)", s->first_bad,
             s->n_nonfinite);
+    /* an expert set that differs beyond the router near tie: the subject routed where the
+     * judge's router clearly would not (route_tie 0: any differing set) */
+    const struct parity_route_replay *rr = &s->route;
+    if (!gate_check_num(c, "route_refused", rr->n_refused, "<=", 0))
+        say(first, fn,
+            "%d (layer, position) pairs route to another expert set than the judge beyond the"
+            " router near tie %g, first layer %d position %d (judge deficit %.3g, subject gap"
+            " %.3g)",
+            rr->n_refused, cfg->route_tie, rr->refused_layer, rr->refused_pos, rr->refused_deficit,
+            rr->refused_subject_gap);
     if (!gate_check_num(c, "wrong_positions", s->n_wrong, "<=", 0))
         say(first, fn,
             "%d WRONG argmax positions, first at position %d (judge's gap >= near tie %g)",
@@ -301,27 +307,26 @@ int parity_verdict(const struct parity_config *cfg, const struct parity_summary 
         !gate_check_num(c, "max_rel_l2", s->max_rel_l2, "<=", cfg->max_rel_l2))
         say(first, fn, "max rel-L2 %.4g at position %d > %g (a scale error cosine cannot see)",
             s->max_rel_l2, s->argmax_rel_l2, cfg->max_rel_l2);
-    /* route ties are rare by nature; an engine that routes differently at many of them is
-     * routing differently, not breaking ties */
-    if (!gate_check_num(c, "route_tie_positions", s->n_route_tie,
-                        "<=", floor(s->n_pos / PARITY_MAX_ROUTE_TIE_SHARE)))
-        say(first, fn, "%d route ties, more than 1 in %g positions", s->n_route_tie,
-            PARITY_MAX_ROUTE_TIE_SHARE);
     json_decref(own);
     const int pass = first[0] == '\0';
     if (why && n) {
-        char tail[240];
+        char tail[400];
         snprintf(tail, sizeof tail,
                  "%d positions: min cosine %.6g, mean KL %.3g, max KL %.3g, max rel-L2 %.3g;"
-                 " %d/%d argmax match, %d tie flip%s, %d wrong, %d non-finite, %d route tie%s",
+                 " %d/%d argmax match, %d tie flip%s, %d wrong, %d non-finite",
                  s->n_pos, s->min_cosine, s->mean_kld, s->max_kld, s->max_rel_l2, s->n_match,
-                 s->n_pos, s->n_tie_flip, s->n_tie_flip == 1 ? "" : "s", s->n_wrong, s->n_nonfinite,
-                 s->n_route_tie, s->n_route_tie == 1 ? "" : "s");
+                 s->n_pos, s->n_tie_flip, s->n_tie_flip == 1 ? "" : "s", s->n_wrong,
+                 s->n_nonfinite);
+        if (rr->replayed) {
+            const size_t l = strlen(tail);
+            snprintf(tail + l, sizeof tail - l,
+                     "; judged against the judge replayed with the subject's expert set at %d"
+                     " router near tie%s (%d position%s)",
+                     rr->n_forced, rr->n_forced == 1 ? "" : "s", rr->n_forced_pos,
+                     rr->n_forced_pos == 1 ? "" : "s");
+        }
         if (pass)
-            snprintf(why, n, "PASS: %s%s", tail,
-                     s->n_route_tie ? " (the judge's router gap < route_tie there: not held to"
-                                      " the logit thresholds)"
-                                    : "");
+            snprintf(why, n, "PASS: %s", tail);
         else
             snprintf(why, n, "FAIL: %s; %s", first, tail);
     }
@@ -366,6 +371,34 @@ int parity_settings_read(const json_t *settings, struct parity_config *cfg, char
     return 0;
 }
 
+/* A recorded route_replay object into *r (absent: nothing replayed, nothing refused); -1 when
+ * it is there but malformed. */
+static int route_replay_read(const json_t *o, struct parity_route_replay *r)
+{
+    route_none(r);
+    if (!o)
+        return 0;
+    double v[4];
+    static const char *const K[] = {"forced", "forced_positions", "refused", "replayed"};
+    for (int i = 0; i < 4; i++)
+        if (gate_metric_num(o, K[i], &v[i]) || !(v[i] >= 0))
+            return -1;
+    r->n_forced = (int)v[0], r->n_forced_pos = (int)v[1], r->n_refused = (int)v[2];
+    r->replayed = v[3] != 0;
+    gate_metric_num(o, "max_deficit", &r->max_deficit);
+    gate_metric_num(o, "max_subject_gap", &r->max_subject_gap);
+    const json_t *f = json_object_get(o, "first_refused");
+    if (f) {
+        double l = -1, p = -1;
+        gate_metric_num(f, "layer", &l);
+        gate_metric_num(f, "position", &p);
+        r->refused_layer = (int)l, r->refused_pos = (int)p;
+        gate_metric_num(f, "deficit", &r->refused_deficit);
+        gate_metric_num(f, "subject_gap", &r->refused_subject_gap);
+    }
+    return 0;
+}
+
 int parity_metrics_summary(const json_t *metrics, const struct parity_config *cfg,
                            struct parity_summary *s)
 {
@@ -374,14 +407,12 @@ int parity_metrics_summary(const json_t *metrics, const struct parity_config *cf
     const json_t *cos = json_object_get(pp, "cosine"), *kld = json_object_get(pp, "kld");
     const json_t *gap = json_object_get(pp, "ref_gap"), *rt = json_object_get(pp, "ref_top");
     const json_t *tt = json_object_get(pp, "test_top"), *rl = json_object_get(pp, "rel_l2");
-    const json_t *rgap = json_object_get(pp, "route_gap"); /* MoE only; null = routes agree */
-    const json_t *at = json_object_get(pp, "position");    /* absent: row i is position i */
+    const json_t *at = json_object_get(pp, "position"); /* absent: row i is position i */
     const size_t np = json_array_size(cos);
     if (at && json_array_size(at) != np)
         return -1;
     if (!json_is_array(cos) || json_array_size(kld) != np || json_array_size(gap) != np ||
-        json_array_size(rt) != np || json_array_size(tt) != np ||
-        (rgap && json_array_size(rgap) != np) || (rl && json_array_size(rl) != np))
+        json_array_size(rt) != np || json_array_size(tt) != np || (rl && json_array_size(rl) != np))
         return -1;
     if (!rl && !isinf(cfg->max_rel_l2))
         return -1; /* the bound is judged but the numbers were not recorded */
@@ -391,7 +422,7 @@ int parity_metrics_summary(const json_t *metrics, const struct parity_config *cf
     int rc = 0;
     for (size_t i = 0; i < np && !rc; i++) {
         struct parity_pos *p = &pos[i];
-        p->ref_gap = p->route_gap = NAN;
+        p->ref_gap = NAN;
         p->rel_l2 = 0;
         p->position = at ? (int)json_integer_value(json_array_get(at, i)) : (int)i;
         if (gate_json_num(json_array_get(cos, i), &p->cosine) ||
@@ -401,9 +432,6 @@ int parity_metrics_summary(const json_t *metrics, const struct parity_config *cf
             break;
         }
         gate_json_num(json_array_get(gap, i), &p->ref_gap);
-        const json_t *r_i = rgap ? json_array_get(rgap, i) : NULL;
-        if (r_i && !json_is_null(r_i))
-            gate_json_num(r_i, &p->route_gap);
         const json_t *a = json_array_get(rt, i), *b = json_array_get(tt, i);
         p->ref_top = json_is_integer(a) ? (int)json_integer_value(a) : -1;
         p->test_top = json_is_integer(b) ? (int)json_integer_value(b) : -1;
@@ -411,6 +439,8 @@ int parity_metrics_summary(const json_t *metrics, const struct parity_config *cf
     if (!rc)
         parity_summarize(pos, (int)np, cfg, s);
     free(pos);
+    if (!rc)
+        rc = route_replay_read(json_object_get(metrics, "route_replay"), &s->route);
     return rc;
 }
 
@@ -445,6 +475,13 @@ int parity_metrics_rejected(const json_t *settings, const json_t *metrics, char 
         return -1;
     }
     s.n_pos = cfg.positions; /* a sweep point judges its session's positions */
+    route_none(&s.route);
+    if (json_object_get(metrics, "route_refused") &&
+        (gate_metric_num(metrics, "route_refused", &v[0]) || !(v[0] >= 0))) {
+        say(why, n, "parity numbers' 'route_refused' is not a count");
+        return -1;
+    }
+    s.route.n_refused = json_object_get(metrics, "route_refused") ? (int)v[0] : 0;
     if (!(v[3] == 0 && v[4] == 0) && s.n_wrong == 0 && s.n_nonfinite == 0)
         s.n_nonfinite = 1; /* NaN counts: never a silent pass */
     return parity_rejected(&cfg, &s);
@@ -476,9 +513,10 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
 
 /* ---- in memory ------------------------------------------------------------------------------- */
 
-/* Judge with per-position router gaps (NULL: none): the one path every in-memory verdict takes. */
+/* Judge with the route-tie replay's account (NULL: none): the one path every in-memory verdict
+ * takes. */
 static int judge_routes(const float *ref, const float *test, int n_pos, int n_vocab,
-                        const struct parity_config *cfg, const double *route_gap,
+                        const struct parity_config *cfg, const struct parity_route_replay *route,
                         const int *positions, struct parity_result *out)
 {
     struct gate_err e = {0};
@@ -490,6 +528,10 @@ static int judge_routes(const float *ref, const float *test, int n_pos, int n_vo
     out->n_vocab = n_vocab;
     out->first_nonfinite_pos = out->worst_pos = out->first_fail_pos = -1;
     out->first_bad_layer = -1;
+    if (route)
+        out->route = *route;
+    else
+        route_none(&out->route);
     struct parity_config c = *cfg;
     c.positions = PARITY_MIN_POSITIONS; /* the judged length is the rule's to check */
     if ((rc = parity_config_check(&c, &e)) ||
@@ -515,8 +557,6 @@ static int judge_routes(const float *ref, const float *test, int n_pos, int n_vo
         struct parity_pos *pp = &out->pos[p];
         judge_pos(r, t, n_vocab, cfg->near_tie, pp);
         pp->position = positions ? positions[p] : p;
-        if (route_gap)
-            pp->route_gap = route_gap[p];
         if (pp->cls == PARITY_NONFINITE && out->n_nonfinite++ == 0) {
             out->first_nonfinite_pos = p;
             out->nonfinite_in_ref = !all_finite(r, n_vocab);
@@ -532,17 +572,16 @@ static int judge_routes(const float *ref, const float *test, int n_pos, int n_vo
 
     struct parity_summary s;
     parity_summarize(out->pos, n_pos, cfg, &s);
+    s.route = out->route;
     out->n_match = s.n_match;
     out->n_tie_flip = s.n_tie_flip;
     out->n_wrong = s.n_wrong;
-    out->n_route_tie = s.n_route_tie;
     /* the first position breaking a per-position rule (localization starts there) */
     for (int p = 0; p < n_pos && out->first_fail_pos < 0; p++) {
         const struct parity_pos *x = &out->pos[p];
-        if (pos_nonfinite(x) || (!is_route_tie(x, cfg) &&
-                                 ((x->ref_top != x->test_top && !(x->ref_gap < cfg->near_tie)) ||
-                                  !(x->cosine >= cfg->min_cosine) || !(x->kld <= cfg->max_kld) ||
-                                  !(x->rel_l2 <= cfg->max_rel_l2))))
+        if (pos_nonfinite(x) || (x->ref_top != x->test_top && !(x->ref_gap < cfg->near_tie)) ||
+            !(x->cosine >= cfg->min_cosine) || !(x->kld <= cfg->max_kld) ||
+            !(x->rel_l2 <= cfg->max_rel_l2))
             out->first_fail_pos = p;
     }
     out->pass = parity_verdict(cfg, &s, NULL, out->reason, sizeof out->reason);
@@ -568,10 +607,10 @@ void parity_result_free(struct parity_result *r)
         return;
     free(r->pos);
     free(r->layers);
-    free(r->route_gap);
+    free(r->route_deficit);
     r->pos = NULL;
     r->layers = NULL;
-    r->route_gap = NULL;
+    r->route_deficit = NULL;
 }
 
 double parity_severity(const struct parity_result *r)
@@ -651,7 +690,23 @@ json_t *parity_result_json(const struct parity_result *r)
     json_object_set_new(o, "cosine", stat_json(&r->cosine));
     json_object_set_new(o, "kld", stat_json(&r->kld));
     json_object_set_new(o, "rel_l2", stat_json(&r->rel_l2));
-    json_object_set_new(o, "n_route_tie", json_integer(r->n_route_tie));
+    if (r->is_moe_taps) {
+        const struct parity_route_replay *rr = &r->route;
+        json_t *x = json_object();
+        json_object_set_new(x, "replayed", json_integer(rr->replayed));
+        json_object_set_new(x, "forced", json_integer(rr->n_forced));
+        json_object_set_new(x, "forced_positions", json_integer(rr->n_forced_pos));
+        json_object_set_new(x, "max_deficit", parity_json_number(rr->max_deficit));
+        json_object_set_new(x, "max_subject_gap", parity_json_number(rr->max_subject_gap));
+        json_object_set_new(x, "refused", json_integer(rr->n_refused));
+        if (rr->n_refused)
+            json_object_set_new(x, "first_refused",
+                                json_pack("{s:i, s:i, s:o, s:o}", "layer", rr->refused_layer,
+                                          "position", rr->refused_pos, "deficit",
+                                          parity_json_number(rr->refused_deficit), "subject_gap",
+                                          parity_json_number(rr->refused_subject_gap)));
+        json_object_set_new(o, "route_replay", x);
+    }
     json_object_set_new(o, "max_abs_diff", stat_json(&r->max_abs_diff));
     json_object_set_new(o, "top5_overlap", stat_json(&r->top5));
     json_object_set_new(o, "n_match", json_integer(r->n_match));
@@ -688,13 +743,14 @@ json_t *parity_result_json(const struct parity_result *r)
     json_object_set_new(pp, "class", cls);
     json_object_set_new(pp, "ref_gap", gap);
     json_object_set_new(pp, "ref_top", rt);
-    if (r->route_gap) {
-        /* null where judge and subject route alike at every layer */
-        json_t *rg = json_array();
+    if (r->route_deficit) {
+        /* null where the replay forced nothing at the position */
+        json_t *rd = json_array();
         for (int i = 0; r->pos && i < r->n_pos; i++)
-            json_array_append_new(rg, isnan(r->route_gap[i]) ? json_null()
-                                                             : parity_json_number(r->route_gap[i]));
-        json_object_set_new(pp, "route_gap", rg);
+            json_array_append_new(rd, isnan(r->route_deficit[i])
+                                          ? json_null()
+                                          : parity_json_number(r->route_deficit[i]));
+        json_object_set_new(pp, "route_deficit", rd);
     }
     json_object_set_new(pp, "test_top", tt);
     json_object_set_new(o, "per_position", pp);
@@ -767,11 +823,15 @@ void parity_print(FILE *f, const struct parity_result *r)
                 : i == 1 ? t1
                 : i == 2 ? t2
                          : rows[i].thr);
-    fprintf(f,
-            "  argmax: %d MATCH, %d TIE_FLIP (near tie < %g), %d WRONG, %d NONFINITE;"
-            " %d ROUTE_TIE (router gap < %g)\n",
-            r->n_match, r->n_tie_flip, r->cfg.near_tie, r->n_wrong, r->n_nonfinite, r->n_route_tie,
-            r->cfg.route_tie);
+    fprintf(f, "  argmax: %d MATCH, %d TIE_FLIP (near tie < %g), %d WRONG, %d NONFINITE\n",
+            r->n_match, r->n_tie_flip, r->cfg.near_tie, r->n_wrong, r->n_nonfinite);
+    if (r->route.replayed || r->route.n_refused)
+        fprintf(f,
+                "  routes: judge replayed with the subject's expert set at %d router near tie%s"
+                " (%d position%s, max deficit %.3g < route_tie %g); %d refused%s\n",
+                r->route.n_forced, r->route.n_forced == 1 ? "" : "s", r->route.n_forced_pos,
+                r->route.n_forced_pos == 1 ? "" : "s", r->route.max_deficit, r->cfg.route_tie,
+                r->route.n_refused, r->route.n_refused ? " (see the verdict)" : "");
     if (r->worst_pos >= 0) {
         const struct parity_pos *w = &r->pos[r->worst_pos];
         fprintf(f,
@@ -815,6 +875,8 @@ static void taps_free(struct backend_taps *t)
     free(t->expert_w);
     free(t->router_kth);
     free(t->router_k1th);
+    free((void *)t->force_experts);
+    free(t->force_deficit);
     memset(t, 0, sizeof *t);
 }
 
@@ -855,6 +917,12 @@ struct parity_session {
     int subj_taps_ok; /* with_taps and the subject records taps (an exec engine does not) */
     struct backend_taps judge_taps, subj_taps, clean_taps;
     int have_clean;
+    /* the route-tie replay (allocated on first use): the judge run again with the subject's
+     * near-tie expert sets forced; jt/jsel: the judge's taps and rows the last run was judged
+     * against (the session's own, or the replay's) */
+    struct backend_taps replay_taps;
+    float *replay_logits, *replay_sel;
+    const struct backend_taps *jt;
 };
 
 int parity_session_n(const struct parity_session *s)
@@ -879,6 +947,9 @@ void parity_session_close(struct parity_session *s)
     taps_free(&s->judge_taps);
     taps_free(&s->subj_taps);
     taps_free(&s->clean_taps);
+    taps_free(&s->replay_taps);
+    free(s->replay_logits);
+    free(s->replay_sel);
     free(s);
 }
 
@@ -1035,26 +1106,112 @@ static int same_set(const int32_t *a, const int32_t *b, int k)
     return 1;
 }
 
-/* Per position, the judge's router gap at the first layer whose expert set differs from the
- * subject's (NAN where all layers agree), from the last run's taps; *out malloc'd. */
-static int route_gaps(struct parity_session *s, double **out, struct gate_err *err)
+/* The route-tie replay (parity.h, struct parity_route_replay) after a subject run with taps:
+ * fills *rr and, when the judge was replayed, s->jt, judge_sel's replacement *jsel and the
+ * per-judged-position deficits *deficit (malloc'd; NULL when nothing was forced). */
+static int route_replay(struct parity_session *s, double tol, struct parity_route_replay *rr,
+                        const float **jsel, double **deficit, struct gate_err *err)
 {
     const struct model_hparams *hp = &s->m->hp;
     const int L = (int)hp->n_layer, n = s->n, k = (int)hp->n_expert_used;
+    const size_t V = hp->n_vocab;
     const struct backend_taps *J = &s->judge_taps, *S = &s->subj_taps;
-    double *g = malloc((size_t)n * sizeof *g);
-    if (!(*out = g))
-        return err_set(err, ERR_ENV, "out of memory for %d router gaps", n);
-    for (int p = 0; p < n; p++) {
-        g[p] = NAN;
+    route_none(rr);
+    *deficit = NULL;
+    /* the first differing pair in causal order (position, then layer): the replay is the same
+     * run up to it, so when it is no near tie on the judge's own run it is refused there too */
+    int first_l = -1, first_p = -1, any_candidate = 0, n_diff = 0;
+    for (int p = 0; p < n; p++)
         for (int l = 0; l < L; l++) {
             const size_t i = (size_t)l * (size_t)n + (size_t)p;
-            if (!same_set(J->experts + i * (size_t)k, S->experts + i * (size_t)k, k)) {
-                g[p] = (double)J->router_kth[i] - J->router_k1th[i];
-                break;
+            if (same_set(J->experts + i * (size_t)k, S->experts + i * (size_t)k, k))
+                continue;
+            n_diff++;
+            const double jg = (double)J->router_kth[i] - J->router_k1th[i];
+            const double sg = (double)S->router_kth[i] - S->router_k1th[i];
+            const int candidate = jg < tol && sg < tol;
+            if (first_p < 0) {
+                first_l = l, first_p = p;
+                rr->refused_deficit = jg; /* a lower bound of the deficit */
+                rr->refused_subject_gap = sg;
+                if (!candidate)
+                    break;
+            }
+            any_candidate |= candidate;
+        }
+    if (!n_diff)
+        return 0;
+    if (!any_candidate) {
+        rr->n_refused = n_diff;
+        rr->refused_layer = first_l, rr->refused_pos = first_p;
+        return 0;
+    }
+    rr->refused_deficit = rr->refused_subject_gap = NAN;
+    const size_t ln = (size_t)L * (size_t)n;
+    struct backend_taps *R = &s->replay_taps;
+    int rc;
+    if (!R->experts) {
+        if ((rc = taps_alloc(R, hp, n, err)))
+            return rc;
+        R->force_experts = malloc(ln * (size_t)k * sizeof(int32_t));
+        R->force_deficit = malloc(ln * sizeof(float));
+        s->replay_logits = malloc((size_t)n * V * sizeof(float));
+        s->replay_sel = malloc((size_t)s->n_judged * V * sizeof(float));
+        if (!R->force_experts || !R->force_deficit || !s->replay_logits || !s->replay_sel)
+            return err_set(err, ERR_ENV, "out of memory for the route-tie replay");
+    }
+    /* force the subject's set wherever its own router saw a near tie; the judge takes it only
+     * where its deficit is below tol too (route_force) */
+    int32_t *force = (int32_t *)R->force_experts;
+    for (size_t i = 0; i < ln; i++) {
+        const double sg = (double)S->router_kth[i] - S->router_k1th[i];
+        if (sg < tol)
+            memcpy(force + i * (size_t)k, S->experts + i * (size_t)k, (size_t)k * sizeof *force);
+        else
+            force[i * (size_t)k] = -1;
+    }
+    R->force_tol = (float)tol;
+    if ((rc = mode_judge(s->judge, s->tokens, s->n, s->replay_logits, R, err)))
+        return rc;
+    double *pos_def = malloc((size_t)n * sizeof *pos_def);
+    if (!pos_def)
+        return err_set(err, ERR_ENV, "out of memory for the route-tie replay");
+    for (int p = 0; p < n; p++) {
+        pos_def[p] = NAN;
+        for (int l = 0; l < L; l++) {
+            const size_t i = (size_t)l * (size_t)n + (size_t)p;
+            const double d = R->force_deficit[i];
+            if (!same_set(R->experts + i * (size_t)k, S->experts + i * (size_t)k, k)) {
+                if (rr->n_refused++ == 0) {
+                    rr->refused_layer = l, rr->refused_pos = p;
+                    rr->refused_deficit = d;
+                    rr->refused_subject_gap = (double)S->router_kth[i] - S->router_k1th[i];
+                }
+            } else if (!isnan(d)) { /* forced: the judge took the subject's set */
+                rr->n_forced++;
+                const double sg = (double)S->router_kth[i] - S->router_k1th[i];
+                if (d > rr->max_deficit)
+                    rr->max_deficit = d;
+                if (sg > rr->max_subject_gap)
+                    rr->max_subject_gap = sg;
+                if (isnan(pos_def[p]))
+                    rr->n_forced_pos++;
+                if (isnan(pos_def[p]) || d > pos_def[p])
+                    pos_def[p] = d;
             }
         }
     }
+    if (!rr->n_forced) {
+        free(pos_def);
+        return 0;
+    }
+    rr->replayed = 1;
+    gather(s, s->replay_logits, s->replay_sel);
+    s->jt = R;
+    *jsel = s->replay_sel;
+    for (int i = 0; i < s->n_judged; i++) /* in place: judged[i] >= i */
+        pos_def[i] = pos_def[s->judged[i]];
+    *deficit = pos_def;
     return 0;
 }
 
@@ -1073,7 +1230,7 @@ static int localize(struct parity_session *s, struct parity_result *r, struct ga
                     : r->worst_pos >= 0    ? r->worst_pos
                                            : 0;
     const int at = r->pos[row].position;
-    const struct backend_taps *J = &s->judge_taps, *S = &s->subj_taps;
+    const struct backend_taps *J = s->jt ? s->jt : &s->judge_taps, *S = &s->subj_taps;
     for (int l = 0; l < L; l++) {
         struct parity_layer *x = &r->layers[l];
         x->first_diff_pos = -1;
@@ -1170,18 +1327,21 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
     if (rc)
         return rc;
     struct parity_config c = *cfg;
-    double *gaps = NULL;
-    if (s->subj_taps_ok && hp->n_expert > 0 && (rc = route_gaps(s, &gaps, err)))
+    struct parity_route_replay rr;
+    route_none(&rr);
+    double *deficit = NULL;
+    const float *jsel = s->judge_sel;
+    s->jt = &s->judge_taps;
+    const int moe_taps = s->subj_taps_ok && hp->n_expert > 0;
+    if (moe_taps && (rc = route_replay(s, c.route_tie, &rr, &jsel, &deficit, err)))
         return rc;
-    for (int i = 0; gaps && i < s->n_judged; i++) /* in place: judged[i] >= i */
-        gaps[i] = gaps[s->judged[i]];
     gather(s, s->subj_logits, s->subj_sel);
-    rc = judge_routes(s->judge_sel, s->subj_sel, s->n_judged, (int)hp->n_vocab, &c, gaps, s->judged,
-                      out);
+    rc = judge_routes(jsel, s->subj_sel, s->n_judged, (int)hp->n_vocab, &c, &rr, s->judged, out);
+    out->is_moe_taps = moe_taps;
     out->seq_len = s->n;
     out->n_chunks = s->n_chunks;
     memcpy(out->chunks, s->chunks, sizeof out->chunks);
-    out->route_gap = gaps; /* owned by out from here */
+    out->route_deficit = deficit; /* owned by out from here */
     if (rc) {
         err_set(err, rc, "%s", out->reason);
         return rc;

@@ -31,8 +31,9 @@ extern "C" {
 
 #define PARITY_MIN_POSITIONS 64 /* DESIGN.md: a parity run judges at least 64 positions */
 #define PARITY_TOKEN_SEED 202   /* the conformance cases' seed: tokens.txt is reproduced */
-#define PARITY_ROUTE_TIE 5e-3   /* router gap below which a changed expert set is a near tie */
-#define PARITY_MAX_REL_L2 5e-3  /* default max_rel_l2 (docs/gates.md, "tolerances from noise") */
+#define PARITY_ROUTE_TIE                                                                           \
+    2e-2 /* router near tie: the route-tie replay's tolerance (docs/gates.md) */
+#define PARITY_MAX_REL_L2 5e-3 /* default max_rel_l2 (docs/gates.md, "tolerances from noise") */
 
 struct parity_config {
     int positions;       /* sequence length when parity_run generates tokens (>= 64) */
@@ -40,8 +41,12 @@ struct parity_config {
     double max_mean_kld; /* mean KL(ref || test) over positions must be <= this (nats) */
     double max_kld;      /* every position's KL must be <= this (nats) */
     double near_tie;     /* logit gap (nats) below which an argmax flip is a TIE_FLIP */
-    double route_tie;    /* MoE: the judge's router gap (k-th minus (k+1)-th expert logit) below
-                          * which a position whose expert set differs is a ROUTE_TIE (0 = none) */
+    double route_tie;    /* MoE: the router near tie (logits). Where the subject's expert set
+                          * differs from the judge's, both the subject's router gap (k-th minus
+                          * (k+1)-th logit) and the judge's deficit for the subject's set
+                          * (route_force) must be below it; the judge is then replayed with the
+                          * subject's set there. Anywhere else a differing set is a FAIL.
+                          * 0 = every differing set FAILs. */
     double max_rel_l2;   /* every position's relative L2 error of the centred logits,
                           * ||(t - mean t) - (r - mean r)|| / ||r - mean r||, must be <= this:
                           * the check a uniform scale cannot hide from (cosine is blind to it).
@@ -80,8 +85,24 @@ struct parity_pos {
     int ref_top, test_top;
     double ref_gap; /* ref[ref_top] - ref[test_top], or ref's top-1/top-2 gap on a MATCH */
     enum parity_class cls;
-    double route_gap; /* MoE: the judge's router gap at the first layer whose expert set differs
-                       * from the subject's; NAN where every layer routes alike (or no taps) */
+};
+
+/* The route-tie replay (issue 22 §6), MoE subjects that record taps. Where the subject's expert
+ * set differs from the judge's at some (layer, position), the judge is run again with the
+ * subject's set forced there (route_force) wherever that is a near tie: the subject's own router
+ * gap and the judge's deficit both below route_tie. Every position is then judged against that
+ * replay with the normal thresholds: no position is excused. A differing set that is not a near
+ * tie is "refused" and FAILs parity (the subject routed where the judge's router clearly would
+ * not). */
+struct parity_route_replay {
+    int replayed;           /* 1: the logits were judged against the replayed judge */
+    int n_forced;           /* (layer, position) pairs where the judge took the subject's set */
+    int n_forced_pos;       /* positions with at least one forced layer */
+    double max_deficit;     /* the largest forced deficit (0 when none) */
+    double max_subject_gap; /* the subject's largest router gap at a forced pair (0 when none) */
+    int n_refused;          /* pairs whose set still differs: not a near tie */
+    int refused_layer, refused_pos;              /* the first one in causal order (-1: none) */
+    double refused_deficit, refused_subject_gap; /* there (NAN when unknown) */
 };
 
 /* Summary over positions; argmin/argmax are positions (the first on ties). p1/p99 are the
@@ -110,15 +131,17 @@ struct parity_result {
     char reason[320]; /* one line: why it passed or which metric rejected it, where */
     struct parity_stat cosine, kld, max_abs_diff, top5;
     struct parity_stat rel_l2;
-    int n_match, n_tie_flip, n_wrong, n_nonfinite, n_route_tie;
-    int first_nonfinite_pos; /* -1 when all finite */
-    int nonfinite_in_ref;    /* 1: the judge's own logits were non-finite there */
-    int worst_pos;           /* position of the largest KL (-1 when none) */
-    int first_fail_pos;      /* first position breaking a per-position rule (-1 when none) */
-    struct parity_pos *pos;  /* n_pos, owned */
-    /* MoE: per position, the judge's router gap at the first layer whose expert set differs
-     * between judge and subject; NAN where every layer routes alike (NULL: no taps) */
-    double *route_gap; /* n_pos, owned */
+    int n_match, n_tie_flip, n_wrong, n_nonfinite;
+    struct parity_route_replay route; /* MoE subjects with taps */
+    int is_moe_taps;                  /* route is meaningful: an MoE subject that records taps */
+    int first_nonfinite_pos;          /* -1 when all finite */
+    int nonfinite_in_ref;             /* 1: the judge's own logits were non-finite there */
+    int worst_pos;                    /* position of the largest KL (-1 when none) */
+    int first_fail_pos;     /* first position breaking a per-position rule (-1 when none) */
+    struct parity_pos *pos; /* n_pos, owned */
+    /* MoE: per judged position, the largest deficit the replay forced there; NAN where nothing
+     * was forced (NULL: no replay) */
+    double *route_deficit; /* n_pos, owned */
     /* localization */
     int localized; /* 1 when layers[] is filled */
     int is_moe;
@@ -149,23 +172,21 @@ int parity_judge(const float *ref, const float *test, int n_pos, int n_vocab,
  * receipt's metrics by parity_metrics_summary). Positions: at least cfg->positions; any
  * non-finite position FAILs; an argmax flip is a TIE_FLIP when the judge scores the subject's pick
  * within near_tie of its own, else WRONG (FAIL); min cosine >= min_cosine, mean KL <=
- * max_mean_kld, max KL <= max_kld, max rel-L2 <= max_rel_l2; a position whose expert set differs
- * where the judge's router gap is below route_tie is a ROUTE_TIE: counted, not held to the logit
- * thresholds, at most 1 in PARITY_MAX_ROUTE_TIE_SHARE positions. */
-
-/* At most n_pos / this many positions may be ROUTE_TIEs (1 in 8). */
-#define PARITY_MAX_ROUTE_TIE_SHARE 8.0
+ * max_mean_kld, max KL <= max_kld, max rel-L2 <= max_rel_l2 at every position; no refused
+ * route (struct parity_route_replay: an expert set that differs from the judge's beyond the
+ * router near tie). No position is excused. */
 
 struct parity_summary {
-    int n_pos, n_nonfinite, n_wrong, n_tie_flip, n_route_tie, n_match;
-    int first_bad; /* first non-finite or WRONG position (-1 none) */
+    int n_pos, n_nonfinite, n_wrong, n_tie_flip, n_match;
+    struct parity_route_replay route; /* set by the caller after parity_summarize */
+    int first_bad;                    /* first non-finite or WRONG position (-1 none) */
     double min_cosine, mean_kld, max_kld, max_rel_l2; /* over judged positions; NaN when a
                                                        * position is non-finite */
     int argmin_cosine, argmax_kld, argmax_rel_l2;     /* positions (indices), -1 when none */
 };
 
-/* Summarize n per-position rows (only cosine, kld, rel_l2, ref_top, test_top, ref_gap and
- * route_gap are read; ref_top/test_top < 0 or a non-finite cosine/KL/rel-L2 is non-finite). */
+/* Summarize n per-position rows (only cosine, kld, rel_l2, ref_top, test_top and ref_gap are
+ * read; ref_top/test_top < 0 or a non-finite cosine/KL/rel-L2 is non-finite). route: none. */
 void parity_summarize(const struct parity_pos *pos, int n, const struct parity_config *cfg,
                       struct parity_summary *s);
 
@@ -184,15 +205,16 @@ int parity_rejected(const struct parity_config *cfg, const struct parity_summary
 int parity_settings_read(const json_t *settings, struct parity_config *cfg, char *why, size_t n);
 
 /* A summary from a recorded parity metrics object: its per_position arrays (cosine, kld, ref_gap,
- * ref_top, test_top; rel_l2 and route_gap when recorded). -1 when they are missing or disagree in
- * length. */
+ * ref_top, test_top; rel_l2 when recorded) and its route_replay (absent: nothing refused). -1
+ * when they are missing or disagree in length, or route_replay is malformed. */
 int parity_metrics_summary(const json_t *metrics, const struct parity_config *cfg,
                            struct parity_summary *s);
 
 /* Falsify's predicate on recorded numbers: 1 rejected, 0 passes, -1 (and *why) when settings or
  * metrics are malformed. settings: the parity keys; metrics: a parity metrics object with
  * per_position arrays, or (a sweep point) the summary keys min_cosine, mean_kld, max_kld,
- * wrong_positions, nonfinite_positions and, when max_rel_l2 is judged, max_rel_l2. */
+ * wrong_positions, nonfinite_positions, route_refused (absent: 0) and, when max_rel_l2 is judged,
+ * max_rel_l2. */
 int parity_metrics_rejected(const json_t *settings, const json_t *metrics, char *why, size_t n);
 
 /* The parity gate's judge (the gate table's row): parity_settings_read + parity_metrics_summary +
