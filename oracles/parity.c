@@ -1106,6 +1106,86 @@ static int same_set(const int32_t *a, const int32_t *b, int k)
     return 1;
 }
 
+int parity_replay_alloc(struct backend_taps *t, const struct model_hparams *hp, int n,
+                        struct gate_err *err)
+{
+    const size_t ln = (size_t)hp->n_layer * (size_t)n, k = hp->n_expert_used;
+    if (!t->experts)
+        t->experts = calloc(ln * k, sizeof(int32_t));
+    if (!t->force_experts)
+        t->force_experts = calloc(ln * k, sizeof(int32_t));
+    if (!t->force_deficit)
+        t->force_deficit = calloc(ln, sizeof(float));
+    if (!t->experts || !t->force_experts || !t->force_deficit)
+        return err_set(err, ERR_ENV, "out of memory for the route-tie replay (%u layers x %d)",
+                       hp->n_layer, n);
+    return 0;
+}
+
+void parity_replay_free(struct backend_taps *t)
+{
+    taps_free(t);
+}
+
+int parity_replay_run(struct backend *judge, const struct model *m, const int32_t *tokens, int n,
+                      const struct backend_taps *subj, double tol, struct backend_taps *replay,
+                      float *logits, struct parity_route_replay *rr, double *pos_deficit,
+                      int *pos_refused, struct gate_err *err)
+{
+    const struct model_hparams *hp = &m->hp;
+    const int L = (int)hp->n_layer, k = (int)hp->n_expert_used;
+    const size_t ln = (size_t)L * (size_t)n;
+    const struct backend_taps *S = subj, *R = replay;
+    route_none(rr);
+    /* force the subject's set wherever its own router saw a near tie; the judge takes it only
+     * where its deficit is below tol too (route_force) */
+    int32_t *force = (int32_t *)replay->force_experts;
+    for (size_t i = 0; i < ln; i++) {
+        const double sg = (double)S->router_kth[i] - S->router_k1th[i];
+        if (sg < tol)
+            memcpy(force + i * (size_t)k, S->experts + i * (size_t)k, (size_t)k * sizeof *force);
+        else
+            force[i * (size_t)k] = -1;
+    }
+    replay->force_tol = (float)tol;
+    int rc = mode_judge(judge, tokens, n, logits, replay, err);
+    if (rc)
+        return rc;
+    for (int p = 0; p < n; p++) {
+        if (pos_deficit)
+            pos_deficit[p] = NAN;
+        if (pos_refused)
+            pos_refused[p] = 0;
+        int forced_here = 0;
+        for (int l = 0; l < L; l++) {
+            const size_t i = (size_t)l * (size_t)n + (size_t)p;
+            const double d = R->force_deficit[i];
+            const double sg = (double)S->router_kth[i] - S->router_k1th[i];
+            if (!same_set(R->experts + i * (size_t)k, S->experts + i * (size_t)k, k)) {
+                if (pos_refused)
+                    pos_refused[p]++;
+                if (rr->n_refused++ == 0) {
+                    rr->refused_layer = l, rr->refused_pos = p;
+                    rr->refused_deficit = d;
+                    rr->refused_subject_gap = sg;
+                }
+            } else if (!isnan(d)) { /* forced: the judge took the subject's set */
+                rr->n_forced++;
+                forced_here = 1;
+                if (d > rr->max_deficit)
+                    rr->max_deficit = d;
+                if (sg > rr->max_subject_gap)
+                    rr->max_subject_gap = sg;
+                if (pos_deficit && (isnan(pos_deficit[p]) || d > pos_deficit[p]))
+                    pos_deficit[p] = d;
+            }
+        }
+        rr->n_forced_pos += forced_here;
+    }
+    rr->replayed = rr->n_forced > 0;
+    return 0;
+}
+
 /* The route-tie replay (parity.h, struct parity_route_replay) after a subject run with taps:
  * fills *rr and, when the judge was replayed, s->jt, judge_sel's replacement *jsel and the
  * per-judged-position deficits *deficit (malloc'd; NULL when nothing was forced). */
@@ -1146,66 +1226,27 @@ static int route_replay(struct parity_session *s, double tol, struct parity_rout
         rr->refused_layer = first_l, rr->refused_pos = first_p;
         return 0;
     }
-    rr->refused_deficit = rr->refused_subject_gap = NAN;
-    const size_t ln = (size_t)L * (size_t)n;
-    struct backend_taps *R = &s->replay_taps;
     int rc;
-    if (!R->experts) {
-        if ((rc = taps_alloc(R, hp, n, err)))
-            return rc;
-        R->force_experts = malloc(ln * (size_t)k * sizeof(int32_t));
-        R->force_deficit = malloc(ln * sizeof(float));
-        s->replay_logits = malloc((size_t)n * V * sizeof(float));
-        s->replay_sel = malloc((size_t)s->n_judged * V * sizeof(float));
-        if (!R->force_experts || !R->force_deficit || !s->replay_logits || !s->replay_sel)
-            return err_set(err, ERR_ENV, "out of memory for the route-tie replay");
-    }
-    /* force the subject's set wherever its own router saw a near tie; the judge takes it only
-     * where its deficit is below tol too (route_force) */
-    int32_t *force = (int32_t *)R->force_experts;
-    for (size_t i = 0; i < ln; i++) {
-        const double sg = (double)S->router_kth[i] - S->router_k1th[i];
-        if (sg < tol)
-            memcpy(force + i * (size_t)k, S->experts + i * (size_t)k, (size_t)k * sizeof *force);
-        else
-            force[i * (size_t)k] = -1;
-    }
-    R->force_tol = (float)tol;
-    if ((rc = mode_judge(s->judge, s->tokens, s->n, s->replay_logits, R, err)))
+    struct backend_taps *R = &s->replay_taps;
+    if (!R->hidden && (rc = taps_alloc(R, hp, n, err))) /* with hidden: localization reads it */
         return rc;
+    if ((rc = parity_replay_alloc(R, hp, n, err)))
+        return rc;
+    if (!s->replay_logits)
+        s->replay_logits = malloc((size_t)n * V * sizeof(float));
+    if (!s->replay_sel)
+        s->replay_sel = malloc((size_t)s->n_judged * V * sizeof(float));
     double *pos_def = malloc((size_t)n * sizeof *pos_def);
-    if (!pos_def)
-        return err_set(err, ERR_ENV, "out of memory for the route-tie replay");
-    for (int p = 0; p < n; p++) {
-        pos_def[p] = NAN;
-        for (int l = 0; l < L; l++) {
-            const size_t i = (size_t)l * (size_t)n + (size_t)p;
-            const double d = R->force_deficit[i];
-            if (!same_set(R->experts + i * (size_t)k, S->experts + i * (size_t)k, k)) {
-                if (rr->n_refused++ == 0) {
-                    rr->refused_layer = l, rr->refused_pos = p;
-                    rr->refused_deficit = d;
-                    rr->refused_subject_gap = (double)S->router_kth[i] - S->router_k1th[i];
-                }
-            } else if (!isnan(d)) { /* forced: the judge took the subject's set */
-                rr->n_forced++;
-                const double sg = (double)S->router_kth[i] - S->router_k1th[i];
-                if (d > rr->max_deficit)
-                    rr->max_deficit = d;
-                if (sg > rr->max_subject_gap)
-                    rr->max_subject_gap = sg;
-                if (isnan(pos_def[p]))
-                    rr->n_forced_pos++;
-                if (isnan(pos_def[p]) || d > pos_def[p])
-                    pos_def[p] = d;
-            }
-        }
-    }
-    if (!rr->n_forced) {
+    if (!s->replay_logits || !s->replay_sel || !pos_def) {
         free(pos_def);
-        return 0;
+        return err_set(err, ERR_ENV, "out of memory for the route-tie replay");
     }
-    rr->replayed = 1;
+    if ((rc = parity_replay_run(s->judge, s->m, s->tokens, n, S, tol, R, s->replay_logits, rr,
+                                pos_def, NULL, err)) ||
+        !rr->replayed) {
+        free(pos_def);
+        return rc;
+    }
     gather(s, s->replay_logits, s->replay_sel);
     s->jt = R;
     *jsel = s->replay_sel;

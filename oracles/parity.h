@@ -299,6 +299,25 @@ int parity_session_agreement(struct parity_session *s, const struct fault_set *f
                              const struct parity_config *cfg, struct parity_result *out,
                              struct gate_err *err);
 
+/* ---- the route-tie replay, for the other gates that judge an MoE subject with taps -------- */
+
+/* Allocate what parity_replay_run needs in *t (zeroed first, or holding earlier such arrays):
+ * experts and the force arrays for n tokens. Free with parity_replay_free. */
+int parity_replay_alloc(struct backend_taps *t, const struct model_hparams *hp, int n,
+                        struct gate_err *err);
+void parity_replay_free(struct backend_taps *t);
+
+/* Run the judge (a ref backend) over tokens (n) forced to the subject's expert sets where they
+ * are router near ties (struct parity_route_replay's rule, tol = route_tie): subj holds the
+ * subject's experts, router_kth and router_k1th over the same n tokens. logits (n, n_vocab)
+ * receive the replayed judge's; *rr the account (replayed 0 when nothing was forced: logits are
+ * then the plain judge's); pos_deficit (n, may be NULL) the largest forced deficit per position
+ * (NAN where none); pos_refused (n, may be NULL) the refused pairs per position. */
+int parity_replay_run(struct backend *judge, const struct model *m, const int32_t *tokens, int n,
+                      const struct backend_taps *subj, double tol, struct backend_taps *replay,
+                      float *logits, struct parity_route_replay *rr, double *pos_deficit,
+                      int *pos_refused, struct gate_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -318,23 +318,29 @@ static int runs_of(const json_t *metrics, struct throughput_sample *s, uint64_t 
 }
 
 /* The spot-check rule, parity's at one position (the one place it is written: the judge and the
- * printout both call it): 1 good, 0 bad, 2 a ROUTE_TIE (a miss where the judge's router gap is
- * below route_tie, so the subject may have taken the other expert: not held to the logit
- * thresholds, as in parity; counted and capped by the caller). */
+ * printout both call it): 1 good, 0 bad, 2 a ROUTE_TIE. A check of a subject with taps that
+ * missed was judged again against the route-tie replay (the numbers are the replay's, refused
+ * its refused routes up to the position: any is bad). A tap-less subject's routes are unknown:
+ * a miss where the judge's router gap upstream is below route_tie is a ROUTE_TIE, not held to
+ * the logit thresholds, counted and capped by the caller. */
 static int spot_rule(double cos, double am, double jam, double gap, double route_gap,
-                     double min_cos, double near_tie, double route_tie)
+                     double refused, double min_cos, double near_tie, double route_tie)
 {
+    if (refused > 0)
+        return 0;
     if (cos >= min_cos && (am == jam || gap < near_tie))
         return 1;
     return isfinite(cos) && route_gap >= 0 && route_gap < route_tie ? 2 : 0;
 }
 
-/* One spot check's numbers; -1 when malformed ("judge_route_gap" is optional: dense models and
- * receipts from before it have none, and then no position is a ROUTE_TIE). */
+/* One spot check's numbers; -1 when malformed ("judge_route_gap" is optional: dense models, tap
+ * subjects and receipts from before it have none, and then no position is a ROUTE_TIE;
+ * "route_refused" is the replay's, absent when none ran). */
 static int spot_nums(const json_t *c, double *run, double *pos, double *cos, double *am,
-                     double *jam, double *gap, double *route_gap)
+                     double *jam, double *gap, double *route_gap, double *refused)
 {
     *route_gap = NAN;
+    *refused = 0;
     if (gate_metric_num(c, "run", run) || gate_metric_num(c, "pos", pos) ||
         gate_metric_num(c, "cosine", cos) || gate_metric_num(c, "argmax", am) ||
         gate_metric_num(c, "judge_argmax", jam) || gate_metric_num(c, "judge_gap", gap))
@@ -342,6 +348,9 @@ static int spot_nums(const json_t *c, double *run, double *pos, double *cos, dou
     if (json_object_get(c, "judge_route_gap") &&
         !json_is_null(json_object_get(c, "judge_route_gap")) &&
         gate_metric_num(c, "judge_route_gap", route_gap))
+        return -1;
+    if (json_object_get(c, "route_refused") &&
+        (gate_metric_num(c, "route_refused", refused) || !(*refused >= 0)))
         return -1;
     return 0;
 }
@@ -363,21 +372,22 @@ static int spot_ok(const json_t *metrics, int n_runs, int per_run, int n_pos, do
     const json_t *c;
     json_array_foreach(a, i, c)
     {
-        double run, pos, cos, am, jam, gap, rgap;
-        if (spot_nums(c, &run, &pos, &cos, &am, &jam, &gap, &rgap) ||
+        double run, pos, cos, am, jam, gap, rgap, refused;
+        if (spot_nums(c, &run, &pos, &cos, &am, &jam, &gap, &rgap, &refused) ||
             !(run >= 0 && run < n_runs && run == floor(run)) || !(pos >= 0 && pos < n_pos)) {
             gate_check_bool(checks, "spot check well formed", 0);
             say(why, n, "throughput spot check %zu is malformed", i);
             return -1;
         }
         count[(int)run]++;
-        const int r = spot_rule(cos, am, jam, gap, rgap, min_cos, near_tie, route_tie);
+        const int r = spot_rule(cos, am, jam, gap, rgap, refused, min_cos, near_tie, route_tie);
         ties += r == 2;
         if (!r && !bad++)
             snprintf(first, sizeof first,
                      "run %d position %g: cosine %.6f (min %g), argmax %g vs the judge's %g"
-                     " (judge's top-2 gap %.3g)",
-                     (int)run, pos, cos, min_cos, am, jam, gap);
+                     " (judge's top-2 gap %.3g)%s",
+                     (int)run, pos, cos, min_cos, am, jam, gap,
+                     refused > 0 ? "; the subject routed beyond the router near tie upstream" : "");
     }
     const double max_ties = floor((double)json_array_size(a) / THROUGHPUT_MAX_ROUTE_TIE_SHARE);
     if (!gate_check_num(checks, "spot_route_ties", ties, "<=", max_ties) && !bad++)
@@ -674,6 +684,80 @@ static json_t *spot_json(int run, int pos, const float *test, const float *ref, 
                      (json_int_t)jam, "judge_gap", parity_json_number(ref[jam] - second));
 }
 
+/* The route-tie replay for one timed run's spot checks (docs/gates.md, "Routing near ties"):
+ * the subject runs the sequence again, untimed, on the same path with taps; the judge runs it
+ * forced to the subject's near-tie expert choices (parity_replay_run); every check of the run
+ * (mine: its JSON rows, check c[k] at pos[c[k]], the subject's logits at keep + c[k] * V) is
+ * judged again against the replayed judge and records the replay's numbers. */
+struct spot_replay {
+    struct backend_taps subj, judge; /* the subject's routes; the replay's force arrays */
+    float *logits;                   /* (P + D, V) */
+    double *deficit;                 /* (P + D) */
+    int *refused;                    /* (P + D) */
+};
+
+static void spot_replay_free(struct spot_replay *x)
+{
+    free(x->subj.experts);
+    free(x->subj.router_kth);
+    free(x->subj.router_k1th);
+    parity_replay_free(&x->judge);
+    free(x->logits);
+    free(x->deficit);
+    free(x->refused);
+    memset(x, 0, sizeof *x);
+}
+
+static int spot_replay_run(struct spot_replay *x, struct backend *b, const struct mode *mode,
+                           struct backend *jb, const struct model *m, const int32_t *tokens, int P,
+                           int D, const int *turn_ends, double tol, int run, json_t *mine,
+                           const int *cs, const int *pos, const float *keep, struct gate_err *err)
+{
+    const struct model_hparams *hp = &m->hp;
+    const size_t V = hp->n_vocab, N = (size_t)(P + D), ln = (size_t)hp->n_layer * N;
+    int rc;
+    if (!x->logits) {
+        x->subj.experts = malloc(ln * hp->n_expert_used * sizeof(int32_t));
+        x->subj.router_kth = malloc(ln * sizeof(float));
+        x->subj.router_k1th = malloc(ln * sizeof(float));
+        x->logits = malloc(N * V * sizeof(float));
+        x->deficit = malloc(N * sizeof(double));
+        x->refused = malloc(N * sizeof(int));
+        if (!x->subj.experts || !x->subj.router_kth || !x->subj.router_k1th || !x->logits ||
+            !x->deficit || !x->refused)
+            return err_set(err, ERR_ENV, "out of memory for the spot checks' route-tie replay");
+        if ((rc = parity_replay_alloc(&x->judge, hp, (int)N, err)))
+            return rc;
+    }
+    /* the timed run's calls: the path over the prompt, then one forward per decode token (the
+     * prefill path's batched half as one chunk; the chat path's last turn is a reply, extended
+     * over the decode tokens) */
+    int ends[THROUGHPUT_CHAT_TURNS], half = P / 2 > 0 ? P / 2 : 1;
+    memcpy(ends, turn_ends, sizeof ends);
+    ends[THROUGHPUT_CHAT_TURNS - 1] = (int)N;
+    if ((rc = mode_run_split(b, mode->path, tokens, (int)N, ends, THROUGHPUT_CHAT_TURNS,
+                             mode->path == MODE_PREFILL ? &half : NULL, 1, x->logits, &x->subj,
+                             err)))
+        return rc;
+    struct parity_route_replay rr;
+    if ((rc = parity_replay_run(jb, m, tokens, (int)N, &x->subj, tol, &x->judge, x->logits, &rr,
+                                x->deficit, x->refused, err)))
+        return rc;
+    for (size_t k = 0; k < json_array_size(mine); k++) {
+        const int c = cs[k], p = pos[c];
+        int forced = 0, refused = 0;
+        for (int q = 0; q <= p; q++)
+            forced += !isnan(x->deficit[q]), refused += x->refused[q];
+        json_t *j = spot_json(run, p, keep + (size_t)c * V, x->logits + (size_t)p * V, V);
+        if (!j)
+            return err_set(err, ERR_ENV, "out of memory");
+        json_object_set_new(j, "replayed_positions", json_integer(forced));
+        json_object_set_new(j, "route_refused", json_integer(refused));
+        json_array_set_new(mine, k, j);
+    }
+    return 0;
+}
+
 static int cmp_int(const void *a, const void *b)
 {
     return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
@@ -688,6 +772,7 @@ int throughput_gate(const struct model *m, const struct mode *mode,
     int *slot = NULL;
     float *logits = NULL, *keep = NULL, *jl = NULL;
     struct backend_taps jt = {0}; /* MoE: the judge's router taps (see the spot checks) */
+    struct spot_replay sr = {0};  /* MoE subjects with taps: the spot checks' route-tie replay */
     json_t *settings = NULL, *runs = NULL, *spot = NULL, *base_json = NULL;
     struct throughput_sample *s = NULL;
     struct throughput_rule rule;
@@ -760,6 +845,7 @@ int throughput_gate(const struct model *m, const struct mode *mode,
         }
         backend_set_taps(jb, &jt);
     }
+    const int replay = C && m->hp.n_expert > 0 && backend_records_taps(b);
     tokens = malloc((size_t)(P + D) * sizeof *tokens);
     logits = malloc((size_t)P * V * sizeof *logits);
     keep = malloc(((size_t)C + 1) * V * sizeof *keep);
@@ -869,10 +955,16 @@ int throughput_gate(const struct model *m, const struct mode *mode,
             for (int c = 0; c < C; c++)
                 order[c] = pos[c] * THROUGHPUT_MAX_CHECKS + c;
             qsort(order, (size_t)C, sizeof *order, cmp_int);
-            int n_past = 0;
-            /* MoE: the judge's least router gap over every layer and every position up to
-             * n_past - 1: a near tie anywhere upstream may send the subject to the other expert
-             * there, and every later position reads that position's keys and values */
+            int n_past = 0, cs[THROUGHPUT_MAX_CHECKS], miss = 0;
+            json_t *mine = json_array();
+            if (!mine) {
+                rc = err_set(err, ERR_ENV, "out of memory");
+                goto done;
+            }
+            /* MoE, tap-less subject: the judge's least router gap over every layer and every
+             * position up to n_past - 1: a near tie anywhere upstream may send the subject to
+             * the other expert there, and every later position reads that position's keys and
+             * values */
             double route_gap = NAN;
             if (C && (rc = backend_truncate(jb, 0, err)))
                 goto done;
@@ -880,8 +972,10 @@ int throughput_gate(const struct model *m, const struct mode *mode,
                 const int c = order[k] % THROUGHPUT_MAX_CHECKS, p = pos[c];
                 if (p + 1 > n_past) {
                     const int cnt = p + 1 - n_past;
-                    if ((rc = backend_forward_last(jb, tokens + n_past, cnt, n_past, jl, err)))
+                    if ((rc = backend_forward_last(jb, tokens + n_past, cnt, n_past, jl, err))) {
+                        json_decref(mine);
                         goto done;
+                    }
                     n_past = p + 1;
                     for (size_t i = 0; jt.router_kth && i < (size_t)L * (size_t)cnt; i++) {
                         const double g = (double)jt.router_kth[i] - jt.router_k1th[i];
@@ -889,11 +983,26 @@ int throughput_gate(const struct model *m, const struct mode *mode,
                     }
                 }
                 json_t *j = spot_json(run, p, keep + (size_t)c * V, jl, V);
-                if (j && !isnan(route_gap))
+                if (j && !isnan(route_gap) && !replay)
                     json_object_set_new(j, "judge_route_gap", parity_json_number(route_gap));
+                double r_, p_, cos, am, jam, gap, rg, ref;
+                miss |= !j || spot_nums(j, &r_, &p_, &cos, &am, &jam, &gap, &rg, &ref) ||
+                        spot_rule(cos, am, jam, gap, NAN, ref, cfg->check_min_cosine,
+                                  cfg->check_near_tie, cfg->check_route_tie) != 1;
+                cs[k] = c;
                 out->n_checks++;
-                json_array_append_new(spot, j);
+                json_array_append_new(mine, j);
             }
+            if (replay && miss) {
+                rc = spot_replay_run(&sr, b, mode, jb, m, tokens, P, D, turn_ends,
+                                     cfg->check_route_tie, run, mine, cs, pos, keep, err);
+                backend_set_taps(jb, &jt); /* mode_judge cleared them */
+                out->n_check_replays++;
+            }
+            json_array_extend(spot, mine);
+            json_decref(mine);
+            if (rc)
+                goto done;
             n = run + 1;
         }
         const int stop =
@@ -959,10 +1068,10 @@ int throughput_gate(const struct model *m, const struct mode *mode,
     out->pass = out->verdict == GATE_PASS;
     for (size_t i = 0; i < json_array_size(spot); i++) {
         const json_t *c = json_array_get(spot, i);
-        double run, pos, cos = NAN, am = 0, jam = 0, gap = 0, rgap;
-        spot_nums(c, &run, &pos, &cos, &am, &jam, &gap, &rgap);
-        const int r = spot_rule(cos, am, jam, gap, rgap, cfg->check_min_cosine, cfg->check_near_tie,
-                                cfg->check_route_tie);
+        double run, pos, cos = NAN, am = 0, jam = 0, gap = 0, rgap, refused;
+        spot_nums(c, &run, &pos, &cos, &am, &jam, &gap, &rgap, &refused);
+        const int r = spot_rule(cos, am, jam, gap, rgap, refused, cfg->check_min_cosine,
+                                cfg->check_near_tie, cfg->check_route_tie);
         out->n_check_bad += r == 0;
         out->n_check_route_tie += r == 2;
     }
@@ -983,6 +1092,7 @@ done:
     free(jl);
     free(jt.router_kth);
     free(jt.router_k1th);
+    spot_replay_free(&sr);
     free(slot);
     free(s);
     backend_close(jb);
@@ -1057,9 +1167,10 @@ void throughput_print(FILE *f, const struct throughput_result *r)
     else if (json_object_get(bl, "refused"))
         fprintf(f, "  baseline refused: %s\n", json_string_value(json_object_get(bl, "refused")));
     fprintf(f,
-            "  %d host-starved run%s; %d of %d spot checks against the judge disagree (%d route"
-            " tie%s excused)\n",
+            "  %d host-starved run%s; %d of %d spot checks against the judge disagree (%d run%s"
+            " judged against the route-tie replay; %d route tie%s excused)\n",
             r->decision.n_starved, r->decision.n_starved == 1 ? "" : "s", r->n_check_bad,
-            r->n_checks, r->n_check_route_tie, r->n_check_route_tie == 1 ? "" : "s");
+            r->n_checks, r->n_check_replays, r->n_check_replays == 1 ? "" : "s",
+            r->n_check_route_tie, r->n_check_route_tie == 1 ? "" : "s");
     fprintf(f, "  %s\n", r->reason);
 }

@@ -42,8 +42,8 @@ extern "C" {
 #endif
 
 #define THROUGHPUT_MAX_RUNS 200 /* the most timed runs one measurement records */
-/* spot checks excused as ROUTE_TIE: at most 1 in this many. Looser than parity's 1 in 8: both
- * checks of a run sit downstream of the same upstream near tie, so one tie excuses two */
+/* spot checks of a tap-less (exec) subject excused as ROUTE_TIE: at most 1 in this many (both
+ * checks of a run sit downstream of the same upstream near tie, so one tie excuses two) */
 #define THROUGHPUT_MAX_ROUTE_TIE_SHARE 4.0
 #define THROUGHPUT_MIN_RUNS 3      /* DESIGN.md: the median of >= 3 timed runs */
 #define THROUGHPUT_CONFIDENCE 0.95 /* two-sided level of the median's interval (docs/gates.md) */
@@ -62,9 +62,11 @@ struct throughput_config {
     int check_positions; /* positions per timed run checked against the judge (default 2; 0
                           * only for gate bench --no-check: the gate table's bound is >= 1) */
     double check_min_cosine, check_near_tie; /* the cell's parity min_cosine and near_tie */
-    double check_route_tie; /* the cell's parity route_tie (MoE): a spot check that misses
-                             * min_cosine where the judge's router gap is below it is a ROUTE_TIE,
-                             * as in parity (at most 1 in THROUGHPUT_MAX_ROUTE_TIE_SHARE) */
+    double check_route_tie; /* the cell's parity route_tie (MoE): the tolerance of the spot
+                             * checks' route-tie replay (a subject with taps); for a tap-less
+                             * subject, a check that misses where the judge's least router gap
+                             * upstream is below it is a ROUTE_TIE (at most 1 in
+                             * THROUGHPUT_MAX_ROUTE_TIE_SHARE) */
     const char *baseline;   /* "" / NULL none, "previous" or a receipt hash (recorded as set) */
     double max_regression;  /* with a baseline: the largest slowdown allowed (default 0.05) */
     /* not settings: what the harness found for `baseline` (harness/baseline.h), recorded as
@@ -198,6 +200,8 @@ struct throughput_result {
     struct throughput_decision decision;
     int n_checks, n_check_bad; /* spot checks made / failed */
     int n_check_route_tie;     /* spot checks excused as ROUTE_TIEs (counted in n_checks) */
+    int n_check_replays;       /* timed runs whose checks were judged against the route-tie
+                                * replay (an MoE subject with taps missed one) */
     enum gate_verdict verdict; /* throughput_judge(settings, metrics) */
     int pass;                  /* verdict == GATE_PASS */
     char reason[420];

@@ -407,6 +407,20 @@ Test(throughput, judge_rejects_timed_work_that_is_not_the_judged_work)
     json_t *old = two_per_run();
     json_object_del(json_object_get(old, "parity"), "route_tie");
     cr_expect_eq(judge(old, m, why, sizeof why), GATE_FAIL);
+    json_object_set_new(c, "cosine", json_real(0.99999));
+    json_object_del(c, "judge_route_gap");
+    json_object_set_new(c, "argmax", json_deep_copy(json_object_get(c, "judge_argmax")));
+    cr_expect_eq(judge(two_per_run(), m, why, sizeof why), GATE_PASS, "%s", why);
+    /* a check judged against the route-tie replay: perfect numbers, but the subject's expert set
+     * differed beyond the near tie upstream (a refused route): FAIL; a malformed count too */
+    json_object_set_new(c, "route_refused", json_integer(1));
+    cr_expect_eq(judge(two_per_run(), m, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "routed beyond the router near tie"), "%s", why);
+    json_object_set_new(c, "route_refused", json_string("none"));
+    cr_expect_eq(judge(two_per_run(), m, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "malformed"), "%s", why);
+    json_object_set_new(c, "route_refused", json_integer(0));
+    cr_expect_eq(judge(two_per_run(), m, why, sizeof why), GATE_PASS, "%s", why);
     json_decref(m);
     m = metrics_of(6, d, 3);
     /* a run without its check: FAIL */
@@ -637,4 +651,44 @@ Test(throughput, an_engine_replaying_cached_replies_fails)
         exec_session_free(sess);
     }
     model_free(m);
+}
+
+Test(throughput, a_spot_check_downstream_of_a_route_near_tie_is_judged_against_the_replay)
+{
+    /* tiny-moe on the cpu engine, gate seed 11: one timed run's checks sit downstream of a
+     * router near tie the engine breaks the other way (found by scanning seeds 1-60: 10 of
+     * them). The old rule excused such a miss as a ROUTE_TIE without judging it (capped); now
+     * the run is replayed (the subject again with taps, the judge forced to its near-tie
+     * choices) and its checks are judged by the normal rule against that replay */
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-moe", &buf);
+    struct throughput_config c;
+    throughput_config_default(&c);
+    c.prompt_tokens = 64;
+    c.decode_tokens = 16;
+    c.runs = c.max_runs = 6;
+    c.warmup = 0;
+    c.n_threads = 1;
+    c.seed = 11;
+    c.max_seconds = 1e6; /* the verdict must not depend on this machine's speed */
+    struct mode mode;
+    struct gate_err err = {0};
+    struct throughput_result r;
+    cr_assert_eq(mode_parse("cpu.decode", &mode, &err), 0, "%s", err.msg);
+    cr_assert_eq(throughput_gate(m, &mode, &c, &r, &err), 0, "%s", err.msg);
+    cr_expect_eq(r.verdict, GATE_PASS, "%s", r.reason);
+    cr_expect_eq(r.n_check_replays, 1, "%s", r.reason);
+    cr_expect_eq(r.n_check_route_tie, 0, "nothing is excused");
+    cr_expect_eq(r.n_check_bad, 0);
+    int replayed = 0;
+    const json_t *spot = json_object_get(r.metrics, "spot");
+    for (size_t i = 0; i < json_array_size(spot); i++) {
+        const json_t *x = json_array_get(spot, i);
+        cr_expect_null(json_object_get(x, "judge_route_gap"), "a tap subject is never excused");
+        replayed += json_integer_value(json_object_get(x, "replayed_positions")) > 0;
+    }
+    cr_expect(replayed >= 1, "a check records the replay it was judged against");
+    throughput_result_free(&r);
+    model_free(m);
+    free(buf);
 }
