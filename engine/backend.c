@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "backend.h"
+#include "cpu_dot.h"
 
 #ifdef GATE_HAVE_CUDA
 extern const struct backend_ops backend_cuda_ops; /* kernels/cuda_backend.cu */
@@ -38,10 +39,16 @@ static const struct backend_entry {
                  * it, compiled in or not, so a ladder's `kv: f16` cell is judged the same
                  * everywhere; tests/test_kv_ladder.c opens each compiled-in backend to hold it
                  * to its word */
+    /* the invariances it declares, which the consistency gate (oracles/consistency.c) holds it
+     * to: bitwise: decode, prefill, any chunking and a resumed cache give the same logits bit
+     * for bit; threads: the logits do not depend on the thread count; isas: the instruction
+     * sets it can be asked to run (backend_set_isa), all giving the same bits */
+    int bitwise, threads;
+    const char *isas;
 } BACKENDS[] = {
-    {"cuda", CUDA_OPS, 1, 0},
-    {"cpu", &backend_cpu_ops, 0, 1},
-    {"ref", &backend_ref_ops, 0, 0},
+    {"cuda", CUDA_OPS, 1, 0, 0, 0, ""},
+    {"cpu", &backend_cpu_ops, 0, 1, 1, 1, "portable,avx2,avx512"},
+    {"ref", &backend_ref_ops, 0, 0, 1, 1, ""},
 };
 #define N_BACKENDS (int)(sizeof BACKENDS / sizeof BACKENDS[0])
 
@@ -73,6 +80,36 @@ int backend_offers_kv_f16(const char *name)
 {
     const int i = backend_index(name);
     return i >= 0 && BACKENDS[i].kv_f16;
+}
+
+void backend_invariants(const char *name, struct backend_invariants *out)
+{
+    const int i = backend_index(name);
+    memset(out, 0, sizeof *out);
+    out->isas = "";
+    if (i < 0)
+        return;
+    out->bitwise = BACKENDS[i].bitwise;
+    out->threads = BACKENDS[i].threads;
+    out->isas = BACKENDS[i].isas;
+}
+
+int backend_set_isa(const char *name, const char *isa, struct gate_err *err)
+{
+    if (!name || strcmp(name, "cpu"))
+        return isa && *isa ? err_set(err, ERR_INPUT, "backend %s has no selectable instruction set",
+                                     name ? name : "(null)")
+                           : 0;
+    if (cpu_dot_set_isa(isa))
+        return err_set(err, ERR_ENV,
+                       "cpu: instruction set '%s' is unknown or this machine / build cannot run it",
+                       isa);
+    return 0;
+}
+
+const char *backend_isa(const char *name)
+{
+    return name && !strcmp(name, "cpu") ? cpu_dot_isa_name(cpu_dot_isa()) : "";
 }
 
 const struct backend_ops *backend_find(const char *name)

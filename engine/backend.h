@@ -143,6 +143,22 @@ int backend_is_device(const char *name);
  * in or not; 0 for an unknown name and for "exec". */
 int backend_offers_kv_f16(const char *name);
 
+/* The invariances backend `name` declares in its row of the list (an unknown name, "exec"
+ * included, declares none: all 0, isas ""): what the consistency gate holds it to. */
+struct backend_invariants {
+    int bitwise;      /* decode, prefill, any chunking and a resumed cache: the same bits */
+    int threads;      /* logits independent of the thread count */
+    const char *isas; /* selectable instruction sets, comma-separated ("" none) */
+};
+void backend_invariants(const char *name, struct backend_invariants *out);
+
+/* Select the instruction set backend `name`'s next runs use (one of its declared isas; NULL or
+ * "" = the best the machine runs). Process-wide: between runs only. ERR_ENV when the machine
+ * cannot run it, ERR_INPUT for a backend without selectable sets. */
+int backend_set_isa(const char *name, const char *isa, struct gate_err *err);
+/* The instruction set backend `name` runs now ("" for one without selectable sets). */
+const char *backend_isa(const char *name);
+
 /* The backends this build has; NULL when the name is unknown or not compiled in. "exec" (engines
  * gate did not build, engine/exec.h) is found too, though it is not in the list above. */
 const struct backend_ops *backend_find(const char *name);

@@ -86,6 +86,7 @@ struct cpu {
     float *kl, *vl;             /* (n_ctx, nkv*hd): one layer of the F16 cache as floats */
     float *rope_cos, *rope_sin; /* (n_ctx, hd/2) */
     float *rope_f;              /* (n_threads, hd): rope_shift's angles of one position */
+    int attn_blocks; /* ascores was sized for cpu_gemm_attn at open (the ISA may drop later) */
 };
 
 /* ---- small ops ------------------------------------------------------------------------------ */
@@ -600,7 +601,7 @@ static void attention(struct cpu *c, int il, int n, int pos0)
         pool_run(c->pool, pos0 + n, kv_load_rows, &kj);
     }
     /* drop_diag changes one query's keys: the per-(token, head) path, never the blocks */
-    if (n >= CPU_GEMM_ATTN_MIN_TOK && cpu_gemm_attn_supported(hd) &&
+    if (n >= CPU_GEMM_ATTN_MIN_TOK && c->attn_blocks && cpu_gemm_attn_supported(hd) &&
         !fault_has_kind_inline(&c->base.faults, FAULT_DROP_DIAG))
         pool_run(c->pool, (int64_t)nh * ((n + 15) / 16), attn_blocks, &j);
     else
@@ -1097,6 +1098,14 @@ static int cpu_open(struct backend **out, const struct model *m, const struct ba
 {
     *out = NULL;
     const struct model_hparams *hp = &m->hp;
+    if (!cpu_dot_isa_env_ok())
+        return err_set(err, ERR_ENV,
+                       "cpu: GATE_CPU_ISA='%s' is not an instruction set this machine and build"
+                       " run (portable, avx2, avx512; this one: up to %s)",
+                       getenv("GATE_CPU_ISA"),
+                       cpu_dot_isa_name(cpu_dot_have_avx512() ? 2
+                                        : cpu_dot_have_avx2() ? 1
+                                                              : 0));
     int rc = check_types(m, err);
     if (rc)
         return rc;
@@ -1203,6 +1212,7 @@ static int cpu_open(struct backend **out, const struct model *m, const struct ba
         c->gpack_al = (void *)(((uintptr_t)c->gpack + 63) & ~(uintptr_t)63);
     c->kv16 = f16;
     c->ascores_al = (float *)(((uintptr_t)c->ascores + 63) & ~(uintptr_t)63);
+    c->attn_blocks = cpu_gemm_attn_supported((int)hd);
     c->base.kv_f16 = f16;
     for (size_t il = 0; il < L; il++) {
         const struct model_layer *ly = &m->layers[il];
@@ -1216,12 +1226,14 @@ static int cpu_open(struct backend **out, const struct model *m, const struct ba
     }
     quant_dequant_row(m->output_norm.type, m->output_norm.data, c->out_norm, (int64_t)E);
     rope_tables(c->rope_cos, c->rope_sin, n_ctx, (int)hd, hp->rope_base);
-    char name[sizeof c->device - 5];
+    char name[sizeof c->device - 24];
     cpu_model_name(name, sizeof name);
+    /* the instruction set the kernels run is part of what ran (receipts' ran.device) */
     if (name[0])
-        snprintf(c->device, sizeof c->device, "cpu: %s", name);
+        snprintf(c->device, sizeof c->device, "cpu: %s [isa %s]", name,
+                 cpu_dot_isa_name(cpu_dot_isa()));
     else
-        snprintf(c->device, sizeof c->device, "cpu");
+        snprintf(c->device, sizeof c->device, "cpu [isa %s]", cpu_dot_isa_name(cpu_dot_isa()));
     *out = &c->base;
     return 0;
 fail:

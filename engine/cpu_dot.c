@@ -146,12 +146,70 @@ int cpu_dot_have_avx512(void)
 #endif
 }
 
+/* The instruction set the dispatchers below use: the best this machine and build run, capped by
+ * cpu_dot_set_isa() or, before any call to it, by GATE_CPU_ISA (read once). */
+static _Atomic int isa_cap = -2; /* -2: GATE_CPU_ISA not read yet; -1: no cap */
+
+static const char *const ISA_NAMES[] = {"portable", "avx2", "avx512"};
+
+static int isa_hw(void)
+{
+    return cpu_dot_have_avx512() ? CPU_ISA_AVX512 : cpu_dot_have_avx2() ? CPU_ISA_AVX2 : 0;
+}
+
+static int isa_parse(const char *name)
+{
+    for (int i = 0; name && i < 3; i++)
+        if (!strcmp(name, ISA_NAMES[i]))
+            return i;
+    return -1;
+}
+
+int cpu_dot_isa(void)
+{
+    int cap = isa_cap;
+    if (cap == -2) {
+        const char *e = getenv("GATE_CPU_ISA");
+        const int v = e && *e ? isa_parse(e) : -1;
+        /* an unknown name caps nothing here; cpu_open refuses it with the reason */
+        cap = v;
+        isa_cap = cap;
+    }
+    const int hw = isa_hw();
+    return cap >= 0 && cap < hw ? cap : hw;
+}
+
+const char *cpu_dot_isa_name(int level)
+{
+    return level >= 0 && level < 3 ? ISA_NAMES[level] : "?";
+}
+
+int cpu_dot_set_isa(const char *name)
+{
+    if (!name || !*name) {
+        isa_cap = -1;
+        return 0;
+    }
+    const int v = isa_parse(name);
+    if (v < 0 || v > isa_hw())
+        return -1;
+    isa_cap = v;
+    return 0;
+}
+
+int cpu_dot_isa_env_ok(void)
+{
+    const char *e = getenv("GATE_CPU_ISA");
+    const int v = e && *e ? isa_parse(e) : 0;
+    return v >= 0 && v <= isa_hw();
+}
+
 void cpu_dot_rows(int type, const void *w, const void *act, size_t act_stride, int n_tok, int64_t n,
                   float *out, size_t out_stride)
 {
-    if (cpu_dot_have_avx512())
+    if (cpu_dot_isa() >= CPU_ISA_AVX512)
         cpu_dot_avx512_rows(type, w, act, act_stride, n_tok, n, out, out_stride);
-    else if (cpu_dot_have_avx2())
+    else if (cpu_dot_isa() >= CPU_ISA_AVX2)
         cpu_dot_avx2_rows(type, w, act, act_stride, n_tok, n, out, out_stride);
     else
         cpu_dot_portable_rows(type, w, act, act_stride, n_tok, n, out, out_stride);
@@ -160,9 +218,9 @@ void cpu_dot_rows(int type, const void *w, const void *act, size_t act_stride, i
 void cpu_dot_tile(int type, const uint8_t *w, size_t row_bytes, int n_rows, const void *act,
                   size_t act_stride, int n_tok, int64_t n, float *out, size_t out_stride)
 {
-    if (cpu_dot_have_avx512())
+    if (cpu_dot_isa() >= CPU_ISA_AVX512)
         cpu_dot_avx512_tile(type, w, row_bytes, n_rows, act, act_stride, n_tok, n, out, out_stride);
-    else if (cpu_dot_have_avx2())
+    else if (cpu_dot_isa() >= CPU_ISA_AVX2)
         cpu_dot_avx2_tile(type, w, row_bytes, n_rows, act, act_stride, n_tok, n, out, out_stride);
     else
         cpu_dot_portable_tile(type, w, row_bytes, n_rows, act, act_stride, n_tok, n, out,
@@ -172,9 +230,9 @@ void cpu_dot_tile(int type, const uint8_t *w, size_t row_bytes, int n_rows, cons
 void cpu_attn_head(const float *q, const float *kc, const float *vc, size_t stride, int n_keys,
                    int hd, float scale, float *s, float *out)
 {
-    if (cpu_dot_have_avx512())
+    if (cpu_dot_isa() >= CPU_ISA_AVX512)
         cpu_dot_avx512_attn(q, kc, vc, stride, n_keys, hd, scale, s, out);
-    else if (cpu_dot_have_avx2())
+    else if (cpu_dot_isa() >= CPU_ISA_AVX2)
         cpu_dot_avx2_attn(q, kc, vc, stride, n_keys, hd, scale, s, out);
     else
         cpu_dot_portable_attn(q, kc, vc, stride, n_keys, hd, scale, s, out);
@@ -188,9 +246,9 @@ float cpu_dot_avx512_f32(const float *a, const float *b, int64_t n);
 float cpu_dot_f32(const float *a, const float *b, int64_t n)
 {
 #if defined(GATE_CPU_AVX2)
-    if (cpu_dot_have_avx512())
+    if (cpu_dot_isa() >= CPU_ISA_AVX512)
         return cpu_dot_avx512_f32(a, b, n);
-    if (cpu_dot_have_avx2())
+    if (cpu_dot_isa() >= CPU_ISA_AVX2)
         return cpu_dot_avx2_f32(a, b, n);
 #endif
     return cpu_dot_portable_f32(a, b, n);

@@ -110,6 +110,20 @@ void cpu_dot_avx512_rows(int type, const void *w, const void *act, size_t act_st
                          int64_t n, float *out, size_t out_stride);
 int cpu_dot_have_avx512(void);
 
+/* The instruction set the cpu engine's kernels run (every build gives the same bits; the
+ * self-consistency gate holds it to that): CPU_ISA_PORTABLE, _AVX2, _AVX512. The best this
+ * machine and build can run, capped by cpu_dot_set_isa() or, until it is called, by the
+ * environment variable GATE_CPU_ISA (portable, avx2 or avx512). Process-wide: set it between
+ * runs, never during one. */
+enum { CPU_ISA_PORTABLE = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2 };
+int cpu_dot_isa(void);
+const char *cpu_dot_isa_name(int level);
+/* Cap the instruction set ("portable", "avx2", "avx512"; NULL or "" = no cap); -1 when the name
+ * is unknown or this machine / build cannot run it (nothing changes then). */
+int cpu_dot_set_isa(const char *name);
+/* 0 when GATE_CPU_ISA names an instruction set this machine cannot run or no set at all. */
+int cpu_dot_isa_env_ok(void);
+
 /* Eight-lane FMA dot of two float vectors: the F32 kernel's order. */
 float cpu_dot_f32(const float *a, const float *b, int64_t n);
 

@@ -19,7 +19,7 @@ int cpu_gemm_supported(int type)
 {
     if (type != QUANT_Q4_K && type != QUANT_Q5_K && type != QUANT_Q6_K && type != QUANT_Q8_0)
         return 0;
-    return cpu_dot_have_avx512();
+    return cpu_dot_isa() >= CPU_ISA_AVX512;
 }
 
 size_t cpu_gemm_pack_bytes(int type, int n_tok, int64_t n)
@@ -96,7 +96,7 @@ void cpu_gemm_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int
 
 int cpu_gemm_attn_supported(int hd)
 {
-    return hd > 0 && hd % 16 == 0 && hd <= CPU_GEMM_ATTN_MAX_HD && cpu_dot_have_avx512();
+    return hd > 0 && hd % 16 == 0 && hd <= CPU_GEMM_ATTN_MAX_HD && cpu_dot_isa() >= CPU_ISA_AVX512;
 }
 
 void cpu_gemm_attn(const float *q, size_t q_stride, int n_q, int pos0, const float *kc,

@@ -12,6 +12,7 @@
 /* The judges that live next to their oracles (referenced strongly: a judge can never be
  * missing from a binary that links the table). */
 #include "oracles/anchor.h"
+#include "oracles/consistency.h"
 #include "oracles/falsify.h"
 #include "oracles/golden.h"
 #include "oracles/parity.h"
@@ -90,6 +91,19 @@ static const struct gate_setting FALSIFY[] = {
     {NULL},
 };
 
+/* Run on a cell only when its ladder names the gate (gates.defaults or an override):
+ * `consistency: {}` takes these defaults. */
+static const struct gate_setting CONSISTENCY[] = {
+    {"positions", GS_INT, OFF(cons_positions), 64, 16, 1 << 16,
+     "tokens of the sequence every variant runs"},
+    {"repeats", GS_INT, OFF(cons_repeats), 2, 1, 64,
+     "runs per thread count (1, 2, 3): a race shows as two runs that differ"},
+    {"max_abs", GS_NUM, OFF(cons_max_abs), 1e-3, 0, 1,
+     "largest |logit difference| from the decode run for a backend that does not declare"
+     " bit-identical paths (bitwise backends: 0)"},
+    {NULL},
+};
+
 static const struct gate_setting ANCHOR[] = {{NULL}};
 
 const struct gate_def GATE_DEFS[] = {
@@ -104,6 +118,10 @@ const struct gate_def GATE_DEFS[] = {
      "runs)"},
     {"falsify", FALSIFY, falsify_judge, 1, 1,
      "injected faults are rejected by the parity math (the oracle is not blind)"},
+    {"consistency", CONSISTENCY, consistency_judge, 1, 0,
+     "the engine's declared invariances hold: decode = prefill = chunked (7, 45) = resumed, the"
+     " same at 1, 2 and 3 threads repeated, under every instruction set it declares (bit for bit"
+     " where it declares so)"},
     {"anchor", ANCHOR, anchor_judge, 0, 0,
      "the judge itself matches an independent reference (anchor cases)"},
     {NULL},

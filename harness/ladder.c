@@ -772,18 +772,21 @@ static int parse_setting(struct parse *p, yaml_node_t *v, const char *gate,
  * list. */
 static int apply_gates(struct parse *p, yaml_node_t *n, struct ladder_gates *g, int is_override)
 {
-    static const char *const keys[] = {"parity", "golden", "throughput", "falsify", "match", NULL};
+    static const char *const keys[] = {"parity",      "golden", "throughput", "falsify",
+                                       "consistency", "match",  NULL};
     yaml_node_t *s, *v, *it;
     int rc = check_map(p, n, is_override ? "override" : "gates.defaults", keys);
     if (rc)
         return rc;
     if (!is_override && get(p, n, "match"))
         return fail(p, get(p, n, "match"), "'match' belongs in gates.overrides entries");
-    static const char *const table_gates[] = {"parity", "golden", "throughput"};
-    for (int gi = 0; gi < 3; gi++) {
+    static const char *const table_gates[] = {"parity", "golden", "throughput", "consistency"};
+    for (int gi = 0; gi < 4; gi++) {
         const struct gate_def *d = gatedef_find(table_gates[gi]);
         if (!(s = get(p, n, d->name)))
             continue;
+        if (!strcmp(d->name, "consistency")) /* named: the cells it reaches run the gate */
+            g->consistency = 1;
         const char *allowed[16];
         int na = 0;
         for (const struct gate_setting *st = d->settings; st->key && na < 14; st++)

@@ -84,6 +84,10 @@ struct ladder_gates {
     struct fault_set falsify;
     int sweep_samples;    /* sampled single-layer x single-position injections per kind */
     double min_detection; /* least detection rate per kind over those samples */
+    /* consistency (oracles/consistency.h): run on a cell only when the ladder names the gate */
+    int consistency; /* 1: the cell's gates include consistency */
+    int cons_positions, cons_repeats;
+    double cons_max_abs;
     /* exec cells: the engine the mode names (borrowed from the ladder); NULL otherwise. Its
      * argv, timeout and supports are part of every gate's recorded settings */
     const struct ladder_engine *engine;

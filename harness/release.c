@@ -337,6 +337,8 @@ static json_t *cell_settings(const struct ladder *l, const struct ladder_gates *
         if (GATE_DEFS[i].cell_gate)
             json_object_set_new(want, GATE_DEFS[i].name,
                                 ladder_gate_settings(g, GATE_DEFS[i].name));
+    if (g->consistency) /* a gate the ladder names for the cell: its receipts must carry it */
+        json_object_set_new(want, "consistency", ladder_gate_settings(g, "consistency"));
     return want;
 }
 

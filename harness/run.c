@@ -33,6 +33,7 @@
 #include "harness/identity.h"
 #include "harness/ladder.h"
 #include "oracles/capability.h"
+#include "oracles/consistency.h"
 #include "oracles/falsify.h"
 #include "oracles/golden.h"
 #include "oracles/mode.h"
@@ -309,6 +310,18 @@ static json_t *gate_falsify(struct cell_ctx *x)
     return finish(x, "falsify", metrics, NULL, key);
 }
 
+static json_t *gate_consistency(struct cell_ctx *x)
+{
+    struct gate_err err = {0};
+    struct consistency_config cfg = {x->c->g.cons_positions, x->c->g.cons_repeats,
+                                     x->c->g.cons_max_abs};
+    json_t *metrics = NULL;
+    mode_ran_begin(&x->ran);
+    if (consistency_run(x->m, &x->mode, &cfg, x->o->threads, &metrics, &err))
+        return finish(x, "consistency", NULL, err.msg, NULL);
+    return finish(x, "consistency", metrics, NULL, NULL);
+}
+
 /* A cell whose model or mode cannot even be prepared: every gate is a FAILED row saying why. */
 static json_t *all_failed(struct cell_ctx *x, const char *why)
 {
@@ -318,6 +331,10 @@ static json_t *all_failed(struct cell_ctx *x, const char *why)
             continue;
         mode_ran_begin(&x->ran);
         json_object_set_new(obj, GATE_DEFS[i].name, finish(x, GATE_DEFS[i].name, NULL, why, NULL));
+    }
+    if (x->c->g.consistency) {
+        mode_ran_begin(&x->ran);
+        json_object_set_new(obj, "consistency", finish(x, "consistency", NULL, why, NULL));
     }
     return obj;
 }
@@ -440,6 +457,10 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
             gate_begin(&x, lm->id, names[gi], 0);
             json_t *row = fns[gi](&x);
             json_object_set_new(gates, names[gi], row);
+        }
+        if (x.c->g.consistency) { /* only where the ladder names it */
+            gate_begin(&x, lm->id, "consistency", 0);
+            json_object_set_new(gates, "consistency", gate_consistency(&x));
         }
     }
     struct exec_hello hello;

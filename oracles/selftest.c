@@ -466,8 +466,11 @@ static int check_qk_norm_rope(struct run *r)
             const int faulted = si % 2 == 1;
             if (faulted) {
                 fs.n = 1;
-                fs.f[0] = (struct fault_spec){
-                    FAULT_SKIP_QK_NORM, 0, layer, layer, s->pos0, s->pos0 + 1, FAULT_T_NONE, 0};
+                fs.f[0] = (struct fault_spec){.kind = FAULT_SKIP_QK_NORM,
+                                              .layer_lo = layer,
+                                              .layer_hi = layer,
+                                              .pos_lo = s->pos0,
+                                              .pos_hi = s->pos0 + 1};
             }
             float *q = malloc((size_t)n * nh * hd * 4), *k = malloc((size_t)n * kvd * 4);
             float *v = malloc((size_t)n * kvd * 4), *qn = malloc((size_t)hd * 4);
@@ -591,14 +594,11 @@ static int check_route(struct run *r)
             struct fault_set fs = {0};
             if (fk >= 0) { /* each routing fault on positions 11-13, rank 1 (or 0 when k = 1) */
                 fs.n = 1;
-                fs.f[0] = (struct fault_spec){(enum fault_kind)fk,
-                                              k > 1 ? 1 : 0,
-                                              0,
-                                              1000,
-                                              pos0 + 1,
-                                              pos0 + 3,
-                                              FAULT_T_NONE,
-                                              0};
+                fs.f[0] = (struct fault_spec){.kind = (enum fault_kind)fk,
+                                              .rank = k > 1 ? 1 : 0,
+                                              .layer_hi = 1000,
+                                              .pos_lo = pos0 + 1,
+                                              .pos_hi = pos0 + 3};
             }
             float *l = malloc((size_t)n * X * 4), *probs = malloc((size_t)X * 4);
             int32_t *ig = malloc((size_t)n * k * 4), *iw = malloc((size_t)n * k * 4);
