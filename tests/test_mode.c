@@ -131,7 +131,7 @@ Test(mode, taps_across_calls_equal_the_judges)
     const size_t E = hp->n_embd;
     int32_t tokens[64];
     mode_tokens(7, hp->n_vocab, n, tokens);
-    struct backend_taps t[2];
+    struct backend_taps t[2] = {0};
     for (int i = 0; i < 2; i++) {
         t[i].hidden = calloc((size_t)L * n * E, sizeof(float));
         t[i].experts = calloc((size_t)L * n * k, sizeof(int32_t));
