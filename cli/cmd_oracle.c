@@ -23,7 +23,8 @@ static const char PARITY_USAGE[] =
     "usage: gate parity MODEL.gguf --mode MODE [--positions N [--span S]] [--tokens FILE]\n"
     "                   [--threads N]\n"
     "                   [--fault SPEC]... [--min-cosine X] [--max-mean-kld X] [--max-kld X]\n"
-    "                   [--near-tie X] [--route-tie X] [--max-rel-l2 X] [--json FILE]\n"
+    "                   [--near-tie X] [--route-tie X] [--max-rel-l2 X]\n"
+    "                   [--max-mean-rel-l2 X] [--json FILE]\n"
     "  Runs MODE (BACKEND.PATH: cuda|cpu|ref . decode|prefill|chat) on the token sequence\n"
     "  (FILE: every position it gives is judged, at least 64; or N >= 64 deterministic ids;\n"
     "  chat: the fixed three-turn conversation) and judges it against the reference twin's\n"
@@ -95,6 +96,10 @@ static int common_opt(const char *cmd, int argc, char **argv, int *i, struct com
     if (!strcmp(a, "--max-rel-l2"))
         return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.max_rel_l2)) ? -1
                                                                                              : 1;
+    if (!strcmp(a, "--max-mean-rel-l2"))
+        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.max_mean_rel_l2))
+                   ? -1
+                   : 1;
     if (!strcmp(a, "--route-tie"))
         return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.route_tie)) ? -1
                                                                                             : 1;

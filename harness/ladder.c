@@ -1257,6 +1257,7 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
             pc.near_tie = c->g.near_tie;
             pc.route_tie = c->g.route_tie;
             pc.max_rel_l2 = c->g.max_rel_l2;
+            pc.max_mean_rel_l2 = c->g.max_mean_rel_l2;
             pc.span = c->g.span;
             if (falsify_check_floor(&pc, &fe)) {
                 char name[256];

@@ -69,7 +69,7 @@ struct ladder_host {
 struct ladder_gates {
     /* parity */
     int positions;
-    double min_cosine, max_mean_kld, max_kld, near_tie, route_tie, max_rel_l2;
+    double min_cosine, max_mean_kld, max_kld, near_tie, route_tie, max_rel_l2, max_mean_rel_l2;
     int span; /* parity: the generated sequence's length (0 = positions) */
     /* golden */
     char goldens[512];       /* goldens file (resolved); "" = none declared */

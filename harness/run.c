@@ -156,6 +156,7 @@ static void parity_cfg(const struct ladder_gates *g, struct parity_config *p)
     p->near_tie = g->near_tie;
     p->route_tie = g->route_tie;
     p->max_rel_l2 = g->max_rel_l2;
+    p->max_mean_rel_l2 = g->max_mean_rel_l2;
     p->span = g->span;
 }
 

@@ -222,9 +222,14 @@ static int sweep_kind(struct parity_session *s, const struct model *m, struct fa
         if (wit.tapless) { /* the logits moved; was it the injection asked for? */
             struct parity_result ag = {0};
             rc = parity_session_agreement(s, &one, cfg, &ag, err);
-            x->agreement = (struct falsify_numbers){ag.cosine.min,     ag.kld.mean, ag.kld.max,
-                                                    ag.rel_l2.max,     ag.n_wrong,  ag.n_nonfinite,
-                                                    ag.route.n_refused};
+            x->agreement = (struct falsify_numbers){.min_cosine = ag.cosine.min,
+                                                    .mean_kld = ag.kld.mean,
+                                                    .max_kld = ag.kld.max,
+                                                    .max_rel_l2 = ag.rel_l2.max,
+                                                    .mean_rel_l2 = ag.rel_l2.mean,
+                                                    .n_wrong = ag.n_wrong,
+                                                    .n_nonfinite = ag.n_nonfinite,
+                                                    .n_route_refused = ag.route.n_refused};
             parity_result_free(&ag);
             if (rc)
                 break;
@@ -237,6 +242,7 @@ static int sweep_kind(struct parity_session *s, const struct model *m, struct fa
         x->mean_kld = r.kld.mean;
         x->max_kld = r.kld.max;
         x->max_rel_l2 = r.rel_l2.max;
+        x->mean_rel_l2 = r.rel_l2.mean;
         x->n_wrong = r.n_wrong;
         x->n_nonfinite = r.n_nonfinite;
         x->n_route_refused = r.route.n_refused;
@@ -599,19 +605,21 @@ static json_t *sample_json(const struct falsify_sample *x)
         "wrong_positions", x->n_wrong, "nonfinite_positions", x->n_nonfinite);
     if (o) {
         json_object_set_new(o, "max_rel_l2", parity_json_number(x->max_rel_l2));
+        json_object_set_new(o, "mean_rel_l2", parity_json_number(x->mean_rel_l2));
         json_object_set_new(o, "route_refused", json_integer(x->n_route_refused));
     }
     if (o && x->tapless) {
         const struct falsify_numbers *a = &x->agreement;
         json_object_set_new(o, "logit_diffs", json_integer(x->logit_diffs));
         json_object_set_new(o, "tapless", json_true());
-        json_object_set_new(o, "agreement",
-                            json_pack("{s:o, s:o, s:o, s:o, s:i, s:i}", "min_cosine",
-                                      parity_json_number(a->min_cosine), "mean_kld",
-                                      parity_json_number(a->mean_kld), "max_kld",
-                                      parity_json_number(a->max_kld), "max_rel_l2",
-                                      parity_json_number(a->max_rel_l2), "wrong_positions",
-                                      a->n_wrong, "nonfinite_positions", a->n_nonfinite));
+        json_object_set_new(
+            o, "agreement",
+            json_pack("{s:o, s:o, s:o, s:o, s:o, s:i, s:i, s:i}", "min_cosine",
+                      parity_json_number(a->min_cosine), "mean_kld",
+                      parity_json_number(a->mean_kld), "max_kld", parity_json_number(a->max_kld),
+                      "max_rel_l2", parity_json_number(a->max_rel_l2), "mean_rel_l2",
+                      parity_json_number(a->mean_rel_l2), "wrong_positions", a->n_wrong,
+                      "nonfinite_positions", a->n_nonfinite, "route_refused", a->n_route_refused));
     }
     return o;
 }
@@ -625,6 +633,7 @@ static int numbers_rejected(const struct parity_config *c, const struct falsify_
     s.n_pos = c->positions;
     s.min_cosine = x->min_cosine, s.mean_kld = x->mean_kld, s.max_kld = x->max_kld;
     s.max_rel_l2 = x->max_rel_l2;
+    s.mean_rel_l2 = x->mean_rel_l2;
     s.n_wrong = x->n_wrong, s.n_nonfinite = x->n_nonfinite;
     s.route.n_refused = x->n_route_refused;
     return parity_rejected(c, &s);
@@ -671,9 +680,14 @@ json_t *falsify_result_json(const struct falsify_result *r)
             const int is_noop = !fired || (K->spec.kind == FAULT_UNIFORM_WEIGHTS &&
                                            x->uniform_dev < FALSIFY_NOOP_UNIFORM);
             noop += is_noop;
-            const struct falsify_numbers xn = {x->min_cosine,     x->mean_kld, x->max_kld,
-                                               x->max_rel_l2,     x->n_wrong,  x->n_nonfinite,
-                                               x->n_route_refused};
+            const struct falsify_numbers xn = {.min_cosine = x->min_cosine,
+                                               .mean_kld = x->mean_kld,
+                                               .max_kld = x->max_kld,
+                                               .max_rel_l2 = x->max_rel_l2,
+                                               .mean_rel_l2 = x->mean_rel_l2,
+                                               .n_wrong = x->n_wrong,
+                                               .n_nonfinite = x->n_nonfinite,
+                                               .n_route_refused = x->n_route_refused};
             det += !is_noop && numbers_rejected(&r->clean.cfg, &xn);
             json_array_append_new(pts, sample_json(x));
         }

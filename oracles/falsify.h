@@ -101,13 +101,13 @@ struct falsify_sample {
     int logit_diffs, tapless;      /* positions whose logits moved; the subject has no taps */
     double uniform_dev; /* uniform_weights: max |w - 1/k| of the clean weights there; else 0 */
     double min_cosine, mean_kld, max_kld;
-    double max_rel_l2; /* parity's rel-L2 bound reads it (parity_metrics_rejected) */
+    double max_rel_l2, mean_rel_l2; /* parity's rel-L2 bounds read them */
     int n_wrong, n_nonfinite;
     int n_route_refused; /* parity's refused routes (the route-tie replay) */
     /* tap-less: the same numbers for the faulted run against the judge's run with the same
      * injection (parity_session_agreement); fired needs parity to accept that pair */
     struct falsify_numbers {
-        double min_cosine, mean_kld, max_kld, max_rel_l2;
+        double min_cosine, mean_kld, max_kld, max_rel_l2, mean_rel_l2;
         int n_wrong, n_nonfinite;
         int n_route_refused; /* 0: no taps, no replay */
     } agreement;

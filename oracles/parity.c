@@ -25,6 +25,7 @@ void parity_config_default(struct parity_config *c)
     c->near_tie = 0.05;
     c->route_tie = PARITY_ROUTE_TIE;
     c->max_rel_l2 = PARITY_MAX_REL_L2;
+    c->max_mean_rel_l2 = PARITY_MAX_MEAN_REL_L2;
     c->span = 0;
     c->seed = 0;
 }
@@ -47,6 +48,9 @@ int parity_config_check(const struct parity_config *c, struct gate_err *err)
                        c->span, c->positions);
     if (!(c->max_rel_l2 >= 0.0))
         return err_set(err, ERR_INPUT, "parity max_rel_l2 %g must be >= 0", c->max_rel_l2);
+    if (!(c->max_mean_rel_l2 >= 0.0))
+        return err_set(err, ERR_INPUT, "parity max_mean_rel_l2 %g must be >= 0",
+                       c->max_mean_rel_l2);
     if (!(c->near_tie >= 0.0) || isinf(c->near_tie))
         return err_set(err, ERR_INPUT, "parity near_tie %g must be finite and >= 0", c->near_tie);
     return 0;
@@ -222,7 +226,7 @@ void parity_summarize(const struct parity_pos *pos, int n, const struct parity_c
     s->n_pos = n;
     s->first_bad = s->argmin_cosine = s->argmax_kld = s->argmax_rel_l2 = -1;
     s->min_cosine = INFINITY;
-    double sum_kld = 0;
+    double sum_kld = 0, sum_rel_l2 = 0;
     int n_judged = 0, poisoned = 0;
     for (int i = 0; i < n; i++) {
         const struct parity_pos *p = &pos[i];
@@ -241,6 +245,7 @@ void parity_summarize(const struct parity_pos *pos, int n, const struct parity_c
         if (n_judged == 1 || p->rel_l2 > s->max_rel_l2)
             s->max_rel_l2 = p->rel_l2, s->argmax_rel_l2 = p->position;
         sum_kld += p->kld;
+        sum_rel_l2 += p->rel_l2;
         if (p->ref_top == p->test_top) {
             s->n_match++;
         } else if (isfinite(p->ref_gap) && p->ref_gap < cfg->near_tie) {
@@ -252,10 +257,11 @@ void parity_summarize(const struct parity_pos *pos, int n, const struct parity_c
         }
     }
     s->mean_kld = n_judged ? sum_kld / n_judged : NAN;
+    s->mean_rel_l2 = n_judged ? sum_rel_l2 / n_judged : NAN;
     if (!n_judged)
         s->min_cosine = s->max_kld = s->max_rel_l2 = NAN;
     if (poisoned) /* a non-finite position poisons every statistic */
-        s->min_cosine = s->mean_kld = s->max_kld = s->max_rel_l2 = NAN;
+        s->min_cosine = s->mean_kld = s->max_kld = s->max_rel_l2 = s->mean_rel_l2 = NAN;
 }
 
 static void say(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -307,15 +313,20 @@ int parity_verdict(const struct parity_config *cfg, const struct parity_summary 
         !gate_check_num(c, "max_rel_l2", s->max_rel_l2, "<=", cfg->max_rel_l2))
         say(first, fn, "max rel-L2 %.4g at position %d > %g (a scale error cosine cannot see)",
             s->max_rel_l2, s->argmax_rel_l2, cfg->max_rel_l2);
+    if (!isinf(cfg->max_mean_rel_l2) &&
+        !gate_check_num(c, "mean_rel_l2", s->mean_rel_l2, "<=", cfg->max_mean_rel_l2))
+        say(first, fn, "mean rel-L2 %.4g > %g (a small error at every position)", s->mean_rel_l2,
+            cfg->max_mean_rel_l2);
     json_decref(own);
     const int pass = first[0] == '\0';
     if (why && n) {
         char tail[400];
         snprintf(tail, sizeof tail,
-                 "%d positions: min cosine %.6g, mean KL %.3g, max KL %.3g, max rel-L2 %.3g;"
+                 "%d positions: min cosine %.6g, mean KL %.3g, max KL %.3g, max rel-L2 %.3g"
+                 " (mean %.3g);"
                  " %d/%d argmax match, %d tie flip%s, %d wrong, %d non-finite",
-                 s->n_pos, s->min_cosine, s->mean_kld, s->max_kld, s->max_rel_l2, s->n_match,
-                 s->n_pos, s->n_tie_flip, s->n_tie_flip == 1 ? "" : "s", s->n_wrong,
+                 s->n_pos, s->min_cosine, s->mean_kld, s->max_kld, s->max_rel_l2, s->mean_rel_l2,
+                 s->n_match, s->n_pos, s->n_tie_flip, s->n_tie_flip == 1 ? "" : "s", s->n_wrong,
                  s->n_nonfinite);
         if (rr->replayed) {
             const size_t l = strlen(tail);
@@ -368,6 +379,8 @@ int parity_settings_read(const json_t *settings, struct parity_config *cfg, char
         cfg->route_tie = 0;
     if (gate_metric_num(settings, "max_rel_l2", &cfg->max_rel_l2))
         cfg->max_rel_l2 = INFINITY;
+    if (gate_metric_num(settings, "max_mean_rel_l2", &cfg->max_mean_rel_l2))
+        cfg->max_mean_rel_l2 = INFINITY;
     return 0;
 }
 
@@ -414,7 +427,7 @@ int parity_metrics_summary(const json_t *metrics, const struct parity_config *cf
     if (!json_is_array(cos) || json_array_size(kld) != np || json_array_size(gap) != np ||
         json_array_size(rt) != np || json_array_size(tt) != np || (rl && json_array_size(rl) != np))
         return -1;
-    if (!rl && !isinf(cfg->max_rel_l2))
+    if (!rl && (!isinf(cfg->max_rel_l2) || !isinf(cfg->max_mean_rel_l2)))
         return -1; /* the bound is judged but the numbers were not recorded */
     struct parity_pos *pos = calloc(np ? np : 1, sizeof *pos);
     if (!pos)
@@ -469,9 +482,13 @@ int parity_metrics_rejected(const json_t *settings, const json_t *metrics, char 
         }
     s.min_cosine = v[0], s.mean_kld = v[1], s.max_kld = v[2];
     s.n_wrong = (int)v[3], s.n_nonfinite = (int)v[4];
-    s.max_rel_l2 = 0;
+    s.max_rel_l2 = s.mean_rel_l2 = 0;
     if (!isinf(cfg.max_rel_l2) && gate_metric_num(metrics, "max_rel_l2", &s.max_rel_l2)) {
         say(why, n, "parity numbers lack 'max_rel_l2'");
+        return -1;
+    }
+    if (!isinf(cfg.max_mean_rel_l2) && gate_metric_num(metrics, "mean_rel_l2", &s.mean_rel_l2)) {
+        say(why, n, "parity numbers lack 'mean_rel_l2'");
         return -1;
     }
     s.n_pos = cfg.positions; /* a sweep point judges its session's positions */
@@ -501,7 +518,7 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
         say(why, n,
             "parity metrics lack per_position cosine/kld/ref_gap/ref_top/test_top%s arrays of"
             " one length",
-            isinf(cfg.max_rel_l2) ? "" : "/rel_l2");
+            isinf(cfg.max_rel_l2) && isinf(cfg.max_mean_rel_l2) ? "" : "/rel_l2");
         return GATE_FAIL;
     }
     char line[512] = "";
@@ -630,6 +647,12 @@ double parity_severity(const struct parity_result *r)
         s = b;
     if (c > s)
         s = c;
+    const double d =
+        isinf(r->cfg.max_mean_rel_l2)
+            ? 0
+            : r->rel_l2.mean / (r->cfg.max_mean_rel_l2 > 0 ? r->cfg.max_mean_rel_l2 : 1e-300);
+    if (d > s)
+        s = d;
     return s < 0 ? 0 : s;
 }
 
@@ -668,6 +691,7 @@ json_t *parity_result_json(const struct parity_result *r)
     json_object_set_new(c, "near_tie", parity_json_number(r->cfg.near_tie));
     json_object_set_new(c, "route_tie", parity_json_number(r->cfg.route_tie));
     json_object_set_new(c, "max_rel_l2", parity_json_number(r->cfg.max_rel_l2));
+    json_object_set_new(c, "max_mean_rel_l2", parity_json_number(r->cfg.max_mean_rel_l2));
     json_object_set_new(c, "span", json_integer(r->cfg.span));
     json_object_set_new(o, "config", c);
     json_object_set_new(o, "verdict", json_string(r->pass ? "PASS" : "FAIL"));
@@ -815,7 +839,7 @@ void parity_print(FILE *f, const struct parity_result *r)
     char t0[48], t1[48], t2[48];
     snprintf(t0, sizeof t0, "min >= %g", r->cfg.min_cosine);
     snprintf(t1, sizeof t1, "mean <= %g, max <= %g", r->cfg.max_mean_kld, r->cfg.max_kld);
-    snprintf(t2, sizeof t2, "max <= %g", r->cfg.max_rel_l2);
+    snprintf(t2, sizeof t2, "mean <= %g, max <= %g", r->cfg.max_mean_rel_l2, r->cfg.max_rel_l2);
     for (int i = 0; i < 5; i++)
         fprintf(f, "  %-14s %12.6g %12.6g %12.6g %12.6g %12.6g   %s\n", rows[i].name,
                 rows[i].s->min, rows[i].s->mean, rows[i].s->p1, rows[i].s->p99, rows[i].s->max,

@@ -34,28 +34,33 @@ extern "C" {
 #define PARITY_ROUTE_TIE                                                                           \
     2e-2 /* router near tie: the route-tie replay's tolerance (docs/gates.md) */
 #define PARITY_MAX_REL_L2 5e-3 /* default max_rel_l2 (docs/gates.md, "tolerances from noise") */
+#define PARITY_MAX_MEAN_REL_L2 2.5e-3 /* default max_mean_rel_l2 (docs/gates.md, same section) */
 
 struct parity_config {
-    int positions;       /* sequence length when parity_run generates tokens (>= 64) */
-    double min_cosine;   /* every position's logit cosine must be >= this */
-    double max_mean_kld; /* mean KL(ref || test) over positions must be <= this (nats) */
-    double max_kld;      /* every position's KL must be <= this (nats) */
-    double near_tie;     /* logit gap (nats) below which an argmax flip is a TIE_FLIP */
-    double route_tie;    /* MoE: the router near tie (logits). Where the subject's expert set
-                          * differs from the judge's, both the subject's router gap (k-th minus
-                          * (k+1)-th logit) and the judge's deficit for the subject's set
-                          * (route_force) must be below it; the judge is then replayed with the
-                          * subject's set there. Anywhere else a differing set is a FAIL.
-                          * 0 = every differing set FAILs. */
-    double max_rel_l2;   /* every position's relative L2 error of the centred logits,
-                          * ||(t - mean t) - (r - mean r)|| / ||r - mean r||, must be <= this:
-                          * the check a uniform scale cannot hide from (cosine is blind to it).
-                          * INFINITY = not judged (a receipt recorded before the setting). */
-    int span;            /* generated sequences: the sequence is max(span, positions) tokens long
-                          * and `positions` positions spread over it are judged, the last one
-                          * included (0 = span positions: judge them all) */
-    uint64_t seed;       /* which positions are sampled and how prefill is chunked
-                          * (mode_prefill_split); the harness derives it from the cell's name */
+    int positions;          /* sequence length when parity_run generates tokens (>= 64) */
+    double min_cosine;      /* every position's logit cosine must be >= this */
+    double max_mean_kld;    /* mean KL(ref || test) over positions must be <= this (nats) */
+    double max_kld;         /* every position's KL must be <= this (nats) */
+    double near_tie;        /* logit gap (nats) below which an argmax flip is a TIE_FLIP */
+    double route_tie;       /* MoE: the router near tie (logits). Where the subject's expert set
+                             * differs from the judge's, both the subject's router gap (k-th minus
+                             * (k+1)-th logit) and the judge's deficit for the subject's set
+                             * (route_force) must be below it; the judge is then replayed with the
+                             * subject's set there. Anywhere else a differing set is a FAIL.
+                             * 0 = every differing set FAILs. */
+    double max_rel_l2;      /* every position's relative L2 error of the centred logits,
+                             * ||(t - mean t) - (r - mean r)|| / ||r - mean r||, must be <= this:
+                             * the check a uniform scale cannot hide from (cosine is blind to it).
+                             * INFINITY = not judged (a receipt recorded before the setting). */
+    double max_mean_rel_l2; /* the mean of that rel-L2 over the judged positions must be <= this:
+                             * a small systematic error (a 1 % scale in a late layer) lifts every
+                             * position a little, which the per-position maximum, set above the
+                             * noise's tail, cannot see. INFINITY = not judged (older receipts) */
+    int span;               /* generated sequences: the sequence is max(span, positions) tokens long
+                             * and `positions` positions spread over it are judged, the last one
+                             * included (0 = span positions: judge them all) */
+    uint64_t seed;          /* which positions are sampled and how prefill is chunked
+                             * (mode_prefill_split); the harness derives it from the cell's name */
 };
 
 /* The gate table's parity row defaults (docs/gates.md says where they come from). */
@@ -182,7 +187,8 @@ struct parity_summary {
     int first_bad;                    /* first non-finite or WRONG position (-1 none) */
     double min_cosine, mean_kld, max_kld, max_rel_l2; /* over judged positions; NaN when a
                                                        * position is non-finite */
-    int argmin_cosine, argmax_kld, argmax_rel_l2;     /* positions (indices), -1 when none */
+    double mean_rel_l2;
+    int argmin_cosine, argmax_kld, argmax_rel_l2; /* positions (indices), -1 when none */
 };
 
 /* Summarize n per-position rows (only cosine, kld, rel_l2, ref_top, test_top and ref_gap are
@@ -213,8 +219,8 @@ int parity_metrics_summary(const json_t *metrics, const struct parity_config *cf
 /* Falsify's predicate on recorded numbers: 1 rejected, 0 passes, -1 (and *why) when settings or
  * metrics are malformed. settings: the parity keys; metrics: a parity metrics object with
  * per_position arrays, or (a sweep point) the summary keys min_cosine, mean_kld, max_kld,
- * wrong_positions, nonfinite_positions, route_refused (absent: 0) and, when max_rel_l2 is judged,
- * max_rel_l2. */
+ * wrong_positions, nonfinite_positions, route_refused (absent: 0) and, when judged, max_rel_l2
+ * and mean_rel_l2. */
 int parity_metrics_rejected(const json_t *settings, const json_t *metrics, char *why, size_t n);
 
 /* The parity gate's judge (the gate table's row): parity_settings_read + parity_metrics_summary +

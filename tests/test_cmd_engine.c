@@ -155,6 +155,28 @@ Test(cmd_engine, a_route_near_tie_upstream_no_longer_cascades_into_wrong_positio
     free(out);
 }
 
+Test(cmd_engine, a_one_percent_scale_in_the_last_layer_fails_parity)
+{
+    /* issue 22 §2/§3: blk.3.ffn_down x 1.01 on tiny-dense's cpu engine moves every position's
+     * rel-L2 from the noise's ~0.0017 to ~0.0032, its maximum 0.0049 stays under max_rel_l2
+     * 0.005 (it PASSed before the mean bound); the mean rel-L2 bound 0.0025 rejects it, and the
+     * clean engine passes */
+    char *out, path[1024];
+    snprintf(path, sizeof path, "%s/tiny-dense.gguf", check_tmp_dir());
+    cr_assert_eq(
+        run(&out, "%s model synth --preset tiny-dense --quant Q4_K_M --seed 1 -o %s", bin(), path),
+        0, "%s", out);
+    free(out);
+    int rc = run(&out, "%s parity %s --mode cpu.decode", bin(), path);
+    cr_expect_eq(rc, 0, "%s", out);
+    free(out);
+    rc = run(&out, "%s parity %s --mode cpu.decode --fault scale:tensor=blk.3.ffn_down,factor=1.01",
+             bin(), path);
+    cr_expect_eq(rc, 1, "%s", out);
+    cr_expect(strstr(out, "FAIL: mean rel-L2"), "%s", out);
+    free(out);
+}
+
 /* Count the lines of out that hold needle. */
 static int count_lines(const char *out, const char *needle)
 {

@@ -147,6 +147,26 @@ Test(gates, a_refused_route_fails_and_a_replayed_one_is_judged_normally)
     cr_expect_eq(judge("parity", "ref.decode", parity_settings(), m, why), GATE_FAIL, "%s", why);
 }
 
+Test(gates, a_small_error_at_every_position_fails_the_mean_rel_l2)
+{
+    /* a 1 % scale in a late layer lifts every position's rel-L2 a little (tiny-dense blk.3
+     * ffn_down: max 0.0049, under max_rel_l2 0.005; mean 0.0032): the mean bound sees it */
+    char why[512];
+    for (int k = 0; k < 2; k++) {
+        json_t *m = parity_metrics(96, -1, 0, 0, 0), *rl = json_array();
+        for (int i = 0; i < 96; i++)
+            json_array_append_new(rl, json_real(k ? 0.0032 : 0.0017));
+        json_object_set_new(json_object_get(m, "per_position"), "rel_l2", rl);
+        json_t *st = parity_settings();
+        json_object_set_new(st, "max_rel_l2", json_real(5e-3));
+        json_object_set_new(st, "max_mean_rel_l2", json_real(2.5e-3));
+        cr_expect_eq(judge("parity", "ref.decode", st, m, why), k ? GATE_FAIL : GATE_PASS, "%s",
+                     why);
+        if (k)
+            cr_expect(strstr(why, "mean rel-L2 0.0032 > 0.0025"), "%s", why);
+    }
+}
+
 Test(gates, a_gate_that_ran_on_another_backend_fails)
 {
     char why[512];
