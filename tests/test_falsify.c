@@ -476,6 +476,7 @@ Test(falsify, full_sweep_with_a_loose_threshold_reports_escapes)
     cfg.parity.max_mean_kld = 1e9;
     cfg.parity.near_tie = 1e9; /* every argmax flip excused as a "near tie" */
     cfg.parity.max_rel_l2 = 1e9;
+    cfg.parity.max_mean_rel_l2 = 1e9;
     struct mode mode = ref_mode("ref.decode");
     struct gate_err err = {0};
     /* the investigation sweep takes any thresholds, and says loudly that they are blind */
