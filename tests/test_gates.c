@@ -167,6 +167,19 @@ Test(gates, a_small_error_at_every_position_fails_the_mean_rel_l2)
     }
 }
 
+Test(gates, the_mean_kl_is_held_to_its_own_bound_not_the_max_kl_bound)
+{
+    /* every position at KL 2e-3: each is under max_kld 1e-2, but the mean is over max_mean_kld
+     * 1e-3 (a mutant that compared the mean with max_kld survived every test: issue 28) */
+    char why[512];
+    json_t *m = parity_metrics(96, -1, 0, 0, 0), *kl = json_array();
+    for (int i = 0; i < 96; i++)
+        json_array_append_new(kl, json_real(2e-3));
+    json_object_set_new(json_object_get(m, "per_position"), "kld", kl);
+    cr_expect_eq(judge("parity", "ref.decode", parity_settings(), m, why), GATE_FAIL, "%s", why);
+    cr_expect(strstr(why, "mean KL 0.002 > 0.001"), "%s", why);
+}
+
 Test(gates, a_gate_that_ran_on_another_backend_fails)
 {
     char why[512];
