@@ -71,6 +71,16 @@ int fault_matmul_tensors(int is_moe, int *out)
     return n;
 }
 
+int fault_power_tensors(int is_moe, int *out)
+{
+    int n = 0;
+    for (int t = 1; t < FAULT_T_COUNT; t++)
+        if (fault_tensor_in_model(t, is_moe) && t != FAULT_T_ATTN_Q && t != FAULT_T_ATTN_K &&
+            t != FAULT_T_FFN_GATE_INP)
+            out[n++] = t;
+    return n;
+}
+
 static void tensors_list(char *buf, size_t n)
 {
     size_t at = 0;

@@ -91,6 +91,13 @@ static const struct gate_setting FALSIFY[] = {
     {"min_detection", GS_NUM, OFF(min_detection), 0.5, FALSIFY_MIN_DETECTION_FLOOR, 1,
      "least detection rate per fault kind over the sampled sweep (no-ops excluded); 0 is refused:"
      " a floor that cannot fail proves nothing (`gate falsify` takes the same default)"},
+    {"power_factor", GS_NUM, OFF(power_factor), FALSIFY_POWER_FACTOR, 1.0001,
+     FALSIFY_POWER_FACTOR_MAX,
+     "the power probe: every matmul tensor a uniform scale reaches the logits through, scaled by"
+     " this at power_layers layers (the last among them), and the output matrix, must each be"
+     " rejected by the cell's parity thresholds"},
+    {"power_layers", GS_INT, OFF(power_layers), FALSIFY_POWER_LAYERS, 1, 16,
+     "layers per tensor of the power probe (the last layer and others from a fixed stream)"},
     {NULL},
 };
 

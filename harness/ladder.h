@@ -84,6 +84,8 @@ struct ladder_gates {
     struct fault_set falsify;
     int sweep_samples;    /* sampled single-layer x single-position injections per kind */
     double min_detection; /* least detection rate per kind over those samples */
+    double power_factor;  /* the power probe's scale (oracles/falsify.h) */
+    int power_layers;     /* its layers per tensor */
     /* consistency (oracles/consistency.h): run on a cell only when the ladder names the gate */
     int consistency; /* 1: the cell's gates include consistency */
     int cons_positions, cons_repeats;

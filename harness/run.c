@@ -297,6 +297,8 @@ static json_t *gate_falsify(struct cell_ctx *x)
     cfg.parity.span = 0; /* falsify re-runs the subject per fault: the first `positions` only */
     cfg.sweep_samples = x->c->g.sweep_samples;
     cfg.min_detection = x->c->g.min_detection;
+    cfg.power_factor = x->c->g.power_factor;
+    cfg.power_layers = x->c->g.power_layers;
     struct falsify_result fr;
     memset(&fr, 0, sizeof fr);
     mode_ran_begin(&x->ran);

@@ -26,6 +26,8 @@ void falsify_config_default(struct falsify_config *c)
     c->n_clean = 5;
     c->sweep_samples = 4;
     c->min_detection = 0.5;
+    c->power_factor = FALSIFY_POWER_FACTOR;
+    c->power_layers = FALSIFY_POWER_LAYERS;
 }
 
 int falsify_check_floor(const struct parity_config *p, struct gate_err *err)
@@ -116,11 +118,19 @@ json_t *falsify_settings_json(const struct fault_set *faults, const struct falsi
                                             f->pos_lo, "pos_hi", f->pos_hi));
     }
     const struct parity_config *p = &cfg->parity;
-    return json_pack("{s:o, s:{s:i, s:f, s:f, s:f, s:f, s:f}, s:i, s:f}", "faults", fa, "parity",
-                     "positions", p->positions, "min_cosine", p->min_cosine, "max_mean_kld",
-                     p->max_mean_kld, "max_kld", p->max_kld, "near_tie", p->near_tie, "route_tie",
-                     p->route_tie, "sweep_samples", cfg->sweep_samples, "min_detection",
-                     cfg->min_detection);
+    json_t *o = json_pack("{s:o, s:{s:i, s:f, s:f, s:f, s:f, s:f}, s:i, s:f, s:f, s:i}", "faults",
+                          fa, "parity", "positions", p->positions, "min_cosine", p->min_cosine,
+                          "max_mean_kld", p->max_mean_kld, "max_kld", p->max_kld, "near_tie",
+                          p->near_tie, "route_tie", p->route_tie, "sweep_samples",
+                          cfg->sweep_samples, "min_detection", cfg->min_detection, "power_factor",
+                          cfg->power_factor, "power_layers", cfg->power_layers);
+    /* the rel-L2 bounds as the ladder records them (INFINITY: not judged, left out) */
+    json_t *po = json_object_get(o, "parity");
+    if (po && !isinf(p->max_rel_l2))
+        json_object_set_new(po, "max_rel_l2", json_real(p->max_rel_l2));
+    if (po && !isinf(p->max_mean_rel_l2))
+        json_object_set_new(po, "max_mean_rel_l2", json_real(p->max_mean_rel_l2));
+    return o;
 }
 
 /* ---- the gate's sampled sweep --------------------------------------------------------------- */
@@ -259,6 +269,93 @@ static int sweep_kind(struct parity_session *s, const struct model *m, struct fa
     return rc;
 }
 
+/* ---- the power probe (issue 22 §3) --------------------------------------------------------- */
+
+static struct falsify_numbers numbers_of(const struct parity_result *r)
+{
+    return (struct falsify_numbers){.min_cosine = r->cosine.min,
+                                    .mean_kld = r->kld.mean,
+                                    .max_kld = r->kld.max,
+                                    .max_rel_l2 = r->rel_l2.max,
+                                    .mean_rel_l2 = r->rel_l2.mean,
+                                    .n_wrong = r->n_wrong,
+                                    .n_nonfinite = r->n_nonfinite,
+                                    .n_route_refused = r->route.n_refused};
+}
+
+/* A probe's layers for one tensor: the last layer (the least downstream amplification: the
+ * hardest to see), then distinct others from a fixed stream. */
+static int probe_layers(int L, int want, int tensor, int *out)
+{
+    int n = 0;
+    out[n++] = L - 1;
+    uint64_t st = 0x90e4b0deull ^ (uint64_t)tensor;
+    while (n < want && n < L) {
+        const int l = (int)(det_splitmix64(&st) % (uint64_t)L);
+        int dup = 0;
+        for (int i = 0; i < n; i++)
+            dup |= out[i] == l;
+        if (!dup)
+            out[n++] = l;
+    }
+    return n;
+}
+
+/* Every power tensor of the model scaled by cfg->power_factor at its probe layers (the output
+ * matrix once), each judged by parity against the session's judge; *out's probes. */
+static int power_probe(struct parity_session *s, const struct model *m,
+                       const struct falsify_config *cfg, struct falsify_result *out,
+                       struct gate_err *err)
+{
+    int tensors[FAULT_T_COUNT], layers[FALSIFY_MAX_PROBES];
+    const int L = (int)m->hp.n_layer, nt = fault_power_tensors(m->hp.n_expert > 0, tensors);
+    const int want =
+        cfg->power_layers < FALSIFY_MAX_PROBES ? cfg->power_layers : FALSIFY_MAX_PROBES;
+    int rc = 0;
+    for (int i = 0; !rc && i < nt; i++) {
+        const int is_out = tensors[i] == FAULT_T_OUTPUT;
+        const int nl = is_out ? 1 : probe_layers(L, want, tensors[i], layers);
+        for (int j = 0; !rc && j < nl; j++) {
+            if (out->n_probes >= FALSIFY_MAX_PROBES)
+                return err_set(err, ERR_INPUT,
+                               "falsify: more than %d power probes (power_layers %d x %d tensors)",
+                               FALSIFY_MAX_PROBES, cfg->power_layers, nt);
+            struct falsify_probe *p = &out->probes[out->n_probes++];
+            p->tensor = tensors[i];
+            p->layer = is_out ? -1 : layers[j];
+            char text[128];
+            struct fault_set one = {.n = 1};
+            if (is_out)
+                snprintf(text, sizeof text, "scale:tensor=output,factor=%.9g", cfg->power_factor);
+            else
+                snprintf(text, sizeof text, "scale:tensor=blk.%d.%s,factor=%.9g", p->layer,
+                         fault_tensor_name(tensors[i]), cfg->power_factor);
+            if ((rc = fault_parse(text, &one.f[0], err)))
+                break;
+            fault_format(&one.f[0], p->name, sizeof p->name);
+            struct parity_result r = {0};
+            struct parity_witness w;
+            rc = parity_session_run(s, &one, &cfg->parity, 0, &r, err);
+            if (!rc)
+                rc = parity_session_witness(s, FAULT_SCALE, &w, err);
+            if (!rc) {
+                p->num = numbers_of(&r);
+                p->hidden_diffs = w.n_hidden_diff;
+                p->logit_diffs = w.n_logit_diff;
+                p->tapless = w.tapless;
+            }
+            if (!rc && w.tapless) { /* moved logits must be the asked-for scale's */
+                struct parity_result ag = {0};
+                rc = parity_session_agreement(s, &one, &cfg->parity, &ag, err);
+                p->agreement = numbers_of(&ag);
+                parity_result_free(&ag);
+            }
+            parity_result_free(&r);
+        }
+    }
+    return rc;
+}
+
 int falsify_run(const struct model *m, const struct mode *mode, const struct fault_set *faults,
                 const int32_t *tokens, int n, const struct falsify_config *cfg, int n_threads,
                 struct falsify_result *out, struct gate_err *err)
@@ -284,6 +381,15 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
                      "falsify: sweep_samples %d must be >= 0 and min_detection %g in [%g, 1] (a"
                      " detection floor of 0 cannot fail: it proves nothing)",
                      cfg->sweep_samples, cfg->min_detection, FALSIFY_MIN_DETECTION_FLOOR);
+    if (!rc && (!(cfg->power_factor > 1 && cfg->power_factor <= FALSIFY_POWER_FACTOR_MAX) ||
+                cfg->power_layers < 1))
+        rc = err_set(err, ERR_INPUT,
+                     "falsify: power_factor %g must be in (1, %g] and power_layers %d >= 1 (the"
+                     " power probe: thresholds that cannot see a small scale error prove little)",
+                     cfg->power_factor, FALSIFY_POWER_FACTOR_MAX, cfg->power_layers);
+    out->is_moe = m->hp.n_expert > 0;
+    out->n_layer = (int)m->hp.n_layer;
+    out->power_factor = cfg->power_factor;
     if (!rc)
         rc = parity_session_open(&s, m, mode, tokens, n, &cfg->parity, n_threads, 1, err);
     if (!rc)
@@ -349,6 +455,8 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
         }
         rc = sweep_kind(s, m, K, cfg->sweep_samples, w, &cfg->parity, err);
     }
+    if (!rc)
+        rc = power_probe(s, m, cfg, out, err);
     if (rc)
         goto done;
     /* the verdict is the judge's, over exactly the metrics recorded */
@@ -375,9 +483,10 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
     if (out->pass)
         snprintf(out->reason, sizeof out->reason,
                  "PASS: %s %d fault%s fired and %s rejected; sampled sweep %d per kind at or"
-                 " above %g detection",
+                 " above %g detection; %d power probes (one matmul x %g) all rejected",
                  out->n == 1 ? "the" : "all", out->n, out->n == 1 ? "" : "s",
-                 out->n == 1 ? "was" : "were", cfg->sweep_samples, cfg->min_detection);
+                 out->n == 1 ? "was" : "were", cfg->sweep_samples, cfg->min_detection,
+                 out->n_probes, cfg->power_factor);
     else
         snprintf(out->reason, sizeof out->reason, "FAIL: %.300s", why);
 done:
@@ -417,6 +526,108 @@ static int parity_rejects(const json_t *p, const struct thresholds *t, int *malf
 static int is_routing_name(const char *kind)
 {
     return kind && strcmp(kind, "skip_qk_norm") != 0;
+}
+
+/* The power probe's part of the verdict (falsify.h: struct falsify_config): the settings' factor
+ * and layers, every power tensor of the recorded model probed at enough layers (the last among
+ * them), and every probe fired and rejected by parity at the cell's thresholds. */
+static void power_judge(const json_t *settings, const json_t *metrics, const struct thresholds *t,
+                        json_t *checks, char *first, size_t fn, int *fails)
+{
+    double pf = NAN, pl = NAN, rf = NAN, L = NAN;
+    const json_t *pw = json_object_get(metrics, "power");
+    const json_t *probes = json_object_get(pw, "probes");
+    gate_metric_num(settings, "power_factor", &pf);
+    gate_metric_num(settings, "power_layers", &pl);
+    gate_metric_num(pw, "factor", &rf);
+    gate_metric_num(pw, "n_layer", &L);
+    const int ok_set =
+        gate_check_num(checks, "power_factor", pf, ">", 1) &
+        gate_check_num(checks, "power_factor bound", pf, "<=", FALSIFY_POWER_FACTOR_MAX) &
+        gate_check_num(checks, "power_layers", pl, ">=", 1);
+    if (!ok_set) {
+        if (!(*fails)++)
+            snprintf(first, fn,
+                     "the power probe's settings are missing or out of range (power_factor in"
+                     " (1, %g], power_layers >= 1)",
+                     FALSIFY_POWER_FACTOR_MAX);
+        return;
+    }
+    if (!gate_check_num(checks, "power probe factor recorded", rf, "==", pf) ||
+        !gate_check_num(checks, "power probe layers recorded", L, ">=", 1) ||
+        !json_is_array(probes)) {
+        if (!(*fails)++)
+            snprintf(first, fn, "the power probe was not recorded (or with another factor)");
+        return;
+    }
+    /* coverage: every power tensor of the model, at min(power_layers, n_layer) distinct layers
+     * including the last; the output matrix once */
+    int tensors[FAULT_T_COUNT];
+    const int nt = fault_power_tensors(json_is_true(json_object_get(pw, "moe")), tensors);
+    char metric[160];
+    for (int i = 0; i < nt; i++) {
+        const char *tn = fault_tensor_name(tensors[i]);
+        const int is_out = tensors[i] == FAULT_T_OUTPUT;
+        int n_at = 0, last = 0;
+        for (size_t j = 0; j < json_array_size(probes); j++) {
+            const json_t *x = json_array_get(probes, j);
+            const char *xt = json_string_value(json_object_get(x, "tensor"));
+            double xl = NAN;
+            gate_metric_num(x, "layer", &xl);
+            if (!xt || strcmp(xt, tn))
+                continue;
+            int dup = 0; /* distinct layers only */
+            for (size_t q = 0; q < j; q++) {
+                const json_t *y = json_array_get(probes, q);
+                const char *yt = json_string_value(json_object_get(y, "tensor"));
+                double yl = NAN;
+                gate_metric_num(y, "layer", &yl);
+                dup |= yt && !strcmp(yt, tn) && yl == xl;
+            }
+            n_at += !dup;
+            last |= is_out ? xl == -1 : xl == L - 1;
+        }
+        const double want = is_out ? 1 : (pl < L ? pl : L);
+        snprintf(metric, sizeof metric, "power probes of %s", tn);
+        const int enough = gate_check_num(checks, metric, n_at, ">=", want);
+        snprintf(metric, sizeof metric, "power probe of %s at %s", tn,
+                 is_out ? "the output" : "the last layer");
+        if (!(gate_check_bool(checks, metric, last) && enough) && !(*fails)++)
+            snprintf(first, fn,
+                     "the power probe covers %s at %d layer%s (%g due, the last among them)", tn,
+                     n_at, n_at == 1 ? "" : "s", want);
+    }
+    for (size_t j = 0; j < json_array_size(probes); j++) {
+        const json_t *x = json_array_get(probes, j);
+        const char *name = json_string_value(json_object_get(x, "fault"));
+        name = name ? name : "?";
+        const int tapless = json_is_true(json_object_get(x, "tapless"));
+        double hd = NAN, ld = NAN;
+        gate_metric_num(x, "hidden_diffs", &hd);
+        gate_metric_num(x, "logit_diffs", &ld);
+        int fired = tapless ? ld > 0 : (hd > 0 || ld > 0), malformed = 0, ag_bad = 0;
+        if (tapless && json_object_get(settings, "engine") == NULL)
+            fired = 0; /* only an exec engine reports no taps */
+        if (tapless) {
+            const json_t *ag = json_object_get(x, "agreement");
+            fired = fired && ag && !parity_rejects(ag, t, &ag_bad) && !ag_bad;
+        }
+        snprintf(metric, sizeof metric, "power probe %.80s fired", name);
+        if (!gate_check_bool(checks, metric, fired) && !(*fails)++)
+            snprintf(first, fn, "power probe %s did not act on the engine: it tested nothing",
+                     name);
+        const int rej = parity_rejects(x, t, &malformed);
+        snprintf(metric, sizeof metric, "power probe %.80s rejected", name);
+        if (!gate_check_bool(checks, metric, rej && !malformed) && !(*fails)++) {
+            double mr = NAN, xr = NAN;
+            gate_metric_num(x, "mean_rel_l2", &mr);
+            gate_metric_num(x, "max_rel_l2", &xr);
+            snprintf(first, fn,
+                     "power probe %s passes parity (mean rel-L2 %.3g, max rel-L2 %.3g): the"
+                     " thresholds are too loose to see a %.3g %% error of one matmul",
+                     name, mr, xr, (pf - 1) * 100);
+        }
+    }
 }
 
 enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, json_t *checks,
@@ -591,6 +802,7 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
                      " changed something (%d no-ops), below min_detection %g",
                      kind, det, tested, noop, min_det);
     }
+    power_judge(settings, metrics, &t, checks, first, sizeof first, &fails);
     say(why, n, "%s", fails ? first : "");
     return fails ? GATE_FAIL : GATE_PASS;
 }
@@ -637,6 +849,46 @@ static int numbers_rejected(const struct parity_config *c, const struct falsify_
     s.n_wrong = x->n_wrong, s.n_nonfinite = x->n_nonfinite;
     s.route.n_refused = x->n_route_refused;
     return parity_rejected(c, &s);
+}
+
+/* A falsify_numbers as the keys parity_metrics_rejected reads of a sweep point, into o. */
+static void numbers_json(json_t *o, const struct falsify_numbers *x)
+{
+    json_object_set_new(o, "min_cosine", parity_json_number(x->min_cosine));
+    json_object_set_new(o, "mean_kld", parity_json_number(x->mean_kld));
+    json_object_set_new(o, "max_kld", parity_json_number(x->max_kld));
+    json_object_set_new(o, "max_rel_l2", parity_json_number(x->max_rel_l2));
+    json_object_set_new(o, "mean_rel_l2", parity_json_number(x->mean_rel_l2));
+    json_object_set_new(o, "wrong_positions", json_integer(x->n_wrong));
+    json_object_set_new(o, "nonfinite_positions", json_integer(x->n_nonfinite));
+    json_object_set_new(o, "route_refused", json_integer(x->n_route_refused));
+}
+
+static json_t *power_json(const struct falsify_result *r)
+{
+    json_t *o = json_object(), *ps = json_array();
+    json_object_set_new(o, "factor", json_real(r->power_factor));
+    json_object_set_new(o, "moe", json_boolean(r->is_moe));
+    json_object_set_new(o, "n_layer", json_integer(r->n_layer));
+    for (int i = 0; i < r->n_probes; i++) {
+        const struct falsify_probe *p = &r->probes[i];
+        json_t *x = json_object();
+        json_object_set_new(x, "fault", json_string(p->name));
+        json_object_set_new(x, "tensor", json_string(fault_tensor_name(p->tensor)));
+        json_object_set_new(x, "layer", json_integer(p->layer));
+        json_object_set_new(x, "hidden_diffs", json_integer(p->hidden_diffs));
+        json_object_set_new(x, "logit_diffs", json_integer(p->logit_diffs));
+        numbers_json(x, &p->num);
+        if (p->tapless) {
+            json_t *a = json_object();
+            numbers_json(a, &p->agreement);
+            json_object_set_new(x, "tapless", json_true());
+            json_object_set_new(x, "agreement", a);
+        }
+        json_array_append_new(ps, x);
+    }
+    json_object_set_new(o, "probes", ps);
+    return o;
 }
 
 json_t *falsify_result_json(const struct falsify_result *r)
@@ -698,6 +950,7 @@ json_t *falsify_result_json(const struct falsify_result *r)
                                             K->n - noop - det, "noops", noop, "points", pts));
     }
     json_object_set_new(o, "sweep", json_pack("{s:o}", "kinds", ks));
+    json_object_set_new(o, "power", power_json(r));
     return o;
 }
 
@@ -734,6 +987,14 @@ void falsify_print(FILE *f, const struct falsify_result *r)
             if (K->s[j].uniform_dev > 0 && K->s[j].uniform_dev < FALSIFY_NOOP_UNIFORM)
                 fprintf(f, "      no-op: L%d @%d weights already uniform within %.2g\n",
                         K->s[j].layer, K->s[j].pos, K->s[j].uniform_dev);
+    }
+    if (r->n_probes) {
+        fprintf(f, "  power probe (one matmul scaled by %g; must be rejected):\n", r->power_factor);
+        fprintf(f, "  %-44s %12s %12s %10s\n", "probe", "mean rel-L2", "max rel-L2", "max KLD");
+        for (int i = 0; i < r->n_probes; i++)
+            fprintf(f, "  %-44s %12.4g %12.4g %10.3g\n", r->probes[i].name,
+                    r->probes[i].num.mean_rel_l2, r->probes[i].num.max_rel_l2,
+                    r->probes[i].num.max_kld);
     }
     fprintf(f, "  %s\n", r->reason);
 }

@@ -54,11 +54,24 @@ extern "C" {
 /* A uniform_weights injection on weights already within this of 1/k changed nothing. */
 #define FALSIFY_NOOP_UNIFORM 1e-3
 
+/* The power probe's bounds (issue 22 §3): the scale factor, and layers per tensor. */
+#define FALSIFY_POWER_FACTOR 1.01
+#define FALSIFY_POWER_FACTOR_MAX 1.05 /* a probe above 5 % proves little about 1 % errors */
+#define FALSIFY_POWER_LAYERS 2
+#define FALSIFY_MAX_PROBES 64
+
 struct falsify_config {
     struct parity_config parity; /* the thresholds under test (a cell's parity settings) */
     int n_clean;                 /* sweep: clean runs for the noise ceiling (default 5) */
     int sweep_samples;           /* gate: sampled (layer, position) injections per kind (4) */
     double min_detection;        /* gate: least sampled detection rate per kind (0.5) */
+    /* gate: the power probe. Each matmul tensor a uniform scale reaches the logits through
+     * (fault_power_tensors) is scaled by power_factor at power_layers layers (the last one and
+     * others drawn from a fixed stream), and the output matrix once; parity must reject every
+     * probe at the cell's thresholds, or the gate FAILs: "thresholds too loose to see a 1 %
+     * error" */
+    double power_factor; /* default FALSIFY_POWER_FACTOR; (1, FALSIFY_POWER_FACTOR_MAX] */
+    int power_layers;    /* default FALSIFY_POWER_LAYERS; >= 1 */
 };
 
 void falsify_config_default(struct falsify_config *c);
@@ -123,6 +136,16 @@ struct falsify_kind {
     double rate; /* detected / (n - noops); NaN when that is 0 */
 };
 
+/* One power probe: scale:tensor=blk.LAYER.TENSOR (or output),factor=power_factor over the whole
+ * sequence. */
+struct falsify_probe {
+    int tensor, layer; /* enum fault_tensor; layer -1 for output */
+    char name[96];     /* fault_format() of the spec */
+    int hidden_diffs, logit_diffs, tapless;
+    struct falsify_numbers num;       /* the faulted run against the judge */
+    struct falsify_numbers agreement; /* tap-less: against the judge's run with the same fault */
+};
+
 struct falsify_result {
     char mode[32];
     int pass;                  /* verdict == GATE_PASS */
@@ -133,6 +156,10 @@ struct falsify_result {
     struct falsify_fault f[FAULT_MAX];
     int n_kinds;
     struct falsify_kind k[FAULT_KIND_COUNT];
+    int is_moe, n_layer; /* the model, for the power probe's coverage */
+    double power_factor;
+    int n_probes;
+    struct falsify_probe probes[FALSIFY_MAX_PROBES];
     json_t *metrics; /* owned: what the judge read */
     json_t *checks;  /* owned */
 };

@@ -437,8 +437,9 @@ Test(falsify, judge_recomputes_rejection_fired_and_noops_from_numbers)
         json_array_get(json_object_get(json_object_get(met, "sweep"), "kinds"), 0), "points");
     cr_assert_eq(json_array_size(pts), 2);
     json_t *p0 = json_array_get(pts, 0), *p1 = json_array_get(pts, 1);
-    json_t *clean_pt = json_pack("{s:f, s:f, s:f, s:i, s:i}", "min_cosine", 1.0, "mean_kld", 0.0,
-                                 "max_kld", 0.0, "wrong_positions", 0, "nonfinite_positions", 0);
+    json_t *clean_pt = json_pack("{s:f, s:f, s:f, s:i, s:i, s:f, s:f}", "min_cosine", 1.0,
+                                 "mean_kld", 0.0, "max_kld", 0.0, "wrong_positions", 0,
+                                 "nonfinite_positions", 0, "max_rel_l2", 0.0, "mean_rel_l2", 0.0);
     json_object_update(p0, clean_pt);
     json_t *bad_pt = json_pack("{s:f, s:f, s:f, s:i, s:i}", "min_cosine", 0.5, "mean_kld", 1.0,
                                "max_kld", 5.0, "wrong_positions", 3, "nonfinite_positions", 0);
@@ -688,4 +689,79 @@ Test(faults, numeric_faults_act_in_the_cpu_engine_as_in_the_twin_dense)
 Test(faults, numeric_faults_act_in_the_cpu_engine_as_in_the_twin_moe)
 {
     numeric_faults_in_cpu("qwen3moe-tiny-f32");
+}
+
+/* The power probe (issue 22 §3): on the cpu engine, every matmul tensor a uniform scale reaches
+ * the logits through is scaled by 1 % at two layers (the last among them) and the output matrix
+ * once, and the cell's thresholds must reject each. With the mean rel-L2 bound off, a 1 % scale
+ * of a last-layer FFN matrix passes parity (max rel-L2 0.0049 < 0.005): FAIL, "too loose". */
+Test(falsify, the_power_probe_sees_a_one_percent_scale_of_every_matmul)
+{
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-dense", &buf);
+    struct falsify_config cfg;
+    falsify_config_default(&cfg);
+    cfg.sweep_samples = 0;
+    const char *kinds[] = {"skip_qk_norm"};
+    struct fault_set fs = faults_of(kinds, 1);
+    struct mode mode = ref_mode("cpu.decode");
+    struct gate_err err = {0};
+    struct falsify_result r;
+    cr_assert_eq(falsify_run(m, &mode, &fs, NULL, 0, &cfg, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect_eq(r.verdict, GATE_PASS, "%s", r.reason);
+    /* attn_v, attn_output, ffn_gate, ffn_up, ffn_down at 2 layers each, and output */
+    cr_expect_eq(r.n_probes, 11);
+    int last = 0;
+    for (int i = 0; i < r.n_probes; i++)
+        last += r.probes[i].layer == (int)m->hp.n_layer - 1;
+    cr_expect_eq(last, 5, "every layered tensor at the last layer");
+    json_t *met = json_deep_copy(r.metrics);
+    json_t *s = falsify_settings_json(&fs, &cfg), *checks = json_array();
+    char why[320];
+    /* the judge over the same numbers: a probe that did not act, a probe that passes parity,
+     * a tensor left out, another factor: each FAILs */
+    json_t *probes = json_object_get(json_object_get(met, "power"), "probes");
+    json_t *p0 = json_array_get(probes, 0);
+    json_t *keep = json_deep_copy(p0);
+    json_object_set_new(p0, "hidden_diffs", json_integer(0));
+    json_object_set_new(p0, "logit_diffs", json_integer(0));
+    cr_expect_eq(falsify_judge(s, met, checks, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "did not act"), "%s", why);
+    json_array_set_new(probes, 0, json_deep_copy(keep));
+    p0 = json_array_get(probes, 0);
+    json_object_set_new(p0, "mean_rel_l2", json_real(1e-3));
+    json_object_set_new(p0, "max_rel_l2", json_real(2e-3));
+    json_object_set_new(p0, "max_kld", json_real(0));
+    json_object_set_new(p0, "mean_kld", json_real(0));
+    json_object_set_new(p0, "min_cosine", json_real(1));
+    json_object_set_new(p0, "wrong_positions", json_integer(0));
+    cr_expect_eq(falsify_judge(s, met, checks, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "too loose to see a 1 % error"), "%s", why);
+    json_array_remove(probes, 0);
+    cr_expect_eq(falsify_judge(s, met, checks, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "the power probe covers"), "%s", why);
+    json_array_insert_new(probes, 0, json_deep_copy(keep));
+    cr_expect_eq(falsify_judge(s, met, checks, why, sizeof why), GATE_PASS, "%s", why);
+    json_object_set_new(json_object_get(met, "power"), "factor", json_real(1.05));
+    cr_expect_eq(falsify_judge(s, met, checks, why, sizeof why), GATE_FAIL);
+    json_object_del(met, "power");
+    cr_expect_eq(falsify_judge(s, met, checks, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "not recorded"), "%s", why);
+    json_decref(keep);
+    json_decref(met);
+    json_decref(s);
+    json_decref(checks);
+    falsify_result_free(&r);
+    /* thresholds that cannot see it: the run FAILs, naming the probe */
+    cfg.parity.max_mean_rel_l2 = INFINITY;
+    cr_assert_eq(falsify_run(m, &mode, &fs, NULL, 0, &cfg, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect_eq(r.verdict, GATE_FAIL, "%s", r.reason);
+    cr_expect(strstr(r.reason, "too loose to see a 1 % error of one matmul"), "%s", r.reason);
+    falsify_result_free(&r);
+    /* a probe factor outside (1, 1.05] is refused up front */
+    cfg.power_factor = 1.0;
+    cr_expect_eq(falsify_run(m, &mode, &fs, NULL, 0, &cfg, 2, &r, &err), ERR_INPUT);
+    falsify_result_free(&r);
+    model_free(m);
+    free(buf);
 }
