@@ -114,6 +114,10 @@ static int list_presets(void)
                 int64_t *vb = ps[i].n_vocab > 4096 ? &vocab_qwen : &vocab_small;
                 uint64_t bytes = 0;
                 int rc = synth_file_bytes(&o, *vb, &bytes, vb, &err);
+                if (rc == ERR_INPUT) { /* a shape the quant cannot take (tiny-odd and K-quants) */
+                    printf(" %13s", "-");
+                    continue;
+                }
                 if (rc)
                     return cli_fail(err_exit_code(rc), "%s", err.msg);
                 printf(" %13" PRIu64, bytes);
