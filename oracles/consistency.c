@@ -49,6 +49,25 @@ static int run_variant(const struct model *m, const struct mode *mode, int n_thr
     return rc;
 }
 
+/* The last-row variant: the sequence in chunks of `chunk`, each through backend_forward_last
+ * (greedy decoding's call: only the chunk's last row of logits); out = ref with each chunk's last
+ * row replaced by what forward_last gave, so it differs from ref exactly where those rows do. */
+static int run_last_rows(const struct model *m, const struct mode *mode, int n_threads, int chunk,
+                         const int32_t *ids, int n, const float *ref, float *out,
+                         struct gate_err *err)
+{
+    const size_t V = m->hp.n_vocab;
+    struct backend *b = NULL;
+    memcpy(out, ref, (size_t)n * V * sizeof *out);
+    int rc = mode_open(&b, mode, m, n, n_threads, NULL, err);
+    for (int p = 0; !rc && p < n; p += chunk) {
+        const int c = chunk < n - p ? chunk : n - p;
+        rc = backend_forward_last(b, ids + p, c, p, out + (size_t)(p + c - 1) * V, err);
+    }
+    backend_close(b);
+    return rc;
+}
+
 /* {name, ran: true, max_abs, first_diff, identical} of variant logits v against ref */
 static json_t *compare(const char *name, const float *ref, const float *v, int n, size_t V)
 {
@@ -110,6 +129,10 @@ int consistency_run(const struct model *m, const struct mode *mode,
     if ((rc = run_variant(m, mode, n_threads, n, 1, ids, n, v, err)))
         goto done;
     json_array_append_new(vars, compare("resume", ref, v, n, V));
+    /* forward_last (greedy decoding's call) gives the batched call's last row */
+    if ((rc = run_last_rows(m, mode, n_threads, CHUNKS[0], ids, n, ref, v, err)))
+        goto done;
+    json_array_append_new(vars, compare("last-rows", ref, v, n, V));
     for (size_t i = 0; inv.threads && i < sizeof THREADS / sizeof THREADS[0]; i++)
         for (int r = 0; r < cfg->repeats; r++) {
             if ((rc = run_variant(m, mode, THREADS[i], n, 0, ids, n, v, err)))
@@ -200,6 +223,7 @@ enum gate_verdict consistency_judge(const json_t *settings, const json_t *metric
     for (size_t i = 0; i < sizeof CHUNKS / sizeof CHUNKS[0]; i++)
         snprintf(due[n_due++], sizeof due[0], "chunks=%d", CHUNKS[i]);
     snprintf(due[n_due++], sizeof due[0], "resume");
+    snprintf(due[n_due++], sizeof due[0], "last-rows");
     for (size_t i = 0; threads && i < sizeof THREADS / sizeof THREADS[0]; i++)
         for (int r = 0; r < (int)repeats && n_due < 32; r++)
             snprintf(due[n_due++], sizeof due[0], "threads=%d#%d", THREADS[i], r + 1);

@@ -5,7 +5,9 @@
  * One sequence (positions tokens from mode_tokens), run as variants of the same computation:
  * decode (one token per forward: the reference run), prefill (one batch), chunks of 7 and 45 (not
  * multiples of the 16-token GEMM tile, so partial tiles and tails run), resume (the whole
- * sequence, the cache truncated to a third, the rest again: a chat turn's KV reuse), the whole
+ * sequence, the cache truncated to a third, the rest again: a chat turn's KV reuse), last-rows
+ * (chunks of 7 through backend_forward_last, greedy decoding's call: each chunk's last row), the
+ * whole
  * batch at 1, 2 and 3 threads each `repeats` times (a race shows as two runs that differ), and
  * the batch under each instruction set the backend declares that this machine runs. Every
  * variant's logits are compared with the reference run's: identical bit for bit where the

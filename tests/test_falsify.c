@@ -381,6 +381,35 @@ Test(falsify, sampled_sweep_rate_is_judged_per_kind)
     cr_expect_eq(falsify_judge(s, r.metrics, checks, why, sizeof why), GATE_PASS, "%s", why);
     json_decref(s);
     json_decref(checks);
+    /* a clean run that fails parity proves nothing: one WRONG position in the recorded clean
+     * run FAILs the gate (a judge that accepted it survived every test: issue 28) */
+    {
+        json_t *met = json_deep_copy(r.metrics);
+        json_t *pp = json_object_get(json_object_get(met, "clean"), "per_position");
+        json_t *tt = json_object_get(pp, "test_top"), *rt = json_object_get(pp, "ref_top");
+        json_t *g = json_object_get(pp, "ref_gap");
+        json_array_set_new(tt, 5, json_integer(json_integer_value(json_array_get(rt, 5)) + 1));
+        json_array_set_new(g, 5, json_real(3.0));
+        s = falsify_settings_json(&fs, &cfg);
+        checks = json_array();
+        cr_expect_eq(falsify_judge(s, met, checks, why, sizeof why), GATE_FAIL);
+        cr_expect(strstr(why, "clean run fails parity"), "%s", why);
+        json_decref(met);
+        json_decref(s);
+        json_decref(checks);
+    }
+    /* the strength floor reads each threshold: max_kld alone above its floor FAILs (a floor
+     * that read max_mean_kld there survived every test: issue 28) */
+    {
+        struct falsify_config loose = cfg;
+        loose.parity.max_kld = FALSIFY_FLOOR_MAX_KLD * 2;
+        s = falsify_settings_json(&fs, &loose);
+        checks = json_array();
+        cr_expect_eq(falsify_judge(s, r.metrics, checks, why, sizeof why), GATE_FAIL);
+        cr_expect(strstr(why, "looser than the falsify floor"), "%s", why);
+        json_decref(s);
+        json_decref(checks);
+    }
     /* a floor of 0 cannot fail: the judge refuses it (issue 22 §2), and so does a run */
     cfg.min_detection = 0.0;
     s = falsify_settings_json(&fs, &cfg);

@@ -20,6 +20,11 @@ Test(golden, first_diff)
     cr_expect_eq(golden_first_diff(a, 4, b, 4), 2);
     cr_expect_eq(golden_first_diff(a, 4, a, 3), 3);
     cr_expect_eq(golden_first_diff(a, 0, a, 0), -1);
+    /* only the last token differs (a comparison that stopped one short survived: issue 28) */
+    int32_t c[] = {1, 2, 3, 5};
+    cr_expect_eq(golden_first_diff(a, 4, c, 4), 3);
+    cr_expect_eq(golden_first_diff(c, 1, a, 1), -1);
+    cr_expect_eq(golden_first_diff((int32_t[]){7}, 1, (int32_t[]){8}, 1), 0);
 }
 
 Test(golden, reproduces_the_conformance_greedy_ids)
