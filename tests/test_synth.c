@@ -670,7 +670,7 @@ Test(synth, cli_rejects_bad_arguments_before_writing, .init = cr_redirect_stderr
     cli_case(a8, (int)(sizeof a8 / sizeof a8[0]), 2, path);
     const char *text = stderr_text();
     const char *needles[] = {
-        "unknown preset 'tiny-nope' (presets: tiny-dense, tiny-moe, qwen3-0.6b",
+        "unknown preset 'tiny-nope' (presets: tiny-dense, tiny-moe, tiny-odd, qwen3-0.6b",
         "--heads 6 is not a multiple of --kv-heads 4",
         "--hidden = 320 is not a multiple of 256, the block size of Q4_K (Q4_K_M mix)",
         "--experts-used 9 must be in 1..--experts (8)",
