@@ -341,6 +341,15 @@ void report_release(FILE *out, const struct ladder *l, const char *ladder_path, 
         if (l->engines[i].e.isolation_none)
             fprintf(out, "note: engine %s runs without isolation (isolation: none): %s\n",
                     safe(l->engines[i].e.name), safe(l->engines[i].e.reason));
+    for (int i = 0; i < l->n_cells; i++) /* docs/gates.md, "Tolerances from noise" */
+        if (l->cells[i].g.loose_reason[0]) {
+            char name[256];
+            fprintf(out,
+                    "note: cell %s may judge parity looser than the backend's noise allows"
+                    " (parity.loose_reason): %s\n",
+                    safe(ladder_cell_name(l, i, name, sizeof name)),
+                    safe(l->cells[i].g.loose_reason));
+        }
     if (id->git_dirty)
         fprintf(out,
                 "note: this gate binary was built from a tree that is not its commit (%s);"
@@ -806,6 +815,15 @@ void report_release_json(FILE *out, const struct ladder *l, const char *ladder_p
                                   json_pack("{s:o, s:o}", "engine", jstr(l->engines[i].e.name),
                                             "reason", jstr(l->engines[i].e.reason)));
     json_object_set_new(doc, "unisolated_engines", unisolated);
+    json_t *loose = json_array();
+    for (int i = 0; i < l->n_cells; i++)
+        if (l->cells[i].g.loose_reason[0]) {
+            char name[256];
+            json_array_append_new(loose, json_pack("{s:o, s:o}", "cell",
+                                                   jstr(ladder_cell_name(l, i, name, sizeof name)),
+                                                   "reason", jstr(l->cells[i].g.loose_reason)));
+        }
+    json_object_set_new(doc, "loose_thresholds", loose);
     json_object_set_new(doc, "schema", json_string("gate.release/1"));
     json_object_set_new(doc, "ok", json_boolean(r->ok));
     json_object_set_new(

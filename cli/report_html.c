@@ -526,6 +526,34 @@ static void draw_parity(FILE *f, const json_t *g)
     }
     fputs("</p>\n", f);
     parity_plot(f, m, s);
+    const json_t *nz = json_object_get(m, "noise"), *mg = json_object_get(nz, "margin");
+    if (json_is_object(mg)) { /* each threshold over the backend's documented noise */
+        fputs("<p class=\"margins\">thresholds over the ", f);
+        put(f, ostr(nz, "backend"));
+        fputs(" backend's documented noise: ", f);
+        const char *k;
+        const json_t *v;
+        int first = 1;
+        json_object_foreach((json_t *)mg, k, v)
+        {
+            fprintf(f, "%s", first ? "" : ", ");
+            first = 0;
+            put(f, k);
+            if (json_is_null(v))
+                fputs(" (not measured)", f);
+            else
+                fprintf(f, " %.3gx", jnum(v));
+        }
+        fputs(" (", f);
+        put(f, ostr(nz, "source"));
+        fputs(")</p>\n", f);
+    }
+    const char *loose = ostr(s, "loose_reason");
+    if (loose && loose[0]) {
+        fputs("<p class=\"note loose\">looser than the noise allows, by the ladder's reason: ", f);
+        put(f, loose);
+        fputs("</p>\n", f);
+    }
     draw_localization(f, json_object_get(m, "localization"));
     const json_t *pp = json_object_get(m, "per_position");
     const json_t *cls = json_object_get(pp, "class");
@@ -1203,6 +1231,17 @@ static void draw_identity(FILE *f, const struct ladder *l, const char *ladder_pa
         put(f, l->unanchored[i].reason);
         fputs("</p>\n", f);
     }
+    for (int i = 0; i < l->n_cells; i++) /* docs/gates.md, "Tolerances from noise" */
+        if (l->cells[i].g.loose_reason[0]) {
+            char name[256];
+            fputs("<p class=\"note loose\">cell ", f);
+            put(f, ladder_cell_name(l, i, name, sizeof name));
+            fputs(" may judge parity looser than the backend's noise allows"
+                  " (parity.loose_reason): ",
+                  f);
+            put(f, l->cells[i].g.loose_reason);
+            fputs("</p>\n", f);
+        }
 }
 
 /* One row of the matrix table. */

@@ -43,6 +43,10 @@ static const struct gate_setting PARITY[] = {
     {"max_rel_l2", GS_NUM, OFF(max_rel_l2), PARITY_MAX_REL_L2, 0, 1e9,
      "every position's relative L2 error of the centred logits (sees a uniform scale, which"
      " cosine cannot)"},
+    {"loose_reason", GS_TEXT, OFF(loose_reason), 0, 0, 0,
+     "why a threshold may sit looser than its stated multiple of the backend's measured noise"
+     " (docs/gates.md, \"Tolerances from noise\"); without it such a ladder is refused, with it"
+     " the reason is shown in every report"},
     {"max_mean_rel_l2", GS_NUM, OFF(max_mean_rel_l2), PARITY_MAX_MEAN_REL_L2, 0, 1e9,
      "the mean of that error over the judged positions (sees a 1 % scale in a late layer, below"
      " the noise's per-position tail)"},

@@ -19,13 +19,14 @@ enum gate_setting_type {
     GS_NUM,      /* a finite number within [lo, hi] */
     GS_SHA256,   /* 64 lower-case hex digits (a file pin); "" when not declared */
     GS_BASELINE, /* "previous", or a receipt hash (64 lower-case hex); "" when not declared */
+    GS_TEXT,     /* free text of 1..200 characters (a stated reason); "" when not declared */
 };
 
 /* One setting: the ladder key `gates.<gate>.<key>` and the key the receipt records. */
 struct gate_setting {
     const char *key;
     enum gate_setting_type type;
-    size_t offset; /* into struct ladder_gates: int, double or char[65] by type */
+    size_t offset; /* into struct ladder_gates: int, double, char[65] or (GS_TEXT) char[201] */
     double dflt, lo, hi;
     const char *doc;
 };

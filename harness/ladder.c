@@ -719,6 +719,20 @@ int ladder_mode_known(const char *mode)
     return mode_known(mode); /* the one mode list (oracles/mode.c over engine/backend.c's) */
 }
 
+void ladder_parity_config(const struct ladder_gates *g, struct parity_config *p)
+{
+    parity_config_default(p);
+    p->positions = g->positions;
+    p->min_cosine = g->min_cosine;
+    p->max_mean_kld = g->max_mean_kld;
+    p->max_kld = g->max_kld;
+    p->near_tie = g->near_tie;
+    p->route_tie = g->route_tie;
+    p->max_rel_l2 = g->max_rel_l2;
+    p->max_mean_rel_l2 = g->max_mean_rel_l2;
+    p->span = g->span;
+}
+
 static void default_gates(struct ladder_gates *g)
 {
     memset(g, 0, sizeof *g);
@@ -753,6 +767,12 @@ static int parse_setting(struct parse *p, yaml_node_t *v, const char *gate,
     if (s->type == GS_NUM)
         return get_num(p, v, what, s->lo, s->hi, (double *)f);
     const char *t = scalar(v);
+    if (s->type == GS_TEXT) {
+        if (!t || !t[0] || strlen(t) > 200)
+            return fail(p, v, "%s must be a text of 1 to 200 characters", what);
+        snprintf(f, 201, "%s", t);
+        return 0;
+    }
     if (s->type == GS_BASELINE && t && !strcmp(t, "previous")) {
         snprintf(f, 65, "%s", t);
         return 0;
@@ -1245,20 +1265,23 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
                 goto out;
             }
         }
+        struct parity_config pc;
+        ladder_parity_config(&c->g, &pc);
+        {
+            /* thresholds far above the backend's measured noise need a stated reason */
+            struct mode md;
+            struct gate_err me = {0};
+            char lw[400];
+            if (!c->g.loose_reason[0] && !mode_parse(c->mode, &md, &me) &&
+                parity_check_loose(&pc, md.backend, lw, sizeof lw)) {
+                char name[256];
+                rc = fail(p, gates, "cell %s: %s", ladder_cell_name(l, i, name, sizeof name), lw);
+                goto out;
+            }
+        }
         if (c->g.falsify.n != 0) {
             /* a falsify gate with parity thresholds looser than the floor proves nothing */
-            struct parity_config pc;
             struct gate_err fe = {0};
-            parity_config_default(&pc);
-            pc.positions = c->g.positions;
-            pc.min_cosine = c->g.min_cosine;
-            pc.max_mean_kld = c->g.max_mean_kld;
-            pc.max_kld = c->g.max_kld;
-            pc.near_tie = c->g.near_tie;
-            pc.route_tie = c->g.route_tie;
-            pc.max_rel_l2 = c->g.max_rel_l2;
-            pc.max_mean_rel_l2 = c->g.max_mean_rel_l2;
-            pc.span = c->g.span;
             if (falsify_check_floor(&pc, &fe)) {
                 char name[256];
                 rc = fail(p, gates, "cell %s: %s", ladder_cell_name(l, i, name, sizeof name),

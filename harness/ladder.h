@@ -70,7 +70,8 @@ struct ladder_gates {
     /* parity */
     int positions;
     double min_cosine, max_mean_kld, max_kld, near_tie, route_tie, max_rel_l2, max_mean_rel_l2;
-    int span; /* parity: the generated sequence's length (0 = positions) */
+    char loose_reason[201]; /* parity: why its thresholds may sit loose ("" = none stated) */
+    int span;               /* parity: the generated sequence's length (0 = positions) */
     /* golden */
     char goldens[512];       /* goldens file (resolved); "" = none declared */
     char goldens_sha256[65]; /* its pinned digest ("" only when no file is declared) */
@@ -207,6 +208,10 @@ const char *ladder_kv_name(int kv_f16);
 
 /* The settings of one gate ("capability", "parity", "golden", "throughput", "falsify") as
  * recorded in a receipt; the release check compares a receipt's copy with this (new ref). */
+/* The parity thresholds of g (the gate table's parity row, as the ladder set them). */
+struct parity_config;
+void ladder_parity_config(const struct ladder_gates *g, struct parity_config *p);
+
 json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate);
 
 /* The modes every build knows (settled question 3). */

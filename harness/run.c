@@ -146,20 +146,6 @@ static json_t *gate_capability(struct cell_ctx *x)
     return finish(x, "capability", capability_result_json(&cr), NULL, key);
 }
 
-static void parity_cfg(const struct ladder_gates *g, struct parity_config *p)
-{
-    parity_config_default(p);
-    p->positions = g->positions;
-    p->min_cosine = g->min_cosine;
-    p->max_mean_kld = g->max_mean_kld;
-    p->max_kld = g->max_kld;
-    p->near_tie = g->near_tie;
-    p->route_tie = g->route_tie;
-    p->max_rel_l2 = g->max_rel_l2;
-    p->max_mean_rel_l2 = g->max_mean_rel_l2;
-    p->span = g->span;
-}
-
 /* The cell's parity seed (sampled positions, prefill chunks): FNV-1a of its name, so every cell
  * meets its own positions and splits, the same on every run. */
 static uint64_t cell_seed(const char *name)
@@ -174,7 +160,7 @@ static json_t *gate_parity(struct cell_ctx *x)
 {
     struct gate_err err = {0};
     struct parity_config cfg;
-    parity_cfg(&x->c->g, &cfg);
+    ladder_parity_config(&x->c->g, &cfg);
     cfg.seed = cell_seed(x->name);
     struct parity_result pr;
     memset(&pr, 0, sizeof pr);
@@ -292,7 +278,7 @@ static json_t *gate_falsify(struct cell_ctx *x)
     struct gate_err err = {0};
     struct falsify_config cfg;
     falsify_config_default(&cfg);
-    parity_cfg(&x->c->g, &cfg.parity);
+    ladder_parity_config(&x->c->g, &cfg.parity);
     cfg.parity.seed = cell_seed(x->name);
     cfg.parity.span = 0; /* falsify re-runs the subject per fault: the first `positions` only */
     cfg.sweep_samples = x->c->g.sweep_samples;

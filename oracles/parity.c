@@ -656,6 +656,95 @@ double parity_severity(const struct parity_result *r)
     return s < 0 ? 0 : s;
 }
 
+/* ---- tolerances from noise ------------------------------------------------------------------ */
+
+/* cpu: the worst of 51 runs of gate parity on 2026-12-02 (tiny-moe, tiny-dense, tiny-odd; cpu
+ * decode and prefill on 8 sequences of 300 ids each, and the chat conversation) and, for max
+ * rel-L2, 100 sequences of 300 ids of tiny-moe decode (docs/gates.md has the table). */
+static const struct parity_noise NOISE[] = {
+    {"ref", 1, 1, 0, 0, 0, 0, 0, "the judge against itself: bit-identical by construction"},
+    {"cpu", 1, 0, 5.2e-6, 1.25e-5, 1.6e-4, 4.0e-3, 1.8e-3,
+     "measured 2026-12-02: worst of 151 gate parity runs over tiny-moe, tiny-dense, tiny-odd"
+     " (decode, prefill, chat; docs/gates.md)"},
+    {"cuda", 0, 0, NAN, NAN, NAN, NAN, NAN,
+     "not measured: no device run yet (docs/kernels.md has the emulated FP16 predictions)"},
+    {"exec", 0, 0, NAN, NAN, NAN, NAN, NAN,
+     "an external engine: its noise is its own; measure it (docs/exec.md)"},
+};
+
+const struct parity_noise *parity_noise_of(const char *backend)
+{
+    for (size_t i = 0; backend && i < sizeof NOISE / sizeof NOISE[0]; i++)
+        if (!strcmp(NOISE[i].backend, backend))
+            return &NOISE[i];
+    return NULL;
+}
+
+/* The thresholds of cfg against noise z, one row per metric: name, threshold, noise, factor. */
+struct loose_row {
+    const char *name;
+    double thr, noise, factor;
+};
+
+static int loose_rows(const struct parity_config *cfg, const struct parity_noise *z,
+                      struct loose_row *out)
+{
+    const struct loose_row rows[] = {
+        {"min_cosine", 1.0 - cfg->min_cosine, z->one_minus_cos, PARITY_LOOSE_FACTOR_LOGIT},
+        {"max_mean_kld", cfg->max_mean_kld, z->mean_kld, PARITY_LOOSE_FACTOR_LOGIT},
+        {"max_kld", cfg->max_kld, z->max_kld, PARITY_LOOSE_FACTOR_LOGIT},
+        {"max_rel_l2", cfg->max_rel_l2, z->max_rel_l2, PARITY_LOOSE_FACTOR_REL_L2},
+        {"max_mean_rel_l2", cfg->max_mean_rel_l2, z->mean_rel_l2, PARITY_LOOSE_FACTOR_REL_L2},
+    };
+    memcpy(out, rows, sizeof rows);
+    return (int)(sizeof rows / sizeof rows[0]);
+}
+
+int parity_check_loose(const struct parity_config *cfg, const char *backend, char *why, size_t n)
+{
+    const struct parity_noise *z = parity_noise_of(backend);
+    if (!z || !z->measured || z->exact)
+        return 0;
+    struct loose_row r[8];
+    const int k = loose_rows(cfg, z, r);
+    for (int i = 0; i < k; i++)
+        if (!(r[i].thr <= r[i].factor * r[i].noise)) { /* an unjudged (Inf) bound is loose too */
+            if (why && n)
+                snprintf(why, n,
+                         "parity.%s %g is looser than %g x the %s backend's measured noise (%g:"
+                         " limit %s %g); state why in parity.loose_reason, or tighten it",
+                         r[i].name, i == 0 ? cfg->min_cosine : r[i].thr, r[i].factor, backend,
+                         r[i].noise, i == 0 ? ">=" : "<=",
+                         i == 0 ? 1.0 - r[i].factor * r[i].noise : r[i].factor * r[i].noise);
+            return -1;
+        }
+    return 0;
+}
+
+json_t *parity_noise_json(const struct parity_config *cfg, const char *backend)
+{
+    const struct parity_noise *z = parity_noise_of(backend);
+    if (!z)
+        return NULL;
+    json_t *o = json_object(), *nz = json_object(), *mg = json_object();
+    json_object_set_new(o, "backend", json_string(z->backend));
+    json_object_set_new(o, "measured", json_boolean(z->measured));
+    json_object_set_new(o, "source", json_string(z->source));
+    struct loose_row r[8];
+    const int k = loose_rows(cfg, z, r);
+    for (int i = 0; i < k; i++) {
+        json_object_set_new(nz, r[i].name, parity_json_number(r[i].noise));
+        /* exact or unmeasured noise: no margin to state */
+        json_object_set_new(mg, r[i].name,
+                            z->measured && !z->exact && r[i].noise > 0
+                                ? parity_json_number(r[i].thr / r[i].noise)
+                                : json_null());
+    }
+    json_object_set_new(o, "noise", nz);
+    json_object_set_new(o, "margin", mg);
+    return o;
+}
+
 /* ---- JSON and tables ------------------------------------------------------------------------ */
 
 json_t *parity_json_number(double x)
@@ -697,6 +786,14 @@ json_t *parity_result_json(const struct parity_result *r)
     json_object_set_new(o, "verdict", json_string(r->pass ? "PASS" : "FAIL"));
     json_object_set_new(o, "reason", json_string(r->reason));
     json_object_set_new(o, "mode", json_string(r->mode));
+    {
+        /* the backend's documented noise and each threshold's margin over it */
+        char be[32];
+        snprintf(be, sizeof be, "%.*s", (int)strcspn(r->mode, "."), r->mode);
+        json_t *nz = parity_noise_json(&r->cfg, be);
+        if (nz)
+            json_object_set_new(o, "noise", nz);
+    }
     json_object_set_new(o, "chat_fallback", json_boolean(r->chat_fallback));
     json_t *fa = json_array();
     for (int i = 0; i < r->n_faults; i++)
@@ -849,6 +946,22 @@ void parity_print(FILE *f, const struct parity_result *r)
                          : rows[i].thr);
     fprintf(f, "  argmax: %d MATCH, %d TIE_FLIP (near tie < %g), %d WRONG, %d NONFINITE\n",
             r->n_match, r->n_tie_flip, r->cfg.near_tie, r->n_wrong, r->n_nonfinite);
+    {
+        /* each threshold's margin over the backend's documented noise */
+        char be[32];
+        snprintf(be, sizeof be, "%.*s", (int)strcspn(r->mode, "."), r->mode);
+        const struct parity_noise *z = parity_noise_of(be);
+        if (z && z->measured && !z->exact) {
+            struct loose_row rows[8];
+            const int k = loose_rows(&r->cfg, z, rows);
+            fprintf(f, "  thresholds over the %s backend's measured noise:", be);
+            for (int i = 0; i < k; i++)
+                fprintf(f, " %s %.3gx", rows[i].name, rows[i].thr / rows[i].noise);
+            fprintf(f, "\n");
+        } else if (z) {
+            fprintf(f, "  noise of the %s backend: %s\n", be, z->source);
+        }
+    }
     if (r->route.replayed || r->route.n_refused)
         fprintf(f,
                 "  routes: judge replayed with the subject's expert set at %d router near tie%s"

@@ -254,6 +254,37 @@ json_t *parity_json_number(double x);
 /* The table `gate parity` prints. */
 void parity_print(FILE *f, const struct parity_result *r);
 
+/* ---- tolerances from noise (issue 22 §2; docs/gates.md, "Tolerances from noise") ----------- */
+
+/* A backend's documented noise against the judge: the worst value of each parity metric over
+ * the measured runs of a correct build (source says which). measured 0: no device has measured
+ * it yet (margins unknown, nothing refused); exact 1: the judge against itself (0 noise). */
+struct parity_noise {
+    const char *backend;
+    int measured, exact;
+    double one_minus_cos, mean_kld, max_kld, max_rel_l2, mean_rel_l2;
+    const char *source;
+};
+
+/* How far above a backend's measured noise a threshold may sit before `ladder check` refuses it
+ * without a stated reason (parity.loose_reason): cosine and KL catch gross errors, so they sit
+ * far above the noise; the rel-L2 bounds are the fine ones (a 1 % scale: the power probe). */
+#define PARITY_LOOSE_FACTOR_LOGIT 1000.0
+#define PARITY_LOOSE_FACTOR_REL_L2 4.0
+
+/* The row of backend ("cpu", "ref", "cuda", "exec"); NULL for an unknown name. */
+const struct parity_noise *parity_noise_of(const char *backend);
+
+/* 0 when every threshold of cfg sits within its factor of the backend's measured noise (or the
+ * backend's noise is not measured, or exact); else -1 and why names the first setting, its
+ * value, the noise and the limit. */
+int parity_check_loose(const struct parity_config *cfg, const char *backend, char *why, size_t n);
+
+/* {backend, measured, source, noise: {...}, margin: {...}} for a receipt: each threshold over
+ * the noise it must clear (margin = threshold / noise; for min_cosine (1 - min_cosine) / noise);
+ * NULL for an unknown backend. */
+json_t *parity_noise_json(const struct parity_config *cfg, const char *backend);
+
 /* ---- sessions: one judge, one subject, many runs ------------------------------------------- */
 
 struct parity_session;

@@ -2,6 +2,7 @@
  * twin's logits, generate reproduces the exact greedy continuation, model inspect describes the
  * file, bench prints its figures, and every bad input is exit 2 with a message naming it. */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,7 +170,23 @@ Test(cmd_engine, a_one_percent_scale_in_the_last_layer_fails_parity)
     free(out);
     int rc = run(&out, "%s parity %s --mode cpu.decode", bin(), path);
     cr_expect_eq(rc, 0, "%s", out);
+    /* each threshold's margin over the backend's documented noise (issue 22 §2) */
+    cr_expect(strstr(out, "thresholds over the cpu backend's measured noise: min_cosine 192x"),
+              "%s", out);
+    cr_expect(strstr(out, "max_rel_l2 1.25x max_mean_rel_l2 1.39x"), "%s", out);
     free(out);
+    char js[1100];
+    snprintf(js, sizeof js, "%s/p.json", check_tmp_dir());
+    rc = run(&out, "%s parity %s --mode cpu.decode --json %s", bin(), path, js);
+    free(out);
+    json_error_t je;
+    json_t *pj = json_load_file(js, 0, &je);
+    cr_assert(pj, "%s", je.text);
+    const json_t *nz = json_object_get(pj, "noise");
+    cr_expect_str_eq(json_string_value(json_object_get(nz, "backend")), "cpu");
+    cr_expect_float_eq(
+        json_real_value(json_object_get(json_object_get(nz, "margin"), "max_rel_l2")), 1.25, 1e-9);
+    json_decref(pj);
     rc = run(&out, "%s parity %s --mode cpu.decode --fault scale:tensor=blk.3.ffn_down,factor=1.01",
              bin(), path);
     cr_expect_eq(rc, 1, "%s", out);

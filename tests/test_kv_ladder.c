@@ -85,7 +85,7 @@ Test(kv_ladder, kv_is_part_of_the_cell_and_of_every_gate_s_settings)
                      "  - {model: m, host: local, mode: ref.decode, kv: f32}\n",
                      "gates:\n  overrides:\n"
                      "    - match: {mode: cpu.decode, kv: f16}\n"
-                     "      parity: {min_cosine: 0.99}\n");
+                     "      parity: {min_cosine: 0.995}\n");
     cr_assert_eq(ladder_load(&l, p, &err), 0, "%s", err.msg);
     cr_assert_eq(l->n_cells, 4, "the same model/host/mode with f32 and f16 are two cells");
     char name[256];
@@ -97,7 +97,7 @@ Test(kv_ladder, kv_is_part_of_the_cell_and_of_every_gate_s_settings)
     cr_expect_eq(l->cells[2].g.kv_f16, 1, "the settings carry the cell's KV type");
     cr_expect_eq(l->cells[3].kv_f16, 0, "kv: f32 is the default, written out");
     /* an override can match the KV type */
-    cr_expect_float_eq(l->cells[2].g.min_cosine, 0.99, 1e-12);
+    cr_expect_float_eq(l->cells[2].g.min_cosine, 0.995, 1e-12);
     cr_expect_float_eq(l->cells[0].g.min_cosine, 0.999, 1e-12);
     /* every cell gate of the F16 cell records kv f16 (falsify's nested parity too); an F32
      * cell records nothing, so its settings are what they were before the key */
@@ -155,7 +155,7 @@ static const struct bad_case BAD[] = {
      "  - {models: [m], hosts: [local], modes: [cpu.decode], kv: f16}\n",
      NULL, "l.yaml:10:43: cell m/local/cpu.decode+kv=f16 is listed twice (first at line 8)"},
     {"override match", "cpu.decode", "  - {model: m, host: local, mode: cpu.decode, kv: f16}\n",
-     "gates:\n  overrides:\n    - match: {kv: F16}\n      parity: {min_cosine: 0.99}\n",
+     "gates:\n  overrides:\n    - match: {kv: F16}\n      parity: {min_cosine: 0.995}\n",
      "l.yaml:11:19: an override's match kv must be f32 or f16 (the KV cache type), not 'F16'"},
 };
 

@@ -73,7 +73,32 @@ struct bad_case {
     "[ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29]}\n"                \
     "modes: [ref.decode, ref.chat]\n"
 
+/* HEAD with the cpu engine's decode mode: a backend whose noise is measured */
+#define HEAD_CPU                                                                                   \
+    "release: {name: r, version: '1'}\n"                                                           \
+    "models:\n"                                                                                    \
+    "  m: {path: m.gguf, sha256: "                                                                 \
+    "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3moe}\n"          \
+    "hosts:\n"                                                                                     \
+    "  local: {device: none, trust: "                                                              \
+    "[ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29]}\n"                \
+    "modes: [cpu.decode, ref.decode]\n"
+
 static const struct bad_case BAD[] = {
+    /* issue 22 §2: a threshold far above the backend's measured noise needs a stated reason */
+    {"loose_cosine_on_cpu",
+     HEAD_CPU "cells: [{model: m, host: local, mode: cpu.decode}]\n"
+              "gates: {defaults: {parity: {min_cosine: 0.99}}}\n",
+     "cell m/local/cpu.decode: parity.min_cosine 0.99 is looser than 1000 x the cpu backend's"
+     " measured noise (5.2e-06: limit >= 0.9948); state why in parity.loose_reason"},
+    {"loose_mean_rel_l2_on_cpu",
+     HEAD_CPU "cells: [{model: m, host: local, mode: cpu.decode}]\n"
+              "gates: {defaults: {parity: {max_mean_rel_l2: 0.01}}}\n",
+     "parity.max_mean_rel_l2 0.01 is looser than 4 x the cpu backend's measured noise"},
+    {"empty_loose_reason",
+     HEAD_CPU "cells: [{model: m, host: local, mode: cpu.decode}]\n"
+              "gates: {defaults: {parity: {min_cosine: 0.99, loose_reason: ''}}}\n",
+     "parity.loose_reason must be a text of 1 to 200 characters"},
     {"empty", "", "the ladder is empty"},
     {"not_yaml", "release: [unclosed\n", "YAML error"},
     {"unknown_top_key", HEAD "cells: [{model: m, host: local, mode: ref.decode}]\nskip: yes\n",
@@ -212,6 +237,37 @@ Test(ladder, refuses_every_malformed_ladder_with_its_position)
         cr_expect(strstr(err.msg, BAD[i].want), "%s: message \"%s\" lacks \"%s\"", BAD[i].name,
                   err.msg, BAD[i].want);
         cr_expect(rc == 0 || strstr(err.msg, path), "%s: message must name the file", BAD[i].name);
+        ladder_free(l);
+    }
+}
+
+Test(ladder, a_loose_threshold_loads_with_a_stated_reason_or_on_an_exact_backend)
+{
+    static const char *const ok[] = {
+        /* the reason is recorded in the cell's parity settings */
+        HEAD_CPU
+        "cells: [{model: m, host: local, mode: cpu.decode}]\n"
+        "gates: {defaults: {parity: {min_cosine: 0.99, loose_reason: 'a smoke ladder'}}}\n",
+        /* the judge against itself: exact, nothing to be loose against */
+        HEAD_CPU "cells: [{model: m, host: local, mode: ref.decode}]\n"
+                 "gates: {defaults: {parity: {min_cosine: 0.99}}}\n",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/loose_ok_%zu.yaml", check_tmp_dir(), i);
+        FILE *f = fopen(path, "w");
+        cr_assert(f);
+        fputs(ok[i], f);
+        fclose(f);
+        struct gate_err err = {0};
+        struct ladder *l = NULL;
+        cr_expect_eq(ladder_load(&l, path, &err), 0, "%zu: %s", i, err.msg);
+        if (l && i == 0) {
+            json_t *st = ladder_gate_settings(&l->cells[0].g, "parity");
+            cr_expect_str_eq(json_string_value(json_object_get(st, "loose_reason")),
+                             "a smoke ladder");
+            json_decref(st);
+        }
         ladder_free(l);
     }
 }
