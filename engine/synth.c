@@ -66,18 +66,19 @@ static const struct synth_spec PRESETS[] = {
      .rope_base = 1e6f,
      .eps = 1e-6f,
      .tied = 0},
-    /* rows that are not a multiple of 128 values: the kernels' block tails run (E 288 = 9
-     * Q8_0 blocks, FFN 416 = 13); Q8_0, F16, BF16, F32 only (K-quants need multiples of 256) */
+    /* rows that are not a multiple of 128 values: the kernels' four-block groups leave tails of
+     * three blocks (E 352 = 11 Q8_0 blocks, FFN 480 = 15); Q8_0, F16, BF16, F32 only (K-quants
+     * need multiples of 256) */
     {.name = "tiny-odd",
      .arch = MODEL_ARCH_QWEN3,
      .n_vocab = 512,
      .n_ctx = 4096,
-     .n_embd = 288,
+     .n_embd = 352,
      .n_layer = 2,
      .n_head = 4,
      .n_head_kv = 2,
      .head_dim = 64,
-     .n_ff = 416,
+     .n_ff = 480,
      .rope_base = 1e6f,
      .eps = 1e-6f,
      .tied = 0},
