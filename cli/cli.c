@@ -158,11 +158,21 @@ static void ensure_progress(void *ctx, uint64_t done, uint64_t total, int i, int
 int cli_ensure_model(const struct ladder_model *lm, int threads, struct gate_err *err)
 {
     struct stat st;
-    if (stat(lm->path, &st) == 0)
-        return 0;
-    if (!lm->synth)
+    const int cached = stat(lm->path, &st) == 0;
+    if (!lm->synth) {
+        if (cached)
+            return 0;
         return err_set(err, ERR_INPUT, "model '%s': '%s' cannot be read: %s", lm->id, lm->path,
                        strerror(errno));
+    }
+    if (cached) { /* a stale copy (another shape under the same name) is rewritten */
+        int written = 0;
+        int rc = ladder_model_ensure(lm, threads, ensure_progress, (void *)lm, &written, err);
+        if (written)
+            fprintf(stderr, "gate: model '%s': the cached %s was not the pinned file: rewritten\n",
+                    lm->id, lm->path);
+        return rc;
+    }
     fprintf(stderr, "gate: model '%s' is not in the cache yet: writing %s\n", lm->id, lm->path);
     int rc = ladder_model_ensure(lm, threads, ensure_progress, (void *)lm, NULL, err);
     if (isatty(2))

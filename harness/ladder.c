@@ -2022,8 +2022,23 @@ int ladder_model_ensure(const struct ladder_model *lm, int threads, synth_progre
     struct stat st;
     if (written)
         *written = 0;
-    if (!lm->synth || stat(lm->path, &st) == 0)
+    if (!lm->synth)
         return 0;
+    if (stat(lm->path, &st) == 0) {
+        /* the cache is named by preset, quant and seed: a preset that changed shape since the
+         * file was written leaves a stale copy under the same name. The file is deterministic,
+         * so one that is not the pinned digest is rewritten (the run's own pin check still
+         * decides whether the new one is right) */
+        struct pinned pf = {.fd = -1};
+        struct gate_err pe = {0};
+        const int stale = pin_open(lm->path, lm->sha256, &pf, &pe) != 0;
+        pin_close(&pf);
+        if (!stale)
+            return 0;
+        if (unlink(lm->path) != 0)
+            return err_set(err, ERR_ENV, "model '%s': cannot remove the stale cached file '%s': %s",
+                           lm->id, lm->path, strerror(errno));
+    }
     struct synth_options so;
     memset(&so, 0, sizeof so);
     const struct synth_spec *sp = synth_preset_find(lm->preset);

@@ -193,6 +193,25 @@ Test(cli, golden_record_synthesizes_the_model_and_prints_the_pin, .timeout = 120
     cr_expect_neq(stat(path, &st), 0, "recording goldens writes no receipt");
     free(out);
     free(err);
+    /* a stale cached file (a preset that changed shape leaves one under the same name) is not
+     * the pinned digest: it is rewritten, never used nor left to fail every run */
+    snprintf(path, sizeof path, "%s/.gate-cache/d-tiny-dense-Q4_K_M-1.gguf", dir);
+    cr_assert_eq(stat(path, &st), 0);
+    const off_t size = st.st_size;
+    f = fopen(path, "w");
+    cr_assert(f);
+    fputs("a stale model of another shape\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' golden record l.yaml --threads 1 --force >out 2>err",
+             dir, gate_bin());
+    rc = system(cmd);
+    snprintf(path, sizeof path, "%s/err", dir);
+    err = check_slurp_text(path);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "golden record over a stale cache: %s",
+              err ? err : "");
+    free(err);
+    snprintf(path, sizeof path, "%s/.gate-cache/d-tiny-dense-Q4_K_M-1.gguf", dir);
+    cr_expect(stat(path, &st) == 0 && st.st_size == size, "the stale file was not rewritten");
 }
 
 /* issue 16 wording: `gate model synth --list` fits 100 columns and still lists every preset */
