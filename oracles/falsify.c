@@ -125,6 +125,8 @@ json_t *falsify_settings_json(const struct fault_set *faults, const struct falsi
                           cfg->sweep_samples, "min_detection", cfg->min_detection, "power_factor",
                           cfg->power_factor, "power_layers", cfg->power_layers);
     /* the rel-L2 bounds as the ladder records them (INFINITY: not judged, left out) */
+    if (o && cfg->proxy)
+        json_object_set_new(o, "proxy", json_true());
     json_t *po = json_object_get(o, "parity");
     if (po && !isinf(p->max_rel_l2))
         json_object_set_new(po, "max_rel_l2", json_real(p->max_rel_l2));
@@ -190,7 +192,7 @@ static int clean_weights(const struct model *m, const int32_t *ids, int n, int n
 
 /* Sample kind K's (layer, position) pairs deterministically and inject the fault at each. */
 static int sweep_kind(struct parity_session *s, const struct model *m, struct falsify_kind *K,
-                      int samples, const float *w, const struct parity_config *cfg,
+                      int samples, const float *w, const struct parity_config *cfg, int proxy,
                       struct gate_err *err)
 {
     const int L = (int)m->hp.n_layer, n = parity_session_n(s), k = (int)m->hp.n_expert_used;
@@ -226,12 +228,17 @@ static int sweep_kind(struct parity_session *s, const struct model *m, struct fa
         one.f[0].layer_lo = one.f[0].layer_hi = x->layer;
         one.f[0].pos_lo = one.f[0].pos_hi = x->pos;
         struct parity_witness wit;
-        if ((rc = parity_session_run(s, &one, cfg, 0, &r, err)) ||
-            (rc = parity_session_witness(s, K->spec.kind, &wit, err)))
+        memset(&wit, 0, sizeof wit);
+        if (proxy) { /* into the judge: the subject's clean run against it must be rejected */
+            if ((rc = parity_session_agreement(s, &one, cfg, &r, &wit.n_logit_diff, err)))
+                break;
+            x->proxy = 1;
+        } else if ((rc = parity_session_run(s, &one, cfg, 0, &r, err)) ||
+                   (rc = parity_session_witness(s, K->spec.kind, &wit, err)))
             break;
         if (wit.tapless) { /* the logits moved; was it the injection asked for? */
             struct parity_result ag = {0};
-            rc = parity_session_agreement(s, &one, cfg, &ag, err);
+            rc = parity_session_agreement(s, &one, cfg, &ag, NULL, err);
             x->agreement = (struct falsify_numbers){.min_cosine = ag.cosine.min,
                                                     .mean_kld = ag.kld.mean,
                                                     .max_kld = ag.kld.max,
@@ -335,9 +342,15 @@ static int power_probe(struct parity_session *s, const struct model *m,
             fault_format(&one.f[0], p->name, sizeof p->name);
             struct parity_result r = {0};
             struct parity_witness w;
-            rc = parity_session_run(s, &one, &cfg->parity, 0, &r, err);
-            if (!rc)
-                rc = parity_session_witness(s, FAULT_SCALE, &w, err);
+            memset(&w, 0, sizeof w);
+            if (cfg->proxy) { /* into the judge: the clean subject against it */
+                rc = parity_session_agreement(s, &one, &cfg->parity, &r, &w.n_logit_diff, err);
+                p->proxy = 1;
+            } else {
+                rc = parity_session_run(s, &one, &cfg->parity, 0, &r, err);
+                if (!rc)
+                    rc = parity_session_witness(s, FAULT_SCALE, &w, err);
+            }
             if (!rc) {
                 p->num = numbers_of(&r);
                 p->hidden_diffs = w.n_hidden_diff;
@@ -346,7 +359,7 @@ static int power_probe(struct parity_session *s, const struct model *m,
             }
             if (!rc && w.tapless) { /* moved logits must be the asked-for scale's */
                 struct parity_result ag = {0};
-                rc = parity_session_agreement(s, &one, &cfg->parity, &ag, err);
+                rc = parity_session_agreement(s, &one, &cfg->parity, &ag, NULL, err);
                 p->agreement = numbers_of(&ag);
                 parity_result_free(&ag);
             }
@@ -388,6 +401,7 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
                      " power probe: thresholds that cannot see a small scale error prove little)",
                      cfg->power_factor, FALSIFY_POWER_FACTOR_MAX, cfg->power_layers);
     out->is_moe = m->hp.n_expert > 0;
+    out->proxy = cfg->proxy;
     out->n_layer = (int)m->hp.n_layer;
     out->power_factor = cfg->power_factor;
     if (!rc)
@@ -399,6 +413,29 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
         struct fault_set one = {.n = 1, .f = {faults->f[i]}};
         ff->spec = faults->f[i];
         fault_format(&ff->spec, ff->name, sizeof ff->name);
+        if (cfg->proxy) {
+            /* the judge takes the fault; the engine's clean run against it must be rejected */
+            memset(&ff->witness, 0, sizeof ff->witness);
+            ff->witness.layer = ff->witness.pos = -1;
+            if ((rc = parity_session_agreement(s, &one, &cfg->parity, &ff->parity,
+                                               &ff->witness.n_logit_diff, err)))
+                break;
+            out->n = i + 1;
+            ff->proxy = 1;
+            ff->witness.fired = ff->witness.n_logit_diff > 0;
+            snprintf(ff->witness.what, sizeof ff->witness.what, "%s",
+                     "the judge's logits (by proxy)");
+            ff->fired = ff->witness.fired;
+            ff->rejected = !ff->parity.pass;
+            ff->severity = parity_severity(&ff->parity);
+            ff->pass = ff->fired && ff->rejected;
+            if (!ff->fired)
+                snprintf(ff->metric, sizeof ff->metric, "%s",
+                         "fault did not fire: the judge's logits did not move");
+            else
+                memcpy(ff->metric, ff->parity.reason, sizeof ff->metric);
+            continue;
+        }
         if ((rc = parity_session_run(s, &one, &cfg->parity, 1, &ff->parity, err)))
             break;
         out->n = i + 1;
@@ -408,7 +445,7 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
         /* no taps (an exec engine): the logits moving is no evidence that the fault was the one
          * asked for; its faulted run must match the judge's run with the same fault */
         if (ff->witness.tapless) {
-            if ((rc = parity_session_agreement(s, &one, &cfg->parity, &ff->agreement, err)))
+            if ((rc = parity_session_agreement(s, &one, &cfg->parity, &ff->agreement, NULL, err)))
                 break;
             ff->has_agreement = 1;
             ff->fired = ff->fired && ff->agreement.pass;
@@ -453,7 +490,7 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
             if ((rc = clean_weights(m, ids, n_ids, n_threads, &w, err)))
                 break;
         }
-        rc = sweep_kind(s, m, K, cfg->sweep_samples, w, &cfg->parity, err);
+        rc = sweep_kind(s, m, K, cfg->sweep_samples, w, &cfg->parity, cfg->proxy, err);
     }
     if (!rc)
         rc = power_probe(s, m, cfg, out, err);
@@ -526,6 +563,25 @@ static int parity_rejects(const json_t *p, const struct thresholds *t, int *malf
 static int is_routing_name(const char *kind)
 {
     return kind && strcmp(kind, "skip_qk_norm") != 0;
+}
+
+/* 1 when the settings' engine (an exec cell) does not list faults in its supports: falsify by
+ * proxy. Without an engine (gate falsify, a cell of gate's own backends) the settings' own
+ * "proxy" says (falsify_settings_json records it; a ladder's settings never hold it). */
+static int settings_proxy(const json_t *settings)
+{
+    const json_t *e = json_object_get(settings, "engine");
+    if (!e)
+        return json_is_true(json_object_get(settings, "proxy"));
+    size_t i;
+    const json_t *v;
+    json_array_foreach(json_object_get(e, "supports"), i, v)
+    {
+        const char *sv = json_string_value(v);
+        if (sv && !strcmp(sv, "faults"))
+            return 0;
+    }
+    return 1;
 }
 
 /* The power probe's part of the verdict (falsify.h: struct falsify_config): the settings' factor
@@ -606,6 +662,8 @@ static void power_judge(const json_t *settings, const json_t *metrics, const str
         gate_metric_num(x, "hidden_diffs", &hd);
         gate_metric_num(x, "logit_diffs", &ld);
         int fired = tapless ? ld > 0 : (hd > 0 || ld > 0), malformed = 0, ag_bad = 0;
+        if (settings_proxy(settings)) /* by proxy: the judge's logits moved */
+            fired = json_is_true(json_object_get(x, "proxy")) && ld > 0;
         if (tapless && json_object_get(settings, "engine") == NULL)
             fired = 0; /* only an exec engine reports no taps */
         if (tapless) {
@@ -675,6 +733,13 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
                  " (min_cosine >= %g, max_kld <= %g, max_mean_kld <= %g, near_tie <= %g)",
                  FALSIFY_FLOOR_MIN_COSINE, FALSIFY_FLOOR_MAX_KLD, FALSIFY_FLOOR_MAX_MEAN_KLD,
                  FALSIFY_FLOOR_NEAR_TIE);
+    /* falsify by proxy exactly when the cell's engine cannot take faults (its settings say) */
+    const int proxy = settings_proxy(settings);
+    if (!gate_check_bool(checks, "injected by proxy exactly when the engine takes no faults",
+                         json_is_true(json_object_get(metrics, "proxy")) == proxy) &&
+        !fails++)
+        snprintf(first, sizeof first, "the run %s by proxy, but the cell's engine %s faults",
+                 proxy ? "did not inject" : "injected", proxy ? "does not take" : "takes");
     int malformed;
     int clean_rej = parity_rejects(json_object_get(metrics, "clean"), &t, &malformed);
     if (!gate_check_bool(checks, "clean run passes parity", !clean_rej && !malformed) && !fails++)
@@ -701,6 +766,24 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
                      kind ? kind : "?", want ? want : "?");
         const json_t *wit = json_object_get(f, "witness");
         double count = NAN;
+        if (proxy) { /* the judge took the fault: it fired when the judge's logits moved */
+            gate_metric_num(wit, "logit_diffs", &count);
+            snprintf(metric, sizeof metric, "%.80s fired in the judge (proxy)", name);
+            if (!gate_check_bool(checks, metric,
+                                 json_is_true(json_object_get(f, "proxy")) && count > 0) &&
+                !fails++)
+                snprintf(first, sizeof first, "fault %s (by proxy) did not fire in the judge",
+                         name);
+            int rej = parity_rejects(json_object_get(f, "parity"), &t, &malformed);
+            snprintf(metric, sizeof metric, "%.80s rejected (proxy)", name);
+            if (!gate_check_bool(checks, metric, rej && !malformed) && !fails++)
+                snprintf(first, sizeof first,
+                         "fault %s by proxy: the engine's clean run passes parity against the judge"
+                         " under the fault, so at these thresholds and this engine's noise the"
+                         " fault would not be seen",
+                         name);
+            continue;
+        }
         /* an engine gate did not build (settings.engine: an exec cell) reports no taps, so its
          * witness is the logits moving; any other subject must show the fault in its taps */
         const int tapless = json_is_true(json_object_get(wit, "tapless"));
@@ -776,6 +859,11 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
              * logits moved */
             const int tapless = json_is_true(json_object_get(x, "tapless")) &&
                                 json_object_get(settings, "engine") != NULL;
+            if (proxy) { /* by proxy: fired when the judge's logits moved */
+                double ld = NAN;
+                gate_metric_num(x, "logit_diffs", &ld);
+                rd = hd = json_is_true(json_object_get(x, "proxy")) && ld > 0 ? ld : 0;
+            }
             if (tapless) { /* fired: the logits moved, as the judge's did under that injection */
                 int agree_malformed = 0;
                 const json_t *ag = json_object_get(x, "agreement");
@@ -783,7 +871,7 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
                 if (!ag || parity_rejects(ag, &t, &agree_malformed) || agree_malformed)
                     hd = 0;
             }
-            const int fired = !tapless && is_routing_name(kind) ? rd > 0 : hd > 0;
+            const int fired = !tapless && !proxy && is_routing_name(kind) ? rd > 0 : hd > 0;
             if (!fired || (!strcmp(kind, "uniform_weights") && dev < FALSIFY_NOOP_UNIFORM)) {
                 noop++;
                 continue;
@@ -815,6 +903,10 @@ static json_t *sample_json(const struct falsify_sample *x)
         parity_json_number(x->uniform_dev), "min_cosine", parity_json_number(x->min_cosine),
         "mean_kld", parity_json_number(x->mean_kld), "max_kld", parity_json_number(x->max_kld),
         "wrong_positions", x->n_wrong, "nonfinite_positions", x->n_nonfinite);
+    if (o && x->proxy) {
+        json_object_set_new(o, "proxy", json_true());
+        json_object_set_new(o, "logit_diffs", json_integer(x->logit_diffs));
+    }
     if (o) {
         json_object_set_new(o, "max_rel_l2", parity_json_number(x->max_rel_l2));
         json_object_set_new(o, "mean_rel_l2", parity_json_number(x->mean_rel_l2));
@@ -878,6 +970,8 @@ static json_t *power_json(const struct falsify_result *r)
         json_object_set_new(x, "layer", json_integer(p->layer));
         json_object_set_new(x, "hidden_diffs", json_integer(p->hidden_diffs));
         json_object_set_new(x, "logit_diffs", json_integer(p->logit_diffs));
+        if (p->proxy)
+            json_object_set_new(x, "proxy", json_true());
         numbers_json(x, &p->num);
         if (p->tapless) {
             json_t *a = json_object();
@@ -910,6 +1004,8 @@ json_t *falsify_result_json(const struct falsify_result *r)
         json_object_set_new(w, "logit_diffs", json_integer(f->witness.n_logit_diff));
         if (f->witness.tapless)
             json_object_set_new(w, "tapless", json_true());
+        if (f->proxy) /* recorded as a proxy, never as the engine's own injection */
+            json_object_set_new(x, "proxy", json_true());
         json_object_set_new(x, "witness", w);
         json_object_set_new(x, "rejected_by", json_string(f->metric)); /* informational */
         json_object_set_new(x, "severity", parity_json_number(f->severity));
@@ -926,7 +1022,9 @@ json_t *falsify_result_json(const struct falsify_result *r)
         for (int j = 0; j < K->n; j++) {
             const struct falsify_sample *x = &K->s[j];
             const struct falsify_numbers *a = &x->agreement;
-            const int fired = x->tapless ? x->logit_diffs > 0 && !numbers_rejected(&r->clean.cfg, a)
+            const int fired = x->proxy ? x->logit_diffs > 0
+                              : x->tapless
+                                  ? x->logit_diffs > 0 && !numbers_rejected(&r->clean.cfg, a)
                               : fault_is_routing(K->spec.kind) ? x->route_diffs > 0
                                                                : x->hidden_diffs > 0;
             const int is_noop = !fired || (K->spec.kind == FAULT_UNIFORM_WEIGHTS &&
@@ -951,6 +1049,7 @@ json_t *falsify_result_json(const struct falsify_result *r)
     }
     json_object_set_new(o, "sweep", json_pack("{s:o}", "kinds", ks));
     json_object_set_new(o, "power", power_json(r));
+    json_object_set_new(o, "proxy", json_boolean(r->proxy));
     return o;
 }
 

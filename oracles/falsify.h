@@ -72,6 +72,10 @@ struct falsify_config {
      * error" */
     double power_factor; /* default FALSIFY_POWER_FACTOR; (1, FALSIFY_POWER_FACTOR_MAX] */
     int power_layers;    /* default FALSIFY_POWER_LAYERS; >= 1 */
+    /* falsify by proxy (issue 23 §3): the subject cannot take faults (an exec engine whose
+     * `supports` lacks faults). Each fault, sample and probe goes into the judge instead, and the
+     * subject's clean run judged against the faulted judge must be rejected */
+    int proxy;
 };
 
 void falsify_config_default(struct falsify_config *c);
@@ -105,6 +109,7 @@ struct falsify_fault {
      * (parity_session_agreement); fired needs it to PASS. has_agreement 0 otherwise. */
     int has_agreement;
     struct parity_result agreement; /* owned */
+    int proxy; /* falsify by proxy: parity is the clean subject against the faulted judge */
 };
 
 /* One sampled single-layer x single-position injection of the gate's sweep. */
@@ -117,6 +122,7 @@ struct falsify_sample {
     double max_rel_l2, mean_rel_l2; /* parity's rel-L2 bounds read them */
     int n_wrong, n_nonfinite;
     int n_route_refused; /* parity's refused routes (the route-tie replay) */
+    int proxy;           /* injected into the judge (falsify by proxy); logit_diffs: its moves */
     /* tap-less: the same numbers for the faulted run against the judge's run with the same
      * injection (parity_session_agreement); fired needs parity to accept that pair */
     struct falsify_numbers {
@@ -142,6 +148,7 @@ struct falsify_probe {
     int tensor, layer; /* enum fault_tensor; layer -1 for output */
     char name[96];     /* fault_format() of the spec */
     int hidden_diffs, logit_diffs, tapless;
+    int proxy; /* into the judge: num is the clean subject against the faulted judge */
     struct falsify_numbers num;       /* the faulted run against the judge */
     struct falsify_numbers agreement; /* tap-less: against the judge's run with the same fault */
 };
@@ -157,6 +164,7 @@ struct falsify_result {
     int n_kinds;
     struct falsify_kind k[FAULT_KIND_COUNT];
     int is_moe, n_layer; /* the model, for the power probe's coverage */
+    int proxy;           /* falsify by proxy (falsify_config.proxy) */
     double power_factor;
     int n_probes;
     struct falsify_probe probes[FALSIFY_MAX_PROBES];

@@ -1448,7 +1448,7 @@ static int localize(struct parity_session *s, struct parity_result *r, struct ga
 
 int parity_session_agreement(struct parity_session *s, const struct fault_set *faults,
                              const struct parity_config *cfg, struct parity_result *out,
-                             struct gate_err *err)
+                             int *moved, struct gate_err *err)
 {
     const size_t V = s->m->hp.n_vocab;
     memset(out, 0, sizeof *out);
@@ -1462,6 +1462,12 @@ int parity_session_agreement(struct parity_session *s, const struct fault_set *f
         backend_set_faults(s->judge, faults); /* copied; cleared again below */
         rc = mode_judge(s->judge, s->tokens, s->n, full, NULL, err);
         backend_set_faults(s->judge, NULL);
+    }
+    if (!rc && moved) {
+        *moved = 0;
+        for (int p = 0; p < s->n; p++)
+            *moved += memcmp(full + (size_t)p * V, s->judge_logits + (size_t)p * V,
+                             V * sizeof *full) != 0;
     }
     if (!rc) {
         gather(s, full, sel);

@@ -334,7 +334,11 @@ int parity_session_witness(struct parity_session *s, enum fault_kind kind, struc
  * subject, whose logits moving is otherwise the only evidence. */
 int parity_session_agreement(struct parity_session *s, const struct fault_set *faults,
                              const struct parity_config *cfg, struct parity_result *out,
-                             struct gate_err *err);
+                             int *moved, struct gate_err *err);
+/* moved (may be NULL): the positions whose faulted judge logits differ from the clean judge's.
+ * Falsify by proxy (issue 23 §3) reads the same run the other way: for a subject that cannot take
+ * faults, the subject's clean run against the judge under a fault must be REJECTED, proof that at
+ * these thresholds and this engine's noise the fault would have been seen. */
 
 /* ---- the route-tie replay, for the other gates that judge an MoE subject with taps -------- */
 

@@ -199,7 +199,10 @@ static enum gate_verdict judge_as_exec(const struct fault_set *faults,
                                        const struct falsify_result *fr, char *why, size_t n)
 {
     json_t *settings = falsify_settings_json(faults, cfg), *checks = json_array();
-    json_object_set_new(settings, "engine", json_pack("{s:s}", "name", "twin"));
+    /* an engine that takes faults, unless the run was by proxy (then one that does not) */
+    json_object_set_new(settings, "engine",
+                        json_pack("{s:s, s:[s, s*]}", "name", "twin", "supports", "decode",
+                                  cfg->proxy ? NULL : "faults"));
     why[0] = '\0';
     const enum gate_verdict v = falsify_judge(settings, fr->metrics, checks, why, n);
     json_decref(settings);
@@ -580,9 +583,59 @@ Test(exec, the_ladder_refuses_what_cannot_run_at_check_time)
                    "does not list chat in its supports");
     expect_refused("engines:\n  'a.b': {argv: [x], supports: [decode]}\n", "ref.decode", NULL,
                    "engine name 'a.b'");
-    /* falsify (the default set) on an engine that cannot inject faults */
-    expect_refused(ENGINE("{argv: [x], supports: [decode]}"), "exec.twin.decode", NULL,
-                   "engine 'twin' does not list faults in its supports");
+    /* falsify (the default set) on an engine that cannot inject faults is no longer refused:
+     * it runs by proxy (issue 23 §3; exec::falsify_by_proxy_...) */
+    make_dir();
+    struct ladder *l = NULL;
+    struct gate_err err = {0};
+    cr_expect_eq(ladder_load(&l,
+                             write_ladder(ENGINE("{argv: [x], supports: [decode]}"),
+                                          "exec.twin.decode", NULL),
+                             &err),
+                 0, "%s", err.msg);
+    ladder_free(l);
+}
+
+/* Issue 23 §3: an engine without faults (llama.cpp) is falsified by proxy: each fault goes into
+ * the judge, and the engine's clean run judged against the faulted judge must be rejected. The
+ * receipt says proxy (never the engine's own injection), and the judge holds a run to the mode
+ * its settings' engine implies. */
+Test(exec, falsify_by_proxy_on_an_engine_without_faults)
+{
+    struct fixture f;
+    fixture_open(&f, "exec.twin.decode", 30, 0, NULL);
+    struct falsify_config cfg;
+    falsify_config_default(&cfg);
+    parity_cfg(&cfg.parity);
+    cfg.sweep_samples = 2;
+    cfg.proxy = 1;
+    struct fault_set faults;
+    fault_default_set(1, &faults);
+    struct falsify_result fr;
+    struct gate_err err = {0};
+    cr_assert_eq(falsify_run(f.m, &f.mode, &faults, NULL, 0, &cfg, 1, &fr, &err), 0, "%s", err.msg);
+    cr_expect_eq(fr.verdict, GATE_PASS, "%s", fr.reason);
+    for (int i = 0; i < fr.n; i++)
+        cr_expect(fr.f[i].proxy && fr.f[i].fired && fr.f[i].rejected, "fault %s by proxy: %s",
+                  fr.f[i].name, fr.f[i].metric);
+    cr_expect(json_is_true(json_object_get(fr.metrics, "proxy")));
+    cr_expect(json_is_true(
+        json_object_get(json_array_get(json_object_get(fr.metrics, "faults"), 0), "proxy")));
+    cr_expect(fr.n_probes > 0 && fr.probes[0].proxy);
+    char why[400];
+    cr_expect_eq(judge_as_exec(&faults, &cfg, &fr, why, sizeof why), GATE_PASS, "%s", why);
+    /* the same metrics for an engine that takes faults: proxy is not its own injection */
+    cfg.proxy = 0;
+    cr_expect_eq(judge_as_exec(&faults, &cfg, &fr, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "injected by proxy, but the cell's engine takes faults"), "%s", why);
+    cfg.proxy = 1;
+    /* a proxy fault that does not move the judge tested nothing */
+    json_t *f0 = json_array_get(json_object_get(fr.metrics, "faults"), 0);
+    json_object_set_new(json_object_get(f0, "witness"), "logit_diffs", json_integer(0));
+    cr_expect_eq(judge_as_exec(&faults, &cfg, &fr, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "did not fire in the judge"), "%s", why);
+    falsify_result_free(&fr);
+    fixture_close(&f);
 }
 
 Test(exec, the_ladder_records_the_engine_in_every_gate_s_settings)
@@ -695,7 +748,7 @@ Test(exec, an_engine_that_reports_a_gpu_passes_capability_and_the_device_is_reco
              ENGINE("{argv: [%s, --device, 'NVIDIA H200 (says the engine)'], timeout_s: 30,"
                     " supports: [decode]}"),
              engine_path());
-    struct run_result r = run_one(engines, "    falsify: []\n");
+    struct run_result r = run_one(engines, "    falsify: [skip_qk_norm]\n");
     cr_expect_str_eq(gate_field(&r, "capability", "verdict"), "PASS", "%s",
                      gate_field(&r, "capability", "reason"));
     cr_expect_str_eq(gate_field(&r, "parity", "verdict"), "PASS", "%s",
@@ -712,7 +765,7 @@ Test(exec, gate_run_turns_a_crashing_engine_into_failed_rows)
     snprintf(engines, sizeof engines,
              ENGINE("{argv: [%s, --crash-at-forward, '1'], timeout_s: 30, supports: [decode]}"),
              engine_path());
-    struct run_result r = run_one(engines, "    falsify: []\n");
+    struct run_result r = run_one(engines, "    falsify: [skip_qk_norm]\n");
     cr_expect_str_eq(r.cells[0].verdict, "FAIL");
     cr_expect_gt(r.cells[0].receipt_id, 0, "a failed cell still gets its receipt");
     const char *why = gate_field(&r, "parity", "reason");
@@ -780,14 +833,14 @@ Test(exec, gate_run_s_key_path_on_its_command_line_does_not_give_the_key_away)
              ENGINE("{argv: [%s, --steal-parent], timeout_s: 30, supports: [decode]}"),
              engine_path());
     const char *lad = write_ladder(engines, "exec.twin.decode",
-                                   "    falsify: []\n    throughput: {runs: 3, warmup: 0,"
+                                   "    falsify: [skip_qk_norm]\n    throughput: {runs: 3, warmup: 0,"
                                    " prompt_tokens: 8, decode_tokens: 2}\n");
     char db[1024];
     snprintf(db, sizeof db, "%s", path_in("r.db"));
     /* stdin closed, as under some CI runners: gate's first descriptors are 0..2 */
     const int st = ladderfix_sh("cd %s && %s run %s --host a --db %s --key %s >/dev/null 2>&1 <&-",
                                 fx.dir, bin, lad, db, path_in("a.key"));
-    cr_expect_eq(st, 1, "gate run: exit %d (falsify: [] fails the cell)", st);
+    cr_expect_eq(st, 1, "gate run: exit %d (the cell has no goldens: it FAILs)", st);
     sqlite3 *h = NULL;
     sqlite3_stmt *q = NULL;
     cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
@@ -866,16 +919,16 @@ Test(exec, a_slow_engine_cannot_stretch_a_cell_past_its_time_budget)
 Test(exec, a_host_without_isolation_refuses_exec_cells_unless_the_ladder_says_none_with_a_reason)
 {
     expect_refused(ENGINE("{argv: [x], supports: [decode], isolation: none}"), "exec.twin.decode",
-                   "    falsify: []\n", "isolation: none needs a reason");
+                   "    falsify: [skip_qk_norm]\n", "isolation: none needs a reason");
     expect_refused(ENGINE("{argv: [x], supports: [decode], isolation: landlock, reason: why}"),
-                   "exec.twin.decode", "    falsify: []\n", "reason is only for isolation: none");
+                   "exec.twin.decode", "    falsify: [skip_qk_norm]\n", "reason is only for isolation: none");
     expect_refused(ENGINE("{argv: [x], supports: [decode], isolation: chroot}"), "exec.twin.decode",
-                   "    falsify: []\n", "isolation must be landlock");
+                   "    falsify: [skip_qk_norm]\n", "isolation must be landlock");
     setenv("GATE_TEST_NO_LANDLOCK", "1", 1);
     char engines[512];
     snprintf(engines, sizeof engines, ENGINE("{argv: [%s], timeout_s: 30, supports: [decode]}"),
              engine_path());
-    struct run_result r = run_one(engines, "    falsify: []\n");
+    struct run_result r = run_one(engines, "    falsify: [skip_qk_norm]\n");
     const char *why = gate_field(&r, "capability", "reason");
     cr_expect_str_eq(gate_field(&r, "capability", "verdict"), "FAIL");
     cr_expect(why && strstr(why, "this host cannot isolate the engine (GATE_TEST_NO_LANDLOCK=1") &&
@@ -886,7 +939,7 @@ Test(exec, a_host_without_isolation_refuses_exec_cells_unless_the_ladder_says_no
              ENGINE("{argv: [%s], timeout_s: 30, supports: [decode], isolation: none,"
                     " reason: 'CI runner without Landlock'}"),
              engine_path());
-    r = run_one(engines, "    falsify: []\n");
+    r = run_one(engines, "    falsify: [skip_qk_norm]\n");
     unsetenv("GATE_TEST_NO_LANDLOCK");
     cr_expect_str_eq(gate_field(&r, "capability", "verdict"), "PASS", "%s",
                      gate_field(&r, "capability", "reason"));
@@ -983,7 +1036,7 @@ Test(exec, the_ladder_pins_the_engine_binary_and_build_and_another_build_s_recei
     snprintf(a, sizeof a, "%s", engine_copy("engine-a", "", sha_a));
     snprintf(b, sizeof b, "%s", engine_copy("engine-b", "another build", sha_b));
     cr_assert_str_neq(sha_a, sha_b);
-    static const char *const gates = "    falsify: []\n    throughput: {runs: 3, warmup: 0,"
+    static const char *const gates = "    falsify: [skip_qk_norm]\n    throughput: {runs: 3, warmup: 0,"
                                      " prompt_tokens: 8, decode_tokens: 2}\n";
     /* a pin that does not match: nothing is started, capability FAILs naming both digests */
     snprintf(engines, sizeof engines, ENGINE("{argv: [%s], supports: [decode], sha256: %s}"), a,

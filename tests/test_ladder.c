@@ -95,6 +95,15 @@ static const struct bad_case BAD[] = {
      HEAD_CPU "cells: [{model: m, host: local, mode: cpu.decode}]\n"
               "gates: {defaults: {parity: {max_mean_rel_l2: 0.01}}}\n",
      "parity.max_mean_rel_l2 0.01 is looser than 4 x the cpu backend's measured noise"},
+    /* issue 24: an empty falsify list is a check-time error, never a signed FAIL */
+    {"empty_falsify_list",
+     HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+          "gates: {defaults: {falsify: []}}\n",
+     ":9:29: falsify lists no fault: an empty list proves nothing"},
+    {"empty_falsify_faults",
+     HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+          "gates: {defaults: {falsify: {faults: [], sweep_samples: 2}}}\n",
+     "falsify lists no fault"},
     {"empty_loose_reason",
      HEAD_CPU "cells: [{model: m, host: local, mode: cpu.decode}]\n"
               "gates: {defaults: {parity: {min_cosine: 0.99, loose_reason: ''}}}\n",
