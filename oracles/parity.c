@@ -1447,8 +1447,8 @@ static int localize(struct parity_session *s, struct parity_result *r, struct ga
 }
 
 int parity_session_agreement(struct parity_session *s, const struct fault_set *faults,
-                             const struct parity_config *cfg, struct parity_result *out,
-                             int *moved, struct gate_err *err)
+                             const struct parity_config *cfg, struct parity_result *out, int *moved,
+                             struct gate_err *err)
 {
     const size_t V = s->m->hp.n_vocab;
     memset(out, 0, sizeof *out);

@@ -333,8 +333,8 @@ int parity_session_witness(struct parity_session *s, enum fault_kind kind, struc
  * ignored set_faults and moved its logits some other way does not. The witness of a tap-less
  * subject, whose logits moving is otherwise the only evidence. */
 int parity_session_agreement(struct parity_session *s, const struct fault_set *faults,
-                             const struct parity_config *cfg, struct parity_result *out,
-                             int *moved, struct gate_err *err);
+                             const struct parity_config *cfg, struct parity_result *out, int *moved,
+                             struct gate_err *err);
 /* moved (may be NULL): the positions whose faulted judge logits differ from the clean judge's.
  * Falsify by proxy (issue 23 §3) reads the same run the other way: for a subject that cannot take
  * faults, the subject's clean run against the judge under a fault must be REJECTED, proof that at

@@ -832,9 +832,10 @@ Test(exec, gate_run_s_key_path_on_its_command_line_does_not_give_the_key_away)
     snprintf(engines, sizeof engines,
              ENGINE("{argv: [%s, --steal-parent], timeout_s: 30, supports: [decode]}"),
              engine_path());
-    const char *lad = write_ladder(engines, "exec.twin.decode",
-                                   "    falsify: [skip_qk_norm]\n    throughput: {runs: 3, warmup: 0,"
-                                   " prompt_tokens: 8, decode_tokens: 2}\n");
+    const char *lad =
+        write_ladder(engines, "exec.twin.decode",
+                     "    falsify: [skip_qk_norm]\n    throughput: {runs: 3, warmup: 0,"
+                     " prompt_tokens: 8, decode_tokens: 2}\n");
     char db[1024];
     snprintf(db, sizeof db, "%s", path_in("r.db"));
     /* stdin closed, as under some CI runners: gate's first descriptors are 0..2 */
@@ -921,7 +922,8 @@ Test(exec, a_host_without_isolation_refuses_exec_cells_unless_the_ladder_says_no
     expect_refused(ENGINE("{argv: [x], supports: [decode], isolation: none}"), "exec.twin.decode",
                    "    falsify: [skip_qk_norm]\n", "isolation: none needs a reason");
     expect_refused(ENGINE("{argv: [x], supports: [decode], isolation: landlock, reason: why}"),
-                   "exec.twin.decode", "    falsify: [skip_qk_norm]\n", "reason is only for isolation: none");
+                   "exec.twin.decode", "    falsify: [skip_qk_norm]\n",
+                   "reason is only for isolation: none");
     expect_refused(ENGINE("{argv: [x], supports: [decode], isolation: chroot}"), "exec.twin.decode",
                    "    falsify: [skip_qk_norm]\n", "isolation must be landlock");
     setenv("GATE_TEST_NO_LANDLOCK", "1", 1);
@@ -1036,8 +1038,9 @@ Test(exec, the_ladder_pins_the_engine_binary_and_build_and_another_build_s_recei
     snprintf(a, sizeof a, "%s", engine_copy("engine-a", "", sha_a));
     snprintf(b, sizeof b, "%s", engine_copy("engine-b", "another build", sha_b));
     cr_assert_str_neq(sha_a, sha_b);
-    static const char *const gates = "    falsify: [skip_qk_norm]\n    throughput: {runs: 3, warmup: 0,"
-                                     " prompt_tokens: 8, decode_tokens: 2}\n";
+    static const char *const gates =
+        "    falsify: [skip_qk_norm]\n    throughput: {runs: 3, warmup: 0,"
+        " prompt_tokens: 8, decode_tokens: 2}\n";
     /* a pin that does not match: nothing is started, capability FAILs naming both digests */
     snprintf(engines, sizeof engines, ENGINE("{argv: [%s], supports: [decode], sha256: %s}"), a,
              sha_b);
