@@ -2027,12 +2027,37 @@ int ladder_model_ensure(const struct ladder_model *lm, int threads, synth_progre
          * file was written leaves a stale copy under the same name. The file is deterministic,
          * so one that is not the pinned digest is rewritten (the run's own pin check still
          * decides whether the new one is right) */
+        /* checked once per process and file state (a run ensures per cell and per goldens set:
+         * a big synthetic model is not hashed again each time) */
+        static struct {
+            char path[512];
+            dev_t dev;
+            ino_t ino;
+            off_t size;
+            struct timespec mtime;
+        } seen[64];
+        static int n_seen;
+        for (int i = 0; i < n_seen; i++)
+            if (!strcmp(seen[i].path, lm->path) && seen[i].dev == st.st_dev &&
+                seen[i].ino == st.st_ino && seen[i].size == st.st_size &&
+                seen[i].mtime.tv_sec == st.st_mtim.tv_sec &&
+                seen[i].mtime.tv_nsec == st.st_mtim.tv_nsec)
+                return 0;
         struct pinned pf = {.fd = -1};
         struct gate_err pe = {0};
-        const int stale = pin_open(lm->path, lm->sha256, &pf, &pe) != 0;
+        const int prc = pin_open(lm->path, lm->sha256, &pf, &pe);
         pin_close(&pf);
-        if (!stale)
+        if (prc == ERR_ENV) /* could not read it: say so, never delete on a guess */
+            return err_set(err, ERR_ENV, "model '%s': %s", lm->id, pe.msg);
+        if (!prc) {
+            if (n_seen < 64 && strlen(lm->path) < sizeof seen[0].path) {
+                snprintf(seen[n_seen].path, sizeof seen[0].path, "%s", lm->path);
+                seen[n_seen].dev = st.st_dev, seen[n_seen].ino = st.st_ino;
+                seen[n_seen].size = st.st_size, seen[n_seen].mtime = st.st_mtim;
+                n_seen++;
+            }
             return 0;
+        }
         if (unlink(lm->path) != 0)
             return err_set(err, ERR_ENV, "model '%s': cannot remove the stale cached file '%s': %s",
                            lm->id, lm->path, strerror(errno));

@@ -161,9 +161,9 @@ int consistency_run(const struct model *m, const struct mode *mode,
     }
     snprintf(name, sizeof name, "decode, %d threads%s%s", n_threads, saved_isa[0] ? ", isa " : "",
              saved_isa);
-    *metrics = json_pack("{s:{s:b, s:b, s:s}, s:i, s:s, s:o}", "declared", "bitwise", inv.bitwise,
-                         "threads", inv.threads, "isas", inv.isas, "positions", n, "reference",
-                         name, "variants", vars);
+    *metrics = json_pack("{s:{s:b, s:b, s:s}, s:i, s:s, s:o, s:s}", "declared", "bitwise",
+                         inv.bitwise, "threads", inv.threads, "isas", inv.isas, "positions", n,
+                         "reference", name, "variants", vars, "backend", mode->backend);
     vars = NULL;
     if (!*metrics)
         rc = err_set(err, ERR_ENV, "consistency: out of memory");
@@ -210,14 +210,31 @@ enum gate_verdict consistency_judge(const json_t *settings, const json_t *metric
                  " variants");
         return GATE_FAIL;
     }
-    const int bitwise = json_is_true(json_object_get(decl, "bitwise"));
-    const int threads = json_is_true(json_object_get(decl, "threads"));
+    /* the invariances come from the backend's own row (engine/backend.c), never from what the
+     * receipt says it declared: a recorded declaration that differs is a FAIL */
+    struct backend_invariants inv;
+    const char *ran =
+        json_string_value(json_object_get(json_object_get(metrics, "ran"), "backend"));
+    if (!ran) /* judged outside a receipt (consistency_run's own verdict): the mode's backend */
+        ran = json_string_value(json_object_get(metrics, "backend"));
+    backend_invariants(ran ? ran : "", &inv);
+    const int bitwise = inv.bitwise, threads = inv.threads;
+    if (!gate_check_bool(checks, "declared invariances are the backend's",
+                         ran && json_is_true(json_object_get(decl, "bitwise")) == bitwise &&
+                             json_is_true(json_object_get(decl, "threads")) == threads) &&
+        !fails++)
+        snprintf(first, sizeof first,
+                 "the recorded invariances (bitwise %d, threads %d) are not backend %s's"
+                 " (bitwise %d, threads %d)",
+                 json_is_true(json_object_get(decl, "bitwise")),
+                 json_is_true(json_object_get(decl, "threads")), ran ? ran : "(not recorded)",
+                 bitwise, threads);
     double rec_pos = NAN;
     gate_metric_num(metrics, "positions", &rec_pos);
     if (!gate_check_num(checks, "positions run", rec_pos, "==", positions) && !fails++)
         snprintf(first, sizeof first, "%g positions run, the settings say %g", rec_pos, positions);
     /* the variants every backend runs, and the thread variants where declared */
-    char due[32][32];
+    char due[256][32];
     int n_due = 0;
     snprintf(due[n_due++], sizeof due[0], "prefill");
     for (size_t i = 0; i < sizeof CHUNKS / sizeof CHUNKS[0]; i++)
@@ -225,7 +242,7 @@ enum gate_verdict consistency_judge(const json_t *settings, const json_t *metric
     snprintf(due[n_due++], sizeof due[0], "resume");
     snprintf(due[n_due++], sizeof due[0], "last-rows");
     for (size_t i = 0; threads && i < sizeof THREADS / sizeof THREADS[0]; i++)
-        for (int r = 0; r < (int)repeats && n_due < 32; r++)
+        for (int r = 0; r < (int)repeats && n_due < 256; r++)
             snprintf(due[n_due++], sizeof due[0], "threads=%d#%d", THREADS[i], r + 1);
     for (int i = 0; i < n_due; i++) {
         const json_t *x = variant(vars, due[i]);

@@ -58,7 +58,7 @@ extern "C" {
 #define FALSIFY_POWER_FACTOR 1.01
 #define FALSIFY_POWER_FACTOR_MAX 1.05 /* a probe above 5 % proves little about 1 % errors */
 #define FALSIFY_POWER_LAYERS 2
-#define FALSIFY_MAX_PROBES 64
+#define FALSIFY_MAX_PROBES 128 /* 5 tensors x 16 layers + output fit */
 
 struct falsify_config {
     struct parity_config parity; /* the thresholds under test (a cell's parity settings) */

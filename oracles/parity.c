@@ -384,6 +384,12 @@ int parity_settings_read(const json_t *settings, struct parity_config *cfg, char
     return 0;
 }
 
+/* A count from a receipt: a whole number in [0, 1e9] (not "Inf", not 0.5, not 1e10 cast to int) */
+static int count_ok(double v)
+{
+    return v >= 0 && v <= 1e9 && v == floor(v);
+}
+
 /* A recorded route_replay object into *r (absent: nothing replayed, nothing refused); -1 when
  * it is there but malformed. */
 static int route_replay_read(const json_t *o, struct parity_route_replay *r)
@@ -394,7 +400,7 @@ static int route_replay_read(const json_t *o, struct parity_route_replay *r)
     double v[4];
     static const char *const K[] = {"forced", "forced_positions", "refused", "replayed"};
     for (int i = 0; i < 4; i++)
-        if (gate_metric_num(o, K[i], &v[i]) || !(v[i] >= 0))
+        if (gate_metric_num(o, K[i], &v[i]) || !count_ok(v[i]))
             return -1;
     r->n_forced = (int)v[0], r->n_forced_pos = (int)v[1], r->n_refused = (int)v[2];
     r->replayed = v[3] != 0;
@@ -454,6 +460,9 @@ int parity_metrics_summary(const json_t *metrics, const struct parity_config *cf
     free(pos);
     if (!rc)
         rc = route_replay_read(json_object_get(metrics, "route_replay"), &s->route);
+    /* positions judged against a replay without the replay's account: not "nothing refused" */
+    if (!rc && json_object_get(pp, "route_deficit") && !json_object_get(metrics, "route_replay"))
+        rc = -1;
     return rc;
 }
 
@@ -494,7 +503,7 @@ int parity_metrics_rejected(const json_t *settings, const json_t *metrics, char 
     s.n_pos = cfg.positions; /* a sweep point judges its session's positions */
     route_none(&s.route);
     if (json_object_get(metrics, "route_refused") &&
-        (gate_metric_num(metrics, "route_refused", &v[0]) || !(v[0] >= 0))) {
+        (gate_metric_num(metrics, "route_refused", &v[0]) || !count_ok(v[0]))) {
         say(why, n, "parity numbers' 'route_refused' is not a count");
         return -1;
     }
@@ -632,7 +641,7 @@ void parity_result_free(struct parity_result *r)
 
 double parity_severity(const struct parity_result *r)
 {
-    if (!r->pos || r->n_nonfinite || r->n_wrong)
+    if (!r->pos || r->n_nonfinite || r->n_wrong || r->route.n_refused)
         return INFINITY;
     const double allowed = 1.0 - r->cfg.min_cosine > 1e-12 ? 1.0 - r->cfg.min_cosine : 1e-12;
     double s = (1.0 - r->cosine.min) / allowed;

@@ -710,8 +710,9 @@ static void spot_replay_free(struct spot_replay *x)
 
 static int spot_replay_run(struct spot_replay *x, struct backend *b, const struct mode *mode,
                            struct backend *jb, const struct model *m, const int32_t *tokens, int P,
-                           int D, const int *turn_ends, double tol, int run, json_t *mine,
-                           const int *cs, const int *pos, const float *keep, struct gate_err *err)
+                           int D, const int *turn_ends, double tol, double min_cos, int run,
+                           json_t *mine, const int *cs, const int *pos, const float *keep,
+                           struct gate_err *err)
 {
     const struct model_hparams *hp = &m->hp;
     const size_t V = hp->n_vocab, N = (size_t)(P + D), ln = (size_t)hp->n_layer * N;
@@ -739,6 +740,19 @@ static int spot_replay_run(struct spot_replay *x, struct backend *b, const struc
                              mode->path == MODE_PREFILL ? &half : NULL, 1, x->logits, &x->subj,
                              err)))
         return rc;
+    /* the re-run must be the timed run: its logits at the checked positions agree with the
+     * timed ones (else the routes it recorded are not the timed run's: every check is bad) */
+    int rerun_differs = 0;
+    for (size_t k = 0; k < json_array_size(mine); k++) {
+        const int c = cs[k], p = pos[c];
+        json_t *a = spot_json(run, p, keep + (size_t)c * V, x->logits + (size_t)p * V, V);
+        double cs_ = NAN, am = -1, jam = -2;
+        gate_metric_num(a, "cosine", &cs_);
+        gate_metric_num(a, "argmax", &am);
+        gate_metric_num(a, "judge_argmax", &jam);
+        rerun_differs |= !(cs_ >= min_cos) || am != jam;
+        json_decref(a);
+    }
     struct parity_route_replay rr;
     if ((rc = parity_replay_run(jb, m, tokens, (int)N, &x->subj, tol, &x->judge, x->logits, &rr,
                                 x->deficit, x->refused, err)))
@@ -752,7 +766,10 @@ static int spot_replay_run(struct spot_replay *x, struct backend *b, const struc
         if (!j)
             return err_set(err, ERR_ENV, "out of memory");
         json_object_set_new(j, "replayed_positions", json_integer(forced));
-        json_object_set_new(j, "route_refused", json_integer(refused));
+        /* a re-run that is not the timed run counts as a refused route: no replay stands */
+        json_object_set_new(j, "route_refused", json_integer(refused + rerun_differs));
+        if (rerun_differs)
+            json_object_set_new(j, "rerun_differs", json_true());
         json_array_set_new(mine, k, j);
     }
     return 0;
@@ -966,8 +983,10 @@ int throughput_gate(const struct model *m, const struct mode *mode,
              * the other expert there, and every later position reads that position's keys and
              * values */
             double route_gap = NAN;
-            if (C && (rc = backend_truncate(jb, 0, err)))
+            if (C && (rc = backend_truncate(jb, 0, err))) {
+                json_decref(mine);
                 goto done;
+            }
             for (int k = 0; k < C; k++) {
                 const int c = order[k] % THROUGHPUT_MAX_CHECKS, p = pos[c];
                 if (p + 1 > n_past) {
@@ -995,7 +1014,8 @@ int throughput_gate(const struct model *m, const struct mode *mode,
             }
             if (replay && miss) {
                 rc = spot_replay_run(&sr, b, mode, jb, m, tokens, P, D, turn_ends,
-                                     cfg->check_route_tie, run, mine, cs, pos, keep, err);
+                                     cfg->check_route_tie, cfg->check_min_cosine, run, mine, cs,
+                                     pos, keep, err);
                 backend_set_taps(jb, &jt); /* mode_judge cleared them */
                 out->n_check_replays++;
             }

@@ -115,9 +115,17 @@ Test(consistency, judge_fails_one_differing_bit_and_missing_variants)
     json_object_set_new(x, "identical", json_false());
     cr_expect_eq(judge(&c, mx, why, sizeof why), GATE_FAIL);
     cr_expect(strstr(why, "chunks=45 differs from the reference"), "%s", why);
-    /* the same difference within max_abs passes a backend that does not declare bitwise */
+    /* a receipt cannot relax its backend's declaration: "not bitwise" on a cpu run FAILs */
     json_object_set_new(json_object_get(mx, "declared"), "bitwise", json_false());
+    cr_expect_eq(judge(&c, mx, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "are not backend cpu's"), "%s", why);
+    /* the same difference within max_abs passes a backend that does not declare bitwise (the
+     * cuda row: neither bitwise nor thread-invariant) */
+    json_object_set_new(mx, "backend", json_string("cuda"));
+    json_object_set_new(json_object_get(mx, "declared"), "threads", json_false());
     cr_expect_eq(judge(&c, mx, why, sizeof why), GATE_PASS, "%s", why);
+    json_object_set_new(mx, "backend", json_string("cpu"));
+    json_object_set_new(json_object_get(mx, "declared"), "threads", json_true());
     json_object_set_new(json_object_get(mx, "declared"), "bitwise", json_true());
     json_object_set_new(x, "max_abs", json_real(0));
     json_object_set_new(x, "first_diff", json_integer(-1));

@@ -141,9 +141,21 @@ Test(gates, a_refused_route_fails_and_a_replayed_one_is_judged_normally)
                  GATE_FAIL, "%s", why);
     cr_expect(strstr(why, "beyond the router near tie"), "%s", why);
     cr_expect(strstr(why, "layer 2 position 17"), "%s", why);
-    /* a malformed account is not read as "nothing refused" */
-    json_t *m = parity_metrics(96, -1, 0, 0, 0);
-    json_object_set_new(m, "route_replay", json_pack("{s:s}", "refused", "none"));
+    /* a malformed account is not read as "nothing refused": a string, an infinite or a
+     * fractional count (cast to int they read 0 or INT_MIN) */
+    static const char *const bad[] = {"\"none\"", "\"Inf\"", "0.5", "1e10", "-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_t *m = with_replay(parity_metrics(96, -1, 0, 0, 0), 1, 0, 0, 0);
+        json_object_set_new(json_object_get(m, "route_replay"), "refused",
+                            json_loads(bad[i], JSON_DECODE_ANY, NULL));
+        cr_expect_eq(judge("parity", "ref.decode", parity_settings(), m, why), GATE_FAIL, "%s: %s",
+                     bad[i], why);
+    }
+    /* positions marked as judged against a replay, but no replay account: not "none refused" */
+    json_t *m = parity_metrics(96, -1, 0, 0, 0), *rd = json_array();
+    for (int i = 0; i < 96; i++)
+        json_array_append_new(rd, json_null());
+    json_object_set_new(json_object_get(m, "per_position"), "route_deficit", rd);
     cr_expect_eq(judge("parity", "ref.decode", parity_settings(), m, why), GATE_FAIL, "%s", why);
 }
 
