@@ -163,11 +163,19 @@ int throughput_decide(const struct throughput_sample *s, int n, const struct thr
     d->verdict = GATE_FAIL;
     if (n < 1 || n > THROUGHPUT_MAX_RUNS)
         return ERR_INPUT;
-    double x[2][THROUGHPUT_MAX_RUNS], g[2][THROUGHPUT_MAX_RUNS];
+    double x[2][THROUGHPUT_MAX_RUNS], g[2][THROUGHPUT_MAX_RUNS], ub[2][THROUGHPUT_MAX_RUNS];
     int ng = 0;
     for (int i = 0; i < n; i++) {
         x[0][i] = s[i].prefill_tps;
         x[1][i] = s[i].decode_tps;
+        for (int p = 0; p < 2; p++) { /* the starvation bound (throughput.h: rule.tokens) */
+            const double t = rule->tokens[p] > 0 && x[p][i] > 0 ? rule->tokens[p] / x[p][i] : NAN;
+            const double left = t - s[i].wait_s;
+            /* waiting not measured: no bound (INFINITY never fails a floor) */
+            ub[p][i] = !(s[i].wait_s >= 0) || isnan(t) ? INFINITY
+                       : left > 1e-9                   ? rule->tokens[p] / left
+                                                       : INFINITY;
+        }
         d->timed_s += s[i].wall_s;
         if (throughput_starved(&s[i], rule->max_wait)) {
             d->n_starved++;
@@ -189,6 +197,11 @@ int throughput_decide(const struct throughput_sample *s, int n, const struct thr
             ph->state = 1;
         else if (ng && ph->granted.hi < ph->floor)
             ph->state = -1;
+        if (rule->tokens[p] > 0 && !throughput_stats(ub[p], n, &ph->bound) && !ph->state &&
+            ph->floor > 0 && ph->bound.hi < ph->floor) {
+            ph->state = -1; /* slow even with every wait given back: not the host */
+            ph->bound_fail = 1;
+        }
         /* every run says below, but the runs that had their CPU are too few to say it with
          * confidence: the host, not the engine, is what was measured */
         ph->starved = !ph->state && ph->all.hi < ph->floor;
@@ -223,6 +236,16 @@ int throughput_decide(const struct throughput_sample *s, int n, const struct thr
             " with the CPU granted) is below 1 - max_regression = %.3f",
             PHASE[fail], ph->vs_granted.ratio, ph->vs_granted.lo, ph->vs_granted.hi, ph->granted.n,
             1 - rule->max_regression);
+        return 0;
+    }
+    if (fail >= 0 && d->phase[fail].bound_fail) {
+        const struct throughput_phase *ph = &d->phase[fail];
+        d->verdict = GATE_FAIL;
+        say(d->reason, sizeof d->reason,
+            "%s is below the floor %g even with every second its threads waited for a CPU given"
+            " back: at most %.1f tokens/s (%.1f-%.1f, %.0f%% interval of %d runs; %d starved)",
+            PHASE[fail], ph->floor, ph->bound.median, ph->bound.lo, ph->bound.hi,
+            100 * ph->bound.coverage, ph->bound.n, d->n_starved);
         return 0;
     }
     if (fail >= 0) {
@@ -441,7 +464,8 @@ enum gate_verdict throughput_judge(const json_t *settings, const json_t *metrics
                                    .runs = (int)v[0],
                                    .max_runs = (int)v[5],
                                    .max_seconds = v[6],
-                                   .max_wait = v[7]};
+                                   .max_wait = v[7],
+                                   .tokens = {(int)v[1], (int)v[2]}};
     const char *bl = json_string_value(json_object_get(settings, "baseline"));
     double base[2][THROUGHPUT_MAX_RUNS];
     const char *refused = NULL;
@@ -883,7 +907,8 @@ int throughput_gate(const struct model *m, const struct mode *mode,
                                     .max_runs = cfg->max_runs,
                                     .max_seconds = cfg->max_seconds,
                                     .max_wait = cfg->max_wait,
-                                    .max_regression = cfg->max_regression};
+                                    .max_regression = cfg->max_regression,
+                                    .tokens = {P, D}};
     if (cfg->baseline && cfg->baseline[0]) {
         base_json = cfg->base_json ? json_deep_copy(cfg->base_json)
                                    : json_pack("{s:s}", "refused", "no baseline was looked up");

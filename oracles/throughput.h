@@ -154,12 +154,19 @@ struct throughput_rule {
     const double *base[2];
     int base_n;
     double max_regression;
+    /* prompt and decode tokens of each run (0 = unknown): the starvation bound. A run's rate
+     * with every second its threads waited for a CPU given back, tokens / (phase time - wait),
+     * is an upper bound of what the engine does with the CPU granted; when even that bound's
+     * interval lies below the floor, starvation cannot explain the slowness: FAIL */
+    int tokens[2];
 };
 
 struct throughput_phase {
     double floor;
     struct throughput_stats all;     /* every timed run */
     struct throughput_stats granted; /* the runs that were not starved (n may be 0) */
+    struct throughput_stats bound;   /* the starvation bound's rates (rule.tokens; n 0: none) */
+    int bound_fail;                  /* FAIL by the bound: slow even with the waits given back */
     int state;                       /* +1 lower bound >= floor, -1 granted upper < floor, 0 */
     int starved;                     /* undecided, and every run says below: starvation */
     /* against the baseline (rule.base): every run's ratio, the granted runs' ratio, and the

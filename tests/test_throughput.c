@@ -197,6 +197,41 @@ Test(throughput, starved_runs_are_no_evidence_of_a_slow_engine)
     cr_expect_eq(throughput_starved(&u, 0.25), 0); /* nothing measured: counted as granted */
 }
 
+/* Issue 27 §1's second goal: an engine slowed below its floor FAILs at load 8 too. Its runs are
+ * starved (the busy loops make its threads wait), but an engine that sleeps is slow with the CPU
+ * granted: with every second of waiting given back (tokens / (phase time - wait), an upper bound)
+ * the rate is still below the floor. Measured by ci/throughput-load.sh: the exec engine sleeping
+ * 20 ms per forward read "host starved" (ERROR) at load 8 before this bound, FAIL after it. */
+Test(throughput, a_slow_engine_fails_even_when_starved_if_the_waits_cannot_explain_it)
+{
+    struct throughput_sample s[THROUGHPUT_MAX_RUNS];
+    struct throughput_decision d;
+    struct throughput_rule rule = RULE;
+    rule.tokens[0] = 160;
+    rule.tokens[1] = 16;
+    const double slow[] = {12, 11, 13, 10}; /* 16 tokens in 1.2-1.6 s */
+    fill(s, 30, slow, 4, 0.3);
+    for (int i = 0; i < 30; i++)
+        s[i].cpu_s = 0.2; /* it sleeps: little CPU, and 60 % of what it asked for was waiting */
+    cr_assert_eq(throughput_starved(&s[0], 0.25), 1);
+    cr_assert_eq(throughput_decide(s, 6, &rule, &d), 0);
+    cr_expect(!d.more && d.verdict == GATE_FAIL, "%s", d.reason);
+    cr_expect(strstr(d.reason, "even with every second its threads waited for a CPU given back"),
+              "%s", d.reason);
+    cr_expect(d.phase[1].bound.hi < 50 && d.phase[1].bound.lo > 12, "bound %g-%g",
+              d.phase[1].bound.lo, d.phase[1].bound.hi);
+    /* the same rates with waits as long as the phases: starvation can explain them: never FAIL */
+    fill(s, 30, slow, 4, 3);
+    cr_assert_eq(throughput_decide(s, 30, &rule, &d), 0);
+    cr_expect(!d.more && d.verdict == GATE_ERROR, "%s", d.reason);
+    /* waiting not measured: no bound, as before */
+    fill(s, 30, slow, 4, NAN);
+    for (int i = 0; i < 30; i++)
+        s[i].cpu_s = 0.2;
+    cr_assert_eq(throughput_decide(s, 30, &rule, &d), 0);
+    cr_expect(d.verdict != GATE_FAIL || !strstr(d.reason, "given back"), "%s", d.reason);
+}
+
 Test(throughput, ratio_to_a_baseline_on_known_vectors)
 {
     const double base[] = {10, 11, 12, 13, 14, 15};
