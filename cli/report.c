@@ -350,6 +350,16 @@ void report_release(FILE *out, const struct ladder *l, const char *ladder_path, 
                     safe(ladder_cell_name(l, i, name, sizeof name)),
                     safe(l->cells[i].g.loose_reason));
         }
+    for (int i = 0; i < l->n_cells; i++) /* docs/exec.md, "Falsify by proxy" */
+        if (ladder_falsify_by_proxy(&l->cells[i].g)) {
+            char name[256];
+            fprintf(out,
+                    "note: cell %s is falsified by proxy: engine %s takes no faults, so each"
+                    " fault went into the judge and the engine's clean run had to be rejected"
+                    " against it\n",
+                    safe(ladder_cell_name(l, i, name, sizeof name)),
+                    safe(l->cells[i].g.engine->e.name));
+        }
     if (id->git_dirty)
         fprintf(out,
                 "note: this gate binary was built from a tree that is not its commit (%s);"
@@ -824,6 +834,16 @@ void report_release_json(FILE *out, const struct ladder *l, const char *ladder_p
                                                    "reason", jstr(l->cells[i].g.loose_reason)));
         }
     json_object_set_new(doc, "loose_thresholds", loose);
+    json_t *proxied = json_array();
+    for (int i = 0; i < l->n_cells; i++)
+        if (ladder_falsify_by_proxy(&l->cells[i].g)) {
+            char name[256];
+            json_array_append_new(proxied,
+                                  json_pack("{s:o, s:o}", "cell",
+                                            jstr(ladder_cell_name(l, i, name, sizeof name)),
+                                            "engine", jstr(l->cells[i].g.engine->e.name)));
+        }
+    json_object_set_new(doc, "falsified_by_proxy", proxied);
     json_object_set_new(doc, "schema", json_string("gate.release/1"));
     json_object_set_new(doc, "ok", json_boolean(r->ok));
     json_object_set_new(

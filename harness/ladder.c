@@ -733,6 +733,11 @@ void ladder_parity_config(const struct ladder_gates *g, struct parity_config *p)
     p->span = g->span;
 }
 
+int ladder_falsify_by_proxy(const struct ladder_gates *g)
+{
+    return g->engine && !(g->engine->e.supports & EXEC_SUPPORTS_FAULTS) && g->falsify.n != 0;
+}
+
 static void default_gates(struct ladder_gates *g)
 {
     memset(g, 0, sizeof *g);

@@ -212,6 +212,10 @@ const char *ladder_kv_name(int kv_f16);
 struct parity_config;
 void ladder_parity_config(const struct ladder_gates *g, struct parity_config *p);
 
+/* 1 when the cell's falsify gate runs by proxy: an exec engine whose supports lack faults (the
+ * faults go into the judge; docs/exec.md). Every report says so. */
+int ladder_falsify_by_proxy(const struct ladder_gates *g);
+
 json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate);
 
 /* The modes every build knows (settled question 3). */

@@ -286,7 +286,7 @@ static json_t *gate_falsify(struct cell_ctx *x)
     cfg.power_factor = x->c->g.power_factor;
     cfg.power_layers = x->c->g.power_layers;
     /* an engine that cannot take faults: falsify by proxy, recorded as such */
-    cfg.proxy = x->c->g.engine && !(x->c->g.engine->e.supports & EXEC_SUPPORTS_FAULTS);
+    cfg.proxy = ladder_falsify_by_proxy(&x->c->g);
     struct falsify_result fr;
     memset(&fr, 0, sizeof fr);
     mode_ran_begin(&x->ran);

@@ -593,6 +593,16 @@ Test(exec, the_ladder_refuses_what_cannot_run_at_check_time)
                                           "exec.twin.decode", NULL),
                              &err),
                  0, "%s", err.msg);
+    /* and every report says so (release check's note, JSON falsified_by_proxy, the HTML note) */
+    cr_expect(l && ladder_falsify_by_proxy(&l->cells[0].g));
+    ladder_free(l);
+    l = NULL;
+    cr_expect_eq(ladder_load(&l,
+                             write_ladder(ENGINE("{argv: [x], supports: [decode, faults]}"),
+                                          "exec.twin.decode", NULL),
+                             &err),
+                 0, "%s", err.msg);
+    cr_expect(l && !ladder_falsify_by_proxy(&l->cells[0].g), "an engine that takes faults");
     ladder_free(l);
 }
 
