@@ -519,13 +519,16 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
     }
     if (out->pass)
         snprintf(out->reason, sizeof out->reason,
-                 "PASS: %s %d fault%s fired and %s rejected; sampled sweep %d per kind at or"
+                 "PASS%s: %s %d fault%s fired and %s rejected; sampled sweep %d per kind at or"
                  " above %g detection; %d power probes (one matmul x %g) all rejected",
+                 cfg->proxy ? " (by proxy: the engine takes no faults, they went into the judge)"
+                            : "",
                  out->n == 1 ? "the" : "all", out->n, out->n == 1 ? "" : "s",
                  out->n == 1 ? "was" : "were", cfg->sweep_samples, cfg->min_detection,
                  out->n_probes, cfg->power_factor);
     else
-        snprintf(out->reason, sizeof out->reason, "FAIL: %.300s", why);
+        snprintf(out->reason, sizeof out->reason, "FAIL%s: %.250s", cfg->proxy ? " (by proxy)" : "",
+                 why);
 done:
     json_decref(settings);
     free(ids);

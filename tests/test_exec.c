@@ -625,6 +625,7 @@ Test(exec, falsify_by_proxy_on_an_engine_without_faults)
     struct gate_err err = {0};
     cr_assert_eq(falsify_run(f.m, &f.mode, &faults, NULL, 0, &cfg, 1, &fr, &err), 0, "%s", err.msg);
     cr_expect_eq(fr.verdict, GATE_PASS, "%s", fr.reason);
+    cr_expect(strstr(fr.reason, "PASS (by proxy:"), "gate run's line says proxy: %s", fr.reason);
     for (int i = 0; i < fr.n; i++)
         cr_expect(fr.f[i].proxy && fr.f[i].fired && fr.f[i].rejected, "fault %s by proxy: %s",
                   fr.f[i].name, fr.f[i].metric);
