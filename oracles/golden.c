@@ -8,6 +8,7 @@
 #include "base/atomic.h"
 #include "engine/pin.h"
 #include "engine/ref_ops.h"
+#include "oracles/parity.h"
 
 #include <errno.h>
 #include <math.h>
@@ -538,11 +539,11 @@ int golden_load(const char *path, const char *sha256, struct golden_set *out, st
 
 /* ---- replay --------------------------------------------------------------------------------- */
 
-static const char *const CLASS_NAMES[] = {"MATCH", "TIE_FLIP", "WRONG"};
+static const char *const CLASS_NAMES[] = {"MATCH", "TIE_FLIP", "WRONG", "ROUTE_TIE"};
 
 const char *golden_class_name(enum golden_class c)
 {
-    return c >= GOLDEN_MATCH && c <= GOLDEN_WRONG ? CLASS_NAMES[c] : "?";
+    return c >= GOLDEN_MATCH && c <= GOLDEN_ROUTE_TIE ? CLASS_NAMES[c] : "?";
 }
 
 void golden_result_free(struct golden_result *r)
@@ -635,6 +636,32 @@ static enum golden_class classify(const json_t *c, int tokens, double near_tie, 
             "case '%s' differs at generated index %d (expected id %d, got %d) and no"
             " judge margin was recorded there",
             name, *k, (int)e[*k], (int)g[*k]);
+        goto done;
+    }
+    /* the route-tie replay (recorded at the divergence for an MoE subject with taps): a refused
+     * route is WRONG; a replayed judge that picks the subject's token is a ROUTE_TIE */
+    const json_t *rp = json_object_get(j, "replay");
+    double forced = 0, refused = 0, rgap = NAN;
+    if (rp && (gate_metric_num(rp, "forced", &forced) || gate_metric_num(rp, "refused", &refused) ||
+               !(forced >= 0 && forced == floor(forced)) ||
+               !(refused >= 0 && refused == floor(refused)))) {
+        say(why, n, "case '%s': its route-tie replay record is malformed", name);
+        goto done;
+    }
+    if (rp && refused > 0) {
+        say(why, n,
+            "case '%s' differs at generated index %d (expected id %d, got %d) after the subject"
+            " routed beyond the router near tie (%g refused pairs): WRONG",
+            name, *k, (int)e[*k], (int)g[*k], refused);
+        goto done;
+    }
+    if (rp && forced > 0 && !gate_metric_num(rp, "gap_got", &rgap) && rgap < near_tie) {
+        cls = GOLDEN_ROUTE_TIE;
+        say(why, n,
+            "case '%s': route near tie at index %d (expected id %d, got %d): the judge replayed"
+            " on the subject's expert choices (%g forced) picks the subject's token (gap %.4g <"
+            " near_tie %g)",
+            name, *k, (int)e[*k], (int)g[*k], forced, rgap, near_tie);
         goto done;
     }
     if (margin < near_tie && gap_e < near_tie && gap_g < near_tie) {
@@ -763,6 +790,54 @@ done:
     return rc;
 }
 
+/* The route-tie replay at index k of case c (MoE subject b with taps): the subject's routes over
+ * prompt + ids[0..k) (one token at a time, as greedy decoding feeds them), then the judge j forced
+ * to its near-tie choices (parity_replay_run); the replayed judge's view of the produced id. */
+static int golden_replay(struct backend *b, struct backend *j, const struct model *m,
+                         const struct golden_case *c, int k, struct golden_case_result *x,
+                         struct gate_err *err)
+{
+    const struct model_hparams *hp = &m->hp;
+    const int V = (int)hp->n_vocab, n = c->n_prompt + k;
+    const size_t ln = (size_t)hp->n_layer * (size_t)n;
+    int32_t *seq = malloc((size_t)n * sizeof *seq);
+    float *logits = malloc((size_t)n * (size_t)V * sizeof *logits);
+    struct backend_taps st = {0}, rt = {0};
+    st.experts = malloc(ln * hp->n_expert_used * sizeof(int32_t));
+    st.router_kth = malloc(ln * sizeof(float));
+    st.router_k1th = malloc(ln * sizeof(float));
+    int rc = 0;
+    if (!seq || !logits || !st.experts || !st.router_kth || !st.router_k1th) {
+        rc = err_set(err, ERR_ENV, "out of memory for the golden route-tie replay (%d tokens)", n);
+        goto done;
+    }
+    memcpy(seq, c->prompt, (size_t)c->n_prompt * sizeof *seq);
+    memcpy(seq + c->n_prompt, c->ids, (size_t)k * sizeof *seq);
+    struct parity_route_replay rr;
+    if ((rc = mode_run_split(b, MODE_DECODE, seq, n, NULL, 0, NULL, 0, logits, &st, err)) ||
+        (rc = parity_replay_alloc(&rt, hp, n, err)) ||
+        (rc = parity_replay_run(j, m, seq, n, &st, PARITY_ROUTE_TIE, &rt, logits, &rr, NULL, NULL,
+                                err)))
+        goto done;
+    x->replayed = 1;
+    x->replay_forced = rr.n_forced;
+    x->replay_refused = rr.n_refused;
+    const float *last = logits + (size_t)(n - 1) * V;
+    int32_t t2;
+    top2(last, V, &x->replay_top1, &t2);
+    const int32_t got = x->got[k];
+    x->replay_gap_got =
+        got >= 0 && got < V ? (double)last[x->replay_top1] - (double)last[got] : NAN;
+done:
+    free(seq);
+    free(logits);
+    free(st.experts);
+    free(st.router_kth);
+    free(st.router_k1th);
+    parity_replay_free(&rt);
+    return rc;
+}
+
 static json_t *case_json(const struct golden_case *c, const struct golden_case_result *x)
 {
     json_t *o = json_object();
@@ -777,6 +852,12 @@ static json_t *case_json(const struct golden_case *c, const struct golden_case_r
                                       (int)x->top2, "margin", parity_json_number(x->margin),
                                       "gap_expected", parity_json_number(x->gap_expected),
                                       "gap_got", parity_json_number(x->gap_got)));
+    if (x->replayed && json_object_get(o, "judge"))
+        json_object_set_new(json_object_get(o, "judge"), "replay",
+                            json_pack("{s:i, s:i, s:i, s:o, s:f}", "forced", x->replay_forced,
+                                      "refused", x->replay_refused, "top1", (int)x->replay_top1,
+                                      "gap_got", parity_json_number(x->replay_gap_got), "route_tie",
+                                      PARITY_ROUTE_TIE));
     if (c->expect_text)
         json_object_set_new(o, "expect_text", json_string(c->expect_text));
     if (x->expected_text)
@@ -847,6 +928,9 @@ int golden_gate(const struct model *m, const struct mode *mode, const struct gol
                 goto done;
             if ((rc = judge_margin(j, c, x->first_diff, x->got, x, err)))
                 goto done;
+            if (m->hp.n_expert > 0 && backend_records_taps(b) &&
+                (rc = golden_replay(b, j, m, c, x->first_diff, x, err)))
+                goto done;
         }
         x->expected_text = text_of(t, x->expected, x->n_expected);
         x->got_text = text_of(t, x->got, x->n_got);
@@ -866,12 +950,14 @@ int golden_gate(const struct model *m, const struct mode *mode, const struct gol
             classify(json_array_get(cases, (size_t)i), (int)tokens, near_tie, g->eos, &k, NULL, 0);
         x->pass = x->cls != GOLDEN_WRONG;
         out->n_tie_flip += x->cls == GOLDEN_TIE_FLIP;
+        out->n_route_tie += x->cls == GOLDEN_ROUTE_TIE;
     }
     if (out->pass)
         snprintf(out->reason, sizeof out->reason,
                  "PASS: %d %s golden continuations reproduced"
-                 " (%d tie flips)",
-                 g->n, g->independent ? "independent" : "regression", out->n_tie_flip);
+                 " (%d tie flips, %d route near ties replayed)",
+                 g->n, g->independent ? "independent" : "regression", out->n_tie_flip,
+                 out->n_route_tie);
     else
         snprintf(out->reason, sizeof out->reason, "FAIL: %.300s", why);
 done:

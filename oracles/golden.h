@@ -118,9 +118,12 @@ int golden_load_buf(const char *bytes, size_t n, const char *name, const char *s
 int golden_load(const char *path, const char *sha256, struct golden_set *out, struct gate_err *err);
 
 enum golden_class {
-    GOLDEN_MATCH = 0,    /* ids (and expect_text when recorded) equal */
-    GOLDEN_TIE_FLIP = 1, /* diverged where the judge's own top-2 margin < near_tie: not a FAIL */
-    GOLDEN_WRONG = 2,    /* diverged with a clear margin, or text / length differs */
+    GOLDEN_MATCH = 0,     /* ids (and expect_text when recorded) equal */
+    GOLDEN_TIE_FLIP = 1,  /* diverged where the judge's own top-2 margin < near_tie: not a FAIL */
+    GOLDEN_WRONG = 2,     /* diverged with a clear margin, or text / length differs */
+    GOLDEN_ROUTE_TIE = 3, /* diverged where the judge replayed on the subject's near-tie expert
+                           * choices (the route-tie replay, oracles/parity.h) picks the
+                           * subject's token within near_tie: not a FAIL */
 };
 
 const char *golden_class_name(enum golden_class c);
@@ -134,7 +137,12 @@ struct golden_case_result {
     int32_t top1, top2;           /* the judge's two best ids at first_diff */
     double margin;                /* judge logit(top1) - logit(top2) */
     double gap_expected, gap_got; /* judge logit(top1) - logit(expected / produced id) */
-    int32_t *expected, *got;      /* owned copies */
+    /* the route-tie replay at first_diff (MoE subjects with taps): the judge forced to the
+     * subject's near-tie expert choices over prompt + ids[0..first_diff) */
+    int replayed, replay_forced, replay_refused;
+    int32_t replay_top1;
+    double replay_gap_got;   /* replayed judge logit(top1) - logit(produced id) */
+    int32_t *expected, *got; /* owned copies */
     int n_expected, n_got;
     char *expected_text, *got_text; /* decoded (NULL without a tokenizer) */
 };
@@ -145,6 +153,7 @@ struct golden_result {
     enum gate_verdict verdict; /* golden_judge(settings, metrics) */
     char reason[320];
     int n_tie_flip;
+    int n_route_tie; /* cases judged ROUTE_TIE (the route-tie replay) */
     int n;
     struct golden_case_result *c; /* owned */
     json_t *metrics;              /* owned: what golden_judge reads, as a receipt records it */

@@ -384,3 +384,67 @@ Test(golden, gate_records_the_judge_margin_where_a_case_diverges)
     golden_set_free(&g);
     model_free(m);
 }
+
+/* Issue 22 §6: the golden gate uses the route-tie replay. On the demo's tiny-moe, a correct cpu
+ * engine's greedy continuation of some prompts leaves the twin's where a router near tie breaks
+ * the other way, with a clear margin in the plain judge (19 of 299 random prompts: seed 150,
+ * 38 ids, diverges at index 1 with the judge's gap to the engine's pick 1.6): WRONG before. The
+ * judge replayed on the engine's near-tie expert choices picks the engine's token: ROUTE_TIE, a
+ * PASS; the same divergence with the replay record showing a refused route is WRONG. */
+Test(golden, a_divergence_at_a_router_near_tie_is_judged_against_the_replay)
+{
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-moe", &buf);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/goldens-rt.json", check_tmp_dir());
+    struct gate_err err = {0};
+    cr_assert_eq(golden_record(path, m, 16, 1, &err), 0, "%s", err.msg);
+    char sha[65];
+    golden_model_sha256(m, sha);
+    struct golden_set g;
+    cr_assert_eq(golden_load(path, sha, &g, &err), 0, "%s", err.msg);
+    /* case 0 becomes the prompt, its expected ids the twin's greedy continuation */
+    const int np = 38;
+    struct golden_case *c = &g.c[0];
+    free(c->prompt);
+    c->prompt = malloc(np * sizeof *c->prompt);
+    c->n_prompt = np;
+    mode_tokens(150ull * 7919u, 512, np, c->prompt);
+    free(c->expect_text);
+    c->expect_text = NULL;
+    struct backend *r = NULL;
+    struct mode ref = {.backend = "ref", .path = MODE_DECODE};
+    cr_assert_eq(mode_open(&r, &ref, m, np + 17, 1, NULL, &err), 0, "%s", err.msg);
+    int n = 0;
+    cr_assert_eq(golden_generate(r, MODE_DECODE, c->prompt, np, 16, g.eos, c->ids, &n, &err), 0);
+    c->n_ids = n;
+    backend_close(r);
+    struct mode cpu = {.backend = "cpu", .path = MODE_DECODE};
+    json_t *s = json_pack("{s:i, s:f, s:s}", "tokens", 16, "near_tie", 0.05, "goldens_sha256",
+                          g.file_sha256);
+    struct golden_result res;
+    cr_assert_eq(golden_gate(m, &cpu, &g, s, 1, &res, &err), 0, "%s", err.msg);
+    cr_expect_eq(res.c[0].first_diff, 1);
+    cr_expect_gt(res.c[0].gap_got, 0.05, "a clear margin in the plain judge");
+    cr_expect(res.c[0].replayed && res.c[0].replay_forced > 0 && res.c[0].replay_refused == 0);
+    cr_expect_eq(res.c[0].cls, GOLDEN_ROUTE_TIE, "%s", res.reason);
+    cr_expect_eq(res.verdict, GATE_PASS, "%s", res.reason);
+    /* the judge over the recorded metrics agrees; a refused route in the record is WRONG */
+    json_t *checks = json_array();
+    char why[320];
+    cr_expect_eq(golden_judge(s, res.metrics, checks, why, sizeof why), GATE_PASS, "%s", why);
+    json_t *rp = json_object_get(
+        json_object_get(json_array_get(json_object_get(res.metrics, "cases"), 0), "judge"),
+        "replay");
+    json_object_set_new(rp, "refused", json_integer(1));
+    cr_expect_eq(golden_judge(s, res.metrics, checks, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "routed beyond the router near tie"), "%s", why);
+    json_object_set_new(rp, "refused", json_real(0.5));
+    cr_expect_eq(golden_judge(s, res.metrics, checks, why, sizeof why), GATE_FAIL);
+    json_decref(checks);
+    json_decref(s);
+    golden_result_free(&res);
+    golden_set_free(&g);
+    model_free(m);
+    free(buf);
+}
