@@ -64,7 +64,10 @@ static void judged_positions(const struct ladder *l, const struct ladder_cell *c
 {
     struct mode md;
     if (mode_parse(c->mode, &md, NULL) || md.path != MODE_CHAT) {
-        snprintf(out, n, "parity %d pos", c->g.positions);
+        if (c->g.span > c->g.positions) /* sampled over the span, the last position included */
+            snprintf(out, n, "parity %d pos of %d", c->g.positions, c->g.span);
+        else
+            snprintf(out, n, "parity %d pos", c->g.positions);
         return;
     }
     if (chat[c->model] == -2)
@@ -120,10 +123,14 @@ int cmd_ladder(int argc, char **argv)
                      fault_kind_name(c->g.falsify.f[k].kind));
         judged_positions(l, c, chat, pos, sizeof pos);
         printf("  %-40s %s cos>=%g kld<=%g/%g tie %g | golden %d tok | throughput"
-               " %d runs >= %g/%g tok/s | falsify %s\n",
+               " %d runs >= %g/%g tok/s | falsify %s%s%s\n",
                ladder_cell_name(l, i, name, sizeof name), pos, c->g.min_cosine, c->g.max_mean_kld,
                c->g.max_kld, c->g.near_tie, c->g.golden_tokens, c->g.runs, c->g.min_prefill_tps,
-               c->g.min_decode_tps, faults[0] ? faults : "(none)");
+               c->g.min_decode_tps, faults[0] ? faults : "(none)",
+               ladder_falsify_by_proxy(&c->g) ? " (by proxy)" : "",
+               c->g.consistency ? " | consistency" : "");
+        if (c->g.loose_reason[0])
+            printf("  %-40s parity looser than the noise allows: %s\n", "", c->g.loose_reason);
     }
     free(chat);
     print_excluded(l);
