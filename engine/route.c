@@ -54,14 +54,7 @@ float route_force(const float *logits, const float *probs, int n_expert, int k, 
         ids[j] = best;
         w[j] = probs[best];
     }
-    if (norm_w) {
-        float s = 0.0f;
-        for (int j = 0; j < k; j++)
-            s += w[j];
-        if (s < ROUTE_MIN_WEIGHT_SUM)
-            s = ROUTE_MIN_WEIGHT_SUM;
-        for (int j = 0; j < k; j++)
-            w[j] /= s;
-    }
+    if (norm_w)
+        route_renorm_inline(w, k);
     return deficit;
 }

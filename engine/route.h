@@ -48,6 +48,19 @@ struct route_result route_select(const float *logits, float *probs, int n_expert
 float route_force(const float *logits, const float *probs, int n_expert, int k, int norm_w,
                   const int32_t *force, float tol, int32_t *ids, float *w);
 
+/* The selected weights renormalized to sum 1 (the sum clamped at ROUTE_MIN_WEIGHT_SUM), as
+ * llama.cpp does: route_select's and route_force's one definition. */
+GATE_HD static inline void route_renorm_inline(float *w, int k)
+{
+    float s = 0.0f;
+    for (int j = 0; j < k; j++)
+        s += w[j];
+    if (s < ROUTE_MIN_WEIGHT_SUM)
+        s = ROUTE_MIN_WEIGHT_SUM;
+    for (int j = 0; j < k; j++)
+        w[j] /= s;
+}
+
 /* route_select() itself, inline for both compilers: the CUDA routing kernel runs this very
  * function (built with --fmad=false), so host and device route identically. Softmax sums in
  * double with det_expf; top-k by k selection passes (highest probability, lowest id on ties). */
@@ -94,15 +107,8 @@ route_select_inline(const float *logits, float *probs, int n_expert, int k, int 
         res.k1th_logit = logits[next];
     }
     res.gap = res.kth_logit - res.k1th_logit;
-    if (norm_w) {
-        float s = 0.0f;
-        for (int j = 0; j < k; j++)
-            s += w[j];
-        if (s < ROUTE_MIN_WEIGHT_SUM)
-            s = ROUTE_MIN_WEIGHT_SUM;
-        for (int j = 0; j < k; j++)
-            w[j] /= s;
-    }
+    if (norm_w)
+        route_renorm_inline(w, k);
     res.n_faults = fault_apply_route_inline(faults, layer, pos, probs, n_expert, k, ids, w);
     return res;
 }
