@@ -920,3 +920,37 @@ Test(ladder_files, ladder_check_and_run_refuse_before_any_receipt)
     cr_expect_neq(stat(strcat(strcpy(cmd, dir), "/r.db"), &st), 0,
                   "no receipt store may be created by a refused run");
 }
+
+/* ladder check names what each cell will do beyond the thresholds: parity's span, the
+ * consistency gate, falsify by proxy and a stated loose_reason (issue 22 §2 / §5) */
+Test(ladder_check, prints_span_consistency_and_a_loose_reason)
+{
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
+    const char *yaml =
+        "release: {name: r, version: '1'}\n"
+        "models:\n  m: {path: m2.gguf, sha256: "
+        "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3moe}\n"
+        "hosts:\n  local: {device: none, trust: [" KEY1 "]}\n"
+        "modes: [cpu.decode]\n"
+        "cells: [{model: m, host: local, mode: cpu.decode}]\n"
+        "gates:\n  defaults:\n"
+        "    parity: {positions: 64, span: 500, min_cosine: 0.99, loose_reason: 'a smoke run'}\n"
+        "    consistency: {positions: 32}\n"
+        "unanchored: {qwen3moe: \"t\"}\n";
+    const char *path = write_tmp("span.yaml", yaml, strlen(yaml));
+    char cmd[3000], out[1200];
+    snprintf(cmd, sizeof cmd, "cp '%s/conformance/qwen3moe-tiny-q4_k_m/model.gguf' '%s/m2.gguf'",
+             check_shared_dir(), check_tmp_dir());
+    cr_assert_eq(system(cmd), 0);
+    snprintf(out, sizeof out, "%s/span.out", check_tmp_dir());
+    snprintf(cmd, sizeof cmd, "'%s' ladder check '%s' >'%s' 2>&1", bin, path, out);
+    const int rc = system(cmd);
+    char *text = check_slurp_text(out);
+    cr_assert_eq(rc, 0, "%s", text ? text : "");
+    cr_expect(strstr(text, "m/local/cpu.decode                       parity 64 pos of 500 "), "%s",
+              text);
+    cr_expect(strstr(text, "| consistency"), "%s", text);
+    cr_expect(strstr(text, "parity looser than the noise allows: a smoke run"), "%s", text);
+    free(text);
+}
