@@ -190,6 +190,19 @@ static int clean_weights(const struct model *m, const int32_t *ids, int n, int n
     return rc;
 }
 
+/* The parity numbers a sweep point, an agreement or a power probe records of one run. */
+static struct falsify_numbers numbers_of(const struct parity_result *r)
+{
+    return (struct falsify_numbers){.min_cosine = r->cosine.min,
+                                    .mean_kld = r->kld.mean,
+                                    .max_kld = r->kld.max,
+                                    .max_rel_l2 = r->rel_l2.max,
+                                    .mean_rel_l2 = r->rel_l2.mean,
+                                    .n_wrong = r->n_wrong,
+                                    .n_nonfinite = r->n_nonfinite,
+                                    .n_route_refused = r->route.n_refused};
+}
+
 /* Sample kind K's (layer, position) pairs deterministically and inject the fault at each. */
 static int sweep_kind(struct parity_session *s, const struct model *m, struct falsify_kind *K,
                       int samples, const float *w, const struct parity_config *cfg, int proxy,
@@ -239,14 +252,7 @@ static int sweep_kind(struct parity_session *s, const struct model *m, struct fa
         if (wit.tapless) { /* the logits moved; was it the injection asked for? */
             struct parity_result ag = {0};
             rc = parity_session_agreement(s, &one, cfg, &ag, NULL, err);
-            x->agreement = (struct falsify_numbers){.min_cosine = ag.cosine.min,
-                                                    .mean_kld = ag.kld.mean,
-                                                    .max_kld = ag.kld.max,
-                                                    .max_rel_l2 = ag.rel_l2.max,
-                                                    .mean_rel_l2 = ag.rel_l2.mean,
-                                                    .n_wrong = ag.n_wrong,
-                                                    .n_nonfinite = ag.n_nonfinite,
-                                                    .n_route_refused = ag.route.n_refused};
+            x->agreement = numbers_of(&ag);
             parity_result_free(&ag);
             if (rc)
                 break;
@@ -277,18 +283,6 @@ static int sweep_kind(struct parity_session *s, const struct model *m, struct fa
 }
 
 /* ---- the power probe (issue 22 §3) --------------------------------------------------------- */
-
-static struct falsify_numbers numbers_of(const struct parity_result *r)
-{
-    return (struct falsify_numbers){.min_cosine = r->cosine.min,
-                                    .mean_kld = r->kld.mean,
-                                    .max_kld = r->kld.max,
-                                    .max_rel_l2 = r->rel_l2.max,
-                                    .mean_rel_l2 = r->rel_l2.mean,
-                                    .n_wrong = r->n_wrong,
-                                    .n_nonfinite = r->n_nonfinite,
-                                    .n_route_refused = r->route.n_refused};
-}
 
 /* A probe's layers for one tensor: the last layer (the least downstream amplification: the
  * hardest to see), then distinct others from a fixed stream. */

@@ -799,18 +799,16 @@ static int golden_replay(struct backend *b, struct backend *j, const struct mode
 {
     const struct model_hparams *hp = &m->hp;
     const int V = (int)hp->n_vocab, n = c->n_prompt + k;
-    const size_t ln = (size_t)hp->n_layer * (size_t)n;
     int32_t *seq = malloc((size_t)n * sizeof *seq);
     float *logits = malloc((size_t)n * (size_t)V * sizeof *logits);
     struct backend_taps st = {0}, rt = {0};
-    st.experts = malloc(ln * hp->n_expert_used * sizeof(int32_t));
-    st.router_kth = malloc(ln * sizeof(float));
-    st.router_k1th = malloc(ln * sizeof(float));
     int rc = 0;
-    if (!seq || !logits || !st.experts || !st.router_kth || !st.router_k1th) {
+    if (!seq || !logits) {
         rc = err_set(err, ERR_ENV, "out of memory for the golden route-tie replay (%d tokens)", n);
         goto done;
     }
+    if ((rc = parity_routes_alloc(&st, hp, n, err)))
+        goto done;
     memcpy(seq, c->prompt, (size_t)c->n_prompt * sizeof *seq);
     memcpy(seq + c->n_prompt, c->ids, (size_t)k * sizeof *seq);
     struct parity_route_replay rr;
@@ -831,9 +829,7 @@ static int golden_replay(struct backend *b, struct backend *j, const struct mode
 done:
     free(seq);
     free(logits);
-    free(st.experts);
-    free(st.router_kth);
-    free(st.router_k1th);
+    parity_replay_free(&st);
     parity_replay_free(&rt);
     return rc;
 }

@@ -1273,6 +1273,22 @@ void parity_replay_free(struct backend_taps *t)
     taps_free(t);
 }
 
+int parity_routes_alloc(struct backend_taps *t, const struct model_hparams *hp, int n,
+                        struct gate_err *err)
+{
+    const size_t ln = (size_t)hp->n_layer * (size_t)n;
+    memset(t, 0, sizeof *t);
+    t->experts = malloc(ln * hp->n_expert_used * sizeof(int32_t));
+    t->router_kth = malloc(ln * sizeof(float));
+    t->router_k1th = malloc(ln * sizeof(float));
+    if (!t->experts || !t->router_kth || !t->router_k1th) {
+        taps_free(t);
+        return err_set(err, ERR_ENV, "out of memory for the subject's routes (%u layers x %d)",
+                       hp->n_layer, n);
+    }
+    return 0;
+}
+
 int parity_replay_run(struct backend *judge, const struct model *m, const int32_t *tokens, int n,
                       const struct backend_taps *subj, double tol, struct backend_taps *replay,
                       float *logits, struct parity_route_replay *rr, double *pos_deficit,

@@ -347,6 +347,10 @@ int parity_session_agreement(struct parity_session *s, const struct fault_set *f
 int parity_replay_alloc(struct backend_taps *t, const struct model_hparams *hp, int n,
                         struct gate_err *err);
 void parity_replay_free(struct backend_taps *t);
+/* Allocate in *t (zeroed) what parity_replay_run reads of the subject: experts, router_kth and
+ * router_k1th for n tokens. Free with parity_replay_free. */
+int parity_routes_alloc(struct backend_taps *t, const struct model_hparams *hp, int n,
+                        struct gate_err *err);
 
 /* Run the judge (a ref backend) over tokens (n) forced to the subject's expert sets where they
  * are router near ties (struct parity_route_replay's rule, tol = route_tie): subj holds the

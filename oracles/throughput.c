@@ -722,9 +722,7 @@ struct spot_replay {
 
 static void spot_replay_free(struct spot_replay *x)
 {
-    free(x->subj.experts);
-    free(x->subj.router_kth);
-    free(x->subj.router_k1th);
+    parity_replay_free(&x->subj);
     parity_replay_free(&x->judge);
     free(x->logits);
     free(x->deficit);
@@ -739,19 +737,16 @@ static int spot_replay_run(struct spot_replay *x, struct backend *b, const struc
                            struct gate_err *err)
 {
     const struct model_hparams *hp = &m->hp;
-    const size_t V = hp->n_vocab, N = (size_t)(P + D), ln = (size_t)hp->n_layer * N;
+    const size_t V = hp->n_vocab, N = (size_t)(P + D);
     int rc;
     if (!x->logits) {
-        x->subj.experts = malloc(ln * hp->n_expert_used * sizeof(int32_t));
-        x->subj.router_kth = malloc(ln * sizeof(float));
-        x->subj.router_k1th = malloc(ln * sizeof(float));
         x->logits = malloc(N * V * sizeof(float));
         x->deficit = malloc(N * sizeof(double));
         x->refused = malloc(N * sizeof(int));
-        if (!x->subj.experts || !x->subj.router_kth || !x->subj.router_k1th || !x->logits ||
-            !x->deficit || !x->refused)
+        if (!x->logits || !x->deficit || !x->refused)
             return err_set(err, ERR_ENV, "out of memory for the spot checks' route-tie replay");
-        if ((rc = parity_replay_alloc(&x->judge, hp, (int)N, err)))
+        if ((rc = parity_routes_alloc(&x->subj, hp, (int)N, err)) ||
+            (rc = parity_replay_alloc(&x->judge, hp, (int)N, err)))
             return rc;
     }
     /* the timed run's calls: the path over the prompt, then one forward per decode token (the
