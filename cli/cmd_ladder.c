@@ -117,17 +117,20 @@ int cmd_ladder(int argc, char **argv)
     printf("required cells:\n");
     for (int i = 0; i < l->n_cells; i++) {
         const struct ladder_cell *c = &l->cells[i];
-        char name[256], faults[256] = "", pos[96];
+        char name[256], faults[256] = "", pos[96], kinds[160], proxy[200] = "";
         for (int k = 0; k < c->g.falsify.n; k++)
             snprintf(faults + strlen(faults), sizeof faults - strlen(faults), "%s%s", k ? "," : "",
                      fault_kind_name(c->g.falsify.f[k].kind));
         judged_positions(l, c, chat, pos, sizeof pos);
+        const int px = ladder_falsify_proxy_text(&c->g, kinds, sizeof kinds);
+        if (px) /* partial: the kinds that go into the judge; the rest into the engine */
+            snprintf(proxy, sizeof proxy, " (by proxy%s%s)", px == 1 ? "" : ": ",
+                     px == 1 ? "" : kinds);
         printf("  %-40s %s cos>=%g kld<=%g/%g tie %g | golden %d tok | throughput"
                " %d runs >= %g/%g tok/s | falsify %s%s%s\n",
                ladder_cell_name(l, i, name, sizeof name), pos, c->g.min_cosine, c->g.max_mean_kld,
                c->g.max_kld, c->g.near_tie, c->g.golden_tokens, c->g.runs, c->g.min_prefill_tps,
-               c->g.min_decode_tps, faults[0] ? faults : "(none)",
-               ladder_falsify_by_proxy(&c->g) ? " (by proxy)" : "",
+               c->g.min_decode_tps, faults[0] ? faults : "(none)", proxy,
                c->g.consistency ? " | consistency" : "");
         if (c->g.loose_reason[0])
             printf("  %-40s parity looser than the noise allows: %s\n", "", c->g.loose_reason);

@@ -350,16 +350,24 @@ void report_release(FILE *out, const struct ladder *l, const char *ladder_path, 
                     safe(ladder_cell_name(l, i, name, sizeof name)),
                     safe(l->cells[i].g.loose_reason));
         }
-    for (int i = 0; i < l->n_cells; i++) /* docs/exec.md, "Falsify by proxy" */
-        if (ladder_falsify_by_proxy(&l->cells[i].g)) {
-            char name[256];
+    for (int i = 0; i < l->n_cells; i++) { /* docs/exec.md, "Falsify by proxy" */
+        char name[256], kinds[160];
+        const int px = ladder_falsify_proxy_text(&l->cells[i].g, kinds, sizeof kinds);
+        if (px == 1)
             fprintf(out,
                     "note: cell %s is falsified by proxy: engine %s takes no faults, so each"
                     " fault went into the judge and the engine's clean run had to be rejected"
                     " against it\n",
                     safe(ladder_cell_name(l, i, name, sizeof name)),
                     safe(l->cells[i].g.engine->e.name));
-        }
+        else if (px == 2)
+            fprintf(out,
+                    "note: cell %s is falsified partly by proxy: engine %s does not take %s, so"
+                    " those faults went into the judge and the engine's clean run had to be"
+                    " rejected against them; the other kinds were injected into the engine\n",
+                    safe(ladder_cell_name(l, i, name, sizeof name)),
+                    safe(l->cells[i].g.engine->e.name), safe(kinds));
+    }
     if (id->git_dirty)
         fprintf(out,
                 "note: this gate binary was built from a tree that is not its commit (%s);"
@@ -835,14 +843,23 @@ void report_release_json(FILE *out, const struct ladder *l, const char *ladder_p
         }
     json_object_set_new(doc, "loose_thresholds", loose);
     json_t *proxied = json_array();
-    for (int i = 0; i < l->n_cells; i++)
-        if (ladder_falsify_by_proxy(&l->cells[i].g)) {
-            char name[256];
-            json_array_append_new(proxied,
-                                  json_pack("{s:o, s:o}", "cell",
-                                            jstr(ladder_cell_name(l, i, name, sizeof name)),
-                                            "engine", jstr(l->cells[i].g.engine->e.name)));
-        }
+    for (int i = 0; i < l->n_cells; i++) {
+        const unsigned pk = ladder_falsify_proxy_kinds(&l->cells[i].g);
+        if (!pk)
+            continue;
+        char name[256], kinds[160];
+        json_t *kl = json_array();
+        for (int k = 0; k < FAULT_KIND_COUNT; k++)
+            if (pk & (1u << k))
+                json_array_append_new(kl, json_string(fault_kind_name((enum fault_kind)k)));
+        /* kinds: what went into the judge; partial: the engine took the other kinds itself */
+        json_array_append_new(
+            proxied,
+            json_pack("{s:o, s:o, s:o, s:b}", "cell",
+                      jstr(ladder_cell_name(l, i, name, sizeof name)), "engine",
+                      jstr(l->cells[i].g.engine->e.name), "kinds", kl, "partial",
+                      ladder_falsify_proxy_text(&l->cells[i].g, kinds, sizeof kinds) == 2));
+    }
     json_object_set_new(doc, "falsified_by_proxy", proxied);
     json_object_set_new(doc, "schema", json_string("gate.release/1"));
     json_object_set_new(doc, "ok", json_boolean(r->ok));

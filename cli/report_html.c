@@ -1242,17 +1242,29 @@ static void draw_identity(FILE *f, const struct ladder *l, const char *ladder_pa
             put(f, l->cells[i].g.loose_reason);
             fputs("</p>\n", f);
         }
-    for (int i = 0; i < l->n_cells; i++) /* docs/exec.md, "Falsify by proxy" */
-        if (ladder_falsify_by_proxy(&l->cells[i].g)) {
-            char name[256];
-            fputs("<p class=\"note proxy\">cell ", f);
-            put(f, ladder_cell_name(l, i, name, sizeof name));
-            fputs(" is falsified by proxy: engine ", f);
-            put(f, l->cells[i].g.engine->e.name);
+    for (int i = 0; i < l->n_cells; i++) { /* docs/exec.md, "Falsify by proxy" */
+        char name[256], kinds[160];
+        const int px = ladder_falsify_proxy_text(&l->cells[i].g, kinds, sizeof kinds);
+        if (!px)
+            continue;
+        fputs("<p class=\"note proxy\">cell ", f);
+        put(f, ladder_cell_name(l, i, name, sizeof name));
+        fputs(px == 1 ? " is falsified by proxy: engine "
+                      : " is falsified partly by proxy: engine ",
+              f);
+        put(f, l->cells[i].g.engine->e.name);
+        if (px == 1)
             fputs(" takes no faults, so each fault went into the judge and the engine's clean run"
                   " had to be rejected against it</p>\n",
                   f);
+        else {
+            fputs(" does not take ", f);
+            put(f, kinds);
+            fputs(", so those faults went into the judge and the engine's clean run had to be"
+                  " rejected against them; the other kinds were injected into the engine</p>\n",
+                  f);
         }
+    }
 }
 
 /* One row of the matrix table. */

@@ -894,7 +894,16 @@ static int sync_faults(struct exec_session *s, const struct fault_set *fs, struc
             json_decref(list);
             return err_set(err, ERR_RUNTIME,
                            "exec engine '%s' (set_faults): the engine cannot inject %s (its hello"
-                           " lists the fault kinds it can inject)",
+                           " lists the fault kinds it can inject; list the kinds it takes in the"
+                           " ladder's engine entry, `faults: [...]`, and the others are falsified"
+                           " by proxy)",
+                           s->e->name, fault_kind_name(f->kind));
+        }
+        if (s->e->faults && !(s->e->faults & (1u << f->kind))) {
+            json_decref(list);
+            return err_set(err, ERR_RUNTIME,
+                           "exec engine '%s' (set_faults): the ladder does not declare that the"
+                           " engine injects %s (its `faults:` list)",
                            s->e->name, fault_kind_name(f->kind));
         }
         json_t *o = json_pack("{s:s, s:i, s:[i,i], s:[i,i]}", "kind", fault_kind_name(f->kind),
@@ -1049,6 +1058,15 @@ static int exec_open(struct backend **out, const struct model *m, const struct b
             return fail(s, "hello", err,
                         "the ladder declares that the engine injects faults, but its hello lists"
                         " none");
+        const unsigned miss = s->e->faults & ~s->hello.faults;
+        if (miss) { /* each declared kind goes into the engine: it must be able to take it */
+            char names[160];
+            return fail(s, "hello", err,
+                        "the ladder declares that the engine injects %s, but its hello does not"
+                        " list %s",
+                        fault_kinds_text(miss, names, sizeof names),
+                        miss & (miss - 1) ? "them" : "it");
+        }
         /* a cache long enough for the usual gates, so one child serves the whole cell */
         if ((rc = do_load(s, n_ctx > cap ? n_ctx : cap, hp->n_vocab, err)))
             return rc;

@@ -66,6 +66,10 @@ struct exec_engine {
     double timeout_s;              /* deadline of each request/reply exchange (> 0) */
     double cell_timeout_s;         /* the engine's time over the whole session (> 0; 0: default) */
     unsigned supports;             /* enum exec_support bits */
+    /* the fault kinds it injects itself (the ladder's `faults:`; bit 1 << enum fault_kind each):
+     * its hello must list every one, and gate sends no other. 0: not given (with
+     * EXEC_SUPPORTS_FAULTS: every kind the falsify gate asks for) */
+    unsigned faults;
     /* isolation (docs/exec.md, "Threat model") */
     int isolation_none; /* the ladder said `isolation: none` (then reason is non-empty) */
     char reason[256];   /* why it runs unisolated */

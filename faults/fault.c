@@ -120,6 +120,27 @@ const char *fault_kind_name(enum fault_kind k)
     return d ? d->name : "unknown";
 }
 
+int fault_kind_find(const char *name)
+{
+    for (int i = 0; name && i < FAULT_KIND_COUNT; i++)
+        if (!strcmp(name, FAULT_KINDS[i].name))
+            return i;
+    return -1;
+}
+
+char *fault_kinds_text(unsigned mask, char *buf, size_t n)
+{
+    size_t at = 0;
+    if (n)
+        buf[0] = '\0';
+    for (int i = 0; i < FAULT_KIND_COUNT && at < n; i++)
+        if (mask & (1u << i)) {
+            const int w = snprintf(buf + at, n - at, "%s%s", at ? ", " : "", FAULT_KINDS[i].name);
+            at = w > 0 ? at + (size_t)w : at;
+        }
+    return buf;
+}
+
 int fault_is_routing(enum fault_kind k)
 {
     const struct fault_kind_def *d = fault_kind_def(k);

@@ -114,6 +114,13 @@ const char *fault_kind_name(enum fault_kind k);
 /* 1 when the fault needs an MoE model (the routing faults). */
 int fault_is_routing(enum fault_kind k);
 
+/* The kind named `name` (a row's name, exactly), or -1 (also for NULL). */
+int fault_kind_find(const char *name);
+
+/* The names of the kinds in mask (bit 1 << enum fault_kind each), in table order, joined by
+ * ", " into buf (n bytes, always terminated; "" for an empty mask). Returns buf. */
+char *fault_kinds_text(unsigned mask, char *buf, size_t n);
+
 /* The default falsify set (settled question 4): every kind whose row is in the default set for
  * an MoE (moe 1) or dense (moe 0) model, in table order, unscoped. */
 void fault_default_set(int moe, struct fault_set *out);

@@ -600,7 +600,7 @@ static int parse_engines(struct parse *p, yaml_node_t *root)
 {
     static const char *const keys[] = {
         "argv",  "timeout_s", "supports", "cell_timeout_s", "isolation", "reason", "env",
-        "allow", "devices",   "sha256",   "build_id",       "files",     NULL};
+        "allow", "devices",   "sha256",   "build_id",       "files",     "faults", NULL};
     struct ladder *l = p->l;
     yaml_node_t *v = get(p, root, "engines"), *x, *it;
     int rc;
@@ -665,6 +665,30 @@ static int parse_engines(struct parse *p, yaml_node_t *root)
                             " faults",
                             what, scalar(it) ? scalar(it) : kind(it));
             le->e.supports |= bit;
+        }
+        /* faults: the kinds it injects itself; the falsify gate proxies the others */
+        if ((x = get(p, e, "faults"))) {
+            if ((rc = check_seq(p, x, "faults", 1)))
+                return rc;
+            if (!(le->e.supports & EXEC_SUPPORTS_FAULTS))
+                return fail(p, x,
+                            "%s: faults lists the kinds the engine injects, but its supports do"
+                            " not list faults (an engine that takes none needs no list: its"
+                            " falsify gate runs by proxy)",
+                            what);
+            FOR_ITEMS(p, x, it)
+            {
+                const int k = fault_kind_find(scalar(it));
+                char known[160];
+                if (k < 0)
+                    return fail(
+                        p, it, "%s: faults entry '%s' is not a fault kind (known: %s)", what,
+                        scalar(it) ? scalar(it) : kind(it),
+                        fault_kinds_text((1u << FAULT_KIND_COUNT) - 1, known, sizeof known));
+                if (le->e.faults & (1u << k))
+                    return fail(p, it, "%s: faults lists '%s' twice", what, scalar(it));
+                le->e.faults |= 1u << k;
+            }
         }
         if ((rc = parse_engine_guard(p, e, what, le)))
             return rc;
@@ -733,9 +757,25 @@ void ladder_parity_config(const struct ladder_gates *g, struct parity_config *p)
     p->span = g->span;
 }
 
+unsigned ladder_falsify_proxy_kinds(const struct ladder_gates *g)
+{
+    if (!g->engine || g->falsify.n <= 0)
+        return 0;
+    const struct exec_engine *e = &g->engine->e;
+    const unsigned takes = !(e->supports & EXEC_SUPPORTS_FAULTS) ? 0u : e->faults ? e->faults : ~0u;
+    return falsify_kinds_used(&g->falsify) & ~takes;
+}
+
 int ladder_falsify_by_proxy(const struct ladder_gates *g)
 {
-    return g->engine && !(g->engine->e.supports & EXEC_SUPPORTS_FAULTS) && g->falsify.n != 0;
+    return ladder_falsify_proxy_kinds(g) != 0;
+}
+
+int ladder_falsify_proxy_text(const struct ladder_gates *g, char *buf, size_t n)
+{
+    const unsigned pk = ladder_falsify_proxy_kinds(g);
+    fault_kinds_text(pk, buf, n);
+    return !pk ? 0 : pk == falsify_kinds_used(&g->falsify) ? 1 : 2;
 }
 
 static void default_gates(struct ladder_gates *g)
@@ -1821,6 +1861,13 @@ json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate)
                                le->e.isolation_none ? "none" : "landlock");
         if (le->e.isolation_none) /* shown wherever the settings are: why it ran unisolated */
             json_object_set_new(eo, "reason", json_string(le->e.reason));
+        if (le->e.faults) { /* the kinds it injects itself; falsify proxies the others */
+            json_t *fk = json_array();
+            for (int k = 0; k < FAULT_KIND_COUNT; k++)
+                if (le->e.faults & (1u << k))
+                    json_array_append_new(fk, json_string(fault_kind_name((enum fault_kind)k)));
+            json_object_set_new(eo, "faults", fk);
+        }
         if (le->e.n_env) { /* the environment shapes what the engine does */
             json_t *env = json_object();
             for (int k = 0; k < le->e.n_env; k++) {

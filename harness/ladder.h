@@ -212,9 +212,19 @@ const char *ladder_kv_name(int kv_f16);
 struct parity_config;
 void ladder_parity_config(const struct ladder_gates *g, struct parity_config *p);
 
-/* 1 when the cell's falsify gate runs by proxy: an exec engine whose supports lack faults (the
- * faults go into the judge; docs/exec.md). Every report says so. */
+/* The fault kinds the cell's falsify gate injects into the judge instead of the engine (falsify
+ * by proxy, per kind; bit 1 << enum fault_kind each): for an exec engine, the kinds the gate uses
+ * (falsify_kinds_used: its faults and scale, the power probe) that the engine does not take —
+ * every one when its supports lack faults, those outside its `faults:` list when it has one.
+ * 0 for gate's own engines and for an engine with faults and no list. Every report says so. */
+unsigned ladder_falsify_proxy_kinds(const struct ladder_gates *g);
+
+/* 1 when some kind of the cell's falsify gate goes by proxy (ladder_falsify_proxy_kinds != 0). */
 int ladder_falsify_by_proxy(const struct ladder_gates *g);
+
+/* The proxied kinds' names into buf ("scale, kv_corrupt"; "" for none); returns 0 none, 1 every
+ * kind the gate uses (the engine takes no faults), 2 some (partial proxy). */
+int ladder_falsify_proxy_text(const struct ladder_gates *g, char *buf, size_t n);
 
 json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate);
 

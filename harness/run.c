@@ -285,16 +285,22 @@ static json_t *gate_falsify(struct cell_ctx *x)
     cfg.min_detection = x->c->g.min_detection;
     cfg.power_factor = x->c->g.power_factor;
     cfg.power_layers = x->c->g.power_layers;
-    /* an engine that cannot take faults: falsify by proxy, recorded as such */
-    cfg.proxy = ladder_falsify_by_proxy(&x->c->g);
+    /* the kinds the engine cannot take: falsify by proxy, per kind, recorded as such; the run's
+     * own verdict (its line below) judges with the cell's engine, as the release check does */
+    cfg.proxy_kinds = ladder_falsify_proxy_kinds(&x->c->g);
+    json_t *settings = ladder_gate_settings(&x->c->g, "falsify");
+    cfg.engine = json_object_get(settings, "engine");
     struct falsify_result fr;
     memset(&fr, 0, sizeof fr);
     mode_ran_begin(&x->ran);
-    if (falsify_run(x->m, &x->mode, &x->c->g.falsify, NULL, 0, &cfg, x->o->threads, &fr, &err)) {
+    const int frc =
+        falsify_run(x->m, &x->mode, &x->c->g.falsify, NULL, 0, &cfg, x->o->threads, &fr, &err);
+    json_decref(settings);
+    if (frc) {
         falsify_result_free(&fr);
         return finish(x, "falsify", NULL, err.msg, NULL);
     }
-    char key[400];
+    char key[640];
     snprintf(key, sizeof key, "%d fault%s: %s", fr.n, fr.n == 1 ? "" : "s", fr.reason);
     json_t *metrics = falsify_result_json(&fr);
     falsify_result_free(&fr);

@@ -22,6 +22,7 @@ _Static_assert(sizeof(((struct falsify_fault *)0)->metric) ==
 
 void falsify_config_default(struct falsify_config *c)
 {
+    memset(c, 0, sizeof *c); /* no proxy, no engine */
     parity_config_default(&c->parity);
     c->n_clean = 5;
     c->sweep_samples = 4;
@@ -61,6 +62,20 @@ int falsify_check_floor(const struct parity_config *p, struct gate_err *err)
                        " it would excuse the routing changes faults produce",
                        p->route_tie, FALSIFY_FLOOR_ROUTE_TIE);
     return 0;
+}
+
+unsigned falsify_kinds_used(const struct fault_set *faults)
+{
+    unsigned used = 1u << FAULT_SCALE; /* the power probe */
+    for (int i = 0; faults && i < faults->n; i++)
+        used |= 1u << faults->f[i].kind;
+    return used;
+}
+
+/* 1 when kind k goes into the judge (falsify_config.proxy_kinds) */
+static int by_proxy(const struct falsify_config *cfg, enum fault_kind k)
+{
+    return (int)((cfg->proxy_kinds >> k) & 1u);
 }
 
 void falsify_default_faults(const struct model *m, struct fault_set *out)
@@ -124,9 +139,16 @@ json_t *falsify_settings_json(const struct fault_set *faults, const struct falsi
                           p->near_tie, "route_tie", p->route_tie, "sweep_samples",
                           cfg->sweep_samples, "min_detection", cfg->min_detection, "power_factor",
                           cfg->power_factor, "power_layers", cfg->power_layers);
+    if (o && cfg->engine) /* an exec cell: the judge reads which kinds the engine takes */
+        json_object_set_new(o, "engine", json_deep_copy(cfg->engine));
+    else if (o && cfg->proxy_kinds) {
+        json_t *pk = json_array();
+        for (int k = 0; k < FAULT_KIND_COUNT; k++)
+            if (cfg->proxy_kinds & (1u << k))
+                json_array_append_new(pk, json_string(fault_kind_name((enum fault_kind)k)));
+        json_object_set_new(o, "proxy_kinds", pk);
+    }
     /* the rel-L2 bounds as the ladder records them (INFINITY: not judged, left out) */
-    if (o && cfg->proxy)
-        json_object_set_new(o, "proxy", json_true());
     json_t *po = json_object_get(o, "parity");
     if (po && !isinf(p->max_rel_l2))
         json_object_set_new(po, "max_rel_l2", json_real(p->max_rel_l2));
@@ -337,7 +359,7 @@ static int power_probe(struct parity_session *s, const struct model *m,
             struct parity_result r = {0};
             struct parity_witness w;
             memset(&w, 0, sizeof w);
-            if (cfg->proxy) { /* into the judge: the clean subject against it */
+            if (by_proxy(cfg, FAULT_SCALE)) { /* into the judge: the clean subject against it */
                 rc = parity_session_agreement(s, &one, &cfg->parity, &r, &w.n_logit_diff, err);
                 p->proxy = 1;
             } else {
@@ -395,7 +417,8 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
                      " power probe: thresholds that cannot see a small scale error prove little)",
                      cfg->power_factor, FALSIFY_POWER_FACTOR_MAX, cfg->power_layers);
     out->is_moe = m->hp.n_expert > 0;
-    out->proxy = cfg->proxy;
+    out->kinds_used = falsify_kinds_used(faults);
+    out->proxy_kinds = cfg->proxy_kinds & out->kinds_used;
     out->n_layer = (int)m->hp.n_layer;
     out->power_factor = cfg->power_factor;
     if (!rc)
@@ -407,7 +430,7 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
         struct fault_set one = {.n = 1, .f = {faults->f[i]}};
         ff->spec = faults->f[i];
         fault_format(&ff->spec, ff->name, sizeof ff->name);
-        if (cfg->proxy) {
+        if (by_proxy(cfg, ff->spec.kind)) {
             /* the judge takes the fault; the engine's clean run against it must be rejected */
             memset(&ff->witness, 0, sizeof ff->witness);
             ff->witness.layer = ff->witness.pos = -1;
@@ -484,7 +507,8 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
             if ((rc = clean_weights(m, ids, n_ids, n_threads, &w, err)))
                 break;
         }
-        rc = sweep_kind(s, m, K, cfg->sweep_samples, w, &cfg->parity, cfg->proxy, err);
+        rc = sweep_kind(s, m, K, cfg->sweep_samples, w, &cfg->parity, by_proxy(cfg, K->spec.kind),
+                        err);
     }
     if (!rc)
         rc = power_probe(s, m, cfg, out, err);
@@ -511,18 +535,27 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
         const int d = out->k[i].n - out->k[i].noops;
         out->k[i].rate = d > 0 ? (double)out->k[i].detected / d : NAN;
     }
+    /* which kinds went by proxy, for the gate run's line (docs/exec.md, "Falsify by proxy") */
+    char proxied[128], pnote[256] = "";
+    fault_kinds_text(out->proxy_kinds, proxied, sizeof proxied);
+    if (out->proxy_kinds && out->proxy_kinds == out->kinds_used)
+        snprintf(pnote, sizeof pnote, "%s",
+                 out->pass ? " (by proxy: the engine takes no faults, they went into the judge)"
+                           : " (by proxy)");
+    else if (out->proxy_kinds)
+        snprintf(pnote, sizeof pnote,
+                 " (%.127s by proxy, into the judge: the engine does not take %s; the other kinds"
+                 " into the engine)",
+                 proxied, out->proxy_kinds & (out->proxy_kinds - 1) ? "these kinds" : "that kind");
     if (out->pass)
         snprintf(out->reason, sizeof out->reason,
                  "PASS%s: %s %d fault%s fired and %s rejected; sampled sweep %d per kind at or"
                  " above %g detection; %d power probes (one matmul x %g) all rejected",
-                 cfg->proxy ? " (by proxy: the engine takes no faults, they went into the judge)"
-                            : "",
-                 out->n == 1 ? "the" : "all", out->n, out->n == 1 ? "" : "s",
+                 pnote, out->n == 1 ? "the" : "all", out->n, out->n == 1 ? "" : "s",
                  out->n == 1 ? "was" : "were", cfg->sweep_samples, cfg->min_detection,
                  out->n_probes, cfg->power_factor);
     else
-        snprintf(out->reason, sizeof out->reason, "FAIL%s: %.250s", cfg->proxy ? " (by proxy)" : "",
-                 why);
+        snprintf(out->reason, sizeof out->reason, "FAIL%s: %.250s", pnote, why);
 done:
     json_decref(settings);
     free(ids);
@@ -562,23 +595,55 @@ static int is_routing_name(const char *kind)
     return kind && strcmp(kind, "skip_qk_norm") != 0;
 }
 
-/* 1 when the settings' engine (an exec cell) does not list faults in its supports: falsify by
- * proxy. Without an engine (gate falsify, a cell of gate's own backends) the settings' own
- * "proxy" says (falsify_settings_json records it; a ladder's settings never hold it). */
-static int settings_proxy(const json_t *settings)
+static int has_string(const json_t *list, const char *s)
+{
+    size_t i;
+    const json_t *v;
+    json_array_foreach(list, i, v)
+    {
+        const char *sv = json_string_value(v);
+        if (sv && s && !strcmp(sv, s))
+            return 1;
+    }
+    return 0;
+}
+
+/* 1 when fault kind `kind` goes into the judge (falsify by proxy): the settings' engine (an exec
+ * cell) does not take it — its supports lack faults, or its `faults` list (the kinds it injects
+ * itself) lacks the kind; an engine with faults and no list takes every kind. Without an engine
+ * (gate falsify, a cell of gate's own backends) the settings' "proxy_kinds" says
+ * (falsify_settings_json records it; a ladder's settings never hold it; "proxy": true, as
+ * receipts before per-kind proxy recorded it, is every kind). */
+static int settings_proxy(const json_t *settings, const char *kind)
 {
     const json_t *e = json_object_get(settings, "engine");
     if (!e)
-        return json_is_true(json_object_get(settings, "proxy"));
-    size_t i;
-    const json_t *v;
-    json_array_foreach(json_object_get(e, "supports"), i, v)
-    {
-        const char *sv = json_string_value(v);
-        if (sv && !strcmp(sv, "faults"))
-            return 0;
-    }
-    return 1;
+        return json_is_true(json_object_get(settings, "proxy")) ||
+               has_string(json_object_get(settings, "proxy_kinds"), kind);
+    if (!has_string(json_object_get(e, "supports"), "faults"))
+        return 1;
+    const json_t *takes = json_object_get(e, "faults");
+    return takes ? !has_string(takes, kind) : 0;
+}
+
+/* The check that an item (a fault, a sweep point, a probe) was recorded by proxy exactly when
+ * its kind goes by proxy; 0 (and the first failure's sentence) when it was not. */
+static int proxy_as_due(json_t *checks, const json_t *item, int due, const char *what,
+                        const char *kind, char *first, size_t fn, int *fails)
+{
+    const int rec = json_is_true(json_object_get(item, "proxy"));
+    char metric[200];
+    snprintf(metric, sizeof metric, "%.100s by proxy exactly when the engine does not take %.40s",
+             what, kind);
+    if (gate_check_bool(checks, metric, rec == due))
+        return 1;
+    if (!(*fails)++)
+        snprintf(first, fn,
+                 "%s was %s, but the cell's engine %s %s: proxy is due exactly for the kinds the"
+                 " engine does not take",
+                 what, rec ? "injected by proxy (into the judge)" : "injected into the engine",
+                 due ? "does not take" : "takes", kind);
+    return 0;
 }
 
 /* The power probe's part of the verdict (falsify.h: struct falsify_config): the settings' factor
@@ -659,8 +724,13 @@ static void power_judge(const json_t *settings, const json_t *metrics, const str
         gate_metric_num(x, "hidden_diffs", &hd);
         gate_metric_num(x, "logit_diffs", &ld);
         int fired = tapless ? ld > 0 : (hd > 0 || ld > 0), malformed = 0, ag_bad = 0;
-        if (settings_proxy(settings)) /* by proxy: the judge's logits moved */
+        const int proxy = settings_proxy(settings, "scale");
+        snprintf(metric, sizeof metric, "power probe %.80s", name);
+        proxy_as_due(checks, x, proxy, metric, "scale", first, fn, fails);
+        if (proxy) /* by proxy: the judge's logits moved */
             fired = json_is_true(json_object_get(x, "proxy")) && ld > 0;
+        else if (json_is_true(json_object_get(x, "proxy")))
+            fired = 0; /* the judge took it: nothing acted on the engine */
         if (tapless && json_object_get(settings, "engine") == NULL)
             fired = 0; /* only an exec engine reports no taps */
         if (tapless) {
@@ -730,13 +800,6 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
                  " (min_cosine >= %g, max_kld <= %g, max_mean_kld <= %g, near_tie <= %g)",
                  FALSIFY_FLOOR_MIN_COSINE, FALSIFY_FLOOR_MAX_KLD, FALSIFY_FLOOR_MAX_MEAN_KLD,
                  FALSIFY_FLOOR_NEAR_TIE);
-    /* falsify by proxy exactly when the cell's engine cannot take faults (its settings say) */
-    const int proxy = settings_proxy(settings);
-    if (!gate_check_bool(checks, "injected by proxy exactly when the engine takes no faults",
-                         json_is_true(json_object_get(metrics, "proxy")) == proxy) &&
-        !fails++)
-        snprintf(first, sizeof first, "the run %s by proxy, but the cell's engine %s faults",
-                 proxy ? "did not inject" : "injected", proxy ? "does not take" : "takes");
     int malformed;
     int clean_rej = parity_rejects(json_object_get(metrics, "clean"), &t, &malformed);
     if (!gate_check_bool(checks, "clean run passes parity", !clean_rej && !malformed) && !fails++)
@@ -763,6 +826,12 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
                      kind ? kind : "?", want ? want : "?");
         const json_t *wit = json_object_get(f, "witness");
         double count = NAN;
+        /* falsify by proxy exactly when the cell's engine does not take this kind (its settings
+         * say), per fault: the settings' kind, never the recorded one */
+        const int proxy = settings_proxy(settings, want);
+        snprintf(metric, sizeof metric, "fault %.80s", name);
+        if (!proxy_as_due(checks, f, proxy, metric, want ? want : "?", first, sizeof first, &fails))
+            continue;
         if (proxy) { /* the judge took the fault: it fired when the judge's logits moved */
             gate_metric_num(wit, "logit_diffs", &count);
             snprintf(metric, sizeof metric, "%.80s fired in the judge (proxy)", name);
@@ -838,6 +907,7 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
                 K = json_array_get(kinds, j);
         }
         const json_t *pts = json_object_get(K, "points");
+        const int proxy = settings_proxy(settings, kind);
         double pairs = NAN;
         gate_metric_num(K, "pairs", &pairs);
         const double want_n = pairs < samples_d ? pairs : samples_d;
@@ -856,6 +926,13 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
              * logits moved */
             const int tapless = json_is_true(json_object_get(x, "tapless")) &&
                                 json_object_get(settings, "engine") != NULL;
+            snprintf(metric, sizeof metric, "%s sweep sample L%g @%g", kind,
+                     json_number_value(json_object_get(x, "layer")),
+                     json_number_value(json_object_get(x, "position")));
+            if (!proxy_as_due(checks, x, proxy, metric, kind, first, sizeof first, &fails)) {
+                noop++; /* counted as nothing tested; the check above already FAILs */
+                continue;
+            }
             if (proxy) { /* by proxy: fired when the judge's logits moved */
                 double ld = NAN;
                 gate_metric_num(x, "logit_diffs", &ld);
@@ -1046,7 +1123,6 @@ json_t *falsify_result_json(const struct falsify_result *r)
     }
     json_object_set_new(o, "sweep", json_pack("{s:o}", "kinds", ks));
     json_object_set_new(o, "power", power_json(r));
-    json_object_set_new(o, "proxy", json_boolean(r->proxy));
     return o;
 }
 

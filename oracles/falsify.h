@@ -72,11 +72,21 @@ struct falsify_config {
      * error" */
     double power_factor; /* default FALSIFY_POWER_FACTOR; (1, FALSIFY_POWER_FACTOR_MAX] */
     int power_layers;    /* default FALSIFY_POWER_LAYERS; >= 1 */
-    /* falsify by proxy (issue 23 §3): the subject cannot take faults (an exec engine whose
-     * `supports` lacks faults). Each fault, sample and probe goes into the judge instead, and the
-     * subject's clean run judged against the faulted judge must be rejected */
-    int proxy;
+    /* falsify by proxy (issue 23 §3), per fault kind: bit 1 << enum fault_kind for each kind
+     * the subject cannot take (an exec engine whose `supports` lacks faults: every kind; one
+     * whose ladder entry lists `faults: [...]`: the others). Each listed fault, sweep sample and
+     * power probe (kind scale) of such a kind goes into the judge instead, and the subject's
+     * clean run judged against the faulted judge must be rejected; every other kind is injected
+     * into the subject. 0: no proxy */
+    unsigned proxy_kinds;
+    /* the cell's settings.engine (borrowed; NULL for gate's own engines): the run's own verdict
+     * judges with it, as the release check judges the receipt (falsify_settings_json) */
+    const json_t *engine;
 };
+
+/* The fault kinds a falsify run with `faults` injects (bit 1 << enum fault_kind each): the
+ * listed faults' kinds (the sweep's too) and scale (the power probe). */
+unsigned falsify_kinds_used(const struct fault_set *faults);
 
 void falsify_config_default(struct falsify_config *c);
 
@@ -85,13 +95,17 @@ void falsify_config_default(struct falsify_config *c);
 int falsify_check_floor(const struct parity_config *p, struct gate_err *err);
 
 /* The settings object falsify_judge reads, from faults and cfg (keys as the ladder records
- * them: faults, parity, sweep_samples, min_detection; new reference). */
+ * them: faults, parity, sweep_samples, min_detection, power_factor, power_layers; a copy of
+ * cfg->engine as "engine", else cfg->proxy_kinds as "proxy_kinds" (kind names) when not 0; new
+ * reference). */
 json_t *falsify_settings_json(const struct fault_set *faults, const struct falsify_config *cfg);
 
 /* The falsify gate's verdict from settings and metrics as falsify_run() records them; pure
  * (gate_judge_fn). Recomputes each fault's "rejected" from its recorded parity numbers and the
  * settings' thresholds, "fired" from its witness counts, each kind's sweep rate from its points;
- * settings looser than the floor FAIL. */
+ * settings looser than the floor FAIL. Each fault, sweep point and power probe must be recorded
+ * by proxy exactly when the settings' engine does not take its kind (settings.engine: its
+ * supports and `faults` list; without an engine, settings.proxy_kinds). */
 enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, json_t *checks,
                                 char *why, size_t n);
 
@@ -157,14 +171,16 @@ struct falsify_result {
     char mode[32];
     int pass;                  /* verdict == GATE_PASS */
     enum gate_verdict verdict; /* falsify_judge(settings, metrics) */
-    char reason[320];
+    char reason[512];
     struct parity_result clean; /* the mode without faults, owned */
     int n;
     struct falsify_fault f[FAULT_MAX];
     int n_kinds;
     struct falsify_kind k[FAULT_KIND_COUNT];
-    int is_moe, n_layer; /* the model, for the power probe's coverage */
-    int proxy;           /* falsify by proxy (falsify_config.proxy) */
+    int is_moe, n_layer;  /* the model, for the power probe's coverage */
+    unsigned proxy_kinds; /* the kinds that went into the judge (falsify_config.proxy_kinds of
+                             falsify_kinds_used()) */
+    unsigned kinds_used;  /* falsify_kinds_used() of the run's faults */
     double power_factor;
     int n_probes;
     struct falsify_probe probes[FALSIFY_MAX_PROBES];

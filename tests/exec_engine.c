@@ -17,6 +17,8 @@
  *   --wrong-digest         load answers a digest that is not the file's
  *   --exit-early           exits with status 3 right after answering hello
  *   --no-faults            lists no fault kinds in hello
+ *   --faults K1,K2,...     lists only these fault kinds in hello (and refuses set_faults with
+ *                          any other): an engine that takes some kinds and not others
  *   --max-tokens N         hello's max_tokens (default 4096)
  * Attacks on gate itself (docs/exec.md, "Threat model"); what they got is reported in hello's
  * `device` ("cpu: " and ';'-separated findings), which gate records and the tests read:
@@ -65,7 +67,8 @@ struct opts {
     int fake_faults, faults_on; /* --fake-faults, and whether a fault list is set */
     int defect;
     int crash_at, hang_at, error_at;
-    int bad_frame, oversize_frame, wrong_size, extra_bytes, wrong_digest, exit_early, no_faults;
+    int bad_frame, oversize_frame, wrong_size, extra_bytes, wrong_digest, exit_early;
+    unsigned faults; /* the kinds it lists in hello and takes (bit 1 << enum fault_kind) */
     int max_tokens;
     int replay;
     const char *device; /* what hello says the engine runs on */
@@ -296,7 +299,9 @@ static int parse_fault(const json_t *o, struct fault_spec *f)
 
 int main(int argc, char **argv)
 {
-    struct opts o = {.max_tokens = 4096, .device = "cpu: gate's reference twin"};
+    struct opts o = {.max_tokens = 4096,
+                     .device = "cpu: gate's reference twin",
+                     .faults = (1u << FAULT_KIND_COUNT) - 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--noise") && v)
@@ -326,8 +331,21 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--exit-early"))
             o.exit_early = 1;
         else if (!strcmp(a, "--no-faults"))
-            o.no_faults = 1;
-        else if (!strcmp(a, "--steal") && v && o.n_steal < 8)
+            o.faults = 0;
+        else if (!strcmp(a, "--faults") && v) {
+            char list[256];
+            snprintf(list, sizeof list, "%s", argv[++i]);
+            o.faults = 0;
+            for (char *save = NULL, *t = strtok_r(list, ",", &save); t;
+                 t = strtok_r(NULL, ",", &save)) {
+                const int k = fault_kind_find(t);
+                if (k < 0) {
+                    fprintf(stderr, "exec_engine: unknown fault kind '%s'\n", t);
+                    return 2;
+                }
+                o.faults |= 1u << k;
+            }
+        } else if (!strcmp(a, "--steal") && v && o.n_steal < 8)
             o.steal[o.n_steal++] = argv[++i];
         else if (!strcmp(a, "--steal-parent"))
             o.steal_parent = 1;
@@ -395,8 +413,9 @@ int main(int argc, char **argv)
             snprintf(device, sizeof device, "cpu: %s", found);
             const char *dev = found[0] ? device : o.device;
             json_t *kinds = json_array();
-            for (int k = 0; !o.no_faults && k < FAULT_KIND_COUNT; k++)
-                json_array_append_new(kinds, json_string(fault_kind_name((enum fault_kind)k)));
+            for (int k = 0; k < FAULT_KIND_COUNT; k++)
+                if (o.faults & (1u << k))
+                    json_array_append_new(kinds, json_string(fault_kind_name((enum fault_kind)k)));
             send_json(json_pack("{s:b, s:i, s:s, s:s, s:s, s:s, s:o, s:i}", "ok", 1, "protocol", 1,
                                 "engine", "exec_engine", "version", "1.0", "build_id",
                                 "tests/exec_engine.c", "device", dev, "faults", kinds, "max_tokens",
@@ -526,11 +545,13 @@ int main(int argc, char **argv)
             struct fault_set fs = {0};
             const json_t *list = json_object_get(req, "faults"), *it;
             size_t i;
-            int ok = b && json_is_array(list) && !o.no_faults;
+            int ok = b && json_is_array(list);
             json_array_foreach(list, i, it)
             {
                 if (ok && (fs.n == FAULT_MAX || parse_fault(it, &fs.f[fs.n++])))
                     ok = 0;
+                if (ok && !(o.faults & (1u << fs.f[fs.n - 1].kind)))
+                    ok = 0; /* a kind it did not list */
             }
             if (!ok) {
                 send_error("set_faults: bad fault list");

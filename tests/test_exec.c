@@ -192,19 +192,44 @@ Test(exec, chunked_forwards_give_the_same_logits_as_one_call)
     fixture_close(&f);
 }
 
+#define ALL_KINDS ((1u << FAULT_KIND_COUNT) - 1)
+#define ROUTING_KINDS                                                                              \
+    ((1u << FAULT_WRONG_EXPERT) | (1u << FAULT_DROPPED_EXPERT) | (1u << FAULT_UNIFORM_WEIGHTS) |   \
+     (1u << FAULT_SKIP_QK_NORM))
+
+/* settings.engine as the ladder records an engine that takes the kinds outside proxy_kinds
+ * (new reference): supports without faults when it takes none, with faults and no list when it
+ * takes every kind, else with its `faults` list */
+static json_t *engine_settings(unsigned proxy_kinds)
+{
+    const unsigned takes = ALL_KINDS & ~proxy_kinds;
+    json_t *e = json_pack("{s:s, s:[s, s*]}", "name", "twin", "supports", "decode",
+                          takes ? "faults" : NULL);
+    if (takes && takes != ALL_KINDS) {
+        json_t *fk = json_array();
+        for (int k = 0; k < FAULT_KIND_COUNT; k++)
+            if (takes & (1u << k))
+                json_array_append_new(fk, json_string(fault_kind_name((enum fault_kind)k)));
+        json_object_set_new(e, "faults", fk);
+    }
+    return e;
+}
+
 /* falsify_judge over fr's metrics with the settings of an exec cell (settings.engine set, as the
- * ladder records it), as gate run, receipt verify and release check judge it */
+ * ladder records it: an engine that takes every kind outside cfg->proxy_kinds), as gate run,
+ * receipt verify and release check judge it */
 static enum gate_verdict judge_as_exec(const struct fault_set *faults,
                                        const struct falsify_config *cfg,
                                        const struct falsify_result *fr, char *why, size_t n)
 {
-    json_t *settings = falsify_settings_json(faults, cfg), *checks = json_array();
-    /* an engine that takes faults, unless the run was by proxy (then one that does not) */
-    json_object_set_new(settings, "engine",
-                        json_pack("{s:s, s:[s, s*]}", "name", "twin", "supports", "decode",
-                                  cfg->proxy ? NULL : "faults"));
+    struct falsify_config c = *cfg;
+    json_t *engine = engine_settings(cfg->proxy_kinds);
+    c.engine = engine;
+    json_t *settings = falsify_settings_json(faults, &c), *checks = json_array();
+    cr_assert(settings && !json_object_get(settings, "proxy_kinds"));
     why[0] = '\0';
     const enum gate_verdict v = falsify_judge(settings, fr->metrics, checks, why, n);
+    json_decref(engine);
     json_decref(settings);
     json_decref(checks);
     return v;
@@ -618,7 +643,7 @@ Test(exec, falsify_by_proxy_on_an_engine_without_faults)
     falsify_config_default(&cfg);
     parity_cfg(&cfg.parity);
     cfg.sweep_samples = 2;
-    cfg.proxy = 1;
+    cfg.proxy_kinds = ALL_KINDS;
     struct fault_set faults;
     fault_default_set(1, &faults);
     struct falsify_result fr;
@@ -629,17 +654,17 @@ Test(exec, falsify_by_proxy_on_an_engine_without_faults)
     for (int i = 0; i < fr.n; i++)
         cr_expect(fr.f[i].proxy && fr.f[i].fired && fr.f[i].rejected, "fault %s by proxy: %s",
                   fr.f[i].name, fr.f[i].metric);
-    cr_expect(json_is_true(json_object_get(fr.metrics, "proxy")));
     cr_expect(json_is_true(
         json_object_get(json_array_get(json_object_get(fr.metrics, "faults"), 0), "proxy")));
     cr_expect(fr.n_probes > 0 && fr.probes[0].proxy);
     char why[400];
     cr_expect_eq(judge_as_exec(&faults, &cfg, &fr, why, sizeof why), GATE_PASS, "%s", why);
     /* the same metrics for an engine that takes faults: proxy is not its own injection */
-    cfg.proxy = 0;
+    cfg.proxy_kinds = 0;
     cr_expect_eq(judge_as_exec(&faults, &cfg, &fr, why, sizeof why), GATE_FAIL);
-    cr_expect(strstr(why, "injected by proxy, but the cell's engine takes faults"), "%s", why);
-    cfg.proxy = 1;
+    cr_expect(strstr(why, "injected by proxy (into the judge), but the cell's engine takes"), "%s",
+              why);
+    cfg.proxy_kinds = ALL_KINDS;
     /* a proxy fault that does not move the judge tested nothing */
     json_t *f0 = json_array_get(json_object_get(fr.metrics, "faults"), 0);
     json_object_set_new(json_object_get(f0, "witness"), "logit_diffs", json_integer(0));
@@ -647,6 +672,155 @@ Test(exec, falsify_by_proxy_on_an_engine_without_faults)
     cr_expect(strstr(why, "did not fire in the judge"), "%s", why);
     falsify_result_free(&fr);
     fixture_close(&f);
+}
+
+/* The judge over a copy of fr's metrics in which `edit` changed one item; its verdict and why */
+static enum gate_verdict judge_edited(const struct fault_set *faults,
+                                      const struct falsify_config *cfg,
+                                      const struct falsify_result *fr, const char *array,
+                                      size_t index, int proxy, char *why, size_t n)
+{
+    struct falsify_result copy = *fr;
+    copy.metrics = json_deep_copy(fr->metrics);
+    json_t *items =
+        !strcmp(array, "faults") ? json_object_get(copy.metrics, "faults")
+        : !strcmp(array, "probes")
+            ? json_object_get(json_object_get(copy.metrics, "power"), "probes")
+            : json_object_get(
+                  json_array_get(json_object_get(json_object_get(copy.metrics, "sweep"), "kinds"),
+                                 0),
+                  "points");
+    json_t *it = json_array_get(items, index);
+    cr_assert(it, "no %s[%zu] in the metrics", array, index);
+    if (proxy)
+        json_object_set_new(it, "proxy", json_true());
+    else
+        json_object_del(it, "proxy");
+    const enum gate_verdict v = judge_as_exec(faults, cfg, &copy, why, n);
+    json_decref(copy.metrics);
+    return v;
+}
+
+/* Issue 23 §3, per kind: an engine that takes the routing faults and skip_qk_norm but not scale
+ * (the power probe's kind). Before, proxy was all or nothing: its falsify run errored at the
+ * first probe ("the engine cannot inject scale"), or, by proxy, sent even the faults it takes
+ * into the judge. Now each kind goes where the engine's ladder entry says: the four listed faults
+ * and their sweep samples into the engine (tap-less, matching the judge's faulted runs), every
+ * power probe into the judge; the gate PASSes, and the judge FAILs a receipt whose item says
+ * otherwise (one proxy flag flipped) or whose settings' engine takes other kinds. */
+Test(exec, falsify_partly_by_proxy_on_an_engine_that_takes_routing_faults_but_not_scale)
+{
+    static const char *const a[] = {
+        "--faults", "wrong_expert,dropped_expert,uniform_weights,skip_qk_norm", NULL};
+    struct fixture f;
+    fixture_open(&f, "exec.twin.decode", 30, 0, a);
+    f.e.faults = ROUTING_KINDS; /* the ladder's `faults:` list (the session borrows f.e) */
+    struct falsify_config cfg;
+    falsify_config_default(&cfg);
+    parity_cfg(&cfg.parity);
+    cfg.sweep_samples = 1;
+    cfg.power_layers = 1;
+    cfg.proxy_kinds = ALL_KINDS & ~ROUTING_KINDS;
+    json_t *engine = engine_settings(cfg.proxy_kinds);
+    cfg.engine = engine; /* the run's own verdict judges as the release check does */
+    struct fault_set faults;
+    fault_default_set(1, &faults);
+    struct falsify_result fr;
+    struct gate_err err = {0};
+    cr_assert_eq(falsify_run(f.m, &f.mode, &faults, NULL, 0, &cfg, 1, &fr, &err), 0, "%s", err.msg);
+    cr_expect_eq(fr.verdict, GATE_PASS, "%s", fr.reason);
+    cr_expect(strstr(fr.reason, "PASS (scale by proxy, into the judge: the engine does not take"
+                                " that kind; the other kinds into the engine)"),
+              "gate run's line names the proxied kind: %s", fr.reason);
+    cr_expect_eq(fr.proxy_kinds, 1u << FAULT_SCALE);
+    cr_assert_eq(fr.n, 4);
+    for (int i = 0; i < fr.n; i++) /* injected into the engine, and it applied them */
+        cr_expect(!fr.f[i].proxy && fr.f[i].witness.tapless && fr.f[i].has_agreement &&
+                      fr.f[i].agreement.pass && fr.f[i].fired && fr.f[i].rejected,
+                  "fault %s: not the engine's own injection, or not applied: %s", fr.f[i].name,
+                  fr.f[i].metric);
+    cr_assert_eq(fr.n_kinds, 4);
+    for (int k = 0; k < fr.n_kinds; k++)
+        for (int j = 0; j < fr.k[k].n; j++)
+            cr_expect(!fr.k[k].s[j].proxy && fr.k[k].s[j].tapless, "%s sample %d went by proxy",
+                      fr.k[k].name, j);
+    cr_assert(fr.n_probes > 0);
+    for (int i = 0; i < fr.n_probes; i++)
+        cr_expect(fr.probes[i].proxy && fr.probes[i].logit_diffs > 0, "probe %s not by proxy",
+                  fr.probes[i].name);
+    char why[400];
+    cr_expect_eq(judge_as_exec(&faults, &cfg, &fr, why, sizeof why), GATE_PASS, "%s", why);
+    /* a tampered receipt: one item's proxy flag flipped */
+    cr_expect_eq(judge_edited(&faults, &cfg, &fr, "faults", 1, 1, why, sizeof why), GATE_FAIL,
+                 "a fault the engine takes, claimed by proxy, passed");
+    cr_expect(strstr(why, "fault dropped_expert was injected by proxy (into the judge), but the"
+                          " cell's engine takes dropped_expert"),
+              "%s", why);
+    cr_expect_eq(judge_edited(&faults, &cfg, &fr, "points", 0, 1, why, sizeof why), GATE_FAIL,
+                 "a sweep sample the engine takes, claimed by proxy, passed");
+    cr_expect(strstr(why, "but the cell's engine takes wrong_expert"), "%s", why);
+    cr_expect_eq(judge_edited(&faults, &cfg, &fr, "probes", 0, 0, why, sizeof why), GATE_FAIL,
+                 "a probe the engine cannot take, claimed as its own injection, passed");
+    cr_expect(strstr(why, "was injected into the engine, but the cell's engine does not take"
+                          " scale"),
+              "%s", why);
+    /* the same metrics under settings whose engine takes every kind, or none: FAIL */
+    cfg.proxy_kinds = 0;
+    cr_expect_eq(judge_as_exec(&faults, &cfg, &fr, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "but the cell's engine takes scale"), "%s", why);
+    cfg.proxy_kinds = ALL_KINDS;
+    cr_expect_eq(judge_as_exec(&faults, &cfg, &fr, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "but the cell's engine does not take wrong_expert"), "%s", why);
+    falsify_result_free(&fr);
+    json_decref(engine);
+    fixture_close(&f);
+}
+
+/* The ladder's `faults:` on an engine: the kinds it injects itself. The falsify gate proxies the
+ * others (the listed faults' kinds and scale, the power probe), the settings record the list,
+ * and what cannot hold is refused at check time. */
+Test(exec, the_ladder_s_engine_faults_list_decides_the_kinds_that_go_by_proxy)
+{
+    expect_refused(ENGINE("{argv: [x], supports: [decode], faults: [wrong_expert]}"),
+                   "exec.twin.decode", NULL, "but its supports do not list faults");
+    expect_refused(ENGINE("{argv: [x], supports: [decode, faults], faults: [wrong_way]}"),
+                   "exec.twin.decode", NULL, "faults entry 'wrong_way' is not a fault kind");
+    expect_refused(ENGINE("{argv: [x], supports: [decode, faults], faults: []}"),
+                   "exec.twin.decode", NULL, "faults");
+    expect_refused(ENGINE("{argv: [x], supports: [decode, faults], faults: [scale, scale]}"),
+                   "exec.twin.decode", NULL, "faults lists 'scale' twice");
+    make_dir();
+    struct ladder *l = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(ladder_load(&l,
+                             write_ladder(ENGINE("{argv: [x], supports: [decode, faults], faults:"
+                                                 " [wrong_expert, skip_qk_norm, kv_corrupt]}"),
+                                          "exec.twin.decode",
+                                          "    falsify: [wrong_expert, dropped_expert]\n"),
+                             &err),
+                 0, "%s", err.msg);
+    const struct ladder_gates *g = &l->cells[0].g;
+    /* used: wrong_expert, dropped_expert, scale; taken: wrong_expert */
+    cr_expect_eq(ladder_falsify_proxy_kinds(g), (1u << FAULT_DROPPED_EXPERT) | (1u << FAULT_SCALE));
+    char kinds[160];
+    cr_expect_eq(ladder_falsify_proxy_text(g, kinds, sizeof kinds), 2, "partial");
+    cr_expect_str_eq(kinds, "dropped_expert, scale");
+    json_t *s = ladder_gate_settings(g, "falsify");
+    json_t *fk = json_object_get(json_object_get(s, "engine"), "faults");
+    cr_expect_eq(json_array_size(fk), 3, "the settings record the engine's kinds");
+    cr_expect_str_eq(json_string_value(json_array_get(fk, 2)), "kv_corrupt");
+    json_decref(s);
+    ladder_free(l);
+    /* no list: every kind (it must take them all); no faults: none (all by proxy) */
+    l = NULL;
+    cr_assert_eq(ladder_load(&l,
+                             write_ladder(ENGINE("{argv: [x], supports: [decode]}"),
+                                          "exec.twin.decode", "    falsify: [skip_qk_norm]\n"),
+                             &err),
+                 0, "%s", err.msg);
+    cr_expect_eq(ladder_falsify_proxy_text(&l->cells[0].g, kinds, sizeof kinds), 1);
+    cr_expect_str_eq(kinds, "skip_qk_norm, scale");
+    ladder_free(l);
 }
 
 Test(exec, the_ladder_records_the_engine_in_every_gate_s_settings)
@@ -750,6 +924,92 @@ Test(exec, gate_run_starts_the_engine_once_per_cell_and_records_its_handshake)
     cr_expect_str_eq((const char *)sqlite3_column_text(st, 1), "exec_engine");
     sqlite3_finalize(st);
     sqlite3_close(db);
+}
+
+/* Per-kind proxy through gate run and every report: the engine takes wrong_expert and
+ * skip_qk_norm and not scale; the falsify row PASSes with those faults injected into the engine
+ * and every power probe into the judge; release check (text, JSON) and the HTML page name the
+ * kind that went by proxy. A ladder that declares a kind the engine's hello lacks is refused. */
+Test(exec, gate_run_falsifies_partly_by_proxy_and_every_report_names_the_proxied_kinds)
+{
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
+    char engines[1024];
+    snprintf(engines, sizeof engines,
+             ENGINE("{argv: [%s, --faults, 'wrong_expert,skip_qk_norm'], timeout_s: 30,"
+                    " supports: [decode, faults], faults: [wrong_expert, skip_qk_norm]}"),
+             engine_path());
+    struct run_result r = run_one(engines, "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8,"
+                                           " decode_tokens: 2}\n"
+                                           "    falsify: {faults: [wrong_expert, skip_qk_norm],"
+                                           " sweep_samples: 1, power_layers: 1}\n");
+    cr_expect_str_eq(gate_field(&r, "falsify", "verdict"), "PASS", "%s",
+                     gate_field(&r, "falsify", "reason"));
+    const json_t *fg = json_object_get(r.cells[0].gates_json, "falsify");
+    const json_t *fm = json_object_get(fg, "metrics");
+    for (size_t i = 0; i < 2; i++) {
+        const json_t *f = json_array_get(json_object_get(fm, "faults"), i);
+        cr_expect(f && !json_object_get(f, "proxy") &&
+                      json_is_true(json_object_get(json_object_get(f, "witness"), "tapless")),
+                  "fault %zu was not injected into the engine", i);
+    }
+    const json_t *probes = json_object_get(json_object_get(fm, "power"), "probes");
+    cr_expect(json_array_size(probes) > 0);
+    for (size_t i = 0; i < json_array_size(probes); i++)
+        cr_expect(json_is_true(json_object_get(json_array_get(probes, i), "proxy")),
+                  "probe %zu was not by proxy", i);
+    cr_expect_eq(json_array_size(json_object_get(
+                     json_object_get(json_object_get(fg, "settings"), "engine"), "faults")),
+                 2);
+    /* the gate run's falsify line names the proxied kind */
+    int seen = 0;
+    for (int i = 0; i < r.cells[0].n_gates; i++)
+        if (!strcmp(r.cells[0].gates[i].name, "falsify"))
+            seen = !!strstr(r.cells[0].gates[i].summary, "scale by proxy, into the judge");
+    cr_expect(seen, "the gate run's falsify line does not say scale went by proxy");
+    run_result_free(&r);
+    /* the reports */
+    char out[1024];
+    snprintf(out, sizeof out, "%s", path_in("release.txt"));
+    ladderfix_sh("%s release check %s --db %s > %s 2>&1", bin, path_in("l.yaml"), path_in("r.db"),
+                 out);
+    size_t n = 0;
+    char *text = (char *)check_slurp(out, &n);
+    cr_assert(text);
+    cr_expect(strstr(text, "note: cell moe/a/exec.twin.decode is falsified partly by proxy: engine"
+                           " twin does not take scale,"),
+              "%s", text);
+    free(text);
+    ladderfix_sh("%s release check %s --db %s --json > %s 2>&1", bin, path_in("l.yaml"),
+                 path_in("r.db"), out);
+    text = (char *)check_slurp(out, &n);
+    cr_assert(text);
+    json_t *doc = json_loads(strchr(text, '{') ? strchr(text, '{') : text, 0, NULL);
+    const json_t *px = json_array_get(json_object_get(doc, "falsified_by_proxy"), 0);
+    cr_expect(px && json_is_true(json_object_get(px, "partial")), "%s", text);
+    cr_expect_str_eq(json_string_value(json_array_get(json_object_get(px, "kinds"), 0)), "scale");
+    cr_expect_eq(json_array_size(json_object_get(px, "kinds")), 1);
+    json_decref(doc);
+    free(text);
+    ladderfix_sh("%s report %s --db %s -o %s > /dev/null 2>&1", bin, path_in("l.yaml"),
+                 path_in("r.db"), path_in("r.html"));
+    text = (char *)check_slurp(path_in("r.html"), &n);
+    cr_assert(text, "gate report wrote no page");
+    cr_expect(strstr(text, " is falsified partly by proxy: engine twin does not take scale,"),
+              "no partial-proxy note in the HTML page");
+    free(text);
+    /* a ladder that declares a kind the engine's hello does not list: refused at the handshake */
+    snprintf(engines, sizeof engines,
+             ENGINE("{argv: [%s, --faults, skip_qk_norm], timeout_s: 30, supports: [decode,"
+                    " faults], faults: [wrong_expert, skip_qk_norm]}"),
+             engine_path());
+    r = run_one(engines, NULL);
+    const char *why = gate_field(&r, "capability", "error");
+    why = why ? why : gate_field(&r, "capability", "reason");
+    cr_expect(why && strstr(why, "the ladder declares that the engine injects wrong_expert, but its"
+                                 " hello does not list it"),
+              "%s", why ? why : "(no reason)");
+    run_result_free(&r);
 }
 
 Test(exec, an_engine_that_reports_a_gpu_passes_capability_and_the_device_is_recorded)
