@@ -982,7 +982,6 @@ static int add_cell(struct parse *p, yaml_node_t *at, int model, int host, const
                     int kv_f16)
 {
     struct ladder *l = p->l;
-    (void)at;
     struct ladder_cell *c = grow(l->cells, l->n_cells, sizeof *c);
     if (!c)
         return err_set(p->err, ERR_ENV, "out of memory");
@@ -993,6 +992,8 @@ static int add_cell(struct parse *p, yaml_node_t *at, int model, int host, const
     c->host = host;
     snprintf(c->mode, sizeof c->mode, "%s", mode);
     c->kv_f16 = kv_f16;
+    c->line = at ? (int)at->start_mark.line + 1 : 0;
+    c->col = at ? (int)at->start_mark.column + 1 : 0;
     return 0;
 }
 
@@ -1905,21 +1906,35 @@ json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate)
     return o;
 }
 
+int ladder_cell_goldens_check(const struct ladder *l, int ci, struct gate_err *err)
+{
+    const struct ladder_cell *c = &l->cells[ci];
+    const struct ladder_gates *g = &c->g;
+    char name[256];
+    ladder_cell_name(l, ci, name, sizeof name);
+    if (!g->goldens[0])
+        return err_set(err, ERR_INPUT,
+                       "%s:%d:%d: cell %s: the golden gate runs on every cell and this one has no"
+                       " goldens file: declare gates.golden.goldens (in gates.defaults or an"
+                       " override matching the cell), then record it with: gate golden record %s",
+                       l->path, c->line, c->col, name, l->path);
+    if (!g->goldens_sha256[0]) {
+        char sha[65] = "";
+        identity_file_sha256(g->goldens, sha, NULL);
+        return err_set(err, ERR_INPUT,
+                       "%s:%d:%d: cell %s: gates.golden.goldens '%s' is not pinned:"
+                       " goldens are evidence identified by their bytes; add golden.sha256: %s",
+                       l->path, c->line, c->col, name, g->goldens,
+                       sha[0] ? sha : "<sha256 of the file once recorded>");
+    }
+    return 0;
+}
+
 int ladder_check_runnable(const struct ladder *l, struct gate_err *err)
 {
     int rc = ladder_check_anchored(l, err);
-    for (int i = 0; !rc && i < l->n_cells; i++) {
-        const struct ladder_gates *g = &l->cells[i].g;
-        if (g->goldens[0] && !g->goldens_sha256[0]) {
-            char name[256], sha[65] = "";
-            identity_file_sha256(g->goldens, sha, NULL);
-            rc = err_set(err, ERR_INPUT,
-                         "%s: cell %s: gates.golden.goldens '%s' is not pinned:"
-                         " goldens are evidence identified by their bytes; add golden.sha256: %s",
-                         l->path, ladder_cell_name(l, i, name, sizeof name), g->goldens,
-                         sha[0] ? sha : "<sha256 of the file once recorded>");
-        }
-    }
+    for (int i = 0; !rc && i < l->n_cells; i++)
+        rc = ladder_cell_goldens_check(l, i, err);
     return rc;
 }
 
@@ -2032,6 +2047,40 @@ int ladder_check_files(const struct ladder *l, struct gate_err *err)
                          " it with gate golden record %s",
                          l->path, ladder_cell_name(l, i, name, sizeof name), g->goldens, l->path);
     }
+    if (!rc) /* the file as the golden gate reads it: its pin, the model's entry, the tokens */
+        rc = ladder_check_golden_entries(l, -1, err);
+    return rc;
+}
+
+int ladder_cell_goldens_load(const struct ladder *l, int ci, const char *model_sha,
+                             struct golden_set *set, struct gate_err *err)
+{
+    const struct ladder_gates *g = &l->cells[ci].g;
+    struct pinned pf = {.fd = -1};
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    memset(set, 0, sizeof *set);
+    /* evidence: opened once, checked against its pin, read from that descriptor */
+    struct gate_err le = {0};
+    int rc = ladder_cell_goldens_check(l, ci, err);
+    if (!rc && !(rc = pin_open(g->goldens, g->goldens_sha256, &pf, err)) &&
+        !(rc = pin_read_all(&pf, (size_t)64 << 20, &bytes, &len, err)) &&
+        (rc = golden_load_buf((const char *)bytes, len, g->goldens, model_sha, set, &le)))
+        err_set(err, rc, "no usable goldens for model '%s' (sha256 %.12s...) in '%s': %s%s%s",
+                l->models[l->cells[ci].model].id, model_sha, g->goldens, le.msg,
+                strstr(le.msg, "gate golden record") ? ""
+                                                     : "; record them with gate golden record ",
+                strstr(le.msg, "gate golden record") ? "" : l->path);
+    if (!rc && set->n_gen != g->golden_tokens) /* the judge's n_gen == tokens, known now */
+        rc = err_set(err, ERR_INPUT,
+                     "goldens '%s' hold %d tokens per case for this model but"
+                     " gates.golden.tokens is %d: set tokens: %d, or record them again with"
+                     " gate golden record --force %s",
+                     g->goldens, set->n_gen, g->golden_tokens, set->n_gen, l->path);
+    free(bytes);
+    pin_close(&pf);
+    if (rc)
+        golden_set_free(set);
     return rc;
 }
 
@@ -2041,26 +2090,25 @@ int ladder_check_golden_entries(const struct ladder *l, int host, struct gate_er
     for (int i = 0; !rc && i < l->n_cells; i++) {
         const struct ladder_cell *c = &l->cells[i];
         if ((host >= 0 && c->host != host) || !c->g.goldens[0])
-            continue;
+            continue; /* none declared: ladder_check_runnable's rule, checked before */
         const struct ladder_model *m = &l->models[c->model];
         struct golden_set gs;
         struct gate_err ge = {0};
-        memset(&gs, 0, sizeof gs);
-        int lr = golden_load(c->g.goldens, m->sha256, &gs, &ge);
+        int lr = ladder_cell_goldens_load(l, i, m->sha256, &gs, &ge);
         golden_set_free(&gs);
         if (lr) {
             char name[256];
-            int line, col;
+            int line = 0, col = 0;
             const char *b =
                 strrchr(c->g.goldens, '/') ? strrchr(c->g.goldens, '/') + 1 : c->g.goldens;
-            text_pos(l, b, &line, &col);
+            if (b[0])
+                text_pos(l, b, &line, &col);
+            if (!line)
+                line = c->line, col = c->col;
             rc = err_set(err, ERR_INPUT,
-                         "%s:%d:%d: cell %s: no usable goldens for model '%s'"
-                         " (sha256 %.12s...) in '%s': %s; record them with gate golden record"
-                         " %s (nothing was run, no receipt written)",
-                         l->path, line ? line : 1, col ? col : 1,
-                         ladder_cell_name(l, i, name, sizeof name), m->id, m->sha256, c->g.goldens,
-                         ge.msg, l->path);
+                         "%s:%d:%d: cell %s: %s (nothing was run, no receipt written)", l->path,
+                         line ? line : 1, col ? col : 1, ladder_cell_name(l, i, name, sizeof name),
+                         ge.msg);
         }
     }
     return rc;

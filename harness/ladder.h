@@ -107,6 +107,8 @@ struct ladder_cell {
     int kv_f16;    /* the cells entry's `kv: f16` (0 = f32, the default): part of the cell's
                     * identity (model, host, mode, kv) — two cells that differ only here are two
                     * required cells with their own receipts; every gate opens the subject with it */
+    int line, col; /* where the ladder lists the cell (its mode in the cells entry), 1-based: the
+                    * position of check-time errors about the cell's resolved settings */
     struct ladder_gates g;
 };
 
@@ -244,9 +246,15 @@ int ladder_check_anchored(const struct ladder *l, struct gate_err *err);
 /* The `unanchored` reason for arch, or NULL when the architecture is anchored or not gated. */
 const char *ladder_unanchored_reason(const struct ladder *l, const char *arch);
 
+/* The golden gate's file rule for cell ci, the one copy `ladder check` and the run both use:
+ * the cell declares a goldens file (the golden gate runs on every cell; without one it cannot
+ * pass) and pins it by golden.sha256 (the message gives the file's digest when it exists).
+ * ERR_INPUT "file:line:col: cell NAME: ..." at the cell's position. */
+int ladder_cell_goldens_check(const struct ladder *l, int ci, struct gate_err *err);
+
 /* What `gate ladder check`, `gate run` and `gate release check` require beyond parsing:
- * ladder_check_anchored(), and every declared goldens file pinned by golden.sha256 (the message
- * gives the file's digest when it exists). `gate golden record` needs neither. ERR_INPUT. */
+ * ladder_check_anchored(), and ladder_cell_goldens_check() for every cell. `gate golden record`
+ * needs neither (it writes the goldens file the ladder declares). ERR_INPUT. */
 int ladder_check_runnable(const struct ladder *l, struct gate_err *err);
 
 /* Make sure model lm's file exists: a `synth:` model missing from the cache (.gate-cache/ next to
@@ -261,14 +269,29 @@ int ladder_model_ensure(const struct ladder_model *lm, int threads, synth_progre
  * and quant are known and its preset's architecture is the declared arch; every `path:` model
  * file exists and its GGUF metadata's general.architecture (metadata only, no tensor data) is the
  * declared arch; every declared goldens file exists. ERR_INPUT "file:line:col: ..." naming the
- * model or cell. Synthetic model files need not exist yet (gate run writes them). Called next to
- * ladder_check_runnable() by `gate ladder check`, `gate run` and `gate release check`. */
+ * model or cell; then ladder_check_golden_entries() for every host. Synthetic model files need
+ * not exist yet (gate run writes them). Called after ladder_check_runnable() by `gate ladder
+ * check` and `gate run` (the release check needs no model or goldens file: it judges signed
+ * numbers against the ladder's pins). */
 int ladder_check_files(const struct ladder *l, struct gate_err *err);
 
-/* Every cell of host (-1: every host) that declares a goldens file has a valid entry in it for
- * its model's pinned SHA-256 (golden_load). `gate run` calls it before any receipt is written so
- * that a missing entry is an input error (exit 2), never a signed FAIL. ERR_INPUT naming the
- * cell, the model, the file and the fix (gate golden record). */
+/* The goldens of cell ci for the model digest model_sha, read as the golden gate reads them (its
+ * one copy; `gate run`'s golden gate and the check below both call it): the cell's goldens rule
+ * (ladder_cell_goldens_check), the file opened once and checked against its pin, the model's
+ * entry loaded and validated (golden_load_buf) from those bytes, and its n_gen equal to
+ * gates.golden.tokens (what the golden judge requires). set is filled (free with
+ * golden_set_free; zeroed on error). ERR_INPUT / ERR_ENV with the reason. */
+struct golden_set;
+int ladder_cell_goldens_load(const struct ladder *l, int ci, const char *model_sha,
+                             struct golden_set *set, struct gate_err *err);
+
+/* Every cell of host (-1: every host) that declares a goldens file (declaring one is
+ * ladder_check_runnable's rule) loads its goldens through ladder_cell_goldens_load() for its
+ * model's pinned SHA-256. ladder_check_files() calls it for every host, so `gate ladder
+ * check` and `gate run` refuse a goldens file whose bytes are not the pin, that holds no valid
+ * entry for a cell's model, or whose token count is not the cell's, before any receipt is
+ * written: an input error (exit 2), never a signed FAIL. ERR_INPUT naming the cell, the model,
+ * the file and the fix (gate golden record). */
 int ladder_check_golden_entries(const struct ladder *l, int host, struct gate_err *err);
 
 #endif

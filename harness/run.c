@@ -182,25 +182,13 @@ static json_t *gate_golden(struct cell_ctx *x)
     struct gate_err err = {0};
     struct golden_set set;
     struct golden_result gr;
-    struct pinned pf = {.fd = -1};
-    uint8_t *bytes = NULL;
-    size_t len = 0;
     memset(&set, 0, sizeof set);
     memset(&gr, 0, sizeof gr);
     json_t *g = NULL, *settings = ladder_gate_settings(&x->c->g, "golden");
     mode_ran_begin(&x->ran);
-    if (!x->c->g.goldens[0]) {
-        g = finish(x, "golden", NULL,
-                   "the ladder declares no goldens file (gates.golden."
-                   "goldens); record them with: gate golden record LADDER",
-                   NULL);
-        goto out;
-    }
-    /* the goldens file is evidence: opened once, checked against its pin, read from that
-     * descriptor */
-    if (pin_open(x->c->g.goldens, x->c->g.goldens_sha256, &pf, &err) ||
-        pin_read_all(&pf, (size_t)64 << 20, &bytes, &len, &err) ||
-        golden_load_buf((const char *)bytes, len, x->c->g.goldens, x->model_sha, &set, &err)) {
+    /* the goldens as `ladder check` read them (ladder_check_files refused this run before any
+     * receipt if they were unusable then): declared, pinned, this model's entry */
+    if (ladder_cell_goldens_load(x->l, (int)(x->c - x->l->cells), x->model_sha, &set, &err)) {
         g = finish(x, "golden", NULL, err.msg, NULL);
         goto out;
     }
@@ -213,8 +201,6 @@ static json_t *gate_golden(struct cell_ctx *x)
     g = finish(x, "golden", golden_result_json(&gr), NULL, key);
 out:
     json_decref(settings);
-    free(bytes);
-    pin_close(&pf);
     golden_result_free(&gr);
     golden_set_free(&set);
     return g;
@@ -607,9 +593,7 @@ int run_ladder(const struct run_options *o, run_progress_fn progress, void *pctx
         rc = err_set(err, ERR_INPUT, "run: host '%s' is not defined in %s", host, o->ladder);
         goto out;
     }
-    /* a goldens file without this model's entry would sign a FAIL: refuse before any receipt */
-    if ((rc = ladder_check_golden_entries(l, hi, &why)) ||
-        (rc = host_matches(&l->hosts[hi], &why))) {
+    if ((rc = host_matches(&l->hosts[hi], &why))) {
         rc = err_set(err, rc, "run: %s", why.msg);
         goto out;
     }

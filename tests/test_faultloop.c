@@ -21,9 +21,11 @@
  * fast engine as subject: the judge's forwards are the run's cost, the store is what is judged),
  * parity at 64 positions, tiny throughput settings (any spread accepted: a busy host must not
  * turn the baseline into an ERROR row), falsify [skip_qk_norm] without the sampled sweep (four
- * more parity runs per iteration would buy the store nothing). The ladder declares
- * no goldens, so the cell's verdict is FAIL (golden) on every build: the loop judges the store,
- * not the engine, and a fault must never turn that FAIL into a PASS.
+ * more parity runs per iteration would buy the store nothing), goldens recorded for the model by
+ * `gate golden record` at setup and then altered to expect another first token
+ * (ladderfix_alter_goldens), so the cell's verdict is FAIL (golden, a judged failure) on every
+ * build: the loop judges the store, not the engine, and a fault must never turn that FAIL into a
+ * PASS.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -39,6 +41,7 @@
 
 #include "receipts/faultsim.h"
 #include "tests/support/check.h"
+#include "tests/support/ladderfix.h"
 
 /* tiny-dense, Q4_K_M, seed 1: the digest ladders/demo.yaml pins */
 #define DENSE_SHA "91d5b06bdb37e3f7c42f37d761857b150130488e18619bd7a06e08cc4bb923d0"
@@ -353,6 +356,33 @@ static int iterate(struct loop *l, long long n)
     return fired;
 }
 
+/* The loop's ladder at path (see the header comment); goldens_sha NULL: the goldens file is
+ * declared but not pinned yet (gate golden record accepts that, gate run does not). */
+static void write_ladder(const char *path, const char *goldens_sha)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fprintf(f,
+            "release: {name: faultloop, version: '%s'}\n"
+            "models:\n"
+            "  dense:\n"
+            "    synth: {preset: tiny-dense, quant: Q4_K_M, seed: 1}\n"
+            "    sha256: " DENSE_SHA "\n"
+            "    arch: qwen3\n"
+            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+            "modes: [cpu.decode]\n"
+            "cells:\n  - {model: dense, host: a, mode: cpu.decode}\n"
+            "gates:\n  defaults:\n"
+            "    parity: {positions: 64}\n"
+            "    golden: {goldens: fl-goldens.json%s%s}\n"
+            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 4"
+            "}\n"
+            "    falsify: {faults: [skip_qk_norm], sweep_samples: 0}\n"
+            "unanchored: {qwen3: 'the fault loop judges the receipt store, not the engine'}\n",
+            GATE_VERSION, goldens_sha ? ", sha256: " : "", goldens_sha ? goldens_sha : "");
+    cr_assert_eq(fclose(f), 0);
+}
+
 /* Make the folder, key, ladder and a store holding one unfaulted receipt. */
 static void setup_loop(struct loop *l)
 {
@@ -369,27 +399,15 @@ static void setup_loop(struct loop *l)
          path_in("a.pub"), NULL);
     cr_assert_eq(o.code, 0, "gate key gen:\n%s", o.out);
     outcome_free(&o);
-    FILE *f = fopen(l->ladder, "w");
-    cr_assert(f);
-    fprintf(f,
-            "release: {name: faultloop, version: '%s'}\n"
-            "models:\n"
-            "  dense:\n"
-            "    synth: {preset: tiny-dense, quant: Q4_K_M, seed: 1}\n"
-            "    sha256: " DENSE_SHA "\n"
-            "    arch: qwen3\n"
-            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
-            "modes: [cpu.decode]\n"
-            "cells:\n  - {model: dense, host: a, mode: cpu.decode}\n"
-            "gates:\n  defaults:\n"
-            "    parity: {positions: 64}\n"
-            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 4"
-            "}\n"
-            "    falsify: {faults: [skip_qk_norm], sweep_samples: 0}\n"
-            "unanchored: {qwen3: 'the fault loop judges the receipt store, not the engine'}\n",
-            GATE_VERSION);
-    fclose(f);
-    /* the model is synthesized here, once, into the ladder's .gate-cache */
+    write_ladder(l->ladder, NULL);
+    /* the model is synthesized here, once, into the ladder's .gate-cache, and its goldens
+     * recorded; the ladder then pins them */
+    gate(&o, NULL, "setup.out", "golden", "record", l->ladder, NULL);
+    cr_assert_eq(o.code, 0, "gate golden record:\n%s", o.out);
+    outcome_free(&o);
+    char gsha[65];
+    ladderfix_alter_goldens(path_in("fl-goldens.json"), gsha);
+    write_ladder(l->ladder, gsha);
     gate(&o, NULL, "setup.out", "run", l->ladder, "--host", "a", "--db", l->base_db, "--key",
          l->key, "--threads", "1", NULL);
     cr_assert(o.code == 0 || o.code == 1, "the unfaulted run must finish (exit %d):\n%s", o.code,
@@ -410,6 +428,12 @@ static void setup_loop(struct loop *l)
     json_error_t je;
     l->base_payload = json_loads(last, 0, &je);
     cr_assert(l->base_payload, "%s", je.text);
+    /* the FAIL the loop guards is the golden judge's (the gate ran every case) */
+    cr_assert_str_eq(json_string_value(json_object_get(l->base_payload, "verdict")), "FAIL");
+    json_t *bgold = json_object_get(json_object_get(l->base_payload, "gates"), "golden");
+    cr_assert_str_eq(json_string_value(json_object_get(bgold, "verdict")), "FAIL");
+    cr_assert(strstr(json_string_value(json_object_get(bgold, "reason")), "WRONG"), "%s",
+              json_string_value(json_object_get(bgold, "reason")));
     l->base_paths = json_object();
     key_paths(l->base_payload, "$", l->base_paths);
     free(last);

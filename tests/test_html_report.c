@@ -22,6 +22,7 @@
 #include "cli/report_html.h"
 #include "receipts/store.h"
 #include "tests/support/check.h"
+#include "tests/support/conformance.h"
 #include "tests/support/ladderfix.h"
 #include "tests/support/skip.h"
 
@@ -246,6 +247,8 @@ Test(html_report, a_large_ladder_reports_progress_on_stderr)
                "modes: [ref.decode, ref.prefill, ref.chat]\n"
                "cells:\n  - {models: [m0, m1, m2], hosts: [a, b],"
                " modes: [ref.decode, ref.prefill, ref.chat]}\n"
+               "gates:\n  defaults:\n    golden: {goldens: g.json, sha256: " LADDERFIX_GOLDENS_SHA
+               "}\n"
                "unanchored: {qwen3moe: 'progress test'}\n");
     fclose(f);
     char db[1024], out[1024], log[1024];
@@ -310,13 +313,19 @@ Test(html_report, gate_report_end_to_end_and_in_headless_chromium, .timeout = 12
     const char *bin = getenv("GATE_BIN");
     cr_assert(bin, "GATE_BIN is not set");
     const int asan = getenv("GATE_ASAN") != NULL;
-    const char *ladder = ladderfix_path(&fx, "run.yaml");
+    char ladder[1024]; /* kept: ladderfix_path's buffers rotate */
+    snprintf(ladder, sizeof ladder, "%s", ladderfix_path(&fx, "run.yaml"));
     char cfg[1024];
     snprintf(cfg, sizeof cfg, "%s/conformance/qwen3moe-tiny-q4_k_m", check_shared_dir());
+    char gsha[65];
+    ladderfix_record_goldens(conformance_path("qwen3moe-tiny-q4_k_m", "model.gguf"),
+                             ladderfix_path(&fx, "run-goldens.json"), 16, gsha);
+    ladderfix_alter_goldens(ladderfix_path(&fx, "run-goldens.json"), gsha);
     FILE *f = fopen(ladder, "w");
     cr_assert(f);
-    /* one required cell, an excluded one, the judge's anchor case; no goldens declared, so the
-     * golden gate FAILS with its reason (the cell a sign-off meeting would click on) */
+    /* one required cell, an excluded one, the judge's anchor case; goldens that expect another
+     * first token than the twin produces, so the golden gate FAILS with its reason (the cell a
+     * sign-off meeting would click on) */
     fprintf(f,
             "release: {name: demo-like, version: 0.1.0}\n"
             "models:\n  tiny-moe: {path: %s/model.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n"
@@ -325,6 +334,7 @@ Test(html_report, gate_report_end_to_end_and_in_headless_chromium, .timeout = 12
             "cells:\n  - {models: [tiny-moe], hosts: [a], modes: [ref.decode, ref.chat],"
             " exclude: [{mode: ref.chat, reason: \"" EVIL_REASON "\"}]}\n"
             "gates:\n  defaults:\n    parity: {positions: 64}\n"
+            "    golden: {goldens: run-goldens.json, sha256: %s}\n"
             "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 2"
             "}\n"
             "    falsify: {faults: [%s], sweep_samples: %d}\n"
@@ -335,7 +345,7 @@ Test(html_report, gate_report_end_to_end_and_in_headless_chromium, .timeout = 12
             "    logits: {path: %s/logits_exact.f32, sha256:"
             " ae614b46bff05bb724a566db5754621e90754c19dc0ce43329d875e9d9b22924}\n"
             "    thresholds: {max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 1.0e-3}\n",
-            cfg,
+            cfg, gsha,
             asan ? "wrong_expert" : "wrong_expert, dropped_expert, uniform_weights, skip_qk_norm",
             asan ? 0 : 1, cfg, cfg, cfg);
     fclose(f);
@@ -372,7 +382,7 @@ Test(html_report, gate_report_end_to_end_and_in_headless_chromium, .timeout = 12
     cr_expect_eq(count(html, NULL, "<svg class=\"plot plot-parity\""), 1, "one parity gate");
     char *s = section(html, "cell-0");
     cr_expect(strstr(s, "<details class=\"gate gate-golden v-FAIL\" open>"), "%.3000s", s);
-    cr_expect(strstr(s, "declares no goldens file"), "the failing gate's reason");
+    cr_expect(strstr(s, "differs at generated index 0"), "the failing gate's reason");
     cr_expect(strstr(s, "class=\"faults\""), "falsify: each fault's witness");
     free(s);
     cr_expect(!strcasestr(html, "<script"));

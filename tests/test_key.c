@@ -13,6 +13,7 @@
 
 #include "receipts/key.h"
 #include "tests/support/check.h"
+#include "tests/support/ladderfix.h"
 
 static char dir[600];
 
@@ -145,22 +146,26 @@ Test(key_files, the_key_hints_of_gate_run_suggest_commands_that_work)
     snprintf(loose, sizeof loose, "%s", in_dir("loose.key"));
     snprintf(missing, sizeof missing, "%s", in_dir("new.key"));
     snprintf(db, sizeof db, "%s", in_dir("r.db"));
-    FILE *f = fopen(ladder, "w");
-    cr_assert(f);
-    fputs("release: {name: r, version: '1'}\n"
-          "models:\n  m: {path: m.gguf, sha256: "
-          "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3moe}\n"
-          "hosts:\n  local: {device: none, trust: [ed25519:"
-          "3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29]}\n"
-          "modes: [ref.decode]\n"
-          "cells: [{models: [m], hosts: [local], modes: [ref.decode]}]\n"
-          "gates: {defaults: {parity: {positions: 64}}}\n"
-          "unanchored: {qwen3: \"t\", qwen3moe: \"t\"}\n",
-          f);
-    fclose(f);
     snprintf(args, sizeof args, "cp '%s/conformance/qwen3moe-tiny-q4_k_m/model.gguf' '%s'",
              check_shared_dir(), in_dir("m.gguf"));
     cr_assert_eq(system(args), 0);
+    /* a ladder gate run accepts up to the key: the model and its goldens recorded and pinned */
+    char gsha[65];
+    ladderfix_record_goldens(in_dir("m.gguf"), in_dir("g.json"), 16, gsha);
+    FILE *f = fopen(ladder, "w");
+    cr_assert(f);
+    fprintf(f,
+            "release: {name: r, version: '1'}\n"
+            "models:\n  m: {path: m.gguf, sha256: "
+            "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3moe}\n"
+            "hosts:\n  local: {device: none, trust: [ed25519:"
+            "3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29]}\n"
+            "modes: [ref.decode]\n"
+            "cells: [{models: [m], hosts: [local], modes: [ref.decode]}]\n"
+            "gates: {defaults: {parity: {positions: 64}, golden: {goldens: g.json, sha256: %s}}}\n"
+            "unanchored: {qwen3: \"t\", qwen3moe: \"t\"}\n",
+            gsha);
+    fclose(f);
     /* a key readable by group/other: the hint is chmod, never `gate key gen` (which refuses to
      * overwrite the existing file) */
     struct key_pair k;

@@ -14,6 +14,7 @@
 #include "harness/ladder.h"
 #include "oracles/mode.h"
 #include "tests/support/check.h"
+#include "tests/support/ladderfix.h"
 
 static const char *data_ladder(const char *name)
 {
@@ -642,6 +643,20 @@ Test(bounds, a_ladder_file_over_1_mib_or_not_regular_is_refused, .timeout = 1200
 
 /* ---- gate ladder check (issue 10 §3: exclusions listed with their reasons and counts) -------- */
 
+/* "{goldens: NAME, sha256: ...}": goldens recorded for the model file MODEL (both in the test's
+ * tmp folder) into NAME, pinned; every cell gate ladder check accepts declares its goldens. One
+ * static buffer. */
+static const char *goldens_of(const char *model, const char *name)
+{
+    static char line[200];
+    char sha[65], mp[1000], gp[1000];
+    snprintf(mp, sizeof mp, "%s/%s", check_tmp_dir(), model);
+    snprintf(gp, sizeof gp, "%s/%s", check_tmp_dir(), name);
+    ladderfix_record_goldens(mp, gp, 16, sha);
+    snprintf(line, sizeof line, "{goldens: %s, sha256: %s}", name, sha);
+    return line;
+}
+
 Test(ladder_check, lists_excluded_cells_with_reasons_and_counts)
 {
     const char *bin = getenv("GATE_BIN");
@@ -655,13 +670,16 @@ Test(ladder_check, lists_excluded_cells_with_reasons_and_counts)
         "cells:\n  - models: [m]\n    hosts: [local]\n    modes: [ref.decode, ref.prefill, "
         "ref.chat]\n"
         "    exclude: [{mode: ref.prefill, reason: \"prefill kernel not ready\"}]\n"
-        "unanchored: {qwen3moe: \"no independent reference in this test\"}\n";
-    const char *path = write_tmp("check.yaml", yaml, strlen(yaml));
+        "unanchored: {qwen3moe: \"no independent reference in this test\"}\n"
+        "gates: {defaults: {golden: %s}}\n";
     char cmd[3000], out[1200];
-    /* a `path:` model must exist at check time (issue 16) */
+    /* a `path:` model must exist at check time (issue 16), and so must its goldens */
     snprintf(cmd, sizeof cmd, "cp '%s/conformance/qwen3moe-tiny-q4_k_m/model.gguf' '%s/m.gguf'",
              check_shared_dir(), check_tmp_dir());
     cr_assert_eq(system(cmd), 0);
+    char text_[2000];
+    snprintf(text_, sizeof text_, yaml, goldens_of("m.gguf", "check-g.json"));
+    const char *path = write_tmp("check.yaml", text_, strlen(text_));
     snprintf(out, sizeof out, "%s/check.out", check_tmp_dir());
     snprintf(cmd, sizeof cmd, "'%s' ladder check '%s' >'%s' 2>&1", bin, path, out);
     cr_assert_eq(system(cmd), 0, "gate ladder check failed (see %s)", out);
@@ -694,14 +712,17 @@ Test(ladder_check, prints_the_positions_each_cell_is_judged_at)
         "hosts:\n  local: {device: none, trust: [" KEY1 "]}\n"
         "modes: [ref.decode, ref.chat]\n"
         "cells: [{models: [m, s], hosts: [local], modes: [ref.decode, ref.chat]}]\n"
-        "gates: {defaults: {parity: {positions: 64}}}\n"
+        "gates: {defaults: {parity: {positions: 64}, golden: %s}}\n"
         "unanchored: {qwen3: \"t\", qwen3moe: \"t\"}\n";
-    const char *path = write_tmp("positions.yaml", yaml, strlen(yaml));
     char cmd[3000], out[1200], model_path[1000];
     snprintf(model_path, sizeof model_path, "%s/m.gguf", check_tmp_dir());
     snprintf(cmd, sizeof cmd, "cp '%s/conformance/qwen3moe-tiny-q4_k_m/model.gguf' '%s'",
              check_shared_dir(), model_path);
     cr_assert_eq(system(cmd), 0);
+    /* s pins m's digest too (its file is never read here): one goldens entry serves both */
+    char text_[2000];
+    snprintf(text_, sizeof text_, yaml, goldens_of("m.gguf", "positions-g.json"));
+    const char *path = write_tmp("positions.yaml", text_, strlen(text_));
     /* the conversation's length for m, as the chat path's parity run computes it */
     struct model *m = NULL;
     struct gate_err err = {0};
@@ -858,8 +879,105 @@ Test(ladder_files, a_missing_goldens_file_is_refused_with_its_position)
               "%s", err.msg);
 }
 
+/* ---- the golden gate's file rules, at check time (issue 24) ---------------------------------- */
+
+/* Write text (a printf format whose one %s is the SHA-256 of goldens recorded for the conformance
+ * MoE model at 16 tokens, g.json) as gold.yaml in a fresh folder holding moe.gguf and g.json, and
+ * run what `gate ladder check` runs: ladder_load, ladder_check_runnable, ladder_check_files.
+ * Returns the status, the message in err. */
+static int check_goldens(const char *text, struct gate_err *err)
+{
+    static int serial;
+    char dir[600], cmd[4000], path[700], sha[65];
+    snprintf(dir, sizeof dir, "%s/gold-%d", check_tmp_dir(), serial++);
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' && mkdir -p '%s' && cp '%s/conformance/qwen3moe-tiny-"
+             "q4_k_m/model.gguf' '%s/moe.gguf'",
+             dir, dir, check_shared_dir(), dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/moe.gguf", dir);
+    snprintf(cmd, sizeof cmd, "%s/g.json", dir);
+    ladderfix_record_goldens(path, cmd, 16, sha);
+    snprintf(path, sizeof path, "%s/gold.yaml", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fprintf(f, text, sha);
+    fclose(f);
+    struct ladder *l = NULL;
+    int rc = ladder_load(&l, path, err);
+    if (!rc)
+        rc = ladder_check_runnable(l, err);
+    if (!rc)
+        rc = ladder_check_files(l, err);
+    ladder_free(l);
+    return rc;
+}
+
+#define GOLD_HEAD                                                                                  \
+    "release: {name: r, version: '1'}\nmodels:\n"                                                  \
+    "  m: {path: moe.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n"                                 \
+    "hosts:\n  local: {device: none, trust: [" KEY1 "]}\n"                                         \
+    "modes: [ref.decode, ref.chat]\n"                                                              \
+    "unanchored: {qwen3moe: \"test\"}\n"
+
+/* The golden gate runs on every cell: a cell that no defaults or override gives a goldens file
+ * was accepted by ladder check and then signed a FAIL ("the ladder declares no goldens file");
+ * now it is refused at the cell's position, and so is the run (below). */
+Test(ladder_files, a_cell_without_a_goldens_file_is_refused_at_its_position)
+{
+    struct gate_err err = {0};
+    cr_expect_eq(check_goldens(GOLD_HEAD "cells:\n"
+                                         "  - {model: m, host: local, mode: ref.decode}\n"
+                                         "  - {model: m, host: local, mode: ref.chat}\n"
+                                         "gates:\n  overrides:\n    - match: {mode: ref.decode}\n"
+                                         "      golden: {goldens: g.json, sha256: %s}\n",
+                               &err),
+                 ERR_INPUT);
+    cr_expect(strstr(err.msg,
+                     "gold.yaml:10:35: cell m/local/ref.chat: the golden gate runs on every"
+                     " cell and this one has no goldens file"),
+              "%s", err.msg);
+    /* the same ladder with the goldens in the defaults: accepted */
+    err_clear(&err);
+    cr_expect_eq(check_goldens(GOLD_HEAD "cells:\n"
+                                         "  - {model: m, host: local, mode: ref.decode}\n"
+                                         "  - {model: m, host: local, mode: ref.chat}\n"
+                                         "gates:\n  defaults:\n"
+                                         "    golden: {goldens: g.json, sha256: %s}\n",
+                               &err),
+                 0, "%s", err.msg);
+}
+
+/* What the golden gate's loader refuses is refused at check time, by that loader: a goldens file
+ * whose bytes are not its pin, and a token count other than the one recorded (the judge FAILed
+ * "goldens hold 16 tokens per case, settings ask for 8" after running every case). */
+Test(ladder_files, goldens_that_are_not_the_pin_or_hold_another_token_count_are_refused)
+{
+    struct gate_err err = {0};
+    cr_expect_eq(check_goldens(GOLD_HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+                                         "gates:\n  defaults:\n"
+                                         "    golden: {goldens: g.json, sha256: %s, tokens: 8}\n",
+                               &err),
+                 ERR_INPUT);
+    cr_expect(strstr(err.msg, "gold.yaml:11:23: cell m/local/ref.decode: goldens '") &&
+                  strstr(err.msg, "hold 16 tokens per case for this model but"
+                                  " gates.golden.tokens is 8"),
+              "%s", err.msg);
+    err_clear(&err);
+    cr_expect_eq(check_goldens(GOLD_HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+                                         "gates:\n  defaults:\n"
+                                         "    golden: {goldens: g.json, sha256: " MOE_SHA "}\n"
+                                         "# %s\n",
+                               &err),
+                 ERR_INPUT);
+    cr_expect(strstr(err.msg, "gold.yaml:11:23: cell m/local/ref.decode: '") &&
+                  strstr(err.msg, "g.json' does not match its pin: pinned sha256 " MOE_SHA),
+              "%s", err.msg);
+}
+
 /* The CLI: gate ladder check exits 2 on such a ladder; gate run exits 2 before any receipt
- * (the store is never created), also for a goldens file without this model's entry. */
+ * (the store is never created), also for a goldens file without this model's entry (which ladder
+ * check refuses too: issue 24, the run's own loader decides it at check time). */
 Test(ladder_files, ladder_check_and_run_refuse_before_any_receipt)
 {
     const char *bin = getenv("GATE_BIN");
@@ -875,10 +993,12 @@ Test(ladder_files, ladder_check_and_run_refuse_before_any_receipt)
     char gpath[900], gsha[65];
     snprintf(gpath, sizeof gpath, "%s/gold.json", dir);
     cr_assert_eq(identity_file_sha256(gpath, gsha, NULL), 0);
-    /* 1. a missing model file */
+    /* 1. a missing model file (the goldens declared and pinned: the model is what is wrong) */
     snprintf(yaml, sizeof yaml,
              "release: {name: r, version: '1'}\nmodels:\n"
-             "  m: {path: gone.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n" FILES_TAIL);
+             "  m: {path: gone.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n" FILES_TAIL
+             "gates:\n  defaults:\n    golden: {goldens: gold.json, sha256: %s}\n",
+             gsha);
     FILE *f = fopen(strcat(strcpy(cmd, dir), "/l.yaml"), "w");
     cr_assert(f);
     fputs(yaml, f);
@@ -894,7 +1014,7 @@ Test(ladder_files, ladder_check_and_run_refuse_before_any_receipt)
     char *out = check_slurp_text(strcat(strcpy(cmd, dir), "/out"));
     cr_expect(out && strstr(out, "l.yaml:3:3: model 'm': path '"), "%s", out ? out : "");
     free(out);
-    /* 2. a pinned goldens file without the model's entry: run refuses, check is fine */
+    /* 2. a pinned goldens file without the model's entry: check and run refuse it */
     snprintf(yaml, sizeof yaml,
              "release: {name: r, version: '1'}\nmodels:\n"
              "  m: {path: moe.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n" FILES_TAIL
@@ -906,7 +1026,12 @@ Test(ladder_files, ladder_check_and_run_refuse_before_any_receipt)
     fclose(f);
     snprintf(run, sizeof run, "cd '%s' && '%s' ladder check l.yaml >out 2>&1", dir, bin);
     rc = system(run);
-    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "ladder check exit %d", WEXITSTATUS(rc));
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "ladder check exit %d", WEXITSTATUS(rc));
+    out = check_slurp_text(strcat(strcpy(cmd, dir), "/out"));
+    cr_expect(out && strstr(out, "l.yaml:11:23: cell m/local/ref.decode: no usable goldens for"
+                                 " model 'm'"),
+              "%s", out ? out : "");
+    free(out);
     snprintf(run, sizeof run, "cd '%s' && '%s' run l.yaml --host local --db r.db >out 2>&1", dir,
              bin);
     rc = system(run);
@@ -937,12 +1062,15 @@ Test(ladder_check, prints_span_consistency_and_a_loose_reason)
         "gates:\n  defaults:\n"
         "    parity: {positions: 64, span: 500, min_cosine: 0.99, loose_reason: 'a smoke run'}\n"
         "    consistency: {positions: 32}\n"
+        "    golden: %s\n"
         "unanchored: {qwen3moe: \"t\"}\n";
-    const char *path = write_tmp("span.yaml", yaml, strlen(yaml));
     char cmd[3000], out[1200];
     snprintf(cmd, sizeof cmd, "cp '%s/conformance/qwen3moe-tiny-q4_k_m/model.gguf' '%s/m2.gguf'",
              check_shared_dir(), check_tmp_dir());
     cr_assert_eq(system(cmd), 0);
+    char text_[2000];
+    snprintf(text_, sizeof text_, yaml, goldens_of("m2.gguf", "span-g.json"));
+    const char *path = write_tmp("span.yaml", text_, strlen(text_));
     snprintf(out, sizeof out, "%s/span.out", check_tmp_dir());
     snprintf(cmd, sizeof cmd, "'%s' ladder check '%s' >'%s' 2>&1", bin, path, out);
     const int rc = system(cmd);

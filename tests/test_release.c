@@ -25,6 +25,7 @@
 #include "receipts/key.h"
 #include "receipts/store.h"
 #include "tests/support/check.h"
+#include "tests/support/conformance.h"
 #include "tests/support/ladderfix.h"
 
 #define MOE_SHA LADDERFIX_MOE_SHA
@@ -595,6 +596,10 @@ static void on_event(void *ctx, const struct run_event *ev)
 
 Test(release, run_ladder_returns_rows_and_reports_progress_through_the_callback)
 {
+    char gsha[65];
+    ladderfix_record_goldens(conformance_path("qwen3moe-tiny-q4_k_m", "model.gguf"),
+                             path_in("one-goldens.json"), 16, gsha);
+    ladderfix_alter_goldens(path_in("one-goldens.json"), gsha);
     FILE *f = fopen(path_in("one.yaml"), "w");
     fprintf(f,
             "release: {name: rel, version: 1.0.0}\n"
@@ -604,10 +609,11 @@ Test(release, run_ladder_returns_rows_and_reports_progress_through_the_callback)
             "modes: [ref.decode]\n"
             "cells:\n  - {model: moe, host: a, mode: ref.decode}\n"
             "gates:\n  defaults:\n    parity: {positions: 64}\n    falsify: {sweep_samples: 1}\n"
+            "    golden: {goldens: one-goldens.json, sha256: %s}\n"
             "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 2"
             "}\n"
             "unanchored: {qwen3moe: 'runner test'}\n",
-            check_shared_dir());
+            check_shared_dir(), gsha);
     fclose(f);
     struct run_options o = {.ladder = path_in("one.yaml"),
                             .host = "a",
@@ -618,7 +624,8 @@ Test(release, run_ladder_returns_rows_and_reports_progress_through_the_callback)
     struct events ev;
     memset(&ev, 0, sizeof ev);
     struct gate_err err = {0};
-    /* no goldens file declared: the golden gate is a FAILED row, every other gate runs */
+    /* goldens that expect another first token than the twin produces: the golden gate is a
+     * FAILED row (a judged failure, not an input error), every other gate runs and passes */
     cr_assert_eq(run_ladder(&o, on_event, &ev, &res, &err), 0, "%s", err.msg);
     cr_assert_eq(res.n, 1);
     const struct run_cell_result *c = &res.cells[0];
@@ -636,7 +643,8 @@ Test(release, run_ladder_returns_rows_and_reports_progress_through_the_callback)
         cr_expect_str_eq(c->gates[g].verdict, g == 2 ? "FAIL" : "PASS", "%s: %s", c->gates[g].name,
                          c->gates[g].summary);
     }
-    cr_expect(strstr(c->gates[2].summary, "declares no goldens file"),
+    cr_expect(strstr(c->gates[2].summary, "differs at generated index 0") &&
+                  strstr(c->gates[2].summary, "WRONG"),
               "the summary of a failed"
               " gate is its reason: %s",
               c->gates[2].summary);

@@ -18,8 +18,10 @@
 #include "harness/gatedef.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
+#include "oracles/golden.h"
 #include "receipts/store.h"
 #include "tests/support/check.h"
+#include "tests/support/conformance.h"
 
 void ladderfix_init(struct ladderfix *fx, const char *tag)
 {
@@ -96,17 +98,59 @@ const char *ladderfix_ladder(const struct ladderfix *fx, const char *name,
 const char *ladderfix_one_cell(const struct ladderfix *fx, const char *name, const char *top,
                                const char *mode, const char *cell_extra, const char *defaults)
 {
+    char golden[160] = "";
+    if (!defaults || !strstr(defaults, "    golden:")) {
+        char sha[65];
+        ladderfix_record_goldens(conformance_path("qwen3moe-tiny-q4_k_m", "model.gguf"),
+                                 ladderfix_path(fx, "moe-goldens.json"), 16, sha);
+        snprintf(golden, sizeof golden, "    golden: {goldens: moe-goldens.json, sha256: %s}\n",
+                 sha);
+    }
     const char *path = ladderfix_path(fx, name);
     FILE *f = open_ladder(path);
     fprintf(f,
             "%s"
             "modes: [%s]\n"
             "cells:\n  - {model: moe, host: a, mode: %s%s}\n"
-            "gates:\n  defaults:\n    parity: {positions: 64}\n%s"
+            "gates:\n  defaults:\n    parity: {positions: 64}\n%s%s"
             "unanchored: {qwen3moe: 'a one-cell test ladder'}\n",
-            top ? top : "", mode, mode, cell_extra ? cell_extra : "", defaults ? defaults : "");
+            top ? top : "", mode, mode, cell_extra ? cell_extra : "", golden,
+            defaults ? defaults : "");
     cr_assert_eq(fclose(f), 0, "cannot write '%s'", path);
     return path;
+}
+
+void ladderfix_record_goldens(const char *model_path, const char *out_path, int n_gen, char sha[65])
+{
+    struct gate_err err = {0};
+    struct model *m = NULL;
+    cr_assert_eq(model_load(&m, model_path, &err), 0, "%s", err.msg);
+    const int rc = golden_record(out_path, m, n_gen, 1, &err);
+    model_free(m);
+    if (rc && !strstr(err.msg, "already")) /* an entry for the model is kept */
+        cr_assert_fail("recording goldens into '%s': %s", out_path, err.msg);
+    cr_assert_eq(identity_file_sha256(out_path, sha, &err), 0, "%s", err.msg);
+}
+
+void ladderfix_alter_goldens(const char *path, char sha[65])
+{
+    json_error_t je;
+    json_t *doc = json_load_file(path, 0, &je);
+    cr_assert(doc, "goldens '%s': %s", path, je.text);
+    const char *digest;
+    json_t *entry;
+    json_object_foreach(json_object_get(doc, "models"), digest, entry)
+    {
+        json_t *ids = json_object_get(json_array_get(json_object_get(entry, "cases"), 0), "ids");
+        cr_assert(json_is_integer(json_array_get(ids, 0)), "goldens '%s': no ids for %s", path,
+                  digest);
+        json_array_set_new(ids, 0, json_integer(json_integer_value(json_array_get(ids, 0)) + 1));
+    }
+    cr_assert_eq(json_dump_file(doc, path, JSON_INDENT(2) | JSON_SORT_KEYS), 0, "cannot write '%s'",
+                 path);
+    json_decref(doc);
+    struct gate_err err = {0};
+    cr_assert_eq(identity_file_sha256(path, sha, &err), 0, "%s", err.msg);
 }
 
 void ladderfix_add_anchor(const char *path)

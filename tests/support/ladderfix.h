@@ -59,11 +59,28 @@ const char *ladderfix_ladder(const struct ladderfix *fx, const char *name,
  * model moe (the tiny MoE conformance model, pinned to LADDERFIX_MOE_SHA), host a (device none,
  * trusting file:a.pub), then top (NULL, or whole top-level entries such as an engines: section),
  * modes: [mode], the one cell moe/a/mode with cell_extra inside its braces (NULL, or e.g.
- * ", kv: f16"), gate defaults parity {positions: 64} followed by defaults (NULL, or lines indented
- * under defaults:), qwen3moe unanchored. Returns the path (one of ladderfix_path's buffers).
- * Asserts. */
+ * ", kv: f16"), gate defaults parity {positions: 64}, golden {goldens: moe-goldens.json, sha256}
+ * (recorded here by ladderfix_record_goldens at the default 16 tokens, so the golden gate runs
+ * and a correct subject passes it; left out when defaults names golden itself) followed by
+ * defaults (NULL, or lines indented under defaults:), qwen3moe unanchored. Returns the path (one
+ * of ladderfix_path's buffers). Asserts. */
 const char *ladderfix_one_cell(const struct ladderfix *fx, const char *name, const char *top,
                                const char *mode, const char *cell_extra, const char *defaults);
+
+/* Record the goldens of the model file model_path into the goldens file out_path (gate golden
+ * record's library call: the reference twin's greedy continuations of the default prompts,
+ * n_gen tokens each; an entry already there for the model is kept) and put the file's SHA-256 in
+ * sha, the value a ladder pins with golden.sha256. Milliseconds for the tiny conformance and
+ * synthetic models. Asserts. */
+void ladderfix_record_goldens(const char *model_path, const char *out_path, int n_gen,
+                              char sha[65]);
+
+/* Make the goldens file at path (written by ladderfix_record_goldens) expect what no correct
+ * subject produces: the first case of every model entry expects, as its first generated id, the
+ * id after the recorded one (away from any near tie on the recorded models, so the golden judge
+ * calls it WRONG: a judged FAIL, the same on every machine). sha receives the file's new SHA-256.
+ * Asserts. */
+void ladderfix_alter_goldens(const char *path, char sha[65]);
 
 /* Append to the ladder at path an anchor case "conf" for qwen3moe whose files (pinned to made-up
  * digests) exist nowhere, so no receipt can be made for it here and it stays MISSING, and remove
