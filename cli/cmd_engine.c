@@ -759,11 +759,16 @@ int cmd_bench(int argc, char **argv)
         struct baseline b;
         char sha[65], mode_name[32];
         json_t *env = identity_environment(cfg.n_threads);
+        /* the bench's identity settings: its --kv, and GATE_CPU_ISA's cap where it names one */
+        struct cell_variant bench_v = {cfg.kv_f16 ? KV_F16 : KV_F32, ""};
+        const char *isa_env = getenv("GATE_CPU_ISA");
+        if (cell_isa_known(isa_env))
+            snprintf(bench_v.isa, sizeof bench_v.isa, "%s", isa_env);
         mode_format(&mode, mode_name, sizeof mode_name);
         if (!(rc = identity_file_sha256(model, sha, &err)) &&
             !(rc = store_open_readonly(&st, db, &err)) &&
-            !(rc = baseline_from_receipt(st, compare_id, mode_name, sha, env, cfg.kv_f16, &b,
-                                         &err))) {
+            !(rc =
+                  baseline_from_receipt(st, compare_id, mode_name, sha, env, &bench_v, &b, &err))) {
             base = baseline_json(&b);
             snprintf(base_name, sizeof base_name, "%s", b.receipt[0] ? b.receipt : "receipt");
             cfg.baseline = base_name;

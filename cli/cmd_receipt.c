@@ -417,10 +417,13 @@ static void print_summary(const struct store_row *r, const json_t *p)
 {
     json_t *cell = json_object_get(p, "cell"), *gates = json_object_get(p, "gates"), *g;
     const char *v = json_string_value(json_object_get(p, "verdict"));
-    const char *kv = json_string_value(json_object_get(cell, "kv"));
-    printf("receipt %" PRId64 ": %s/%s/%s%s  %s\n", r->id, str_of(json_object_get(cell, "model")),
-           str_of(json_object_get(cell, "host")), str_of(json_object_get(cell, "mode")),
-           kv && !strcmp(kv, "f16") ? RECEIPT_KV_F16_SUFFIX : "", v ? safe(v) : "?");
+    char cell_name[256];
+    struct gate_err ne = {0};
+    if (receipt_cell_name(p, cell_name, sizeof cell_name, &ne)) /* malformed: parts as found */
+        snprintf(cell_name, sizeof cell_name, "%s/%s/%s (%s)",
+                 str_of(json_object_get(cell, "model")), str_of(json_object_get(cell, "host")),
+                 str_of(json_object_get(cell, "mode")), ne.msg[0] ? "malformed" : "");
+    printf("receipt %" PRId64 ": %s  %s\n", r->id, safe(cell_name), v ? safe(v) : "?");
     const char *name, *order[64];
     int n = 0;
     for (int k = 0; GATE_ORDER[k]; k++)
@@ -498,6 +501,9 @@ static int show_row(void *ctx, const struct store_row *r)
            str_of(json_object_get(cell, "host")), str_of(json_object_get(cell, "mode")));
     if (!cmode || strcmp(cmode, "anchor")) /* an anchor case runs the judge: always F32 */
         printf(", kv %s", kv ? safe(kv) : "f32 (not recorded: before the kv key)");
+    const char *isa = json_string_value(json_object_get(cell, "isa"));
+    if (isa) /* an isa cell; without one the host's best ran (gates' metrics.ran.isa) */
+        printf(", isa %s", safe(isa));
     printf("\n");
     printf("verdict      %s\n", str_of(json_object_get(p, "verdict")));
     const char *started = json_string_value(json_object_get(p, "started_at"));

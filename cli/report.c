@@ -279,11 +279,9 @@ static void print_matrix(FILE *out, const struct ladder *l, const struct release
     char cols[64][96];
     int n_cols = 0;
     for (int i = 0; i < l->n_cells + l->n_excluded && n_cols < 64; i++) {
-        int host = i < l->n_cells ? l->cells[i].host : l->excluded[i - l->n_cells].host;
-        const char *mode = i < l->n_cells ? l->cells[i].mode : l->excluded[i - l->n_cells].mode;
-        const int kv = i < l->n_cells ? l->cells[i].kv_f16 : l->excluded[i - l->n_cells].kv_f16;
-        char c[96]; /* an F16-KV cell is its own column (the KV type is part of the cell) */
-        snprintf(c, sizeof c, "%s/%s%s", l->hosts[host].id, mode, ladder_kv_suffix(kv));
+        const struct cell_key key = ladder_row_key(l, i);
+        char c[96]; /* an F16-KV or isa cell is its own column (identity settings) */
+        ladder_column_name(&key, c, sizeof c);
         int seen = 0;
         for (int k = 0; k < n_cols; k++)
             seen |= !strcmp(cols[k], c);
@@ -301,11 +299,9 @@ static void print_matrix(FILE *out, const struct ladder *l, const struct release
             for (int i = 0; i < l->n_cells + l->n_excluded; i++) {
                 int ex = i >= l->n_cells;
                 int model = ex ? l->excluded[i - l->n_cells].model : l->cells[i].model;
-                int host = ex ? l->excluded[i - l->n_cells].host : l->cells[i].host;
-                const char *mode = ex ? l->excluded[i - l->n_cells].mode : l->cells[i].mode;
-                const int kv = ex ? l->excluded[i - l->n_cells].kv_f16 : l->cells[i].kv_f16;
+                const struct cell_key key = ladder_row_key(l, i);
                 char c[96];
-                snprintf(c, sizeof c, "%s/%s%s", l->hosts[host].id, mode, ladder_kv_suffix(kv));
+                ladder_column_name(&key, c, sizeof c);
                 if (model == mi && !strcmp(c, cols[k]))
                     s = release_state_name(ex ? r->excluded[i - l->n_cells].state
                                               : r->cells[i].state);
@@ -778,9 +774,11 @@ static json_t *row_json(const struct ladder *l, const struct release_row *w)
         json_object_set_new(o, "host", jstr(l->hosts[host].id));
         json_object_set_new(o, "mode",
                             jstr(ex ? l->excluded[w->index].mode : l->cells[w->index].mode));
-        json_object_set_new(o, "kv",
-                            json_string(ladder_kv_name(ex ? l->excluded[w->index].kv_f16
-                                                          : l->cells[w->index].kv_f16)));
+        const struct cell_key key =
+            ex ? ladder_excluded_key(l, w->index) : ladder_cell_key(l, w->index);
+        json_object_set_new(o, "kv", json_string(kv_type_name(key.v.kv)));
+        if (key.v.isa[0])
+            json_object_set_new(o, "isa", json_string(key.v.isa));
         if (ex)
             json_object_set_new(o, "excluded_reason", jstr(l->excluded[w->index].reason));
     }

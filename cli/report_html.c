@@ -957,6 +957,10 @@ static void draw_receipt(struct page *pg, const struct loaded *x, int64_t id, in
             pjson(f, json_object_get(cell, "kv"));
         else
             fputs("f32 (not recorded: a receipt from before the kv key)", f);
+        if (json_object_get(cell, "isa")) { /* an isa cell: its own identity setting */
+            fputs("</td></tr>\n<tr><th>instruction set</th><td>", f);
+            pjson(f, json_object_get(cell, "isa"));
+        }
     }
     fputs("</td></tr>\n<tr><th>signed by</th><td class=\"mono\">", f);
     pjson(f, json_object_get(p, "key_id"));
@@ -1290,8 +1294,11 @@ static void matrix_row(FILE *f, const struct ladder *l, const struct release_row
         put(f, l->hosts[hi].id);
         fputs("</td><td>", f);
         put(f, ex ? l->excluded[row->index].mode : l->cells[row->index].mode);
-        /* the KV type is part of the cell: an F16 cell is its own row */
-        put(f, ladder_kv_suffix(ex ? l->excluded[row->index].kv_f16 : l->cells[row->index].kv_f16));
+        /* the identity settings are part of the cell: an F16 or isa cell is its own row */
+        const struct cell_key key =
+            ex ? ladder_excluded_key(l, row->index) : ladder_cell_key(l, row->index);
+        char suffix[48];
+        put(f, cell_variant_suffix(&key.v, suffix, sizeof suffix));
         fputs("</td>", f);
     }
     badge(f, release_state_name(row->state), row_anchor(row->kind, row->index, a, sizeof a), 1);
@@ -1334,16 +1341,12 @@ static void draw_matrix(FILE *f, const struct ladder *l, const struct release_re
     if (!col_of || !first)
         goto out;
     for (int i = 0; i < n; i++) {
-        int ex = i >= l->n_cells, k = ex ? i - l->n_cells : i;
-        int hi = ex ? l->excluded[k].host : l->cells[k].host;
-        const char *mode = ex ? l->excluded[k].mode : l->cells[k].mode;
-        const int kv = ex ? l->excluded[k].kv_f16 : l->cells[k].kv_f16; /* its own column */
+        const struct cell_key key = ladder_row_key(l, i); /* identity settings: own column */
         col_of[i] = -1;
         for (int c = 0; c < n_cols && col_of[i] < 0; c++) {
-            int j = first[c], exj = j >= l->n_cells, kj = exj ? j - l->n_cells : j;
-            if ((exj ? l->excluded[kj].host : l->cells[kj].host) == hi &&
-                !strcmp(exj ? l->excluded[kj].mode : l->cells[kj].mode, mode) &&
-                (exj ? l->excluded[kj].kv_f16 : l->cells[kj].kv_f16) == kv)
+            const struct cell_key kc = ladder_row_key(l, first[c]);
+            if (!strcmp(kc.host, key.host) && !strcmp(kc.mode, key.mode) &&
+                cell_variant_same(&kc.v, &key.v))
                 col_of[i] = c;
         }
         if (col_of[i] < 0) {
@@ -1358,7 +1361,9 @@ static void draw_matrix(FILE *f, const struct ladder *l, const struct release_re
         put(f, l->hosts[ex ? l->excluded[k].host : l->cells[k].host].id);
         fputs("<br>", f);
         put(f, ex ? l->excluded[k].mode : l->cells[k].mode);
-        put(f, ladder_kv_suffix(ex ? l->excluded[k].kv_f16 : l->cells[k].kv_f16));
+        const struct cell_key key = ladder_row_key(l, j);
+        char suffix[48];
+        put(f, cell_variant_suffix(&key.v, suffix, sizeof suffix));
         fputs("</th>", f);
     }
     fputs("</tr>\n", f);

@@ -127,6 +127,7 @@ struct backend {
     int tap_n, tap_off;        /* tokens of the current backend_forward call; this chunk's offset */
     uint64_t forwards, tokens; /* counters kept by backend_forward */
     int kv_f16;                /* set by open: the KV cache is F16 (backend_config.kv_f16) */
+    char isa[16]; /* set by open: the instruction set its kernels run ("" = none selectable) */
 };
 
 /* ---- the list of backends ------------------------------------------------------------------ */

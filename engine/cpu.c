@@ -1226,14 +1226,14 @@ static int cpu_open(struct backend **out, const struct model *m, const struct ba
     }
     quant_dequant_row(m->output_norm.type, m->output_norm.data, c->out_norm, (int64_t)E);
     rope_tables(c->rope_cos, c->rope_sin, n_ctx, (int)hd, hp->rope_base);
-    char name[sizeof c->device - 24];
+    char name[sizeof c->device - 32];
     cpu_model_name(name, sizeof name);
     /* the instruction set the kernels run is part of what ran (receipts' ran.device) */
+    snprintf(c->base.isa, sizeof c->base.isa, "%s", cpu_dot_isa_name(cpu_dot_isa()));
     if (name[0])
-        snprintf(c->device, sizeof c->device, "cpu: %s [isa %s]", name,
-                 cpu_dot_isa_name(cpu_dot_isa()));
+        snprintf(c->device, sizeof c->device, "cpu: %s [isa %s]", name, c->base.isa);
     else
-        snprintf(c->device, sizeof c->device, "cpu [isa %s]", cpu_dot_isa_name(cpu_dot_isa()));
+        snprintf(c->device, sizeof c->device, "cpu [isa %s]", c->base.isa);
     *out = &c->base;
     return 0;
 fail:

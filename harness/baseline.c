@@ -13,18 +13,25 @@ static const char *str_at(const json_t *o, const char *a, const char *b)
 }
 
 /* Fill out from receipt payload p (its receipt hash already in out->receipt): refused by name
- * when it is not comparable with a run of model/mode on hostname with threads, kv_f16 and the
- * model digest sha, else its timed rates; out->found says which. */
+ * when it is not comparable with a run of model/mode on hostname with threads, the identity
+ * settings want (KV type, instruction set) and the model digest sha, else its timed rates;
+ * out->found says which. */
 static void compare_with(const json_t *p, const char *model_id, const char *cell_mode,
-                         const char *hostname, int want_threads, int kv_f16, const char *want_sha,
-                         struct baseline *out)
+                         const char *hostname, int want_threads, const struct cell_variant *want,
+                         const char *want_sha, struct baseline *out)
 {
     const char *host = str_at(p, "environment", "hostname");
     const int threads =
         (int)json_integer_value(json_object_get(json_object_get(p, "environment"), "threads"));
     const char *sha = json_string_value(
         json_object_get(json_object_get(json_object_get(p, "subject"), "model"), "sha256"));
-    const char *kv = str_at(p, "cell", "kv");
+    struct cell_key key;
+    struct gate_err kerr = {0};
+    const int key_ok = !cell_key_of_payload(p, &key, &kerr);
+    char got_s[48], want_s[48];
+    cell_variant_suffix(want, want_s, sizeof want_s);
+    if (key_ok)
+        cell_variant_suffix(&key.v, got_s, sizeof got_s);
     const char *model = str_at(p, "cell", "model"), *mode = str_at(p, "cell", "mode");
     if (!mode || strcmp(mode, cell_mode) || (model_id && (!model || strcmp(model, model_id))))
         snprintf(out->refused, sizeof out->refused,
@@ -39,10 +46,16 @@ static void compare_with(const json_t *p, const char *model_id, const char *cell
                  "baseline receipt %.16s... ran with %d threads, this run with %d: not"
                  " comparable",
                  out->receipt, threads, want_threads);
-    else if ((kv && !strcmp(kv, "f16")) != (kv_f16 != 0))
+    else if (!key_ok)
+        snprintf(out->refused, sizeof out->refused, "baseline receipt %.16s...: %.200s",
+                 out->receipt, kerr.msg);
+    else if (!cell_variant_same(&key.v, want))
         snprintf(out->refused, sizeof out->refused,
-                 "baseline receipt %.16s... ran with KV %s, this run with %s: not comparable",
-                 out->receipt, kv ? kv : "f32", kv_f16 ? "f16" : "f32");
+                 "baseline receipt %.16s... ran with settings '%s' (kv %s%s%s), this run with"
+                 " '%s' (kv %s%s%s): not comparable",
+                 out->receipt, got_s, kv_type_name(key.v.kv), key.v.isa[0] ? ", isa " : "",
+                 key.v.isa, want_s, kv_type_name(want->kv), want->isa[0] ? ", isa " : "",
+                 want->isa);
     else if (!sha || strcmp(sha, want_sha))
         snprintf(out->refused, sizeof out->refused,
                  "baseline receipt %.16s... ran model digest %.16s..., this run %.16s...: not"
@@ -114,7 +127,9 @@ static int visit(void *ctx, const struct store_row *row)
     json_t *p = json_loadb(row->payload, row->len, 0, NULL);
     if (!p)
         return 0;
-    const char *kv = str_at(p, "cell", "kv");
+    struct cell_key key;
+    struct gate_err kerr = {0};
+    const int key_ok = !cell_key_of_payload(p, &key, &kerr);
     const char *version = str_at(p, "ladder", "version");
     const int same_cell =
         !strcmp(str_at(p, "cell", "model") ? str_at(p, "cell", "model") : "",
@@ -123,10 +138,9 @@ static int visit(void *ctx, const struct store_row *row)
                 f->l->hosts[f->c->host].id) &&
         !strcmp(str_at(p, "cell", "mode") ? str_at(p, "cell", "mode") : "", f->c->mode) &&
         !strcmp(str_at(p, "ladder", "name") ? str_at(p, "ladder", "name") : "", f->l->name);
-    if (!f->pinned &&
-        (!same_cell || !version || (kv && !strcmp(kv, "f16")) != (f->c->kv_f16 != 0) ||
-         version_cmp(version, f->l->version) >= 0 ||
-         (f->best && version_cmp(version, f->best_version) < 0))) {
+    if (!f->pinned && (!same_cell || !version || !key_ok || !cell_variant_same(&key.v, &f->c->v) ||
+                       version_cmp(version, f->l->version) >= 0 ||
+                       (f->best && version_cmp(version, f->best_version) < 0))) {
         json_decref(p);
         return 0;
     }
@@ -167,7 +181,7 @@ int baseline_find(struct store *st, const struct ladder *l, int ci, const char *
         return 0;
     }
     snprintf(out->version, sizeof out->version, "%s", f.best_version);
-    compare_with(f.best, l->models[c->model].id, c->mode, f.hostname, f.threads, c->kv_f16,
+    compare_with(f.best, l->models[c->model].id, c->mode, f.hostname, f.threads, &c->v,
                  l->models[c->model].sha256, out);
     json_decref(f.best);
     return 0;
@@ -207,8 +221,8 @@ static int take_one(void *ctx, const struct store_row *row)
 }
 
 int baseline_from_receipt(struct store *st, int64_t id, const char *mode, const char *model_sha,
-                          const json_t *environment, int kv_f16, struct baseline *out,
-                          struct gate_err *err)
+                          const json_t *environment, const struct cell_variant *v,
+                          struct baseline *out, struct gate_err *err)
 {
     memset(out, 0, sizeof *out);
     struct one o = {.out = out};
@@ -219,8 +233,8 @@ int baseline_from_receipt(struct store *st, int64_t id, const char *mode, const 
         snprintf(out->version, sizeof out->version, "%s",
                  str_at(o.p, "ladder", "version") ? str_at(o.p, "ladder", "version") : "");
         compare_with(o.p, NULL, mode, json_string_value(json_object_get(environment, "hostname")),
-                     (int)json_integer_value(json_object_get(environment, "threads")), kv_f16,
-                     model_sha, out);
+                     (int)json_integer_value(json_object_get(environment, "threads")), v, model_sha,
+                     out);
     } else if (!out->refused[0]) {
         snprintf(out->refused, sizeof out->refused, "receipt %lld is not JSON", (long long)id);
     }

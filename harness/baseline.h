@@ -33,12 +33,12 @@ int baseline_find(struct store *st, const struct ladder *l, int ci, const char *
                   const json_t *environment, struct baseline *out, struct gate_err *err);
 
 /* gate bench --compare: receipt id of st as the baseline of a run of mode on this host
- * (environment as identity_environment records it) on a model with digest model_sha and the KV
- * type kv_f16; refused by name when it does not verify or is not comparable. Returns 0, or the
- * store's error status (ERR_INPUT: no such receipt). */
+ * (environment as identity_environment records it) on a model with digest model_sha under the
+ * identity settings v (KV type, instruction set); refused by name when it does not verify or is not
+ * comparable. Returns 0, or the store's error status (ERR_INPUT: no such receipt). */
 int baseline_from_receipt(struct store *st, int64_t id, const char *mode, const char *model_sha,
-                          const json_t *environment, int kv_f16, struct baseline *out,
-                          struct gate_err *err);
+                          const json_t *environment, const struct cell_variant *v,
+                          struct baseline *out, struct gate_err *err);
 
 /* The metrics object a receipt records for b ({"receipt", "version", "prefill_tps",
  * "decode_tps"}, or {"refused"} / {"none"}); new reference. */

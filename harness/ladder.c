@@ -938,24 +938,37 @@ static int cell_mode_index(const struct ladder *l, const char *mode)
     return mode_index(&m);
 }
 
-/* Record cell (model, host, mode, kv) from line `line`; a cell met twice is an error at `at`.
- * The KV type is part of the identity: the same model/host/mode with kv f32 and kv f16 are two
- * cells. */
+/* The index of an identity setting's value among its few values (kv: 2, isa: 4), for seen_add. */
+static uint32_t variant_index(const struct cell_variant *v)
+{
+    static const char *const isas[] = {"", "portable", "avx2", "avx512"};
+    uint32_t isa = 0;
+    for (uint32_t i = 0; i < 4; i++)
+        if (!strcmp(v->isa, isas[i]))
+            isa = i;
+    return (uint32_t)(v->kv == KV_F16) * 4u + isa;
+}
+
+/* Record cell (model, host, mode, v) from line `line`; a cell met twice is an error at `at`.
+ * The identity settings are part of the identity: the same model/host/mode with kv f32 and
+ * kv f16 (or two isas) are two cells. */
 static int seen_add(struct parse *p, struct cell_seen *s, yaml_node_t *at, int model, int host,
-                    const char *mode, int kv_f16, int excluded)
+                    const char *mode, const struct cell_variant *v, int excluded)
 {
     const struct ladder *l = p->l;
     uint32_t key = 1 +
                    (((uint32_t)model * (uint32_t)l->n_hosts + (uint32_t)host) *
                         (uint32_t)(mode_count() + 3 * l->n_engines) +
                     (uint32_t)cell_mode_index(l, mode)) *
-                       2u +
-                   (uint32_t)(kv_f16 != 0);
+                       8u +
+                   variant_index(v);
     uint32_t i = (key * 2654435761u) >> 18; /* 14 bits: CELL_SLOTS */
     for (; s->key[i]; i = (i + 1) & (CELL_SLOTS - 1)) {
         if (s->key[i] != key)
             continue;
-        const char *m = l->models[model].id, *h = l->hosts[host].id, *kv = ladder_kv_suffix(kv_f16);
+        char kv[48];
+        const char *m = l->models[model].id, *h = l->hosts[host].id;
+        cell_variant_suffix(v, kv, sizeof kv);
         if (s->excluded[i] != excluded)
             return fail(p, at,
                         "cell %s/%s/%s%s is both excluded and required (the other at line"
@@ -979,7 +992,7 @@ static void *grow(void *a, int n, size_t size)
 }
 
 static int add_cell(struct parse *p, yaml_node_t *at, int model, int host, const char *mode,
-                    int kv_f16)
+                    const struct cell_variant *v)
 {
     struct ladder *l = p->l;
     struct ladder_cell *c = grow(l->cells, l->n_cells, sizeof *c);
@@ -991,7 +1004,7 @@ static int add_cell(struct parse *p, yaml_node_t *at, int model, int host, const
     c->model = model;
     c->host = host;
     snprintf(c->mode, sizeof c->mode, "%s", mode);
-    c->kv_f16 = kv_f16;
+    c->v = *v;
     c->line = at ? (int)at->start_mark.line + 1 : 0;
     c->col = at ? (int)at->start_mark.column + 1 : 0;
     return 0;
@@ -999,7 +1012,7 @@ static int add_cell(struct parse *p, yaml_node_t *at, int model, int host, const
 
 /* Keep an excluded cell with the reason of exclusion x (issue 10 §3: no cell vanishes). */
 static int add_excluded(struct parse *p, yaml_node_t *x, int model, int host, const char *mode,
-                        int kv_f16)
+                        const struct cell_variant *v)
 {
     struct ladder *l = p->l;
     const char *reason = scalar(get(p, x, "reason"));
@@ -1012,7 +1025,7 @@ static int add_excluded(struct parse *p, yaml_node_t *x, int model, int host, co
     e->model = model;
     e->host = host;
     snprintf(e->mode, sizeof e->mode, "%s", mode);
-    e->kv_f16 = kv_f16;
+    e->v = *v;
     snprintf(e->reason, sizeof e->reason, "%s", reason);
     e->line = (int)x->start_mark.line + 1;
     return 0;
@@ -1092,14 +1105,52 @@ static int check_coverage(struct parse *p, yaml_node_t *cells)
 }
 
 /* A `kv` value (a cells entry's, or an override match's): the scalar f32 or f16, nothing else. */
-static int parse_kv(struct parse *p, yaml_node_t *v, const char *what, int *kv_f16)
+static int parse_kv(struct parse *p, yaml_node_t *v, const char *what, enum kv_type *kv)
 {
     const char *t = scalar(v);
-    if (!t || (strcmp(t, "f32") && strcmp(t, "f16")))
+    if (kv_type_parse(t, kv))
         return fail(p, v, "%s must be f32 or f16 (the KV cache type), not %s%s%s", what,
                     t ? "'" : "", t ? t : kind(v), t ? "'" : "");
-    *kv_f16 = !strcmp(t, "f16");
     return 0;
+}
+
+/* An `isa` value (a cells entry's, or an override match's): portable, avx2 or avx512. */
+static int parse_isa(struct parse *p, yaml_node_t *v, const char *what, char *isa, size_t n)
+{
+    const char *t = scalar(v);
+    if (!cell_isa_known(t))
+        return fail(p, v,
+                    "%s must be portable, avx2 or avx512 (the instruction set the subject runs),"
+                    " not %s%s%s",
+                    what, t ? "'" : "", t ? t : kind(v), t ? "'" : "");
+    snprintf(isa, n, "%s", t);
+    return 0;
+}
+
+/* An `isa:` cell must name a backend that declares the instruction set among its selectable
+ * ones (engine/backend.c's row, the same in every build): any other is refused here rather than
+ * run on whatever the host picks. Whether this host can run it is the run's question. */
+static int check_isa(struct parse *p, yaml_node_t *at, int model, int host, const char *mode,
+                     const char *isa)
+{
+    struct mode m;
+    struct backend_invariants inv;
+    if (mode_parse(mode, &m, NULL))
+        return 0;
+    backend_invariants(m.engine[0] ? "exec" : m.backend, &inv);
+    for (const char *s = inv.isas; s && *s;) {
+        const size_t len = strcspn(s, ",");
+        if (len == strlen(isa) && !strncmp(s, isa, len))
+            return 0;
+        s += len + (s[len] == ',');
+    }
+    return fail(p, at,
+                "cell %s/%s/%s: isa: %s, but backend '%s' %s%s%s; an isa cell is refused, never"
+                " run on another instruction set",
+                p->l->models[model].id, p->l->hosts[host].id, mode, isa,
+                m.engine[0] ? "exec" : m.backend,
+                inv.isas && *inv.isas ? "selects only among " : "has no selectable instruction set",
+                inv.isas && *inv.isas ? inv.isas : "", "");
 }
 
 /* A `kv: f16` cell must name a backend whose open offers an F16 KV cache (engine/backend.c's
@@ -1124,7 +1175,7 @@ static int check_kv(struct parse *p, yaml_node_t *at, int model, int host, const
 static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
 {
     static const char *const keys[] = {"models", "hosts", "modes", "exclude", "model",
-                                       "host",   "mode",  "kv",    NULL};
+                                       "host",   "mode",  "kv",    "isa",     NULL};
     static const char *const xkeys[] = {"model", "host", "mode", "reason", NULL};
     yaml_node_t *e, *x;
     struct cell_seen *seen = NULL;
@@ -1157,9 +1208,10 @@ static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
             (rc = need(p, e, ok, "a cells entry", &v)) ||
             (rc = id_list(p, v, ok, 2, modes, oi, oa, &no, 64)))
             goto out;
-        int kv_f16 = 0;
-        yaml_node_t *kvn = get(p, e, "kv");
-        if (kvn && (rc = parse_kv(p, kvn, "a cells entry's kv", &kv_f16)))
+        struct cell_variant cv = {KV_F32, ""};
+        yaml_node_t *kvn = get(p, e, "kv"), *isan = get(p, e, "isa");
+        if ((kvn && (rc = parse_kv(p, kvn, "a cells entry's kv", &cv.kv))) ||
+            (isan && (rc = parse_isa(p, isan, "a cells entry's isa", cv.isa, sizeof cv.isa))))
             goto out;
         if (!matrix && get(p, e, "exclude")) {
             rc = fail(p, get(p, e, "exclude"), "'exclude' belongs to a matrix entry");
@@ -1218,11 +1270,12 @@ static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
                     }
                     int model = ladder_find_model(p->l, mi[a]);
                     int host = ladder_find_host(p->l, hi[b]);
-                    if ((kv_f16 && (rc = check_kv(p, kvn, model, host, oi[c]))) ||
+                    if ((cv.kv == KV_F16 && (rc = check_kv(p, kvn, model, host, oi[c]))) ||
+                        (cv.isa[0] && (rc = check_isa(p, isan, model, host, oi[c], cv.isa))) ||
                         (rc = seen_add(p, seen, skip < 0 ? oa[c] : exs[skip], model, host, oi[c],
-                                       kv_f16, skip >= 0)) ||
-                        (rc = skip < 0 ? add_cell(p, oa[c], model, host, oi[c], kv_f16)
-                                       : add_excluded(p, exs[skip], model, host, oi[c], kv_f16)))
+                                       &cv, skip >= 0)) ||
+                        (rc = skip < 0 ? add_cell(p, oa[c], model, host, oi[c], &cv)
+                                       : add_excluded(p, exs[skip], model, host, oi[c], &cv)))
                         goto out;
                 }
         for (int i = 0; i < n_ex; i++)
@@ -1240,10 +1293,11 @@ out:
 static int match_override(struct parse *p, yaml_node_t *match, const struct ladder_cell *c)
 {
     const struct ladder *l = p->l;
-    const char *want[4] = {l->models[c->model].id, l->hosts[c->host].id, c->mode,
-                           ladder_kv_name(c->kv_f16)};
-    const char *keys[4] = {"model", "host", "mode", "kv"};
-    for (int i = 0; i < 4; i++) {
+    /* an isa match names a cell's `isa`; a cell without one matches no isa */
+    const char *want[5] = {l->models[c->model].id, l->hosts[c->host].id, c->mode,
+                           kv_type_name(c->v.kv), c->v.isa};
+    const char *keys[5] = {"model", "host", "mode", "kv", "isa"};
+    for (int i = 0; i < 5; i++) {
         yaml_node_t *v = get(p, match, keys[i]);
         if (v && strcmp(scalar(v), want[i]))
             return 0;
@@ -1254,7 +1308,7 @@ static int match_override(struct parse *p, yaml_node_t *match, const struct ladd
 static int parse_gates(struct parse *p, yaml_node_t *gates)
 {
     static const char *const keys[] = {"defaults", "overrides", NULL};
-    static const char *const mkeys[] = {"model", "host", "mode", "kv", NULL};
+    static const char *const mkeys[] = {"model", "host", "mode", "kv", "isa", NULL};
     struct ladder *l = p->l;
     struct ladder_gates base;
     yaml_node_t *d, *o, *it;
@@ -1283,9 +1337,12 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
                         return fail(p, v, "override matches %s '%s', which is not defined",
                                     mkeys[k], scalar(v) ? scalar(v) : "?");
                 }
-                int kv_unused;
-                yaml_node_t *mkv = get(p, m, "kv");
-                if (mkv && (rc = parse_kv(p, mkv, "an override's match kv", &kv_unused)))
+                enum kv_type kv_unused;
+                char isa_unused[16];
+                yaml_node_t *mkv = get(p, m, "kv"), *misa = get(p, m, "isa");
+                if ((mkv && (rc = parse_kv(p, mkv, "an override's match kv", &kv_unused))) ||
+                    (misa && (rc = parse_isa(p, misa, "an override's match isa", isa_unused,
+                                             sizeof isa_unused))))
                     goto out;
             }
         }
@@ -1293,7 +1350,7 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
     for (int i = 0; i < l->n_cells; i++) {
         struct ladder_cell *c = &l->cells[i];
         c->g = base;
-        c->g.kv_f16 = c->kv_f16;
+        c->g.v = c->v;
         if (gates && (o = get(p, gates, "overrides"))) {
             FOR_ITEMS(p, o, it)
             {
@@ -1808,29 +1865,45 @@ int ladder_find_model(const struct ladder *l, const char *id)
     return -1;
 }
 
-const char *ladder_kv_suffix(int kv_f16)
-{
-    return kv_f16 ? LADDER_KV_F16_SUFFIX : "";
-}
-
-const char *ladder_kv_name(int kv_f16)
-{
-    return kv_f16 ? "f16" : "f32";
-}
-
-const char *ladder_cell_name(const struct ladder *l, int i, char *buf, int n)
+struct cell_key ladder_cell_key(const struct ladder *l, int i)
 {
     const struct ladder_cell *c = &l->cells[i];
-    snprintf(buf, (size_t)n, "%s/%s/%s%s", l->models[c->model].id, l->hosts[c->host].id, c->mode,
-             ladder_kv_suffix(c->kv_f16));
+    return (struct cell_key){l->models[c->model].id, l->hosts[c->host].id, c->mode, c->v};
+}
+
+struct cell_key ladder_excluded_key(const struct ladder *l, int i)
+{
+    const struct ladder_excluded *e = &l->excluded[i];
+    return (struct cell_key){l->models[e->model].id, l->hosts[e->host].id, e->mode, e->v};
+}
+
+struct cell_key ladder_row_key(const struct ladder *l, int i)
+{
+    return i < l->n_cells ? ladder_cell_key(l, i) : ladder_excluded_key(l, i - l->n_cells);
+}
+
+const char *ladder_column_name(const struct cell_key *k, char *buf, size_t n)
+{
+    char suffix[48];
+    snprintf(buf, n, "%s/%s%s", k->host, k->mode,
+             cell_variant_suffix(&k->v, suffix, sizeof suffix));
+    return buf;
+}
+
+/* a name that does not fit is cut (ids and modes are bounded far below the callers' buffers) */
+const char *ladder_cell_name(const struct ladder *l, int i, char *buf, int n)
+{
+    const struct cell_key k = ladder_cell_key(l, i);
+    struct gate_err e = {0};
+    cell_key_name(&k, buf, (size_t)n, &e);
     return buf;
 }
 
 const char *ladder_excluded_name(const struct ladder *l, int i, char *buf, int n)
 {
-    const struct ladder_excluded *e = &l->excluded[i];
-    snprintf(buf, (size_t)n, "%s/%s/%s%s", l->models[e->model].id, l->hosts[e->host].id, e->mode,
-             ladder_kv_suffix(e->kv_f16));
+    const struct cell_key k = ladder_excluded_key(l, i);
+    struct gate_err e = {0};
+    cell_key_name(&k, buf, (size_t)n, &e);
     return buf;
 }
 
@@ -1881,11 +1954,10 @@ json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate)
         }
         json_object_set_new(o, "engine", eo);
     }
-    /* an F16-KV cell: recorded in every gate's settings, so an F32 receipt cannot match it (and
-     * gates.c holds metrics.ran.kv to it); F32 cells record nothing here: absent means f32, and
-     * their settings are what they were before the key */
-    if (g->kv_f16)
-        json_object_set_new(o, "kv", json_string("f16"));
+    /* an F16-KV or isa cell: recorded in every gate's settings, so a receipt of other settings
+     * cannot match it (and gates.c holds metrics.ran.kv / ran.isa to them); default settings
+     * record nothing here: their settings are what they were before the keys */
+    cell_variant_settings(&g->v, o);
     if (!strcmp(gate, "golden")) /* the judge reads the pin under this name */
         json_object_set_new(o, "goldens_sha256", json_string(g->goldens_sha256));
     if (!strcmp(gate, "falsify")) {

@@ -19,6 +19,7 @@
 #include "engine/exec.h"
 #include "engine/synth.h"
 #include "faults/fault.h"
+#include "receipts/cellkey.h"
 #include "receipts/receipt.h"
 
 #define LADDER_ID_MAX 64
@@ -94,19 +95,20 @@ struct ladder_gates {
     /* exec cells: the engine the mode names (borrowed from the ladder); NULL otherwise. Its
      * argv, timeout and supports are part of every gate's recorded settings */
     const struct ladder_engine *engine;
-    /* the cell's KV cache (its `kv` key, copied from struct ladder_cell): recorded in every cell
-     * gate's settings as "kv": "f32" / "f16", so a receipt made with the other KV type does not
-     * match the ladder at release check */
-    int kv_f16;
+    /* the cell's identity settings (its `kv` and `isa` keys, copied from struct ladder_cell):
+     * recorded in every cell gate's settings when not the default (cell_variant_settings), so a
+     * receipt made under other settings does not match the ladder at release check */
+    struct cell_variant v;
 };
 
 struct ladder_cell {
-    int model;     /* index into models */
-    int host;      /* index into hosts */
-    char mode[32]; /* "<backend>.<path>" */
-    int kv_f16;    /* the cells entry's `kv: f16` (0 = f32, the default): part of the cell's
-                    * identity (model, host, mode, kv) — two cells that differ only here are two
-                    * required cells with their own receipts; every gate opens the subject with it */
+    int model;             /* index into models */
+    int host;              /* index into hosts */
+    char mode[32];         /* "<backend>.<path>" */
+    struct cell_variant v; /* the cells entry's `kv` and `isa` (defaults: f32, the backend's
+                            * best): part of the cell's identity (receipts/cellkey.h) — two cells
+                            * that differ only here are two required cells with their own
+                            * receipts; every gate opens the subject with them */
     int line, col; /* where the ladder lists the cell (its mode in the cells entry), 1-based: the
                     * position of check-time errors about the cell's resolved settings */
     struct ladder_gates g;
@@ -118,9 +120,9 @@ struct ladder_excluded {
     int model; /* index into models */
     int host;  /* index into hosts */
     char mode[32];
-    int kv_f16;       /* the matrix entry's `kv` (part of the cell's identity, as above) */
-    char reason[256]; /* the first matching exclusion's reason */
-    int line;         /* line of that exclusion in the ladder file */
+    struct cell_variant v; /* the matrix entry's `kv` and `isa` (identity, as above) */
+    char reason[256];      /* the first matching exclusion's reason */
+    int line;              /* line of that exclusion in the ladder file */
 };
 
 /* A file the ladder pins: path resolved against the ladder's folder, SHA-256 lower-case hex. */
@@ -193,20 +195,23 @@ int ladder_find_engine(const struct ladder *l, const char *name);
 int ladder_find_host(const struct ladder *l, const char *id);
 int ladder_find_model(const struct ladder *l, const char *id);
 
-/* "model/host/mode" of cell i into buf, with LADDER_KV_F16_SUFFIX appended for a `kv: f16`
- * cell ("tiny/ci-cpu/cpu.decode+kv=f16"): the name receipts, reports and --only patterns use. */
+/* The identity of cell i / excluded cell i (strings borrowed from l). */
+struct cell_key ladder_cell_key(const struct ladder *l, int i);
+struct cell_key ladder_excluded_key(const struct ladder *l, int i);
+/* Row i of the cells followed by the excluded cells (i < n_cells: cell i; else excluded
+ * i - n_cells): the order the release matrix and the reports list them. */
+struct cell_key ladder_row_key(const struct ladder *l, int i);
+
+/* A report column of key k: "host/mode" plus its identity suffix ("ci-cpu/cpu.decode+kv=f16"),
+ * so cells that differ only in identity settings are columns of their own. */
+const char *ladder_column_name(const struct cell_key *k, char *buf, size_t n);
+
+/* The name of cell i ("tiny/ci-cpu/cpu.decode", "tiny/ci-cpu/cpu.decode+kv=f16+isa=avx2";
+ * cell_key_name) into buf: the name receipts, reports and --only patterns use. */
 const char *ladder_cell_name(const struct ladder *l, int i, char *buf, int n);
 
-/* "model/host/mode" of excluded cell i into buf (the same suffix rule). */
+/* The name of excluded cell i into buf (the same rule). */
 const char *ladder_excluded_name(const struct ladder *l, int i, char *buf, int n);
-
-/* What a cell's name and a report's column carry after the mode for a KV type: "" for F32 (the
- * default, so every F32 name is what it was before the key), LADDER_KV_F16_SUFFIX for F16. */
-#define LADDER_KV_F16_SUFFIX RECEIPT_KV_F16_SUFFIX
-const char *ladder_kv_suffix(int kv_f16);
-
-/* "f16" or "f32": the word the ladder, the settings and the receipt's cell use. */
-const char *ladder_kv_name(int kv_f16);
 
 /* The settings of one gate ("capability", "parity", "golden", "throughput", "falsify") as
  * recorded in a receipt; the release check compares a receipt's copy with this (new ref). */

@@ -79,36 +79,22 @@ static void keep(char *dst, size_t n, int64_t *dst_id, int64_t rid, const char *
     snprintf(dst, n, "%s", text);
 }
 
-/* The KV type a payload's cell names: "kv" absent (receipts from before the key) is f32; 1 for
- * "f16", 0 for "f32", -1 for anything else (a cell no ladder has). */
-static int payload_kv(const json_t *cell)
-{
-    const json_t *v = json_object_get(cell, "kv");
-    const char *t = json_string_value(v);
-    if (!v)
-        return 0;
-    return t && !strcmp(t, "f16") ? 1 : t && !strcmp(t, "f32") ? 0 : -1;
-}
-
-static int find_cell(const struct ladder *l, const char *model, const char *host, const char *mode,
-                     int kv_f16)
+/* The cell / excluded cell of l whose identity (receipts/cellkey.h) is k, or -1. */
+static int find_cell(const struct ladder *l, const struct cell_key *k)
 {
     for (int i = 0; i < l->n_cells; i++) {
-        const struct ladder_cell *c = &l->cells[i];
-        if (!strcmp(l->models[c->model].id, model) && !strcmp(l->hosts[c->host].id, host) &&
-            !strcmp(c->mode, mode) && c->kv_f16 == kv_f16)
+        const struct cell_key c = ladder_cell_key(l, i);
+        if (cell_key_same(&c, k))
             return i;
     }
     return -1;
 }
 
-static int find_excluded(const struct ladder *l, const char *model, const char *host,
-                         const char *mode, int kv_f16)
+static int find_excluded(const struct ladder *l, const struct cell_key *k)
 {
     for (int i = 0; i < l->n_excluded; i++) {
-        const struct ladder_excluded *e = &l->excluded[i];
-        if (!strcmp(l->models[e->model].id, model) && !strcmp(l->hosts[e->host].id, host) &&
-            !strcmp(e->mode, mode) && e->kv_f16 == kv_f16)
+        const struct cell_key e = ladder_excluded_key(l, i);
+        if (cell_key_same(&e, k))
             return i;
     }
     return -1;
@@ -377,16 +363,19 @@ static int on_row(void *ctx, const struct store_row *row)
     if (!model || hi < 0 || !mode)
         goto out;
     int ci, ai;
-    const int kv_f16 = payload_kv(cell);
+    struct cell_key key;
+    struct gate_err kerr = {0};
+    /* a cell whose identity settings no ladder can hold matches no cell */
+    const int key_ok = !cell_key_of_payload(p, &key, &kerr);
     if (!strcmp(mode, "anchor") && (ai = find_anchor(l, model)) >= 0) {
         a = &x->anchors[ai];
         pin = l->anchors[ai].model.sha256;
         want = json_pack("{s:o}", "anchor", run_anchor_settings(l, ai));
-    } else if ((ci = find_cell(l, model, host, mode, kv_f16)) >= 0) {
+    } else if (key_ok && (ci = find_cell(l, &key)) >= 0) {
         a = &x->cells[ci];
         pin = l->models[l->cells[ci].model].sha256;
         want = cell_settings(l, &l->cells[ci].g);
-    } else if ((ci = find_excluded(l, model, host, mode, kv_f16)) >= 0) {
+    } else if (key_ok && (ci = find_excluded(l, &key)) >= 0) {
         /* an exclusion cannot hide a failure: its receipts are judged like a cell's */
         a = &x->excluded[ci];
         pin = l->models[l->excluded[ci].model].sha256;
@@ -395,7 +384,7 @@ static int on_row(void *ctx, const struct store_row *row)
         for (int k = 0; k < l->n_cells && !any; k++)
             if (l->cells[k].model == l->excluded[ci].model) {
                 g = l->cells[k].g;
-                g.kv_f16 = l->excluded[ci].kv_f16; /* the excluded cell's own KV type */
+                g.v = l->excluded[ci].v; /* the excluded cell's own identity settings */
                 any = 1;
             }
         want = any ? cell_settings(l, &g) : json_object();

@@ -418,7 +418,13 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
                      model_arch_name(m->hp.arch), lm->arch);
     if (!rc)
         rc = mode_parse(x.c->mode, &x.mode, &err);
-    x.mode.kv_f16 = x.c->kv_f16; /* every gate's subject opens with the cell's KV cache */
+    x.mode.kv_f16 = x.c->v.kv == KV_F16; /* every gate's subject opens with the cell's KV cache */
+    /* ... and runs the cell's instruction set: held for the whole cell, the host's default
+     * restored after it (the consistency gate's other sets return to it too) */
+    char isa_before[16];
+    snprintf(isa_before, sizeof isa_before, "%s", backend_isa(x.mode.backend));
+    if (!rc && x.c->v.isa[0])
+        rc = backend_set_isa(x.mode.backend, x.c->v.isa, &err);
     /* an exec cell: one engine child for the whole cell, started at the first gate's open */
     struct exec_session *engine = NULL;
     if (!rc && x.mode.engine[0]) {
@@ -452,6 +458,10 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     struct exec_identity eid;
     exec_session_identity(engine, &eid);
     exec_session_free(engine); /* bye; the child, its group and its orphans are reaped */
+    if (x.c->v.isa[0]) {
+        struct gate_err ie = {0};
+        backend_set_isa(x.mode.backend, isa_before, &ie); /* a name it ran before: cannot fail */
+    }
     model_free(m);
     /* the verdict: from the gates' verdicts, as the release check derives it */
     enum gate_verdict overall = gatedef_overall(gates);
@@ -498,9 +508,10 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
         "finished_at", finished);
     if (exec_subject)
         json_object_set_new(json_object_get(payload, "subject"), "exec_engine", exec_subject);
-    /* the KV type is part of the cell (docs/receipts.md): the release check matches it */
-    json_object_set_new(json_object_get(payload, "cell"), "kv",
-                        json_string(ladder_kv_name(x.c->kv_f16)));
+    /* the identity settings are part of the cell (docs/receipts.md): the release check matches
+     * them */
+    const struct cell_key key = ladder_cell_key(l, (int)(x.c - l->cells));
+    json_object_set_new(payload, "cell", cell_key_json(&key));
     return payload;
 }
 
@@ -532,6 +543,28 @@ static int host_matches(const struct ladder_host *h, struct gate_err *err)
     if (total_gib < h->min_memory_gib)
         return err_set(err, ERR_ENV, "host '%s' declares at least %.1f GiB but '%s' has %.1f GiB",
                        h->id, h->min_memory_gib, d.name, total_gib);
+    return 0;
+}
+
+/* Every `isa:` cell of host hi must be one this machine and build run (an AVX-512 cell on an
+ * AVX2 machine): refused before any receipt, as a host without its declared GPU is — a cell
+ * is never run on another instruction set, and an environment that cannot run it is not a
+ * signed FAIL of the engine. */
+static int host_runs_isas(const struct ladder *l, int hi, struct gate_err *err)
+{
+    for (int i = 0; i < l->n_cells; i++) {
+        const struct ladder_cell *c = &l->cells[i];
+        struct mode m;
+        if (c->host != hi || !c->v.isa[0] || mode_parse(c->mode, &m, NULL))
+            continue;
+        char before[16], name[256];
+        struct gate_err why = {0};
+        snprintf(before, sizeof before, "%s", backend_isa(m.backend));
+        if (backend_set_isa(m.backend, c->v.isa, &why))
+            return err_set(err, ERR_ENV, "host '%s' cannot run cell %s: %s", l->hosts[hi].id,
+                           ladder_cell_name(l, i, name, sizeof name), why.msg);
+        backend_set_isa(m.backend, before, &why);
+    }
     return 0;
 }
 
@@ -593,7 +626,7 @@ int run_ladder(const struct run_options *o, run_progress_fn progress, void *pctx
         rc = err_set(err, ERR_INPUT, "run: host '%s' is not defined in %s", host, o->ladder);
         goto out;
     }
-    if ((rc = host_matches(&l->hosts[hi], &why))) {
+    if ((rc = host_matches(&l->hosts[hi], &why)) || (rc = host_runs_isas(l, hi, &why))) {
         rc = err_set(err, rc, "run: %s", why.msg);
         goto out;
     }

@@ -202,6 +202,24 @@ static enum gate_verdict judge_kv(const json_t *settings, const json_t *metrics,
     return GATE_FAIL;
 }
 
+/* The instruction set an `isa:` cell asks for (settings "isa", docs/ladder.md) is the one its
+ * subject ran (metrics.ran.isa, the backend's word at open): a harness that dropped the setting,
+ * or a subject that ran another set, FAILs. A cell without `isa` runs the host's best: nothing
+ * to hold it to, and ran.isa records what that was. */
+static enum gate_verdict judge_isa(const json_t *settings, const json_t *metrics, json_t *checks,
+                                   char *why, size_t n)
+{
+    const char *want = json_string_value(json_object_get(settings, "isa"));
+    const char *got = json_string_value(json_object_get(json_object_get(metrics, "ran"), "isa"));
+    if (!json_object_get(settings, "isa"))
+        return GATE_PASS;
+    if (gate_check_str(checks, "ran.isa", got, want ? want : "(not a string)"))
+        return GATE_PASS;
+    why_set(why, n, "the cell asks for instruction set %s but the subject ran %s",
+            want ? want : "(not a string)", got ? got : "no instruction set recorded");
+    return GATE_FAIL;
+}
+
 enum gate_verdict gate_judge_common(gate_judge_fn judge, int check_ran, const char *mode,
                                     const json_t *settings, const json_t *metrics, json_t *checks,
                                     char *why, size_t n)
@@ -222,6 +240,8 @@ enum gate_verdict gate_judge_common(gate_judge_fn judge, int check_ran, const ch
     enum gate_verdict ran = check_ran ? gate_judge_ran(mode, metrics, checks, why, n) : GATE_PASS;
     if (check_ran && ran == GATE_PASS)
         ran = judge_kv(settings, metrics, checks, why, n);
+    if (check_ran && ran == GATE_PASS)
+        ran = judge_isa(settings, metrics, checks, why, n);
     enum gate_verdict v = judge(settings, metrics, checks, why, n);
     if (json_array_size(checks) == 0) {
         why_set(why, n, "the gate made no check");

@@ -233,6 +233,8 @@ static void on_close(void *ctx, const struct backend *b)
         snprintf(r->kv, sizeof r->kv, "%s", kv);
     else if (!external && strcmp(r->kv, kv))
         snprintf(r->kv, sizeof r->kv, "mixed");
+    if (!r->isa[0] && b->isa[0])
+        snprintf(r->isa, sizeof r->isa, "%s", b->isa);
     r->n_subjects++;
     r->forwards += info.forwards;
     r->tokens += info.tokens;
@@ -264,6 +266,8 @@ json_t *mode_ran_json(const struct mode_ran *r)
         json_object_set_new(o, "engine", json_string(r->engine));
     if (o && r->kv[0]) /* the KV cache the subjects reported; gates.c holds it to settings.kv */
         json_object_set_new(o, "kv", json_string(r->kv));
+    if (o && r->isa[0]) /* the instruction set it ran; gates.c holds it to settings.isa */
+        json_object_set_new(o, "isa", json_string(r->isa));
     return o;
 }
 

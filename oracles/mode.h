@@ -94,6 +94,8 @@ struct mode_ran {
     char kv[8];        /* the subjects' KV cache as each backend reported it at open (base.kv_f16):
                         * "f32", "f16", "mixed" when they differed, "" when none closed or only
                         * external engines (exec: gate cannot see their cache) */
+    char isa[16];      /* the instruction set of the first subject that declares one (base.isa):
+                        * the gate's own run; the consistency gate's other sets come after it */
     int n_subjects;    /* subject backends closed */
     uint64_t forwards, tokens, kernel_launches, device_bytes;
 };

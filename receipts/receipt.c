@@ -8,6 +8,8 @@
  */
 #include "receipts/receipt.h"
 
+#include "receipts/cellkey.h"
+
 #include <math.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -187,27 +189,9 @@ void receipt_nonce(char hex[33])
 
 int receipt_cell_name(const json_t *payload, char *out, size_t n, struct gate_err *err)
 {
-    json_t *cell = json_object_get(payload, "cell");
-    const char *m = json_string_value(json_object_get(cell, "model"));
-    const char *h = json_string_value(json_object_get(cell, "host"));
-    const char *d = json_string_value(json_object_get(cell, "mode"));
-    if (!json_is_object(cell) || !m || !h || !d || !*m || !*h || !*d)
-        return err_set(err, ERR_INPUT,
-                       "payload \"cell\" must be an object with non-empty strings \"model\", "
-                       "\"host\" and \"mode\"");
-    const json_t *kv = json_object_get(cell, "kv");
-    const char *k = json_string_value(kv);
-    if (kv && (!k || (strcmp(k, "f32") && strcmp(k, "f16"))))
-        return err_set(err, ERR_INPUT,
-                       "payload \"cell\" of %s/%s/%s: \"kv\" must be \"f32\" or"
-                       " \"f16\"",
-                       m, h, d);
-    const char *suffix = k && !strcmp(k, "f16") ? RECEIPT_KV_F16_SUFFIX : "";
-    int w = snprintf(out, n, "%s/%s/%s%s", m, h, d, suffix);
-    if (w < 0 || (size_t)w >= n)
-        return err_set(err, ERR_INPUT, "cell name '%s/%s/%s%s' is too long (at most %zu bytes)", m,
-                       h, d, suffix, n - 1);
-    return 0;
+    struct cell_key k;
+    int rc = cell_key_of_payload(payload, &k, err);
+    return rc ? rc : cell_key_name(&k, out, n, err);
 }
 
 /* ---- verdict re-derivation ------------------------------------------------------------------ */

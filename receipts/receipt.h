@@ -64,12 +64,9 @@ void receipt_hash(const char *payload, size_t len, const unsigned char sig[64], 
 /* 32 lowercase hex digits of fresh randomness (the payload's "nonce"). */
 void receipt_nonce(char hex[33]);
 
-/* The cell of a payload as "model/host/mode" into out (the store's `cell` column), with
- * RECEIPT_KV_F16_SUFFIX appended when the cell's "kv" is "f16" (absent or "f32": nothing, so an
- * F32 cell's name is what it was before the key; harness/ladder.h names cells the same way).
- * Errors: ERR_INPUT when "cell" is not an object of three non-empty strings, its "kv" is present
- * and not "f32" or "f16", or the name does not fit. */
-#define RECEIPT_KV_F16_SUFFIX "+kv=f16"
+/* The cell of a payload as "model/host/mode" plus its identity settings' suffix into out (the
+ * store's `cell` column): receipts/cellkey.h's name, the one every report and the ladder use.
+ * Errors: ERR_INPUT when "cell" is malformed (cell_key_of_payload) or the name does not fit. */
 int receipt_cell_name(const json_t *payload, char *out, size_t n, struct gate_err *err);
 
 /* Re-derive the verdicts a payload records from its own numbers (docs/receipts.md, "gates"):

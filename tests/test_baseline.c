@@ -100,14 +100,21 @@ Test(baseline, another_host_name_or_model_digest_is_refused)
     struct gate_err err = {0};
     cr_assert_eq(store_open(&st, db, &err), 0, "%s", err.msg);
     json_t *env = json_pack("{s:s, s:i}", "hostname", "elsewhere", "threads", 0);
-    cr_assert_eq(baseline_from_receipt(st, 1, "ref.chat", LADDERFIX_MOE_SHA, env, 0, &b, &err), 0,
-                 "%s", err.msg);
+    const struct cell_variant f32 = {KV_F32, ""}, avx2 = {KV_F32, "avx2"};
+    cr_assert_eq(baseline_from_receipt(st, 1, "ref.chat", LADDERFIX_MOE_SHA, env, &f32, &b, &err),
+                 0, "%s", err.msg);
     cr_expect(!b.found && strstr(b.refused, "not of */ref.chat"), "%s", b.refused);
-    cr_assert_eq(baseline_from_receipt(st, 1, "ref.decode", LADDERFIX_MOE_SHA, env, 0, &b, &err), 0,
-                 "%s", err.msg);
+    cr_assert_eq(baseline_from_receipt(st, 1, "ref.decode", LADDERFIX_MOE_SHA, env, &f32, &b, &err),
+                 0, "%s", err.msg);
     cr_expect(b.found && b.n == 6, "%s", b.refused);
-    cr_expect_neq(baseline_from_receipt(st, 99, "ref.decode", LADDERFIX_MOE_SHA, env, 0, &b, &err),
-                  0);
+    /* another instruction set is another cell: not comparable, by name */
+    cr_assert_eq(
+        baseline_from_receipt(st, 1, "ref.decode", LADDERFIX_MOE_SHA, env, &avx2, &b, &err), 0,
+        "%s", err.msg);
+    cr_expect(!b.found && strstr(b.refused, "isa avx2") && strstr(b.refused, "not comparable"),
+              "%s", b.refused);
+    cr_expect_neq(
+        baseline_from_receipt(st, 99, "ref.decode", LADDERFIX_MOE_SHA, env, &f32, &b, &err), 0);
     json_decref(env);
     store_close(st);
     ladder_free(l);

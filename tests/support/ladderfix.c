@@ -192,7 +192,7 @@ static void set_ran(json_t *ran, const struct ladder_cell *c, struct ladderfix_f
 {
     cr_assert(ran, "release_metrics.json: a gate without metrics.ran");
     json_object_set_new(ran, "backend", json_stringn(c->mode, strcspn(c->mode, ".")));
-    const char *kv = fk.ran_kv ? fk.ran_kv : c->kv_f16 ? "f16" : NULL;
+    const char *kv = fk.ran_kv ? fk.ran_kv : c->v.kv == KV_F16 ? "f16" : NULL;
     if (kv)
         json_object_set_new(ran, "kv", json_string(kv));
 }
@@ -268,7 +268,7 @@ int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const
         "host", l->hosts[c->host].id, "hostname", fk.env_host ? fk.env_host : l->hosts[c->host].id,
         "gates", gates, "verdict", (all_pass && !fk.no_gates) || fk.claim_pass ? "PASS" : "FAIL");
     cr_assert(p, "cannot build the receipt payload");
-    const char *cell_kv = fk.cell_kv ? fk.cell_kv : c->kv_f16 ? "f16" : NULL;
+    const char *cell_kv = fk.cell_kv ? fk.cell_kv : c->v.kv == KV_F16 ? "f16" : NULL;
     if (cell_kv)
         json_object_set_new(json_object_get(p, "cell"), "kv", json_string(cell_kv));
     struct store *st = NULL;

@@ -1,0 +1,253 @@
+/* test_cellkey.c — a cell's identity (receipts/cellkey.h) and the instruction set as a cell
+ * setting (issue 22 §4: "selectable by a setting and recorded in every receipt's `ran`, so an
+ * AVX2 cell can be required on an AVX-512 host"). The key's name, payload form and comparison;
+ * a cells entry's `isa:` strictly parsed and refused where the backend selects none; an isa cell
+ * runs end to end on that set (every gate's settings and ran.isa say so) and is a cell of its
+ * own at release check; the judge FAILs a subject that ran another set.
+ * Start reading: cellkey.an_isa_cell_runs_on_its_set_and_is_a_cell_of_its_own.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend.h"
+#include "harness/gatedef.h"
+#include "harness/ladder.h"
+#include "harness/run.h"
+#include "oracles/gates.h"
+#include "receipts/cellkey.h"
+#include "receipts/receipt.h"
+#include "tests/support/check.h"
+#include "tests/support/ladderfix.h"
+
+static struct ladderfix fx;
+
+/* ---- the key ------------------------------------------------------------------------------- */
+
+Test(cellkey, names_payloads_and_comparison)
+{
+    struct cell_key a = {"m", "h", "cpu.decode", {KV_F32, ""}};
+    struct cell_key b = a, c = a;
+    snprintf(b.v.isa, sizeof b.v.isa, "avx2");
+    c.v.kv = KV_F16;
+    snprintf(c.v.isa, sizeof c.v.isa, "portable");
+    char name[128];
+    struct gate_err err = {0};
+    cr_assert_eq(cell_key_name(&a, name, sizeof name, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(name, "m/h/cpu.decode", "the defaults add nothing to a name");
+    cell_key_name(&b, name, sizeof name, &err);
+    cr_expect_str_eq(name, "m/h/cpu.decode+isa=avx2");
+    cell_key_name(&c, name, sizeof name, &err);
+    cr_expect_str_eq(name, "m/h/cpu.decode+kv=f16+isa=portable");
+    cr_expect(!cell_key_same(&a, &b) && !cell_key_same(&b, &c) && cell_key_same(&a, &a));
+    cr_expect_neq(cell_key_name(&c, name, 10, &err), 0, "a name that does not fit is an error");
+    err_clear(&err);
+    /* the payload form round-trips; the defaults read back from an absent key */
+    json_t *p = json_pack("{s:o}", "cell", cell_key_json(&c));
+    struct cell_key back;
+    cr_assert_eq(cell_key_of_payload(p, &back, &err), 0, "%s", err.msg);
+    cr_expect(cell_key_same(&back, &c));
+    json_object_del(json_object_get(p, "cell"), "isa");
+    json_object_del(json_object_get(p, "cell"), "kv");
+    cr_assert_eq(cell_key_of_payload(p, &back, &err), 0, "%s", err.msg);
+    cr_expect(cell_key_same(&back, &a), "absent settings are the defaults");
+    /* a value no ladder can hold names no cell */
+    json_object_set_new(json_object_get(p, "cell"), "isa", json_string("sse9"));
+    cr_expect_eq(cell_key_of_payload(p, &back, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "\"isa\""), "%s", err.msg);
+    err_clear(&err);
+    json_object_set_new(json_object_get(p, "cell"), "isa", json_integer(2));
+    cr_expect_eq(cell_key_of_payload(p, &back, &err), ERR_INPUT);
+    err_clear(&err);
+    char stored[128];
+    json_object_set_new(json_object_get(p, "cell"), "isa", json_string("avx512"));
+    cr_assert_eq(receipt_cell_name(p, stored, sizeof stored, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(stored, "m/h/cpu.decode+isa=avx512", "the store's cell column names it");
+    json_decref(p);
+}
+
+/* ---- the ladder ---------------------------------------------------------------------------- */
+
+static int load_cells(const char *modes, const char *cells, const char *gates, struct ladder **out,
+                      struct gate_err *err)
+{
+    const char *p = ladderfix_path(&fx, "l.yaml");
+    FILE *f = fopen(p, "w");
+    cr_assert(f);
+    fprintf(f,
+            "release: {name: r, version: '1'}\n"
+            "models:\n  moe: {path: m.gguf, sha256: " LADDERFIX_MOE_SHA ", arch: qwen3moe}\n"
+            "hosts:\n  a: {device: none, trust: [%s]}\n"
+            "modes: [%s]\n"
+            "cells:\n%s%s"
+            "unanchored: {qwen3moe: 'cell key tests'}\n",
+            fx.key_a.id, modes, cells, gates ? gates : "");
+    cr_assert_eq(fclose(f), 0);
+    return ladder_load(out, p, err);
+}
+
+Test(cellkey, isa_is_parsed_strictly_and_is_part_of_the_cell)
+{
+    ladderfix_init(&fx, "cellkey1");
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_assert_eq(load_cells("cpu.decode, ref.decode",
+                            "  - {model: moe, host: a, mode: cpu.decode}\n"
+                            "  - {model: moe, host: a, mode: cpu.decode, isa: avx2}\n"
+                            "  - {model: moe, host: a, mode: cpu.decode, isa: portable, kv: f16}\n"
+                            "  - {model: moe, host: a, mode: ref.decode}\n",
+                            "gates:\n  overrides:\n"
+                            "    - match: {isa: avx2}\n"
+                            "      parity: {min_cosine: 0.9995}\n",
+                            &l, &err),
+                 0, "%s", err.msg);
+    cr_assert_eq(l->n_cells, 4, "the same model/host/mode on another set is another cell");
+    char name[256];
+    cr_expect_str_eq(ladder_cell_name(l, 0, name, sizeof name), "moe/a/cpu.decode");
+    cr_expect_str_eq(ladder_cell_name(l, 1, name, sizeof name), "moe/a/cpu.decode+isa=avx2");
+    cr_expect_str_eq(ladder_cell_name(l, 2, name, sizeof name),
+                     "moe/a/cpu.decode+kv=f16+isa=portable");
+    /* every gate's settings carry it; the override matched only the avx2 cell */
+    json_t *s0 = ladder_gate_settings(&l->cells[0].g, "parity"),
+           *s1 = ladder_gate_settings(&l->cells[1].g, "parity");
+    cr_expect_null(json_object_get(s0, "isa"), "a cell without isa records none");
+    cr_expect_str_eq(json_string_value(json_object_get(s1, "isa")), "avx2");
+    cr_expect_eq(json_real_value(json_object_get(s1, "min_cosine")), 0.9995);
+    cr_expect_neq(json_real_value(json_object_get(s0, "min_cosine")), 0.9995);
+    json_decref(s0);
+    json_decref(s1);
+    ladder_free(l);
+    l = NULL;
+    /* refused at check time, at the value, naming the cell and why */
+    static const struct {
+        const char *cells, *want;
+    } bad[] = {
+        {"  - {model: moe, host: a, mode: ref.decode, isa: avx2}\n",
+         "backend 'ref' has no selectable instruction set"},
+        {"  - {model: moe, host: a, mode: cpu.decode, isa: sse9}\n",
+         "must be portable, avx2 or avx512"},
+        {"  - {model: moe, host: a, mode: cpu.decode, isa: AVX2}\n",
+         "must be portable, avx2 or avx512"},
+        {"  - {model: moe, host: a, mode: cpu.decode, isa: [avx2]}\n",
+         "must be portable, avx2 or avx512"},
+        {"  - {model: moe, host: a, mode: cpu.decode, isa: avx2}\n"
+         "  - {models: [moe], hosts: [a], modes: [cpu.decode], isa: avx2}\n",
+         "cell moe/a/cpu.decode+isa=avx2 is listed twice"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err_clear(&err);
+        cr_expect_eq(load_cells("cpu.decode, ref.decode", bad[i].cells, NULL, &l, &err), ERR_INPUT,
+                     "case %zu was accepted", i);
+        cr_expect(strstr(err.msg, bad[i].want), "case %zu: %s", i, err.msg);
+        cr_expect(strstr(err.msg, "l.yaml:"), "case %zu names no place: %s", i, err.msg);
+        ladder_free(l);
+        l = NULL;
+    }
+    err_clear(&err);
+    cr_expect_eq(load_cells("cpu.decode", "  - {model: moe, host: a, mode: cpu.decode}\n",
+                            "gates:\n  overrides:\n    - match: {isa: avx3}\n"
+                            "      parity: {min_cosine: 0.9995}\n",
+                            &l, &err),
+                 ERR_INPUT, "an override matching an unknown set was accepted");
+    cr_expect(strstr(err.msg, "match isa"), "%s", err.msg);
+    ladder_free(l);
+}
+
+/* ---- the judge ----------------------------------------------------------------------------- */
+
+static enum gate_verdict judge_with(const char *want, const char *ran_isa, char *why)
+{
+    json_t *settings = json_pack("{s:i}", "positions", 64);
+    if (want)
+        json_object_set_new(settings, "isa", json_string(want));
+    json_t *metrics =
+        json_pack("{s:{s:s, s:s, s:i, s:i, s:i}}", "ran", "backend", "cpu", "device",
+                  "cpu [isa avx2]", "subjects", 1, "tokens", 64, "kernel_launches", 0);
+    if (ran_isa)
+        json_object_set_new(json_object_get(metrics, "ran"), "isa", json_string(ran_isa));
+    json_t *checks = json_array();
+    const enum gate_verdict v = gate_judge_common(
+        gatedef_find("capability")->judge, 1, "cpu.decode", settings, metrics, checks, why, 256);
+    json_decref(settings);
+    json_decref(metrics);
+    json_decref(checks);
+    return v;
+}
+
+Test(cellkey, the_judge_fails_a_subject_that_ran_another_set)
+{
+    char why[256];
+    judge_with("avx2", "avx2", why);
+    cr_expect_null(strstr(why, "instruction set"), "the right set was refused: %s", why);
+    cr_expect_eq(judge_with("avx2", "avx512", why), GATE_FAIL, "another set passed");
+    cr_expect(strstr(why, "asks for instruction set avx2 but the subject ran avx512"), "%s", why);
+    cr_expect_eq(judge_with("portable", NULL, why), GATE_FAIL, "no recorded set passed");
+    cr_expect(strstr(why, "no instruction set recorded"), "%s", why);
+}
+
+/* ---- end to end ---------------------------------------------------------------------------- */
+
+Test(cellkey, an_isa_cell_runs_on_its_set_and_is_a_cell_of_its_own)
+{
+    ladderfix_init(&fx, "cellkey2");
+    struct gate_err err = {0};
+    /* portable: every host runs it, so this test means the same on every machine */
+    const char *gates_text = "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8,"
+                             " decode_tokens: 2}\n"
+                             "    falsify: {faults: [skip_qk_norm], sweep_samples: 0}\n";
+    const char *p =
+        ladderfix_one_cell(&fx, "l.yaml", NULL, "cpu.decode", ", isa: portable", gates_text);
+    const char *before = backend_isa("cpu");
+    char host_best[16];
+    snprintf(host_best, sizeof host_best, "%s", before);
+    struct run_options o = {.ladder = p,
+                            .host = "a",
+                            .db = ladderfix_path(&fx, "r.db"),
+                            .key = ladderfix_path(&fx, "a.key"),
+                            .threads = 1};
+    struct run_result res;
+    cr_assert_eq(run_ladder(&o, NULL, NULL, &res, &err), 0, "%s", err.msg);
+    cr_assert_eq(res.n, 1);
+    cr_expect_str_eq(res.cells[0].name, "moe/a/cpu.decode+isa=portable");
+    cr_expect_str_eq(backend_isa("cpu"), host_best, "the cell's set outlived the cell");
+    static const char *const gates[] = {"capability", "parity", "throughput", "falsify"};
+    for (int g = 0; g < 4; g++) {
+        json_t *row = json_object_get(res.cells[0].gates_json, gates[g]);
+        cr_expect_str_eq(
+            json_string_value(json_object_get(json_object_get(row, "settings"), "isa")), "portable",
+            "gate %s settings", gates[g]);
+        json_t *ran = json_object_get(json_object_get(row, "metrics"), "ran");
+        cr_expect_str_eq(json_string_value(json_object_get(ran, "isa")), "portable",
+                         "gate %s: the subject did not run the portable kernels", gates[g]);
+    }
+    json_t *parity = json_object_get(res.cells[0].gates_json, "parity");
+    cr_expect_str_eq(json_string_value(json_object_get(parity, "verdict")), "PASS", "parity: %s",
+                     json_string_value(json_object_get(parity, "reason")));
+    run_result_free(&res);
+    /* the same cell without isa: its receipts never count for the isa cell, nor the reverse */
+    ladderfix_one_cell(&fx, "plain.yaml", NULL, "cpu.decode", "", gates_text);
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && '%s' release check plain.yaml --db r.db > plain.txt 2>&1;"
+             " '%s' release check l.yaml --db r.db > own.txt 2>&1;"
+             " '%s' receipt show 1 --db r.db > show.txt 2>&1; true",
+             fx.dir, bin, bin, bin);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    char *plain = check_slurp_text(ladderfix_path(&fx, "plain.txt"));
+    cr_expect(strstr(plain, "MISSING"),
+              "an isa cell's receipt counted for the cell without isa: %s", plain);
+    free(plain);
+    char *own = check_slurp_text(ladderfix_path(&fx, "own.txt"));
+    cr_expect(strstr(own, "a/cpu.decode+isa=portable") && !strstr(own, "MISSING"),
+              "the isa cell's own receipt did not count: %s", own);
+    free(own);
+    /* what a person reads */
+    char *show = check_slurp_text(ladderfix_path(&fx, "show.txt"));
+    cr_expect(strstr(show, "receipt 1: moe/a/cpu.decode+isa=portable"), "%s", show);
+    cr_expect(strstr(show, "kv f32, isa portable"), "%s", show);
+    free(show);
+}
