@@ -35,6 +35,8 @@ struct backend_config {
                  * backend_open refuses the others: no silent fallback); 0 = F32 */
     struct exec_session *exec; /* the exec backend's engine child (engine/exec.h; borrowed, shared
                                 * by the backends of one cell); NULL for every other backend */
+    const char *emulate;       /* ref only: the roundings it emulates (GATE_REF_EMULATE's list, e.g.
+                                * "kv-f16"); NULL = the environment's; "" = none (every judge) */
 };
 
 /* What actually ran, measured by the backend while running (settled question 7). */

@@ -658,7 +658,8 @@ static int ref_open(struct backend **out, const struct model *m, const struct ba
         cfg && cfg->n_ctx > 0 ? cfg->n_ctx : (hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096);
     r->base.n_ctx = n_ctx;
     r->base.n_batch = cfg && cfg->n_batch > 0 ? cfg->n_batch : 512;
-    if ((rc = emulation_parse(r, getenv("GATE_REF_EMULATE"), err)))
+    if ((rc = emulation_parse(r, cfg && cfg->emulate ? cfg->emulate : getenv("GATE_REF_EMULATE"),
+                              err)))
         goto fail;
     if ((rc = pool_create(&r->pool, cfg ? cfg->n_threads : 0, err)))
         goto fail;

@@ -174,9 +174,19 @@ static void judges_add(const struct backend *b);
 int mode_open_judge(struct backend **out, const struct model *m, int n_ctx, int n_threads,
                     struct gate_err *err)
 {
+    return mode_open_judge_rounded(out, m, n_ctx, n_threads, "", err);
+}
+
+int mode_open_judge_rounded(struct backend **out, const struct model *m, int n_ctx, int n_threads,
+                            const char *emulate, struct gate_err *err)
+{
     *out = NULL;
-    struct backend_config cfg = {
-        .n_threads = n_threads, .n_ctx = n_ctx, .n_batch = n_ctx, .faults = NULL};
+    /* emulate "" for the judge: GATE_REF_EMULATE in the environment never changes it */
+    struct backend_config cfg = {.n_threads = n_threads,
+                                 .n_ctx = n_ctx,
+                                 .n_batch = n_ctx,
+                                 .faults = NULL,
+                                 .emulate = emulate ? emulate : ""};
     int rc = backend_open(out, "ref", m, &cfg, err);
     if (!rc)
         judges_add(*out);

@@ -81,6 +81,11 @@ int mode_open(struct backend **out, const struct mode *mode, const struct model 
  * opened here, never with mode_open(): the ran recorder below counts only subjects. */
 int mode_open_judge(struct backend **out, const struct model *m, int n_ctx, int n_threads,
                     struct gate_err *err);
+/* The judge with the roundings `emulate` names (engine/ref.c's GATE_REF_EMULATE items, e.g.
+ * "kv-f16"): what a subject that claims those roundings should match more closely than the
+ * plain judge. mode_open_judge is this with "" (none, whatever the environment says). */
+int mode_open_judge_rounded(struct backend **out, const struct model *m, int n_ctx, int n_threads,
+                            const char *emulate, struct gate_err *err);
 
 /* What ran for one gate (DESIGN.md settled question 7, issue 10 §4): between mode_ran_begin()
  * and mode_ran_end(), every subject backend opened with mode_open() is read (struct

@@ -8,6 +8,7 @@
  */
 #include "oracles/parity.h"
 #include "base/detmath.h"
+#include "engine/quant.h"
 #include "engine/ref_ops.h"
 
 #include <math.h>
@@ -317,6 +318,13 @@ int parity_verdict(const struct parity_config *cfg, const struct parity_summary 
         !gate_check_num(c, "mean_rel_l2", s->mean_rel_l2, "<=", cfg->max_mean_rel_l2))
         say(first, fn, "mean rel-L2 %.4g > %g (a small error at every position)", s->mean_rel_l2,
             cfg->max_mean_rel_l2);
+    if (s->kv_round.measured &&
+        !gate_check_num(c, "kv_f16_rounding", s->kv_round.ratio, "<=", PARITY_KV_ROUND_MAX))
+        say(first, fn,
+            "the F16 KV cache is %.3g times as far from a judge rounding its cache to nearest F16"
+            " as that judge is from the F32 one (median of %d positions, at most %g): the cache"
+            " does not round as it claims",
+            s->kv_round.ratio, s->kv_round.n, PARITY_KV_ROUND_MAX);
     json_decref(own);
     const int pass = first[0] == '\0';
     if (why && n) {
@@ -418,6 +426,23 @@ static int route_replay_read(const json_t *o, struct parity_route_replay *r)
     return 0;
 }
 
+/* A recorded kv_f16_rounding object into *k (absent: not measured); -1 when malformed: a
+ * "ratio" that is not a finite number >= 0, or "positions" that is not a count >= 1. */
+static int kv_round_read(const json_t *o, struct parity_kv_round *k)
+{
+    memset(k, 0, sizeof *k);
+    if (!o || !json_object_get(o, "ratio"))
+        return o && !json_is_object(o) ? -1 : 0;
+    double n = 0;
+    if (gate_metric_num(o, "ratio", &k->ratio) || !(k->ratio >= 0) || isinf(k->ratio) ||
+        gate_metric_num(o, "positions", &n) || !count_ok(n) || n < 1)
+        return -1;
+    k->n = (int)n;
+    k->measured = 1;
+    gate_metric_num(o, "p90", &k->p90);
+    return 0;
+}
+
 int parity_metrics_summary(const json_t *metrics, const struct parity_config *cfg,
                            struct parity_summary *s)
 {
@@ -460,6 +485,8 @@ int parity_metrics_summary(const json_t *metrics, const struct parity_config *cf
     free(pos);
     if (!rc)
         rc = route_replay_read(json_object_get(metrics, "route_replay"), &s->route);
+    if (!rc)
+        rc = kv_round_read(json_object_get(metrics, "kv_f16_rounding"), &s->kv_round);
     /* positions judged against a replay without the replay's account: not "nothing refused" */
     if (!rc && json_object_get(pp, "route_deficit") && !json_object_get(metrics, "route_replay"))
         rc = -1;
@@ -530,6 +557,16 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
             isinf(cfg.max_rel_l2) && isinf(cfg.max_mean_rel_l2) ? "" : "/rel_l2");
         return GATE_FAIL;
     }
+    /* an F16-KV cell records whether its cache's rounding was judged (and why not) */
+    const char *kv = json_string_value(json_object_get(settings, "kv"));
+    if (kv && !strcmp(kv, "f16") &&
+        !gate_check_bool(checks, "kv_f16_rounding recorded",
+                         json_is_object(json_object_get(metrics, "kv_f16_rounding")))) {
+        say(why, n,
+            "an F16-KV cell's parity metrics do not say whether its cache's rounding was"
+            " judged (kv_f16_rounding)");
+        return GATE_FAIL;
+    }
     char line[512] = "";
     const int pass = parity_verdict(&cfg, &s, checks, line, sizeof line);
     /* the gate's reason is the rule's line without its verdict word (the row carries it) */
@@ -543,7 +580,8 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
  * takes. */
 static int judge_routes(const float *ref, const float *test, int n_pos, int n_vocab,
                         const struct parity_config *cfg, const struct parity_route_replay *route,
-                        const int *positions, struct parity_result *out)
+                        const struct parity_kv_round *kv, const int *positions,
+                        struct parity_result *out)
 {
     struct gate_err e = {0};
     double *scratch = NULL;
@@ -599,6 +637,11 @@ static int judge_routes(const float *ref, const float *test, int n_pos, int n_vo
     struct parity_summary s;
     parity_summarize(out->pos, n_pos, cfg, &s);
     s.route = out->route;
+    if (kv) {
+        out->kv_f16 = 1;
+        out->kv_round = *kv;
+        s.kv_round = *kv;
+    }
     out->n_match = s.n_match;
     out->n_tie_flip = s.n_tie_flip;
     out->n_wrong = s.n_wrong;
@@ -624,7 +667,7 @@ done:
 int parity_judge(const float *ref, const float *test, int n_pos, int n_vocab,
                  const struct parity_config *cfg, struct parity_result *out)
 {
-    return judge_routes(ref, test, n_pos, n_vocab, cfg, NULL, NULL, out);
+    return judge_routes(ref, test, n_pos, n_vocab, cfg, NULL, NULL, NULL, out);
 }
 
 void parity_result_free(struct parity_result *r)
@@ -836,6 +879,15 @@ json_t *parity_result_json(const struct parity_result *r)
                                           parity_json_number(rr->refused_deficit), "subject_gap",
                                           parity_json_number(rr->refused_subject_gap)));
         json_object_set_new(o, "route_replay", x);
+    }
+    if (r->kv_f16) { /* an F16-KV subject: its cache's rounding, judged or why not */
+        const struct parity_kv_round *k = &r->kv_round;
+        json_object_set_new(o, "kv_f16_rounding",
+                            k->measured ? json_pack("{s:o, s:o, s:i, s:o}", "ratio",
+                                                    parity_json_number(k->ratio), "p90",
+                                                    parity_json_number(k->p90), "positions", k->n,
+                                                    "max", parity_json_number(PARITY_KV_ROUND_MAX))
+                                        : json_pack("{s:b, s:s}", "measured", 0, "why", k->why));
     }
     json_object_set_new(o, "max_abs_diff", stat_json(&r->max_abs_diff));
     json_object_set_new(o, "top5_overlap", stat_json(&r->top5));
@@ -1069,6 +1121,7 @@ struct parity_session {
     struct backend_taps replay_taps;
     float *replay_logits, *replay_sel;
     const struct backend_taps *jt;
+    int n_threads;
 };
 
 int parity_session_n(const struct parity_session *s)
@@ -1195,6 +1248,7 @@ int parity_session_open(struct parity_session **out, const struct model *m, cons
     s->mode = *mode;
     s->cfg = *cfg;
     s->with_taps = with_taps;
+    s->n_threads = n_threads;
     const size_t V = m->hp.n_vocab;
     if ((rc = build_sequence(s, tokens, n, err)) || (rc = choose_positions(s, tokens != NULL, err)))
         goto fail;
@@ -1471,6 +1525,84 @@ static int localize(struct parity_session *s, struct parity_result *r, struct ga
     return 0;
 }
 
+/* The type of a matmul weight that is float (F32, F16, BF16); 0 for an absent tensor. */
+static int weight_quantized(const struct model_weight *w)
+{
+    return w->data && w->type != QUANT_F32 && w->type != QUANT_F16 && w->type != QUANT_BF16;
+}
+
+/* The first quantized matmul weight of m (its name), or NULL when every one is float. */
+static const char *first_quantized(const struct model *m)
+{
+    if (weight_quantized(&m->output))
+        return m->output.name;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        const struct model_weight *w[] = {&L->wq,        &L->wk,      &L->wv,       &L->wo,
+                                          &L->ffn_gate,  &L->ffn_up,  &L->ffn_down, &L->gate_inp,
+                                          &L->gate_exps, &L->up_exps, &L->down_exps};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+            if (weight_quantized(w[i]))
+                return w[i]->name;
+    }
+    return NULL;
+}
+
+/* The F16 KV cache's rounding (struct parity_kv_round): the judge run again with its cache
+ * rounded to nearest F16 (engine/ref.c's kv-f16), and per position of the sequence the
+ * subject's distance to it over that judge's distance to the F32 judge; the median and p90. A
+ * model with quantized matmul weights is not decidable (k->why). */
+static int kv_round_measure(struct parity_session *s, struct parity_kv_round *k,
+                            struct gate_err *err)
+{
+    memset(k, 0, sizeof *k);
+    const char *q = first_quantized(s->m);
+    if (q) {
+        snprintf(k->why, sizeof k->why,
+                 "not decidable: %.40s is quantized, and the subject's activation quantization"
+                 " noise exceeds the F16 rounding's effect",
+                 q);
+        return 0;
+    }
+    const size_t V = s->m->hp.n_vocab;
+    float *j16 = malloc((size_t)s->n * V * sizeof *j16);
+    double *ratio = malloc((size_t)s->n * sizeof *ratio);
+    struct backend *judge = NULL;
+    int rc = 0;
+    if (!j16 || !ratio)
+        rc = err_set(err, ERR_ENV, "out of memory for the rounded judge's logits (%d x %zu)", s->n,
+                     V);
+    if (!rc && !(rc = mode_open_judge_rounded(&judge, s->m, s->n, s->n_threads, "kv-f16", err)))
+        rc = mode_judge(judge, s->tokens, s->n, j16, NULL, err);
+    backend_close(judge);
+    int n = 0;
+    for (int p = 0; !rc && p < s->n; p++) {
+        const float *a = s->subj_logits + (size_t)p * V, *b = j16 + (size_t)p * V,
+                    *c = s->judge_logits + (size_t)p * V;
+        double e = 0, d = 0;
+        for (size_t i = 0; i < V; i++) {
+            e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+            d += ((double)b[i] - c[i]) * ((double)b[i] - c[i]);
+        }
+        if (d > 0 && isfinite(d) && isfinite(e))
+            ratio[n++] = sqrt(e / d);
+        else if (!isfinite(e))
+            ratio[n++] = INFINITY; /* a non-finite subject is never close */
+    }
+    if (!rc && n > 0) {
+        qsort(ratio, (size_t)n, sizeof *ratio, cmp_double);
+        k->measured = 1;
+        k->n = n;
+        k->ratio = ratio[n / 2];
+        k->p90 = ratio[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1];
+    } else if (!rc) {
+        snprintf(k->why, sizeof k->why, "not decidable: the F16 rounding moved no position");
+    }
+    free(j16);
+    free(ratio);
+    return rc;
+}
+
 int parity_session_agreement(struct parity_session *s, const struct fault_set *faults,
                              const struct parity_config *cfg, struct parity_result *out, int *moved,
                              struct gate_err *err)
@@ -1497,7 +1629,8 @@ int parity_session_agreement(struct parity_session *s, const struct fault_set *f
     if (!rc) {
         gather(s, full, sel);
         struct parity_config c = cfg ? *cfg : s->cfg;
-        if ((rc = judge_routes(sel, s->subj_sel, s->n_judged, (int)V, &c, NULL, s->judged, out)))
+        if ((rc = judge_routes(sel, s->subj_sel, s->n_judged, (int)V, &c, NULL, NULL, s->judged,
+                               out)))
             err_set(err, rc, "%s", out->reason);
         out->seq_len = s->n;
         mode_format(&s->mode, out->mode, sizeof out->mode);
@@ -1545,7 +1678,15 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
     if (moe_taps && (rc = route_replay(s, c.route_tie, &rr, &jsel, &deficit, err)))
         return rc;
     gather(s, s->subj_logits, s->subj_sel);
-    rc = judge_routes(jsel, s->subj_sel, s->n_judged, (int)hp->n_vocab, &c, &rr, s->judged, out);
+    /* an F16-KV subject without faults: its cache's rounding, judged where decidable */
+    struct parity_kv_round kr;
+    const int kv_judged = s->mode.kv_f16 && !(faults && faults->n);
+    if (kv_judged && (rc = kv_round_measure(s, &kr, err))) {
+        free(deficit);
+        return rc;
+    }
+    rc = judge_routes(jsel, s->subj_sel, s->n_judged, (int)hp->n_vocab, &c, &rr,
+                      kv_judged ? &kr : NULL, s->judged, out);
     out->is_moe_taps = moe_taps;
     out->seq_len = s->n;
     out->n_chunks = s->n_chunks;

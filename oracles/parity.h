@@ -35,6 +35,23 @@ extern "C" {
     2e-2 /* router near tie: the route-tie replay's tolerance (docs/gates.md) */
 #define PARITY_MAX_REL_L2 5e-3 /* default max_rel_l2 (docs/gates.md, "tolerances from noise") */
 #define PARITY_MAX_MEAN_REL_L2 2.5e-3 /* default max_mean_rel_l2 (docs/gates.md, same section) */
+/* The F16 KV cache's rounding (docs/gates.md, "F16 KV rounding"): the median over positions of
+ * |subject - judge with an F16-rounded cache| / |that judge - the F32 judge| must be at most
+ * this. Measured: a cache rounding to nearest even 0.06-0.34 (conformance and synthetic F32/F16
+ * models), one truncating toward zero 2.4-3.0. */
+#define PARITY_KV_ROUND_MAX 1.0
+
+/* That measurement, made for a subject with an F16 KV cache (mode.kv_f16) on a model whose
+ * matmul weights are all float (F32/F16/BF16): there the cpu engine computes in float and its
+ * own noise is ~0.3 % of the F16 rounding's effect, so the rounding itself can be judged. On
+ * quantized weights the activations' quantization noise is 3-40x the effect: not decidable,
+ * recorded as such (why). */
+struct parity_kv_round {
+    int measured; /* 1: ratio/p90 over n positions; 0: not decidable or not asked (why) */
+    int n;
+    double ratio, p90;
+    char why[200];
+};
 
 struct parity_config {
     int positions;          /* sequence length when parity_run generates tokens (>= 64) */
@@ -139,11 +156,13 @@ struct parity_result {
     int n_match, n_tie_flip, n_wrong, n_nonfinite;
     struct parity_route_replay route; /* MoE subjects with taps */
     int is_moe_taps;                  /* route is meaningful: an MoE subject that records taps */
-    int first_nonfinite_pos;          /* -1 when all finite */
-    int nonfinite_in_ref;             /* 1: the judge's own logits were non-finite there */
-    int worst_pos;                    /* position of the largest KL (-1 when none) */
-    int first_fail_pos;     /* first position breaking a per-position rule (-1 when none) */
-    struct parity_pos *pos; /* n_pos, owned */
+    int kv_f16;                       /* the subject ran an F16 KV cache: kv_round is recorded */
+    struct parity_kv_round kv_round;
+    int first_nonfinite_pos; /* -1 when all finite */
+    int nonfinite_in_ref;    /* 1: the judge's own logits were non-finite there */
+    int worst_pos;           /* position of the largest KL (-1 when none) */
+    int first_fail_pos;      /* first position breaking a per-position rule (-1 when none) */
+    struct parity_pos *pos;  /* n_pos, owned */
     /* MoE: per judged position, the largest deficit the replay forced there; NAN where nothing
      * was forced (NULL: no replay) */
     double *route_deficit; /* n_pos, owned */
@@ -184,6 +203,7 @@ int parity_judge(const float *ref, const float *test, int n_pos, int n_vocab,
 struct parity_summary {
     int n_pos, n_nonfinite, n_wrong, n_tie_flip, n_match;
     struct parity_route_replay route; /* set by the caller after parity_summarize */
+    struct parity_kv_round kv_round;  /* set by the caller; measured 0: not judged */
     int first_bad;                    /* first non-finite or WRONG position (-1 none) */
     double min_cosine, mean_kld, max_kld, max_rel_l2; /* over judged positions; NaN when a
                                                        * position is non-finite */

@@ -19,7 +19,9 @@
 #include "harness/gatedef.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
+#include "oracles/gates.h"
 #include "oracles/mode.h"
+#include "oracles/parity.h"
 #include "receipts/receipt.h"
 #include "tests/support/check.h"
 #include "tests/support/conformance.h"
@@ -420,4 +422,69 @@ Test(kv_ladder, an_f32_receipt_never_satisfies_an_f16_cell)
     add_receipt(p, 0, path_in("both.db"), "f32", "f32");
     add_receipt(p, 1, path_in("both.db"), "f16", "f16");
     cr_expect_eq(evaluate(p, path_in("both.db"), s, why), 1, "%s / %s", why[0], why[1]);
+}
+
+/* ---- the F16 cache's rounding (issue 22 §1: kv-f16-trunc, the catalogue's last survivor) ---- */
+
+/* Parity of the cpu engine's F16-KV decode on conformance case `name`, the first 64 positions. */
+static void f16_parity(const char *name, struct parity_result *out)
+{
+    struct gate_err err = {0};
+    struct model *m = NULL;
+    cr_assert_eq(model_load(&m, conformance_path(name, "model.gguf"), &err), 0, "%s", err.msg);
+    struct mode md;
+    cr_assert_eq(mode_parse("cpu.decode", &md, &err), 0, "%s", err.msg);
+    md.kv_f16 = 1;
+    struct parity_config cfg;
+    parity_config_default(&cfg);
+    cfg.positions = 64;
+    cr_assert_eq(parity_run(m, &md, NULL, NULL, 0, &cfg, 1, out, &err), 0, "%s", err.msg);
+    model_free(m);
+}
+
+Test(kv_ladder, the_f16_cache_is_judged_against_a_judge_that_rounds_its_cache)
+{
+    /* float weights: the engine's own noise is far below the rounding's effect, so the
+     * rounding itself is judged (measured 0.14 for this case; truncation gives 2.9) */
+    struct parity_result r;
+    f16_parity("qwen3-dense-tiny-f32", &r);
+    cr_expect(r.kv_f16 && r.kv_round.measured, "not measured: %s", r.kv_round.why);
+    cr_expect(r.kv_round.n >= 64 && r.kv_round.ratio < 0.5, "ratio %g over %d positions",
+              r.kv_round.ratio, r.kv_round.n);
+    cr_expect(r.pass, "%s", r.reason);
+    /* the receipt's numbers re-judge the same; an edited ratio FAILs; a missing record FAILs */
+    json_t *metrics = parity_result_json(&r);
+    json_t *settings =
+        json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}", "positions", 64, "min_cosine",
+                  r.cfg.min_cosine, "max_mean_kld", r.cfg.max_mean_kld, "max_kld", r.cfg.max_kld,
+                  "near_tie", r.cfg.near_tie, "route_tie", r.cfg.route_tie, "max_rel_l2",
+                  r.cfg.max_rel_l2, "max_mean_rel_l2", r.cfg.max_mean_rel_l2, "kv", "f16");
+    char why[512];
+    json_t *checks = json_array();
+    cr_expect_eq(parity_gate_judge(settings, metrics, checks, why, sizeof why), GATE_PASS, "%s",
+                 why);
+    json_object_set_new(json_object_get(metrics, "kv_f16_rounding"), "ratio", json_real(2.9));
+    json_array_clear(checks);
+    why[0] = '\0';
+    cr_expect_eq(parity_gate_judge(settings, metrics, checks, why, sizeof why), GATE_FAIL,
+                 "a truncating cache's ratio passed");
+    cr_expect(strstr(why, "does not round as it claims"), "%s", why);
+    json_object_del(metrics, "kv_f16_rounding");
+    json_array_clear(checks);
+    why[0] = '\0';
+    cr_expect_eq(parity_gate_judge(settings, metrics, checks, why, sizeof why), GATE_FAIL,
+                 "an F16 cell without the record passed");
+    json_decref(checks);
+    json_decref(settings);
+    json_decref(metrics);
+    parity_result_free(&r);
+    /* quantized weights: not decidable, and said so (never a silent pass of the rounding) */
+    f16_parity("qwen3-dense-tiny-q8_0", &r);
+    cr_expect(r.kv_f16 && !r.kv_round.measured);
+    cr_expect(strstr(r.kv_round.why, "not decidable") && strstr(r.kv_round.why, "quantized"), "%s",
+              r.kv_round.why);
+    json_t *j = parity_result_json(&r);
+    cr_expect(json_is_false(json_object_get(json_object_get(j, "kv_f16_rounding"), "measured")));
+    json_decref(j);
+    parity_result_free(&r);
 }

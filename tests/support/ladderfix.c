@@ -224,6 +224,10 @@ int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const
             lg.min_cosine = fk.min_cosine;
         json_t *m = json_deep_copy(json_object_get(metrics, names[g]));
         set_ran(json_object_get(m, "ran"), c, fk);
+        if (g == 1 && c->v.kv == KV_F16) /* an F16-KV run records its cache's rounding */
+            json_object_set_new(m, "kv_f16_rounding",
+                                json_pack("{s:b, s:s}", "measured", 0, "why",
+                                          "not decidable: the recorded metrics' model"));
         if (fk.fail && g == 1) {
             json_t *pp = json_object_get(m, "per_position");
             json_array_set_new(json_object_get(pp, "cosine"), 5, json_real(0.42));
