@@ -3,7 +3,10 @@
  * is computed from the signed payload (store_foreach verifies each row); columns are only used
  * for listing and are flagged when they disagree with the payload. Every string that comes from
  * a receipt or an import file goes through safe() (cli_safe) before it reaches the terminal.
- * list, show, verify and export open the store read-only (store_open_readonly).
+ * list, show, verify and export open the store read-only (store_open_readonly). verify judges a
+ * sign-off's key only against a trust source given to it (--ladder: the release check's own
+ * release_key_trusted(), any host; --trust: keys named on the command line) and says so plainly
+ * when it has none.
  */
 #include "cli/cmd_receipt.h"
 
@@ -19,7 +22,10 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "engine/pin.h"
 #include "harness/gatedef.h"
+#include "harness/ladder.h"
+#include "harness/run.h"
 #include "receipts/key.h"
 #include "receipts/receipt.h"
 #include "receipts/store.h"
@@ -117,7 +123,7 @@ cleanup:
 static const char RECEIPT_USAGE[] =
     "usage: gate receipt list [--db DB] [--cell PATTERN] [--verdict V]\n"
     "       gate receipt show ID [--db DB] [--full | --json]\n"
-    "       gate receipt verify [--db DB] [--all]\n"
+    "       gate receipt verify [--db DB] [--all] [--ladder LADDER] [--trust KEY]...\n"
     "       gate receipt export [--db DB] --out FILE\n"
     "       gate receipt import FILE [--db DB]\n"
     "  DB defaults to ./" DEFAULT_DB ". PATTERN is a shell glob over model/host/mode.\n"
@@ -129,14 +135,21 @@ static const char RECEIPT_USAGE[] =
     "  every head record against the chain, and every sign-off (signature, columns, the receipts\n"
     "  it names must be verified receipts of this store; store_audit); it exits 1 naming each\n"
     "  bad receipt, the first bad head record and the first bad sign-off; --all also prints the\n"
-    "  good ones.\n"
+    "  good ones. A sign-off's key is judged only against a trust source: --ladder LADDER (the\n"
+    "  keys the ladder trusts for any of its hosts, as release check reads them) and/or --trust\n"
+    "  KEY (repeatable: 'ed25519:HEX' or a public key file as `gate key gen --pub` writes); a\n"
+    "  sign-off by any other key is UNTRUSTED (exit 1). Without one, verify says that key trust\n"
+    "  was not checked.\n"
     "  export writes one DSSE envelope per line; import verifies every signature first and\n"
     "  refuses the whole file if any is bad. An import of 1000 envelopes or more shows its\n"
     "  progress on stderr (a live line on a terminal, else a line per 1000 with counts).\n";
 
+#define TRUST_MAX 16 /* --trust keys of one verify */
+
 struct opts {
-    const char *db, *cell, *verdict, *out, *arg;
-    int all, json;
+    const char *db, *cell, *verdict, *out, *arg, *ladder;
+    const char *trust[TRUST_MAX];
+    int all, json, n_trust;
 };
 
 static const char *row_status(const struct store_row *r)
@@ -569,6 +582,54 @@ static int verify_row(void *vctx, const struct store_row *r)
     return 0;
 }
 
+/* ---- sign-off key trust (receipt verify --ladder / --trust) -------------------------------- */
+
+struct trust_src {
+    const struct ladder *l; /* NULL: no --ladder */
+    int n;
+    unsigned char pk[TRUST_MAX][32];
+};
+
+/* store_trust_fn: trusted by the ladder for any host (the release check's own test), or one of
+ * the --trust keys. */
+static int signoff_trusted(void *ctx, const char *key_id)
+{
+    const struct trust_src *t = ctx;
+    unsigned char pk[32];
+    if (t->l && release_key_trusted(t->l, -1, key_id))
+        return 1;
+    if (!key_id || key_parse_public(key_id, pk, NULL) != 0)
+        return 0;
+    for (int i = 0; i < t->n; i++)
+        if (!memcmp(t->pk[i], pk, 32))
+            return 1;
+    return 0;
+}
+
+/* One --trust argument: "ed25519:HEX" inline, else a public key file opened as a ladder's files
+ * are (pin_open: regular files only, no blocking open; at most LADDER_TRUST_FILE_MAX bytes)
+ * holding that one line. Errors never quote a file's content. */
+static int trust_key(const char *arg, unsigned char pk[32], struct gate_err *err)
+{
+    struct pinned p;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = 0;
+    if (!strncmp(arg, "ed25519:", 8))
+        return key_parse_public(arg, pk, err);
+    if ((rc = pin_open_bounded(arg, NULL, LADDER_TRUST_FILE_MAX, &p, err)))
+        return rc;
+    rc = pin_read_all(&p, LADDER_TRUST_FILE_MAX, &buf, &len, err);
+    pin_close(&p);
+    if (!rc && (strlen((const char *)buf) != len || key_parse_public((const char *)buf, pk, NULL)))
+        rc = err_set(err, ERR_INPUT,
+                     "--trust '%s' does not hold one public key (expected a single line"
+                     " 'ed25519:' and 64 hex digits; the content is not shown)",
+                     arg);
+    free(buf);
+    return rc;
+}
+
 /* ---- import progress ------------------------------------------------------------------------ */
 
 /* Envelopes an input must hold before any progress shows (smaller imports print nothing), and
@@ -661,6 +722,7 @@ int cmd_receipt(int argc, char **argv)
 {
     struct opts o = {.db = DEFAULT_DB};
     struct store *s = NULL;
+    struct ladder *lad = NULL;
     struct gate_err err = {0};
     int rc = 0, exit_code = 0;
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -689,6 +751,14 @@ int cmd_receipt(int argc, char **argv)
                 return 2;
         } else if (!strcmp(a, "--all") && is_verify) {
             o.all = 1;
+        } else if (!strcmp(a, "--ladder") && is_verify) {
+            if (cli_value(argc, argv, &i, &o.ladder))
+                return 2;
+        } else if (!strcmp(a, "--trust") && is_verify) {
+            if (o.n_trust == TRUST_MAX)
+                return cli_fail(2, "receipt verify: at most %d --trust keys", TRUST_MAX);
+            if (cli_value(argc, argv, &i, &o.trust[o.n_trust++]))
+                return 2;
         } else if (!strcmp(a, "--full") && is_show) {
             show_full = 1;
         } else if (!strcmp(a, "--json") && is_show) {
@@ -726,7 +796,16 @@ int cmd_receipt(int argc, char **argv)
     } else if (is_verify) {
         struct verify_ctx v = {.all = o.all};
         struct store_audit a;
-        if ((rc = store_foreach(s, verify_row, &v, &err)) || (rc = store_audit(s, &a, &err)))
+        struct trust_src t = {.n = o.n_trust};
+        const int have_trust = o.ladder || o.n_trust;
+        for (int i = 0; i < o.n_trust; i++)
+            if ((rc = trust_key(o.trust[i], t.pk[i], &err)))
+                goto cleanup;
+        if (o.ladder && (rc = ladder_load(&lad, o.ladder, &err)))
+            goto cleanup;
+        t.l = lad;
+        if ((rc = store_foreach(s, verify_row, &v, &err)) ||
+            (rc = store_audit_trusted(s, have_trust ? signoff_trusted : NULL, &t, &a, &err)))
             goto cleanup;
         printf("%d receipt%s in '%s': %d ok, %d failed verification\n", v.n, v.n == 1 ? "" : "s",
                o.db, v.n - v.bad, v.bad);
@@ -741,12 +820,34 @@ int cmd_receipt(int argc, char **argv)
         if (a.n_signoff_problems)
             printf("store TAMPERED: %d sign-offs fail verification, the first %s\n",
                    a.n_signoff_problems, safe(a.signoff_problem));
+        if (!a.signoff_trust_checked)
+            printf("sign-off key trust NOT checked (no --ladder or --trust): a sign-off that"
+                   " verifies may be signed by any key\n");
+        else
+            printf("sign-off key trust checked against %s%s%s%s%.0d%s: %d of %d verified sign-offs"
+                   " by a trusted key\n",
+                   o.ladder ? "ladder '" : "", o.ladder ? safe(o.ladder) : "",
+                   o.ladder ? "' (the keys it trusts for any host)" : "",
+                   o.ladder && o.n_trust ? " and " : "", o.n_trust,
+                   !o.n_trust       ? ""
+                   : o.n_trust == 1 ? " --trust key"
+                                    : " --trust keys",
+                   a.n_signoffs - a.n_signoff_problems - a.n_signoff_untrusted,
+                   a.n_signoffs - a.n_signoff_problems);
+        if (a.n_signoff_untrusted)
+            printf("store UNTRUSTED: %d sign-off%s signed by a key no trust source names, the"
+                   " first %s\n",
+                   a.n_signoff_untrusted, a.n_signoff_untrusted == 1 ? " is" : "s are",
+                   safe(a.signoff_untrusted));
         if (a.n_head_problems)
             printf("store TAMPERED: %s\n", safe(a.head_problem));
         else if (a.head_key[0] && o.all)
             printf("newest head record: key %s, receipt %s, chain of %" PRId64 "\n",
                    safe(a.head_key), safe(a.head_hash), a.head_count);
-        exit_code = v.bad || a.n_bad || a.n_head_problems || a.n_signoff_problems ? 1 : 0;
+        exit_code =
+            v.bad || a.n_bad || a.n_head_problems || a.n_signoff_problems || a.n_signoff_untrusted
+                ? 1
+                : 0;
     } else if (is_export) {
         int n = 0;
         if ((rc = store_export(s, o.out, &err)) || (rc = store_foreach(s, count_row, &n, &err)))
@@ -760,6 +861,7 @@ int cmd_receipt(int argc, char **argv)
     }
 cleanup:
     store_close(s);
+    ladder_free(lad);
     if (rc)
         return cli_fail(err_exit_code(rc), "%s", safe(err.msg));
     return exit_code;

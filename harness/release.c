@@ -144,6 +144,14 @@ static int trusted_for(const struct ladder_host *h, const char *key_id)
     return 0;
 }
 
+int release_key_trusted(const struct ladder *l, int host, const char *key_id)
+{
+    for (int h = 0; h < l->n_hosts; h++)
+        if ((host < 0 || h == host) && trusted_for(&l->hosts[h], key_id))
+            return 1;
+    return 0;
+}
+
 /* Why receipt p is not for this build, release, ladder trust set and model pin ("" when it is). */
 static void not_this(const struct check_ctx *x, const json_t *p, const char *model_sha256,
                      char *why, size_t n)

@@ -187,6 +187,12 @@ int release_evaluate(const struct ladder *l, struct store *st, const struct iden
 /* Free what r owns; r may be NULL or zeroed. */
 void release_result_free(struct release_result *r);
 
+/* Does ladder l trust key_id ("ed25519:HEX") for host index host (-1: for any of its hosts)?
+ * The release check's own test (a receipt's key must be trusted for its cell's host); `gate
+ * receipt verify --ladder` asks it with -1 for the key of every sign-off. 1 yes, 0 no (also for
+ * a malformed key_id). */
+int release_key_trusted(const struct ladder *l, int host, const char *key_id);
+
 /* The sign-off: when r->ok, append to st (opened read-write) a sign-off signed by k naming every
  * cell's and anchor's PASS receipts, the excluded cells with their reasons and the unanchored
  * architectures, then a signed head record; head (65 bytes) and *count receive the chain head

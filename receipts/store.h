@@ -176,7 +176,15 @@ struct store_audit {
     int n_signoff_problems;       /* sign-offs that do not verify or name receipts not here */
     int64_t first_bad_signoff_id; /* the lowest such sign-off id, 0 when none */
     char signoff_problem[256];    /* "sign-off ID (key ...): <problem>", "" when none */
+    /* key trust of the sign-offs (store_audit_trusted; all 0 / "" from store_audit) */
+    int signoff_trust_checked;       /* 1: a trust predicate was given */
+    int n_signoff_untrusted;         /* sign-offs that verify but whose key it does not trust */
+    int64_t first_untrusted_signoff; /* the lowest such sign-off id, 0 when none */
+    char signoff_untrusted[128];     /* "sign-off ID (key ed25519:HEX)", "" when none */
 };
+
+/* Whether key_id ("ed25519:HEX", from a verified signed record) is trusted: nonzero yes. */
+typedef int (*store_trust_fn)(void *ctx, const char *key_id);
 
 /* Verify the whole store from one read transaction: every receipt as store_foreach() does
  * (whatever its cell names), then every head record: its signature verifies under its key_id
@@ -186,11 +194,19 @@ struct store_audit {
  * key_id and hash columns equal to the signed record, its chain_head genesis or a verified
  * receipt of this store, and every receipt it names (cells[].receipt_sha256,
  * anchors[].receipt_sha256) a verified receipt of this store: a forged, garbage or copied
- * sign-off is a problem. Whether the signing key is trusted is the ladder's question
- * (`gate release check`); the audit has no ladder. A store is sound only when n_bad,
+ * sign-off is a problem. Whether the signing key is trusted needs a trust source the audit
+ * does not have: store_audit_trusted() takes one. A store is sound only when n_bad,
  * n_head_problems and n_signoff_problems are 0; the release check blocks otherwise.
  * Returns 0 (whatever was found), or ERR_ENV (I/O, lock, memory). */
 int store_audit(struct store *s, struct store_audit *out, struct gate_err *err);
+
+/* store_audit(), and also the key trust of every sign-off (issue 23 §5): a sign-off that has no
+ * problem but whose key_id trusted(ctx, key_id) does not trust is counted in
+ * n_signoff_untrusted (the first in first_untrusted_signoff / signoff_untrusted) and
+ * signoff_trust_checked is 1. The trust source is the caller's (`gate receipt verify --ladder
+ * / --trust`, through the release check's own predicate); trusted NULL is store_audit(). */
+int store_audit_trusted(struct store *s, store_trust_fn trusted, void *ctx, struct store_audit *out,
+                        struct gate_err *err);
 
 /* An external anchor: 0 when the store holds a receipt whose recomputed hash is hash (64 hex,
  * e.g. a head printed in a CI log) and whose signature verifies; ERR_RUNTIME naming the hash

@@ -520,9 +520,10 @@ cleanup:
     return bad;
 }
 
-/* Every sign-off of s against the index of its verified receipts (store_audit's last step). */
-static int audit_signoffs(struct store *s, const struct chain_index *ix, struct store_audit *out,
-                          struct gate_err *err)
+/* Every sign-off of s against the index of its verified receipts (store_audit's last step); with
+ * trusted, the key of every sign-off without a problem is asked too. */
+static int audit_signoffs(struct store *s, const struct chain_index *ix, store_trust_fn trusted,
+                          void *tctx, struct store_audit *out, struct gate_err *err)
 {
     sqlite3_stmt *st = NULL;
     char why[200], key[80];
@@ -544,8 +545,14 @@ static int audit_signoffs(struct store *s, const struct chain_index *ix, struct 
         out->n_signoffs++;
         if (!signoff_problem(ix, payload ? payload : "", len, sig,
                              (const char *)sqlite3_column_text(st, 3),
-                             (const char *)sqlite3_column_text(st, 4), key, why, sizeof why))
+                             (const char *)sqlite3_column_text(st, 4), key, why, sizeof why)) {
+            if (trusted && !trusted(tctx, key) && !out->n_signoff_untrusted++) {
+                out->first_untrusted_signoff = id;
+                snprintf(out->signoff_untrusted, sizeof out->signoff_untrusted,
+                         "sign-off %lld (key %.80s)", (long long)id, key);
+            }
             continue;
+        }
         if (!out->n_signoff_problems++) {
             out->first_bad_signoff_id = id;
             snprintf(out->signoff_problem, sizeof out->signoff_problem,
@@ -560,6 +567,12 @@ cleanup:
 }
 
 int store_audit(struct store *s, struct store_audit *out, struct gate_err *err)
+{
+    return store_audit_trusted(s, NULL, NULL, out, err);
+}
+
+int store_audit_trusted(struct store *s, store_trust_fn trusted, void *tctx,
+                        struct store_audit *out, struct gate_err *err)
 {
     struct walk w = {.s = s};
     sqlite3_stmt *st = NULL;
@@ -615,7 +628,8 @@ int store_audit(struct store *s, struct store_audit *out, struct gate_err *err)
         rc = store_db_fail(s, rc, "reading head records", err);
         goto cleanup;
     }
-    rc = audit_signoffs(s, &w.ix, out, err);
+    out->signoff_trust_checked = trusted != NULL;
+    rc = audit_signoffs(s, &w.ix, trusted, tctx, out, err);
 cleanup:
     sqlite3_finalize(st);
     store_index_free(&w.ix);

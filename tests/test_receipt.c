@@ -800,3 +800,65 @@ Test(cli, receipt_verify_checks_every_sign_off)
     cr_expect_eq(GATE(&out, "receipt", "verify", "--db", db_c), 1, "%s", out);
     cr_expect(strstr(out, "sign-off 1 (key ?...): payload is not canonical JSON"), "%s", out);
 }
+
+/* Issue 23 §5, key trust: a sign-off properly signed by a key nobody trusts, naming a real
+ * receipt of the store, verified like any other (before this, `receipt verify` had no trust
+ * source, and a sign-off by any well-formed key passed). With --ladder (the keys the ladder
+ * trusts for any host, through the release check's release_key_trusted) or --trust it is
+ * UNTRUSTED, exit 1; without either, verify says that key trust was not checked. */
+Test(cli, receipt_verify_judges_each_sign_off_key_against_the_ladder_or_trust_keys)
+{
+    struct key_pair ka = make_key("st-a.key", "local"), kx = make_key("st-x.key", "local");
+    char db[512], lad[512], pub[512], hash[65] = "";
+    struct gate_err err = {0};
+    snprintf(db, sizeof db, "%s", cli_db("st.db", &ka));
+    struct store *s = NULL;
+    cr_assert_eq(store_open(&s, db, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_get(s, 1, hash_of, hash, &err), 0, "%s", err.msg);
+    store_close(s);
+    add_signoff(db, &ka, hash); /* sign-off 1: the host's own key */
+    add_signoff(db, &kx, hash); /* sign-off 2: any key at all, signed properly */
+    tmp_path(pub, sizeof pub, "st-a.pub");
+    cr_assert_eq(key_write_public(pub, &ka, &err), 0, "%s", err.msg);
+    tmp_path(lad, sizeof lad, "st.yaml");
+    FILE *f = fopen(lad, "w");
+    cr_assert(f);
+    fprintf(f,
+            "release: {name: rel, version: 1.0.0}\n"
+            "models:\n  m: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf, sha256: "
+            "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3moe}\n"
+            "hosts:\n  local: {device: none, trust: ['file:st-a.pub']}\n"
+            "modes: [ref.decode]\ncells:\n  - {model: m, host: local, mode: ref.decode}\n"
+            "unanchored: {qwen3moe: 'receipt verify test'}\n",
+            check_shared_dir());
+    fclose(f);
+    char *out;
+    /* no trust source: both verify, and the output says plainly that trust was not judged */
+    cr_expect_eq(GATE(&out, "receipt", "verify", "--db", db), 0, "%s", out);
+    cr_expect(strstr(out, "2 sign-offs: 2 ok, 0 failed verification"), "%s", out);
+    cr_expect(strstr(out, "sign-off key trust NOT checked"), "%s", out);
+    cr_expect_null(strstr(out, "UNTRUSTED"), "%s", out);
+    /* the ladder trusts ka for host local: sign-off 2 (kx) is named, exit 1 */
+    char want[256];
+    snprintf(want, sizeof want,
+             "store UNTRUSTED: 1 sign-off is signed by a key no trust source names, the first"
+             " sign-off 2 (key %s)",
+             kx.id);
+    cr_expect_eq(GATE(&out, "receipt", "verify", "--db", db, "--ladder", lad), 1, "%s", out);
+    cr_expect(strstr(out, want), "%s", out);
+    cr_expect(strstr(out, "1 of 2 verified sign-offs by a trusted key"), "%s", out);
+    cr_expect_null(strstr(out, "NOT checked"), "%s", out);
+    /* a public key file given with --trust is the same source */
+    cr_expect_eq(GATE(&out, "receipt", "verify", "--db", db, "--trust", pub), 1, "%s", out);
+    cr_expect(strstr(out, want), "%s", out);
+    /* both keys trusted (one by the ladder, one inline): exit 0 */
+    cr_expect_eq(
+        GATE(&out, "receipt", "verify", "--all", "--db", db, "--ladder", lad, "--trust", kx.id), 0,
+        "%s", out);
+    cr_expect(strstr(out, "2 of 2 verified sign-offs by a trusted key"), "%s", out);
+    /* a --trust that holds no key is an input error naming it, never "trusted nothing" */
+    cr_expect_eq(GATE(&out, "receipt", "verify", "--db", db, "--trust", lad), 2, "%s", out);
+    cr_expect(strstr(out, "does not hold one public key"), "%s", out);
+    cr_expect_eq(GATE(&out, "receipt", "verify", "--db", db, "--trust", "ed25519:12"), 2, "%s",
+                 out);
+}
