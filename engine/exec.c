@@ -9,9 +9,11 @@
  * reaped, and the message carries its exit status or signal and its stderr tail, escaped.
  * The child is started by spawn(): the engine binary resolved and hashed against the ladder's
  * pin, its pinned files checked, a Landlock ruleset built (or the start refused on a host that
- * cannot isolate it), then fork() and isolate_child_exec() (engine/isolate.h) — minimal
- * environment, no inherited descriptors, no capabilities, its own process group. Every failure,
- * and the session's end, kills the group and sweeps the orphans (gate is a child subreaper).
+ * cannot isolate it), then isolate_spawn() (engine/isolate.h) — its own PID namespace (gate's
+ * init as PID 1: everything the engine starts dies with it), minimal environment, no inherited
+ * descriptors, no capabilities, its own process group. Every failure, and the session's end,
+ * kills the group (in a namespace: its init, so the whole namespace) and sweeps the orphans
+ * (gate is a child subreaper: the fallback where no namespace can be made).
  * Invariants: s->pid != 0 exactly while a child is alive and unreaped (and registered with
  * isolate_register, so the sweep spares it); the pipes are close-on-exec in gate, so a second
  * engine never inherits the first's; SIGPIPE is ignored once a child has been started (a write
@@ -50,8 +52,9 @@ struct exec_session {
     const struct exec_engine *e; /* borrowed (the ladder's) */
     char *model_path;            /* absolute */
     char sha256[65];             /* the pinned digest the engine must report */
-    pid_t pid;                   /* 0: no child */
+    pid_t pid;                   /* 0: no child (in a PID namespace: its init) */
     int in_fd, out_fd, err_fd;   /* gate's ends; -1 when closed */
+    int status_fd;               /* the init's report of the engine's wait status; -1: none */
     char tail[EXEC_STDERR_TAIL]; /* the last bytes of the child's stderr */
     size_t tail_len;
     struct exec_hello hello;
@@ -62,10 +65,11 @@ struct exec_session {
     int attached;          /* a backend is open on this session */
     struct fault_set sent; /* the child's active faults, as last sent */
     /* isolation and identity (engine/isolate.h) */
-    char exe[4096];      /* argv[0] as resolved, what execve runs */
-    char exe_sha256[65]; /* its digest, measured before every start */
-    char isolation[300]; /* "landlock ABI N" or "none: REASON" */
-    char scratch[512];   /* the private scratch folder (HOME, TMPDIR), removed at the end */
+    char exe[4096];        /* argv[0] as resolved, what execve runs */
+    char exe_sha256[65];   /* its digest, measured before every start */
+    char isolation[300];   /* "landlock ABI N" or "none: REASON" */
+    char containment[160]; /* how its descendants are contained (isolate_spawn's how) */
+    char scratch[512];     /* the private scratch folder (HOME, TMPDIR), removed at the end */
     char env_home[600], env_tmp[600];
     double engine_s; /* seconds spent waiting for the engine (the cell's budget) */
     char fatal[900]; /* a failure no new child can cure; every later open repeats it */
@@ -209,6 +213,12 @@ static void end_child(struct exec_session *s, char *status, size_t n)
     kill(-s->pid, SIGKILL); /* whatever else is in its group */
     while (waitpid(s->pid, &ws, 0) < 0 && errno == EINTR)
         ;
+    if (s->status_fd >= 0) { /* in a PID namespace: how the engine itself ended, when it did */
+        int es = 0;
+        if (read(s->status_fd, &es, sizeof es) == (ssize_t)sizeof es)
+            ws = es;
+        close_fd(&s->status_fd);
+    }
     isolate_unregister(s->pid);
     isolate_sweep();
     drain_stderr(s);
@@ -364,6 +374,7 @@ static int sandbox(struct exec_session *s, int *fd, struct gate_err *err)
 static int spawn(struct exec_session *s, struct gate_err *err)
 {
     int in[2] = {-1, -1}, out[2] = {-1, -1}, er[2] = {-1, -1}, rep[2] = {-1, -1}, rc = 0;
+    int stp[2] = {-1, -1};
     int ruleset = -1;
     static int sigpipe_ignored;
     if (s->fatal[0])
@@ -381,24 +392,37 @@ static int spawn(struct exec_session *s, struct gate_err *err)
     char *envp[EXEC_ENV_MAX + 8];
     build_env(s, envp);
     if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(er, O_CLOEXEC) ||
-        pipe2(rep, O_CLOEXEC)) {
+        pipe2(rep, O_CLOEXEC) || pipe2(stp, O_CLOEXEC | O_NONBLOCK)) {
         rc = err_set(err, ERR_ENV, "exec engine '%s': cannot create pipes: %s", s->e->name,
                      strerror(errno));
         goto done;
     }
-    const pid_t pid = fork();
+    const struct isolate_child c = {.in_fd = in[0],
+                                    .out_fd = out[1],
+                                    .err_fd = er[1],
+                                    .report_fd = rep[1],
+                                    .ruleset_fd = ruleset,
+                                    .path = s->exe,
+                                    .argv = s->e->argv,
+                                    .envp = envp};
+    char how[160];
+    const pid_t pid = isolate_spawn(&c, stp[1], how, sizeof how);
     if (pid < 0) {
         rc =
             err_set(err, ERR_ENV, "exec engine '%s': cannot fork: %s", s->e->name, strerror(errno));
         goto done;
     }
-    if (pid == 0)
-        isolate_child_exec(in[0], out[1], er[1], rep[1], ruleset, s->exe, s->e->argv, envp);
     setpgid(pid, pid); /* also here: no window in which the group does not exist yet */
     isolate_register(pid);
     s->pid = pid;
     s->spawns++;
+    snprintf(s->containment, sizeof s->containment, "%s", how);
     close_fd(&rep[1]);
+    close_fd(&stp[1]);
+    if (!strncmp(how, "pid namespace", 13)) {
+        s->status_fd = stp[0];
+        stp[0] = -1;
+    }
     /* the child's report: EOF when execve succeeded (the pipe is close-on-exec) */
     int msg[2] = {0, 0};
     ssize_t r;
@@ -427,6 +451,7 @@ done:
         close_fd(&out[i]);
         close_fd(&er[i]);
         close_fd(&rep[i]);
+        close_fd(&stp[i]);
     }
     return rc;
 }
@@ -944,7 +969,7 @@ int exec_session_new(struct exec_session **out, const struct exec_engine *e, con
     if (!s)
         return err_set(err, ERR_ENV, "out of memory");
     s->e = e;
-    s->in_fd = s->out_fd = s->err_fd = -1;
+    s->in_fd = s->out_fd = s->err_fd = s->status_fd = -1;
     snprintf(s->sha256, sizeof s->sha256, "%s", model_sha256);
     s->model_path = realpath(model_path, NULL);
     if (!s->model_path) {
@@ -981,6 +1006,7 @@ void exec_session_free(struct exec_session *s)
     close_fd(&s->in_fd);
     close_fd(&s->out_fd);
     close_fd(&s->err_fd);
+    close_fd(&s->status_fd);
     isolate_scratch_free(s->scratch);
     free(s->model_path);
     free(s);
@@ -1013,6 +1039,7 @@ void exec_session_identity(const struct exec_session *s, struct exec_identity *o
     snprintf(out->path, sizeof out->path, "%s", s->exe);
     snprintf(out->sha256, sizeof out->sha256, "%s", s->exe_sha256);
     snprintf(out->isolation, sizeof out->isolation, "%s", s->isolation);
+    snprintf(out->containment, sizeof out->containment, "%s", s->containment);
     out->engine_s = s->engine_s;
 }
 

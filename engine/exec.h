@@ -118,11 +118,14 @@ int exec_session_pid(const struct exec_session *s);
 
 /* What the session measured about the engine it ran, for the receipt: the binary as resolved
  * (path, SHA-256: "" before the first start), the isolation it ran under ("landlock ABI N" or
- * "none: REASON"), and the seconds the engine took over the session. */
+ * "none: REASON"), how its descendants were contained ("pid namespace", or "subreaper sweep
+ * (no pid namespace: WHY)"; isolate_spawn; "" before the first start), and the seconds the
+ * engine took over the session. */
 struct exec_identity {
     char path[4096];
     char sha256[65];
     char isolation[300];
+    char containment[160];
     double engine_s;
 };
 void exec_session_identity(const struct exec_session *s, struct exec_identity *out);

@@ -7,7 +7,7 @@
  * hold locks in other threads); a ruleset is built in gate and only entered by the child; gate's
  * registered engine children are never swept, every other child of gate is an orphan an engine
  * left (gate starts no other child processes).
- * Start reading: isolate_prepare(), isolate_child_exec(), isolate_sweep().
+ * Start reading: isolate_prepare(), isolate_spawn() (ns_init, engine_exec), isolate_sweep().
  */
 #include "engine/isolate.h"
 
@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -205,6 +206,8 @@ enum {
     STEP_NO_NEW_PRIVS,
     STEP_LANDLOCK,
     STEP_EXEC,
+    STEP_USERNS,
+    STEP_FORK,
 };
 
 const char *isolate_step_name(int step)
@@ -224,6 +227,10 @@ const char *isolate_step_name(int step)
         return "entering its Landlock domain";
     case STEP_EXEC:
         return "execve";
+    case STEP_USERNS:
+        return "mapping its user namespace";
+    case STEP_FORK:
+        return "forking the engine inside its PID namespace";
     default:
         return "an unknown step";
     }
@@ -237,11 +244,32 @@ static void __attribute__((noreturn)) child_fail(int report_fd, int step)
     _exit(127);
 }
 
-void isolate_child_exec(int in_fd, int out_fd, int err_fd, int report_fd, int ruleset_fd,
-                        const char *path, char *const argv[], char *const envp[])
+/* Every signal to its default action, none blocked (gate's handlers, e.g. the atomic writer's
+ * temp-file cleanup, must never run in a child). */
+static int reset_signals(void)
 {
+    sigset_t none;
+    sigemptyset(&none);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < 65; s++)
+        if (s != SIGKILL && s != SIGSTOP)
+            sigaction(s, &dfl, NULL);
+    return sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* The engine's side: own_group 1 makes it a process group of its own (plain fork); 0 keeps it
+ * in its PID namespace init's group (gate signals that group). */
+static void __attribute__((noreturn)) engine_exec(const struct isolate_child *c, int own_group)
+{
+    int in_fd = c->in_fd, out_fd = c->out_fd, err_fd = c->err_fd, report_fd = c->report_fd;
+    int ruleset_fd = c->ruleset_fd;
+    const char *path = c->path;
+    char *const *argv = c->argv, *const *envp = c->envp;
     /* its own process group: gate ends the engine's group, not just the engine */
-    setpgid(0, 0);
+    if (own_group)
+        setpgid(0, 0);
     /* move every descriptor we keep above 2 first, so the dup2s below cannot clobber one */
     int keep[5] = {in_fd, out_fd, err_fd, report_fd, ruleset_fd};
     for (int i = 0; i < 5; i++)
@@ -260,15 +288,7 @@ void isolate_child_exec(int in_fd, int out_fd, int err_fd, int report_fd, int ru
     if (syscall(SYS_close_range, 3, ~0u, CLOSE_RANGE_CLOEXEC_BIT))
         for (int fd = 3; fd < 65536; fd++)
             fcntl(fd, F_SETFD, FD_CLOEXEC);
-    sigset_t none;
-    sigemptyset(&none);
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    for (int s = 1; s < 65; s++)
-        if (s != SIGKILL && s != SIGSTOP)
-            sigaction(s, &dfl, NULL);
-    if (sigprocmask(SIG_SETMASK, &none, NULL))
+    if (reset_signals())
         child_fail(report_fd, STEP_SIGNALS);
     /* gate dies -> the engine dies */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0))
@@ -297,6 +317,138 @@ void isolate_child_exec(int in_fd, int out_fd, int err_fd, int report_fd, int ru
     }
     execve(path, argv, envp);
     child_fail(report_fd, STEP_EXEC);
+}
+
+/* ---- the engine's PID namespace --------------------------------------------------------------
+ */
+
+/* fork() as the system call: glibc's fork() runs atfork handlers and takes locks another thread
+ * of gate may have held when the namespace's init was cloned. flags: extra clone flags. */
+static pid_t raw_clone(unsigned long flags)
+{
+    return (pid_t)syscall(SYS_clone, flags | SIGCHLD, NULL, NULL, NULL, NULL);
+}
+
+/* Write text to a /proc file (async-signal-safe); 0 ok. */
+static int put_file(const char *path, const char *text, size_t len)
+{
+    const int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    const ssize_t w = write(fd, text, len);
+    close(fd);
+    return w == (ssize_t)len ? 0 : -1;
+}
+
+/* "ID ID 1\n" into out (at least 40 bytes) without stdio; its length. */
+static size_t id_map_line(unsigned id, char *out)
+{
+    char digits[12];
+    int n = 0;
+    do
+        digits[n++] = (char)('0' + id % 10);
+    while ((id /= 10) && n < 11);
+    size_t at = 0;
+    for (int rep = 0; rep < 2; rep++) {
+        for (int i = n - 1; i >= 0; i--)
+            out[at++] = digits[i];
+        out[at++] = ' ';
+    }
+    out[at++] = '1';
+    out[at++] = '\n';
+    return at;
+}
+
+/* In a new user namespace: the engine keeps its own uid and gid (one-line identity maps), so
+ * files it makes in its scratch folder belong to gate's user. */
+static int map_ids(uid_t uid, gid_t gid)
+{
+    char line[40];
+    size_t n = id_map_line((unsigned)uid, line);
+    if (put_file("/proc/self/uid_map", line, n))
+        return -1;
+    if (put_file("/proc/self/setgroups", "deny", 4))
+        return -1;
+    n = id_map_line((unsigned)gid, line);
+    return put_file("/proc/self/gid_map", line, n);
+}
+
+/* PID 1 of the engine's namespace: gate's own code (never execs), in gate's process group for
+ * the engine (gate signals the group), dies with gate (PR_SET_PDEATHSIG), forks the engine as
+ * PID 2, reaps every orphan in the namespace while it runs (an engine cannot fill the pid table
+ * with zombies) and, when the engine ends, writes its wait status (an int) to status_fd and
+ * exits: the kernel then kills every process left in the namespace. Async-signal-safe only. */
+static void __attribute__((noreturn))
+ns_init(const struct isolate_child *c, int status_fd, int userns, uid_t uid, gid_t gid)
+{
+    setpgid(0, 0);
+    if (reset_signals())
+        child_fail(c->report_fd, STEP_SIGNALS);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0))
+        child_fail(c->report_fd, STEP_PDEATH);
+    if (userns && map_ids(uid, gid))
+        child_fail(c->report_fd, STEP_USERNS);
+    const pid_t engine = raw_clone(0);
+    if (engine < 0)
+        child_fail(c->report_fd, STEP_FORK);
+    if (engine == 0) {
+        close(status_fd);
+        engine_exec(c, 0);
+    }
+    /* nothing of gate's stays open here but the status pipe (this process never execs, so
+     * close-on-exec does not apply): not the protocol pipes, the report pipe, gate's files */
+    if (status_fd > 0 && syscall(SYS_close_range, 0, (unsigned)status_fd - 1, 0))
+        for (int fd = 0; fd < status_fd; fd++)
+            close(fd);
+    if (syscall(SYS_close_range, (unsigned)status_fd + 1, ~0u, 0))
+        for (int fd = status_fd + 1; fd < 65536; fd++)
+            close(fd);
+    int ws = 0, st = 0;
+    for (;;) {
+        const pid_t w = waitpid(-1, &st, 0);
+        if (w == engine) {
+            ws = st;
+            break;
+        }
+        if (w < 0 && errno != EINTR)
+            break;
+    }
+    ssize_t wr = write(status_fd, &ws, sizeof ws);
+    (void)wr;
+    _exit(0);
+}
+
+pid_t isolate_spawn(const struct isolate_child *c, int status_fd, char *how, size_t n)
+{
+    const char *t = getenv("GATE_TEST_PIDNS");
+    const int no_ns = t && !strcmp(t, "none"), user_only = t && !strcmp(t, "userns");
+    int why = 0;
+    if (!no_ns) {
+        const uid_t uid = geteuid();
+        const gid_t gid = getegid();
+        int userns = 0;
+        pid_t pid = user_only ? (errno = EPERM, -1) : raw_clone(CLONE_NEWPID);
+        if (pid < 0 && (errno == EPERM || errno == EINVAL)) {
+            userns = 1; /* no CAP_SYS_ADMIN: an unprivileged user namespace holds the PID one */
+            pid = raw_clone(CLONE_NEWPID | CLONE_NEWUSER);
+        }
+        if (pid == 0)
+            ns_init(c, status_fd, userns, uid, gid);
+        if (pid > 0) {
+            snprintf(how, n, "pid namespace%s", userns ? " (in a user namespace)" : "");
+            return pid;
+        }
+        why = errno;
+    }
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(status_fd);
+        engine_exec(c, 1);
+    }
+    if (pid > 0)
+        snprintf(how, n, "subreaper sweep (no pid namespace: %s)",
+                 no_ns ? "GATE_TEST_PIDNS=none" : strerror(why));
+    return pid;
 }
 
 /* ---- gate's side: subreaper, registry, sweep ---------------------------------------------------

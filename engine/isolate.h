@@ -9,12 +9,15 @@
  *     folders, the engine binary, the pinned model and files the ladder names; read-write only on
  *     a private scratch folder and the devices the ladder names; no TCP (ABI >= 4); no signals or
  *     abstract sockets outside the domain (ABI >= 6);
- *   - its own process group, and gate a child subreaper (PR_SET_CHILD_SUBREAPER) that is not
- *     dumpable (PR_SET_DUMPABLE 0): a double-forked grandchild reparents to gate and is killed and
- *     reaped by isolate_sweep() when the cell ends.
+ *   - its own PID namespace whose init is gate's code (isolate_spawn): when the engine ends, is
+ *     killed, or gate dies, the kernel kills everything the engine started (a double-forked,
+ *     setsid'd grandchild that ignores SIGTERM included); where no namespace can be made, its own
+ *     process group and gate a child subreaper (PR_SET_CHILD_SUBREAPER): orphans reparent to gate
+ *     and isolate_sweep() kills and reaps them when the cell ends. gate is not dumpable
+ *     (PR_SET_DUMPABLE 0) in both.
  * The ruleset is built in gate (isolate_prepare); the child only calls async-signal-safe code
- * between fork and execve (isolate_child_exec).
- * Start reading: isolate_landlock_abi(), then isolate_prepare() and isolate_child_exec().
+ * between fork and execve (isolate_spawn).
+ * Start reading: isolate_landlock_abi(), then isolate_prepare() and isolate_spawn().
  */
 #ifndef GATE_ISOLATE_H
 #define GATE_ISOLATE_H
@@ -48,16 +51,37 @@ struct isolate_spec {
  * exist is ERR_INPUT naming it; system paths that do not exist are skipped. */
 int isolate_prepare(const struct isolate_spec *sp, int abi, int *fd, struct gate_err *err);
 
-/* In the forked child, before anything else; never returns. Only async-signal-safe calls: a new
- * process group, default signals and an empty mask, fds in[0]/out[1]/er[1] onto 0/1/2, every
- * other descriptor closed except report_fd (close-on-exec), PR_SET_PDEATHSIG SIGKILL, no new
- * privileges, the Landlock domain (ruleset_fd >= 0), then execve(path, argv, envp). On a failure
- * it writes {step, errno} (two ints) to report_fd and _exit(127)s. */
-void isolate_child_exec(int in_fd, int out_fd, int err_fd, int report_fd, int ruleset_fd,
-                        const char *path, char *const argv[], char *const envp[])
-    __attribute__((noreturn));
+/* What the engine's child is given: its ends of the protocol pipes (stdin, stdout, stderr), the
+ * report pipe's write end, the Landlock ruleset (-1: none), and what it executes. */
+struct isolate_child {
+    int in_fd, out_fd, err_fd, report_fd, ruleset_fd;
+    const char *path;
+    char *const *argv, *const *envp;
+};
 
-/* The step names of isolate_child_exec's report ("setting up its descriptors", ...). */
+/* Start the engine; returns the pid gate holds (> 0), or -1 with errno when no child could be
+ * made. how (n bytes) says how its descendants are contained:
+ *   - "pid namespace": the pid is gate's own init of a new PID namespace (CLONE_NEWPID; inside an
+ *     unprivileged user namespace with identity uid/gid maps when gate lacks CAP_SYS_ADMIN). The
+ *     init dies with gate (PR_SET_PDEATHSIG), forks the engine, reaps every orphan in the
+ *     namespace, and when the engine ends writes its wait status (an int) to status_fd and exits:
+ *     the kernel then kills everything left in the namespace, whatever session, group or signal
+ *     mask it chose. Killing the pid (SIGKILL) or gate dying has the same effect.
+ *   - "subreaper sweep (...)" when no namespace can be made (or GATE_TEST_PIDNS=none): a plain
+ *     fork, the engine is the pid; orphans reparent to gate and isolate_sweep() kills them
+ *     (nothing survives a cell gate ends, but what an engine started survives a gate that is
+ *     killed itself; docs/exec.md, "Threat model").
+ * The engine itself, in both: its own process group (the init's group in a namespace), default
+ * signals and an empty mask, fds in/out/err onto 0/1/2, every other descriptor closed at execve
+ * (the report pipe's too: EOF there means execve succeeded), PR_SET_PDEATHSIG SIGKILL, no
+ * capabilities, no new privileges, the Landlock domain, then execve(path, argv, envp). A failing
+ * step writes {step, errno} (two ints) to report_fd and exits 127. Only async-signal-safe code
+ * runs between the fork and execve. GATE_TEST_PIDNS=userns skips the plain CLONE_NEWPID attempt
+ * (tests of the user namespace path) and GATE_TEST_PIDNS=none makes no namespace (tests of the
+ * fallback); like GATE_TEST_NO_LANDLOCK they can only remove containment, never grant anything. */
+pid_t isolate_spawn(const struct isolate_child *c, int status_fd, char *how, size_t n);
+
+/* The step names of isolate_spawn's report ("setting up its descriptors", ...). */
 const char *isolate_step_name(int step);
 
 /* Make gate a child subreaper and not dumpable (once per process; later calls do nothing). */

@@ -492,6 +492,7 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
         json_object_set_new(exec_subject, "sha256", json_string(eid.sha256));
         json_object_set_new(exec_subject, "files", files);
         json_object_set_new(exec_subject, "isolation", json_string(eid.isolation));
+        json_object_set_new(exec_subject, "containment", json_string(eid.containment));
         json_object_set_new(exec_subject, "engine_s", json_real(eid.engine_s));
     }
     json_t *env = identity_environment(o->threads);

@@ -24,13 +24,26 @@
  * `device` ("cpu: " and ';'-separated findings), which gate records and the tests read:
  *   --steal PATH           try to read PATH (repeatable, at most 8): "s0=STOLEN:<hex of its first 4
  *                          bytes>" or "s0=denied"
- *   --steal-parent         read /proc/<gate>/cmdline, try the files after --key and --db
+ *   --steal-parent         find gate among its ancestors (/proc/self/stat's parent, then its
+ *                          parent's: the host's view, whatever namespace the engine is in),
+ *                          read its /proc/<pid>/cmdline, try the files after --key and --db
  *                          ("key=", "db="), list the key's folder ("kdir="), read gate's
  *                          /proc/<pid>/environ ("penv=") and look for GATE_TEST_SECRET in its own
  *                          environment ("env="), read any regular file open on a descriptor
  *                          >= 3 ("fd=")
  *   --grandchild           double-fork (setsid in between) a grandchild that sleeps for ten
  *                          minutes: "gc=<pid>"
+ *   --leftovers NAME       leave everything an engine can behind, each process named NAME
+ *                          (PR_SET_NAME, at most 15 bytes) so a test can look for it in /proc:
+ *                          an intermediate child in its own session and its grandchild in
+ *                          another one, both ignoring SIGTERM, SIGHUP and SIGINT and sleeping;
+ *                          and a runner that forks a successor and exits at once, generation
+ *                          after generation, each in a new session (a sweep that kills only
+ *                          what it sees is one generation late), 2000 generations, the last
+ *                          one sleeping. All give up 30 s after hello (so a failed test cleans
+ *                          up after itself). hello answers once they run: "lo=3"
+ *   --linger               when its stdin closes (gate ended or died), stay: deaf to SIGTERM,
+ *                          SIGHUP and SIGINT, named as --leftovers says, for up to 30 s
  *   --slow-forward MS      every forward request sleeps MS milliseconds before answering
  *   --replay               a lying fast engine (issue 23 §2): a forward request whose (n_past,
  *                          n_tokens) it has answered before gets that earlier reply again,
@@ -52,6 +65,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -74,6 +88,8 @@ struct opts {
     const char *device; /* what hello says the engine runs on */
     const char *steal[8];
     int n_steal, steal_parent, grandchild, slow_ms;
+    const char *leftovers; /* --leftovers NAME */
+    int linger;            /* --linger */
 };
 
 /* ---- attacks on gate (reported through hello's device) ------------------------------------- */
@@ -103,14 +119,53 @@ static void try_read(char *out, size_t n, const char *label, const char *path)
 }
 
 /* /proc/<gate>/cmdline: the files after --key and --db; gate's environ; our own. */
+/* The parent of process pid ("self" or a number) as /proc shows it (the host's numbers when /proc
+ * is the host's), -1 when unknown. */
+static int proc_parent(const char *pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    const int fd = open(path, O_RDONLY);
+    const ssize_t r = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (r <= 0)
+        return -1;
+    buf[r] = '\0';
+    const char *p = strrchr(buf, ')');
+    char state;
+    int ppid = -1;
+    return p && sscanf(p + 1, " %c %d", &state, &ppid) == 2 ? ppid : -1;
+}
+
+/* gate: the nearest ancestor whose command line holds --key or --db (else the parent). */
+static int find_gate(char *buf, size_t cap, ssize_t *len)
+{
+    int pid = proc_parent("self"), first = pid;
+    for (int depth = 0; pid > 1 && depth < 4; depth++) {
+        char path[64], num[16];
+        snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+        const int fd = open(path, O_RDONLY);
+        *len = fd >= 0 ? read(fd, buf, cap - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        buf[*len > 0 ? *len : 0] = '\0';
+        for (ssize_t i = 0; *len > 0 && i < *len;
+             i += (ssize_t)strnlen(buf + i, (size_t)(*len - i)) + 1)
+            if (!strcmp(buf + i, "--key") || !strcmp(buf + i, "--db"))
+                return pid;
+        snprintf(num, sizeof num, "%d", pid);
+        pid = proc_parent(num);
+    }
+    *len = -1;
+    return first;
+}
+
 static void steal_parent(char *out, size_t n)
 {
     char path[64], buf[8192];
-    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)getppid());
-    const int fd = open(path, O_RDONLY);
-    const ssize_t len = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-    if (fd >= 0)
-        close(fd);
+    ssize_t len = -1;
+    const int gate = find_gate(buf, sizeof buf, &len);
     for (ssize_t i = 0; len > 0 && i < len;) {
         const char *arg = buf + i;
         const size_t al = strnlen(arg, (size_t)(len - i));
@@ -129,7 +184,7 @@ static void steal_parent(char *out, size_t n)
         }
         i = next;
     }
-    snprintf(path, sizeof path, "/proc/%d/environ", (int)getppid());
+    snprintf(path, sizeof path, "/proc/%d/environ", gate);
     const int ef = open(path, O_RDONLY);
     const ssize_t el = ef >= 0 ? read(ef, buf, sizeof buf - 1) : -1;
     if (ef >= 0)
@@ -148,6 +203,82 @@ static void steal_parent(char *out, size_t n)
     add_finding(out, n, "%s%s=%s", "fd", leaked ? "STOLEN:inherited" : "none");
 }
 
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A leftover: named, deaf to the polite signals, without the protocol's descriptors. */
+static void become_leftover(const char *name, int keep)
+{
+    prctl(PR_SET_NAME, name, 0, 0, 0);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    for (int fd = 0; fd < 3; fd++)
+        if (fd != keep)
+            close(fd);
+}
+
+/* --leftovers: an intermediate child and its grandchild, each in its own session, sleeping; a
+ * runner chain of generations that fork a successor and exit. Returns once all three run. */
+static int leave_leftovers(const char *name)
+{
+    int p[2];
+    if (pipe(p))
+        return 0;
+    const double until = mono_s() + 30;
+    if (fork() == 0) { /* the intermediate child */
+        close(p[0]);
+        setsid();
+        become_leftover(name, p[1]);
+        if (fork() == 0) { /* the grandchild */
+            setsid();
+            become_leftover(name, p[1]);
+            if (write(p[1], "g", 1) != 1)
+                _exit(1);
+        } else if (write(p[1], "c", 1) != 1) {
+            _exit(1);
+        }
+        close(p[1]);
+        while (mono_s() < until) {
+            struct timespec t = {0, 100 * 1000 * 1000};
+            nanosleep(&t, NULL);
+        }
+        _exit(0);
+    }
+    if (fork() == 0) { /* the runner */
+        close(p[0]);
+        become_leftover(name, p[1]);
+        if (write(p[1], "r", 1) != 1)
+            _exit(1);
+        close(p[1]);
+        /* at most 2000 generations (a test must not fill the pid table of the machine it runs
+         * on), the last one sleeps */
+        for (int gen = 0; gen < 2000; gen++) {
+            const pid_t next = fork();
+            if (next > 0)
+                _exit(0); /* the successor runs on, reparented */
+            setsid();
+        }
+        while (mono_s() < until) {
+            struct timespec t = {0, 100 * 1000 * 1000};
+            nanosleep(&t, NULL);
+        }
+        _exit(0);
+    }
+    close(p[1]);
+    char c[3];
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof c && (r = read(p[0], c + got, sizeof c - got)) > 0)
+        got += (size_t)r;
+    close(p[0]);
+    return (int)got;
+}
+
 /* A grandchild in its own session that outlives this engine unless gate kills it; its pid. */
 static int leave_grandchild(void)
 {
@@ -160,7 +291,10 @@ static int leave_grandchild(void)
         const pid_t g = fork();
         if (g == 0) {
             close(p[0]);
-            const int me = (int)getpid();
+            /* its pid as gate sees it: /proc is the host's, whatever PID namespace this is */
+            char self[32] = "";
+            const ssize_t sl = readlink("/proc/self", self, sizeof self - 1);
+            const int me = sl > 0 ? atoi(self) : (int)getpid();
             if (write(p[1], &me, sizeof me) != (ssize_t)sizeof me)
                 _exit(1);
             close(p[1]);
@@ -351,6 +485,10 @@ int main(int argc, char **argv)
             o.steal_parent = 1;
         else if (!strcmp(a, "--grandchild"))
             o.grandchild = 1;
+        else if (!strcmp(a, "--leftovers") && v)
+            o.leftovers = argv[++i];
+        else if (!strcmp(a, "--linger"))
+            o.linger = 1;
         else if (!strcmp(a, "--slow-forward") && v)
             o.slow_ms = atoi(argv[++i]);
         else if (!strcmp(a, "--replay"))
@@ -409,6 +547,11 @@ int main(int argc, char **argv)
                 char pid[16];
                 snprintf(pid, sizeof pid, "%d", leave_grandchild());
                 add_finding(found, sizeof found, "%s%s=%s", "gc", pid);
+            }
+            if (o.leftovers) {
+                char k[16];
+                snprintf(k, sizeof k, "%d", leave_leftovers(o.leftovers));
+                add_finding(found, sizeof found, "%s%s=%s", "lo", k);
             }
             snprintf(device, sizeof device, "cpu: %s", found);
             const char *dev = found[0] ? device : o.device;
@@ -571,6 +714,14 @@ int main(int argc, char **argv)
         }
         json_decref(req);
         free(payload);
+    }
+    if (o.linger) { /* gate is gone or done: stay anyway, deaf, for up to 30 s */
+        become_leftover(o.leftovers ? o.leftovers : "exec_engine", -1);
+        const double until = mono_s() + 30;
+        while (mono_s() < until) {
+            struct timespec t = {0, 100 * 1000 * 1000};
+            nanosleep(&t, NULL);
+        }
     }
     backend_close(b);
     model_free(m);

@@ -9,6 +9,7 @@
  */
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/backend.h"
@@ -1119,7 +1121,8 @@ Test(exec, gate_run_s_key_path_on_its_command_line_does_not_give_the_key_away)
     cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     cr_assert_eq(sqlite3_prepare_v2(h,
                                     "select json_extract(payload,'$.subject.exec_engine.device'),"
-                                    " json_extract(payload,'$.subject.exec_engine.isolation')"
+                                    " json_extract(payload,'$.subject.exec_engine.isolation'),"
+                                    " json_extract(payload,'$.subject.exec_engine.containment')"
                                     " from receipts",
                                     -1, &q, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(h));
@@ -1132,6 +1135,9 @@ Test(exec, gate_run_s_key_path_on_its_command_line_does_not_give_the_key_away)
     cr_expect(dev && !strstr(dev, "STOLEN"), "%s", dev ? dev : "(none)");
     cr_expect(iso && !strncmp(iso, "landlock ABI ", 13), "isolation recorded: %s",
               iso ? iso : "(none)");
+    const char *cont = (const char *)sqlite3_column_text(q, 2);
+    cr_expect(cont && !strncmp(cont, "pid namespace", 13), "containment recorded: %s",
+              cont ? cont : "(none)");
     sqlite3_finalize(q);
     sqlite3_close(h);
 }
@@ -1156,6 +1162,169 @@ Test(exec, a_double_forked_grandchild_does_not_outlive_the_cell)
     if (alive)
         kill(pid, SIGKILL); /* do not leave it behind when the test fails */
     fixture_close(&f);
+}
+
+/* The live (not zombie) processes named name, from /proc. */
+static int count_named(const char *name)
+{
+    DIR *d = opendir("/proc");
+    cr_assert(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        const size_t r = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[r] = '\0';
+        const char *open_paren = strchr(buf, '('), *close_paren = strrchr(buf, ')');
+        if (!open_paren || !close_paren || close_paren[1] != ' ')
+            continue;
+        const char state = close_paren[2];
+        if ((size_t)(close_paren - open_paren - 1) == strlen(name) &&
+            !strncmp(open_paren + 1, name, strlen(name)) && state != 'Z' && state != 'X')
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* A process name no other test uses: "lo" and this test's pid. */
+static const char *leftover_name(void)
+{
+    static char name[16];
+    snprintf(name, sizeof name, "lo%d", (int)getpid());
+    return name;
+}
+
+/* The attack extended (issue 23 §1): an intermediate child and its grandchild, each in a new
+ * session (out of the engine's process group) and deaf to SIGTERM/SIGHUP/SIGINT, and a runner
+ * chain that forks a successor and exits, generation after generation (a sweep that kills only
+ * what it sees when it looks is always one generation late). When the cell ends, none runs.
+ * pidns: GATE_TEST_PIDNS for isolate_spawn (NULL: the default, a PID namespace). */
+static void leftovers_end_with_the_cell(const char *pidns, const char *want_containment)
+{
+    if (pidns)
+        setenv("GATE_TEST_PIDNS", pidns, 1);
+    const char *name = leftover_name();
+    const char *const a[] = {"--leftovers", name, NULL};
+    struct fixture f;
+    fixture_open(&f, "exec.twin.decode", 30, 0, a);
+    char got[256];
+    attack_report(&f, got, sizeof got);
+    cr_assert(strstr(got, "lo=3"), "the leftovers did not all start: %s", got);
+    /* the sleepers (a /proc scan can miss the runner: its pid moves on under the scan) */
+    cr_assert_geq(count_named(name), 2, "the leftovers should run while the cell runs");
+    struct exec_identity id;
+    exec_session_identity(f.s, &id);
+    cr_expect(!strncmp(id.containment, want_containment, strlen(want_containment)),
+              "containment: %s", id.containment);
+    exec_session_free(f.s); /* the cell ends */
+    f.s = NULL;
+    cr_expect_eq(count_named(name), 0, "processes the engine started outlived the cell (%s)",
+                 id.containment);
+    /* and a runner that survived would show within its last generations (it ends sleeping) */
+    struct timespec t = {0, 300 * 1000 * 1000};
+    nanosleep(&t, NULL);
+    cr_expect_eq(count_named(name), 0, "processes the engine started outlived the cell (%s)",
+                 id.containment);
+    fixture_close(&f);
+}
+
+Test(exec, nothing_an_engine_starts_outlives_the_cell)
+{
+    leftovers_end_with_the_cell(NULL, "pid namespace");
+}
+
+Test(exec, nothing_an_engine_starts_outlives_the_cell_in_a_user_namespace)
+{
+    leftovers_end_with_the_cell("userns", "pid namespace (in a user namespace)");
+}
+
+Test(exec, without_a_pid_namespace_the_subreaper_sweep_ends_the_leftovers_with_the_cell)
+{
+    leftovers_end_with_the_cell("none", "subreaper sweep");
+}
+
+/* The same leftovers when gate itself dies (SIGKILL: no cleanup of its own runs): a stand-in gate
+ * process opens the session and says hello, then is killed; the engine lingers after its stdin
+ * closes. Nothing the engine started may outlive gate (PR_SET_PDEATHSIG reaches only the child
+ * gate forked, not what that child forked). */
+static void leftovers_die_with_gate(const char *pidns)
+{
+    if (pidns)
+        setenv("GATE_TEST_PIDNS", pidns, 1);
+    const char *name = leftover_name();
+    /* the engine itself stays too when gate is gone (its stdin closed) */
+    const char *const a[] = {"--leftovers", name, "--linger", NULL};
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    struct model *m = check_load_case("qwen3moe-tiny-q4_k_m");
+    const pid_t g = fork();
+    cr_assert_geq(g, 0);
+    if (g == 0) { /* the stand-in gate: plain calls only, no Criterion here */
+        struct exec_engine e;
+        struct exec_session *s = NULL;
+        struct mode md;
+        struct backend *b = NULL;
+        struct exec_hello h;
+        struct gate_err err = {0};
+        close(p[0]);
+        engine_init(&e, 30, 0, a);
+        if (exec_session_new(&s, &e, moe_path(), MOE_SHA, &err) ||
+            mode_parse("exec.twin.decode", &md, &err))
+            _exit(1);
+        md.exec = s;
+        if (mode_open(&b, &md, m, 64, 1, NULL, &err) || exec_session_hello(s, &h) ||
+            !strstr(h.device, "lo=3"))
+            _exit(2);
+        struct exec_identity id;
+        exec_session_identity(s, &id);
+        char msg[200];
+        const int len = snprintf(msg, sizeof msg, "up%s", id.containment);
+        if (write(p[1], msg, (size_t)len) != len)
+            _exit(3);
+        for (;;)
+            pause();
+    }
+    close(p[1]);
+    char up[200] = "";
+    const ssize_t r = read(p[0], up, sizeof up - 1);
+    close(p[0]);
+    int st = 0;
+    if (r < 2 || strncmp(up, "up", 2)) {
+        waitpid(g, &st, 0);
+        cr_assert_fail("the stand-in gate did not start the engine (wait status 0x%x)", st);
+    }
+    cr_assert_geq(count_named(name), 2, "the leftovers should run while gate runs");
+    kill(g, SIGKILL);
+    cr_assert_eq(waitpid(g, &st, 0), g);
+    /* the kernel ends them when gate dies; give it time on a busy machine (no wall-clock
+     * assertion: the wait ends as soon as none is left) */
+    int left = count_named(name);
+    for (int i = 0; left && i < 400; i++) {
+        struct timespec t = {0, 50 * 1000 * 1000};
+        nanosleep(&t, NULL);
+        left = count_named(name);
+    }
+    cr_expect_eq(left, 0, "%d processes the engine started outlived gate (containment: %s)", left,
+                 up + 2);
+    model_free(m);
+}
+
+Test(exec, nothing_an_engine_starts_outlives_a_killed_gate)
+{
+    leftovers_die_with_gate(NULL);
+}
+
+Test(exec, nothing_an_engine_starts_outlives_a_killed_gate_in_a_user_namespace)
+{
+    leftovers_die_with_gate("userns");
 }
 
 Test(exec, a_slow_engine_cannot_stretch_a_cell_past_its_time_budget)
