@@ -590,6 +590,7 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
     if (!s->pid)
         return err_set(err, ERR_RUNTIME, "exec engine '%s' (%s): no engine is running", s->e->name,
                        what);
+    isolate_reap_orphans(); /* the subreaper fallback: no zombie pile while the cell runs */
     char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
     if (!text)
         return fail(s, what, err,
@@ -650,7 +651,9 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
                                                         : 4 + rh + got));
             goto out;
         }
-        int pr = poll(pf, 3, (int)(left * 1000.0) + 1);
+        /* wake at least every 0.1 s to reap exited orphans (the subreaper fallback) */
+        int pr = poll(pf, 3, left > 0.1 ? 100 : (int)(left * 1000.0) + 1);
+        isolate_reap_orphans();
         if (pr < 0 && errno == EINTR)
             continue;
         if (pr < 0) {

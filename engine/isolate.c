@@ -543,6 +543,22 @@ int isolate_sweep(void)
     return killed;
 }
 
+int isolate_reap_orphans(void)
+{
+    int n = 0;
+    for (;;) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid <= 0 ||
+            registered(si.si_pid))
+            break;
+        if (waitpid(si.si_pid, NULL, WNOHANG) != si.si_pid)
+            break;
+        n++;
+    }
+    return n;
+}
+
 /* ---- paths --------------------------------------------------------------------------------- */
 
 int isolate_resolve(const char *prog, const char *path_env, char *out, size_t n)

@@ -96,6 +96,12 @@ void isolate_unregister(pid_t pid);
  * none is left (bounded rounds). Returns how many were killed. */
 int isolate_sweep(void);
 
+/* Reap, without waiting, every child of gate that has exited and is not a registered engine
+ * child (the orphans an engine left that exited: under the subreaper fallback they would pile up
+ * as gate's zombies while the cell runs; in a PID namespace its init reaps them). Stops at a
+ * registered child's exit, which is end_child's to collect. Returns how many were reaped. */
+int isolate_reap_orphans(void);
+
 /* Resolve prog the way execvp would with the child's PATH (path_env, ':'-separated; NULL: the
  * fixed default): a name containing '/' is taken as given; otherwise the first executable
  * regular file PATH names. 0 and out (n bytes) on success; -1 (ENOENT) when none. */

@@ -42,6 +42,10 @@
  *                          what it sees is one generation late), 2000 generations, the last
  *                          one sleeping. All give up 30 s after hello (so a failed test cleans
  *                          up after itself). hello answers once they run: "lo=3"
+ *   --orphans N            leave N (at most 1000) processes that exit at once, orphaned (each
+ *                          the child of a child that exited first), so they are reaped by
+ *                          whoever adopted them or pile up as zombies there: "or=N" once all
+ *                          have exited
  *   --linger               when its stdin closes (gate ended or died), stay: deaf to SIGTERM,
  *                          SIGHUP and SIGINT, named as --leftovers says, for up to 30 s
  *   --slow-forward MS      every forward request sleeps MS milliseconds before answering
@@ -90,6 +94,7 @@ struct opts {
     int n_steal, steal_parent, grandchild, slow_ms;
     const char *leftovers; /* --leftovers NAME */
     int linger;            /* --linger */
+    int orphans;           /* --orphans N */
 };
 
 /* ---- attacks on gate (reported through hello's device) ------------------------------------- */
@@ -277,6 +282,32 @@ static int leave_leftovers(const char *name)
         got += (size_t)r;
     close(p[0]);
     return (int)got;
+}
+
+/* --orphans: n processes, each orphaned before it exits; returns how many ran, once all exited
+ * (each holds the write end of a pipe until its exit). */
+static int leave_orphans(int n)
+{
+    int p[2], ran = 0;
+    if (n > 1000 || pipe(p))
+        return 0;
+    for (int i = 0; i < n; i++) {
+        const pid_t c = fork();
+        if (c == 0) {
+            close(p[0]);
+            if (fork() == 0)
+                _exit(0); /* orphaned once its parent is gone; exits at once */
+            _exit(0);
+        }
+        if (c > 0 && waitpid(c, NULL, 0) == c)
+            ran++;
+    }
+    close(p[1]);
+    char b;
+    while (read(p[0], &b, 1) > 0)
+        ;
+    close(p[0]);
+    return ran;
 }
 
 /* A grandchild in its own session that outlives this engine unless gate kills it; its pid. */
@@ -489,6 +520,8 @@ int main(int argc, char **argv)
             o.leftovers = argv[++i];
         else if (!strcmp(a, "--linger"))
             o.linger = 1;
+        else if (!strcmp(a, "--orphans") && v)
+            o.orphans = atoi(argv[++i]);
         else if (!strcmp(a, "--slow-forward") && v)
             o.slow_ms = atoi(argv[++i]);
         else if (!strcmp(a, "--replay"))
@@ -547,6 +580,11 @@ int main(int argc, char **argv)
                 char pid[16];
                 snprintf(pid, sizeof pid, "%d", leave_grandchild());
                 add_finding(found, sizeof found, "%s%s=%s", "gc", pid);
+            }
+            if (o.orphans) {
+                char k[16];
+                snprintf(k, sizeof k, "%d", leave_orphans(o.orphans));
+                add_finding(found, sizeof found, "%s%s=%s", "or", k);
             }
             if (o.leftovers) {
                 char k[16];

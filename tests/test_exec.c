@@ -1255,6 +1255,73 @@ Test(exec, without_a_pid_namespace_the_subreaper_sweep_ends_the_leftovers_with_t
  * process opens the session and says hello, then is killed; the engine lingers after its stdin
  * closes. Nothing the engine started may outlive gate (PR_SET_PDEATHSIG reaches only the child
  * gate forked, not what that child forked). */
+/* Zombies whose parent is parent, from /proc. */
+static int count_zombies_of(pid_t parent)
+{
+    DIR *d = opendir("/proc");
+    cr_assert(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        const size_t r = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[r] = '\0';
+        const char *p = strrchr(buf, ')');
+        char state;
+        int ppid;
+        if (p && sscanf(p + 1, " %c %d", &state, &ppid) == 2 && state == 'Z' && ppid == parent)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* An engine that leaves 300 orphans that exit at once: they must not pile up as gate's zombies
+ * while the cell runs (a fork loop could fill the pid table of the signing host). In a PID
+ * namespace its init reaps them; under the subreaper fallback gate reaps them before each
+ * exchange. */
+static void orphans_are_reaped(const char *pidns)
+{
+    if (pidns)
+        setenv("GATE_TEST_PIDNS", pidns, 1);
+    static const char *const a[] = {"--orphans", "300", NULL};
+    struct fixture f;
+    fixture_open(&f, "exec.twin.decode", 30, 0, a);
+    char got[256];
+    attack_report(&f, got, sizeof got); /* hello (the orphans), then load: an exchange */
+    cr_assert(strstr(got, "or=300"), "the orphans did not all run: %s", got);
+    cr_expect_eq(count_zombies_of(getpid()), 0, "the engine's orphans are zombies of gate");
+    /* nor of the process gate holds (in a namespace its init, which reaps as they come: wait
+     * for it on a busy machine, ending as soon as none is left) */
+    const pid_t held = (pid_t)exec_session_pid(f.s);
+    cr_assert_neq(held, 0, "the cell's engine should still run");
+    int left = count_zombies_of(held);
+    for (int i = 0; left && i < 200; i++) {
+        struct timespec t = {0, 20 * 1000 * 1000};
+        nanosleep(&t, NULL);
+        left = count_zombies_of(held);
+    }
+    cr_expect_eq(left, 0, "%d of the engine's orphans are zombies of pid %d", left, (int)held);
+    fixture_close(&f);
+}
+
+Test(exec, an_engine_s_exited_orphans_do_not_pile_up_as_zombies_of_gate)
+{
+    orphans_are_reaped(NULL);
+}
+
+Test(exec, an_engine_s_exited_orphans_do_not_pile_up_as_zombies_of_gate_without_a_pid_namespace)
+{
+    orphans_are_reaped("none");
+}
+
 static void leftovers_die_with_gate(const char *pidns)
 {
     if (pidns)
