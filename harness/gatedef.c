@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "harness/ladder.h"
+#include "oracles/mode.h"
 
 /* The judges that live next to their oracles (referenced strongly: a judge can never be
  * missing from a binary that links the table). */
@@ -120,24 +121,69 @@ static const struct gate_setting CONSISTENCY[] = {
 
 static const struct gate_setting ANCHOR[] = {{NULL}};
 
+/* ---- the rows' settings checks: the oracle's own check over the config the run builds ------- */
+
+static int parity_check(const struct ladder_gates *g, const char *mode, struct gate_err *err)
+{
+    (void)mode;
+    struct parity_config p;
+    ladder_parity_config(g, &p);
+    return parity_config_check(&p, err);
+}
+
+static int throughput_check(const struct ladder_gates *g, const char *mode, struct gate_err *err)
+{
+    struct throughput_config t;
+    struct mode m;
+    ladder_throughput_config(g, &t);
+    int rc = mode_parse(mode, &m, err);
+    return rc ? rc : throughput_config_check(&t, m.path, err);
+}
+
+static int falsify_check(const struct ladder_gates *g, const char *mode, struct gate_err *err)
+{
+    (void)mode;
+    struct falsify_config f;
+    ladder_falsify_config(g, &f);
+    return falsify_config_check(&f, err);
+}
+
+static int consistency_check(const struct ladder_gates *g, const char *mode, struct gate_err *err)
+{
+    (void)mode;
+    if (!g->consistency) /* run only where the ladder names it */
+        return 0;
+    struct consistency_config c;
+    ladder_consistency_config(g, &c);
+    return consistency_config_check(&c, err);
+}
+
+int gatedef_check(const struct gate_def *d, const struct ladder_gates *g, const char *mode,
+                  struct gate_err *err)
+{
+    return d->check ? d->check(g, mode, err) : 0;
+}
+
 const struct gate_def GATE_DEFS[] = {
     {"capability", CAPABILITY, capability_gate_judge, 1, 1,
-     "the mode's backend ran, on the device class the mode names (counters measured)"},
+     "the mode's backend ran, on the device class the mode names (counters measured)", NULL},
     {"parity", PARITY, parity_gate_judge, 1, 1,
-     "the mode's logits match the judge's at every position within the thresholds"},
+     "the mode's logits match the judge's at every position within the thresholds", parity_check},
     {"golden", GOLDEN, golden_judge, 1, 1,
-     "greedy continuations reproduce the recorded ids (TIE_FLIP at near ties)"},
+     "greedy continuations reproduce the recorded ids (TIE_FLIP at near ties)", NULL},
     {"throughput", THROUGHPUT, throughput_judge, 1, 1,
      "the mode's own path meets the rate floors (95% interval of the median of fresh, checked "
-     "runs)"},
+     "runs)",
+     throughput_check},
     {"falsify", FALSIFY, falsify_judge, 1, 1,
-     "injected faults are rejected by the parity math (the oracle is not blind)"},
+     "injected faults are rejected by the parity math (the oracle is not blind)", falsify_check},
     {"consistency", CONSISTENCY, consistency_judge, 1, 0,
      "the engine's declared invariances hold: decode = prefill = chunked (7, 45) = resumed, the"
      " same at 1, 2 and 3 threads repeated, under every instruction set it declares (bit for bit"
-     " where it declares so)"},
+     " where it declares so)",
+     consistency_check},
     {"anchor", ANCHOR, anchor_judge, 0, 0,
-     "the judge itself matches an independent reference (anchor cases)"},
+     "the judge itself matches an independent reference (anchor cases)", NULL},
     {NULL},
 };
 

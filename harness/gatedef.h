@@ -31,6 +31,13 @@ struct gate_setting {
     const char *doc;
 };
 
+struct ladder_gates;
+
+/* A gate's settings rules beyond each setting's bounds, decided from a cell's resolved settings
+ * and its mode alone (a combination that cannot run): 0 or ERR_INPUT with the reason. */
+typedef int (*gate_settings_check_fn)(const struct ladder_gates *g, const char *mode,
+                                      struct gate_err *err);
+
 struct gate_def {
     const char *name;
     const struct gate_setting *settings; /* terminated by a row with key NULL */
@@ -38,6 +45,10 @@ struct gate_def {
     int check_ran; /* the gate runs the subject: its metrics record what ran */
     int cell_gate; /* run on every cell (anchor is run per anchor case instead) */
     const char *proves;
+    /* NULL, or the oracle's own config check (the function its run calls before anything runs)
+     * over the config the run builds from the cell (ladder_*_config): ladder_load refuses a
+     * cell it rejects at file:line:col, so `gate run` never signs a FAIL for an input error */
+    gate_settings_check_fn check;
 };
 
 /* Every gate, cell gates first in the order `gate run` runs them; terminated by name NULL. */
@@ -45,6 +56,11 @@ extern const struct gate_def GATE_DEFS[];
 
 /* The row named name, or NULL. */
 const struct gate_def *gatedef_find(const char *name);
+
+/* Row d's settings check for a cell (g, mode): 0 when d has none, else d->check's status (a
+ * gate the cell does not run, consistency where the ladder does not name it, passes). */
+int gatedef_check(const struct gate_def *d, const struct ladder_gates *g, const char *mode,
+                  struct gate_err *err);
 
 /* The default of setting `key` of gate `gate` (its row); NaN when there is no such row. Commands
  * that run a gate outside a ladder (gate falsify) take their defaults here. */

@@ -9,7 +9,9 @@
 
 #include "harness/gatedef.h"
 #include "harness/identity.h"
+#include "oracles/consistency.h"
 #include "oracles/falsify.h"
+#include "oracles/throughput.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -766,6 +768,47 @@ unsigned ladder_falsify_proxy_kinds(const struct ladder_gates *g)
     return falsify_kinds_used(&g->falsify) & ~takes;
 }
 
+void ladder_throughput_config(const struct ladder_gates *g, struct throughput_config *t)
+{
+    throughput_config_default(t);
+    t->runs = g->runs;
+    t->warmup = g->warmup;
+    t->prompt_tokens = g->prompt_tokens;
+    t->decode_tokens = g->decode_tokens;
+    t->max_runs = g->max_runs;
+    t->max_seconds = g->max_seconds;
+    t->max_wait = g->max_wait;
+    t->check_positions = g->check_positions;
+    t->check_min_cosine = g->min_cosine;
+    t->check_near_tie = g->near_tie;
+    t->check_route_tie = g->route_tie;
+    t->min_prefill_tps = g->min_prefill_tps;
+    t->min_decode_tps = g->min_decode_tps;
+    t->baseline = g->baseline;
+    t->max_regression = g->max_regression;
+}
+
+void ladder_falsify_config(const struct ladder_gates *g, struct falsify_config *f)
+{
+    falsify_config_default(f);
+    ladder_parity_config(g, &f->parity);
+    f->parity.span = 0; /* falsify re-runs the subject per fault: the first `positions` only */
+    f->sweep_samples = g->sweep_samples;
+    f->min_detection = g->min_detection;
+    f->power_factor = g->power_factor;
+    f->power_layers = g->power_layers;
+    /* the kinds the engine cannot take: falsify by proxy, per kind, recorded as such */
+    f->proxy_kinds = ladder_falsify_proxy_kinds(g);
+}
+
+void ladder_consistency_config(const struct ladder_gates *g, struct consistency_config *c)
+{
+    consistency_config_default(c);
+    c->positions = g->cons_positions;
+    c->repeats = g->cons_repeats;
+    c->max_abs = g->cons_max_abs;
+}
+
 int ladder_falsify_by_proxy(const struct ladder_gates *g)
 {
     return ladder_falsify_proxy_kinds(g) != 0;
@@ -1290,6 +1333,17 @@ out:
     return rc;
 }
 
+/* The positions a cell's falsify gate judges, known from the ladder: parity.positions (falsify
+ * runs without the span) on the decode and prefill paths; -1 on the chat path (the conversation's
+ * length comes from the model). */
+static int cell_fault_positions(const struct ladder_cell *c)
+{
+    struct mode md;
+    if (mode_parse(c->mode, &md, NULL) || md.path == MODE_CHAT)
+        return -1;
+    return c->g.positions;
+}
+
 static int match_override(struct parse *p, yaml_node_t *match, const struct ladder_cell *c)
 {
     const struct ladder *l = p->l;
@@ -1380,36 +1434,36 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
                 goto out;
             }
         }
-        if (c->g.falsify.n != 0) {
-            /* a falsify gate with parity thresholds looser than the floor proves nothing */
-            struct gate_err fe = {0};
-            if (falsify_check_floor(&pc, &fe)) {
+        /* every gate's own settings check (the gate table's rows: the function its oracle runs
+         * first), so what would make the run error is refused here, never signed as a FAIL: a
+         * falsify gate whose parity is looser than the floor, max_runs below runs, a chat cell's
+         * throughput prompt shorter than its six turns, ... */
+        for (int k = 0; GATE_DEFS[k].name; k++) {
+            struct gate_err ge = {0};
+            if (gatedef_check(&GATE_DEFS[k], &c->g, c->mode, &ge)) {
                 char name[256];
                 rc = fail(p, gates, "cell %s: %s", ladder_cell_name(l, i, name, sizeof name),
-                          fe.msg);
+                          ge.msg);
                 goto out;
             }
-        }
-        if (c->g.max_runs < c->g.runs) { /* the throughput budget holds the first decision */
-            char name[256];
-            rc = fail(p, gates, "cell %s: throughput max_runs %d is below runs %d",
-                      ladder_cell_name(l, i, name, sizeof name), c->g.max_runs, c->g.runs);
-            goto out;
         }
         const struct ladder_model *m = &l->models[c->model];
         int moe = !strcmp(m->arch, "qwen3moe");
         if (c->g.falsify.n < 0) /* settled question 4: the fault table's default set */
             fault_default_set(moe, &c->g.falsify);
-        for (int k = 0; k < c->g.falsify.n; k++)
-            if (!moe && fault_is_routing(c->g.falsify.f[k].kind)) {
+        {
+            /* the run's fault rules with what the architecture alone decides (a routing fault
+             * or a router tensor on a dense model; a position scope past the judged positions);
+             * the model's layers and experts are checked by ladder_check_files */
+            struct gate_err fe = {0};
+            if (falsify_check_faults(&c->g.falsify, INT_MAX, moe, INT_MAX, 1,
+                                     cell_fault_positions(c), &fe)) {
                 char name[256];
-                rc = fail(p, gates,
-                          "cell %s: fault %s cannot apply to model '%s' (arch %s has"
-                          " no experts); override falsify for it",
-                          ladder_cell_name(l, i, name, sizeof name),
-                          fault_kind_name(c->g.falsify.f[k].kind), m->id, m->arch);
+                rc = fail(p, gates, "cell %s: model '%s' (arch %s): %s; override falsify for it",
+                          ladder_cell_name(l, i, name, sizeof name), m->id, m->arch, fe.msg);
                 goto out;
             }
+        }
     }
 out:
     return rc;
@@ -2035,16 +2089,28 @@ static void text_pos(const struct ladder *l, const char *needle, int *line, int 
     fclose(f);
 }
 
-/* The model's architecture from a GGUF file's metadata (tensor data is not read). */
-static int file_arch(const struct ladder_model *m, char *arch, size_t n, struct gate_err *err)
+/* The model's architecture from a GGUF file's metadata (tensor data is not read), and the shape
+ * the fault rules need: ARCH.block_count, ARCH.expert_used_count (0 when absent: a dense
+ * model). */
+static int file_arch(const struct ladder_model *m, char *arch, size_t n, uint32_t *n_layer,
+                     uint32_t *n_expert_used, struct gate_err *err)
 {
     struct gguf_file *g = NULL;
-    char *s = NULL;
+    char *s = NULL, key[96];
+    *n_layer = *n_expert_used = 0;
     int rc = gguf_open(&g, m->path, GGUF_OPEN_METADATA_ONLY, err);
     if (!rc)
         rc = gguf_get_str(g, "general.architecture", &s, err);
-    if (!rc)
+    if (!rc) {
         snprintf(arch, n, "%s", s);
+        snprintf(key, sizeof key, "%s.block_count", s);
+        rc = gguf_get_u32(g, key, n_layer, err);
+    }
+    if (!rc) {
+        snprintf(key, sizeof key, "%s.expert_used_count", s);
+        if (gguf_find_kv(g, key))
+            rc = gguf_get_u32(g, key, n_expert_used, err);
+    }
     free(s);
     gguf_close(g);
     return rc;
@@ -2053,6 +2119,10 @@ static int file_arch(const struct ladder_model *m, char *arch, size_t n, struct 
 int ladder_check_files(const struct ladder *l, struct gate_err *err)
 {
     int rc = 0;
+    /* each model's shape (from its synth preset or its file's metadata), for the fault rules */
+    uint32_t *shape = calloc((size_t)(l->n_models ? l->n_models : 1) * 2, sizeof *shape);
+    if (!shape)
+        return err_set(err, ERR_ENV, "out of memory checking the files of %s", l->path);
     for (int i = 0; !rc && i < l->n_models; i++) {
         const struct ladder_model *m = &l->models[i];
         if (m->synth) {
@@ -2079,6 +2149,8 @@ int ladder_check_files(const struct ladder *l, struct gate_err *err)
                             "%s:%d:3: model '%s': arch '%s' contradicts synth"
                             " preset '%s', which is %s",
                             l->path, m->line, m->id, m->arch, m->preset, model_arch_name(sp->arch));
+            if (sp)
+                shape[2 * i] = sp->n_layer, shape[2 * i + 1] = sp->n_expert_used;
             continue; /* written by gate run / gate golden record into .gate-cache/ */
         }
         struct stat st;
@@ -2089,7 +2161,7 @@ int ladder_check_files(const struct ladder *l, struct gate_err *err)
         }
         char arch[64] = "";
         struct gate_err fe = {0};
-        if (file_arch(m, arch, sizeof arch, &fe))
+        if (file_arch(m, arch, sizeof arch, &shape[2 * i], &shape[2 * i + 1], &fe))
             rc =
                 err_set(err, ERR_INPUT, "%s:%d:3: model '%s': %s", l->path, m->line, m->id, fe.msg);
         else if (strcmp(arch, m->arch))
@@ -2098,6 +2170,23 @@ int ladder_check_files(const struct ladder *l, struct gate_err *err)
                          " '%s', whose general.architecture is '%s'",
                          l->path, m->line, m->id, m->arch, m->path, arch);
     }
+    /* the falsify gate's fault rules (falsify_check_faults, the run's own) with the model's
+     * layers and experts: a scope or rank the model does not have is refused here, not signed */
+    for (int i = 0; !rc && i < l->n_cells; i++) {
+        const struct ladder_cell *c = &l->cells[i];
+        const struct ladder_model *m = &l->models[c->model];
+        const uint32_t nl = shape[2 * c->model], ne = shape[2 * c->model + 1];
+        struct gate_err fe = {0};
+        char name[256];
+        if (nl && falsify_check_faults(&c->g.falsify, (int)nl, ne > 0, ne ? (int)ne : INT_MAX, 1,
+                                       cell_fault_positions(c), &fe))
+            rc = err_set(err, ERR_INPUT,
+                         "%s:%d:%d: cell %s: model '%s' has %u layers and %u experts per token: %s;"
+                         " override falsify for it",
+                         l->path, c->line, c->col, ladder_cell_name(l, i, name, sizeof name), m->id,
+                         nl, ne, fe.msg);
+    }
+    free(shape);
     for (int i = 0; !rc && i < l->n_cells; i++) {
         const struct ladder_gates *g = &l->cells[i].g;
         struct stat st;

@@ -3,11 +3,11 @@
  *
  * Invariants after ladder_load() succeeds: every key was known, of the right type and unique;
  * every cell names defined models, hosts and modes from the fixed list every build knows;
- * no cell is the judge itself; parity runs >= 64 positions; every fault listed can apply to
- * the cell's model architecture; every model pins a SHA-256; a `kv: f16` cell names a backend
- * that offers an F16 KV cache (backend_offers_kv_f16). There is no "optional" and no "skip":
- * every expanded cell is required.
- * Start reading: struct ladder, then ladder_load().
+ * no cell is the judge itself; parity runs >= 64 positions; every gate's settings pass its
+ * oracle's config check (the gate table's row: gatedef_check); every fault listed can apply to
+ * the cell's model architecture and judged positions; every model pins a SHA-256; a `kv: f16` cell
+ * names a backend that offers an F16 KV cache (backend_offers_kv_f16). There is no "optional" and
+ * no "skip": every expanded cell is required. Start reading: struct ladder, then ladder_load().
  */
 #ifndef GATE_LADDER_H
 #define GATE_LADDER_H
@@ -218,6 +218,17 @@ const char *ladder_excluded_name(const struct ladder *l, int i, char *buf, int n
 /* The parity thresholds of g (the gate table's parity row, as the ladder set them). */
 struct parity_config;
 void ladder_parity_config(const struct ladder_gates *g, struct parity_config *p);
+
+/* The throughput, falsify and consistency configs of g, built once for `gate run` and for the
+ * gate table's checks at load (harness/gatedef.c): what the run hands its oracle is what the
+ * ladder check judged. The run adds only what is not the ladder's: threads, the parity seed,
+ * the baseline's receipt. */
+struct throughput_config;
+struct falsify_config;
+struct consistency_config;
+void ladder_throughput_config(const struct ladder_gates *g, struct throughput_config *t);
+void ladder_falsify_config(const struct ladder_gates *g, struct falsify_config *f);
+void ladder_consistency_config(const struct ladder_gates *g, struct consistency_config *c);
 
 /* The fault kinds the cell's falsify gate injects into the judge instead of the engine (falsify
  * by proxy, per kind; bit 1 << enum fault_kind each): for an exec engine, the kinds the gate uses

@@ -211,23 +211,8 @@ static json_t *gate_throughput(struct cell_ctx *x)
     struct gate_err err = {0};
     const struct ladder_gates *lg = &x->c->g;
     struct throughput_config cfg;
-    throughput_config_default(&cfg);
-    cfg.runs = lg->runs;
-    cfg.warmup = lg->warmup;
-    cfg.prompt_tokens = lg->prompt_tokens;
-    cfg.decode_tokens = lg->decode_tokens;
-    cfg.max_runs = lg->max_runs;
-    cfg.max_seconds = lg->max_seconds;
-    cfg.max_wait = lg->max_wait;
-    cfg.check_positions = lg->check_positions;
-    cfg.check_min_cosine = lg->min_cosine;
-    cfg.check_near_tie = lg->near_tie;
-    cfg.check_route_tie = lg->route_tie;
+    ladder_throughput_config(lg, &cfg); /* as the gate table's row checked it at load */
     cfg.n_threads = x->o->threads;
-    cfg.min_prefill_tps = lg->min_prefill_tps;
-    cfg.min_decode_tps = lg->min_decode_tps;
-    cfg.baseline = lg->baseline;
-    cfg.max_regression = lg->max_regression;
     mode_ran_begin(&x->ran);
     json_t *base = NULL;
     if (lg->baseline[0]) { /* issue 27 §2: this host's earlier receipt of the cell, or a pin */
@@ -263,17 +248,11 @@ static json_t *gate_falsify(struct cell_ctx *x)
 {
     struct gate_err err = {0};
     struct falsify_config cfg;
-    falsify_config_default(&cfg);
-    ladder_parity_config(&x->c->g, &cfg.parity);
+    /* as the gate table's row checked it at load; proxy_kinds: the kinds the engine cannot
+     * take, falsified by proxy. The run's own verdict (its line below) judges with the cell's
+     * engine, as the release check does */
+    ladder_falsify_config(&x->c->g, &cfg);
     cfg.parity.seed = cell_seed(x->name);
-    cfg.parity.span = 0; /* falsify re-runs the subject per fault: the first `positions` only */
-    cfg.sweep_samples = x->c->g.sweep_samples;
-    cfg.min_detection = x->c->g.min_detection;
-    cfg.power_factor = x->c->g.power_factor;
-    cfg.power_layers = x->c->g.power_layers;
-    /* the kinds the engine cannot take: falsify by proxy, per kind, recorded as such; the run's
-     * own verdict (its line below) judges with the cell's engine, as the release check does */
-    cfg.proxy_kinds = ladder_falsify_proxy_kinds(&x->c->g);
     json_t *settings = ladder_gate_settings(&x->c->g, "falsify");
     cfg.engine = json_object_get(settings, "engine");
     struct falsify_result fr;
@@ -296,8 +275,8 @@ static json_t *gate_falsify(struct cell_ctx *x)
 static json_t *gate_consistency(struct cell_ctx *x)
 {
     struct gate_err err = {0};
-    struct consistency_config cfg = {x->c->g.cons_positions, x->c->g.cons_repeats,
-                                     x->c->g.cons_max_abs};
+    struct consistency_config cfg;
+    ladder_consistency_config(&x->c->g, &cfg);
     json_t *metrics = NULL;
     mode_ran_begin(&x->ran);
     if (consistency_run(x->m, &x->mode, &cfg, x->o->threads, &metrics, &err))

@@ -38,6 +38,11 @@ struct consistency_config {
 
 void consistency_config_default(struct consistency_config *c);
 
+/* The settings rules consistency_run() checks first, known without a model: positions >= 16,
+ * repeats >= 1, max_abs >= 0. 0 or ERR_INPUT. The gate table's consistency row calls it at
+ * ladder load. */
+int consistency_config_check(const struct consistency_config *cfg, struct gate_err *err);
+
 /* Run every variant of mode's backend on m (mode's KV cache type and engine; n_threads for the
  * reference and the non-thread variants) and write *metrics (new reference): the backend's
  * declared invariances, and per variant its name, max_abs difference from the reference, the

@@ -78,6 +78,24 @@ static int by_proxy(const struct falsify_config *cfg, enum fault_kind k)
     return (int)((cfg->proxy_kinds >> k) & 1u);
 }
 
+int falsify_config_check(const struct falsify_config *cfg, struct gate_err *err)
+{
+    int rc = falsify_check_floor(&cfg->parity, err);
+    if (!rc && (cfg->sweep_samples < 0 ||
+                !(cfg->min_detection >= FALSIFY_MIN_DETECTION_FLOOR && cfg->min_detection <= 1)))
+        rc = err_set(err, ERR_INPUT,
+                     "falsify: sweep_samples %d must be >= 0 and min_detection %g in [%g, 1] (a"
+                     " detection floor of 0 cannot fail: it proves nothing)",
+                     cfg->sweep_samples, cfg->min_detection, FALSIFY_MIN_DETECTION_FLOOR);
+    if (!rc && (!(cfg->power_factor > 1 && cfg->power_factor <= FALSIFY_POWER_FACTOR_MAX) ||
+                cfg->power_layers < 1))
+        rc = err_set(err, ERR_INPUT,
+                     "falsify: power_factor %g must be in (1, %g] and power_layers %d >= 1 (the"
+                     " power probe: thresholds that cannot see a small scale error prove little)",
+                     cfg->power_factor, FALSIFY_POWER_FACTOR_MAX, cfg->power_layers);
+    return rc;
+}
+
 void falsify_default_faults(const struct model *m, struct fault_set *out)
 {
     fault_default_set(m->hp.n_expert > 0, out); /* the fault kind table's default column */
@@ -88,20 +106,36 @@ void falsify_default_faults(const struct model *m, struct fault_set *out)
     out->n = k;
 }
 
-static int check_faults(const struct model *m, const struct fault_set *faults, struct gate_err *err)
+int falsify_check_faults(const struct fault_set *faults, int n_layer, int is_moe, int n_expert_used,
+                         int has_qk_norm, int n_pos, struct gate_err *err)
 {
-    const struct model_hparams *hp = &m->hp;
     if (!faults || faults->n == 0)
         return err_set(err, ERR_INPUT,
                        "falsify needs at least one fault (an empty list proves"
                        " nothing)");
-    for (int i = 0; i < faults->n; i++)
-        if (faults->f[i].kind == FAULT_SKIP_QK_NORM && !model_has_qk_norm(m))
+    for (int i = 0; i < faults->n; i++) {
+        const struct fault_spec *f = &faults->f[i];
+        if (f->kind == FAULT_SKIP_QK_NORM && !has_qk_norm)
             return err_set(err, ERR_INPUT,
-                           "fault 'skip_qk_norm' cannot apply: this %s model has"
-                           " no per-head Q/K norm",
-                           model_arch_name(hp->arch));
-    return fault_validate(faults, (int)hp->n_layer, hp->n_expert > 0, (int)hp->n_expert_used, err);
+                           "fault 'skip_qk_norm' cannot apply: this model has"
+                           " no per-head Q/K norm");
+        if (n_pos > 0 && f->pos_lo >= n_pos) {
+            char name[128];
+            fault_format(f, name, sizeof name);
+            return err_set(err, ERR_INPUT,
+                           "fault '%s': position scope starts at %d but the cell judges %d"
+                           " positions (0-%d): it can never fire",
+                           name, f->pos_lo, n_pos, n_pos - 1);
+        }
+    }
+    return fault_validate(faults, n_layer, is_moe, n_expert_used, err);
+}
+
+static int check_faults(const struct model *m, const struct fault_set *faults, struct gate_err *err)
+{
+    const struct model_hparams *hp = &m->hp;
+    return falsify_check_faults(faults, (int)hp->n_layer, hp->n_expert > 0, (int)hp->n_expert_used,
+                                model_has_qk_norm(m), -1, err);
 }
 
 void falsify_result_free(struct falsify_result *r)
@@ -403,19 +437,7 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
     mode_format(mode, out->mode, sizeof out->mode);
     int rc = check_faults(m, faults, err);
     if (!rc)
-        rc = falsify_check_floor(&cfg->parity, err);
-    if (!rc && (cfg->sweep_samples < 0 ||
-                !(cfg->min_detection >= FALSIFY_MIN_DETECTION_FLOOR && cfg->min_detection <= 1)))
-        rc = err_set(err, ERR_INPUT,
-                     "falsify: sweep_samples %d must be >= 0 and min_detection %g in [%g, 1] (a"
-                     " detection floor of 0 cannot fail: it proves nothing)",
-                     cfg->sweep_samples, cfg->min_detection, FALSIFY_MIN_DETECTION_FLOOR);
-    if (!rc && (!(cfg->power_factor > 1 && cfg->power_factor <= FALSIFY_POWER_FACTOR_MAX) ||
-                cfg->power_layers < 1))
-        rc = err_set(err, ERR_INPUT,
-                     "falsify: power_factor %g must be in (1, %g] and power_layers %d >= 1 (the"
-                     " power probe: thresholds that cannot see a small scale error prove little)",
-                     cfg->power_factor, FALSIFY_POWER_FACTOR_MAX, cfg->power_layers);
+        rc = falsify_config_check(cfg, err);
     out->is_moe = m->hp.n_expert > 0;
     out->kinds_used = falsify_kinds_used(faults);
     out->proxy_kinds = cfg->proxy_kinds & out->kinds_used;

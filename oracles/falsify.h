@@ -94,6 +94,22 @@ void falsify_config_default(struct falsify_config *c);
  * invalid: parity_config_check). The ladder check calls this too. */
 int falsify_check_floor(const struct parity_config *p, struct gate_err *err);
 
+/* The fault list's rules for a model of that shape, the ones falsify_run() checks first: at
+ * least one fault; skip_qk_norm only where the model has per-head Q/K norms; fault_validate()
+ * (routing faults on MoE only, layer scopes inside n_layer, ranks below n_expert_used, scale
+ * tensors the model has); with n_pos > 0, every position scope starting inside the n_pos judged
+ * positions. `gate ladder check` calls it with what it knows: at load the architecture alone
+ * (n_layer and n_expert_used INT_MAX), then the model file's or synth preset's shape. 0 or
+ * ERR_INPUT naming the fault. */
+int falsify_check_faults(const struct fault_set *faults, int n_layer, int is_moe, int n_expert_used,
+                         int has_qk_norm, int n_pos, struct gate_err *err);
+
+/* The settings rules falsify_run() checks before it runs anything, known without a model:
+ * falsify_check_floor() on cfg->parity, sweep_samples >= 0, min_detection in
+ * [FALSIFY_MIN_DETECTION_FLOOR, 1], power_factor in (1, FALSIFY_POWER_FACTOR_MAX], power_layers
+ * >= 1. 0 or ERR_INPUT naming the value. The gate table's falsify row calls it at ladder load. */
+int falsify_config_check(const struct falsify_config *cfg, struct gate_err *err);
+
 /* The settings object falsify_judge reads, from faults and cfg (keys as the ladder records
  * them: faults, parity, sweep_samples, min_detection, power_factor, power_layers; a copy of
  * cfg->engine as "engine", else cfg->proxy_kinds as "proxy_kinds" (kind names) when not 0; new

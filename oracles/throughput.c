@@ -799,6 +799,26 @@ static int cmp_int(const void *a, const void *b)
     return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
 }
 
+int throughput_config_check(const struct throughput_config *cfg, enum mode_path path,
+                            struct gate_err *err)
+{
+    const int P = cfg->prompt_tokens, D = cfg->decode_tokens, C = cfg->check_positions;
+    if (cfg->runs < 1 || cfg->max_runs < cfg->runs || cfg->max_runs > THROUGHPUT_MAX_RUNS ||
+        cfg->warmup < 0 || P < 1 || D < 1 || C < 0 || C > THROUGHPUT_MAX_CHECKS ||
+        !(cfg->max_seconds > 0))
+        return err_set(err, ERR_INPUT,
+                       "throughput: runs %d (>= 1) and max_runs %d (runs to %d), warmup %d (>= 0),"
+                       " prompt %d and decode %d tokens (>= 1), check_positions %d (0-%d) and"
+                       " max_seconds %g (> 0) are required",
+                       cfg->runs, cfg->max_runs, THROUGHPUT_MAX_RUNS, cfg->warmup, P, D, C,
+                       THROUGHPUT_MAX_CHECKS, cfg->max_seconds);
+    if (path == MODE_CHAT && P < THROUGHPUT_CHAT_TURNS)
+        return err_set(err, ERR_INPUT,
+                       "throughput: the chat path needs prompt_tokens >= %d (six turns), got %d",
+                       THROUGHPUT_CHAT_TURNS, P);
+    return 0;
+}
+
 int throughput_gate(const struct model *m, const struct mode *mode,
                     const struct throughput_config *cfg, struct throughput_result *out,
                     struct gate_err *err)
@@ -821,19 +841,8 @@ int throughput_gate(const struct model *m, const struct mode *mode,
     memset(out, 0, sizeof *out);
     out->verdict = GATE_FAIL;
     mode_format(mode, out->mode, sizeof out->mode);
-    if (cfg->runs < 1 || cfg->max_runs < cfg->runs || cfg->max_runs > THROUGHPUT_MAX_RUNS ||
-        cfg->warmup < 0 || P < 1 || D < 1 || C < 0 || C > THROUGHPUT_MAX_CHECKS ||
-        !(cfg->max_seconds > 0))
-        return err_set(err, ERR_INPUT,
-                       "throughput: runs %d (>= 1) and max_runs %d (runs to %d), warmup %d (>= 0),"
-                       " prompt %d and decode %d tokens (>= 1), check_positions %d (0-%d) and"
-                       " max_seconds %g (> 0) are required",
-                       cfg->runs, cfg->max_runs, THROUGHPUT_MAX_RUNS, cfg->warmup, P, D, C,
-                       THROUGHPUT_MAX_CHECKS, cfg->max_seconds);
-    if (mode->path == MODE_CHAT && P < THROUGHPUT_CHAT_TURNS)
-        return err_set(err, ERR_INPUT,
-                       "throughput: the chat path needs prompt_tokens >= %d (six turns), got %d",
-                       THROUGHPUT_CHAT_TURNS, P);
+    if ((rc = throughput_config_check(cfg, mode->path, err)))
+        return rc;
     for (int i = 0; i < THROUGHPUT_CHAT_TURNS; i++)
         turn_ends[i] = (int)((long)P * (i + 1) / THROUGHPUT_CHAT_TURNS);
     switch (mode->path) {

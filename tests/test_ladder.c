@@ -144,7 +144,29 @@ static const struct bad_case BAD[] = {
     {"routing_fault_on_dense",
      HEAD "cells: [{model: d, host: local, mode: ref.decode}]\n"
           "gates: {defaults: {falsify: [wrong_expert]}}\n",
-     "fault wrong_expert cannot apply to model 'd' (arch qwen3 has no experts)"},
+     "cell d/local/ref.decode: model 'd' (arch qwen3): fault 'wrong_expert' cannot fire: it needs"
+     " an MoE model and this model is dense (no router); override falsify for it"},
+    /* issue 24: what the run's own checks refuse is refused at load, by those checks */
+    {"router_tensor_on_dense",
+     HEAD "cells: [{model: d, host: local, mode: ref.decode}]\n"
+          "gates: {defaults: {falsify: ['scale:tensor=ffn_gate_inp,factor=1.5']}}\n",
+     "model 'd' (arch qwen3): fault 'scale:tensor=ffn_gate_inp,factor=1.5': tensor ffn_gate_inp"
+     " does not exist in this dense model"},
+    {"fault_past_the_judged_positions",
+     HEAD
+     "cells: [{model: m, host: local, mode: ref.decode}]\n"
+     "gates: {defaults: {parity: {positions: 64}, falsify: ['skip_qk_norm:positions=64-80']}}\n",
+     "fault 'skip_qk_norm:positions=64-80': position scope starts at 64 but the cell judges 64"
+     " positions (0-63): it can never fire"},
+    {"chat_throughput_prompt_shorter_than_its_turns",
+     HEAD "cells: [{model: m, host: local, mode: ref.chat}]\n"
+          "gates: {defaults: {throughput: {prompt_tokens: 5}}}\n",
+     "cell m/local/ref.chat: throughput: the chat path needs prompt_tokens >= 6 (six turns), got "
+     "5"},
+    {"max_runs_below_runs",
+     HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+          "gates: {defaults: {throughput: {runs: 8, max_runs: 6}}}\n",
+     "cell m/local/ref.decode: throughput: runs 8 (>= 1) and max_runs 6 (runs to 200)"},
     {"unknown_fault",
      HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
           "gates: {defaults: {falsify: [flip_bits]}}\n",
@@ -861,7 +883,42 @@ Test(ladder_files, a_moe_preset_declared_qwen3_is_an_arch_mismatch_not_a_fault_p
                   strstr(err.msg, "arch 'qwen3' contradicts synth preset 'tiny-moe', which is"
                                   " qwen3moe"),
               "%s", err.msg);
-    cr_expect(!strstr(err.msg, "cannot apply"), "%s", err.msg);
+    cr_expect(!strstr(err.msg, "cannot fire"), "%s", err.msg);
+}
+
+/* The falsify gate's fault rules with the model's shape (issue 24): a layer scope or a rank the
+ * model does not have made falsify_run refuse and `gate run` sign a FAIL; ladder check reads the
+ * shape (the file's metadata, the synth preset) and refuses with the run's own check. */
+Test(ladder_files, a_fault_scope_the_model_does_not_have_is_refused_with_its_shape)
+{
+    struct gate_err err = {0};
+    cr_expect_eq(check_files("release: {name: r, version: '1'}\nmodels:\n"
+                             "  m: {path: moe.gguf, sha256: " MOE_SHA
+                             ", arch: qwen3moe}\n" FILES_TAIL
+                             "gates:\n  defaults:\n    falsify: ['wrong_expert:layers=1-5']\n",
+                             &err),
+                 ERR_INPUT);
+    cr_expect(strstr(err.msg, "files.yaml:7:47: cell m/local/ref.decode: model 'm' has 2 layers and"
+                              " 2 experts per token: fault 'wrong_expert:layers=1-5': layer scope"
+                              " 1-5 does not exist"),
+              "%s", err.msg);
+    err_clear(&err);
+    cr_expect_eq(check_files("release: {name: r, version: '1'}\nmodels:\n"
+                             "  m: {synth: {preset: tiny-moe, quant: Q4_K_M}, sha256: " MOE_SHA
+                             ", arch: qwen3moe}\n" FILES_TAIL
+                             "gates:\n  defaults:\n    falsify: ['dropped_expert:rank=2']\n",
+                             &err),
+                 ERR_INPUT);
+    cr_expect(strstr(err.msg, "model 'm' has 4 layers and 2 experts per token: fault") &&
+                  strstr(err.msg, "rank 2 does not exist (the model selects 2 experts, ranks 0-1)"),
+              "%s", err.msg);
+    err_clear(&err); /* within the shape: accepted */
+    cr_expect_eq(
+        check_files("release: {name: r, version: '1'}\nmodels:\n"
+                    "  m: {path: moe.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n" FILES_TAIL
+                    "gates:\n  defaults:\n    falsify: ['dropped_expert:rank=1,layers=1']\n",
+                    &err),
+        0, "%s", err.msg);
 }
 
 Test(ladder_files, a_missing_goldens_file_is_refused_with_its_position)
