@@ -258,3 +258,55 @@ Test(gates, every_setting_has_its_default_from_the_table)
         }
     cr_expect(gatedef_find("parity") && gatedef_find("anchor") && !gatedef_find("nope"));
 }
+
+/* Issue 24: a value the gate table accepts is never one the gate's run refuses. For every row
+ * with an oracle config check and every numeric setting, the check passes with that setting at
+ * its row's lower and upper bound (the others at their defaults; the one cross rule inside a
+ * row, throughput's runs <= max_runs, kept). A row whose bound is wider than its oracle's
+ * (throughput runs up to 1000 against the oracle's 64 was the defect) fails here, not as a
+ * signed FAIL at run time. The chat path's own rule (prompt_tokens >= 6) is a mode rule checked
+ * at load (test_ladder). */
+Test(gates, every_bound_of_a_row_is_a_value_its_oracle_accepts)
+{
+    int n_checked = 0;
+    for (int i = 0; GATE_DEFS[i].name; i++) {
+        const struct gate_def *d = &GATE_DEFS[i];
+        if (!d->check)
+            continue;
+        for (const struct gate_setting *s = d->settings; s->key; s++) {
+            if (s->type != GS_INT && s->type != GS_NUM)
+                continue;
+            for (int end = 0; end < 2; end++) {
+                struct ladder_gates g;
+                memset(&g, 0, sizeof g);
+                for (int k = 0; GATE_DEFS[k].name; k++)
+                    for (const struct gate_setting *t = GATE_DEFS[k].settings; t->key; t++) {
+                        char *f = (char *)&g + t->offset;
+                        if (t->type == GS_INT)
+                            *(int *)f = (int)t->dflt;
+                        else if (t->type == GS_NUM)
+                            *(double *)f = t->dflt;
+                    }
+                g.consistency = 1;
+                const double v = end ? s->hi : s->lo;
+                char *f = (char *)&g + s->offset;
+                if (s->type == GS_INT)
+                    *(int *)f = (int)v;
+                else
+                    *(double *)f = v;
+                if (!strcmp(d->name, "throughput") && !strcmp(s->key, "runs") &&
+                    g.max_runs < g.runs)
+                    g.max_runs = g.runs;
+                if (!strcmp(d->name, "throughput") && !strcmp(s->key, "max_runs") &&
+                    g.runs > g.max_runs)
+                    g.runs = g.max_runs;
+                struct gate_err err = {0};
+                cr_expect_eq(gatedef_check(d, &g, "ref.decode", &err), 0,
+                             "%s.%s = %g (the row's %s bound) is refused by the gate's run: %s",
+                             d->name, s->key, v, end ? "upper" : "lower", err.msg);
+                n_checked++;
+            }
+        }
+    }
+    cr_expect_gt(n_checked, 30, "only %d bounds checked", n_checked);
+}
