@@ -45,10 +45,13 @@ static const struct backend_entry {
      * sets it can be asked to run (backend_set_isa), all giving the same bits */
     int bitwise, threads;
     const char *isas;
+    /* the 16-bit precisions its batched projections can run (backend_config.prefill; "" none:
+     * F32 only): a cell's `prefill:`, recorded as what ran (base.prefill) */
+    const char *prefills;
 } BACKENDS[] = {
-    {"cuda", CUDA_OPS, 1, 0, 0, 0, ""},
-    {"cpu", &backend_cpu_ops, 0, 1, 1, 1, "portable,avx2,avx512"},
-    {"ref", &backend_ref_ops, 0, 0, 1, 1, ""},
+    {"cuda", CUDA_OPS, 1, 1, 0, 0, "", "f16,bf16"},
+    {"cpu", &backend_cpu_ops, 0, 1, 1, 1, "portable,avx2,avx512", ""},
+    {"ref", &backend_ref_ops, 0, 0, 1, 1, "", ""},
 };
 #define N_BACKENDS (int)(sizeof BACKENDS / sizeof BACKENDS[0])
 
@@ -80,6 +83,20 @@ int backend_offers_kv_f16(const char *name)
 {
     const int i = backend_index(name);
     return i >= 0 && BACKENDS[i].kv_f16;
+}
+
+int backend_offers_prefill(const char *name, const char *p)
+{
+    const int i = backend_index(name);
+    if (i < 0 || !p || !*p)
+        return 0;
+    for (const char *s = BACKENDS[i].prefills; *s;) {
+        const size_t len = strcspn(s, ",");
+        if (len == strlen(p) && !strncmp(s, p, len))
+            return 1;
+        s += len + (s[len] == ',');
+    }
+    return 0;
 }
 
 void backend_invariants(const char *name, struct backend_invariants *out)
@@ -196,8 +213,16 @@ int backend_open(struct backend **out, const char *name, const struct model *m,
     b->taps = NULL;
     b->forwards = b->tokens = 0;
     if (cfg && cfg->kv_f16 && !b->kv_f16) {
-        rc = err_set(err, ERR_INPUT, "backend %s has no F16 KV cache (kv f16 is a cpu option)",
-                     name);
+        rc = err_set(err, ERR_INPUT, "backend %s has no F16 KV cache", name);
+        ops->close(b);
+        *out = NULL;
+        return rc;
+    }
+    /* the precision asked for is the one the backend says it runs: never a silent F32 */
+    const char *want_pf = cfg && cfg->prefill && *cfg->prefill ? cfg->prefill : "f32";
+    if (strcmp(want_pf, b->prefill[0] ? b->prefill : "f32")) {
+        rc = err_set(err, ERR_INPUT, "backend %s runs its batched projections in %s, not %s", name,
+                     b->prefill[0] ? b->prefill : "f32", want_pf);
         ops->close(b);
         *out = NULL;
         return rc;

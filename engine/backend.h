@@ -35,6 +35,9 @@ struct backend_config {
                  * backend_open refuses the others: no silent fallback); 0 = F32 */
     struct exec_session *exec; /* the exec backend's engine child (engine/exec.h; borrowed, shared
                                 * by the backends of one cell); NULL for every other backend */
+    const char *prefill;       /* the batched projections' precision: NULL or "" = f32; "f16" or
+                                * "bf16" (backends whose row offers it; backend_open refuses the others:
+                                * no silent fallback) */
     const char *emulate;       /* ref only: the roundings it emulates (GATE_REF_EMULATE's list, e.g.
                                 * "kv-f16"); NULL = the environment's; "" = none (every judge) */
 };
@@ -129,7 +132,8 @@ struct backend {
     int tap_n, tap_off;        /* tokens of the current backend_forward call; this chunk's offset */
     uint64_t forwards, tokens; /* counters kept by backend_forward */
     int kv_f16;                /* set by open: the KV cache is F16 (backend_config.kv_f16) */
-    char isa[16]; /* set by open: the instruction set its kernels run ("" = none selectable) */
+    char isa[16];    /* set by open: the instruction set its kernels run ("" = none selectable) */
+    char prefill[8]; /* set by open: its batched projections' precision ("" = f32; "f16", "bf16") */
 };
 
 /* ---- the list of backends ------------------------------------------------------------------ */
@@ -145,6 +149,10 @@ int backend_is_device(const char *name);
  * refuse it at open): the ladder's `kv: f16` check. Known for every backend of the list, compiled
  * in or not; 0 for an unknown name and for "exec". */
 int backend_offers_kv_f16(const char *name);
+
+/* 1 when the backend's open honours backend_config.prefill = p ("f16", "bf16"): its row's
+ * prefills, the same in every build (a ladder's `prefill:` is judged the same everywhere). */
+int backend_offers_prefill(const char *name, const char *p);
 
 /* The invariances backend `name` declares in its row of the list (an unknown name, "exec"
  * included, declares none: all 0, isas ""): what the consistency gate holds it to. */

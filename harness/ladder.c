@@ -981,7 +981,8 @@ static int cell_mode_index(const struct ladder *l, const char *mode)
     return mode_index(&m);
 }
 
-/* The index of an identity setting's value among its few values (kv: 2, isa: 4), for seen_add. */
+/* The index of the identity settings' values among their few (kv 2 x isa 4 x prefill 3), for
+ * seen_add. */
 static uint32_t variant_index(const struct cell_variant *v)
 {
     static const char *const isas[] = {"", "portable", "avx2", "avx512"};
@@ -989,7 +990,8 @@ static uint32_t variant_index(const struct cell_variant *v)
     for (uint32_t i = 0; i < 4; i++)
         if (!strcmp(v->isa, isas[i]))
             isa = i;
-    return (uint32_t)(v->kv == KV_F16) * 4u + isa;
+    const uint32_t pf = !v->prefill[0] ? 0 : !strcmp(v->prefill, "f16") ? 1 : 2;
+    return ((uint32_t)(v->kv == KV_F16) * 4u + isa) * 3u + pf;
 }
 
 /* Record cell (model, host, mode, v) from line `line`; a cell met twice is an error at `at`.
@@ -1003,7 +1005,7 @@ static int seen_add(struct parse *p, struct cell_seen *s, yaml_node_t *at, int m
                    (((uint32_t)model * (uint32_t)l->n_hosts + (uint32_t)host) *
                         (uint32_t)(mode_count() + 3 * l->n_engines) +
                     (uint32_t)cell_mode_index(l, mode)) *
-                       8u +
+                       24u +
                    variant_index(v);
     uint32_t i = (key * 2654435761u) >> 18; /* 14 bits: CELL_SLOTS */
     for (; s->key[i]; i = (i + 1) & (CELL_SLOTS - 1)) {
@@ -1170,6 +1172,41 @@ static int parse_isa(struct parse *p, yaml_node_t *v, const char *what, char *is
     return 0;
 }
 
+/* A `prefill` value (a cells entry's, or an override match's): f32 (the default, recorded as
+ * nothing), f16 or bf16. */
+static int parse_prefill(struct parse *p, yaml_node_t *v, const char *what, char *out, size_t n)
+{
+    const char *t = scalar(v);
+    if (!t || (strcmp(t, "f32") && !cell_prefill_known(t)))
+        return fail(p, v,
+                    "%s must be f32, f16 or bf16 (the batched projections' precision), not"
+                    " %s%s%s",
+                    what, t ? "'" : "", t ? t : kind(v), t ? "'" : "");
+    snprintf(out, n, "%s", strcmp(t, "f32") ? t : "");
+    return 0;
+}
+
+/* A 16-bit `prefill:` cell must name a backend whose row offers that precision
+ * (backend_offers_prefill, the same in every build): any other is refused here rather than
+ * run in F32 under a 16-bit name. */
+static int check_prefill(struct parse *p, yaml_node_t *at, int model, int host, const char *mode,
+                         const char *pf)
+{
+    struct mode m;
+    if (mode_parse(mode, &m, NULL) || (!m.engine[0] && backend_offers_prefill(m.backend, pf)))
+        return 0;
+    char offer[96] = "";
+    for (int i = 0; i < backend_count(); i++)
+        if (backend_offers_prefill(backend_name(i), pf))
+            snprintf(offer + strlen(offer), sizeof offer - strlen(offer), "%s%s",
+                     offer[0] ? ", " : "", backend_name(i));
+    return fail(p, at,
+                "cell %s/%s/%s: prefill: %s, but backend '%s' runs its batched projections in F32"
+                " only (%s offer %s); a 16-bit cell is refused, never run as F32",
+                p->l->models[model].id, p->l->hosts[host].id, mode, pf,
+                m.engine[0] ? "exec" : m.backend, offer[0] ? offer : "none", pf);
+}
+
 /* An `isa:` cell must name a backend that declares the instruction set among its selectable
  * ones (engine/backend.c's row, the same in every build): any other is refused here rather than
  * run on whatever the host picks. Whether this host can run it is the run's question. */
@@ -1217,8 +1254,8 @@ static int check_kv(struct parse *p, yaml_node_t *at, int model, int host, const
 
 static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
 {
-    static const char *const keys[] = {"models", "hosts", "modes", "exclude", "model",
-                                       "host",   "mode",  "kv",    "isa",     NULL};
+    static const char *const keys[] = {"models", "hosts", "modes", "exclude", "model", "host",
+                                       "mode",   "kv",    "isa",   "prefill", NULL};
     static const char *const xkeys[] = {"model", "host", "mode", "reason", NULL};
     yaml_node_t *e, *x;
     struct cell_seen *seen = NULL;
@@ -1251,10 +1288,12 @@ static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
             (rc = need(p, e, ok, "a cells entry", &v)) ||
             (rc = id_list(p, v, ok, 2, modes, oi, oa, &no, 64)))
             goto out;
-        struct cell_variant cv = {KV_F32, ""};
-        yaml_node_t *kvn = get(p, e, "kv"), *isan = get(p, e, "isa");
+        struct cell_variant cv = {KV_F32, "", ""};
+        yaml_node_t *kvn = get(p, e, "kv"), *isan = get(p, e, "isa"), *pfn = get(p, e, "prefill");
         if ((kvn && (rc = parse_kv(p, kvn, "a cells entry's kv", &cv.kv))) ||
-            (isan && (rc = parse_isa(p, isan, "a cells entry's isa", cv.isa, sizeof cv.isa))))
+            (isan && (rc = parse_isa(p, isan, "a cells entry's isa", cv.isa, sizeof cv.isa))) ||
+            (pfn && (rc = parse_prefill(p, pfn, "a cells entry's prefill", cv.prefill,
+                                        sizeof cv.prefill))))
             goto out;
         if (!matrix && get(p, e, "exclude")) {
             rc = fail(p, get(p, e, "exclude"), "'exclude' belongs to a matrix entry");
@@ -1315,6 +1354,8 @@ static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
                     int host = ladder_find_host(p->l, hi[b]);
                     if ((cv.kv == KV_F16 && (rc = check_kv(p, kvn, model, host, oi[c]))) ||
                         (cv.isa[0] && (rc = check_isa(p, isan, model, host, oi[c], cv.isa))) ||
+                        (cv.prefill[0] &&
+                         (rc = check_prefill(p, pfn, model, host, oi[c], cv.prefill))) ||
                         (rc = seen_add(p, seen, skip < 0 ? oa[c] : exs[skip], model, host, oi[c],
                                        &cv, skip >= 0)) ||
                         (rc = skip < 0 ? add_cell(p, oa[c], model, host, oi[c], &cv)
@@ -1348,10 +1389,14 @@ static int match_override(struct parse *p, yaml_node_t *match, const struct ladd
 {
     const struct ladder *l = p->l;
     /* an isa match names a cell's `isa`; a cell without one matches no isa */
-    const char *want[5] = {l->models[c->model].id, l->hosts[c->host].id, c->mode,
-                           kv_type_name(c->v.kv), c->v.isa};
-    const char *keys[5] = {"model", "host", "mode", "kv", "isa"};
-    for (int i = 0; i < 5; i++) {
+    const char *want[6] = {l->models[c->model].id,
+                           l->hosts[c->host].id,
+                           c->mode,
+                           kv_type_name(c->v.kv),
+                           c->v.isa,
+                           c->v.prefill[0] ? c->v.prefill : "f32"};
+    const char *keys[6] = {"model", "host", "mode", "kv", "isa", "prefill"};
+    for (int i = 0; i < 6; i++) {
         yaml_node_t *v = get(p, match, keys[i]);
         if (v && strcmp(scalar(v), want[i]))
             return 0;
@@ -1362,7 +1407,7 @@ static int match_override(struct parse *p, yaml_node_t *match, const struct ladd
 static int parse_gates(struct parse *p, yaml_node_t *gates)
 {
     static const char *const keys[] = {"defaults", "overrides", NULL};
-    static const char *const mkeys[] = {"model", "host", "mode", "kv", "isa", NULL};
+    static const char *const mkeys[] = {"model", "host", "mode", "kv", "isa", "prefill", NULL};
     struct ladder *l = p->l;
     struct ladder_gates base;
     yaml_node_t *d, *o, *it;
@@ -1392,11 +1437,14 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
                                     mkeys[k], scalar(v) ? scalar(v) : "?");
                 }
                 enum kv_type kv_unused;
-                char isa_unused[16];
-                yaml_node_t *mkv = get(p, m, "kv"), *misa = get(p, m, "isa");
+                char isa_unused[16], pf_unused[8];
+                yaml_node_t *mkv = get(p, m, "kv"), *misa = get(p, m, "isa"),
+                            *mpf = get(p, m, "prefill");
                 if ((mkv && (rc = parse_kv(p, mkv, "an override's match kv", &kv_unused))) ||
                     (misa && (rc = parse_isa(p, misa, "an override's match isa", isa_unused,
-                                             sizeof isa_unused))))
+                                             sizeof isa_unused))) ||
+                    (mpf && (rc = parse_prefill(p, mpf, "an override's match prefill", pf_unused,
+                                                sizeof pf_unused))))
                     goto out;
             }
         }

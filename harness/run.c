@@ -398,6 +398,7 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     if (!rc)
         rc = mode_parse(x.c->mode, &x.mode, &err);
     x.mode.kv_f16 = x.c->v.kv == KV_F16; /* every gate's subject opens with the cell's KV cache */
+    snprintf(x.mode.prefill, sizeof x.mode.prefill, "%s", x.c->v.prefill); /* and precision */
     /* ... and runs the cell's instruction set: held for the whole cell, the host's default
      * restored after it (the consistency gate's other sets return to it too) */
     char isa_before[16];

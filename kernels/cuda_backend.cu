@@ -5,8 +5,10 @@
  * - every weight is uploaded once at open, in its GGUF block format (no dequantized copies;
  *   norms, which are vectors, are the exception: FP32 like the twin's); expert e of a 3-D expert
  *   tensor is read in place at base + e * stride;
- * - the KV cache lives on the device, FP32 (GATE_CUDA_KV=f16 selects the FP16 configuration);
- * - prefill projections: FP32 tiles + SGEMM (GATE_CUDA_PREFILL=f16|bf16: 16-bit tiles); the FP16
+ * - the KV cache lives on the device, FP32 (a cell's `kv: f16`, backend_config.kv_f16, selects
+ *   FP16; reported in base.kv_f16);
+ * - prefill projections: FP32 tiles + SGEMM (a cell's `prefill: f16|bf16`, backend_config.prefill:
+ *   16-bit tiles; reported in base.prefill, so receipts record what ran); the FP16
  *   configuration fails parity on the tiny MoE chat cell (min cosine 0.989, predicted by
  *   GATE_REF_EMULATE in tests/test_emulation.c) and has its own tolerance (docs/kernels.md);
  * - memory is planned before anything is allocated: weights + KV + workspace against
@@ -74,7 +76,7 @@ struct cuda_be {
     float *attn_norm, *ffn_norm, *q_norm, *k_norm, *out_norm; /* (L,E) (L,E) (L,hd) (L,hd) (E) */
     float *rope_cos, *rope_sin;                               /* (n_ctx, hd/2) */
     size_t kv_layer_bytes;                                    /* one layer of K (or V) */
-    int32_t *tokens, *sel, *argmax;
+    int32_t *tokens, *sel;
     float *x, *xb, *q, *k, *v, *att, *ffa, *ffb, *router, *selw, *kth, *k1th, *moe_y, *logits;
 };
 
@@ -141,7 +143,6 @@ static size_t layout_work(struct cuda_be *r, uint8_t *base, int n_ctx)
     r->rope_cos = (float *)carve(base, &at, (size_t)n_ctx * (hd / 2) * 4);
     r->rope_sin = (float *)carve(base, &at, (size_t)n_ctx * (hd / 2) * 4);
     r->tokens = (int32_t *)carve(base, &at, B * 4);
-    r->argmax = (int32_t *)carve(base, &at, B * 4);
     r->x = (float *)carve(base, &at, B * E * 4);
     r->xb = (float *)carve(base, &at, B * E * 4);
     r->q = (float *)carve(base, &at, B * (size_t)r->qd * 4);
@@ -178,18 +179,33 @@ static int env_is(const char *name, const char *value)
     return v && !strcmp(v, value);
 }
 
-/* GATE_CUDA_KV (f32, the default, or f16) and GATE_CUDA_PREFILL (f32, the default, f16 or bf16)
- * into r; anything else is ERR_INPUT naming the variable. */
-static int numerics_from_env(struct cuda_be *r, struct gate_err *err)
+/* The numerics of this open, from the configuration the cell's identity made (issue 25 §2:
+ * what ran is what is recorded): cfg->kv_f16 (a cell's `kv: f16`) and cfg->prefill (a cell's
+ * `prefill: f16|bf16`; NULL or "" = FP32), reported back in base.kv_f16 and base.prefill. The
+ * environment variables that once chose them silently (GATE_CUDA_KV, GATE_CUDA_PREFILL) are
+ * refused by name, so an old script cannot run FP16 under an FP32 cell's receipts. */
+static int numerics_from_config(struct cuda_be *r, const struct backend_config *cfg,
+                                struct gate_err *err)
 {
-    const char *kv = getenv("GATE_CUDA_KV"), *pf = getenv("GATE_CUDA_PREFILL");
-    if (kv && *kv && strcmp(kv, "f32") && strcmp(kv, "f16"))
-        return err_set(err, ERR_INPUT, "cuda: GATE_CUDA_KV=%.20s is not f32 or f16", kv);
-    if (pf && *pf && strcmp(pf, "f32") && strcmp(pf, "f16") && strcmp(pf, "bf16"))
-        return err_set(err, ERR_INPUT, "cuda: GATE_CUDA_PREFILL=%.20s is not f32, f16 or bf16", pf);
-    r->kv_f32 = !(kv && !strcmp(kv, "f16"));
-    r->gws.f32 = !(pf && *pf && strcmp(pf, "f32"));
-    r->gws.bf16 = pf && !strcmp(pf, "bf16");
+    static const char *const gone[] = {"GATE_CUDA_KV", "GATE_CUDA_PREFILL"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(gone[i]);
+        if (v && *v)
+            return err_set(err, ERR_INPUT,
+                           "cuda: %s=%.20s is no longer read: the KV cache and the prefill"
+                           " precision are the cell's `kv:` and `prefill:` settings (recorded in"
+                           " its receipts); unset it",
+                           gone[i], v);
+    }
+    const char *pf = cfg && cfg->prefill && *cfg->prefill ? cfg->prefill : "f32";
+    if (strcmp(pf, "f32") && strcmp(pf, "f16") && strcmp(pf, "bf16"))
+        return err_set(err, ERR_INPUT, "cuda: prefill precision '%.20s' is not f32, f16 or bf16",
+                       pf);
+    r->kv_f32 = !(cfg && cfg->kv_f16);
+    r->base.kv_f16 = !r->kv_f32;
+    r->gws.f32 = !strcmp(pf, "f32");
+    r->gws.bf16 = !strcmp(pf, "bf16");
+    snprintf(r->base.prefill, sizeof r->base.prefill, "%s", pf);
     return 0;
 }
 
@@ -435,7 +451,7 @@ static int cuda_open(struct backend **out, const struct model *m, const struct b
         r->base.n_batch = MAX_BATCH;
     r->ks.debug = env_is("GATE_CUDA_DEBUG", "1");
     /* numerics: FP32 KV and FP32 prefill unless the FP16 configuration is asked for */
-    if ((rc = numerics_from_env(r, err)))
+    if ((rc = numerics_from_config(r, cfg, err)))
         goto fail;
     r->E = hp->n_embd;
     r->qd = (int64_t)hp->n_head * hp->head_dim;
@@ -642,9 +658,11 @@ static int ffn_moe(struct cuda_be *r, const struct dlayer *d, int il, int n, int
     return k_moe_sum(ks, r->x, r->selw, r->moe_y, n, K, (int)E, err);
 }
 
-/* n <= n_batch tokens at positions pos0.. (the cache holds 0..pos0-1); logits (n, V) to host. */
+/* n <= n_batch tokens at positions pos0.. (the cache holds 0..pos0-1); logits (n, V) to host,
+ * or with last_only only the last position's row (V): the same device computation, one row
+ * copied back (forward_last: a 512-token chunk no longer moves 512 rows over PCIe). */
 static int forward_chunk(struct cuda_be *r, const int32_t *tokens, int n, int pos0, float *logits,
-                         struct gate_err *err)
+                         int last_only, struct gate_err *err)
 {
     const struct model_hparams *hp = &r->m->hp;
     struct k_stream *ks = &r->ks;
@@ -682,8 +700,9 @@ static int forward_chunk(struct cuda_be *r, const int32_t *tokens, int n, int po
     if ((rc = k_rmsnorm(ks, r->x, r->out_norm, r->xb, n, (int)E, hp->eps, err)) ||
         (rc = proj(r, &r->output, r->xb, E, n, r->logits, r->V, 0, err)) ||
         (rc = scale_rows(r, r->logits, n, r->V, 1, FAULT_T_OUTPUT, -1, pos0, err)) ||
-        (rc = k_argmax(ks, r->logits, n, (int)r->V, r->argmax, err)) ||
-        (rc = copy_back(r, logits, r->logits, (size_t)n * (size_t)r->V * 4, err)))
+        (rc = last_only ? copy_back(r, logits, r->logits + (size_t)(n - 1) * (size_t)r->V,
+                                    (size_t)r->V * 4, err)
+                        : copy_back(r, logits, r->logits, (size_t)n * (size_t)r->V * 4, err)))
         return rc;
     K_CUDA(cudaStreamSynchronize(ks->s));
     return 0;
@@ -694,10 +713,23 @@ static int cuda_forward(struct backend *b, const int32_t *tokens, int n, int pos
                         struct gate_err *err)
 {
     struct cuda_be *r = (struct cuda_be *)b;
-    const int rc = forward_chunk(r, tokens, n, pos0, logits, err);
+    const int rc = forward_chunk(r, tokens, n, pos0, logits, 0, err);
     r->info.kernel_launches = r->ks.launches;
     if (rc)
         cudaStreamSynchronize(r->ks.s); /* leave nothing in flight on failure */
+    return rc;
+}
+
+/* ops->forward_last: the chunk's last row only (backend.h; bit-identical to forward()'s row: the
+ * device computes every row the same way, only the copy differs). */
+static int cuda_forward_last(struct backend *b, const int32_t *tokens, int n, int pos0,
+                             float *logits, struct gate_err *err)
+{
+    struct cuda_be *r = (struct cuda_be *)b;
+    const int rc = forward_chunk(r, tokens, n, pos0, logits, 1, err);
+    r->info.kernel_launches = r->ks.launches;
+    if (rc)
+        cudaStreamSynchronize(r->ks.s);
     return rc;
 }
 
@@ -726,5 +758,5 @@ static void cuda_close(struct backend *b)
 
 extern "C" const struct backend_ops backend_cuda_ops = {
     "cuda",    cuda_describe, cuda_open, cuda_forward, NULL /* truncate: n_past is enough */,
-    cuda_info, cuda_close,
+    cuda_info, cuda_close,    0 /* no_taps: it records them */, cuda_forward_last,
 };

@@ -1,5 +1,5 @@
 /* k_prefill.cu — the batched projections of prefill: weight tiles dequantized to FP32 (the
- * default: the gated modes), or FP16 / BF16 (GATE_CUDA_PREFILL=f16|bf16, a separately named
+ * default: the gated modes), or FP16 / BF16 (a cell's `prefill: f16|bf16`, a separately named
  * configuration with its own measured tolerance, docs/kernels.md), and cuBLAS GEMMs with FP32
  * accumulation.
  *

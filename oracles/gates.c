@@ -220,6 +220,27 @@ static enum gate_verdict judge_isa(const json_t *settings, const json_t *metrics
     return GATE_FAIL;
 }
 
+/* The prefill precision a cell asks for (settings "prefill": "f16"/"bf16"; absent = f32) is the
+ * one its subjects reported at open (metrics.ran.prefill): a cuda cell run as FP16 is never
+ * recorded as the FP32 configuration, nor the reverse. A run that recorded none (receipts from
+ * before the key, external engines) is judged only when its settings ask for 16 bits. */
+static enum gate_verdict judge_prefill(const json_t *settings, const json_t *metrics,
+                                       json_t *checks, char *why, size_t n)
+{
+    const char *want = json_string_value(json_object_get(settings, "prefill"));
+    const char *got =
+        json_string_value(json_object_get(json_object_get(metrics, "ran"), "prefill"));
+    if (!want && !got)
+        return GATE_PASS;
+    if (!want)
+        want = "f32";
+    if (gate_check_str(checks, "ran.prefill", got, want))
+        return GATE_PASS;
+    why_set(why, n, "the cell asks for %s batched projections but the subject ran %s", want,
+            got ? got : "no precision recorded");
+    return GATE_FAIL;
+}
+
 enum gate_verdict gate_judge_common(gate_judge_fn judge, int check_ran, const char *mode,
                                     const json_t *settings, const json_t *metrics, json_t *checks,
                                     char *why, size_t n)
@@ -242,6 +263,8 @@ enum gate_verdict gate_judge_common(gate_judge_fn judge, int check_ran, const ch
         ran = judge_kv(settings, metrics, checks, why, n);
     if (check_ran && ran == GATE_PASS)
         ran = judge_isa(settings, metrics, checks, why, n);
+    if (check_ran && ran == GATE_PASS)
+        ran = judge_prefill(settings, metrics, checks, why, n);
     enum gate_verdict v = judge(settings, metrics, checks, why, n);
     if (json_array_size(checks) == 0) {
         why_set(why, n, "the gate made no check");

@@ -160,6 +160,7 @@ int mode_open(struct backend **out, const struct mode *mode, const struct model 
                                  .n_batch = n_ctx,
                                  .faults = faults,
                                  .kv_f16 = mode->kv_f16,
+                                 .prefill = mode->prefill,
                                  .exec = mode->exec};
     if (mode->engine[0] && !mode->exec)
         return err_set(err, ERR_INPUT,
@@ -243,6 +244,11 @@ static void on_close(void *ctx, const struct backend *b)
         snprintf(r->kv, sizeof r->kv, "%s", kv);
     else if (!external && strcmp(r->kv, kv))
         snprintf(r->kv, sizeof r->kv, "mixed");
+    const char *pf = b->prefill[0] ? b->prefill : "f32";
+    if (!external && !r->prefill[0])
+        snprintf(r->prefill, sizeof r->prefill, "%s", pf);
+    else if (!external && strcmp(r->prefill, pf))
+        snprintf(r->prefill, sizeof r->prefill, "mixed");
     if (!r->isa[0] && b->isa[0])
         snprintf(r->isa, sizeof r->isa, "%s", b->isa);
     r->n_subjects++;
@@ -276,6 +282,8 @@ json_t *mode_ran_json(const struct mode_ran *r)
         json_object_set_new(o, "engine", json_string(r->engine));
     if (o && r->kv[0]) /* the KV cache the subjects reported; gates.c holds it to settings.kv */
         json_object_set_new(o, "kv", json_string(r->kv));
+    if (o && r->prefill[0]) /* the projections' precision; gates.c holds it to settings.prefill */
+        json_object_set_new(o, "prefill", json_string(r->prefill));
     if (o && r->isa[0]) /* the instruction set it ran; gates.c holds it to settings.isa */
         json_object_set_new(o, "isa", json_string(r->isa));
     return o;

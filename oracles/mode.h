@@ -47,6 +47,10 @@ struct mode {
      * `kv: f16`); a backend without one refuses at open, never runs F32 instead. The harness
      * sets it after mode_parse() (0 = F32); the judge (mode_open_judge) is always F32. */
     int kv_f16;
+    /* "" (F32) or "f16" / "bf16": the precision mode_open() asks the backend's batched
+     * projections for (backend_config.prefill; a ladder cell's `prefill:`); a backend that does
+     * not run it refuses at open. Set by the harness after mode_parse(). */
+    char prefill[8];
 };
 
 /* Parse "ref.decode" etc. Anything outside the fixed list is ERR_INPUT naming the list. The
@@ -99,6 +103,8 @@ struct mode_ran {
     char kv[8];        /* the subjects' KV cache as each backend reported it at open (base.kv_f16):
                         * "f32", "f16", "mixed" when they differed, "" when none closed or only
                         * external engines (exec: gate cannot see their cache) */
+    char prefill[8];   /* the subjects' batched projections' precision (base.prefill, "" = f32):
+                        * "f32", "f16", "bf16", "mixed"; "" as kv */
     char isa[16];      /* the instruction set of the first subject that declares one (base.isa):
                         * the gate's own run; the consistency gate's other sets come after it */
     int n_subjects;    /* subject backends closed */

@@ -27,9 +27,14 @@ int cell_isa_known(const char *text)
     return 0;
 }
 
+int cell_prefill_known(const char *text)
+{
+    return text && (!strcmp(text, "f16") || !strcmp(text, "bf16"));
+}
+
 int cell_variant_same(const struct cell_variant *a, const struct cell_variant *b)
 {
-    return a->kv == b->kv && !strcmp(a->isa, b->isa);
+    return a->kv == b->kv && !strcmp(a->isa, b->isa) && !strcmp(a->prefill, b->prefill);
 }
 
 int cell_key_same(const struct cell_key *a, const struct cell_key *b)
@@ -40,7 +45,8 @@ int cell_key_same(const struct cell_key *a, const struct cell_key *b)
 
 const char *cell_variant_suffix(const struct cell_variant *v, char *buf, size_t n)
 {
-    snprintf(buf, n, "%s%s%s", v->kv == KV_F16 ? "+kv=f16" : "", v->isa[0] ? "+isa=" : "", v->isa);
+    snprintf(buf, n, "%s%s%s%s%s", v->kv == KV_F16 ? "+kv=f16" : "", v->isa[0] ? "+isa=" : "",
+             v->isa, v->prefill[0] ? "+prefill=" : "", v->prefill);
     return buf;
 }
 
@@ -81,6 +87,14 @@ int cell_key_of_payload(const json_t *payload, struct cell_key *out, struct gate
                        out->model, out->host, out->mode);
     if (isa)
         snprintf(out->v.isa, sizeof out->v.isa, "%s", json_string_value(isa));
+    const json_t *pf = json_object_get(cell, "prefill");
+    if (pf && !cell_prefill_known(json_string_value(pf)))
+        return err_set(err, ERR_INPUT,
+                       "payload \"cell\" of %s/%s/%s: \"prefill\" must be \"f16\" or \"bf16\""
+                       " (absent: f32)",
+                       out->model, out->host, out->mode);
+    if (pf)
+        snprintf(out->v.prefill, sizeof out->v.prefill, "%s", json_string_value(pf));
     return 0;
 }
 
@@ -90,6 +104,8 @@ json_t *cell_key_json(const struct cell_key *k)
                           k->mode, "kv", kv_type_name(k->v.kv));
     if (o && k->v.isa[0])
         json_object_set_new(o, "isa", json_string(k->v.isa));
+    if (o && k->v.prefill[0])
+        json_object_set_new(o, "prefill", json_string(k->v.prefill));
     return o;
 }
 
@@ -99,4 +115,6 @@ void cell_variant_settings(const struct cell_variant *v, json_t *settings)
         json_object_set_new(settings, "kv", json_string("f16"));
     if (v->isa[0])
         json_object_set_new(settings, "isa", json_string(v->isa));
+    if (v->prefill[0])
+        json_object_set_new(settings, "prefill", json_string(v->prefill));
 }

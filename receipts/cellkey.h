@@ -1,5 +1,6 @@
 /* cellkey.h — a cell's identity: model × host × mode × the settings that make identity (the KV
- * cache type and the instruction set), written, read, named and compared in one place.
+ * cache type, the instruction set and the prefill precision), written, read, named and compared
+ * in one place.
  *
  * Invariants: a setting at its default is written nowhere and adds nothing to a name — an F32
  * cell on the backend's best instruction set has the identity it had before the settings existed
@@ -34,7 +35,12 @@ int kv_type_parse(const char *text, enum kv_type *out);
 struct cell_variant {
     enum kv_type kv;
     char isa[16];
+    char prefill[8]; /* "" = f32 (the default), else "f16" or "bf16": the 16-bit precision of a
+                      * backend's batched projections (its row's prefills, engine/backend.c) */
 };
+
+/* 1 when text is a non-default prefill precision a cell may ask for ("f16", "bf16"). */
+int cell_prefill_known(const char *text);
 
 /* 1 when text is an instruction-set name a cell may ask for ("portable", "avx2", "avx512"). */
 int cell_isa_known(const char *text);
@@ -49,7 +55,8 @@ struct cell_key {
 int cell_variant_same(const struct cell_variant *a, const struct cell_variant *b);
 int cell_key_same(const struct cell_key *a, const struct cell_key *b);
 
-/* The name suffix of v: "" for the defaults, else "+kv=f16", "+isa=avx2", in that order. */
+/* The name suffix of v: "" for the defaults, else "+kv=f16", "+isa=avx2", "+prefill=f16", in
+ * that order. */
 const char *cell_variant_suffix(const struct cell_variant *v, char *buf, size_t n);
 
 /* "model/host/mode" plus the suffix into out; ERR_INPUT when it does not fit in n bytes. */
@@ -64,7 +71,8 @@ int cell_key_of_payload(const json_t *payload, struct cell_key *out, struct gate
  * "isa" only when set. NULL out of memory. */
 json_t *cell_key_json(const struct cell_key *k);
 
-/* Record v's non-default settings into a gate's settings object ("kv": "f16", "isa": NAME), so
+/* Record v's non-default settings into a gate's settings object ("kv": "f16", "isa": NAME,
+ * "prefill": "f16"), so
  * a receipt made under other settings never matches the cell at release check. */
 void cell_variant_settings(const struct cell_variant *v, json_t *settings);
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "engine/model.h"
 #include "harness/gatedef.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
@@ -20,6 +21,7 @@
 #include "receipts/cellkey.h"
 #include "receipts/receipt.h"
 #include "tests/support/check.h"
+#include "tests/support/conformance.h"
 #include "tests/support/ladderfix.h"
 
 static struct ladderfix fx;
@@ -28,7 +30,7 @@ static struct ladderfix fx;
 
 Test(cellkey, names_payloads_and_comparison)
 {
-    struct cell_key a = {"m", "h", "cpu.decode", {KV_F32, ""}};
+    struct cell_key a = {"m", "h", "cpu.decode", {KV_F32, "", ""}};
     struct cell_key b = a, c = a;
     snprintf(b.v.isa, sizeof b.v.isa, "avx2");
     c.v.kv = KV_F16;
@@ -61,6 +63,17 @@ Test(cellkey, names_payloads_and_comparison)
     json_object_set_new(json_object_get(p, "cell"), "isa", json_integer(2));
     cr_expect_eq(cell_key_of_payload(p, &back, &err), ERR_INPUT);
     err_clear(&err);
+    struct cell_key d = {"m", "h", "cuda.prefill", {KV_F16, "", "bf16"}};
+    cell_key_name(&d, name, sizeof name, &err);
+    cr_expect_str_eq(name, "m/h/cuda.prefill+kv=f16+prefill=bf16");
+    json_t *pd = json_pack("{s:o}", "cell", cell_key_json(&d));
+    cr_assert_eq(cell_key_of_payload(pd, &back, &err), 0, "%s", err.msg);
+    cr_expect(cell_key_same(&back, &d) && !cell_key_same(&back, &a));
+    json_object_set_new(json_object_get(pd, "cell"), "prefill", json_string("f32"));
+    cr_expect_eq(cell_key_of_payload(pd, &back, &err), ERR_INPUT,
+                 "an explicit f32 is not how a payload records the default");
+    err_clear(&err);
+    json_decref(pd);
     char stored[128];
     json_object_set_new(json_object_get(p, "cell"), "isa", json_string("avx512"));
     cr_assert_eq(receipt_cell_name(p, stored, sizeof stored, &err), 0, "%s", err.msg);
@@ -250,4 +263,84 @@ Test(cellkey, an_isa_cell_runs_on_its_set_and_is_a_cell_of_its_own)
     cr_expect(strstr(show, "receipt 1: moe/a/cpu.decode+isa=portable"), "%s", show);
     cr_expect(strstr(show, "kv f32, isa portable"), "%s", show);
     free(show);
+}
+
+/* ---- the prefill precision (issue 25 §2: what ran is what is recorded) ---------------------- */
+
+Test(cellkey, prefill_precision_is_a_cell_setting_judged_like_kv)
+{
+    ladderfix_init(&fx, "cellkey3");
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    /* cuda is known to every build: its 16-bit configurations are cells of their own */
+    cr_assert_eq(load_cells("cuda.decode, cuda.prefill",
+                            "  - {model: moe, host: a, mode: cuda.prefill}\n"
+                            "  - {model: moe, host: a, mode: cuda.prefill, kv: f16, prefill: f16}\n"
+                            "  - {model: moe, host: a, mode: cuda.prefill, prefill: bf16}\n",
+                            NULL, &l, &err),
+                 0, "%s", err.msg);
+    char name[256];
+    cr_expect_str_eq(ladder_cell_name(l, 1, name, sizeof name),
+                     "moe/a/cuda.prefill+kv=f16+prefill=f16");
+    json_t *s1 = ladder_gate_settings(&l->cells[1].g, "parity"),
+           *s0 = ladder_gate_settings(&l->cells[0].g, "parity");
+    cr_expect_str_eq(json_string_value(json_object_get(s1, "prefill")), "f16");
+    cr_expect_null(json_object_get(s0, "prefill"), "the F32 default records nothing");
+    json_decref(s0);
+    json_decref(s1);
+    ladder_free(l);
+    l = NULL;
+    static const struct {
+        const char *cells, *want;
+    } bad[] = {
+        {"  - {model: moe, host: a, mode: cpu.decode, prefill: f16}\n",
+         "backend 'cpu' runs its batched projections in F32 only"},
+        {"  - {model: moe, host: a, mode: cuda.prefill, prefill: fp16}\n",
+         "must be f32, f16 or bf16"},
+        {"  - {model: moe, host: a, mode: cuda.prefill}\n"
+         "  - {model: moe, host: a, mode: cuda.prefill, prefill: f32}\n",
+         "is listed twice"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err_clear(&err);
+        cr_expect_eq(load_cells("cpu.decode, cuda.prefill", bad[i].cells, NULL, &l, &err),
+                     ERR_INPUT, "case %zu was accepted", i);
+        cr_expect(strstr(err.msg, bad[i].want), "case %zu: %s", i, err.msg);
+        ladder_free(l);
+        l = NULL;
+    }
+    /* the judge holds what ran to the cell: a 16-bit cell whose subject ran F32, and an F32
+     * cell whose subject ran FP16 (an old GATE_CUDA_PREFILL), both FAIL */
+    struct {
+        const char *want, *ran;
+        int pass;
+    } cases[] = {{"f16", "f16", 1}, {"f16", "f32", 0}, {NULL, "f16", 0}, {NULL, "f32", 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *settings = json_pack("{s:i}", "positions", 64);
+        if (cases[i].want)
+            json_object_set_new(settings, "prefill", json_string(cases[i].want));
+        json_t *metrics =
+            json_pack("{s:{s:s, s:s, s:i, s:i, s:s}}", "ran", "backend", "cpu", "device", "cpu",
+                      "tokens", 64, "kernel_launches", 0, "prefill", cases[i].ran);
+        json_t *checks = json_array();
+        char why[256] = "";
+        gate_judge_common(gatedef_find("capability")->judge, 1, "cpu.decode", settings, metrics,
+                          checks, why, sizeof why);
+        const int prefill_failed = strstr(why, "batched projections") != NULL;
+        cr_expect_eq(prefill_failed, !cases[i].pass, "case %zu: %s", i, why);
+        json_decref(settings);
+        json_decref(metrics);
+        json_decref(checks);
+    }
+    /* and at open: a backend asked for a precision it does not run refuses (no silent F32) */
+    struct model *m = NULL;
+    cr_assert_eq(model_load(&m, conformance_path("qwen3-dense-tiny-q8_0", "model.gguf"), &err), 0,
+                 "%s", err.msg);
+    struct backend *b = NULL;
+    struct backend_config cfg = {.n_threads = 1, .n_ctx = 16, .n_batch = 16, .prefill = "f16"};
+    err_clear(&err);
+    cr_expect_eq(backend_open(&b, "cpu", m, &cfg, &err), ERR_INPUT, "cpu opened as f16");
+    cr_expect(strstr(err.msg, "runs its batched projections in f32, not f16"), "%s", err.msg);
+    cr_expect_null(b);
+    model_free(m);
 }

@@ -34,7 +34,7 @@ static const struct parity_config GATE = {.positions = 96,
                                           .route_tie = 1.0e-3,
                                           .max_rel_l2 = PARITY_MAX_REL_L2,
                                           .max_mean_rel_l2 = PARITY_MAX_MEAN_REL_L2};
-/* The FP16 configuration's own tolerance (GATE_CUDA_KV=f16 GATE_CUDA_PREFILL=f16), from the
+/* The FP16 configuration's own tolerance (a cell's kv: f16 and prefill: f16), from the
  * measured worst case over the tiny models and the conformance cases with margin: docs/kernels.md.
  */
 static const struct parity_config PARITY_FP16 = {.positions = 96,

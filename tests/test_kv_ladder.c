@@ -144,10 +144,7 @@ static const struct bad_case BAD[] = {
      "l.yaml:8:51: a cells entry's kv must be f32 or f16 (the KV cache type), not '16'"},
     {"the twin", "ref.decode", "  - {model: m, host: local, mode: ref.decode, kv: f16}\n", NULL,
      "l.yaml:8:51: cell m/local/ref.decode: kv: f16, but backend 'ref' offers no F16 KV cache"
-     " (only cpu do); an F16 cell is refused, never run as F32"},
-    {"cuda, in every build", "cuda.decode",
-     "  - {model: m, host: local, mode: cuda.decode, kv: f16}\n", NULL,
-     "l.yaml:8:52: cell m/local/cuda.decode: kv: f16, but backend 'cuda' offers no F16 KV cache"},
+     " (only cuda, cpu do); an F16 cell is refused, never run as F32"},
     {"one mode of a matrix", "cpu.decode, ref.chat",
      "  - {models: [m], hosts: [local], modes: [cpu.decode, ref.chat], kv: f16}\n", NULL,
      "l.yaml:8:70: cell m/local/ref.chat: kv: f16, but backend 'ref' offers no F16 KV cache"},
@@ -210,6 +207,11 @@ Test(kv_ladder, every_backend_keeps_its_word_about_an_f16_cache)
         struct backend *b = NULL;
         struct gate_err err = {0};
         const int rc = backend_open(&b, name, m, &cfg, &err);
+        if (rc == ERR_ENV && backend_is_device(name)) {
+            /* compiled in, no device here (cuda without a GPU): its word is held where one is */
+            cr_log_warn("backend %s not opened here: %s", name, err.msg);
+            continue;
+        }
         cr_expect_eq(rc == 0, backend_offers_kv_f16(name) == 1,
                      "backend %s: open with kv_f16 %s, but the list says it %s", name,
                      rc ? "refused" : "succeeded",
