@@ -3,10 +3,13 @@
 # content changes.
 #
 # Inputs: SRC (the source tree), OUT (the header), FLAGS (build flags text), COMPILED (optional: a
-# file listing, one per line, every source file CMake compiles into the gate binary).
+# file listing, one per line, every source file CMake compiles into the gate binary), IDENTITY
+# (optional: a build-identity file, ci/identity.cmake, used only when git gives no commit for
+# SRC's own repository: the tree then counts as that commit when every file it lists has the
+# SHA-256 it records, the checks below reading its list instead of git's; issue 25 R1).
 #
 # The build is clean only when all of this holds (settled question 1; issue 11):
-#   - HEAD resolves to a commit;
+#   - HEAD resolves to a commit of SRC's own repository (or the build-identity file names one);
 #   - every file tracked at HEAD under a source folder (base/ engine/ kernels/ oracles/
 #     faults/ receipts/ harness/ cli/ and the top-level folder of every compiled file),
 #     CMakeLists.txt and ci/*.cmake has working content whose git blob hash (`git hash-object
@@ -27,7 +30,10 @@
 #     cannot be read, or a compiled file has no compile command;
 #   - a command carries a flag that injects code or moves the search for it: -include,
 #     -imacros, -Wp,/-Xpreprocessor, -Wa,/-Xassembler, -Wl,/-Xlinker, -fplugin, -specs, -B,
-#     -wrapper, --sysroot/-isysroot, -iprefix/-iwithprefix*, -nostdinc*, -U, @response files;
+#     -wrapper, --sysroot/-isysroot, -iprefix/-iwithprefix*, -nostdinc*, -U, @response files
+#     (-Wl,-rpath,DIRS and -Wl,-rpath-link,DIRS, which CMake writes for libraries linked from
+#     outside the system folders, are allowed when every DIR is an absolute path that passes the
+#     path rule below);
 #   - a -D names a macro that is not one the project or its dependencies define (ALLOWED_DEFINES);
 #   - a path in a command (-I/-isystem/-iquote/-idirafter/-L, or any absolute path in any
 #     argument) lies outside the source tree, the build folder, /usr, /bin, /lib, /opt and the
@@ -89,11 +95,30 @@ list(SORT folders)
 string(REPLACE ";" "|" folder_re "${folders}")
 set(source_re "^((${folder_re})/.*|CMakeLists\\.txt|ci/[^/]*\\.cmake)$")
 
-execute_process(COMMAND ${git} rev-parse --verify HEAD^{commit} OUTPUT_VARIABLE commit
-                OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
-if(NOT rc EQUAL 0 OR commit STREQUAL "")
+# The commit: git's, for SRC's own repository (not an enclosing one); else, when git gives none
+# (the tree travelled without .git, or the host has no git: issue 25 R1), the build-identity
+# file IDENTITY (ci/identity.cmake) written from the clean commit where git worked, each file
+# then verified against the SHA-256 it records instead of against git's blobs.
+include("${CMAKE_CURRENT_LIST_DIR}/identity.cmake")
+identity_git_commit("${SRC}" commit)
+set(by_identity 0)
+set(tree "")
+if(commit STREQUAL "")
   set(commit "unknown")
-  dirty_because("no git commit at ${SRC}")
+  if(DEFINED IDENTITY AND NOT IDENTITY STREQUAL "" AND EXISTS "${IDENTITY}")
+    identity_read("${IDENTITY}")
+    if(id_error STREQUAL "")
+      set(commit "${id_commit}")
+      set(by_identity 1)
+      foreach(p IN LISTS id_paths)
+        string(APPEND tree "${id_line_${p}}\n")
+      endforeach()
+    else()
+      dirty_because("no git commit at ${SRC}, and the build identity is unusable: ${id_error}")
+    endif()
+  else()
+    dirty_because("no git commit at ${SRC} (and no build-identity file)")
+  endif()
 endif()
 
 # The tracked source files at HEAD: "mode type blob<TAB>path" lines.
@@ -101,11 +126,13 @@ set(tracked_lines "")
 set(tracked_paths "")
 set(source_text "")
 if(NOT commit STREQUAL "unknown")
-  execute_process(COMMAND ${git} ls-tree -r --full-tree HEAD OUTPUT_VARIABLE tree
-                  ERROR_QUIET RESULT_VARIABLE rc)
-  if(NOT rc EQUAL 0)
-    dirty_because("cannot list the tree of HEAD")
-    set(tree "")
+  if(NOT by_identity)
+    execute_process(COMMAND ${git} ls-tree -r --full-tree HEAD OUTPUT_VARIABLE tree
+                    ERROR_QUIET RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0)
+      dirty_because("cannot list the tree of HEAD")
+      set(tree "")
+    endif()
   endif()
   string(REPLACE "\n" ";" tree_lines "${tree}")
   foreach(line IN LISTS tree_lines)
@@ -143,6 +170,13 @@ foreach(path IN LISTS tracked_paths)
   set(full "${SRC}/${path}")
   if("${mode_of_${path}}" STREQUAL "160000")
     continue() # a submodule: its own commit is in the tree line
+  elseif(by_identity)
+    identity_sha("${full}" "${mode_of_${path}}" sha)
+    if(sha STREQUAL "missing")
+      dirty_because("tracked file ${path} is missing or not a regular file")
+    elseif(NOT sha STREQUAL "${id_sha_${path}}")
+      dirty_because("${path} differs from commit ${commit} (its build identity)")
+    endif()
   elseif("${mode_of_${path}}" STREQUAL "120000")
     if(NOT IS_SYMLINK "${full}")
       dirty_because("tracked symlink ${path} is not a symlink in the working tree")
@@ -188,7 +222,18 @@ if(regular)
 endif()
 
 # Untracked and ignored files (no exclude rules: ignored files count) inside the source folders.
-if(NOT commit STREQUAL "unknown")
+if(by_identity) # every file there that the commit does not hold
+  foreach(dir IN LISTS folders ITEMS ci)
+    if(IS_DIRECTORY "${SRC}/${dir}")
+      file(GLOB_RECURSE found LIST_DIRECTORIES false RELATIVE "${SRC}" "${SRC}/${dir}/*")
+      foreach(f IN LISTS found)
+        if(f MATCHES "${source_re}" AND NOT DEFINED id_sha_${f})
+          dirty_because("untracked file ${f} in a source folder")
+        endif()
+      endforeach()
+    endif()
+  endforeach()
+elseif(NOT commit STREQUAL "unknown")
   execute_process(COMMAND ${git} ls-files --others -- ${folders} CMakeLists.txt ci
                   WORKING_DIRECTORY "${SRC}" OUTPUT_VARIABLE others ERROR_QUIET
                   RESULT_VARIABLE rc)
@@ -277,7 +322,19 @@ function(check_args args where)
     if(prev MATCHES "^-(I|L|isystem|iquote|idirafter)$")
       check_path("${a}" "${where}")
     elseif(NOT prev MATCHES "^-(o|MF|MT|MQ|c|x)$" OR a MATCHES "^/")
-      if(a MATCHES "${deny_re}" OR a MATCHES ",(-include|-imacros|-Wp|-B|-specs|-fplugin)")
+      if(a MATCHES "^-Wl,-rpath(-link)?,([^,]+)$")
+        # the run-time search path CMake writes for the libraries it links (the carried
+        # dependency prefix, the CUDA toolkit's library folder): only where a clean build may
+        # read from (issue 25: the device build links its libraries from a prefix)
+        string(REPLACE ":" ";" dirs "${CMAKE_MATCH_2}")
+        foreach(d IN LISTS dirs)
+          if(d MATCHES "^/")
+            check_path("${d}" "${where} (run-time search path)")
+          else()
+            set(_bad "${_bad};${where} has run-time search path entry ${d}, which is not an absolute path")
+          endif()
+        endforeach()
+      elseif(a MATCHES "${deny_re}" OR a MATCHES ",(-include|-imacros|-Wp|-B|-specs|-fplugin)")
         set(_bad "${_bad};${where} has flag ${a}, which no clean build of gate uses")
       elseif(a MATCHES "^-D([A-Za-z_][A-Za-z0-9_]*)")
         list(FIND ALLOWED_DEFINES "${CMAKE_MATCH_1}" k)
@@ -507,9 +564,21 @@ else()
     endif()
   endforeach()
 endif()
-execute_process(COMMAND ${git} ls-files --others -- ":(glob)*.h" WORKING_DIRECTORY "${SRC}"
-                OUTPUT_VARIABLE top_headers ERROR_QUIET)
-string(REPLACE "\n" ";" top_headers "${top_headers}")
+if(by_identity)
+  file(GLOB top_headers LIST_DIRECTORIES false RELATIVE "${SRC}" "${SRC}/*.h")
+  list(FILTER top_headers EXCLUDE REGEX "^$")
+  set(_known "")
+  foreach(h IN LISTS top_headers)
+    if(NOT DEFINED id_sha_${h})
+      list(APPEND _known "${h}")
+    endif()
+  endforeach()
+  set(top_headers "${_known}")
+else()
+  execute_process(COMMAND ${git} ls-files --others -- ":(glob)*.h" WORKING_DIRECTORY "${SRC}"
+                  OUTPUT_VARIABLE top_headers ERROR_QUIET)
+  string(REPLACE "\n" ";" top_headers "${top_headers}")
+endif()
 foreach(h IN LISTS top_headers)
   if(NOT h STREQUAL "")
     dirty_because("untracked header ${h} at the top of the source tree (on the include path)")

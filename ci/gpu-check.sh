@@ -11,12 +11,21 @@
 #   summary.json   every stage in order: status, exit code, seconds, reason; rewritten after
 #                  every stage, so a run cut short still says what finished
 # Stages, in order (a failed stage does not stop the later ones, except preflight):
-#   preflight  nvidia-smi lists a GPU; the driver supports the toolkit's CUDA version; glibc is
-#              at least what the carried .deb libraries need (.deb/MANIFEST); cmake, ninja, nvcc.
-#              A failed preflight stops the check at once (outside a dry run).
-#   deps       unpack the .deb files carried in .deb/ (ci/fetch-debs.sh) into .deb/root with
-#              dpkg -x (or plain ar + tar) and point pkg-config / the loader at them
-#   build      cmake -DGATE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${GATE_CUDA_ARCH:-90a}, target gate
+#   preflight  nvidia-smi lists a GPU; the driver supports the toolkit's CUDA version; the
+#              toolkit's library folder holds libcudart.so.N and cuBLAS (libcublas.so.N); glibc is
+#              at least what the carried .deb libraries need (.deb/MANIFEST); cmake, nvcc; the
+#              tree has a commit identity (below). A failed preflight stops the check at once
+#              (outside a dry run).
+#   deps       unpack the .deb files carried in .deb/ (ci/fetch-debs.sh) into a fresh .deb/root
+#              with dpkg -x (or plain ar + tar), rewrite the absolute symlinks inside it (zlib's
+#              libz.so -> /lib/...) to relative ones, and point pkg-config at it; with no
+#              pkg-config on the host, the carried pkgconf (.deb/bin/pkg-config, a wrapper) is put
+#              on PATH
+#   build      cmake -DGATE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${GATE_CUDA_ARCH:-90a}
+#              -DGATE_WERROR=OFF (a newer host compiler's new warnings must not stop the one
+#              build), target gate; its RUNPATH holds the toolkit's library folder (CMakeLists.txt)
+#              and the carried prefix; then every library gate needs must load (ldd: no "not
+#              found"), or the stage fails naming them
 #   selftest.F gate selftest --kernels-only --family F, each family in its own process (one
 #              sticky CUDA error cannot poison the rest), GATE_CUDA_DEBUG=1 (synchronize after
 #              every launch, so the failing kernel is named); exit 3 = no device: a FAILURE
@@ -24,6 +33,17 @@
 #   bench      Qwen3-30B-A3B shape (128 experts, hidden 2048, $GATE_BENCH_LAYERS layers) and
 #              Qwen3-8B shape ($GATE_BENCH_LAYERS_8B layers), Q4_K_M fast blocks, in /dev/shm
 #   ladder     gate run ladders/gpu.yaml --host h200; gate release check
+# The carried libraries reach the loader only for gate itself (gate_cmd sets LD_LIBRARY_PATH on
+# its command line): git, cmake, the compilers and python run with the host's own libraries.
+#
+# Commit identity (R1): receipts from a build without a clean commit never count. The tree's
+# commit is git's when git works and the tree is the top of its own repository, with "clean"
+# meaning `git status --porcelain` succeeded with no output. When .git did not travel (or there is
+# no git), .deb/IDENTITY (ci/identity.cmake) stands in: GATE_PREPARE_ONLY=1 writes it here from
+# the clean commit (the commit, and each tracked file's git tree line and SHA-256); preflight and
+# the build (ci/buildinfo.cmake) verify the tree against those hashes, so the binary records that
+# commit, clean, only when every file is the commit's. With neither, preflight fails at once.
+#
 # Every stage runs as a re-invocation of this script (`timeout ... bash ci/gpu-check.sh --stage
 # NAME`): timeout cannot run a shell function. Its timeout is its own limit clipped to what is
 # left of the budget; a stage with less than 5 s left is skipped ("budget spent").
@@ -35,27 +55,92 @@
 # tree). Exit 0 only when every stage passed (never in a dry run on a CPU host).
 #
 # GATE_PREPARE_ONLY=1 (where apt and ../shared exist): fetch the .deb files (ci/fetch-debs.sh) when
-# .deb/ has none, copy ../shared/{conformance,tokenizers} into ./shared, say whether the tree is
-# committed clean (receipts from a dirty tree never count) and what to carry; stop (ci/README.md).
+# .deb/ has none, copy ../shared/{conformance,tokenizers} into ./shared, write .deb/IDENTITY when
+# the tree is its clean commit (else remove it and warn: receipts from a dirty tree never count),
+# remove a local .deb/root (rebuilt there; it would only add to what is carried), say what to
+# carry; stop (ci/README.md).
+# GATE_DEB_DIR (default .deb): where the .deb files, MANIFEST, IDENTITY and the prefix live.
 set -uo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$SELF")/.."
 ROOT=$PWD
 
 # ---- environment shared by the main script and the stage processes -------------------------------
+DEB=${GATE_DEB_DIR:-$ROOT/.deb}
+[ -d "$DEB" ] && DEB=$(cd "$DEB" && pwd)
+export GATE_DEB_DIR="$DEB"
+B=${B:-$ROOT/build-gpu}
+ML=x86_64-linux-gnu
 deps_env() {
-    local P="$ROOT/.deb/root" ML=x86_64-linux-gnu
+    local P="$DEB/root"
     if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
         export PATH="/usr/local/cuda/bin:$PATH"
     fi
+    GATE_LIBPATH=""
     if [ -d "$P/usr/lib/$ML" ]; then
         export PKG_CONFIG_SYSROOT_DIR="$P"
         export PKG_CONFIG_LIBDIR="$P/usr/lib/$ML/pkgconfig:$P/usr/share/pkgconfig"
-        case ":${LD_LIBRARY_PATH:-}:" in
-        *":$P/usr/lib/$ML:"*) ;;
-        *) export LD_LIBRARY_PATH="$P/usr/lib/$ML:$P/lib/$ML${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;;
-        esac
+        # R8: for gate only (gate_cmd), never exported: git, cmake and python keep the host's
+        GATE_LIBPATH="$P/usr/lib/$ML:$P/lib/$ML"
+        # R2: no pkg-config on the host: the carried pkgconf (its wrapper, written by st_deps)
+        if ! command -v pkg-config >/dev/null && [ -x "$DEB/bin/pkg-config" ]; then
+            export PATH="$DEB/bin:$PATH"
+        fi
     fi
+}
+
+# gate with the carried libraries on its loader path (R8: only gate's process sees them)
+gate_cmd() {
+    if [ -n "${GATE_LIBPATH:-}" ]; then
+        LD_LIBRARY_PATH="$GATE_LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$GATE" "$@"
+    else
+        "$GATE" "$@"
+    fi
+}
+
+# R1: the tree's commit identity. Sets COMMIT (or "unknown"), CLEAN (true/false), ID_FROM (git,
+# identity file, none) and ID_WHY (why not clean, or why there is no identity).
+tree_identity() {
+    COMMIT=unknown CLEAN=false ID_FROM=none ID_WHY=""
+    local top head st out
+    if top=$(git -C "$ROOT" rev-parse --show-toplevel 2>&1) &&
+        [ "$(cd "$top" 2>/dev/null && pwd -P)" = "$(pwd -P)" ] &&
+        head=$(git -C "$ROOT" rev-parse --verify 'HEAD^{commit}' 2>&1); then
+        COMMIT=$head ID_FROM=git
+        if ! st=$(git -C "$ROOT" status --porcelain 2>&1); then
+            ID_WHY="git status failed (${st//$'\n'/ }): cannot tell whether the tree is clean"
+        elif [ -n "$st" ]; then
+            ID_WHY="the tree is not clean ($(printf '%s\n' "$st" | wc -l) git status entries)"
+        else
+            CLEAN=true
+        fi
+        return 0
+    fi
+    [ -n "${top:-}" ] && [ -z "${head:-}" ] && [ -d "$top" ] &&
+        top="the tree is inside another repository ($top), not one of its own"
+    if [ -f "$DEB/IDENTITY" ] && command -v cmake >/dev/null; then
+        COMMIT=$(sed -n 's/^commit \([0-9a-f]*\)$/\1/p' "$DEB/IDENTITY" | head -n1)
+        COMMIT=${COMMIT:-unknown} ID_FROM="identity file"
+        if out=$(cmake -DMODE=check -DSRC="$ROOT" -DIDENTITY="$DEB/IDENTITY" \
+            -P "$ROOT/ci/identity.cmake" 2>&1); then
+            CLEAN=true
+        else
+            ID_WHY=$(printf '%s\n' "$out" | grep -m1 '^identity: ' || printf '%s' "${out//$'\n'/ }")
+        fi
+        [ "$COMMIT" != unknown ] || { ID_FROM=none; ID_WHY="$DEB/IDENTITY names no commit"; }
+        return 0
+    fi
+    ID_WHY="git rev-parse HEAD failed (${top//$'\n'/ }) and there is no $DEB/IDENTITY: no commit identity (did .git travel, is git installed? GATE_PREPARE_ONLY=1 writes .deb/IDENTITY on the clean commit)"
+}
+
+# The CUDA toolkit's library folders (next to nvcc), one per line.
+cuda_lib_dirs() {
+    local nv top d
+    nv=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    [ -e "$nv" ] || return 0
+    top=$(dirname "$(dirname "$(readlink -f "$nv")")")
+    for d in "$top/lib64" "$top/lib" "$top"/targets/*/lib; do [ -d "$d" ] && echo "$d"; done
+    return 0
 }
 
 # ---- the stages (each runs in its own process: ci/gpu-check.sh --stage NAME [ARG]) -------------
@@ -66,7 +151,9 @@ version_ge() {
 }
 
 st_preflight() {
-    local bad=0 why=()
+    local bad=0 why=() nvcc nvcc_cuda
+    nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    nvcc_cuda=$("$nvcc" --version 2>/dev/null | grep -o 'release [0-9.]*' | awk '{print $2}')
     if ! command -v nvidia-smi >/dev/null; then
         why+=("nvidia-smi not found: no NVIDIA driver on this host")
         bad=1
@@ -76,10 +163,8 @@ st_preflight() {
             --format=csv,noheader 2>&1) || { why+=("nvidia-smi failed: ${gpus//$'\n'/ }"); bad=1; }
         echo "GPUs: ${gpus:-none}"
         [ -n "$gpus" ] || { why+=("nvidia-smi lists no GPU"); bad=1; }
-        local drv_cuda nvcc_cuda nvcc
+        local drv_cuda
         drv_cuda=$(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -n1 | awk '{print $3}')
-        nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-        nvcc_cuda=$("$nvcc" --version 2>/dev/null | grep -o 'release [0-9.]*' | awk '{print $2}')
         echo "driver supports CUDA ${drv_cuda:-?}; toolkit (nvcc) is CUDA ${nvcc_cuda:-?}"
         if [ -n "$drv_cuda" ] && [ -n "$nvcc_cuda" ] && ! version_ge "$drv_cuda" "$nvcc_cuda"; then
             why+=("the driver supports CUDA $drv_cuda but the toolkit is CUDA $nvcc_cuda")
@@ -91,6 +176,24 @@ st_preflight() {
         command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
             { why+=("nvcc not found (neither on PATH nor /usr/local/cuda/bin)"); bad=1; }
     fi
+    # R5: the runtime and cuBLAS of the toolkit that builds gate (its RUNPATH names that folder;
+    # cuBLAS is opened from there on first use)
+    if [ -n "$nvcc_cuda" ]; then
+        local major=${nvcc_cuda%%.*} lib dirs found
+        dirs=$(cuda_lib_dirs)
+        for lib in libcudart.so.$major libcublas.so.$major libcublasLt.so.$major; do
+            found=""
+            while IFS= read -r d; do
+                [ -n "$d" ] && [ -e "$d/$lib" ] && found="$d/$lib" && break
+            done <<<"$dirs"
+            if [ -n "$found" ]; then
+                echo "found $found"
+            else
+                why+=("$lib (CUDA $nvcc_cuda's $([ "${lib#libcublas}" = "$lib" ] && echo runtime || echo cuBLAS)) not found next to $nvcc (looked in: ${dirs//$'\n'/ })")
+                bad=1
+            fi
+        done
+    fi
     local glibc need
     glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
     need=$(sed -n 's/^glibc_min=//p' "$ROOT/.deb/MANIFEST" 2>/dev/null)
@@ -99,16 +202,18 @@ st_preflight() {
         why+=("glibc $glibc is older than $need, which the carried .deb libraries need")
         bad=1
     fi
-    # R1: the build records its commit from git; without one every receipt is dirty and useless
-    local head status
-    if ! head=$(git -C "$ROOT" rev-parse HEAD 2>&1); then
-        why+=("git rev-parse HEAD failed (${head//$'\n'/ }): no commit identity (did .git travel, is git installed?)")
+    # R1: the build records this commit; without one every receipt is dirty and useless
+    tree_identity
+    if [ "$ID_FROM" = none ]; then
+        why+=("$ID_WHY")
         bad=1
-    elif ! status=$(git -C "$ROOT" status --porcelain 2>&1); then
-        why+=("git status failed (${status//$'\n'/ }): cannot tell whether the tree is clean")
+    elif [ "$ID_FROM" = git ] && [ "${ID_WHY#git status failed}" != "$ID_WHY" ]; then
+        why+=("$ID_WHY")
         bad=1
-    elif [ -n "$status" ]; then
-        echo "warning: the tree is not clean: receipts from this run will not count for a release"
+    else
+        echo "commit $COMMIT (from $ID_FROM)"
+        [ "$CLEAN" = true ] ||
+            echo "warning: $ID_WHY: receipts from this run will not count for a release"
     fi
     if [ $bad = 1 ]; then
         local IFS=';'
@@ -119,9 +224,10 @@ st_preflight() {
 }
 
 st_deps() {
-    local prefix="$ROOT/.deb/root" n=0 d
-    for d in "$ROOT"/.deb/*.deb; do
+    local prefix="$DEB/root" n=0 d
+    for d in "$DEB"/*.deb; do
         [ -e "$d" ] || break
+        [ $n = 0 ] && rm -rf "$prefix" "${DEB:?}/bin" # a fresh prefix: nothing left from another set
         mkdir -p "$prefix"
         if command -v dpkg >/dev/null; then
             dpkg -x "$d" "$prefix" || { echo "cannot unpack $d"; return 1; }
@@ -131,7 +237,20 @@ st_deps() {
         fi
         n=$((n + 1))
     done
+    [ $n = 0 ] || relink_prefix "$prefix" || return 1
+    if [ -x "$prefix/usr/bin/pkgconf" ]; then # R2: the carried pkgconf, with its own library
+        mkdir -p "$DEB/bin"
+        cat >"$DEB/bin/pkg-config" <<'WRAP'
+#!/bin/sh
+# written by ci/gpu-check.sh: the carried pkgconf, loading its libpkgconf from the carried prefix
+P=$(cd "$(dirname "$0")/../root" && pwd)
+LD_LIBRARY_PATH="$P/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$P/usr/bin/pkgconf" "$@"
+WRAP
+        chmod +x "$DEB/bin/pkg-config"
+    fi
     deps_env
+    command -v pkg-config >/dev/null ||
+        { echo "no pkg-config: neither on the host nor carried (pkgconf in .deb/)"; return 1; }
     local missing=() p
     for p in yaml-0.1 sqlite3 libsodium libpcre2-8 libutf8proc jansson; do
         pkg-config --exists "$p" 2>/dev/null || missing+=("$p")
@@ -143,57 +262,93 @@ st_deps() {
     if [ $n = 0 ]; then
         echo "no .deb files in .deb/: the system's libraries are used"
     else
-        echo "unpacked $n packages into $prefix"
+        echo "unpacked $n packages into $prefix; pkg-config is $(command -v pkg-config)"
     fi
+}
+
+# R3: a symlink in the prefix with an absolute target (zlib1g-dev's usr/lib/.../libz.so ->
+# /lib/x86_64-linux-gnu/libz.so.1.2.13) would resolve on the host, where the file may be absent
+# or another version: point it at the same path inside the prefix, relatively.
+relink_prefix() {
+    local prefix=$1 l t n=0 dangling=()
+    while IFS= read -r -d '' l; do
+        t=$(readlink "$l")
+        case $t in /*) ;; *) continue ;; esac
+        ln -sfn "$(realpath -m -s --relative-to="$(dirname "$l")" "$prefix$t")" "$l" ||
+            { echo "cannot rewrite the symlink $l"; return 1; }
+        n=$((n + 1))
+        [ -e "$l" ] || dangling+=("${l#"$prefix"}")
+    done < <(find "$prefix" -type l -print0)
+    echo "rewrote $n absolute symlinks in $prefix to relative ones"
+    [ ${#dangling[@]} = 0 ] ||
+        echo "warning: these point at files no carried package holds: ${dangling[*]}"
 }
 
 st_build() {
+    local args=(-S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGATE_CUDA=ON
+        -DCMAKE_CUDA_ARCHITECTURES="${GATE_CUDA_ARCH:-90a}" -DGATE_TESTS=OFF -DGATE_WERROR=OFF
+        -DGATE_BUILD_IDENTITY="$DEB/IDENTITY")
+    command -v ninja >/dev/null && args+=(-G Ninja)
+    [ -d "$DEB/root/usr" ] && command -v pkg-config >/dev/null &&
+        args+=(-DPKG_CONFIG_EXECUTABLE="$(command -v pkg-config)" -DCMAKE_PREFIX_PATH="$DEB/root/usr")
     if [ "${GATE_GPU_DRYRUN:-0}" = 1 ] && [ -n "${GATE_BIN:-}" ]; then
         [ -x "$GATE_BIN" ] || { echo "dry run: GATE_BIN=$GATE_BIN is not executable"; return 1; }
+        echo "dry run: would configure with: cmake ${args[*]}"
+        check_loads "$GATE_BIN" || return 1
         echo "dry run: not building; using GATE_BIN=$GATE_BIN"
         return 0
     fi
-    local gen=() deps=() pc
-    command -v ninja >/dev/null && gen=(-G Ninja)
-    pc=$(command -v pkg-config || true)
-    [ -z "$pc" ] && [ -x "$ROOT/.deb/root/usr/bin/pkgconf" ] && pc="$ROOT/.deb/root/usr/bin/pkgconf"
-    [ -d "$ROOT/.deb/root/usr" ] && deps=(-DPKG_CONFIG_EXECUTABLE="$pc" -DCMAKE_PREFIX_PATH="$ROOT/.deb/root/usr")
-    cmake -S "$ROOT" -B "$B" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGATE_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES="${GATE_CUDA_ARCH:-90a}" -DGATE_TESTS=OFF "${deps[@]}" ||
-        { echo "configure failed"; return 1; }
+    cmake "${args[@]}" || { echo "configure failed"; return 1; }
     cmake --build "$B" -j "$(nproc)" --target gate || { echo "build failed"; return 1; }
+    check_loads "$B/gate" || return 1
     echo "built $B/gate"
 }
 
+# R5: every shared library the binary needs resolves (its RUNPATH, the carried prefix on
+# gate's own loader path, the host's loader cache), else a failure naming them
+check_loads() {
+    local out miss
+    command -v ldd >/dev/null || { echo "warning: no ldd: the libraries of $1 are not checked"; return 0; }
+    out=$(LD_LIBRARY_PATH="${GATE_LIBPATH:+$GATE_LIBPATH${LD_LIBRARY_PATH:+:}}${LD_LIBRARY_PATH:-}" \
+        ldd "$1" 2>&1) || return 0 # not a dynamic executable (a script standing in for gate)
+    miss=$(printf '%s\n' "$out" | awk '/not found/ {print $1}' | sort -u | tr '\n' ' ')
+    if [ -n "$miss" ]; then
+        echo "$1 cannot start: ${miss% } not found (RUNPATH: $(readelf -d "$1" 2>/dev/null |
+            sed -n 's/.*R.*PATH.*\[\(.*\)\]/\1/p' | head -n1))"
+        return 1
+    fi
+    echo "every library of $1 loads"
+}
+
 st_selftest() { # $1 = kernel family
-    GATE_CUDA_DEBUG=1 "$GATE" selftest --kernels-only --family "$1"
+    GATE_CUDA_DEBUG=1 gate_cmd selftest --kernels-only --family "$1"
 }
 
 st_e2e() {
     local models=() m
     for m in "$GATE_SHARED"/conformance/*/model.gguf; do [ -e "$m" ] && models+=(--model "$m"); done
-    GATE_CUDA_DEBUG=1 "$GATE" selftest "${models[@]}"
+    GATE_CUDA_DEBUG=1 gate_cmd selftest "${models[@]}"
 }
 
 st_bench() {
     local dir=$SCRATCH/models L=${GATE_BENCH_LAYERS:-8} L8=${GATE_BENCH_LAYERS_8B:-6}
     mkdir -p "$dir"
     if [ "${GATE_GPU_DRYRUN:-0}" = 1 ]; then # the control flow, not the real shapes
-        "$GATE" model synth --preset tiny-moe --quant Q4_K_M --fast-blocks -o "$dir/tiny.gguf" ||
+        gate_cmd model synth --preset tiny-moe --quant Q4_K_M --fast-blocks -o "$dir/tiny.gguf" ||
             return 1
-        "$GATE" bench "$dir/tiny.gguf" --backend cuda --prompt-tokens 16 --decode-tokens 4 \
+        gate_cmd bench "$dir/tiny.gguf" --backend cuda --prompt-tokens 16 --decode-tokens 4 \
             --runs 3 --warmup 1
         return
     fi
-    "$GATE" model synth --preset qwen3-30b-a3b --layers "$L" --quant Q4_K_M --fast-blocks \
+    gate_cmd model synth --preset qwen3-30b-a3b --layers "$L" --quant Q4_K_M --fast-blocks \
         -o "$dir/a3b-L$L.gguf" || return 1
-    "$GATE" bench "$dir/a3b-L$L.gguf" --backend cuda --prompt-tokens 512 --decode-tokens 64 \
+    gate_cmd bench "$dir/a3b-L$L.gguf" --backend cuda --prompt-tokens 512 --decode-tokens 64 \
         --runs 3 --warmup 1 || return 1
     echo "(30B-A3B shape with $L of 48 layers: see docs/performance.md for the extrapolation)"
     rm -f "$dir/a3b-L$L.gguf"
-    "$GATE" model synth --preset qwen3-8b --layers "$L8" --quant Q4_K_M --fast-blocks \
+    gate_cmd model synth --preset qwen3-8b --layers "$L8" --quant Q4_K_M --fast-blocks \
         -o "$dir/8b-L$L8.gguf" || return 1
-    "$GATE" bench "$dir/8b-L$L8.gguf" --backend cuda --prompt-tokens 512 --decode-tokens 64 \
+    gate_cmd bench "$dir/8b-L$L8.gguf" --backend cuda --prompt-tokens 512 --decode-tokens 64 \
         --runs 3 --warmup 1
 }
 
@@ -209,14 +364,14 @@ st_ladder() {
     local key="$keydir/h200.key"
     mkdir -p "$keydir"
     rm -f "$key" "$lad/gpu.pub"
-    "$GATE" key gen --host h200 -o "$key" --pub "$lad/gpu.pub" || return 1
+    gate_cmd key gen --host h200 -o "$key" --pub "$lad/gpu.pub" || return 1
     # R7: the DB lives in scratch (its -wal / -shm files too, should the stage be killed); the
     # driver brings it back as one file when the check ends (save_db)
-    "$GATE" run "$lad/gpu.yaml" --host h200 --key "$key" --db "$SCRATCH/receipts.db" 2>&1 |
+    gate_cmd run "$lad/gpu.yaml" --host h200 --key "$key" --db "$SCRATCH/receipts.db" 2>&1 |
         tee "$SCRATCH/run.out"
     local run_rc=${PIPESTATUS[0]} rel_rc=none
     if [ -e "$SCRATCH/receipts.db" ]; then
-        "$GATE" release check "$lad/gpu.yaml" --db "$SCRATCH/receipts.db"
+        gate_cmd release check "$lad/gpu.yaml" --db "$SCRATCH/receipts.db"
         rel_rc=$?
     fi
     echo "gate run exit $run_rc, gate release check exit $rel_rc ($([ "$run_rc" = 0 ] ||
@@ -246,13 +401,17 @@ if [ -d ../shared/conformance ] && [ ! -d shared/conformance ] && [ "$DRY" != 1 
     cp -r ../shared/conformance ../shared/tokenizers shared/ 2>>"$LOG"
 fi
 if [ "${GATE_PREPARE_ONLY:-0}" = 1 ]; then
-    if ! ls .deb/*.deb >/dev/null 2>&1; then
+    if ! ls "$DEB"/*.deb >/dev/null 2>&1; then
         ci/fetch-debs.sh 2>&1 | tee -a "$LOG" || { say "prepare: ci/fetch-debs.sh failed"; exit 1; }
     fi
     [ -d shared/conformance ] || { say "prepare: no ./shared/conformance (is ../shared there?)"; exit 1; }
-    dirty=$(git status --porcelain --untracked-files=no | wc -l)
-    [ "$dirty" = 0 ] || say "prepare: WARNING: $dirty tracked files differ from HEAD: commit them, or the receipts will not count"
-    say "prepared: ./shared ($(du -sh shared | cut -f1)) and .deb/ ($(ls .deb/*.deb | wc -l) packages, $(cat .deb/MANIFEST 2>/dev/null | head -n1)); carry [\".deb\", \"shared\"] and run ci/gpu-check.sh \"\$OUT\" on the GPU host"
+    rm -rf "${DEB:?}/root" "${DEB:?}/bin" # unpacked again on the GPU host
+    if idw=$(cmake -DMODE=write -DSRC="$ROOT" -DIDENTITY="$DEB/IDENTITY" -P ci/identity.cmake 2>&1); then
+        say "prepare: $(printf '%s\n' "$idw" | grep -m1 '^identity: ')"
+    else
+        say "prepare: WARNING: no build identity ($(printf '%s\n' "$idw" | grep -m1 '^identity: ' || echo "$idw")): commit, or the receipts will not count unless .git travels"
+    fi
+    say "prepared: ./shared ($(du -sh shared | cut -f1)) and .deb/ ($(du -sh "$DEB" | cut -f1): $(ls "$DEB"/*.deb | wc -l) packages, $(head -n1 "$DEB/MANIFEST" 2>/dev/null)$([ -f "$DEB/IDENTITY" ] && echo ", IDENTITY")); carry [\".deb\", \"shared\"] and run ci/gpu-check.sh \"\$OUT\" on the GPU host"
     exit 0
 fi
 # R6: scratch (the bench models, ~3.4 GB, and the receipts DB) in shared memory only when it has
@@ -316,12 +475,8 @@ write_summary() { # $1 = result (running, PASS, FAIL)
     } >"$tmp" && mv -f "$tmp" "$OUT/summary.json"
 }
 
-COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-CLEAN=false
-# clean only when git answered, and answered nothing (R1): a failed git status is not clean
-if [ "$COMMIT" != unknown ] && porcelain=$(git status --porcelain 2>/dev/null) && [ -z "$porcelain" ]; then
-    CLEAN=true
-fi
+# clean only when git answered, and answered nothing, or the identity file verified (R1)
+tree_identity
 stop_early=""
 for ((i = 0; i < N; i++)); do
     IFS=: read -r name limit file <<<"${PLAN[i]}"

@@ -8,16 +8,26 @@
  *   left of the budget;
  * - the script's list of kernel families is oracles/selftest.c's, so each family runs in its own
  *   process and none is forgotten;
- * - the host check's device-family match (backend_device_name_matches) is whole-word.
- * Everything is written under a temp folder; the dry run writes nothing into the tree.
+ * - the host check's device-family match (backend_device_name_matches) is whole-word;
+ * - the first-run risks of issue 25 section 1, each simulated: a tree whose .git did not travel
+ *   (R1: preflight names it; with the build-identity file the commit is known and the tree
+ *   verified), a PATH without pkg-config (R2), a fresh prefix with an absolute symlink (R3),
+ *   the -Werror switch (R4), a toolkit without cuBLAS and a binary whose library cannot load
+ *   (R5), the carried libraries seen by gate only (R8).
+ * Everything is written under a temp folder (GATE_DEB_DIR included); the dry run writes nothing
+ * into the tree.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "engine/backend.h"
 #include "tests/support/check.h"
@@ -31,12 +41,13 @@ static json_t *dry_run(const char *name, const char *env, int *status)
 {
     const char *bin = getenv("GATE_BIN");
     cr_assert(bin && *bin, "GATE_BIN must name the gate binary (ctest sets it)");
-    char out[1024], cmd[4096];
+    char out[1024], cmd[16384];
     snprintf(out, sizeof out, "%s/%s", check_tmp_dir(), name);
+    /* GATE_DEB_DIR: an empty folder of its own unless env names one (a later assignment wins) */
     snprintf(cmd, sizeof cmd,
-             "env GATE_GPU_DRYRUN=1 GATE_BIN='%s' GATE_SHARED='%s' %s bash '%s/ci/gpu-check.sh' "
-             "'%s' >'%s.stdout' 2>&1",
-             bin, check_shared_dir(), env, GATE_SOURCE_DIR, out, out);
+             "mkdir -p '%s.deb' && env GATE_GPU_DRYRUN=1 GATE_BIN='%s' GATE_SHARED='%s' "
+             "GATE_DEB_DIR='%s.deb' %s bash '%s/ci/gpu-check.sh' '%s' >'%s.stdout' 2>&1",
+             out, bin, check_shared_dir(), out, env, GATE_SOURCE_DIR, out, out);
     const int ws = system(cmd);
     cr_assert(WIFEXITED(ws), "the dry run did not exit normally (%d)", ws);
     *status = WEXITSTATUS(ws);
@@ -128,6 +139,15 @@ Test(gpucheck, dry_run_starts_every_stage_and_writes_the_summary, .timeout = 300
     }
     cr_assert_str_eq(got, expect, "stages run: %s\nexpected: %s", got, expect);
     json_decref(sum);
+
+    /* R4, R1: the device build turns -Werror off and reads the build-identity file */
+    char path[1200];
+    snprintf(path, sizeof path, "%s/dry/build.log", check_tmp_dir());
+    char *log = check_slurp_text(path);
+    cr_expect(strstr(log, "would configure with: cmake ") && strstr(log, " -DGATE_WERROR=OFF") &&
+                  strstr(log, " -DGATE_BUILD_IDENTITY="),
+              "build.log:\n%s", log);
+    free(log);
 }
 
 Test(gpucheck, a_spent_budget_skips_stages_with_the_reason, .timeout = 120)
@@ -256,4 +276,319 @@ Test(gpucheck, a_declared_device_family_matches_whole_words)
     cr_assert(!backend_device_name_matches("", "NVIDIA H200"));
     cr_assert(!backend_device_name_matches(NULL, "NVIDIA H200"));
     cr_assert(!backend_device_name_matches("H200", NULL));
+}
+
+/* ---- issue 25 section 1: the first-run risks, each simulated -------------------------------- */
+
+/* Run a shell command; return its exit status, with its stdout and stderr in *text (to free). */
+static int run_sh(char **text, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int run_sh(char **text, const char *fmt, ...)
+{
+    static int serial;
+    char cmd[8192], out[1100], full[9400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(out, sizeof out, "%s/sh-%d-%d.out", check_tmp_dir(), (int)getpid(), serial++);
+    snprintf(full, sizeof full, "(%s) >'%s' 2>&1", cmd, out);
+    const int ws = system(full);
+    *text = check_slurp_text(out);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+/* A GATE_DEB_DIR at deb holding one .deb laid out like the carried ones: usr/bin/pkgconf (this
+ * host's pkg-config program), the .pc files the deps stage asks for, and zlib's files with
+ * zlib1g-dev's absolute link usr/lib/x86_64-linux-gnu/libz.so -> /lib/x86_64-linux-gnu/... */
+static void make_fake_deb(const char *deb)
+{
+    char *t = NULL;
+    const int rc = run_sh(
+        &t,
+        "set -e; d='%s'; w=\"$d.pkg\"; rm -rf \"$d\" \"$w\"; L=x86_64-linux-gnu;"
+        "mkdir -p \"$d\" \"$w/DEBIAN\" \"$w/usr/bin\" \"$w/usr/lib/$L/pkgconfig\" \"$w/lib/$L\";"
+        "printf 'Package: gate-fake\\nVersion: 1\\nArchitecture: all\\nMaintainer: t <t@t>\\n"
+        "Description: t\\n' >\"$w/DEBIAN/control\";"
+        "cp \"$(readlink -f \"$(command -v pkg-config)\")\" \"$w/usr/bin/pkgconf\";"
+        "for p in yaml-0.1 sqlite3 libsodium libpcre2-8 libutf8proc jansson zlib; do"
+        "  printf 'Name: %%s\\nDescription: t\\nVersion: 1\\nLibs: -lx\\n' $p"
+        "    >\"$w/usr/lib/$L/pkgconfig/$p.pc\"; done;"
+        "echo z >\"$w/lib/$L/libz.so.1.2.13\";"
+        "ln -s /lib/$L/libz.so.1.2.13 \"$w/usr/lib/$L/libz.so\";"
+        "dpkg-deb -Zgzip --build \"$w\" \"$d/gate-fake_1_all.deb\"",
+        deb);
+    cr_assert_eq(rc, 0, "cannot build the fake .deb:\n%s", t);
+    free(t);
+}
+
+/* dir: a fresh folder of symbolic links to every program on PATH but pkg-config and pkgconf. */
+static void path_without_pkg_config(char *dir, size_t n)
+{
+    check_make_dir(dir, n, "nopc");
+    char *path = strdup(getenv("PATH"));
+    cr_assert(path);
+    for (char *save = NULL, *d = strtok_r(path, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        DIR *dp = opendir(d);
+        if (!dp)
+            continue;
+        for (struct dirent *e; (e = readdir(dp));) {
+            if (e->d_name[0] == '.' || strstr(e->d_name, "pkg-config") ||
+                strstr(e->d_name, "pkgconf"))
+                continue;
+            char from[2048], to[2048];
+            snprintf(from, sizeof from, "%s/%s", d, e->d_name);
+            snprintf(to, sizeof to, "%s/%s", dir, e->d_name);
+            cr_assert(symlink(from, to) == 0 || errno == EEXIST, "symlink %s: %s", to,
+                      strerror(errno));
+        }
+        closedir(dp);
+    }
+    free(path);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "env PATH='%s' sh -c 'command -v pkg-config' >/dev/null", dir);
+    cr_assert_neq(system(cmd), 0, "the simulated PATH still has a pkg-config");
+}
+
+/* R2: a host without pkg-config: the deps stage uses the carried pkgconf (the old script never
+ * put it on PATH: "missing libraries: yaml-0.1 sqlite3 ..."). */
+Test(gpucheck, the_carried_pkgconf_serves_a_host_without_pkg_config, .timeout = 120)
+{
+    char farm[1024], deb[1100];
+    path_without_pkg_config(farm, sizeof farm);
+    snprintf(deb, sizeof deb, "%s/r2.deb", check_tmp_dir());
+    make_fake_deb(deb);
+    char *t = NULL;
+    const int rc =
+        run_sh(&t, "env PATH='%s' GATE_DEB_DIR='%s' bash '%s/ci/gpu-check.sh' --stage deps", farm,
+               deb, GATE_SOURCE_DIR);
+    cr_expect_eq(rc, 0, "the deps stage on a host without pkg-config: exit %d\n%s", rc, t);
+    char want[1200];
+    snprintf(want, sizeof want, "pkg-config is %s/bin/pkg-config", deb);
+    cr_expect(strstr(t, want), "want '%s' in:\n%s", want, t);
+    free(t);
+}
+
+/* R3: a fresh prefix: zlib1g-dev's absolute libz.so link is rewritten to a relative one that
+ * resolves inside the prefix; what an earlier unpack left there is gone. */
+Test(gpucheck, absolute_symlinks_in_a_fresh_prefix_become_relative, .timeout = 120)
+{
+    char deb[1100], path[4000], root[1200];
+    snprintf(deb, sizeof deb, "%s/r3.deb", check_tmp_dir());
+    make_fake_deb(deb);
+    snprintf(root, sizeof root, "%s/root", deb);
+    snprintf(path, sizeof path, "mkdir -p '%s' && echo old >'%s/stale'", root, root);
+    cr_assert_eq(system(path), 0);
+    char *t = NULL;
+    const int rc = run_sh(&t, "env GATE_DEB_DIR='%s' bash '%s/ci/gpu-check.sh' --stage deps", deb,
+                          GATE_SOURCE_DIR);
+    cr_expect_eq(rc, 0, "deps: exit %d\n%s", rc, t);
+    free(t);
+    snprintf(path, sizeof path, "%s/usr/lib/x86_64-linux-gnu/libz.so", root);
+    char target[1024];
+    const ssize_t k = readlink(path, target, sizeof target - 1);
+    cr_assert(k > 0, "%s is not a symlink", path);
+    target[k] = '\0';
+    cr_expect_neq(target[0], '/', "libz.so still points at the host's %s", target);
+    char *real = realpath(path, NULL), *rroot = realpath(root, NULL);
+    cr_assert(rroot);
+    cr_expect(real && !strncmp(real, rroot, strlen(rroot)) && real[strlen(rroot)] == '/',
+              "libz.so resolves to %s, not inside the prefix %s", real ? real : "(nothing)", rroot);
+    free(real);
+    free(rroot);
+    snprintf(path, sizeof path, "%s/stale", root);
+    cr_expect_neq(access(path, F_OK), 0, "the prefix was not fresh: %s survived", path);
+}
+
+/* R4: GATE_WERROR=OFF takes -Werror out of every compile command (CMAKE_C_FLAGS=-Wno-error
+ * could not: the targets' own -Werror comes later); ON (the default) puts it back. */
+Test(gpucheck, the_werror_switch_controls_every_compile_command, .timeout = 120)
+{
+    char dir[1024], path[1200];
+    check_make_dir(dir, sizeof dir, "werror");
+    char *t = NULL;
+    int rc = run_sh(&t, "cmake -S '%s' -B '%s' -DGATE_CUDA=OFF -DGATE_TESTS=OFF -DGATE_WERROR=OFF",
+                    GATE_SOURCE_DIR, dir);
+    cr_assert_eq(rc, 0, "configure: %s", t);
+    free(t);
+    snprintf(path, sizeof path, "%s/compile_commands.json", dir);
+    char *cc = check_slurp_text(path);
+    cr_expect(strstr(cc, "-Wall") && !strstr(cc, "-Werror"), "GATE_WERROR=OFF left -Werror in");
+    free(cc);
+    rc = run_sh(&t, "cmake -S '%s' -B '%s' -DGATE_WERROR=ON", GATE_SOURCE_DIR, dir);
+    cr_assert_eq(rc, 0, "configure: %s", t);
+    free(t);
+    cc = check_slurp_text(path);
+    cr_expect(strstr(cc, "-Werror"), "GATE_WERROR=ON has no -Werror");
+    free(cc);
+}
+
+/* R5: a toolkit whose library folder lacks cuBLAS fails preflight with its name; with it, the
+ * preflight names where it found the runtime and cuBLAS. The toolkit is a stand-in nvcc. */
+Test(gpucheck, preflight_names_a_toolkit_without_cublas, .timeout = 120)
+{
+    char dir[1024], cmd[8192];
+    check_make_dir(dir, sizeof dir, "cuda");
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s/bin' '%s/lib64' && printf '#!/bin/sh\\necho \"Cuda compilation tools, "
+             "release 13.0, V13.0.88\"\\n' >'%s/bin/nvcc' && chmod +x '%s/bin/nvcc' && "
+             ": >'%s/lib64/libcudart.so.13'",
+             dir, dir, dir, dir, dir);
+    cr_assert_eq(system(cmd), 0);
+    char *t = NULL;
+    int rc = run_sh(&t,
+                    "env PATH='%s/bin':\"$PATH\" GATE_DEB_DIR='%s/deb' bash '%s/ci/gpu-check.sh' "
+                    "--stage preflight",
+                    dir, dir, GATE_SOURCE_DIR);
+    cr_expect_neq(rc, 0);
+    cr_expect(strstr(t, "libcublas.so.13 (CUDA 13.0's cuBLAS) not found next to"), "%s", t);
+    cr_expect(!strstr(t, "libcudart.so.13 (CUDA"), "the runtime is there:\n%s", t);
+    free(t);
+    snprintf(cmd, sizeof cmd, ": >'%s/lib64/libcublas.so.13' && : >'%s/lib64/libcublasLt.so.13'",
+             dir, dir);
+    cr_assert_eq(system(cmd), 0);
+    rc = run_sh(&t,
+                "env PATH='%s/bin':\"$PATH\" GATE_DEB_DIR='%s/deb' bash '%s/ci/gpu-check.sh' "
+                "--stage preflight",
+                dir, dir, GATE_SOURCE_DIR);
+    cr_expect(!strstr(t, "not found next to") && strstr(t, "/lib64/libcublas.so.13"), "%s", t);
+    free(t);
+}
+
+/* R5: a gate binary that cannot load one of its libraries (its RUNPATH lacks the folder) fails
+ * the build stage, naming the library, before any GPU stage runs it; the real one passes. */
+Test(gpucheck, a_binary_whose_library_cannot_load_fails_the_build_stage, .timeout = 120)
+{
+    char dir[1024], cmd[8192];
+    check_make_dir(dir, sizeof dir, "loads");
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && printf 'int f(void) { return 0; }\\n' >f.c && "
+             "cc -shared -fPIC -Wl,-soname,libgatemissing.so.13 -o libgatemissing.so f.c && "
+             "printf 'int f(void);\\nint main(void) { return f(); }\\n' >m.c && "
+             "cc -o needs m.c -L. -lgatemissing && rm libgatemissing.so",
+             dir);
+    cr_assert_eq(system(cmd), 0);
+    char *t = NULL;
+    int rc = run_sh(&t,
+                    "env GATE_GPU_DRYRUN=1 GATE_BIN='%s/needs' GATE_DEB_DIR='%s/deb' "
+                    "bash '%s/ci/gpu-check.sh' --stage build",
+                    dir, dir, GATE_SOURCE_DIR);
+    cr_expect_neq(rc, 0, "%s", t);
+    cr_expect(strstr(t, "libgatemissing.so.13 not found"), "%s", t);
+    free(t);
+    rc = run_sh(&t,
+                "env GATE_GPU_DRYRUN=1 GATE_BIN='%s' GATE_DEB_DIR='%s/deb' "
+                "bash '%s/ci/gpu-check.sh' --stage build",
+                getenv("GATE_BIN"), dir, GATE_SOURCE_DIR);
+    cr_expect_eq(rc, 0, "%s", t);
+    cr_expect(strstr(t, "every library of "), "%s", t);
+    free(t);
+}
+
+/* R8: the carried libraries are on gate's loader path and nobody else's: git and cmake (spies
+ * first on PATH) run with the host's LD_LIBRARY_PATH through a whole dry run. */
+Test(gpucheck, the_carried_libraries_reach_gate_only, .timeout = 300)
+{
+    char dir[1024], cmd[8192];
+    check_make_dir(dir, sizeof dir, "r8");
+    snprintf(
+        cmd, sizeof cmd,
+        "set -e; cd '%s'; mkdir -p spy deb/root/usr/lib/x86_64-linux-gnu;"
+        "for p in git cmake; do real=$(command -v $p);"
+        "  printf '#!/bin/sh\\necho \"%%s LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}\" >>\"%%s\"\\n"
+        "exec \"%%s\" \"$@\"\\n' $p \"$PWD/seen.log\" \"$real\" >spy/$p; chmod +x spy/$p; done;"
+        "printf '#!/bin/sh\\necho \"gate LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}\" >>\"%%s\"\\n"
+        "exec \"%%s\" \"$@\"\\n' \"$PWD/seen.log\" '%s' >spy-gate; chmod +x spy-gate",
+        dir, getenv("GATE_BIN"));
+    cr_assert_eq(system(cmd), 0);
+    char env[4096];
+    snprintf(env, sizeof env,
+             "PATH='%s/spy':\"$PATH\" GATE_BIN='%s/spy-gate' GATE_DEB_DIR='%s/deb'", dir, dir, dir);
+    int status = 0;
+    json_decref(dry_run("r8", env, &status));
+    snprintf(cmd, sizeof cmd, "%s/seen.log", dir);
+    char *seen = check_slurp_text(cmd), want[1200];
+    snprintf(want, sizeof want, "%s/deb/root/usr/lib/x86_64-linux-gnu", dir);
+    int gate = 0, git = 0;
+    for (char *save = NULL, *l = strtok_r(seen, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        if (!strncmp(l, "gate ", 5)) {
+            gate++;
+            cr_expect(strstr(l, want), "gate ran without the carried libraries: %s", l);
+        } else {
+            git += !strncmp(l, "git ", 4);
+            cr_expect(!strstr(l, want), "the carried libraries leaked to: %s", l);
+        }
+    }
+    cr_expect(gate > 0 && git > 0, "the spies saw %d gate and %d git runs", gate, git);
+    free(seen);
+}
+
+/* R1: a copy of the tree whose .git did not travel. GATE_PREPARE_ONLY=1 (on the committed copy)
+ * writes the build-identity file; without .git the dry run's summary names that commit, clean;
+ * an edited file makes it a warning (not clean), and without the file preflight fails naming
+ * the missing identity. */
+Test(gpucheck, a_tree_without_git_takes_its_commit_from_the_identity_file, .timeout = 300)
+{
+    char dir[1024], cmd[8192];
+    check_make_dir(dir, sizeof dir, "r1");
+    snprintf(cmd, sizeof cmd,
+             "set -e; cd '%s'; mkdir -p tree deb tree/shared/conformance;"
+             "git -C '%s' ls-files -z --cached --others --exclude-standard |"
+             "  (cd '%s' && tar --null -T - -cf -) | tar -xf - -C tree;"
+             "cd tree; git init -q .; git add -A;"
+             "git -c user.name=t -c user.email=t@t -c commit.gpgsign=false commit -q -m copy;"
+             ": >../deb/placeholder.deb",
+             dir, GATE_SOURCE_DIR, GATE_SOURCE_DIR);
+    cr_assert_eq(system(cmd), 0, "cannot make the committed copy");
+    char *t = NULL;
+    int rc = run_sh(&t,
+                    "cd '%s/tree' && env GATE_PREPARE_ONLY=1 GATE_DEB_DIR='%s/deb' "
+                    "bash ci/gpu-check.sh '%s/prep'",
+                    dir, dir, dir);
+    cr_assert_eq(rc, 0, "prepare: %s", t);
+    cr_expect(strstr(t, "identity: wrote "), "%s", t);
+    free(t);
+    char commit[64] = "";
+    rc = run_sh(&t, "git -C '%s/tree' rev-parse HEAD", dir);
+    cr_assert_eq(rc, 0);
+    snprintf(commit, sizeof commit, "%.40s", t);
+    free(t);
+    cr_assert_eq(strlen(commit), 40, "no commit printed");
+
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/tree/.git' '%s/deb/placeholder.deb'", dir, dir);
+    cr_assert_eq(system(cmd), 0);
+    rc = run_sh(&t,
+                "env GATE_GPU_DRYRUN=1 GATE_BIN='%s' GATE_SHARED='%s' GATE_DEB_DIR='%s/deb' "
+                "bash '%s/tree/ci/gpu-check.sh' '%s/out'",
+                getenv("GATE_BIN"), check_shared_dir(), dir, dir, dir);
+    free(t);
+    snprintf(cmd, sizeof cmd, "%s/out/summary.json", dir);
+    json_error_t je;
+    json_t *sum = json_load_file(cmd, 0, &je);
+    cr_assert(sum, "no summary.json: %s", je.text);
+    cr_expect_str_eq(json_string_value(json_object_get(sum, "commit")), commit);
+    cr_expect(json_is_true(json_object_get(sum, "tree_clean")), "the verified copy is clean");
+    const char *why = json_string_value(
+        json_object_get(json_array_get(json_object_get(sum, "stages"), 0), "reason"));
+    cr_expect(why && !strstr(why, "git") && !strstr(why, "identity"), "preflight: %s", why);
+    json_decref(sum);
+
+    /* an edit after the identity was written: the commit stays, the tree is not clean */
+    snprintf(cmd, sizeof cmd, "echo edit >>'%s/tree/README.md'", dir);
+    cr_assert_eq(system(cmd), 0);
+    rc = run_sh(&t, "env GATE_DEB_DIR='%s/deb' bash '%s/tree/ci/gpu-check.sh' --stage preflight",
+                dir, dir);
+    char want[200];
+    snprintf(want, sizeof want, "identity: README.md differs from commit %s", commit);
+    cr_expect(strstr(t, want) && strstr(t, "warning: "), "want '%s' in:\n%s", want, t);
+    free(t);
+
+    /* neither .git nor the identity file: preflight fails at once, naming both */
+    snprintf(cmd, sizeof cmd, "rm -f '%s/deb/IDENTITY'", dir);
+    cr_assert_eq(system(cmd), 0);
+    rc = run_sh(&t, "env GATE_DEB_DIR='%s/deb' bash '%s/tree/ci/gpu-check.sh' --stage preflight",
+                dir, dir);
+    cr_expect_neq(rc, 0);
+    cr_expect(strstr(t, "git rev-parse HEAD failed") && strstr(t, "IDENTITY: no commit identity"),
+              "%s", t);
+    free(t);
 }

@@ -10,13 +10,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "harness/identity.h"
 #include "tests/support/check.h"
 
 static char repo[600], compiled[700], out_h[700], bdir[700];
-static char cflags[512]; /* extra flags in the compile command of engine/a.c (issue 23 §4) */
-static char lflags[512]; /* LINK_FLAGS of the gate binary's link statement */
+static char cflags[512];   /* extra flags in the compile command of engine/a.c (issue 23 §4) */
+static char lflags[512];   /* LINK_FLAGS of the gate binary's link statement */
+static char prefixes[512]; /* PREFIXES of gate_buildconfig.cmake (the dependency prefixes) */
+static char identity_file[800]; /* -DIDENTITY for the script ("" = none) */
 
 static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -67,7 +71,7 @@ static void make_repo(void)
     /* a build folder as CMake's Ninja generator leaves it, outside the repository */
     snprintf(bdir, sizeof bdir, "%s.build", repo);
     sh("rm -rf '%s' && mkdir -p '%s/CMakeFiles'", bdir, bdir);
-    cflags[0] = lflags[0] = '\0';
+    cflags[0] = lflags[0] = prefixes[0] = identity_file[0] = '\0';
 }
 
 /* Write bdir's compile_commands.json, build.ninja, CMakeFiles/rules.ninja and
@@ -99,15 +103,18 @@ static void write_build(void)
     fclose(f);
     snprintf(path, sizeof path, "%s/gate_buildconfig.cmake", bdir);
     cr_assert((f = fopen(path, "w")));
-    fprintf(f, "set(COMPILER [[/usr/bin/cc]])\nset(COMPILER_ID [[GNU]])\n"
-               "set(COMPILER_VERSION [[1.0]])\nset(LAUNCHERS [[]])\n"
-               "set(ALLOWED_DEFINES [[GATE_VERSION;_GNU_SOURCE]])\nset(PREFIXES [[]])\n");
+    fprintf(f,
+            "set(COMPILER [[/usr/bin/cc]])\nset(COMPILER_ID [[GNU]])\n"
+            "set(COMPILER_VERSION [[1.0]])\nset(LAUNCHERS [[]])\n"
+            "set(ALLOWED_DEFINES [[GATE_VERSION;_GNU_SOURCE]])\nset(PREFIXES [[%s]])\n",
+            prefixes);
     fclose(f);
 }
 
 struct info {
     int dirty;
     int count;
+    char commit[64];
     char reason[512];
     char source_sha256[80];
     char config_sha256[80];
@@ -122,12 +129,13 @@ static struct info buildinfo(void)
     in.dirty = -1;
     write_build();
     sh("rm -f '%s' && cmake -DSRC='%s' -DOUT='%s' -DCOMPILED='%s' -DFLAGS=test -DBUILD='%s'"
-       " -DCONFIG='%s/gate_buildconfig.cmake' -P '%s/ci/buildinfo.cmake'",
-       out_h, repo, out_h, compiled, bdir, bdir, GATE_SOURCE_DIR);
+       " -DCONFIG='%s/gate_buildconfig.cmake' -DIDENTITY='%s' -P '%s/ci/buildinfo.cmake'",
+       out_h, repo, out_h, compiled, bdir, bdir, identity_file, GATE_SOURCE_DIR);
     FILE *f = fopen(out_h, "r");
     cr_assert(f, "the script wrote no %s", out_h);
     char line[1024];
     while (fgets(line, sizeof line, f)) {
+        sscanf(line, "#define GATE_GIT_COMMIT \"%63[^\"]\"", in.commit);
         sscanf(line, "#define GATE_GIT_DIRTY %d", &in.dirty);
         sscanf(line, "#define GATE_DIRTY_COUNT %d", &in.count);
         sscanf(line, "#define GATE_DIRTY_REASON \"%511[^\"]\"", in.reason);
@@ -335,4 +343,103 @@ Test(identity, json_carries_source_digest_and_dirty_reason)
     cr_expect_str_eq(json_string_value(json_object_get(j, "compiler")), id.compiler);
     cr_expect(id.compiler[0]);
     json_decref(j);
+}
+
+/* Issue 25: the device build links its libraries from a carried prefix, and CMake writes their
+ * folder into the link as -Wl,-rpath,DIR. That made every device build dirty ("has flag
+ * -Wl,-rpath,..."); a run-time search path into the dependency prefixes is clean now, and one
+ * outside them is still dirty. */
+Test(identity, a_run_time_search_path_into_the_prefixes_is_clean_and_elsewhere_dirty)
+{
+    make_repo();
+    snprintf(prefixes, sizeof prefixes, "/tmp/gate-carried-prefix/usr/lib");
+    snprintf(lflags, sizeof lflags,
+             "-Wl,-rpath,/tmp/gate-carried-prefix/usr/lib:/usr/local/cuda/lib");
+    struct info in = buildinfo();
+    cr_expect_eq(in.dirty, 0, "an rpath into the prefixes: %s", in.reason);
+    snprintf(lflags, sizeof lflags, "-Wl,-rpath,/usr/lib:/tmp/elsewhere/lib");
+    expect_dirty("(run-time search path) reads /tmp/elsewhere/lib, outside");
+    snprintf(lflags, sizeof lflags, "-Wl,-rpath,$ORIGIN/lib");
+    expect_dirty("has run-time search path entry $ORIGIN/lib, which is not an absolute path");
+}
+
+/* Write the build-identity file of repo (ci/identity.cmake); its exit status. */
+static int write_identity(void)
+{
+    snprintf(identity_file, sizeof identity_file, "%s.IDENTITY", repo);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "cmake -DMODE=write -DSRC='%s' -DIDENTITY='%s' -P '%s/ci/identity.cmake' >/dev/null "
+             "2>&1",
+             repo, identity_file, GATE_SOURCE_DIR);
+    const int ws = system(cmd);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+/* Issue 25 R1: a tree whose .git did not travel is its identity file's commit, clean, with the
+ * same source digest git gives, as long as every file is the commit's: an edit or a file the
+ * commit does not hold in a source folder makes it dirty; without the file it has no commit. */
+Test(identity, a_tree_without_git_is_the_commit_its_identity_file_names)
+{
+    make_repo();
+    struct info by_git = buildinfo();
+    cr_assert_eq(by_git.dirty, 0, "%s", by_git.reason);
+    cr_assert_eq(write_identity(), 0);
+    sh("rm -rf '%s/.git'", repo);
+    struct info in = buildinfo();
+    cr_expect_eq(in.dirty, 0, "the verified tree: %s", in.reason);
+    cr_expect_str_eq(in.commit, by_git.commit);
+    cr_expect_str_eq(in.source_sha256, by_git.source_sha256);
+
+    put("engine/a.h", "#define A 2\n");
+    expect_dirty("engine/a.h differs from commit");
+    put("engine/a.h", "#define A 1\n");
+    put("engine/b.h", "#define B 1\n");
+    expect_dirty("untracked file engine/b.h in a source folder");
+    sh("rm '%s/engine/b.h'", repo);
+    cr_expect_eq(buildinfo().dirty, 0);
+
+    identity_file[0] = '\0';
+    expect_dirty("no git commit at");
+}
+
+/* A tree copied without its .git into another repository's folder must not take that
+ * repository's commit: its identity file's commit is the one. */
+Test(identity, a_tree_inside_another_repository_keeps_its_own_commit)
+{
+    make_repo();
+    cr_assert_eq(write_identity(), 0);
+    struct info by_git = buildinfo();
+    char outer[700];
+    snprintf(outer, sizeof outer, "%s.outer", repo);
+    sh("rm -rf '%s/.git' && mkdir -p '%s' && cd '%s' && git init -q . && git -c user.name=t -c "
+       "user.email=t@t -c commit.gpgsign=false commit -q --allow-empty -m outer && mv '%s' inner",
+       repo, outer, outer, repo);
+    const int len = snprintf(repo, sizeof repo, "%.580s/inner", outer);
+    cr_assert(len > 0 && (size_t)len < sizeof repo);
+    FILE *f = fopen(compiled, "w");
+    cr_assert(f);
+    fprintf(f, "%s/engine/a.c\n", repo);
+    fclose(f);
+    struct info in = buildinfo();
+    cr_expect_str_eq(in.commit, by_git.commit, "took the enclosing repository's commit");
+    cr_expect_eq(in.dirty, 0, "%s", in.reason);
+}
+
+/* The writer refuses a tree that is not its clean commit: an edit git status cannot see (an
+ * assume-unchanged bit) and an untracked file both leave no identity file behind. */
+Test(identity, the_identity_writer_refuses_a_tree_that_is_not_its_commit)
+{
+    make_repo();
+    sh("cd '%s' && git update-index --assume-unchanged engine/a.h", repo);
+    put("engine/a.h", "#define A 2\n");
+    cr_expect_neq(write_identity(), 0);
+    cr_expect_neq(access(identity_file, F_OK), 0, "an identity file was written");
+    make_repo();
+    put("notes.txt", "x\n");
+    cr_expect_neq(write_identity(), 0);
+    cr_expect_neq(access(identity_file, F_OK), 0, "an identity file was written");
+    sh("rm '%s/notes.txt'", repo);
+    cr_expect_eq(write_identity(), 0);
+    cr_expect_eq(access(identity_file, F_OK), 0);
 }
