@@ -133,13 +133,21 @@ tree_identity() {
     ID_WHY="git rev-parse HEAD failed (${top//$'\n'/ }) and there is no $DEB/IDENTITY: no commit identity (did .git travel, is git installed? GATE_PREPARE_ONLY=1 writes .deb/IDENTITY on the clean commit)"
 }
 
-# The CUDA toolkit's library folders (next to nvcc), one per line.
+# The CUDA toolkit's library folders, one per line: the -L folders nvcc itself links with (its
+# --dryrun; a wrapper script named nvcc does not mislead it), then lib64, lib and targets/*/lib
+# under its TOP (or under the folder above the real nvcc's bin/).
 cuda_lib_dirs() {
-    local nv top d
+    local nv top d dry
     nv=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
     [ -e "$nv" ] || return 0
-    top=$(dirname "$(dirname "$(readlink -f "$nv")")")
-    for d in "$top/lib64" "$top/lib" "$top"/targets/*/lib; do [ -d "$d" ] && echo "$d"; done
+    dry=$("$nv" --dryrun -x cu -c /dev/null -o /dev/null 2>&1)
+    top=$(printf '%s\n' "$dry" | sed -n 's/^#\$ TOP=//p' | head -n1)
+    [ -n "$top" ] || top=$(dirname "$(dirname "$(readlink -f "$nv")")")
+    {
+        printf '%s\n' "$dry" | sed -n 's/^#\$ LIBRARIES=//p' | grep -o '"-L[^"]*"' | tr -d '"' |
+            sed 's/^-L//' | grep -v '/stubs$'
+        for d in "$top/lib64" "$top/lib" "$top"/targets/*/lib; do echo "$d"; done
+    } | while IFS= read -r d; do [ -d "$d" ] && (cd "$d" && pwd -P); done | awk '!seen[$0]++'
     return 0
 }
 
