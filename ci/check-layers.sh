@@ -26,4 +26,16 @@ for f in $(git ls-files 'base/*' 'faults/*' 'engine/*' 'kernels/*' 'oracles/*' '
         fi
     done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
 done
+# Nothing above engine/ names a backend (issue 24 §5): oracles, receipts, harness and cli ask
+# engine/backend.h what a backend is (judge, accelerator, external, device, its rows), never
+# compare with "cuda", "cpu", "ref" or "exec". Comments are not code; a literal that is not a
+# backend name (a JSON key, a device-string prefix) says so on its line: "not a backend name".
+for f in $(git ls-files 'oracles/*' 'receipts/*' 'harness/*' 'cli/*' | grep -E '\.(c|h)$'); do
+    while IFS= read -r hit; do
+        echo "ci/check-layers.sh: $f:${hit%%:*} names a backend above engine/: ${hit#*:}"
+        bad=1
+    done < <(grep -n '"\(cuda\|cpu\|ref\|exec\)"' "$f" | grep -v 'not a backend name' |
+        sed 's|/\*.*\*/||g' | grep -v '^[0-9]*:[[:space:]]*\(\*\|/\*\|//\)' |
+        grep '"\(cuda\|cpu\|ref\|exec\)"' || true)
+done
 exit $bad

@@ -212,7 +212,8 @@ static int write_all(const char *path, const void *data, size_t n, struct gate_e
 
 int cmd_eval(int argc, char **argv)
 {
-    const char *model = NULL, *tokens = NULL, *logits_path = NULL, *backend = "ref", *v;
+    const char *model = NULL, *tokens = NULL, *logits_path = NULL, *backend = backend_judge_name(),
+               *v;
     int threads = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -332,7 +333,7 @@ int engine_greedy(struct backend *b, const int32_t *prompt, int n_prompt, int n_
 
 int cmd_generate(int argc, char **argv)
 {
-    const char *model = NULL, *tokens = NULL, *prompt = NULL, *backend = "ref", *v;
+    const char *model = NULL, *tokens = NULL, *prompt = NULL, *backend = backend_judge_name(), *v;
     int threads = 0, n_gen = 32, print_ids = 0, chat = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -634,7 +635,8 @@ done:
 
 int cmd_bench(int argc, char **argv)
 {
-    const char *model = NULL, *backend = "ref", *mode_text = NULL, *v, *db = "receipts.db";
+    const char *model = NULL, *backend = backend_judge_name(), *mode_text = NULL, *v,
+               *db = "receipts.db";
     long long compare_id = 0;
     int prompt_batch = 0;
     struct throughput_config cfg;
@@ -733,7 +735,7 @@ int cmd_bench(int argc, char **argv)
     char text[48];
     snprintf(text, sizeof text, "%.32s.prefill", backend);
     int rc = mode_parse(mode_text ? mode_text : text, &mode, &err);
-    if (!rc && mode_text && strcmp(mode.backend, backend) && strcmp(backend, "ref"))
+    if (!rc && mode_text && strcmp(mode.backend, backend) && strcmp(backend, backend_judge_name()))
         rc = err_set(&err, ERR_INPUT, "bench: --backend %s and --mode %s disagree", backend,
                      mode_text);
     if (!rc) {

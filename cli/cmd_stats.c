@@ -56,7 +56,7 @@ int cmd_model_stats(int argc, char **argv)
     int rc = model_load(&m, path, &err);
     struct backend_config cfg = {.n_threads = threads, .n_ctx = n, .n_batch = n};
     if (!rc)
-        rc = backend_open(&b, "ref", m, &cfg, &err);
+        rc = backend_open(&b, backend_judge_name(), m, &cfg, &err);
     if (rc) {
         model_free(m);
         return cli_fail(err_exit_code(rc), "%s", err.msg);

@@ -975,7 +975,7 @@ static void draw_receipt(struct page *pg, const struct loaded *x, int64_t id, in
     fputs("</td></tr>\n<tr><th>environment</th><td>", f);
     pjson(f, json_object_get(env, "hostname"));
     fputs(", cpu ", f);
-    pjson(f, json_object_get(env, "cpu"));
+    pjson(f, json_object_get(env, "cpu")); /* the host's CPU model: not a backend name */
     fputs(", gpu ", f);
     pjson(f, json_object_get(env, "gpu"));
     fputs(", threads ", f);

@@ -8,6 +8,7 @@
  */
 #include <ctype.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,46 @@ int backend_is_device(const char *name)
 {
     const int i = backend_index(name);
     return i >= 0 && BACKENDS[i].device;
+}
+
+const char *backend_judge_name(void)
+{
+    return "ref";
+}
+
+const char *backend_accelerator_name(void)
+{
+    for (int i = 0; i < N_BACKENDS; i++)
+        if (BACKENDS[i].device)
+            return BACKENDS[i].name;
+    return "";
+}
+
+int backend_is_external(const char *name)
+{
+    return name && !strcmp(name, BACKEND_EXTERNAL);
+}
+
+/* cpu: the worst of 51 runs of gate parity on 2026-12-02 (tiny-moe, tiny-dense, tiny-odd; cpu
+ * decode and prefill on 8 sequences of 300 ids each, and the chat conversation) and, for max
+ * rel-L2, 100 sequences of 300 ids of tiny-moe decode (docs/gates.md has the table). */
+static const struct backend_noise NOISE[] = {
+    {"ref", 1, 1, 0, 0, 0, 0, 0, "the judge against itself: bit-identical by construction"},
+    {"cpu", 1, 0, 5.2e-6, 1.25e-5, 1.6e-4, 4.0e-3, 1.8e-3,
+     "measured 2026-12-02: worst of 151 gate parity runs over tiny-moe, tiny-dense, tiny-odd"
+     " (decode, prefill, chat; docs/gates.md)"},
+    {"cuda", 0, 0, NAN, NAN, NAN, NAN, NAN,
+     "not measured: no device run yet (docs/kernels.md has the emulated FP16 predictions)"},
+    {BACKEND_EXTERNAL, 0, 0, NAN, NAN, NAN, NAN, NAN,
+     "an external engine: its noise is its own; measure it (docs/exec.md)"},
+};
+
+const struct backend_noise *backend_noise_of(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof NOISE / sizeof NOISE[0]; i++)
+        if (!strcmp(NOISE[i].backend, name))
+            return &NOISE[i];
+    return NULL;
 }
 
 int backend_offers_kv_f16(const char *name)

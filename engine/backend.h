@@ -145,6 +145,28 @@ const char *backend_name(int i);     /* NULL when i is out of range */
 int backend_index(const char *name); /* -1 when unknown */
 /* 1 when the backend runs on an accelerator (its runs must count kernel launches). */
 int backend_is_device(const char *name);
+
+/* What a backend is, so nothing above engine/ names one (issue 24 §5): the judge (the reference
+ * twin every gate compares with), the accelerator backend a GPU host's check describes, and the
+ * external engines (exec: an engine gate did not build, one child per cell; its mode syntax is
+ * BACKEND_EXTERNAL "." ENGINE "." PATH). */
+#define BACKEND_EXTERNAL "exec"
+const char *backend_judge_name(void);       /* the judge's backend */
+const char *backend_accelerator_name(void); /* the first accelerator of the list (in any build) */
+int backend_is_external(const char *name);  /* 1 for BACKEND_EXTERNAL */
+
+/* A backend's measured noise against the judge (docs/gates.md, "Tolerances from noise"): the
+ * worst value of each parity metric over the runs of a correct build, the data the oracles'
+ * margins and ladder check's loose-threshold refusal read. exact: bit-identical by construction
+ * (the judge); measured 0: not measured (source says why). */
+struct backend_noise {
+    const char *backend;
+    int measured, exact;
+    double one_minus_cos, mean_kld, max_kld, max_rel_l2, mean_rel_l2;
+    const char *source;
+};
+/* The row of `name` (every backend of the list, and BACKEND_EXTERNAL); NULL for an unknown one. */
+const struct backend_noise *backend_noise_of(const char *name);
 /* 1 when the backend offers an F16 KV cache (its open honours backend_config.kv_f16; the others
  * refuse it at open): the ladder's `kv: f16` check. Known for every backend of the list, compiled
  * in or not; 0 for an unknown name and for "exec". */

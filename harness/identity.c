@@ -83,8 +83,9 @@ json_t *identity_environment(int threads)
     if (f)
         fclose(f);
     if (threads <= 0)
-        threads = pool_default_threads(); /* what the engines' pools take */
-    return json_pack("{s:s, s:s, s:i}", "hostname", host, "cpu", cpu, "threads", threads);
+        threads = pool_default_threads();     /* what the engines' pools take */
+    static const char *const cpu_key = "cpu"; /* the host's CPU model: not a backend name */
+    return json_pack("{s:s, s:s, s:i}", "hostname", host, cpu_key, cpu, "threads", threads);
 }
 
 void identity_utc_now(char out[32])

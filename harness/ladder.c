@@ -1203,8 +1203,8 @@ static int check_prefill(struct parse *p, yaml_node_t *at, int model, int host, 
     return fail(p, at,
                 "cell %s/%s/%s: prefill: %s, but backend '%s' runs its batched projections in F32"
                 " only (%s offer %s); a 16-bit cell is refused, never run as F32",
-                p->l->models[model].id, p->l->hosts[host].id, mode, pf,
-                m.engine[0] ? "exec" : m.backend, offer[0] ? offer : "none", pf);
+                p->l->models[model].id, p->l->hosts[host].id, mode, pf, m.backend,
+                offer[0] ? offer : "none", pf);
 }
 
 /* An `isa:` cell must name a backend that declares the instruction set among its selectable
@@ -1217,7 +1217,7 @@ static int check_isa(struct parse *p, yaml_node_t *at, int model, int host, cons
     struct backend_invariants inv;
     if (mode_parse(mode, &m, NULL))
         return 0;
-    backend_invariants(m.engine[0] ? "exec" : m.backend, &inv);
+    backend_invariants(m.backend, &inv);
     for (const char *s = inv.isas; s && *s;) {
         const size_t len = strcspn(s, ",");
         if (len == strlen(isa) && !strncmp(s, isa, len))
@@ -1227,8 +1227,7 @@ static int check_isa(struct parse *p, yaml_node_t *at, int model, int host, cons
     return fail(p, at,
                 "cell %s/%s/%s: isa: %s, but backend '%s' %s%s%s; an isa cell is refused, never"
                 " run on another instruction set",
-                p->l->models[model].id, p->l->hosts[host].id, mode, isa,
-                m.engine[0] ? "exec" : m.backend,
+                p->l->models[model].id, p->l->hosts[host].id, mode, isa, m.backend,
                 inv.isas && *inv.isas ? "selects only among " : "has no selectable instruction set",
                 inv.isas && *inv.isas ? inv.isas : "", "");
 }
@@ -1248,8 +1247,8 @@ static int check_kv(struct parse *p, yaml_node_t *at, int model, int host, const
     return fail(p, at,
                 "cell %s/%s/%s: kv: f16, but backend '%s' offers no F16 KV cache (only %s"
                 " do); an F16 cell is refused, never run as F32",
-                p->l->models[model].id, p->l->hosts[host].id, mode,
-                m.engine[0] ? "exec" : m.backend, offer[0] ? offer : "none");
+                p->l->models[model].id, p->l->hosts[host].id, mode, m.backend,
+                offer[0] ? offer : "none");
 }
 
 static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)

@@ -338,7 +338,7 @@ static json_t *gpu_environment(const struct ladder_host *h)
     /* the GPU backend's device query (engine/backend.h), whichever build this is */
     struct backend_device d;
     struct gate_err why = {0};
-    if (backend_describe("cuda", &d, &why) == 0) {
+    if (backend_describe(backend_accelerator_name(), &d, &why) == 0) {
         char cc[16];
         snprintf(cc, sizeof cc, "%d.%d", d.cc_major, d.cc_minor);
         return json_pack("{s:s, s:s, s:f, s:i, s:i}", "name", d.name, "compute_capability", cc,
@@ -506,10 +506,11 @@ static int host_matches(const struct ladder_host *h, struct gate_err *err)
      * build", and a skipped GPU check is a failure (settled question 6) */
     struct backend_device d;
     struct gate_err why = {0};
-    if (backend_describe("cuda", &d, &why))
-        return err_set(err, ERR_ENV, "host '%s' declares GPU '%s' but none is usable: %s%s", h->id,
-                       h->device_name, why.msg,
-                       backend_find("cuda") ? "" : ": a skipped GPU check is a failure");
+    if (backend_describe(backend_accelerator_name(), &d, &why))
+        return err_set(
+            err, ERR_ENV, "host '%s' declares GPU '%s' but none is usable: %s%s", h->id,
+            h->device_name, why.msg,
+            backend_find(backend_accelerator_name()) ? "" : ": a skipped GPU check is a failure");
     const double total_gib = (double)d.total_bytes / (double)(1ull << 30);
     char cc[16];
     snprintf(cc, sizeof cc, "%d.%d", d.cc_major, d.cc_minor);

@@ -51,7 +51,7 @@ static json_t *gpu_environment(const struct ladder_host *h)
     /* the GPU backend's device query (engine/backend.h), whichever build this is */
     struct backend_device d;
     struct gate_err why = {0};
-    if (backend_describe("cuda", &d, &why) == 0) {
+    if (backend_describe(backend_accelerator_name(), &d, &why) == 0) {
         char cc[16];
         snprintf(cc, sizeof cc, "%d.%d", d.cc_major, d.cc_minor);
         return json_pack("{s:s, s:s, s:f, s:i, s:i}", "name", d.name, "compute_capability", cc,

@@ -344,8 +344,10 @@ enum gate_verdict anchor_judge(const json_t *settings, const json_t *metrics, js
         return GATE_FAIL;
     }
     const char *backend = json_string_value(json_object_get(metrics, "backend"));
-    note(&j, gate_check_str(checks, "backend", backend ? backend : "(missing)", "ref"),
-         "ran on '%s', not the ref backend", backend ? backend : "(missing)");
+    note(&j,
+         gate_check_str(checks, "backend", backend ? backend : "(missing)", backend_judge_name()),
+         "ran on '%s', not the judge's backend %s", backend ? backend : "(missing)",
+         backend_judge_name());
     judge_str(&j, settings, metrics, "arch", "ran a model of another architecture");
     judge_str(&j, settings, metrics, "model_sha256", "ran another model file");
     judge_str(&j, settings, metrics, "tokens_sha256", "read another tokens file");

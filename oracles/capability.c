@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend.h"
+
 void capability_judge(const struct mode *mode, const struct backend_info *info,
                       struct capability_result *out)
 {
@@ -13,9 +15,10 @@ void capability_judge(const struct mode *mode, const struct backend_info *info,
     out->info = *info;
     /* a device backend (engine/backend.c's list says which) must count kernel launches */
     const int on_device = backend_is_device(mode->backend);
-    const int cpu_device = !strncmp(info->device, "cpu", 3);
+    const int cpu_device =
+        !strncmp(info->device, "cpu", 3); /* a device string: not a backend name */
     /* an exec engine reports its own device, CPU or GPU: recorded, not judged (docs/exec.md) */
-    const int exec = !strcmp(mode->backend, "exec");
+    const int exec = backend_is_external(mode->backend);
     char *why = out->reason;
     const size_t wn = sizeof out->reason;
     if (strcmp(info->backend, mode->backend))

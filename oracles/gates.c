@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/backend.h"
+
 static const char *const VERDICTS[] = {"PASS", "FAIL", "ERROR"};
 
 const char *gate_verdict_name(enum gate_verdict v)
@@ -138,11 +140,13 @@ enum gate_verdict gate_judge_ran(const char *mode, const json_t *metrics, json_t
     }
     int ok = gate_check_str(checks, "ran.backend", ran_backend, backend);
     ok &= gate_check_num(checks, "ran.tokens", tokens, ">", 0);
-    const int is_cuda = !strcmp(backend, "cuda"), cpu_device = !strncmp(device, "cpu", 3);
-    if (is_cuda) {
+    /* by what the backend's row says it is, never by its name (issue 24 §5) */
+    const int on_device = backend_is_device(backend);
+    const int cpu_device = !strncmp(device, "cpu", 3); /* a device string: not a backend name */
+    if (on_device) {
         ok &= gate_check_num(checks, "ran.kernel_launches", launches, ">", 0);
         ok &= gate_check_bool(checks, "ran.device is a GPU", !cpu_device);
-    } else if (!strcmp(backend, "exec")) {
+    } else if (backend_is_external(backend)) {
         /* an engine gate did not build names its own device (docs/exec.md: gate cannot measure
          * it, the receipt records its word); gate counts no launches of its own */
         ok &= gate_check_num(checks, "ran.kernel_launches", launches, "<=", 0);

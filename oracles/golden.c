@@ -282,9 +282,9 @@ json_t *golden_recorded_by_gate(const char *git_commit, int git_dirty)
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return json_pack("{s:s, s:s, s:s, s:b, s:s}", "engine", "gate", "backend", "ref", "git_commit",
-                     git_commit ? git_commit : "unknown", "git_dirty", git_commit ? git_dirty : 1,
-                     "date", now);
+    return json_pack("{s:s, s:s, s:s, s:b, s:s}", "engine", "gate", "backend", backend_judge_name(),
+                     "git_commit", git_commit ? git_commit : "unknown", "git_dirty",
+                     git_commit ? git_dirty : 1, "date", now);
 }
 int golden_record_force(const char *path, const struct model *m, int n_gen, int n_threads,
                         int force, const json_t *recorded_by, struct gate_err *err)

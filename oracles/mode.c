@@ -59,7 +59,7 @@ static int parse_exec(const char *text, struct mode *out, int *rc, struct gate_e
                       text, (int)sizeof out->engine - 1);
         return 1;
     }
-    snprintf(out->backend, sizeof out->backend, "exec");
+    snprintf(out->backend, sizeof out->backend, "%s", BACKEND_EXTERNAL);
     memcpy(out->engine, name, len);
     out->engine[len] = '\0';
     out->path = (enum mode_path)pi;
@@ -188,7 +188,7 @@ int mode_open_judge_rounded(struct backend **out, const struct model *m, int n_c
                                  .n_batch = n_ctx,
                                  .faults = NULL,
                                  .emulate = emulate ? emulate : ""};
-    int rc = backend_open(out, "ref", m, &cfg, err);
+    int rc = backend_open(out, backend_judge_name(), m, &cfg, err);
     if (!rc)
         judges_add(*out);
     return rc;
@@ -239,7 +239,7 @@ static void on_close(void *ctx, const struct backend *b)
     /* the KV cache: the backend's own word, set by its open; an external engine's (exec) is its
      * own business, which gate cannot see, so none is recorded for it */
     const char *kv = b->kv_f16 ? "f16" : "f32";
-    const int external = !strcmp(info.backend, "exec");
+    const int external = backend_is_external(info.backend);
     if (!external && !r->kv[0])
         snprintf(r->kv, sizeof r->kv, "%s", kv);
     else if (!external && strcmp(r->kv, kv))

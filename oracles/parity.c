@@ -710,26 +710,9 @@ double parity_severity(const struct parity_result *r)
 
 /* ---- tolerances from noise ------------------------------------------------------------------ */
 
-/* cpu: the worst of 51 runs of gate parity on 2026-12-02 (tiny-moe, tiny-dense, tiny-odd; cpu
- * decode and prefill on 8 sequences of 300 ids each, and the chat conversation) and, for max
- * rel-L2, 100 sequences of 300 ids of tiny-moe decode (docs/gates.md has the table). */
-static const struct parity_noise NOISE[] = {
-    {"ref", 1, 1, 0, 0, 0, 0, 0, "the judge against itself: bit-identical by construction"},
-    {"cpu", 1, 0, 5.2e-6, 1.25e-5, 1.6e-4, 4.0e-3, 1.8e-3,
-     "measured 2026-12-02: worst of 151 gate parity runs over tiny-moe, tiny-dense, tiny-odd"
-     " (decode, prefill, chat; docs/gates.md)"},
-    {"cuda", 0, 0, NAN, NAN, NAN, NAN, NAN,
-     "not measured: no device run yet (docs/kernels.md has the emulated FP16 predictions)"},
-    {"exec", 0, 0, NAN, NAN, NAN, NAN, NAN,
-     "an external engine: its noise is its own; measure it (docs/exec.md)"},
-};
-
 const struct parity_noise *parity_noise_of(const char *backend)
 {
-    for (size_t i = 0; backend && i < sizeof NOISE / sizeof NOISE[0]; i++)
-        if (!strcmp(NOISE[i].backend, backend))
-            return &NOISE[i];
-    return NULL;
+    return backend_noise_of(backend); /* the backend's row says (engine/backend.c) */
 }
 
 /* The thresholds of cfg against noise z, one row per metric: name, threshold, noise, factor. */

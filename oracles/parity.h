@@ -279,12 +279,7 @@ void parity_print(FILE *f, const struct parity_result *r);
 /* A backend's documented noise against the judge: the worst value of each parity metric over
  * the measured runs of a correct build (source says which). measured 0: no device has measured
  * it yet (margins unknown, nothing refused); exact 1: the judge against itself (0 noise). */
-struct parity_noise {
-    const char *backend;
-    int measured, exact;
-    double one_minus_cos, mean_kld, max_kld, max_rel_l2, mean_rel_l2;
-    const char *source;
-};
+#define parity_noise backend_noise /* the backend's row (engine/backend.h) */
 
 /* How far above a backend's measured noise a threshold may sit before `ladder check` refuses it
  * without a stated reason (parity.loose_reason): cosine and KL catch gross errors, so they sit
@@ -292,7 +287,7 @@ struct parity_noise {
 #define PARITY_LOOSE_FACTOR_LOGIT 1000.0
 #define PARITY_LOOSE_FACTOR_REL_L2 4.0
 
-/* The row of backend ("cpu", "ref", "cuda", "exec"); NULL for an unknown name. */
+/* The noise row of backend `backend` (backend_noise_of); NULL for an unknown name. */
 const struct parity_noise *parity_noise_of(const char *backend);
 
 /* 0 when every threshold of cfg sits within its factor of the backend's measured noise (or the
