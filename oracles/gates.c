@@ -185,64 +185,44 @@ enum gate_verdict capability_gate_judge(const json_t *settings, const json_t *me
 
 /* ---- every gate ------------------------------------------------------------------------------ */
 
-/* The KV cache the cell asked for is the one the subjects reported at open (metrics.ran.kv,
- * oracles/mode.c): an F16 cell (settings "kv": "f16", docs/ladder.md) whose backend ran F32 — a
- * harness that dropped the setting — FAILs, and so does an F32 cell (no "kv" in its settings)
- * whose subject ran F16. A run that recorded no ran.kv (receipts from before the key) is judged
- * only when its settings ask for a KV type. */
-static enum gate_verdict judge_kv(const json_t *settings, const json_t *metrics, json_t *checks,
-                                  char *why, size_t n)
-{
-    const char *want = json_string_value(json_object_get(settings, "kv"));
-    const char *got = json_string_value(json_object_get(json_object_get(metrics, "ran"), "kv"));
-    if (!want && !got)
-        return GATE_PASS;
-    if (!want)
-        want = "f32";
-    if (gate_check_str(checks, "ran.kv", got, want))
-        return GATE_PASS;
-    why_set(why, n, "the cell asks for a %s KV cache but the subject ran with %s", want,
-            got ? got : "no KV cache recorded");
-    return GATE_FAIL;
-}
+/* The identity settings a cell asks for (receipts/cellkey.h: kv, prefill, isa; docs/ladder.md)
+ * are the ones its subjects reported at open (metrics.ran.KEY, oracles/mode.c): a harness that
+ * dropped a setting, or a subject that ran another configuration, FAILs — in both directions for
+ * the settings with a default (an F32 cell whose subject ran F16 FAILs too). A run that recorded
+ * none (receipts from before the key, external engines) is judged only when its settings ask.
+ * A setting without a default (isa: absent = the host's best) is judged only when asked. */
+static const struct ran_setting {
+    const char *key;  /* in the settings and in metrics.ran */
+    const char *dflt; /* what an absent setting means; NULL: nothing asked, nothing judged */
+    const char *what; /* for the reason */
+} RAN_SETTINGS[] = {
+    {"kv", "f32", "KV cache"},
+    {"prefill", "f32", "batched projections' precision"},
+    {"isa", NULL, "instruction set"},
+};
 
-/* The instruction set an `isa:` cell asks for (settings "isa", docs/ladder.md) is the one its
- * subject ran (metrics.ran.isa, the backend's word at open): a harness that dropped the setting,
- * or a subject that ran another set, FAILs. A cell without `isa` runs the host's best: nothing
- * to hold it to, and ran.isa records what that was. */
-static enum gate_verdict judge_isa(const json_t *settings, const json_t *metrics, json_t *checks,
-                                   char *why, size_t n)
+static enum gate_verdict judge_ran_settings(const json_t *settings, const json_t *metrics,
+                                            json_t *checks, char *why, size_t n)
 {
-    const char *want = json_string_value(json_object_get(settings, "isa"));
-    const char *got = json_string_value(json_object_get(json_object_get(metrics, "ran"), "isa"));
-    if (!json_object_get(settings, "isa"))
-        return GATE_PASS;
-    if (gate_check_str(checks, "ran.isa", got, want ? want : "(not a string)"))
-        return GATE_PASS;
-    why_set(why, n, "the cell asks for instruction set %s but the subject ran %s",
-            want ? want : "(not a string)", got ? got : "no instruction set recorded");
-    return GATE_FAIL;
-}
-
-/* The prefill precision a cell asks for (settings "prefill": "f16"/"bf16"; absent = f32) is the
- * one its subjects reported at open (metrics.ran.prefill): a cuda cell run as FP16 is never
- * recorded as the FP32 configuration, nor the reverse. A run that recorded none (receipts from
- * before the key, external engines) is judged only when its settings ask for 16 bits. */
-static enum gate_verdict judge_prefill(const json_t *settings, const json_t *metrics,
-                                       json_t *checks, char *why, size_t n)
-{
-    const char *want = json_string_value(json_object_get(settings, "prefill"));
-    const char *got =
-        json_string_value(json_object_get(json_object_get(metrics, "ran"), "prefill"));
-    if (!want && !got)
-        return GATE_PASS;
-    if (!want)
-        want = "f32";
-    if (gate_check_str(checks, "ran.prefill", got, want))
-        return GATE_PASS;
-    why_set(why, n, "the cell asks for %s batched projections but the subject ran %s", want,
-            got ? got : "no precision recorded");
-    return GATE_FAIL;
+    const json_t *ran = json_object_get(metrics, "ran");
+    for (size_t i = 0; i < sizeof RAN_SETTINGS / sizeof RAN_SETTINGS[0]; i++) {
+        const struct ran_setting *r = &RAN_SETTINGS[i];
+        const json_t *asked = json_object_get(settings, r->key);
+        const char *got = json_string_value(json_object_get(ran, r->key));
+        if (!asked && (!r->dflt || !got))
+            continue;
+        const char *want = !asked                     ? r->dflt
+                           : json_string_value(asked) ? json_string_value(asked)
+                                                      : "(not a string)";
+        char metric[32];
+        snprintf(metric, sizeof metric, "ran.%s", r->key);
+        if (!gate_check_str(checks, metric, got, want)) {
+            why_set(why, n, "the cell asks for %s %s but the subject ran %s", r->what, want,
+                    got ? got : "none recorded");
+            return GATE_FAIL;
+        }
+    }
+    return GATE_PASS;
 }
 
 enum gate_verdict gate_judge_common(gate_judge_fn judge, int check_ran, const char *mode,
@@ -264,11 +244,7 @@ enum gate_verdict gate_judge_common(gate_judge_fn judge, int check_ran, const ch
     }
     enum gate_verdict ran = check_ran ? gate_judge_ran(mode, metrics, checks, why, n) : GATE_PASS;
     if (check_ran && ran == GATE_PASS)
-        ran = judge_kv(settings, metrics, checks, why, n);
-    if (check_ran && ran == GATE_PASS)
-        ran = judge_isa(settings, metrics, checks, why, n);
-    if (check_ran && ran == GATE_PASS)
-        ran = judge_prefill(settings, metrics, checks, why, n);
+        ran = judge_ran_settings(settings, metrics, checks, why, n);
     enum gate_verdict v = judge(settings, metrics, checks, why, n);
     if (json_array_size(checks) == 0) {
         why_set(why, n, "the gate made no check");

@@ -410,7 +410,7 @@ Test(kv_ladder, an_f32_receipt_never_satisfies_an_f16_cell)
     add_receipt(p, 1, path_in("dropped.db"), "f16", "f32");
     evaluate(p, path_in("dropped.db"), s, why);
     cr_expect_eq(s[1], RELEASE_FAIL, "dropped: %s (%s)", release_state_name(s[1]), why[1]);
-    cr_expect(strstr(why[1], "asks for a f16 KV cache but the subject ran with f32"), "%s", why[1]);
+    cr_expect(strstr(why[1], "asks for KV cache f16 but the subject ran f32"), "%s", why[1]);
     /* and the reverse: an F16 receipt does not count for the F32 cell */
     add_receipt(p, 1, path_in("reverse.db"), "f16", "f16");
     cr_expect_eq(evaluate(p, path_in("reverse.db"), s, why), 0);
