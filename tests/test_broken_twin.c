@@ -21,6 +21,7 @@
 
 #include "cli/cli.h"
 #include "harness/identity.h"
+#include "harness/ladder.h"
 #include "harness/run.h"
 #include "oracles/anchor.h"
 #include "receipts/key.h"
@@ -287,4 +288,27 @@ Test(broken_twin, the_release_is_blocked_even_after_goldens_are_rerecorded, .tim
               " wrong:\n%s",
               buf);
     free(buf);
+    /* the rows themselves (the printed matrix above is one reading of them): the cell PASSes —
+     * parity compared the broken twin with itself and the goldens came from it — and only the
+     * anchor blocks */
+    struct ladder *l = NULL;
+    cr_assert_eq(ladder_load(&l, yaml, &err), 0, "%s", err.msg);
+    struct store *rs = NULL;
+    cr_assert_eq(store_open(&rs, in_dir("clean.db"), &err), 0, "%s", err.msg);
+    struct release_options ro = {.ladder = yaml, .db = in_dir("clean.db")};
+    struct release_result r;
+    cr_assert_eq(release_evaluate(l, rs, &self, &ro, &r, &err), 0, "%s", err.msg);
+    cr_expect_eq(r.n_cells, 1);
+    cr_expect_str_eq(r.cells[0].name, "dense/a/ref.decode");
+    cr_expect_eq(r.cells[0].state, RELEASE_PASS, "the cell is %s, not PASS: %s",
+                 release_state_name(r.cells[0].state), r.cells[0].reason);
+    cr_expect_eq(r.n_bad_cells, 0);
+    cr_expect_eq(r.n_anchors, 1);
+    cr_expect_eq(r.anchors[0].state, RELEASE_FAIL, "the anchor is %s: %s",
+                 release_state_name(r.anchors[0].state), r.anchors[0].reason);
+    cr_expect_eq(r.n_bad_anchors, 1);
+    cr_expect_not(r.ok);
+    release_result_free(&r);
+    store_close(rs);
+    ladder_free(l);
 }
