@@ -25,6 +25,7 @@
 #include "oracles/parity.h"
 #include "tests/support/check.h"
 #include "tests/support/conformance.h"
+#include "tests/support/skip.h"
 
 static struct mode mode_of(const char *text)
 {
@@ -144,7 +145,8 @@ Test(cpu, avx2_kernels_equal_the_portable_ones_bit_for_bit)
     printf("cpu kernels: avx2 %s, avx512 %s\n", cpu_dot_have_avx2() ? "tested" : "absent",
            cpu_dot_have_avx512() ? "tested" : "absent (not tested on this machine)");
     if (!cpu_dot_have_avx2())
-        cr_skip_test("this CPU or build has no AVX2+FMA+F16C: only the portable kernels exist");
+        check_skip_no_isa(
+            "avx2", "this CPU or build has no AVX2+FMA+F16C: only the portable kernels exist");
     /* five K-quant blocks; forty-one 32-blocks (the four-block loops have a tail); float rows
      * 1312 = 164 x 8 */
     const int64_t n_max = 1024 + 256 + 32;
@@ -195,7 +197,8 @@ Test(cpu, avx2_kernels_equal_the_portable_ones_bit_for_bit)
 Test(cpu, attention_heads_are_bit_identical_in_every_build)
 {
     if (!cpu_dot_have_avx2())
-        cr_skip_test("this CPU or build has no AVX2+FMA+F16C: only the portable kernels exist");
+        check_skip_no_isa(
+            "avx2", "this CPU or build has no AVX2+FMA+F16C: only the portable kernels exist");
     const int hd = 128, n_keys = 77, stride = 2 * 128;
     float *q = malloc(hd * sizeof(float)),
           *kv = malloc(2 * (size_t)n_keys * stride * sizeof(float));
@@ -452,7 +455,8 @@ Test(cpu, gemm_equals_the_row_kernels_bit_for_bit)
     printf("cpu prompt GEMM: %s\n",
            cpu_gemm_supported(QUANT_Q4_K) ? "tested" : "absent (no AVX-512 VNNI on this machine)");
     if (!cpu_gemm_supported(QUANT_Q4_K))
-        cr_skip_test("this CPU or build has no AVX-512 BW/VL/VNNI: the prompt GEMM is not used");
+        check_skip_no_isa(
+            "avx512", "this CPU or build has no AVX-512 BW/VL/VNNI: the prompt GEMM is not used");
     /* 37 rows (a short last tile of 4); 70 tokens (a second 64-token chunk, a part-full group of
      * 16); K-quants 3 blocks, Q8_0 41 blocks (partials by block index mod 4 with a tail) */
     const int n_rows = 37, n_tok = 70;
@@ -568,7 +572,8 @@ Test(cpu, kv_f16_runs_and_stays_within_parity)
 Test(cpu, batched_attention_equals_the_per_head_kernel_bit_for_bit)
 {
     if (!cpu_gemm_attn_supported(128))
-        cr_skip_test("this CPU or build has no AVX-512: prompt attention runs per head");
+        check_skip_no_isa("avx512",
+                          "this CPU or build has no AVX-512: prompt attention runs per head");
     /* hd 48: a short last group of registers; pos0 0 / 5 / 37 with 1, 7, 16 queries (odd and even
      * key counts, a part-full block) */
     const int hds[] = {16, 48, 128}, pos0s[] = {0, 5, 37}, nqs[] = {1, 7, 16};
