@@ -1,6 +1,8 @@
 /* test_cuda_backend.c — the CUDA backend as the harness sees it: a clear refusal on a host
- * without a device (this test runs everywhere the CUDA backend is built). The device paths are
- * judged in test_cuda_parity.c.
+ * without a device (this test runs everywhere the CUDA backend is built: on a GPU host the device
+ * is hidden from the test's process with CUDA_VISIBLE_DEVICES="", the CUDA runtime's own switch,
+ * so the refusal is observed there too and nothing skips). The device paths are judged in
+ * test_cuda_parity.c.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -12,7 +14,6 @@
 #include "engine/synth.h"
 #include "oracles/selftest.h"
 #include "tests/support/check.h"
-#include "tests/support/skip.h"
 
 Test(cuda_backend, is_registered_when_built)
 {
@@ -21,10 +22,12 @@ Test(cuda_backend, is_registered_when_built)
 
 Test(cuda_backend, refuses_clearly_without_a_device)
 {
+    /* before the process's first CUDA call: the runtime reads it once, at initialization */
+    setenv("CUDA_VISIBLE_DEVICES", "", 1);
     struct gate_err err = {0};
     char dev[160];
-    if (!selftest_device(dev, sizeof dev, &err))
-        check_skip("a CUDA device is present (%s): the refusal cannot be observed", dev);
+    cr_assert_neq(selftest_device(dev, sizeof dev, &err), 0,
+                  "CUDA_VISIBLE_DEVICES=\"\" did not hide the device %s", dev);
     uint8_t *buf = NULL;
     struct model *m = check_tiny_model("tiny-moe", &buf);
     struct backend *b = NULL;
