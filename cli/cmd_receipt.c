@@ -412,16 +412,10 @@ static const char *gate_reason(const json_t *g)
     return b;
 }
 
-/* The gates in the order they run, then any other key the payload has. */
-static const char *const GATE_ORDER[] = {"capability", "parity", "golden", "throughput",
-                                         "falsify",    "anchor", NULL};
-
+/* The gates in the gate table's order (the order they run), then any other key the payload has. */
 static int gate_is_ordered(const char *name)
 {
-    for (int k = 0; GATE_ORDER[k]; k++)
-        if (!strcmp(GATE_ORDER[k], name))
-            return 1;
-    return 0;
+    return gatedef_find(name) != NULL;
 }
 
 /* The summary `receipt show` prints first: the cell and verdict, the first failing gate's error
@@ -439,9 +433,9 @@ static void print_summary(const struct store_row *r, const json_t *p)
     printf("receipt %" PRId64 ": %s  %s\n", r->id, safe(cell_name), v ? safe(v) : "?");
     const char *name, *order[64];
     int n = 0;
-    for (int k = 0; GATE_ORDER[k]; k++)
-        if (json_object_get(gates, GATE_ORDER[k]))
-            order[n++] = GATE_ORDER[k];
+    for (int k = 0; k < GATE_COUNT; k++)
+        if (json_object_get(gates, GATE_DEFS[k].name))
+            order[n++] = GATE_DEFS[k].name;
     json_object_foreach(gates, name, g)
     {
         if (!gate_is_ordered(name) && n < 64)

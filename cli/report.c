@@ -17,6 +17,7 @@
 #include "base/atomic.h"
 #include "cli/cli.h"
 #include "harness/identity.h"
+#include "harness/gatedef.h"
 #include "harness/ladder.h"
 
 /* Receipt- or ladder-borne text escaped for the terminal; eight rotating buffers, so one printf
@@ -253,17 +254,23 @@ void report_run_results(FILE *out, const struct run_result *res, int json)
         json_decref(arr);
         return;
     }
-    fprintf(out, "\n%-40s %s\n", "cell", "verdict  capability parity golden throughput falsify");
-    static const char *const gn[] = {"capability", "parity", "golden", "throughput", "falsify"};
+    /* one column per gate of the table that runs on cells (check_ran), in its order */
+    fprintf(out, "\n%-40s %s", "cell", "verdict ");
+    for (int k = 0; k < GATE_COUNT; k++)
+        if (GATE_DEFS[k].check_ran)
+            fprintf(out, " %s", GATE_DEFS[k].name);
+    fprintf(out, "\n");
     for (int i = 0; i < res->n; i++) {
         const struct run_cell_result *c = &res->cells[i];
         fprintf(out, "%-40s %-8s", safe(c->name), safe(c->verdict));
-        for (int k = 0; k < 5; k++) {
+        for (int k = 0; k < GATE_COUNT; k++) {
+            if (!GATE_DEFS[k].check_ran)
+                continue;
             const char *v = "-";
             for (int g = 0; g < c->n_gates; g++)
-                if (!strcmp(c->gates[g].name, gn[k]))
+                if (!strcmp(c->gates[g].name, GATE_DEFS[k].name))
                     v = c->gates[g].verdict;
-            fprintf(out, " %-*s", (int)strlen(gn[k]), v);
+            fprintf(out, " %-*s", (int)strlen(GATE_DEFS[k].name), v);
         }
         fprintf(out, "\n");
     }

@@ -838,6 +838,16 @@ static void draw_falsify(FILE *f, const json_t *g)
  * metrics (the audit view of `gate receipt show`; the matrix's state is the ladder's judgement):
  * the re-derived verdict and reason, the recorded verdict when it differs, the error, the
  * checks, and the gate's own view. */
+/* Each gate's own drawer, by its row (NULL: the checks table alone; golden's drawer takes the
+ * tokenizer and the model too and is called by name in draw_gate). */
+static void (*const DRAWERS[])(FILE *, const json_t *) = {
+    [GATE_ID_CAPABILITY] = NULL,      [GATE_ID_PARITY] = draw_parity,
+    [GATE_ID_GOLDEN] = NULL,          [GATE_ID_THROUGHPUT] = draw_throughput,
+    [GATE_ID_FALSIFY] = draw_falsify, [GATE_ID_CONSISTENCY] = NULL,
+    [GATE_ID_ANCHOR] = NULL,
+};
+_Static_assert(sizeof DRAWERS / sizeof DRAWERS[0] == GATE_COUNT, "DRAWERS: one entry per gate");
+
 static void draw_gate(FILE *f, const char *name, const char *mode, const json_t *g,
                       const struct tok *t, const char *model_path)
 {
@@ -881,14 +891,14 @@ static void draw_gate(FILE *f, const char *name, const char *mode, const json_t 
     }
     draw_checks(f, checks);
     json_decref(checks);
-    if (!strcmp(name, "parity"))
-        draw_parity(f, g);
-    else if (!strcmp(name, "golden") && json_object_get(json_object_get(g, "metrics"), "cases"))
-        draw_golden(f, g, t, model_path);
-    else if (!strcmp(name, "throughput"))
-        draw_throughput(f, g);
-    else if (!strcmp(name, "falsify"))
-        draw_falsify(f, g);
+    const struct gate_def *d = gatedef_find(name);
+    const int id = d ? (int)(d - GATE_DEFS) : -1;
+    if (id == GATE_ID_GOLDEN) { /* its drawer also needs the tokenizer and the model */
+        if (json_object_get(json_object_get(g, "metrics"), "cases"))
+            draw_golden(f, g, t, model_path);
+    } else if (id >= 0 && DRAWERS[id]) {
+        DRAWERS[id](f, g);
+    }
     fputs("</details>\n", f);
 }
 
@@ -987,22 +997,19 @@ static void draw_receipt(struct page *pg, const struct loaded *x, int64_t id, in
     fputs("</td></tr>\n</table>\n", f);
     const json_t *gates = json_object_get(p, "gates");
     const char *mode = ostr(cell, "mode");
-    static const char *const order[] = {"capability", "parity", "golden", "throughput", "falsify"};
     const char *model_path = mi >= 0 ? pg->l->models[mi].path : NULL;
     const struct tok *t = NULL;
     if (json_object_get(gates, "golden"))
         t = model_tok(pg, mi);
-    for (size_t k = 0; k < sizeof order / sizeof order[0]; k++)
-        if (json_is_object(json_object_get(gates, order[k])))
-            draw_gate(f, order[k], mode, json_object_get(gates, order[k]), t, model_path);
+    for (int k = 0; k < GATE_COUNT; k++) /* the gate table's order */
+        if (json_is_object(json_object_get(gates, GATE_DEFS[k].name)))
+            draw_gate(f, GATE_DEFS[k].name, mode, json_object_get(gates, GATE_DEFS[k].name), t,
+                      model_path);
     const char *name;
     json_t *g;
     json_object_foreach((json_t *)gates, name, g)
     {
-        int known = 0;
-        for (size_t k = 0; k < sizeof order / sizeof order[0]; k++)
-            known |= !strcmp(name, order[k]);
-        if (!known && json_is_object(g))
+        if (!gatedef_find(name) && json_is_object(g)) /* a key no gate has: shown, not judged */
             draw_gate(f, name, mode, g, NULL, NULL);
     }
 }

@@ -186,6 +186,9 @@ const struct gate_def GATE_DEFS[] = {
      "the judge itself matches an independent reference (anchor cases)", NULL},
     {NULL},
 };
+_Static_assert(sizeof GATE_DEFS / sizeof GATE_DEFS[0] == GATE_COUNT + 1,
+               "GATE_DEFS: one row per enum gate_id, in its order (tests/test_gates.c checks the"
+               " names)");
 
 double gatedef_default(const char *gate, const char *key)
 {

@@ -51,7 +51,21 @@ struct gate_def {
     gate_settings_check_fn check;
 };
 
-/* Every gate, cell gates first in the order `gate run` runs them; terminated by name NULL. */
+/* Every gate, cell gates first in the order `gate run` runs them; terminated by name NULL.
+ * GATE_DEFS[id] is gate `id`: the run, the reports and the receipt printers index their own
+ * per-gate tables (a runner, a drawer) by it, each held to GATE_COUNT by a static assertion, so
+ * adding a gate is one row here, one id, one oracle file, and the compiler names every table
+ * that lacks its entry (issue 24 §3). */
+enum gate_id {
+    GATE_ID_CAPABILITY,
+    GATE_ID_PARITY,
+    GATE_ID_GOLDEN,
+    GATE_ID_THROUGHPUT,
+    GATE_ID_FALSIFY,
+    GATE_ID_CONSISTENCY,
+    GATE_ID_ANCHOR,
+    GATE_COUNT
+};
 extern const struct gate_def GATE_DEFS[];
 
 /* The row named name, or NULL. */

@@ -348,6 +348,19 @@ static json_t *gpu_environment(const struct ladder_host *h)
     return json_pack("{s:s}", "error", why.msg);
 }
 
+/* The run of each gate on a cell, by its row (NULL: not run on cells: the anchor runs per anchor
+ * case, harness/run_anchor.c). */
+static json_t *(*const RUNS[])(struct cell_ctx *) = {
+    [GATE_ID_CAPABILITY] = gate_capability,
+    [GATE_ID_PARITY] = gate_parity,
+    [GATE_ID_GOLDEN] = gate_golden,
+    [GATE_ID_THROUGHPUT] = gate_throughput,
+    [GATE_ID_FALSIFY] = gate_falsify,
+    [GATE_ID_CONSISTENCY] = gate_consistency,
+    [GATE_ID_ANCHOR] = NULL,
+};
+_Static_assert(sizeof RUNS / sizeof RUNS[0] == GATE_COUNT, "RUNS: one entry per gate");
+
 /* Run cell ci of l through every gate and return its receipt payload (never NULL except out of
  * memory); res receives the gate rows, *pass whether the verdict is PASS. */
 static json_t *run_cell(const struct ladder *l, int ci, const struct run_options *o,
@@ -418,18 +431,14 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     } else {
         x.m = m;
         gates = json_object();
-        json_t *(*const fns[])(struct cell_ctx *) = {gate_capability, gate_parity, gate_golden,
-                                                     gate_throughput, gate_falsify};
-        static const char *const names[] = {"capability", "parity", "golden", "throughput",
-                                            "falsify"};
-        for (int gi = 0; gi < 5; gi++) {
-            gate_begin(&x, lm->id, names[gi], 0);
-            json_t *row = fns[gi](&x);
-            json_object_set_new(gates, names[gi], row);
-        }
-        if (x.c->g.consistency) { /* only where the ladder names it */
-            gate_begin(&x, lm->id, "consistency", 0);
-            json_object_set_new(gates, "consistency", gate_consistency(&x));
+        /* every gate of the table that runs on a cell, in the table's order: the ones every
+         * cell runs (cell_gate), and consistency only where the ladder names it */
+        for (int gi = 0; gi < GATE_COUNT; gi++) {
+            const struct gate_def *d = &GATE_DEFS[gi];
+            if (!RUNS[gi] || (!d->cell_gate && !(gi == GATE_ID_CONSISTENCY && x.c->g.consistency)))
+                continue;
+            gate_begin(&x, lm->id, d->name, 0);
+            json_object_set_new(gates, d->name, RUNS[gi](&x));
         }
     }
     struct exec_hello hello;

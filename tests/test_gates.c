@@ -310,3 +310,20 @@ Test(gates, every_bound_of_a_row_is_a_value_its_oracle_accepts)
     }
     cr_expect_gt(n_checked, 30, "only %d bounds checked", n_checked);
 }
+
+/* issue 24 §3: the per-gate tables of the run, the reports and the receipt printers are indexed
+ * by enum gate_id; the table's rows must be in that order (the sizes are static assertions) */
+Test(gatedef, every_gate_id_names_its_row)
+{
+    static const char *const names[GATE_COUNT] = {
+        [GATE_ID_CAPABILITY] = "capability", [GATE_ID_PARITY] = "parity",
+        [GATE_ID_GOLDEN] = "golden",         [GATE_ID_THROUGHPUT] = "throughput",
+        [GATE_ID_FALSIFY] = "falsify",       [GATE_ID_CONSISTENCY] = "consistency",
+        [GATE_ID_ANCHOR] = "anchor"};
+    for (int i = 0; i < GATE_COUNT; i++) {
+        cr_assert(GATE_DEFS[i].name, "row %d is the terminator", i);
+        cr_expect_str_eq(GATE_DEFS[i].name, names[i], "gate id %d", i);
+        cr_expect_eq(gatedef_find(names[i]), &GATE_DEFS[i]);
+    }
+    cr_expect_null(GATE_DEFS[GATE_COUNT].name, "the table has more rows than gate ids");
+}
