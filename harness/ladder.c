@@ -9,6 +9,7 @@
 
 #include "harness/gatedef.h"
 #include "harness/identity.h"
+#include "harness/run.h"
 #include "oracles/consistency.h"
 #include "oracles/falsify.h"
 #include "oracles/throughput.h"
@@ -2257,6 +2258,10 @@ int ladder_check_files(const struct ladder *l, struct gate_err *err)
     }
     if (!rc) /* the file as the golden gate reads it: its pin, the model's entry, the tokens */
         rc = ladder_check_golden_entries(l, -1, err);
+    /* the anchor cases' files as the anchor gate reads them (a missing or changed file signed a
+     * FAIL anchor receipt before) */
+    for (int i = 0; !rc && i < l->n_anchors; i++)
+        rc = run_anchor_check(l, i, err);
     return rc;
 }
 

@@ -223,4 +223,10 @@ struct json_t *run_anchor_settings(const struct ladder *l, int anchor_index);
 struct json_t *run_anchor_payload(const struct ladder *l, int anchor_index, int host_index,
                                   int n_threads, const struct identity *id, int *pass);
 
+/* Anchor anchor_index's files as run_anchor_payload() would read them (anchor_check(): pins,
+ * the model's architecture, token and logits shapes), without running the judge. 0 or
+ * ERR_INPUT / ERR_ENV "file:line:col: anchor 'ID': ..." at the anchor's entry.
+ * ladder_check_files() calls it for every anchor. */
+int run_anchor_check(const struct ladder *l, int anchor_index, struct gate_err *err);
+
 #endif

@@ -36,6 +36,18 @@ static void spec_of(const struct ladder_anchor *a, struct anchor_spec *s)
     s->near_tie = a->near_tie;
 }
 
+int run_anchor_check(const struct ladder *l, int anchor_index, struct gate_err *err)
+{
+    struct anchor_spec s;
+    struct gate_err e = {0};
+    spec_of(&l->anchors[anchor_index], &s);
+    const int rc = anchor_check(&s, &e);
+    if (rc)
+        err_set(err, rc, "%s:%d:3: %s (nothing was run, no receipt written)", l->path,
+                l->anchors[anchor_index].line, e.msg);
+    return rc;
+}
+
 json_t *run_anchor_settings(const struct ladder *l, int anchor_index)
 {
     struct anchor_spec s;

@@ -144,7 +144,10 @@ int anchor_logit_metrics(const float *reference, const float *twin, int n_pos, i
 
 /* ---- the run ------------------------------------------------------------------------------- */
 
-int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics, struct gate_err *err)
+/* anchor_run() and anchor_check(): with check_only, stop after every file has been read and
+ * validated against the model (metrics stays NULL) — the same code path up to the judge's run. */
+static int anchor_do(const struct anchor_spec *s, int n_threads, int check_only, json_t **metrics,
+                     struct gate_err *err)
 {
     int rc = 0;
     struct pinned pm = {.fd = -1}, pt = {.fd = -1}, pl = {.fd = -1}, pg = {.fd = -1};
@@ -200,6 +203,8 @@ int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics, str
             goto out;
         }
     }
+    if (check_only) /* everything the ladder names is there and fits: the run would compare */
+        goto out;
     ref = malloc(ref_len ? ref_len : 1);
     logits = malloc(ref_len ? ref_len : 1);
     if (!ref || !logits) {
@@ -269,6 +274,17 @@ out:
     free(logits);
     free(ref);
     return rc;
+}
+
+int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics, struct gate_err *err)
+{
+    return anchor_do(s, n_threads, 0, metrics, err);
+}
+
+int anchor_check(const struct anchor_spec *s, struct gate_err *err)
+{
+    json_t *none = NULL;
+    return anchor_do(s, 1, 1, &none, err);
 }
 
 /* ---- the judge ----------------------------------------------------------------------------- */

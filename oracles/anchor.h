@@ -73,6 +73,14 @@ int anchor_logit_metrics(const float *reference, const float *twin, int n_pos, i
  * made, whatever its outcome; else ERR_INPUT / ERR_ENV with err set. */
 int anchor_run(const struct anchor_spec *s, int n_threads, json_t **metrics, struct gate_err *err);
 
+/* What anchor_run() checks before it runs the judge, through the same code: every file opened
+ * once and matched against its pin, the model loaded and of s->arch, the token and greedy files
+ * parsed against its vocabulary, the logits file's size, greedy.after within the tokens. 0, or
+ * anchor_run()'s ERR_INPUT / ERR_ENV. `gate ladder check` and `gate run` call it for every
+ * anchor (ladder_check_files), so a missing or mismatched anchor file is an input error, never
+ * a signed FAIL anchor receipt. */
+int anchor_check(const struct anchor_spec *s, struct gate_err *err);
+
 /* The anchor gate's judge (gate_judge_fn): from settings (anchor_settings_json's keys) and
  * metrics (anchor_run's keys) alone. Checks: backend == "ref"; arch and every digest equal to
  * the settings'; n_pos >= 64; n_nonfinite <= 0; nmse <= max_nmse; min_cosine >= min_cosine;

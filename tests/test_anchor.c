@@ -545,6 +545,59 @@ Test(anchor, an_anchor_receipt_is_a_signed_payload_that_rederives, .timeout = 12
     ladder_free(l);
 }
 
+/* ladder_load + ladder_check_files of the ladder at path: what `gate ladder check` and `gate run`
+ * refuse before any receipt. */
+static int check_files_of(const char *path, struct gate_err *err)
+{
+    struct ladder *l = NULL;
+    int rc = ladder_load(&l, path, err);
+    if (!rc)
+        rc = ladder_check_files(l, err);
+    ladder_free(l);
+    return rc;
+}
+
+/* issue 24: an anchor file that is missing or not its pin signed a FAIL anchor receipt at
+ * `gate run`; ladder check now reads the anchor's files through the anchor gate's own code
+ * (anchor_check) and refuses at the anchor's line. */
+Test(anchor, ladder_check_refuses_an_anchor_file_the_run_could_not_read, .timeout = 1200)
+{
+    struct gate_err err = {0};
+    cr_expect_eq(
+        check_files_of(ladder_with("anchors:\n%s",
+                                   anchor_yaml("conf-moe", "qwen3moe-tiny-q4_k_m", "qwen3moe", "")),
+                       &err),
+        0, "%s", err.msg);
+    /* the pinned exact logits replaced by llama.cpp's file: not its pin */
+    char y[4096];
+    snprintf(y, sizeof y, "%s", anchor_yaml("conf-moe", "qwen3moe-tiny-q4_k_m", "qwen3moe", ""));
+    char *at = strstr(y, "logits_exact.f32");
+    cr_assert(at);
+    memmove(at + 6, at + 12, strlen(at + 12) + 1); /* "logits_exact.f32" -> "logits.f32" */
+    err_clear(&err);
+    cr_expect_eq(check_files_of(ladder_with("anchors:\n%s", y), &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, ".yaml:10:3: anchor 'conf-moe': its logits file: ") &&
+                  strstr(err.msg, "does not match its pin") &&
+                  strstr(err.msg, "no receipt written"),
+              "%s", err.msg);
+    /* a file that does not exist */
+    snprintf(y, sizeof y, "%s", anchor_yaml("conf-moe", "qwen3moe-tiny-q4_k_m", "qwen3moe", ""));
+    at = strstr(y, "tokens.txt");
+    cr_assert(at);
+    memcpy(at, "tokenz", 6);
+    err_clear(&err);
+    cr_expect_eq(check_files_of(ladder_with("anchors:\n%s", y), &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, ".yaml:10:3: anchor 'conf-moe': its tokens file: ") &&
+                  strstr(err.msg, "tokenz.txt"),
+              "%s", err.msg);
+    /* an anchor whose model is of another architecture than it says */
+    err_clear(&err);
+    cr_expect_eq(
+        check_files_of(ladder_with("anchors:\n%s", anchor_yaml("d", DENSE, "qwen3moe", "")), &err),
+        ERR_INPUT);
+    cr_expect(strstr(err.msg, "is qwen3 but the ladder says it anchors qwen3moe"), "%s", err.msg);
+}
+
 /* ---- the demo ladder ------------------------------------------------------------------------ */
 
 Test(anchor, the_demo_ladder_anchors_both_architectures_with_the_shared_files)
