@@ -5,12 +5,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/faultsim.h"
 #include "cli/cli.h"
 #include "cli/cmd_oracle.h"
 #include "cli/cmd_receipt.h"
 #include "cli/cmd_tokenize.h"
 #include "oracles/selftest.h"
-#include "receipts/faultsim.h"
 
 struct command {
     const char *name;
@@ -77,7 +77,7 @@ int main(int argc, char **argv)
     signal(SIGXFSZ, SIG_IGN);
     signal(SIGPIPE, SIG_IGN);
     faultsim_json_guard();
-    if (faultsim_init()) /* GATE_FAULTSIM test hook (receipts/faultsim.h); off when unset */
+    if (faultsim_init()) /* GATE_FAULTSIM test hook (base/faultsim.h); off when unset */
         return 2;
     if (argc < 2) {
         usage(stderr);

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/faultsim.h"
 #include "engine/backend.h"
 #include "engine/exec.h"
 #include "engine/model.h"
@@ -39,7 +40,6 @@
 #include "oracles/mode.h"
 #include "oracles/parity.h"
 #include "oracles/throughput.h"
-#include "receipts/faultsim.h"
 #include "receipts/key.h"
 #include "receipts/receipt.h"
 #include "receipts/store.h"

@@ -1,6 +1,6 @@
 /* test_faultloop.c — SQLite-style fault loops over a whole `gate run` + `gate release check` +
  * `gate receipt verify --all` (issue 11, "Fault loops"), and the GATE_FAULTSIM hook itself
- * (receipts/faultsim.h).
+ * (base/faultsim.h).
  *
  * For each fault kind (alloc, write, sqlite) and N = 1, 2, 3, ...: copy a store that already
  * holds one receipt, run the three commands with GATE_FAULTSIM=KIND:N, then check what a release
@@ -39,7 +39,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "receipts/faultsim.h"
+#include "base/faultsim.h"
 #include "tests/support/check.h"
 #include "tests/support/ladderfix.h"
 

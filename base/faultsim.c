@@ -9,7 +9,7 @@
  *           that the countdown picked)
  * Start reading: faultsim_arm().
  */
-#include "receipts/faultsim.h"
+#include "base/faultsim.h"
 
 #include <errno.h>
 #include <execinfo.h>
