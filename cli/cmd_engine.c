@@ -315,7 +315,7 @@ int engine_greedy(struct backend *b, const int32_t *prompt, int n_prompt, int n_
     const uint32_t V = b->model->hp.n_vocab;
     float *logits = malloc((size_t)n_prompt * V * sizeof(float));
     if (!logits)
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "out of memory for the prompt's logits");
     int rc = backend_truncate(b, 0, err);
     if (!rc)
         rc = backend_forward(b, prompt, n_prompt, 0, logits, err);
@@ -391,7 +391,7 @@ int cmd_generate(int argc, char **argv)
             rc = session_open(&s, model, backend, threads, n + n_gen, 0, &err);
     }
     if (!rc && !(out = malloc((size_t)n_gen * sizeof *out)))
-        rc = err_set(&err, ERR_ENV, "out of memory");
+        rc = err_set(&err, ERR_ENV, "out of memory for the generated ids");
     if (!rc && s.m && gguf_find_kv(s.m->gguf, "gate.synthetic")) {
         int synthetic = 0;
         gguf_get_bool(s.m->gguf, "gate.synthetic", &synthetic, NULL);

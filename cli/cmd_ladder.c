@@ -110,7 +110,7 @@ int cmd_ladder(int argc, char **argv)
     int *chat = malloc((size_t)(l->n_models ? l->n_models : 1) * sizeof *chat);
     if (!chat) {
         ladder_free(l);
-        return cli_fail(3, "out of memory");
+        return cli_fail(3, "ladder check: out of memory for the model table");
     }
     for (int i = 0; i < l->n_models; i++)
         chat[i] = -2;

@@ -160,7 +160,7 @@ static int check_space(const struct synth_options *o, const char *path, uint64_t
         return cli_fail(err_exit_code(rc), "%s", err.msg);
     char *copy = strdup(path);
     if (!copy)
-        return cli_fail(3, "out of memory");
+        return cli_fail(3, "synth: out of memory for the output path");
     struct statvfs st;
     const char *dir = dirname(copy);
     if (statvfs(dir, &st) != 0) {

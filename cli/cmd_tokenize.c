@@ -248,7 +248,7 @@ static int print_rows(const struct tok *t, const int32_t *ids, int n, struct gat
         shown = cmd_tokenize_escape(bytes, len);
         free(bytes);
         if (!shown)
-            return err_set(err, ERR_ENV, "out of memory");
+            return err_set(err, ERR_ENV, "tokenize: out of memory for the escaped text");
         int type = tok_token_type(t, ids[i]);
         printf("%6d %7" PRId32 "  \"%s\"%s%s\n", i, ids[i], shown,
                type != TOK_TYPE_NORMAL && type > 0 ? "  " : "",
@@ -369,7 +369,7 @@ int cmd_tokenize(int argc, char **argv)
     int form = 'r', no_special = 0, n_inputs = 0, rc = 0;
     struct input *inputs = calloc((size_t)argc, sizeof *inputs); /* at most one per argument */
     if (!inputs)
-        return cli_fail(3, "tokenize: out of memory");
+        return cli_fail(3, "tokenize: out of memory for the inputs");
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(TOKENIZE_USAGE, stdout);

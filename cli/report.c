@@ -16,8 +16,8 @@
 
 #include "base/atomic.h"
 #include "cli/cli.h"
-#include "harness/identity.h"
 #include "harness/gatedef.h"
+#include "harness/identity.h"
 #include "harness/ladder.h"
 
 /* Receipt- or ladder-borne text escaped for the terminal; eight rotating buffers, so one printf

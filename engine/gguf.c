@@ -201,7 +201,7 @@ static int read_kvs(struct cursor *c, struct gguf_file *f)
                            c->name, i, kv->offset);
         kv->key = strndup(key.ptr, key.len);
         if (!kv->key)
-            return err_set(c->err, ERR_ENV, "%s: out of memory", c->name);
+            return err_set(c->err, ERR_ENV, "%s: out of memory for a metadata key", c->name);
         if ((rc = read_value(c, kv)))
             return rc;
     }
@@ -215,7 +215,7 @@ static int check_duplicate_keys(struct cursor *c, struct gguf_file *f)
     int rc = 0;
     struct gguf_kv **v = malloc(f->n_kv * sizeof *v);
     if (!v)
-        return err_set(c->err, ERR_ENV, "%s: out of memory", c->name);
+        return err_set(c->err, ERR_ENV, "%s: out of memory for the metadata index", c->name);
     for (uint64_t i = 0; i < f->n_kv; i++)
         v[i] = &f->kv[i];
     qsort(v, f->n_kv, sizeof *v, cmp_kv_key);
@@ -353,7 +353,7 @@ static int check_tensors(struct cursor *c, struct gguf_file *f, unsigned flags)
         return 0;
     v = malloc(f->n_tensors * sizeof *v);
     if (!v)
-        return err_set(c->err, ERR_ENV, "%s: out of memory", c->name);
+        return err_set(c->err, ERR_ENV, "%s: out of memory for the tensor index", c->name);
     for (uint64_t i = 0; i < f->n_tensors; i++)
         v[i] = &f->tensors[i];
     qsort(v, f->n_tensors, sizeof *v, cmp_tensor_name);
@@ -430,7 +430,8 @@ static int parse(struct gguf_file *f, unsigned flags, struct gate_err *err)
     f->kv = calloc(f->n_kv ? f->n_kv : 1, sizeof *f->kv);
     f->tensors = calloc(f->n_tensors ? f->n_tensors : 1, sizeof *f->tensors);
     if (!f->kv || !f->tensors)
-        return err_set(err, ERR_ENV, "%s: out of memory", f->path);
+        return err_set(err, ERR_ENV, "%s: out of memory for the metadata and tensor tables",
+                       f->path);
     if ((rc = read_kvs(&c, f)) || (rc = check_duplicate_keys(&c, f)) ||
         (rc = read_alignment(&c, f)))
         return rc;
@@ -466,7 +467,7 @@ int gguf_open_mem(struct gguf_file **out, const void *buf, size_t size, const ch
     struct gguf_file *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(name))) {
         free(f);
-        return err_set(err, ERR_ENV, "%s: out of memory", name);
+        return err_set(err, ERR_ENV, "%s: out of memory for the file record", name);
     }
     f->map = (uint8_t *)buf;
     f->size = size;
@@ -482,7 +483,7 @@ int gguf_open_owned(struct gguf_file **out, void *map, size_t size, const char *
         if (map)
             munmap(map, size);
         free(f);
-        return err_set(err, ERR_ENV, "%s: out of memory", name);
+        return err_set(err, ERR_ENV, "%s: out of memory for the file record", name);
     }
     if (!size) {
         gguf_close(f);
@@ -513,7 +514,7 @@ int gguf_open_fd(struct gguf_file **out, int fd, const char *name, unsigned flag
     if (!f || !(f->path = strdup(name))) {
         munmap(map, (size_t)st.st_size);
         free(f);
-        return err_set(err, ERR_ENV, "%s: out of memory", name);
+        return err_set(err, ERR_ENV, "%s: out of memory for the file record", name);
     }
     f->map = map;
     f->size = (size_t)st.st_size;
@@ -616,7 +617,7 @@ int gguf_get_str(const struct gguf_file *f, const char *key, char **out, struct 
         return rc;
     *out = strndup(kv->strs[0].ptr, kv->strs[0].len);
     if (!*out)
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "out of memory for metadata string '%s'", key);
     return 0;
 }
 

@@ -274,7 +274,7 @@ int model_from_gguf(struct model **out, struct gguf_file *f, struct gate_err *er
     struct model *m = calloc(1, sizeof *m);
     if (!m) {
         gguf_close(f);
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "out of memory for the model");
     }
     m->gguf = f;
     struct model_hparams *hp = &m->hp;
@@ -307,7 +307,7 @@ int model_from_gguf(struct model **out, struct gguf_file *f, struct gate_err *er
     }
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
     if (!m->layers) {
-        rc = err_set(err, ERR_ENV, "out of memory");
+        rc = err_set(err, ERR_ENV, "out of memory for the model's layer table");
         goto fail;
     }
     for (uint32_t il = 0; il < hp->n_layer; il++)

@@ -170,7 +170,7 @@ int pin_open_bounded(const char *path, const char *want_sha256, uint64_t max_siz
         goto cleanup;
     }
     if (!(out->name = strdup(path))) {
-        rc = err_set(err, ERR_ENV, "out of memory");
+        rc = err_set(err, ERR_ENV, "out of memory for the pinned file's name");
         goto cleanup;
     }
 cleanup:

@@ -218,7 +218,7 @@ int pool_create(struct pool **out, int n_threads, struct gate_err *err)
                        POOL_MAX_THREADS);
     struct pool *p = calloc(1, sizeof *p);
     if (!p)
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "out of memory for the thread pool");
     p->n = 1; /* until the workers have started: pool_free joins w[1 .. n-1] */
     atomic_init(&p->spin_ns, POOL_SPIN_NS);
     pthread_mutex_init(&p->mu, NULL);
@@ -227,7 +227,7 @@ int pool_create(struct pool **out, int n_threads, struct gate_err *err)
     p->w = calloc((size_t)n_threads, sizeof *p->w);
     if (!p->w) {
         pool_free(p);
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "out of memory for %d pool workers", n_threads);
     }
     for (int i = 1; i < n_threads; i++) {
         p->w[i].pool = p;

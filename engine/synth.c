@@ -735,7 +735,7 @@ static int build(const struct synth_options *o, int with_vocab, struct gguf_writ
     if (rc)
         goto out;
     if (!(w = gguf_writer_new())) {
-        rc = err_set(err, ERR_ENV, "out of memory");
+        rc = err_set(err, ERR_ENV, "synth: out of memory for the GGUF writer");
         goto out;
     }
     if ((rc = add_metadata(w, o))) {
@@ -825,7 +825,7 @@ static int unpadded_head(struct gguf_writer *w, uint64_t *out, struct gate_err *
     uint8_t *mem = NULL;
     size_t size = 0;
     if (gguf_writer_set_alignment(w, 1))
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "synth: out of memory for the GGUF header");
     int rc = gguf_writer_write_mem(w, &mem, &size, err);
     free(mem);
     *out = (uint64_t)size - 33;
@@ -844,7 +844,7 @@ int synth_file_bytes(const struct synth_options *o, int64_t vocab_bytes, uint64_
         goto out;
     if (vocab_bytes < 0) {
         if (!(w = gguf_writer_new())) {
-            rc = err_set(err, ERR_ENV, "out of memory");
+            rc = err_set(err, ERR_ENV, "synth: out of memory for the GGUF writer");
             goto out;
         }
         if ((rc = add_vocab(w, o, err)) || (rc = unpadded_head(w, &head, err)))
@@ -853,7 +853,7 @@ int synth_file_bytes(const struct synth_options *o, int64_t vocab_bytes, uint64_
         gguf_writer_free(w);
     }
     if (!(w = gguf_writer_new()) || add_metadata(w, o)) {
-        rc = err_set(err, ERR_ENV, "out of memory");
+        rc = err_set(err, ERR_ENV, "synth: out of memory for the GGUF writer");
         goto out;
     }
     if ((rc = unpadded_head(w, &head, err)))

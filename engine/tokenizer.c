@@ -443,7 +443,7 @@ static int load_special(struct tok *t, const struct byte_map *bm, const char *pa
             n++;
     t->special = malloc(((size_t)n + 1) * sizeof *t->special);
     if (!t->special)
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "tokenizer: out of memory for the special-token table");
     n = 0;
     for (int i = 0; i < t->n_vocab; i++)
         if ((t->type[i] == TOK_TYPE_CONTROL || t->type[i] == TOK_TYPE_USER_DEFINED) &&
@@ -463,7 +463,7 @@ int tok_load(struct tok **out, const struct gguf_file *f, struct gate_err *err)
     int rc = 0;
     *out = NULL;
     if (!t)
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "tokenizer: out of memory for the tokenizer");
     byte_map_init(&bm);
 
     rc = require_str(f, "tokenizer.ggml.model", "gpt2", err);

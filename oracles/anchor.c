@@ -161,7 +161,7 @@ static int anchor_do(const struct anchor_spec *s, int n_threads, int check_only,
     json_t *out = json_object();
     *metrics = NULL;
     if (!out)
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "anchor: out of memory for the metrics");
     /* every file once, through the descriptor its digest was checked on */
     if ((rc = open_pinned(s, "model", &s->model, &pm, err)) ||
         (rc = read_pinned(s, "tokens", &s->tokens, &pt, &tok_text, &tok_len, err)) ||
@@ -208,7 +208,8 @@ static int anchor_do(const struct anchor_spec *s, int n_threads, int check_only,
     ref = malloc(ref_len ? ref_len : 1);
     logits = malloc(ref_len ? ref_len : 1);
     if (!ref || !logits) {
-        rc = err_set(err, ERR_ENV, "out of memory");
+        rc =
+            err_set(err, ERR_ENV, "anchor: out of memory for the reference and the judge's logits");
         goto out;
     }
     memcpy(ref, ref_bytes, ref_len); /* float32 little-endian, as the host stores floats */

@@ -68,7 +68,7 @@ int capability_run(const struct model *m, const struct mode *mode, int n_threads
         goto done;
     logits = malloc((size_t)N * m->hp.n_vocab * sizeof *logits);
     if (!logits) {
-        rc = err_set(err, ERR_ENV, "out of memory");
+        rc = err_set(err, ERR_ENV, "capability: out of memory for the logits");
         goto done;
     }
     mode_tokens(1, m->hp.n_vocab, N, tokens);

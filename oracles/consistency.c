@@ -175,7 +175,7 @@ int consistency_run(const struct model *m, const struct mode *mode,
                          "reference", name, "variants", vars, "backend", mode->backend);
     vars = NULL;
     if (!*metrics)
-        rc = err_set(err, ERR_ENV, "consistency: out of memory");
+        rc = err_set(err, ERR_ENV, "consistency: out of memory for the metrics");
 done:
     if (saved_isa[0]) {
         struct gate_err ie = {0};

@@ -207,7 +207,7 @@ static int session_tokens(const struct model *m, const struct mode *mode, const 
     int *ends = NULL, n_turns = 0, fallback = 0;
     if (tokens) {
         if (!(*out = malloc((size_t)n * sizeof **out)))
-            return err_set(err, ERR_ENV, "out of memory");
+            return err_set(err, ERR_ENV, "falsify: out of memory for the sweep's positions");
         memcpy(*out, tokens, (size_t)n * sizeof **out);
         *n_out = n;
         return 0;
@@ -218,7 +218,7 @@ static int session_tokens(const struct model *m, const struct mode *mode, const 
         return rc;
     }
     if (!(*out = malloc((size_t)cfg->positions * sizeof **out)))
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "falsify: out of memory for the positions");
     mode_tokens(PARITY_TOKEN_SEED, m->hp.n_vocab, cfg->positions, *out);
     *n_out = cfg->positions;
     return 0;
@@ -278,7 +278,7 @@ static int sweep_kind(struct parity_session *s, const struct model *m, struct fa
     if (K->n < 1)
         return 0;
     if (!(K->s = calloc((size_t)K->n, sizeof *K->s)))
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "falsify: out of memory for the sweep samples");
     uint64_t st = 0x5eedull + (uint64_t)K->spec.kind;
     for (int i = 0; i < K->n; i++) {
         int idx = i;
@@ -542,7 +542,7 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
     out->checks = json_array();
     settings = falsify_settings_json(faults, cfg);
     if (!out->metrics || !out->checks || !settings) {
-        rc = err_set(err, ERR_ENV, "out of memory");
+        rc = err_set(err, ERR_ENV, "falsify: out of memory for the gate's metrics");
         goto done;
     }
     out->verdict = falsify_judge(settings, out->metrics, out->checks, why, sizeof why);

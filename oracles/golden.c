@@ -77,14 +77,14 @@ static int add_case(struct golden_set *g, const char *name, const int32_t *ids, 
 {
     struct golden_case *c = realloc(g->c, (size_t)(g->n + 1) * sizeof *c);
     if (!c)
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "goldens: out of memory for the case table");
     g->c = c;
     c = &g->c[g->n];
     memset(c, 0, sizeof *c);
     snprintf(c->name, sizeof c->name, "%s", name);
     c->prompt = malloc((size_t)(n ? n : 1) * sizeof *ids);
     if (!c->prompt)
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "goldens: out of memory for a case's prompt");
     memcpy(c->prompt, ids, (size_t)n * sizeof *ids);
     c->n_prompt = n;
     g->n++;
@@ -155,7 +155,7 @@ int golden_generate(struct backend *b, enum mode_path path, const int32_t *promp
         return rc;
     logits = malloc((size_t)n_prompt * (size_t)V * sizeof *logits);
     if (!logits)
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "golden: out of memory for the prompt's logits");
     if (path == MODE_DECODE) {
         for (int t = 0; !rc && t < n_prompt; t++)
             rc = backend_forward(b, prompt + t, 1, t, logits + (size_t)t * V, err);
@@ -201,7 +201,7 @@ static int ids_of(json_t *a, int32_t **out, int *n, const char *what, struct gat
     size_t m = json_array_size(a);
     *out = malloc((m ? m : 1) * sizeof **out);
     if (!*out)
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "goldens: out of memory for a list of ids");
     for (size_t i = 0; i < m; i++) {
         json_t *v = json_array_get(a, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
@@ -261,7 +261,8 @@ static int write_atomic(const char *path, const json_t *root, struct gate_err *e
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
     int rc = 0;
     if (!text) {
-        rc = err_set(err, ERR_ENV, "cannot write goldens '%s': out of memory", path);
+        rc = err_set(err, ERR_ENV, "cannot write goldens '%s': out of memory for its JSON text",
+                     path);
         goto cleanup;
     }
     if ((rc = atomic_open(&a, path, 0644, err)))
@@ -330,7 +331,7 @@ int golden_record_force(const char *path, const struct model *m, int n_gen, int 
         struct golden_case *c = &g.c[i];
         c->ids = malloc((size_t)n_gen * sizeof *c->ids);
         if (!c->ids) {
-            rc = err_set(err, ERR_ENV, "out of memory");
+            rc = err_set(err, ERR_ENV, "golden record: out of memory for the generated ids");
             goto done;
         }
         if ((rc = golden_generate(b, MODE_PREFILL, c->prompt, c->n_prompt, n_gen, eos, c->ids,
@@ -418,7 +419,7 @@ static int load_case(const json_t *x, size_t i, const char *name, struct golden_
                          name, label, (int)out->eos, k);
     const char *et = json_string_value(json_object_get(x, "expect_text"));
     if (!rc && et && !(c->expect_text = strdup(et)))
-        rc = err_set(err, ERR_ENV, "out of memory");
+        rc = err_set(err, ERR_ENV, "goldens: out of memory for a case's expect_text");
 done:
     free(p);
     return rc;
@@ -897,7 +898,7 @@ int golden_gate(const struct model *m, const struct mode *mode, const struct gol
                              "eos", (int)g->eos, "cases", cases);
     out->checks = json_array();
     if (!out->c || !out->metrics || !out->checks) {
-        rc = err_set(err, ERR_ENV, "out of memory");
+        rc = err_set(err, ERR_ENV, "golden: out of memory for the gate's metrics");
         goto done;
     }
     if ((rc = mode_open(&b, mode, m, longest + n_gen + 1, n_threads, NULL, err)))
@@ -910,7 +911,7 @@ int golden_gate(const struct model *m, const struct mode *mode, const struct gol
         x->expected = malloc((size_t)c->n_ids * sizeof *x->expected);
         x->got = malloc((size_t)c->n_ids * sizeof *x->got);
         if (!x->expected || !x->got) {
-            rc = err_set(err, ERR_ENV, "out of memory");
+            rc = err_set(err, ERR_ENV, "golden: out of memory for a case's ids");
             goto done;
         }
         memcpy(x->expected, c->ids, (size_t)c->n_ids * sizeof *c->ids);

@@ -554,7 +554,7 @@ int mode_chat_tokens(const struct tok *t, int32_t **ids, int *n, int **turn_ends
         goto done;
     ends = calloc(CHAT_N, sizeof *ends);
     if (!ends) {
-        rc = err_set(err, ERR_ENV, "out of memory");
+        rc = err_set(err, ERR_ENV, "chat: out of memory for the turn ends");
         goto done;
     }
     int seg = -1;
@@ -601,7 +601,7 @@ int mode_chat_fallback(uint32_t n_vocab, int32_t **ids, int *n, int **turn_ends,
         free(*turn_ends);
         *ids = NULL;
         *turn_ends = NULL;
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "chat: out of memory for the fallback conversation");
     }
     mode_tokens(MODE_CHAT_SEED, n_vocab, total, *ids);
     for (int i = 0, at = 0; i < CHAT_N; i++)

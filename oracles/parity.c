@@ -1176,7 +1176,7 @@ static int build_sequence(struct parity_session *s, const int32_t *tokens, int n
         s->n_turns = 6;
         s->turn_ends = malloc(6 * sizeof *s->turn_ends);
         if (!s->turn_ends)
-            return err_set(err, ERR_ENV, "out of memory");
+            return err_set(err, ERR_ENV, "parity: out of memory for the chat turns");
         for (int i = 0; i < 6; i++)
             s->turn_ends[i] = (int)((int64_t)n * (i + 1) / 6);
     }
@@ -1226,7 +1226,7 @@ int parity_session_open(struct parity_session **out, const struct model *m, cons
         return rc;
     struct parity_session *s = calloc(1, sizeof *s);
     if (!s)
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "parity: out of memory for the session");
     s->m = m;
     s->mode = *mode;
     s->cfg = *cfg;
@@ -1463,7 +1463,7 @@ static int localize(struct parity_session *s, struct parity_result *r, struct ga
     const size_t E = hp->n_embd;
     r->layers = calloc((size_t)L, sizeof *r->layers);
     if (!r->layers)
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "parity: out of memory for the localization layers");
     r->n_layer = L;
     r->is_moe = hp->n_expert > 0;
     const int row = r->first_fail_pos >= 0 ? r->first_fail_pos

@@ -510,7 +510,7 @@ enum gate_verdict throughput_judge(const json_t *settings, const json_t *metrics
     enum gate_verdict verdict = GATE_FAIL;
     if (!sp || !sd) {
         gate_check_bool(checks, "memory", 0);
-        say(why, n, "out of memory");
+        say(why, n, "out of memory for the timed samples");
         goto out;
     }
     if (!gate_check_bool(checks, "runs recorded", runs_of(metrics, sp, sd, &nr) == 0)) {
@@ -783,7 +783,7 @@ static int spot_replay_run(struct spot_replay *x, struct backend *b, const struc
             forced += !isnan(x->deficit[q]), refused += x->refused[q];
         json_t *j = spot_json(run, p, keep + (size_t)c * V, x->logits + (size_t)p * V, V);
         if (!j)
-            return err_set(err, ERR_ENV, "out of memory");
+            return err_set(err, ERR_ENV, "throughput: out of memory for a spot check's record");
         json_object_set_new(j, "replayed_positions", json_integer(forced));
         /* a re-run that is not the timed run counts as a refused route: no replay stands */
         json_object_set_new(j, "route_refused", json_integer(refused + rerun_differs));
@@ -1004,7 +1004,7 @@ int throughput_gate(const struct model *m, const struct mode *mode,
             int n_past = 0, cs[THROUGHPUT_MAX_CHECKS], miss = 0;
             json_t *mine = json_array();
             if (!mine) {
-                rc = err_set(err, ERR_ENV, "out of memory");
+                rc = err_set(err, ERR_ENV, "throughput: out of memory for the spot checks' record");
                 goto done;
             }
             /* MoE, tap-less subject: the judge's least router gap over every layer and every
@@ -1082,7 +1082,7 @@ int throughput_gate(const struct model *m, const struct mode *mode,
     out->checks = json_array();
     settings = throughput_settings_json(cfg);
     if (!out->metrics || !out->checks || !settings) {
-        rc = err_set(err, ERR_ENV, "out of memory");
+        rc = err_set(err, ERR_ENV, "throughput: out of memory for the gate's metrics");
         goto done;
     }
     json_object_set(out->metrics, "runs", runs);

@@ -124,7 +124,7 @@ int store_export(struct store *s, const char *path, struct gate_err *err)
     errno = 0;
     if (x.failed) {
         rc = err_set(err, ERR_ENV, "cannot write '%s': %s", path,
-                     errno ? strerror(errno) : "out of memory");
+                     errno ? strerror(errno) : "out of memory for the export");
         goto cleanup;
     }
     rc = atomic_commit(&a, err);
