@@ -25,6 +25,7 @@
  * Build: docs/exec.md, "The llama.cpp adapter" (CMake target gate-llama, -DGATE_LLAMA_DIR=...).
  */
 #include "base/err.h"
+#include "base/frame.h"
 
 #include <ggml.h>
 #include <jansson.h>
@@ -46,7 +47,6 @@
 #endif
 
 #define PROTOCOL 1
-#define MAX_HEADER 65536u
 #define MAX_FIELD 127 /* gate keeps at most 127 bytes of hello's strings */
 #define MAX_CTX (1 << 20)
 #define MAX_TOKENS_LIMIT 65536
@@ -96,69 +96,30 @@ static void log_cb(enum ggml_log_level level, const char *text, void *user)
         fputs(text, stderr);
 }
 
-/* ---- bounded I/O ---------------------------------------------------------------------------- */
+/* ---- frames (base/frame.h: the codec gate and its reference engine use) ------------------ */
 
-/* Read exactly n bytes. Returns 0, 1 when the stream ended before the first byte, -1 on a read
- * error or an end in the middle (errno kept for the message; 0 for a short read). */
-static int read_full(int fd, void *buf, size_t n)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, (char *)buf + got, n - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -1;
-        if (r == 0) {
-            errno = 0;
-            return got == 0 ? 1 : -1;
-        }
-        got += (size_t)r;
-    }
-    return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t n)
-{
-    size_t put = 0;
-    while (put < n) {
-        ssize_t w = write(fd, (const char *)buf + put, n - put);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        put += (size_t)w;
-    }
-    return 0;
-}
-
-/* Write one frame: the JSON object reply (compact), then a payload header of B bytes. The B
- * payload bytes follow through write_full by the caller (forward streams its logits row by row).
- * Takes ownership of reply. */
+/* Write one frame's head: the JSON object reply (compact, ASCII), then a payload length of B
+ * bytes. The B payload bytes follow through frame_write by the caller (forward streams its
+ * logits row by row). Takes ownership of reply. */
 static int send_head(struct session *s, json_t *reply, uint64_t payload_bytes, struct gate_err *err)
 {
     int rc = 0;
-    char *text = NULL;
+    unsigned char *head = NULL;
+    size_t len = 0;
+    char why[200];
     if (!reply) {
         rc = err_set(err, ERR_ENV, "gate-llama: out of memory building a reply");
         goto done;
     }
-    text = json_dumps(reply, JSON_COMPACT | JSON_ENSURE_ASCII);
-    size_t h = text ? strlen(text) : 0;
-    if (!text || h == 0 || h > MAX_HEADER) {
-        rc = err_set(err, ERR_RUNTIME, "gate-llama: a reply header of %zu bytes cannot be sent", h);
+    if (frame_encode(reply, JSON_ENSURE_ASCII, payload_bytes, &head, &len, why, sizeof why)) {
+        rc = err_set(err, ERR_RUNTIME, "gate-llama: a reply cannot be sent: %s", why);
         goto done;
     }
-    uint8_t len4[4] = {(uint8_t)h, (uint8_t)(h >> 8), (uint8_t)(h >> 16), (uint8_t)(h >> 24)};
-    uint8_t len8[8];
-    for (int i = 0; i < 8; i++)
-        len8[i] = (uint8_t)(payload_bytes >> (8 * i));
-    if (write_full(s->out_fd, len4, 4) || write_full(s->out_fd, text, h) ||
-        write_full(s->out_fd, len8, 8))
+    if (frame_write(s->out_fd, head, len))
         rc = err_set(err, ERR_ENV, "gate-llama: cannot write a reply to stdout: %s",
                      strerror(errno));
 done:
-    free(text);
+    free(head);
     json_decref(reply);
     return rc;
 }
@@ -541,7 +502,7 @@ static int op_forward(struct session *s, json_t *req, uint64_t payload, struct g
         json_pack("{s:b, s:i, s:i}", "ok", 1, "n_tokens", (int)n_tok, "n_vocab", (int)s->n_vocab),
         (uint64_t)n_tok * row, err);
     for (int i = 0; rc == 0 && i < n_tok; i++) {
-        if (write_full(s->out_fd, llama_get_logits_ith(s->ctx, i), row))
+        if (frame_write(s->out_fd, llama_get_logits_ith(s->ctx, i), row))
             rc = err_set(err, ERR_ENV, "gate-llama: cannot write logits to stdout: %s",
                          strerror(errno));
     }
@@ -585,66 +546,33 @@ static int serve(struct session *s, struct gate_err *err)
 {
     int rc = 0;
     json_t *req = NULL;
-    char *head = malloc(MAX_HEADER + 1);
-    uint64_t max_payload = (uint64_t)s->opt.max_tokens * 4;
-    if (!head) {
-        rc = err_set(err, ERR_ENV, "gate-llama: out of memory for the request buffer");
-        goto done;
-    }
+    const uint64_t max_payload = (uint64_t)s->opt.max_tokens * 4;
+    struct frame_in f;
+    frame_in_request(&f, s->tokens, max_payload);
     for (;;) {
-        uint8_t len4[4], len8[8];
-        int r = read_full(0, len4, 4);
-        if (r == 1) {
+        char why[400];
+        frame_in_free(&f);
+        frame_in_request(&f, s->tokens, max_payload);
+        const int st = frame_read(0, &f, why, sizeof why);
+        if (st == FRAME_EOF) {
             rc = err_set(err, ERR_INPUT, "gate-llama: stdin ended without bye");
             goto done;
         }
-        if (r < 0) {
-            rc = err_set(err, ERR_INPUT, "gate-llama: a frame's header length is cut short");
+        if (st == FRAME_CUT) {
+            rc = err_set(err, ERR_INPUT, "gate-llama: a request frame is cut short: %s", why);
             goto done;
         }
-        uint32_t h = (uint32_t)len4[0] | (uint32_t)len4[1] << 8 | (uint32_t)len4[2] << 16 |
-                     (uint32_t)len4[3] << 24;
-        if (h == 0 || h > MAX_HEADER) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "a request header of %u bytes (allowed 1..%u)", h,
-                     MAX_HEADER);
-            send_error(s, msg, err);
-            rc = err_set(err, ERR_INPUT, "gate-llama: %s", msg);
+        if (st == FRAME_BAD) { /* a bound: answered, and nothing more is read */
+            send_error(s, why, err);
+            rc = err_set(err, ERR_INPUT, "gate-llama: %s", why);
             goto done;
         }
-        if (read_full(0, head, h) || read_full(0, len8, 8)) {
-            rc = err_set(err, ERR_INPUT, "gate-llama: a request frame is cut short");
-            goto done;
-        }
-        head[h] = '\0';
-        uint64_t b = 0;
-        for (int i = 0; i < 8; i++)
-            b |= (uint64_t)len8[i] << (8 * i);
-        if (b > max_payload) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "a request payload of %llu bytes (at most %llu)",
-                     (unsigned long long)b, (unsigned long long)max_payload);
-            send_error(s, msg, err);
-            rc = err_set(err, ERR_INPUT, "gate-llama: %s", msg);
-            goto done;
-        }
-        if (b && read_full(0, s->tokens, (size_t)b)) {
-            rc = err_set(err, ERR_INPUT, "gate-llama: a request payload is cut short");
-            goto done;
-        }
+        const uint64_t b = f.b;
 
         /* the frame is whole: from here on a bad request gets an error reply */
-        json_error_t jerr;
-        req = json_loadb(head, h, JSON_REJECT_DUPLICATES, &jerr);
-        json_t *op = req ? json_object_get(req, "op") : NULL;
-        const char *name = op && json_is_string(op) ? json_string_value(op) : NULL;
-        if (!req || !json_is_object(req)) {
-            char msg[300];
-            snprintf(msg, sizeof msg, "the request header is not a JSON object: %s",
-                     req ? "another JSON value" : jerr.text);
-            rc = send_error(s, msg, err);
-        } else if (!name) {
-            rc = send_error(s, "the request has no string \"op\"", err);
+        const char *name = NULL;
+        if (frame_in_request_parse(&f, &req, &name, why, sizeof why) != FRAME_WHOLE) {
+            rc = send_error(s, why, err);
         } else if (b && strcmp(name, "forward") != 0) {
             rc = send_error(s, "only forward carries a payload", err);
         } else if (!strcmp(name, "hello")) {
@@ -672,7 +600,7 @@ static int serve(struct session *s, struct gate_err *err)
     }
 done:
     json_decref(req);
-    free(head);
+    frame_in_free(&f);
     return rc;
 }
 

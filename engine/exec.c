@@ -2,8 +2,9 @@
  *
  * One struct exec_session per cell owns the child (pid, three non-blocking pipes, the stderr
  * tail, the handshake); a struct exec_backend is a view of it between backend_open() and
- * backend_close(). Every request goes through exchange(): one frame written, one frame read,
- * both under the engine's deadline, the reply's header bounded and parsed before its payload
+ * backend_close(). Every request goes through exchange(): one frame written, one frame read
+ * through the frame codec (base/frame.h, shared with the engines), both under the engine's
+ * deadline, the reply's header bounded and parsed before its payload
  * size is accepted, the payload read straight into the caller's buffer. Any failure goes
  * through fail(): the child is ended (stdin closed, SIGTERM, SIGKILL after EXEC_GRACE_S) and
  * reaped, and the message carries its exit status or signal and its stderr tail, escaped.
@@ -40,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/frame.h"
 #include "engine/backend.h"
 #include "engine/isolate.h"
 #include "engine/pin.h"
@@ -88,29 +90,6 @@ static double now_s(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-void exec_escape(const char *in, size_t len, char *out, size_t n)
-{
-    size_t at = 0;
-    for (size_t i = 0; i < len; i++) {
-        const unsigned char c = (unsigned char)in[i];
-        char one[8];
-        if (c == '\n')
-            snprintf(one, sizeof one, "\\n");
-        else if (c == '\t')
-            snprintf(one, sizeof one, "\\t");
-        else if (c == '"' || c == '\\' || c < 0x20 || c >= 0x7f)
-            snprintf(one, sizeof one, "\\x%02x", c);
-        else
-            snprintf(one, sizeof one, "%c", c);
-        const size_t w = strlen(one);
-        if (at + w + 1 > n)
-            break;
-        memcpy(out + at, one, w);
-        at += w;
-    }
-    out[at] = '\0';
 }
 
 unsigned exec_support_bit(const char *word)
@@ -255,7 +234,7 @@ static int fail(struct exec_session *s, const char *what, struct gate_err *err, 
     end_child(s, status, sizeof status);
     /* the message is bounded (struct gate_err): quote the end of the tail, where the cause is */
     const size_t keep = s->tail_len < 200 ? s->tail_len : 200;
-    exec_escape(s->tail + s->tail_len - keep, keep, tail, sizeof tail);
+    frame_escape(s->tail + s->tail_len - keep, keep, tail, sizeof tail);
     return err_set(err, ERR_RUNTIME, "exec engine '%s' (%s): %s; %s; stderr: \"%s%s\"", s->e->name,
                    what, reason, status, keep < s->tail_len ? "..." : "", tail);
 }
@@ -458,124 +437,60 @@ done:
 
 /* ---- one exchange ---------------------------------------------------------------------------- */
 
-static void put_le(unsigned char *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get_le(const unsigned char *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 /* The engine's time budget over the session, seconds. */
 static double cell_budget(const struct exec_session *s)
 {
     return s->e->cell_timeout_s > 0 ? s->e->cell_timeout_s : EXEC_CELL_TIMEOUT_DEFAULT;
 }
 
-/* The checks of one reply frame's parts, in the order they arrive; exchange() and
- * exec_reply_decode() share them, so the fuzz target (fuzz/fuzz_exec.c) runs the checks a live
- * engine's replies meet. Each returns 0, or -1 with the reason (no engine or request) in why. */
-static int check_header_len(uint64_t rh, char *why, size_t n)
-{
-    if (rh >= 1 && rh <= EXEC_HEADER_MAX)
-        return 0;
-    snprintf(why, n, "reply header length %llu is outside 1..%d", (unsigned long long)rh,
-             EXEC_HEADER_MAX);
-    return -1;
-}
-
-/* The header's rh bytes: one JSON object with a boolean "ok"; *hdr gets it (caller decrefs). */
-static int check_header(const unsigned char *hbuf, uint64_t rh, json_t **hdr, char *why, size_t n)
-{
-    json_error_t je;
-    *hdr = json_loadb((const char *)hbuf, rh, JSON_REJECT_DUPLICATES, &je);
-    if (!*hdr || !json_is_object(*hdr)) {
-        char q[120];
-        exec_escape((const char *)hbuf, rh < 48 ? rh : 48, q, sizeof q);
-        snprintf(why, n, "reply header is not one JSON object (%s): \"%s%s\"",
-                 *hdr ? "not an object" : je.text, q, rh > 48 ? "..." : "");
-        json_decref(*hdr);
-        *hdr = NULL;
-        return -1;
-    }
-    if (!json_is_boolean(json_object_get(*hdr, "ok"))) {
-        snprintf(why, n, "reply header has no boolean \"ok\"");
-        json_decref(*hdr);
-        *hdr = NULL;
-        return -1;
-    }
-    return 0;
-}
-
-/* Payload length rb after header hdr: an error reply is refused with its (escaped) text; an ok
- * reply must carry exactly dst_len bytes. */
-static int check_payload(const json_t *hdr, uint64_t rb, uint64_t dst_len, char *why, size_t n)
-{
-    if (!json_is_true(json_object_get(hdr, "ok"))) {
-        const char *e = json_string_value(json_object_get(hdr, "error"));
-        char q[300];
-        exec_escape(e ? e : "(no error text)", e ? strlen(e) : 15, q, sizeof q);
-        snprintf(why, n, "the engine answered an error: \"%s\"", q);
-        return -1;
-    }
-    if (rb != dst_len) {
-        snprintf(why, n, "reply payload is %llu bytes, expected exactly %llu",
-                 (unsigned long long)rb, (unsigned long long)dst_len);
-        return -1;
-    }
-    return 0;
-}
-
 int exec_reply_decode(const void *buf, size_t len, uint64_t dst_len, json_t **hdr,
                       const void **payload, size_t *used, struct gate_err *err)
 {
+    /* the reader exchange() runs over the pipe (base/frame.h), fed from memory; the payload is
+     * not copied: it is handed out where it lies in buf */
+    static const char *const PART[] = {"header-length", "header", "payload-length"};
     const unsigned char *p = buf;
-    json_t *h = NULL;
+    struct frame_in f;
     char why[400];
+    size_t at = 0;
+    int rc = 0;
     if (hdr)
         *hdr = NULL;
     if (payload)
         *payload = NULL;
     if (used)
         *used = 0;
-    if (len < 4)
-        return err_set(err, ERR_RUNTIME, "reply cut short: %zu of 4 header-length bytes", len);
-    const uint64_t rh = get_le(p, 4);
-    if (check_header_len(rh, why, sizeof why))
-        return err_set(err, ERR_RUNTIME, "%s", why);
-    if (len - 4 < rh + 8)
-        return err_set(err, ERR_RUNTIME,
-                       "reply cut short: %zu bytes after the header length, "
-                       "the header and payload length need %llu",
-                       len - 4, (unsigned long long)(rh + 8));
-    if (check_header(p + 4, rh, &h, why, sizeof why))
-        return err_set(err, ERR_RUNTIME, "%s", why);
-    const uint64_t rb = get_le(p + 4 + rh, 8);
-    if (check_payload(h, rb, dst_len, why, sizeof why)) {
-        json_decref(h);
-        return err_set(err, ERR_RUNTIME, "%s", why);
+    frame_in_reply(&f, NULL, dst_len);
+    while (f.part < FRAME_AT_PAYLOAD) {
+        unsigned char *to;
+        const size_t need = frame_in_want(&f, &to);
+        if (len - at < need) {
+            rc = err_set(err, ERR_RUNTIME, "reply cut short: %zu of %llu %s bytes",
+                         (size_t)f.got + (len - at), (unsigned long long)(f.got + need),
+                         PART[f.part]);
+            goto out;
+        }
+        memcpy(to, p + at, need);
+        at += need;
+        if (frame_in_got(&f, need, why, sizeof why) < 0) {
+            rc = err_set(err, ERR_RUNTIME, "%s", why);
+            goto out;
+        }
     }
-    const size_t at = 4 + (size_t)rh + 8;
-    if (len - at < rb) {
-        json_decref(h);
-        return err_set(err, ERR_RUNTIME, "reply cut short: %zu of %llu payload bytes", len - at,
-                       (unsigned long long)rb);
+    if (len - at < f.b) {
+        rc = err_set(err, ERR_RUNTIME, "reply cut short: %zu of %llu payload bytes", len - at,
+                     (unsigned long long)f.b);
+        goto out;
     }
     if (payload)
         *payload = p + at;
     if (used)
-        *used = at + (size_t)rb;
+        *used = at + (size_t)f.b;
     if (hdr)
-        *hdr = h;
-    else
-        json_decref(h);
-    return 0;
+        *hdr = frame_in_take_json(&f);
+out:
+    frame_in_free(&f);
+    return rc;
 }
 
 /* Write request `req` (+ payload, plen bytes) and read one reply: *reply gets its header (the
@@ -591,37 +506,23 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
         return err_set(err, ERR_RUNTIME, "exec engine '%s' (%s): no engine is running", s->e->name,
                        what);
     isolate_reap_orphans(); /* the subreaper fallback: no zombie pile while the cell runs */
-    char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
-    if (!text)
-        return fail(s, what, err,
-                    "cannot encode the request as JSON (out of memory, or a string that is not"
-                    " UTF-8)");
-    const size_t H = strlen(text);
-    unsigned char *wbuf = malloc(4 + H + 8);
-    if (!wbuf) {
-        free(text);
-        return fail(s, what, err, "out of memory for the request");
-    }
-    put_le(wbuf, H, 4);
-    memcpy(wbuf + 4, text, H);
-    put_le(wbuf + 4 + H, plen, 8);
-    free(text);
-    const size_t wlen = 4 + H + 8;
+    unsigned char *wbuf = NULL;
+    size_t wlen = 0;
+    char why[400];
+    if (frame_encode(req, 0, plen, &wbuf, &wlen, why, sizeof why))
+        return fail(s, what, err, "the request: %s", why);
     size_t woff = 0;
     uint64_t poff = 0;
-    /* the reply: 4 bytes H, H bytes header, 8 bytes B, B bytes payload */
-    unsigned char pre[8];
-    unsigned char *hbuf = NULL;
-    uint64_t rh = 0, rb = 0, got = 0;
-    int phase = 0, rc = 0; /* 0: H, 1: header, 2: B, 3: payload, 4: done */
-    json_t *hdr = NULL;
-    char why[400];
+    /* the reply, through the frame codec's reader: each length checked as it arrives */
+    struct frame_in in;
+    frame_in_reply(&in, dst, dst_len);
+    int whole = 0, rc = 0;
     /* one deadline per exchange, and never past the engine's time budget for the cell */
     const double t0 = now_s(), budget = cell_budget(s) - s->engine_s;
     const int by_budget = budget < s->e->timeout_s;
     const double deadline = t0 + (by_budget ? budget : s->e->timeout_s);
     int charged = 0;
-    while (phase < 4) {
+    while (!whole) {
         const int writing = woff < wlen || poff < plen;
         struct pollfd pf[3] = {{.fd = s->out_fd, .events = POLLIN},
                                {.fd = s->err_fd, .events = POLLIN},
@@ -646,9 +547,7 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
                       "no complete reply within the timeout of %g s (%s, %llu reply bytes read)",
                       s->e->timeout_s,
                       writing ? "the request was not fully written" : "request sent",
-                      (unsigned long long)(phase == 0   ? got
-                                           : phase == 1 ? 4 + got
-                                                        : 4 + rh + got));
+                      (unsigned long long)frame_in_bytes(&in));
             goto out;
         }
         /* wake at least every 0.1 s to reap exited orphans (the subreaper fallback) */
@@ -685,59 +584,24 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
             }
             continue;
         }
-        /* read as much of the current phase as is there */
+        /* read as much of the current part as is there */
         unsigned char *to;
-        uint64_t need;
-        if (phase == 0 || phase == 2) {
-            to = pre + got;
-            need = (phase == 0 ? 4 : 8) - got;
-        } else if (phase == 1) {
-            to = hbuf + got;
-            need = rh - got;
-        } else {
-            to = (unsigned char *)dst + got;
-            need = rb - got;
-        }
-        ssize_t r = read(s->out_fd, to, (size_t)(need < (1u << 20) ? need : (1u << 20)));
+        const size_t need = frame_in_want(&in, &to);
+        ssize_t r = read(s->out_fd, to, need < (1u << 20) ? need : (1u << 20));
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             continue;
         if (r <= 0) {
-            rc = fail(s, what, err, "the engine closed its stdout %s",
-                      phase == 0 && got == 0 ? "instead of replying" : "in the middle of a reply");
+            rc =
+                fail(s, what, err, "the engine closed its stdout %s",
+                     frame_in_bytes(&in) == 0 ? "instead of replying" : "in the middle of a reply");
             goto out;
         }
-        got += (uint64_t)r;
-        if (got < (phase == 0 ? 4 : phase == 1 ? rh : phase == 2 ? 8 : rb))
-            continue;
-        got = 0;
-        if (phase == 0) {
-            rh = get_le(pre, 4);
-            if (check_header_len(rh, why, sizeof why)) {
-                rc = fail(s, what, err, "%s", why);
-                goto out;
-            }
-            if (!(hbuf = malloc(rh))) {
-                rc = fail(s, what, err, "out of memory for a %llu-byte header",
-                          (unsigned long long)rh);
-                goto out;
-            }
-            phase = 1;
-        } else if (phase == 1) {
-            if (check_header(hbuf, rh, &hdr, why, sizeof why)) {
-                rc = fail(s, what, err, "%s", why);
-                goto out;
-            }
-            phase = 2;
-        } else if (phase == 2) {
-            rb = get_le(pre, 8);
-            if (check_payload(hdr, rb, dst_len, why, sizeof why)) {
-                rc = fail(s, what, err, "%s", why);
-                goto out;
-            }
-            phase = rb ? 3 : 4;
-        } else {
-            phase = 4;
+        const int st = frame_in_got(&in, (size_t)r, why, sizeof why);
+        if (st < 0) {
+            rc = fail(s, what, err, "%s", why);
+            goto out;
         }
+        whole = st == FRAME_WHOLE;
     }
     if (woff < wlen || poff < plen) {
         rc = fail(s, what, err, "the engine replied before reading the whole request");
@@ -750,13 +614,11 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
         rc = fail(s, what, err, "the engine wrote more than one reply (bytes follow its reply)");
         goto out;
     }
-    *reply = hdr;
-    hdr = NULL;
+    *reply = frame_in_take_json(&in);
 out:
     if (!charged)
         s->engine_s += now_s() - t0;
-    json_decref(hdr);
-    free(hbuf);
+    frame_in_free(&in);
     free(wbuf);
     return rc;
 }
@@ -815,7 +677,7 @@ static int do_hello(struct exec_session *s, struct gate_err *err)
         goto out;
     if (s->e->build_id[0] && strcmp(h->build_id, s->e->build_id)) {
         char q[300];
-        exec_escape(h->build_id, strlen(h->build_id), q, sizeof q);
+        frame_escape(h->build_id, strlen(h->build_id), q, sizeof q);
         snprintf(s->fatal, sizeof s->fatal,
                  "exec engine '%s' (hello): the engine reports build_id \"%s\" but the ladder"
                  " pins \"%s\": it is not the engine build this ladder gates",
@@ -843,7 +705,7 @@ static int do_hello(struct exec_session *s, struct gate_err *err)
                 kind = k;
         if (kind < 0) {
             char q[80];
-            exec_escape(name ? name : "(not a string)", name ? strlen(name) : 14, q, sizeof q);
+            frame_escape(name ? name : "(not a string)", name ? strlen(name) : 14, q, sizeof q);
             rc = fail(s, "hello", err,
                       "the engine lists fault kind \"%s\", which gate does not know", q);
             goto out;
@@ -872,7 +734,7 @@ static int do_load(struct exec_session *s, int n_ctx, uint32_t n_vocab, struct g
         goto out;
     if (strcmp(sha, s->sha256)) {
         char q[120];
-        exec_escape(sha, strlen(sha), q, sizeof q);
+        frame_escape(sha, strlen(sha), q, sizeof q);
         rc = fail(s, "load", err,
                   "the engine loaded a file with SHA-256 \"%s\" but the ladder pins %s: it did"
                   " not load the model under test",

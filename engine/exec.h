@@ -30,7 +30,6 @@ extern "C" {
 #endif
 
 #define EXEC_PROTOCOL 1           /* gate-exec version this build speaks */
-#define EXEC_HEADER_MAX 65536     /* bytes of one frame's JSON header */
 #define EXEC_ARGV_MAX 64          /* arguments of an engine's argv */
 #define EXEC_NAME_MAX 19          /* engine name + NUL: "exec.NAME.prefill" fits a 32-byte mode */
 #define EXEC_STDERR_TAIL 4096     /* bytes of the child's stderr kept for messages */
@@ -132,10 +131,6 @@ void exec_session_identity(const struct exec_session *s, struct exec_identity *o
 
 /* Parse a `supports` word ("decode", "prefill", "chat", "faults") into its bit; 0 if unknown. */
 unsigned exec_support_bit(const char *word);
-
-/* Escape bytes for quoting in a message: printable ASCII except '"' and '\\' kept, everything
- * else as \n, \t or \xNN. Always NUL-terminates out (n > 0); cuts at a whole escape. */
-void exec_escape(const char *in, size_t len, char *out, size_t n);
 
 struct json_t;
 

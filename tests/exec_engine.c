@@ -76,6 +76,7 @@
 #include <unistd.h>
 
 #include "base/detmath.h"
+#include "base/frame.h"
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "faults/fault.h"
@@ -352,58 +353,42 @@ static void die(const char *why)
     exit(2);
 }
 
-static int read_full(void *buf, size_t n)
-{
-    size_t at = 0;
-    while (at < n) {
-        ssize_t r = read(0, (char *)buf + at, n - at);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        at += (size_t)r;
-    }
-    return 0;
-}
-
+/* Stdout writes: gate going away ends this engine (status 4). */
 static void write_full(const void *buf, size_t n)
 {
-    size_t at = 0;
-    while (at < n) {
-        ssize_t w = write(1, (const char *)buf + at, n - at);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            exit(4); /* gate went away */
-        at += (size_t)w;
-    }
+    if (frame_write(1, buf, n))
+        exit(4);
 }
 
-/* One frame: header text (its own length unless hlen says otherwise), payload. */
+/* A frame that may lie: header text hdr written whole, its length announced as hlen, payload
+ * length announced as announce, plen payload bytes written (the planted bad frames). */
 static void send_raw(const char *hdr, uint32_t hlen, const void *payload, uint64_t plen,
                      uint64_t announce)
 {
     unsigned char pre[8];
-    for (int i = 0; i < 4; i++)
-        pre[i] = (unsigned char)(hlen >> (8 * i));
+    frame_put_le(pre, hlen, 4);
     write_full(pre, 4);
     write_full(hdr, strlen(hdr));
-    for (int i = 0; i < 8; i++)
-        pre[i] = (unsigned char)(announce >> (8 * i));
+    frame_put_le(pre, announce, 8);
     write_full(pre, 8);
     if (plen)
         write_full(payload, plen);
 }
 
-/* Send reply j (decref'd here) with a payload. */
+/* Send reply j (decref'd here) with a payload, through the codec's writer. */
 static void send_json(json_t *j, const void *payload, uint64_t plen)
 {
-    char *t = json_dumps(j, JSON_COMPACT);
+    unsigned char *head = NULL;
+    size_t len = 0;
+    char why[200];
+    const int bad = frame_encode(j, 0, plen, &head, &len, why, sizeof why);
     json_decref(j);
-    if (!t)
-        die("out of memory");
-    send_raw(t, (uint32_t)strlen(t), payload, plen, plen);
-    free(t);
+    if (bad)
+        die(why);
+    write_full(head, len);
+    free(head);
+    if (plen)
+        write_full(payload, plen);
 }
 
 static void send_error(const char *why)
@@ -544,29 +529,21 @@ int main(int argc, char **argv)
     enum { REPLAY_MAX = 128 };
     static float *cache[REPLAY_MAX][REPLAY_MAX];
     for (;;) {
-        unsigned char pre[8];
-        if (read_full(pre, 4))
+        struct frame_in f;
+        char why[400];
+        frame_in_request(&f, NULL, (uint64_t)1 << 26);
+        const int st = frame_read(0, &f, why, sizeof why);
+        if (st == FRAME_EOF)
             break; /* gate closed our stdin */
-        uint32_t H = (uint32_t)pre[0] | (uint32_t)pre[1] << 8 | (uint32_t)pre[2] << 16 |
-                     (uint32_t)pre[3] << 24;
-        if (H < 1 || H > 65536)
-            die("request header length out of bounds");
-        char *hdr = malloc(H);
-        if (!hdr || read_full(hdr, H) || read_full(pre, 8))
-            die("truncated request");
-        uint64_t B = 0;
-        for (int i = 7; i >= 0; i--)
-            B = (B << 8) | pre[i];
-        if (B > ((uint64_t)1 << 26))
-            die("request payload too large");
-        unsigned char *payload = B ? malloc(B) : NULL;
-        if ((B && !payload) || (B && read_full(payload, B)))
-            die("truncated request payload");
-        json_t *req = json_loadb(hdr, H, 0, NULL);
-        free(hdr);
-        const char *op = json_string_value(json_object_get(req, "op"));
+        if (st != FRAME_WHOLE)
+            die(why);
+        const unsigned char *payload = f.payload;
+        const uint64_t B = f.b;
+        json_t *req = NULL;
+        const char *op = NULL;
+        frame_in_request_parse(&f, &req, &op, why, sizeof why);
         if (!op) {
-            send_error("request without op");
+            send_error(why);
         } else if (!strcmp(op, "hello")) {
             char found[120] = "", device[128];
             for (int k = 0; k < o.n_steal; k++) {
@@ -653,12 +630,10 @@ int main(int argc, char **argv)
             } else if (!b || n < 1 || n_past + n > n_ctx || B != (uint64_t)n * 4) {
                 send_error("forward: bad request (no model, or sizes off)");
             } else if (o.replay && n_past < REPLAY_MAX && n <= REPLAY_MAX && cache[n_past][n - 1]) {
-                char *t = json_dumps(json_pack("{s:b, s:i, s:i}", "ok", 1, "n_tokens", n, "n_vocab",
-                                               (int)m->hp.n_vocab),
-                                     JSON_COMPACT);
                 const uint64_t bytes = (uint64_t)n * m->hp.n_vocab * 4;
-                send_raw(t, (uint32_t)strlen(t), cache[n_past][n - 1], bytes, bytes);
-                free(t);
+                send_json(json_pack("{s:b, s:i, s:i}", "ok", 1, "n_tokens", n, "n_vocab",
+                                    (int)m->hp.n_vocab),
+                          cache[n_past][n - 1], bytes);
             } else if (memcpy(tokens, payload, B),
                        backend_forward(b, tokens, n, n_past, logits, &err)) {
                 send_error(err.msg);
@@ -696,12 +671,10 @@ int main(int argc, char **argv)
                     o.oversize_frame = 0;
                     send_raw("{}", 1u << 20, NULL, 0, 0);
                 } else {
-                    char *t = json_dumps(
-                        json_pack("{s:b, s:i, s:i}", "ok", 1, "n_tokens", n, "n_vocab", (int)V),
-                        JSON_COMPACT);
                     const uint64_t send = o.wrong_size ? bytes - 4 : bytes;
-                    send_raw(t, (uint32_t)strlen(t), logits, send, send);
-                    free(t);
+                    send_json(
+                        json_pack("{s:b, s:i, s:i}", "ok", 1, "n_tokens", n, "n_vocab", (int)V),
+                        logits, send);
                 }
             }
         } else if (!strcmp(op, "truncate")) {
@@ -714,9 +687,9 @@ int main(int argc, char **argv)
                 const char *t = "{\"ok\":true}";
                 unsigned char buf[64];
                 const size_t h = strlen(t);
-                memset(buf, 0, sizeof buf);
-                buf[0] = (unsigned char)h;
+                frame_put_le(buf, h, 4);
                 memcpy(buf + 4, t, h);
+                frame_put_le(buf + 4 + h, 0, 8);
                 memcpy(buf + 4 + h + 8, "xyz", 3);
                 write_full(buf, 4 + h + 8 + 3);
             } else {
@@ -745,13 +718,13 @@ int main(int argc, char **argv)
         } else if (!strcmp(op, "bye")) {
             send_json(json_pack("{s:b}", "ok", 1), NULL, 0);
             json_decref(req);
-            free(payload);
+            frame_in_free(&f);
             break;
         } else {
             send_error("unknown op");
         }
         json_decref(req);
-        free(payload);
+        frame_in_free(&f);
     }
     if (o.linger) { /* gate is gone or done: stay anyway, deaf, for up to 30 s */
         become_leftover(o.leftovers ? o.leftovers : "exec_engine", -1);
