@@ -1,9 +1,12 @@
 /* test_key.c — key files as an attacker with write access to their folder sees them (issue 11,
  * "output and limits"): the .pub writer's temporary file cannot be hijacked by a planted symlink,
- * and key_load() refuses a FIFO (without hanging) and an oversized file. The other key tests
- * (generate, load, modes, parse) are in test_receipt.c.
+ * and key_load() refuses a FIFO (without hanging) and an oversized file; and the key file's
+ * life (suite `key`, moved from test_receipt.c): generated with mode 0600 and loaded back, never
+ * overwritten, refused when others can read it, a bad host or a corrupt file refused, public
+ * ids parsed, the public file written.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +17,7 @@
 #include "receipts/key.h"
 #include "tests/support/check.h"
 #include "tests/support/ladderfix.h"
+#include "tests/support/receiptfix.h"
 
 static char dir[600];
 
@@ -194,4 +198,110 @@ Test(key_files, the_key_hints_of_gate_run_suggest_commands_that_work)
     err_clear(&err);
     cr_expect_eq(key_load(missing, &k, &err), 0, "%s", err.msg);
     key_wipe(&k);
+}
+
+/* ---- keys ----------------------------------------------------------------------------------- */
+
+Test(key, generate_writes_mode_0600_and_loads_back)
+{
+    char path[512];
+    struct key_pair k, l;
+    struct gate_err err = {0};
+    struct stat st;
+    receiptfix_path(path, sizeof path, "deep/er/h200.key");
+    cr_assert_eq(key_generate(path, "h200", &k, &err), 0, "%s", err.msg);
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);
+    cr_assert_eq(strncmp(k.id, "ed25519:", 8), 0);
+    cr_assert_eq(strlen(k.id), KEY_ID_LEN);
+    cr_assert_eq(key_load(path, &l, &err), 0, "%s", err.msg);
+    cr_assert_eq(memcmp(k.pk, l.pk, 32), 0);
+    cr_assert_eq(memcmp(k.sk, l.sk, 64), 0);
+    cr_assert_str_eq(l.host, "h200");
+    cr_assert_str_eq(l.id, k.id);
+}
+
+Test(key, refuses_to_overwrite)
+{
+    char path[512];
+    struct key_pair k;
+    struct gate_err err = {0};
+    receiptfix_path(path, sizeof path, "once.key");
+    cr_assert_eq(key_generate(path, "h", &k, &err), 0, "%s", err.msg);
+    size_t n1 = 0, n2 = 0;
+    uint8_t *before = check_slurp(path, &n1);
+    cr_assert_eq(key_generate(path, "h", &k, &err), ERR_INPUT);
+    cr_assert(strstr(err.msg, "already exists"), "%s", err.msg);
+    uint8_t *after = check_slurp(path, &n2);
+    cr_assert(n1 == n2 && !memcmp(before, after, n1), "the existing key was changed");
+    free(before);
+    free(after);
+}
+
+Test(key, refuses_a_key_readable_by_others)
+{
+    char path[512];
+    struct key_pair k;
+    struct gate_err err = {0};
+    receiptfix_path(path, sizeof path, "open.key");
+    cr_assert_eq(key_generate(path, "h", &k, &err), 0, "%s", err.msg);
+    cr_assert_eq(chmod(path, 0644), 0);
+    cr_assert_eq(key_load(path, &k, &err), ERR_INPUT);
+    cr_assert(strstr(err.msg, "0644") && strstr(err.msg, "chmod 600"), "%s", err.msg);
+}
+
+Test(key, refuses_a_bad_host_and_a_corrupt_file)
+{
+    char path[512];
+    struct key_pair k;
+    struct gate_err err = {0};
+    receiptfix_path(path, sizeof path, "bad.key");
+    cr_assert_eq(key_generate(path, "no spaces", &k, &err), ERR_INPUT);
+    cr_assert_eq(access(path, F_OK), -1, "a refused key left a file");
+    err_clear(&err);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    cr_assert(fd >= 0);
+    const char *text = "host: h\npublic: ed25519:"
+                       "0000000000000000000000000000000000000000000000000000000000000000\n"
+                       "seed: 0101010101010101010101010101010101010101010101010101010101010101\n";
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    cr_assert_eq(key_load(path, &k, &err), ERR_INPUT);
+    cr_assert(strstr(err.msg, "does not match"), "%s", err.msg);
+}
+
+Test(key, parses_public_ids)
+{
+    struct key_pair k = receiptfix_key("pub.key", "h");
+    unsigned char pk[32];
+    char upper[100];
+    struct gate_err err = {0};
+    cr_assert_eq(key_parse_public(k.id, pk, &err), 0, "%s", err.msg);
+    cr_assert_eq(memcmp(pk, k.pk, 32), 0);
+    snprintf(upper, sizeof upper, "  %s\n", k.id);
+    for (char *p = upper + 10; *p; p++)
+        if (*p >= 'a' && *p <= 'f')
+            *p = (char)(*p - 'a' + 'A');
+    cr_assert_eq(key_parse_public(upper, pk, &err), 0, "%s", err.msg);
+    cr_assert_eq(memcmp(pk, k.pk, 32), 0);
+    cr_assert_eq(key_parse_public("ed25519:abcd", pk, &err), ERR_INPUT);
+    cr_assert_eq(key_parse_public("rsa:00", pk, NULL), ERR_INPUT);
+    char id[80];
+    key_id_of(k.pk, id);
+    cr_assert_str_eq(id, k.id);
+}
+
+Test(key, writes_the_public_file)
+{
+    struct key_pair k = receiptfix_key("w.key", "h");
+    char path[512];
+    struct gate_err err = {0};
+    receiptfix_path(path, sizeof path, "w.pub");
+    cr_assert_eq(key_write_public(path, &k, &err), 0, "%s", err.msg);
+    size_t n = 0;
+    char *text = (char *)check_slurp(path, &n);
+    cr_assert_not_null(text);
+    cr_assert_eq(n, KEY_ID_LEN + 1);
+    cr_assert_eq(memcmp(text, k.id, KEY_ID_LEN), 0);
+    free(text);
 }
