@@ -1,6 +1,7 @@
 /* fault.c — see fault.h: the fault kind table and everything derived from it. */
 #include "faults/fault.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -97,9 +98,10 @@ static int parse_tensor(const char *v, int *layer)
     *layer = -1;
     if (!strncmp(v, "blk.", 4)) {
         char *end;
+        errno = 0;
         long l = strtol(v + 4, &end, 10);
-        if (end == v + 4 || *end != '.' || l < 0 || l > INT_MAX)
-            return -1;
+        if (v[4] < '0' || v[4] > '9' || errno == ERANGE || *end != '.' || l > INT_MAX)
+            return -1; /* digits only: no sign, space or base prefix */
         *layer = (int)l;
         v = end + 1;
     }
@@ -167,27 +169,55 @@ static void kinds_list(char *buf, size_t n)
     }
 }
 
+/* "A", "A-B" or "A-" (A on) of whole decimal numbers, digits only (no sign, space or base
+ * prefix). Returns 0, or why it is not one: RANGE_SYNTAX, RANGE_BIG (a number past INT_MAX),
+ * RANGE_ORDER (B < A). */
+enum { RANGE_SYNTAX = -1, RANGE_BIG = -2, RANGE_ORDER = -3 };
+
+static int parse_num(const char *v, const char **end, long *out)
+{
+    if (*v < '0' || *v > '9')
+        return RANGE_SYNTAX;
+    char *e;
+    errno = 0;
+    const long x = strtol(v, &e, 10);
+    *end = e;
+    if (errno == ERANGE || x > INT_MAX)
+        return RANGE_BIG;
+    *out = x;
+    return 0;
+}
+
 static int parse_range(const char *v, int *lo, int *hi)
 {
-    char *end;
-    long a = strtol(v, &end, 10);
-    if (end == v || a < 0 || a > INT_MAX)
-        return -1;
-    long b = a;
+    const char *end;
+    long a, b;
+    int rc = parse_num(v, &end, &a);
+    if (rc)
+        return rc;
+    b = a;
     if (*end == '-' && end[1] == '\0') { /* "A-": from A on */
         b = INT_MAX;
         end++;
     } else if (*end == '-') {
-        const char *s = end + 1;
-        b = strtol(s, &end, 10);
-        if (end == s || b < a || b > INT_MAX)
-            return -1;
+        if ((rc = parse_num(end + 1, &end, &b)))
+            return rc;
+        if (b < a)
+            return RANGE_ORDER;
     }
     if (*end)
-        return -1;
+        return RANGE_SYNTAX;
     *lo = (int)a;
     *hi = (int)b;
     return 0;
+}
+
+/* The reason parse_range gave, for a message about key's value v. */
+static const char *range_why(int rc)
+{
+    return rc == RANGE_BIG     ? "a number is larger than 2147483647"
+           : rc == RANGE_ORDER ? "the range ends before it starts"
+                               : "whole numbers N, A-B or A- expected";
 }
 
 int fault_parse(const char *text, struct fault_spec *out, struct gate_err *err)
@@ -215,20 +245,34 @@ int fault_parse(const char *text, struct fault_spec *out, struct gate_err *err)
     const struct fault_kind_def *d = &FAULT_KINDS[kind];
     out->factor = d->takes_factor ? d->factor : 0.0f;
     int tensor_layer = -1, layers_given = 0;
+    unsigned seen = 0;
     for (char *tok = opts ? strtok(opts, ",") : NULL; tok; tok = strtok(NULL, ",")) {
         char *eq = strchr(tok, '=');
         if (!eq)
             return err_set(err, ERR_INPUT, "fault '%s': option '%s' is not key=value", text, tok);
         *eq++ = '\0';
+        /* each option once: a second value would silently win */
+        static const char *const KEYS[] = {"rank", "layers", "tensor", "factor", "positions"};
+        for (int i = 0; i < 5; i++)
+            if (!strcmp(tok, KEYS[i]) && (seen & (1u << i)))
+                return err_set(err, ERR_INPUT, "fault '%s': option '%s' is given twice", text, tok);
+            else if (!strcmp(tok, KEYS[i]))
+                seen |= 1u << i;
         int lo, hi;
         if (!strcmp(tok, "rank") && FAULT_KINDS[kind].takes_rank) {
-            if (parse_range(eq, &lo, &hi) || lo != hi)
-                return err_set(err, ERR_INPUT, "fault '%s': rank '%s' is not a number >= 0", text,
-                               eq);
+            const int rc = parse_range(eq, &lo, &hi);
+            if (rc || lo != hi)
+                return err_set(err, ERR_INPUT, "fault '%s': rank '%s' is not a number >= 0 (%s)",
+                               text, eq,
+                               rc == RANGE_BIG ? range_why(rc)
+                               : rc            ? "one whole number expected"
+                                               : "one rank, not a range");
             out->rank = lo;
         } else if (!strcmp(tok, "layers")) {
-            if (parse_range(eq, &out->layer_lo, &out->layer_hi))
-                return err_set(err, ERR_INPUT, "fault '%s': layers '%s' is not N or A-B", text, eq);
+            const int rc = parse_range(eq, &out->layer_lo, &out->layer_hi);
+            if (rc)
+                return err_set(err, ERR_INPUT, "fault '%s': layers '%s' is not N or A-B (%s)", text,
+                               eq, range_why(rc));
             layers_given = 1;
         } else if (!strcmp(tok, "tensor") && d->takes_tensor) {
             if ((out->tensor = parse_tensor(eq, &tensor_layer)) < 0) {
@@ -249,9 +293,10 @@ int fault_parse(const char *text, struct fault_spec *out, struct gate_err *err)
                                text, eq, (double)d->factor_min);
             out->factor = (float)x;
         } else if (!strcmp(tok, "positions")) {
-            if (parse_range(eq, &out->pos_lo, &out->pos_hi))
-                return err_set(err, ERR_INPUT, "fault '%s': positions '%s' is not N or A-B", text,
-                               eq);
+            const int rc = parse_range(eq, &out->pos_lo, &out->pos_hi);
+            if (rc)
+                return err_set(err, ERR_INPUT, "fault '%s': positions '%s' is not N or A-B (%s)",
+                               text, eq, range_why(rc));
         } else {
             return err_set(err, ERR_INPUT, "fault '%s': unknown option '%s' for %s", text, tok,
                            FAULT_KINDS[kind].name);
