@@ -277,40 +277,48 @@ static void build_env(struct exec_session *s, char **envp)
     envp[n] = NULL;
 }
 
-/* Resolve and hash the engine binary and its pinned files; refuse a pin that does not match. */
-static int check_pins(struct exec_session *s, struct gate_err *err)
+int exec_engine_check_pins(const struct exec_engine *e, char *exe, size_t exe_n,
+                           char exe_sha256[65], struct gate_err *err)
 {
-    const struct exec_engine *e = s->e;
     const char *path_env = NULL;
     for (int j = 0; j < e->n_env; j++)
         if (!strncmp(e->env[j], "PATH=", 5))
             path_env = e->env[j] + 5;
-    if (isolate_resolve(e->argv[0], path_env, s->exe, sizeof s->exe))
-        return fatal(s, err, ERR_RUNTIME,
-                     "exec engine '%s': cannot start '%s': no executable of that name in the"
-                     " engine's PATH (%s)",
-                     e->name, e->argv[0], path_env ? path_env : ISOLATE_DEFAULT_PATH);
+    if (isolate_resolve(e->argv[0], path_env, exe, exe_n))
+        return err_set(err, ERR_RUNTIME,
+                       "exec engine '%s': cannot start '%s': no executable of that name in the"
+                       " engine's PATH (%s)",
+                       e->name, e->argv[0], path_env ? path_env : ISOLATE_DEFAULT_PATH);
     struct pinned pf = {.fd = -1};
     struct gate_err why = {0};
-    if (pin_open_bounded(s->exe, NULL, PIN_MAX_SIZE, &pf, &why))
-        return fatal(s, err, ERR_RUNTIME, "exec engine '%s': cannot start '%s': %s", e->name,
-                     s->exe, why.msg);
-    snprintf(s->exe_sha256, sizeof s->exe_sha256, "%s", pf.sha256);
+    if (pin_open_bounded(exe, NULL, PIN_MAX_SIZE, &pf, &why))
+        return err_set(err, ERR_RUNTIME, "exec engine '%s': cannot start '%s': %s", e->name, exe,
+                       why.msg);
+    snprintf(exe_sha256, 65, "%s", pf.sha256);
     pin_close(&pf);
-    if (e->sha256[0] && strcmp(e->sha256, s->exe_sha256))
-        return fatal(s, err, ERR_RUNTIME,
-                     "exec engine '%s': the engine binary '%s' has SHA-256 %s but the ladder"
-                     " pins %s: it is not the engine this ladder gates (nothing was started)",
-                     e->name, s->exe, s->exe_sha256, e->sha256);
+    if (e->sha256[0] && strcmp(e->sha256, exe_sha256))
+        return err_set(err, ERR_RUNTIME,
+                       "exec engine '%s': the engine binary '%s' has SHA-256 %s but the ladder"
+                       " pins %s: it is not the engine this ladder gates (nothing was started)",
+                       e->name, exe, exe_sha256, e->sha256);
     for (int i = 0; i < e->n_files; i++) {
         memset(&why, 0, sizeof why);
         if (pin_open_bounded(e->files[i].path, e->files[i].sha256, PIN_MAX_SIZE, &pf, &why))
-            return fatal(s, err, ERR_RUNTIME,
-                         "exec engine '%s': pinned file: %s (nothing was started)", e->name,
-                         why.msg);
+            return err_set(err, ERR_RUNTIME,
+                           "exec engine '%s': pinned file: %s (nothing was started)", e->name,
+                           why.msg);
         pin_close(&pf);
     }
     return 0;
+}
+
+/* Resolve and hash the engine binary and its pinned files (exec_engine_check_pins, the check
+ * `gate ladder check` makes too); a refusal is fatal for the session. */
+static int check_pins(struct exec_session *s, struct gate_err *err)
+{
+    struct gate_err e = {0};
+    const int rc = exec_engine_check_pins(s->e, s->exe, sizeof s->exe, s->exe_sha256, &e);
+    return rc ? fatal(s, err, rc, "%s", e.msg) : 0;
 }
 
 /* The Landlock ruleset for this engine (*fd -1 under `isolation: none`), or the refusal of a

@@ -94,6 +94,15 @@ struct exec_hello {
 
 struct exec_session;
 
+/* The engine's pins as every start checks them: argv[0] resolved (the engine's PATH for a bare
+ * name) into exe (exe_n bytes), hashed into exe_sha256, equal to e->sha256 when pinned; every
+ * `files` entry matching its pin. 0 or ERR_RUNTIME "exec engine 'NAME': ..." naming the file and
+ * both digests. `gate ladder check` and `gate run` call it for every engine before anything runs
+ * (harness/ladder.c), so a missing or changed engine is an input error there; a session calls it
+ * again at each start (a binary replaced mid-run is then a FAILED row). */
+int exec_engine_check_pins(const struct exec_engine *e, char *exe, size_t exe_n,
+                           char exe_sha256[65], struct gate_err *err);
+
 /* A session for engine e (borrowed: must outlive the session) on the model file model_path
  * (made absolute here), whose pinned digest is model_sha256 (64 lower-case hex; the engine's
  * `load` reply must equal it). Starts nothing: the child is spawned by the first backend_open()

@@ -2258,6 +2258,18 @@ int ladder_check_files(const struct ladder *l, struct gate_err *err)
     }
     if (!rc) /* the file as the golden gate reads it: its pin, the model's entry, the tokens */
         rc = ladder_check_golden_entries(l, -1, err);
+    /* every engine a cell runs, pinned as each start checks it (a missing binary or one that is
+     * not its pin signed a FAIL receipt for the cell before) */
+    for (int i = 0; !rc && i < l->n_engines; i++) {
+        int used = 0;
+        for (int c = 0; c < l->n_cells && !used; c++)
+            used = l->cells[c].g.engine == &l->engines[i];
+        char exe[4096], sha[65];
+        struct gate_err ee = {0};
+        if (used && exec_engine_check_pins(&l->engines[i].e, exe, sizeof exe, sha, &ee))
+            rc = err_set(err, ERR_INPUT, "%s:%d:3: %s (nothing was run, no receipt written)",
+                         l->path, l->engines[i].line, ee.msg);
+    }
     /* the anchor cases' files as the anchor gate reads them (a missing or changed file signed a
      * FAIL anchor receipt before) */
     for (int i = 0; !rc && i < l->n_anchors; i++)

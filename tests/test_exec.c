@@ -1549,15 +1549,42 @@ Test(exec, the_ladder_pins_the_engine_binary_and_build_and_another_build_s_recei
     static const char *const gates =
         "    falsify: [skip_qk_norm]\n    throughput: {runs: 3, warmup: 0,"
         " prompt_tokens: 8, decode_tokens: 2}\n";
-    /* a pin that does not match: nothing is started, capability FAILs naming both digests */
+    /* a pin that does not match: an input error at the engine's line before anything runs
+     * (issue 24: it signed a FAIL receipt naming both digests before), no store written */
     snprintf(engines, sizeof engines, ENGINE("{argv: [%s], supports: [decode], sha256: %s}"), a,
              sha_b);
-    struct run_result r = run_one(engines, gates);
-    const char *why = gate_field(&r, "capability", "reason");
-    cr_expect_str_eq(gate_field(&r, "capability", "verdict"), "FAIL");
-    cr_expect(why && strstr(why, sha_a) && strstr(why, sha_b) && strstr(why, "nothing was started"),
-              "%s", why ? why : "(none)");
-    run_result_free(&r);
+    {
+        struct gate_err err = {0};
+        struct run_options o = {.ladder = write_ladder(engines, "exec.twin.decode", gates),
+                                .host = "a",
+                                .db = path_in("pin.db"),
+                                .key = path_in("a.key"),
+                                .threads = 1};
+        struct run_result pr;
+        cr_expect_eq(run_ladder(&o, NULL, NULL, &pr, &err), ERR_INPUT);
+        cr_expect(strstr(err.msg, "l.yaml:7:3: exec engine 'twin': the engine binary") &&
+                      strstr(err.msg, sha_a) && strstr(err.msg, sha_b) &&
+                      strstr(err.msg, "no receipt written"),
+                  "%s", err.msg);
+        cr_expect_eq(pr.n, 0);
+        run_result_free(&pr);
+        struct stat sb;
+        cr_expect_neq(stat(path_in("pin.db"), &sb), 0, "a refused run creates no store");
+        /* an engine binary that is not there: the same, at ladder check's own call */
+        snprintf(engines, sizeof engines,
+                 ENGINE("{argv: [%s.gone], supports: [decode], sha256: %s}"), a, sha_a);
+        struct ladder *l = NULL;
+        err_clear(&err);
+        cr_assert_eq(ladder_load(&l, write_ladder(engines, "exec.twin.decode", gates), &err), 0,
+                     "%s", err.msg);
+        cr_expect_eq(ladder_check_files(l, &err), ERR_INPUT);
+        cr_expect(strstr(err.msg, "l.yaml:7:3: exec engine 'twin': cannot start '") &&
+                      strstr(err.msg, "engine-a.gone"),
+                  "%s", err.msg);
+        ladder_free(l);
+    }
+    struct run_result r;
+    const char *why;
     /* a build_id that does not match the engine's hello */
     snprintf(engines, sizeof engines,
              ENGINE("{argv: [%s], supports: [decode], sha256: %s, build_id: 'v2.0-abc'}"), a,
