@@ -3,6 +3,8 @@
  * Each dequantizer evaluates exactly the float expressions of ggml's dequantize_row_* (same
  * operand order, no fused multiply-add: the project builds with -ffp-contract=off), so its
  * output is bit-identical to libggml's. Layouts: ../shared/FACTS.md §4 and quant.h.
+ * quant_dequant_row_fused() is the exception on purpose: the CUDA kernels' dequantization, with
+ * explicit fmaf, for the twin's emulation of the device (GATE_REF_EMULATE=fma) only.
  * The quantizers (float -> block) follow the dequantizers; their contract is in quant.h.
  */
 #include "quant.h"
@@ -385,6 +387,83 @@ void quant_dequant_row(int type, const void *src, float *dst, int64_t n)
         return;
     default:
         abort(); /* broken invariant: the loader admits only supported types */
+    }
+}
+
+/* ---- the device's dequantization (GATE_REF_EMULATE=fma) ---------------------------------------
+ *
+ * The same elements as quant_dequant_row() with the affine ones, d·q + m and d1·q − m1, contracted
+ * into one fmaf as nvcc compiles k_elem32 (kernels/k_common.cuh; read from the sm_90a SASS: FFMA
+ * R, d1, q, −m1 for Q4_K / Q5_K, FFMA R, q, d, m for Q4_1 / Q5_1). The other types have one
+ * product per element and nothing to contract: quant_dequant_row(). Test-facing: only the
+ * emulating twin (engine/ref.c) calls it. */
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
+    !defined(__SANITIZE_ADDRESS__)
+/* fmaf is exact: the FMA clone and the baseline (libm's fmaf) give the same bits */
+#define FUSED_CLONES __attribute__((target_clones("fma", "default")))
+#else
+#define FUSED_CLONES
+#endif
+
+FUSED_CLONES
+static void fused_q4_1(const struct block_q4_1 *x, float *y, int64_t nb, int five)
+{
+    const struct block_q5_1 *x5 = (const struct block_q5_1 *)x;
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = quant_fp16_to_f32(five ? x5[i].d : x[i].d);
+        const float m = quant_fp16_to_f32(five ? x5[i].m : x[i].m);
+        const uint8_t *qs = five ? x5[i].qs : x[i].qs;
+        uint32_t qh = 0;
+        if (five)
+            memcpy(&qh, x5[i].qh, 4);
+        for (int j = 0; j < 16; j++) {
+            const int x0 = (qs[j] & 0x0f) | (int)(((qh >> j) << 4) & 0x10);
+            const int x1 = (qs[j] >> 4) | (int)((qh >> (j + 12)) & 0x10);
+            y[i * 32 + j] = fmaf((float)x0, d, m);
+            y[i * 32 + j + 16] = fmaf((float)x1, d, m);
+        }
+    }
+}
+
+FUSED_CLONES
+static void fused_q4_K(const uint8_t *src, float *y, int64_t nb, int five)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        const struct block_q4_K *b4 = (const struct block_q4_K *)src + i;
+        const struct block_q5_K *b5 = (const struct block_q5_K *)src + i;
+        const uint8_t *scales = five ? b5->scales : b4->scales, *q = five ? b5->qs : b4->qs;
+        const float d = quant_fp16_to_f32(five ? b5->d : b4->d);
+        const float min = quant_fp16_to_f32(five ? b5->dmin : b4->dmin);
+        for (int j = 0; j < 8; j++) { /* sub-block j: 32 elements of chunk j / 2 */
+            uint8_t sc, m;
+            quant_scale_min_k4_inline(j, scales, &sc, &m);
+            const float d1 = d * sc, m1 = min * m;
+            for (int l = 0; l < 32; l++) {
+                const uint8_t byte = q[32 * (j >> 1) + l];
+                int v = (j & 1) ? (byte >> 4) : (byte & 0x0f);
+                if (five && ((b5->qh[l] >> j) & 1))
+                    v += 16;
+                *y++ = fmaf(d1, (float)v, -m1);
+            }
+        }
+    }
+}
+
+void quant_dequant_row_fused(int type, const void *src, float *dst, int64_t n)
+{
+    const int64_t nb = n / quant_block_size(type);
+    switch (type) {
+    case QUANT_Q4_1:
+    case QUANT_Q5_1:
+        fused_q4_1(src, dst, nb, type == QUANT_Q5_1);
+        return;
+    case QUANT_Q4_K:
+    case QUANT_Q5_K:
+        fused_q4_K(src, dst, nb, type == QUANT_Q5_K);
+        return;
+    default:
+        quant_dequant_row(type, src, dst, n);
     }
 }
 

@@ -140,6 +140,11 @@ size_t quant_row_bytes(int type, int64_t n);
  * ggml's dequantize_row_* does. Aborts on an unsupported type (callers check at load). */
 void quant_dequant_row(int type, const void *src, float *dst, int64_t n);
 
+/* The same n elements as the CUDA kernels dequantize them: quant_dequant_row() with the affine
+ * types' d·q + m (Q4_1, Q5_1) and d1·q − m1 (Q4_K, Q5_K) contracted into one fmaf, as nvcc does
+ * (k_elem32, kernels/k_common.cuh). For the emulating twin only (GATE_REF_EMULATE=fma). */
+void quant_dequant_row_fused(int type, const void *src, float *dst, int64_t n);
+
 /* fp16 / bf16 <-> float. The to-float directions are exact. */
 float quant_fp16_to_f32(uint16_t h); /* = quant_fp16_to_f32_inline */
 uint16_t quant_f32_to_fp16(float f); /* round to nearest even, like ggml */

@@ -32,9 +32,18 @@
  *              dense FFN, the LM head; not the router nor the experts, which the CUDA backend runs
  *              through its FP32 GEMV) take weights and activations rounded to FP16, FP32 sums
  *   gemm-bf16  the same with BF16
- *   cuda-f16   kv-f16,gemm-f16 (the FP16 configuration of the CUDA backend)
- *   none / ""  nothing (the CUDA backend's gated defaults, FP32 KV and FP32 prefill, round as
- *              the twin does up to summation order)
+ *   cuda-f16   cuda-f32,kv-f16,gemm-f16 (the FP16 configuration of the CUDA backend)
+ *   fma        the device's contractions and orders: every matrix product and attention score
+ *              as a 32-lane fmaf dot with the warp butterfly (dot32_fma), weights dequantized
+ *              with d*q - m fused (quant_dequant_row_fused, also the embedding), attention
+ *              output accumulated with fmaf, RoPE fused as nvcc fuses it
+ *   expf       CUDA's expf (dev_expf) in softmax and SiLU instead of det_expf
+ *   softmax-f32 the softmax sum in float in the attention block's order, 1/sum in float
+ *   norm-order the RMSNorm sums of squares (double) in the device's block order
+ *   cuda-f32   fma,expf,softmax-f32,norm-order (the gated FP32 configuration of the CUDA backend)
+ *   none / ""  nothing
+ * Every item reads the kernels' SASS (docs/kernels.md "Numerics" lists each difference, its bound
+ * and what the emulation cannot reproduce: MUFU.EX2's own error, cuBLAS's summation order).
  * A twin opened with it is a prediction of the CUDA backend, never a judge: the tests open the
  * judge without it (tests/test_emulation.c).
  * Start reading: ref_forward_chunk().
@@ -87,6 +96,10 @@ struct ref {
     float *rope_f;              /* (hd) rope_shift's angles of one position */
     int emu_kv;                 /* GATE_REF_EMULATE: 1 = FP16 KV cache */
     int emu_gemm;               /* GATE_REF_EMULATE: 1 = FP16, 2 = BF16 projection inputs */
+    int emu_fma;                /* GATE_REF_EMULATE: the device's dots, dequantization, RoPE */
+    int emu_expf;               /* GATE_REF_EMULATE: the device's expf in softmax and SiLU */
+    int emu_softmax;            /* GATE_REF_EMULATE: softmax sum in float, the device's order */
+    int emu_norm;               /* GATE_REF_EMULATE: RMSNorm sums in the device's order */
     float *emu_x;               /* (B, max_cols) rounded activations (emu_gemm only) */
 };
 
@@ -148,10 +161,98 @@ static void round_n(float *x, int64_t n, int how)
         x[i] = how == 2 ? round_bf16(x[i]) : round_f16(x[i]);
 }
 
+/* The CUDA kernels' dot product (k_gemv.cu gemv_kernel, k_attn.cu scores): lane l of a warp
+ * accumulates elements l, l + 32, ... in increasing order with one fmaf each (FFMA), then the
+ * butterfly __shfl_xor 16, 8, 4, 2, 1 adds lane l to lane l + o; lane 0's value is the result. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
+    !defined(__SANITIZE_ADDRESS__)
+/* fmaf is exact by definition, so the FMA clone (one instruction) and the baseline (libm's
+ * software fmaf) give the same bits; only the speed differs */
+#define EMU_FMA_CLONES __attribute__((target_clones("fma", "default")))
+#else
+#define EMU_FMA_CLONES
+#endif
+EMU_FMA_CLONES
+static float dot32_fma(const float *restrict a, const float *restrict b, int64_t n)
+{
+    float lane[32] = {0};
+    const int64_t full = n & ~(int64_t)31;
+    for (int64_t g = 0; g < full; g += 32)
+        for (int l = 0; l < 32; l++)
+            lane[l] = fmaf(a[g + l], b[g + l], lane[l]);
+    for (int64_t i = full; i < n; i++)
+        lane[i - full] = fmaf(a[i], b[i], lane[i - full]);
+    for (int o = 16; o > 0; o >>= 1)
+        for (int l = 0; l < o; l++)
+            lane[l] += lane[l + o];
+    return lane[0];
+}
+
+/* CUDA's expf(x) as nvcc 13 compiles it for sm_90 (read from the SASS of k_attn.cu and
+ * k_gemv.cu): t = sat(fma(x, log2(e)/252, 0.5)); J = floor(252 t) - 126 (FFMA.RM into the
+ * integer range of 1.5 * 2^23); r = fma(x, LOG2E_HI, -J), r = fma(x, LOG2E_LO, r); the result is
+ * 2^J * ex2(r), and in SiLU the 1 + expf(-z) is one FFMA(2^J, ex2(r), 1). MUFU.EX2 (ex2.approx)
+ * is the hardware's own approximation, which no CPU reproduces: the correctly rounded 2^r stands
+ * in for it (det_exp, machine-independent), so its few-ulp error is the part of the device's
+ * expf this does not emulate (docs/kernels.md "Numerics"). plus_one: the fused 1 + e. */
+static float dev_expf(float x, int plus_one)
+{
+    const float C = 0x1.77313ap-8f; /* log2(e) / 252, 0x3bbb989d */
+    float t = fmaf(x, C, 0.5f);
+    t = t != t ? 0.0f : t < 0.0f ? 0.0f : t > 1.0f ? 1.0f : t; /* .SAT: NaN gives 0 */
+    const int n = (int)floor((double)t * 252.0);               /* exact: 24 + 8 bits */
+    const float J = (float)(n - 126);
+    float r = fmaf(x, 1.4426950216293334961f, -J);
+    r = fmaf(x, 1.925963033500011079e-08f, r);
+    const float e2 = (float)det_exp((double)r * 0.69314718055994530942);
+    uint32_t bits = (uint32_t)(n + 1) << 23; /* 2^J, J in -126..126 */
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return plus_one ? fmaf(scale, e2, 1.0f) : scale * e2;
+}
+
+/* The device's SiLU (k_gemv.cu k_silu): z / (1 + expf(-z)) with the 1 + e fused. */
+static float dev_silu(float z)
+{
+    return z / dev_expf(-z, 1);
+}
+
+/* The device's sum of squares of a block reduction (k_norm_rope.cu block_sum_d): thread i of
+ * `threads` adds x[i], x[i + threads], ... in double, each warp's butterfly adds its lanes, then
+ * the warps' sums are added in order. Same double terms as the twin, another order. */
+static double dev_sum_sq(const float *x, int64_t n, int threads)
+{
+    double t[256] = {0};
+    for (int64_t i = 0; i < n; i++)
+        t[i % threads] += (double)x[i] * x[i];
+    double s = 0.0;
+    for (int w = 0; w < threads / 32; w++) {
+        double *v = t + 32 * w;
+        for (int o = 16; o > 0; o >>= 1)
+            for (int l = 0; l < o; l++)
+                v[l] += v[l + o];
+        s += v[0];
+    }
+    return s;
+}
+
+/* ref_rmsnorm() with the sum of squares of the device's block of `threads` (norm-order). */
+static void dev_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps, int threads)
+{
+    const float mean = (float)(dev_sum_sq(x, n, threads) / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (x[i] * scale) * w[i];
+}
+
 /* GATE_REF_EMULATE (see the header) into r->emu_*; ERR_INPUT naming an unknown item. */
 static int emulation_parse(struct ref *r, const char *text, struct gate_err *err)
 {
-    char buf[128];
+    char buf[256];
+    if (text && strlen(text) >= sizeof buf) /* never drop items silently by truncation */
+        return err_set(err, ERR_INPUT,
+                       "ref: GATE_REF_EMULATE is too long (%zu characters, at most %zu)",
+                       strlen(text), sizeof buf - 1);
     snprintf(buf, sizeof buf, "%s", text ? text : "");
     for (char *save = NULL, *it = strtok_r(buf, ", ", &save); it;
          it = strtok_r(NULL, ", ", &save)) {
@@ -162,11 +263,22 @@ static int emulation_parse(struct ref *r, const char *text, struct gate_err *err
         else if (!strcmp(it, "gemm-bf16"))
             r->emu_gemm = 2;
         else if (!strcmp(it, "cuda-f16"))
-            r->emu_kv = 1, r->emu_gemm = 1;
+            r->emu_kv = r->emu_gemm = r->emu_fma = r->emu_expf = r->emu_softmax = r->emu_norm = 1;
+        else if (!strcmp(it, "fma"))
+            r->emu_fma = 1;
+        else if (!strcmp(it, "expf"))
+            r->emu_expf = 1;
+        else if (!strcmp(it, "softmax-f32"))
+            r->emu_softmax = 1;
+        else if (!strcmp(it, "norm-order"))
+            r->emu_norm = 1;
+        else if (!strcmp(it, "cuda-f32"))
+            r->emu_fma = r->emu_expf = r->emu_softmax = r->emu_norm = 1;
         else if (strcmp(it, "none"))
             return err_set(err, ERR_INPUT,
                            "ref: GATE_REF_EMULATE item '%.40s' is unknown (known: kv-f16,"
-                           " gemm-f16, gemm-bf16, cuda-f16, none)",
+                           " gemm-f16, gemm-bf16, cuda-f16, fma, expf, softmax-f32, norm-order,"
+                           " cuda-f32, none)",
                            it);
     }
     return 0;
@@ -189,6 +301,15 @@ static void matmul_rows(void *ctx, int64_t begin, int64_t end, int thread)
     const struct model_weight *w = j->w;
     float *row = j->r->rowbuf + (size_t)thread * (size_t)j->r->max_cols;
     for (int64_t o = begin; o < end; o++) {
+        if (j->r->emu_fma) { /* the device's dequantization and dot, every chunk length */
+            quant_dequant_row_fused(w->type, model_row(w, o), row, w->cols);
+            if (j->round_w)
+                round_n(row, w->cols, j->round_w);
+            for (int t = 0; t < j->n; t++)
+                j->y[(size_t)t * (size_t)w->rows + (size_t)o] =
+                    dot32_fma(row, j->x + (size_t)t * (size_t)w->cols, w->cols);
+            continue;
+        }
         if (j->n == 1) { /* decode: the fused form of the same sum (dotq.h) */
             j->y[o] = dotq_fast(w->type, model_row(w, o), j->x, w->cols, row);
             continue;
@@ -270,6 +391,54 @@ void ref_attn_head(const float *q, const float *kc, const float *vc, size_t kv_s
     }
 }
 
+/* ref_attn_head() as the device computes it (k_attn.cu attn_kernel, ATTN_THREADS 128), each
+ * difference only when its emulation is on: fma, the scores by dot32_fma and the output
+ * accumulated with fmaf(p, v, acc); expf, dev_expf; softmax, the sum in float (thread i of 128
+ * adds keys i, i + 128, ..., a butterfly per warp, the 4 warps in order) and 1 / sum in float. */
+EMU_FMA_CLONES
+static void attn_head_dev(const struct ref *r, const float *q, const float *kc, const float *vc,
+                          size_t kv_stride, int pos, int hd, float *s, float *out)
+{
+    const float scale = 1.0f / sqrtf((float)hd);
+    float max = -INFINITY;
+    for (int p = 0; p <= pos; p++) {
+        const float *k = kc + (size_t)p * kv_stride;
+        s[p] = (r->emu_fma ? dot32_fma(q, k, hd) : dotq_f32(q, k, hd)) * scale;
+        if (s[p] > max)
+            max = s[p];
+    }
+    for (int p = 0; p <= pos; p++)
+        s[p] = r->emu_expf ? dev_expf(s[p] - max, 0) : det_expf(s[p] - max);
+    float inv;
+    if (r->emu_softmax) {
+        float part[128] = {0};
+        for (int p = 0; p <= pos; p++)
+            part[p % 128] += s[p];
+        float sum = 0.0f;
+        for (int w = 0; w < 4; w++) {
+            float *v = part + 32 * w;
+            for (int o = 16; o > 0; o >>= 1)
+                for (int l = 0; l < o; l++)
+                    v[l] += v[l + o];
+            sum = w == 0 ? v[0] : sum + v[0];
+        }
+        inv = 1.0f / sum;
+    } else {
+        double sum = 0.0;
+        for (int p = 0; p <= pos; p++)
+            sum += s[p];
+        inv = (float)(1.0 / sum);
+    }
+    for (int d = 0; d < hd; d++)
+        out[d] = 0.0f;
+    for (int p = 0; p <= pos; p++) {
+        const float pw = s[p] * inv;
+        const float *v = vc + (size_t)p * kv_stride;
+        for (int d = 0; d < hd; d++)
+            out[d] = r->emu_fma ? fmaf(pw, v[d], out[d]) : out[d] + pw * v[d];
+    }
+}
+
 /* The scale fault on n output rows of `cols` floats: row r is the token at pos0 + r, or with
  * `rows` token rows[r] / k (gathered expert rows). */
 static void fault_scale(const struct ref *r, int tensor, int il, int pos0, float *y, int n,
@@ -302,6 +471,10 @@ static void attn_heads(void *ctx, int64_t begin, int64_t end, int thread)
         float *out = r->att + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd;
         if (last < 0)
             memset(out, 0, (size_t)hd * sizeof(float));
+        else if (r->emu_fma || r->emu_expf || r->emu_softmax)
+            attn_head_dev(r, r->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd,
+                          kc + (size_t)g * (size_t)hd, vc + (size_t)g * (size_t)hd, (size_t)kvd,
+                          last, hd, s, out);
         else
             ref_attn_head(r->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd,
                           kc + (size_t)g * (size_t)hd, vc + (size_t)g * (size_t)hd, (size_t)kvd,
@@ -321,6 +494,48 @@ void ref_norm_rope(float *x, const float *w, const float *cs, const float *sn, i
         x[i] = a * cs[i] - b * sn[i];
         x[i + half] = a * sn[i] + b * cs[i];
     }
+}
+
+/* ref_norm_rope() as the device computes it (k_norm_rope.cu qk_norm_rope_kv_kernel, 64 threads
+ * for hd < 128, else 128): norm-order, the sum of squares in the block's order; fma, the rotation
+ * contracted as nvcc does (FFMA a, c, -(b s) and FFMA b, c, (a s)). */
+static void norm_rope_dev(const struct ref *r, float *x, const float *w, const float *cs,
+                          const float *sn, int hd, float eps, int skip_norm)
+{
+    if (!skip_norm) {
+        if (r->emu_norm)
+            dev_rmsnorm(x, x, w, hd, eps, hd >= 128 ? 128 : 64);
+        else
+            ref_rmsnorm(x, x, w, hd, eps);
+    }
+    const int half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        const float a = x[i], b = x[i + half];
+        if (r->emu_fma) {
+            x[i] = fmaf(a, cs[i], -(b * sn[i]));
+            x[i + half] = fmaf(b, cs[i], a * sn[i]);
+        } else {
+            x[i] = a * cs[i] - b * sn[i];
+            x[i + half] = a * sn[i] + b * cs[i];
+        }
+    }
+}
+
+static void norm_rope_twin(const struct ref *r, float *x, const float *w, const float *cs,
+                           const float *sn, int hd, float eps, int skip_norm)
+{
+    (void)r;
+    ref_norm_rope(x, w, cs, sn, hd, eps, skip_norm);
+}
+
+/* RMSNorm of the residual stream: the twin's, or with norm-order the device's (rmsnorm_kernel,
+ * 256 threads). */
+static void norm_row(const struct ref *r, float *y, const float *x, const float *w, int64_t n)
+{
+    if (r->emu_norm)
+        dev_rmsnorm(y, x, w, n, r->m->hp.eps, 256);
+    else
+        ref_rmsnorm(y, x, w, n, r->m->hp.eps);
 }
 
 /* One position's RoPE angles with base `base` (rope_shift), as ref_rope_tables() computes them. */
@@ -343,7 +558,7 @@ static void attention(struct ref *r, int il, int n, int pos0)
     const int kvd = nkv * hd, half = hd / 2;
     const int64_t E = hp->n_embd;
     for (int t = 0; t < n; t++)
-        ref_rmsnorm(r->xb + t * E, r->x + t * E, r->attn_norm + il * E, E, hp->eps);
+        norm_row(r, r->xb + t * E, r->x + t * E, r->attn_norm + il * E, E);
     matmul_proj(r, &L->wq, r->xb, n, r->q);
     matmul_proj(r, &L->wk, r->xb, n, r->k);
     matmul_proj(r, &L->wv, r->xb, n, r->v);
@@ -361,12 +576,14 @@ static void attention(struct ref *r, int il, int n, int pos0)
             sn = r->rope_f + half;
         }
         const int skip = fault_skips_qk_norm_inline(&r->base.faults, il, pos);
+        void (*nr)(const struct ref *, float *, const float *, const float *, const float *, int,
+                   float, int) = r->emu_fma || r->emu_norm ? norm_rope_dev : norm_rope_twin;
         for (int h = 0; h < nh; h++)
-            ref_norm_rope(r->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd,
-                          r->q_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
+            nr(r, r->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd,
+               r->q_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
         for (int h = 0; h < nkv; h++)
-            ref_norm_rope(r->k + (size_t)t * (size_t)kvd + (size_t)h * (size_t)hd,
-                          r->k_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
+            nr(r, r->k + (size_t)t * (size_t)kvd + (size_t)h * (size_t)hd,
+               r->k_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
         size_t at = ((size_t)il * (size_t)r->base.n_ctx + (size_t)pos) * (size_t)kvd;
         const float kf = fault_kv_factor_inline(&r->base.faults, il, pos);
         for (int i = 0; kf != 1.0f && i < kvd; i++) { /* kv_corrupt: the entries as stored */
@@ -413,7 +630,7 @@ static void swiglu(struct ref *r, const struct model_weight *gate, const struct 
     fault_scale(r, fs->u, fs->il, fs->pos0, r->ffb, n, up->rows, fs->rows, fs->k);
     const int64_t f = gate->rows;
     for (int64_t i = 0; i < n * f; i++)
-        r->ffa[i] = det_silu(r->ffa[i]) * r->ffb[i];
+        r->ffa[i] = (r->emu_expf ? dev_silu(r->ffa[i]) : det_silu(r->ffa[i])) * r->ffb[i];
     mm(r, down, r->ffa, n, out);
     fault_scale(r, fs->d, fs->il, fs->pos0, out, n, down->rows, fs->rows, fs->k);
 }
@@ -493,7 +710,7 @@ static void ffn(struct ref *r, int il, int n, int pos0)
     const struct model_layer *L = &r->m->layers[il];
     const int64_t E = hp->n_embd;
     for (int t = 0; t < n; t++)
-        ref_rmsnorm(r->xb + t * E, r->x + t * E, r->ffn_norm + il * E, E, hp->eps);
+        norm_row(r, r->xb + t * E, r->x + t * E, r->ffn_norm + il * E, E);
     const struct fscope fs = {
         il, pos0, NULL, 1, FAULT_T_FFN_GATE, FAULT_T_FFN_UP, FAULT_T_FFN_DOWN};
     if (hp->n_expert == 0) /* dense */
@@ -522,15 +739,16 @@ static void ref_forward_chunk(struct ref *r, const int32_t *tokens, int n, int p
     const struct model *m = r->m;
     const struct model_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd;
-    for (int t = 0; t < n; t++)
-        quant_dequant_row(m->tok_embd.type, model_row(&m->tok_embd, tokens[t]), r->x + t * E, E);
+    for (int t = 0; t < n; t++) /* with fma, as the device's embed_kernel dequantizes */
+        (r->emu_fma ? quant_dequant_row_fused : quant_dequant_row)(
+            m->tok_embd.type, model_row(&m->tok_embd, tokens[t]), r->x + t * E, E);
     for (int il = 0; il < (int)hp->n_layer; il++) {
         attention(r, il, n, pos0);
         ffn(r, il, n, pos0);
         tap_hidden(r, il, n);
     }
     for (int t = 0; t < n; t++)
-        ref_rmsnorm(r->xb + t * E, r->x + t * E, r->out_norm, E, hp->eps);
+        norm_row(r, r->xb + t * E, r->x + t * E, r->out_norm, E);
     matmul_proj(r, &m->output, r->xb, n, logits);
     fault_scale(r, FAULT_T_OUTPUT, -1, pos0, logits, n, hp->n_vocab, NULL, 1);
 }
