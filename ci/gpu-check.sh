@@ -352,6 +352,9 @@ st_bench() {
         -o "$dir/a3b-L$L.gguf" || return 1
     gate_cmd bench "$dir/a3b-L$L.gguf" --backend cuda --prompt-tokens 512 --decode-tokens 64 \
         --runs 3 --warmup 1 || return 1
+    # the same with GEMV v2 (issue 25 §3): old and new side by side, decode tokens/s compared
+    gate_cmd bench "$dir/a3b-L$L.gguf" --backend cuda --gemv v2 --prompt-tokens 512 \
+        --decode-tokens 64 --runs 3 --warmup 1 || return 1
     echo "(30B-A3B shape with $L of 48 layers: see docs/performance.md for the extrapolation)"
     rm -f "$dir/a3b-L$L.gguf"
     gate_cmd model synth --preset qwen3-8b --layers "$L8" --quant Q4_K_M --fast-blocks \
@@ -449,8 +452,8 @@ export ROOT OUT SCRATCH B GATE GATE_GPU_DRYRUN="$DRY"
 
 # The kernel families of oracles/selftest.c (selftest_kernels' FAMILY rows; the dry-run test
 # checks that this list and that table agree).
-FAMILIES=(gemv gemv_experts gemv_swiglu gemm embed argmax rmsnorm qk_norm_rope attention route
-    moe_sum)
+FAMILIES=(gemv gemv_experts gemv_swiglu gemv_v2 gemv_v2_experts gemv_v2_swiglu gemm embed argmax
+    rmsnorm qk_norm_rope attention route moe_sum)
 # name:limit_s:output file
 PLAN=("preflight:20:gpu-check.log" "deps:60:build.log" "build:240:build.log")
 for f in "${FAMILIES[@]}"; do PLAN+=("selftest.$f:60:selftest.txt"); done

@@ -437,7 +437,8 @@ int cmd_generate(int argc, char **argv)
 static const char BENCH_USAGE[] =
     "usage: gate bench MODEL.gguf [--backend ref] [--mode MODE] [--threads N]\n"
     "                  [--prompt-tokens P] [--decode-tokens D] [--runs R] [--warmup W]\n"
-    "                  [--prompt-batch] [--kv f32|f16] [--max-runs N] [--max-seconds S]\n"
+    "                  [--prompt-batch] [--kv f32|f16] [--gemv v1|v2] [--max-runs N]\n"
+    "                  [--max-seconds S]\n"
     "                  [--min-prefill-tps F] [--min-decode-tps F] [--no-check]\n"
     "                  [--compare RECEIPT_ID [--db receipts.db] [--max-regression 0.05]]\n"
     "  The throughput gate's measurement and estimator (oracles/throughput.c), printed: P\n"
@@ -459,7 +460,9 @@ static const char BENCH_USAGE[] =
     "                  cache computing the last position's logits only (backend_forward_last),\n"
     "                  like llama-bench's pp test; R timed runs after W warm-ups\n"
     "                  (docs/bench.md).\n"
-    "  --kv f16        the KV cache in F16 (backends that have one: cpu); default f32.\n";
+    "  --kv f16        the KV cache in F16 (backends that have one: cpu); default f32.\n"
+    "  --gemv v2       the decode GEMV generation (backends that have several: cuda, whose\n"
+    "                  default is v1); receipts record it in metrics.ran.gemv.\n";
 
 /* Progress while the measurement runs (issue 16): throughput_gate() reports each finished run
  * (cfg.progress); on a terminal a line on stderr redrawn every half second shows runs done of
@@ -586,8 +589,11 @@ static int bench_prompt_batch(const struct model *m, const struct mode *mode,
 {
     const int P = cfg->prompt_tokens;
     const size_t V = m->hp.n_vocab;
-    struct backend_config bc = {
-        .n_threads = cfg->n_threads, .n_ctx = P, .n_batch = P, .kv_f16 = cfg->kv_f16};
+    struct backend_config bc = {.n_threads = cfg->n_threads,
+                                .n_ctx = P,
+                                .n_batch = P,
+                                .kv_f16 = cfg->kv_f16,
+                                .gemv = mode->gemv};
     struct backend *b = NULL;
     struct throughput_stats st;
     double tps[THROUGHPUT_MAX_RUNS];
@@ -637,6 +643,7 @@ int cmd_bench(int argc, char **argv)
 {
     const char *model = NULL, *backend = backend_judge_name(), *mode_text = NULL, *v,
                *db = "receipts.db";
+    const char *gemv = NULL;
     long long compare_id = 0;
     int prompt_batch = 0;
     struct throughput_config cfg;
@@ -712,6 +719,11 @@ int cmd_bench(int argc, char **argv)
             if (strcmp(v, "f16") && strcmp(v, "f32"))
                 return cli_fail(2, "bench: --kv takes f32 or f16, not '%s'", v);
             cfg.kv_f16 = !strcmp(v, "f16");
+        } else if (!strcmp(argv[i], "--gemv")) {
+            if (cli_value(argc, argv, &i, &gemv))
+                return 2;
+            if (strcmp(gemv, "v1") && strcmp(gemv, "v2"))
+                return cli_fail(2, "bench: --gemv takes v1 or v2, not '%s'", gemv);
         } else if (!strcmp(argv[i], "--mode")) {
             if (cli_value(argc, argv, &i, &mode_text))
                 return 2;
@@ -738,13 +750,20 @@ int cmd_bench(int argc, char **argv)
     if (!rc && mode_text && strcmp(mode.backend, backend) && strcmp(backend, backend_judge_name()))
         rc = err_set(&err, ERR_INPUT, "bench: --backend %s and --mode %s disagree", backend,
                      mode_text);
+    if (!rc && gemv && !backend_offers_gemv(mode.backend, gemv))
+        rc = err_set(&err, ERR_INPUT,
+                     "bench: --gemv %s, but backend '%s' has no GEMV generations to select (cuda"
+                     " has v1 and v2)",
+                     gemv, mode.backend);
+    if (!rc && gemv)
+        snprintf(mode.gemv, sizeof mode.gemv, "%s", gemv);
     if (!rc) {
         const double t0 = now_s();
         rc = model_load(&m, model, &err);
         if (!rc)
-            printf("bench: %s (model load %.3f s, not counted), %d threads, KV cache %s\n", model,
-                   now_s() - t0, cfg.n_threads ? cfg.n_threads : pool_default_threads(),
-                   cfg.kv_f16 ? "F16" : "F32");
+            printf("bench: %s (model load %.3f s, not counted), %d threads, KV cache %s%s%s\n",
+                   model, now_s() - t0, cfg.n_threads ? cfg.n_threads : pool_default_threads(),
+                   cfg.kv_f16 ? "F16" : "F32", gemv ? ", GEMV " : "", gemv ? gemv : "");
     }
     if (!rc && prompt_batch) {
         struct throughput_config only_prompt = cfg;

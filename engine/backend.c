@@ -49,10 +49,14 @@ static const struct backend_entry {
     /* the 16-bit precisions its batched projections can run (backend_config.prefill; "" none:
      * F32 only): a cell's `prefill:`, recorded as what ran (base.prefill) */
     const char *prefills;
+    /* its GEMV generations (backend_config.gemv; "" none to select): the first is its default;
+     * recorded as what ran (base.gemv, metrics.ran.gemv); not part of a cell's identity: every
+     * generation holds the same results contract against the twin (docs/kernels.md) */
+    const char *gemvs;
 } BACKENDS[] = {
-    {"cuda", CUDA_OPS, 1, 1, 0, 0, "", "f16,bf16"},
-    {"cpu", &backend_cpu_ops, 0, 1, 1, 1, "portable,avx2,avx512", ""},
-    {"ref", &backend_ref_ops, 0, 0, 1, 1, "", ""},
+    {"cuda", CUDA_OPS, 1, 1, 0, 0, "", "f16,bf16", "v1,v2"},
+    {"cpu", &backend_cpu_ops, 0, 1, 1, 1, "portable,avx2,avx512", "", ""},
+    {"ref", &backend_ref_ops, 0, 0, 1, 1, "", "", ""},
 };
 #define N_BACKENDS (int)(sizeof BACKENDS / sizeof BACKENDS[0])
 
@@ -126,18 +130,32 @@ int backend_offers_kv_f16(const char *name)
     return i >= 0 && BACKENDS[i].kv_f16;
 }
 
-int backend_offers_prefill(const char *name, const char *p)
+/* 1 when p is one of the comma-separated names of list */
+static int in_list(const char *list, const char *p)
 {
-    const int i = backend_index(name);
-    if (i < 0 || !p || !*p)
-        return 0;
-    for (const char *s = BACKENDS[i].prefills; *s;) {
+    for (const char *s = list; *s;) {
         const size_t len = strcspn(s, ",");
         if (len == strlen(p) && !strncmp(s, p, len))
             return 1;
         s += len + (s[len] == ',');
     }
     return 0;
+}
+
+int backend_offers_prefill(const char *name, const char *p)
+{
+    const int i = backend_index(name);
+    if (i < 0 || !p || !*p)
+        return 0;
+    return in_list(BACKENDS[i].prefills, p);
+}
+
+int backend_offers_gemv(const char *name, const char *g)
+{
+    const int i = backend_index(name);
+    if (i < 0 || !g || !*g)
+        return 0;
+    return in_list(BACKENDS[i].gemvs, g);
 }
 
 void backend_invariants(const char *name, struct backend_invariants *out)
@@ -264,6 +282,19 @@ int backend_open(struct backend **out, const char *name, const struct model *m,
     if (strcmp(want_pf, b->prefill[0] ? b->prefill : "f32")) {
         rc = err_set(err, ERR_INPUT, "backend %s runs its batched projections in %s, not %s", name,
                      b->prefill[0] ? b->prefill : "f32", want_pf);
+        ops->close(b);
+        *out = NULL;
+        return rc;
+    }
+    /* the GEMV asked for is the one the backend says it runs (nothing asked: its default) */
+    if (cfg && cfg->gemv && *cfg->gemv && strcmp(cfg->gemv, b->gemv)) {
+        if (b->gemv[0])
+            rc = err_set(err, ERR_INPUT, "backend %s runs GEMV %s, not %.20s", name, b->gemv,
+                         cfg->gemv);
+        else
+            rc = err_set(err, ERR_INPUT,
+                         "backend %s has no GEMV generations to select (gemv %.20s asked for)",
+                         name, cfg->gemv);
         ops->close(b);
         *out = NULL;
         return rc;

@@ -38,6 +38,9 @@ struct backend_config {
     const char *prefill;       /* the batched projections' precision: NULL or "" = f32; "f16" or
                                 * "bf16" (backends whose row offers it; backend_open refuses the others:
                                 * no silent fallback) */
+    const char *gemv;          /* the decode GEMV generation: NULL or "" = the backend's default;
+                                * "v1", "v2" (backends whose row offers it, backend_offers_gemv;
+                                * backend_open refuses the others: what ran is what is recorded) */
     const char *emulate;       /* ref only: the roundings it emulates (GATE_REF_EMULATE's list, e.g.
                                 * "kv-f16"); NULL = the environment's; "" = none (every judge) */
 };
@@ -134,6 +137,7 @@ struct backend {
     int kv_f16;                /* set by open: the KV cache is F16 (backend_config.kv_f16) */
     char isa[16];    /* set by open: the instruction set its kernels run ("" = none selectable) */
     char prefill[8]; /* set by open: its batched projections' precision ("" = f32; "f16", "bf16") */
+    char gemv[4]; /* set by open: the GEMV generation it runs ("v1", "v2"; "" = none to select) */
 };
 
 /* ---- the list of backends ------------------------------------------------------------------ */
@@ -175,6 +179,10 @@ int backend_offers_kv_f16(const char *name);
 /* 1 when the backend's open honours backend_config.prefill = p ("f16", "bf16"): its row's
  * prefills, the same in every build (a ladder's `prefill:` is judged the same everywhere). */
 int backend_offers_prefill(const char *name, const char *p);
+
+/* 1 when the backend's open honours backend_config.gemv = g ("v1", "v2"): its row's GEMV
+ * generations (cuda: v1, the default, and v2), the same in every build. */
+int backend_offers_gemv(const char *name, const char *g);
 
 /* The invariances backend `name` declares in its row of the list (an unknown name, "exec"
  * included, declares none: all 0, isas ""): what the consistency gate holds it to. */

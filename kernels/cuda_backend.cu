@@ -11,6 +11,7 @@
  *   16-bit tiles; reported in base.prefill, so receipts record what ran); the FP16
  *   configuration fails parity on the tiny MoE chat cell (min cosine 0.989, predicted by
  *   GATE_REF_EMULATE in tests/test_emulation.c) and has its own tolerance (docs/kernels.md);
+ * - decode GEMV: v1 or v2 (backend_config.gemv, reported in base.gemv; k_gemv.cu);
  * - memory is planned before anything is allocated: weights + KV + workspace against
  *   cudaMemGetInfo, refusing with the numbers;
  * - inside a forward call nothing synchronizes with the host until the logits are copied back
@@ -206,6 +207,13 @@ static int numerics_from_config(struct cuda_be *r, const struct backend_config *
     r->gws.f32 = !strcmp(pf, "f32");
     r->gws.bf16 = !strcmp(pf, "bf16");
     snprintf(r->base.prefill, sizeof r->base.prefill, "%s", pf);
+    /* the decode GEMV (issue 25 §3): v1 (the default) or v2, reported in base.gemv so that
+     * metrics.ran.gemv says which ran; one results contract, so not a cell setting */
+    const char *g = cfg && cfg->gemv && *cfg->gemv ? cfg->gemv : "v1";
+    if (strcmp(g, "v1") && strcmp(g, "v2"))
+        return err_set(err, ERR_INPUT, "cuda: GEMV generation '%.20s' is not v1 or v2", g);
+    r->ks.gemv = !strcmp(g, "v2") ? 2 : 1;
+    snprintf(r->base.gemv, sizeof r->base.gemv, "%s", g);
     return 0;
 }
 
@@ -757,6 +765,13 @@ static void cuda_close(struct backend *b)
 }
 
 extern "C" const struct backend_ops backend_cuda_ops = {
-    "cuda",    cuda_describe, cuda_open, cuda_forward, NULL /* truncate: n_past is enough */,
-    cuda_info, cuda_close,    0 /* no_taps: it records them */, cuda_forward_last,
+    "cuda",
+    cuda_describe,
+    cuda_open,
+    cuda_forward,
+    NULL /* truncate: n_past is enough */,
+    cuda_info,
+    cuda_close,
+    0 /* no_taps: it records them */,
+    cuda_forward_last,
 };

@@ -31,6 +31,8 @@ struct k_stream {
     cudaStream_t s;
     uint64_t launches; /* kernels (and cuBLAS calls) launched on s */
     int debug;         /* synchronize and check after every launch (selftest, GATE_CUDA_DEBUG=1) */
+    int gemv;          /* the GEMV generation k_gemv runs: 2 = v2 for the types that have it
+                        * (k_gemv_v2_type), anything else = v1 (k_gemv.cu) */
 };
 
 struct k_weight {

@@ -25,6 +25,11 @@ int k_gemv(struct k_stream *ks, const struct k_weight *w, const float *x, int64_
            int x_div, float *y, int64_t y_stride, int n_vec, const int32_t *ids, int accumulate,
            struct gate_err *err);
 
+/* 1 when the GEMV v2 kernel handles the type (Q4_K, Q6_K, Q8_0): with ks->gemv == 2, k_gemv and
+ * k_gemv_swiglu run v2 for these types (x 16-byte aligned with a stride that keeps it so, else
+ * ERR_INPUT) and v1 for the others. Both hold the same contract and twin. */
+int k_gemv_v2_type(int type);
+
 /* y[v] (gate.rows) = silu(G_e x) * (U_e x), x = x[v / x_div]; gate and up of one type or two.
  * Twin: ref.c swiglu() up to the down projection. */
 int k_gemv_swiglu(struct k_stream *ks, const struct k_weight *gate, const struct k_weight *up,

@@ -31,7 +31,7 @@ struct dbuf {
 };
 
 struct tstream {
-    struct k_stream ks = {nullptr, 0, 0};
+    struct k_stream ks = {nullptr, 0, 0, 1};
     ~tstream()
     {
         if (ks.s)
@@ -122,14 +122,15 @@ extern "C" int k_test_device(char *name, size_t n, struct gate_err *err)
     return 0;
 }
 
-extern "C" int k_test_gemv(int type, const void *w, int64_t rows, int64_t cols, int n_expert,
-                           const int32_t *ids, int x_div, const float *x, int n_x, int n_vec,
-                           int accumulate, float *y, struct gate_err *err)
+extern "C" int k_test_gemv(int gemv, int type, const void *w, int64_t rows, int64_t cols,
+                           int n_expert, const int32_t *ids, int x_div, const float *x, int n_x,
+                           int n_vec, int accumulate, float *y, struct gate_err *err)
 {
     tstream t;
     dbuf dw, dx, dy, di;
     const size_t wb = (size_t)n_expert * (size_t)rows * quant_row_bytes(type, cols);
     TRY(start(t, err));
+    t.ks.gemv = gemv;
     TRY(put(dw, w, wb, err));
     TRY(put(dx, x, (size_t)n_x * (size_t)cols * 4, err));
     TRY(put(dy, y, (size_t)n_vec * (size_t)rows * 4, err));
@@ -142,15 +143,16 @@ extern "C" int k_test_gemv(int type, const void *w, int64_t rows, int64_t cols, 
     return get(y, dy, (size_t)n_vec * (size_t)rows * 4, err);
 }
 
-extern "C" int k_test_gemv_swiglu(int type, const void *gate, const void *up, int64_t rows,
-                                  int64_t cols, int n_expert, const int32_t *ids, int x_div,
-                                  const float *x, int n_x, int n_vec, float *y,
+extern "C" int k_test_gemv_swiglu(int gemv, int type, const void *gate, const void *up,
+                                  int64_t rows, int64_t cols, int n_expert, const int32_t *ids,
+                                  int x_div, const float *x, int n_x, int n_vec, float *y,
                                   struct gate_err *err)
 {
     tstream t;
     dbuf dg, du, dx, dy, di;
     const size_t wb = (size_t)n_expert * (size_t)rows * quant_row_bytes(type, cols);
     TRY(start(t, err));
+    t.ks.gemv = gemv;
     TRY(put(dg, gate, wb, err));
     TRY(put(du, up, wb, err));
     TRY(put(dx, x, (size_t)n_x * (size_t)cols * 4, err));

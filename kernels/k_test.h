@@ -26,15 +26,24 @@ extern "C" {
 int k_test_device(char *name, size_t n, struct gate_err *err);
 
 /* y (n_vec, rows) (+)= W_e x[v / x_div]: w holds n_expert slabs of (rows, cols) in `type`
- * (n_expert 1 and ids NULL for a 2-D weight); x (n_x, cols); ids (n_vec) or NULL. */
-int k_test_gemv(int type, const void *w, int64_t rows, int64_t cols, int n_expert,
+ * (n_expert 1 and ids NULL for a 2-D weight); x (n_x, cols); ids (n_vec) or NULL. gemv: the
+ * generation (1 = v1, 2 = v2, which runs v1 for the types without a v2 kernel). */
+int k_test_gemv(int gemv, int type, const void *w, int64_t rows, int64_t cols, int n_expert,
                 const int32_t *ids, int x_div, const float *x, int n_x, int n_vec, int accumulate,
                 float *y, struct gate_err *err);
 
+/* The GEMV v2 kernel's arithmetic for one row, run on the HOST (no device needed): the same
+ * item functions as gemv2_kernel (k_gemv.cu), lanes and warp reduction emulated in the
+ * kernel's order. row: cols elements of Q4_K, Q6_K or Q8_0 (the 16 bytes around every 16-byte
+ * chunk it touches must be readable: the unaligned path reads whole aligned chunks); x 16-byte
+ * aligned. ERR_INPUT for another type, a partial block or a misaligned x. */
+int k_test_gemv2_host(int type, const void *row, const float *x, int64_t cols, float *out,
+                      struct gate_err *err);
+
 /* y (n_vec, rows) = silu(G_e x) * (U_e x): the fused SwiGLU GEMV. */
-int k_test_gemv_swiglu(int type, const void *gate, const void *up, int64_t rows, int64_t cols,
-                       int n_expert, const int32_t *ids, int x_div, const float *x, int n_x,
-                       int n_vec, float *y, struct gate_err *err);
+int k_test_gemv_swiglu(int gemv, int type, const void *gate, const void *up, int64_t rows,
+                       int64_t cols, int n_expert, const int32_t *ids, int x_div, const float *x,
+                       int n_x, int n_vec, float *y, struct gate_err *err);
 
 /* y (n, rows) (+)= x (n, cols) W^T through the cuBLAS prefill path: bf16 0 FP16 tiles, 1 BF16,
  * 2 FP32 (the gated modes' default; oracles/selftest.c may check it as its own family). */

@@ -161,6 +161,7 @@ int mode_open(struct backend **out, const struct mode *mode, const struct model 
                                  .faults = faults,
                                  .kv_f16 = mode->kv_f16,
                                  .prefill = mode->prefill,
+                                 .gemv = mode->gemv,
                                  .exec = mode->exec};
     if (mode->engine[0] && !mode->exec)
         return err_set(err, ERR_INPUT,
@@ -249,6 +250,10 @@ static void on_close(void *ctx, const struct backend *b)
         snprintf(r->prefill, sizeof r->prefill, "%s", pf);
     else if (!external && strcmp(r->prefill, pf))
         snprintf(r->prefill, sizeof r->prefill, "mixed");
+    if (b->gemv[0] && !r->gemv[0])
+        snprintf(r->gemv, sizeof r->gemv, "%s", b->gemv);
+    else if (b->gemv[0] && strcmp(r->gemv, b->gemv))
+        snprintf(r->gemv, sizeof r->gemv, "mixed");
     if (!r->isa[0] && b->isa[0])
         snprintf(r->isa, sizeof r->isa, "%s", b->isa);
     r->n_subjects++;
@@ -284,6 +289,8 @@ json_t *mode_ran_json(const struct mode_ran *r)
         json_object_set_new(o, "kv", json_string(r->kv));
     if (o && r->prefill[0]) /* the projections' precision; gates.c holds it to settings.prefill */
         json_object_set_new(o, "prefill", json_string(r->prefill));
+    if (o && r->gemv[0]) /* the decode GEMV generation (recorded, not judged: one contract) */
+        json_object_set_new(o, "gemv", json_string(r->gemv));
     if (o && r->isa[0]) /* the instruction set it ran; gates.c holds it to settings.isa */
         json_object_set_new(o, "isa", json_string(r->isa));
     return o;

@@ -51,6 +51,10 @@ struct mode {
      * projections for (backend_config.prefill; a ladder cell's `prefill:`); a backend that does
      * not run it refuses at open. Set by the harness after mode_parse(). */
     char prefill[8];
+    /* "" (the backend's default) or "v1" / "v2": the GEMV generation mode_open() asks for
+     * (backend_config.gemv; gate bench --gemv). Recorded in metrics.ran.gemv, not an identity
+     * setting: both generations hold one results contract (docs/kernels.md). */
+    char gemv[4];
 };
 
 /* Parse "ref.decode" etc. Anything outside the fixed list is ERR_INPUT naming the list. The
@@ -105,6 +109,8 @@ struct mode_ran {
                         * external engines (exec: gate cannot see their cache) */
     char prefill[8];   /* the subjects' batched projections' precision (base.prefill, "" = f32):
                         * "f32", "f16", "bf16", "mixed"; "" as kv */
+    char gemv[8];      /* the subjects' GEMV generation (base.gemv): "v1", "v2", "mixed" when they
+                        * differed, "" when no subject has generations to select (CPU backends) */
     char isa[16];      /* the instruction set of the first subject that declares one (base.isa):
                         * the gate's own run; the consistency gate's other sets come after it */
     int n_subjects;    /* subject backends closed */

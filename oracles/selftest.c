@@ -25,9 +25,10 @@
 #include "kernels/k_test.h"
 #endif
 
-static const char *const FAMILIES[] = {"gemv",      "gemv_experts", "gemv_swiglu", "gemm",
-                                       "embed",     "argmax",       "rmsnorm",     "qk_norm_rope",
-                                       "attention", "route",        "moe_sum"};
+static const char *const FAMILIES[] = {
+    "gemv",           "gemv_experts", "gemv_swiglu", "gemv_v2", "gemv_v2_experts",
+    "gemv_v2_swiglu", "gemm",         "embed",       "argmax",  "rmsnorm",
+    "qk_norm_rope",   "attention",    "route",       "moe_sum"};
 
 const char *const *selftest_families(int *n)
 {
@@ -74,6 +75,10 @@ static const struct tol TOL[] = {
     {"gemv", "ref.c matmul (quant_dequant_row + dot)", 1e-10, 1e-4, 1e-4},
     {"gemv_experts", "ref.c matmul on model_expert slabs", 1e-10, 1e-4, 1e-4},
     {"gemv_swiglu", "ref.c swiglu (gate, up, silu * up)", 1e-10, 1e-4, 1e-4},
+    /* GEMV v2: the same contract as v1 (FP32 sums, another order; docs/kernels.md "GEMV v2") */
+    {"gemv_v2", "ref.c matmul (quant_dequant_row + dot)", 1e-10, 1e-4, 1e-4},
+    {"gemv_v2_experts", "ref.c matmul on model_expert slabs", 1e-10, 1e-4, 1e-4},
+    {"gemv_v2_swiglu", "ref.c swiglu (gate, up, silu * up)", 1e-10, 1e-4, 1e-4},
     {"gemm", "ref.c matmul (FP16 tiles + cuBLAS)", 1e-5, 5e-2, 1e-2},
     {"gemm_bf16", "ref.c matmul (BF16 tiles + cuBLAS)", 1e-3, 2e-1, 5e-2},
     {"embed", "quant_dequant_row of the token row", 1e-12, 1e-6, 1e-6},
@@ -191,22 +196,27 @@ static void *make_weight(int type, int64_t rows, int64_t cols, uint64_t seed, fl
 static const int GEMV_TYPES[] = {QUANT_F32,  QUANT_F16,  QUANT_BF16, QUANT_Q8_0,
                                  QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
 
+/* Shape 3 is long enough that a v2 lane takes several rounds of items (Q8_0 130 items, Q4_K 136,
+ * Q6_K 68) with a partial last round. */
 static int64_t cols_for(int type, int which)
 {
-    static const int64_t plain[] = {100, 96, 1000}, q8[] = {32, 96, 1280}, kq[] = {256, 768, 1280};
+    static const int64_t plain[] = {100, 96, 1000, 1000}, q8[] = {32, 96, 1280, 2080},
+                         kq[] = {256, 768, 1280, 4352};
     if (quant_block_size(type) == 1)
         return plain[which];
     return quant_block_size(type) == 32 ? q8[which] : kq[which];
 }
 
-static int check_gemv(struct run *r)
+/* gemv: the generation under test (1: family "gemv", 2: "gemv_v2", which runs v1 for the types
+ * without a v2 kernel, so every type is checked through both selections). */
+static int check_gemv(struct run *r, int gemv)
 {
     int rc = 0;
-    static const int64_t ROWS[] = {1, 37, 300};
-    static const int NVEC[] = {1, 1, 3};
+    static const int64_t ROWS[] = {1, 37, 300, 19};
+    static const int NVEC[] = {1, 1, 3, 2};
     for (size_t ti = 0; ti < sizeof GEMV_TYPES / sizeof GEMV_TYPES[0]; ti++)
-        for (int s = 0; s < 3; s++)
-            for (int acc = 0; acc < (s == 2 ? 2 : 1); acc++) {
+        for (int s = 0; s < 4; s++)
+            for (int acc = 0; acc < (s >= 2 ? 2 : 1); acc++) {
                 const int type = GEMV_TYPES[ti], nv = NVEC[s];
                 const int64_t rows = ROWS[s], cols = cols_for(type, s);
                 float *deq = NULL, *x = NULL, *got = NULL, *want = NULL;
@@ -225,10 +235,11 @@ static int check_gemv(struct run *r)
                             const float d = dotq_f32(deq + o * cols, x + v * cols, cols);
                             want[v * rows + o] = acc ? want[v * rows + o] + d : d;
                         }
-                    rc = k_test_gemv(type, w, rows, cols, 1, NULL, 1, x, nv, nv, acc, got, r->err);
+                    rc = k_test_gemv(gemv, type, w, rows, cols, 1, NULL, 1, x, nv, nv, acc, got,
+                                     r->err);
                     if (!rc) {
                         struct selftest_case c;
-                        case_init(&c, "gemv", "y");
+                        case_init(&c, gemv == 2 ? "gemv_v2" : "gemv", "y");
                         snprintf(c.shape, sizeof c.shape, "%s rows %lld cols %lld vec %d%s",
                                  quant_name(type), (long long)rows, (long long)cols, nv,
                                  acc ? " +=" : "");
@@ -244,7 +255,7 @@ static int check_gemv(struct run *r)
 
 /* Expert slabs addressed by ids read on the device: gate/up style (x_div = k, the token's input
  * shared by its k slots) and down style (x_div = 1, one input per slot); the fused SwiGLU. */
-static int check_experts(struct run *r, int swiglu)
+static int check_experts(struct run *r, int swiglu, int gemv)
 {
     int rc = 0;
     static const int TYPES[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q8_0, QUANT_F16};
@@ -276,13 +287,16 @@ static int check_experts(struct run *r, int swiglu)
                         want[v * rows + o] =
                             swiglu ? det_silu(g) * dotq_f32(du + wr * cols, xv, cols) : g;
                     }
-                rc = swiglu ? k_test_gemv_swiglu(type, wg, wu, rows, cols, X, ids, x_div, x, n_x,
-                                                 nv, got, r->err)
-                            : k_test_gemv(type, wg, rows, cols, X, ids, x_div, x, n_x, nv, 0, got,
-                                          r->err);
+                rc = swiglu ? k_test_gemv_swiglu(gemv, type, wg, wu, rows, cols, X, ids, x_div, x,
+                                                 n_x, nv, got, r->err)
+                            : k_test_gemv(gemv, type, wg, rows, cols, X, ids, x_div, x, n_x, nv, 0,
+                                          got, r->err);
                 if (!rc) {
                     struct selftest_case c;
-                    case_init(&c, swiglu ? "gemv_swiglu" : "gemv_experts", "y");
+                    case_init(&c,
+                              gemv == 2 ? (swiglu ? "gemv_v2_swiglu" : "gemv_v2_experts")
+                                        : (swiglu ? "gemv_swiglu" : "gemv_experts"),
+                              "y");
                     snprintf(c.shape, sizeof c.shape,
                              "%s %d experts rows %lld cols %lld tok %d"
                              " top%d %s",
@@ -700,9 +714,12 @@ int selftest_kernels(const char *family, selftest_cmp_fn cmp, void *ctx, int *n_
         known = 1;                                                                                 \
         rc = call;                                                                                 \
     }
-    FAMILY("gemv", check_gemv(&r));
-    FAMILY("gemv_experts", check_experts(&r, 0));
-    FAMILY("gemv_swiglu", check_experts(&r, 1));
+    FAMILY("gemv", check_gemv(&r, 1));
+    FAMILY("gemv_experts", check_experts(&r, 0, 1));
+    FAMILY("gemv_swiglu", check_experts(&r, 1, 1));
+    FAMILY("gemv_v2", check_gemv(&r, 2));
+    FAMILY("gemv_v2_experts", check_experts(&r, 0, 2));
+    FAMILY("gemv_v2_swiglu", check_experts(&r, 1, 2));
     FAMILY("gemm", check_gemm(&r));
     FAMILY("embed", check_embed(&r));
     FAMILY("argmax", check_argmax(&r));

@@ -310,3 +310,56 @@ Test(mode, capability_asks_the_backend_list_which_backends_run_on_a_device)
     cr_expect_not(r.pass);
     cr_expect(strstr(r.reason, "CPU mode but counted 7 kernel launches"), "%s", r.reason);
 }
+
+/* The decode GEMV generation (issue 25 §3): asked for through the mode (backend_config.gemv),
+ * refused by a backend that has no generations to select, recorded in metrics.ran.gemv as each
+ * subject reported it at open (base.gemv), "mixed" when subjects differed, absent when none has
+ * generations (a CPU run's receipts do not change). */
+Test(mode, gemv_generation_is_asked_at_open_and_recorded_as_ran)
+{
+    cr_expect(backend_offers_gemv("cuda", "v1"));
+    cr_expect(backend_offers_gemv("cuda", "v2"));
+    cr_expect_not(backend_offers_gemv("cuda", "v3"));
+    cr_expect_not(backend_offers_gemv("cuda", ""));
+    cr_expect_not(backend_offers_gemv("cpu", "v1"));
+    cr_expect_not(backend_offers_gemv("ref", "v2"));
+    cr_expect_not(backend_offers_gemv("nope", "v2"));
+
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-moe", &buf);
+    struct gate_err err = {0};
+    struct mode md;
+    struct backend *b = NULL;
+    cr_assert_eq(mode_parse("cpu.decode", &md, &err), 0, "%s", err.msg);
+    snprintf(md.gemv, sizeof md.gemv, "v2");
+    cr_expect_eq(mode_open(&b, &md, m, 8, 1, NULL, &err), ERR_INPUT, "cpu opened as GEMV v2");
+    cr_expect(strstr(err.msg, "backend cpu has no GEMV generations to select"), "%s", err.msg);
+    cr_expect_null(b);
+
+    /* what ran: a subject's base.gemv as its open set it (set by hand here: no device) */
+    static const char *const ran_as[][2] = {{"", ""}, {"v2", ""}, {"v1", "v2"}, {"v2", "v2"}};
+    static const char *const want[] = {NULL, "v2", "mixed", "v2"};
+    for (size_t c = 0; c < sizeof want / sizeof want[0]; c++) {
+        struct mode_ran ran;
+        mode_ran_begin(&ran);
+        for (int s = 0; s < 2; s++) {
+            err_clear(&err);
+            md.gemv[0] = '\0';
+            cr_assert_eq(mode_open(&b, &md, m, 8, 1, NULL, &err), 0, "%s", err.msg);
+            cr_expect_str_eq(b->gemv, "", "a CPU backend reports no GEMV generation");
+            snprintf(b->gemv, sizeof b->gemv, "%s", ran_as[c][s]);
+            backend_close(b);
+        }
+        mode_ran_end();
+        json_t *rj = mode_ran_json(&ran);
+        const char *got = json_string_value(json_object_get(rj, "gemv"));
+        if (want[c])
+            cr_expect(got && !strcmp(got, want[c]), "case %zu: ran.gemv %s, want %s", c,
+                      got ? got : "(absent)", want[c]);
+        else
+            cr_expect_null(got, "case %zu: ran.gemv %s recorded for CPU subjects", c, got);
+        json_decref(rj);
+    }
+    model_free(m);
+    free(buf);
+}

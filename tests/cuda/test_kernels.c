@@ -4,8 +4,14 @@
  * device, and fails instead under GATE_REQUIRE_GPU=1 (tests/support/skip.h).
  */
 #include <criterion/criterion.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "engine/dotq.h"
+#include "engine/quant.h"
+#include "kernels/k_test.h"
 #include "oracles/selftest.h"
 #include "tests/support/check.h"
 #include "tests/support/skip.h"
@@ -43,6 +49,18 @@ Test(cuda_kernels, expert_gemv_reads_ids_on_device)
 Test(cuda_kernels, fused_swiglu_gemv_matches_swiglu_twin)
 {
     run_family("gemv_swiglu");
+}
+Test(cuda_kernels, gemv_v2_matches_matmul_twin)
+{
+    run_family("gemv_v2");
+}
+Test(cuda_kernels, expert_gemv_v2_reads_ids_on_device)
+{
+    run_family("gemv_v2_experts");
+}
+Test(cuda_kernels, fused_swiglu_gemv_v2_matches_swiglu_twin)
+{
+    run_family("gemv_v2_swiglu");
 }
 Test(cuda_kernels, cublas_prefill_gemm_matches_matmul_twin)
 {
@@ -85,4 +103,52 @@ Test(cuda_kernels, unknown_family_is_an_input_error)
         check_skip_no_device("%s", err.msg);
     cr_assert_eq(selftest_kernels("no_such_kernel", assert_close, NULL, NULL, NULL, &err),
                  ERR_INPUT);
+}
+
+/* No device needed: the v2 GEMV's item functions (the same code the kernel runs) on the host,
+ * against the twin, for every v2 type over short and long rows, each row placed 16-byte aligned
+ * and 2 bytes past that (the realigning load path). The selftest tolerance of gemv_v2. */
+Test(cuda_kernels, gemv_v2_arithmetic_on_the_host_matches_the_twin)
+{
+    static const int TYPES[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q8_0};
+    static const int64_t COLS[][3] = {{256, 768, 4352}, {256, 768, 4352}, {32, 96, 2080}};
+    enum { ROWS = 7 };
+    uint64_t seed = 12345;
+    for (int ti = 0; ti < 3; ti++)
+        for (int ci = 0; ci < 3; ci++)
+            for (int off = 0; off <= 2; off += 2) {
+                const int type = TYPES[ti];
+                const int64_t cols = COLS[ti][ci];
+                const size_t rb = quant_row_bytes(type, cols);
+                uint8_t *buf = aligned_alloc(16, (ROWS * rb + 64 + 15) / 16 * 16);
+                float *x = aligned_alloc(16, (size_t)cols * sizeof(float));
+                float *src = malloc((size_t)cols * sizeof(float));
+                float *deq = malloc((size_t)cols * sizeof(float));
+                float got[ROWS], want[ROWS];
+                cr_assert(buf && x && src && deq);
+                memset(buf, 0, ROWS * rb + 64);
+                for (int64_t i = 0; i < cols; i++) {
+                    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                    x[i] = (float)((double)(seed >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+                }
+                for (int r = 0; r < ROWS; r++) {
+                    for (int64_t i = 0; i < cols; i++) {
+                        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                        src[i] = (float)((double)(seed >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+                    }
+                    /* 16 bytes of padding first; row r at 16 + off + r * rb */
+                    uint8_t *row = buf + 16 + off + (size_t)r * rb;
+                    cr_assert_eq(quant_quantize_row(type, src, row, cols), 0);
+                    quant_dequant_row(type, row, deq, cols);
+                    want[r] = dotq_f32(deq, x, cols);
+                    struct gate_err err = {0};
+                    cr_assert_eq(k_test_gemv2_host(type, row, x, cols, &got[r], &err), 0, "%s",
+                                 err.msg);
+                }
+                char what[96];
+                snprintf(what, sizeof what, "v2 on the host, %s cols %lld offset %d",
+                         quant_name(type), (long long)cols, off);
+                check_floats(what, got, want, ROWS, 1e-4, 1e-4, 1e-10);
+                free(buf), free(x), free(src), free(deq);
+            }
 }
