@@ -275,6 +275,16 @@ void report_run_results(FILE *out, const struct run_result *res, int json)
         fprintf(out, "\n");
     }
     fprintf(out, "%d of %d passed (cells and anchor cases)\n", res->n_pass, res->n);
+    if (res->judge_cache_on) { /* oracles/judgecache.h */
+        const struct judgecache_stats *j = &res->judge_cache;
+        const int asked = j->hits + j->misses;
+        fprintf(out,
+                "judge cache: %d of %d plain judge runs read back (%.0f %%), %d computed (%.1f s),"
+                " %d not cacheable (faults, replays); about %.1f s of judging saved; %d entries"
+                " written, %d corrupt entries found and recomputed\n",
+                j->hits, asked, asked ? 100.0 * j->hits / asked : 0.0, j->misses, j->spent_s,
+                j->uncacheable, j->saved_s, j->stored, j->corrupt);
+    }
 }
 
 /* ---- gate release check ---------------------------------------------------------------------- */

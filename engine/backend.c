@@ -300,6 +300,13 @@ int backend_open(struct backend **out, const char *name, const struct model *m,
         return rc;
     }
     backend_set_faults(b, cfg ? cfg->faults : NULL);
+    /* what a ref open emulates, as its open read it (engine/ref.c): cfg first, else the
+     * environment */
+    const char *emu = cfg && cfg->emulate ? cfg->emulate : getenv("GATE_REF_EMULATE");
+    if (strlen(emu ? emu : "") >= sizeof b->emulate)
+        snprintf(b->emulate, sizeof b->emulate, "?");
+    else
+        snprintf(b->emulate, sizeof b->emulate, "%s", emu ? emu : "");
     return 0;
 }
 

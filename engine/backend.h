@@ -138,6 +138,9 @@ struct backend {
     char isa[16];    /* set by open: the instruction set its kernels run ("" = none selectable) */
     char prefill[8]; /* set by open: its batched projections' precision ("" = f32; "f16", "bf16") */
     char gemv[4]; /* set by open: the GEMV generation it runs ("v1", "v2"; "" = none to select) */
+    char emulate[48]; /* set by backend_open: the roundings asked of a ref open
+                       * (backend_config.emulate, else GATE_REF_EMULATE as read then; "?" when
+                       * too long to record): part of a cached judge result's key */
 };
 
 /* ---- the list of backends ------------------------------------------------------------------ */

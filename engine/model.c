@@ -342,7 +342,9 @@ int model_load_pinned(struct model **out, struct pinned *p, struct gate_err *err
     int rc = gguf_open_owned(&f, data, size, name, 0, err);
     if (rc)
         return rc;
-    return model_from_gguf(out, f, err);
+    if (!(rc = model_from_gguf(out, f, err)))
+        snprintf((*out)->sha256, sizeof(*out)->sha256, "%s", p->sha256);
+    return rc;
 }
 
 int model_load_fd(struct model **out, int fd, const char *name, struct gate_err *err)

@@ -82,6 +82,8 @@ struct model {
     struct model_weight output;      /* (V, E): output.weight, or tok_embd when tied */
     int tied;                        /* 1 when output.weight is absent */
     struct model_layer *layers;      /* n_layer, owned */
+    char sha256[65]; /* the file's SHA-256 when loaded through a pin (model_load_pinned), else "":
+                      * what the judge cache (oracles/judgecache.h) keys a model by */
 };
 
 /* Open path, validate it as a qwen3 / qwen3moe model and bind every tensor.

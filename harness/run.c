@@ -37,6 +37,7 @@
 #include "oracles/consistency.h"
 #include "oracles/falsify.h"
 #include "oracles/golden.h"
+#include "oracles/judgecache.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
 #include "oracles/throughput.h"
@@ -651,6 +652,18 @@ int run_ladder(const struct run_options *o, run_progress_fn progress, void *pctx
         goto out;
     if ((rc = store_open(&st, o->db ? o->db : "receipts.db", err)))
         goto out;
+    {
+        /* the judge cache next to the ladder's model cache; a cache that cannot open costs
+         * only time, never a verdict */
+        const char *jc = getenv("GATE_JUDGE_CACHE");
+        char dir[1200];
+        struct gate_err je = {0};
+        snprintf(dir, sizeof dir, "%s/.gate-cache", l->dir);
+        mkdir(dir, 0755);
+        snprintf(dir, sizeof dir, "%s/.gate-cache/judge", l->dir);
+        out->judge_cache_on =
+            !(jc && !strcmp(jc, "off")) && judgecache_open(dir, id.binary_sha256, &je) == 0;
+    }
     struct run_event started = {.kind = RUN_EV_STARTED,
                                 .ladder_path = o->ladder,
                                 .ladder_name = l->name,
@@ -738,6 +751,9 @@ int run_ladder(const struct run_options *o, run_progress_fn progress, void *pctx
     emit(progress, pctx, &hev);
     rc = store_rc;
 out:
+    if (out->judge_cache_on)
+        judgecache_stats(&out->judge_cache);
+    judgecache_close();
     store_close(st);
     key_wipe(&key);
     ladder_free(l);

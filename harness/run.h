@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "base/err.h"
+#include "oracles/judgecache.h"
 
 struct identity;
 struct key_pair;
@@ -93,6 +94,10 @@ struct run_result {
     char head[65];
     int64_t head_count;
     char key_id[80];
+    /* the judge cache of this run (oracles/judgecache.h: .gate-cache/judge next to the ladder;
+     * GATE_JUDGE_CACHE=off runs without it): hits, misses, the judging time it saved */
+    int judge_cache_on;
+    struct judgecache_stats judge_cache;
 };
 
 /* Run every cell of the host named by o (o->host, else $GATE_HOST) through every gate, then

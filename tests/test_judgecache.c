@@ -1,0 +1,229 @@
+/* test_judgecache.c — the judge's results cached content-addressed (oracles/judgecache.h, issue
+ * 26 §3): a second plain judge run of the same inputs is read back bit for bit (logits and taps);
+ * a corrupted entry is detected, recomputed and rewritten, never used; faulted runs, another
+ * binary and a closed cache do not read it; a hit leaves the judge's KV cache empty.
+ * Start reading: judgecache.a_corrupted_entry_is_recomputed_never_used.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "engine/backend.h"
+#include "engine/model.h"
+#include "engine/pin.h"
+#include "faults/fault.h"
+#include "oracles/judgecache.h"
+#include "oracles/mode.h"
+#include "tests/support/check.h"
+#include "tests/support/conformance.h"
+
+#define BIN_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define BIN_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define N 24
+
+static struct model *load_pinned(void)
+{
+    struct pinned p = {.fd = -1};
+    struct gate_err err = {0};
+    struct model *m = NULL;
+    cr_assert_eq(pin_open(conformance_path("qwen3moe-tiny-q8_0", "model.gguf"), NULL, &p, &err), 0,
+                 "%s", err.msg);
+    cr_assert_eq(model_load_pinned(&m, &p, &err), 0, "%s", err.msg);
+    pin_close(&p);
+    cr_assert_eq(strlen(m->sha256), 64, "a pinned model carries its digest");
+    return m;
+}
+
+struct judged {
+    float *logits, *hidden, *kth;
+    int32_t *experts;
+};
+
+/* One judge run of N tokens with hidden, experts and router_kth taps. */
+static void judge(const struct model *m, struct judged *out)
+{
+    const size_t V = m->hp.n_vocab, L = m->hp.n_layer, K = m->hp.n_expert_used;
+    out->logits = malloc(N * V * sizeof(float));
+    out->hidden = malloc(L * N * m->hp.n_embd * sizeof(float));
+    out->kth = malloc(L * N * sizeof(float));
+    out->experts = malloc(L * N * K * sizeof(int32_t));
+    cr_assert(out->logits && out->hidden && out->kth && out->experts);
+    int32_t ids[N];
+    mode_tokens(7, (uint32_t)V, N, ids);
+    struct backend_taps taps = {
+        .hidden = out->hidden, .experts = out->experts, .router_kth = out->kth};
+    struct backend *b = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_open_judge(&b, m, N + 4, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(mode_judge(b, ids, N, out->logits, &taps, &err), 0, "%s", err.msg);
+    backend_close(b);
+}
+
+static void same(const struct model *m, const struct judged *a, const struct judged *b)
+{
+    const size_t V = m->hp.n_vocab, L = m->hp.n_layer, K = m->hp.n_expert_used;
+    cr_expect_eq(memcmp(a->logits, b->logits, N * V * sizeof(float)), 0, "logits differ");
+    cr_expect_eq(memcmp(a->hidden, b->hidden, L * N * m->hp.n_embd * sizeof(float)), 0,
+                 "hidden taps differ");
+    cr_expect_eq(memcmp(a->kth, b->kth, L * N * sizeof(float)), 0, "router taps differ");
+    cr_expect_eq(memcmp(a->experts, b->experts, L * N * K * sizeof(int32_t)), 0,
+                 "expert taps differ");
+}
+
+static void drop(struct judged *j)
+{
+    free(j->logits);
+    free(j->hidden);
+    free(j->kth);
+    free(j->experts);
+}
+
+/* The one entry file in dir (path into out); asserts there is exactly one. */
+static void the_entry(const char *dir, char *out, size_t n)
+{
+    DIR *d = opendir(dir);
+    cr_assert(d, "cannot list %s", dir);
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".judge") && !strstr(e->d_name, ".tmp")) {
+            snprintf(out, n, "%s/%s", dir, e->d_name);
+            found++;
+        }
+    closedir(d);
+    cr_assert_eq(found, 1, "%d entries in %s", found, dir);
+}
+
+Test(judgecache, a_corrupted_entry_is_recomputed_never_used)
+{
+    struct model *m = load_pinned();
+    char dir[600];
+    check_make_dir(dir, sizeof dir, "jc");
+    struct gate_err err = {0};
+    cr_assert_eq(judgecache_open(dir, BIN_A, &err), 0, "%s", err.msg);
+    struct judged a, b, c;
+    judge(m, &a); /* computed and stored */
+    judge(m, &b); /* read back */
+    struct judgecache_stats st;
+    judgecache_stats(&st);
+    cr_expect_eq(st.misses, 1);
+    cr_expect_eq(st.hits, 1, "the second run of the same inputs was not read back");
+    cr_expect_eq(st.stored, 1);
+    same(m, &a, &b);
+    /* flip one byte of the payload (the last one: a logit) */
+    char path[1200], sub[900];
+    snprintf(sub, sizeof sub, "%s/%.16s", dir, BIN_A); /* this binary's folder */
+    the_entry(sub, path, sizeof path);
+    FILE *f = fopen(path, "r+b");
+    cr_assert(f);
+    cr_assert_eq(fseek(f, -1, SEEK_END), 0);
+    const int ch = fgetc(f);
+    cr_assert_eq(fseek(f, -1, SEEK_END), 0);
+    fputc(ch ^ 0x40, f);
+    cr_assert_eq(fclose(f), 0);
+    judge(m, &c);
+    judgecache_stats(&st);
+    cr_expect_eq(st.corrupt, 1, "a corrupted entry was not detected");
+    cr_expect_eq(st.hits, 1, "a corrupted entry was used");
+    same(m, &a, &c);
+    drop(&c);
+    judge(m, &c); /* rewritten: read back again */
+    judgecache_stats(&st);
+    cr_expect_eq(st.hits, 2);
+    same(m, &a, &c);
+    drop(&b);
+    drop(&c);
+    /* another binary never reads this binary's entries */
+    cr_assert_eq(judgecache_open(dir, BIN_B, &err), 0, "%s", err.msg);
+    judge(m, &b);
+    judgecache_stats(&st);
+    cr_expect_eq(st.hits, 0, "another binary's entry was read");
+    cr_expect_eq(st.misses, 1);
+    same(m, &a, &b);
+    drop(&b);
+    judgecache_close();
+    drop(&a);
+    model_free(m);
+}
+
+Test(judgecache, faulted_runs_and_a_closed_cache_are_never_cached_and_a_hit_leaves_no_state)
+{
+    struct model *m = load_pinned();
+    char dir[600];
+    check_make_dir(dir, sizeof dir, "jc2");
+    struct gate_err err = {0};
+    cr_assert_eq(judgecache_open(dir, BIN_A, &err), 0, "%s", err.msg);
+    const size_t V = m->hp.n_vocab;
+    float *l1 = malloc(N * V * sizeof(float)), *l2 = malloc(N * V * sizeof(float));
+    int32_t ids[N];
+    mode_tokens(9, (uint32_t)V, N, ids);
+    struct backend *b = NULL;
+    cr_assert_eq(mode_open_judge(&b, m, N + 4, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(mode_judge(b, ids, N, l1, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(mode_judge(b, ids, N, l2, NULL, &err), 0, "%s", err.msg);
+    struct judgecache_stats st;
+    judgecache_stats(&st);
+    cr_expect_eq(st.hits, 1);
+    cr_expect_eq(memcmp(l1, l2, N * V * sizeof(float)), 0);
+    /* after a hit the judge's cache is empty: continuing from position N is an error, not a
+     * silent wrong state */
+    float *one = malloc(V * sizeof(float));
+    cr_expect_neq(backend_forward(b, ids, 1, N, one, &err), 0,
+                  "a hit left the judge claiming N cached positions");
+    err_clear(&err);
+    /* a faulted judge is never cached (and never read back) */
+    struct fault_set fs = {0};
+    struct fault_spec spec;
+    cr_assert_eq(fault_parse("skip_qk_norm", &spec, &err), 0, "%s", err.msg);
+    cr_assert_eq(fault_set_add(&fs, &spec, &err), 0, "%s", err.msg);
+    backend_set_faults(b, &fs);
+    cr_assert_eq(mode_judge(b, ids, N, l2, NULL, &err), 0, "%s", err.msg);
+    backend_set_faults(b, NULL);
+    judgecache_stats(&st);
+    cr_expect_eq(st.uncacheable, 1);
+    cr_expect_eq(st.hits, 1, "a faulted run was read from the cache");
+    cr_expect_neq(memcmp(l1, l2, N * V * sizeof(float)), 0, "the fault did not act");
+    /* closed: nothing is read or written */
+    judgecache_close();
+    cr_assert_eq(mode_judge(b, ids, N, l2, NULL, &err), 0, "%s", err.msg);
+    judgecache_stats(&st);
+    cr_expect_eq(st.hits + st.misses + st.stored, 0);
+    cr_expect_eq(memcmp(l1, l2, N * V * sizeof(float)), 0);
+    backend_close(b);
+    free(one);
+    free(l1);
+    free(l2);
+    model_free(m);
+}
+
+/* a rebuilt gate's entries are never hit again: opening keeps the three most recently used
+ * binaries' folders and removes the rest */
+Test(judgecache, old_binaries_folders_are_removed_at_open)
+{
+    char dir[600];
+    check_make_dir(dir, sizeof dir, "jc3");
+    static const char *const olds[] = {"1111111111111111", "2222222222222222", "3333333333333333",
+                                       "4444444444444444"};
+    for (int i = 0; i < 4; i++) {
+        const char *p = check_path(dir, olds[i]);
+        cr_assert_eq(mkdir(p, 0755), 0);
+        FILE *f = fopen(check_path(p, "x.judge"), "w");
+        cr_assert(f);
+        fclose(f);
+        const struct timespec t[2] = {{1000000 + i * 100, 0}, {1000000 + i * 100, 0}};
+        cr_assert_eq(utimensat(AT_FDCWD, p, t, 0), 0);
+    }
+    struct gate_err err = {0};
+    cr_assert_eq(judgecache_open(dir, BIN_A, &err), 0, "%s", err.msg);
+    judgecache_close();
+    struct stat st;
+    cr_expect_neq(stat(check_path(dir, olds[0]), &st), 0, "the oldest binary's folder stayed");
+    cr_expect_neq(stat(check_path(dir, olds[1]), &st), 0, "the second oldest stayed");
+    cr_expect_eq(stat(check_path(dir, olds[2]), &st), 0, "a recent one was removed");
+    cr_expect_eq(stat(check_path(dir, olds[3]), &st), 0, "a recent one was removed");
+    cr_expect_eq(stat(check_path(dir, "aaaaaaaaaaaaaaaa"), &st), 0, "this binary's folder");
+}
