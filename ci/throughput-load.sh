@@ -70,10 +70,14 @@ cells:
 gates:
   defaults:
     parity: {positions: 64}
+    golden: {goldens: g.json}
     throughput: {prompt_tokens: 16, decode_tokens: 8, min_prefill_tps: 100, min_decode_tps: 100}
     falsify: {faults: [uniform_weights], sweep_samples: 1}
 unanchored: {qwen3moe: "a throughput measurement: the judge is anchored by the demo ladder"}
 EOF
+# every cell runs the golden gate, and ladder check refuses a cell without pinned goldens
+(cd "$tmp" && "$gate" golden record slow.yaml >/dev/null)
+sed -i "s#goldens: g.json}#goldens: g.json, sha256: $(sha256sum "$tmp/g.json" | cut -c1-64)}#" "$tmp/slow.yaml"
 (cd "$tmp" && "$gate" run slow.yaml --host local --key k.key --db slow.db >/dev/null 2>&1) || true
 row "$tmp/slow.db"
 echo "/proc/loadavg at the end: $(cat /proc/loadavg)"
