@@ -1,6 +1,7 @@
 /* test_ladder.c — the ladder parser: a valid ladder expands to the right cells with the right
  * settings; every malformed ladder is refused with file:line:column and what was expected. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "harness/identity.h"
 #include "harness/ladder.h"
 #include "oracles/mode.h"
+#include "receipts/key.h"
 #include "tests/support/check.h"
 #include "tests/support/ladderfix.h"
 
@@ -1138,4 +1140,57 @@ Test(ladder_check, prints_span_consistency_and_a_loose_reason)
     cr_expect(strstr(text, "| consistency"), "%s", text);
     cr_expect(strstr(text, "parity looser than the noise allows: a smoke run"), "%s", text);
     free(text);
+}
+
+/* ---- the committed ladders ------------------------------------------------------------------ */
+
+/* Every ladder in ladders/ passes what `gate ladder check` and `gate run` check before anything
+ * runs (ladder_load, ladder_check_runnable, ladder_check_files: goldens through the golden
+ * gate's loader, anchors through the anchor gate's, fault scopes against the model's shape),
+ * where the scripts run them: a copy of ladders/ next to the trust files the scripts generate,
+ * with shared/ where their anchors look for it. A goldens file re-recorded without re-pinning
+ * every ladder that names it (gpu.yaml and mutants-sample.yaml pinned a stale digest, and every
+ * golden gate of theirs signed a FAIL) fails here. */
+Test(ladder_check, every_committed_ladder_passes_the_check)
+{
+    char dir[700], cmd[4096];
+    check_make_dir(dir, sizeof dir, "committed");
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s/repo/ladders' && cp '%s'/ladders/*.yaml '%s'/ladders/*.json"
+             " '%s/repo/ladders/' && ln -s '%s' '%s/shared' && ln -s '%s' '%s/repo/shared'",
+             dir, GATE_SOURCE_DIR, GATE_SOURCE_DIR, dir, check_shared_dir(), dir,
+             check_shared_dir(), dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    struct gate_err err = {0};
+    struct key_pair k;
+    char path[1000];
+    snprintf(path, sizeof path, "%s/k.key", dir);
+    cr_assert_eq(key_generate(path, "local", &k, &err), 0, "%s", err.msg);
+    static const char *const pubs[] = {"demo.pub", "gpu.pub"}; /* what the scripts write */
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/repo/ladders/%s", dir, pubs[i]);
+        cr_assert_eq(key_write_public(path, &k, &err), 0, "%s", err.msg);
+    }
+    int n = 0;
+    snprintf(cmd, sizeof cmd, "%s/ladders", GATE_SOURCE_DIR);
+    DIR *d = opendir(cmd);
+    cr_assert(d, "cannot list %s", cmd);
+    for (struct dirent *e; (e = readdir(d));) {
+        const size_t len = strlen(e->d_name);
+        if (e->d_name[0] == '.' || len < 6 || strcmp(e->d_name + len - 5, ".yaml"))
+            continue;
+        snprintf(path, sizeof path, "%s/repo/ladders/%s", dir, e->d_name);
+        struct ladder *l = NULL;
+        err_clear(&err);
+        int rc = ladder_load(&l, path, &err);
+        if (!rc)
+            rc = ladder_check_runnable(l, &err);
+        if (!rc)
+            rc = ladder_check_files(l, &err);
+        cr_expect_eq(rc, 0, "ladders/%s: %s", e->d_name, err.msg);
+        ladder_free(l);
+        n++;
+    }
+    closedir(d);
+    cr_expect_geq(n, 3, "only %d ladders found", n);
 }
