@@ -41,6 +41,9 @@
  *   softmax-f32 the softmax sum in float in the attention block's order, 1/sum in float
  *   norm-order the RMSNorm sums of squares (double) in the device's block order
  *   cuda-f32   fma,expf,softmax-f32,norm-order (the gated FP32 configuration of the CUDA backend)
+ *   ex2-2ulp   envelope, not a prediction: expf with MUFU.EX2's stand-in moved by up to 2 ulp
+ *   gemm-seq   envelope, not a prediction: fma, with the cuBLAS projections (chunks >= 8) summed
+ *              by one sequential fmaf chain instead of the GEMV's lanes
  *   none / ""  nothing
  * Every item reads the kernels' SASS (docs/kernels.md "Numerics" lists each difference, its bound
  * and what the emulation cannot reproduce: MUFU.EX2's own error, cuBLAS's summation order).
@@ -100,6 +103,8 @@ struct ref {
     int emu_expf;               /* GATE_REF_EMULATE: the device's expf in softmax and SiLU */
     int emu_softmax;            /* GATE_REF_EMULATE: softmax sum in float, the device's order */
     int emu_norm;               /* GATE_REF_EMULATE: RMSNorm sums in the device's order */
+    int emu_ex2;                /* GATE_REF_EMULATE envelope: ex2 moved by up to 2 ulp */
+    int emu_gemm_seq;           /* GATE_REF_EMULATE envelope: cuBLAS products in one FMA chain */
     float *emu_x;               /* (B, max_cols) rounded activations (emu_gemm only) */
 };
 
@@ -188,6 +193,17 @@ static float dot32_fma(const float *restrict a, const float *restrict b, int64_t
     return lane[0];
 }
 
+/* The envelope of cuBLAS's unknown order (gemm-seq): one fmaf chain over the row in order, the
+ * other end of the orders an SGEMM may use (the GEMV's 32 lanes being one). */
+EMU_FMA_CLONES
+static float dot_seq_fma(const float *restrict a, const float *restrict b, int64_t n)
+{
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        acc = fmaf(a[i], b[i], acc);
+    return acc;
+}
+
 /* CUDA's expf(x) as nvcc 13 compiles it for sm_90 (read from the SASS of k_attn.cu and
  * k_gemv.cu): t = sat(fma(x, log2(e)/252, 0.5)); J = floor(252 t) - 126 (FFMA.RM into the
  * integer range of 1.5 * 2^23); r = fma(x, LOG2E_HI, -J), r = fma(x, LOG2E_LO, r); the result is
@@ -195,7 +211,7 @@ static float dot32_fma(const float *restrict a, const float *restrict b, int64_t
  * is the hardware's own approximation, which no CPU reproduces: the correctly rounded 2^r stands
  * in for it (det_exp, machine-independent), so its few-ulp error is the part of the device's
  * expf this does not emulate (docs/kernels.md "Numerics"). plus_one: the fused 1 + e. */
-static float dev_expf(float x, int plus_one)
+static float dev_expf(float x, int plus_one, int ulp2)
 {
     const float C = 0x1.77313ap-8f; /* log2(e) / 252, 0x3bbb989d */
     float t = fmaf(x, C, 0.5f);
@@ -204,7 +220,17 @@ static float dev_expf(float x, int plus_one)
     const float J = (float)(n - 126);
     float r = fmaf(x, 1.4426950216293334961f, -J);
     r = fmaf(x, 1.925963033500011079e-08f, r);
-    const float e2 = (float)det_exp((double)r * 0.69314718055994530942);
+    float e2 = (float)det_exp((double)r * 0.69314718055994530942);
+    if (ulp2) { /* ex2-2ulp: e2 (in [0.5, 2]) moved by -2..+2 ulp, a hash of r choosing */
+        uint32_t b;
+        memcpy(&b, &r, 4);
+        b = (b ^ (b >> 15)) * 0x2c1b3c6dU;
+        b ^= b >> 12;
+        uint32_t eb;
+        memcpy(&eb, &e2, 4);
+        eb += (uint32_t)((int32_t)(b % 5u) - 2);
+        memcpy(&e2, &eb, 4);
+    }
     uint32_t bits = (uint32_t)(n + 1) << 23; /* 2^J, J in -126..126 */
     float scale;
     memcpy(&scale, &bits, 4);
@@ -212,9 +238,9 @@ static float dev_expf(float x, int plus_one)
 }
 
 /* The device's SiLU (k_gemv.cu k_silu): z / (1 + expf(-z)) with the 1 + e fused. */
-static float dev_silu(float z)
+static float dev_silu(float z, int ulp2)
 {
-    return z / dev_expf(-z, 1);
+    return z / dev_expf(-z, 1, ulp2);
 }
 
 /* The device's sum of squares of a block reduction (k_norm_rope.cu block_sum_d): thread i of
@@ -272,13 +298,17 @@ static int emulation_parse(struct ref *r, const char *text, struct gate_err *err
             r->emu_softmax = 1;
         else if (!strcmp(it, "norm-order"))
             r->emu_norm = 1;
+        else if (!strcmp(it, "ex2-2ulp"))
+            r->emu_expf = r->emu_ex2 = 1;
+        else if (!strcmp(it, "gemm-seq"))
+            r->emu_fma = r->emu_gemm_seq = 1;
         else if (!strcmp(it, "cuda-f32"))
             r->emu_fma = r->emu_expf = r->emu_softmax = r->emu_norm = 1;
         else if (strcmp(it, "none"))
             return err_set(err, ERR_INPUT,
                            "ref: GATE_REF_EMULATE item '%.40s' is unknown (known: kv-f16,"
                            " gemm-f16, gemm-bf16, cuda-f16, fma, expf, softmax-f32, norm-order,"
-                           " cuda-f32, none)",
+                           " cuda-f32, ex2-2ulp, gemm-seq, none)",
                            it);
     }
     return 0;
@@ -293,6 +323,7 @@ struct matmul_job {
     float *y;       /* (n, rows) */
     int n;
     int round_w; /* emulation: round each dequantized weight row (1 FP16, 2 BF16) */
+    int seq;     /* emulation envelope (gemm-seq): one sequential fmaf chain per dot */
 };
 
 static void matmul_rows(void *ctx, int64_t begin, int64_t end, int thread)
@@ -306,8 +337,8 @@ static void matmul_rows(void *ctx, int64_t begin, int64_t end, int thread)
             if (j->round_w)
                 round_n(row, w->cols, j->round_w);
             for (int t = 0; t < j->n; t++)
-                j->y[(size_t)t * (size_t)w->rows + (size_t)o] =
-                    dot32_fma(row, j->x + (size_t)t * (size_t)w->cols, w->cols);
+                j->y[(size_t)t * (size_t)w->rows + (size_t)o] = (j->seq ? dot_seq_fma : dot32_fma)(
+                    row, j->x + (size_t)t * (size_t)w->cols, w->cols);
             continue;
         }
         if (j->n == 1) { /* decode: the fused form of the same sum (dotq.h) */
@@ -331,7 +362,7 @@ static void matmul_rows(void *ctx, int64_t begin, int64_t end, int thread)
 /* y (n, w.rows) = x (n, w.cols) times W transposed: y[t][o] = dot(W row o, x[t]). */
 static void matmul(struct ref *r, const struct model_weight *w, const float *x, int n, float *y)
 {
-    struct matmul_job j = {r, w, x, y, n, 0};
+    struct matmul_job j = {r, w, x, y, n, 0, 0};
     pool_run(r->pool, w->rows, matmul_rows, &j);
 }
 
@@ -340,13 +371,17 @@ static void matmul(struct ref *r, const struct model_weight *w, const float *x, 
 static void matmul_proj(struct ref *r, const struct model_weight *w, const float *x, int n,
                         float *y)
 {
-    if (!r->emu_gemm || n < REF_EMU_GEMM_MIN) {
+    if (n < REF_EMU_GEMM_MIN || (!r->emu_gemm && !r->emu_gemm_seq)) {
         matmul(r, w, x, n, y);
         return;
     }
-    memcpy(r->emu_x, x, (size_t)n * (size_t)w->cols * sizeof(float));
-    round_n(r->emu_x, (int64_t)n * w->cols, r->emu_gemm);
-    struct matmul_job j = {r, w, r->emu_x, y, n, r->emu_gemm};
+    const float *xin = x;
+    if (r->emu_gemm) {
+        memcpy(r->emu_x, x, (size_t)n * (size_t)w->cols * sizeof(float));
+        round_n(r->emu_x, (int64_t)n * w->cols, r->emu_gemm);
+        xin = r->emu_x;
+    }
+    struct matmul_job j = {r, w, xin, y, n, r->emu_gemm, r->emu_gemm_seq};
     pool_run(r->pool, w->rows, matmul_rows, &j);
 }
 
@@ -408,7 +443,7 @@ static void attn_head_dev(const struct ref *r, const float *q, const float *kc, 
             max = s[p];
     }
     for (int p = 0; p <= pos; p++)
-        s[p] = r->emu_expf ? dev_expf(s[p] - max, 0) : det_expf(s[p] - max);
+        s[p] = r->emu_expf ? dev_expf(s[p] - max, 0, r->emu_ex2) : det_expf(s[p] - max);
     float inv;
     if (r->emu_softmax) {
         float part[128] = {0};
@@ -630,7 +665,8 @@ static void swiglu(struct ref *r, const struct model_weight *gate, const struct 
     fault_scale(r, fs->u, fs->il, fs->pos0, r->ffb, n, up->rows, fs->rows, fs->k);
     const int64_t f = gate->rows;
     for (int64_t i = 0; i < n * f; i++)
-        r->ffa[i] = (r->emu_expf ? dev_silu(r->ffa[i]) : det_silu(r->ffa[i])) * r->ffb[i];
+        r->ffa[i] =
+            (r->emu_expf ? dev_silu(r->ffa[i], r->emu_ex2) : det_silu(r->ffa[i])) * r->ffb[i];
     mm(r, down, r->ffa, n, out);
     fault_scale(r, fs->d, fs->il, fs->pos0, out, n, down->rows, fs->rows, fs->k);
 }
