@@ -59,7 +59,8 @@ static void evict_old_binaries(const char *dir)
             continue;
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
         if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
-            snprintf(olds[n].name, sizeof olds[n].name, "%s", e->d_name);
+            snprintf(olds[n].name, sizeof olds[n].name, "%.*s", (int)sizeof olds[n].name - 1,
+                     e->d_name); /* 16 characters (checked above) */
             olds[n++].mtime = st.st_mtime;
         }
     }
@@ -107,7 +108,7 @@ int judgecache_open(const char *dir, const char *binary_sha256, struct gate_err 
     evict_old_binaries(dir);
     if (strlen(sub) >= sizeof C.dir)
         return err_set(err, ERR_INPUT, "judge cache: the folder name '%s' is too long", sub);
-    snprintf(C.dir, sizeof C.dir, "%s", sub);
+    snprintf(C.dir, sizeof C.dir, "%.*s", (int)sizeof C.dir - 1, sub); /* fits (checked above) */
     snprintf(C.binary, sizeof C.binary, "%s", binary_sha256);
     const char *cap = getenv("GATE_JUDGE_CACHE_MAX_MB");
     const long mb = cap && *cap ? strtol(cap, NULL, 10) : 1024;
