@@ -10,8 +10,10 @@
  * (check_skip_unless_required): a skip is allowed only where the host really lacks the thing,
  * and ci/test.sh sets each variable wherever the thing must exist — GATE_REQUIRE_XMLLINT and
  * GATE_REQUIRE_CHROMIUM always (ci/deps.sh installs both), GATE_REQUIRE_ISA to the instruction
- * sets /proc/cpuinfo lists, GATE_REQUIRE_GPU when nvidia-smi lists a GPU. A skip that depends
- * only on the build configuration is no skip: that test is not compiled there.
+ * sets /proc/cpuinfo lists, GATE_REQUIRE_GPU when nvidia-smi lists a GPU, GATE_REQUIRE_CLEAN_TREE
+ * on a clean checkout and under CI (the end-to-end release tests: a dirty build cannot release).
+ * A skip that depends only on the build configuration is no skip: that test is not compiled
+ * there.
  * Start reading: check_skip_no_device(), check_skip_unless_required().
  */
 #ifndef GATE_TEST_SKIP_H
