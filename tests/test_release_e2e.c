@@ -290,8 +290,11 @@ Test(release_e2e, a_gate_that_cannot_decide_is_error, .timeout = 600)
     json_t *doc;
     cr_expect_eq(release(lp, &doc), 1);
     cr_expect_str_eq(state(doc, CELL_A), "ERROR", "%s", reason(doc, CELL_A));
-    cr_expect(strstr(reason(doc, CELL_A), "could not judge throughput: inconclusive"), "%s",
-              reason(doc, CELL_A));
+    /* "inconclusive" (the interval of 3 runs is unbounded); "host starved" would be the other
+     * way a loaded host makes the same ERROR */
+    cr_expect(strstr(reason(doc, CELL_A), "could not judge throughput: inconclusive") ||
+                  strstr(reason(doc, CELL_A), "could not judge throughput: host starved"),
+              "%s", reason(doc, CELL_A));
     json_decref(doc);
 }
 
