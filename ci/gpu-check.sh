@@ -355,6 +355,9 @@ st_bench() {
     # the same with GEMV v2 (issue 25 §3): old and new side by side, decode tokens/s compared
     gate_cmd bench "$dir/a3b-L$L.gguf" --backend cuda --gemv v2 --prompt-tokens 512 \
         --decode-tokens 64 --runs 3 --warmup 1 || return 1
+    # and routing v2 (one warp per token) on top of GEMV v2
+    gate_cmd bench "$dir/a3b-L$L.gguf" --backend cuda --gemv v2 --route v2 --prompt-tokens 512 \
+        --decode-tokens 64 --runs 3 --warmup 1 || return 1
     echo "(30B-A3B shape with $L of 48 layers: see docs/performance.md for the extrapolation)"
     rm -f "$dir/a3b-L$L.gguf"
     gate_cmd model synth --preset qwen3-8b --layers "$L8" --quant Q4_K_M --fast-blocks \
@@ -453,7 +456,7 @@ export ROOT OUT SCRATCH B GATE GATE_GPU_DRYRUN="$DRY"
 # The kernel families of oracles/selftest.c (selftest_kernels' FAMILY rows; the dry-run test
 # checks that this list and that table agree).
 FAMILIES=(gemv gemv_experts gemv_swiglu gemv_v2 gemv_v2_experts gemv_v2_swiglu gemm embed argmax
-    rmsnorm qk_norm_rope attention route moe_sum)
+    rmsnorm qk_norm_rope attention route route_v2 moe_sum)
 # name:limit_s:output file
 PLAN=("preflight:20:gpu-check.log" "deps:60:build.log" "build:240:build.log")
 for f in "${FAMILIES[@]}"; do PLAN+=("selftest.$f:60:selftest.txt"); done

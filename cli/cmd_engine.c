@@ -437,8 +437,8 @@ int cmd_generate(int argc, char **argv)
 static const char BENCH_USAGE[] =
     "usage: gate bench MODEL.gguf [--backend ref] [--mode MODE] [--threads N]\n"
     "                  [--prompt-tokens P] [--decode-tokens D] [--runs R] [--warmup W]\n"
-    "                  [--prompt-batch] [--kv f32|f16] [--gemv v1|v2] [--max-runs N]\n"
-    "                  [--max-seconds S]\n"
+    "                  [--prompt-batch] [--kv f32|f16] [--gemv v1|v2] [--route v1|v2]\n"
+    "                  [--max-runs N] [--max-seconds S]\n"
     "                  [--min-prefill-tps F] [--min-decode-tps F] [--no-check]\n"
     "                  [--compare RECEIPT_ID [--db receipts.db] [--max-regression 0.05]]\n"
     "  The throughput gate's measurement and estimator (oracles/throughput.c), printed: P\n"
@@ -462,7 +462,9 @@ static const char BENCH_USAGE[] =
     "                  (docs/bench.md).\n"
     "  --kv f16        the KV cache in F16 (backends that have one: cpu); default f32.\n"
     "  --gemv v2       the decode GEMV generation (backends that have several: cuda, whose\n"
-    "                  default is v1); receipts record it in metrics.ran.gemv.\n";
+    "                  default is v1); receipts record it in metrics.ran.gemv.\n"
+    "  --route v2      the MoE routing generation (cuda: v1 one thread per token, the default;\n"
+    "                  v2 one warp per token); receipts record it in metrics.ran.route.\n";
 
 /* Progress while the measurement runs (issue 16): throughput_gate() reports each finished run
  * (cfg.progress); on a terminal a line on stderr redrawn every half second shows runs done of
@@ -593,7 +595,8 @@ static int bench_prompt_batch(const struct model *m, const struct mode *mode,
                                 .n_ctx = P,
                                 .n_batch = P,
                                 .kv_f16 = cfg->kv_f16,
-                                .gemv = mode->gemv};
+                                .gemv = mode->gemv,
+                                .route = mode->route};
     struct backend *b = NULL;
     struct throughput_stats st;
     double tps[THROUGHPUT_MAX_RUNS];
@@ -643,7 +646,7 @@ int cmd_bench(int argc, char **argv)
 {
     const char *model = NULL, *backend = backend_judge_name(), *mode_text = NULL, *v,
                *db = "receipts.db";
-    const char *gemv = NULL;
+    const char *gemv = NULL, *route = NULL;
     long long compare_id = 0;
     int prompt_batch = 0;
     struct throughput_config cfg;
@@ -724,6 +727,11 @@ int cmd_bench(int argc, char **argv)
                 return 2;
             if (strcmp(gemv, "v1") && strcmp(gemv, "v2"))
                 return cli_fail(2, "bench: --gemv takes v1 or v2, not '%s'", gemv);
+        } else if (!strcmp(argv[i], "--route")) {
+            if (cli_value(argc, argv, &i, &route))
+                return 2;
+            if (strcmp(route, "v1") && strcmp(route, "v2"))
+                return cli_fail(2, "bench: --route takes v1 or v2, not '%s'", route);
         } else if (!strcmp(argv[i], "--mode")) {
             if (cli_value(argc, argv, &i, &mode_text))
                 return 2;
@@ -757,13 +765,21 @@ int cmd_bench(int argc, char **argv)
                      gemv, mode.backend);
     if (!rc && gemv)
         snprintf(mode.gemv, sizeof mode.gemv, "%s", gemv);
+    if (!rc && route && !backend_offers_route(mode.backend, route))
+        rc = err_set(&err, ERR_INPUT,
+                     "bench: --route %s, but backend '%s' has no routing generations to select"
+                     " (cuda has v1 and v2)",
+                     route, mode.backend);
+    if (!rc && route)
+        snprintf(mode.route, sizeof mode.route, "%s", route);
     if (!rc) {
         const double t0 = now_s();
         rc = model_load(&m, model, &err);
         if (!rc)
-            printf("bench: %s (model load %.3f s, not counted), %d threads, KV cache %s%s%s\n",
+            printf("bench: %s (model load %.3f s, not counted), %d threads, KV cache %s%s%s%s%s\n",
                    model, now_s() - t0, cfg.n_threads ? cfg.n_threads : pool_default_threads(),
-                   cfg.kv_f16 ? "F16" : "F32", gemv ? ", GEMV " : "", gemv ? gemv : "");
+                   cfg.kv_f16 ? "F16" : "F32", gemv ? ", GEMV " : "", gemv ? gemv : "",
+                   route ? ", routing " : "", route ? route : "");
     }
     if (!rc && prompt_batch) {
         struct throughput_config only_prompt = cfg;

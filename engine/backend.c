@@ -53,10 +53,13 @@ static const struct backend_entry {
      * recorded as what ran (base.gemv, metrics.ran.gemv); not part of a cell's identity: every
      * generation holds the same results contract against the twin (docs/kernels.md) */
     const char *gemvs;
+    /* its routing generations (backend_config.route; "" none to select), as gemvs: recorded in
+     * base.route / metrics.ran.route; every generation is bit-identical to route_select */
+    const char *routes;
 } BACKENDS[] = {
-    {"cuda", CUDA_OPS, 1, 1, 0, 0, "", "f16,bf16", "v1,v2"},
-    {"cpu", &backend_cpu_ops, 0, 1, 1, 1, "portable,avx2,avx512", "", ""},
-    {"ref", &backend_ref_ops, 0, 0, 1, 1, "", "", ""},
+    {"cuda", CUDA_OPS, 1, 1, 0, 0, "", "f16,bf16", "v1,v2", "v1,v2"},
+    {"cpu", &backend_cpu_ops, 0, 1, 1, 1, "portable,avx2,avx512", "", "", ""},
+    {"ref", &backend_ref_ops, 0, 0, 1, 1, "", "", "", ""},
 };
 #define N_BACKENDS (int)(sizeof BACKENDS / sizeof BACKENDS[0])
 
@@ -156,6 +159,14 @@ int backend_offers_gemv(const char *name, const char *g)
     if (i < 0 || !g || !*g)
         return 0;
     return in_list(BACKENDS[i].gemvs, g);
+}
+
+int backend_offers_route(const char *name, const char *g)
+{
+    const int i = backend_index(name);
+    if (i < 0 || !g || !*g)
+        return 0;
+    return in_list(BACKENDS[i].routes, g);
 }
 
 void backend_invariants(const char *name, struct backend_invariants *out)
@@ -295,6 +306,19 @@ int backend_open(struct backend **out, const char *name, const struct model *m,
             rc = err_set(err, ERR_INPUT,
                          "backend %s has no GEMV generations to select (gemv %.20s asked for)",
                          name, cfg->gemv);
+        ops->close(b);
+        *out = NULL;
+        return rc;
+    }
+    /* the routing asked for is the one the backend says it runs (nothing asked: its default) */
+    if (cfg && cfg->route && *cfg->route && strcmp(cfg->route, b->route)) {
+        if (b->route[0])
+            rc = err_set(err, ERR_INPUT, "backend %s runs routing %s, not %.20s", name, b->route,
+                         cfg->route);
+        else
+            rc = err_set(err, ERR_INPUT,
+                         "backend %s has no routing generations to select (route %.20s asked for)",
+                         name, cfg->route);
         ops->close(b);
         *out = NULL;
         return rc;

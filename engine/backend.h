@@ -41,6 +41,8 @@ struct backend_config {
     const char *gemv;          /* the decode GEMV generation: NULL or "" = the backend's default;
                                 * "v1", "v2" (backends whose row offers it, backend_offers_gemv;
                                 * backend_open refuses the others: what ran is what is recorded) */
+    const char *route;         /* the MoE routing generation, as gemv: NULL or "" = the default;
+                                * "v1", "v2" (backend_offers_route; cuda: v2 = one warp per token) */
     const char *emulate;       /* ref only: the roundings it emulates (GATE_REF_EMULATE's list, e.g.
                                 * "kv-f16"); NULL = the environment's; "" = none (every judge) */
 };
@@ -137,7 +139,8 @@ struct backend {
     int kv_f16;                /* set by open: the KV cache is F16 (backend_config.kv_f16) */
     char isa[16];    /* set by open: the instruction set its kernels run ("" = none selectable) */
     char prefill[8]; /* set by open: its batched projections' precision ("" = f32; "f16", "bf16") */
-    char gemv[4]; /* set by open: the GEMV generation it runs ("v1", "v2"; "" = none to select) */
+    char gemv[4];  /* set by open: the GEMV generation it runs ("v1", "v2"; "" = none to select) */
+    char route[4]; /* set by open: the routing generation it runs ("v1", "v2"; "" = none) */
     char emulate[48]; /* set by backend_open: the roundings asked of a ref open
                        * (backend_config.emulate, else GATE_REF_EMULATE as read then; "?" when
                        * too long to record): part of a cached judge result's key */
@@ -186,6 +189,10 @@ int backend_offers_prefill(const char *name, const char *p);
 /* 1 when the backend's open honours backend_config.gemv = g ("v1", "v2"): its row's GEMV
  * generations (cuda: v1, the default, and v2), the same in every build. */
 int backend_offers_gemv(const char *name, const char *g);
+
+/* 1 when the backend's open honours backend_config.route = g ("v1", "v2"): its row's routing
+ * generations (cuda: v1, the default, and v2), the same in every build. */
+int backend_offers_route(const char *name, const char *g);
 
 /* The invariances backend `name` declares in its row of the list (an unknown name, "exec"
  * included, declares none: all 0, isas ""): what the consistency gate holds it to. */

@@ -12,6 +12,7 @@
  *   configuration fails parity on the tiny MoE chat cell (min cosine 0.989, predicted by
  *   GATE_REF_EMULATE in tests/test_emulation.c) and has its own tolerance (docs/kernels.md);
  * - decode GEMV: v1 or v2 (backend_config.gemv, reported in base.gemv; k_gemv.cu);
+ * - MoE routing: v1 or v2 (backend_config.route, reported in base.route; k_moe.cu);
  * - memory is planned before anything is allocated: weights + KV + workspace against
  *   cudaMemGetInfo, refusing with the numbers;
  * - inside a forward call nothing synchronizes with the host until the logits are copied back
@@ -214,6 +215,13 @@ static int numerics_from_config(struct cuda_be *r, const struct backend_config *
         return err_set(err, ERR_INPUT, "cuda: GEMV generation '%.20s' is not v1 or v2", g);
     r->ks.gemv = !strcmp(g, "v2") ? 2 : 1;
     snprintf(r->base.gemv, sizeof r->base.gemv, "%s", g);
+    /* the MoE routing (issue 25 §3): v1 (the default, one thread per token) or v2 (one warp per
+     * token), reported in base.route; both bit-identical to route_select */
+    const char *rt = cfg && cfg->route && *cfg->route ? cfg->route : "v1";
+    if (strcmp(rt, "v1") && strcmp(rt, "v2"))
+        return err_set(err, ERR_INPUT, "cuda: routing generation '%.20s' is not v1 or v2", rt);
+    r->ks.route = !strcmp(rt, "v2") ? 2 : 1;
+    snprintf(r->base.route, sizeof r->base.route, "%s", rt);
     return 0;
 }
 

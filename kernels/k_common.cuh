@@ -33,6 +33,8 @@ struct k_stream {
     int debug;         /* synchronize and check after every launch (selftest, GATE_CUDA_DEBUG=1) */
     int gemv;          /* the GEMV generation k_gemv runs: 2 = v2 for the types that have it
                         * (k_gemv_v2_type), anything else = v1 (k_gemv.cu) */
+    int route;         /* the routing generation k_route runs: 2 = v2 (route2_kernel, one warp
+                        * per token, up to 1024 experts), anything else = v1 (k_moe.cu) */
 };
 
 struct k_weight {

@@ -31,7 +31,7 @@ struct dbuf {
 };
 
 struct tstream {
-    struct k_stream ks = {nullptr, 0, 0, 1};
+    struct k_stream ks = {nullptr, 0, 0, 1, 1};
     ~tstream()
     {
         if (ks.s)
@@ -291,13 +291,14 @@ extern "C" int k_test_attention(const float *q, const float *kc, const float *vc
     return get(out, dout, (size_t)n * nh * hd * 4, err);
 }
 
-extern "C" int k_test_route(const float *logits, int n, int X, int k, int layer, int pos0,
-                            const struct fault_set *faults, int32_t *ids, float *w, float *kth,
-                            float *k1th, struct gate_err *err)
+extern "C" int k_test_route(int route, const float *logits, int n, int X, int k, int layer,
+                            int pos0, const struct fault_set *faults, int32_t *ids, float *w,
+                            float *kth, float *k1th, struct gate_err *err)
 {
     tstream t;
     dbuf dl, di, dw, dk, dk1;
     TRY(start(t, err));
+    t.ks.route = route;
     TRY(put(dl, logits, (size_t)n * X * 4, err));
     TRY(put(di, NULL, (size_t)n * k * 4, err));
     TRY(put(dw, NULL, (size_t)n * k * 4, err));

@@ -67,10 +67,18 @@ int k_test_qk_norm_rope(float *q, const float *k, const float *v, int n, int pos
 int k_test_attention(const float *q, const float *kc, const float *vc, int kv_f32, int n, int pos0,
                      int nh, int nkv, int hd, int n_ctx, float *out, struct gate_err *err);
 
-/* Route n tokens: logits (n, X) -> ids, w (n, k); kth, k1th (n). faults may be NULL. */
-int k_test_route(const float *logits, int n, int X, int k, int layer, int pos0,
+/* Route n tokens: logits (n, X) -> ids, w (n, k); kth, k1th (n). faults may be NULL. route: the
+ * generation (1 = v1 route_kernel, 2 = v2 route2_kernel, one warp per token). */
+int k_test_route(int route, const float *logits, int n, int X, int k, int layer, int pos0,
                  const struct fault_set *faults, int32_t *ids, float *w, float *kth, float *k1th,
                  struct gate_err *err);
+
+/* The routing v2 kernel's steps (route2_kernel, k_moe.cu) run on the HOST (no device needed):
+ * the same r2_* functions, the 32 lanes run in turn and the warp argmax emulated as the kernel's
+ * butterfly. Same contract as k_test_route; ERR_INPUT unless 1 <= k <= X <= 1024. */
+int k_test_route2_host(const float *logits, int n, int X, int k, int layer, int pos0,
+                       const struct fault_set *faults, int32_t *ids, float *w, float *kth,
+                       float *k1th, struct gate_err *err);
 
 /* x (n, E) += Σ_s w[t*k+s] y[t*k+s] (E). */
 int k_test_moe_sum(float *x, const float *w, const float *y, int n, int k, int E,

@@ -164,6 +164,7 @@ int mode_open(struct backend **out, const struct mode *mode, const struct model 
                                  .kv_f16 = mode->kv_f16,
                                  .prefill = mode->prefill,
                                  .gemv = mode->gemv,
+                                 .route = mode->route,
                                  .exec = mode->exec};
     if (mode->engine[0] && !mode->exec)
         return err_set(err, ERR_INPUT,
@@ -256,6 +257,10 @@ static void on_close(void *ctx, const struct backend *b)
         snprintf(r->gemv, sizeof r->gemv, "%s", b->gemv);
     else if (b->gemv[0] && strcmp(r->gemv, b->gemv))
         snprintf(r->gemv, sizeof r->gemv, "mixed");
+    if (b->route[0] && !r->route[0])
+        snprintf(r->route, sizeof r->route, "%s", b->route);
+    else if (b->route[0] && strcmp(r->route, b->route))
+        snprintf(r->route, sizeof r->route, "mixed");
     if (!r->isa[0] && b->isa[0])
         snprintf(r->isa, sizeof r->isa, "%s", b->isa);
     r->n_subjects++;
@@ -293,6 +298,8 @@ json_t *mode_ran_json(const struct mode_ran *r)
         json_object_set_new(o, "prefill", json_string(r->prefill));
     if (o && r->gemv[0]) /* the decode GEMV generation (recorded, not judged: one contract) */
         json_object_set_new(o, "gemv", json_string(r->gemv));
+    if (o && r->route[0]) /* the MoE routing generation (recorded; bit-identical either way) */
+        json_object_set_new(o, "route", json_string(r->route));
     if (o && r->isa[0]) /* the instruction set it ran; gates.c holds it to settings.isa */
         json_object_set_new(o, "isa", json_string(r->isa));
     return o;

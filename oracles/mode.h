@@ -55,6 +55,9 @@ struct mode {
      * (backend_config.gemv; gate bench --gemv). Recorded in metrics.ran.gemv, not an identity
      * setting: both generations hold one results contract (docs/kernels.md). */
     char gemv[4];
+    /* "" (the backend's default) or "v1" / "v2": the routing generation mode_open() asks for
+     * (backend_config.route; gate bench --route). Recorded in metrics.ran.route. */
+    char route[4];
 };
 
 /* Parse "ref.decode" etc. Anything outside the fixed list is ERR_INPUT naming the list. The
@@ -111,6 +114,7 @@ struct mode_ran {
                         * "f32", "f16", "bf16", "mixed"; "" as kv */
     char gemv[8];      /* the subjects' GEMV generation (base.gemv): "v1", "v2", "mixed" when they
                         * differed, "" when no subject has generations to select (CPU backends) */
+    char route[8];     /* the subjects' routing generation (base.route), as gemv */
     char isa[16];      /* the instruction set of the first subject that declares one (base.isa):
                         * the gate's own run; the consistency gate's other sets come after it */
     int n_subjects;    /* subject backends closed */

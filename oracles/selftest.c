@@ -26,9 +26,9 @@
 #endif
 
 static const char *const FAMILIES[] = {
-    "gemv",           "gemv_experts", "gemv_swiglu", "gemv_v2", "gemv_v2_experts",
-    "gemv_v2_swiglu", "gemm",         "embed",       "argmax",  "rmsnorm",
-    "qk_norm_rope",   "attention",    "route",       "moe_sum"};
+    "gemv",           "gemv_experts", "gemv_swiglu", "gemv_v2",  "gemv_v2_experts",
+    "gemv_v2_swiglu", "gemm",         "embed",       "argmax",   "rmsnorm",
+    "qk_norm_rope",   "attention",    "route",       "route_v2", "moe_sum"};
 
 const char *const *selftest_families(int *n)
 {
@@ -88,6 +88,8 @@ static const struct tol TOL[] = {
     {"qk_norm_rope_f16", "ref.c norm_rope, cache rounded to FP16", 1e-7, 4e-3, 1e-3},
     {"attention", "ref.c attn_heads", 1e-10, 1e-5, 1e-4},
     {"route", "route_select + fault_apply_route", 1e-12, 1e-6, 1e-6},
+    /* routing v2 (one warp per token): the same contract, ids and logits exact */
+    {"route_v2", "route_select + fault_apply_route", 1e-12, 1e-6, 1e-6},
     {"moe_sum", "ref.c moe weighted sum + residual", 1e-12, 1e-5, 1e-5},
 };
 
@@ -597,10 +599,13 @@ static int check_attention(struct run *r)
 /* ---- routing and the weighted sum -------------------------------------------------------------
  */
 
-static int check_route(struct run *r)
+/* route: the generation under test (1: family "route", 2: "route_v2"). */
+static int check_route(struct run *r, int route)
 {
+    const char *fam = route == 2 ? "route_v2" : "route";
     int rc = 0;
-    static const int XK[][2] = {{8, 1}, {8, 2}, {16, 2}, {128, 8}};
+    /* 40: experts not a multiple of the warp; 33 of 33: k = X (no (k+1)-th) */
+    static const int XK[][2] = {{8, 1}, {8, 2}, {16, 2}, {128, 8}, {40, 8}, {33, 33}};
     const int n = 6, layer = 1, pos0 = 10;
     for (size_t si = 0; si < sizeof XK / sizeof XK[0]; si++)
         for (int fk = -1; fk < 3; fk++) {
@@ -633,19 +638,19 @@ static int check_route(struct run *r)
                                      iw + (size_t)t * k, ww + (size_t)t * k);
                     kw[t] = rr.kth_logit, k1w[t] = rr.k1th_logit;
                 }
-                rc = k_test_route(l, n, X, k, layer, pos0, &fs, ig, wg, kg, k1g, r->err);
+                rc = k_test_route(route, l, n, X, k, layer, pos0, &fs, ig, wg, kg, k1g, r->err);
                 if (!rc) {
                     struct selftest_case c;
                     char shape[160];
                     snprintf(shape, sizeof shape, "%d experts top%d, 6 tokens (ties)%s%s", X, k,
                              fk >= 0 ? ", fault " : "", fk >= 0 ? fault_kind_name(fk) : "");
-                    case_init(&c, "route", "ids");
+                    case_init(&c, fam, "ids");
                     snprintf(c.shape, sizeof c.shape, "%s", shape);
                     compare_ids(r, &c, ig, iw, (int64_t)n * k);
-                    case_init(&c, "route", "weights");
+                    case_init(&c, fam, "weights");
                     snprintf(c.shape, sizeof c.shape, "%s", shape);
                     compare(r, &c, wg, ww, (int64_t)n * k);
-                    case_init(&c, "route", "k-th / (k+1)-th logit");
+                    case_init(&c, fam, "k-th / (k+1)-th logit");
                     snprintf(c.shape, sizeof c.shape, "%s", shape);
                     float a[12], b[12];
                     for (int t = 0; t < n; t++)
@@ -726,7 +731,8 @@ int selftest_kernels(const char *family, selftest_cmp_fn cmp, void *ctx, int *n_
     FAMILY("rmsnorm", check_rmsnorm(&r));
     FAMILY("qk_norm_rope", check_qk_norm_rope(&r));
     FAMILY("attention", check_attention(&r));
-    FAMILY("route", check_route(&r));
+    FAMILY("route", check_route(&r, 1));
+    FAMILY("route_v2", check_route(&r, 2));
     FAMILY("moe_sum", check_moe_sum(&r));
 #undef FAMILY
     if (!rc && !known)

@@ -363,3 +363,56 @@ Test(mode, gemv_generation_is_asked_at_open_and_recorded_as_ran)
     model_free(m);
     free(buf);
 }
+
+/* The MoE routing generation (issue 25 §3), as the GEMV's: asked for through the mode
+ * (backend_config.route), refused by a backend that has none to select, recorded in
+ * metrics.ran.route as each subject reported it at open (base.route), "mixed" when they differed,
+ * absent when none has generations. */
+Test(mode, routing_generation_is_asked_at_open_and_recorded_as_ran)
+{
+    cr_expect(backend_offers_route("cuda", "v1"));
+    cr_expect(backend_offers_route("cuda", "v2"));
+    cr_expect_not(backend_offers_route("cuda", "v3"));
+    cr_expect_not(backend_offers_route("cuda", ""));
+    cr_expect_not(backend_offers_route("cpu", "v1"));
+    cr_expect_not(backend_offers_route("ref", "v2"));
+    cr_expect_not(backend_offers_route("nope", "v2"));
+
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-moe", &buf);
+    struct gate_err err = {0};
+    struct mode md;
+    struct backend *b = NULL;
+    cr_assert_eq(mode_parse("cpu.decode", &md, &err), 0, "%s", err.msg);
+    snprintf(md.route, sizeof md.route, "v2");
+    cr_expect_eq(mode_open(&b, &md, m, 8, 1, NULL, &err), ERR_INPUT, "cpu opened as routing v2");
+    cr_expect(strstr(err.msg, "backend cpu has no routing generations to select"), "%s", err.msg);
+    cr_expect_null(b);
+
+    /* what ran: a subject's base.route as its open set it (set by hand here: no device) */
+    static const char *const ran_as[][2] = {{"", ""}, {"v2", ""}, {"v1", "v2"}, {"v2", "v2"}};
+    static const char *const want[] = {NULL, "v2", "mixed", "v2"};
+    for (size_t c = 0; c < sizeof want / sizeof want[0]; c++) {
+        struct mode_ran ran;
+        mode_ran_begin(&ran);
+        for (int s = 0; s < 2; s++) {
+            err_clear(&err);
+            md.route[0] = '\0';
+            cr_assert_eq(mode_open(&b, &md, m, 8, 1, NULL, &err), 0, "%s", err.msg);
+            cr_expect_str_eq(b->route, "", "a CPU backend reports no routing generation");
+            snprintf(b->route, sizeof b->route, "%s", ran_as[c][s]);
+            backend_close(b);
+        }
+        mode_ran_end();
+        json_t *rj = mode_ran_json(&ran);
+        const char *got = json_string_value(json_object_get(rj, "route"));
+        if (want[c])
+            cr_expect(got && !strcmp(got, want[c]), "case %zu: ran.route %s, want %s", c,
+                      got ? got : "(absent)", want[c]);
+        else
+            cr_expect_null(got, "case %zu: ran.route %s recorded for CPU subjects", c, got);
+        json_decref(rj);
+    }
+    model_free(m);
+    free(buf);
+}

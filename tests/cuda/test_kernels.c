@@ -4,6 +4,7 @@
  * device, and fails instead under GATE_REQUIRE_GPU=1 (tests/support/skip.h).
  */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "engine/dotq.h"
 #include "engine/quant.h"
+#include "engine/route.h"
 #include "kernels/k_test.h"
 #include "oracles/selftest.h"
 #include "tests/support/check.h"
@@ -90,6 +92,10 @@ Test(cuda_kernels, routing_matches_route_select_with_ties_and_faults)
 {
     run_family("route");
 }
+Test(cuda_kernels, routing_v2_matches_route_select_with_ties_and_faults)
+{
+    run_family("route_v2");
+}
 Test(cuda_kernels, moe_weighted_sum_in_slot_order)
 {
     run_family("moe_sum");
@@ -151,4 +157,74 @@ Test(cuda_kernels, gemv_v2_arithmetic_on_the_host_matches_the_twin)
                 check_floats(what, got, want, ROWS, 1e-4, 1e-4, 1e-10);
                 free(buf), free(x), free(src), free(deq);
             }
+}
+
+/* No device needed: routing v2's steps (the r2_* functions route2_kernel runs) on the host, lanes
+ * and warp argmax emulated, against route_select BIT FOR BIT (ids, weights, k-th and (k+1)-th
+ * logits): expert counts below, at and above the warp (experts not a multiple of 32, up to
+ * 1024), k from 1 to X, ties (coarse grid, all equal, +0 against -0), -Inf logits, the NaN /
+ * +Inf fallback, and each routing fault. */
+Test(cuda_kernels, routing_v2_steps_on_the_host_are_bit_identical_to_route_select)
+{
+    static const int XK[][2] = {{1, 1},   {8, 2},   {31, 4},  {32, 32},  {40, 8},  {128, 8},
+                                {128, 1}, {256, 8}, {97, 96}, {1024, 8}, {1024, 1}};
+    enum { N = 8 };
+    uint64_t seed = 777;
+    int n_checked = 0;
+    for (size_t si = 0; si < sizeof XK / sizeof XK[0]; si++)
+        for (int fk = -1; fk < 3; fk++) {
+            const int X = XK[si][0], k = XK[si][1], layer = 2, pos0 = 5;
+            struct fault_set fs = {0};
+            if (fk >= 0) {
+                fs.n = 1;
+                fs.f[0] = (struct fault_spec){.kind = (enum fault_kind)fk,
+                                              .rank = k > 1 ? 1 : 0,
+                                              .layer_hi = 1000,
+                                              .pos_lo = pos0 + 1,
+                                              .pos_hi = pos0 + 5};
+            }
+            float *l = malloc((size_t)N * X * 4), *probs = malloc((size_t)X * 4);
+            int32_t *ig = malloc((size_t)N * k * 4), *iw = malloc((size_t)N * k * 4);
+            float *wg = malloc((size_t)N * k * 4), *ww = malloc((size_t)N * k * 4);
+            float kg[N], k1g[N], kw[N], k1w[N];
+            cr_assert(l && probs && ig && iw && wg && ww);
+            for (int i = 0; i < N * X; i++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                l[i] = (float)((double)(seed >> 11) / 9007199254740992.0 * 8.0 - 4.0);
+            }
+            for (int i = 0; i < X; i++) {
+                l[i] = roundf(l[i]);                   /* token 0: coarse grid, many ties */
+                l[X + i] = 0.25f;                      /* token 1: all equal */
+                l[2 * X + i] = (i & 1) ? 0.0f : -0.0f; /* token 2: +0 and -0 only */
+            }
+            l[3 * X + X / 2] = -INFINITY; /* token 3: a -Inf logit */
+            l[4 * X + (X - 1)] = NAN;     /* token 4: a NaN (fallback) */
+            l[5 * X + X / 3] = INFINITY;  /* token 5: +Inf (fallback) */
+            if (X > 1)
+                l[6 * X + 1] = -100.0f; /* token 6: tiny probabilities in the sum */
+            for (int t = 0; t < N; t++) {
+                struct route_result rr =
+                    route_select(l + (size_t)t * X, probs, X, k, 1, &fs, layer, pos0 + t,
+                                 iw + (size_t)t * k, ww + (size_t)t * k);
+                kw[t] = rr.kth_logit, k1w[t] = rr.k1th_logit;
+            }
+            struct gate_err err = {0};
+            cr_assert_eq(k_test_route2_host(l, N, X, k, layer, pos0, &fs, ig, wg, kg, k1g, &err), 0,
+                         "%s", err.msg);
+            cr_assert_eq(memcmp(ig, iw, (size_t)N * k * 4), 0,
+                         "ids differ: %d experts top %d fault %d", X, k, fk);
+            cr_assert_eq(memcmp(wg, ww, (size_t)N * k * 4), 0,
+                         "weights differ (bits): %d experts top %d fault %d", X, k, fk);
+            cr_assert_eq(memcmp(kg, kw, sizeof kg), 0, "k-th logits differ: %d top %d", X, k);
+            cr_assert_eq(memcmp(k1g, k1w, sizeof k1g), 0, "(k+1)-th logits differ: %d top %d", X,
+                         k);
+            n_checked += N;
+            free(l), free(probs), free(ig), free(iw), free(wg), free(ww);
+        }
+    cr_assert_eq(n_checked, 11 * 4 * N);
+    struct gate_err err = {0};
+    float one = 0.0f, w1;
+    int32_t id;
+    cr_assert_eq(k_test_route2_host(&one, 1, 1, 2, 0, 0, NULL, &id, &w1, &one, &one, &err),
+                 ERR_INPUT);
 }
