@@ -840,7 +840,7 @@ int exec_session_new(struct exec_session **out, const struct exec_engine *e, con
                        e->name);
     struct exec_session *s = calloc(1, sizeof *s);
     if (!s)
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "exec: out of memory for the engine session");
     s->e = e;
     s->in_fd = s->out_fd = s->err_fd = s->status_fd = -1;
     snprintf(s->sha256, sizeof s->sha256, "%s", model_sha256);
@@ -977,7 +977,7 @@ static int exec_open(struct backend **out, const struct model *m, const struct b
     }
     struct exec_backend *b = calloc(1, sizeof *b);
     if (!b)
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "exec: out of memory for the backend");
     b->s = s;
     b->base.ops = &backend_exec_ops;
     b->base.model = m;

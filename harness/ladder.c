@@ -89,7 +89,7 @@ static int first_equal_keys(struct parse *p, yaml_node_t *map, int n, int *first
     if (!keys || !order) {
         free(keys);
         free(order);
-        return err_set(p->err, ERR_ENV, "out of memory");
+        return err_set(p->err, ERR_ENV, "ladder: out of memory for a mapping's key index");
     }
     for (int i = 0; i < n; i++) {
         keys[i] = scalar(node(p, map->data.mapping.pairs.start[i].key));
@@ -119,7 +119,9 @@ static int check_map(struct parse *p, yaml_node_t *map, const char *what,
     if (n > 0 && (!(first = malloc((size_t)n * sizeof *first)) ||
                   (rc = first_equal_keys(p, map, n, first)))) {
         free(first);
-        return rc ? rc : err_set(p->err, ERR_ENV, "out of memory");
+        return rc ? rc
+                  : err_set(p->err, ERR_ENV,
+                            "ladder: out of memory for a list's first-occurrence index");
     }
     for (yaml_node_pair_t *a = map->data.mapping.pairs.start; a < map->data.mapping.pairs.top;
          a++) {
@@ -289,7 +291,7 @@ static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct l
         m->path = resolve(p->l, rel);
     }
     if (!m->path)
-        return err_set(p->err, ERR_ENV, "out of memory");
+        return err_set(p->err, ERR_ENV, "ladder: out of memory for a model's path");
     if ((rc = need(p, n, "sha256", what, &v)) ||
         (rc = get_str(p, v, "sha256", m->sha256, sizeof m->sha256)))
         return rc;
@@ -351,7 +353,7 @@ static int read_trust_file(struct parse *p, yaml_node_t *n, const char *name, un
             goto cleanup;
         }
     if (!(path = resolve(p->l, name))) {
-        rc = err_set(p->err, ERR_ENV, "out of memory");
+        rc = err_set(p->err, ERR_ENV, "ladder: out of memory for a file's path");
         goto cleanup;
     }
     fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
@@ -493,7 +495,7 @@ static int engine_paths(struct parse *p, yaml_node_t *x, const char *what, const
         if ((rc = get_str(p, it, key, buf, sizeof buf)))
             return rc;
         if (!(out[*n] = resolve(p->l, buf)))
-            return err_set(p->err, ERR_ENV, "out of memory");
+            return err_set(p->err, ERR_ENV, "ladder: out of memory for a path");
         (*n)++;
     }
     return 0;
@@ -550,7 +552,8 @@ static int parse_engine_guard(struct parse *p, yaml_node_t *e, const char *what,
                 return fail(p, val, "%s: env %s must be a string, found %s", what, name, kind(val));
             const size_t len = strlen(name) + strlen(val_s) + 2;
             if (!(x->env[x->n_env] = malloc(len)))
-                return err_set(p->err, ERR_ENV, "out of memory");
+                return err_set(p->err, ERR_ENV,
+                               "ladder: out of memory for an engine's environment");
             snprintf(x->env[x->n_env++], len, "%s=%s", name, val_s);
         }
     }
@@ -591,7 +594,7 @@ static int parse_engine_guard(struct parse *p, yaml_node_t *e, const char *what,
                 return fail(p, f, "%s: a files entry's sha256 must be 64 lower-case hex digits",
                             what);
             if (!(xf->path = resolve(p->l, buf)))
-                return err_set(p->err, ERR_ENV, "out of memory");
+                return err_set(p->err, ERR_ENV, "ladder: out of memory for an engine file's path");
             x->n_files++;
         }
     }
@@ -615,7 +618,7 @@ static int parse_engines(struct parse *p, yaml_node_t *root)
     if (n == 0)
         return fail(p, v, "engines must not be empty (omit it when the ladder gates none)");
     if (!(l->engines = calloc(n, sizeof *l->engines)))
-        return err_set(p->err, ERR_ENV, "out of memory");
+        return err_set(p->err, ERR_ENV, "ladder: out of memory for the engines");
     FOR_PAIRS(v, pr)
     {
         yaml_node_t *k = node(p, pr->key), *e = node(p, pr->value);
@@ -648,7 +651,7 @@ static int parse_engines(struct parse *p, yaml_node_t *root)
                                                                              : strdup(buf);
             if (!arg || (le->e.argc == 0 && !(le->argv0 = strdup(buf)))) {
                 free(arg);
-                return err_set(p->err, ERR_ENV, "out of memory");
+                return err_set(p->err, ERR_ENV, "ladder: out of memory for an engine's command");
             }
             le->e.argv[le->e.argc++] = arg;
         }
@@ -1043,7 +1046,7 @@ static int add_cell(struct parse *p, yaml_node_t *at, int model, int host, const
     struct ladder *l = p->l;
     struct ladder_cell *c = grow(l->cells, l->n_cells, sizeof *c);
     if (!c)
-        return err_set(p->err, ERR_ENV, "out of memory");
+        return err_set(p->err, ERR_ENV, "ladder: out of memory for the cells");
     l->cells = c;
     c = &l->cells[l->n_cells++];
     memset(c, 0, sizeof *c);
@@ -1064,7 +1067,7 @@ static int add_excluded(struct parse *p, yaml_node_t *x, int model, int host, co
     const char *reason = scalar(get(p, x, "reason"));
     struct ladder_excluded *e = grow(l->excluded, l->n_excluded, sizeof *e);
     if (!e)
-        return err_set(p->err, ERR_ENV, "out of memory");
+        return err_set(p->err, ERR_ENV, "ladder: out of memory for the excluded cells");
     l->excluded = e;
     e = &l->excluded[l->n_excluded++];
     memset(e, 0, sizeof *e);
@@ -1134,7 +1137,7 @@ static int check_coverage(struct parse *p, yaml_node_t *cells)
                     l->n_excluded);
     int *required = calloc((size_t)l->n_models, sizeof *required);
     if (!required)
-        return err_set(p->err, ERR_ENV, "out of memory");
+        return err_set(p->err, ERR_ENV, "ladder: out of memory for the coverage check");
     for (int i = 0; i < l->n_cells; i++)
         required[l->cells[i].model]++;
     for (int i = 0; i < l->n_excluded && !rc; i++) {
@@ -1263,7 +1266,7 @@ static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
     if (rc)
         return rc;
     if (!(seen = calloc(1, sizeof *seen)))
-        return err_set(p->err, ERR_ENV, "out of memory");
+        return err_set(p->err, ERR_ENV, "ladder: out of memory for the cell index");
     FOR_ITEMS(p, cells, e)
     {
         if ((rc = check_map(p, e, "a cells entry", keys)))
@@ -1538,7 +1541,7 @@ static int parse_anchor_pin(struct parse *p, yaml_node_t *n, const struct ladder
         (rc = get_str(p, v, "path", buf, sizeof buf)))
         return rc;
     if (!(pin->path = resolve(p->l, buf)))
-        return err_set(p->err, ERR_ENV, "out of memory");
+        return err_set(p->err, ERR_ENV, "ladder: out of memory for an anchor file's path");
     if ((rc = need(p, n, "sha256", ctx, &v)) ||
         (rc = get_str(p, v, "sha256", pin->sha256, sizeof pin->sha256)))
         return rc;
@@ -1611,7 +1614,7 @@ static int parse_anchors(struct parse *p, yaml_node_t *root)
         if (n == 0)
             return fail(p, v, "anchors must not be empty (omit it and say why under unanchored)");
         if (!(l->anchors = calloc(n, sizeof *l->anchors)))
-            return err_set(p->err, ERR_ENV, "out of memory");
+            return err_set(p->err, ERR_ENV, "ladder: out of memory for the anchors");
         FOR_PAIRS(v, pr)
         {
             if ((rc = parse_anchor(p, node(p, pr->key), node(p, pr->value),
@@ -1624,7 +1627,7 @@ static int parse_anchors(struct parse *p, yaml_node_t *root)
             return rc;
         size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
         if (!(l->unanchored = calloc(n + 1, sizeof *l->unanchored)))
-            return err_set(p->err, ERR_ENV, "out of memory");
+            return err_set(p->err, ERR_ENV, "ladder: out of memory for the unanchored list");
         FOR_PAIRS(v, pr)
         {
             yaml_node_t *k = node(p, pr->key), *r = node(p, pr->value);
@@ -1705,7 +1708,7 @@ static int parse_root(struct parse *p, yaml_node_t *root)
     l->models = calloc((size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start) + 1,
                        sizeof *l->models);
     if (!l->models)
-        return err_set(p->err, ERR_ENV, "out of memory");
+        return err_set(p->err, ERR_ENV, "ladder: out of memory for the models");
     FOR_PAIRS(v, pr)
     {
         if ((rc = parse_model(p, node(p, pr->key), node(p, pr->value), &l->models[l->n_models++])))
@@ -1718,7 +1721,7 @@ static int parse_root(struct parse *p, yaml_node_t *root)
     l->hosts = calloc((size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start) + 1,
                       sizeof *l->hosts);
     if (!l->hosts)
-        return err_set(p->err, ERR_ENV, "out of memory");
+        return err_set(p->err, ERR_ENV, "ladder: out of memory for the hosts");
     FOR_PAIRS(v, pr)
     {
         if ((rc = parse_host(p, node(p, pr->key), node(p, pr->value), &l->hosts[l->n_hosts++])))
@@ -1763,7 +1766,7 @@ static int prescan(const char *path, const unsigned char *bytes, size_t size, st
     int is_map[LADDER_MAX_DEPTH + 1] = {0};
     int depth = 0, docs = 0, rc = 0, done = 0;
     if (!yaml_parser_initialize(&parser))
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "ladder: out of memory for the YAML parser");
     yaml_parser_set_input_string(&parser, bytes, size);
     while (!done && !rc) {
         if (!yaml_parser_parse(&parser, &ev)) {
@@ -1825,7 +1828,7 @@ static int trust_digest(struct ladder *l, struct gate_err *err)
         n += l->hosts[h].n_trust;
     char **lines = calloc((size_t)n + 1, sizeof *lines);
     if (!lines)
-        return err_set(err, ERR_ENV, "out of memory");
+        return err_set(err, ERR_ENV, "ladder: out of memory for the trusted keys");
     int rc = 0;
     for (int h = 0; h < l->n_hosts && !rc; h++)
         for (int t = 0; t < l->hosts[h].n_trust && !rc; t++) {
@@ -1833,7 +1836,7 @@ static int trust_digest(struct ladder *l, struct gate_err *err)
             sodium_bin2hex(hex, sizeof hex, l->hosts[h].trust[t], 32);
             size_t len = strlen(l->hosts[h].id) + 8 + 64 + 3;
             if (!(lines[k] = malloc(len)))
-                rc = err_set(err, ERR_ENV, "out of memory");
+                rc = err_set(err, ERR_ENV, "ladder: out of memory for a trusted key");
             else
                 snprintf(lines[k++], len, "%s ed25519:%s\n", l->hosts[h].id, hex);
         }
@@ -1901,7 +1904,7 @@ int ladder_load(struct ladder **out, const char *path, struct gate_err *err)
     *out = l;
     return 0;
 oom:
-    rc = err_set(err, ERR_ENV, "out of memory");
+    rc = err_set(err, ERR_ENV, "ladder: out of memory while parsing");
 fail:
     if (doc_ok)
         yaml_document_delete(&doc);

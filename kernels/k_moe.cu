@@ -210,7 +210,7 @@ extern "C" int k_test_route2_host(const float *logits, int n, int X, int k, int 
                        32 * R2_MAX_PER_LANE, k, X);
     float *probs = (float *)malloc((size_t)X * sizeof(float));
     if (!probs)
-        return err_set(err, ERR_ENV, "route v2 (host): out of memory");
+        return err_set(err, ERR_ENV, "route v2 (host): out of memory for the probabilities");
     for (int t = 0; t < n; t++) {
         const float *l = logits + (int64_t)t * X;
         int32_t *ids = ids_out + (int64_t)t * k;
