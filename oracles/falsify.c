@@ -588,16 +588,6 @@ done:
 
 /* ---- the judge ------------------------------------------------------------------------------ */
 
-static void say(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(char *why, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (why && n)
-        vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-}
-
 struct thresholds {
     double min_cosine, max_mean_kld, max_kld, near_tie, route_tie;
     const json_t *settings; /* the parity settings object: parity's own rule reads it */
@@ -794,9 +784,9 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
         gate_metric_num(settings, "sweep_samples", &samples_d) ||
         gate_metric_num(settings, "min_detection", &min_det) || !json_is_array(sf)) {
         gate_check_bool(checks, "settings complete", 0);
-        say(why, n,
-            "falsify settings need faults, parity thresholds, sweep_samples and"
-            " min_detection");
+        gate_say(why, n,
+                 "falsify settings need faults, parity thresholds, sweep_samples and"
+                 " min_detection");
         return GATE_FAIL;
     }
     /* the strength floor: looser thresholds prove nothing */
@@ -987,7 +977,7 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
                      kind, det, tested, noop, min_det);
     }
     power_judge(settings, metrics, &t, checks, first, sizeof first, &fails);
-    say(why, n, "%s", fails ? first : "");
+    gate_say(why, n, "%s", fails ? first : "");
     return fails ? GATE_FAIL : GATE_PASS;
 }
 

@@ -104,18 +104,24 @@ int gate_metric_num(const json_t *obj, const char *key, double *out)
     return gate_json_num(json_object_get(obj, key), out);
 }
 
-static int why_set(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-/* Keep the first reason only (the first failing check explains the verdict best). */
-static int why_set(char *why, size_t n, const char *fmt, ...)
+void gate_say(char *why, size_t n, const char *fmt, ...)
 {
-    if (!why || !n || why[0])
-        return 0;
+    if (!why || !n)
+        return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, n, fmt, ap);
     va_end(ap);
-    return 0;
+}
+
+void gate_say_first(char *why, size_t n, const char *fmt, ...)
+{
+    if (!why || !n || why[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, n, fmt, ap);
+    va_end(ap);
 }
 
 /* ---- what ran -------------------------------------------------------------------------------- */
@@ -135,7 +141,7 @@ enum gate_verdict gate_judge_ran(const char *mode, const json_t *metrics, json_t
         gate_metric_num(ran, "tokens", &tokens) ||
         gate_metric_num(ran, "kernel_launches", &launches)) {
         gate_check_bool(checks, "ran recorded", 0);
-        why_set(why, n, "the gate did not record what ran (metrics.ran)");
+        gate_say_first(why, n, "the gate did not record what ran (metrics.ran)");
         return GATE_FAIL;
     }
     int ok = gate_check_str(checks, "ran.backend", ran_backend, backend);
@@ -156,10 +162,10 @@ enum gate_verdict gate_judge_ran(const char *mode, const json_t *metrics, json_t
         ok &= gate_check_bool(checks, "ran.device is the CPU", cpu_device);
     }
     if (!ok)
-        why_set(why, n,
-                "asked for %s but backend '%s' ran on '%s' (%.0f tokens, %.0f kernel"
-                " launches)",
-                mode ? mode : "?", ran_backend, device, tokens, launches);
+        gate_say_first(why, n,
+                       "asked for %s but backend '%s' ran on '%s' (%.0f tokens, %.0f kernel"
+                       " launches)",
+                       mode ? mode : "?", ran_backend, device, tokens, launches);
     return ok ? GATE_PASS : GATE_FAIL;
 }
 
@@ -173,11 +179,11 @@ enum gate_verdict capability_gate_judge(const json_t *settings, const json_t *me
     const json_t *ran = json_object_get(metrics, "ran");
     if (gate_metric_num(ran, "forwards", &forwards)) {
         gate_check_bool(checks, "ran.forwards recorded", 0);
-        why_set(why, n, "capability metrics lack ran.forwards");
+        gate_say_first(why, n, "capability metrics lack ran.forwards");
         return GATE_FAIL;
     }
     if (!gate_check_num(checks, "ran.forwards", forwards, ">", 0)) {
-        why_set(why, n, "the mode evaluated nothing (0 forward calls)");
+        gate_say_first(why, n, "the mode evaluated nothing (0 forward calls)");
         return GATE_FAIL;
     }
     return GATE_PASS;
@@ -217,8 +223,8 @@ static enum gate_verdict judge_ran_settings(const json_t *settings, const json_t
         char metric[32];
         snprintf(metric, sizeof metric, "ran.%s", r->key);
         if (!gate_check_str(checks, metric, got, want)) {
-            why_set(why, n, "the cell asks for %s %s but the subject ran %s", r->what, want,
-                    got ? got : "none recorded");
+            gate_say_first(why, n, "the cell asks for %s %s but the subject ran %s", r->what, want,
+                           got ? got : "none recorded");
             return GATE_FAIL;
         }
     }
@@ -234,12 +240,12 @@ enum gate_verdict gate_judge_common(gate_judge_fn judge, int check_ran, const ch
     const char *error = json_string_value(json_object_get(metrics, "error"));
     if (error) {
         gate_check_bool(checks, "ran without error", 0);
-        why_set(why, n, "%s", error);
+        gate_say_first(why, n, "%s", error);
         return GATE_FAIL;
     }
     if (!json_is_object(settings) || !json_is_object(metrics)) {
         gate_check_bool(checks, "settings and metrics recorded", 0);
-        why_set(why, n, "settings or metrics are not objects");
+        gate_say_first(why, n, "settings or metrics are not objects");
         return GATE_FAIL;
     }
     enum gate_verdict ran = check_ran ? gate_judge_ran(mode, metrics, checks, why, n) : GATE_PASS;
@@ -247,7 +253,7 @@ enum gate_verdict gate_judge_common(gate_judge_fn judge, int check_ran, const ch
         ran = judge_ran_settings(settings, metrics, checks, why, n);
     enum gate_verdict v = judge(settings, metrics, checks, why, n);
     if (json_array_size(checks) == 0) {
-        why_set(why, n, "the gate made no check");
+        gate_say_first(why, n, "the gate made no check");
         return GATE_FAIL;
     }
     if (ran == GATE_FAIL || v == GATE_FAIL)

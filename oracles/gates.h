@@ -55,6 +55,13 @@ int gate_check_bool(json_t *checks, const char *metric, int value);
 /* The same for a string that must equal want. */
 int gate_check_str(json_t *checks, const char *metric, const char *value, const char *want);
 
+/* A gate's one-line reason into why (n bytes; either may be NULL/0: nothing written):
+ * gate_say() writes it, gate_say_first() only while why is still empty (the first failing check
+ * explains the verdict best). The one pair every oracle's judge uses (issue 24 §7). */
+void gate_say(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void gate_say_first(char *why, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* A number from metrics: a JSON number, or the strings "NaN", "Inf", "-Inf" (how receipts record
  * non-finite values). Returns 0 and sets *out, or -1 when absent or not a number. */
 int gate_metric_num(const json_t *obj, const char *key, double *out);

@@ -565,16 +565,6 @@ void golden_result_free(struct golden_result *r)
     r->n = 0;
 }
 
-static void say(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(char *why, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (why && n)
-        vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-}
-
 /* Ids of a metrics array into out (cap entries); -1 when not an array of ids or too long. */
 static int ids_in(const json_t *a, int32_t *out, int cap)
 {
@@ -599,7 +589,7 @@ static enum golden_class classify(const json_t *c, int tokens, double near_tie, 
     name = name ? name : "?";
     *k = -1;
     if (tokens < 1 || tokens > 1 << 20) {
-        say(why, n, "settings.tokens %d is not a token count", tokens);
+        gate_say(why, n, "settings.tokens %d is not a token count", tokens);
         return GOLDEN_WRONG;
     }
     int32_t *e = malloc((size_t)tokens * sizeof *e), *g = malloc((size_t)tokens * sizeof *g);
@@ -607,12 +597,13 @@ static enum golden_class classify(const json_t *c, int tokens, double near_tie, 
     int ne = e ? ids_in(json_object_get(c, "expected"), e, tokens) : -1;
     int ng = g ? ids_in(json_object_get(c, "got"), g, tokens) : -1;
     if (ne < 0 || ng < 0) {
-        say(why, n, "case '%s': expected/got are not id lists of at most %d ids", name, tokens);
+        gate_say(why, n, "case '%s': expected/got are not id lists of at most %d ids", name,
+                 tokens);
         goto done;
     }
     if (ne < 1 || (ne < tokens && !(eos >= 0 && e[ne - 1] == eos))) {
-        say(why, n, "case '%s': %d expected ids for %d tokens (short, not ending at EOS)", name, ne,
-            tokens);
+        gate_say(why, n, "case '%s': %d expected ids for %d tokens (short, not ending at EOS)",
+                 name, ne, tokens);
         goto done;
     }
     *k = golden_first_diff(e, ne, g, ng);
@@ -620,23 +611,23 @@ static enum golden_class classify(const json_t *c, int tokens, double near_tie, 
         const char *want = json_string_value(json_object_get(c, "expect_text"));
         const char *got = json_string_value(json_object_get(c, "got_text"));
         if (want && (!got || strcmp(want, got)))
-            say(why, n, "case '%s' has the expected ids but not the expected text", name);
+            gate_say(why, n, "case '%s' has the expected ids but not the expected text", name);
         else
             cls = GOLDEN_MATCH;
         goto done;
     }
     if (*k >= ne || *k >= ng) {
-        say(why, n, "case '%s': %d ids produced where %d were expected", name, ng, ne);
+        gate_say(why, n, "case '%s': %d ids produced where %d were expected", name, ng, ne);
         goto done;
     }
     const json_t *j = json_object_get(c, "judge");
     double margin, gap_e, gap_g;
     if (gate_metric_num(j, "margin", &margin) || gate_metric_num(j, "gap_expected", &gap_e) ||
         gate_metric_num(j, "gap_got", &gap_g)) {
-        say(why, n,
-            "case '%s' differs at generated index %d (expected id %d, got %d) and no"
-            " judge margin was recorded there",
-            name, *k, (int)e[*k], (int)g[*k]);
+        gate_say(why, n,
+                 "case '%s' differs at generated index %d (expected id %d, got %d) and no"
+                 " judge margin was recorded there",
+                 name, *k, (int)e[*k], (int)g[*k]);
         goto done;
     }
     /* the route-tie replay (recorded at the divergence for an MoE subject with taps): a refused
@@ -646,11 +637,12 @@ static enum golden_class classify(const json_t *c, int tokens, double near_tie, 
     if (rp && (gate_metric_num(rp, "forced", &forced) || gate_metric_num(rp, "refused", &refused) ||
                !(forced >= 0 && forced == floor(forced)) ||
                !(refused >= 0 && refused == floor(refused)))) {
-        say(why, n, "case '%s': its route-tie replay record is malformed", name);
+        gate_say(why, n, "case '%s': its route-tie replay record is malformed", name);
         goto done;
     }
     if (rp && refused > 0) {
-        say(why, n,
+        gate_say(
+            why, n,
             "case '%s' differs at generated index %d (expected id %d, got %d) after the subject"
             " routed beyond the router near tie (%g refused pairs): WRONG",
             name, *k, (int)e[*k], (int)g[*k], refused);
@@ -658,7 +650,8 @@ static enum golden_class classify(const json_t *c, int tokens, double near_tie, 
     }
     if (rp && forced > 0 && !gate_metric_num(rp, "gap_got", &rgap) && rgap < near_tie) {
         cls = GOLDEN_ROUTE_TIE;
-        say(why, n,
+        gate_say(
+            why, n,
             "case '%s': route near tie at index %d (expected id %d, got %d): the judge replayed"
             " on the subject's expert choices (%g forced) picks the subject's token (gap %.4g <"
             " near_tie %g)",
@@ -667,15 +660,15 @@ static enum golden_class classify(const json_t *c, int tokens, double near_tie, 
     }
     if (margin < near_tie && gap_e < near_tie && gap_g < near_tie) {
         cls = GOLDEN_TIE_FLIP;
-        say(why, n,
-            "case '%s': tie flip at index %d (expected id %d, got %d; judge margin %.4g <"
-            " near_tie %g)",
-            name, *k, (int)e[*k], (int)g[*k], margin, near_tie);
+        gate_say(why, n,
+                 "case '%s': tie flip at index %d (expected id %d, got %d; judge margin %.4g <"
+                 " near_tie %g)",
+                 name, *k, (int)e[*k], (int)g[*k], margin, near_tie);
     } else {
-        say(why, n,
-            "case '%s' differs at generated index %d (expected id %d, got %d) where the"
-            " judge's margin is %.4g (near_tie %g): WRONG",
-            name, *k, (int)e[*k], (int)g[*k], margin, near_tie);
+        gate_say(why, n,
+                 "case '%s' differs at generated index %d (expected id %d, got %d) where the"
+                 " judge's margin is %.4g (near_tie %g): WRONG",
+                 name, *k, (int)e[*k], (int)g[*k], margin, near_tie);
     }
 done:
     free(e);
@@ -692,14 +685,14 @@ enum gate_verdict golden_judge(const json_t *settings, const json_t *metrics, js
     int fails = 0;
     if (gate_metric_num(settings, "tokens", &tokens_d) ||
         gate_metric_num(settings, "near_tie", &near_tie) || !gsha) {
-        say(why, n, "golden settings need tokens, near_tie and goldens_sha256");
+        gate_say(why, n, "golden settings need tokens, near_tie and goldens_sha256");
         gate_check_bool(checks, "settings complete", 0);
         return GATE_FAIL;
     }
     const json_t *cases = json_object_get(metrics, "cases");
     if (gate_metric_num(metrics, "n_gen", &n_gen) || gate_metric_num(metrics, "eos", &eos_d) ||
         !json_is_array(cases)) {
-        say(why, n, "golden metrics lack n_gen, eos or cases");
+        gate_say(why, n, "golden metrics lack n_gen, eos or cases");
         gate_check_bool(checks, "metrics complete", 0);
         return GATE_FAIL;
     }
@@ -739,10 +732,10 @@ enum gate_verdict golden_judge(const json_t *settings, const json_t *metrics, js
             snprintf(first, sizeof first, "%s", one);
     }
     if (!fails) {
-        say(why, n, "%s", "");
+        gate_say(why, n, "%s", "");
         return GATE_PASS;
     }
-    say(why, n, "%s", first);
+    gate_say(why, n, "%s", first);
     return GATE_FAIL;
 }
 

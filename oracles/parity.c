@@ -265,17 +265,6 @@ void parity_summarize(const struct parity_pos *pos, int n, const struct parity_c
         s->min_cosine = s->mean_kld = s->max_kld = s->max_rel_l2 = s->mean_rel_l2 = NAN;
 }
 
-static void say(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(char *why, size_t n, const char *fmt, ...)
-{
-    if (!why || !n || why[0])
-        return; /* the first reason wins */
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-}
-
 int parity_verdict(const struct parity_config *cfg, const struct parity_summary *s, json_t *checks,
                    char *why, size_t n)
 {
@@ -284,43 +273,49 @@ int parity_verdict(const struct parity_config *cfg, const struct parity_summary 
     char first[200] = "";
     const size_t fn = sizeof first;
     if (!gate_check_num(c, "positions", s->n_pos, ">=", cfg->positions))
-        say(first, fn, "%d positions judged, fewer than the %d asked for (too few positions)",
-            s->n_pos, cfg->positions);
+        gate_say_first(first, fn,
+                       "%d positions judged, fewer than the %d asked for (too few positions)",
+                       s->n_pos, cfg->positions);
     if (!gate_check_num(c, "nonfinite_positions", s->n_nonfinite, "<=", 0))
-        say(first, fn, "non-finite logits at position %d (%d positions)", s->first_bad,
-            s->n_nonfinite);
+        gate_say_first(first, fn, "non-finite logits at position %d (%d positions)", s->first_bad,
+                       s->n_nonfinite);
     /* an expert set that differs beyond the router near tie: the subject routed where the
      * judge's router clearly would not (route_tie 0: any differing set) */
     const struct parity_route_replay *rr = &s->route;
     if (!gate_check_num(c, "route_refused", rr->n_refused, "<=", 0))
-        say(first, fn,
+        gate_say_first(
+            first, fn,
             "%d (layer, position) pairs route to another expert set than the judge beyond the"
             " router near tie %g, first layer %d position %d (judge deficit %.3g, subject gap"
             " %.3g)",
             rr->n_refused, cfg->route_tie, rr->refused_layer, rr->refused_pos, rr->refused_deficit,
             rr->refused_subject_gap);
     if (!gate_check_num(c, "wrong_positions", s->n_wrong, "<=", 0))
-        say(first, fn,
+        gate_say_first(
+            first, fn,
             "%d WRONG argmax positions, first at position %d (judge's gap >= near tie %g)",
             s->n_wrong, s->first_bad, cfg->near_tie);
     if (!gate_check_num(c, "min_cosine", s->min_cosine, ">=", cfg->min_cosine))
-        say(first, fn, "min cosine %.6g at position %d < %g", s->min_cosine, s->argmin_cosine,
-            cfg->min_cosine);
+        gate_say_first(first, fn, "min cosine %.6g at position %d < %g", s->min_cosine,
+                       s->argmin_cosine, cfg->min_cosine);
     if (!gate_check_num(c, "max_kld", s->max_kld, "<=", cfg->max_kld))
-        say(first, fn, "max KL %.4g at position %d > %g", s->max_kld, s->argmax_kld, cfg->max_kld);
+        gate_say_first(first, fn, "max KL %.4g at position %d > %g", s->max_kld, s->argmax_kld,
+                       cfg->max_kld);
     if (!gate_check_num(c, "mean_kld", s->mean_kld, "<=", cfg->max_mean_kld))
-        say(first, fn, "mean KL %.4g > %g", s->mean_kld, cfg->max_mean_kld);
+        gate_say_first(first, fn, "mean KL %.4g > %g", s->mean_kld, cfg->max_mean_kld);
     if (!isinf(cfg->max_rel_l2) &&
         !gate_check_num(c, "max_rel_l2", s->max_rel_l2, "<=", cfg->max_rel_l2))
-        say(first, fn, "max rel-L2 %.4g at position %d > %g (a scale error cosine cannot see)",
-            s->max_rel_l2, s->argmax_rel_l2, cfg->max_rel_l2);
+        gate_say_first(first, fn,
+                       "max rel-L2 %.4g at position %d > %g (a scale error cosine cannot see)",
+                       s->max_rel_l2, s->argmax_rel_l2, cfg->max_rel_l2);
     if (!isinf(cfg->max_mean_rel_l2) &&
         !gate_check_num(c, "mean_rel_l2", s->mean_rel_l2, "<=", cfg->max_mean_rel_l2))
-        say(first, fn, "mean rel-L2 %.4g > %g (a small error at every position)", s->mean_rel_l2,
-            cfg->max_mean_rel_l2);
+        gate_say_first(first, fn, "mean rel-L2 %.4g > %g (a small error at every position)",
+                       s->mean_rel_l2, cfg->max_mean_rel_l2);
     if (s->kv_round.measured &&
         !gate_check_num(c, "kv_f16_rounding", s->kv_round.ratio, "<=", PARITY_KV_ROUND_MAX))
-        say(first, fn,
+        gate_say_first(
+            first, fn,
             "the F16 KV cache is %.3g times as far from a judge rounding its cache to nearest F16"
             " as that judge is from the F32 one (median of %d positions, at most %g): the cache"
             " does not round as it claims",
@@ -373,13 +368,13 @@ int parity_settings_read(const json_t *settings, struct parity_config *cfg, char
     memset(cfg, 0, sizeof *cfg);
     double v;
     if (gate_metric_num(settings, "positions", &v)) {
-        say(why, n, "setting 'positions' is missing or not a number");
+        gate_say_first(why, n, "setting 'positions' is missing or not a number");
         return -1;
     }
     cfg->positions = (int)v;
     for (size_t i = 0; i < sizeof K / sizeof K[0]; i++)
         if (gate_metric_num(settings, K[i].key, (double *)((char *)cfg + K[i].off))) {
-            say(why, n, "setting '%s' is missing or not a number", K[i].key);
+            gate_say_first(why, n, "setting '%s' is missing or not a number", K[i].key);
             return -1;
         }
     /* absent: no route ties (the strictest); no rel-L2 bound (a receipt from before the key) */
@@ -501,7 +496,7 @@ int parity_metrics_rejected(const json_t *settings, const json_t *metrics, char 
         return -1;
     if (json_object_get(metrics, "per_position")) {
         if (parity_metrics_summary(metrics, &cfg, &s)) {
-            say(why, n, "parity metrics lack per_position arrays of one length");
+            gate_say_first(why, n, "parity metrics lack per_position arrays of one length");
             return -1;
         }
         return parity_rejected(&cfg, &s);
@@ -513,25 +508,25 @@ int parity_metrics_rejected(const json_t *settings, const json_t *metrics, char 
                                        "nonfinite_positions"};
     for (int i = 0; i < 5; i++)
         if (gate_metric_num(metrics, keys[i], &v[i])) {
-            say(why, n, "parity numbers lack '%s'", keys[i]);
+            gate_say_first(why, n, "parity numbers lack '%s'", keys[i]);
             return -1;
         }
     s.min_cosine = v[0], s.mean_kld = v[1], s.max_kld = v[2];
     s.n_wrong = (int)v[3], s.n_nonfinite = (int)v[4];
     s.max_rel_l2 = s.mean_rel_l2 = 0;
     if (!isinf(cfg.max_rel_l2) && gate_metric_num(metrics, "max_rel_l2", &s.max_rel_l2)) {
-        say(why, n, "parity numbers lack 'max_rel_l2'");
+        gate_say_first(why, n, "parity numbers lack 'max_rel_l2'");
         return -1;
     }
     if (!isinf(cfg.max_mean_rel_l2) && gate_metric_num(metrics, "mean_rel_l2", &s.mean_rel_l2)) {
-        say(why, n, "parity numbers lack 'mean_rel_l2'");
+        gate_say_first(why, n, "parity numbers lack 'mean_rel_l2'");
         return -1;
     }
     s.n_pos = cfg.positions; /* a sweep point judges its session's positions */
     route_none(&s.route);
     if (json_object_get(metrics, "route_refused") &&
         (gate_metric_num(metrics, "route_refused", &v[0]) || !count_ok(v[0]))) {
-        say(why, n, "parity numbers' 'route_refused' is not a count");
+        gate_say_first(why, n, "parity numbers' 'route_refused' is not a count");
         return -1;
     }
     s.route.n_refused = json_object_get(metrics, "route_refused") ? (int)v[0] : 0;
@@ -551,7 +546,8 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
     }
     if (parity_metrics_summary(metrics, &cfg, &s)) {
         gate_check_bool(checks, "per-position metrics recorded", 0);
-        say(why, n,
+        gate_say_first(
+            why, n,
             "parity metrics lack per_position cosine/kld/ref_gap/ref_top/test_top%s arrays of"
             " one length",
             isinf(cfg.max_rel_l2) && isinf(cfg.max_mean_rel_l2) ? "" : "/rel_l2");
@@ -562,15 +558,15 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
     if (kv && !strcmp(kv, "f16") &&
         !gate_check_bool(checks, "kv_f16_rounding recorded",
                          json_is_object(json_object_get(metrics, "kv_f16_rounding")))) {
-        say(why, n,
-            "an F16-KV cell's parity metrics do not say whether its cache's rounding was"
-            " judged (kv_f16_rounding)");
+        gate_say_first(why, n,
+                       "an F16-KV cell's parity metrics do not say whether its cache's rounding was"
+                       " judged (kv_f16_rounding)");
         return GATE_FAIL;
     }
     char line[512] = "";
     const int pass = parity_verdict(&cfg, &s, checks, line, sizeof line);
     /* the gate's reason is the rule's line without its verdict word (the row carries it) */
-    say(why, n, "%s", line + (pass ? 6 : 6));
+    gate_say_first(why, n, "%s", line + (pass ? 6 : 6));
     return pass ? GATE_PASS : GATE_FAIL;
 }
 

@@ -144,16 +144,6 @@ int throughput_starved(const struct throughput_sample *s, double max_wait)
     return 0;
 }
 
-static void say(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(char *why, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (why && n)
-        vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-}
-
 static const char *const PHASE[2] = {"prefill", "decode"};
 
 int throughput_decide(const struct throughput_sample *s, int n, const struct throughput_rule *rule,
@@ -231,17 +221,18 @@ int throughput_decide(const struct throughput_sample *s, int n, const struct thr
           d->phase[fail].granted.hi < d->phase[fail].floor)) {
         const struct throughput_phase *ph = &d->phase[fail];
         d->verdict = GATE_FAIL;
-        say(d->reason, sizeof d->reason,
-            "%s regressed: %.3f x the baseline's median (%.3f-%.3f, 95%% interval of %d runs"
-            " with the CPU granted) is below 1 - max_regression = %.3f",
-            PHASE[fail], ph->vs_granted.ratio, ph->vs_granted.lo, ph->vs_granted.hi, ph->granted.n,
-            1 - rule->max_regression);
+        gate_say(d->reason, sizeof d->reason,
+                 "%s regressed: %.3f x the baseline's median (%.3f-%.3f, 95%% interval of %d runs"
+                 " with the CPU granted) is below 1 - max_regression = %.3f",
+                 PHASE[fail], ph->vs_granted.ratio, ph->vs_granted.lo, ph->vs_granted.hi,
+                 ph->granted.n, 1 - rule->max_regression);
         return 0;
     }
     if (fail >= 0 && d->phase[fail].bound_fail) {
         const struct throughput_phase *ph = &d->phase[fail];
         d->verdict = GATE_FAIL;
-        say(d->reason, sizeof d->reason,
+        gate_say(
+            d->reason, sizeof d->reason,
             "%s is below the floor %g even with every second its threads waited for a CPU given"
             " back: at most %.1f tokens/s (%.1f-%.1f, %.0f%% interval of %d runs; %d starved)",
             PHASE[fail], ph->floor, ph->bound.median, ph->bound.lo, ph->bound.hi,
@@ -251,20 +242,21 @@ int throughput_decide(const struct throughput_sample *s, int n, const struct thr
     if (fail >= 0) {
         const struct throughput_phase *ph = &d->phase[fail];
         d->verdict = GATE_FAIL;
-        say(d->reason, sizeof d->reason,
-            "%s %.1f tokens/s (median; %.1f-%.1f, %.0f%% interval of %d runs with the CPU"
-            " granted) is below the floor %g",
-            PHASE[fail], ph->granted.median, ph->granted.lo, ph->granted.hi,
-            100 * ph->granted.coverage, ph->granted.n, ph->floor);
+        gate_say(d->reason, sizeof d->reason,
+                 "%s %.1f tokens/s (median; %.1f-%.1f, %.0f%% interval of %d runs with the CPU"
+                 " granted) is below the floor %g",
+                 PHASE[fail], ph->granted.median, ph->granted.lo, ph->granted.hi,
+                 100 * ph->granted.coverage, ph->granted.n, ph->floor);
         return 0;
     }
     if (pass == 2 && n >= rule->runs) {
         d->verdict = GATE_PASS;
-        say(d->reason, sizeof d->reason,
-            "prefill %.1f tokens/s (%.1f-%.1f), decode %.1f tokens/s (%.1f-%.1f) after %d runs"
-            " (floors %g / %g)",
-            d->phase[0].all.median, d->phase[0].all.lo, d->phase[0].all.hi, d->phase[1].all.median,
-            d->phase[1].all.lo, d->phase[1].all.hi, n, rule->floor[0], rule->floor[1]);
+        gate_say(d->reason, sizeof d->reason,
+                 "prefill %.1f tokens/s (%.1f-%.1f), decode %.1f tokens/s (%.1f-%.1f) after %d runs"
+                 " (floors %g / %g)",
+                 d->phase[0].all.median, d->phase[0].all.lo, d->phase[0].all.hi,
+                 d->phase[1].all.median, d->phase[1].all.lo, d->phase[1].all.hi, n, rule->floor[0],
+                 rule->floor[1]);
         if (rule->base[0]) {
             const size_t at = strlen(d->reason);
             snprintf(d->reason + at, sizeof d->reason - at,
@@ -276,30 +268,31 @@ int throughput_decide(const struct throughput_sample *s, int n, const struct thr
     }
     if (n < rule->runs || (n < rule->max_runs && d->timed_s < rule->max_seconds)) {
         d->more = 1;
-        say(d->reason, sizeof d->reason, "undecided after %d runs / %.1f s", n, d->timed_s);
+        gate_say(d->reason, sizeof d->reason, "undecided after %d runs / %.1f s", n, d->timed_s);
         return 0;
     }
     const struct throughput_phase *ph = &d->phase[undecided];
     d->verdict = GATE_ERROR;
     if (!(ph->floor > 0 && ph->all.lo < ph->floor) && rule->base[undecided]) {
-        say(d->reason, sizeof d->reason,
-            "%s: %s %.3f x the baseline (%.3f-%.3f) vs 1 - max_regression = %.3f after %d"
-            " runs / %.1f s (%d host-starved)",
-            starved ? "host starved" : "inconclusive", PHASE[undecided], ph->vs_all.ratio,
-            ph->vs_all.lo, ph->vs_all.hi, 1 - rule->max_regression, n, d->timed_s, d->n_starved);
+        gate_say(d->reason, sizeof d->reason,
+                 "%s: %s %.3f x the baseline (%.3f-%.3f) vs 1 - max_regression = %.3f after %d"
+                 " runs / %.1f s (%d host-starved)",
+                 starved ? "host starved" : "inconclusive", PHASE[undecided], ph->vs_all.ratio,
+                 ph->vs_all.lo, ph->vs_all.hi, 1 - rule->max_regression, n, d->timed_s,
+                 d->n_starved);
         return 0;
     }
     if (starved)
-        say(d->reason, sizeof d->reason,
-            "host starved: %d of %d runs waited for a CPU more than %.0f%% of the time they"
-            " asked for; %s %.1f-%.1f tok/s vs floor %g after %d runs / %.1f s is no evidence"
-            " about the engine",
-            d->n_starved, n, 100 * rule->max_wait, PHASE[undecided], ph->all.lo, ph->all.hi,
-            ph->floor, n, d->timed_s);
+        gate_say(d->reason, sizeof d->reason,
+                 "host starved: %d of %d runs waited for a CPU more than %.0f%% of the time they"
+                 " asked for; %s %.1f-%.1f tok/s vs floor %g after %d runs / %.1f s is no evidence"
+                 " about the engine",
+                 d->n_starved, n, 100 * rule->max_wait, PHASE[undecided], ph->all.lo, ph->all.hi,
+                 ph->floor, n, d->timed_s);
     else
-        say(d->reason, sizeof d->reason,
-            "inconclusive: %.1f-%.1f tok/s vs floor %g (%s) after %d runs / %.1f s", ph->all.lo,
-            ph->all.hi, ph->floor, PHASE[undecided], n, d->timed_s);
+        gate_say(d->reason, sizeof d->reason,
+                 "inconclusive: %.1f-%.1f tok/s vs floor %g (%s) after %d runs / %.1f s",
+                 ph->all.lo, ph->all.hi, ph->floor, PHASE[undecided], n, d->timed_s);
     return 0;
 }
 
@@ -388,7 +381,7 @@ static int spot_ok(const json_t *metrics, int n_runs, int per_run, int n_pos, do
     char first[300] = "";
     if (!json_is_array(a) && per_run > 0) {
         gate_check_bool(checks, "timed runs checked against the judge", 0);
-        say(why, n, "throughput metrics lack the spot checks of the timed runs (\"spot\")");
+        gate_say(why, n, "throughput metrics lack the spot checks of the timed runs (\"spot\")");
         return -1;
     }
     size_t i;
@@ -399,7 +392,7 @@ static int spot_ok(const json_t *metrics, int n_runs, int per_run, int n_pos, do
         if (spot_nums(c, &run, &pos, &cos, &am, &jam, &gap, &rgap, &refused) ||
             !(run >= 0 && run < n_runs && run == floor(run)) || !(pos >= 0 && pos < n_pos)) {
             gate_check_bool(checks, "spot check well formed", 0);
-            say(why, n, "throughput spot check %zu is malformed", i);
+            gate_say(why, n, "throughput spot check %zu is malformed", i);
             return -1;
         }
         count[(int)run]++;
@@ -423,15 +416,15 @@ static int spot_ok(const json_t *metrics, int n_runs, int per_run, int n_pos, do
             short_run = r;
     gate_check_num(checks, "spot_checks_bad", bad, "==", 0);
     if (!gate_check_bool(checks, "every timed run checked", short_run < 0)) {
-        say(why, n, "timed run %d has %d spot checks, the settings ask for %d", short_run,
-            count[short_run], per_run);
+        gate_say(why, n, "timed run %d has %d spot checks, the settings ask for %d", short_run,
+                 count[short_run], per_run);
         return -1;
     }
     if (bad) {
-        say(why, n,
-            "timed work is not the judged work: %d of %zu spot checks disagree with the"
-            " judge; first: %s",
-            bad, json_array_size(a), first);
+        gate_say(why, n,
+                 "timed work is not the judged work: %d of %zu spot checks disagree with the"
+                 " judge; first: %s",
+                 bad, json_array_size(a), first);
         return -1;
     }
     return 0;
@@ -449,13 +442,13 @@ enum gate_verdict throughput_judge(const json_t *settings, const json_t *metrics
     for (int i = 0; i < NK; i++)
         if (gate_metric_num(settings, keys[i], &v[i])) {
             gate_check_bool(checks, "settings complete", 0);
-            say(why, n, "throughput settings lack '%s'", keys[i]);
+            gate_say(why, n, "throughput settings lack '%s'", keys[i]);
             return GATE_FAIL;
         }
     if (gate_metric_num(par, "min_cosine", &min_cos) ||
         gate_metric_num(par, "near_tie", &near_tie)) {
         gate_check_bool(checks, "settings complete", 0);
-        say(why, n, "throughput settings lack parity.min_cosine / parity.near_tie");
+        gate_say(why, n, "throughput settings lack parity.min_cosine / parity.near_tie");
         return GATE_FAIL;
     }
     if (gate_metric_num(par, "route_tie", &route_tie)) /* receipts from before the rule */
@@ -471,7 +464,7 @@ enum gate_verdict throughput_judge(const json_t *settings, const json_t *metrics
     const char *refused = NULL;
     if (!bl || gate_metric_num(settings, "max_regression", &rule.max_regression)) {
         gate_check_bool(checks, "settings complete", 0);
-        say(why, n, "throughput settings lack 'baseline' / 'max_regression'");
+        gate_say(why, n, "throughput settings lack 'baseline' / 'max_regression'");
         return GATE_FAIL;
     }
     if (bl[0]) {
@@ -493,10 +486,10 @@ enum gate_verdict throughput_judge(const json_t *settings, const json_t *metrics
                 ok = !gate_json_num(json_array_get(bp, i), &base[0][i]) &&
                      !gate_json_num(json_array_get(bd, i), &base[1][i]);
             if (!gate_check_bool(checks, "baseline recorded", ok)) {
-                say(why, n,
-                    "throughput settings name baseline '%s' but the metrics record no"
-                    " comparable baseline rates",
-                    bl);
+                gate_say(why, n,
+                         "throughput settings name baseline '%s' but the metrics record no"
+                         " comparable baseline rates",
+                         bl);
                 return GATE_FAIL;
             }
             rule.base[0] = base[0];
@@ -510,13 +503,13 @@ enum gate_verdict throughput_judge(const json_t *settings, const json_t *metrics
     enum gate_verdict verdict = GATE_FAIL;
     if (!sp || !sd) {
         gate_check_bool(checks, "memory", 0);
-        say(why, n, "out of memory for the timed samples");
+        gate_say(why, n, "out of memory for the timed samples");
         goto out;
     }
     if (!gate_check_bool(checks, "runs recorded", runs_of(metrics, sp, sd, &nr) == 0)) {
-        say(why, n,
-            "throughput metrics lack timed runs (\"runs\": seed, prefill_tps,"
-            " decode_tps, wall_s)");
+        gate_say(why, n,
+                 "throughput metrics lack timed runs (\"runs\": seed, prefill_tps,"
+                 " decode_tps, wall_s)");
         goto out;
     }
     double pt = NAN, dt = NAN;
@@ -524,15 +517,15 @@ enum gate_verdict throughput_judge(const json_t *settings, const json_t *metrics
     gate_metric_num(metrics, "decode_tokens", &dt);
     if (!gate_check_num(checks, "prompt_tokens", pt, "==", v[1]) |
         !gate_check_num(checks, "decode_tokens", dt, "==", v[2])) {
-        say(why, n, "measured %g prompt / %g decode tokens, settings ask for %g / %g", pt, dt, v[1],
-            v[2]);
+        gate_say(why, n, "measured %g prompt / %g decode tokens, settings ask for %g / %g", pt, dt,
+                 v[1], v[2]);
         goto out;
     }
     if (!gate_check_num(checks, "timed_runs", nr, ">=", fmax(v[0], THROUGHPUT_MIN_RUNS)) |
         !gate_check_num(checks, "timed_runs_budget", nr, "<=", v[5])) {
-        say(why, n,
-            "%d timed runs recorded, a gate needs %g to %g (runs, at least %d, to max_runs)", nr,
-            fmax(v[0], THROUGHPUT_MIN_RUNS), v[5], THROUGHPUT_MIN_RUNS);
+        gate_say(why, n,
+                 "%d timed runs recorded, a gate needs %g to %g (runs, at least %d, to max_runs)",
+                 nr, fmax(v[0], THROUGHPUT_MIN_RUNS), v[5], THROUGHPUT_MIN_RUNS);
         goto out;
     }
     int dup = -1;
@@ -541,8 +534,8 @@ enum gate_verdict throughput_judge(const json_t *settings, const json_t *metrics
             if (sd[i] == sd[j])
                 dup = i;
     if (!gate_check_bool(checks, "fresh sequence per run", dup < 0)) {
-        say(why, n, "timed run %d repeats an earlier run's token sequence (seed %llu)", dup,
-            (unsigned long long)sd[dup]);
+        gate_say(why, n, "timed run %d repeats an earlier run's token sequence (seed %llu)", dup,
+                 (unsigned long long)sd[dup]);
         goto out;
     }
     if (spot_ok(metrics, nr, (int)v[8], (int)(v[1] + v[2]), min_cos, near_tie, route_tie, checks,
@@ -551,7 +544,7 @@ enum gate_verdict throughput_judge(const json_t *settings, const json_t *metrics
     struct throughput_decision d;
     if (!gate_check_bool(checks, "rates finite and positive",
                          throughput_decide(sp, nr, &rule, &d) == 0)) {
-        say(why, n, "a recorded rate is not finite and positive");
+        gate_say(why, n, "a recorded rate is not finite and positive");
         goto out;
     }
     gate_check_num(checks, "prefill_tps_ci_lo", d.phase[0].all.lo, ">=", rule.floor[0]);
@@ -559,17 +552,17 @@ enum gate_verdict throughput_judge(const json_t *settings, const json_t *metrics
     gate_check_num(checks, "starved_runs", d.n_starved, "<=", nr);
     if (d.more) {
         gate_check_bool(checks, "decided or budget spent", 0);
-        say(why, n,
-            "the measurement stopped after %d runs / %.1f s, undecided and with budget"
-            " left (%g runs / %g s)",
-            nr, d.timed_s, v[5], v[6]);
+        gate_say(why, n,
+                 "the measurement stopped after %d runs / %.1f s, undecided and with budget"
+                 " left (%g runs / %g s)",
+                 nr, d.timed_s, v[5], v[6]);
         goto out;
     }
     verdict = d.verdict;
-    say(why, n, "%s", verdict == GATE_PASS ? "" : d.reason);
+    gate_say(why, n, "%s", verdict == GATE_PASS ? "" : d.reason);
     if (verdict == GATE_PASS && refused) { /* named, but not comparable: no evidence either way */
         verdict = GATE_ERROR;
-        say(why, n, "cannot compare with the baseline: %s", refused);
+        gate_say(why, n, "cannot compare with the baseline: %s", refused);
     }
 out:
     free(sp);
