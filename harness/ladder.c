@@ -884,20 +884,26 @@ static int parse_setting(struct parse *p, yaml_node_t *v, const char *gate,
  * list. */
 static int apply_gates(struct parse *p, yaml_node_t *n, struct ladder_gates *g, int is_override)
 {
-    static const char *const keys[] = {"parity",      "golden", "throughput", "falsify",
-                                       "consistency", "match",  NULL};
+    /* a section per gate of the table that runs on cells and has settings (issue 24 §3: no
+     * hand-kept list); falsify's section also takes the list form, parsed below */
+    const char *keys[GATE_COUNT + 2];
+    int nk = 0;
+    for (int k = 0; k < GATE_COUNT; k++)
+        if (GATE_DEFS[k].check_ran && GATE_DEFS[k].settings && GATE_DEFS[k].settings[0].key)
+            keys[nk++] = GATE_DEFS[k].name;
+    keys[nk++] = "match";
+    keys[nk] = NULL;
     yaml_node_t *s, *v, *it;
     int rc = check_map(p, n, is_override ? "override" : "gates.defaults", keys);
     if (rc)
         return rc;
     if (!is_override && get(p, n, "match"))
         return fail(p, get(p, n, "match"), "'match' belongs in gates.overrides entries");
-    static const char *const table_gates[] = {"parity", "golden", "throughput", "consistency"};
-    for (int gi = 0; gi < 4; gi++) {
-        const struct gate_def *d = gatedef_find(table_gates[gi]);
-        if (!(s = get(p, n, d->name)))
+    for (int gi = 0; keys[gi]; gi++) {
+        const struct gate_def *d = gatedef_find(keys[gi]);
+        if (!d || d == &GATE_DEFS[GATE_ID_FALSIFY] || !(s = get(p, n, d->name)))
             continue;
-        if (!strcmp(d->name, "consistency")) /* named: the cells it reaches run the gate */
+        if (d == &GATE_DEFS[GATE_ID_CONSISTENCY]) /* named: the cells it reaches run the gate */
             g->consistency = 1;
         const char *allowed[16];
         int na = 0;
