@@ -188,6 +188,11 @@ struct ladder {
 int ladder_load(struct ladder **out, const char *path, struct gate_err *err);
 void ladder_free(struct ladder *l);
 
+/* The positions a cell's falsify gate judges, known from the ladder: parity.positions on the
+ * decode and prefill paths; -1 on the chat path (the conversation's length comes from the model).
+ */
+int ladder_cell_fault_positions(const struct ladder_cell *c);
+
 /* Index of an engine of the `engines:` section, or -1. */
 int ladder_find_engine(const struct ladder *l, const char *name);
 

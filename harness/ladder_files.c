@@ -1,0 +1,332 @@
+/* ladder_files.c — the ladder's checks that read files (split from ladder.c, issue 24 §6): the
+ * pinned files a ladder names — models, goldens and their entries, anchor cases, exec engines —
+ * opened and checked at `gate ladder check` / before `gate run` exactly as the run reads them, and
+ * a `synth:` model written into the cache. ladder.c parses; nothing here parses YAML.
+ * Start reading: ladder_check_files().
+ */
+#include "harness/ladder.h"
+
+#include "harness/gatedef.h"
+#include "harness/identity.h"
+#include "harness/run.h"
+#include "oracles/consistency.h"
+#include "oracles/falsify.h"
+#include "oracles/throughput.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "engine/pin.h"
+#include "engine/synth.h"
+#include "oracles/golden.h"
+
+/* ---- check-time file validation (issue 16) ------------------------------------------------- */
+
+/* Line and column (1-based) of the first occurrence of needle in the ladder file, for messages
+ * about values the parsed ladder keeps without a position (a goldens path); 0/0 when not found. */
+static void text_pos(const struct ladder *l, const char *needle, int *line, int *col)
+{
+    *line = *col = 0;
+    FILE *f = fopen(l->path, "r");
+    if (!f || !needle[0]) {
+        if (f)
+            fclose(f);
+        return;
+    }
+    char buf[4096];
+    for (int ln = 1; fgets(buf, sizeof buf, f); ln++) {
+        const char *at = strstr(buf, needle);
+        if (at) {
+            *line = ln;
+            *col = (int)(at - buf) + 1;
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* The model's architecture from a GGUF file's metadata (tensor data is not read), and the shape
+ * the fault rules need: ARCH.block_count, ARCH.expert_used_count (0 when absent: a dense
+ * model). */
+static int file_arch(const struct ladder_model *m, char *arch, size_t n, uint32_t *n_layer,
+                     uint32_t *n_expert_used, struct gate_err *err)
+{
+    struct gguf_file *g = NULL;
+    char *s = NULL, key[96];
+    *n_layer = *n_expert_used = 0;
+    int rc = gguf_open(&g, m->path, GGUF_OPEN_METADATA_ONLY, err);
+    if (!rc)
+        rc = gguf_get_str(g, "general.architecture", &s, err);
+    if (!rc) {
+        snprintf(arch, n, "%s", s);
+        snprintf(key, sizeof key, "%s.block_count", s);
+        rc = gguf_get_u32(g, key, n_layer, err);
+    }
+    if (!rc) {
+        snprintf(key, sizeof key, "%s.expert_used_count", s);
+        if (gguf_find_kv(g, key))
+            rc = gguf_get_u32(g, key, n_expert_used, err);
+    }
+    free(s);
+    gguf_close(g);
+    return rc;
+}
+
+int ladder_check_files(const struct ladder *l, struct gate_err *err)
+{
+    int rc = 0;
+    /* each model's shape (from its synth preset or its file's metadata), for the fault rules */
+    uint32_t *shape = calloc((size_t)(l->n_models ? l->n_models : 1) * 2, sizeof *shape);
+    if (!shape)
+        return err_set(err, ERR_ENV, "out of memory checking the files of %s", l->path);
+    for (int i = 0; !rc && i < l->n_models; i++) {
+        const struct ladder_model *m = &l->models[i];
+        if (m->synth) {
+            const struct synth_spec *sp = synth_preset_find(m->preset);
+            int np = 0;
+            const struct synth_spec *all = synth_presets(&np);
+            char names[256] = "";
+            for (int k = 0; k < np; k++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? ", " : "",
+                         all[k].name);
+            if (!sp)
+                rc = err_set(err, ERR_INPUT,
+                             "%s:%d:3: model '%s': unknown synth preset '%s'"
+                             " (known: %s; gate model synth --list)",
+                             l->path, m->line, m->id, m->preset, names);
+            else if (synth_quant_from_name(m->quant) < 0)
+                rc = err_set(err, ERR_INPUT,
+                             "%s:%d:3: model '%s': unknown synth quant '%s'"
+                             " (known: F32, F16, BF16, Q8_0, Q4_K_M, Q5_K_M, Q6_K)",
+                             l->path, m->line, m->id, m->quant);
+            else if (strcmp(m->arch, model_arch_name(sp->arch)))
+                rc =
+                    err_set(err, ERR_INPUT,
+                            "%s:%d:3: model '%s': arch '%s' contradicts synth"
+                            " preset '%s', which is %s",
+                            l->path, m->line, m->id, m->arch, m->preset, model_arch_name(sp->arch));
+            if (sp)
+                shape[2 * i] = sp->n_layer, shape[2 * i + 1] = sp->n_expert_used;
+            continue; /* written by gate run / gate golden record into .gate-cache/ */
+        }
+        struct stat st;
+        if (stat(m->path, &st) != 0) {
+            rc = err_set(err, ERR_INPUT, "%s:%d:3: model '%s': path '%s' cannot be read: %s",
+                         l->path, m->line, m->id, m->path, strerror(errno));
+            break;
+        }
+        char arch[64] = "";
+        struct gate_err fe = {0};
+        if (file_arch(m, arch, sizeof arch, &shape[2 * i], &shape[2 * i + 1], &fe))
+            rc =
+                err_set(err, ERR_INPUT, "%s:%d:3: model '%s': %s", l->path, m->line, m->id, fe.msg);
+        else if (strcmp(arch, m->arch))
+            rc = err_set(err, ERR_INPUT,
+                         "%s:%d:3: model '%s': arch '%s' contradicts the file"
+                         " '%s', whose general.architecture is '%s'",
+                         l->path, m->line, m->id, m->arch, m->path, arch);
+    }
+    /* the falsify gate's fault rules (falsify_check_faults, the run's own) with the model's
+     * layers and experts: a scope or rank the model does not have is refused here, not signed */
+    for (int i = 0; !rc && i < l->n_cells; i++) {
+        const struct ladder_cell *c = &l->cells[i];
+        const struct ladder_model *m = &l->models[c->model];
+        const uint32_t nl = shape[2 * c->model], ne = shape[2 * c->model + 1];
+        struct gate_err fe = {0};
+        char name[256];
+        if (nl && falsify_check_faults(&c->g.falsify, (int)nl, ne > 0, ne ? (int)ne : INT_MAX, 1,
+                                       ladder_cell_fault_positions(c), &fe))
+            rc = err_set(err, ERR_INPUT,
+                         "%s:%d:%d: cell %s: model '%s' has %u layers and %u experts per token: %s;"
+                         " override falsify for it",
+                         l->path, c->line, c->col, ladder_cell_name(l, i, name, sizeof name), m->id,
+                         nl, ne, fe.msg);
+    }
+    free(shape);
+    for (int i = 0; !rc && i < l->n_cells; i++) {
+        const struct ladder_gates *g = &l->cells[i].g;
+        struct stat st;
+        if (!g->goldens[0] || stat(g->goldens, &st) == 0)
+            continue;
+        const char *base = strrchr(g->goldens, '/') ? strrchr(g->goldens, '/') + 1 : g->goldens;
+        int line, col;
+        char name[256];
+        text_pos(l, base, &line, &col);
+        if (line)
+            rc = err_set(err, ERR_INPUT,
+                         "%s:%d:%d: cell %s: goldens file '%s' does not exist;"
+                         " record it with gate golden record %s",
+                         l->path, line, col, ladder_cell_name(l, i, name, sizeof name), g->goldens,
+                         l->path);
+        else
+            rc = err_set(err, ERR_INPUT,
+                         "%s: cell %s: goldens file '%s' does not exist; record"
+                         " it with gate golden record %s",
+                         l->path, ladder_cell_name(l, i, name, sizeof name), g->goldens, l->path);
+    }
+    if (!rc) /* the file as the golden gate reads it: its pin, the model's entry, the tokens */
+        rc = ladder_check_golden_entries(l, -1, err);
+    /* every engine a cell runs, pinned as each start checks it (a missing binary or one that is
+     * not its pin signed a FAIL receipt for the cell before) */
+    for (int i = 0; !rc && i < l->n_engines; i++) {
+        int used = 0;
+        for (int c = 0; c < l->n_cells && !used; c++)
+            used = l->cells[c].g.engine == &l->engines[i];
+        char exe[4096], sha[65];
+        struct gate_err ee = {0};
+        if (used && exec_engine_check_pins(&l->engines[i].e, exe, sizeof exe, sha, &ee))
+            rc = err_set(err, ERR_INPUT, "%s:%d:3: %s (nothing was run, no receipt written)",
+                         l->path, l->engines[i].line, ee.msg);
+    }
+    /* the anchor cases' files as the anchor gate reads them (a missing or changed file signed a
+     * FAIL anchor receipt before) */
+    for (int i = 0; !rc && i < l->n_anchors; i++)
+        rc = run_anchor_check(l, i, err);
+    return rc;
+}
+
+int ladder_cell_goldens_load(const struct ladder *l, int ci, const char *model_sha,
+                             struct golden_set *set, struct gate_err *err)
+{
+    const struct ladder_gates *g = &l->cells[ci].g;
+    struct pinned pf = {.fd = -1};
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    memset(set, 0, sizeof *set);
+    /* evidence: opened once, checked against its pin, read from that descriptor */
+    struct gate_err le = {0};
+    int rc = ladder_cell_goldens_check(l, ci, err);
+    if (!rc && !(rc = pin_open(g->goldens, g->goldens_sha256, &pf, err)) &&
+        !(rc = pin_read_all(&pf, (size_t)64 << 20, &bytes, &len, err)) &&
+        (rc = golden_load_buf((const char *)bytes, len, g->goldens, model_sha, set, &le)))
+        err_set(err, rc, "no usable goldens for model '%s' (sha256 %.12s...) in '%s': %s%s%s",
+                l->models[l->cells[ci].model].id, model_sha, g->goldens, le.msg,
+                strstr(le.msg, "gate golden record") ? ""
+                                                     : "; record them with gate golden record ",
+                strstr(le.msg, "gate golden record") ? "" : l->path);
+    if (!rc && set->n_gen != g->golden_tokens) /* the judge's n_gen == tokens, known now */
+        rc = err_set(err, ERR_INPUT,
+                     "goldens '%s' hold %d tokens per case for this model but"
+                     " gates.golden.tokens is %d: set tokens: %d, or record them again with"
+                     " gate golden record --force %s",
+                     g->goldens, set->n_gen, g->golden_tokens, set->n_gen, l->path);
+    free(bytes);
+    pin_close(&pf);
+    if (rc)
+        golden_set_free(set);
+    return rc;
+}
+
+int ladder_check_golden_entries(const struct ladder *l, int host, struct gate_err *err)
+{
+    int rc = 0;
+    for (int i = 0; !rc && i < l->n_cells; i++) {
+        const struct ladder_cell *c = &l->cells[i];
+        if ((host >= 0 && c->host != host) || !c->g.goldens[0])
+            continue; /* none declared: ladder_check_runnable's rule, checked before */
+        const struct ladder_model *m = &l->models[c->model];
+        struct golden_set gs;
+        struct gate_err ge = {0};
+        int lr = ladder_cell_goldens_load(l, i, m->sha256, &gs, &ge);
+        golden_set_free(&gs);
+        if (lr) {
+            char name[256];
+            int line = 0, col = 0;
+            const char *b =
+                strrchr(c->g.goldens, '/') ? strrchr(c->g.goldens, '/') + 1 : c->g.goldens;
+            if (b[0])
+                text_pos(l, b, &line, &col);
+            if (!line)
+                line = c->line, col = c->col;
+            rc = err_set(err, ERR_INPUT,
+                         "%s:%d:%d: cell %s: %s (nothing was run, no receipt written)", l->path,
+                         line ? line : 1, col ? col : 1, ladder_cell_name(l, i, name, sizeof name),
+                         ge.msg);
+        }
+    }
+    return rc;
+}
+
+int ladder_model_ensure(const struct ladder_model *lm, int threads, synth_progress_fn progress,
+                        void *ctx, int *written, struct gate_err *err)
+{
+    struct stat st;
+    if (written)
+        *written = 0;
+    if (!lm->synth)
+        return 0;
+    if (stat(lm->path, &st) == 0) {
+        /* the cache is named by preset, quant and seed: a preset that changed shape since the
+         * file was written leaves a stale copy under the same name. The file is deterministic,
+         * so one that is not the pinned digest is rewritten (the run's own pin check still
+         * decides whether the new one is right) */
+        /* checked once per process and file state (a run ensures per cell and per goldens set:
+         * a big synthetic model is not hashed again each time) */
+        static struct {
+            char path[512];
+            dev_t dev;
+            ino_t ino;
+            off_t size;
+            struct timespec mtime;
+        } seen[64];
+        static int n_seen;
+        for (int i = 0; i < n_seen; i++)
+            if (!strcmp(seen[i].path, lm->path) && seen[i].dev == st.st_dev &&
+                seen[i].ino == st.st_ino && seen[i].size == st.st_size &&
+                seen[i].mtime.tv_sec == st.st_mtim.tv_sec &&
+                seen[i].mtime.tv_nsec == st.st_mtim.tv_nsec)
+                return 0;
+        struct pinned pf = {.fd = -1};
+        struct gate_err pe = {0};
+        const int prc = pin_open(lm->path, lm->sha256, &pf, &pe);
+        pin_close(&pf);
+        if (prc == ERR_ENV) /* could not read it: say so, never delete on a guess */
+            return err_set(err, ERR_ENV, "model '%s': %s", lm->id, pe.msg);
+        if (!prc) {
+            if (n_seen < 64 && strlen(lm->path) < sizeof seen[0].path) {
+                snprintf(seen[n_seen].path, sizeof seen[0].path, "%s", lm->path);
+                seen[n_seen].dev = st.st_dev, seen[n_seen].ino = st.st_ino;
+                seen[n_seen].size = st.st_size, seen[n_seen].mtime = st.st_mtim;
+                n_seen++;
+            }
+            return 0;
+        }
+        if (unlink(lm->path) != 0)
+            return err_set(err, ERR_ENV, "model '%s': cannot remove the stale cached file '%s': %s",
+                           lm->id, lm->path, strerror(errno));
+    }
+    struct synth_options so;
+    memset(&so, 0, sizeof so);
+    const struct synth_spec *sp = synth_preset_find(lm->preset);
+    if (!sp)
+        return err_set(err, ERR_INPUT, "model '%s': unknown synth preset '%s'", lm->id, lm->preset);
+    so.spec = *sp;
+    so.quant = synth_quant_from_name(lm->quant);
+    if (so.quant < 0)
+        return err_set(err, ERR_INPUT, "model '%s': unknown synth quant '%s'", lm->id, lm->quant);
+    so.seed = (uint32_t)lm->seed;
+    so.n_threads = threads;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", lm->path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        *slash = '\0';
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            return err_set(err, ERR_ENV, "cannot create the model cache '%s': %s", dir,
+                           strerror(errno));
+    }
+    if (written)
+        *written = 1;
+    return synth_write(&so, lm->path, progress, ctx, err);
+}
