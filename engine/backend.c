@@ -253,6 +253,20 @@ int backend_device_name_matches(const char *declared, const char *reported)
     return 0;
 }
 
+/* A kernel generation asked for (want: NULL or "" = the backend's default) against the one the
+ * open reports (got: "" = the backend has none to select): 0, or ERR_INPUT naming both. */
+static int generation_check(const char *name, const char *what, const char *key, const char *want,
+                            const char *got, struct gate_err *err)
+{
+    if (!want || !*want || !strcmp(want, got))
+        return 0;
+    if (got[0])
+        return err_set(err, ERR_INPUT, "backend %s runs %s %s, not %.20s", name, what, got, want);
+    return err_set(err, ERR_INPUT,
+                   "backend %s has no %s generations to select (%s %.20s asked for)", name, what,
+                   key, want);
+}
+
 int backend_open(struct backend **out, const char *name, const struct model *m,
                  const struct backend_config *cfg, struct gate_err *err)
 {
@@ -297,28 +311,10 @@ int backend_open(struct backend **out, const char *name, const struct model *m,
         *out = NULL;
         return rc;
     }
-    /* the GEMV asked for is the one the backend says it runs (nothing asked: its default) */
-    if (cfg && cfg->gemv && *cfg->gemv && strcmp(cfg->gemv, b->gemv)) {
-        if (b->gemv[0])
-            rc = err_set(err, ERR_INPUT, "backend %s runs GEMV %s, not %.20s", name, b->gemv,
-                         cfg->gemv);
-        else
-            rc = err_set(err, ERR_INPUT,
-                         "backend %s has no GEMV generations to select (gemv %.20s asked for)",
-                         name, cfg->gemv);
-        ops->close(b);
-        *out = NULL;
-        return rc;
-    }
-    /* the routing asked for is the one the backend says it runs (nothing asked: its default) */
-    if (cfg && cfg->route && *cfg->route && strcmp(cfg->route, b->route)) {
-        if (b->route[0])
-            rc = err_set(err, ERR_INPUT, "backend %s runs routing %s, not %.20s", name, b->route,
-                         cfg->route);
-        else
-            rc = err_set(err, ERR_INPUT,
-                         "backend %s has no routing generations to select (route %.20s asked for)",
-                         name, cfg->route);
+    /* the kernel generations asked for are the ones the backend says it runs (nothing asked:
+     * its default) */
+    if (cfg && ((rc = generation_check(name, "GEMV", "gemv", cfg->gemv, b->gemv, err)) ||
+                (rc = generation_check(name, "routing", "route", cfg->route, b->route, err)))) {
         ops->close(b);
         *out = NULL;
         return rc;
