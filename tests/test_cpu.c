@@ -703,3 +703,49 @@ Test(cpu, moe_decode_and_grouped_batch_equal_bit_for_bit)
     model_free(m);
     free(buf);
 }
+
+/* issue 28: the F16 KV cache holds the engine's own invariances too — the same bits at 1, 2 and
+ * 3 threads and whatever the batching (one token per call, chunks of 7, one batch) — so a race or
+ * a chunk-boundary slip in the F16 store/load path cannot hide behind the F16 rounding's noise */
+Test(cpu, kv_f16_is_identical_across_threads_and_batching)
+{
+    const char *cases[] = {"qwen3-dense-tiny-q4_k_m", "qwen3moe-tiny-q4_k_m"};
+    const int n = 48;
+    for (int c = 0; c < 2; c++) {
+        struct model *m = check_load_case(cases[c]);
+        const size_t V = m->hp.n_vocab;
+        int32_t *tokens = malloc((size_t)n * sizeof *tokens);
+        mode_tokens(PARITY_TOKEN_SEED, m->hp.n_vocab, n, tokens);
+        float *first = malloc((size_t)n * V * sizeof(float));
+        float *other = malloc((size_t)n * V * sizeof(float));
+        cr_assert(tokens && first && other);
+        static const int threads[] = {1, 2, 3};
+        static const int chunks[] = {1, 7, 48};
+        int k = 0;
+        for (int t = 0; t < 3; t++)
+            for (int ch = 0; ch < 3; ch++) {
+                struct backend_config cfg = {
+                    .n_threads = threads[t], .n_ctx = n, .n_batch = n, .kv_f16 = 1};
+                struct backend *b = NULL;
+                struct gate_err err = {0};
+                cr_assert_eq(backend_open(&b, "cpu", m, &cfg, &err), 0, "%s", err.msg);
+                float *out = k == 0 ? first : other;
+                for (int pos = 0; pos < n; pos += chunks[ch]) {
+                    const int len = pos + chunks[ch] <= n ? chunks[ch] : n - pos;
+                    cr_assert_eq(
+                        backend_forward(b, tokens + pos, len, pos, out + (size_t)pos * V, &err), 0,
+                        "%s", err.msg);
+                }
+                backend_close(b);
+                if (k++)
+                    cr_expect_eq(memcmp(first, other, (size_t)n * V * sizeof(float)), 0,
+                                 "%s kv f16: %d threads, chunks of %d differ from 1 thread, one"
+                                 " token per call",
+                                 cases[c], threads[t], chunks[ch]);
+            }
+        free(tokens);
+        free(first);
+        free(other);
+        model_free(m);
+    }
+}
