@@ -175,6 +175,14 @@ Test(judgecache, faulted_runs_and_a_closed_cache_are_never_cached_and_a_hit_leav
     cr_expect_neq(backend_forward(b, ids, 1, N, one, &err), 0,
                   "a hit left the judge claiming N cached positions");
     err_clear(&err);
+    /* other tokens of the same length are another key: computed, never the first run's entry */
+    int32_t other[N];
+    mode_tokens(10, (uint32_t)V, N, other);
+    cr_assert_eq(mode_judge(b, other, N, l2, NULL, &err), 0, "%s", err.msg);
+    judgecache_stats(&st);
+    cr_expect_eq(st.hits, 1, "other tokens were read from the first run's entry");
+    cr_expect_eq(st.misses, 2);
+    cr_expect_neq(memcmp(l1, l2, N * V * sizeof(float)), 0);
     /* a faulted judge is never cached (and never read back) */
     struct fault_set fs = {0};
     struct fault_spec spec;
