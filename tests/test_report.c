@@ -8,6 +8,10 @@
  * jansson. Release results are built with tests/support/ladderfix.h, as tests/test_release.c
  * builds them: receipts from the documented payload schema, signed through the store, judged
  * against a stand-in clean build. No gate run happens here.
+ * report.one_matrix_in_the_text_json_junit_and_html pins the release matrix that all four
+ * outputs of a release lay (text, JSON, JUnit, and the HTML page of cli/report_html.c) byte for
+ * byte on a ladder with two models, two hosts, identity-setting columns, an excluded cell, an
+ * empty grid entry and an anchor case.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -18,6 +22,7 @@
 
 #include "cli/cli.h"
 #include "cli/report.h"
+#include "cli/report_html.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
@@ -761,4 +766,231 @@ Test(report, an_expected_head_that_is_gone_fails_in_junit_and_json)
     cr_expect(strstr(xml, "classname=\"release\" name=\"store verifies\""), "%s", xml);
     cr_expect_geq(c.failures, 3, "%s", xml);
     free(xml);
+}
+
+/* ---- one release matrix, four outputs (issue 24 §4) ------------------------------------------ */
+
+/* A ladder wider than ladderfix's: two models (moe, moe2: the same pinned file), hosts a and b,
+ * an F16-KV cell (its own column), an excluded cell, a model without a cell in a column, and the
+ * anchor case "conf". Cells, in ladder order: moe/a/ref.decode, moe2/a/ref.decode,
+ * moe/a/ref.chat, moe/a/cpu.decode+kv=f16, moe2/b/ref.decode; moe2/a/ref.chat excluded. */
+static const char *wide_ladder(void)
+{
+    const char *path = path_in("wide.yaml");
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fprintf(f,
+            "release: {name: rel, version: 1.0.0}\n"
+            "models:\n"
+            "  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf, sha256: %s,"
+            " arch: qwen3moe}\n"
+            "  moe2: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf, sha256: %s,"
+            " arch: qwen3moe}\n"
+            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+            "  b: {device: none, trust: ['file:b.pub']}\n"
+            "modes: [ref.decode, ref.chat, cpu.decode]\n"
+            "cells:\n"
+            "  - {models: [moe, moe2], hosts: [a], modes: [ref.decode, ref.chat],"
+            " exclude: [{model: moe2, mode: ref.chat, reason: \"chat <later> & co\"}]}\n"
+            "  - {model: moe, host: a, mode: cpu.decode, kv: f16}\n"
+            "  - {model: moe2, host: b, mode: ref.decode}\n"
+            "  - {model: moe2, host: a, mode: cpu.decode, isa: portable}\n"
+            "gates:\n  defaults:\n    golden: {goldens: g.json, sha256: " LADDERFIX_GOLDENS_SHA
+            "}\n"
+            "anchors:\n  conf:\n    arch: qwen3moe\n    reference: test\n"
+            "    model: {path: m.gguf, sha256: %064d}\n    tokens: {path: t.txt, sha256: %064d}\n"
+            "    logits: {path: l.f32, sha256: %064d}\n"
+            "    thresholds: {max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 1.0e-3}\n",
+            check_shared_dir(), LADDERFIX_MOE_SHA, check_shared_dir(), LADDERFIX_MOE_SHA, 1, 2, 3);
+    cr_assert_eq(fclose(f), 0);
+    return path;
+}
+
+/* The text of `want` must be in `got` as one piece; on a miss, both are shown. */
+static void expect_block(const char *got, const char *want, const char *what)
+{
+    cr_expect(strstr(got, want), "%s is not laid as pinned.\n--- want:\n%s--- got:\n%s", what, want,
+              got);
+}
+
+/* Every output lays the same matrix: the rows in one order (cells, excluded cells, anchor cases,
+ * each in ladder order) with their identity, and the text and HTML grids with one column per
+ * host x mode x identity settings in order of first appearance. The layouts are pinned byte for
+ * byte (the reasons, which are the release check's, are left out). */
+Test(report, one_matrix_in_the_text_json_junit_and_html)
+{
+    char ladder[1024], db[1024];
+    snprintf(ladder, sizeof ladder, "%s", wide_ladder());
+    snprintf(db, sizeof db, "%s", path_in("wide.db"));
+    /* moe/a/ref.decode PASS (1), moe/a/ref.chat FAIL (2), moe/a/cpu.decode+kv=f16 PASS (3); the
+     * moe2 cells and the anchor MISSING */
+    ladderfix_add(&fx, ladder, db, &fx.key_a, 0, (struct ladderfix_fake){0});
+    ladderfix_add(&fx, ladder, db, &fx.key_a, 1, (struct ladderfix_fake){.fail = 1});
+    ladderfix_add(&fx, ladder, db, &fx.key_a, 3, (struct ladderfix_fake){0});
+    struct ladder *l = NULL;
+    struct release_result r;
+    ladderfix_evaluate(&fx, ladder, db, &l, &r);
+    struct gate_err err = {0};
+
+    /* text */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    report_release(f, l, "wide.yaml", "wide.db", &fx.self, &r);
+    fclose(f);
+    expect_block(buf,
+                 "6 required cells, 1 excluded, 1 anchor case\n\n"
+                 "model                a/ref.decode           a/ref.chat             "
+                 "a/cpu.decode+kv=f16    b/ref.decode           a/cpu.decode+isa=portable\n"
+                 "moe                  PASS                   FAIL                   "
+                 "PASS                   -                      -                     \n"
+                 "moe2                 MISSING                EXCLUDED               "
+                 "-                      MISSING                MISSING               \n"
+                 "anchor               MISSING                (judge on trial: conf, qwen3moe)\n"
+                 "\nexcluded: moe2/a/ref.chat                      chat <later> & co\n"
+                 "RELEASE BLOCKED: 4 of 6 required cells and 1 of 1 anchor case are not PASS\n"
+                 "  anchor conf                              MISSING   ",
+                 "the text matrix");
+    static const char *const blocked[] = {
+        "\n  moe/a/ref.chat                           FAIL      receipt 2 FAILED parity",
+        "\n  moe2/a/ref.decode                        MISSING   no receipt",
+        "\n  moe2/b/ref.decode                        MISSING   no receipt",
+        "\n  moe2/a/cpu.decode+isa=portable           MISSING   no receipt",
+    };
+    const char *at = buf;
+    for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++) {
+        const char *p = strstr(at, blocked[i]);
+        cr_expect(p, "blocking line %zu (%s) is not next: %s", i, blocked[i], buf);
+        at = p ? p : at;
+    }
+    free(buf);
+
+    /* JSON: the rows in order, each with its identity */
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    report_release_json(f, l, "wide.yaml", "wide.db", &fx.self, &r, NULL);
+    fclose(f);
+    json_t *doc = json_loads(buf, 0, NULL);
+    cr_assert(doc, "%s", buf);
+    static const struct {
+        const char *kind, *name, *model, *host, *mode, *kv, *isa, *state;
+    } want[] = {
+        {"cell", "moe/a/ref.decode", "moe", "a", "ref.decode", "f32", NULL, "PASS"},
+        {"cell", "moe/a/ref.chat", "moe", "a", "ref.chat", "f32", NULL, "FAIL"},
+        {"cell", "moe2/a/ref.decode", "moe2", "a", "ref.decode", "f32", NULL, "MISSING"},
+        {"cell", "moe/a/cpu.decode+kv=f16", "moe", "a", "cpu.decode", "f16", NULL, "PASS"},
+        {"cell", "moe2/b/ref.decode", "moe2", "b", "ref.decode", "f32", NULL, "MISSING"},
+        {"cell", "moe2/a/cpu.decode+isa=portable", "moe2", "a", "cpu.decode", "f32", "portable",
+         "MISSING"},
+        {"excluded", "moe2/a/ref.chat", "moe2", "a", "ref.chat", "f32", NULL, "EXCLUDED"},
+        {"anchor", "conf", NULL, NULL, NULL, NULL, NULL, "MISSING"},
+    };
+    json_t *rows = json_object_get(doc, "rows");
+    cr_assert_eq(json_array_size(rows), sizeof want / sizeof want[0], "%s", buf);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        json_t *w = json_array_get(rows, i);
+        const char *keys[] = {"kind", "name", "model", "host", "mode", "kv", "isa", "state"};
+        const char *vals[] = {want[i].kind, want[i].name, want[i].model, want[i].host,
+                              want[i].mode, want[i].kv,   want[i].isa,   want[i].state};
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            const char *got = json_string_value(json_object_get(w, keys[k]));
+            if (vals[k])
+                cr_expect(got && !strcmp(got, vals[k]), "row %zu %s: '%s', not '%s'", i, keys[k],
+                          got ? got : "(absent)", vals[k]);
+            else
+                cr_expect_null(json_object_get(w, keys[k]), "row %zu has a %s", i, keys[k]);
+        }
+    }
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(rows, 6), "excluded_reason")),
+                     "chat <later> & co");
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(rows, 7), "arch")),
+                     "qwen3moe");
+    json_decref(doc);
+    free(buf);
+
+    /* JUnit: one testcase per row, in the same order */
+    cr_assert_eq(report_release_junit(path_in("wide.xml"), l, &r, NULL, &err), 0, "%s", err.msg);
+    char *xml = check_slurp_text(path_in("wide.xml"));
+    cr_assert(xml);
+    struct xml_counts c;
+    xml_check(xml, &c);
+    cr_expect_eq(c.tests, 8, "%s", xml);
+    cr_expect_eq(c.failures, 5, "%s", xml);
+    cr_expect_eq(c.skipped, 1, "%s", xml);
+    at = xml;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char tc[256];
+        snprintf(tc, sizeof tc, "<testcase classname=\"%s\" name=\"%s\"",
+                 want[i].kind[0] == 'c' ? "cell" : want[i].kind, want[i].name);
+        const char *p = strstr(at, tc);
+        cr_expect(p, "testcase %zu (%s) is not next: %s", i, tc, xml);
+        at = p ? p : at;
+    }
+    cr_expect(strstr(xml, "<skipped message=\"excluded: chat &lt;later&gt; &amp; co\"/>"), "%s",
+              xml);
+    free(xml);
+
+    /* HTML: the matrix table's rows up to their reasons, and the grid whole */
+    int ok = -1;
+    cr_assert_eq(
+        report_html_check(ladder, db, NULL, path_in("wide.html"), &fx.self, NULL, &ok, &err), 0,
+        "%s", err.msg);
+    cr_expect_eq(ok, 0);
+    char *html = check_slurp_text(path_in("wide.html"));
+    cr_assert(html);
+    static const char *const matrix_rows[] = {
+        "<tr><th>model</th><th>host</th><th>mode</th><th>state</th><th>receipt</th>"
+        "<th>reason</th></tr>\n<tr class=\"row-cell\"><td>moe</td><td>a</td><td>ref.decode</td>"
+        "<td class=\"st st-PASS\"><a href=\"#cell-0\">PASS</a></td><td class=\"num\">1</td>"
+        "<td class=\"reason\"></td></tr>\n",
+        "<tr class=\"row-cell\"><td>moe</td><td>a</td><td>ref.chat</td><td class=\"st st-FAIL\">"
+        "<a href=\"#cell-1\">FAIL</a></td><td class=\"num\">2</td><td class=\"reason\">receipt 2",
+        "<tr class=\"row-cell\"><td>moe2</td><td>a</td><td>ref.decode</td><td class=\"st "
+        "st-MISSING\"><a href=\"#cell-2\">MISSING</a></td><td class=\"num\">&mdash;</td>",
+        "<tr class=\"row-cell\"><td>moe</td><td>a</td><td>cpu.decode+kv=f16</td><td class=\"st "
+        "st-PASS\"><a href=\"#cell-3\">PASS</a></td><td class=\"num\">3</td><td class=\"reason\">"
+        "</td></tr>\n",
+        "<tr class=\"row-cell\"><td>moe2</td><td>b</td><td>ref.decode</td><td class=\"st "
+        "st-MISSING\"><a href=\"#cell-4\">MISSING</a></td><td class=\"num\">&mdash;</td>",
+        "<tr class=\"row-cell\"><td>moe2</td><td>a</td><td>cpu.decode+isa=portable</td><td "
+        "class=\"st st-MISSING\"><a href=\"#cell-5\">MISSING</a></td><td class=\"num\">&mdash;"
+        "</td>",
+        "<tr class=\"row-excluded\"><td>moe2</td><td>a</td><td>ref.chat</td><td class=\"st "
+        "st-EXCLUDED\"><a href=\"#excl-0\">EXCLUDED</a></td><td class=\"num\">&mdash;</td><td "
+        "class=\"reason\">excluded: chat &lt;later&gt; &amp; co</td></tr>\n",
+        "<tr class=\"row-anchor\"><td>anchor: conf</td><td colspan=\"2\">judge on trial: "
+        "qwen3moe</td><td class=\"st st-MISSING\"><a href=\"#anchor-0\">MISSING</a></td><td "
+        "class=\"num\">&mdash;</td><td class=\"reason\">no receipt",
+    };
+    at = strstr(html, "<h2>release matrix</h2>\n<table class=\"matrix\" id=\"matrix\">\n");
+    cr_assert(at, "no matrix");
+    for (size_t i = 0; i < sizeof matrix_rows / sizeof matrix_rows[0]; i++) {
+        const char *p = strstr(at, matrix_rows[i]);
+        cr_expect(p, "matrix row %zu is not next as pinned:\n%s\n--- in:\n%s", i, matrix_rows[i],
+                  at);
+        at = p ? p : at;
+    }
+    expect_block(html,
+                 "</table>\n<table class=\"grid\" id=\"grid\">\n"
+                 "<tr><th>model \\ host/mode</th><th>a<br>ref.decode</th><th>a<br>ref.chat</th>"
+                 "<th>a<br>cpu.decode+kv=f16</th><th>b<br>ref.decode</th>"
+                 "<th>a<br>cpu.decode+isa=portable</th></tr>\n"
+                 "<tr><th>moe</th><td class=\"st st-PASS\"><a href=\"#cell-0\">PASS</a></td>"
+                 "<td class=\"st st-FAIL\"><a href=\"#cell-1\">FAIL</a></td>"
+                 "<td class=\"st st-PASS\"><a href=\"#cell-3\">PASS</a></td>"
+                 "<td class=\"st st-NONE\">&mdash;</td><td class=\"st st-NONE\">&mdash;</td></tr>\n"
+                 "<tr><th>moe2</th><td class=\"st st-MISSING\"><a href=\"#cell-2\">MISSING</a></td>"
+                 "<td class=\"st st-EXCLUDED\"><a href=\"#excl-0\">EXCLUDED</a></td>"
+                 "<td class=\"st st-NONE\">&mdash;</td>"
+                 "<td class=\"st st-MISSING\"><a href=\"#cell-4\">MISSING</a></td>"
+                 "<td class=\"st st-MISSING\"><a href=\"#cell-5\">MISSING</a></td></tr>\n"
+                 "</table>\n<h2>build and ladder</h2>\n",
+                 "the HTML grid");
+    /* each row's section carries the key's identity too (an F16 cell says f16) */
+    const char *s3 = strstr(html, "id=\"cell-3\"");
+    cr_assert(s3);
+    cr_expect(strstr(s3, "<tr><th>KV cache</th><td>f16"), "the F16 cell's receipt shows its KV");
+    free(html);
+    release_result_free(&r);
+    ladder_free(l);
 }
