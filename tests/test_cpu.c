@@ -1,10 +1,14 @@
 /* test_cpu.c — the `cpu` engine (engine/cpu.c, engine/cpu_dot*.c) as a subject of the gate.
  *
  * Every conformance case through cpu.decode / cpu.prefill / cpu.chat PASSES parity against the
- * judge with the default thresholds (the measured noise ceiling is printed); the AVX2 kernels
- * equal the portable ones bit for bit on random blocks of every type, and both stay within the
- * activation rounding of the exact product; logits do not depend on the thread count or on
- * n_batch; falsification rejects every fault on the tiny MoE; what ran is reported as cpu.
+ * judge with the default thresholds AND with thresholds at 3x its own measured noise (CPU_NOISE),
+ * and a batched forward stays within 3x its measured NMSE of the float64 evaluation; the
+ * activation quantizer keeps 12 bits and rounds to nearest, and the kernels equal the exact
+ * product of what they quantized to float rounding; the AVX2 kernels equal the portable ones bit
+ * for bit on random blocks of every type, and the whole forward is bit-identical under every
+ * instruction set the host runs (GATE_REQUIRE_ISA turns a missing one into a failure); logits do
+ * not depend on the thread count or on n_batch; falsification rejects every fault on the tiny
+ * MoE; what ran is reported as cpu.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -35,43 +39,162 @@ static struct mode mode_of(const char *text)
     return m;
 }
 
-Test(cpu, every_conformance_case_passes_parity_on_every_path, .timeout = 1200)
+/* ---- accuracy against the measured noise (issue 28) ---------------------------------------------
+ *
+ * The release defaults (min cosine 0.999, max KL 1e-2) sit 250-870x above what a correct cpu
+ * engine does on these cases: an 11-bit activation quantizer or a truncating rounding passes
+ * them. So each case is ALSO held to its own measured noise: the worst value of each parity
+ * metric over cpu.decode, cpu.prefill and cpu.chat against the judge, and the NMSE of a batched
+ * forward of tokens.txt against the float64 evaluation (logits_exact.f32), times a stated factor.
+ *
+ * Measured 2026-12-02 at cb2af35, 2 threads (the engine's numbers do not depend on the thread
+ * count, the batching or the instruction set: tested below and by the consistency gate). The
+ * factor: NOISE_FACTOR on the measures that grow with the square of the error (1 - cosine, KL,
+ * NMSE), its square root on the linear ones (rel-L2) — one factor on the error's energy. 3 keeps
+ * room for a legitimate reordering of sums (which moves these numbers by a few percent) and
+ * stays below the 4x that one bit less of activation precision costs. A change to the engine's
+ * numerics that moves them further is measured again, and this table changes with it. */
+#define NOISE_FACTOR 3.0
+
+struct cpu_noise {
+    const char *name;
+    double one_minus_cos, mean_kld, max_kld, max_rel_l2, mean_rel_l2; /* vs the judge */
+    double nmse_exact; /* a batched forward of tokens.txt vs logits_exact.f32 */
+};
+
+static const struct cpu_noise CPU_NOISE[] = {
+    /* case                      1-cos    mean KL  max KL   rel-L2 max, mean  NMSE vs exact */
+    {"qwen3-dense-tiny-f32", 1.3e-13, 6.3e-13, 2.9e-12, 5.1e-7, 3.8e-7, 9.2e-14},
+    {"qwen3-dense-tiny-q8_0", 4.4e-7, 2.1e-6, 6.6e-6, 9.4e-4, 7.5e-4, 5.5e-7},
+    {"qwen3-dense-tiny-q4_k_m", 1.2e-6, 4.2e-6, 1.9e-5, 1.6e-3, 1.1e-3, 1.2e-6},
+    {"qwen3moe-tiny-f32", 2.5e-13, 5.9e-13, 2.5e-12, 7.1e-7, 3.7e-7, 9.6e-14},
+    {"qwen3moe-tiny-q8_0", 5.4e-7, 2.0e-6, 6.6e-6, 1.1e-3, 6.9e-4, 4.8e-7},
+    {"qwen3moe-tiny-q4_k_m", 1.1e-6, 3.7e-6, 2.2e-5, 1.5e-3, 9.8e-4, 9.7e-7},
+};
+
+static const struct cpu_noise *noise_of(const char *name)
+{
+    for (size_t i = 0; i < sizeof CPU_NOISE / sizeof CPU_NOISE[0]; i++)
+        if (!strcmp(CPU_NOISE[i].name, name))
+            return &CPU_NOISE[i];
+    cr_expect_fail("conformance case %s has no measured cpu noise in CPU_NOISE: measure it", name);
+    return NULL;
+}
+
+/* The parity thresholds of case n: its measured noise times the factor. */
+static struct parity_config noise_config(const struct cpu_noise *n)
+{
+    struct parity_config c;
+    parity_config_default(&c);
+    const double lin = sqrt(NOISE_FACTOR);
+    c.min_cosine = 1.0 - NOISE_FACTOR * n->one_minus_cos;
+    c.max_mean_kld = NOISE_FACTOR * n->mean_kld;
+    c.max_kld = NOISE_FACTOR * n->max_kld;
+    c.max_rel_l2 = lin * n->max_rel_l2;
+    c.max_mean_rel_l2 = lin * n->mean_rel_l2;
+    return c;
+}
+
+Test(cpu, every_conformance_case_stays_within_its_measured_noise_on_every_path, .timeout = 1200)
 {
     static char cases[CONFORMANCE_MAX_CASES][CONFORMANCE_NAME_MAX];
     const int n = conformance_cases(cases, CONFORMANCE_MAX_CASES);
     cr_assert_geq(n, 6, "expected the six conformance cases, found %d", n);
     const char *modes[] = {"cpu.decode", "cpu.prefill", "cpu.chat"};
-    struct parity_config cfg;
-    parity_config_default(&cfg);
-    double worst_cos = 1.0, worst_kld = 0.0;
+    struct parity_config def;
+    parity_config_default(&def);
     /* sanitizer builds run ~10x slower: there the Q4_K_M cases (dense and MoE: every K-quant
      * kernel, routing) show memory safety; the normal build judges all six */
     const int asan = getenv("GATE_ASAN") != NULL;
     for (int c = 0; c < n; c++) {
         if (asan && !strstr(cases[c], "q4_k_m"))
             continue;
+        const struct cpu_noise *noise = noise_of(cases[c]);
         struct model *m = check_load_case(cases[c]);
+        double w[5] = {0, 0, 0, 0, 0}; /* this run's worst: 1-cos, mean KL, max KL, rel-L2 x2 */
         for (int i = 0; i < 3; i++) {
             struct mode mode = mode_of(modes[i]);
             struct parity_result r;
             struct gate_err err = {0};
-            cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &cfg, 2, &r, &err), 0, "%s %s: %s",
+            cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &def, 2, &r, &err), 0, "%s %s: %s",
                          cases[c], modes[i], err.msg);
-            /* the noise ceiling of cpu.* against the judge, per case and path */
-            printf("cpu parity %-24s %-12s min cosine %.9f  max KL %.3e  mean KL %.3e  "
-                   "tie flips %d  wrong %d\n",
-                   cases[c], modes[i], r.cosine.min, r.kld.max, r.kld.mean, r.n_tie_flip,
-                   r.n_wrong);
+            printf("cpu parity %-24s %-12s 1-cos %.3e  max KL %.3e  mean KL %.3e  max rel-L2 "
+                   "%.3e  mean rel-L2 %.3e  tie flips %d  wrong %d\n",
+                   cases[c], modes[i], 1.0 - r.cosine.min, r.kld.max, r.kld.mean, r.rel_l2.max,
+                   r.rel_l2.mean, r.n_tie_flip, r.n_wrong);
+            /* the release defaults, as every cpu cell of a ladder uses them */
             cr_expect(r.pass, "%s %s: %s", cases[c], modes[i], r.reason);
             cr_expect_eq(r.n_wrong, 0, "%s %s", cases[c], modes[i]);
-            worst_cos = r.cosine.min < worst_cos ? r.cosine.min : worst_cos;
-            worst_kld = r.kld.max > worst_kld ? r.kld.max : worst_kld;
+            /* the same positions against this case's measured noise */
+            if (noise) {
+                const struct parity_config tight = noise_config(noise);
+                struct parity_summary s;
+                parity_summarize(r.pos, r.n_pos, &tight, &s);
+                s.route = r.route;
+                char why[600];
+                cr_expect(parity_verdict(&tight, &s, NULL, why, sizeof why),
+                          "%s %s against %g x its measured noise: %s", cases[c], modes[i],
+                          NOISE_FACTOR, why);
+            }
+            const double v[5] = {1.0 - r.cosine.min, r.kld.mean, r.kld.max, r.rel_l2.max,
+                                 r.rel_l2.mean};
+            for (int k = 0; k < 5; k++)
+                w[k] = v[k] > w[k] ? v[k] : w[k];
             parity_result_free(&r);
         }
+        /* the line to paste into CPU_NOISE after a deliberate change of the numerics */
+        printf("cpu noise {\"%s\", %.2g, %.2g, %.2g, %.2g, %.2g, ...}\n", cases[c], w[0], w[1],
+               w[2], w[3], w[4]);
         model_free(m);
     }
-    printf("cpu parity ceiling over every case and path: min cosine %.9f, max KL %.3e\n", worst_cos,
-           worst_kld);
+}
+
+/* The cpu engine against the exact float64 evaluation where the case has one: a batched
+ * forward of tokens.txt (decode and chunked prefill give the same bits: tested below), NMSE
+ * over every logit within the factor of the measured NMSE. */
+Test(cpu, logits_stay_within_the_measured_noise_of_the_exact_float64_evaluation, .timeout = 1200)
+{
+    static char cases[CONFORMANCE_MAX_CASES][CONFORMANCE_NAME_MAX];
+    const int n = conformance_cases(cases, CONFORMANCE_MAX_CASES);
+    cr_assert_geq(n, 6, "expected the six conformance cases, found %d", n);
+    for (int c = 0; c < n; c++) {
+        size_t bytes = 0;
+        float *exact = (float *)check_slurp(conformance_path(cases[c], "logits_exact.f32"), &bytes);
+        if (!exact) {
+            printf("cpu exact: %s has no logits_exact.f32: nothing to compare\n", cases[c]);
+            continue;
+        }
+        const struct cpu_noise *noise = noise_of(cases[c]);
+        struct model *m = check_load_case(cases[c]);
+        int n_tok = 0;
+        int32_t *tokens = check_read_ids(conformance_path(cases[c], "tokens.txt"), &n_tok);
+        cr_assert(tokens && n_tok > 0, "%s: tokens.txt", cases[c]);
+        const size_t V = m->hp.n_vocab;
+        cr_assert_eq(bytes, (size_t)n_tok * V * sizeof(float), "%s: logits_exact.f32 size",
+                     cases[c]);
+        struct backend_config cfg = {.n_threads = 2, .n_ctx = n_tok, .n_batch = n_tok};
+        struct backend *b = NULL;
+        struct gate_err err = {0};
+        cr_assert_eq(backend_open(&b, "cpu", m, &cfg, &err), 0, "%s", err.msg);
+        float *got = malloc((size_t)n_tok * V * sizeof(float));
+        cr_assert(got);
+        cr_assert_eq(backend_forward(b, tokens, n_tok, 0, got, &err), 0, "%s", err.msg);
+        backend_close(b);
+        const struct compare_stats st =
+            check_cmp(got, exact, (int64_t)n_tok * (int64_t)V, INFINITY, 0.0);
+        printf("cpu exact %-24s NMSE %.3e  max |diff| %.3e  (measured %.3g, limit %.3g)\n",
+               cases[c], st.nmse, st.max_abs, noise ? noise->nmse_exact : NAN,
+               noise ? NOISE_FACTOR * noise->nmse_exact : NAN);
+        cr_expect_eq(st.n_nonfinite, 0, "%s", cases[c]);
+        if (noise)
+            cr_expect_leq(st.nmse, NOISE_FACTOR * noise->nmse_exact,
+                          "%s: NMSE %.4g vs the float64 evaluation > %g x the measured %.4g",
+                          cases[c], st.nmse, NOISE_FACTOR, noise->nmse_exact);
+        free(got);
+        free(tokens);
+        free(exact);
+        model_free(m);
+    }
 }
 
 /* ---- the kernels ------------------------------------------------------------------------------
@@ -221,41 +344,119 @@ Test(cpu, attention_heads_are_bit_identical_in_every_build)
     free(kv);
 }
 
-Test(cpu, kernels_are_within_the_activation_rounding_of_the_exact_product)
+/* The activations as the kernels see them: xq[i] = d * q[i] of the quantized row (n). */
+static void act_values(int type, const void *act, int64_t n, float *xq)
+{
+    if (cpu_act_kind(type) == CPU_ACT_F32) {
+        memcpy(xq, act, (size_t)n * sizeof(float));
+    } else if (cpu_act_kind(type) == CPU_ACT_Q16_32) {
+        const struct cpu_q16_32 *y = act;
+        for (int64_t i = 0; i < n; i++)
+            xq[i] = y[i / 32].d * (float)y[i / 32].qs[i % 32];
+    } else {
+        const struct cpu_q16_K *y = act;
+        for (int64_t i = 0; i < n; i++)
+            xq[i] = y[i / QK_K].d * (float)y[i / QK_K].qs[i % QK_K];
+    }
+}
+
+/* The kernels against exact arithmetic, in the two steps a single worst-case bound on the
+ * product cannot tell apart (that bound sat ~30x above the typical error: a coarser or
+ * truncating quantizer passed it):
+ * 1. the quantizer: each block's step d is its largest |x| / 2047 — 12 bits, the engine's
+ *    documented precision, stated here rather than read from CPU_ACT_QMAX — and every value lies
+ *    within half a step of d q (round to nearest; truncation errs by up to a whole step); the
+ *    block sums are the sums of the codes;
+ * 2. the product: the kernel equals the float64 dot of the weights with those quantized values to
+ *    the float rounding of its block sums: |got - exact| <= KERNEL_ROUND_FACTOR x the worst
+ *    relative error measured over these trials (sum |w xq| as the scale). */
+#define ACT_QMAX_12BIT 2047.0f
+/* measured 2026-12-02 at cb2af35 (portable and AVX2 builds, every type, 10 trials of 512): the
+ * largest |got - exact| / sum |w xq| was 1.82e-8; the factor 4 is stated */
+#define KERNEL_ROUND_REL 1.9e-8
+#define KERNEL_ROUND_FACTOR 4.0
+
+Test(cpu, kernels_quantize_to_12_bits_and_equal_the_exact_product_of_what_they_quantized)
 {
     const int64_t n = 512;
     uint8_t *row = malloc(quant_row_bytes(QUANT_F32, n));
     float *w = malloc((size_t)n * sizeof(float)), *x = malloc((size_t)n * sizeof(float));
+    float *xq = malloc((size_t)n * sizeof(float));
     uint8_t *act = malloc(cpu_act_row_bytes(QUANT_F32, n));
+    double worst_rel = 0.0, worst_step = 0.0;
     for (int ti = 0; ti < N_KERNEL_TYPES; ti++) {
         const int type = KERNEL_TYPES[ti];
+        const int kind = cpu_act_kind(type);
+        const int64_t bs = kind == CPU_ACT_Q16_K ? QK_K : 32;
         for (int trial = 0; trial < 10; trial++) {
             random_row(type, row, n);
             quant_dequant_row(type, row, w, n);
             for (int64_t i = 0; i < n; i++)
                 x[i] = uniform(-2.0f, 2.0f);
             cpu_act_quantize(type, x, act, n);
-            double exact = 0.0, mag = 0.0, wsum = 0.0;
-            for (int64_t i = 0; i < n; i++) {
-                exact += (double)w[i] * x[i];
-                mag += fabs((double)w[i] * x[i]);
-                wsum += fabs((double)w[i]);
+            act_values(type, act, n, xq);
+            /* 1. the quantizer */
+            for (int64_t b = 0; kind != CPU_ACT_F32 && b < n / bs; b++) {
+                float amax = 0.0f;
+                for (int64_t i = b * bs; i < (b + 1) * bs; i++)
+                    amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+                const float d = kind == CPU_ACT_Q16_K ? ((const struct cpu_q16_K *)act)[b].d
+                                                      : ((const struct cpu_q16_32 *)act)[b].d;
+                cr_assert_float_eq(d, amax / ACT_QMAX_12BIT, 1e-6 * amax,
+                                   "%s block %lld: step %.9g, not max|x| / 2047 = %.9g",
+                                   quant_name(type), (long long)b, (double)d,
+                                   (double)(amax / ACT_QMAX_12BIT));
+                for (int64_t i = b * bs; i < (b + 1) * bs; i++) {
+                    const double e = fabs((double)x[i] - (double)xq[i]) / d;
+                    worst_step = e > worst_step ? e : worst_step;
+                    cr_assert_leq(e, 0.5 + 1e-3, "%s: x[%lld] %.9g is %.4f steps from its code",
+                                  quant_name(type), (long long)i, (double)x[i], e);
+                }
+                if (kind == CPU_ACT_Q16_32) {
+                    const struct cpu_q16_32 *y = (const struct cpu_q16_32 *)act + b;
+                    int32_t sum = 0;
+                    for (int i = 0; i < 32; i++)
+                        sum += y->qs[i];
+                    cr_assert_eq(y->s, y->d * (float)sum, "%s block %lld: s", quant_name(type),
+                                 (long long)b);
+                } else {
+                    const struct cpu_q16_K *y = (const struct cpu_q16_K *)act + b;
+                    for (int j = 0; j < QK_K / 32; j++) {
+                        int32_t sum = 0;
+                        for (int i = 0; i < 32; i++)
+                            sum += y->qs[32 * j + i];
+                        cr_assert_eq(y->sums[j], sum, "%s block %lld: sums[%d]", quant_name(type),
+                                     (long long)b, j);
+                    }
+                }
             }
-            /* each activation errs by at most half a step, max|x| / (2 CPU_ACT_QMAX) (|x| <= 2
-             * here); float rounding of the block sums adds a relative 1e-5 at most */
-            const double bound = wsum * 2.0 / (2.0 * CPU_ACT_QMAX) * 1.001 + 1e-5 * mag + 1e-6;
+            /* 2. the product of what was quantized */
+            double exact = 0.0, mag = 0.0;
+            for (int64_t i = 0; i < n; i++) {
+                exact += (double)w[i] * xq[i];
+                mag += fabs((double)w[i] * xq[i]);
+            }
             float got[2];
             cpu_dot_portable_rows(type, row, act, 0, 1, n, &got[0], 1);
             cpu_dot_rows(type, row, act, 0, 1, n, &got[1], 1);
-            for (int k = 0; k < 2; k++)
-                cr_assert_leq(fabs(got[k] - exact), bound,
-                              "%s: %.9g vs exact %.9g (sum |w x| %.6g)", quant_name(type),
-                              (double)got[k], exact, mag);
+            for (int k = 0; k < 2; k++) {
+                const double rel = fabs(got[k] - exact) / (mag > 0 ? mag : 1.0);
+                worst_rel = rel > worst_rel ? rel : worst_rel;
+                cr_assert_leq(rel, KERNEL_ROUND_FACTOR * KERNEL_ROUND_REL,
+                              "%s (%s build): %.9g vs the exact product %.9g of the quantized"
+                              " activations: %.3g of sum |w xq|, > %g x the measured %g",
+                              quant_name(type), k ? "selected" : "portable", (double)got[k], exact,
+                              rel, KERNEL_ROUND_FACTOR, KERNEL_ROUND_REL);
+            }
         }
     }
+    printf("cpu kernels vs exact: worst quantization error %.4f steps, worst product error %.3g of"
+           " sum |w xq| (measured %g)\n",
+           worst_step, worst_rel, KERNEL_ROUND_REL);
     free(row);
     free(w);
     free(x);
+    free(xq);
     free(act);
 }
 
@@ -304,6 +505,58 @@ Test(cpu, logits_are_bit_identical_for_any_thread_count_and_batch)
         free(one);
         model_free(m);
     }
+}
+
+/* issue 28: the whole forward under every instruction set this host runs, bit for bit — the
+ * AVX2 tile and the portable path run on an AVX-512 host too. An instruction set the host lacks
+ * is not run (said on stdout); where $GATE_REQUIRE_ISA names it (ci/test.sh: what /proc/cpuinfo
+ * lists), that FAILS: a build or dispatcher that misses a set the CPU has cannot pass CI. Also
+ * asserted: the cpu backend reports the set it ran, and selecting one does not outlive the run. */
+Test(cpu, the_forward_is_bit_identical_under_every_isa_the_host_runs)
+{
+    static const char *const isas[] = {"portable", "avx2", "avx512"};
+    const char *before = backend_isa("cpu");
+    char best[16];
+    snprintf(best, sizeof best, "%s", before);
+    struct model *m = check_load_case("qwen3moe-tiny-q4_k_m"); /* Q4_K, Q5_K, Q6_K, Q8_0 */
+    enum { N = 48 };
+    int32_t tokens[N];
+    mode_tokens(PARITY_TOKEN_SEED, (int)m->hp.n_vocab, N, tokens);
+    const size_t bytes = (size_t)N * m->hp.n_vocab * sizeof(float);
+    float *first = NULL;
+    int ran = 0;
+    for (int i = 0; i < 3; i++) {
+        struct gate_err err = {0};
+        if (backend_set_isa("cpu", isas[i], &err)) {
+            printf("cpu isa %s: not on this host or build (not tested): %s\n", isas[i], err.msg);
+            cr_expect(!check_isa_required(isas[i]),
+                      "GATE_REQUIRE_ISA names %s but the cpu backend cannot run it: %s", isas[i],
+                      err.msg);
+            continue;
+        }
+        /* a batch of 40 (the prompt GEMM where the set has it), then 8 decoded tokens */
+        float *got = run_cpu(m, 2, 0, tokens, N, 40);
+        struct backend_config cfg = {.n_threads = 1, .n_ctx = 8};
+        struct backend *b = NULL;
+        cr_assert_eq(backend_open(&b, "cpu", m, &cfg, &err), 0, "%s", err.msg);
+        cr_expect_str_eq(b->isa, isas[i], "the backend reports another set than the one selected");
+        backend_close(b);
+        printf("cpu isa %s: forward run\n", isas[i]);
+        ran++;
+        if (!first) {
+            first = got;
+            continue;
+        }
+        cr_expect(!memcmp(first, got, bytes), "isa %s: the logits differ from the portable ones",
+                  isas[i]);
+        free(got);
+    }
+    struct gate_err err = {0};
+    cr_assert_eq(backend_set_isa("cpu", NULL, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(backend_isa("cpu"), best, "the best set was not restored");
+    cr_expect_geq(ran, 1, "not even the portable path ran");
+    free(first);
+    model_free(m);
 }
 
 Test(cpu, falsification_rejects_every_fault_on_the_tiny_moe, .timeout = 1200)
