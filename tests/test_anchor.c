@@ -1,12 +1,13 @@
 /* test_anchor.c — the anchor gate (issue 10 §1): the judge itself against an engine that is not
  * gate.
  *
- * The oracle on every conformance case (the correct twin PASSes with NMSE at float rounding),
- * pins that do not match, the parity math on small hand-made logits (near ties, clear flips,
- * NaN), anchor_judge() from settings + metrics alone, the ladder's `anchors` / `unanchored`
- * sections (strict, file:line:col), the coverage rule (every gated architecture anchored or
- * excused with a reason), the signed anchor receipt (run_anchor_payload), and the demo ladder's
- * anchors pinning the shared files. The broken twin is tests/test_broken_twin.c.
+ * The oracle on every conformance case (the correct twin PASSes, within 3x its measured NMSE and
+ * cosine), pins that do not match, the parity math on small hand-made logits (near ties, clear
+ * flips, NaN), the NMSE and cosine on vectors whose values are known by hand, anchor_judge() from
+ * settings + metrics alone and just past / just inside each of its bounds, the ladder's `anchors` /
+ * `unanchored` sections (strict, file:line:col), the coverage rule (every gated architecture
+ * anchored or excused with a reason), the signed anchor receipt (run_anchor_payload), and the demo
+ * ladder's anchors pinning the shared files. The broken twin is tests/test_broken_twin.c.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -76,6 +77,18 @@ static double num(const json_t *o, const char *k)
 
 /* ---- the oracle on the conformance cases ----------------------------------------------------- */
 
+/* The twin's measured noise against the float64 evaluation: the worst over the six conformance
+ * cases, 2026-12-02 at cb2af35 (NMSE 6.8e-14 .. 7.0e-14, 1 - min cosine 5.2e-14 .. 9.5e-14: the
+ * float32 rounding of the logits
+ * themselves). The anchors' own threshold (max_nmse 1e-8) is for a judge on another machine and
+ * a larger model; this test holds the twin here to what it measurably does, with the factor 3 on
+ * the measures that grow with the square of the error. The factor is stated, not fitted: a
+ * different order of a sum moves these numbers by a few percent, an extra rounding of an
+ * intermediate to half precision by orders of magnitude. */
+#define TWIN_NMSE 7.1e-14
+#define TWIN_ONE_MINUS_COS 9.6e-14
+#define TWIN_NOISE_FACTOR 3.0
+
 Test(anchor, the_correct_twin_passes_every_conformance_case, .timeout = 1200)
 {
     char dir[1024];
@@ -97,13 +110,20 @@ Test(anchor, the_correct_twin_passes_every_conformance_case, .timeout = 1200)
         char why[512];
         enum gate_verdict v = anchor_judge(settings, m, checks, why, sizeof why);
         cr_expect_eq(v, GATE_PASS, "%s: %s", e->d_name, why);
-        cr_expect_lt(num(m, "nmse"), 1e-10, "%s: NMSE %g", e->d_name, num(m, "nmse"));
+        /* the measured noise times the stated factor (TWIN_NOISE_FACTOR, above) */
+        cr_expect_leq(num(m, "nmse"), TWIN_NOISE_FACTOR * TWIN_NMSE,
+                      "%s: NMSE %.3g > %g x the measured %.3g", e->d_name, num(m, "nmse"),
+                      TWIN_NOISE_FACTOR, TWIN_NMSE);
+        cr_expect_leq(1.0 - num(m, "min_cosine"), TWIN_NOISE_FACTOR * TWIN_ONE_MINUS_COS,
+                      "%s: 1 - min cosine %.3g > %g x the measured %.3g", e->d_name,
+                      1.0 - num(m, "min_cosine"), TWIN_NOISE_FACTOR, TWIN_ONE_MINUS_COS);
         cr_expect_eq(num(m, "n_wrong"), 0, "%s", e->d_name);
         cr_expect_eq(num(m, "greedy_matched"), num(m, "greedy_expected"), "%s", e->d_name);
         cr_expect_geq(num(m, "greedy_expected"), 32, "%s", e->d_name);
         cr_expect_str_eq(json_string_value(json_object_get(m, "backend")), "ref");
-        cr_log_info("%s: NMSE %.3g, min cosine %.9f, %g/%g greedy ids", e->d_name, num(m, "nmse"),
-                    num(m, "min_cosine"), num(m, "greedy_matched"), num(m, "greedy_expected"));
+        printf("anchor %-24s NMSE %.3e, 1 - min cosine %.3e, %g/%g greedy ids\n", e->d_name,
+               num(m, "nmse"), 1.0 - num(m, "min_cosine"), num(m, "greedy_matched"),
+               num(m, "greedy_expected"));
         json_decref(settings);
         json_decref(checks);
         json_decref(m);
@@ -194,6 +214,115 @@ Test(anchor, logit_metrics_classify_near_ties_clear_flips_and_nan)
     m = json_object();
     cr_expect_eq(anchor_logit_metrics(ref, twin, 16, NV, 1e-3, m, &err), ERR_INPUT);
     json_decref(m);
+}
+
+/* The NMSE and the cosine on vectors whose values are known by hand: every row of fill() is a
+ * permutation of -3 .. 4, so sum r^2 = 44 per row, 2816 over the 64 rows. */
+Test(anchor, nmse_and_cosine_are_the_hand_computed_values_on_known_vectors)
+{
+    static float ref[NP * NV], twin[NP * NV];
+    fill(ref);
+    memcpy(twin, ref, sizeof twin);
+    int zero = -1; /* position 5's logit 0: raised by 0.5 */
+    for (int i = 0; i < NV; i++)
+        if (ref[5 * NV + i] == 0.0f)
+            zero = i;
+    cr_assert_geq(zero, 0);
+    twin[5 * NV + zero] = 0.5f;
+    struct gate_err err = {0};
+    json_t *m = json_object();
+    cr_assert_eq(anchor_logit_metrics(ref, twin, NP, NV, 1e-3, m, &err), 0, "%s", err.msg);
+    /* sum (t - r)^2 / sum r^2 = 0.25 / 2816 (against the reference's energy, not the twin's:
+     * 0.25 / 2816.25 would be off by 9e-5) */
+    cr_expect_float_eq(num(m, "nmse"), 0.25 / 2816.0, 1e-12 * 0.25 / 2816.0, "nmse %.12g",
+                       num(m, "nmse"));
+    /* t . r = 44, |t|^2 = 44.25: cos = sqrt(44 / 44.25) at position 5 */
+    cr_expect_float_eq(num(m, "min_cosine"), sqrt(44.0 / 44.25), 1e-12, "min cosine %.12g",
+                       num(m, "min_cosine"));
+    cr_expect_eq(num(m, "min_cosine_pos"), 5);
+    cr_expect_eq(num(m, "max_abs_diff"), 0.5);
+    json_decref(m);
+    /* twice the reference everywhere: NMSE exactly 1, every cosine exactly 1 (blind to a scale) */
+    for (int i = 0; i < NP * NV; i++)
+        twin[i] = 2.0f * ref[i];
+    m = json_object();
+    cr_assert_eq(anchor_logit_metrics(ref, twin, NP, NV, 1e-3, m, &err), 0, "%s", err.msg);
+    cr_expect_eq(num(m, "nmse"), 1.0, "nmse %.12g", num(m, "nmse"));
+    cr_expect_float_eq(num(m, "min_cosine"), 1.0, 1e-15);
+    cr_expect_eq(num(m, "max_abs_diff"), 4.0);
+    json_decref(m);
+}
+
+/* settings_ok() / metrics_ok(): below */
+static json_t *settings_ok(void);
+static json_t *metrics_ok(void);
+static enum gate_verdict judge(json_t *s, json_t *m, char *why, size_t n);
+
+/* The broken twin lands at NMSE 1e-2, six decades past max_nmse 1e-8: these cases land 2 % past
+ * each of the anchor's bounds and 2 % inside it, by the logits they compare (anchor_logit_metrics)
+ * and then the judge (anchor_judge, with the demo's thresholds: max_nmse 1e-8, min cosine
+ * 0.999999). */
+Test(anchor, the_judge_fails_just_past_each_bound_and_passes_just_inside_it)
+{
+    static const double past[] = {1.02, 0.98}; /* x the bound: FAIL, then PASS */
+    static float ref[NP * NV], twin[NP * NV];
+    char why[512];
+    for (int k = 0; k < 2; k++) {
+        /* max_nmse: every logit scaled by 1 + e, NMSE = e^2 (the cosine stays 1) */
+        fill(ref);
+        const double e = sqrt(past[k] * 1e-8);
+        for (int i = 0; i < NP * NV; i++)
+            twin[i] = (float)(ref[i] * (1.0 + e));
+        struct gate_err err = {0};
+        json_t *lm = json_object();
+        cr_assert_eq(anchor_logit_metrics(ref, twin, NP, NV, 1e-3, lm, &err), 0, "%s", err.msg);
+        cr_expect_float_eq(num(lm, "nmse"), past[k] * 1e-8, 5e-3 * 1e-8, "nmse %.6g",
+                           num(lm, "nmse"));
+        json_t *m = metrics_ok();
+        json_object_set(m, "nmse", json_object_get(lm, "nmse"));
+        json_object_set(m, "min_cosine", json_object_get(lm, "min_cosine"));
+        json_decref(lm);
+        cr_expect_eq(judge(settings_ok(), m, why, sizeof why), k ? GATE_PASS : GATE_FAIL,
+                     "NMSE at %.2f x max_nmse: %s", past[k], why);
+        if (!k)
+            cr_expect(strstr(why, "nmse"), "%s", why);
+        /* min_cosine: position 7 (its logits / 100, so its share of the NMSE stays ~1e-12)
+         * turned away from the reference's row: u = r_b e_a - r_a e_b is orthogonal to r, and
+         * cos = 1 / sqrt(1 + d^2 |u|^2 / |r|^2) */
+        fill(ref);
+        for (int i = 0; i < NV; i++)
+            ref[7 * NV + i] /= 100.0f;
+        memcpy(twin, ref, sizeof twin);
+        const float *r = ref + 7 * NV;
+        int a = 0, b = 1; /* its two smallest logits: the argmax stays */
+        for (int i = 0; i < NV; i++)
+            a = r[i] < r[a] ? i : a;
+        b = a == 0 ? 1 : 0;
+        for (int i = 0; i < NV; i++)
+            b = i != a && r[i] < r[b] ? i : b;
+        const double target = 1.0 - past[k] * (1.0 - 0.999999);
+        double nr = 0;
+        for (int i = 0; i < NV; i++)
+            nr += (double)r[i] * r[i];
+        const double d = sqrt((1.0 / (target * target) - 1.0) * nr /
+                              ((double)r[a] * r[a] + (double)r[b] * r[b]));
+        twin[7 * NV + a] = (float)(r[a] + d * r[b]);
+        twin[7 * NV + b] = (float)(r[b] - d * r[a]);
+        lm = json_object();
+        cr_assert_eq(anchor_logit_metrics(ref, twin, NP, NV, 1e-3, lm, &err), 0, "%s", err.msg);
+        cr_expect_float_eq(1.0 - num(lm, "min_cosine"), past[k] * 1e-6, 1e-3 * 1e-6, "1 - cos %.6g",
+                           1.0 - num(lm, "min_cosine"));
+        cr_expect_lt(num(lm, "nmse"), 1e-10, "the cosine case moved the NMSE: %g", num(lm, "nmse"));
+        cr_expect_eq(num(lm, "n_wrong"), 0);
+        m = metrics_ok();
+        json_object_set(m, "nmse", json_object_get(lm, "nmse"));
+        json_object_set(m, "min_cosine", json_object_get(lm, "min_cosine"));
+        json_decref(lm);
+        cr_expect_eq(judge(settings_ok(), m, why, sizeof why), k ? GATE_PASS : GATE_FAIL,
+                     "cosine at %.2f x (1 - min_cosine): %s", past[k], why);
+        if (!k)
+            cr_expect(strstr(why, "cosine"), "%s", why);
+    }
 }
 
 /* ---- the judge from settings + metrics ------------------------------------------------------ */

@@ -1,6 +1,7 @@
 /* test_parity.c — the parity oracle: its math on hand-made logit arrays (identical, permuted,
- * near tie, NaN/Inf), its JSON, and parity_run() on the conformance models (the judge equals
- * the exact logits; a fault is rejected and localized; bad inputs are errors).
+ * near tie, NaN/Inf), its JSON, each bound 2 % past it (FAIL) and 2 % inside it (PASS) with the
+ * metric recomputed from its definition, and parity_run() on the conformance models (the judge
+ * equals the exact logits; a fault is rejected and localized; bad inputs are errors).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -245,6 +246,187 @@ Test(parity, too_few_positions_and_bad_config_are_input_errors)
     cr_expect_not(r.pass);
     parity_result_free(&r);
     free(a);
+}
+
+/* ---- each bound, just past it and just inside it (issue 28) ------------------------------------
+ *
+ * A broken engine lands far outside every bound (a wrong expert: KL ~0.1); these cases land 2 %
+ * past one bound and 2 % inside it, the others opened wide, so a comparison that is off by the
+ * operator, reads another threshold or another metric shows. The per-position numbers are
+ * recomputed here in double from their definitions (docs/gates.md), so a wrong formula in the
+ * oracle shows too. */
+
+static double my_cosine(const float *r, const float *t, int n)
+{
+    double dot = 0, nr = 0, nt = 0;
+    for (int i = 0; i < n; i++)
+        dot += (double)r[i] * t[i], nr += (double)r[i] * r[i], nt += (double)t[i] * t[i];
+    return dot / sqrt(nr * nt);
+}
+
+/* KL(softmax(r) || softmax(t)), nats */
+static double my_kl(const float *r, const float *t, int n)
+{
+    double zr = 0, zt = 0, kl = 0;
+    for (int i = 0; i < n; i++)
+        zr += exp((double)r[i]), zt += exp((double)t[i]);
+    for (int i = 0; i < n; i++) {
+        const double pr = exp((double)r[i]) / zr;
+        kl += pr * (log(pr) - ((double)t[i] - log(zt)));
+    }
+    return kl;
+}
+
+/* ||(t - mean t) - (r - mean r)|| / ||r - mean r|| */
+static double my_rel_l2(const float *r, const float *t, int n)
+{
+    double mr = 0, mt = 0, dd = 0, rr = 0;
+    for (int i = 0; i < n; i++)
+        mr += r[i], mt += t[i];
+    mr /= n, mt /= n;
+    for (int i = 0; i < n; i++) {
+        const double x = r[i] - mr, d = (t[i] - mt) - x;
+        dd += d * d, rr += x * x;
+    }
+    return sqrt(dd / rr);
+}
+
+/* row * alpha, in float as an engine would hold it */
+static void scale_row(const float *r, float *t, float alpha)
+{
+    for (int v = 0; v < NV; v++)
+        t[v] = r[v] * alpha;
+}
+
+/* the alpha in [1, 2] whose scaled row has KL(r || alpha r) = want (KL grows with alpha there) */
+static float alpha_for_kl(const float *r, double want)
+{
+    double lo = 1.0, hi = 2.0;
+    float t[NV];
+    for (int it = 0; it < 60; it++) {
+        const double mid = 0.5 * (lo + hi);
+        scale_row(r, t, (float)mid);
+        *(my_kl(r, t, NV) < want ? &lo : &hi) = mid;
+    }
+    return (float)(0.5 * (lo + hi));
+}
+
+/* a config whose every bound is out of reach but the one a case tests */
+static struct parity_config cfg_only(void)
+{
+    struct parity_config c = cfg_default();
+    c.min_cosine = -1.0;
+    c.max_kld = c.max_mean_kld = 1e3;
+    c.max_rel_l2 = c.max_mean_rel_l2 = INFINITY;
+    return c;
+}
+
+Test(parity, each_bound_fails_just_past_it_and_passes_just_inside_it)
+{
+    struct parity_config def;
+    parity_config_default(&def);
+    enum { COS, MAX_KL, MEAN_KL, MAX_REL, MEAN_REL };
+    static const char *const name[] = {"min cosine", "max KL", "mean KL", "max rel-L2",
+                                       "mean rel-L2"};
+    static const double past[] = {1.02, 0.98}; /* x the bound: FAIL, then PASS */
+    for (int b = COS; b <= MEAN_REL; b++)
+        for (int k = 0; k < 2; k++) {
+            float *a = make_logits(), *t = make_logits();
+            struct parity_config c = cfg_only();
+            double want = 0; /* the metric the case lands on, by the test's own arithmetic */
+            double got = 0;  /* the oracle's */
+            struct parity_result r;
+            if (b == COS) { /* position 20 turned away from the judge's row, as far as asked */
+                c.min_cosine = def.min_cosine;
+                const float *ra = a + 20 * NV;
+                int lo1 = 0, lo2 = 1; /* its two smallest logits: the argmax stays */
+                for (int v = 0; v < NV; v++)
+                    if (ra[v] < ra[lo1])
+                        lo1 = v;
+                if (lo2 == lo1)
+                    lo2 = 0;
+                for (int v = 0; v < NV; v++)
+                    if (v != lo1 && ra[v] < ra[lo2])
+                        lo2 = v;
+                /* u = r[lo2] e_lo1 - r[lo1] e_lo2 is orthogonal to r: cos = 1/sqrt(1 + q) */
+                const double target = 1.0 - past[k] * (1.0 - def.min_cosine);
+                double nr = 0;
+                for (int v = 0; v < NV; v++)
+                    nr += (double)ra[v] * ra[v];
+                const double nu = (double)ra[lo1] * ra[lo1] + (double)ra[lo2] * ra[lo2];
+                const double delta = sqrt((1.0 / (target * target) - 1.0) * nr / nu);
+                t[20 * NV + lo1] = (float)(ra[lo1] + delta * ra[lo2]);
+                t[20 * NV + lo2] = (float)(ra[lo2] - delta * ra[lo1]);
+                want = 1.0 - my_cosine(ra, t + 20 * NV, NV);
+                cr_assert_float_eq(want, past[k] * (1.0 - def.min_cosine), 1e-3 * 1e-3,
+                                   "the case missed its cosine");
+                cr_assert_eq(parity_judge(a, t, NP, NV, &c, &r), 0);
+                got = 1.0 - r.cosine.min;
+            } else if (b == MAX_KL) { /* position 30 sharpened */
+                c.max_kld = def.max_kld;
+                const float al = alpha_for_kl(a + 30 * NV, past[k] * def.max_kld);
+                scale_row(a + 30 * NV, t + 30 * NV, al);
+                want = my_kl(a + 30 * NV, t + 30 * NV, NV);
+                cr_assert_eq(parity_judge(a, t, NP, NV, &c, &r), 0);
+                got = r.kld.max;
+            } else if (b == MEAN_KL) { /* every position sharpened by one factor */
+                c.max_mean_kld = def.max_mean_kld;
+                double lo = 1.0, hi = 1.5;
+                for (int it = 0; it < 60; it++) {
+                    const double mid = 0.5 * (lo + hi);
+                    double sum = 0;
+                    for (int p = 0; p < NP; p++) {
+                        scale_row(a + p * NV, t + p * NV, (float)mid);
+                        sum += my_kl(a + p * NV, t + p * NV, NV);
+                    }
+                    *(sum / NP < past[k] * def.max_mean_kld ? &lo : &hi) = mid;
+                }
+                want = 0;
+                for (int p = 0; p < NP; p++) {
+                    scale_row(a + p * NV, t + p * NV, (float)(0.5 * (lo + hi)));
+                    want += my_kl(a + p * NV, t + p * NV, NV) / NP;
+                }
+                cr_assert_eq(parity_judge(a, t, NP, NV, &c, &r), 0);
+                got = r.kld.mean;
+            } else { /* a uniform scale 1 + e: the rel-L2 of the centred logits is exactly e */
+                const double bound = b == MAX_REL ? def.max_rel_l2 : def.max_mean_rel_l2;
+                if (b == MAX_REL)
+                    c.max_rel_l2 = bound;
+                else
+                    c.max_mean_rel_l2 = bound;
+                const int p0 = b == MAX_REL ? 40 : 0, p1 = b == MAX_REL ? 41 : NP;
+                want = 0;
+                for (int p = p0; p < p1; p++) {
+                    scale_row(a + p * NV, t + p * NV, (float)(1.0 + past[k] * bound));
+                    want += my_rel_l2(a + p * NV, t + p * NV, NV) / (p1 - p0);
+                }
+                cr_assert_float_eq(want, past[k] * bound, 1e-3 * bound, "the case missed its e");
+                cr_assert_eq(parity_judge(a, t, NP, NV, &c, &r), 0);
+                got = b == MAX_REL ? r.rel_l2.max : r.rel_l2.mean;
+            }
+            /* the oracle computes what the definition says, and the case landed where it meant */
+            cr_expect_float_eq(got, want, 1e-9 * want + 1e-15, "%s: oracle %.12g, definition %.12g",
+                               name[b], got, want);
+            cr_expect_eq(r.n_wrong, 0, "%s: the case flipped an argmax", name[b]);
+            cr_expect_eq(r.pass, k == 1, "%s at %.2f x its bound: %s", name[b], past[k], r.reason);
+            if (k == 0)
+                cr_expect(strstr(r.reason, name[b]), "%s past its bound, but: %s", name[b],
+                          r.reason);
+            /* and the recorded numbers reach the same verdict (the release check's way) */
+            json_t *m = parity_result_json(&r);
+            json_t *s =
+                json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "positions", NP, "min_cosine",
+                          c.min_cosine, "max_mean_kld", c.max_mean_kld, "max_kld", c.max_kld,
+                          "near_tie", c.near_tie, "route_tie", c.route_tie, "max_rel_l2",
+                          isinf(c.max_rel_l2) ? 1e300 : c.max_rel_l2, "max_mean_rel_l2",
+                          isinf(c.max_mean_rel_l2) ? 1e300 : c.max_mean_rel_l2);
+            cr_expect_eq(parity_metrics_rejected(s, m, NULL, 0), k == 0, "%s recorded", name[b]);
+            json_decref(s);
+            json_decref(m);
+            parity_result_free(&r);
+            free(a);
+            free(t);
+        }
 }
 
 /* ---- on the conformance models ------------------------------------------------------------- */
