@@ -465,6 +465,84 @@ Test(parity, judge_matches_exact_logits_and_decode_passes)
     model_free(m);
 }
 
+/* issue 28 (a mutant that survived every test: "an unknown (NaN) router gap counted as a near
+ * tie"): the route-tie replay forces the judge to the subject's expert set only where the
+ * subject's own router gap is KNOWN and below route_tie. On the tiny MoE, at the judge's
+ * narrowest router gap, the subject swaps its k-th expert for the judge's (k+1)-th: with a gap of
+ * 0 the judge is replayed with it (the excuse, as designed); with a NaN gap, or one of 2 x
+ * route_tie, the differing set is refused there and nowhere else. */
+Test(parity, an_unknown_router_gap_is_never_a_near_tie)
+{
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
+    const struct model_hparams *hp = &m->hp;
+    enum { N = 96 };
+    const int L = (int)hp->n_layer, k = (int)hp->n_expert_used, E = (int)hp->n_expert;
+    const double tol = PARITY_ROUTE_TIE;
+    int32_t tokens[N];
+    mode_tokens(PARITY_TOKEN_SEED, hp->n_vocab, N, tokens);
+    struct gate_err err = {0};
+    struct backend *j = NULL;
+    cr_assert_eq(mode_open_judge(&j, m, N, 2, &err), 0, "%s", err.msg);
+    struct backend_taps subj, rep;
+    memset(&subj, 0, sizeof subj);
+    memset(&rep, 0, sizeof rep);
+    cr_assert_eq(parity_routes_alloc(&subj, hp, N, &err), 0, "%s", err.msg);
+    cr_assert_eq(parity_replay_alloc(&rep, hp, N, &err), 0, "%s", err.msg);
+    float *logits = malloc((size_t)N * hp->n_vocab * sizeof(float));
+    cr_assert(logits);
+    /* the subject starts as the judge: its routes and router gaps */
+    cr_assert_eq(mode_judge(j, tokens, N, logits, &subj, &err), 0, "%s", err.msg);
+    size_t at = 0; /* (layer, position) of the narrowest gap, layer-major */
+    for (size_t i = 0; i < (size_t)L * N; i++)
+        if (subj.router_kth[i] - subj.router_k1th[i] < subj.router_kth[at] - subj.router_k1th[at])
+            at = i;
+    const double gap = (double)subj.router_kth[at] - subj.router_k1th[at];
+    cr_assert_lt(gap, tol, "no router near tie on the tiny MoE (narrowest gap %g)", gap);
+    struct parity_route_replay rr;
+    /* the judge's (k+1)-th expert: the one replacement the replay takes at a claimed gap of 0 */
+    int32_t *slot = subj.experts + at * (size_t)k, own[16];
+    memcpy(own, slot, (size_t)k * sizeof *own);
+    int next = -1, next_slot = -1;
+    for (int e = 0; e < E && next < 0; e++) {
+        int in = 0;
+        for (int s = 0; s < k; s++)
+            in |= own[s] == e;
+        for (int s = 0; s < k && !in; s++) { /* e in place of each slot: one is the k-th */
+            memcpy(slot, own, (size_t)k * sizeof *own);
+            slot[s] = e;
+            subj.router_kth[at] = subj.router_k1th[at] = 0.0f;
+            cr_assert_eq(
+                parity_replay_run(j, m, tokens, N, &subj, tol, &rep, logits, &rr, NULL, NULL, &err),
+                0, "%s", err.msg);
+            if (rr.n_refused == 0 && rr.n_forced == 1)
+                next = e, next_slot = s;
+        }
+    }
+    cr_assert_geq(next, 0, "no expert set the judge would take at its narrowest gap %g", gap);
+    memcpy(slot, own, (size_t)k * sizeof *own);
+    slot[next_slot] = next;
+    printf("route near tie: layer %d position %d, judge gap %.3g, the subject takes expert %d\n",
+           (int)(at / N), (int)(at % N), gap, next);
+    /* that set, with the subject's gap unknown, then too wide */
+    const float gaps[] = {NAN, (float)(2.0 * tol)};
+    for (int g = 0; g < 2; g++) {
+        subj.router_kth[at] = gaps[g];
+        subj.router_k1th[at] = 0.0f;
+        cr_assert_eq(
+            parity_replay_run(j, m, tokens, N, &subj, tol, &rep, logits, &rr, NULL, NULL, &err), 0,
+            "%s", err.msg);
+        cr_expect_eq(rr.n_refused, 1, "subject gap %g: %d pairs refused (want 1), %d forced",
+                     (double)gaps[g], rr.n_refused, rr.n_forced);
+        cr_expect_eq(rr.n_forced, 0, "subject gap %g: the judge was forced", (double)gaps[g]);
+        cr_expect_eq(rr.refused_layer * N + rr.refused_pos, (int)at);
+    }
+    parity_replay_free(&subj);
+    parity_replay_free(&rep);
+    free(logits);
+    backend_close(j);
+    model_free(m);
+}
+
 Test(parity, fault_is_rejected_and_localized)
 {
     struct model *m = check_load_case("qwen3moe-tiny-f32");
