@@ -228,8 +228,10 @@ int release_check_report(FILE *out, const struct release_options *o, const struc
         goto out;
     }
     evaluated = 1;
-    if (!json)
-        report_release(out, l, o->ladder, o->db, &id, &r);
+    if (!json && (rc = report_release(out, l, o->ladder, o->db, &id, &r, &err))) {
+        code = cli_fail(err_exit_code(rc), "%s", err.msg); /* the matrix was not laid */
+        goto out;
+    }
     code = r.ok ? 0 : 1;
     if (o->sign_key && r.ok) {
         char head[65];
@@ -237,8 +239,9 @@ int release_check_report(FILE *out, const struct release_options *o, const struc
         if ((rc = release_sign(l, st, &id, &r, &k, head, &count, &err))) {
             /* the matrix was judged; only the sign-off failed */
             code = cli_fail(err_exit_code(rc), "%s", err.msg);
+            struct gate_err ignored = {0}; /* the exit code already says the check failed */
             if (json)
-                report_release_json(out, l, o->ladder, o->db, &id, &r, NULL);
+                report_release_json(out, l, o->ladder, o->db, &id, &r, NULL, &ignored);
             goto out;
         }
         if (json)
@@ -251,8 +254,8 @@ int release_check_report(FILE *out, const struct release_options *o, const struc
     } else if (o->sign_key && !json) {
         fprintf(out, "not signed: the release is blocked\n");
     }
-    if (json)
-        report_release_json(out, l, o->ladder, o->db, &id, &r, signoff);
+    if (json && (rc = report_release_json(out, l, o->ladder, o->db, &id, &r, signoff, &err)))
+        code = cli_fail(err_exit_code(rc), "%s", err.msg);
 out:
     if (junit && report_release_junit(junit, evaluated ? l : NULL, evaluated ? &r : NULL,
                                       msg[0] ? msg : err.msg, &jerr))

@@ -16,6 +16,7 @@
 
 #include "base/atomic.h"
 #include "cli/cli.h"
+#include "cli/report_matrix.h"
 #include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
@@ -289,67 +290,51 @@ void report_run_results(FILE *out, const struct run_result *res, int json)
 
 /* ---- gate release check ---------------------------------------------------------------------- */
 
-/* The matrix: models x (host/mode) columns in order of first appearance, cells and excluded;
- * then one row per anchor case. */
-static void print_matrix(FILE *out, const struct ladder *l, const struct release_result *r)
+/* The grid of m (report_matrix.h): models down, one column per host x mode x identity settings,
+ * "-" where the ladder has no cell; then one line per anchor case. */
+static void print_matrix(FILE *out, const struct ladder *l, const struct report_matrix *m)
 {
-    char cols[64][96];
-    int n_cols = 0;
-    for (int i = 0; i < l->n_cells + l->n_excluded && n_cols < 64; i++) {
-        const struct cell_key key = ladder_row_key(l, i);
-        char c[96]; /* an F16-KV or isa cell is its own column (identity settings) */
-        ladder_column_name(&key, c, sizeof c);
-        int seen = 0;
-        for (int k = 0; k < n_cols; k++)
-            seen |= !strcmp(cols[k], c);
-        if (!seen)
-            snprintf(cols[n_cols++], sizeof cols[0], "%s", c);
-    }
     fprintf(out, "%-20s", "model");
-    for (int k = 0; k < n_cols; k++)
-        fprintf(out, " %-22s", safe(cols[k]));
+    for (int k = 0; k < m->n_cols; k++)
+        fprintf(out, " %-22s", safe(m->cols[k].name));
     fprintf(out, "\n");
-    for (int mi = 0; mi < l->n_models; mi++) {
+    for (int mi = 0; mi < m->n_models; mi++) {
         fprintf(out, "%-20s", safe(l->models[mi].id));
-        for (int k = 0; k < n_cols; k++) {
-            const char *s = "-";
-            for (int i = 0; i < l->n_cells + l->n_excluded; i++) {
-                int ex = i >= l->n_cells;
-                int model = ex ? l->excluded[i - l->n_cells].model : l->cells[i].model;
-                const struct cell_key key = ladder_row_key(l, i);
-                char c[96];
-                ladder_column_name(&key, c, sizeof c);
-                if (model == mi && !strcmp(c, cols[k]))
-                    s = release_state_name(ex ? r->excluded[i - l->n_cells].state
-                                              : r->cells[i].state);
-            }
-            fprintf(out, " %-22s", s);
+        for (int k = 0; k < m->n_cols; k++) {
+            const struct report_matrix_row *w = report_matrix_at(m, mi, k);
+            fprintf(out, " %-22s", w ? release_state_name(w->row->state) : "-");
         }
         fprintf(out, "\n");
     }
-    for (int i = 0; i < r->n_anchors; i++)
+    for (int i = m->n_cell_rows; i < m->n_rows; i++)
         fprintf(out, "%-20s %-22s (judge on trial: %s, %s)\n", "anchor",
-                release_state_name(r->anchors[i].state), safe(l->anchors[i].id),
-                safe(l->anchors[i].arch));
+                release_state_name(m->rows[i].row->state), safe(m->rows[i].anchor->id),
+                safe(m->rows[i].anchor->arch));
     fprintf(out, "\n");
 }
 
-void report_release(FILE *out, const struct ladder *l, const char *ladder_path, const char *db,
-                    const struct identity *id, const struct release_result *r)
+int report_release(FILE *out, const struct ladder *l, const char *ladder_path, const char *db,
+                   const struct identity *id, const struct release_result *r, struct gate_err *err)
 {
+    struct report_matrix m;
+    const int rc = report_matrix_build(&m, l, r, err);
     fprintf(out, "release %s %s — ladder %s (sha256 %.12s), build %.12s%s, %d receipt%s in %s\n",
             safe(l->name), safe(l->version), safe(ladder_path), l->sha256, id->git_commit,
             id->git_dirty ? " (dirty)" : "", r->n_receipts, r->n_receipts == 1 ? "" : "s",
             safe(db));
     fprintf(out, "%d required cell%s, %d excluded, %d anchor case%s\n\n", r->n_cells,
             r->n_cells == 1 ? "" : "s", r->n_excluded, r->n_anchors, r->n_anchors == 1 ? "" : "s");
-    print_matrix(out, l, r);
+    if (rc)
+        fprintf(out, "the release matrix is not drawn: %s\n\n", err->msg);
+    else
+        print_matrix(out, l, &m);
     for (int i = 0; i < l->n_unanchored; i++)
         fprintf(out, "note: judge not anchored for %s: %s\n", safe(l->unanchored[i].arch),
                 safe(l->unanchored[i].reason));
-    for (int i = 0; i < r->n_excluded; i++)
-        fprintf(out, "excluded: %-36s %s\n", safe(r->excluded[i].name),
-                safe(l->excluded[i].reason));
+    for (int i = 0; i < m.n_rows; i++)
+        if (m.rows[i].excluded_reason)
+            fprintf(out, "excluded: %-36s %s\n", safe(m.rows[i].row->name),
+                    safe(m.rows[i].excluded_reason));
     for (int i = 0; i < l->n_engines; i++) /* docs/exec.md, "A host without isolation" */
         if (l->engines[i].e.isolation_none)
             fprintf(out, "note: engine %s runs without isolation (isolation: none): %s\n",
@@ -395,7 +380,8 @@ void report_release(FILE *out, const struct ladder *l, const char *ladder_path, 
     if (r->ok) {
         fprintf(out, "RELEASE OK: all %d required cells and %d anchor case%s PASS for this build\n",
                 r->n_cells, r->n_anchors, r->n_anchors == 1 ? "" : "s");
-        return;
+        report_matrix_free(&m);
+        return rc;
     }
     fprintf(out,
             "RELEASE BLOCKED: %d of %d required cells and %d of %d anchor case%s are not"
@@ -415,6 +401,8 @@ void report_release(FILE *out, const struct ladder *l, const char *ladder_path, 
             fprintf(out, "  %-40s %-9s %s (excluded, but an exclusion cannot hide a failure)\n",
                     safe(r->excluded[i].name), release_state_name(r->excluded[i].state),
                     safe(r->excluded[i].reason));
+    report_matrix_free(&m);
+    return rc;
 }
 
 /* ---- CI formats: JUnit XML and the release as JSON (issue 13) -------------------------------- */
@@ -427,7 +415,7 @@ static void xml_put(FILE *out, const char *s)
     size_t n = 4 * strlen(s ? s : "(null)") + 1;
     char small[1024], *buf = n <= sizeof small ? small : malloc(n);
     if (!buf) {
-        fputs("(out of memory)", out);
+        fprintf(out, "(out of memory for %zu bytes of escaped text)", n);
         return;
     }
     cli_safe(s, buf, n);
@@ -652,6 +640,7 @@ int report_release_blockers(const struct release_result *r, report_blocker_fn fn
 }
 
 struct release_junit_arg {
+    const struct report_matrix *m; /* NULL when the check did not run */
     const struct ladder *l;
     const struct release_result *r;
     const char *check_error;
@@ -666,13 +655,14 @@ static int row_kind(const struct release_row *w)
                                           : 1;
 }
 
-static void release_row_case(FILE *out, const struct ladder *l, const struct release_row *w)
+static void release_row_case(FILE *out, const struct report_matrix_row *mw)
 {
     static const char *const cls[] = {"cell", "excluded", "anchor"};
+    const struct release_row *w = mw->row;
     char msg[1200];
     int k = row_kind(w);
     if (k == 3)
-        snprintf(msg, sizeof msg, "excluded: %s", l->excluded[w->index].reason);
+        snprintf(msg, sizeof msg, "excluded: %s", mw->excluded_reason);
     else if (w->blocking_id)
         snprintf(msg, sizeof msg, "%s (receipt %" PRId64 "): %s", release_state_name(w->state),
                  w->blocking_id, w->reason);
@@ -711,7 +701,8 @@ static void release_junit_fill(FILE *out, const void *argp)
 {
     const struct release_junit_arg *a = argp;
     const struct release_result *r = a->r;
-    if (!r || !a->l) {
+    const struct report_matrix *m = a->m;
+    if (!m) {
         fputs("<testsuites name=\"gate release check\" tests=\"1\" failures=\"0\" errors=\"1\">\n",
               out);
         junit_suite_open(out, "release", 1, 0, 1, 0);
@@ -721,12 +712,9 @@ static void release_junit_fill(FILE *out, const void *argp)
         return;
     }
     int count[4] = {0};
-    const struct release_row *sets[3] = {r->cells, r->excluded, r->anchors};
-    int ns[3] = {r->n_cells, r->n_excluded, r->n_anchors};
-    for (int s = 0; s < 3; s++)
-        for (int i = 0; i < ns[s]; i++)
-            count[row_kind(&sets[s][i])]++;
-    int tests = r->n_cells + r->n_excluded + r->n_anchors;
+    for (int i = 0; i < m->n_rows; i++)
+        count[row_kind(m->rows[i].row)]++;
+    int tests = m->n_rows;
     /* the blockers that are not rows: one failing testcase each */
     struct extra_cases ex = {NULL, 0};
     report_release_blockers(r, count_extra, &ex);
@@ -754,17 +742,26 @@ static void release_junit_fill(FILE *out, const void *argp)
     report_release_blockers(r, count_extra, &ex);
     if (sign_error)
         junit_case(out, "release", "release check", 2, "ERROR", a->check_error);
-    for (int s = 0; s < 3; s++)
-        for (int i = 0; i < ns[s]; i++)
-            release_row_case(out, a->l, &sets[s][i]);
+    for (int i = 0; i < m->n_rows; i++)
+        release_row_case(out, &m->rows[i]);
     fputs("  </testsuite>\n</testsuites>\n", out);
 }
 
 int report_release_junit(const char *path, const struct ladder *l, const struct release_result *r,
                          const char *check_error, struct gate_err *err)
 {
-    struct release_junit_arg a = {l, r, check_error};
-    return junit_file(path, release_junit_fill, &a, err);
+    struct report_matrix m;
+    struct release_junit_arg a = {NULL, l, r, check_error};
+    int rc = 0;
+    memset(&m, 0, sizeof m);
+    if (l && r) {
+        if ((rc = report_matrix_build(&m, l, r, err)))
+            return rc;
+        a.m = &m;
+    }
+    rc = junit_file(path, release_junit_fill, &a, err);
+    report_matrix_free(&m);
+    return rc;
 }
 
 /* A JSON string of receipt- or ladder-borne text: as is when it is valid UTF-8 (jansson escapes
@@ -775,29 +772,26 @@ static json_t *jstr(const char *s)
     return j ? j : json_string(safe(s));
 }
 
-static json_t *row_json(const struct ladder *l, const struct release_row *w)
+static json_t *row_json(const struct report_matrix_row *mw)
 {
     static const char *const kind[] = {"cell", "excluded", "anchor"};
+    const struct release_row *w = mw->row;
     json_t *o = json_object(), *ids = json_array();
     json_object_set_new(o, "kind", json_string(kind[w->kind]));
     json_object_set_new(o, "name", jstr(w->name));
-    if (w->kind == RELEASE_ROW_ANCHOR) {
-        json_object_set_new(o, "arch", jstr(l->anchors[w->index].arch));
+    if (mw->anchor) {
+        json_object_set_new(o, "arch", jstr(mw->anchor->arch));
     } else {
-        int ex = w->kind == RELEASE_ROW_EXCLUDED;
-        int model = ex ? l->excluded[w->index].model : l->cells[w->index].model;
-        int host = ex ? l->excluded[w->index].host : l->cells[w->index].host;
-        json_object_set_new(o, "model", jstr(l->models[model].id));
-        json_object_set_new(o, "host", jstr(l->hosts[host].id));
-        json_object_set_new(o, "mode",
-                            jstr(ex ? l->excluded[w->index].mode : l->cells[w->index].mode));
-        const struct cell_key key =
-            ex ? ladder_excluded_key(l, w->index) : ladder_cell_key(l, w->index);
-        json_object_set_new(o, "kv", json_string(kv_type_name(key.v.kv)));
-        if (key.v.isa[0])
-            json_object_set_new(o, "isa", json_string(key.v.isa));
-        if (ex)
-            json_object_set_new(o, "excluded_reason", jstr(l->excluded[w->index].reason));
+        json_object_set_new(o, "model", jstr(mw->key.model));
+        json_object_set_new(o, "host", jstr(mw->key.host));
+        json_object_set_new(o, "mode", jstr(mw->key.mode));
+        json_object_set_new(o, "kv", json_string(kv_type_name(mw->key.v.kv)));
+        if (mw->key.v.isa[0])
+            json_object_set_new(o, "isa", json_string(mw->key.v.isa));
+        if (mw->key.v.prefill[0]) /* an identity setting like kv and isa: the row says it */
+            json_object_set_new(o, "prefill", json_string(mw->key.v.prefill));
+        if (mw->excluded_reason)
+            json_object_set_new(o, "excluded_reason", jstr(mw->excluded_reason));
     }
     json_object_set_new(o, "state", json_string(release_state_name(w->state)));
     json_object_set_new(o, "blocking_receipt",
@@ -821,23 +815,30 @@ static void blocker_json(void *ctx, const char *kind, const char *subject, const
                                          "reason", jstr(reason)));
 }
 
-void report_release_json(FILE *out, const struct ladder *l, const char *ladder_path, const char *db,
-                         const struct identity *id, const struct release_result *r,
-                         const struct json_t *signoff)
+int report_release_json(FILE *out, const struct ladder *l, const char *ladder_path, const char *db,
+                        const struct identity *id, const struct release_result *r,
+                        const struct json_t *signoff, struct gate_err *err)
 {
+    struct report_matrix m;
+    int rc = report_matrix_build(&m, l, r, err);
+    if (rc) { /* one document still, and never an "ok" that the reader could take for green */
+        json_t *j = json_pack("{s:s, s:b, s:o}", "schema", "gate.release/1", "ok", 0, "error",
+                              jstr(err->msg));
+        json_dumpf(j, out, JSON_INDENT(2));
+        fputc('\n', out);
+        json_decref(j);
+        return rc;
+    }
     json_t *doc = json_object(), *rows = json_array(), *states = json_object();
     json_t *un = json_array();
-    const struct release_row *sets[3] = {r->cells, r->excluded, r->anchors};
-    int ns[3] = {r->n_cells, r->n_excluded, r->n_anchors};
     for (int s = 0; s <= RELEASE_EXCLUDED; s++)
         json_object_set_new(states, release_state_name((enum release_state)s), json_integer(0));
-    for (int s = 0; s < 3; s++)
-        for (int i = 0; i < ns[s]; i++) {
-            const char *name = release_state_name(sets[s][i].state);
-            json_object_set_new(
-                states, name, json_integer(json_integer_value(json_object_get(states, name)) + 1));
-            json_array_append_new(rows, row_json(l, &sets[s][i]));
-        }
+    for (int i = 0; i < m.n_rows; i++) {
+        const char *name = release_state_name(m.rows[i].row->state);
+        json_object_set_new(states, name,
+                            json_integer(json_integer_value(json_object_get(states, name)) + 1));
+        json_array_append_new(rows, row_json(&m.rows[i]));
+    }
     for (int i = 0; i < l->n_unanchored; i++)
         json_array_append_new(un, json_pack("{s:o, s:o}", "arch", jstr(l->unanchored[i].arch),
                                             "reason", jstr(l->unanchored[i].reason)));
@@ -908,4 +909,6 @@ void report_release_json(FILE *out, const struct ladder *l, const char *ladder_p
     json_dumpf(doc, out, JSON_INDENT(2));
     fputc('\n', out);
     json_decref(doc);
+    report_matrix_free(&m);
+    return 0;
 }

@@ -4,6 +4,8 @@
  * lines. The core (harness/run.h) returns data and statuses; this layer prints, and the commands
  * (cli/cmd_run.c) map statuses to exit codes. Every string that can come from a receipt or a
  * ladder goes through cli_safe() here, at print time.
+ * The release's four outputs (the text here, JSON, JUnit, and the HTML page of report_html.h)
+ * draw one matrix, laid by cli/report_matrix.h.
  * Start reading: report_run_progress(), then report_release().
  */
 #ifndef GATE_REPORT_H
@@ -48,11 +50,13 @@ double report_run_estimate(const struct report_run *r, const char *model, const 
 /* The run's results to out: the JSON array (json) or the table and "N of M passed". */
 void report_run_results(FILE *out, const struct run_result *res, int json);
 
-/* The release check's report to out: header (ladder_path, db as given), counts, the matrix,
- * unanchored and excluded notes, warnings, and RELEASE OK or RELEASE BLOCKED with every blocking
- * row naming its receipt. */
-void report_release(FILE *out, const struct ladder *l, const char *ladder_path, const char *db,
-                    const struct identity *id, const struct release_result *r);
+/* The release check's report to out: header (ladder_path, db as given), counts, the matrix
+ * (cli/report_matrix.h: the one the JSON, JUnit and HTML outputs lay), unanchored and excluded
+ * notes, warnings, and RELEASE OK or RELEASE BLOCKED with every blocking row naming its receipt.
+ * Returns 0; ERR_ENV when the matrix cannot be laid (out of memory): the rest is still written,
+ * with err's sentence where the matrix would be. */
+int report_release(FILE *out, const struct ladder *l, const char *ladder_path, const char *db,
+                   const struct identity *id, const struct release_result *r, struct gate_err *err);
 
 /* ---- CI formats (issue 13): JUnit XML and the release as JSON ---------------------------------
  * JUnit: every string is XML-escaped after cli_safe() (controls and invalid UTF-8 as "\xNN",
@@ -98,15 +102,16 @@ int report_release_junit(const char *path, const struct ladder *l, const struct 
 
 /* The release as one JSON document on out (schema "gate.release/1", docs/reports.md): ok,
  * release and ladder identity, the checking build (identity_json), the store, counts (per state
- * too), the store problem, the unanchored architectures, every row (kind, name, model/host/mode
- * or arch, state, blocking receipt id, reason, PASS receipt ids, receipts per kind, exclusion
- * reason, disagreement), "blocked_by" (every report_release_blockers() reason as {kind,
- * subject, reason}; [] exactly when ok) and signoff (NULL: not signed: "signoff": null). Strings
- * that are not
- * valid UTF-8 are written through cli_safe(). */
-void report_release_json(FILE *out, const struct ladder *l, const char *ladder_path, const char *db,
-                         const struct identity *id, const struct release_result *r,
-                         const struct json_t *signoff);
+ * too), the store problem, the unanchored architectures, every row of the matrix
+ * (cli/report_matrix.h: kind, name, model/host/mode and identity settings or arch, state,
+ * blocking receipt id, reason, PASS receipt ids, receipts per kind, exclusion reason,
+ * disagreement), "blocked_by" (every report_release_blockers() reason as {kind, subject,
+ * reason}; [] exactly when ok) and signoff (NULL: not signed: "signoff": null). Strings that are
+ * not valid UTF-8 are written through cli_safe(). Returns 0; ERR_ENV when the matrix cannot be
+ * laid (out of memory): the document is then {"schema", "ok": false, "error"}. */
+int report_release_json(FILE *out, const struct ladder *l, const char *ladder_path, const char *db,
+                        const struct identity *id, const struct release_result *r,
+                        const struct json_t *signoff, struct gate_err *err);
 
 /* `gate release check` with the CI outputs (cli/cmd_run.c): release_check_opts(), plus json
  * (the report on out is report_release_json() instead of the text, errors also as

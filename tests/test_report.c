@@ -27,6 +27,7 @@
 #include "harness/ladder.h"
 #include "harness/run.h"
 #include "receipts/key.h"
+#include "receipts/store.h"
 #include "tests/support/check.h"
 #include "tests/support/ladderfix.h"
 #include "tests/support/skip.h"
@@ -275,8 +276,9 @@ Test(report, release_json_holds_every_row_with_state_receipts_and_reason)
     evaluate(path_in("r.db"), &l, &r);
     char *buf = NULL;
     size_t len = 0;
+    struct gate_err err = {0};
     FILE *f = open_memstream(&buf, &len);
-    report_release_json(f, l, "ladder.yaml", "r.db", &fx.self, &r, NULL);
+    cr_assert_eq(report_release_json(f, l, "ladder.yaml", "r.db", &fx.self, &r, NULL, &err), 0);
     fclose(f);
     json_error_t je;
     json_t *doc = json_loads(buf, 0, &je);
@@ -836,7 +838,7 @@ Test(report, one_matrix_in_the_text_json_junit_and_html)
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    report_release(f, l, "wide.yaml", "wide.db", &fx.self, &r);
+    cr_assert_eq(report_release(f, l, "wide.yaml", "wide.db", &fx.self, &r, &err), 0);
     fclose(f);
     expect_block(buf,
                  "6 required cells, 1 excluded, 1 anchor case\n\n"
@@ -868,7 +870,7 @@ Test(report, one_matrix_in_the_text_json_junit_and_html)
     /* JSON: the rows in order, each with its identity */
     buf = NULL;
     f = open_memstream(&buf, &len);
-    report_release_json(f, l, "wide.yaml", "wide.db", &fx.self, &r, NULL);
+    cr_assert_eq(report_release_json(f, l, "wide.yaml", "wide.db", &fx.self, &r, NULL, &err), 0);
     fclose(f);
     json_t *doc = json_loads(buf, 0, NULL);
     cr_assert(doc, "%s", buf);
@@ -991,6 +993,53 @@ Test(report, one_matrix_in_the_text_json_junit_and_html)
     cr_assert(s3);
     cr_expect(strstr(s3, "<tr><th>KV cache</th><td>f16"), "the F16 cell's receipt shows its KV");
     free(html);
+    release_result_free(&r);
+    ladder_free(l);
+}
+
+/* A JSON row carries every identity setting that is set: kv always, isa and prefill when set (a
+ * prefill cell's row once said only model/host/mode/kv, the same as its F32 sibling's). */
+Test(report, json_rows_carry_every_identity_setting)
+{
+    const char *path = path_in("pf.yaml");
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fprintf(f,
+            "release: {name: rel, version: 1.0.0}\n"
+            "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf, sha256: %s,"
+            " arch: qwen3moe}\n"
+            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+            "modes: [cuda.prefill]\n"
+            "cells:\n  - {model: moe, host: a, mode: cuda.prefill}\n"
+            "  - {model: moe, host: a, mode: cuda.prefill, prefill: bf16}\n"
+            "gates:\n  defaults:\n    golden: {goldens: g.json, sha256: " LADDERFIX_GOLDENS_SHA
+            "}\n"
+            "unanchored: {qwen3moe: 'report test'}\n",
+            check_shared_dir(), LADDERFIX_MOE_SHA);
+    cr_assert_eq(fclose(f), 0);
+    struct gate_err err = {0};
+    struct store *st = NULL;
+    cr_assert_eq(store_open(&st, path_in("pf.db"), &err), 0, "%s", err.msg); /* an empty store */
+    store_close(st);
+    struct ladder *l = NULL;
+    struct release_result r;
+    ladderfix_evaluate(&fx, path, path_in("pf.db"), &l, &r);
+    char *buf = NULL;
+    size_t len = 0;
+    f = open_memstream(&buf, &len);
+    cr_assert_eq(report_release_json(f, l, "pf.yaml", "pf.db", &fx.self, &r, NULL, &err), 0);
+    fclose(f);
+    json_t *doc = json_loads(buf, 0, NULL);
+    cr_assert(doc, "%s", buf);
+    json_t *rows = json_object_get(doc, "rows");
+    cr_assert_eq(json_array_size(rows), 2, "%s", buf);
+    cr_expect_null(json_object_get(json_array_get(rows, 0), "prefill"), "the F32 default: %s", buf);
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(rows, 1), "prefill")), "bf16",
+                     "%s", buf);
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(rows, 1), "name")),
+                     "moe/a/cuda.prefill+prefill=bf16");
+    json_decref(doc);
+    free(buf);
     release_result_free(&r);
     ladder_free(l);
 }
