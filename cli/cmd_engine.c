@@ -25,6 +25,7 @@
 #include "engine/ref_ops.h"
 #include "engine/tokenizer.h"
 #include "harness/baseline.h"
+#include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "oracles/throughput.h"
 
@@ -434,25 +435,31 @@ int cmd_generate(int argc, char **argv)
 
 /* ---- gate bench ----------------------------------------------------------------------------- */
 
+/* The %d / %g are the throughput row's command defaults (bench_usage): prompt_tokens,
+ * decode_tokens, runs, warmup, check_positions, max_runs, max_seconds, max_regression. */
 static const char BENCH_USAGE[] =
     "usage: gate bench MODEL.gguf [--backend ref] [--mode MODE] [--threads N]\n"
     "                  [--prompt-tokens P] [--decode-tokens D] [--runs R] [--warmup W]\n"
     "                  [--prompt-batch] [--kv f32|f16] [--gemv v1|v2] [--route v1|v2]\n"
-    "                  [--max-runs N] [--max-seconds S]\n"
-    "                  [--min-prefill-tps F] [--min-decode-tps F] [--no-check]\n"
-    "                  [--compare RECEIPT_ID [--db receipts.db] [--max-regression 0.05]]\n"
+    "                  [--max-runs N] [--max-seconds S] [--max-wait X]\n"
+    "                  [--min-prefill-tps F] [--min-decode-tps F] [--check-positions N]\n"
+    "                  [--no-check]\n"
+    "                  [--compare RECEIPT_ID [--db receipts.db] [--max-regression X]]\n"
     "  The throughput gate's measurement and estimator (oracles/throughput.c), printed: P\n"
     "  prompt tokens along MODE's own path (default BACKEND.prefill: half batched, half\n"
     "  decoded; .decode one token per call; .chat six turns), then D decode steps, each run on\n"
     "  a fresh token sequence; tokens/s as the median of R timed runs after W warm-up runs\n"
-    "  (defaults 64, 32, 6, 1) with its 95% distribution-free interval, min, max and CV, the\n"
-    "  host-starved runs and the spot checks against the judge (2 positions per run; --no-check\n"
+    "  (defaults %d, %d, %d, %d) with its 95%% distribution-free interval, min, max and CV, the\n"
+    "  host-starved runs and the spot checks against the judge (%d positions per run; --no-check\n"
     "  skips them). With a floor, runs are added as the gate adds them (up to --max-runs,\n"
-    "  default 30, and --max-seconds, default 20) and the gate's verdict is printed.\n"
+    "  default %d, and --max-seconds, default %g) and the gate's verdict is printed.\n"
+    "  Every setting flag is the throughput gate's row of the ladder key (docs/ladder.md): its\n"
+    "  default and bounds, but D's default (above) and R's and N's lower bound of 1 are bench's own (a\n"
+    "  quick look; the gate's interval needs 3).\n"
     "  --compare ID    the gate's regression test against stored receipt ID (its throughput\n"
     "                  runs; it must verify and match this host, thread count, KV type, mode\n"
-    "                  and model digest): the ratio of medians with its 95% interval, FAIL\n"
-    "                  (exit 1) when confidently below 1 - max_regression.\n"
+    "                  and model digest): the ratio of medians with its 95%% interval, FAIL\n"
+    "                  (exit 1) when confidently below 1 - max_regression (default %g).\n"
     "  Backend open time is reported separately and never counted. Progress goes to stderr (a\n"
     "  live line with the elapsed time on a terminal, else one line before and one after); a\n"
     "  warning says when P + D exceed the model's context (context_length).\n"
@@ -642,6 +649,14 @@ done:
     return rc;
 }
 
+static void bench_usage(FILE *f)
+{
+    struct throughput_config d;
+    gatedef_config(GATE_ID_THROUGHPUT, NULL, 1, &d, sizeof d);
+    fprintf(f, BENCH_USAGE, d.prompt_tokens, d.decode_tokens, d.runs, d.warmup, d.check_positions,
+            d.max_runs, d.max_seconds, d.max_regression);
+}
+
 int cmd_bench(int argc, char **argv)
 {
     const char *model = NULL, *backend = backend_judge_name(), *mode_text = NULL, *v,
@@ -649,31 +664,22 @@ int cmd_bench(int argc, char **argv)
     const char *gemv = NULL, *route = NULL;
     long long compare_id = 0;
     int prompt_batch = 0;
-    struct throughput_config cfg;
-    throughput_config_default(&cfg);
-    cfg.prompt_tokens = 64;
-    cfg.decode_tokens = 32;
+    struct throughput_config cfg; /* the gate table's defaults, bench's own where its row says */
+    gatedef_config(GATE_ID_THROUGHPUT, NULL, 1, &cfg, sizeof cfg);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(BENCH_USAGE, stdout);
+            bench_usage(stdout);
             return 0;
         }
-        int *target = NULL;
-        int lo = 1, hi = 1 << 16;
-        if (!strcmp(argv[i], "--threads"))
-            target = &cfg.n_threads;
-        else if (!strcmp(argv[i], "--prompt-tokens"))
-            target = &cfg.prompt_tokens;
-        else if (!strcmp(argv[i], "--decode-tokens"))
-            target = &cfg.decode_tokens;
-        else if (!strcmp(argv[i], "--runs"))
-            target = &cfg.runs, hi = THROUGHPUT_MAX_RUNS;
-        else if (!strcmp(argv[i], "--warmup"))
-            target = &cfg.warmup, lo = 0;
-        else if (!strcmp(argv[i], "--max-runs"))
-            target = &cfg.max_runs, hi = THROUGHPUT_MAX_RUNS;
-        if (target) {
-            if (cli_value(argc, argv, &i, &v) || cli_int("bench", argv[i - 1], v, lo, hi, target))
+        /* every setting flag through its row: --runs, --prompt-tokens, --max-seconds, ... */
+        const int r = gatedef_flag(GATE_ID_THROUGHPUT, "bench", NULL, argc, argv, &i, &cfg);
+        if (r < 0)
+            return 2;
+        if (r)
+            continue;
+        if (!strcmp(argv[i], "--threads")) {
+            if (cli_value(argc, argv, &i, &v) ||
+                cli_int("bench", argv[i - 1], v, 1, 1 << 16, &cfg.n_threads))
                 return 2;
         } else if (!strcmp(argv[i], "--backend")) {
             if (cli_value(argc, argv, &i, &backend))
@@ -695,27 +701,6 @@ int cmd_bench(int argc, char **argv)
                                 "bench: --compare takes a receipt id (gate receipt list), not"
                                 " '%s'",
                                 v);
-        } else if (!strcmp(argv[i], "--max-regression")) {
-            char *end = NULL;
-            if (cli_value(argc, argv, &i, &v))
-                return 2;
-            cfg.max_regression = strtod(v, &end);
-            if (!*v || *end || !(cfg.max_regression >= 0 && cfg.max_regression < 1))
-                return cli_fail(2, "bench: --max-regression takes a fraction in [0, 1), not '%s'",
-                                v);
-        } else if (!strcmp(argv[i], "--max-seconds") || !strcmp(argv[i], "--min-prefill-tps") ||
-                   !strcmp(argv[i], "--min-decode-tps")) {
-            double *dst = argv[i][2] == 'm' && argv[i][3] == 'a'  ? &cfg.max_seconds
-                          : !strcmp(argv[i], "--min-prefill-tps") ? &cfg.min_prefill_tps
-                                                                  : &cfg.min_decode_tps;
-            char *end = NULL;
-            if (cli_value(argc, argv, &i, &v))
-                return 2;
-            *dst = strtod(v, &end);
-            if (!*v || *end || !isfinite(*dst) || *dst < 0 ||
-                (dst == &cfg.max_seconds && !(*dst > 0)))
-                return cli_fail(2, "bench: %s takes a non-negative number, not '%s'", argv[i - 1],
-                                v);
         } else if (!strcmp(argv[i], "--kv")) {
             if (cli_value(argc, argv, &i, &v))
                 return 2;
@@ -736,14 +721,14 @@ int cmd_bench(int argc, char **argv)
             if (cli_value(argc, argv, &i, &mode_text))
                 return 2;
         } else if (argv[i][0] == '-' || model) {
-            fputs(BENCH_USAGE, stderr);
+            bench_usage(stderr);
             return cli_fail(2, "bench: unexpected argument '%s'", argv[i]);
         } else {
             model = argv[i];
         }
     }
     if (!model) {
-        fputs(BENCH_USAGE, stderr);
+        bench_usage(stderr);
         return 2;
     }
     if (cfg.max_runs < cfg.runs)

@@ -33,34 +33,31 @@ static const char PARITY_USAGE[] =
     "  parity rule a ladder run, the receipt and the release check apply (oracles/parity.h).\n"
     "  Exit 0 PASS, 1 FAIL, 2 input error, 3 mode cannot run on this host.\n";
 
+/* %d and %g: the falsify row's defaults of sweep_samples and min_detection (falsify_usage) */
 static const char FALSIFY_USAGE[] =
     "usage: gate falsify MODEL.gguf --mode MODE --fault KIND[,KIND...] [--layers L]\n"
     "                    [--positions P] [--sweep] [--clean-runs N] [--length N]\n"
     "                    [--tokens FILE] [--threads N] [--min-cosine X] [--max-mean-kld X]\n"
-    "                    [--max-kld X] [--near-tie X] [--sweep-samples N]\n"
-    "                    [--min-detection X] [--json FILE]\n"
+    "                    [--max-kld X] [--near-tie X] [--route-tie X] [--max-rel-l2 X]\n"
+    "                    [--max-mean-rel-l2 X] [--sweep-samples N] [--min-detection X]\n"
+    "                    [--power-factor X] [--power-layers N] [--json FILE]\n"
     "  Injects each fault (wrong_expert, dropped_expert, uniform_weights, skip_qk_norm, or\n"
     "  'all' for those that apply to the model; options as KIND:rank=R,layers=A-B,positions=A-B)\n"
     "  into MODE and expects parity to reject it, with a witness that it fired. --layers and\n"
     "  --positions scope every fault that names no scope of its own. --sweep injects each kind\n"
     "  at one layer x one position at a time and measures the clean noise ceiling. Without\n"
-    "  --sweep, N (default 4) sampled single-layer x single-position injections per kind must be\n"
-    "  detected at a rate >= X (default 0.5; no-ops excluded). Thresholds looser than the\n"
+    "  --sweep, N (default %d) sampled single-layer x single-position injections per kind must be\n"
+    "  detected at a rate >= X (default %g; no-ops excluded). Thresholds looser than the\n"
     "  strength floor (min cosine 0.99, max KLD 0.5, mean KLD 0.05, near tie 0.25) are refused.\n"
+    "  Every setting flag is the gate table's row of the ladder key (docs/ladder.md): the same\n"
+    "  default and bounds; --length N is parity's positions.\n"
     "  Exit 0 when every fault fired and was rejected (sweep: none escaped and the thresholds\n"
     "  sit clear of the noise), 1 otherwise, 2 input error, 3 mode cannot run on this host.\n";
 
-static int parse_double(const char *cmd, const char *opt, const char *s, double *out)
+static void falsify_usage(FILE *f)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(v)) {
-        fprintf(stderr, "gate %s: %s '%s' is not a finite number\n", cmd, opt, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    fprintf(f, FALSIFY_USAGE, (int)gatedef_default("falsify", "sweep_samples"),
+            gatedef_default("falsify", "min_detection"));
 }
 
 struct common {
@@ -70,8 +67,10 @@ struct common {
     int length_set;
 };
 
-/* Options both commands take; returns 1 when argv[*i] was one, 0 when not, -1 on error. */
-static int common_opt(const char *cmd, int argc, char **argv, int *i, struct common *c)
+/* Options both commands take; returns 1 when argv[*i] was one, 0 when not, -1 on error. The
+ * parity settings parse through the gate table's rows (gatedef_flag), but for the keys in skip. */
+static int common_opt(const char *cmd, const char *const *skip, int argc, char **argv, int *i,
+                      struct common *c)
 {
     const char *v;
     const char *a = argv[*i];
@@ -83,26 +82,7 @@ static int common_opt(const char *cmd, int argc, char **argv, int *i, struct com
         return cli_value(argc, argv, i, &c->json_path) ? -1 : 1;
     if (!strcmp(a, "--threads"))
         return (cli_value(argc, argv, i, &v) || cli_int(cmd, a, v, 1, 1024, &c->threads)) ? -1 : 1;
-    if (!strcmp(a, "--min-cosine"))
-        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.min_cosine)) ? -1
-                                                                                             : 1;
-    if (!strcmp(a, "--max-mean-kld"))
-        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.max_mean_kld)) ? -1
-                                                                                               : 1;
-    if (!strcmp(a, "--max-kld"))
-        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.max_kld)) ? -1 : 1;
-    if (!strcmp(a, "--near-tie"))
-        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.near_tie)) ? -1 : 1;
-    if (!strcmp(a, "--max-rel-l2"))
-        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.max_rel_l2)) ? -1
-                                                                                             : 1;
-    if (!strcmp(a, "--max-mean-rel-l2"))
-        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.max_mean_rel_l2))
-                   ? -1
-                   : 1;
-    if (!strcmp(a, "--route-tie"))
-        return (cli_value(argc, argv, i, &v) || parse_double(cmd, a, v, &c->cfg.route_tie)) ? -1
-                                                                                            : 1;
+    return gatedef_flag(GATE_ID_PARITY, cmd, skip, argc, argv, i, &c->cfg);
     return 0;
 }
 
@@ -170,12 +150,13 @@ static int load_inputs(const struct common *c, struct model **m, struct mode *mo
 int cmd_parity(int argc, char **argv)
 {
     struct common c = {0};
-    parity_config_default(&c.cfg);
+    gatedef_parity_config(NULL, &c.cfg);
     const char *faults[FAULT_MAX];
     int n_faults = 0, positions_set = 0;
     const char *v;
     for (int i = 1; i < argc; i++) {
-        int r = common_opt("parity", argc, argv, &i, &c);
+        positions_set |= !strcmp(argv[i], "--positions");
+        int r = common_opt("parity", NULL, argc, argv, &i, &c);
         if (r < 0)
             return 2;
         if (r)
@@ -183,15 +164,6 @@ int cmd_parity(int argc, char **argv)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(PARITY_USAGE, stdout);
             return 0;
-        } else if (!strcmp(argv[i], "--positions")) {
-            if (cli_value(argc, argv, &i, &v) ||
-                cli_int("parity", "--positions", v, 1, 1 << 20, &c.cfg.positions))
-                return 2;
-            positions_set = 1;
-        } else if (!strcmp(argv[i], "--span")) {
-            if (cli_value(argc, argv, &i, &v) ||
-                cli_int("parity", "--span", v, 0, 1 << 20, &c.cfg.span))
-                return 2;
         } else if (!strcmp(argv[i], "--fault")) {
             if (cli_value(argc, argv, &i, &v))
                 return 2;
@@ -327,21 +299,23 @@ int cmd_falsify(int argc, char **argv)
 {
     struct common c = {0};
     struct falsify_config fc;
-    falsify_config_default(&fc);
-    /* the sweep's defaults are the gate table's, as in a ladder (one row, one default) */
-    fc.sweep_samples = (int)gatedef_default("falsify", "sweep_samples");
-    fc.min_detection = gatedef_default("falsify", "min_detection");
+    gatedef_falsify_config(NULL, &fc); /* the gate table's defaults, as in a ladder */
     c.cfg = fc.parity;
+    /* --positions scopes the faults here; the parity sequence's length is --length */
+    static const char *const not_flags[] = {"positions", "span", NULL};
+    const struct gate_setting *len = gatedef_setting(GATE_ID_PARITY, "positions");
     const char *faults[FAULT_MAX], *layers = NULL, *positions = NULL, *v;
     int n_faults = 0, sweep = 0;
     for (int i = 1; i < argc; i++) {
-        int r = common_opt("falsify", argc, argv, &i, &c);
+        int r = common_opt("falsify", not_flags, argc, argv, &i, &c);
+        if (!r)
+            r = gatedef_flag(GATE_ID_FALSIFY, "falsify", NULL, argc, argv, &i, &fc);
         if (r < 0)
             return 2;
         if (r)
             continue;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(FALSIFY_USAGE, stdout);
+            falsify_usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--fault")) {
             if (cli_value(argc, argv, &i, &v))
@@ -357,7 +331,7 @@ int cmd_falsify(int argc, char **argv)
                 return 2;
         } else if (!strcmp(argv[i], "--length")) {
             if (cli_value(argc, argv, &i, &v) ||
-                cli_int("falsify", "--length", v, 1, 1 << 20, &c.cfg.positions))
+                cli_int("falsify", "--length", v, (int)len->lo, (int)len->hi, &c.cfg.positions))
                 return 2;
         } else if (!strcmp(argv[i], "--clean-runs")) {
             if (cli_value(argc, argv, &i, &v) ||
@@ -365,23 +339,15 @@ int cmd_falsify(int argc, char **argv)
                 return 2;
         } else if (!strcmp(argv[i], "--sweep")) {
             sweep = 1;
-        } else if (!strcmp(argv[i], "--sweep-samples")) {
-            if (cli_value(argc, argv, &i, &v) ||
-                cli_int("falsify", "--sweep-samples", v, 0, 4096, &fc.sweep_samples))
-                return 2;
-        } else if (!strcmp(argv[i], "--min-detection")) {
-            if (cli_value(argc, argv, &i, &v) ||
-                parse_double("falsify", "--min-detection", v, &fc.min_detection))
-                return 2;
         } else if (argv[i][0] == '-' || c.model) {
-            fputs(FALSIFY_USAGE, stderr);
+            falsify_usage(stderr);
             return cli_fail(2, "falsify: unexpected argument '%s'", argv[i]);
         } else {
             c.model = argv[i];
         }
     }
     if (!c.model || !c.mode_text || !n_faults) {
-        fputs(FALSIFY_USAGE, stderr);
+        falsify_usage(stderr);
         return cli_fail(2, "falsify: MODEL.gguf, --mode and --fault are required");
     }
     struct gate_err err = {0};

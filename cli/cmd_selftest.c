@@ -19,6 +19,7 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/synth.h"
+#include "harness/gatedef.h"
 #include "oracles/capability.h"
 #include "oracles/compare.h"
 #include "oracles/falsify.h"
@@ -91,7 +92,7 @@ static int e2e_row(const struct model *m, const char *mode_name, int positions, 
     struct mode mode;
     struct gate_err err = {0};
     struct parity_config cfg;
-    parity_config_default(&cfg);
+    gatedef_parity_config(NULL, &cfg);
     cfg.positions = positions;
     mode_parse(mode_name, &mode, &err);
     struct parity_result pr;
@@ -137,7 +138,7 @@ static int e2e_falsify(const struct model *m, int positions, int threads)
     struct mode mode;
     struct gate_err err = {0};
     struct falsify_config cfg;
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     cfg.parity.positions = positions;
     struct fault_set fs;
     falsify_default_faults(m, &fs);

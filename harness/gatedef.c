@@ -3,8 +3,10 @@
  * harness/release.c judge through gatedef_judge(). */
 #include "harness/gatedef.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness/ladder.h"
@@ -20,88 +22,98 @@
 #include "oracles/throughput.h"
 
 #define OFF(f) offsetof(struct ladder_gates, f)
+/* the field of the gate's oracle config struct a row fills (gatedef_config) */
+#define PAR(f) offsetof(struct parity_config, f)
+#define THR(f) offsetof(struct throughput_config, f)
+#define FAL(f) offsetof(struct falsify_config, f)
+#define CON(f) offsetof(struct consistency_config, f)
 
 static const struct gate_setting CAPABILITY[] = {{NULL}};
 
 static const struct gate_setting PARITY[] = {
-    {"positions", GS_INT, OFF(positions), 96, 64, 1 << 20,
+    {"positions", GS_INT, OFF(positions), PAR(positions), 96, 64, 1 << 20,
      "token positions judged; fewer than 64 is an error"},
-    {"span", GS_INT, OFF(span), 0, 0, 1 << 20,
+    {"span", GS_INT, OFF(span), PAR(span), 0, 0, 1 << 20,
      "the generated sequence's length: `positions` positions spread over it are judged, the last"
      " included (0 = positions); the subject and the judge still run every position"},
-    {"min_cosine", GS_NUM, OFF(min_cosine), 0.999, -1, 1,
+    {"min_cosine", GS_NUM, OFF(min_cosine), PAR(min_cosine), 0.999, -1, 1,
      "every position's logit cosine must be at least this"},
-    {"max_mean_kld", GS_NUM, OFF(max_mean_kld), 1e-3, 0, 1e9,
+    {"max_mean_kld", GS_NUM, OFF(max_mean_kld), PAR(max_mean_kld), 1e-3, 0, 1e9,
      "mean KL(ref || test) over positions, nats"},
-    {"max_kld", GS_NUM, OFF(max_kld), 1e-2, 0, 1e9, "every position's KL, nats"},
-    {"near_tie", GS_NUM, OFF(near_tie), 0.05, 0, 1e9,
+    {"max_kld", GS_NUM, OFF(max_kld), PAR(max_kld), 1e-2, 0, 1e9, "every position's KL, nats"},
+    {"near_tie", GS_NUM, OFF(near_tie), PAR(near_tie), 0.05, 0, 1e9,
      "logit gap below which an argmax flip is a TIE_FLIP (reported), not WRONG"},
-    {"route_tie", GS_NUM, OFF(route_tie), PARITY_ROUTE_TIE, 0, 1,
+    {"route_tie", GS_NUM, OFF(route_tie), PAR(route_tie), PARITY_ROUTE_TIE, 0, 1,
      "MoE: the router near tie (logits): where the subject's expert set differs from the judge's"
      " and both its router gap and the judge's deficit for that set are below it, the judge is"
      " replayed with the subject's set and every position judged; elsewhere a differing set"
      " FAILs"},
-    {"max_rel_l2", GS_NUM, OFF(max_rel_l2), PARITY_MAX_REL_L2, 0, 1e9,
+    {"max_rel_l2", GS_NUM, OFF(max_rel_l2), PAR(max_rel_l2), PARITY_MAX_REL_L2, 0, 1e9,
      "every position's relative L2 error of the centred logits (sees a uniform scale, which"
      " cosine cannot)"},
-    {"loose_reason", GS_TEXT, OFF(loose_reason), 0, 0, 0,
+    {"loose_reason", GS_TEXT, OFF(loose_reason), GS_NOCFG, 0, 0, 0,
      "why a threshold may sit looser than its stated multiple of the backend's measured noise"
      " (docs/gates.md, \"Tolerances from noise\"); without it such a ladder is refused, with it"
      " the reason is shown in every report"},
-    {"max_mean_rel_l2", GS_NUM, OFF(max_mean_rel_l2), PARITY_MAX_MEAN_REL_L2, 0, 1e9,
+    {"max_mean_rel_l2", GS_NUM, OFF(max_mean_rel_l2), PAR(max_mean_rel_l2), PARITY_MAX_MEAN_REL_L2,
+     0, 1e9,
      "the mean of that error over the judged positions (sees a 1 % scale in a late layer, below"
      " the noise's per-position tail)"},
     {NULL},
 };
 
 static const struct gate_setting GOLDEN[] = {
-    {"tokens", GS_INT, OFF(golden_tokens), 16, 1, 4096, "greedy tokens per prompt"},
-    {"near_tie", GS_NUM, OFF(golden_near_tie), 0.05, 0, 1e9,
+    {"tokens", GS_INT, OFF(golden_tokens), GS_NOCFG, 16, 1, 4096, "greedy tokens per prompt"},
+    {"near_tie", GS_NUM, OFF(golden_near_tie), GS_NOCFG, 0.05, 0, 1e9,
      "judge's top-1/top-2 margin below which a diverging greedy step is a TIE_FLIP"},
-    {"sha256", GS_SHA256, OFF(goldens_sha256), 0, 0, 0,
+    {"sha256", GS_SHA256, OFF(goldens_sha256), GS_NOCFG, 0, 0, 0,
      "the goldens file's SHA-256 (required when `goldens` is set)"},
     {NULL},
 };
 
 static const struct gate_setting THROUGHPUT[] = {
-    {"runs", GS_INT, OFF(runs), 6, 3, 200,
+    {"runs", GS_INT, OFF(runs), THR(runs), 6, 3, 200,
      "timed runs before the first decision (6 is the fewest with a 95% interval of the median)"},
-    {"warmup", GS_INT, OFF(warmup), 1, 0, 1000, "untimed runs first (counted in the receipt)"},
-    {"prompt_tokens", GS_INT, OFF(prompt_tokens), 64, 1, 1 << 20, "prompt length"},
-    {"decode_tokens", GS_INT, OFF(decode_tokens), 16, 1, 1 << 20, "generated tokens"},
-    {"min_prefill_tps", GS_NUM, OFF(min_prefill_tps), 0, 0, 1e12,
+    {"warmup", GS_INT, OFF(warmup), THR(warmup), 1, 0, 1000,
+     "untimed runs first (counted in the receipt)"},
+    {"prompt_tokens", GS_INT, OFF(prompt_tokens), THR(prompt_tokens), 64, 1, 1 << 20,
+     "prompt length"},
+    {"decode_tokens", GS_INT, OFF(decode_tokens), THR(decode_tokens), 16, 1, 1 << 20,
+     "generated tokens"},
+    {"min_prefill_tps", GS_NUM, OFF(min_prefill_tps), THR(min_prefill_tps), 0, 0, 1e12,
      "floor on the prompt rate, tokens/s: PASS when the median's 95% interval is above it"},
-    {"min_decode_tps", GS_NUM, OFF(min_decode_tps), 0, 0, 1e12,
+    {"min_decode_tps", GS_NUM, OFF(min_decode_tps), THR(min_decode_tps), 0, 0, 1e12,
      "floor on the generation rate, tokens/s (as min_prefill_tps)"},
-    {"max_runs", GS_INT, OFF(max_runs), 30, 3, 200,
+    {"max_runs", GS_INT, OFF(max_runs), THR(max_runs), 30, 3, 200,
      "budget: timed runs at most while the interval straddles a floor (>= runs)"},
-    {"max_seconds", GS_NUM, OFF(max_seconds), 20, 0.1, 3600,
+    {"max_seconds", GS_NUM, OFF(max_seconds), THR(max_seconds), 20, 0.1, 3600,
      "budget: timed seconds at most (sum of the timed runs' wall time) before ERROR inconclusive"},
-    {"max_wait", GS_NUM, OFF(max_wait), 0.25, 0.01, 1,
+    {"max_wait", GS_NUM, OFF(max_wait), THR(max_wait), 0.25, 0.01, 1,
      "a run whose threads waited for a CPU more than this share of their demand is host-starved:"
      " no evidence that the engine is slow"},
-    {"check_positions", GS_INT, OFF(check_positions), 2, 1, 8,
+    {"check_positions", GS_INT, OFF(check_positions), THR(check_positions), 2, 1, 8,
      "positions of every timed run checked against the judge (prompt and decode alternately)"},
-    {"baseline", GS_BASELINE, OFF(baseline), 0, 0, 0,
+    {"baseline", GS_BASELINE, OFF(baseline), GS_NOCFG, 0, 0, 0,
      "compare with: `previous` (newest PASS receipt of the cell, this host's key, the newest"
      " earlier release version) or a receipt hash; \"\" = no comparison"},
-    {"max_regression", GS_NUM, OFF(max_regression), 0.05, 0, 0.99,
+    {"max_regression", GS_NUM, OFF(max_regression), THR(max_regression), 0.05, 0, 0.99,
      "with a baseline: FAIL when the ratio to its median is confidently below 1 - this"},
     {NULL},
 };
 
 static const struct gate_setting FALSIFY[] = {
-    {"sweep_samples", GS_INT, OFF(sweep_samples), 4, 0, 4096,
+    {"sweep_samples", GS_INT, OFF(sweep_samples), FAL(sweep_samples), 4, 0, 4096,
      "sampled single-layer x single-position injections per fault kind"},
-    {"min_detection", GS_NUM, OFF(min_detection), 0.5, FALSIFY_MIN_DETECTION_FLOOR, 1,
+    {"min_detection", GS_NUM, OFF(min_detection), FAL(min_detection), 0.5,
+     FALSIFY_MIN_DETECTION_FLOOR, 1,
      "least detection rate per fault kind over the sampled sweep (no-ops excluded); 0 is refused:"
      " a floor that cannot fail proves nothing (`gate falsify` takes the same default)"},
-    {"power_factor", GS_NUM, OFF(power_factor), FALSIFY_POWER_FACTOR, 1.0001,
+    {"power_factor", GS_NUM, OFF(power_factor), FAL(power_factor), FALSIFY_POWER_FACTOR, 1.0001,
      FALSIFY_POWER_FACTOR_MAX,
      "the power probe: every matmul tensor a uniform scale reaches the logits through, scaled by"
      " this at power_layers layers (the last among them), and the output matrix, must each be"
      " rejected by the cell's parity thresholds"},
-    {"power_layers", GS_INT, OFF(power_layers), FALSIFY_POWER_LAYERS, 1, 16,
+    {"power_layers", GS_INT, OFF(power_layers), FAL(power_layers), FALSIFY_POWER_LAYERS, 1, 16,
      "layers per tensor of the power probe (the last layer and others from a fixed stream)"},
     {NULL},
 };
@@ -109,11 +121,11 @@ static const struct gate_setting FALSIFY[] = {
 /* Run on a cell only when its ladder names the gate (gates.defaults or an override):
  * `consistency: {}` takes these defaults. */
 static const struct gate_setting CONSISTENCY[] = {
-    {"positions", GS_INT, OFF(cons_positions), 64, 16, 1 << 16,
+    {"positions", GS_INT, OFF(cons_positions), CON(positions), 64, 16, 1 << 16,
      "tokens of the sequence every variant runs"},
-    {"repeats", GS_INT, OFF(cons_repeats), 2, 1, 64,
+    {"repeats", GS_INT, OFF(cons_repeats), CON(repeats), 2, 1, 64,
      "runs per thread count (1, 2, 3): a race shows as two runs that differ"},
-    {"max_abs", GS_NUM, OFF(cons_max_abs), 1e-3, 0, 1,
+    {"max_abs", GS_NUM, OFF(cons_max_abs), CON(max_abs), 1e-3, 0, 1,
      "largest |logit difference| from the decode run for a backend that does not declare"
      " bit-identical paths (bitwise backends: 0)"},
     {NULL},
@@ -121,13 +133,45 @@ static const struct gate_setting CONSISTENCY[] = {
 
 static const struct gate_setting ANCHOR[] = {{NULL}};
 
+/* gate bench's own: a longer decode by default (a steadier decode rate for a person reading
+ * it), and one run allowed (a quick look: no interval, no verdict with a floor) */
+static const struct gate_cmd_setting THROUGHPUT_BENCH[] = {
+    {"decode_tokens", 32, 1, "a steadier decode rate to read"},
+    {"runs", 6, 1, "one run: a quick look (the gate's interval needs 3)"},
+    {"max_runs", 30, 1, "as runs"},
+    {NULL, 0, 0, NULL},
+};
+
+/* ---- the links: fields of an oracle's config that are not its own gate's rows ------------- */
+
+static void throughput_link(const struct ladder_gates *g, void *cfg)
+{
+    struct throughput_config *t = cfg;
+    struct parity_config p; /* the spot checks of timed runs use the cell's parity rule */
+    gatedef_parity_config(g, &p);
+    t->check_min_cosine = p.min_cosine;
+    t->check_near_tie = p.near_tie;
+    t->check_route_tie = p.route_tie;
+    t->baseline = g ? g->baseline : NULL;
+}
+
+static void falsify_link(const struct ladder_gates *g, void *cfg)
+{
+    struct falsify_config *f = cfg;
+    gatedef_parity_config(g, &f->parity); /* the thresholds under test: the cell's parity */
+    f->parity.span = 0; /* falsify re-runs the subject per fault: the first `positions` only */
+    f->n_clean = FALSIFY_CLEAN_RUNS;
+    /* the kinds the engine cannot take: falsify by proxy, per kind, recorded as such */
+    f->proxy_kinds = g ? ladder_falsify_proxy_kinds(g) : 0;
+}
+
 /* ---- the rows' settings checks: the oracle's own check over the config the run builds ------- */
 
 static int parity_check(const struct ladder_gates *g, const char *mode, struct gate_err *err)
 {
     (void)mode;
     struct parity_config p;
-    ladder_parity_config(g, &p);
+    gatedef_parity_config(g, &p);
     return parity_config_check(&p, err);
 }
 
@@ -135,7 +179,7 @@ static int throughput_check(const struct ladder_gates *g, const char *mode, stru
 {
     struct throughput_config t;
     struct mode m;
-    ladder_throughput_config(g, &t);
+    gatedef_throughput_config(g, &t);
     int rc = mode_parse(mode, &m, err);
     return rc ? rc : throughput_config_check(&t, m.path, err);
 }
@@ -144,7 +188,7 @@ static int falsify_check(const struct ladder_gates *g, const char *mode, struct 
 {
     (void)mode;
     struct falsify_config f;
-    ladder_falsify_config(g, &f);
+    gatedef_falsify_config(g, &f);
     return falsify_config_check(&f, err);
 }
 
@@ -154,7 +198,7 @@ static int consistency_check(const struct ladder_gates *g, const char *mode, str
     if (!g->consistency) /* run only where the ladder names it */
         return 0;
     struct consistency_config c;
-    ladder_consistency_config(g, &c);
+    gatedef_consistency_config(g, &c);
     return consistency_config_check(&c, err);
 }
 
@@ -166,29 +210,51 @@ int gatedef_check(const struct gate_def *d, const struct ladder_gates *g, const 
 
 const struct gate_def GATE_DEFS[] = {
     {"capability", CAPABILITY, capability_gate_judge, 1, 1,
-     "the mode's backend ran, on the device class the mode names (counters measured)", NULL},
+     "the mode's backend ran, on the device class the mode names (counters measured)", NULL, 0,
+     NULL, NULL},
     {"parity", PARITY, parity_gate_judge, 1, 1,
-     "the mode's logits match the judge's at every position within the thresholds", parity_check},
+     "the mode's logits match the judge's at every position within the thresholds", parity_check,
+     sizeof(struct parity_config), NULL, NULL},
     {"golden", GOLDEN, golden_judge, 1, 1,
-     "greedy continuations reproduce the recorded ids (TIE_FLIP at near ties)", NULL},
+     "greedy continuations reproduce the recorded ids (TIE_FLIP at near ties)", NULL, 0, NULL,
+     NULL},
     {"throughput", THROUGHPUT, throughput_judge, 1, 1,
      "the mode's own path meets the rate floors (95% interval of the median of fresh, checked "
      "runs)",
-     throughput_check},
+     throughput_check, sizeof(struct throughput_config), throughput_link, THROUGHPUT_BENCH},
     {"falsify", FALSIFY, falsify_judge, 1, 1,
-     "injected faults are rejected by the parity math (the oracle is not blind)", falsify_check},
+     "injected faults are rejected by the parity math (the oracle is not blind)", falsify_check,
+     sizeof(struct falsify_config), falsify_link, NULL},
     {"consistency", CONSISTENCY, consistency_judge, 1, 0,
      "the engine's declared invariances hold: decode = prefill = chunked (7, 45) = resumed, the"
      " same at 1, 2 and 3 threads repeated, under every instruction set it declares (bit for bit"
      " where it declares so)",
-     consistency_check},
+     consistency_check, sizeof(struct consistency_config), NULL, NULL},
     {"anchor", ANCHOR, anchor_judge, 0, 0,
-     "the judge itself matches an independent reference (anchor cases)", NULL},
+     "the judge itself matches an independent reference (anchor cases)", NULL, 0, NULL, NULL},
     {NULL},
 };
 _Static_assert(sizeof GATE_DEFS / sizeof GATE_DEFS[0] == GATE_COUNT + 1,
                "GATE_DEFS: one row per enum gate_id, in its order (tests/test_gates.c checks the"
                " names)");
+
+const struct gate_setting *gatedef_setting(enum gate_id id, const char *key)
+{
+    for (const struct gate_setting *s = (unsigned)id < GATE_COUNT ? GATE_DEFS[id].settings : NULL;
+         s && s->key; s++)
+        if (!strcmp(s->key, key))
+            return s;
+    return NULL;
+}
+
+const struct gate_cmd_setting *gatedef_cmd_setting(enum gate_id id, const struct gate_setting *s)
+{
+    const struct gate_cmd_setting *c = (unsigned)id < GATE_COUNT ? GATE_DEFS[id].cmd : NULL;
+    for (; c && c->key && s; c++)
+        if (!strcmp(c->key, s->key))
+            return c;
+    return NULL;
+}
 
 double gatedef_default(const char *gate, const char *key)
 {
@@ -197,6 +263,98 @@ double gatedef_default(const char *gate, const char *key)
         if (!strcmp(s->key, key))
             return s->dflt;
     return NAN;
+}
+
+void gatedef_config(enum gate_id id, const struct ladder_gates *g, int cmd, void *cfg, size_t size)
+{
+    if ((unsigned)id >= GATE_COUNT || !GATE_DEFS[id].cfg_size || size != GATE_DEFS[id].cfg_size)
+        abort(); /* a config struct that is not the gate's: our own invariant */
+    const struct gate_def *d = &GATE_DEFS[id];
+    memset(cfg, 0, size);
+    for (const struct gate_setting *s = d->settings; s->key; s++) {
+        if (s->cfg == GS_NOCFG)
+            continue;
+        char *to = (char *)cfg + s->cfg;
+        const char *from = g ? (const char *)g + s->offset : NULL;
+        const struct gate_cmd_setting *c = cmd ? gatedef_cmd_setting(id, s) : NULL;
+        const double v = c ? c->dflt : s->dflt;
+        if (s->type == GS_INT)
+            *(int *)to = from ? *(const int *)from : (int)v;
+        else if (s->type == GS_NUM)
+            *(double *)to = from ? *(const double *)from : v;
+        else
+            abort(); /* a text setting has no typed field (GS_NOCFG) */
+    }
+    if (d->link)
+        d->link(g, cfg);
+}
+
+void gatedef_parity_config(const struct ladder_gates *g, struct parity_config *c)
+{
+    gatedef_config(GATE_ID_PARITY, g, 0, c, sizeof *c);
+}
+
+void gatedef_throughput_config(const struct ladder_gates *g, struct throughput_config *c)
+{
+    gatedef_config(GATE_ID_THROUGHPUT, g, 0, c, sizeof *c);
+}
+
+void gatedef_falsify_config(const struct ladder_gates *g, struct falsify_config *c)
+{
+    gatedef_config(GATE_ID_FALSIFY, g, 0, c, sizeof *c);
+}
+
+void gatedef_consistency_config(const struct ladder_gates *g, struct consistency_config *c)
+{
+    gatedef_config(GATE_ID_CONSISTENCY, g, 0, c, sizeof *c);
+}
+
+int gatedef_flag(enum gate_id id, const char *cmd, const char *const *skip, int argc, char **argv,
+                 int *i, void *cfg)
+{
+    const char *a = argv[*i];
+    if ((unsigned)id >= GATE_COUNT || strncmp(a, "--", 2))
+        return 0;
+    const struct gate_setting *s = GATE_DEFS[id].settings;
+    for (; s->key; s++) {
+        if (s->cfg == GS_NOCFG || strlen(s->key) != strlen(a + 2))
+            continue;
+        int same = 1;
+        for (size_t k = 0; same && s->key[k]; k++)
+            same = a[2 + k] == (s->key[k] == '_' ? '-' : s->key[k]);
+        int skipped = 0;
+        for (const char *const *q = skip; q && *q && !skipped; q++)
+            skipped = !strcmp(*q, s->key);
+        if (same && !skipped)
+            break;
+    }
+    if (!s->key)
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "gate %s: %s needs a value\n", cmd, a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    const struct gate_cmd_setting *c = gatedef_cmd_setting(id, s);
+    const double lo = c ? c->lo : s->lo;
+    char *end;
+    errno = 0;
+    const double x = strtod(v, &end);
+    if (end == v || *end || errno || !isfinite(x) || (s->type == GS_INT && x != floor(x))) {
+        fprintf(stderr, "gate %s: %s takes %s, not '%s'\n", cmd, a,
+                s->type == GS_INT ? "an integer" : "a finite number", v);
+        return -1;
+    }
+    if (x < lo || x > s->hi) {
+        fprintf(stderr, "gate %s: %s must be in [%g, %g], found %s\n", cmd, a, lo, s->hi, v);
+        return -1;
+    }
+    char *to = (char *)cfg + s->cfg;
+    if (s->type == GS_INT)
+        *(int *)to = (int)x;
+    else
+        *(double *)to = x;
+    return 1;
 }
 
 const struct gate_def *gatedef_find(const char *name)

@@ -22,13 +22,28 @@ enum gate_setting_type {
     GS_TEXT,     /* free text of 1..200 characters (a stated reason); "" when not declared */
 };
 
-/* One setting: the ladder key `gates.<gate>.<key>` and the key the receipt records. */
+/* One setting: the ladder key `gates.<gate>.<key>`, the key the receipt records and the flag
+ * `--<key with - for _>` of the command that runs the gate outside a ladder. Its default and
+ * bounds are written here only: the ladder's cells, the oracle's config struct (gatedef_config)
+ * and the command's flags (gatedef_flag) all take them from the row. */
 struct gate_setting {
     const char *key;
     enum gate_setting_type type;
     size_t offset; /* into struct ladder_gates: int, double, char[65] or (GS_TEXT) char[201] */
+    size_t cfg;    /* into the gate's oracle config struct (struct gate_def.cfg_size), of the
+                    * same type (int or double); GS_NOCFG: the setting is not one of its fields */
     double dflt, lo, hi;
     const char *doc;
+};
+#define GS_NOCFG ((size_t)-1)
+
+/* A setting whose default and lower bound the command that runs the gate outside a ladder (gate
+ * bench) deliberately takes otherwise (documented in its usage and in docs/ladder.md): the
+ * command's flag and its config (gatedef_config with cmd 1) use these; the ladder never does. */
+struct gate_cmd_setting {
+    const char *key; /* a row of the gate's settings */
+    double dflt, lo;
+    const char *why;
 };
 
 struct ladder_gates;
@@ -49,6 +64,12 @@ struct gate_def {
      * over the config the run builds from the cell (ladder_*_config): ladder_load refuses a
      * cell it rejects at file:line:col, so `gate run` never signs a FAIL for an input error */
     gate_settings_check_fn check;
+    /* the oracle's config struct the rows' cfg offsets index (struct parity_config, ...; 0 when
+     * the gate has none), and the fields of it that are not this gate's rows (another gate's
+     * settings, the engine's proxy kinds), set after the rows by link (NULL: none) */
+    size_t cfg_size;
+    void (*link)(const struct ladder_gates *g, void *cfg);
+    const struct gate_cmd_setting *cmd; /* NULL, or terminated by a row with key NULL */
 };
 
 /* Every gate, cell gates first in the order `gate run` runs them; terminated by name NULL.
@@ -76,9 +97,42 @@ const struct gate_def *gatedef_find(const char *name);
 int gatedef_check(const struct gate_def *d, const struct ladder_gates *g, const char *mode,
                   struct gate_err *err);
 
-/* The default of setting `key` of gate `gate` (its row); NaN when there is no such row. Commands
- * that run a gate outside a ladder (gate falsify) take their defaults here. */
+/* Row `key` of gate id's settings, or NULL. */
+const struct gate_setting *gatedef_setting(enum gate_id id, const char *key);
+
+/* The command's own row for setting s of gate id (struct gate_cmd_setting), or NULL. */
+const struct gate_cmd_setting *gatedef_cmd_setting(enum gate_id id, const struct gate_setting *s);
+
+/* The default of setting `key` of gate `gate` (its row); NaN when there is no such row. */
 double gatedef_default(const char *gate, const char *key);
+
+/* Fill cfg, the oracle config struct of gate id (size bytes: sizeof of struct parity_config,
+ * throughput_config, falsify_config or consistency_config; another size is a broken invariant and
+ * aborts), the one filler of every oracle config: zeroed, then every row of the gate with a cfg
+ * field set from g (a cell's resolved settings) or, g NULL, from the row's default (cmd 1: the
+ * command's own default where the row has one), then the row's link. What `gate run` hands its
+ * oracle, what the ladder check judges and what `gate parity/falsify/bench` start from. */
+void gatedef_config(enum gate_id id, const struct ladder_gates *g, int cmd, void *cfg, size_t size);
+
+/* The typed views of gatedef_config (g NULL: the defaults; cmd 0). */
+struct parity_config;
+struct throughput_config;
+struct falsify_config;
+struct consistency_config;
+void gatedef_parity_config(const struct ladder_gates *g, struct parity_config *c);
+void gatedef_throughput_config(const struct ladder_gates *g, struct throughput_config *c);
+void gatedef_falsify_config(const struct ladder_gates *g, struct falsify_config *c);
+void gatedef_consistency_config(const struct ladder_gates *g, struct consistency_config *c);
+
+/* The one flag parser of the commands that run a gate outside a ladder (gate parity, falsify,
+ * bench): when argv[*i] is `--KEY` for a row of gate id with a cfg field (KEY the row's key, '_'
+ * written '-'; skip: NULL or a NULL-terminated list of keys the command does not take this way),
+ * its value (argv[*i + 1]; *i advances) is parsed with the row's type and bounds into cfg (the
+ * gate's config struct, as gatedef_config) and 1 is returned; 0 when argv[*i] is no such flag;
+ * -1 after printing "gate CMD: --FLAG ..." (a missing value, not a number, out of bounds) on
+ * stderr. The bounds are the row's (the lower one the gate's cmd row's where it has one). */
+int gatedef_flag(enum gate_id id, const char *cmd, const char *const *skip, int argc, char **argv,
+                 int *i, void *cfg);
 
 /* Judge one recorded gate: gate_judge_common() with the row's judge. mode is the cell's mode
  * ("ref.decode"); checks receives the checks (a new array the caller owns). An unknown gate name

@@ -749,20 +749,6 @@ int ladder_mode_known(const char *mode)
     return mode_known(mode); /* the one mode list (oracles/mode.c over engine/backend.c's) */
 }
 
-void ladder_parity_config(const struct ladder_gates *g, struct parity_config *p)
-{
-    parity_config_default(p);
-    p->positions = g->positions;
-    p->min_cosine = g->min_cosine;
-    p->max_mean_kld = g->max_mean_kld;
-    p->max_kld = g->max_kld;
-    p->near_tie = g->near_tie;
-    p->route_tie = g->route_tie;
-    p->max_rel_l2 = g->max_rel_l2;
-    p->max_mean_rel_l2 = g->max_mean_rel_l2;
-    p->span = g->span;
-}
-
 unsigned ladder_falsify_proxy_kinds(const struct ladder_gates *g)
 {
     if (!g->engine || g->falsify.n <= 0)
@@ -770,47 +756,6 @@ unsigned ladder_falsify_proxy_kinds(const struct ladder_gates *g)
     const struct exec_engine *e = &g->engine->e;
     const unsigned takes = !(e->supports & EXEC_SUPPORTS_FAULTS) ? 0u : e->faults ? e->faults : ~0u;
     return falsify_kinds_used(&g->falsify) & ~takes;
-}
-
-void ladder_throughput_config(const struct ladder_gates *g, struct throughput_config *t)
-{
-    throughput_config_default(t);
-    t->runs = g->runs;
-    t->warmup = g->warmup;
-    t->prompt_tokens = g->prompt_tokens;
-    t->decode_tokens = g->decode_tokens;
-    t->max_runs = g->max_runs;
-    t->max_seconds = g->max_seconds;
-    t->max_wait = g->max_wait;
-    t->check_positions = g->check_positions;
-    t->check_min_cosine = g->min_cosine;
-    t->check_near_tie = g->near_tie;
-    t->check_route_tie = g->route_tie;
-    t->min_prefill_tps = g->min_prefill_tps;
-    t->min_decode_tps = g->min_decode_tps;
-    t->baseline = g->baseline;
-    t->max_regression = g->max_regression;
-}
-
-void ladder_falsify_config(const struct ladder_gates *g, struct falsify_config *f)
-{
-    falsify_config_default(f);
-    ladder_parity_config(g, &f->parity);
-    f->parity.span = 0; /* falsify re-runs the subject per fault: the first `positions` only */
-    f->sweep_samples = g->sweep_samples;
-    f->min_detection = g->min_detection;
-    f->power_factor = g->power_factor;
-    f->power_layers = g->power_layers;
-    /* the kinds the engine cannot take: falsify by proxy, per kind, recorded as such */
-    f->proxy_kinds = ladder_falsify_proxy_kinds(g);
-}
-
-void ladder_consistency_config(const struct ladder_gates *g, struct consistency_config *c)
-{
-    consistency_config_default(c);
-    c->positions = g->cons_positions;
-    c->repeats = g->cons_repeats;
-    c->max_abs = g->cons_max_abs;
 }
 
 int ladder_falsify_by_proxy(const struct ladder_gates *g)
@@ -1478,7 +1423,7 @@ static int parse_gates(struct parse *p, yaml_node_t *gates)
              * takes each fault; oracles/falsify.h) */
         }
         struct parity_config pc;
-        ladder_parity_config(&c->g, &pc);
+        gatedef_parity_config(&c->g, &pc);
         {
             /* thresholds far above the backend's measured noise need a stated reason */
             struct mode md;

@@ -218,22 +218,8 @@ const char *ladder_cell_name(const struct ladder *l, int i, char *buf, int n);
 /* The name of excluded cell i into buf (the same rule). */
 const char *ladder_excluded_name(const struct ladder *l, int i, char *buf, int n);
 
-/* The settings of one gate ("capability", "parity", "golden", "throughput", "falsify") as
- * recorded in a receipt; the release check compares a receipt's copy with this (new ref). */
-/* The parity thresholds of g (the gate table's parity row, as the ladder set them). */
-struct parity_config;
-void ladder_parity_config(const struct ladder_gates *g, struct parity_config *p);
-
-/* The throughput, falsify and consistency configs of g, built once for `gate run` and for the
- * gate table's checks at load (harness/gatedef.c): what the run hands its oracle is what the
- * ladder check judged. The run adds only what is not the ladder's: threads, the parity seed,
- * the baseline's receipt. */
-struct throughput_config;
-struct falsify_config;
-struct consistency_config;
-void ladder_throughput_config(const struct ladder_gates *g, struct throughput_config *t);
-void ladder_falsify_config(const struct ladder_gates *g, struct falsify_config *f);
-void ladder_consistency_config(const struct ladder_gates *g, struct consistency_config *c);
+/* The oracles' config structs of a cell's settings: gatedef_config() (harness/gatedef.h), one
+ * filler over the gate table's rows for `gate run` and the ladder check alike. */
 
 /* The fault kinds the cell's falsify gate injects into the judge instead of the engine (falsify
  * by proxy, per kind; bit 1 << enum fault_kind each): for an exec engine, the kinds the gate uses
@@ -249,6 +235,8 @@ int ladder_falsify_by_proxy(const struct ladder_gates *g);
  * kind the gate uses (the engine takes no faults), 2 some (partial proxy). */
 int ladder_falsify_proxy_text(const struct ladder_gates *g, char *buf, size_t n);
 
+/* The settings of one gate ("capability", "parity", "golden", "throughput", "falsify") as
+ * recorded in a receipt; the release check compares a receipt's copy with this (new ref). */
 json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate);
 
 /* The modes every build knows (settled question 3). */

@@ -161,7 +161,7 @@ static json_t *gate_parity(struct cell_ctx *x)
 {
     struct gate_err err = {0};
     struct parity_config cfg;
-    ladder_parity_config(&x->c->g, &cfg);
+    gatedef_parity_config(&x->c->g, &cfg);
     cfg.seed = cell_seed(x->name);
     struct parity_result pr;
     memset(&pr, 0, sizeof pr);
@@ -212,7 +212,7 @@ static json_t *gate_throughput(struct cell_ctx *x)
     struct gate_err err = {0};
     const struct ladder_gates *lg = &x->c->g;
     struct throughput_config cfg;
-    ladder_throughput_config(lg, &cfg); /* as the gate table's row checked it at load */
+    gatedef_throughput_config(lg, &cfg); /* as the gate table's row checked it at load */
     cfg.n_threads = x->o->threads;
     mode_ran_begin(&x->ran);
     json_t *base = NULL;
@@ -252,7 +252,7 @@ static json_t *gate_falsify(struct cell_ctx *x)
     /* as the gate table's row checked it at load; proxy_kinds: the kinds the engine cannot
      * take, falsified by proxy. The run's own verdict (its line below) judges with the cell's
      * engine, as the release check does */
-    ladder_falsify_config(&x->c->g, &cfg);
+    gatedef_falsify_config(&x->c->g, &cfg);
     cfg.parity.seed = cell_seed(x->name);
     json_t *settings = ladder_gate_settings(&x->c->g, "falsify");
     cfg.engine = json_object_get(settings, "engine");
@@ -277,7 +277,7 @@ static json_t *gate_consistency(struct cell_ctx *x)
 {
     struct gate_err err = {0};
     struct consistency_config cfg;
-    ladder_consistency_config(&x->c->g, &cfg);
+    gatedef_consistency_config(&x->c->g, &cfg);
     json_t *metrics = NULL;
     mode_ran_begin(&x->ran);
     if (consistency_run(x->m, &x->mode, &cfg, x->o->threads, &metrics, &err))

@@ -98,10 +98,15 @@ static void put_int(json_t *o, const char *k, long long v)
 int anchor_logit_metrics(const float *reference, const float *twin, int n_pos, int n_vocab,
                          double near_tie, json_t *metrics, struct gate_err *err)
 {
-    struct parity_config cfg;
-    parity_config_default(&cfg);
-    cfg.positions = PARITY_MIN_POSITIONS;
-    cfg.near_tie = near_tie;
+    /* only the metrics are read here, never the parity verdict: near_tie (which decides
+     * TIE_FLIP from WRONG) is the anchor's; no threshold is judged (the anchor judge does) */
+    const struct parity_config cfg = {.positions = PARITY_MIN_POSITIONS,
+                                      .near_tie = near_tie,
+                                      .min_cosine = -1,
+                                      .max_mean_kld = INFINITY,
+                                      .max_kld = INFINITY,
+                                      .max_rel_l2 = INFINITY,
+                                      .max_mean_rel_l2 = INFINITY};
     struct parity_result pr;
     /* the reference plays the judge's role in the parity math: its margins decide near ties */
     int rc = parity_judge(reference, twin, n_pos, n_vocab, &cfg, &pr);

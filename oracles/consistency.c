@@ -21,13 +21,6 @@ static const int THREADS[] = {1, 2, 3};
 /* The seed of the consistency sequence (not parity's: another sequence reaches other code). */
 #define CONSISTENCY_SEED 0xc0815157ull
 
-void consistency_config_default(struct consistency_config *c)
-{
-    c->positions = 64;
-    c->repeats = 2;
-    c->max_abs = 1e-3;
-}
-
 /* One variant: the sequence in chunks of `chunk` tokens (n: one batch), then with resume the
  * cache truncated to n / 3 and the rest again in one batch; logits (n, V) into out. */
 static int run_variant(const struct model *m, const struct mode *mode, int n_threads, int chunk,

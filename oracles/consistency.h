@@ -31,13 +31,13 @@ extern "C" {
 #endif
 
 struct consistency_config {
-    int positions;  /* sequence length (default 64) */
-    int repeats;    /* runs per thread count (default 2) */
-    double max_abs; /* bound for a backend that does not declare bitwise (default 1e-3) */
+    int positions;  /* sequence length */
+    int repeats;    /* runs per thread count */
+    double max_abs; /* bound for a backend that does not declare bitwise */
 };
 
-void consistency_config_default(struct consistency_config *c);
-
+/* Defaults and bounds of the settings fields: the gate table's rows (harness/gatedef.c), the
+ * one filler gatedef_consistency_config(NULL, &c) (issue 24 §2: a default is written once). */
 /* The settings rules consistency_run() checks first, known without a model: positions >= 16,
  * repeats >= 1, max_abs >= 0. 0 or ERR_INPUT. The gate table's consistency row calls it at
  * ladder load. */

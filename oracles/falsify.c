@@ -20,17 +20,6 @@ _Static_assert(sizeof(((struct falsify_fault *)0)->metric) ==
                    sizeof(((struct parity_result *)0)->reason),
                "a fault's metric holds parity's reason");
 
-void falsify_config_default(struct falsify_config *c)
-{
-    memset(c, 0, sizeof *c); /* no proxy, no engine */
-    parity_config_default(&c->parity);
-    c->n_clean = 5;
-    c->sweep_samples = 4;
-    c->min_detection = 0.5;
-    c->power_factor = FALSIFY_POWER_FACTOR;
-    c->power_layers = FALSIFY_POWER_LAYERS;
-}
-
 int falsify_check_floor(const struct parity_config *p, struct gate_err *err)
 {
     int rc = parity_config_check(p, err);

@@ -58,20 +58,21 @@ extern "C" {
 #define FALSIFY_POWER_FACTOR 1.01
 #define FALSIFY_POWER_FACTOR_MAX 1.05 /* a probe above 5 % proves little about 1 % errors */
 #define FALSIFY_POWER_LAYERS 2
+#define FALSIFY_CLEAN_RUNS 5   /* the sweep's clean runs for the noise ceiling (n_clean) */
 #define FALSIFY_MAX_PROBES 128 /* 5 tensors x 16 layers + output fit */
 
 struct falsify_config {
     struct parity_config parity; /* the thresholds under test (a cell's parity settings) */
-    int n_clean;                 /* sweep: clean runs for the noise ceiling (default 5) */
-    int sweep_samples;           /* gate: sampled (layer, position) injections per kind (4) */
-    double min_detection;        /* gate: least sampled detection rate per kind (0.5) */
+    int n_clean;                 /* sweep: clean runs for the noise ceiling (FALSIFY_CLEAN_RUNS) */
+    int sweep_samples;           /* gate: sampled (layer, position) injections per kind */
+    double min_detection;        /* gate: least sampled detection rate per kind */
     /* gate: the power probe. Each matmul tensor a uniform scale reaches the logits through
      * (fault_power_tensors) is scaled by power_factor at power_layers layers (the last one and
      * others drawn from a fixed stream), and the output matrix once; parity must reject every
      * probe at the cell's thresholds, or the gate FAILs: "thresholds too loose to see a 1 %
      * error" */
-    double power_factor; /* default FALSIFY_POWER_FACTOR; (1, FALSIFY_POWER_FACTOR_MAX] */
-    int power_layers;    /* default FALSIFY_POWER_LAYERS; >= 1 */
+    double power_factor; /* (1, FALSIFY_POWER_FACTOR_MAX] */
+    int power_layers;    /* >= 1 */
     /* falsify by proxy (issue 23 §3), per fault kind: bit 1 << enum fault_kind for each kind
      * the subject cannot take (an exec engine whose `supports` lacks faults: every kind; one
      * whose ladder entry lists `faults: [...]`: the others). Each listed fault, sweep sample and
@@ -88,8 +89,8 @@ struct falsify_config {
  * listed faults' kinds (the sweep's too) and scale (the power probe). */
 unsigned falsify_kinds_used(const struct fault_set *faults);
 
-void falsify_config_default(struct falsify_config *c);
-
+/* Defaults and bounds of the settings fields: the gate table's rows (harness/gatedef.c), the
+ * one filler gatedef_falsify_config(NULL, &c) (issue 24 §2: a default is written once). */
 /* ERR_INPUT naming the setting and its floor when p is looser than the strength floor (or
  * invalid: parity_config_check). The ladder check calls this too. */
 int falsify_check_floor(const struct parity_config *p, struct gate_err *err);

@@ -17,20 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void parity_config_default(struct parity_config *c)
-{
-    c->positions = 96;
-    c->min_cosine = 0.999;
-    c->max_mean_kld = 1e-3;
-    c->max_kld = 1e-2;
-    c->near_tie = 0.05;
-    c->route_tie = PARITY_ROUTE_TIE;
-    c->max_rel_l2 = PARITY_MAX_REL_L2;
-    c->max_mean_rel_l2 = PARITY_MAX_MEAN_REL_L2;
-    c->span = 0;
-    c->seed = 0;
-}
-
 int parity_config_check(const struct parity_config *c, struct gate_err *err)
 {
     if (c->positions < PARITY_MIN_POSITIONS)

@@ -80,9 +80,8 @@ struct parity_config {
                              * (mode_prefill_split); the harness derives it from the cell's name */
 };
 
-/* The gate table's parity row defaults (docs/gates.md says where they come from). */
-void parity_config_default(struct parity_config *c);
-
+/* Defaults and bounds of the settings fields: the gate table's rows (harness/gatedef.c), the
+ * one filler gatedef_parity_config(NULL, &c) (issue 24 §2: a default is written once). */
 /* ERR_INPUT naming the field: positions < 64, a NaN threshold, min_cosine outside [-1, 1],
  * a negative KL bound or epsilon. */
 int parity_config_check(const struct parity_config *c, struct gate_err *err);

@@ -18,23 +18,6 @@
 #include "base/detmath.h"
 #include "oracles/parity.h"
 
-void throughput_config_default(struct throughput_config *c)
-{
-    memset(c, 0, sizeof *c);
-    c->runs = 6;
-    c->warmup = 1;
-    c->prompt_tokens = 512;
-    c->decode_tokens = 128;
-    c->max_runs = 30;
-    c->max_seconds = 20;
-    c->max_wait = 0.25;
-    c->check_positions = 2;
-    c->check_min_cosine = 0.999;
-    c->check_near_tie = 0.05;
-    c->check_route_tie = PARITY_ROUTE_TIE;
-    c->max_regression = 0.05;
-}
-
 json_t *throughput_settings_json(const struct throughput_config *c)
 {
     return json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:f, s:f, s:i, s:{s:f, s:f, s:f}, s:s,"

@@ -51,16 +51,16 @@ extern "C" {
 #define THROUGHPUT_MAX_CHECKS 8    /* spot-checked positions per timed run, at most */
 
 struct throughput_config {
-    int runs;           /* timed runs before the first decision (>= 3; default 6) */
-    int warmup;         /* untimed runs first (default 1), on their own fresh sequences */
-    int prompt_tokens;  /* prompt length along the mode's path (default 512) */
-    int decode_tokens;  /* decode steps after the prompt (default 128) */
-    int max_runs;       /* budget: timed runs at most (>= runs; default 30) */
-    double max_seconds; /* budget: timed seconds (sum of the runs' wall time; default 20) */
-    double max_wait;    /* a run is host-starved above this wait / (cpu + wait) (0.25) */
-    double min_prefill_tps, min_decode_tps; /* floors; 0 = none declared */
-    int check_positions; /* positions per timed run checked against the judge (default 2; 0
-                          * only for gate bench --no-check: the gate table's bound is >= 1) */
+    int runs;           /* timed runs before the first decision (>= 3) */
+    int warmup;         /* untimed runs first, on their own fresh sequences */
+    int prompt_tokens;  /* prompt length along the mode's path */
+    int decode_tokens;  /* decode steps after the prompt */
+    int max_runs;       /* budget: timed runs at most (>= runs) */
+    double max_seconds; /* budget: timed seconds (sum of the runs' wall time) */
+    double max_wait;    /* a run is host-starved above this wait / (cpu + wait) */
+    double min_prefill_tps, min_decode_tps;  /* floors; 0 = none declared */
+    int check_positions;                     /* positions per timed run checked against the judge (0
+                                              * only for gate bench --no-check: the gate table's bound is >= 1) */
     double check_min_cosine, check_near_tie; /* the cell's parity min_cosine and near_tie */
     double check_route_tie; /* the cell's parity route_tie (MoE): the tolerance of the spot
                              * checks' route-tie replay (a subject with taps); for a tap-less
@@ -68,7 +68,7 @@ struct throughput_config {
                              * upstream is below it is a ROUTE_TIE (at most 1 in
                              * THROUGHPUT_MAX_ROUTE_TIE_SHARE) */
     const char *baseline;   /* "" / NULL none, "previous" or a receipt hash (recorded as set) */
-    double max_regression;  /* with a baseline: the largest slowdown allowed (default 0.05) */
+    double max_regression;  /* with a baseline: the largest slowdown allowed */
     /* not settings: what the harness found for `baseline` (harness/baseline.h), recorded as
      * metrics "baseline" (borrowed; copied): {"receipt", "version", "prefill_tps", "decode_tps"}
      * (compared), {"none": why} (`previous` found nothing: no comparison) or {"refused": why}
@@ -94,8 +94,8 @@ struct throughput_config {
     void *hook_ctx;
 };
 
-void throughput_config_default(struct throughput_config *c);
-
+/* Defaults and bounds of the settings fields: the gate table's rows (harness/gatedef.c), the
+ * one filler gatedef_throughput_config(NULL, &c) (issue 24 §2: a default is written once). */
 /* The settings object of c, keys as throughput_judge reads them (new reference): the gate
  * table's throughput row plus "parity": {"min_cosine", "near_tie"} for the spot checks. */
 json_t *throughput_settings_json(const struct throughput_config *c);

@@ -11,6 +11,7 @@
 
 #include "engine/backend.h"
 #include "engine/cpu_dot.h"
+#include "harness/gatedef.h"
 #include "oracles/consistency.h"
 #include "support/check.h"
 
@@ -57,7 +58,7 @@ static const json_t *find(const json_t *metrics, const char *name)
 Test(consistency, cpu_engine_holds_its_declared_invariances)
 {
     struct consistency_config c;
-    consistency_config_default(&c);
+    gatedef_consistency_config(NULL, &c);
     c.positions = 48; /* three 16-token tiles: chunks of 7 and 45 leave partial ones */
     const char *cases[] = {"qwen3moe-tiny-q4_k_m", "qwen3-dense-tiny-q4_k_m"};
     for (int i = 0; i < 2; i++) {
@@ -88,7 +89,7 @@ Test(consistency, cpu_engine_holds_its_declared_invariances)
 Test(consistency, the_twin_holds_bitwise_and_threads_and_declares_no_isa)
 {
     struct consistency_config c;
-    consistency_config_default(&c);
+    gatedef_consistency_config(NULL, &c);
     c.positions = 32;
     c.repeats = 1;
     json_t *mx = run_on("qwen3moe-tiny-f32", "ref.decode", &c);
@@ -101,7 +102,7 @@ Test(consistency, the_twin_holds_bitwise_and_threads_and_declares_no_isa)
 Test(consistency, judge_fails_one_differing_bit_and_missing_variants)
 {
     struct consistency_config c;
-    consistency_config_default(&c);
+    gatedef_consistency_config(NULL, &c);
     c.positions = 48;
     c.repeats = 1;
     json_t *mx = run_on("qwen3-dense-tiny-q4_k_m", "cpu.decode", &c);

@@ -24,6 +24,7 @@
 #include "engine/model.h"
 #include "engine/quant.h"
 #include "engine/synth.h"
+#include "harness/gatedef.h"
 #include "oracles/falsify.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
@@ -85,7 +86,7 @@ static const struct cpu_noise *noise_of(const char *name)
 static struct parity_config noise_config(const struct cpu_noise *n)
 {
     struct parity_config c;
-    parity_config_default(&c);
+    gatedef_parity_config(NULL, &c);
     const double lin = sqrt(NOISE_FACTOR);
     c.min_cosine = 1.0 - NOISE_FACTOR * n->one_minus_cos;
     c.max_mean_kld = NOISE_FACTOR * n->mean_kld;
@@ -102,7 +103,7 @@ Test(cpu, every_conformance_case_stays_within_its_measured_noise_on_every_path, 
     cr_assert_geq(n, 6, "expected the six conformance cases, found %d", n);
     const char *modes[] = {"cpu.decode", "cpu.prefill", "cpu.chat"};
     struct parity_config def;
-    parity_config_default(&def);
+    gatedef_parity_config(NULL, &def);
     /* sanitizer builds run ~10x slower: there the Q4_K_M cases (dense and MoE: every K-quant
      * kernel, routing) show memory safety; the normal build judges all six */
     const int asan = getenv("GATE_ASAN") != NULL;
@@ -566,7 +567,7 @@ Test(cpu, falsification_rejects_every_fault_on_the_tiny_moe, .timeout = 1200)
     falsify_default_faults(m, &fs);
     cr_assert_eq(fs.n, 4);
     struct falsify_config cfg;
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     struct mode mode = mode_of("cpu.decode");
     int32_t ids[64];
     mode_tokens(PARITY_TOKEN_SEED, 512, 64, ids);
@@ -767,7 +768,7 @@ Test(cpu, kv_f16_runs_and_stays_within_parity)
     const char *cases[] = {"qwen3-dense-tiny-q4_k_m", "qwen3moe-tiny-q4_k_m"};
     const int n = PARITY_MIN_POSITIONS;
     struct parity_config pc;
-    parity_config_default(&pc);
+    gatedef_parity_config(NULL, &pc);
     pc.positions = n; /* the rule counts the positions judged against those asked for */
     for (int c = 0; c < 2; c++) {
         struct model *m = check_load_case(cases[c]);

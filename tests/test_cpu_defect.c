@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine/model.h"
+#include "harness/gatedef.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
 #include "tests/support/check.h"
@@ -24,7 +25,7 @@ static void localize_case(const char *name)
     struct mode md;
     cr_assert_eq(mode_parse("cpu.decode", &md, &err), 0, "%s", err.msg);
     struct parity_config cfg;
-    parity_config_default(&cfg);
+    gatedef_parity_config(NULL, &cfg);
     cfg.positions = 64;
     struct parity_result r;
     cr_assert_eq(parity_run(m, &md, NULL, NULL, 0, &cfg, 2, &r, &err), 0, "%s", err.msg);

@@ -113,7 +113,7 @@ static void fixture_close(struct fixture *f)
 
 static void parity_cfg(struct parity_config *c)
 {
-    parity_config_default(c);
+    gatedef_parity_config(NULL, c);
     c->positions = 64;
 }
 
@@ -241,7 +241,7 @@ static enum gate_verdict judge_as_exec(const struct fault_set *faults,
 static void sweep_one_kind(struct fixture *f, int samples, struct falsify_result *fr)
 {
     struct falsify_config cfg;
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     parity_cfg(&cfg.parity);
     cfg.sweep_samples = samples;
     struct fault_set one = {.n = 1};
@@ -257,7 +257,7 @@ Test(exec, falsify_on_an_engine_with_faults_rejects_every_fault)
     struct fixture f;
     fixture_open(&f, "exec.twin.decode", 30, 0, NULL);
     struct falsify_config cfg;
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     parity_cfg(&cfg.parity);
     cfg.sweep_samples = 0;
     struct fault_set faults;
@@ -301,7 +301,7 @@ Test(exec, an_engine_that_fakes_its_faults_fails_falsify)
     const char *extra[] = {"--fake-faults", NULL};
     fixture_open(&f, "exec.twin.decode", 30, 0, extra);
     struct falsify_config cfg;
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     parity_cfg(&cfg.parity);
     cfg.sweep_samples = 0;
     struct fault_set faults;
@@ -642,7 +642,7 @@ Test(exec, falsify_by_proxy_on_an_engine_without_faults)
     struct fixture f;
     fixture_open(&f, "exec.twin.decode", 30, 0, NULL);
     struct falsify_config cfg;
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     parity_cfg(&cfg.parity);
     cfg.sweep_samples = 2;
     cfg.proxy_kinds = ALL_KINDS;
@@ -718,7 +718,7 @@ Test(exec, falsify_partly_by_proxy_on_an_engine_that_takes_routing_faults_but_no
     fixture_open(&f, "exec.twin.decode", 30, 0, a);
     f.e.faults = ROUTING_KINDS; /* the ladder's `faults:` list (the session borrows f.e) */
     struct falsify_config cfg;
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     parity_cfg(&cfg.parity);
     cfg.sweep_samples = 1;
     cfg.power_layers = 1;

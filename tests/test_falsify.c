@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "harness/gatedef.h"
 #include "oracles/falsify.h"
 #include "support/check.h"
 
@@ -70,7 +71,7 @@ Test(falsify, every_fault_at_all_layers_is_rejected)
     falsify_default_faults(m, &fs);
     cr_assert_eq(fs.n, 4);
     struct falsify_config cfg;
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
     if (getenv("GATE_ASAN"))   /* sanitizer builds run ~10x slower: one sample per kind */
         cfg.sweep_samples = 1;
@@ -111,7 +112,7 @@ Test(falsify, rejected_on_the_chat_path_too)
     const char *specs[] = {"skip_qk_norm:layers=1"};
     struct fault_set fs = faults_of(specs, 1);
     struct falsify_config cfg;
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
     if (getenv("GATE_ASAN"))   /* sanitizer builds run ~10x slower: one sample per kind */
         cfg.sweep_samples = 1;
@@ -130,7 +131,7 @@ Test(falsify, single_layer_single_position_rejected_or_reported)
 {
     struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct falsify_config cfg;
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
     cfg.n_clean = 2;
     struct mode mode = ref_mode("ref.decode");
@@ -195,7 +196,7 @@ Test(falsify, routing_fault_on_dense_model_is_an_error)
     const char *specs[] = {"wrong_expert"};
     struct fault_set fs = faults_of(specs, 1);
     struct falsify_config cfg;
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
     struct mode mode = ref_mode("ref.decode");
     struct falsify_result r;
@@ -219,7 +220,7 @@ Test(falsify, missing_scope_or_empty_list_is_a_validation_error)
 {
     struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct falsify_config cfg;
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
     struct mode mode = ref_mode("ref.decode");
     struct falsify_result r;
@@ -268,7 +269,7 @@ Test(falsify, thresholds_looser_than_the_floor_are_refused)
     loose[2].field = &cfg.parity.max_mean_kld, loose[2].value = 0.1, loose[2].name = "max_mean_kld";
     loose[3].field = &cfg.parity.near_tie, loose[3].value = 1e9, loose[3].name = "near_tie";
     for (int i = 0; i < 4; i++) {
-        falsify_config_default(&cfg);
+        gatedef_falsify_config(NULL, &cfg);
         cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
         *loose[i].field = loose[i].value;
         struct falsify_result r;
@@ -289,7 +290,7 @@ Test(falsify, thresholds_looser_than_the_floor_are_refused)
         json_decref(s);
         json_decref(checks);
     }
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
     struct gate_err err = {0};
     cr_expect_eq(falsify_check_floor(&cfg.parity, &err), 0, "%s", err.msg);
@@ -299,7 +300,7 @@ Test(falsify, thresholds_looser_than_the_floor_are_refused)
 /* Thresholds exactly at the floor. */
 static void at_floor(struct falsify_config *cfg)
 {
-    falsify_config_default(cfg);
+    gatedef_falsify_config(NULL, cfg);
     cfg->parity.min_cosine = FALSIFY_FLOOR_MIN_COSINE;
     cfg->parity.max_kld = FALSIFY_FLOOR_MAX_KLD;
     cfg->parity.max_mean_kld = FALSIFY_FLOOR_MAX_MEAN_KLD;
@@ -328,7 +329,7 @@ Test(falsify, weak_fault_escapes_at_the_floor_and_the_gate_fails)
     cr_expect(strstr(r.reason, "escaped"), "%s", r.reason);
     falsify_result_free(&r);
     /* the same fault under the default thresholds is rejected: the gate passes */
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
     cfg.sweep_samples = 0;
     cr_assert_eq(falsify_run(m, &mode, &fs, seq64(), 64, &cfg, 2, &r, &err), 0, "%s", err.msg);
@@ -431,7 +432,7 @@ Test(falsify, judge_recomputes_rejection_fired_and_noops_from_numbers)
     const char *one[] = {"uniform_weights"};
     struct fault_set fs = faults_of(one, 1);
     struct falsify_config cfg;
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
     cfg.sweep_samples = 2;
     cfg.min_detection = 1.0;
@@ -499,7 +500,7 @@ Test(falsify, full_sweep_with_a_loose_threshold_reports_escapes)
 {
     struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct falsify_config cfg;
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     cfg.parity.positions = 64; /* the tests judge seq64()'s 64 positions */
     cfg.parity.min_cosine = 0.0;
     cfg.parity.max_kld = 1e9;
@@ -527,7 +528,7 @@ Test(falsify, witness_says_no_when_nothing_was_injected)
 {
     struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct parity_config c;
-    parity_config_default(&c);
+    gatedef_parity_config(NULL, &c);
     struct mode mode = ref_mode("ref.prefill");
     struct parity_session *s = NULL;
     struct gate_err err = {0};
@@ -729,7 +730,7 @@ Test(falsify, the_power_probe_sees_a_one_percent_scale_of_every_matmul)
     uint8_t *buf = NULL;
     struct model *m = check_tiny_model("tiny-dense", &buf);
     struct falsify_config cfg;
-    falsify_config_default(&cfg);
+    gatedef_falsify_config(NULL, &cfg);
     cfg.sweep_samples = 0;
     const char *kinds[] = {"skip_qk_norm"};
     struct fault_set fs = faults_of(kinds, 1);

@@ -438,7 +438,7 @@ static void f16_parity(const char *name, struct parity_result *out)
     cr_assert_eq(mode_parse("cpu.decode", &md, &err), 0, "%s", err.msg);
     md.kv_f16 = 1;
     struct parity_config cfg;
-    parity_config_default(&cfg);
+    gatedef_parity_config(NULL, &cfg);
     cfg.positions = 64;
     cr_assert_eq(parity_run(m, &md, NULL, NULL, 0, &cfg, 1, out, &err), 0, "%s", err.msg);
     model_free(m);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine/tokenizer.h"
+#include "harness/gatedef.h"
 #include "harness/ladder.h"
 #include "oracles/capability.h"
 #include "oracles/mode.h"
@@ -89,7 +90,7 @@ static void path_passes(const char *mode_text)
 {
     struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct parity_config c;
-    parity_config_default(&c);
+    gatedef_parity_config(NULL, &c);
     struct mode mode;
     struct gate_err err = {0};
     struct parity_result r;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "harness/gatedef.h"
 #include "oracles/gates.h"
 #include "oracles/parity.h"
 #include "support/check.h"
@@ -28,7 +29,7 @@ static float *make_logits(void)
 static struct parity_config cfg_default(void)
 {
     struct parity_config c;
-    parity_config_default(&c);
+    gatedef_parity_config(NULL, &c);
     c.positions = NP; /* the rule holds the judged count to the positions asked for */
     return c;
 }
@@ -324,7 +325,7 @@ static struct parity_config cfg_only(void)
 Test(parity, each_bound_fails_just_past_it_and_passes_just_inside_it)
 {
     struct parity_config def;
-    parity_config_default(&def);
+    gatedef_parity_config(NULL, &def);
     enum { COS, MAX_KL, MEAN_KL, MAX_REL, MEAN_REL };
     static const char *const name[] = {"min cosine", "max KL", "mean KL", "max rel-L2",
                                        "mean rel-L2"};

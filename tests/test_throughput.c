@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "engine/exec.h"
+#include "harness/gatedef.h"
 #include "oracles/mode.h"
 #include "oracles/throughput.h"
 #include "support/check.h"
@@ -302,7 +303,7 @@ Test(throughput, decide_against_a_baseline)
 static json_t *settings_of(double min_pre, double min_dec)
 {
     struct throughput_config c;
-    throughput_config_default(&c);
+    gatedef_throughput_config(NULL, &c);
     c.prompt_tokens = 64;
     c.decode_tokens = 16;
     c.min_prefill_tps = min_pre;
@@ -518,7 +519,7 @@ Test(throughput, arithmetic_under_a_fake_clock)
 {
     struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct throughput_config c;
-    throughput_config_default(&c);
+    gatedef_throughput_config(NULL, &c);
     c.prompt_tokens = 12;
     c.decode_tokens = 4;
     c.warmup = 1;
@@ -584,7 +585,7 @@ Test(throughput, measures_each_mode_along_its_own_path)
 {
     struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct throughput_config c;
-    throughput_config_default(&c);
+    gatedef_throughput_config(NULL, &c);
     c.prompt_tokens = 12;
     c.decode_tokens = 4;
     c.warmup = 0;
@@ -667,7 +668,7 @@ Test(throughput, an_engine_replaying_cached_replies_fails)
         cr_assert_eq(mode_parse("exec.twin.decode", &mode, &err), 0, "%s", err.msg);
         mode.exec = sess;
         struct throughput_config c;
-        throughput_config_default(&c);
+        gatedef_throughput_config(NULL, &c);
         c.prompt_tokens = 8;
         c.decode_tokens = 4;
         c.runs = 3;
@@ -698,7 +699,7 @@ Test(throughput, a_spot_check_downstream_of_a_route_near_tie_is_judged_against_t
     uint8_t *buf = NULL;
     struct model *m = check_tiny_model("tiny-moe", &buf);
     struct throughput_config c;
-    throughput_config_default(&c);
+    gatedef_throughput_config(NULL, &c);
     c.prompt_tokens = 64;
     c.decode_tokens = 16;
     c.runs = c.max_runs = 6;

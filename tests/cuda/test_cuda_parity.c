@@ -9,6 +9,7 @@
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/synth.h"
+#include "harness/gatedef.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
 #include "oracles/selftest.h"
@@ -26,7 +27,7 @@ static void judge(const char *preset, const char *mode_name)
     struct mode mode;
     cr_assert_eq(mode_parse(mode_name, &mode, &err), 0);
     struct parity_config cfg;
-    parity_config_default(&cfg);
+    gatedef_parity_config(NULL, &cfg);
     cfg.positions = 64;
     struct parity_result pr;
     memset(&pr, 0, sizeof pr);

@@ -1,0 +1,219 @@
+/* test_gatedef.c — the gate table as the one source of every setting's default and bound
+ * (issue 24 §2): the oracles' config structs are filled from the rows (gatedef_config), the
+ * commands that run a gate outside a ladder parse their flags through the same rows
+ * (gatedef_flag) and start from the same defaults as a ladder's cell, and docs/ladder.md's
+ * settings table lists every row with its default and bounds.
+ * The judges of the table are tested in test_gates.c. Start reading: the first test.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness/gatedef.h"
+#include "harness/ladder.h"
+#include "oracles/consistency.h"
+#include "oracles/falsify.h"
+#include "oracles/parity.h"
+#include "oracles/throughput.h"
+#include "support/check.h"
+#include "support/ladderfix.h"
+
+/* The value of a row's field in a config struct or a struct ladder_gates. */
+static double field(const struct gate_setting *s, const void *base, size_t off)
+{
+    const char *f = (const char *)base + off;
+    return s->type == GS_INT ? *(const int *)f : *(const double *)f;
+}
+
+static void set_field(const struct gate_setting *s, void *base, size_t off, double v)
+{
+    char *f = (char *)base + off;
+    if (s->type == GS_INT)
+        *(int *)f = (int)v;
+    else
+        *(double *)f = v;
+}
+
+Test(gatedef, every_row_with_a_config_field_fills_it_from_its_default_or_the_cell)
+{
+    int filled = 0;
+    for (int id = 0; id < GATE_COUNT; id++) {
+        const struct gate_def *d = &GATE_DEFS[id];
+        if (!d->cfg_size)
+            continue;
+        char *cfg = calloc(1, d->cfg_size);
+        cr_assert(cfg);
+        gatedef_config((enum gate_id)id, NULL, 0, cfg, d->cfg_size);
+        for (const struct gate_setting *s = d->settings; s->key; s++)
+            if (s->cfg != GS_NOCFG)
+                cr_expect_eq(field(s, cfg, s->cfg), s->dflt, "%s.%s: config %g, row default %g",
+                             d->name, s->key, field(s, cfg, s->cfg), s->dflt);
+        /* a cell whose every setting sits at its upper bound (never a default): each is copied */
+        struct ladder_gates g;
+        memset(&g, 0, sizeof g);
+        for (const struct gate_setting *s = d->settings; s->key; s++)
+            if (s->cfg != GS_NOCFG)
+                set_field(s, &g, s->offset, s->hi);
+        gatedef_config((enum gate_id)id, &g, 0, cfg, d->cfg_size);
+        for (const struct gate_setting *s = d->settings; s->key; s++)
+            if (s->cfg != GS_NOCFG) {
+                cr_expect_neq(s->hi, s->dflt, "%s.%s", d->name, s->key);
+                cr_expect_eq(field(s, cfg, s->cfg), s->hi, "%s.%s: config %g, cell %g", d->name,
+                             s->key, field(s, cfg, s->cfg), s->hi);
+                filled++;
+            }
+        free(cfg);
+    }
+    cr_expect_geq(filled, 25, "only %d settings fill an oracle config", filled);
+}
+
+Test(gatedef, the_links_carry_the_cells_parity_into_throughput_and_falsify)
+{
+    struct ladder_gates g;
+    memset(&g, 0, sizeof g);
+    g.min_cosine = 0.25;
+    g.near_tie = 0.125;
+    g.route_tie = 0.0625;
+    g.positions = 80;
+    g.span = 200;
+    snprintf(g.baseline, sizeof g.baseline, "previous");
+    struct throughput_config t;
+    gatedef_throughput_config(&g, &t);
+    cr_expect_eq(t.check_min_cosine, 0.25);
+    cr_expect_eq(t.check_near_tie, 0.125);
+    cr_expect_eq(t.check_route_tie, 0.0625);
+    cr_expect_str_eq(t.baseline, "previous");
+    struct falsify_config f;
+    gatedef_falsify_config(&g, &f);
+    cr_expect_eq(f.parity.min_cosine, 0.25);
+    cr_expect_eq(f.parity.positions, 80);
+    cr_expect_eq(f.parity.span, 0, "falsify judges the first positions only");
+    cr_expect_eq(f.n_clean, FALSIFY_CLEAN_RUNS);
+    gatedef_falsify_config(NULL, &f);
+    cr_expect_eq(f.parity.min_cosine, gatedef_default("parity", "min_cosine"));
+    cr_expect_eq(f.min_detection, gatedef_default("falsify", "min_detection"));
+}
+
+/* The issue's examples: min_detection in `gate falsify` and in a ladder, prompt_tokens in `gate
+ * bench` and in a ladder; the one deliberate difference (bench's decode_tokens) is its cmd row. */
+Test(gatedef, a_command_and_a_ladders_cell_start_from_the_same_defaults)
+{
+    struct ladderfix fx;
+    ladderfix_init(&fx, "gatedef-defaults");
+    const char *path = ladderfix_ladder(&fx, "l.yaml", NULL, 0);
+    struct ladder *l = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(ladder_load(&l, path, &err), 0, "%s", err.msg);
+    struct falsify_config cell_f, cmd_f;
+    gatedef_falsify_config(&l->cells[0].g, &cell_f);
+    gatedef_falsify_config(NULL, &cmd_f);
+    cr_expect_eq(cell_f.min_detection, cmd_f.min_detection);
+    cr_expect_eq(cell_f.sweep_samples, cmd_f.sweep_samples);
+    cr_expect_eq(cell_f.power_factor, cmd_f.power_factor);
+    struct throughput_config cell_t, bench;
+    gatedef_throughput_config(&l->cells[0].g, &cell_t);
+    gatedef_config(GATE_ID_THROUGHPUT, NULL, 1, &bench, sizeof bench);
+    cr_expect_eq(cell_t.prompt_tokens, bench.prompt_tokens);
+    cr_expect_eq(cell_t.runs, bench.runs);
+    cr_expect_eq(cell_t.max_seconds, bench.max_seconds);
+    const struct gate_setting *dt = gatedef_setting(GATE_ID_THROUGHPUT, "decode_tokens");
+    const struct gate_cmd_setting *own = gatedef_cmd_setting(GATE_ID_THROUGHPUT, dt);
+    cr_assert(own, "bench's decode_tokens is its own row");
+    cr_expect_eq(bench.decode_tokens, (int)own->dflt);
+    cr_expect_eq(cell_t.decode_tokens, (int)dt->dflt);
+    ladder_free(l);
+
+    /* and the commands print the rows' defaults in their usage */
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
+    const char *out = ladderfix_path(&fx, "help.txt");
+    cr_assert_eq(ladderfix_sh("%s falsify --help > %s 2>&1", bin, out), 0);
+    char *text = check_slurp_text(out), want[128];
+    snprintf(want, sizeof want, "N (default %d)", cmd_f.sweep_samples);
+    cr_expect(strstr(text, want), "falsify --help lacks '%s':\n%s", want, text);
+    snprintf(want, sizeof want, "X (default %g;", cmd_f.min_detection);
+    cr_expect(strstr(text, want), "falsify --help lacks '%s':\n%s", want, text);
+    free(text);
+    cr_assert_eq(ladderfix_sh("%s bench --help > %s 2>&1", bin, out), 0);
+    text = check_slurp_text(out);
+    snprintf(want, sizeof want, "(defaults %d, %d, %d, %d)", bench.prompt_tokens,
+             bench.decode_tokens, bench.runs, bench.warmup);
+    cr_expect(strstr(text, want), "bench --help lacks '%s':\n%s", want, text);
+    free(text);
+}
+
+/* gatedef_flag over argv {"gate", flag, value}: its status; *cfg filled as the row says. */
+static int flag(enum gate_id id, const char *const *skip, const char *f, const char *v, void *cfg,
+                int *i)
+{
+    char *argv[] = {"gate", (char *)f, (char *)v, NULL};
+    *i = 1;
+    return gatedef_flag(id, "test", skip, v ? 3 : 2, argv, i, cfg);
+}
+
+Test(gatedef, a_flag_parses_through_its_row_with_the_rows_bounds)
+{
+    struct parity_config p;
+    gatedef_parity_config(NULL, &p);
+    int i;
+    cr_expect_eq(flag(GATE_ID_PARITY, NULL, "--min-cosine", "0.5", &p, &i), 1);
+    cr_expect_eq(p.min_cosine, 0.5);
+    cr_expect_eq(i, 2, "the value is consumed");
+    cr_expect_eq(flag(GATE_ID_PARITY, NULL, "--max-mean-rel-l2", "0.01", &p, &i), 1);
+    cr_expect_eq(p.max_mean_rel_l2, 0.01);
+    cr_expect_eq(flag(GATE_ID_PARITY, NULL, "--min-cosine", "2", &p, &i), -1, "above the row's hi");
+    cr_expect_eq(p.min_cosine, 0.5, "a refused value is not stored");
+    cr_expect_eq(flag(GATE_ID_PARITY, NULL, "--positions", "63", &p, &i), -1, "below 64");
+    cr_expect_eq(flag(GATE_ID_PARITY, NULL, "--positions", "64.5", &p, &i), -1, "not an integer");
+    cr_expect_eq(flag(GATE_ID_PARITY, NULL, "--max-kld", "x", &p, &i), -1);
+    cr_expect_eq(flag(GATE_ID_PARITY, NULL, "--max-kld", NULL, &p, &i), -1, "no value");
+    cr_expect_eq(flag(GATE_ID_PARITY, NULL, "--max_kld", "1", &p, &i), 0, "flags use '-'");
+    cr_expect_eq(flag(GATE_ID_PARITY, NULL, "--loose-reason", "x", &p, &i), 0, "not a field");
+    static const char *const skip[] = {"positions", NULL};
+    cr_expect_eq(flag(GATE_ID_PARITY, skip, "--positions", "64", &p, &i), 0, "skipped");
+    cr_expect_eq(i, 1, "a flag that is not the row's consumes nothing");
+    struct throughput_config t;
+    gatedef_throughput_config(NULL, &t);
+    cr_expect_eq(flag(GATE_ID_THROUGHPUT, NULL, "--runs", "1", &t, &i), 1, "bench's own lower");
+    cr_expect_eq(t.runs, 1);
+    cr_expect_eq(flag(GATE_ID_THROUGHPUT, NULL, "--runs", "0", &t, &i), -1);
+    cr_expect_eq(flag(GATE_ID_THROUGHPUT, NULL, "--runs", "201", &t, &i), -1);
+    cr_expect_eq(flag(GATE_ID_THROUGHPUT, NULL, "--max-wait", "2", &t, &i), -1);
+    struct falsify_config f;
+    gatedef_falsify_config(NULL, &f);
+    cr_expect_eq(flag(GATE_ID_FALSIFY, NULL, "--min-detection", "0", &f, &i), -1,
+                 "a floor that cannot fail is refused here as in a ladder");
+    cr_expect_eq(flag(GATE_ID_FALSIFY, NULL, "--power-layers", "3", &f, &i), 1);
+    cr_expect_eq(f.power_layers, 3);
+}
+
+/* A command refuses an out-of-range flag with exit 2 and a message naming the flag, before it
+ * reads a model (the model path does not exist). */
+Test(gatedef, commands_refuse_an_out_of_range_flag_naming_it)
+{
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
+    struct ladderfix fx;
+    ladderfix_init(&fx, "gatedef-flags");
+    const char *out = ladderfix_path(&fx, "err.txt");
+    static const struct {
+        const char *args, *want;
+    } C[] = {
+        {"parity no.gguf --mode ref.decode --max-kld 1e10", "--max-kld must be in [0, 1e+09]"},
+        {"parity no.gguf --mode ref.decode --positions 10", "--positions must be in [64,"},
+        {"falsify no.gguf --mode ref.decode --fault all --min-detection 0",
+         "--min-detection must be in [0.01, 1]"},
+        {"falsify no.gguf --mode ref.decode --fault all --length 10", "--length"},
+        {"bench no.gguf --runs 300", "--runs must be in [1, 200]"},
+        {"bench no.gguf --max-seconds 0", "--max-seconds must be in [0.1, 3600]"},
+    };
+    for (size_t k = 0; k < sizeof C / sizeof C[0]; k++) {
+        int rc = ladderfix_sh("%s %s > %s 2>&1", bin, C[k].args, out);
+        char *text = check_slurp_text(out);
+        cr_expect_eq(rc, 2, "gate %s: exit %d\n%s", C[k].args, rc, text);
+        cr_expect(strstr(text, C[k].want), "gate %s: no '%s' in:\n%s", C[k].args, C[k].want, text);
+        free(text);
+    }
+}
