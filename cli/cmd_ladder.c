@@ -1,4 +1,5 @@
-/* cmd_ladder.c — `gate ladder check LADDER`: validate a ladder and print its expanded cells.
+/* cmd_ladder.c — `gate ladder check LADDER`: validate a ladder and print its expanded cells;
+ * `gate ladder settings`: the gate table's settings as docs/ladder.md's table (Markdown).
  *
  * Each cell's parity line shows the positions it is really judged at: `parity.positions` for
  * the decode and prefill paths, the chat conversation's length for chat cells (computed from
@@ -11,18 +12,21 @@
 
 #include "cli/cli.h"
 #include "engine/model.h"
+#include "harness/gatedef.h"
 #include "harness/ladder.h"
 #include "oracles/mode.h"
 
 static const char USAGE[] =
-    "usage: gate ladder check LADDER.yaml\n"
+    "usage: gate ladder check LADDER.yaml | gate ladder settings\n"
     "  Validates the ladder strictly (unknown keys, wrong types, duplicates, undefined ids,\n"
     "  parity below 64 positions, faults that cannot apply, trust files outside the ladder's\n"
     "  folder, sizes over the bounds) and prints every required cell with its gate settings\n"
     "  (parity at the positions the cell is judged at: chat cells judge the whole chat\n"
     "  conversation, whose length comes from the model when its file exists),\n"
     "  then every excluded cell with its reason, and the counts (\"5 required, 1 excluded\").\n"
-    "  Exit 0 when valid, 2 with file:line:column when not.\n";
+    "  Exit 0 when valid, 2 with file:line:column when not.\n"
+    "  settings: every gate setting of the gate table with its default, bounds and meaning, as\n"
+    "  the Markdown table of docs/ladder.md.\n";
 
 /* Excluded cells are never invisible (issue 10 §3): each with its reason and line. */
 static void print_excluded(const struct ladder *l)
@@ -90,6 +94,10 @@ int cmd_ladder(int argc, char **argv)
         help |= !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
     if (help) {
         fputs(USAGE, stdout);
+        return 0;
+    }
+    if (argc == 2 && !strcmp(argv[1], "settings")) {
+        gatedef_settings_markdown(stdout);
         return 0;
     }
     if (argc != 3 || strcmp(argv[1], "check")) {

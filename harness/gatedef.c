@@ -34,8 +34,10 @@ static const struct gate_setting PARITY[] = {
     {"positions", GS_INT, OFF(positions), PAR(positions), 96, 64, 1 << 20,
      "token positions judged; fewer than 64 is an error"},
     {"span", GS_INT, OFF(span), PAR(span), 0, 0, 1 << 20,
-     "the generated sequence's length: `positions` positions spread over it are judged, the last"
-     " included (0 = positions); the subject and the judge still run every position"},
+     "the generated sequence's length: `positions` positions spread over it are judged (one per"
+     " equal stratum, the last included; which ones follows from the cell's name, recorded in the"
+     " receipt), the subject and the judge still run every position; 0 = positions; shorter than"
+     " positions is an error"},
     {"min_cosine", GS_NUM, OFF(min_cosine), PAR(min_cosine), 0.999, -1, 1,
      "every position's logit cosine must be at least this"},
     {"max_mean_kld", GS_NUM, OFF(max_mean_kld), PAR(max_mean_kld), 1e-3, 0, 1e9,
@@ -63,7 +65,8 @@ static const struct gate_setting PARITY[] = {
 };
 
 static const struct gate_setting GOLDEN[] = {
-    {"tokens", GS_INT, OFF(golden_tokens), GS_NOCFG, 16, 1, 4096, "greedy tokens per prompt"},
+    {"tokens", GS_INT, OFF(golden_tokens), GS_NOCFG, 16, 1, 4096,
+     "greedy tokens per prompt; must equal the recorded entry's `n_gen`"},
     {"near_tie", GS_NUM, OFF(golden_near_tie), GS_NOCFG, 0.05, 0, 1e9,
      "judge's top-1/top-2 margin below which a diverging greedy step is a TIE_FLIP"},
     {"sha256", GS_SHA256, OFF(goldens_sha256), GS_NOCFG, 0, 0, 0,
@@ -81,13 +84,15 @@ static const struct gate_setting THROUGHPUT[] = {
     {"decode_tokens", GS_INT, OFF(decode_tokens), THR(decode_tokens), 16, 1, 1 << 20,
      "generated tokens"},
     {"min_prefill_tps", GS_NUM, OFF(min_prefill_tps), THR(min_prefill_tps), 0, 0, 1e12,
-     "floor on the prompt rate, tokens/s: PASS when the median's 95% interval is above it"},
+     "floor on the prompt rate, tokens/s: PASS when the median's 95% interval is above it, FAIL"
+     " when the not-starved runs' interval is below it; 0 = no floor"},
     {"min_decode_tps", GS_NUM, OFF(min_decode_tps), THR(min_decode_tps), 0, 0, 1e12,
      "floor on the generation rate, tokens/s (as min_prefill_tps)"},
     {"max_runs", GS_INT, OFF(max_runs), THR(max_runs), 30, 3, 200,
      "budget: timed runs at most while the interval straddles a floor (>= runs)"},
     {"max_seconds", GS_NUM, OFF(max_seconds), THR(max_seconds), 20, 0.1, 3600,
-     "budget: timed seconds at most (sum of the timed runs' wall time) before ERROR inconclusive"},
+     "budget: timed seconds at most (sum of the timed runs' wall time); spent and undecided is"
+     " ERROR inconclusive / host starved, never FAIL"},
     {"max_wait", GS_NUM, OFF(max_wait), THR(max_wait), 0.25, 0.01, 1,
      "a run whose threads waited for a CPU more than this share of their demand is host-starved:"
      " no evidence that the engine is slow"},
@@ -136,10 +141,10 @@ static const struct gate_setting ANCHOR[] = {{NULL}};
 /* gate bench's own: a longer decode by default (a steadier decode rate for a person reading
  * it), and one run allowed (a quick look: no interval, no verdict with a floor) */
 static const struct gate_cmd_setting THROUGHPUT_BENCH[] = {
-    {"decode_tokens", 32, 1, "a steadier decode rate to read"},
-    {"runs", 6, 1, "one run: a quick look (the gate's interval needs 3)"},
-    {"max_runs", 30, 1, "as runs"},
-    {NULL, 0, 0, NULL},
+    {"bench", "decode_tokens", 32, 1, "a steadier decode rate to read"},
+    {"bench", "runs", 6, 1, "one run is a quick look (the gate's interval needs 3)"},
+    {"bench", "max_runs", 30, 1, "as runs"},
+    {NULL, NULL, 0, 0, NULL},
 };
 
 /* ---- the links: fields of an oracle's config that are not its own gate's rows ------------- */
@@ -265,6 +270,16 @@ double gatedef_default(const char *gate, const char *key)
     return NAN;
 }
 
+/* A default or bound as the docs write it: whole numbers below 10^7 in full, others with %g. */
+static const char *num_text(double v, char *buf, size_t n)
+{
+    if (v == floor(v) && fabs(v) < 1e7)
+        snprintf(buf, n, "%.0f", v);
+    else
+        snprintf(buf, n, "%g", v);
+    return buf;
+}
+
 void gatedef_config(enum gate_id id, const struct ladder_gates *g, int cmd, void *cfg, size_t size)
 {
     if ((unsigned)id >= GATE_COUNT || !GATE_DEFS[id].cfg_size || size != GATE_DEFS[id].cfg_size)
@@ -346,7 +361,9 @@ int gatedef_flag(enum gate_id id, const char *cmd, const char *const *skip, int 
         return -1;
     }
     if (x < lo || x > s->hi) {
-        fprintf(stderr, "gate %s: %s must be in [%g, %g], found %s\n", cmd, a, lo, s->hi, v);
+        char l[32], h[32];
+        fprintf(stderr, "gate %s: %s must be in [%s, %s], found %s\n", cmd, a,
+                num_text(lo, l, sizeof l), num_text(s->hi, h, sizeof h), v);
         return -1;
     }
     char *to = (char *)cfg + s->cfg;
@@ -355,6 +372,42 @@ int gatedef_flag(enum gate_id id, const char *cmd, const char *const *skip, int 
     else
         *(double *)to = x;
     return 1;
+}
+
+void gatedef_settings_markdown(FILE *f)
+{
+    fprintf(f, "| gate | key | default | bounds | meaning |\n|---|---|---|---|---|\n");
+    for (int id = 0; id < GATE_COUNT; id++) {
+        const struct gate_def *d = &GATE_DEFS[id];
+        for (const struct gate_setting *s = d->settings; s->key; s++) {
+            char dflt[32] = "none", lo[32], hi[32], bounds[96];
+            if (s->type == GS_INT || s->type == GS_NUM) {
+                num_text(s->dflt, dflt, sizeof dflt);
+                snprintf(bounds, sizeof bounds, "%s to %s", num_text(s->lo, lo, sizeof lo),
+                         num_text(s->hi, hi, sizeof hi));
+            } else {
+                snprintf(bounds, sizeof bounds, "%s",
+                         s->type == GS_TEXT     ? "1 to 200 characters"
+                         : s->type == GS_SHA256 ? "64 lower-case hex digits"
+                                                : "`previous` or a receipt hash");
+            }
+            fprintf(f, "| %s | `%s` | %s | %s | ", s == d->settings ? d->name : "", s->key, dflt,
+                    bounds);
+            for (const char *t = s->doc; *t; t++) /* a '|' of the text is not a column */
+                fputs(*t == '|' ? "\\|" : (char[2]){*t, 0}, f);
+            const struct gate_cmd_setting *c = gatedef_cmd_setting((enum gate_id)id, s);
+            if (c) {
+                char flag[64];
+                snprintf(flag, sizeof flag, "%s", s->key);
+                for (char *u = strchr(flag, '_'); u; u = strchr(u, '_'))
+                    *u = '-';
+                fprintf(f, "; `gate %s --%s` defaults to %s, from %s: %s", c->cmd, flag,
+                        num_text(c->dflt, dflt, sizeof dflt), num_text(c->lo, lo, sizeof lo),
+                        c->why);
+            }
+            fprintf(f, " |\n");
+        }
+    }
 }
 
 const struct gate_def *gatedef_find(const char *name)

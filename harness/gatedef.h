@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "base/err.h"
 #include "oracles/gates.h"
@@ -41,6 +42,7 @@ struct gate_setting {
  * bench) deliberately takes otherwise (documented in its usage and in docs/ladder.md): the
  * command's flag and its config (gatedef_config with cmd 1) use these; the ladder never does. */
 struct gate_cmd_setting {
+    const char *cmd; /* the command ("bench": `gate bench`) */
     const char *key; /* a row of the gate's settings */
     double dflt, lo;
     const char *why;
@@ -123,6 +125,11 @@ void gatedef_parity_config(const struct ladder_gates *g, struct parity_config *c
 void gatedef_throughput_config(const struct ladder_gates *g, struct throughput_config *c);
 void gatedef_falsify_config(const struct ladder_gates *g, struct falsify_config *c);
 void gatedef_consistency_config(const struct ladder_gates *g, struct consistency_config *c);
+
+/* The settings table of docs/ladder.md, generated from the rows (every key, default, bounds,
+ * meaning, and a command's own default and lower bound), as Markdown on f: `gate ladder
+ * settings` prints it and tests/test_gatedef.c holds the doc's copy to it. */
+void gatedef_settings_markdown(FILE *f);
 
 /* The one flag parser of the commands that run a gate outside a ladder (gate parity, falsify,
  * bench): when argv[*i] is `--KEY` for a row of gate id with a cfg field (KEY the row's key, '_'

@@ -217,3 +217,66 @@ Test(gatedef, commands_refuse_an_out_of_range_flag_naming_it)
         free(text);
     }
 }
+
+/* The text of docs/NAME (malloc'd). */
+static char *doc_text(const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/docs/%s", GATE_SOURCE_DIR, name);
+    char *t = check_slurp_text(path);
+    cr_assert(t, "cannot read %s", path);
+    return t;
+}
+
+/* docs/ladder.md's settings table is the generated one: a default, a bound, a key or a meaning
+ * changed in a row (or in the doc) without the other fails here, with the text to paste. */
+Test(gatedef, the_ladder_docs_settings_table_is_the_rows)
+{
+    char *doc = doc_text("ladder.md");
+    const char *begin = "<!-- gate ladder settings: begin -->\n",
+               *end_mark = "<!-- gate ladder settings: end -->";
+    char *a = strstr(doc, begin), *b = a ? strstr(a, end_mark) : NULL;
+    cr_assert(a && b, "docs/ladder.md has no generated settings table between the markers");
+    a += strlen(begin);
+    char *want = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&want, &n);
+    cr_assert(f);
+    gatedef_settings_markdown(f);
+    fclose(f);
+    cr_expect(strlen(want) == (size_t)(b - a) && !memcmp(want, a, (size_t)(b - a)),
+              "docs/ladder.md's settings table differs from the gate table's rows; replace it with"
+              " the output of `gate ladder settings`:\n%s",
+              want);
+    free(want);
+    free(doc);
+}
+
+/* docs/gates.md's parity thresholds table ("Thresholds and where they come from") gives every
+ * parity row with the row's default (the leading number of its default column). */
+Test(gatedef, the_gates_docs_parity_thresholds_are_the_rows_defaults)
+{
+    char *doc = doc_text("gates.md");
+    char *table = strstr(doc, "### Thresholds and where they come from");
+    cr_assert(table, "docs/gates.md lost its thresholds section");
+    int n = 0;
+    for (const struct gate_setting *s = GATE_DEFS[GATE_ID_PARITY].settings; s->key; s++, n++) {
+        char head[64];
+        snprintf(head, sizeof head, "\n| %s | ", s->key);
+        char *line = strstr(table, head);
+        cr_assert(line, "docs/gates.md's thresholds table has no row for parity.%s", s->key);
+        const char *cell = line + strlen(head);
+        if (s->type != GS_INT && s->type != GS_NUM) {
+            cr_expect(!strncmp(cell, "\"\"", 2) || !strncmp(cell, "none", 4),
+                      "parity.%s: the doc's default is not empty", s->key);
+            continue;
+        }
+        char *end;
+        const double v = strtod(cell, &end);
+        cr_expect(end != cell && fabs(v - s->dflt) <= 1e-12 * fabs(s->dflt),
+                  "parity.%s: docs/gates.md says %.20s..., the row's default is %g", s->key, cell,
+                  s->dflt);
+    }
+    cr_expect_geq(n, 10);
+    free(doc);
+}
