@@ -138,6 +138,10 @@ static const struct gate_setting CONSISTENCY[] = {
 
 static const struct gate_setting ANCHOR[] = {{NULL}};
 
+/* the section keys that are not settings rows (struct gate_def.section_keys) */
+static const char *const GOLDEN_KEYS[] = {"goldens", NULL};
+static const char *const FALSIFY_KEYS[] = {"faults", NULL};
+
 /* gate bench's own: a longer decode by default (a steadier decode rate for a person reading
  * it), and one run allowed (a quick look: no interval, no verdict with a floor) */
 static const struct gate_cmd_setting THROUGHPUT_BENCH[] = {
@@ -216,27 +220,27 @@ int gatedef_check(const struct gate_def *d, const struct ladder_gates *g, const 
 const struct gate_def GATE_DEFS[] = {
     {"capability", CAPABILITY, capability_gate_judge, 1, 1,
      "the mode's backend ran, on the device class the mode names (counters measured)", NULL, 0,
-     NULL, NULL},
+     NULL, NULL, NULL},
     {"parity", PARITY, parity_gate_judge, 1, 1,
      "the mode's logits match the judge's at every position within the thresholds", parity_check,
-     sizeof(struct parity_config), NULL, NULL},
+     sizeof(struct parity_config), NULL, NULL, NULL},
     {"golden", GOLDEN, golden_judge, 1, 1,
-     "greedy continuations reproduce the recorded ids (TIE_FLIP at near ties)", NULL, 0, NULL,
-     NULL},
+     "greedy continuations reproduce the recorded ids (TIE_FLIP at near ties)", NULL, 0, NULL, NULL,
+     GOLDEN_KEYS},
     {"throughput", THROUGHPUT, throughput_judge, 1, 1,
      "the mode's own path meets the rate floors (95% interval of the median of fresh, checked "
      "runs)",
-     throughput_check, sizeof(struct throughput_config), throughput_link, THROUGHPUT_BENCH},
+     throughput_check, sizeof(struct throughput_config), throughput_link, THROUGHPUT_BENCH, NULL},
     {"falsify", FALSIFY, falsify_judge, 1, 1,
      "injected faults are rejected by the parity math (the oracle is not blind)", falsify_check,
-     sizeof(struct falsify_config), falsify_link, NULL},
+     sizeof(struct falsify_config), falsify_link, NULL, FALSIFY_KEYS},
     {"consistency", CONSISTENCY, consistency_judge, 1, 0,
      "the engine's declared invariances hold: decode = prefill = chunked (7, 45) = resumed, the"
      " same at 1, 2 and 3 threads repeated, under every instruction set it declares (bit for bit"
      " where it declares so)",
-     consistency_check, sizeof(struct consistency_config), NULL, NULL},
+     consistency_check, sizeof(struct consistency_config), NULL, NULL, NULL},
     {"anchor", ANCHOR, anchor_judge, 0, 0,
-     "the judge itself matches an independent reference (anchor cases)", NULL, 0, NULL, NULL},
+     "the judge itself matches an independent reference (anchor cases)", NULL, 0, NULL, NULL, NULL},
     {NULL},
 };
 _Static_assert(sizeof GATE_DEFS / sizeof GATE_DEFS[0] == GATE_COUNT + 1,

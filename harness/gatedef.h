@@ -72,6 +72,10 @@ struct gate_def {
     size_t cfg_size;
     void (*link)(const struct ladder_gates *g, void *cfg);
     const struct gate_cmd_setting *cmd; /* NULL, or terminated by a row with key NULL */
+    /* the keys of the gate's ladder section that are not settings rows (NULL-terminated; NULL:
+     * none): golden's `goldens` file, falsify's `faults` list. The section takes these and its
+     * rows' keys, nothing else */
+    const char *const *section_keys;
 };
 
 /* Every gate, cell gates first in the order `gate run` runs them; terminated by name NULL.

@@ -824,13 +824,59 @@ static int parse_setting(struct parse *p, yaml_node_t *v, const char *gate,
     return 0;
 }
 
-/* Apply one gates mapping (defaults or an override body) onto g: every key of a gate's section
- * is a row of the gate table (harness/gatedef.c), plus golden.goldens (a path) and the falsify
- * list. */
+/* The keys gate d's section takes: its setting rows, then its section keys that are not settings
+ * (d->section_keys), NULL-terminated; NULL out of memory. Free with free(). */
+static const char **section_keys(const struct gate_def *d)
+{
+    size_t n = 0, k = 0;
+    for (const struct gate_setting *s = d->settings; s->key; s++)
+        n++;
+    for (const char *const *x = d->section_keys; x && *x; x++)
+        n++;
+    const char **keys = malloc((n + 1) * sizeof *keys);
+    if (!keys)
+        return NULL;
+    for (const struct gate_setting *s = d->settings; s->key; s++)
+        keys[k++] = s->key;
+    for (const char *const *x = d->section_keys; x && *x; x++)
+        keys[k++] = *x;
+    keys[k] = NULL;
+    return keys;
+}
+
+/* The falsify gate's fault list (a YAML list of fault strings) into g->falsify. */
+static int parse_fault_list(struct parse *p, yaml_node_t *list, struct ladder_gates *g)
+{
+    yaml_node_t *it;
+    int rc = check_seq(p, list, "falsify", 0);
+    if (rc)
+        return rc;
+    if (list->data.sequence.items.top == list->data.sequence.items.start)
+        return fail(p, list,
+                    "falsify lists no fault: an empty list proves nothing (leave falsify"
+                    " out for the architecture's default set; an engine that takes no"
+                    " faults is falsified by proxy)");
+    g->falsify.n = 0;
+    FOR_ITEMS(p, list, it)
+    {
+        if (!scalar(it))
+            return fail(p, it,
+                        "falsify entries must be fault strings like"
+                        " 'wrong_expert:rank=1,layers=0-3'");
+        struct fault_spec f;
+        struct gate_err fe = {0};
+        if (fault_parse(scalar(it), &f, &fe) || fault_set_add(&g->falsify, &f, &fe))
+            return fail(p, it, "%s", fe.msg);
+    }
+    return 0;
+}
+
+/* Apply one gates mapping (defaults or an override body) onto g. Its sections and every key of a
+ * section come from the gate table (harness/gatedef.c): a section per gate that runs on cells and
+ * has settings, holding its setting rows and its section_keys (golden.goldens, a path;
+ * falsify.faults, the fault list, which the falsify section may also be on its own). */
 static int apply_gates(struct parse *p, yaml_node_t *n, struct ladder_gates *g, int is_override)
 {
-    /* a section per gate of the table that runs on cells and has settings (issue 24 §3: no
-     * hand-kept list); falsify's section also takes the list form, parsed below */
     const char *keys[GATE_COUNT + 2];
     int nk = 0;
     for (int k = 0; k < GATE_COUNT; k++)
@@ -838,7 +884,7 @@ static int apply_gates(struct parse *p, yaml_node_t *n, struct ladder_gates *g, 
             keys[nk++] = GATE_DEFS[k].name;
     keys[nk++] = "match";
     keys[nk] = NULL;
-    yaml_node_t *s, *v, *it;
+    yaml_node_t *s, *v;
     int rc = check_map(p, n, is_override ? "override" : "gates.defaults", keys);
     if (rc)
         return rc;
@@ -846,23 +892,27 @@ static int apply_gates(struct parse *p, yaml_node_t *n, struct ladder_gates *g, 
         return fail(p, get(p, n, "match"), "'match' belongs in gates.overrides entries");
     for (int gi = 0; keys[gi]; gi++) {
         const struct gate_def *d = gatedef_find(keys[gi]);
-        if (!d || d == &GATE_DEFS[GATE_ID_FALSIFY] || !(s = get(p, n, d->name)))
+        if (!d || !(s = get(p, n, d->name)))
             continue;
         if (d == &GATE_DEFS[GATE_ID_CONSISTENCY]) /* named: the cells it reaches run the gate */
             g->consistency = 1;
-        const char *allowed[16];
-        int na = 0;
-        for (const struct gate_setting *st = d->settings; st->key && na < 14; st++)
-            allowed[na++] = st->key;
-        if (!strcmp(d->name, "golden"))
-            allowed[na++] = "goldens";
-        allowed[na] = NULL;
-        if ((rc = check_map(p, s, d->name, allowed)))
+        if (d == &GATE_DEFS[GATE_ID_FALSIFY] && s->type != YAML_MAPPING_NODE) {
+            if ((rc = parse_fault_list(p, s, g))) /* the list form: the faults alone */
+                return rc;
+            continue;
+        }
+        const char **allowed = section_keys(d);
+        if (!allowed)
+            return err_set(p->err, ERR_ENV, "ladder: out of memory for the keys of section %s",
+                           d->name);
+        rc = check_map(p, s, d->name, allowed);
+        free(allowed);
+        if (rc)
             return rc;
         for (const struct gate_setting *st = d->settings; st->key; st++)
             if ((v = get(p, s, st->key)) && (rc = parse_setting(p, v, d->name, st, g)))
                 return rc;
-        if (!strcmp(d->name, "golden") && (v = get(p, s, "goldens"))) {
+        if (d == &GATE_DEFS[GATE_ID_GOLDEN] && (v = get(p, s, "goldens"))) {
             char buf[512];
             if ((rc = get_str(p, v, "golden.goldens", buf, sizeof buf)))
                 return rc;
@@ -870,47 +920,9 @@ static int apply_gates(struct parse *p, yaml_node_t *n, struct ladder_gates *g, 
             snprintf(g->goldens, sizeof g->goldens, "%s", r ? r : buf);
             free(r);
         }
-    }
-    if ((s = get(p, n, "falsify"))) {
-        /* a list of faults, or a mapping {faults: [...], sweep_samples, min_detection} */
-        yaml_node_t *list = s;
-        if (s->type == YAML_MAPPING_NODE) {
-            const struct gate_def *d = gatedef_find("falsify");
-            const char *allowed[16];
-            int na = 0;
-            for (const struct gate_setting *st = d->settings; st->key && na < 14; st++)
-                allowed[na++] = st->key;
-            allowed[na++] = "faults";
-            allowed[na] = NULL;
-            if ((rc = check_map(p, s, "falsify", allowed)))
-                return rc;
-            for (const struct gate_setting *st = d->settings; st->key; st++)
-                if ((v = get(p, s, st->key)) && (rc = parse_setting(p, v, "falsify", st, g)))
-                    return rc;
-            list = get(p, s, "faults");
-        }
-        if (list) {
-            if ((rc = check_seq(p, list, "falsify", 0)))
-                return rc;
-            if (list->type == YAML_SEQUENCE_NODE &&
-                list->data.sequence.items.top == list->data.sequence.items.start)
-                return fail(p, list,
-                            "falsify lists no fault: an empty list proves nothing (leave falsify"
-                            " out for the architecture's default set; an engine that takes no"
-                            " faults is falsified by proxy)");
-            g->falsify.n = 0;
-            FOR_ITEMS(p, list, it)
-            {
-                if (!scalar(it))
-                    return fail(p, it,
-                                "falsify entries must be fault strings like"
-                                " 'wrong_expert:rank=1,layers=0-3'");
-                struct fault_spec f;
-                struct gate_err fe = {0};
-                if (fault_parse(scalar(it), &f, &fe) || fault_set_add(&g->falsify, &f, &fe))
-                    return fail(p, it, "%s", fe.msg);
-            }
-        }
+        if (d == &GATE_DEFS[GATE_ID_FALSIFY] && (v = get(p, s, "faults")) &&
+            (rc = parse_fault_list(p, v, g)))
+            return rc;
     }
     return 0;
 }

@@ -280,3 +280,59 @@ Test(gatedef, the_gates_docs_parity_thresholds_are_the_rows_defaults)
     cr_expect_geq(n, 10);
     free(doc);
 }
+
+/* The gates sections a ladder takes and the keys of each come from the table (issue 24 §3): every
+ * numeric row of every cell gate is accepted at its default, and an unknown key is refused with
+ * the row keys and the gate's section_keys as the expected list. */
+Test(gatedef, a_ladders_gate_sections_and_their_keys_are_the_tables)
+{
+    struct ladderfix fx;
+    ladderfix_init(&fx, "gatedef-sections");
+    char text[8192] = "  overrides:\n    - match: {model: moe}\n";
+    for (int id = 0; id < GATE_COUNT; id++) {
+        const struct gate_def *d = &GATE_DEFS[id];
+        if (!d->check_ran || !d->settings[0].key)
+            continue;
+        size_t n = strlen(text);
+        n += (size_t)snprintf(text + n, sizeof text - n, "      %s: {", d->name);
+        const char *sep = "";
+        for (const struct gate_setting *s = d->settings; s->key; s++)
+            if (s->type == GS_INT || s->type == GS_NUM) {
+                n += (size_t)snprintf(text + n, sizeof text - n, "%s%s: %.17g", sep, s->key,
+                                      s->dflt);
+                sep = ", ";
+            }
+        n += (size_t)snprintf(text + n, sizeof text - n, "}\n");
+        cr_assert_lt(n, sizeof text);
+    }
+    const char *path = ladderfix_one_cell(&fx, "all.yaml", NULL, "ref.decode", NULL, text);
+    struct ladder *l = NULL;
+    struct gate_err err = {0};
+    cr_expect_eq(ladder_load(&l, path, &err), 0, "every row at its default: %s\n%s", err.msg, text);
+    ladder_free(l);
+    int sections = 0;
+    for (int id = 0; id < GATE_COUNT; id++) {
+        const struct gate_def *d = &GATE_DEFS[id];
+        if (!d->check_ran || !d->settings[0].key)
+            continue;
+        sections++;
+        snprintf(text, sizeof text,
+                 "  overrides:\n    - match: {model: moe}\n      %s: {nope: 1}\n", d->name);
+        path = ladderfix_one_cell(&fx, "bad.yaml", NULL, "ref.decode", NULL, text);
+        char want[1024];
+        size_t n = (size_t)snprintf(want, sizeof want,
+                                    "unknown key 'nope' in %s (expected one of: ", d->name);
+        const char *sep = "";
+        for (const struct gate_setting *s = d->settings; s->key; s++, sep = ", ")
+            n += (size_t)snprintf(want + n, sizeof want - n, "%s%s", sep, s->key);
+        for (const char *const *k = d->section_keys; k && *k; k++)
+            n += (size_t)snprintf(want + n, sizeof want - n, ", %s", *k);
+        snprintf(want + n, sizeof want - n, ")");
+        memset(&err, 0, sizeof err);
+        l = NULL;
+        cr_expect_eq(ladder_load(&l, path, &err), ERR_INPUT, "%s: an unknown key loaded", d->name);
+        cr_expect(strstr(err.msg, want), "%s: got '%s', want '%s'", d->name, err.msg, want);
+        ladder_free(l);
+    }
+    cr_expect_eq(sections, 5, "parity, golden, throughput, falsify, consistency");
+}
