@@ -1,18 +1,17 @@
-/* ladder.c — strict YAML ladder parsing with libyaml's document API (see ladder.h).
- *
- * Every mapping is walked against the list of keys it may hold: an unknown key, a duplicate
- * key, a wrong type or a missing required field is an error quoting file:line:column. Cells are
- * expanded (matrix minus exclusions, plus explicit entries) and each gets its own copy of the
- * gate settings: built-in defaults, then gates.defaults, then every matching override in order.
+/* ladder.c — the ladder parser (see ladder.h): the file read once and loaded through
+ * harness/yamldoc.c (which refuses unknown and duplicate keys, wrong types and missing fields at
+ * file:line:column), then its sections: release, models, hosts, engines, modes, cells (expanded:
+ * matrix minus exclusions, plus explicit entries; duplicates found through a hash table),
+ * anchors; the gates section is resolved per cell by harness/ladder_settings.c, and the checks
+ * that read the files a ladder names are in harness/ladder_files.c.
+ * Start reading: ladder_load(), then parse_root().
  */
 #include "harness/ladder.h"
 
 #include "harness/gatedef.h"
 #include "harness/identity.h"
+#include "harness/ladder_parse.h"
 #include "harness/run.h"
-#include "oracles/consistency.h"
-#include "oracles/falsify.h"
-#include "oracles/throughput.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -32,203 +31,7 @@
 #include "engine/synth.h"
 #include "oracles/golden.h"
 
-struct parse {
-    const char *path;
-    yaml_document_t *doc;
-    struct gate_err *err;
-    struct ladder *l;
-};
-
-static int fail(struct parse *p, const yaml_node_t *n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(struct parse *p, const yaml_node_t *n, const char *fmt, ...)
-{
-    char msg[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (n)
-        return err_set(p->err, ERR_INPUT, "%s:%zu:%zu: %s", p->path, n->start_mark.line + 1,
-                       n->start_mark.column + 1, msg);
-    return err_set(p->err, ERR_INPUT, "%s: %s", p->path, msg);
-}
-
-static yaml_node_t *node(struct parse *p, int i)
-{
-    return yaml_document_get_node(p->doc, i);
-}
-
-static const char *scalar(const yaml_node_t *n)
-{
-    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
-}
-
-static const char *kind(const yaml_node_t *n)
-{
-    return n->type == YAML_SCALAR_NODE     ? "a scalar"
-           : n->type == YAML_SEQUENCE_NODE ? "a list"
-                                           : "a mapping";
-}
-
-/* qsort_r order of a mapping's keys: by text, then by position (equal keys keep file order). */
-static int by_key(const void *a, const void *b, void *keys)
-{
-    int ia = *(const int *)a, ib = *(const int *)b;
-    int c = strcmp(((const char **)keys)[ia], ((const char **)keys)[ib]);
-    return c ? c : (ia > ib) - (ia < ib);
-}
-
-/* For a mapping of n scalar keys, first[i] = index of the first key equal to key i (i itself
- * when unique so far): sort + neighbours, O(n log n) rather than comparing every pair. */
-static int first_equal_keys(struct parse *p, yaml_node_t *map, int n, int *first)
-{
-    const char **keys = malloc((size_t)n * sizeof *keys);
-    int *order = malloc((size_t)n * sizeof *order);
-    if (!keys || !order) {
-        free(keys);
-        free(order);
-        return err_set(p->err, ERR_ENV, "ladder: out of memory for a mapping's key index");
-    }
-    for (int i = 0; i < n; i++) {
-        keys[i] = scalar(node(p, map->data.mapping.pairs.start[i].key));
-        order[i] = i;
-    }
-    qsort_r(order, (size_t)n, sizeof *order, by_key, keys);
-    for (int j = 0; j < n; j++)
-        first[order[j]] =
-            j > 0 && !strcmp(keys[order[j]], keys[order[j - 1]]) ? first[order[j - 1]] : order[j];
-    free(keys);
-    free(order);
-    return 0;
-}
-
-/* Check that map is a mapping whose keys are unique and all in allowed (NULL-terminated). */
-static int check_map(struct parse *p, yaml_node_t *map, const char *what,
-                     const char *const *allowed)
-{
-    if (map->type != YAML_MAPPING_NODE)
-        return fail(p, map, "%s must be a mapping, found %s", what, kind(map));
-    int n = (int)(map->data.mapping.pairs.top - map->data.mapping.pairs.start), rc = 0;
-    int *first = NULL;
-    for (int i = 0; i < n; i++)
-        if (!scalar(node(p, map->data.mapping.pairs.start[i].key)))
-            return fail(p, node(p, map->data.mapping.pairs.start[i].key),
-                        "keys of %s must be scalars", what);
-    if (n > 0 && (!(first = malloc((size_t)n * sizeof *first)) ||
-                  (rc = first_equal_keys(p, map, n, first)))) {
-        free(first);
-        return rc ? rc
-                  : err_set(p->err, ERR_ENV,
-                            "ladder: out of memory for a list's first-occurrence index");
-    }
-    for (yaml_node_pair_t *a = map->data.mapping.pairs.start; a < map->data.mapping.pairs.top;
-         a++) {
-        yaml_node_t *k = node(p, a->key);
-        const char *ks = scalar(k);
-        int f = first[a - map->data.mapping.pairs.start];
-        if (f != a - map->data.mapping.pairs.start) {
-            yaml_node_t *b = node(p, map->data.mapping.pairs.start[f].key);
-            free(first);
-            return fail(p, k, "duplicate key '%s' in %s (first at line %zu)", ks, what,
-                        b->start_mark.line + 1);
-        }
-        if (!allowed)
-            continue;
-        int ok = 0;
-        for (const char *const *q = allowed; *q && !ok; q++)
-            ok = !strcmp(*q, ks);
-        if (!ok) {
-            char list[512] = "";
-            for (const char *const *q = allowed; *q; q++)
-                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
-                         q == allowed ? "" : ", ", *q);
-            free(first);
-            return fail(p, k, "unknown key '%s' in %s (expected one of: %s)", ks, what, list);
-        }
-    }
-    free(first);
-    return 0;
-}
-
-static yaml_node_t *get(struct parse *p, yaml_node_t *map, const char *key)
-{
-    for (yaml_node_pair_t *a = map->data.mapping.pairs.start; a < map->data.mapping.pairs.top; a++)
-        if (!strcmp(scalar(node(p, a->key)), key))
-            return node(p, a->value);
-    return NULL;
-}
-
-static int need(struct parse *p, yaml_node_t *map, const char *key, const char *what,
-                yaml_node_t **out)
-{
-    *out = get(p, map, key);
-    if (!*out)
-        return fail(p, map, "%s is missing required key '%s'", what, key);
-    return 0;
-}
-
-static int get_str(struct parse *p, yaml_node_t *n, const char *what, char *buf, size_t cap)
-{
-    const char *s = scalar(n);
-    if (!s)
-        return fail(p, n, "%s must be a string, found %s", what, kind(n));
-    if (!*s)
-        return fail(p, n, "%s must not be empty", what);
-    if (strlen(s) >= cap)
-        return fail(p, n, "%s is longer than %zu characters", what, cap - 1);
-    strcpy(buf, s);
-    return 0;
-}
-
-static int get_int(struct parse *p, yaml_node_t *n, const char *what, long lo, long hi, int *out)
-{
-    const char *s = scalar(n);
-    char *end;
-    errno = 0;
-    long v = s ? strtol(s, &end, 10) : 0;
-    if (!s || errno || end == s || *end)
-        return fail(p, n, "%s must be an integer, found '%s'", what, s ? s : kind(n));
-    if (v < lo || v > hi)
-        return fail(p, n, "%s must be in [%ld, %ld], found %ld", what, lo, hi, v);
-    *out = (int)v;
-    return 0;
-}
-
-static int get_num(struct parse *p, yaml_node_t *n, const char *what, double lo, double hi,
-                   double *out)
-{
-    const char *s = scalar(n);
-    char *end;
-    errno = 0;
-    double v = s ? strtod(s, &end) : 0;
-    if (!s || errno || end == s || *end || v != v)
-        return fail(p, n, "%s must be a number, found '%s'", what, s ? s : kind(n));
-    if (v < lo || v > hi)
-        return fail(p, n, "%s must be in [%g, %g], found %g", what, lo, hi, v);
-    *out = v;
-    return 0;
-}
-
-static int check_seq(struct parse *p, yaml_node_t *n, const char *what, int nonempty)
-{
-    if (n->type != YAML_SEQUENCE_NODE)
-        return fail(p, n, "%s must be a list, found %s", what, kind(n));
-    if (nonempty && n->data.sequence.items.top == n->data.sequence.items.start)
-        return fail(p, n, "%s must not be empty", what);
-    return 0;
-}
-
-#define FOR_ITEMS(p, seq, it)                                                                      \
-    for (yaml_node_item_t *it##_i = (seq)->data.sequence.items.start;                              \
-         it##_i < (seq)->data.sequence.items.top && ((it) = node(p, *it##_i)); it##_i++)
-
-#define FOR_PAIRS(seq, pr)                                                                         \
-    for (yaml_node_pair_t *pr = (seq)->data.mapping.pairs.start;                                   \
-         pr < (seq)->data.mapping.pairs.top; pr++)
-
-static char *resolve(const struct ladder *l, const char *rel)
+char *ladder_resolve(const struct ladder *l, const char *rel)
 {
     size_t n = strlen(l->dir) + strlen(rel) + 2;
     char *s = malloc(n);
@@ -272,7 +75,7 @@ static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct l
         char buf[512];
         if ((rc = get_str(p, path, "path", buf, sizeof buf)))
             return rc;
-        m->path = resolve(p->l, buf);
+        m->path = ladder_resolve(p->l, buf);
     } else {
         m->synth = 1;
         if ((rc = check_map(p, synth, "synth", skeys)))
@@ -288,10 +91,10 @@ static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct l
         m->seed = (uint64_t)seed;
         char rel[256];
         snprintf(rel, sizeof rel, ".gate-cache/%s-%s-%s-%d.gguf", m->id, m->preset, m->quant, seed);
-        m->path = resolve(p->l, rel);
+        m->path = ladder_resolve(p->l, rel);
     }
     if (!m->path)
-        return err_set(p->err, ERR_ENV, "ladder: out of memory for a model's path");
+        return err_set(p->y.err, ERR_ENV, "ladder: out of memory for a model's path");
     if ((rc = need(p, n, "sha256", what, &v)) ||
         (rc = get_str(p, v, "sha256", m->sha256, sizeof m->sha256)))
         return rc;
@@ -352,8 +155,8 @@ static int read_trust_file(struct parse *p, yaml_node_t *n, const char *name, un
                       name);
             goto cleanup;
         }
-    if (!(path = resolve(p->l, name))) {
-        rc = err_set(p->err, ERR_ENV, "ladder: out of memory for a file's path");
+    if (!(path = ladder_resolve(p->l, name))) {
+        rc = err_set(p->y.err, ERR_ENV, "ladder: out of memory for a file's path");
         goto cleanup;
     }
     fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
@@ -494,8 +297,9 @@ static int engine_paths(struct parse *p, yaml_node_t *x, const char *what, const
             return fail(p, it, "%s: %s has more than %d entries", what, key, EXEC_PATHS_MAX);
         if ((rc = get_str(p, it, key, buf, sizeof buf)))
             return rc;
-        if (!(out[*n] = resolve(p->l, buf)))
-            return err_set(p->err, ERR_ENV, "ladder: out of memory for a path");
+        if (!(out[*n] = ladder_resolve(p->l, buf)))
+            return err_set(p->y.err, ERR_ENV, "ladder: out of memory for a path of %s %s", what,
+                           key);
         (*n)++;
     }
     return 0;
@@ -552,7 +356,7 @@ static int parse_engine_guard(struct parse *p, yaml_node_t *e, const char *what,
                 return fail(p, val, "%s: env %s must be a string, found %s", what, name, kind(val));
             const size_t len = strlen(name) + strlen(val_s) + 2;
             if (!(x->env[x->n_env] = malloc(len)))
-                return err_set(p->err, ERR_ENV,
+                return err_set(p->y.err, ERR_ENV,
                                "ladder: out of memory for an engine's environment");
             snprintf(x->env[x->n_env++], len, "%s=%s", name, val_s);
         }
@@ -593,8 +397,9 @@ static int parse_engine_guard(struct parse *p, yaml_node_t *e, const char *what,
             if (strlen(xf->sha256) != 64 || strspn(xf->sha256, "0123456789abcdef") != 64)
                 return fail(p, f, "%s: a files entry's sha256 must be 64 lower-case hex digits",
                             what);
-            if (!(xf->path = resolve(p->l, buf)))
-                return err_set(p->err, ERR_ENV, "ladder: out of memory for an engine file's path");
+            if (!(xf->path = ladder_resolve(p->l, buf)))
+                return err_set(p->y.err, ERR_ENV,
+                               "ladder: out of memory for an engine file's path");
             x->n_files++;
         }
     }
@@ -618,7 +423,7 @@ static int parse_engines(struct parse *p, yaml_node_t *root)
     if (n == 0)
         return fail(p, v, "engines must not be empty (omit it when the ladder gates none)");
     if (!(l->engines = calloc(n, sizeof *l->engines)))
-        return err_set(p->err, ERR_ENV, "ladder: out of memory for the engines");
+        return err_set(p->y.err, ERR_ENV, "ladder: out of memory for the engines");
     FOR_PAIRS(v, pr)
     {
         yaml_node_t *k = node(p, pr->key), *e = node(p, pr->value);
@@ -647,11 +452,12 @@ static int parse_engines(struct parse *p, yaml_node_t *root)
                 return fail(p, it, "%s: argv has more than %d entries", what, EXEC_ARGV_MAX);
             if ((rc = get_str(p, it, "argv entries", buf, sizeof buf)))
                 return rc;
-            char *arg = le->e.argc == 0 && strchr(buf, '/') && buf[0] != '/' ? resolve(l, buf)
-                                                                             : strdup(buf);
+            char *arg = le->e.argc == 0 && strchr(buf, '/') && buf[0] != '/'
+                            ? ladder_resolve(l, buf)
+                            : strdup(buf);
             if (!arg || (le->e.argc == 0 && !(le->argv0 = strdup(buf)))) {
                 free(arg);
-                return err_set(p->err, ERR_ENV, "ladder: out of memory for an engine's command");
+                return err_set(p->y.err, ERR_ENV, "ladder: out of memory for an engine's command");
             }
             le->e.argv[le->e.argc++] = arg;
         }
@@ -710,9 +516,7 @@ int ladder_find_engine(const struct ladder *l, const char *name)
     return -1;
 }
 
-/* A mode the ladder may name: the fixed list, or exec.<engine>.<path> of a declared engine that
- * lists the path in `supports`. 0 ok; else the refusal at n (n NULL: only the status). */
-static int mode_declared(struct parse *p, yaml_node_t *n, const char *text)
+int ladder_mode_declared(struct parse *p, yaml_node_t *n, const char *text)
 {
     struct mode m;
     struct gate_err why = {0};
@@ -749,184 +553,6 @@ int ladder_mode_known(const char *mode)
     return mode_known(mode); /* the one mode list (oracles/mode.c over engine/backend.c's) */
 }
 
-unsigned ladder_falsify_proxy_kinds(const struct ladder_gates *g)
-{
-    if (!g->engine || g->falsify.n <= 0)
-        return 0;
-    const struct exec_engine *e = &g->engine->e;
-    const unsigned takes = !(e->supports & EXEC_SUPPORTS_FAULTS) ? 0u : e->faults ? e->faults : ~0u;
-    return falsify_kinds_used(&g->falsify) & ~takes;
-}
-
-int ladder_falsify_by_proxy(const struct ladder_gates *g)
-{
-    return ladder_falsify_proxy_kinds(g) != 0;
-}
-
-int ladder_falsify_proxy_text(const struct ladder_gates *g, char *buf, size_t n)
-{
-    const unsigned pk = ladder_falsify_proxy_kinds(g);
-    fault_kinds_text(pk, buf, n);
-    return !pk ? 0 : pk == falsify_kinds_used(&g->falsify) ? 1 : 2;
-}
-
-static void default_gates(struct ladder_gates *g)
-{
-    memset(g, 0, sizeof *g);
-    for (int i = 0; GATE_DEFS[i].name; i++)
-        for (const struct gate_setting *s = GATE_DEFS[i].settings; s->key; s++) {
-            char *f = (char *)g + s->offset;
-            if (s->type == GS_INT)
-                *(int *)f = (int)s->dflt;
-            else if (s->type == GS_NUM)
-                *(double *)f = s->dflt;
-            else
-                f[0] = '\0';
-        }
-    g->falsify.n = -1; /* not set: filled per architecture */
-}
-
-/* Parse one setting of the gate table from v into g. */
-static int parse_setting(struct parse *p, yaml_node_t *v, const char *gate,
-                         const struct gate_setting *s, struct ladder_gates *g)
-{
-    char what[96];
-    snprintf(what, sizeof what, "%s.%s", gate, s->key);
-    char *f = (char *)g + s->offset;
-    if (s->type == GS_INT) {
-        int rc = get_int(p, v, what, (long)s->lo, (long)s->hi, (int *)f);
-        if (rc && !strcmp(what, "parity.positions") && scalar(v) && atol(scalar(v)) >= 0 &&
-            atol(scalar(v)) < 64)
-            return fail(p, v, "parity.positions is %ld; parity is judged at >= 64 positions",
-                        atol(scalar(v)));
-        return rc;
-    }
-    if (s->type == GS_NUM)
-        return get_num(p, v, what, s->lo, s->hi, (double *)f);
-    const char *t = scalar(v);
-    if (s->type == GS_TEXT) {
-        if (!t || !t[0] || strlen(t) > 200)
-            return fail(p, v, "%s must be a text of 1 to 200 characters", what);
-        snprintf(f, 201, "%s", t);
-        return 0;
-    }
-    if (s->type == GS_BASELINE && t && !strcmp(t, "previous")) {
-        snprintf(f, 65, "%s", t);
-        return 0;
-    }
-    int ok = t && strlen(t) == 64;
-    for (int i = 0; ok && i < 64; i++)
-        ok = (t[i] >= '0' && t[i] <= '9') || (t[i] >= 'a' && t[i] <= 'f');
-    if (!ok)
-        return fail(p, v, "%s must be %s64 lower-case hex digits (a SHA-256)", what,
-                    s->type == GS_BASELINE ? "`previous` or a receipt hash of " : "");
-    memcpy(f, t, 65);
-    return 0;
-}
-
-/* The keys gate d's section takes: its setting rows, then its section keys that are not settings
- * (d->section_keys), NULL-terminated; NULL out of memory. Free with free(). */
-static const char **section_keys(const struct gate_def *d)
-{
-    size_t n = 0, k = 0;
-    for (const struct gate_setting *s = d->settings; s->key; s++)
-        n++;
-    for (const char *const *x = d->section_keys; x && *x; x++)
-        n++;
-    const char **keys = malloc((n + 1) * sizeof *keys);
-    if (!keys)
-        return NULL;
-    for (const struct gate_setting *s = d->settings; s->key; s++)
-        keys[k++] = s->key;
-    for (const char *const *x = d->section_keys; x && *x; x++)
-        keys[k++] = *x;
-    keys[k] = NULL;
-    return keys;
-}
-
-/* The falsify gate's fault list (a YAML list of fault strings) into g->falsify. */
-static int parse_fault_list(struct parse *p, yaml_node_t *list, struct ladder_gates *g)
-{
-    yaml_node_t *it;
-    int rc = check_seq(p, list, "falsify", 0);
-    if (rc)
-        return rc;
-    if (list->data.sequence.items.top == list->data.sequence.items.start)
-        return fail(p, list,
-                    "falsify lists no fault: an empty list proves nothing (leave falsify"
-                    " out for the architecture's default set; an engine that takes no"
-                    " faults is falsified by proxy)");
-    g->falsify.n = 0;
-    FOR_ITEMS(p, list, it)
-    {
-        if (!scalar(it))
-            return fail(p, it,
-                        "falsify entries must be fault strings like"
-                        " 'wrong_expert:rank=1,layers=0-3'");
-        struct fault_spec f;
-        struct gate_err fe = {0};
-        if (fault_parse(scalar(it), &f, &fe) || fault_set_add(&g->falsify, &f, &fe))
-            return fail(p, it, "%s", fe.msg);
-    }
-    return 0;
-}
-
-/* Apply one gates mapping (defaults or an override body) onto g. Its sections and every key of a
- * section come from the gate table (harness/gatedef.c): a section per gate that runs on cells and
- * has settings, holding its setting rows and its section_keys (golden.goldens, a path;
- * falsify.faults, the fault list, which the falsify section may also be on its own). */
-static int apply_gates(struct parse *p, yaml_node_t *n, struct ladder_gates *g, int is_override)
-{
-    const char *keys[GATE_COUNT + 2];
-    int nk = 0;
-    for (int k = 0; k < GATE_COUNT; k++)
-        if (GATE_DEFS[k].check_ran && GATE_DEFS[k].settings && GATE_DEFS[k].settings[0].key)
-            keys[nk++] = GATE_DEFS[k].name;
-    keys[nk++] = "match";
-    keys[nk] = NULL;
-    yaml_node_t *s, *v;
-    int rc = check_map(p, n, is_override ? "override" : "gates.defaults", keys);
-    if (rc)
-        return rc;
-    if (!is_override && get(p, n, "match"))
-        return fail(p, get(p, n, "match"), "'match' belongs in gates.overrides entries");
-    for (int gi = 0; keys[gi]; gi++) {
-        const struct gate_def *d = gatedef_find(keys[gi]);
-        if (!d || !(s = get(p, n, d->name)))
-            continue;
-        if (d == &GATE_DEFS[GATE_ID_CONSISTENCY]) /* named: the cells it reaches run the gate */
-            g->consistency = 1;
-        if (d == &GATE_DEFS[GATE_ID_FALSIFY] && s->type != YAML_MAPPING_NODE) {
-            if ((rc = parse_fault_list(p, s, g))) /* the list form: the faults alone */
-                return rc;
-            continue;
-        }
-        const char **allowed = section_keys(d);
-        if (!allowed)
-            return err_set(p->err, ERR_ENV, "ladder: out of memory for the keys of section %s",
-                           d->name);
-        rc = check_map(p, s, d->name, allowed);
-        free(allowed);
-        if (rc)
-            return rc;
-        for (const struct gate_setting *st = d->settings; st->key; st++)
-            if ((v = get(p, s, st->key)) && (rc = parse_setting(p, v, d->name, st, g)))
-                return rc;
-        if (d == &GATE_DEFS[GATE_ID_GOLDEN] && (v = get(p, s, "goldens"))) {
-            char buf[512];
-            if ((rc = get_str(p, v, "golden.goldens", buf, sizeof buf)))
-                return rc;
-            char *r = resolve(p->l, buf);
-            snprintf(g->goldens, sizeof g->goldens, "%s", r ? r : buf);
-            free(r);
-        }
-        if (d == &GATE_DEFS[GATE_ID_FALSIFY] && (v = get(p, s, "faults")) &&
-            (rc = parse_fault_list(p, v, g)))
-            return rc;
-    }
-    return 0;
-}
-
 /* ---- cells --------------------------------------------------------------------------------- */
 
 /* Every expanded cell, required or excluded, in an open-addressing table keyed by (model, host,
@@ -942,7 +568,7 @@ static int cell_mode_index(const struct ladder *l, const char *mode)
 {
     struct mode m;
     if (mode_parse(mode, &m, NULL))
-        return 0;    /* unreachable: modes were checked by mode_declared() */
+        return 0;    /* unreachable: modes were checked by ladder_mode_declared() */
     if (m.engine[0]) /* exec modes follow the fixed list: engine x path */
         return mode_count() + ladder_find_engine(l, m.engine) * 3 + (int)m.path;
     return mode_index(&m);
@@ -1009,7 +635,7 @@ static int add_cell(struct parse *p, yaml_node_t *at, int model, int host, const
     struct ladder *l = p->l;
     struct ladder_cell *c = grow(l->cells, l->n_cells, sizeof *c);
     if (!c)
-        return err_set(p->err, ERR_ENV, "ladder: out of memory for the cells");
+        return err_set(p->y.err, ERR_ENV, "ladder: out of memory for the cells");
     l->cells = c;
     c = &l->cells[l->n_cells++];
     memset(c, 0, sizeof *c);
@@ -1030,7 +656,7 @@ static int add_excluded(struct parse *p, yaml_node_t *x, int model, int host, co
     const char *reason = scalar(get(p, x, "reason"));
     struct ladder_excluded *e = grow(l->excluded, l->n_excluded, sizeof *e);
     if (!e)
-        return err_set(p->err, ERR_ENV, "ladder: out of memory for the excluded cells");
+        return err_set(p->y.err, ERR_ENV, "ladder: out of memory for the excluded cells");
     l->excluded = e;
     e = &l->excluded[l->n_excluded++];
     memset(e, 0, sizeof *e);
@@ -1100,24 +726,24 @@ static int check_coverage(struct parse *p, yaml_node_t *cells)
                     l->n_excluded);
     int *required = calloc((size_t)l->n_models, sizeof *required);
     if (!required)
-        return err_set(p->err, ERR_ENV, "ladder: out of memory for the coverage check");
+        return err_set(p->y.err, ERR_ENV, "ladder: out of memory for the coverage check");
     for (int i = 0; i < l->n_cells; i++)
         required[l->cells[i].model]++;
     for (int i = 0; i < l->n_excluded && !rc; i++) {
         const struct ladder_excluded *e = &l->excluded[i];
         if (!required[e->model])
-            rc = err_set(p->err, ERR_INPUT,
+            rc = err_set(p->y.err, ERR_INPUT,
                          "%s:%d: every cell of model '%s' is excluded (this"
                          " exclusion: \"%.80s\"); a model the ladder declares must be gated in at"
                          " least one cell: gate one or remove the model",
-                         p->path, e->line, l->models[e->model].id, e->reason);
+                         p->y.path, e->line, l->models[e->model].id, e->reason);
     }
     free(required);
     return rc;
 }
 
 /* A `kv` value (a cells entry's, or an override match's): the scalar f32 or f16, nothing else. */
-static int parse_kv(struct parse *p, yaml_node_t *v, const char *what, enum kv_type *kv)
+int ladder_parse_kv(struct parse *p, yaml_node_t *v, const char *what, enum kv_type *kv)
 {
     const char *t = scalar(v);
     if (kv_type_parse(t, kv))
@@ -1127,7 +753,7 @@ static int parse_kv(struct parse *p, yaml_node_t *v, const char *what, enum kv_t
 }
 
 /* An `isa` value (a cells entry's, or an override match's): portable, avx2 or avx512. */
-static int parse_isa(struct parse *p, yaml_node_t *v, const char *what, char *isa, size_t n)
+int ladder_parse_isa(struct parse *p, yaml_node_t *v, const char *what, char *isa, size_t n)
 {
     const char *t = scalar(v);
     if (!cell_isa_known(t))
@@ -1141,7 +767,7 @@ static int parse_isa(struct parse *p, yaml_node_t *v, const char *what, char *is
 
 /* A `prefill` value (a cells entry's, or an override match's): f32 (the default, recorded as
  * nothing), f16 or bf16. */
-static int parse_prefill(struct parse *p, yaml_node_t *v, const char *what, char *out, size_t n)
+int ladder_parse_prefill(struct parse *p, yaml_node_t *v, const char *what, char *out, size_t n)
 {
     const char *t = scalar(v);
     if (!t || (strcmp(t, "f32") && !cell_prefill_known(t)))
@@ -1229,7 +855,7 @@ static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
     if (rc)
         return rc;
     if (!(seen = calloc(1, sizeof *seen)))
-        return err_set(p->err, ERR_ENV, "ladder: out of memory for the cell index");
+        return err_set(p->y.err, ERR_ENV, "ladder: out of memory for the cell index");
     FOR_ITEMS(p, cells, e)
     {
         if ((rc = check_map(p, e, "a cells entry", keys)))
@@ -1256,10 +882,11 @@ static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
             goto out;
         struct cell_variant cv = {KV_F32, "", ""};
         yaml_node_t *kvn = get(p, e, "kv"), *isan = get(p, e, "isa"), *pfn = get(p, e, "prefill");
-        if ((kvn && (rc = parse_kv(p, kvn, "a cells entry's kv", &cv.kv))) ||
-            (isan && (rc = parse_isa(p, isan, "a cells entry's isa", cv.isa, sizeof cv.isa))) ||
-            (pfn && (rc = parse_prefill(p, pfn, "a cells entry's prefill", cv.prefill,
-                                        sizeof cv.prefill))))
+        if ((kvn && (rc = ladder_parse_kv(p, kvn, "a cells entry's kv", &cv.kv))) ||
+            (isan &&
+             (rc = ladder_parse_isa(p, isan, "a cells entry's isa", cv.isa, sizeof cv.isa))) ||
+            (pfn && (rc = ladder_parse_prefill(p, pfn, "a cells entry's prefill", cv.prefill,
+                                               sizeof cv.prefill))))
             goto out;
         if (!matrix && get(p, e, "exclude")) {
             rc = fail(p, get(p, e, "exclude"), "'exclude' belongs to a matrix entry");
@@ -1343,146 +970,6 @@ out:
 /* The positions a cell's falsify gate judges, known from the ladder: parity.positions (falsify
  * runs without the span) on the decode and prefill paths; -1 on the chat path (the conversation's
  * length comes from the model). */
-int ladder_cell_fault_positions(const struct ladder_cell *c)
-{
-    struct mode md;
-    if (mode_parse(c->mode, &md, NULL) || md.path == MODE_CHAT)
-        return -1;
-    return c->g.positions;
-}
-
-static int match_override(struct parse *p, yaml_node_t *match, const struct ladder_cell *c)
-{
-    const struct ladder *l = p->l;
-    /* an isa match names a cell's `isa`; a cell without one matches no isa */
-    const char *want[6] = {l->models[c->model].id,
-                           l->hosts[c->host].id,
-                           c->mode,
-                           kv_type_name(c->v.kv),
-                           c->v.isa,
-                           c->v.prefill[0] ? c->v.prefill : "f32"};
-    const char *keys[6] = {"model", "host", "mode", "kv", "isa", "prefill"};
-    for (int i = 0; i < 6; i++) {
-        yaml_node_t *v = get(p, match, keys[i]);
-        if (v && strcmp(scalar(v), want[i]))
-            return 0;
-    }
-    return 1;
-}
-
-static int parse_gates(struct parse *p, yaml_node_t *gates)
-{
-    static const char *const keys[] = {"defaults", "overrides", NULL};
-    static const char *const mkeys[] = {"model", "host", "mode", "kv", "isa", "prefill", NULL};
-    struct ladder *l = p->l;
-    struct ladder_gates base;
-    yaml_node_t *d, *o, *it;
-    int rc = 0;
-    default_gates(&base);
-    if (gates) {
-        if ((rc = check_map(p, gates, "gates", keys)))
-            return rc;
-        if ((d = get(p, gates, "defaults")) && (rc = apply_gates(p, d, &base, 0)))
-            goto out;
-        if ((o = get(p, gates, "overrides"))) {
-            if ((rc = check_seq(p, o, "gates.overrides", 0)))
-                goto out;
-            FOR_ITEMS(p, o, it)
-            {
-                yaml_node_t *m = it->type == YAML_MAPPING_NODE ? get(p, it, "match") : NULL;
-                if (!m)
-                    return fail(p, it, "an override needs a 'match' mapping");
-                if ((rc = check_map(p, m, "match", mkeys)))
-                    goto out;
-                for (int k = 0; k < 3; k++) {
-                    yaml_node_t *v = get(p, m, mkeys[k]);
-                    if (v && (!scalar(v) || (k == 0 && ladder_find_model(l, scalar(v)) < 0) ||
-                              (k == 1 && ladder_find_host(l, scalar(v)) < 0) ||
-                              (k == 2 && mode_declared(p, NULL, scalar(v)))))
-                        return fail(p, v, "override matches %s '%s', which is not defined",
-                                    mkeys[k], scalar(v) ? scalar(v) : "?");
-                }
-                enum kv_type kv_unused;
-                char isa_unused[16], pf_unused[8];
-                yaml_node_t *mkv = get(p, m, "kv"), *misa = get(p, m, "isa"),
-                            *mpf = get(p, m, "prefill");
-                if ((mkv && (rc = parse_kv(p, mkv, "an override's match kv", &kv_unused))) ||
-                    (misa && (rc = parse_isa(p, misa, "an override's match isa", isa_unused,
-                                             sizeof isa_unused))) ||
-                    (mpf && (rc = parse_prefill(p, mpf, "an override's match prefill", pf_unused,
-                                                sizeof pf_unused))))
-                    goto out;
-            }
-        }
-    }
-    for (int i = 0; i < l->n_cells; i++) {
-        struct ladder_cell *c = &l->cells[i];
-        c->g = base;
-        c->g.v = c->v;
-        if (gates && (o = get(p, gates, "overrides"))) {
-            FOR_ITEMS(p, o, it)
-            {
-                if (match_override(p, get(p, it, "match"), c) &&
-                    (rc = apply_gates(p, it, &c->g, 1)))
-                    goto out;
-            }
-        }
-        struct mode cm;
-        if (!mode_parse(c->mode, &cm, NULL) && cm.engine[0]) {
-            const struct ladder_engine *le = &l->engines[ladder_find_engine(l, cm.engine)];
-            c->g.engine = le;
-            /* an engine without `faults` in its supports is falsified by proxy (the judge
-             * takes each fault; oracles/falsify.h) */
-        }
-        struct parity_config pc;
-        gatedef_parity_config(&c->g, &pc);
-        {
-            /* thresholds far above the backend's measured noise need a stated reason */
-            struct mode md;
-            struct gate_err me = {0};
-            char lw[400];
-            if (!c->g.loose_reason[0] && !mode_parse(c->mode, &md, &me) &&
-                parity_check_loose(&pc, md.backend, lw, sizeof lw)) {
-                char name[256];
-                rc = fail(p, gates, "cell %s: %s", ladder_cell_name(l, i, name, sizeof name), lw);
-                goto out;
-            }
-        }
-        /* every gate's own settings check (the gate table's rows: the function its oracle runs
-         * first), so what would make the run error is refused here, never signed as a FAIL: a
-         * falsify gate whose parity is looser than the floor, max_runs below runs, a chat cell's
-         * throughput prompt shorter than its six turns, ... */
-        for (int k = 0; GATE_DEFS[k].name; k++) {
-            struct gate_err ge = {0};
-            if (gatedef_check(&GATE_DEFS[k], &c->g, c->mode, &ge)) {
-                char name[256];
-                rc = fail(p, gates, "cell %s: %s", ladder_cell_name(l, i, name, sizeof name),
-                          ge.msg);
-                goto out;
-            }
-        }
-        const struct ladder_model *m = &l->models[c->model];
-        int moe = !strcmp(m->arch, "qwen3moe");
-        if (c->g.falsify.n < 0) /* settled question 4: the fault table's default set */
-            fault_default_set(moe, &c->g.falsify);
-        {
-            /* the run's fault rules with what the architecture alone decides (a routing fault
-             * or a router tensor on a dense model; a position scope past the judged positions);
-             * the model's layers and experts are checked by ladder_check_files */
-            struct gate_err fe = {0};
-            if (falsify_check_faults(&c->g.falsify, INT_MAX, moe, INT_MAX, 1,
-                                     ladder_cell_fault_positions(c), &fe)) {
-                char name[256];
-                rc = fail(p, gates, "cell %s: model '%s' (arch %s): %s; override falsify for it",
-                          ladder_cell_name(l, i, name, sizeof name), m->id, m->arch, fe.msg);
-                goto out;
-            }
-        }
-    }
-out:
-    return rc;
-}
-
 /* ---- anchors (issue 10 §1) ----------------------------------------------------------------- */
 
 static int is_sha256(const char *s)
@@ -1503,8 +990,8 @@ static int parse_anchor_pin(struct parse *p, yaml_node_t *n, const struct ladder
     if ((rc = check_map(p, n, ctx, after ? gkeys : keys)) || (rc = need(p, n, "path", ctx, &v)) ||
         (rc = get_str(p, v, "path", buf, sizeof buf)))
         return rc;
-    if (!(pin->path = resolve(p->l, buf)))
-        return err_set(p->err, ERR_ENV, "ladder: out of memory for an anchor file's path");
+    if (!(pin->path = ladder_resolve(p->l, buf)))
+        return err_set(p->y.err, ERR_ENV, "ladder: out of memory for an anchor file's path");
     if ((rc = need(p, n, "sha256", ctx, &v)) ||
         (rc = get_str(p, v, "sha256", pin->sha256, sizeof pin->sha256)))
         return rc;
@@ -1577,7 +1064,7 @@ static int parse_anchors(struct parse *p, yaml_node_t *root)
         if (n == 0)
             return fail(p, v, "anchors must not be empty (omit it and say why under unanchored)");
         if (!(l->anchors = calloc(n, sizeof *l->anchors)))
-            return err_set(p->err, ERR_ENV, "ladder: out of memory for the anchors");
+            return err_set(p->y.err, ERR_ENV, "ladder: out of memory for the anchors");
         FOR_PAIRS(v, pr)
         {
             if ((rc = parse_anchor(p, node(p, pr->key), node(p, pr->value),
@@ -1590,7 +1077,7 @@ static int parse_anchors(struct parse *p, yaml_node_t *root)
             return rc;
         size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
         if (!(l->unanchored = calloc(n + 1, sizeof *l->unanchored)))
-            return err_set(p->err, ERR_ENV, "ladder: out of memory for the unanchored list");
+            return err_set(p->y.err, ERR_ENV, "ladder: out of memory for the unanchored list");
         FOR_PAIRS(v, pr)
         {
             yaml_node_t *k = node(p, pr->key), *r = node(p, pr->value);
@@ -1671,7 +1158,7 @@ static int parse_root(struct parse *p, yaml_node_t *root)
     l->models = calloc((size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start) + 1,
                        sizeof *l->models);
     if (!l->models)
-        return err_set(p->err, ERR_ENV, "ladder: out of memory for the models");
+        return err_set(p->y.err, ERR_ENV, "ladder: out of memory for the models");
     FOR_PAIRS(v, pr)
     {
         if ((rc = parse_model(p, node(p, pr->key), node(p, pr->value), &l->models[l->n_models++])))
@@ -1684,7 +1171,7 @@ static int parse_root(struct parse *p, yaml_node_t *root)
     l->hosts = calloc((size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start) + 1,
                       sizeof *l->hosts);
     if (!l->hosts)
-        return err_set(p->err, ERR_ENV, "ladder: out of memory for the hosts");
+        return err_set(p->y.err, ERR_ENV, "ladder: out of memory for the hosts");
     FOR_PAIRS(v, pr)
     {
         if ((rc = parse_host(p, node(p, pr->key), node(p, pr->value), &l->hosts[l->n_hosts++])))
@@ -1708,74 +1195,14 @@ static int parse_root(struct parse *p, yaml_node_t *root)
                         "mode '%s' is the judge itself (the reference twin's batched"
                         " forward); a cell must test a different path",
                         m);
-        if ((rc = mode_declared(p, it, m)))
+        if ((rc = ladder_mode_declared(p, it, m)))
             return rc;
     }
     if ((rc = need(p, root, "cells", "the ladder", &v)) || (rc = parse_cells(p, v, modes)))
         return rc;
-    if ((rc = parse_gates(p, get(p, root, "gates"))))
+    if ((rc = ladder_parse_gates(p, get(p, root, "gates"))))
         return rc;
     return parse_anchors(p, root);
-}
-
-/* Walk the YAML events once before the document is built: refuse aliases (a ladder needs none;
- * they make trees out of graphs), more than one document, nesting deeper than LADDER_MAX_DEPTH
- * and collections of more than LADDER_MAX_ENTRIES entries, each at file:line:column. */
-static int prescan(const char *path, const unsigned char *bytes, size_t size, struct gate_err *err)
-{
-    yaml_parser_t parser;
-    yaml_event_t ev;
-    long count[LADDER_MAX_DEPTH + 1] = {0};
-    int is_map[LADDER_MAX_DEPTH + 1] = {0};
-    int depth = 0, docs = 0, rc = 0, done = 0;
-    if (!yaml_parser_initialize(&parser))
-        return err_set(err, ERR_ENV, "ladder: out of memory for the YAML parser");
-    yaml_parser_set_input_string(&parser, bytes, size);
-    while (!done && !rc) {
-        if (!yaml_parser_parse(&parser, &ev)) {
-            rc = err_set(err, ERR_INPUT, "%s:%zu:%zu: YAML error: %s%s%s", path,
-                         parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-                         parser.problem ? parser.problem : "malformed", parser.context ? " " : "",
-                         parser.context ? parser.context : "");
-            break;
-        }
-        size_t line = ev.start_mark.line + 1, col = ev.start_mark.column + 1;
-        int node = ev.type == YAML_SCALAR_EVENT || ev.type == YAML_SEQUENCE_START_EVENT ||
-                   ev.type == YAML_MAPPING_START_EVENT || ev.type == YAML_ALIAS_EVENT;
-        if (node && depth > 0 && ++count[depth] > (is_map[depth] ? 2L : 1L) * LADDER_MAX_ENTRIES)
-            rc = err_set(err, ERR_INPUT,
-                         "%s:%zu:%zu: a %s with more than %d entries (the bound"
-                         " for one ladder collection)",
-                         path, line, col, is_map[depth] ? "mapping" : "list", LADDER_MAX_ENTRIES);
-        else if (ev.type == YAML_ALIAS_EVENT)
-            rc = err_set(err, ERR_INPUT,
-                         "%s:%zu:%zu: YAML aliases (*name) are not allowed in a"
-                         " ladder; write the value out",
-                         path, line, col);
-        else if (ev.type == YAML_DOCUMENT_START_EVENT && ++docs > 1)
-            rc = err_set(err, ERR_INPUT,
-                         "%s:%zu:%zu: a ladder is one YAML document; found a"
-                         " second",
-                         path, line, col);
-        else if (ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT) {
-            if (depth == LADDER_MAX_DEPTH)
-                rc = err_set(err, ERR_INPUT,
-                             "%s:%zu:%zu: YAML nested deeper than %d levels (the"
-                             " bound for a ladder)",
-                             path, line, col, LADDER_MAX_DEPTH);
-            else {
-                depth++;
-                count[depth] = 0;
-                is_map[depth] = ev.type == YAML_MAPPING_START_EVENT;
-            }
-        } else if (ev.type == YAML_SEQUENCE_END_EVENT || ev.type == YAML_MAPPING_END_EVENT)
-            depth--;
-        else if (ev.type == YAML_STREAM_END_EVENT)
-            done = 1;
-        yaml_event_delete(&ev);
-    }
-    yaml_parser_delete(&parser);
-    return rc;
 }
 
 static int by_line(const void *a, const void *b)
@@ -1826,9 +1253,7 @@ int ladder_load(struct ladder **out, const char *path, struct gate_err *err)
     struct pinned file = {.fd = -1};
     uint8_t *bytes = NULL;
     size_t size = 0;
-    yaml_parser_t parser;
-    yaml_document_t doc;
-    int parser_ok = 0, doc_ok = 0;
+    struct parse p = {.y = {.path = path, .err = err}};
     struct ladder *l = calloc(1, sizeof *l);
     if (!l || !(l->path = strdup(path)))
         goto oom;
@@ -1839,40 +1264,26 @@ int ladder_load(struct ladder **out, const char *path, struct gate_err *err)
     free(tmp);
     if (!l->dir)
         goto oom;
+    p.l = l;
     /* one descriptor: a regular file within the bound, hashed and read from the same open */
     if ((rc = pin_open_bounded(path, NULL, LADDER_FILE_MAX, &file, err)) ||
         (rc = pin_read_all(&file, LADDER_FILE_MAX, &bytes, &size, err)))
         goto fail;
     snprintf(l->sha256, sizeof l->sha256, "%s", file.sha256);
-    if ((rc = prescan(path, bytes, size, err)))
+    static const struct yamldoc_limits lim = {LADDER_MAX_DEPTH, LADDER_MAX_ENTRIES, "ladder"};
+    if ((rc = yamldoc_load(&p.y, bytes, size, &lim)))
         goto fail;
-    yaml_parser_initialize(&parser);
-    parser_ok = 1;
-    yaml_parser_set_input_string(&parser, bytes, size);
-    if (!yaml_parser_load(&parser, &doc)) {
-        rc = err_set(err, ERR_INPUT, "%s:%zu:%zu: YAML error: %s%s%s", path,
-                     parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-                     parser.problem ? parser.problem : "malformed", parser.context ? " " : "",
-                     parser.context ? parser.context : "");
+    if ((rc = parse_root(&p, yamldoc_root(&p.y))) || (rc = trust_digest(l, err)))
         goto fail;
-    }
-    doc_ok = 1;
-    struct parse p = {.path = path, .doc = &doc, .err = err, .l = l};
-    if ((rc = parse_root(&p, yaml_document_get_root_node(&doc))) || (rc = trust_digest(l, err)))
-        goto fail;
-    yaml_document_delete(&doc);
-    yaml_parser_delete(&parser);
+    yamldoc_free(&p.y);
     pin_close(&file);
     free(bytes);
     *out = l;
     return 0;
 oom:
-    rc = err_set(err, ERR_ENV, "ladder: out of memory while parsing");
+    rc = err_set(err, ERR_ENV, "ladder: out of memory for the ladder and its path '%s'", path);
 fail:
-    if (doc_ok)
-        yaml_document_delete(&doc);
-    if (parser_ok)
-        yaml_parser_delete(&parser);
+    yamldoc_free(&p.y);
     pin_close(&file);
     free(bytes);
     ladder_free(l);
@@ -1973,77 +1384,6 @@ const char *ladder_excluded_name(const struct ladder *l, int i, char *buf, int n
     struct gate_err e = {0};
     cell_key_name(&k, buf, (size_t)n, &e);
     return buf;
-}
-
-json_t *ladder_gate_settings(const struct ladder_gates *g, const char *gate)
-{
-    json_t *o = json_object();
-    const struct gate_def *d = gatedef_find(gate);
-    for (const struct gate_setting *s = d ? d->settings : NULL; s && s->key; s++) {
-        const char *f = (const char *)g + s->offset;
-        if (s->type == GS_INT)
-            json_object_set_new(o, s->key, json_integer(*(const int *)f));
-        else if (s->type == GS_NUM)
-            json_object_set_new(o, s->key, json_real(*(const double *)f));
-        else
-            json_object_set_new(o, s->key, json_string(f));
-    }
-    if (g->engine) { /* exec cells: the engine command is part of what the receipt vouches for */
-        const struct ladder_engine *le = g->engine;
-        json_t *argv = json_array(), *sup = json_array();
-        for (int k = 0; k < le->e.argc; k++)
-            json_array_append_new(argv, json_string(k ? le->e.argv[k] : le->argv0));
-        static const char *const words[] = {"decode", "prefill", "chat", "faults"};
-        for (int k = 0; k < 4; k++)
-            if (le->e.supports & exec_support_bit(words[k]))
-                json_array_append_new(sup, json_string(words[k]));
-        json_t *eo = json_pack("{s:s, s:o, s:f, s:o, s:f, s:s}", "name", le->e.name, "argv", argv,
-                               "timeout_s", le->e.timeout_s, "supports", sup, "cell_timeout_s",
-                               le->e.cell_timeout_s, "isolation",
-                               le->e.isolation_none ? "none" : "landlock");
-        if (le->e.isolation_none) /* shown wherever the settings are: why it ran unisolated */
-            json_object_set_new(eo, "reason", json_string(le->e.reason));
-        if (le->e.faults) { /* the kinds it injects itself; falsify proxies the others */
-            json_t *fk = json_array();
-            for (int k = 0; k < FAULT_KIND_COUNT; k++)
-                if (le->e.faults & (1u << k))
-                    json_array_append_new(fk, json_string(fault_kind_name((enum fault_kind)k)));
-            json_object_set_new(eo, "faults", fk);
-        }
-        if (le->e.n_env) { /* the environment shapes what the engine does */
-            json_t *env = json_object();
-            for (int k = 0; k < le->e.n_env; k++) {
-                const char *eq = strchr(le->e.env[k], '=');
-                char name[256];
-                snprintf(name, sizeof name, "%.*s", (int)(eq - le->e.env[k]), le->e.env[k]);
-                json_object_set_new(env, name, json_string(eq + 1));
-            }
-            json_object_set_new(eo, "env", env);
-        }
-        json_object_set_new(o, "engine", eo);
-    }
-    /* an F16-KV or isa cell: recorded in every gate's settings, so a receipt of other settings
-     * cannot match it (and gates.c holds metrics.ran.kv / ran.isa to them); default settings
-     * record nothing here: their settings are what they were before the keys */
-    cell_variant_settings(&g->v, o);
-    if (!strcmp(gate, "golden")) /* the judge reads the pin under this name */
-        json_object_set_new(o, "goldens_sha256", json_string(g->goldens_sha256));
-    if (!strcmp(gate, "falsify")) {
-        json_t *faults = json_array();
-        for (int i = 0; i < g->falsify.n; i++) {
-            const struct fault_spec *f = &g->falsify.f[i];
-            json_array_append_new(faults,
-                                  json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "kind",
-                                            fault_kind_name(f->kind), "rank", f->rank, "layer_lo",
-                                            f->layer_lo, "layer_hi", f->layer_hi, "pos_lo",
-                                            f->pos_lo, "pos_hi", f->pos_hi));
-        }
-        json_object_set_new(o, "faults", faults);
-        json_object_set_new(o, "parity", ladder_gate_settings(g, "parity"));
-    }
-    if (!strcmp(gate, "throughput")) /* the spot checks of timed runs use the cell's parity rule */
-        json_object_set_new(o, "parity", ladder_gate_settings(g, "parity"));
-    return o;
 }
 
 int ladder_cell_goldens_check(const struct ladder *l, int ci, struct gate_err *err)

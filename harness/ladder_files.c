@@ -89,7 +89,7 @@ int ladder_check_files(const struct ladder *l, struct gate_err *err)
     /* each model's shape (from its synth preset or its file's metadata), for the fault rules */
     uint32_t *shape = calloc((size_t)(l->n_models ? l->n_models : 1) * 2, sizeof *shape);
     if (!shape)
-        return err_set(err, ERR_ENV, "out of memory checking the files of %s", l->path);
+        return err_set(err, ERR_ENV, "%s: out of memory for the models' shape table", l->path);
     for (int i = 0; !rc && i < l->n_models; i++) {
         const struct ladder_model *m = &l->models[i];
         if (m->synth) {
