@@ -300,6 +300,18 @@ enum kind {
     K_EXP_DOWN,
 };
 
+/* The std of the logits for a generic hidden state (the output matrix's gain). With V
+ * independent Gaussian logits of std g the softmax's entropy is about ln V - g^2/2 while g is
+ * below sqrt(2 ln V), and spreads over a few tokens above it (docs/synth.md, "Next-token
+ * distributions", has the simulation). The synthetic byte-level vocabularies (<= 2543 tokens;
+ * the tiny presets, whose digests are pinned) keep g = 3: at V 512 median entropy 3.2 nats,
+ * top-1 0.06-0.94. The real vocabulary takes g = 6: at V 151936 median entropy 2.4 nats, top-1
+ * 0.12-0.99 (g = 3 there gives 7.6 nats and top-1 0.05: a flat, unlike any language model). */
+static double logit_gain(uint32_t n_vocab)
+{
+    return n_vocab <= BYTE_VOCAB_MAX ? 3.0 : 6.0;
+}
+
 /* llama-quantize's use_more_bits (FACTS.md §8). */
 static int more_bits(int i, int n)
 {
@@ -398,13 +410,18 @@ int synth_plan(const struct synth_options *o, struct synth_tensor **out, int *n,
         return err_set(err, ERR_ENV, "out of memory for the tensor plan");
     const double E = s->n_embd, L = s->n_layer, QD = (double)s->n_head * s->head_dim;
     const double KD = (double)s->n_head_kv * s->head_dim;
-    const double out_gain = 3.0, router_gain = 2.0, qk_norm = 1.5, spread = 0.1;
+    const double out_gain = logit_gain(s->n_vocab), router_gain = 2.0, qk_norm = 1.5;
+    const double spread = 0.1;
     /* The embedding RMS: 1 untied; tied, small enough that the same matrix as the output gives
      * logits of std ~out_gain. Only ratios matter after the RMSNorms. */
     const double e = s->tied ? out_gain / sqrt(E) : 1.0;
-    const double res = e / sqrt(L); /* RMS each sublayer adds to the residual */
-    const double silu_rms = 0.6;    /* RMS of silu(g)·u for g, u ~ N(0, 1) */
-    const double attn_rms = 0.5;    /* RMS of an attention-weighted mean of v */
+    /* RMS each sublayer adds to the residual: e/sqrt(L), so 2L sublayers add ~e*sqrt(2). Tied,
+     * sqrt(E/2) times that: the sublayers add ~e*sqrt(E) in all, so the input token's own
+     * embedding is ~1/sqrt(E) of the last hidden state and its own logit sits about one logit
+     * std above the rest, not sqrt(E) stds (the degenerate "repeat the input" model). */
+    const double res = (s->tied ? sqrt(E / 2) : 1.0) * e / sqrt(L);
+    const double silu_rms = 0.6; /* RMS of silu(g)·u for g, u ~ N(0, 1) */
+    const double attn_rms = 0.5; /* RMS of an attention-weighted mean of v */
     plan_add(&c, "token_embd.weight", K_EMBD, -1, 2, s->n_embd, s->n_vocab, 1, 0, e);
     plan_add(&c, "output_norm.weight", K_NORM, -1, 1, s->n_embd, 1, 1, 1.0, spread);
     if (!s->tied)
