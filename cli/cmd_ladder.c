@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/cmd_stats.h"
 #include "engine/model.h"
 #include "harness/gatedef.h"
 #include "harness/ladder.h"
@@ -145,6 +146,7 @@ int cmd_ladder(int argc, char **argv)
     }
     free(chat);
     print_excluded(l);
+    stats_ladder_distributions(l, 0); /* degenerate next-token distributions: a warning */
     ladder_free(l);
     return 0;
 }

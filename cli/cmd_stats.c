@@ -6,28 +6,79 @@
  * MoE models how the router spreads its choices (usage per expert, how often the top-k set
  * changes between adjacent tokens, the smallest gap between the k-th and (k+1)-th router logit).
  * A model whose every token routes to the same experts cannot test routing faults.
+ * And the next-token distribution per position (entropy, top-1 probability, the KL a 25 %
+ * temperature error makes) with its min/median/max and the degeneracy verdict of
+ * oracles/distribution.h for a max_kld: a near-one-hot model makes every KL bound vacuous.
+ * stats_ladder_distributions() is the same verdict for `gate ladder check` (cmd_stats.h).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "cli/cmd_stats.h"
 
 #include "cli/cli.h"
 #include "engine/backend.h"
 #include "engine/model.h"
+#include "oracles/distribution.h"
 #include "oracles/mode.h"
+#include "oracles/parity.h"
 
 static const char USAGE[] =
-    "usage: gate model stats MODEL.gguf [--tokens N] [--threads N]\n"
-    "  The reference twin over N deterministic token ids (default 32) with taps: hidden-state RMS\n"
-    "  after each layer, logits RMS, distinct argmax, cosine of adjacent positions' logits, and "
-    "for\n"
-    "  MoE the expert usage, top-k changes between adjacent tokens and the smallest router gap.\n";
+    "usage: gate model stats MODEL.gguf [--tokens N] [--seed S] [--max-kld X] [--threads N]\n"
+    "  The reference twin over N deterministic token ids (default 32; the splitmix64 stream of\n"
+    "  seed S, default 1, modulo the vocabulary: gate's mode_tokens) with taps: hidden-state RMS\n"
+    "  after each layer, logits RMS, distinct argmax, cosine of adjacent positions' logits, for\n"
+    "  MoE the expert usage, top-k changes between adjacent tokens and the smallest router gap;\n"
+    "  then per position the next-token entropy (nats), top-1 probability and the KL a 25 %\n"
+    "  logit temperature error makes, their min/median/max, and whether the distributions are\n"
+    "  degenerate for parity's max_kld X (default 1e-2; docs/synth.md).\n";
+
+/* Per position and summarized: the next-token distributions of logits (n, V). */
+static int print_distributions(const float *logits, const int32_t *tokens, int n, int V,
+                               double max_kld, struct gate_err *err)
+{
+    struct dist_pos *pos = malloc((size_t)n * sizeof *pos);
+    struct dist_summary s;
+    if (!pos)
+        return err_set(err, ERR_ENV, "stats: out of memory for %d positions' figures", n);
+    int rc = distribution_positions(logits, n, V, pos, &s, err);
+    if (!rc) {
+        printf("next-token distribution per position (pos: input id -> top-1 id, top-1 p,"
+               " entropy nats, KL of a 25 %% temperature error):\n");
+        for (int p = 0; p < n; p++) {
+            const float *z = logits + (size_t)p * V;
+            int best = 0;
+            for (int i = 1; i < V; i++)
+                if (z[i] > z[best])
+                    best = i;
+            printf("  %4d: %6d -> %6d  p %.4f  H %.4g  probe KL %.3g\n", p, (int)tokens[p], best,
+                   pos[p].top1, pos[p].entropy, pos[p].probe_kl);
+        }
+        printf("entropy (nats) min %.4g median %.4g max %.4g; top-1 probability min %.4f median"
+               " %.4f max %.4f; median varentropy %.4g, median probe KL %.4g (%d positions)\n",
+               s.entropy_min, s.entropy_median, s.entropy_max, s.top1_min, s.top1_median,
+               s.top1_max, s.varentropy_median, s.probe_kl_median, s.n);
+        char why[400];
+        if (distribution_degenerate(&s, max_kld, why, sizeof why))
+            printf("DEGENERATE for max_kld %g: %s\n", max_kld, why);
+        else
+            printf("healthy for max_kld %g: a 25 %% temperature error moves KL by %.3g at the"
+                   " median position (>= %g)\n",
+                   max_kld, s.probe_kl_median, max_kld);
+    }
+    free(pos);
+    return rc;
+}
 
 int cmd_model_stats(int argc, char **argv)
 {
     const char *path = NULL, *v;
     int n = 32, threads = 0;
+    long long seed = 1;
+    double max_kld = 1e-2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(USAGE, stdout);
@@ -35,6 +86,20 @@ int cmd_model_stats(int argc, char **argv)
         } else if (!strcmp(argv[i], "--tokens")) {
             if (cli_value(argc, argv, &i, &v) || cli_int("stats", "--tokens", v, 2, 4096, &n))
                 return 2;
+        } else if (!strcmp(argv[i], "--seed")) {
+            char *end = NULL;
+            if (cli_value(argc, argv, &i, &v))
+                return 2;
+            seed = strtoll(v, &end, 10);
+            if (!*v || *end || seed < 0)
+                return cli_fail(2, "stats: --seed '%s' is not a non-negative integer", v);
+        } else if (!strcmp(argv[i], "--max-kld")) {
+            char *end = NULL;
+            if (cli_value(argc, argv, &i, &v))
+                return 2;
+            max_kld = strtod(v, &end);
+            if (!*v || *end || !(max_kld > 0) || isinf(max_kld))
+                return cli_fail(2, "stats: --max-kld '%s' is not a positive number", v);
         } else if (!strcmp(argv[i], "--threads")) {
             if (cli_value(argc, argv, &i, &v) ||
                 cli_int("stats", "--threads", v, 1, 1024, &threads))
@@ -78,14 +143,18 @@ int cmd_model_stats(int argc, char **argv)
         (moe && (!taps.experts || !taps.router_kth || !taps.router_k1th)))
         rc = err_set(&err, ERR_ENV, "out of memory for %d positions", n);
     if (!rc) {
-        mode_tokens(1, (uint32_t)V, n, tokens);
+        mode_tokens((uint64_t)seed, (uint32_t)V, n, tokens);
         backend_set_taps(b, &taps);
         rc = backend_forward(b, tokens, n, 0, logits, &err);
         backend_set_taps(b, NULL);
     }
     if (!rc) {
-        printf("model %s: %s, %d layers, %d positions of deterministic token ids\n", path,
-               model_arch_name(hp->arch), L, n);
+        printf("model %s: %s, %d layers, %d positions of deterministic token ids (seed %lld:"
+               " %d",
+               path, model_arch_name(hp->arch), L, n, seed, (int)tokens[0]);
+        for (int p = 1; p < n && p < 8; p++)
+            printf(" %d", (int)tokens[p]);
+        printf("%s)\n", n > 8 ? " ..." : "");
         printf("hidden RMS after layer:");
         for (int l = 0; l < L; l++) {
             double ss = 0;
@@ -171,6 +240,7 @@ int cmd_model_stats(int argc, char **argv)
                    changes, pairs, (double)min_gap, below, L * n);
             free(use);
         }
+        rc = print_distributions(logits, tokens, n, V, max_kld, &err);
     }
     free(tokens);
     free(logits);
@@ -181,4 +251,48 @@ int cmd_model_stats(int argc, char **argv)
     backend_close(b);
     model_free(m);
     return rc ? cli_fail(err_exit_code(rc), "%s", err.msg) : 0;
+}
+
+/* ---- `gate ladder check`: the same verdict for the ladder's models ------------------------- */
+
+void stats_ladder_distributions(const struct ladder *l, int threads)
+{
+    for (int i = 0; i < l->n_models; i++) {
+        const struct ladder_model *m = &l->models[i];
+        struct dist_summary s;
+        struct gate_err err = {0};
+        if (!m->path || access(m->path, R_OK)) {
+            printf("distribution %s: not measured (%s is not written yet; gate run records it in"
+                   " every parity receipt)\n",
+                   m->id, m->path ? m->path : "no file");
+            continue;
+        }
+        if (distribution_of_model(m->path, PARITY_TOKEN_SEED, STATS_LADDER_POSITIONS, threads, &s,
+                                  &err)) {
+            fprintf(stderr,
+                    "warning: model '%s': its next-token distributions were not measured:"
+                    " %s\n",
+                    m->id, err.msg);
+            continue;
+        }
+        printf("distribution %s: entropy median %.3g nats (%.3g..%.3g), top-1 median %.3f"
+               " (%.3f..%.3f), 25 %% temperature probe KL median %.3g over %d positions\n",
+               m->id, s.entropy_median, s.entropy_min, s.entropy_max, s.top1_median, s.top1_min,
+               s.top1_max, s.probe_kl_median, s.n);
+        /* one warning per distinct max_kld among the model's cells */
+        for (int c = 0; c < l->n_cells; c++) {
+            const struct ladder_cell *cell = &l->cells[c];
+            int seen = 0;
+            for (int d = 0; d < c && !seen; d++)
+                seen = l->cells[d].model == i && l->cells[d].g.max_kld == cell->g.max_kld;
+            char why[400];
+            if (cell->model != i || seen ||
+                !distribution_degenerate(&s, cell->g.max_kld, why, sizeof why))
+                continue;
+            fprintf(stderr,
+                    "warning: model '%s' has degenerate next-token distributions for its cells'"
+                    " max_kld %g: %s\n",
+                    m->id, cell->g.max_kld, why);
+        }
+    }
 }

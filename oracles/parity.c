@@ -10,6 +10,7 @@
 #include "base/detmath.h"
 #include "engine/quant.h"
 #include "engine/ref_ops.h"
+#include "oracles/distribution.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -854,6 +855,8 @@ json_t *parity_result_json(const struct parity_result *r)
                                                     "max", parity_json_number(PARITY_KV_ROUND_MAX))
                                         : json_pack("{s:b, s:s}", "measured", 0, "why", k->why));
     }
+    if (r->dist.n) /* the judge's own distributions: can the KL bounds see anything? */
+        json_object_set_new(o, "distribution", distribution_json(&r->dist, r->cfg.max_kld));
     json_object_set_new(o, "max_abs_diff", stat_json(&r->max_abs_diff));
     json_object_set_new(o, "top5_overlap", stat_json(&r->top5));
     json_object_set_new(o, "n_match", json_integer(r->n_match));
@@ -1087,6 +1090,7 @@ struct parity_session {
     float *replay_logits, *replay_sel;
     const struct backend_taps *jt;
     int n_threads;
+    struct dist_summary dist; /* the judge's distributions at the judged positions */
 };
 
 int parity_session_n(const struct parity_session *s)
@@ -1234,6 +1238,8 @@ int parity_session_open(struct parity_session **out, const struct model *m, cons
                          with_taps ? &s->judge_taps : NULL, err)))
         goto fail;
     gather(s, s->judge_logits, s->judge_sel);
+    if ((rc = distribution_positions(s->judge_sel, s->n_judged, (int)V, NULL, &s->dist, err)))
+        goto fail;
     if ((rc = mode_open(&s->subject, mode, m, s->n, n_threads, NULL, err)))
         goto fail;
     /* a subject without taps (an external engine) leaves its tap arrays zero: routing gaps,
@@ -1657,6 +1663,7 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
     out->n_chunks = s->n_chunks;
     memcpy(out->chunks, s->chunks, sizeof out->chunks);
     out->route_deficit = deficit; /* owned by out from here */
+    out->dist = s->dist;
     if (rc) {
         err_set(err, rc, "%s", out->reason);
         return rc;

@@ -22,6 +22,7 @@
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "faults/fault.h"
+#include "oracles/distribution.h"
 #include "oracles/gates.h"
 #include "oracles/mode.h"
 
@@ -157,11 +158,13 @@ struct parity_result {
     int is_moe_taps;                  /* route is meaningful: an MoE subject that records taps */
     int kv_f16;                       /* the subject ran an F16 KV cache: kv_round is recorded */
     struct parity_kv_round kv_round;
-    int first_nonfinite_pos; /* -1 when all finite */
-    int nonfinite_in_ref;    /* 1: the judge's own logits were non-finite there */
-    int worst_pos;           /* position of the largest KL (-1 when none) */
-    int first_fail_pos;      /* first position breaking a per-position rule (-1 when none) */
-    struct parity_pos *pos;  /* n_pos, owned */
+    struct dist_summary dist; /* the judge's next-token distributions (oracles/distribution.h);
+                               * n 0: not measured (parity_judge alone) */
+    int first_nonfinite_pos;  /* -1 when all finite */
+    int nonfinite_in_ref;     /* 1: the judge's own logits were non-finite there */
+    int worst_pos;            /* position of the largest KL (-1 when none) */
+    int first_fail_pos;       /* first position breaking a per-position rule (-1 when none) */
+    struct parity_pos *pos;   /* n_pos, owned */
     /* MoE: per judged position, the largest deficit the replay forced there; NAN where nothing
      * was forced (NULL: no replay) */
     double *route_deficit; /* n_pos, owned */
