@@ -17,6 +17,7 @@
 #include "base/atomic.h"
 #include "cli/cli.h"
 #include "cli/report_matrix.h"
+#include "harness/budget.h"
 #include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
@@ -190,7 +191,14 @@ void report_run_progress(void *ctx, const struct run_event *ev)
         else if (!ev->finished && ev->tensor + 1 == ev->n_tensors)
             fprintf(stderr, "  synthesized %s (%d tensors)\n", safe(ev->model), ev->n_tensors);
         break;
-    case RUN_EV_CELL_STARTED:
+    case RUN_EV_CELL_STARTED: /* the estimate and memory of harness/budget.h, before it runs */
+        if (!r->json && ev->estimate_tokens > 0)
+            fprintf(stderr,
+                    "  %s: estimated %.0f s (%.0f token-forwards, %.0f GFLOP at %.0f GFLOP/s x %d"
+                    " threads); memory %.0f of %.0f MiB available\n",
+                    safe(ev->cell), ev->estimate_s, ev->estimate_tokens, ev->estimate_gflop,
+                    BUDGET_GFLOPS_PER_THREAD, ev->estimate_threads,
+                    (double)ev->memory_bytes / 1048576.0, (double)ev->memory_available / 1048576.0);
         break;
     case RUN_EV_GATE_STARTED:
         ticker_stop(r->tk);

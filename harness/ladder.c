@@ -89,8 +89,17 @@ static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct l
         if ((v = get(p, synth, "seed")) && (rc = get_int(p, v, "synth.seed", 0, 2147483647, &seed)))
             return rc;
         m->seed = (uint64_t)seed;
-        char rel[256];
-        snprintf(rel, sizeof rel, ".gate-cache/%s-%s-%s-%d.gguf", m->id, m->preset, m->quant, seed);
+        /* one file per synth spec: models that share preset, quant and seed share the first
+         * one's cached file (one synthesis; the nightly's long-context rungs, issue 26 §2), in
+         * $GATE_MODEL_CACHE when set (docs/ladder.md, "The model cache") */
+        const char *file_id = m->id, *mc = getenv("GATE_MODEL_CACHE");
+        for (const struct ladder_model *o = p->l->models; o < m && file_id == m->id; o++)
+            if (o->synth && !strcmp(o->preset, m->preset) && !strcmp(o->quant, m->quant) &&
+                o->seed == m->seed)
+                file_id = o->id;
+        char rel[1024];
+        snprintf(rel, sizeof rel, "%s/%s-%s-%s-%d.gguf", mc && *mc ? mc : ".gate-cache", file_id,
+                 m->preset, m->quant, seed);
         m->path = ladder_resolve(p->l, rel);
     }
     if (!m->path)
@@ -103,6 +112,12 @@ static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct l
                     "%s: sha256 must be 64 lower-case hex digits (the file is identified by"
                     " its bytes)",
                     what);
+    for (const struct ladder_model *o = p->l->models; m->synth && o < m; o++)
+        if (o->synth && !strcmp(o->path, m->path) && strcmp(o->sha256, m->sha256))
+            return fail(p, v,
+                        "%s: synthesized as model '%s' (same preset, quant and seed) but"
+                        " pinned to another sha256",
+                        what, o->id);
     if ((rc = need(p, n, "arch", what, &v)) ||
         (rc = get_str(p, v, "arch", m->arch, sizeof m->arch)))
         return rc;

@@ -58,13 +58,13 @@ static void text_pos(const struct ladder *l, const char *needle, int *line, int 
 
 /* The model's architecture from a GGUF file's metadata (tensor data is not read), and the shape
  * the fault rules need: ARCH.block_count, ARCH.expert_used_count (0 when absent: a dense
- * model). */
+ * model); and ARCH.context_length (0 when absent), the positions a cell may run. */
 static int file_arch(const struct ladder_model *m, char *arch, size_t n, uint32_t *n_layer,
-                     uint32_t *n_expert_used, struct gate_err *err)
+                     uint32_t *n_expert_used, uint32_t *n_ctx, struct gate_err *err)
 {
     struct gguf_file *g = NULL;
     char *s = NULL, key[96];
-    *n_layer = *n_expert_used = 0;
+    *n_layer = *n_expert_used = *n_ctx = 0;
     int rc = gguf_open(&g, m->path, GGUF_OPEN_METADATA_ONLY, err);
     if (!rc)
         rc = gguf_get_str(g, "general.architecture", &s, err);
@@ -78,16 +78,51 @@ static int file_arch(const struct ladder_model *m, char *arch, size_t n, uint32_
         if (gguf_find_kv(g, key))
             rc = gguf_get_u32(g, key, n_expert_used, err);
     }
+    if (!rc) {
+        snprintf(key, sizeof key, "%s.context_length", s);
+        if (gguf_find_kv(g, key))
+            rc = gguf_get_u32(g, key, n_ctx, err);
+    }
     free(s);
     gguf_close(g);
     return rc;
+}
+
+/* The longest sequence cell ci runs (parity's max(span, positions), the throughput run's prompt
+ * plus decode, the consistency gate's positions) against the model's context length n_ctx
+ * (0 = the file states none: not checked). ERR_INPUT at the cell naming both. */
+static int check_context(const struct ladder *l, int ci, uint32_t n_ctx, struct gate_err *err)
+{
+    const struct ladder_cell *c = &l->cells[ci];
+    const struct ladder_gates *g = &c->g;
+    struct {
+        const char *what;
+        long long n;
+    } need[] = {
+        {"parity (max of span and positions)", g->span > g->positions ? g->span : g->positions},
+        {"throughput (prompt_tokens + decode_tokens)",
+         (long long)g->prompt_tokens + g->decode_tokens},
+        {"consistency (positions)", g->consistency ? g->cons_positions : 0},
+    };
+    for (size_t k = 0; n_ctx && k < sizeof need / sizeof need[0]; k++) {
+        if (need[k].n <= (long long)n_ctx)
+            continue;
+        char name[256];
+        return err_set(err, ERR_INPUT,
+                       "%s:%d:%d: cell %s: %s runs %lld positions but model '%s' has context"
+                       " length %u (its context_length): shorten it or gate a model with a"
+                       " longer context",
+                       l->path, c->line, c->col, ladder_cell_name(l, ci, name, sizeof name),
+                       need[k].what, need[k].n, l->models[c->model].id, n_ctx);
+    }
+    return 0;
 }
 
 int ladder_check_files(const struct ladder *l, struct gate_err *err)
 {
     int rc = 0;
     /* each model's shape (from its synth preset or its file's metadata), for the fault rules */
-    uint32_t *shape = calloc((size_t)(l->n_models ? l->n_models : 1) * 2, sizeof *shape);
+    uint32_t *shape = calloc((size_t)(l->n_models ? l->n_models : 1) * 3, sizeof *shape);
     if (!shape)
         return err_set(err, ERR_ENV, "%s: out of memory for the models' shape table", l->path);
     for (int i = 0; !rc && i < l->n_models; i++) {
@@ -117,7 +152,8 @@ int ladder_check_files(const struct ladder *l, struct gate_err *err)
                             " preset '%s', which is %s",
                             l->path, m->line, m->id, m->arch, m->preset, model_arch_name(sp->arch));
             if (sp)
-                shape[2 * i] = sp->n_layer, shape[2 * i + 1] = sp->n_expert_used;
+                shape[3 * i] = sp->n_layer, shape[3 * i + 1] = sp->n_expert_used,
+                          shape[3 * i + 2] = sp->n_ctx;
             continue; /* written by gate run / gate golden record into .gate-cache/ */
         }
         struct stat st;
@@ -128,7 +164,8 @@ int ladder_check_files(const struct ladder *l, struct gate_err *err)
         }
         char arch[64] = "";
         struct gate_err fe = {0};
-        if (file_arch(m, arch, sizeof arch, &shape[2 * i], &shape[2 * i + 1], &fe))
+        if (file_arch(m, arch, sizeof arch, &shape[3 * i], &shape[3 * i + 1], &shape[3 * i + 2],
+                      &fe))
             rc =
                 err_set(err, ERR_INPUT, "%s:%d:3: model '%s': %s", l->path, m->line, m->id, fe.msg);
         else if (strcmp(arch, m->arch))
@@ -142,7 +179,7 @@ int ladder_check_files(const struct ladder *l, struct gate_err *err)
     for (int i = 0; !rc && i < l->n_cells; i++) {
         const struct ladder_cell *c = &l->cells[i];
         const struct ladder_model *m = &l->models[c->model];
-        const uint32_t nl = shape[2 * c->model], ne = shape[2 * c->model + 1];
+        const uint32_t nl = shape[3 * c->model], ne = shape[3 * c->model + 1];
         struct gate_err fe = {0};
         char name[256];
         if (nl && falsify_check_faults(&c->g.falsify, (int)nl, ne > 0, ne ? (int)ne : INT_MAX, 1,
@@ -152,6 +189,10 @@ int ladder_check_files(const struct ladder *l, struct gate_err *err)
                          " override falsify for it",
                          l->path, c->line, c->col, ladder_cell_name(l, i, name, sizeof name), m->id,
                          nl, ne, fe.msg);
+        /* a sequence longer than the file's context length (issue 26 §2): the backends would
+         * run it with positions the model was never given (RoPE past its context) */
+        if (!rc && (rc = check_context(l, i, shape[3 * c->model + 2], err)))
+            break;
     }
     free(shape);
     for (int i = 0; !rc && i < l->n_cells; i++) {

@@ -30,6 +30,7 @@
 #include "engine/pin.h"
 #include "engine/synth.h"
 #include "harness/baseline.h"
+#include "harness/budget.h"
 #include "harness/gatedef.h"
 #include "harness/identity.h"
 #include "harness/ladder.h"
@@ -77,6 +78,7 @@ struct cell_ctx {
     const char *key_id;          /* the signing key's id */
     int gate_started;            /* GATE_STARTED was reported for the current gate at t0 */
     struct timespec t0;
+    json_t *memory; /* the parity session's memory arithmetic (harness/budget.h); owned */
 };
 
 /* Tell the caller a gate begins. */
@@ -129,6 +131,8 @@ static json_t *finish(struct cell_ctx *x, const char *gate, json_t *metrics, con
     if (!metrics)
         metrics = json_object();
     json_object_set_new(metrics, "ran", mode_ran_json(&x->ran));
+    if (x->memory && !strcmp(gate, "parity")) /* the arithmetic its refusal or run went by */
+        json_object_set(metrics, "memory", x->memory);
     json_t *g = gatedef_row(gate, x->c->mode, ladder_gate_settings(&x->c->g, gate), metrics, error);
     gate_end(x, x->l->models[x->c->model].id, gate, g, key, 0);
     return g;
@@ -382,7 +386,6 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     ladder_cell_name(l, ci, x.name, sizeof x.name);
     struct run_event ev = {
         .kind = RUN_EV_CELL_STARTED, .cell = x.name, .model = l->models[x.c->model].id};
-    emit(progress, pctx, &ev);
     const struct ladder_model *lm = &l->models[x.c->model];
     char started[32], finished[32];
     identity_utc_now(started);
@@ -419,6 +422,24 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     snprintf(isa_before, sizeof isa_before, "%s", backend_isa(x.mode.backend));
     if (!rc && x.c->v.isa[0])
         rc = backend_set_isa(x.mode.backend, x.c->v.isa, &err);
+    /* its budget (harness/budget.h): memory that does not fit is refused before any gate
+     * allocates it, with the figures; the estimate goes to the caller with CELL_STARTED */
+    if (!rc) {
+        struct budget_memory bm;
+        struct budget_time bt;
+        struct budget_available ba;
+        budget_cell(&x.c->g, &m->hp, x.mode.path == MODE_CHAT, x.mode.kv_f16,
+                    !backend_is_external(x.mode.backend), o->threads, &bm, &bt);
+        ev.estimate_s = bt.seconds, ev.estimate_gflop = bt.gflop, ev.estimate_tokens = bt.tokens;
+        ev.estimate_threads = bt.threads;
+        ev.memory_bytes = bm.total_bytes;
+        if (!(rc = budget_available(&ba, &err))) {
+            ev.memory_available = ba.bytes;
+            x.memory = budget_memory_json(&bm, &ba);
+            rc = budget_check(&bm, &ba, &err);
+        }
+    }
+    emit(progress, pctx, &ev);
     /* an exec cell: one engine child for the whole cell, started at the first gate's open */
     struct exec_session *engine = NULL;
     if (!rc && x.mode.engine[0]) {
@@ -453,6 +474,7 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
         backend_set_isa(x.mode.backend, isa_before, &ie); /* a name it ran before: cannot fail */
     }
     model_free(m);
+    json_decref(x.memory);
     /* the verdict: from the gates' verdicts, as the release check derives it */
     enum gate_verdict overall = gatedef_overall(gates);
     *pass = overall == GATE_PASS;
@@ -658,9 +680,13 @@ int run_ladder(const struct run_options *o, run_progress_fn progress, void *pctx
         const char *jc = getenv("GATE_JUDGE_CACHE");
         char dir[1200];
         struct gate_err je = {0};
-        snprintf(dir, sizeof dir, "%s/.gate-cache", l->dir);
+        const char *mc = getenv("GATE_MODEL_CACHE"); /* the model cache's folder, if moved */
+        if (mc && *mc)
+            snprintf(dir, sizeof dir, "%s", mc);
+        else
+            snprintf(dir, sizeof dir, "%s/.gate-cache", l->dir);
         mkdir(dir, 0755);
-        snprintf(dir, sizeof dir, "%s/.gate-cache/judge", l->dir);
+        snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/judge");
         out->judge_cache_on =
             !(jc && !strcmp(jc, "off")) && judgecache_open(dir, id.binary_sha256, &je) == 0;
     }

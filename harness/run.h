@@ -63,6 +63,12 @@ struct run_event {
     /* HEAD */
     const char *head, *key_id;
     int64_t head_count;
+    /* CELL_STARTED of a cell whose model loaded (0 otherwise; harness/budget.h): the estimate
+     * (token-forwards, GFLOP, seconds at BUDGET_GFLOPS_PER_THREAD x threads) and the memory its
+     * parity session needs against what the host offers */
+    double estimate_s, estimate_gflop, estimate_tokens;
+    int estimate_threads;
+    uint64_t memory_bytes, memory_available;
 };
 
 typedef void (*run_progress_fn)(void *ctx, const struct run_event *ev);

@@ -1,0 +1,245 @@
+/* budget.c — a cell's memory arithmetic and time estimate before it runs (budget.h says why).
+ *
+ * Invariants: every figure is a pure function of the model's hyperparameters and the cell's
+ * settings (the tests compute the same numbers by hand); the available figure is read once per
+ * call, from $GATE_MEMORY_LIMIT or /proc/meminfo, never guessed. The memory terms mirror the
+ * buffers parity_session_open() and the backends' open allocate (engine/ref.c's ALLOC list, the
+ * cpu backend's plan): when one of those grows, this file must follow (docs/nightly.md).
+ * Start reading: budget_memory().
+ */
+#include "harness/budget.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness/ladder.h"
+
+uint64_t budget_kv_bytes(const struct model_hparams *hp, int positions, int elem)
+{
+    return (uint64_t)hp->n_layer * 2u * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim *
+           (uint64_t)(positions > 0 ? positions : 0) * (uint64_t)elem;
+}
+
+/* One in-process backend opened with n_ctx = n_batch = S (oracles/mode.c): its per-batch
+ * buffers, attention scores and RoPE tables, in floats (engine/ref.c's ALLOC list; the cpu
+ * backend's plan has the same terms and, with an F16 cache, one layer of K and V as floats). */
+static uint64_t backend_activation_floats(const struct model_hparams *hp, uint64_t S, int kv_f16)
+{
+    const uint64_t E = hp->n_embd, hd = hp->head_dim;
+    const uint64_t qd = (uint64_t)hp->n_head * hd, kvd = (uint64_t)hp->n_head_kv * hd;
+    const int moe = hp->n_expert > 0;
+    const uint64_t X = hp->n_expert, K = moe ? hp->n_expert_used : 1;
+    const uint64_t F = moe ? hp->n_ff_exp : hp->n_ff;
+    uint64_t f = S * (3 * E + 2 * qd + 2 * kvd) /* x, xb, xo; q, att; k, v */
+                 + 2 * S * K * F;               /* ffa, ffb */
+    if (moe)
+        f += 2 * S * X        /* router, probs */
+             + 3 * S * K      /* sel, selw, rows */
+             + 3 * S * K * E; /* gx, gy, moe_y */
+    f += 17 * 16 * S;         /* scores and batched scores for up to 16 threads */
+    f += S * hd;              /* rope_cos, rope_sin: (S, hd/2) each */
+    if (kv_f16)
+        f += 2 * S * kvd; /* one layer of the F16 cache as floats (K and V) */
+    return f;
+}
+
+void budget_memory(const struct model_hparams *hp, int S, int judged, int kv_elem, int in_process,
+                   struct budget_memory *out)
+{
+    memset(out, 0, sizeof *out);
+    const uint64_t s = (uint64_t)(S > 0 ? S : 0), V = hp->n_vocab;
+    const uint64_t L = hp->n_layer, E = hp->n_embd;
+    const uint64_t K = hp->n_expert > 0 ? hp->n_expert_used : 0;
+    out->positions = S;
+    out->judged = judged;
+    out->kv_bytes_per_elem = kv_elem;
+    /* the judge (the twin) keeps an F32 cache; the subject its cell's type */
+    const uint64_t kv_judge = budget_kv_bytes(hp, S, 4);
+    out->kv_subject_bytes = in_process ? budget_kv_bytes(hp, S, kv_elem) : 0;
+    out->kv_bytes = kv_judge + out->kv_subject_bytes;
+    /* judge_logits, subj_logits (S, V); judge_sel, subj_sel (judged, V) */
+    out->logits_bytes = 4 * V * (2 * s + 2 * (uint64_t)(judged > 0 ? judged : 0));
+    /* taps on both sides (parity_run asks for them): hidden (L, S, E); MoE: experts and weights
+     * (L, S, k), router k-th and (k+1)-th (L, S) */
+    out->taps_bytes = 2 * 4 * L * s * (E + (K ? 2 * K + 2 : 0));
+    out->activation_bytes = 4 * backend_activation_floats(hp, s, 0);
+    if (in_process)
+        out->activation_bytes += 4 * backend_activation_floats(hp, s, kv_elem == 2);
+    out->other_bytes = out->logits_bytes + out->taps_bytes + out->activation_bytes;
+    out->total_bytes = out->kv_bytes + out->other_bytes;
+}
+
+/* "123", "64M", "2G", "512K" (powers of 1024) -> bytes; -1 when not a positive size. */
+static int64_t parse_size(const char *s)
+{
+    errno = 0;
+    char *end = NULL;
+    const unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || s[0] == '-' || v == 0)
+        return -1;
+    uint64_t mul = 1;
+    if (*end == 'K' || *end == 'k')
+        mul = 1ull << 10, end++;
+    else if (*end == 'M' || *end == 'm')
+        mul = 1ull << 20, end++;
+    else if (*end == 'G' || *end == 'g')
+        mul = 1ull << 30, end++;
+    if (*end || v > (uint64_t)INT64_MAX / mul)
+        return -1;
+    return (int64_t)(v * mul);
+}
+
+int budget_available(struct budget_available *out, struct gate_err *err)
+{
+    memset(out, 0, sizeof *out);
+    const char *lim = getenv("GATE_MEMORY_LIMIT");
+    if (lim && *lim) {
+        const int64_t b = parse_size(lim);
+        if (b < 0)
+            return err_set(err, ERR_INPUT,
+                           "GATE_MEMORY_LIMIT='%s' is not a size (bytes, or a number with K, M"
+                           " or G)",
+                           lim);
+        out->bytes = (uint64_t)b;
+        snprintf(out->source, sizeof out->source, "GATE_MEMORY_LIMIT=%s", lim);
+        return 0;
+    }
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return err_set(err, ERR_ENV,
+                       "cannot read /proc/meminfo for the memory available to a cell: %s (set"
+                       " GATE_MEMORY_LIMIT)",
+                       strerror(errno));
+    char line[256];
+    unsigned long long kb = 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+    fclose(f);
+    if (!found)
+        return err_set(err, ERR_ENV,
+                       "/proc/meminfo has no MemAvailable line: set GATE_MEMORY_LIMIT to the"
+                       " memory a cell may use");
+    out->bytes = (uint64_t)kb * 1024u;
+    snprintf(out->source, sizeof out->source, "/proc/meminfo MemAvailable");
+    return 0;
+}
+
+static double mib(uint64_t b)
+{
+    return (double)b / 1048576.0;
+}
+
+int budget_check(const struct budget_memory *m, const struct budget_available *a,
+                 struct gate_err *err)
+{
+    if (m->total_bytes <= a->bytes)
+        return 0;
+    return err_set(err, ERR_ENV,
+                   "memory refused before the cell ran: %d positions need %.0f MiB (KV caches"
+                   " %.0f MiB at %d bytes per subject element, logits %.0f MiB, taps %.0f MiB,"
+                   " activations %.0f MiB), more than the %.0f MiB available (%s)",
+                   m->positions, mib(m->total_bytes), mib(m->kv_bytes), m->kv_bytes_per_elem,
+                   mib(m->logits_bytes), mib(m->taps_bytes), mib(m->activation_bytes),
+                   mib(a->bytes), a->source);
+}
+
+json_t *budget_memory_json(const struct budget_memory *m, const struct budget_available *a)
+{
+    return json_pack(
+        "{s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:b}", "positions",
+        m->positions, "judged", m->judged, "kv_elem_bytes", m->kv_bytes_per_elem, "kv_bytes",
+        (json_int_t)m->kv_bytes, "kv_subject_bytes", (json_int_t)m->kv_subject_bytes,
+        "logits_bytes", (json_int_t)m->logits_bytes, "taps_bytes", (json_int_t)m->taps_bytes,
+        "activation_bytes", (json_int_t)m->activation_bytes, "other_bytes",
+        (json_int_t)m->other_bytes, "total_bytes", (json_int_t)m->total_bytes, "available_bytes",
+        (json_int_t)a->bytes, "available_source", a->source, "fits", m->total_bytes <= a->bytes);
+}
+
+/* ---- time ---------------------------------------------------------------------------------- */
+
+/* Weight GFLOP per token: 2 x the parameters one token multiplies by. */
+static double weight_gflop(const struct model_hparams *hp)
+{
+    const double E = hp->n_embd, hd = hp->head_dim;
+    const double qd = (double)hp->n_head * hd, kvd = (double)hp->n_head_kv * hd;
+    double per_layer = E * qd + 2 * E * kvd + qd * E;
+    if (hp->n_expert > 0)
+        per_layer += E * hp->n_expert + (double)hp->n_expert_used * 3 * E * hp->n_ff_exp;
+    else
+        per_layer += 3 * E * hp->n_ff;
+    return 2.0 * (per_layer * hp->n_layer + (double)hp->n_vocab * E) * 1e-9;
+}
+
+/* Attention GFLOP per token per position of context (QK and AV, 2 flops each). */
+static double attn_gflop_per_pos(const struct model_hparams *hp)
+{
+    return 4.0 * hp->n_head * (double)hp->head_dim * hp->n_layer * 1e-9;
+}
+
+double budget_token_gflop(const struct model_hparams *hp, int pos)
+{
+    return weight_gflop(hp) + attn_gflop_per_pos(hp) * (double)(pos + 1);
+}
+
+/* GFLOP of a sequence of n tokens from position 0: n x weights + attention over 1..n. */
+static double seq_gflop(const struct model_hparams *hp, double n)
+{
+    if (n <= 0)
+        return 0;
+    return n * weight_gflop(hp) + attn_gflop_per_pos(hp) * n * (n + 1) / 2;
+}
+
+void budget_time(const struct model_hparams *hp, const struct budget_time_in *in,
+                 struct budget_time *out)
+{
+    memset(out, 0, sizeof *out);
+    struct {
+        double runs, len;
+    } w[5] = {
+        {2, in->parity_S}, /* judge + subject */
+        {2.0 * in->golden_prompts, 16.0 + in->golden_tokens},
+        {in->tp_runs, (double)in->tp_prompt + in->tp_decode},
+        {2.0 * ((double)in->falsify_faults * (1 + in->falsify_samples) + in->falsify_probes),
+         in->falsify_positions},
+        {in->consistency_positions > 0 ? 12 : 0, in->consistency_positions},
+    };
+    for (int i = 0; i < 5; i++) {
+        out->tokens += w[i].runs * w[i].len;
+        out->gflop += w[i].runs * seq_gflop(hp, w[i].len);
+    }
+    out->threads = in->threads > 0 ? in->threads : 1;
+    out->seconds = out->gflop / (BUDGET_GFLOPS_PER_THREAD * out->threads);
+}
+
+void budget_cell(const struct ladder_gates *g, const struct model_hparams *hp, int chat, int kv_f16,
+                 int in_process, int threads, struct budget_memory *mem, struct budget_time *time)
+{
+    const int S = !chat && g->span > g->positions ? g->span : g->positions;
+    const int judged = !chat && g->span > g->positions ? g->positions : S;
+    budget_memory(hp, S, judged, kv_f16 ? 2 : 4, in_process, mem);
+    if (threads <= 0) {
+        const long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    const struct budget_time_in in = {
+        .parity_S = S,
+        .parity_judged = judged,
+        .golden_prompts = 4, /* the default prompts (oracles/golden.c); the file may hold more */
+        .golden_tokens = g->golden_tokens,
+        .tp_runs = g->warmup + g->runs,
+        .tp_prompt = g->prompt_tokens,
+        .tp_decode = g->decode_tokens,
+        .falsify_faults = g->falsify.n,
+        .falsify_samples = g->sweep_samples,
+        .falsify_probes = 5 * g->power_layers + 1, /* 5 matmul kinds x layers + the output */
+        .falsify_positions = g->positions,
+        .consistency_positions = g->consistency ? g->cons_positions : 0,
+        .threads = threads,
+    };
+    budget_time(hp, &in, time);
+}

@@ -1,0 +1,311 @@
+/* test_longctx.c — long context (issue 26 §2): the memory arithmetic of harness/budget.c on
+ * shapes computed by hand, a cell that does not fit refused up front with its figures (a FAILED
+ * row and metrics.memory in the receipt, never a crash), a sequence past the model's context
+ * length refused at ladder check, and parity over 4,096 positions of a tiny model with the
+ * judged positions spread over the whole span, F32 and F16 KV caches.
+ * Start reading: the arithmetic tests, then the refusal, then the run.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "engine/synth.h"
+#include "harness/budget.h"
+#include "harness/ladder.h"
+#include "harness/run.h"
+#include "oracles/mode.h"
+#include "oracles/parity.h"
+#include "tests/support/check.h"
+#include "tests/support/ladderfix.h"
+
+static struct ladderfix fx;
+
+/* The hyperparameters of a synth preset (the published shapes). */
+static struct model_hparams preset_hp(const char *name)
+{
+    const struct synth_spec *s = synth_preset_find(name);
+    cr_assert(s, "no preset %s", name);
+    struct model_hparams hp = {.arch = s->arch,
+                               .n_vocab = s->n_vocab,
+                               .n_ctx_train = s->n_ctx,
+                               .n_embd = s->n_embd,
+                               .n_layer = s->n_layer,
+                               .n_head = s->n_head,
+                               .n_head_kv = s->n_head_kv,
+                               .head_dim = s->head_dim,
+                               .n_ff = s->n_ff,
+                               .n_expert = s->n_expert,
+                               .n_expert_used = s->n_expert_used,
+                               .n_ff_exp = s->n_ff_exp};
+    return hp;
+}
+
+Test(longctx, kv_bytes_of_the_real_shapes_by_hand)
+{
+    /* Qwen3-0.6B: 28 layers x 2 x 8 KV heads x 128 x positions x bytes */
+    const struct model_hparams q06 = preset_hp("qwen3-0.6b");
+    cr_expect_eq(budget_kv_bytes(&q06, 4096, 4), 939524096ull); /* 896 MiB */
+    cr_expect_eq(budget_kv_bytes(&q06, 4096, 2), 469762048ull);
+    cr_expect_eq(budget_kv_bytes(&q06, 32768, 4), 7516192768ull); /* 7 GiB */
+    /* Qwen3-30B-A3B: 48 layers x 2 x 4 KV heads x 128 */
+    const struct model_hparams a3b = preset_hp("qwen3-30b-a3b");
+    cr_expect_eq(budget_kv_bytes(&a3b, 32768, 4), 6442450944ull);
+    cr_expect_eq(budget_kv_bytes(&a3b, 16384, 2), 1610612736ull);
+}
+
+Test(longctx, the_parity_session_bytes_term_by_term)
+{
+    /* a dense shape small enough to add up by hand: V 512, 4 layers, E 256, 4 heads / 2 KV heads
+     * of 64, FFN 512; S 4096, 64 judged, an F16 subject in this process */
+    struct model_hparams hp = {.arch = MODEL_ARCH_QWEN3,
+                               .n_vocab = 512,
+                               .n_embd = 256,
+                               .n_layer = 4,
+                               .n_head = 4,
+                               .n_head_kv = 2,
+                               .head_dim = 64,
+                               .n_ff = 512};
+    struct budget_memory m;
+    budget_memory(&hp, 4096, 64, 2, 1, &m);
+    /* KV: judge 4*2*2*64*4096*4 = 16,777,216 (F32) + subject half of it (F16) */
+    cr_expect_eq(m.kv_bytes, 16777216ull + 8388608ull);
+    cr_expect_eq(m.kv_subject_bytes, 8388608ull);
+    /* logits: 4 bytes x 512 x (2 x 4096 + 2 x 64) */
+    cr_expect_eq(m.logits_bytes, 17039360ull);
+    /* taps: 2 sides x 4 bytes x 4 layers x 4096 x 256 */
+    cr_expect_eq(m.taps_bytes, 33554432ull);
+    /* activations per backend, floats: 4096 x (3*256 + 2*256 + 2*128) = 6,291,456; FFN
+     * 2*4096*512 = 4,194,304; scores 17*16*4096 = 1,114,112; RoPE 4096*64 = 262,144: 11,862,016;
+     * the F16 subject adds one layer of K and V as floats, 2*4096*128 = 1,048,576 */
+    cr_expect_eq(m.activation_bytes, 4ull * (11862016ull + 11862016ull + 1048576ull));
+    cr_expect_eq(m.other_bytes, m.logits_bytes + m.taps_bytes + m.activation_bytes);
+    cr_expect_eq(m.total_bytes, m.kv_bytes + m.other_bytes);
+    /* an external engine's memory is its own: only the judge's cache and buffers count */
+    struct budget_memory ext;
+    budget_memory(&hp, 4096, 64, 2, 0, &ext);
+    cr_expect_eq(ext.kv_bytes, 16777216ull);
+    cr_expect_eq(ext.activation_bytes, 4ull * 11862016ull);
+}
+
+Test(longctx, a_32k_rung_of_the_real_vocabulary_needs_its_logits_spelled_out)
+{
+    /* 0.6B at 32,768 positions, 96 judged: the two sides' logits alone are 4 x 151,936 x
+     * (65,536 + 192) bytes, about 37 GiB: what the receipt of a refused rung shows */
+    const struct model_hparams q06 = preset_hp("qwen3-0.6b");
+    struct budget_memory m;
+    budget_memory(&q06, 32768, 96, 2, 1, &m);
+    cr_expect_eq(m.logits_bytes, 4ull * 151936ull * (65536ull + 192ull));
+    cr_expect_eq(m.kv_bytes, 7516192768ull + 3758096384ull);
+    struct budget_available a = {.bytes = 24ull << 30};
+    snprintf(a.source, sizeof a.source, "test");
+    struct gate_err err = {0};
+    cr_expect_eq(budget_check(&m, &a, &err), ERR_ENV);
+    cr_expect(strstr(err.msg, "32768 positions") && strstr(err.msg, "24576 MiB available (test)"),
+              "%s", err.msg);
+    json_t *j = budget_memory_json(&m, &a);
+    cr_expect(json_is_false(json_object_get(j, "fits")));
+    cr_expect_eq(json_integer_value(json_object_get(j, "kv_bytes")), (json_int_t)m.kv_bytes);
+    json_decref(j);
+}
+
+Test(longctx, the_time_estimate_counts_weights_and_attention)
+{
+    struct model_hparams hp = {.arch = MODEL_ARCH_QWEN3,
+                               .n_vocab = 512,
+                               .n_embd = 256,
+                               .n_layer = 4,
+                               .n_head = 4,
+                               .n_head_kv = 2,
+                               .head_dim = 64,
+                               .n_ff = 512};
+    /* weights: 2 x (4 x (256*256 + 2*256*128 + 256*256 + 3*256*512) + 512*256) = 4,980,736;
+     * attention at position 0: 4 x 4 x 64 x 4 = 4,096 */
+    cr_expect_float_eq(budget_token_gflop(&hp, 0), (4980736.0 + 4096.0) * 1e-9, 1e-15);
+    cr_expect_float_eq(budget_token_gflop(&hp, 99), (4980736.0 + 409600.0) * 1e-9, 1e-15);
+    /* parity alone over 100 tokens, judge and subject: 2 x (100 x weights + 4096 x 5050) */
+    struct budget_time_in in = {.parity_S = 100, .threads = 2};
+    struct budget_time t;
+    budget_time(&hp, &in, &t);
+    cr_expect_float_eq(t.tokens, 200.0, 1e-9);
+    cr_expect_float_eq(t.gflop, 2 * (100 * 4980736.0 + 4096.0 * 5050) * 1e-9, 1e-12);
+    cr_expect_float_eq(t.seconds, t.gflop / (BUDGET_GFLOPS_PER_THREAD * 2), 1e-15);
+}
+
+Test(longctx, the_available_memory_is_the_configured_limit_or_memavailable)
+{
+    struct budget_available a;
+    struct gate_err err = {0};
+    setenv("GATE_MEMORY_LIMIT", "64M", 1);
+    cr_expect_eq(budget_available(&a, &err), 0, "%s", err.msg);
+    cr_expect_eq(a.bytes, 64ull << 20);
+    setenv("GATE_MEMORY_LIMIT", "12x", 1);
+    cr_expect_eq(budget_available(&a, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "GATE_MEMORY_LIMIT='12x'"), "%s", err.msg);
+    unsetenv("GATE_MEMORY_LIMIT");
+    err_clear(&err);
+    cr_expect_eq(budget_available(&a, &err), 0, "%s", err.msg);
+    cr_expect_gt(a.bytes, 0);
+    cr_expect(strstr(a.source, "MemAvailable"), "%s", a.source);
+}
+
+/* ---- the refusal, end to end ------------------------------------------------------------- */
+
+Test(longctx, a_cell_that_does_not_fit_is_refused_before_it_runs_with_its_figures, .timeout = 1200)
+{
+    ladderfix_init(&fx, "longctx");
+    const char *p = ladderfix_one_cell(&fx, "l.yaml", NULL, "ref.decode", NULL, NULL);
+    struct run_options o = {.ladder = p,
+                            .host = "a",
+                            .db = ladderfix_path(&fx, "r.db"),
+                            .key = ladderfix_path(&fx, "a.key"),
+                            .threads = 1};
+    struct run_result res;
+    struct gate_err err = {0};
+    setenv("GATE_MEMORY_LIMIT", "1M", 1);
+    const int rc = run_ladder(&o, NULL, NULL, &res, &err);
+    unsetenv("GATE_MEMORY_LIMIT");
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    cr_assert_eq(res.n, 1);
+    const struct run_cell_result *c = &res.cells[0];
+    cr_expect_str_eq(c->verdict, "FAIL");
+    cr_expect_gt(c->receipt_id, 0, "a refused cell still gets its signed receipt");
+    /* every gate is a FAILED row naming the figures: nothing ran */
+    cr_assert_gt(c->n_gates, 0);
+    for (int g = 0; g < c->n_gates; g++) {
+        cr_expect_str_eq(c->gates[g].verdict, "FAIL", "gate %s", c->gates[g].name);
+        cr_expect(strstr(c->gates[g].summary, "memory refused before the cell ran: 64 positions") &&
+                      strstr(c->gates[g].summary, "1 MiB available (GATE_MEMORY_LIMIT=1M)"),
+                  "gate %s: %s", c->gates[g].name, c->gates[g].summary);
+    }
+    /* the receipt holds the arithmetic */
+    json_t *mem = json_object_get(
+        json_object_get(json_object_get(c->gates_json, "parity"), "metrics"), "memory");
+    cr_assert(json_is_object(mem), "parity's metrics.memory is missing");
+    cr_expect(json_is_false(json_object_get(mem, "fits")));
+    cr_expect_eq(json_integer_value(json_object_get(mem, "available_bytes")), 1 << 20);
+    cr_expect_eq(json_integer_value(json_object_get(mem, "positions")), 64);
+    cr_expect_gt(json_integer_value(json_object_get(mem, "kv_bytes")), 0);
+    cr_expect_eq(json_integer_value(json_object_get(mem, "total_bytes")),
+                 json_integer_value(json_object_get(mem, "kv_bytes")) +
+                     json_integer_value(json_object_get(mem, "other_bytes")));
+    run_result_free(&res);
+}
+
+Test(longctx, a_sequence_past_the_context_length_is_an_input_error_at_ladder_check)
+{
+    ladderfix_init(&fx, "longctx-ctx");
+    /* tiny-dense's context_length is 4096 (engine/synth.c): a 4096 span fits, 8192 does not */
+    for (int span = 4096; span <= 8192; span *= 2) {
+        const char *p = ladderfix_path(&fx, "ctx.yaml");
+        FILE *f = fopen(p, "w");
+        cr_assert(f);
+        fprintf(f,
+                "release: {name: rel, version: 1.0.0}\n"
+                "models:\n  d: {synth: {preset: tiny-dense, quant: Q4_K_M, seed: 1},"
+                " sha256: 91d5b06bdb37e3f7c42f37d761857b150130488e18619bd7a06e08cc4bb923d0,"
+                " arch: qwen3}\n"
+                "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+                "modes: [cpu.decode]\n"
+                "cells:\n  - {model: d, host: a, mode: cpu.decode}\n"
+                "gates:\n  defaults:\n    parity: {positions: 64, span: %d}\n"
+                "    golden: {goldens: g.json, sha256: %064d}\n"
+                "unanchored: {qwen3: 'test'}\n",
+                span, 0);
+        fclose(f);
+        struct ladder *l = NULL;
+        struct gate_err err = {0};
+        cr_assert_eq(ladder_load(&l, p, &err), 0, "%s", err.msg);
+        const int rc = ladder_check_files(l, &err);
+        if (span == 4096) { /* refused for its missing goldens, not for its length */
+            cr_expect(!strstr(err.msg, "context length"), "%s", err.msg);
+        } else {
+            cr_expect_eq(rc, ERR_INPUT);
+            cr_expect(strstr(err.msg, "runs 8192 positions but model 'd' has context length 4096"),
+                      "%s", err.msg);
+        }
+        ladder_free(l);
+    }
+}
+
+/* ---- a long context on a tiny model ------------------------------------------------------ */
+
+/* The smallest shape that still has every part (GQA, Q/K norms, RoPE from the file, the FFN, an
+ * untied output): one layer, hidden 64, 2 query heads and 1 KV head of 32, FFN 128, 512 tokens,
+ * Q8_0, context_length 4096. Judge and subject each run 4,096 positions in a few CPU seconds
+ * (the tiny-dense preset's 4 layers of 4 heads take ~100 s for the same span). */
+static struct model *long_model(uint8_t **buf)
+{
+    struct synth_options o;
+    memset(&o, 0, sizeof o);
+    o.spec = (struct synth_spec){.name = "custom",
+                                 .arch = MODEL_ARCH_QWEN3,
+                                 .n_vocab = 512,
+                                 .n_ctx = 4096,
+                                 .n_embd = 64,
+                                 .n_layer = 1,
+                                 .n_head = 2,
+                                 .n_head_kv = 1,
+                                 .head_dim = 32,
+                                 .n_ff = 128,
+                                 .rope_base = 1e6f,
+                                 .eps = 1e-6f,
+                                 .tied = 0};
+    o.quant = SYNTH_Q8_0;
+    o.seed = 26;
+    size_t size = 0;
+    struct gate_err err = {0};
+    struct gguf_file *f = NULL;
+    struct model *m = NULL;
+    cr_assert_eq(synth_write_mem(&o, buf, &size, &err), 0, "%s", err.msg);
+    cr_assert_eq(gguf_open_mem(&f, *buf, size, "long", 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(model_from_gguf(&m, f, &err), 0, "%s", err.msg);
+    return m;
+}
+
+/* parity over 4,096 positions (the model's whole context), 64 judged, on the cpu engine's decode
+ * with the given KV cache: PASS, and one judged position per stratum of 64, the first in
+ * [0, 64), the last position 4095. */
+static void run_4k(int kv_f16)
+{
+    uint8_t *buf = NULL;
+    struct model *m = long_model(&buf);
+    cr_assert_eq(m->hp.n_ctx_train, 4096u);
+    struct mode mode;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_parse("cpu.decode", &mode, &err), 0, "%s", err.msg);
+    mode.kv_f16 = kv_f16;
+    struct parity_config cfg;
+    parity_config_default(&cfg);
+    cfg.positions = 64;
+    cfg.span = 4096;
+    cfg.seed = 26;
+    struct parity_result pr;
+    memset(&pr, 0, sizeof pr);
+    cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &cfg, 2, &pr, &err), 0, "%s", err.msg);
+    cr_expect(pr.pass, "kv %s: %s", kv_f16 ? "f16" : "f32", pr.reason);
+    cr_expect_eq(pr.seq_len, 4096);
+    cr_assert_eq(pr.n_pos, 64);
+    for (int i = 0; i < 64; i++)
+        cr_expect(pr.pos[i].position >= i * 64 && pr.pos[i].position < (i + 1) * 64,
+                  "judged position %d is %d, outside its stratum", i, pr.pos[i].position);
+    cr_expect_eq(pr.pos[63].position, 4095, "the last position is judged");
+    fprintf(stderr, "longctx 4096 kv %s: min cos %.6f, max KL %.2e\n", kv_f16 ? "f16" : "f32",
+            pr.cosine.min, pr.kld.max);
+    parity_result_free(&pr);
+    model_free(m);
+    free(buf);
+}
+
+Test(longctx, parity_over_4096_positions_judges_the_whole_span_f32, .timeout = 1200)
+{
+    run_4k(0);
+}
+
+Test(longctx, parity_over_4096_positions_judges_the_whole_span_f16, .timeout = 1200)
+{
+    run_4k(1);
+}
