@@ -335,10 +335,19 @@ int cmd_golden(int argc, char **argv)
             const struct ladder_cell *c = &l->cells[ci];
             if (c->model != mi || !c->g.goldens[0])
                 continue;
+            /* recorded already: by an earlier cell of this model, or of an earlier model that
+             * is the same file under the same pin (one entry per digest; the nightly's rungs
+             * share one synthesized file) */
             int dup = 0;
-            for (int cj = 0; cj < ci; cj++)
-                dup |= l->cells[cj].model == mi && !strcmp(l->cells[cj].g.goldens, c->g.goldens) &&
-                       l->cells[cj].g.golden_tokens == c->g.golden_tokens;
+            for (int cj = 0; cj < l->n_cells && !dup; cj++) {
+                const struct ladder_cell *o = &l->cells[cj];
+                const struct ladder_model *om = &l->models[o->model], *mm = &l->models[mi];
+                const int same = o->model == mi ? cj < ci
+                                                : o->model < mi && !strcmp(om->path, mm->path) &&
+                                                      !strcmp(om->sha256, mm->sha256);
+                dup = same && !strcmp(o->g.goldens, c->g.goldens) &&
+                      o->g.golden_tokens == c->g.golden_tokens;
+            }
             if (dup)
                 continue;
             struct model *m = NULL;
