@@ -31,7 +31,9 @@
 #              every launch, so the failing kernel is named); exit 3 = no device: a FAILURE
 #   e2e        gate selftest --model <conformance models>: cuda.* parity, capability, device faults
 #   bench      Qwen3-30B-A3B shape (128 experts, hidden 2048, $GATE_BENCH_LAYERS layers) and
-#              Qwen3-8B shape ($GATE_BENCH_LAYERS_8B layers), Q4_K_M fast blocks, in /dev/shm
+#              Qwen3-8B shape ($GATE_BENCH_LAYERS_8B layers), Q4_K_M fast blocks, in /dev/shm;
+#              30B-A3B old and new side by side: v1, then GEMV v2, + routing v2, + split
+#              attention, + the decode graph (each run's settings in its bench line)
 #   ladder     gate run ladders/gpu.yaml --host h200; gate release check
 # The carried libraries reach the loader only for gate itself (gate_cmd sets LD_LIBRARY_PATH on
 # its command line): git, cmake, the compilers and python run with the host's own libraries.
@@ -358,6 +360,12 @@ st_bench() {
     # and routing v2 (one warp per token) on top of GEMV v2
     gate_cmd bench "$dir/a3b-L$L.gguf" --backend cuda --gemv v2 --route v2 --prompt-tokens 512 \
         --decode-tokens 64 --runs 3 --warmup 1 || return 1
+    # and split-KV attention, then the decode step as one CUDA graph (attn v1 vs split, graph off
+    # vs on: each against the line before it)
+    gate_cmd bench "$dir/a3b-L$L.gguf" --backend cuda --gemv v2 --route v2 --attn split \
+        --prompt-tokens 512 --decode-tokens 64 --runs 3 --warmup 1 || return 1
+    gate_cmd bench "$dir/a3b-L$L.gguf" --backend cuda --gemv v2 --route v2 --attn split \
+        --graph on --prompt-tokens 512 --decode-tokens 64 --runs 3 --warmup 1 || return 1
     echo "(30B-A3B shape with $L of 48 layers: see docs/performance.md for the extrapolation)"
     rm -f "$dir/a3b-L$L.gguf"
     gate_cmd model synth --preset qwen3-8b --layers "$L8" --quant Q4_K_M --fast-blocks \
@@ -456,7 +464,7 @@ export ROOT OUT SCRATCH B GATE GATE_GPU_DRYRUN="$DRY"
 # The kernel families of oracles/selftest.c (selftest_kernels' FAMILY rows; the dry-run test
 # checks that this list and that table agree).
 FAMILIES=(gemv gemv_experts gemv_swiglu gemv_v2 gemv_v2_experts gemv_v2_swiglu gemm embed argmax
-    rmsnorm qk_norm_rope attention route route_v2 moe_sum)
+    rmsnorm qk_norm_rope attention attention_split attention_graph route route_v2 moe_sum)
 # name:limit_s:output file
 PLAN=("preflight:20:gpu-check.log" "deps:60:build.log" "build:240:build.log")
 for f in "${FAMILIES[@]}"; do PLAN+=("selftest.$f:60:selftest.txt"); done

@@ -441,6 +441,7 @@ static const char BENCH_USAGE[] =
     "usage: gate bench MODEL.gguf [--backend ref] [--mode MODE] [--threads N]\n"
     "                  [--prompt-tokens P] [--decode-tokens D] [--runs R] [--warmup W]\n"
     "                  [--prompt-batch] [--kv f32|f16] [--gemv v1|v2] [--route v1|v2]\n"
+    "                  [--attn v1|split] [--graph off|on]\n"
     "                  [--max-runs N] [--max-seconds S] [--max-wait X]\n"
     "                  [--min-prefill-tps F] [--min-decode-tps F] [--check-positions N]\n"
     "                  [--no-check]\n"
@@ -471,7 +472,11 @@ static const char BENCH_USAGE[] =
     "  --gemv v2       the decode GEMV generation (backends that have several: cuda, whose\n"
     "                  default is v1); receipts record it in metrics.ran.gemv.\n"
     "  --route v2      the MoE routing generation (cuda: v1 one thread per token, the default;\n"
-    "                  v2 one warp per token); receipts record it in metrics.ran.route.\n";
+    "                  v2 one warp per token); receipts record it in metrics.ran.route.\n"
+    "  --attn split    the attention generation (cuda: v1 the default; split = split-KV for\n"
+    "                  decode chunks); receipts record it in metrics.ran.attn.\n"
+    "  --graph on      the decode step as one CUDA graph replayed per token (cuda; default off);\n"
+    "                  receipts record it in metrics.ran.graph (with the reason if it fell back).\n";
 
 /* Progress while the measurement runs (issue 16): throughput_gate() reports each finished run
  * (cfg.progress); on a terminal a line on stderr redrawn every half second shows runs done of
@@ -603,7 +608,9 @@ static int bench_prompt_batch(const struct model *m, const struct mode *mode,
                                 .n_batch = P,
                                 .kv_f16 = cfg->kv_f16,
                                 .gemv = mode->gemv,
-                                .route = mode->route};
+                                .route = mode->route,
+                                .attn = mode->attn,
+                                .graph = mode->graph};
     struct backend *b = NULL;
     struct throughput_stats st;
     double tps[THROUGHPUT_MAX_RUNS];
@@ -661,7 +668,7 @@ int cmd_bench(int argc, char **argv)
 {
     const char *model = NULL, *backend = backend_judge_name(), *mode_text = NULL, *v,
                *db = "receipts.db";
-    const char *gemv = NULL, *route = NULL;
+    const char *gemv = NULL, *route = NULL, *attn = NULL, *graph = NULL;
     long long compare_id = 0;
     int prompt_batch = 0;
     struct throughput_config cfg; /* the gate table's defaults, bench's own where its row says */
@@ -717,6 +724,16 @@ int cmd_bench(int argc, char **argv)
                 return 2;
             if (strcmp(route, "v1") && strcmp(route, "v2"))
                 return cli_fail(2, "bench: --route takes v1 or v2, not '%s'", route);
+        } else if (!strcmp(argv[i], "--attn")) {
+            if (cli_value(argc, argv, &i, &attn))
+                return 2;
+            if (strcmp(attn, "v1") && strcmp(attn, "split"))
+                return cli_fail(2, "bench: --attn takes v1 or split, not '%s'", attn);
+        } else if (!strcmp(argv[i], "--graph")) {
+            if (cli_value(argc, argv, &i, &graph))
+                return 2;
+            if (strcmp(graph, "off") && strcmp(graph, "on"))
+                return cli_fail(2, "bench: --graph takes off or on, not '%s'", graph);
         } else if (!strcmp(argv[i], "--mode")) {
             if (cli_value(argc, argv, &i, &mode_text))
                 return 2;
@@ -757,14 +774,30 @@ int cmd_bench(int argc, char **argv)
                      route, mode.backend);
     if (!rc && route)
         snprintf(mode.route, sizeof mode.route, "%s", route);
+    if (!rc && attn && !backend_offers_attn(mode.backend, attn))
+        rc = err_set(&err, ERR_INPUT,
+                     "bench: --attn %s, but backend '%s' has no attention generations to select"
+                     " (cuda has v1 and split)",
+                     attn, mode.backend);
+    if (!rc && attn)
+        snprintf(mode.attn, sizeof mode.attn, "%s", attn);
+    if (!rc && graph && !backend_offers_graph(mode.backend, graph))
+        rc = err_set(&err, ERR_INPUT,
+                     "bench: --graph %s, but backend '%s' has no CUDA graphs to select (cuda has"
+                     " off and on)",
+                     graph, mode.backend);
+    if (!rc && graph)
+        snprintf(mode.graph, sizeof mode.graph, "%s", graph);
     if (!rc) {
         const double t0 = now_s();
         rc = model_load(&m, model, &err);
         if (!rc)
-            printf("bench: %s (model load %.3f s, not counted), %d threads, KV cache %s%s%s%s%s\n",
+            printf("bench: %s (model load %.3f s, not counted), %d threads, KV cache %s%s%s%s%s%s%s"
+                   "%s%s\n",
                    model, now_s() - t0, cfg.n_threads ? cfg.n_threads : pool_default_threads(),
                    cfg.kv_f16 ? "F16" : "F32", gemv ? ", GEMV " : "", gemv ? gemv : "",
-                   route ? ", routing " : "", route ? route : "");
+                   route ? ", routing " : "", route ? route : "", attn ? ", attention " : "",
+                   attn ? attn : "", graph ? ", graph " : "", graph ? graph : "");
     }
     if (!rc && prompt_batch) {
         struct throughput_config only_prompt = cfg;

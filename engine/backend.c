@@ -56,10 +56,17 @@ static const struct backend_entry {
     /* its routing generations (backend_config.route; "" none to select), as gemvs: recorded in
      * base.route / metrics.ran.route; every generation is bit-identical to route_select */
     const char *routes;
+    /* its attention generations (backend_config.attn; cuda: v1, split = split-KV), as gemvs:
+     * recorded in base.attn / metrics.ran.attn; one results contract */
+    const char *attns;
+    /* its decode-step launch modes (backend_config.graph; cuda: off, on = one CUDA graph
+     * replayed per decode step), recorded in base.graph / metrics.ran.graph (with the reason
+     * when it fell back to eager launches); bit-identical either way */
+    const char *graphs;
 } BACKENDS[] = {
-    {"cuda", CUDA_OPS, 1, 1, 0, 0, "", "f16,bf16", "v1,v2", "v1,v2"},
-    {"cpu", &backend_cpu_ops, 0, 1, 1, 1, "portable,avx2,avx512", "", "", ""},
-    {"ref", &backend_ref_ops, 0, 0, 1, 1, "", "", "", ""},
+    {"cuda", CUDA_OPS, 1, 1, 0, 0, "", "f16,bf16", "v1,v2", "v1,v2", "v1,split", "off,on"},
+    {"cpu", &backend_cpu_ops, 0, 1, 1, 1, "portable,avx2,avx512", "", "", "", "", ""},
+    {"ref", &backend_ref_ops, 0, 0, 1, 1, "", "", "", "", "", ""},
 };
 #define N_BACKENDS (int)(sizeof BACKENDS / sizeof BACKENDS[0])
 
@@ -167,6 +174,22 @@ int backend_offers_route(const char *name, const char *g)
     if (i < 0 || !g || !*g)
         return 0;
     return in_list(BACKENDS[i].routes, g);
+}
+
+int backend_offers_attn(const char *name, const char *g)
+{
+    const int i = backend_index(name);
+    if (i < 0 || !g || !*g)
+        return 0;
+    return in_list(BACKENDS[i].attns, g);
+}
+
+int backend_offers_graph(const char *name, const char *g)
+{
+    const int i = backend_index(name);
+    if (i < 0 || !g || !*g)
+        return 0;
+    return in_list(BACKENDS[i].graphs, g);
 }
 
 void backend_invariants(const char *name, struct backend_invariants *out)
@@ -314,7 +337,9 @@ int backend_open(struct backend **out, const char *name, const struct model *m,
     /* the kernel generations asked for are the ones the backend says it runs (nothing asked:
      * its default) */
     if (cfg && ((rc = generation_check(name, "GEMV", "gemv", cfg->gemv, b->gemv, err)) ||
-                (rc = generation_check(name, "routing", "route", cfg->route, b->route, err)))) {
+                (rc = generation_check(name, "routing", "route", cfg->route, b->route, err)) ||
+                (rc = generation_check(name, "attention", "attn", cfg->attn, b->attn, err)) ||
+                (rc = generation_check(name, "graph", "graph", cfg->graph, b->graph, err)))) {
         ops->close(b);
         *out = NULL;
         return rc;

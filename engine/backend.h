@@ -43,6 +43,10 @@ struct backend_config {
                                 * backend_open refuses the others: what ran is what is recorded) */
     const char *route;         /* the MoE routing generation, as gemv: NULL or "" = the default;
                                 * "v1", "v2" (backend_offers_route; cuda: v2 = one warp per token) */
+    const char *attn;          /* the attention generation, as gemv: NULL or "" = the default;
+                                * "v1", "split" (backend_offers_attn; cuda: split-KV for decode) */
+    const char *graph;         /* the decode step's launches, as gemv: NULL or "" = the default;
+                                * "off", "on" (backend_offers_graph; cuda: one CUDA graph) */
     const char *emulate;       /* ref only: the roundings it emulates (GATE_REF_EMULATE's list, e.g.
                                 * "kv-f16"); NULL = the environment's; "" = none (every judge) */
 };
@@ -139,8 +143,11 @@ struct backend {
     int kv_f16;                /* set by open: the KV cache is F16 (backend_config.kv_f16) */
     char isa[16];    /* set by open: the instruction set its kernels run ("" = none selectable) */
     char prefill[8]; /* set by open: its batched projections' precision ("" = f32; "f16", "bf16") */
-    char gemv[4];  /* set by open: the GEMV generation it runs ("v1", "v2"; "" = none to select) */
-    char route[4]; /* set by open: the routing generation it runs ("v1", "v2"; "" = none) */
+    char gemv[4];   /* set by open: the GEMV generation it runs ("v1", "v2"; "" = none to select) */
+    char route[4];  /* set by open: the routing generation it runs ("v1", "v2"; "" = none) */
+    char attn[8];   /* set by open: the attention generation it runs ("v1", "split"; "" = none) */
+    char graph[48]; /* set by open: "off", "on" ("" = none to select); a backend that asked for
+                     * a graph and fell back to eager launches says why ("eager: ...") */
     char emulate[48]; /* set by backend_open: the roundings asked of a ref open
                        * (backend_config.emulate, else GATE_REF_EMULATE as read then; "?" when
                        * too long to record): part of a cached judge result's key */
@@ -193,6 +200,14 @@ int backend_offers_gemv(const char *name, const char *g);
 /* 1 when the backend's open honours backend_config.route = g ("v1", "v2"): its row's routing
  * generations (cuda: v1, the default, and v2), the same in every build. */
 int backend_offers_route(const char *name, const char *g);
+
+/* 1 when the backend's open honours backend_config.attn = g ("v1", "split"): its row's attention
+ * generations (cuda: v1, the default, and split), the same in every build. */
+int backend_offers_attn(const char *name, const char *g);
+
+/* 1 when the backend's open honours backend_config.graph = g ("off", "on"): its row's decode
+ * launch modes (cuda: off, the default, and on), the same in every build. */
+int backend_offers_graph(const char *name, const char *g);
 
 /* The invariances backend `name` declares in its row of the list (an unknown name, "exec"
  * included, declares none: all 0, isas ""): what the consistency gate holds it to. */

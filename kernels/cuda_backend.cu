@@ -13,6 +13,13 @@
  *   GATE_REF_EMULATE in tests/test_emulation.c) and has its own tolerance (docs/kernels.md);
  * - decode GEMV: v1 or v2 (backend_config.gemv, reported in base.gemv; k_gemv.cu);
  * - MoE routing: v1 or v2 (backend_config.route, reported in base.route; k_moe.cu);
+ * - attention: v1 or split (backend_config.attn, reported in base.attn; k_attn.cu): split-KV for
+ *   chunks of up to K_ATTN_SPLIT_TOKENS tokens (decode), v1 for longer ones;
+ * - decode launches: eager or one CUDA graph (backend_config.graph "on", reported in base.graph):
+ *   a one-token step without taps or faults is captured once (the position read from device
+ *   memory, attention sized for n_ctx keys) and replayed at every position; eager otherwise, and
+ *   for good, with the reason in base.graph, when capture or replay fails. The kernels and their
+ *   arguments are the eager step's, so the results are bit-identical (decode_graph);
  * - memory is planned before anything is allocated: weights + KV + workspace against
  *   cudaMemGetInfo, refusing with the numbers;
  * - inside a forward call nothing synchronizes with the host until the logits are copied back
@@ -79,6 +86,11 @@ struct cuda_be {
     float *rope_cos, *rope_sin;                               /* (n_ctx, hd/2) */
     size_t kv_layer_bytes;                                    /* one layer of K (or V) */
     int32_t *tokens, *sel;
+    int *dpos;              /* the decode graph's position (one int on the device) */
+    float *att_part;        /* the split attention's partials (attn split only) */
+    int graph;              /* 1: the decode step runs as r->gexec (backend_config.graph "on") */
+    cudaGraphExec_t gexec;  /* the captured decode step (NULL until the first graphed step) */
+    uint64_t graph_kernels; /* kernels in gexec, counted into ks.launches at every replay */
     float *x, *xb, *q, *k, *v, *att, *ffa, *ffb, *router, *selw, *kth, *k1th, *moe_y, *logits;
 };
 
@@ -145,6 +157,13 @@ static size_t layout_work(struct cuda_be *r, uint8_t *base, int n_ctx)
     r->rope_cos = (float *)carve(base, &at, (size_t)n_ctx * (hd / 2) * 4);
     r->rope_sin = (float *)carve(base, &at, (size_t)n_ctx * (hd / 2) * 4);
     r->tokens = (int32_t *)carve(base, &at, B * 4);
+    r->dpos = (int *)carve(base, &at, sizeof(int));
+    if (r->ks.attn == 2) /* the split's partials: chunks of up to K_ATTN_SPLIT_TOKENS tokens */
+        r->att_part = (float *)carve(
+            base, &at,
+            k_attention_split_floats(B < K_ATTN_SPLIT_TOKENS ? (int)B : K_ATTN_SPLIT_TOKENS,
+                                     (int)hp->n_head, n_ctx, (int)hd) *
+                sizeof(float));
     r->x = (float *)carve(base, &at, B * E * 4);
     r->xb = (float *)carve(base, &at, B * E * 4);
     r->q = (float *)carve(base, &at, B * (size_t)r->qd * 4);
@@ -222,6 +241,27 @@ static int numerics_from_config(struct cuda_be *r, const struct backend_config *
         return err_set(err, ERR_INPUT, "cuda: routing generation '%.20s' is not v1 or v2", rt);
     r->ks.route = !strcmp(rt, "v2") ? 2 : 1;
     snprintf(r->base.route, sizeof r->base.route, "%s", rt);
+    /* the attention (issue 25 §3): v1 (the default) or split (split-KV for decode chunks),
+     * reported in base.attn; one results contract, so not a cell setting */
+    const char *at = cfg && cfg->attn && *cfg->attn ? cfg->attn : "v1";
+    if (strcmp(at, "v1") && strcmp(at, "split"))
+        return err_set(err, ERR_INPUT, "cuda: attention generation '%.20s' is not v1 or split", at);
+    const struct model_hparams *hp = &r->m->hp;
+    if (!strcmp(at, "split") &&
+        !k_attention_split_shape((int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim))
+        return err_set(err, ERR_INPUT,
+                       "cuda: split attention takes head dimensions up to 256 in multiples of 4;"
+                       " this model's is %u (heads %u/%u): use attn v1",
+                       hp->head_dim, hp->n_head, hp->n_head_kv);
+    r->ks.attn = !strcmp(at, "split") ? 2 : 1;
+    snprintf(r->base.attn, sizeof r->base.attn, "%s", at);
+    /* the decode step as one CUDA graph (issue 25 §3): off (the default) or on, reported in
+     * base.graph (which says "eager: why" if it falls back); bit-identical either way */
+    const char *gr = cfg && cfg->graph && *cfg->graph ? cfg->graph : "off";
+    if (strcmp(gr, "off") && strcmp(gr, "on"))
+        return err_set(err, ERR_INPUT, "cuda: graph '%.20s' is not off or on", gr);
+    r->graph = !strcmp(gr, "on");
+    snprintf(r->base.graph, sizeof r->base.graph, "%s", gr);
     return 0;
 }
 
@@ -674,19 +714,19 @@ static int ffn_moe(struct cuda_be *r, const struct dlayer *d, int il, int n, int
     return k_moe_sum(ks, r->x, r->selw, r->moe_y, n, K, (int)E, err);
 }
 
-/* n <= n_batch tokens at positions pos0.. (the cache holds 0..pos0-1); logits (n, V) to host,
- * or with last_only only the last position's row (V): the same device computation, one row
- * copied back (forward_last: a 512-token chunk no longer moves 512 rows over PCIe). */
-static int forward_chunk(struct cuda_be *r, const int32_t *tokens, int n, int pos0, float *logits,
-                         int last_only, struct gate_err *err)
+/* The device work of n tokens at positions pos0.. from r->tokens to r->logits (n, V): every
+ * kernel of the step, nothing copied but the taps. dpos NULL: the position is pos0 (eager);
+ * else it is read from *dpos and the attention is sized for max_keys = n_ctx keys (the decode
+ * graph, captured once and replayed at every position: the same kernels, the same arguments
+ * but where the position comes from). */
+static int forward_body(struct cuda_be *r, int n, int pos0, const int *dpos, int max_keys,
+                        struct gate_err *err)
 {
     const struct model_hparams *hp = &r->m->hp;
     struct k_stream *ks = &r->ks;
     const int64_t E = r->E, qd = r->qd, kvd = r->kvd;
     const int nh = (int)hp->n_head, nkv = (int)hp->n_head_kv, hd = (int)hp->head_dim;
     int rc;
-    K_CUDA(cudaMemcpyAsync(r->tokens, tokens, (size_t)n * 4, cudaMemcpyHostToDevice, ks->s));
-    r->info.device_bytes += (uint64_t)n * 4;
     if ((rc = k_embed(ks, &r->tok_embd, r->tokens, n, r->x, err)))
         return rc;
     for (int il = 0; il < (int)hp->n_layer; il++) {
@@ -700,12 +740,12 @@ static int forward_chunk(struct cuda_be *r, const int32_t *tokens, int n, int po
             (rc = scale_rows(r, r->q, n, qd, 1, FAULT_T_ATTN_Q, il, pos0, err)) ||
             (rc = scale_rows(r, r->k, n, kvd, 1, FAULT_T_ATTN_K, il, pos0, err)) ||
             (rc = scale_rows(r, r->v, n, kvd, 1, FAULT_T_ATTN_V, il, pos0, err)) ||
-            (rc = k_qk_norm_rope_kv(ks, r->q, r->k, r->v, n, pos0, il, nh, nkv, hd,
-                                    r->q_norm + (size_t)il * hd, r->k_norm + (size_t)il * hd,
-                                    hp->eps, r->rope_cos, r->rope_sin, kc, vc, r->kv_f32,
-                                    &r->base.faults, hp->rope_base, err)) ||
-            (rc = k_attention_faulted(ks, r->q, kc, vc, r->kv_f32, r->att, n, pos0, nh, nkv, hd, il,
-                                      &r->base.faults, err)) ||
+            (rc = k_qk_norm_rope_kv_at(ks, r->q, r->k, r->v, n, pos0, dpos, il, nh, nkv, hd,
+                                       r->q_norm + (size_t)il * hd, r->k_norm + (size_t)il * hd,
+                                       hp->eps, r->rope_cos, r->rope_sin, kc, vc, r->kv_f32,
+                                       &r->base.faults, hp->rope_base, err)) ||
+            (rc = k_attention_at(ks, r->q, kc, vc, r->kv_f32, r->att, n, pos0, dpos, max_keys, nh,
+                                 nkv, hd, il, &r->base.faults, r->att_part, err)) ||
             (rc = proj_add(r, &d->wo, r->att, qd, n, FAULT_T_ATTN_OUTPUT, il, pos0, err)) ||
             (rc = k_rmsnorm(ks, r->x, r->ffn_norm + il * E, r->xb, n, (int)E, hp->eps, err)))
             return rc;
@@ -714,9 +754,88 @@ static int forward_chunk(struct cuda_be *r, const int32_t *tokens, int n, int po
             return rc;
     }
     if ((rc = k_rmsnorm(ks, r->x, r->out_norm, r->xb, n, (int)E, hp->eps, err)) ||
-        (rc = proj(r, &r->output, r->xb, E, n, r->logits, r->V, 0, err)) ||
-        (rc = scale_rows(r, r->logits, n, r->V, 1, FAULT_T_OUTPUT, -1, pos0, err)) ||
-        (rc = last_only ? copy_back(r, logits, r->logits + (size_t)(n - 1) * (size_t)r->V,
+        (rc = proj(r, &r->output, r->xb, E, n, r->logits, r->V, 0, err)))
+        return rc;
+    return scale_rows(r, r->logits, n, r->V, 1, FAULT_T_OUTPUT, -1, pos0, err);
+}
+
+/* Give up the decode graph for this open: eager launches from now on, base.graph saying why. */
+static void graph_off(struct cuda_be *r, const char *why)
+{
+    r->graph = 0;
+    snprintf(r->base.graph, sizeof r->base.graph, "eager: %.38s", why);
+}
+
+/* The decode step from the graph: captured at the first step that may use it (one token, no
+ * taps, no faults, GATE_CUDA_DEBUG unset), replayed after. 1: it ran (the logits are in
+ * r->logits); 0: run the step eagerly (a step the graph does not cover, or the graph failed and
+ * graph_off recorded why; a capture or replay failure is never the forward's failure: the eager
+ * step then computes the same bits). The position goes to r->dpos before the replay; the token
+ * is in r->tokens already. */
+static int decode_graph(struct cuda_be *r, int n, int pos0)
+{
+    if (!r->graph || n != 1 || r->base.taps || r->base.faults.n)
+        return 0;
+    if (r->ks.debug) {
+        graph_off(r, "GATE_CUDA_DEBUG=1 syncs every launch");
+        return 0;
+    }
+    cudaStream_t s = r->ks.s;
+    cudaError_t e;
+    if (!r->gexec) {
+        struct gate_err cerr;
+        err_clear(&cerr);
+        const uint64_t before = r->ks.launches;
+        cudaGraph_t g = NULL;
+        if ((e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal)) != cudaSuccess) {
+            graph_off(r, cudaGetErrorName(e));
+            return 0;
+        }
+        const int rc = forward_body(r, 1, pos0, r->dpos, r->base.n_ctx, &cerr);
+        e = cudaStreamEndCapture(s, &g);
+        r->graph_kernels = r->ks.launches - before;
+        r->ks.launches = before; /* captured, not launched */
+        if (rc || e != cudaSuccess || !g) {
+            if (g)
+                cudaGraphDestroy(g);
+            cudaGetLastError(); /* the capture's error is not the eager step's */
+            graph_off(r, rc ? cerr.msg : cudaGetErrorName(e));
+            return 0;
+        }
+        e = cudaGraphInstantiate(&r->gexec, g, 0);
+        cudaGraphDestroy(g);
+        if (e != cudaSuccess) {
+            r->gexec = NULL;
+            cudaGetLastError();
+            graph_off(r, cudaGetErrorName(e));
+            return 0;
+        }
+    }
+    if ((e = cudaMemcpyAsync(r->dpos, &pos0, sizeof pos0, cudaMemcpyHostToDevice, s)) !=
+            cudaSuccess ||
+        (e = cudaGraphLaunch(r->gexec, s)) != cudaSuccess) {
+        cudaGetLastError();
+        graph_off(r, cudaGetErrorName(e));
+        return 0;
+    }
+    r->info.device_bytes += sizeof pos0;
+    r->ks.launches += r->graph_kernels;
+    return 1;
+}
+
+/* n <= n_batch tokens at positions pos0.. (the cache holds 0..pos0-1); logits (n, V) to host,
+ * or with last_only only the last position's row (V): the same device computation, one row
+ * copied back (forward_last: a 512-token chunk no longer moves 512 rows over PCIe). */
+static int forward_chunk(struct cuda_be *r, const int32_t *tokens, int n, int pos0, float *logits,
+                         int last_only, struct gate_err *err)
+{
+    struct k_stream *ks = &r->ks;
+    int rc;
+    K_CUDA(cudaMemcpyAsync(r->tokens, tokens, (size_t)n * 4, cudaMemcpyHostToDevice, ks->s));
+    r->info.device_bytes += (uint64_t)n * 4;
+    if (!decode_graph(r, n, pos0) && (rc = forward_body(r, n, pos0, NULL, pos0 + n, err)))
+        return rc;
+    if ((rc = last_only ? copy_back(r, logits, r->logits + (size_t)(n - 1) * (size_t)r->V,
                                     (size_t)r->V * 4, err)
                         : copy_back(r, logits, r->logits, (size_t)n * (size_t)r->V * 4, err)))
         return rc;
@@ -761,6 +880,8 @@ static void cuda_close(struct backend *b)
         return;
     if (r->ks.s)
         cudaStreamSynchronize(r->ks.s);
+    if (r->gexec)
+        cudaGraphExecDestroy(r->gexec);
     if (r->gws.blas)
         cublasDestroy(r->gws.blas);
     if (r->ks.s)

@@ -35,6 +35,8 @@ struct k_stream {
                         * (k_gemv_v2_type), anything else = v1 (k_gemv.cu) */
     int route;         /* the routing generation k_route runs: 2 = v2 (route2_kernel, one warp
                         * per token, up to 1024 experts), anything else = v1 (k_moe.cu) */
+    int attn;          /* the attention k_attention_at runs: 2 = split (attn_split_kernel +
+                        * attn_combine_kernel, split-KV), anything else = v1 (k_attn.cu) */
 };
 
 struct k_weight {

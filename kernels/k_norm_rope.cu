@@ -67,13 +67,15 @@ __device__ __forceinline__ void kv_store(__half *p, float v)
  * Dynamic shared memory: hd floats. */
 template <typename KV>
 __global__ void
-qk_norm_rope_kv_kernel(float *q, const float *k, const float *v, int pos0, int layer, int nh,
-                       int nkv, int hd, const float *qn, const float *kn, float eps,
-                       const float *cs, const float *sn, KV *kc, KV *vc,
+qk_norm_rope_kv_kernel(float *q, const float *k, const float *v, int pos0, const int *dpos,
+                       int layer, int nh, int nkv, int hd, const float *qn, const float *kn,
+                       float eps, const float *cs, const float *sn, KV *kc, KV *vc,
                        const __grid_constant__ struct fault_set faults, float rope_base)
 {
     extern __shared__ float buf[];
-    const int t = blockIdx.x, hh = blockIdx.y, pos = pos0 + t, kvd = nkv * hd, half = hd / 2;
+    /* the position: the argument, or under a graph the device copy (the same int either way) */
+    const int t = blockIdx.x, hh = blockIdx.y, pos = (dpos ? *dpos : pos0) + t, kvd = nkv * hd,
+              half = hd / 2;
     const float kf = fault_kv_factor_inline(&faults, layer, pos); /* kv_corrupt (1: none) */
     if (hh >= nh + nkv) {                                         /* V head: append as is */
         const int h = hh - nh - nkv;
@@ -135,6 +137,16 @@ int k_qk_norm_rope_kv(struct k_stream *ks, float *q, const float *k, const float
                       void *vc, int kv_f32, const struct fault_set *faults, float rope_base,
                       struct gate_err *err)
 {
+    return k_qk_norm_rope_kv_at(ks, q, k, v, n, pos0, NULL, layer, nh, nkv, hd, qn, kn, eps, cs, sn,
+                                kc, vc, kv_f32, faults, rope_base, err);
+}
+
+int k_qk_norm_rope_kv_at(struct k_stream *ks, float *q, const float *k, const float *v, int n,
+                         int pos0, const int *dpos, int layer, int nh, int nkv, int hd,
+                         const float *qn, const float *kn, float eps, const float *cs,
+                         const float *sn, void *kc, void *vc, int kv_f32,
+                         const struct fault_set *faults, float rope_base, struct gate_err *err)
+{
     if (n <= 0)
         return 0;
     if (!(rope_base > 0.0f) && fault_has_kind_inline(faults, FAULT_ROPE_SHIFT))
@@ -144,12 +156,12 @@ int k_qk_norm_rope_kv(struct k_stream *ks, float *q, const float *k, const float
     const size_t smem = (size_t)hd * sizeof(float);
     if (kv_f32)
         qk_norm_rope_kv_kernel<float><<<grid, threads, smem, ks->s>>>(
-            q, k, v, pos0, layer, nh, nkv, hd, qn, kn, eps, cs, sn, (float *)kc, (float *)vc,
+            q, k, v, pos0, dpos, layer, nh, nkv, hd, qn, kn, eps, cs, sn, (float *)kc, (float *)vc,
             k_fault_value(faults), rope_base);
     else
         qk_norm_rope_kv_kernel<__half><<<grid, threads, smem, ks->s>>>(
-            q, k, v, pos0, layer, nh, nkv, hd, qn, kn, eps, cs, sn, (__half *)kc, (__half *)vc,
-            k_fault_value(faults), rope_base);
+            q, k, v, pos0, dpos, layer, nh, nkv, hd, qn, kn, eps, cs, sn, (__half *)kc,
+            (__half *)vc, k_fault_value(faults), rope_base);
     K_LAUNCHED(ks, "qk_norm_rope_kv_kernel");
     return 0;
 }

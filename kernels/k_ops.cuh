@@ -67,6 +67,16 @@ int k_qk_norm_rope_kv(struct k_stream *ks, float *q, const float *k, const float
                       void *vc, int kv_f32, const struct fault_set *faults, float rope_base,
                       struct gate_err *err);
 
+/* k_qk_norm_rope_kv with the first token's position read from device memory (dpos, one int;
+ * NULL: pos0, and then exactly k_qk_norm_rope_kv): what a CUDA graph replayed at every position
+ * launches (cuda_backend.cu). The kernel computes pos = *dpos + t instead of pos0 + t; nothing
+ * else differs. */
+int k_qk_norm_rope_kv_at(struct k_stream *ks, float *q, const float *k, const float *v, int n,
+                         int pos0, const int *dpos, int layer, int nh, int nkv, int hd,
+                         const float *qn, const float *kn, float eps, const float *cs,
+                         const float *sn, void *kc, void *vc, int kv_f32,
+                         const struct fault_set *faults, float rope_base, struct gate_err *err);
+
 /* ---- k_attn.cu ----------------------------------------------------------------------------- */
 
 /* Allow attention over n_ctx keys (dynamic shared memory for the scores); ERR_ENV naming the
@@ -85,6 +95,30 @@ int k_attention(struct k_stream *ks, const float *q, const void *kc, const void 
 int k_attention_faulted(struct k_stream *ks, const float *q, const void *kc, const void *vc,
                         int kv_f32, float *out, int n, int pos0, int nh, int nkv, int hd, int layer,
                         const struct fault_set *faults, struct gate_err *err);
+
+/* The attention of the forward (cuda_backend.cu), by ks->attn: 2 = split-KV for chunks of up to
+ * K_ATTN_SPLIT_TOKENS tokens (attn_split_kernel + attn_combine_kernel; part: a workspace of
+ * k_attention_split_floats(n, nh, max_keys, hd) floats; the shape must pass
+ * k_attention_split_shape, else ERR_INPUT), anything else = v1 (attn_kernel; part unused).
+ * max_keys: the most keys any token of the call may attend to — the launch (v1's shared memory, the
+ * split's grid) is sized by it, never by the current length; eagerly pos0 + n, under a graph the
+ * context size. dpos: the first token's position in device memory (NULL: pos0). The split's
+ * partition is fixed (SPLIT_KEYS keys per split), so its result does not depend on max_keys; nor
+ * does v1's. Twin: ref.c attn_heads(); the split's order and its bound: docs/kernels.md "Split-KV
+ * attention". */
+#define K_ATTN_SPLIT_TOKENS 8 /* the split runs for chunks of up to this many tokens; v1 above */
+int k_attention_at(struct k_stream *ks, const float *q, const void *kc, const void *vc, int kv_f32,
+                   float *out, int n, int pos0, const int *dpos, int max_keys, int nh, int nkv,
+                   int hd, int layer, const struct fault_set *faults, float *part,
+                   struct gate_err *err);
+
+/* 1 when the split kernel takes the shape: nh a multiple of nkv, hd <= 256 and a multiple of 4. */
+int k_attention_split_shape(int nh, int nkv, int hd);
+
+/* The splits a launch for max_keys keys has (ceil(max_keys / SPLIT_KEYS), at least 1), and the
+ * floats of its partials workspace for n tokens: n * nh * splits * (hd + 2). */
+int k_attention_split_splits(int max_keys);
+size_t k_attention_split_floats(int n, int nh, int max_keys, int hd);
 
 /* ---- the scale fault ------------------------------------------------------------------------ */
 

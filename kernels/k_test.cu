@@ -31,7 +31,7 @@ struct dbuf {
 };
 
 struct tstream {
-    struct k_stream ks = {nullptr, 0, 0, 1, 1};
+    struct k_stream ks = {nullptr, 0, 0, 1, 1, 1};
     ~tstream()
     {
         if (ks.s)
@@ -228,11 +228,69 @@ static int get_cache(float *dst, const dbuf &b, size_t elems, int kv_f32, struct
     return rc;
 }
 
+/* A graph of what `launch` enqueues on t's stream, with *dpos (device) read by the kernels: the
+ * capture runs while *dpos holds `first` (never the position asked), then the graph is replayed
+ * at `first` and at `pos0`, as the backend replays its decode graph at every position. The
+ * launchers must not synchronize while capturing: debug is off for the capture. */
+/* The position a graph is first replayed at: another one than pos0 whose n tokens fit n_ctx
+ * (pos0 itself when none does). */
+static int other_pos(int pos0, int n, int n_ctx)
+{
+    return pos0 > 0 ? pos0 - 1 : pos0 + 1 + n <= n_ctx ? pos0 + 1 : pos0;
+}
+
+template <class F>
+static int graphed(tstream &t, int *dpos, int first, int pos0, F &&launch, struct gate_err *err)
+{
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t ge = nullptr;
+    K_CUDA(cudaMemcpy(dpos, &first, sizeof first, cudaMemcpyHostToDevice));
+    K_CUDA(cudaDeviceSynchronize());
+    t.ks.debug = 0;
+    K_CUDA(cudaStreamBeginCapture(t.ks.s, cudaStreamCaptureModeThreadLocal));
+    int rc = launch();
+    cudaError_t e = cudaStreamEndCapture(t.ks.s, &g);
+    t.ks.debug = 1;
+    if (rc) {
+        if (g)
+            cudaGraphDestroy(g);
+        return rc;
+    }
+    if (e != cudaSuccess)
+        return k_fail_cuda(err, "cudaStreamEndCapture", __FILE__, __LINE__, e);
+    e = cudaGraphInstantiate(&ge, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess)
+        return k_fail_cuda(err, "cudaGraphInstantiate", __FILE__, __LINE__, e);
+    const int at[2] = {first, pos0};
+    for (int i = 0; i < 2 && e == cudaSuccess; i++) {
+        e = cudaMemcpyAsync(dpos, &at[i], sizeof at[i], cudaMemcpyHostToDevice, t.ks.s);
+        if (e == cudaSuccess)
+            e = cudaGraphLaunch(ge, t.ks.s);
+        if (e == cudaSuccess)
+            e = cudaStreamSynchronize(t.ks.s);
+    }
+    cudaGraphExecDestroy(ge);
+    if (e != cudaSuccess)
+        return k_fail_cuda(err, "a replay of the captured graph", __FILE__, __LINE__, e);
+    return 0;
+}
+
 extern "C" int k_test_qk_norm_rope(float *q, const float *k, const float *v, int n, int pos0,
                                    int layer, int nh, int nkv, int hd, const float *qn,
                                    const float *kn, float eps, const float *cs, const float *sn,
                                    int n_ctx, int kv_f32, const struct fault_set *faults, float *kc,
                                    float *vc, struct gate_err *err)
+{
+    return k_test_qk_norm_rope_at(0, q, k, v, n, pos0, layer, nh, nkv, hd, qn, kn, eps, cs, sn,
+                                  n_ctx, kv_f32, faults, kc, vc, err);
+}
+
+extern "C" int k_test_qk_norm_rope_at(int graph, float *q, const float *k, const float *v, int n,
+                                      int pos0, int layer, int nh, int nkv, int hd, const float *qn,
+                                      const float *kn, float eps, const float *cs, const float *sn,
+                                      int n_ctx, int kv_f32, const struct fault_set *faults,
+                                      float *kc, float *vc, struct gate_err *err)
 {
     tstream t;
     dbuf dq, dk, dv, dqn, dkn, dcs, dsn, dkc, dvc;
@@ -247,10 +305,37 @@ extern "C" int k_test_qk_norm_rope(float *q, const float *k, const float *v, int
     TRY(put(dsn, sn, (size_t)n_ctx * (hd / 2) * 4, err));
     TRY(put(dkc, NULL, cache * (kv_f32 ? 4 : 2), err));
     TRY(put(dvc, NULL, cache * (kv_f32 ? 4 : 2), err));
-    TRY(k_qk_norm_rope_kv(&t.ks, dq.as<float>(), dk.as<float>(), dv.as<float>(), n, pos0, layer, nh,
-                          nkv, hd, dqn.as<float>(), dkn.as<float>(), eps, dcs.as<float>(),
-                          dsn.as<float>(), dkc.p, dvc.p, kv_f32, faults,
-                          0.0f /* no base: a rope_shift fault is refused */, err));
+    if (!graph) {
+        TRY(k_qk_norm_rope_kv(&t.ks, dq.as<float>(), dk.as<float>(), dv.as<float>(), n, pos0, layer,
+                              nh, nkv, hd, dqn.as<float>(), dkn.as<float>(), eps, dcs.as<float>(),
+                              dsn.as<float>(), dkc.p, dvc.p, kv_f32, faults,
+                              0.0f /* no base: a rope_shift fault is refused */, err));
+    } else {
+        /* q is rewritten in place: the first replay's q is restored before the second */
+        dbuf dpos, dq0;
+        TRY(put(dpos, NULL, sizeof(int), err));
+        TRY(put(dq0, q, (size_t)n * nh * hd * 4, err));
+        const size_t qb = (size_t)n * nh * hd * 4;
+        TRY(graphed(
+            t, dpos.as<int>(), other_pos(pos0, n, n_ctx), pos0,
+            [&]() {
+                K_CUDA(cudaMemcpyAsync(dq.p, dq0.p, qb, cudaMemcpyDeviceToDevice, t.ks.s));
+                return k_qk_norm_rope_kv_at(
+                    &t.ks, dq.as<float>(), dk.as<float>(), dv.as<float>(), n, -1, dpos.as<int>(),
+                    layer, nh, nkv, hd, dqn.as<float>(), dkn.as<float>(), eps, dcs.as<float>(),
+                    dsn.as<float>(), dkc.p, dvc.p, kv_f32, faults, 0.0f, err);
+            },
+            err));
+        /* the first replay wrote K and V at other positions: the rows outside the asked ones
+         * are zeroed again, so what comes back is comparable with the eager cache */
+        const size_t row = (size_t)nkv * hd * (kv_f32 ? 4 : 2);
+        const int other = other_pos(pos0, n, n_ctx);
+        for (int p = other; p < other + n; p++)
+            if (p < pos0 || p >= pos0 + n) {
+                K_CUDA(cudaMemset((uint8_t *)dkc.p + (size_t)p * row, 0, row));
+                K_CUDA(cudaMemset((uint8_t *)dvc.p + (size_t)p * row, 0, row));
+            }
+    }
     TRY(finish(t, err));
     TRY(get(q, dq, (size_t)n * nh * hd * 4, err));
     TRY(get_cache(kc, dkc, cache, kv_f32, err));
@@ -260,6 +345,15 @@ extern "C" int k_test_qk_norm_rope(float *q, const float *k, const float *v, int
 extern "C" int k_test_attention(const float *q, const float *kc, const float *vc, int kv_f32, int n,
                                 int pos0, int nh, int nkv, int hd, int n_ctx, float *out,
                                 struct gate_err *err)
+{
+    return k_test_attention_at(1, 0, q, kc, vc, kv_f32, n, pos0, nh, nkv, hd, n_ctx, 0, NULL, out,
+                               err);
+}
+
+extern "C" int k_test_attention_at(int attn, int graph, const float *q, const float *kc,
+                                   const float *vc, int kv_f32, int n, int pos0, int nh, int nkv,
+                                   int hd, int n_ctx, int layer, const struct fault_set *faults,
+                                   float *out, struct gate_err *err)
 {
     tstream t;
     dbuf dq, dkc, dvc, dout;
@@ -285,8 +379,26 @@ extern "C" int k_test_attention(const float *q, const float *kc, const float *vc
         TRY(rc);
     }
     TRY(put(dout, NULL, (size_t)n * nh * hd * 4, err));
-    TRY(k_attention(&t.ks, dq.as<float>(), dkc.p, dvc.p, kv_f32, dout.as<float>(), n, pos0, nh, nkv,
-                    hd, err));
+    t.ks.attn = attn;
+    dbuf dpart, dpos;
+    if (attn == 2)
+        TRY(put(dpart, NULL,
+                k_attention_split_floats(n, nh, graph ? n_ctx : pos0 + n, hd) * sizeof(float),
+                err));
+    if (!graph) {
+        TRY(k_attention_at(&t.ks, dq.as<float>(), dkc.p, dvc.p, kv_f32, dout.as<float>(), n, pos0,
+                           NULL, pos0 + n, nh, nkv, hd, layer, faults, dpart.as<float>(), err));
+    } else {
+        TRY(put(dpos, NULL, sizeof(int), err));
+        TRY(graphed(
+            t, dpos.as<int>(), other_pos(pos0, n, n_ctx), pos0,
+            [&]() {
+                return k_attention_at(&t.ks, dq.as<float>(), dkc.p, dvc.p, kv_f32, dout.as<float>(),
+                                      n, -1, dpos.as<int>(), n_ctx, nh, nkv, hd, layer, faults,
+                                      dpart.as<float>(), err);
+            },
+            err));
+    }
     TRY(finish(t, err));
     return get(out, dout, (size_t)n * nh * hd * 4, err);
 }

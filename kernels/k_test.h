@@ -67,6 +67,34 @@ int k_test_qk_norm_rope(float *q, const float *k, const float *v, int n, int pos
 int k_test_attention(const float *q, const float *kc, const float *vc, int kv_f32, int n, int pos0,
                      int nh, int nkv, int hd, int n_ctx, float *out, struct gate_err *err);
 
+/* k_test_attention with the backend's choices (k_attention_at, k_ops.cuh): attn 1 = v1, 2 = split;
+ * faults (NULL = none) at layer; graph 0: eager, the position an argument and the launch sized
+ * for pos0 + n keys; graph 1: the launches captured once into a CUDA graph with the position read
+ * from device memory and the launch sized for n_ctx keys (what the backend's decode graph holds),
+ * replayed first at another position and then at pos0. Eager and graphed must be bit-identical
+ * (gate selftest family attention_graph). */
+int k_test_attention_at(int attn, int graph, const float *q, const float *kc, const float *vc,
+                        int kv_f32, int n, int pos0, int nh, int nkv, int hd, int n_ctx, int layer,
+                        const struct fault_set *faults, float *out, struct gate_err *err);
+
+/* The split-KV attention's arithmetic (attn_split_kernel + attn_combine_kernel, k_attn.cu) run on
+ * the HOST (no device needed): the same step functions, the lanes, warps and blocks in turn, for
+ * a launch sized for max_keys keys (>= pos0 + n). kc, vc (n_ctx, nkv*hd) as floats (what an FP16
+ * cache holds, widened: the kernel widens the same way). The one difference from the device:
+ * the host's expf (the device's is within 2 ulp of it). faults (NULL = none) at layer: drop_diag
+ * is honoured. ERR_INPUT for a shape the split does not take. */
+int k_test_attention_split_host(const float *q, const float *kc, const float *vc, int n, int pos0,
+                                int nh, int nkv, int hd, int max_keys, int layer,
+                                const struct fault_set *faults, float *out, struct gate_err *err);
+
+/* k_test_qk_norm_rope with graph 1: the launch captured once into a CUDA graph with the position
+ * read from device memory, replayed at pos0 (graph 0: exactly k_test_qk_norm_rope). */
+int k_test_qk_norm_rope_at(int graph, float *q, const float *k, const float *v, int n, int pos0,
+                           int layer, int nh, int nkv, int hd, const float *qn, const float *kn,
+                           float eps, const float *cs, const float *sn, int n_ctx, int kv_f32,
+                           const struct fault_set *faults, float *kc, float *vc,
+                           struct gate_err *err);
+
 /* Route n tokens: logits (n, X) -> ids, w (n, k); kth, k1th (n). faults may be NULL. route: the
  * generation (1 = v1 route_kernel, 2 = v2 route2_kernel, one warp per token). */
 int k_test_route(int route, const float *logits, int n, int X, int k, int layer, int pos0,

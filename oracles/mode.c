@@ -165,6 +165,8 @@ int mode_open(struct backend **out, const struct mode *mode, const struct model 
                                  .prefill = mode->prefill,
                                  .gemv = mode->gemv,
                                  .route = mode->route,
+                                 .attn = mode->attn,
+                                 .graph = mode->graph,
                                  .exec = mode->exec};
     if (mode->engine[0] && !mode->exec)
         return err_set(err, ERR_INPUT,
@@ -261,6 +263,14 @@ static void on_close(void *ctx, const struct backend *b)
         snprintf(r->route, sizeof r->route, "%s", b->route);
     else if (b->route[0] && strcmp(r->route, b->route))
         snprintf(r->route, sizeof r->route, "mixed");
+    if (b->attn[0] && !r->attn[0])
+        snprintf(r->attn, sizeof r->attn, "%s", b->attn);
+    else if (b->attn[0] && strcmp(r->attn, b->attn))
+        snprintf(r->attn, sizeof r->attn, "mixed");
+    if (b->graph[0] && !r->graph[0])
+        snprintf(r->graph, sizeof r->graph, "%s", b->graph);
+    else if (b->graph[0] && strcmp(r->graph, b->graph))
+        snprintf(r->graph, sizeof r->graph, "mixed");
     if (!r->isa[0] && b->isa[0])
         snprintf(r->isa, sizeof r->isa, "%s", b->isa);
     r->n_subjects++;
@@ -300,6 +310,10 @@ json_t *mode_ran_json(const struct mode_ran *r)
         json_object_set_new(o, "gemv", json_string(r->gemv));
     if (o && r->route[0]) /* the MoE routing generation (recorded; bit-identical either way) */
         json_object_set_new(o, "route", json_string(r->route));
+    if (o && r->attn[0]) /* the attention generation (recorded; one contract) */
+        json_object_set_new(o, "attn", json_string(r->attn));
+    if (o && r->graph[0]) /* the decode launches (recorded; bit-identical either way) */
+        json_object_set_new(o, "graph", json_string(r->graph));
     if (o && r->isa[0]) /* the instruction set it ran; gates.c holds it to settings.isa */
         json_object_set_new(o, "isa", json_string(r->isa));
     return o;

@@ -58,6 +58,11 @@ struct mode {
     /* "" (the backend's default) or "v1" / "v2": the routing generation mode_open() asks for
      * (backend_config.route; gate bench --route). Recorded in metrics.ran.route. */
     char route[4];
+    /* "" (the default) or "v1" / "split": the attention generation (backend_config.attn; gate
+     * bench --attn), and "" or "off" / "on": the decode step as one CUDA graph
+     * (backend_config.graph; gate bench --graph). Recorded in metrics.ran.attn / ran.graph. */
+    char attn[8];
+    char graph[4];
 };
 
 /* Parse "ref.decode" etc. Anything outside the fixed list is ERR_INPUT naming the list. The
@@ -115,6 +120,9 @@ struct mode_ran {
     char gemv[8];      /* the subjects' GEMV generation (base.gemv): "v1", "v2", "mixed" when they
                         * differed, "" when no subject has generations to select (CPU backends) */
     char route[8];     /* the subjects' routing generation (base.route), as gemv */
+    char attn[8];      /* the subjects' attention generation (base.attn), as gemv */
+    char graph[48];    /* the subjects' decode launches (base.graph: "off", "on", or "eager: "
+                        * and why an asked-for graph was not used), as gemv */
     char isa[16];      /* the instruction set of the first subject that declares one (base.isa):
                         * the gate's own run; the consistency gate's other sets come after it */
     int n_subjects;    /* subject backends closed */

@@ -26,9 +26,10 @@
 #endif
 
 static const char *const FAMILIES[] = {
-    "gemv",           "gemv_experts", "gemv_swiglu", "gemv_v2",  "gemv_v2_experts",
-    "gemv_v2_swiglu", "gemm",         "embed",       "argmax",   "rmsnorm",
-    "qk_norm_rope",   "attention",    "route",       "route_v2", "moe_sum"};
+    "gemv",           "gemv_experts", "gemv_swiglu",     "gemv_v2",         "gemv_v2_experts",
+    "gemv_v2_swiglu", "gemm",         "embed",           "argmax",          "rmsnorm",
+    "qk_norm_rope",   "attention",    "attention_split", "attention_graph", "route",
+    "route_v2",       "moe_sum"};
 
 const char *const *selftest_families(int *n)
 {
@@ -87,6 +88,10 @@ static const struct tol TOL[] = {
     {"qk_norm_rope", "ref.c norm_rope + cache append", 1e-12, 1e-5, 1e-5},
     {"qk_norm_rope_f16", "ref.c norm_rope, cache rounded to FP16", 1e-7, 4e-3, 1e-3},
     {"attention", "ref.c attn_heads", 1e-10, 1e-5, 1e-4},
+    /* split-KV: the same contract as v1 (FP32, another order; docs/kernels.md "Split-KV") */
+    {"attention_split", "ref.c attn_heads", 1e-10, 1e-5, 1e-4},
+    /* the decode graph's launches (position in device memory, sized for n_ctx): bit for bit */
+    {"attention_graph", "the same kernel launched eagerly (bit for bit)", 0.0, 0.0, 0.0},
     {"route", "route_select + fault_apply_route", 1e-12, 1e-6, 1e-6},
     /* routing v2 (one warp per token): the same contract, ids and logits exact */
     {"route_v2", "route_select + fault_apply_route", 1e-12, 1e-6, 1e-6},
@@ -596,6 +601,147 @@ static int check_attention(struct run *r)
     return 0;
 }
 
+/* Split-KV attention (attn split) against the twin: decode-sized chunks (the split runs for up to
+ * 8 tokens), keys inside one 128-key split, at its edge and over several; the 8B and 30B-A3B
+ * GQA groups, a group of 16, no GQA, hd 64; drop_diag on every other shape (position 0: zeros). */
+static int check_attention_split(struct run *r)
+{
+    static const struct attn_shape SH[] = {{128, 32, 8, 1, 300}, {128, 32, 4, 1, 511},
+                                           {128, 16, 1, 2, 127}, {64, 4, 4, 1, 0},
+                                           {128, 8, 2, 5, 20},   {128, 4, 4, 8, 250}};
+    const int n_ctx = ATTN_CTX, layer = 1;
+    int rc = 0;
+    for (size_t si = 0; si < sizeof SH / sizeof SH[0]; si++)
+        for (int f32 = 0; f32 < 2; f32++) {
+            const int hd = SH[si].hd, nh = SH[si].nh, nkv = SH[si].nkv, n = SH[si].n;
+            const int pos0 = SH[si].pos0, kvd = nkv * hd, drop = si % 2 == 1;
+            const size_t cache = (size_t)n_ctx * kvd, qn = (size_t)n * nh * hd;
+            struct fault_set fs = {0};
+            if (drop) {
+                fs.n = 1;
+                fs.f[0] = (struct fault_spec){.kind = FAULT_DROP_DIAG,
+                                              .layer_lo = layer,
+                                              .layer_hi = layer,
+                                              .pos_lo = 0,
+                                              .pos_hi = 1 << 30};
+            }
+            float *q = malloc(qn * 4), *kc = malloc(cache * 4), *vc = malloc(cache * 4);
+            float *got = malloc(qn * 4), *want = malloc(qn * 4), *sc = malloc(n_ctx * 4);
+            if (!q || !kc || !vc || !got || !want || !sc) {
+                rc = err_set(r->err, ERR_ENV, "selftest: no host memory for attention_split");
+            } else {
+                fill(q, (int64_t)qn, 181 + si, 1.0f);
+                fill(kc, (int64_t)cache, 182 + si, 1.0f);
+                fill(vc, (int64_t)cache, 183 + si, 1.0f);
+                if (!f32)
+                    for (size_t i = 0; i < cache; i++)
+                        kc[i] = round16(kc[i]), vc[i] = round16(vc[i]);
+                for (int t = 0; t < n; t++)
+                    for (int h = 0; h < nh; h++) {
+                        const int last = pos0 + t - drop;
+                        float *w = want + ((size_t)t * nh + h) * hd;
+                        if (last < 0)
+                            memset(w, 0, (size_t)hd * 4);
+                        else
+                            ref_attn_head(
+                                q + ((size_t)t * nh + h) * hd, kc + (size_t)(h / (nh / nkv)) * hd,
+                                vc + (size_t)(h / (nh / nkv)) * hd, (size_t)kvd, last, hd, sc, w);
+                    }
+                rc = k_test_attention_at(2, 0, q, kc, vc, f32, n, pos0, nh, nkv, hd, n_ctx, layer,
+                                         &fs, got, r->err);
+                if (!rc) {
+                    struct selftest_case c;
+                    case_init(&c, "attention_split", "out");
+                    snprintf(c.shape, sizeof c.shape,
+                             "hd %d heads %d/%d (GQA %d) tokens %d at %d, KV %s%s", hd, nh, nkv,
+                             nh / nkv, n, pos0, f32 ? "FP32" : "FP16", drop ? ", drop_diag" : "");
+                    compare(r, &c, got, want, (int64_t)qn);
+                }
+            }
+            free(q), free(kc), free(vc), free(got), free(want), free(sc);
+            if (rc)
+                return rc;
+        }
+    return 0;
+}
+
+/* The decode graph's kernels (docs/kernels.md "The decode step as one CUDA graph"): v1 and split
+ * attention and the RoPE/KV append launched as the graph launches them (position in device
+ * memory, attention sized for n_ctx keys, captured while the position held another value,
+ * replayed there and then at the asked position) against the same launch made eagerly: bit for
+ * bit. */
+static int check_attention_graph(struct run *r)
+{
+    static const struct attn_shape SH[] = {
+        {128, 32, 4, 1, 300}, {128, 32, 8, 1, 0}, {64, 4, 4, 1, 129}, {128, 8, 2, 5, 20}};
+    const int n_ctx = ATTN_CTX, layer = 1;
+    int rc = 0;
+    for (size_t si = 0; si < sizeof SH / sizeof SH[0] && !rc; si++) {
+        const int hd = SH[si].hd, nh = SH[si].nh, nkv = SH[si].nkv, n = SH[si].n;
+        const int pos0 = SH[si].pos0, kvd = nkv * hd, half = hd / 2;
+        const size_t cache = (size_t)n_ctx * kvd, qn = (size_t)n * nh * hd;
+        const size_t kn = (size_t)n * kvd, tab = (size_t)n_ctx * half;
+        float *q = malloc(qn * 4), *kc = malloc(cache * 4), *vc = malloc(cache * 4);
+        float *a = malloc(qn * 4), *b = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4);
+        float *kc2 = malloc(cache * 4), *vc2 = malloc(cache * 4), *qa = malloc(qn * 4);
+        float *qb = malloc(qn * 4), *cs = malloc(tab * 4), *sn = malloc(tab * 4);
+        float *wn = malloc((size_t)hd * 4);
+        if (!q || !kc || !vc || !a || !b || !k || !v || !kc2 || !vc2 || !qa || !qb || !cs || !sn ||
+            !wn) {
+            rc = err_set(r->err, ERR_ENV, "selftest: no host memory for attention_graph");
+        } else {
+            fill(q, (int64_t)qn, 281 + si, 1.0f);
+            fill(kc, (int64_t)cache, 282 + si, 1.0f);
+            fill(vc, (int64_t)cache, 283 + si, 1.0f);
+            fill(k, (int64_t)kn, 284 + si, 1.0f);
+            fill(v, (int64_t)kn, 285 + si, 1.0f);
+            fill(wn, hd, 286 + si, 1.0f);
+            ref_rope_tables(cs, sn, n_ctx, hd, 1e6f);
+            char shape[128];
+            snprintf(shape, sizeof shape, "hd %d heads %d/%d tokens %d at %d", hd, nh, nkv, n,
+                     pos0);
+            for (int attn = 1; attn <= 2 && !rc; attn++)
+                for (int f32 = 0; f32 < 2 && !rc; f32++) {
+                    rc = k_test_attention_at(attn, 0, q, kc, vc, f32, n, pos0, nh, nkv, hd, n_ctx,
+                                             layer, NULL, a, r->err);
+                    if (!rc)
+                        rc = k_test_attention_at(attn, 1, q, kc, vc, f32, n, pos0, nh, nkv, hd,
+                                                 n_ctx, layer, NULL, b, r->err);
+                    if (!rc) {
+                        struct selftest_case c;
+                        case_init(&c, "attention_graph", attn == 2 ? "split out" : "v1 out");
+                        snprintf(c.shape, sizeof c.shape, "%s, KV %s", shape,
+                                 f32 ? "FP32" : "FP16");
+                        compare(r, &c, b, a, (int64_t)qn);
+                    }
+                }
+            for (int f32 = 0; f32 < 2 && !rc; f32++) {
+                memcpy(qa, q, qn * 4), memcpy(qb, q, qn * 4);
+                rc = k_test_qk_norm_rope_at(0, qa, k, v, n, pos0, layer, nh, nkv, hd, wn, wn, 1e-6f,
+                                            cs, sn, n_ctx, f32, NULL, kc, vc, r->err);
+                if (!rc)
+                    rc = k_test_qk_norm_rope_at(1, qb, k, v, n, pos0, layer, nh, nkv, hd, wn, wn,
+                                                1e-6f, cs, sn, n_ctx, f32, NULL, kc2, vc2, r->err);
+                if (!rc) {
+                    struct selftest_case c;
+                    case_init(&c, "attention_graph", "RoPE q");
+                    snprintf(c.shape, sizeof c.shape, "%s, KV %s", shape, f32 ? "FP32" : "FP16");
+                    compare(r, &c, qb, qa, (int64_t)qn);
+                    case_init(&c, "attention_graph", "K cache");
+                    snprintf(c.shape, sizeof c.shape, "%s, KV %s", shape, f32 ? "FP32" : "FP16");
+                    compare(r, &c, kc2, kc, (int64_t)cache);
+                    case_init(&c, "attention_graph", "V cache");
+                    snprintf(c.shape, sizeof c.shape, "%s, KV %s", shape, f32 ? "FP32" : "FP16");
+                    compare(r, &c, vc2, vc, (int64_t)cache);
+                }
+            }
+        }
+        free(q), free(kc), free(vc), free(a), free(b), free(k), free(v), free(kc2), free(vc2);
+        free(qa), free(qb), free(cs), free(sn), free(wn);
+    }
+    return rc;
+}
+
 /* ---- routing and the weighted sum -------------------------------------------------------------
  */
 
@@ -731,6 +877,8 @@ int selftest_kernels(const char *family, selftest_cmp_fn cmp, void *ctx, int *n_
     FAMILY("rmsnorm", check_rmsnorm(&r));
     FAMILY("qk_norm_rope", check_qk_norm_rope(&r));
     FAMILY("attention", check_attention(&r));
+    FAMILY("attention_split", check_attention_split(&r));
+    FAMILY("attention_graph", check_attention_graph(&r));
     FAMILY("route", check_route(&r, 1));
     FAMILY("route_v2", check_route(&r, 2));
     FAMILY("moe_sum", check_moe_sum(&r));

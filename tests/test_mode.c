@@ -417,3 +417,75 @@ Test(mode, routing_generation_is_asked_at_open_and_recorded_as_ran)
     model_free(m);
     free(buf);
 }
+
+/* The attention generation and the decode graph (issue 25 §3), as the GEMV's: asked for through
+ * the mode (backend_config.attn / .graph), refused by a backend that has none to select, recorded
+ * in metrics.ran.attn / ran.graph as each subject reported it (base.attn, base.graph: a graph that
+ * fell back to eager launches says why), "mixed" when subjects differed, absent for CPU ones. */
+Test(mode, attention_and_graph_are_asked_at_open_and_recorded_as_ran)
+{
+    cr_expect(backend_offers_attn("cuda", "v1"));
+    cr_expect(backend_offers_attn("cuda", "split"));
+    cr_expect_not(backend_offers_attn("cuda", "v2"));
+    cr_expect_not(backend_offers_attn("cpu", "split"));
+    cr_expect_not(backend_offers_attn("ref", "v1"));
+    cr_expect(backend_offers_graph("cuda", "on"));
+    cr_expect(backend_offers_graph("cuda", "off"));
+    cr_expect_not(backend_offers_graph("cuda", ""));
+    cr_expect_not(backend_offers_graph("cpu", "on"));
+    cr_expect_not(backend_offers_graph("nope", "on"));
+
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-moe", &buf);
+    struct gate_err err = {0};
+    struct mode md;
+    struct backend *b = NULL;
+    cr_assert_eq(mode_parse("cpu.decode", &md, &err), 0, "%s", err.msg);
+    snprintf(md.attn, sizeof md.attn, "split");
+    cr_expect_eq(mode_open(&b, &md, m, 8, 1, NULL, &err), ERR_INPUT, "cpu opened as attn split");
+    cr_expect(strstr(err.msg, "backend cpu has no attention generations to select"), "%s", err.msg);
+    cr_expect_null(b);
+    md.attn[0] = '\0';
+    err_clear(&err);
+    snprintf(md.graph, sizeof md.graph, "on");
+    cr_expect_eq(mode_open(&b, &md, m, 8, 1, NULL, &err), ERR_INPUT, "cpu opened with a graph");
+    cr_expect(strstr(err.msg, "backend cpu has no graph generations to select"), "%s", err.msg);
+    cr_expect_null(b);
+    md.graph[0] = '\0';
+
+    /* what ran: each subject's base.attn / base.graph as its open (or a fallback) set them */
+    static const char *const ran_as[][2][2] = {{{"", ""}, {"", ""}},
+                                               {{"split", "on"}, {"", ""}},
+                                               {{"v1", "off"}, {"split", "off"}},
+                                               {{"split", "eager: cudaErrorX"}, {"split", "on"}},
+                                               {{"split", "on"}, {"split", "on"}}};
+    static const char *const want[][2] = {
+        {NULL, NULL}, {"split", "on"}, {"mixed", "off"}, {"split", "mixed"}, {"split", "on"}};
+    for (size_t c = 0; c < sizeof want / sizeof want[0]; c++) {
+        struct mode_ran ran;
+        mode_ran_begin(&ran);
+        for (int s = 0; s < 2; s++) {
+            err_clear(&err);
+            cr_assert_eq(mode_open(&b, &md, m, 8, 1, NULL, &err), 0, "%s", err.msg);
+            cr_expect_str_eq(b->attn, "", "a CPU backend reports no attention generation");
+            cr_expect_str_eq(b->graph, "", "a CPU backend reports no graph setting");
+            snprintf(b->attn, sizeof b->attn, "%s", ran_as[c][s][0]);
+            snprintf(b->graph, sizeof b->graph, "%s", ran_as[c][s][1]);
+            backend_close(b);
+        }
+        mode_ran_end();
+        json_t *rj = mode_ran_json(&ran);
+        for (int k = 0; k < 2; k++) {
+            const char *key = k ? "graph" : "attn";
+            const char *got = json_string_value(json_object_get(rj, key));
+            if (want[c][k])
+                cr_expect(got && !strcmp(got, want[c][k]), "case %zu: ran.%s %s, want %s", c, key,
+                          got ? got : "(absent)", want[c][k]);
+            else
+                cr_expect_null(got, "case %zu: ran.%s %s recorded for CPU subjects", c, key, got);
+        }
+        json_decref(rj);
+    }
+    model_free(m);
+    free(buf);
+}

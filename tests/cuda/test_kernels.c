@@ -12,6 +12,7 @@
 
 #include "engine/dotq.h"
 #include "engine/quant.h"
+#include "engine/ref_ops.h"
 #include "engine/route.h"
 #include "kernels/k_test.h"
 #include "oracles/selftest.h"
@@ -87,6 +88,14 @@ Test(cuda_kernels, qk_norm_rope_kv_matches_twin_and_skip_fault)
 Test(cuda_kernels, attention_matches_twin_over_gqa_and_head_dims)
 {
     run_family("attention");
+}
+Test(cuda_kernels, split_attention_matches_twin)
+{
+    run_family("attention_split");
+}
+Test(cuda_kernels, graphed_attention_and_rope_are_bit_identical_to_eager)
+{
+    run_family("attention_graph");
 }
 Test(cuda_kernels, routing_matches_route_select_with_ties_and_faults)
 {
@@ -227,4 +236,89 @@ Test(cuda_kernels, routing_v2_steps_on_the_host_are_bit_identical_to_route_selec
     int32_t id;
     cr_assert_eq(k_test_route2_host(&one, 1, 1, 2, 0, 0, NULL, &id, &w1, &one, &one, &err),
                  ERR_INPUT);
+}
+
+/* No device needed: the split-KV attention's arithmetic (the step functions attn_split_kernel and
+ * attn_combine_kernel run, lanes, warps, blocks and splits in turn) on the host, against the
+ * twin's ref_attn_head, with gate selftest's attention tolerance (NMSE 1e-10, 1e-5 + 1e-4|want|):
+ * the Qwen3-8B group (32/8) and the 30B-A3B group (32/4) at hd 128, a group of 16 (two blocks per
+ * KV head), no GQA, hd 64, key counts inside one split, at its edge (128, 129), over many
+ * splits; several tokens; FP32 and FP16-rounded caches; drop_diag (at position 0 a zero output).
+ * And bit for bit: the result does not depend on the capacity the launch was sized for (pos0 + n
+ * eagerly, the context under a graph): the partition is fixed, idle splits exit. */
+Test(cuda_kernels, split_attention_on_the_host_matches_the_twin)
+{
+    static const struct {
+        int hd, nh, nkv, n, pos0;
+    } SH[] = {{128, 32, 8, 1, 0},   {128, 32, 8, 1, 127},  {128, 32, 8, 1, 128},
+              {128, 32, 4, 1, 700}, {128, 16, 1, 1, 300},  {64, 4, 4, 3, 129},
+              {128, 8, 2, 5, 250},  {128, 32, 4, 2, 1021}, {256, 4, 2, 1, 200}};
+    enum { CTX = 1100 };
+    double worst_abs = 0.0, worst_nmse = 0.0;
+    for (size_t si = 0; si < sizeof SH / sizeof SH[0]; si++)
+        for (int f16 = 0; f16 < 2; f16++)
+            for (int drop = 0; drop < 2; drop++) {
+                const int hd = SH[si].hd, nh = SH[si].nh, nkv = SH[si].nkv, n = SH[si].n;
+                const int pos0 = drop && si % 3 == 0 ? 0 : SH[si].pos0, kvd = nkv * hd, layer = 3;
+                const size_t qn = (size_t)n * nh * hd, cache = (size_t)CTX * kvd;
+                float *q = malloc(qn * 4), *kc = malloc(cache * 4), *vc = malloc(cache * 4);
+                float *got = malloc(qn * 4), *big = malloc(qn * 4), *want = malloc(qn * 4);
+                float *s = malloc(CTX * 4);
+                cr_assert(q && kc && vc && got && big && want && s);
+                uint64_t seed = 777 + si * 4 + (uint64_t)f16 * 2 + (uint64_t)drop;
+                float *arr[3] = {q, kc, vc};
+                const size_t len[3] = {qn, cache, cache};
+                for (int a = 0; a < 3; a++)
+                    for (size_t i = 0; i < len[a]; i++) {
+                        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                        float x = (float)((double)(seed >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+                        if (a == 0)
+                            x *= 3.0f; /* sharper softmax: scores up to ~3 sqrt(hd) / sqrt(hd) */
+                        arr[a][i] = f16 && a ? quant_fp16_to_f32(quant_f32_to_fp16(x)) : x;
+                    }
+                struct fault_set fs = {0};
+                if (drop) { /* drop_diag on this layer at every position */
+                    fs.n = 1;
+                    fs.f[0] = (struct fault_spec){.kind = FAULT_DROP_DIAG,
+                                                  .layer_lo = layer,
+                                                  .layer_hi = layer,
+                                                  .pos_lo = 0,
+                                                  .pos_hi = 1 << 30};
+                }
+                for (int t = 0; t < n; t++)
+                    for (int h = 0; h < nh; h++) {
+                        const int last = drop ? pos0 + t - 1 : pos0 + t;
+                        float *w = want + ((size_t)t * nh + h) * hd;
+                        if (last < 0)
+                            memset(w, 0, (size_t)hd * 4);
+                        else
+                            ref_attn_head(
+                                q + ((size_t)t * nh + h) * hd, kc + (size_t)(h / (nh / nkv)) * hd,
+                                vc + (size_t)(h / (nh / nkv)) * hd, (size_t)kvd, last, hd, s, w);
+                    }
+                struct gate_err err = {0};
+                cr_assert_eq(k_test_attention_split_host(q, kc, vc, n, pos0, nh, nkv, hd, pos0 + n,
+                                                         layer, &fs, got, &err),
+                             0, "%s", err.msg);
+                cr_assert_eq(k_test_attention_split_host(q, kc, vc, n, pos0, nh, nkv, hd, CTX,
+                                                         layer, &fs, big, &err),
+                             0, "%s", err.msg);
+                char what[160];
+                snprintf(what, sizeof what,
+                         "split on the host, hd %d heads %d/%d, %d tokens at %d, %s%s", hd, nh, nkv,
+                         n, pos0, f16 ? "FP16 cache" : "FP32 cache", drop ? ", drop_diag" : "");
+                cr_expect(!memcmp(got, big, qn * 4),
+                          "%s: the launch for %d keys and the one for %d differ", what, pos0 + n,
+                          CTX);
+                check_floats(what, got, want, (int64_t)qn, 1e-5, 1e-4, 1e-10);
+                const struct compare_stats st = check_cmp(got, want, (int64_t)qn, 1e-5, 1e-4);
+                if (st.max_abs > worst_abs)
+                    worst_abs = st.max_abs;
+                if (st.nmse > worst_nmse)
+                    worst_nmse = st.nmse;
+                free(q), free(kc), free(vc), free(got), free(big), free(want), free(s);
+            }
+    fprintf(stderr,
+            "split attention on the host vs ref_attn_head: max |diff| %.3g, max NMSE %.3g\n",
+            worst_abs, worst_nmse);
 }
