@@ -15,6 +15,7 @@
 #include "engine/model.h"
 #include "engine/synth.h"
 #include "harness/budget.h"
+#include "harness/gatedef.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
 #include "oracles/mode.h"
@@ -279,7 +280,7 @@ static void run_4k(int kv_f16)
     cr_assert_eq(mode_parse("cpu.decode", &mode, &err), 0, "%s", err.msg);
     mode.kv_f16 = kv_f16;
     struct parity_config cfg;
-    parity_config_default(&cfg);
+    gatedef_parity_config(NULL, &cfg);
     cfg.positions = 64;
     cfg.span = 4096;
     cfg.seed = 26;

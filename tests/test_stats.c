@@ -16,6 +16,7 @@
 
 #include "base/detmath.h"
 #include "engine/model.h"
+#include "harness/gatedef.h"
 #include "oracles/distribution.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
@@ -231,7 +232,7 @@ Test(distribution, parity_records_the_judges_distributions)
 {
     struct model *m = check_load_case("qwen3moe-tiny-f32");
     struct parity_config c;
-    parity_config_default(&c);
+    gatedef_parity_config(NULL, &c);
     c.positions = 64;
     struct mode mode;
     struct gate_err err = {0};
