@@ -10,8 +10,15 @@ pkgs=(libyaml-0-2 libyaml-dev libsqlite3-0 libsqlite3-dev libsodium23 libsodium-
       libutf8proc2 libutf8proc-dev libjansson4 libjansson-dev zlib1g zlib1g-dev
       pkgconf pkgconf-bin libpkgconf3)
 if [ "${1:-}" = "--with-criterion" ]; then
+    # Criterion and its whole runtime closure (apt-cache depends --recurse libcriterion3, less
+    # libc6 / libgcc-s1 / gcc-12-base): the suite stage's test binaries load them from the prefix;
+    # libffi-dev and libgit2-dev for the .pc files criterion.pc requires (pkg-config --exists
+    # criterion fails without them)
     pkgs+=(libcriterion3 libcriterion-dev libboxfort-dev libnanomsg5 libnanomsg-dev libgit2-1.5
-           libprotobuf-c1)
+           libffi-dev libgit2-dev
+           libprotobuf-c1 libffi8 libhttp-parser2.9 libmbedcrypto7 libmbedtls14 libmbedx509-1
+           libssh2-1 libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1
+           libcom-err2 libssl3)
 fi
 mkdir -p .deb
 cd .deb

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The GPU check: one script an (offline) NVIDIA GPU host runs from the repository root, in stages
-# within one overall budget (GATE_GPU_BUDGET_S, default 480 s of command time), writing to $OUT
-# (or the directory given as $1):
+# within one overall budget (GATE_GPU_BUDGET_S, default 540 s of command time), writing to $OUT
+# (or the directory given as $1; at most 8 files):
 #   gpu-check.log  every stage's commands and output      build.log    configure + build
 #   selftest.txt   gate selftest, one process per kernel family, then end to end
 #   bench.txt      gate bench --backend cuda on real-shape fast-blocks models (in /dev/shm)
 #   ladder.txt     gate run ladders/gpu.yaml + gate release check
+#   suite.txt      the whole Criterion suite of the CUDA build (ctest), with its counts and skips
 #   receipts.db    the signed receipts (kept in scratch while the ladder runs; receipts.db.tar
-#                  with the -wal / -shm files when the stage was killed: never more than 7 files)
+#                  with the -wal / -shm files when the stage was killed: never more than 8 files)
 #   summary.json   every stage in order: status, exit code, seconds, reason; rewritten after
 #                  every stage, so a run cut short still says what finished
 # Stages, in order (a failed stage does not stop the later ones, except preflight):
@@ -35,6 +36,11 @@
 #              30B-A3B old and new side by side: v1, then GEMV v2, + routing v2, + split
 #              attention, + the decode graph (each run's settings in its bench line)
 #   ladder     gate run ladders/gpu.yaml --host h200; gate release check
+#   suite      the whole test suite once on the device (issue 28): the same build folder
+#              reconfigured with -DGATE_TESTS=ON (Criterion carried: fetch-debs --with-criterion),
+#              every target built, ctest with GATE_REQUIRE_GPU=1 and GATE_REQUIRE_ISA set from
+#              /proc/cpuinfo (a device or ISA test that would skip fails), GATE_TEST_SHARED =
+#              the carried ./shared; then ci/tap-summary.sh's counts and every remaining skip
 # The carried libraries reach the loader only for gate itself (gate_cmd sets LD_LIBRARY_PATH on
 # its command line): git, cmake, the compilers and python run with the host's own libraries.
 #
@@ -56,7 +62,8 @@
 # instead of the real shapes; the ladder runs in a temporary copy (nothing is written to the
 # tree). Exit 0 only when every stage passed (never in a dry run on a CPU host).
 #
-# GATE_PREPARE_ONLY=1 (where apt and ../shared exist): fetch the .deb files (ci/fetch-debs.sh) when
+# GATE_PREPARE_ONLY=1 (where apt and ../shared exist): fetch the .deb files (ci/fetch-debs.sh
+# --with-criterion, for the suite stage) when
 # .deb/ has none, copy ../shared/{conformance,tokenizers} into ./shared, write .deb/IDENTITY when
 # the tree is its clean commit (else remove it and warn: receipts from a dirty tree never count),
 # remove a local .deb/root (rebuilt there; it would only add to what is carried), say what to
@@ -401,8 +408,45 @@ st_ladder() {
     [ "$run_rc" = 0 ] && [ "$rel_rc" = 0 ]
 }
 
+# The whole suite once on the device (issue 28: "run the whole suite once in the GPU check when a
+# device is lent"). The build folder the build stage made gains the tests (the CUDA objects are
+# not rebuilt); a skip for want of the device or of an instruction set the CPU lists fails.
+st_suite() {
+    local require=(GATE_REQUIRE_GPU=1) isa=() flags jobs
+    flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+    has() { for f in "$@"; do [[ " $flags " == *" $f "* ]] || return 1; done; }
+    has avx2 fma f16c && isa+=(avx2)
+    has avx2 fma f16c avx512f avx512bw avx512vl avx512_vnni && isa+=(avx512)
+    require+=("GATE_REQUIRE_ISA=$(IFS=,; echo "${isa[*]:-}")")
+    [ "$CLEAN" = true ] && require+=(GATE_REQUIRE_CLEAN_TREE=1)
+    jobs=$(nproc 2>/dev/null || echo 2)
+    pkg-config --exists criterion 2>/dev/null ||
+        { echo "no Criterion: prepare with GATE_PREPARE_ONLY=1 (ci/fetch-debs.sh --with-criterion) and carry .deb/"; return 1; }
+    if [ "${GATE_GPU_DRYRUN:-0}" = 1 ]; then
+        echo "dry run: would reconfigure $B with -DGATE_TESTS=ON -DGATE_TEST_SHARED=$GATE_SHARED, build every target, and run: env ${require[*]} ctest -j $jobs"
+        echo "dry run: the suite is not built: no CUDA device (a dry run hides it)"
+        return 3
+    fi
+    [ -f "$B/CMakeCache.txt" ] || { echo "no configured build in $B: the build stage did not run"; return 1; }
+    cmake -S "$ROOT" -B "$B" -DGATE_TESTS=ON -DGATE_TEST_SHARED="$GATE_SHARED" >/dev/null ||
+        { echo "configure with the tests failed"; return 1; }
+    cmake --build "$B" -j "$jobs" || { echo "building the tests failed"; return 1; }
+    mkdir -p "$B/test-reports"
+    rm -f "$B"/test-reports/*.tap
+    echo "env ${require[*]} ctest -j $jobs"
+    # the test binaries link Criterion's carried closure (libgit2, ...), which their RUNPATH does
+    # not reach: the carried prefix is on the loader path for the suite only
+    local rc=0
+    (cd "$B" && LD_LIBRARY_PATH="${GATE_LIBPATH:+$GATE_LIBPATH${LD_LIBRARY_PATH:+:}}${LD_LIBRARY_PATH:-}" \
+        env "${require[@]}" ctest --output-on-failure -j "$jobs") || rc=$?
+    "$ROOT/ci/tap-summary.sh" "$B" suite
+    echo "ctest exit $rc"
+    return $rc
+}
+
 if [ "${1:-}" = --stage ]; then
     deps_env
+    [ "$2" = suite ] && tree_identity >/dev/null
     "st_$2" "${@:3}"
     exit $?
 fi
@@ -414,7 +458,7 @@ OUT=$(cd "$OUT" && pwd)
 LOG="$OUT/gpu-check.log"
 : >"$LOG"
 T0=$(date +%s)
-BUDGET=${GATE_GPU_BUDGET_S:-480}
+BUDGET=${GATE_GPU_BUDGET_S:-540}
 DRY=${GATE_GPU_DRYRUN:-0}
 say() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$LOG"; }
 
@@ -424,7 +468,8 @@ if [ -d ../shared/conformance ] && [ ! -d shared/conformance ] && [ "$DRY" != 1 
 fi
 if [ "${GATE_PREPARE_ONLY:-0}" = 1 ]; then
     if ! ls "$DEB"/*.deb >/dev/null 2>&1; then
-        ci/fetch-debs.sh 2>&1 | tee -a "$LOG" || { say "prepare: ci/fetch-debs.sh failed"; exit 1; }
+        ci/fetch-debs.sh --with-criterion 2>&1 | tee -a "$LOG" ||
+            { say "prepare: ci/fetch-debs.sh failed"; exit 1; }
     fi
     [ -d shared/conformance ] || { say "prepare: no ./shared/conformance (is ../shared there?)"; exit 1; }
     rm -rf "${DEB:?}/root" "${DEB:?}/bin" # unpacked again on the GPU host
@@ -468,7 +513,7 @@ FAMILIES=(gemv gemv_experts gemv_swiglu gemv_v2 gemv_v2_experts gemv_v2_swiglu g
 # name:limit_s:output file
 PLAN=("preflight:20:gpu-check.log" "deps:60:build.log" "build:240:build.log")
 for f in "${FAMILIES[@]}"; do PLAN+=("selftest.$f:60:selftest.txt"); done
-PLAN+=("e2e:150:selftest.txt" "bench:150:bench.txt" "ladder:200:ladder.txt")
+PLAN+=("e2e:150:selftest.txt" "bench:150:bench.txt" "ladder:200:ladder.txt" "suite:240:suite.txt")
 
 N=${#PLAN[@]}
 S_STATUS=() S_RC=() S_SEC=() S_REASON=()
@@ -545,7 +590,7 @@ done
 
 # R7: the receipts come back as one file: receipts.db when SQLite closed it cleanly (no WAL
 # left), else receipts.db.tar holding the DB with its -wal / -shm (a killed stage), so $OUT holds
-# at most the 7 files named at the top
+# at most the 8 files named at the top
 save_db() {
     local db="$SCRATCH/receipts.db" f extra=()
     [ -e "$db" ] || return 0

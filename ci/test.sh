@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The test entry point (README's test command runs this after ci/deps.sh): builds the normal
 # configuration and the AddressSanitizer + UBSan configuration, and runs every test in both.
-# After each ctest run it prints the Criterion counts (run, passed, failed, skipped) over every
-# test binary and each skipped test with its reason (issue 10 §5: a skip is never a silent pass),
-# read from the TAP report each test binary writes into BUILD/test-reports/.
+# After each ctest run ci/tap-summary.sh prints the Criterion counts (run, passed, failed, skipped)
+# over every test binary and each skipped test with its reason (issue 10 §5: a skip is never a
+# silent pass), read from the TAP report each test binary writes into BUILD/test-reports/.
 # A skip is allowed only where this host really lacks the thing (tests/support/skip.h): the
 # GATE_REQUIRE_* variables below turn each skip into a failure wherever the thing must exist, and
 # the summary prints them, so every skip that remains is listed with what allowed it.
@@ -18,36 +18,6 @@ ci/check-layers.sh
 git ls-files '*.c' '*.h' '*.cu' '*.cuh' | xargs clang-format --dry-run --Werror
 echo "ci/test.sh: layers and clang-format clean"
 
-# summarize BUILD: counts and skips from BUILD/test-reports/*.tap; names binaries without a report
-summarize() {
-    local build=$1 reports=$1/test-reports
-    local names
-    names=$(cd "$build" && ctest -N | sed -n 's/^ *Test *#[0-9]*: *//p')
-    for n in $names; do
-        [ -s "$reports/$n.tap" ] || echo "ci/test.sh: $build: $n wrote no TAP report (crashed or did not run)"
-    done
-    cat "$reports"/*.tap 2>/dev/null | awk -v build="$build" '
-        /^ok - / {
-            run++
-            if ($0 ~ /  # SKIP /) {
-                skip++
-                line = $0
-                sub(/^ok - /, "", line)
-                sub(/  # SKIP /, ": ", line)
-                skips[skip] = line
-            } else {
-                pass++
-            }
-        }
-        /^not ok - / { run++; fail++ }
-        END {
-            printf "ci/test.sh: %s: %d tests run: %d passed, %d failed, %d skipped\n",
-                   build, run, pass, fail, skip
-            for (i = 1; i <= skip; i++)
-                printf "  SKIP %s\n", skips[i]
-        }'
-}
-
 # run_ctest BUILD [ENV...]: ctest in BUILD, then the summary (also when ctest failed)
 run_ctest() {
     local build=$1 rc=0
@@ -55,7 +25,7 @@ run_ctest() {
     mkdir -p "$build/test-reports"
     rm -f "$build"/test-reports/*.tap
     (cd "$build" && env "$@" ctest --output-on-failure -j "$jobs") || rc=$?
-    summarize "$build"
+    ci/tap-summary.sh "$build"
     return "$rc"
 }
 
