@@ -1,13 +1,14 @@
 /* test_anchor.c — the anchor gate (issue 10 §1): the judge itself against an engine that is not
  * gate.
  *
- * The oracle on every conformance case (the correct twin PASSes, within 3x its measured NMSE and
- * cosine), pins that do not match, the parity math on small hand-made logits (near ties, clear
- * flips, NaN), the NMSE and cosine on vectors whose values are known by hand, anchor_judge() from
- * settings + metrics alone and just past / just inside each of its bounds, the ladder's `anchors` /
- * `unanchored` sections (strict, file:line:col), the coverage rule (every gated architecture
- * anchored or excused with a reason), the signed anchor receipt (run_anchor_payload), and the demo
- * ladder's anchors pinning the shared files. The broken twin is tests/test_broken_twin.c.
+ * The oracle on every conformance case (the correct twin PASSes, within 1.5x its measured NMSE and
+ * 3x its cosine), pins that do not match, the parity math on small hand-made logits (near ties,
+ * clear flips, NaN), the NMSE and cosine on vectors whose values are known by hand, anchor_judge()
+ * from settings + metrics alone and just past / just inside each of its bounds, the ladder's
+ * `anchors` / `unanchored` sections (strict, file:line:col), the coverage rule (every gated
+ * architecture anchored or excused with a reason), the signed anchor receipt (run_anchor_payload),
+ * and the demo ladder's anchors pinning the shared files. The broken twin is
+ * tests/test_broken_twin.c.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -79,15 +80,23 @@ static double num(const json_t *o, const char *k)
 
 /* The twin's measured noise against the float64 evaluation: the worst over the six conformance
  * cases, 2026-12-02 at cb2af35 (NMSE 6.8e-14 .. 7.0e-14, 1 - min cosine 5.2e-14 .. 9.5e-14: the
- * float32 rounding of the logits
- * themselves). The anchors' own threshold (max_nmse 1e-8) is for a judge on another machine and
- * a larger model; this test holds the twin here to what it measurably does, with the factor 3 on
- * the measures that grow with the square of the error. The factor is stated, not fitted: a
- * different order of a sum moves these numbers by a few percent, an extra rounding of an
- * intermediate to half precision by orders of magnitude. */
+ * float32 rounding of the logits themselves). The anchors' own threshold (max_nmse 1e-8) is for a
+ * judge on another machine and a larger model; this test holds the twin here to what it
+ * measurably does. The twin's reductions run in a fixed order with machine-independent exp/sin
+ * (detmath), so these figures are the same bits on every host, ISA and build type (checked
+ * 2026-12-02: the RelWithDebInfo and the ASan Debug builds print identical values on an AVX2 host,
+ * as the AVX-512 host did the day before); what separates the cases is only their content.
+ * The factors are stated, not fitted to a host:
+ * - the NMSE, a mean over every logit of every position, spreads 3 % across the cases: 1.5x its
+ *   worst leaves 15x that spread, and fails a twin whose RMSNorm sums its squares in float rather
+ *   than double (NMSE 1.21e-13 .. 1.34e-13, mutant twin-rmsnorm-float-sum), which 3x (and the
+ *   old 1e-10) let through;
+ * - 1 - min cosine, a worst position, spreads 1.8x across the cases: 3x.
+ * An extra rounding of an intermediate to half precision moves both by orders of magnitude. */
 #define TWIN_NMSE 7.1e-14
 #define TWIN_ONE_MINUS_COS 9.6e-14
-#define TWIN_NOISE_FACTOR 3.0
+#define TWIN_NMSE_FACTOR 1.5
+#define TWIN_COS_FACTOR 3.0
 
 Test(anchor, the_correct_twin_passes_every_conformance_case, .timeout = 1200)
 {
@@ -110,13 +119,13 @@ Test(anchor, the_correct_twin_passes_every_conformance_case, .timeout = 1200)
         char why[512];
         enum gate_verdict v = anchor_judge(settings, m, checks, why, sizeof why);
         cr_expect_eq(v, GATE_PASS, "%s: %s", e->d_name, why);
-        /* the measured noise times the stated factor (TWIN_NOISE_FACTOR, above) */
-        cr_expect_leq(num(m, "nmse"), TWIN_NOISE_FACTOR * TWIN_NMSE,
+        /* the measured noise times the stated factors (above) */
+        cr_expect_leq(num(m, "nmse"), TWIN_NMSE_FACTOR * TWIN_NMSE,
                       "%s: NMSE %.3g > %g x the measured %.3g", e->d_name, num(m, "nmse"),
-                      TWIN_NOISE_FACTOR, TWIN_NMSE);
-        cr_expect_leq(1.0 - num(m, "min_cosine"), TWIN_NOISE_FACTOR * TWIN_ONE_MINUS_COS,
+                      TWIN_NMSE_FACTOR, TWIN_NMSE);
+        cr_expect_leq(1.0 - num(m, "min_cosine"), TWIN_COS_FACTOR * TWIN_ONE_MINUS_COS,
                       "%s: 1 - min cosine %.3g > %g x the measured %.3g", e->d_name,
-                      1.0 - num(m, "min_cosine"), TWIN_NOISE_FACTOR, TWIN_ONE_MINUS_COS);
+                      1.0 - num(m, "min_cosine"), TWIN_COS_FACTOR, TWIN_ONE_MINUS_COS);
         cr_expect_eq(num(m, "n_wrong"), 0, "%s", e->d_name);
         cr_expect_eq(num(m, "greedy_matched"), num(m, "greedy_expected"), "%s", e->d_name);
         cr_expect_geq(num(m, "greedy_expected"), 32, "%s", e->d_name);
