@@ -134,8 +134,13 @@ static int write_json(const char *path, json_t *j, struct gate_err *err)
     return rc;
 }
 
-static int load_inputs(const struct common *c, struct model **m, struct mode *mode, int32_t **ids,
-                       int *n, struct gate_err *err)
+/* The mode, the token file, the model and the --fault options, as parity and falsify take them.
+ * With --tokens FILE the file's positions are the ones judged: the rule asks for at least
+ * PARITY_MIN_POSITIONS of them (an input error otherwise), and c->cfg.positions becomes their
+ * count. */
+static int load_inputs(struct common *c, const char *const *faults, int n_faults, struct model **m,
+                       struct mode *mode, int32_t **ids, int *n, struct fault_set *fs,
+                       struct gate_err *err)
 {
     int rc = mode_parse(c->mode_text, mode, err);
     if (!rc)
@@ -144,6 +149,14 @@ static int load_inputs(const struct common *c, struct model **m, struct mode *mo
         rc = cli_read_ids(c->tokens_path, ids, n, err);
     if (!rc)
         rc = model_load(m, c->model, err);
+    if (!rc && c->tokens_path) {
+        if (*n < PARITY_MIN_POSITIONS)
+            rc = err_set(err, ERR_INPUT, "'%s' gives %d positions; parity judges at least %d",
+                         c->tokens_path, *n, PARITY_MIN_POSITIONS);
+        c->cfg.positions = *n;
+    }
+    for (int i = 0; !rc && i < n_faults; i++)
+        rc = add_faults(faults[i], *m, fs, err);
     return rc;
 }
 
@@ -191,16 +204,7 @@ int cmd_parity(int argc, char **argv)
     int n = 0, code;
     struct fault_set fs = {0};
     struct parity_result r = {0};
-    int rc = load_inputs(&c, &m, &mode, &ids, &n, &err);
-    if (!rc && c.tokens_path) {
-        /* the file's positions are the ones judged: the rule asks for exactly that many */
-        if (n < PARITY_MIN_POSITIONS)
-            rc = err_set(&err, ERR_INPUT, "'%s' gives %d positions; parity judges at least %d",
-                         c.tokens_path, n, PARITY_MIN_POSITIONS);
-        c.cfg.positions = n;
-    }
-    for (int i = 0; !rc && i < n_faults; i++)
-        rc = add_faults(faults[i], m, &fs, &err);
+    int rc = load_inputs(&c, faults, n_faults, &m, &mode, &ids, &n, &fs, &err);
     if (!rc)
         rc = parity_run(m, &mode, fs.n ? &fs : NULL, ids, n, &c.cfg, c.threads, &r, &err);
     if (rc) {
@@ -358,16 +362,7 @@ int cmd_falsify(int argc, char **argv)
     struct fault_set fs = {0};
     struct falsify_result fr = {0};
     struct falsify_sweep_result sr;
-    int rc = load_inputs(&c, &m, &mode, &ids, &n, &err);
-    if (!rc && c.tokens_path) {
-        /* the file's positions are the ones judged: the rule asks for exactly that many */
-        if (n < PARITY_MIN_POSITIONS)
-            rc = err_set(&err, ERR_INPUT, "'%s' gives %d positions; parity judges at least %d",
-                         c.tokens_path, n, PARITY_MIN_POSITIONS);
-        c.cfg.positions = n;
-    }
-    for (int i = 0; !rc && i < n_faults; i++)
-        rc = add_faults(faults[i], m, &fs, &err);
+    int rc = load_inputs(&c, faults, n_faults, &m, &mode, &ids, &n, &fs, &err);
     if (!rc)
         rc = apply_scope(&fs, layers, positions, &err);
     fc.parity = c.cfg;
