@@ -26,6 +26,15 @@ for f in $(git ls-files 'base/*' 'faults/*' 'engine/*' 'kernels/*' 'oracles/*' '
         fi
     done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
 done
+# Nothing above kernels/ includes a backend's own headers (issue 24 §5): oracles, receipts,
+# harness and cli reach a backend's kernels through its row (engine/backend.h,
+# backend_kernel_tests(); oracles/selftest.c), never "kernels/...", in any build.
+for f in $(git ls-files 'oracles/*' 'receipts/*' 'harness/*' 'cli/*' | grep -E '\.(c|h)$'); do
+    while IFS= read -r hit; do
+        echo "ci/check-layers.sh: $f:${hit%%:*} includes a backend's header: ${hit#*:}"
+        bad=1
+    done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"kernels/' "$f" || true)
+done
 # Nothing above engine/ names a backend (issue 24 §5): oracles, receipts, harness and cli ask
 # engine/backend.h what a backend is (judge, accelerator, external, device, its rows), never
 # compare with "cuda", "cpu", "ref" or "exec". Comments are not code; a literal that is not a

@@ -18,10 +18,13 @@
 #include "cpu_dot.h"
 
 #ifdef GATE_HAVE_CUDA
-extern const struct backend_ops backend_cuda_ops; /* kernels/cuda_backend.cu */
+extern const struct backend_ops backend_cuda_ops;      /* kernels/cuda_backend.cu */
+extern const struct backend_kernel_tests k_test_table; /* kernels/k_test.cu */
 #define CUDA_OPS (&backend_cuda_ops)
+#define CUDA_KERNEL_TESTS (&k_test_table)
 #else
 #define CUDA_OPS NULL
+#define CUDA_KERNEL_TESTS NULL
 #endif
 
 extern const struct backend_ops backend_cpu_ops; /* engine/cpu.c */
@@ -63,10 +66,17 @@ static const struct backend_entry {
      * replayed per decode step), recorded in base.graph / metrics.ran.graph (with the reason
      * when it fell back to eager launches); bit-identical either way */
     const char *graphs;
+    /* its kernels' launchers over host arrays (engine/kernel_tests.h), for the differential
+     * checks of oracles/selftest.c; NULL: none, or not in this build */
+    const struct backend_kernel_tests *kernel_tests;
+    /* why a build has no kernel tests of this backend (NULL: it never offers them) */
+    const char *no_kernel_tests;
 } BACKENDS[] = {
-    {"cuda", CUDA_OPS, 1, 1, 0, 0, "", "f16,bf16", "v1,v2", "v1,v2", "v1,split", "off,on"},
-    {"cpu", &backend_cpu_ops, 0, 1, 1, 1, "portable,avx2,avx512", "", "", "", "", ""},
-    {"ref", &backend_ref_ops, 0, 0, 1, 1, "", "", "", "", "", ""},
+    {"cuda", CUDA_OPS, 1, 1, 0, 0, "", "f16,bf16", "v1,v2", "v1,v2", "v1,split", "off,on",
+     CUDA_KERNEL_TESTS,
+     "this build has no CUDA backend (configured with GATE_CUDA=OFF or without nvcc)"},
+    {"cpu", &backend_cpu_ops, 0, 1, 1, 1, "portable,avx2,avx512", "", "", "", "", "", NULL, NULL},
+    {"ref", &backend_ref_ops, 0, 0, 1, 1, "", "", "", "", "", "", NULL, NULL},
 };
 #define N_BACKENDS (int)(sizeof BACKENDS / sizeof BACKENDS[0])
 
@@ -110,6 +120,24 @@ const char *backend_accelerator_name(void)
 int backend_is_external(const char *name)
 {
     return name && !strcmp(name, BACKEND_EXTERNAL);
+}
+
+const struct backend_kernel_tests *backend_kernel_tests(const char **backend, struct gate_err *err)
+{
+    const char *why = NULL;
+    for (int i = 0; i < N_BACKENDS; i++) {
+        if (BACKENDS[i].kernel_tests) {
+            if (backend)
+                *backend = BACKENDS[i].name;
+            return BACKENDS[i].kernel_tests;
+        }
+        if (!why)
+            why = BACKENDS[i].no_kernel_tests;
+    }
+    if (backend)
+        *backend = NULL;
+    err_set(err, ERR_ENV, "%s", why ? why : "no backend of this build offers kernel tests");
+    return NULL;
 }
 
 /* cpu: the worst of 51 runs of gate parity on 2026-12-02 (tiny-moe, tiny-dense, tiny-odd; cpu

@@ -172,6 +172,14 @@ const char *backend_judge_name(void);       /* the judge's backend */
 const char *backend_accelerator_name(void); /* the first accelerator of the list (in any build) */
 int backend_is_external(const char *name);  /* 1 for BACKEND_EXTERNAL */
 
+/* The kernel tests (engine/kernel_tests.h) of the first backend of the list whose row offers
+ * them in this build: an accelerator's kernels over host arrays, for the differential checks
+ * (oracles/selftest.c), asked by capability, never by name. *backend (may be NULL) receives its
+ * name. NULL and ERR_ENV with the reason when no row of this build offers them ("this build has
+ * no CUDA backend ..."); whether a device is present is the table's device(). */
+struct backend_kernel_tests;
+const struct backend_kernel_tests *backend_kernel_tests(const char **backend, struct gate_err *err);
+
 /* A backend's measured noise against the judge (docs/gates.md, "Tolerances from noise"): the
  * worst value of each parity metric over the runs of a correct build, the data the oracles'
  * margins and ladder check's loose-threshold refusal read. exact: bit-identical by construction

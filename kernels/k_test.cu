@@ -465,3 +465,11 @@ extern "C" int k_test_argmax(const float *logits, int n, int V, int32_t *out, st
     TRY(finish(t, err));
     return get(out, dout, (size_t)n * 4, err);
 }
+
+/* the CUDA backend's row's kernel tests (k_test.h; engine/backend.c's list points at it) */
+extern "C" const struct backend_kernel_tests k_test_table = {
+    k_test_device,          k_test_gemv,         k_test_gemv_swiglu, k_test_gemm,
+    k_test_rmsnorm,         k_test_qk_norm_rope, k_test_attention,   k_test_attention_at,
+    k_test_qk_norm_rope_at, k_test_route,        k_test_moe_sum,     k_test_embed,
+    k_test_argmax,
+};

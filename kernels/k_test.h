@@ -1,6 +1,8 @@
 /* k_test.h — C-callable launchers of every CUDA kernel over host arrays, for the differential
- * checks (harness/selftest.c, run by `gate selftest` and by tests/cuda/). Compiled by both the C
- * compiler and nvcc; implemented in kernels/k_test.cu, present only when GATE_HAVE_CUDA.
+ * checks (oracles/selftest.c, which reaches them through the backend row's kernel tests,
+ * k_test_table below and engine/kernel_tests.h; run by `gate selftest` and by tests/cuda/).
+ * Compiled by both the C compiler and nvcc; implemented in kernels/k_test.cu, present only when
+ * GATE_HAVE_CUDA.
  *
  * Each launcher uploads its inputs, runs the same launcher the backend runs (k_ops.cuh) on a
  * private stream, synchronizes and copies the result back. All arrays are host memory, row-major,
@@ -14,11 +16,17 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "engine/kernel_tests.h"
 #include "faults/fault.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The CUDA backend's row's kernel tests (engine/kernel_tests.h): the launchers below that run on
+ * the device, one entry each, as oracles/selftest.c reaches them (backend_kernel_tests()). A new
+ * launcher the selftest runs gets its entry there and here (k_test.cu, the end). */
+extern const struct backend_kernel_tests k_test_table;
 
 /* 0 and the device's name ("NVIDIA H200 (sm_90, 139.8 GiB)") when a CUDA device this build can
  * run on is present; ERR_ENV with the reason (cudaGetDeviceCount's error, driver too old, no

@@ -1,6 +1,7 @@
 /* selftest.c — see selftest.h. Each family builds deterministic inputs, runs the device kernel
- * through its k_test.h launcher and the CPU twin on the same inputs, and hands both to the
- * caller's comparison.
+ * through its launcher in the accelerator backend's kernel tests (engine/kernel_tests.h, found
+ * by capability: backend_kernel_tests()) and the CPU twin on the same inputs, and hands both to
+ * the caller's comparison.
  *
  * Twins: every one is the reference engine's own function — quant_dequant_row() (weights,
  * embeddings), dotq_f32() (dot products), route_select() (routing), and engine/ref_ops.h's
@@ -16,14 +17,13 @@
 #include <string.h>
 
 #include "base/detmath.h"
+#include "engine/backend.h"
 #include "engine/dotq.h"
+#include "engine/kernel_tests.h"
 #include "engine/quant.h"
 #include "engine/ref_ops.h"
 #include "engine/route.h"
 #include "faults/fault.h"
-#ifdef GATE_HAVE_CUDA
-#include "kernels/k_test.h"
-#endif
 
 static const char *const FAMILIES[] = {
     "gemv",           "gemv_experts", "gemv_swiglu",     "gemv_v2",         "gemv_v2_experts",
@@ -36,31 +36,6 @@ const char *const *selftest_families(int *n)
     *n = (int)(sizeof FAMILIES / sizeof FAMILIES[0]);
     return FAMILIES;
 }
-
-#ifndef GATE_HAVE_CUDA
-
-int selftest_device(char *name, size_t n, struct gate_err *err)
-{
-    if (n)
-        name[0] = '\0';
-    return err_set(err, ERR_ENV,
-                   "this build has no CUDA backend (configured with GATE_CUDA=OFF"
-                   " or without nvcc)");
-}
-
-int selftest_kernels(const char *family, selftest_cmp_fn cmp, void *ctx, int *n_cases,
-                     int *n_failed, struct gate_err *err)
-{
-    (void)family, (void)cmp, (void)ctx;
-    if (n_cases)
-        *n_cases = 0;
-    if (n_failed)
-        *n_failed = 0;
-    char name[8];
-    return selftest_device(name, sizeof name, err);
-}
-
-#else
 
 /* ---- the tolerance table (one row per family) ------------------------------------------------
  * Why each: FP32 kernels differ from the twin only in summation order and FMA contraction
@@ -114,6 +89,7 @@ __attribute__((noinline)) static void case_init(struct selftest_case *c, const c
 }
 
 struct run {
+    const struct backend_kernel_tests *kt; /* the accelerator backend's kernels */
     selftest_cmp_fn cmp;
     void *ctx;
     int n_cases, n_failed;
@@ -190,10 +166,10 @@ static void *make_weight(int type, int64_t rows, int64_t cols, uint64_t seed, fl
         if ((rc = (expr)))                                                                         \
             goto done;                                                                             \
     } while (0)
-#define NEED(p)                                                                                    \
+#define NEED(p, what)                                                                              \
     do {                                                                                           \
         if (!(p)) {                                                                                \
-            rc = err_set(r->err, ERR_ENV, "selftest: out of host memory");                         \
+            rc = err_set(r->err, ERR_ENV, "selftest: out of host memory for %s", what);            \
             goto done;                                                                             \
         }                                                                                          \
     } while (0)
@@ -232,7 +208,8 @@ static int check_gemv(struct run *r, int gemv)
                 got = malloc((size_t)(nv * rows) * sizeof(float));
                 want = malloc((size_t)(nv * rows) * sizeof(float));
                 if (!w || !x || !got || !want) {
-                    rc = err_set(r->err, ERR_ENV, "selftest: out of host memory");
+                    rc = err_set(r->err, ERR_ENV,
+                                 "selftest: out of host memory for the GEMV weights and vectors");
                 } else {
                     fill(x, nv * cols, 99 + (uint64_t)s, 1.0f);
                     fill(got, nv * rows, 5, 1.0f); /* the accumulate case adds to this */
@@ -242,7 +219,7 @@ static int check_gemv(struct run *r, int gemv)
                             const float d = dotq_f32(deq + o * cols, x + v * cols, cols);
                             want[v * rows + o] = acc ? want[v * rows + o] + d : d;
                         }
-                    rc = k_test_gemv(gemv, type, w, rows, cols, 1, NULL, 1, x, nv, nv, acc, got,
+                    rc = r->kt->gemv(gemv, type, w, rows, cols, 1, NULL, 1, x, nv, nv, acc, got,
                                      r->err);
                     if (!rc) {
                         struct selftest_case c;
@@ -283,7 +260,8 @@ static int check_experts(struct run *r, int swiglu, int gemv)
             got = calloc((size_t)(nv * rows), sizeof(float));
             want = calloc((size_t)(nv * rows), sizeof(float));
             if (!wg || (swiglu && !wu) || !x || !got || !want) {
-                rc = err_set(r->err, ERR_ENV, "selftest: out of host memory");
+                rc = err_set(r->err, ERR_ENV,
+                             "selftest: out of host memory for the expert slabs and vectors");
             } else {
                 fill(x, n_x * cols, 123 + ti, 1.0f);
                 for (int v = 0; v < nv; v++)
@@ -294,9 +272,9 @@ static int check_experts(struct run *r, int swiglu, int gemv)
                         want[v * rows + o] =
                             swiglu ? det_silu(g) * dotq_f32(du + wr * cols, xv, cols) : g;
                     }
-                rc = swiglu ? k_test_gemv_swiglu(gemv, type, wg, wu, rows, cols, X, ids, x_div, x,
+                rc = swiglu ? r->kt->gemv_swiglu(gemv, type, wg, wu, rows, cols, X, ids, x_div, x,
                                                  n_x, nv, got, r->err)
-                            : k_test_gemv(gemv, type, wg, rows, cols, X, ids, x_div, x, n_x, nv, 0,
+                            : r->kt->gemv(gemv, type, wg, rows, cols, X, ids, x_div, x, n_x, nv, 0,
                                           got, r->err);
                 if (!rc) {
                     struct selftest_case c;
@@ -337,13 +315,15 @@ static int check_gemm(struct run *r)
                 got = calloc((size_t)(n * rows), sizeof(float));
                 want = calloc((size_t)(n * rows), sizeof(float));
                 if (!w || !x || !got || !want) {
-                    rc = err_set(r->err, ERR_ENV, "selftest: out of host memory");
+                    rc = err_set(
+                        r->err, ERR_ENV,
+                        "selftest: out of host memory for the GEMM weights and activations");
                 } else {
                     fill(x, n * cols, 7 + (uint64_t)s, 1.0f);
                     for (int t = 0; t < n; t++)
                         for (int64_t o = 0; o < rows; o++)
                             want[t * rows + o] = dotq_f32(deq + o * cols, x + t * cols, cols);
-                    rc = k_test_gemm(type, w, rows, cols, x, n, bf, 0, got, r->err);
+                    rc = r->kt->gemm(type, w, rows, cols, x, n, bf, 0, got, r->err);
                     if (!rc) {
                         struct selftest_case c;
                         case_init(&c, bf ? "gemm_bf16" : "gemm", "y");
@@ -375,11 +355,12 @@ static int check_embed(struct run *r)
         got = calloc((size_t)(n * E), sizeof(float));
         want = calloc((size_t)(n * E), sizeof(float));
         if (!w || !got || !want) {
-            rc = err_set(r->err, ERR_ENV, "selftest: out of host memory");
+            rc = err_set(r->err, ERR_ENV,
+                         "selftest: out of host memory for the embedding table and rows");
         } else {
             for (int t = 0; t < n; t++)
                 memcpy(want + t * E, deq + tokens[t] * E, (size_t)E * sizeof(float));
-            rc = k_test_embed(type, w, V, E, tokens, n, got, r->err);
+            rc = r->kt->embed(type, w, V, E, tokens, n, got, r->err);
             if (!rc) {
                 struct selftest_case c;
                 case_init(&c, "embed", "x");
@@ -401,7 +382,7 @@ static int check_argmax(struct run *r)
     const int n = 3, V = 1000;
     float *l = malloc((size_t)n * V * sizeof(float));
     int32_t got[3], want[3];
-    NEED(l);
+    NEED(l, "the argmax logits");
     fill(l, (int64_t)n * V, 17, 1.0f);
     l[0 * V + 17] = 5.0f, l[0 * V + 500] = 5.0f; /* tie: the lower index wins */
     l[1 * V + 999] = 7.0f;                       /* the last element */
@@ -413,7 +394,7 @@ static int check_argmax(struct run *r)
                 b = i;
         want[t] = b;
     }
-    TRY(k_test_argmax(l, n, V, got, r->err));
+    TRY(r->kt->argmax(l, n, V, got, r->err));
     {
         struct selftest_case c;
         case_init(&c, "argmax", "index");
@@ -438,13 +419,13 @@ static int check_rmsnorm(struct run *r)
         float *x = malloc((size_t)n * E * 4), *w = malloc((size_t)E * 4);
         float *got = malloc((size_t)n * E * 4), *want = malloc((size_t)n * E * 4);
         if (!x || !w || !got || !want) {
-            rc = err_set(r->err, ERR_ENV, "selftest: out of host memory");
+            rc = err_set(r->err, ERR_ENV, "selftest: out of host memory for the RMSNorm rows");
         } else {
             fill(x, (int64_t)n * E, 40 + (uint64_t)s, 3.0f);
             fill(w, E, 41 + (uint64_t)s, 1.0f);
             for (int t = 0; t < n; t++)
                 ref_rmsnorm(want + (size_t)t * E, x + (size_t)t * E, w, E, 1e-6f);
-            rc = k_test_rmsnorm(x, w, n, E, 1e-6f, got, r->err);
+            rc = r->kt->rmsnorm(x, w, n, E, 1e-6f, got, r->err);
             if (!rc) {
                 struct selftest_case c;
                 case_init(&c, "rmsnorm", "y");
@@ -501,7 +482,8 @@ static int check_qk_norm_rope(struct run *r)
             float *qw = malloc((size_t)n * nh * hd * 4), *kcw = calloc(cache, 4);
             float *vcw = calloc(cache, 4), *kcg = calloc(cache, 4), *vcg = calloc(cache, 4);
             if (!q || !k || !v || !qn || !kn || !cs || !sn || !qw || !kcw || !vcw || !kcg || !vcg) {
-                rc = err_set(r->err, ERR_ENV, "selftest: out of host memory");
+                rc = err_set(r->err, ERR_ENV,
+                             "selftest: out of host memory for the Q/K/V rows and caches");
             } else {
                 fill(q, (int64_t)n * nh * hd, 61 + si, 2.0f);
                 fill(k, (int64_t)n * kvd, 62 + si, 2.0f);
@@ -527,7 +509,7 @@ static int check_qk_norm_rope(struct run *r)
                             f32 ? v[(size_t)t * kvd + i] : round16(v[(size_t)t * kvd + i]);
                     }
                 }
-                rc = k_test_qk_norm_rope(q, k, v, n, s->pos0, layer, nh, nkv, hd, qn, kn, 1e-6f, cs,
+                rc = r->kt->qk_norm_rope(q, k, v, n, s->pos0, layer, nh, nkv, hd, qn, kn, 1e-6f, cs,
                                          sn, n_ctx, f32, &fs, kcg, vcg, r->err);
                 if (!rc) {
                     struct selftest_case c;
@@ -569,7 +551,8 @@ static int check_attention(struct run *r)
             float *q = malloc(qn * 4), *kc = malloc(cache * 4), *vc = malloc(cache * 4);
             float *got = malloc(qn * 4), *want = malloc(qn * 4), *s = malloc(n_ctx * 4);
             if (!q || !kc || !vc || !got || !want || !s) {
-                rc = err_set(r->err, ERR_ENV, "selftest: out of host memory");
+                rc = err_set(r->err, ERR_ENV,
+                             "selftest: out of host memory for the attention rows and caches");
             } else {
                 fill(q, (int64_t)qn, 81 + si, 1.0f);
                 fill(kc, (int64_t)cache, 82 + si, 1.0f);
@@ -583,7 +566,7 @@ static int check_attention(struct run *r)
                                       kc + (size_t)(h / (nh / nkv)) * hd,
                                       vc + (size_t)(h / (nh / nkv)) * hd, (size_t)kvd, sh->pos0 + t,
                                       hd, s, want + ((size_t)t * nh + h) * hd);
-                rc = k_test_attention(q, kc, vc, f32, n, sh->pos0, nh, nkv, hd, n_ctx, got, r->err);
+                rc = r->kt->attention(q, kc, vc, f32, n, sh->pos0, nh, nkv, hd, n_ctx, got, r->err);
                 if (!rc) {
                     struct selftest_case c;
                     case_init(&c, "attention", "out");
@@ -647,7 +630,7 @@ static int check_attention_split(struct run *r)
                                 q + ((size_t)t * nh + h) * hd, kc + (size_t)(h / (nh / nkv)) * hd,
                                 vc + (size_t)(h / (nh / nkv)) * hd, (size_t)kvd, last, hd, sc, w);
                     }
-                rc = k_test_attention_at(2, 0, q, kc, vc, f32, n, pos0, nh, nkv, hd, n_ctx, layer,
+                rc = r->kt->attention_at(2, 0, q, kc, vc, f32, n, pos0, nh, nkv, hd, n_ctx, layer,
                                          &fs, got, r->err);
                 if (!rc) {
                     struct selftest_case c;
@@ -702,10 +685,10 @@ static int check_attention_graph(struct run *r)
                      pos0);
             for (int attn = 1; attn <= 2 && !rc; attn++)
                 for (int f32 = 0; f32 < 2 && !rc; f32++) {
-                    rc = k_test_attention_at(attn, 0, q, kc, vc, f32, n, pos0, nh, nkv, hd, n_ctx,
+                    rc = r->kt->attention_at(attn, 0, q, kc, vc, f32, n, pos0, nh, nkv, hd, n_ctx,
                                              layer, NULL, a, r->err);
                     if (!rc)
-                        rc = k_test_attention_at(attn, 1, q, kc, vc, f32, n, pos0, nh, nkv, hd,
+                        rc = r->kt->attention_at(attn, 1, q, kc, vc, f32, n, pos0, nh, nkv, hd,
                                                  n_ctx, layer, NULL, b, r->err);
                     if (!rc) {
                         struct selftest_case c;
@@ -717,10 +700,10 @@ static int check_attention_graph(struct run *r)
                 }
             for (int f32 = 0; f32 < 2 && !rc; f32++) {
                 memcpy(qa, q, qn * 4), memcpy(qb, q, qn * 4);
-                rc = k_test_qk_norm_rope_at(0, qa, k, v, n, pos0, layer, nh, nkv, hd, wn, wn, 1e-6f,
+                rc = r->kt->qk_norm_rope_at(0, qa, k, v, n, pos0, layer, nh, nkv, hd, wn, wn, 1e-6f,
                                             cs, sn, n_ctx, f32, NULL, kc, vc, r->err);
                 if (!rc)
-                    rc = k_test_qk_norm_rope_at(1, qb, k, v, n, pos0, layer, nh, nkv, hd, wn, wn,
+                    rc = r->kt->qk_norm_rope_at(1, qb, k, v, n, pos0, layer, nh, nkv, hd, wn, wn,
                                                 1e-6f, cs, sn, n_ctx, f32, NULL, kc2, vc2, r->err);
                 if (!rc) {
                     struct selftest_case c;
@@ -770,7 +753,8 @@ static int check_route(struct run *r, int route)
             float *wg = malloc((size_t)n * k * 4), *ww = malloc((size_t)n * k * 4);
             float kg[6], k1g[6], kw[6], k1w[6];
             if (!l || !probs || !ig || !iw || !wg || !ww) {
-                rc = err_set(r->err, ERR_ENV, "selftest: out of host memory");
+                rc = err_set(r->err, ERR_ENV,
+                             "selftest: out of host memory for the router logits and choices");
             } else {
                 fill(l, (int64_t)n * X, 91 + si, 3.0f);
                 /* ties: tokens 0-2 on a coarse grid (many equal logits), token 3 all equal */
@@ -784,7 +768,7 @@ static int check_route(struct run *r, int route)
                                      iw + (size_t)t * k, ww + (size_t)t * k);
                     kw[t] = rr.kth_logit, k1w[t] = rr.k1th_logit;
                 }
-                rc = k_test_route(route, l, n, X, k, layer, pos0, &fs, ig, wg, kg, k1g, r->err);
+                rc = r->kt->route(route, l, n, X, k, layer, pos0, &fs, ig, wg, kg, k1g, r->err);
                 if (!rc) {
                     struct selftest_case c;
                     char shape[160];
@@ -821,7 +805,8 @@ static int check_moe_sum(struct run *r)
         float *x = malloc((size_t)n * E * 4), *w = malloc((size_t)n * k * 4);
         float *y = malloc((size_t)n * k * E * 4), *want = malloc((size_t)n * E * 4);
         if (!x || !w || !y || !want) {
-            rc = err_set(r->err, ERR_ENV, "selftest: out of host memory");
+            rc = err_set(r->err, ERR_ENV,
+                         "selftest: out of host memory for the expert outputs and residual");
         } else {
             fill(x, (int64_t)n * E, 51, 2.0f);
             fill(w, (int64_t)n * k, 52, 1.0f);
@@ -833,7 +818,7 @@ static int check_moe_sum(struct run *r)
                         acc += w[t * k + j] * y[((size_t)t * k + j) * E + i];
                     want[(size_t)t * E + i] = x[(size_t)t * E + i] + acc;
                 }
-            rc = k_test_moe_sum(x, w, y, n, k, E, r->err);
+            rc = r->kt->moe_sum(x, w, y, n, k, E, r->err);
             if (!rc) {
                 struct selftest_case c;
                 case_init(&c, "moe_sum", "x");
@@ -850,15 +835,18 @@ static int check_moe_sum(struct run *r)
 
 int selftest_device(char *name, size_t n, struct gate_err *err)
 {
-    return k_test_device(name, n, err);
+    if (n)
+        name[0] = '\0';
+    const struct backend_kernel_tests *kt = backend_kernel_tests(NULL, err);
+    return kt ? kt->device(name, n, err) : ERR_ENV;
 }
 
 int selftest_kernels(const char *family, selftest_cmp_fn cmp, void *ctx, int *n_cases,
                      int *n_failed, struct gate_err *err)
 {
-    struct run r = {cmp, ctx, 0, 0, err};
+    struct run r = {backend_kernel_tests(NULL, err), cmp, ctx, 0, 0, err};
     char name[160];
-    int rc = k_test_device(name, sizeof name, err);
+    int rc = r.kt ? r.kt->device(name, sizeof name, err) : ERR_ENV;
     int known = family == NULL;
 #define FAMILY(fname, call)                                                                        \
     if (!rc && (!family || !strcmp(family, fname))) {                                              \
@@ -891,5 +879,3 @@ int selftest_kernels(const char *family, selftest_cmp_fn cmp, void *ctx, int *n_
         *n_failed = r.n_failed;
     return rc;
 }
-
-#endif /* GATE_HAVE_CUDA */

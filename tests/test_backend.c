@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "engine/kernel_tests.h"
 #include "engine/model.h"
 #include "faults/fault.h"
 #include "tests/support/conformance.h"
@@ -205,4 +206,30 @@ Test(backend, device_query_before_any_model)
     cr_expect(backend_is_device("cuda"));
     cr_expect(!backend_is_device("ref"));
     cr_expect(!backend_is_device("cpu"), "the cpu engine runs on the host");
+}
+
+/* The kernel tests are a capability of a backend's row (issue 24 §5): asked without a name, they
+ * come from the accelerator of the list when this build has it, with every launcher present
+ * (oracles/selftest.c calls each one), and are refused with the build's reason otherwise. */
+Test(backend, kernel_tests_are_the_accelerators_row)
+{
+    struct gate_err err = {0};
+    const char *name = "unset";
+    const struct backend_kernel_tests *kt = backend_kernel_tests(&name, &err);
+    if (!backend_find(backend_accelerator_name())) {
+        cr_expect_null(kt, "a build without the accelerator offers its kernel tests");
+        cr_expect_null(name);
+        cr_expect_eq(err.code, ERR_ENV);
+        cr_expect(strstr(err.msg, "this build has no CUDA backend"), "%s", err.msg);
+        return;
+    }
+    cr_assert_not_null(kt, "%s", err.msg);
+    cr_expect_eq(err.code, 0);
+    cr_expect_str_eq(name, backend_accelerator_name());
+    cr_expect(backend_is_device(name));
+    /* every entry: the table is only function pointers, each one called by the selftest */
+    void (*fns[sizeof *kt / sizeof(void (*)(void))])(void);
+    memcpy(fns, kt, sizeof fns);
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
+        cr_expect_not_null(fns[i], "kernel test entry %zu is missing", i);
 }
