@@ -440,8 +440,7 @@ int cmd_generate(int argc, char **argv)
 static const char BENCH_USAGE[] =
     "usage: gate bench MODEL.gguf [--backend ref] [--mode MODE] [--threads N]\n"
     "                  [--prompt-tokens P] [--decode-tokens D] [--runs R] [--warmup W]\n"
-    "                  [--prompt-batch] [--kv f32|f16] [--gemv v1|v2] [--route v1|v2]\n"
-    "                  [--attn v1|split] [--graph off|on]\n"
+    "                  [--prompt-batch] [--kv f32|f16] %s\n"
     "                  [--max-runs N] [--max-seconds S] [--max-wait X]\n"
     "                  [--min-prefill-tps F] [--min-decode-tps F] [--check-positions N]\n"
     "                  [--no-check]\n"
@@ -468,15 +467,7 @@ static const char BENCH_USAGE[] =
     "                  cache computing the last position's logits only (backend_forward_last),\n"
     "                  like llama-bench's pp test; R timed runs after W warm-ups\n"
     "                  (docs/bench.md).\n"
-    "  --kv f16        the KV cache in F16 (backends that have one: cpu); default f32.\n"
-    "  --gemv v2       the decode GEMV generation (backends that have several: cuda, whose\n"
-    "                  default is v1); receipts record it in metrics.ran.gemv.\n"
-    "  --route v2      the MoE routing generation (cuda: v1 one thread per token, the default;\n"
-    "                  v2 one warp per token); receipts record it in metrics.ran.route.\n"
-    "  --attn split    the attention generation (cuda: v1 the default; split = split-KV for\n"
-    "                  decode chunks); receipts record it in metrics.ran.attn.\n"
-    "  --graph on      the decode step as one CUDA graph replayed per token (cuda; default off);\n"
-    "                  receipts record it in metrics.ran.graph (with the reason if it fell back).\n";
+    "  --kv f16        the KV cache in F16 (backends that have one: cpu); default f32.\n";
 
 /* Progress while the measurement runs (issue 16): throughput_gate() reports each finished run
  * (cfg.progress); on a terminal a line on stderr redrawn every half second shows runs done of
@@ -603,14 +594,10 @@ static int bench_prompt_batch(const struct model *m, const struct mode *mode,
 {
     const int P = cfg->prompt_tokens;
     const size_t V = m->hp.n_vocab;
-    struct backend_config bc = {.n_threads = cfg->n_threads,
-                                .n_ctx = P,
-                                .n_batch = P,
-                                .kv_f16 = cfg->kv_f16,
-                                .gemv = mode->gemv,
-                                .route = mode->route,
-                                .attn = mode->attn,
-                                .graph = mode->graph};
+    struct backend_config bc = {
+        .n_threads = cfg->n_threads, .n_ctx = P, .n_batch = P, .kv_f16 = cfg->kv_f16};
+    for (int k = 0; k < KNOB_COUNT; k++)
+        bc.knob[k] = mode->knob[k];
     struct backend *b = NULL;
     struct throughput_stats st;
     double tps[THROUGHPUT_MAX_RUNS];
@@ -656,19 +643,85 @@ done:
     return rc;
 }
 
+/* 1 when v is one of the "|"-separated names of list. */
+static int in_bar_list(const char *list, const char *v)
+{
+    for (const char *s = list; *s;) {
+        const size_t len = strcspn(s, "|");
+        if (len == strlen(v) && !strncmp(s, v, len))
+            return 1;
+        s += len + (s[len] == '|');
+    }
+    return 0;
+}
+
+/* Every value any backend's row offers for knob k, "|"-separated in the rows' order, into buf. */
+static const char *knob_all_values(enum backend_knob k, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    for (int i = 0; i < backend_count(); i++)
+        for (const char *s = backend_knob_values(backend_name(i), k); *s;) {
+            const size_t len = strcspn(s, ",");
+            char v[32];
+            snprintf(v, sizeof v, "%.*s", (int)len, s);
+            if (!in_bar_list(buf, v))
+                snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", buf[0] ? "|" : "", v);
+            s += len + (s[len] == ',');
+        }
+    return buf;
+}
+
+/* The knob whose key is name ("gemv" for --gemv), or -1. */
+static int knob_of(const char *name)
+{
+    for (int k = 0; k < KNOB_COUNT; k++)
+        if (!strcmp(name, BACKEND_KNOBS[k].key))
+            return k;
+    return -1;
+}
+
 static void bench_usage(FILE *f)
 {
     struct throughput_config d;
     gatedef_config(GATE_ID_THROUGHPUT, NULL, 1, &d, sizeof d);
-    fprintf(f, BENCH_USAGE, d.prompt_tokens, d.decode_tokens, d.runs, d.warmup, d.check_positions,
-            d.max_runs, d.max_seconds, d.max_regression);
+    char flags[256] = "", vals[64];
+    size_t line = 50; /* the usage line's length before the first knob */
+    for (int k = 0; k < KNOB_COUNT; k++) {
+        char one[96];
+        snprintf(one, sizeof one, "[--%s %s]", BACKEND_KNOBS[k].key,
+                 knob_all_values(k, vals, sizeof vals));
+        const int wrap = line + 1 + strlen(one) > 96;
+        snprintf(flags + strlen(flags), sizeof flags - strlen(flags), "%s%s",
+                 !k     ? ""
+                 : wrap ? "\n                  "
+                        : " ",
+                 one);
+        line = (wrap ? 18 : line + 1) + strlen(one);
+    }
+    fprintf(f, BENCH_USAGE, flags, d.prompt_tokens, d.decode_tokens, d.runs, d.warmup,
+            d.check_positions, d.max_runs, d.max_seconds, d.max_regression);
+    /* the kernel generations, from the backend rows (engine/backend.c, BACKEND_KNOBS) */
+    for (int k = 0; k < KNOB_COUNT; k++) {
+        char flag[32];
+        snprintf(flag, sizeof flag, "--%s V", BACKEND_KNOBS[k].key);
+        fprintf(f, "  %-16s%s (", flag, BACKEND_KNOBS[k].doc);
+        for (int i = 0, any = 0; i < backend_count(); i++) {
+            const char *v = backend_knob_values(backend_name(i), k);
+            if (*v)
+                fprintf(f, "%s%s: %s", any++ ? "; " : "", backend_name(i), v);
+        }
+        fprintf(f,
+                ", the first the default);\n"
+                "                  receipts record it in metrics.ran.%s.\n",
+                BACKEND_KNOBS[k].key);
+    }
 }
 
 int cmd_bench(int argc, char **argv)
 {
     const char *model = NULL, *backend = backend_judge_name(), *mode_text = NULL, *v,
                *db = "receipts.db";
-    const char *gemv = NULL, *route = NULL, *attn = NULL, *graph = NULL;
+    const char *knob[KNOB_COUNT] = {0}; /* --gemv, --route, --attn, --graph (BACKEND_KNOBS) */
     long long compare_id = 0;
     int prompt_batch = 0;
     struct throughput_config cfg; /* the gate table's defaults, bench's own where its row says */
@@ -714,26 +767,10 @@ int cmd_bench(int argc, char **argv)
             if (strcmp(v, "f16") && strcmp(v, "f32"))
                 return cli_fail(2, "bench: --kv takes f32 or f16, not '%s'", v);
             cfg.kv_f16 = !strcmp(v, "f16");
-        } else if (!strcmp(argv[i], "--gemv")) {
-            if (cli_value(argc, argv, &i, &gemv))
+        } else if (!strncmp(argv[i], "--", 2) && knob_of(argv[i] + 2) >= 0) {
+            const int k = knob_of(argv[i] + 2);
+            if (cli_value(argc, argv, &i, &knob[k]))
                 return 2;
-            if (strcmp(gemv, "v1") && strcmp(gemv, "v2"))
-                return cli_fail(2, "bench: --gemv takes v1 or v2, not '%s'", gemv);
-        } else if (!strcmp(argv[i], "--route")) {
-            if (cli_value(argc, argv, &i, &route))
-                return 2;
-            if (strcmp(route, "v1") && strcmp(route, "v2"))
-                return cli_fail(2, "bench: --route takes v1 or v2, not '%s'", route);
-        } else if (!strcmp(argv[i], "--attn")) {
-            if (cli_value(argc, argv, &i, &attn))
-                return 2;
-            if (strcmp(attn, "v1") && strcmp(attn, "split"))
-                return cli_fail(2, "bench: --attn takes v1 or split, not '%s'", attn);
-        } else if (!strcmp(argv[i], "--graph")) {
-            if (cli_value(argc, argv, &i, &graph))
-                return 2;
-            if (strcmp(graph, "off") && strcmp(graph, "on"))
-                return cli_fail(2, "bench: --graph takes off or on, not '%s'", graph);
         } else if (!strcmp(argv[i], "--mode")) {
             if (cli_value(argc, argv, &i, &mode_text))
                 return 2;
@@ -760,44 +797,38 @@ int cmd_bench(int argc, char **argv)
     if (!rc && mode_text && strcmp(mode.backend, backend) && strcmp(backend, backend_judge_name()))
         rc = err_set(&err, ERR_INPUT, "bench: --backend %s and --mode %s disagree", backend,
                      mode_text);
-    if (!rc && gemv && !backend_offers_gemv(mode.backend, gemv))
-        rc = err_set(&err, ERR_INPUT,
-                     "bench: --gemv %s, but backend '%s' has no GEMV generations to select (cuda"
-                     " has v1 and v2)",
-                     gemv, mode.backend);
-    if (!rc && gemv)
-        snprintf(mode.gemv, sizeof mode.gemv, "%s", gemv);
-    if (!rc && route && !backend_offers_route(mode.backend, route))
-        rc = err_set(&err, ERR_INPUT,
-                     "bench: --route %s, but backend '%s' has no routing generations to select"
-                     " (cuda has v1 and v2)",
-                     route, mode.backend);
-    if (!rc && route)
-        snprintf(mode.route, sizeof mode.route, "%s", route);
-    if (!rc && attn && !backend_offers_attn(mode.backend, attn))
-        rc = err_set(&err, ERR_INPUT,
-                     "bench: --attn %s, but backend '%s' has no attention generations to select"
-                     " (cuda has v1 and split)",
-                     attn, mode.backend);
-    if (!rc && attn)
-        snprintf(mode.attn, sizeof mode.attn, "%s", attn);
-    if (!rc && graph && !backend_offers_graph(mode.backend, graph))
-        rc = err_set(&err, ERR_INPUT,
-                     "bench: --graph %s, but backend '%s' has no CUDA graphs to select (cuda has"
-                     " off and on)",
-                     graph, mode.backend);
-    if (!rc && graph)
-        snprintf(mode.graph, sizeof mode.graph, "%s", graph);
+    for (int k = 0; !rc && k < KNOB_COUNT; k++) {
+        if (!knob[k])
+            continue;
+        if (!backend_offers_knob(mode.backend, k, knob[k])) {
+            const char *own = backend_knob_values(mode.backend, k);
+            char offered[160] = "";
+            for (int b = 0; b < backend_count(); b++)
+                if (*backend_knob_values(backend_name(b), k))
+                    snprintf(offered + strlen(offered), sizeof offered - strlen(offered),
+                             "%s%s: %s", offered[0] ? "; " : "", backend_name(b),
+                             backend_knob_values(backend_name(b), k));
+            rc = err_set(&err, ERR_INPUT, "bench: --%s %s, but backend '%s' %s%s%s (%s)",
+                         BACKEND_KNOBS[k].key, knob[k], mode.backend,
+                         *own ? "offers only " : "has no ", *own ? own : BACKEND_KNOBS[k].what,
+                         *own ? "" : " generations to select", offered);
+        } else {
+            snprintf(mode.knob[k], sizeof mode.knob[k], "%s", knob[k]);
+        }
+    }
     if (!rc) {
         const double t0 = now_s();
         rc = model_load(&m, model, &err);
-        if (!rc)
-            printf("bench: %s (model load %.3f s, not counted), %d threads, KV cache %s%s%s%s%s%s%s"
-                   "%s%s\n",
-                   model, now_s() - t0, cfg.n_threads ? cfg.n_threads : pool_default_threads(),
-                   cfg.kv_f16 ? "F16" : "F32", gemv ? ", GEMV " : "", gemv ? gemv : "",
-                   route ? ", routing " : "", route ? route : "", attn ? ", attention " : "",
-                   attn ? attn : "", graph ? ", graph " : "", graph ? graph : "");
+        if (!rc) {
+            char knobs[160] = "";
+            for (int k = 0; k < KNOB_COUNT; k++)
+                if (knob[k])
+                    snprintf(knobs + strlen(knobs), sizeof knobs - strlen(knobs), ", %s %s",
+                             BACKEND_KNOBS[k].what, knob[k]);
+            printf("bench: %s (model load %.3f s, not counted), %d threads, KV cache %s%s\n", model,
+                   now_s() - t0, cfg.n_threads ? cfg.n_threads : pool_default_threads(),
+                   cfg.kv_f16 ? "F16" : "F32", knobs);
+        }
     }
     if (!rc && prompt_batch) {
         struct throughput_config only_prompt = cfg;

@@ -52,33 +52,40 @@ static const struct backend_entry {
     /* the 16-bit precisions its batched projections can run (backend_config.prefill; "" none:
      * F32 only): a cell's `prefill:`, recorded as what ran (base.prefill) */
     const char *prefills;
-    /* its GEMV generations (backend_config.gemv; "" none to select): the first is its default;
-     * recorded as what ran (base.gemv, metrics.ran.gemv); not part of a cell's identity: every
-     * generation holds the same results contract against the twin (docs/kernels.md) */
-    const char *gemvs;
-    /* its routing generations (backend_config.route; "" none to select), as gemvs: recorded in
-     * base.route / metrics.ran.route; every generation is bit-identical to route_select */
-    const char *routes;
-    /* its attention generations (backend_config.attn; cuda: v1, split = split-KV), as gemvs:
-     * recorded in base.attn / metrics.ran.attn; one results contract */
-    const char *attns;
-    /* its decode-step launch modes (backend_config.graph; cuda: off, on = one CUDA graph
-     * replayed per decode step), recorded in base.graph / metrics.ran.graph (with the reason
-     * when it fell back to eager launches); bit-identical either way */
-    const char *graphs;
+    /* its kernel generations (enum backend_knob; "" none to select), each comma-separated with
+     * its default first: gemv, the decode GEMV; route, the MoE routing (every generation
+     * bit-identical to route_select); attn, the attention (cuda: split = split-KV for decode);
+     * graph, the decode step's launches (cuda: on = one CUDA graph replayed per step, recorded
+     * with the reason when it fell back to eager launches; bit-identical either way) */
+    const char *knobs[KNOB_COUNT];
     /* its kernels' launchers over host arrays (engine/kernel_tests.h), for the differential
      * checks of oracles/selftest.c; NULL: none, or not in this build */
     const struct backend_kernel_tests *kernel_tests;
     /* why a build has no kernel tests of this backend (NULL: it never offers them) */
     const char *no_kernel_tests;
 } BACKENDS[] = {
-    {"cuda", CUDA_OPS, 1, 1, 0, 0, "", "f16,bf16", "v1,v2", "v1,v2", "v1,split", "off,on",
+    {"cuda",
+     CUDA_OPS,
+     1,
+     1,
+     0,
+     0,
+     "",
+     "f16,bf16",
+     {"v1,v2", "v1,v2", "v1,split", "off,on"},
      CUDA_KERNEL_TESTS,
      "this build has no CUDA backend (configured with GATE_CUDA=OFF or without nvcc)"},
-    {"cpu", &backend_cpu_ops, 0, 1, 1, 1, "portable,avx2,avx512", "", "", "", "", "", NULL, NULL},
-    {"ref", &backend_ref_ops, 0, 0, 1, 1, "", "", "", "", "", "", NULL, NULL},
+    {"cpu", &backend_cpu_ops, 0, 1, 1, 1, "portable,avx2,avx512", "", {"", "", "", ""}, NULL, NULL},
+    {"ref", &backend_ref_ops, 0, 0, 1, 1, "", "", {"", "", "", ""}, NULL, NULL},
 };
 #define N_BACKENDS (int)(sizeof BACKENDS / sizeof BACKENDS[0])
+
+const struct backend_knob_def BACKEND_KNOBS[KNOB_COUNT] = {
+    [KNOB_GEMV] = {"gemv", "GEMV", "the decode GEMV generation"},
+    [KNOB_ROUTE] = {"route", "routing", "the MoE routing generation"},
+    [KNOB_ATTN] = {"attn", "attention", "the attention generation"},
+    [KNOB_GRAPH] = {"graph", "graph", "the decode step as one device graph"},
+};
 
 int backend_count(void)
 {
@@ -188,36 +195,18 @@ int backend_offers_prefill(const char *name, const char *p)
     return in_list(BACKENDS[i].prefills, p);
 }
 
-int backend_offers_gemv(const char *name, const char *g)
+int backend_offers_knob(const char *name, enum backend_knob k, const char *value)
 {
     const int i = backend_index(name);
-    if (i < 0 || !g || !*g)
+    if (i < 0 || (unsigned)k >= KNOB_COUNT || !value || !*value)
         return 0;
-    return in_list(BACKENDS[i].gemvs, g);
+    return in_list(BACKENDS[i].knobs[k], value);
 }
 
-int backend_offers_route(const char *name, const char *g)
+const char *backend_knob_values(const char *name, enum backend_knob k)
 {
     const int i = backend_index(name);
-    if (i < 0 || !g || !*g)
-        return 0;
-    return in_list(BACKENDS[i].routes, g);
-}
-
-int backend_offers_attn(const char *name, const char *g)
-{
-    const int i = backend_index(name);
-    if (i < 0 || !g || !*g)
-        return 0;
-    return in_list(BACKENDS[i].attns, g);
-}
-
-int backend_offers_graph(const char *name, const char *g)
-{
-    const int i = backend_index(name);
-    if (i < 0 || !g || !*g)
-        return 0;
-    return in_list(BACKENDS[i].graphs, g);
+    return i < 0 || (unsigned)k >= KNOB_COUNT ? "" : BACKENDS[i].knobs[k];
 }
 
 void backend_invariants(const char *name, struct backend_invariants *out)
@@ -304,18 +293,23 @@ int backend_device_name_matches(const char *declared, const char *reported)
     return 0;
 }
 
-/* A kernel generation asked for (want: NULL or "" = the backend's default) against the one the
- * open reports (got: "" = the backend has none to select): 0, or ERR_INPUT naming both. */
-static int generation_check(const char *name, const char *what, const char *key, const char *want,
-                            const char *got, struct gate_err *err)
+/* Each kernel generation asked for (NULL or "" = the backend's default) against the one the open
+ * reports (base.knob: "" = the backend has none to select): 0, or ERR_INPUT naming both. */
+static int knobs_check(const char *name, const struct backend_config *cfg, const struct backend *b,
+                       struct gate_err *err)
 {
-    if (!want || !*want || !strcmp(want, got))
-        return 0;
-    if (got[0])
-        return err_set(err, ERR_INPUT, "backend %s runs %s %s, not %.20s", name, what, got, want);
-    return err_set(err, ERR_INPUT,
-                   "backend %s has no %s generations to select (%s %.20s asked for)", name, what,
-                   key, want);
+    for (int k = 0; cfg && k < KNOB_COUNT; k++) {
+        const char *want = cfg->knob[k], *got = b->knob[k];
+        if (!want || !*want || !strcmp(want, got))
+            continue;
+        if (got[0])
+            return err_set(err, ERR_INPUT, "backend %s runs %s %s, not %.20s", name,
+                           BACKEND_KNOBS[k].what, got, want);
+        return err_set(err, ERR_INPUT,
+                       "backend %s has no %s generations to select (%s %.20s asked for)", name,
+                       BACKEND_KNOBS[k].what, BACKEND_KNOBS[k].key, want);
+    }
+    return 0;
 }
 
 int backend_open(struct backend **out, const char *name, const struct model *m,
@@ -364,10 +358,7 @@ int backend_open(struct backend **out, const char *name, const struct model *m,
     }
     /* the kernel generations asked for are the ones the backend says it runs (nothing asked:
      * its default) */
-    if (cfg && ((rc = generation_check(name, "GEMV", "gemv", cfg->gemv, b->gemv, err)) ||
-                (rc = generation_check(name, "routing", "route", cfg->route, b->route, err)) ||
-                (rc = generation_check(name, "attention", "attn", cfg->attn, b->attn, err)) ||
-                (rc = generation_check(name, "graph", "graph", cfg->graph, b->graph, err)))) {
+    if ((rc = knobs_check(name, cfg, b, err))) {
         ops->close(b);
         *out = NULL;
         return rc;

@@ -25,6 +25,25 @@ extern "C" {
 
 struct exec_session; /* engine/exec.h */
 
+/* The kernel generations a backend may select among (issue 24: one truth per rule). Each is
+ * asked for through backend_config.knob[K] (NULL or "" = the backend's default), offered by the
+ * backend's row of the list (backend_offers_knob: the same in every build), refused at open by a
+ * backend that does not run the value asked for (no silent fallback), reported by the backend as
+ * what ran (base.knob[K]) and recorded in the receipts' metrics.ran.<key> ("mixed" when a gate's
+ * subjects differed). None is part of a cell's identity: every value of one holds the same results
+ * contract against the twin (docs/kernels.md). A new one is its id here, its row in
+ * BACKEND_KNOBS[] and its values in the rows of the backends that offer it (engine/backend.c),
+ * and its effect in those backends; gate bench's flag, the open-time refusal, the recording and
+ * the receipt loop over the table. */
+enum backend_knob { KNOB_GEMV, KNOB_ROUTE, KNOB_ATTN, KNOB_GRAPH, KNOB_COUNT };
+#define BACKEND_KNOB_LEN 48 /* what ran: "v2", "split", or "eager: <why a graph fell back>" */
+struct backend_knob_def {
+    const char *key;  /* "gemv": gate bench --gemv, metrics.ran.gemv */
+    const char *what; /* for messages: "GEMV" ("backend cpu has no GEMV generations to select") */
+    const char *doc;  /* one line for gate bench --help */
+};
+extern const struct backend_knob_def BACKEND_KNOBS[KNOB_COUNT];
+
 struct backend_config {
     int n_threads; /* CPU worker threads (0 = number of cores) */
     int n_ctx;     /* KV cache positions (0 = min(model context, 4096)) */
@@ -38,17 +57,11 @@ struct backend_config {
     const char *prefill;       /* the batched projections' precision: NULL or "" = f32; "f16" or
                                 * "bf16" (backends whose row offers it; backend_open refuses the others:
                                 * no silent fallback) */
-    const char *gemv;          /* the decode GEMV generation: NULL or "" = the backend's default;
-                                * "v1", "v2" (backends whose row offers it, backend_offers_gemv;
-                                * backend_open refuses the others: what ran is what is recorded) */
-    const char *route;         /* the MoE routing generation, as gemv: NULL or "" = the default;
-                                * "v1", "v2" (backend_offers_route; cuda: v2 = one warp per token) */
-    const char *attn;          /* the attention generation, as gemv: NULL or "" = the default;
-                                * "v1", "split" (backend_offers_attn; cuda: split-KV for decode) */
-    const char *graph;         /* the decode step's launches, as gemv: NULL or "" = the default;
-                                * "off", "on" (backend_offers_graph; cuda: one CUDA graph) */
-    const char *emulate;       /* ref only: the roundings it emulates (GATE_REF_EMULATE's list, e.g.
-                                * "kv-f16"); NULL = the environment's; "" = none (every judge) */
+    const char *knob[KNOB_COUNT]; /* the kernel generations asked for (enum backend_knob): NULL
+                                   * or "" = the backend's default; a value its row does not offer
+                                   * is refused at open (backend_offers_knob) */
+    const char *emulate; /* ref only: the roundings it emulates (GATE_REF_EMULATE's list, e.g.
+                          * "kv-f16"); NULL = the environment's; "" = none (every judge) */
 };
 
 /* What actually ran, measured by the backend while running (settled question 7). */
@@ -143,11 +156,10 @@ struct backend {
     int kv_f16;                /* set by open: the KV cache is F16 (backend_config.kv_f16) */
     char isa[16];    /* set by open: the instruction set its kernels run ("" = none selectable) */
     char prefill[8]; /* set by open: its batched projections' precision ("" = f32; "f16", "bf16") */
-    char gemv[4];   /* set by open: the GEMV generation it runs ("v1", "v2"; "" = none to select) */
-    char route[4];  /* set by open: the routing generation it runs ("v1", "v2"; "" = none) */
-    char attn[8];   /* set by open: the attention generation it runs ("v1", "split"; "" = none) */
-    char graph[48]; /* set by open: "off", "on" ("" = none to select); a backend that asked for
-                     * a graph and fell back to eager launches says why ("eager: ...") */
+    char knob[KNOB_COUNT][BACKEND_KNOB_LEN]; /* set by open: each kernel generation it runs
+                                              * ("v1", "split", "on"; "" = none to select); a
+                                              * backend that asked for a graph and fell back to
+                                              * eager launches says why ("eager: ...") */
     char emulate[48]; /* set by backend_open: the roundings asked of a ref open
                        * (backend_config.emulate, else GATE_REF_EMULATE as read then; "?" when
                        * too long to record): part of a cached judge result's key */
@@ -201,21 +213,14 @@ int backend_offers_kv_f16(const char *name);
  * prefills, the same in every build (a ladder's `prefill:` is judged the same everywhere). */
 int backend_offers_prefill(const char *name, const char *p);
 
-/* 1 when the backend's open honours backend_config.gemv = g ("v1", "v2"): its row's GEMV
- * generations (cuda: v1, the default, and v2), the same in every build. */
-int backend_offers_gemv(const char *name, const char *g);
+/* 1 when the backend's open honours backend_config.knob[k] = value: one of its row's values for
+ * that knob (cuda: gemv v1,v2; route v1,v2; attn v1,split; graph off,on), the same in every
+ * build; 0 for "" / NULL, an unknown backend, and every value of a backend with none. */
+int backend_offers_knob(const char *name, enum backend_knob k, const char *value);
 
-/* 1 when the backend's open honours backend_config.route = g ("v1", "v2"): its row's routing
- * generations (cuda: v1, the default, and v2), the same in every build. */
-int backend_offers_route(const char *name, const char *g);
-
-/* 1 when the backend's open honours backend_config.attn = g ("v1", "split"): its row's attention
- * generations (cuda: v1, the default, and split), the same in every build. */
-int backend_offers_attn(const char *name, const char *g);
-
-/* 1 when the backend's open honours backend_config.graph = g ("off", "on"): its row's decode
- * launch modes (cuda: off, the default, and on), the same in every build. */
-int backend_offers_graph(const char *name, const char *g);
+/* The comma-separated values backend `name`'s row offers for knob k, its default first ("" none,
+ * or an unknown backend). */
+const char *backend_knob_values(const char *name, enum backend_knob k);
 
 /* The invariances backend `name` declares in its row of the list (an unknown name, "exec"
  * included, declares none: all 0, isas ""): what the consistency gate holds it to. */

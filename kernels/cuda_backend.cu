@@ -11,15 +11,15 @@
  *   16-bit tiles; reported in base.prefill, so receipts record what ran); the FP16
  *   configuration fails parity on the tiny MoE chat cell (min cosine 0.989, predicted by
  *   GATE_REF_EMULATE in tests/test_emulation.c) and has its own tolerance (docs/kernels.md);
- * - decode GEMV: v1 or v2 (backend_config.gemv, reported in base.gemv; k_gemv.cu);
- * - MoE routing: v1 or v2 (backend_config.route, reported in base.route; k_moe.cu);
- * - attention: v1 or split (backend_config.attn, reported in base.attn; k_attn.cu): split-KV for
- *   chunks of up to K_ATTN_SPLIT_TOKENS tokens (decode), v1 for longer ones;
- * - decode launches: eager or one CUDA graph (backend_config.graph "on", reported in base.graph):
- *   a one-token step without taps or faults is captured once (the position read from device
- *   memory, attention sized for n_ctx keys) and replayed at every position; eager otherwise, and
- *   for good, with the reason in base.graph, when capture or replay fails. The kernels and their
- *   arguments are the eager step's, so the results are bit-identical (decode_graph);
+ * - decode GEMV: v1 or v2 (backend_config.knob[KNOB_GEMV], reported in base.knob; k_gemv.cu);
+ * - MoE routing: v1 or v2 (backend_config.knob[KNOB_ROUTE], reported in base.knob; k_moe.cu);
+ * - attention: v1 or split (backend_config.knob[KNOB_ATTN], reported in base.knob; k_attn.cu):
+ * split-KV for chunks of up to K_ATTN_SPLIT_TOKENS tokens (decode), v1 for longer ones;
+ * - decode launches: eager or one CUDA graph (backend_config.knob[KNOB_GRAPH] "on", reported in
+ * base.knob): a one-token step without taps or faults is captured once (the position read from
+ * device memory, attention sized for n_ctx keys) and replayed at every position; eager otherwise,
+ * and for good, with the reason in base.knob[KNOB_GRAPH], when capture or replay fails. The kernels
+ * and their arguments are the eager step's, so the results are bit-identical (decode_graph);
  * - memory is planned before anything is allocated: weights + KV + workspace against
  *   cudaMemGetInfo, refusing with the numbers;
  * - inside a forward call nothing synchronizes with the host until the logits are copied back
@@ -86,9 +86,9 @@ struct cuda_be {
     float *rope_cos, *rope_sin;                               /* (n_ctx, hd/2) */
     size_t kv_layer_bytes;                                    /* one layer of K (or V) */
     int32_t *tokens, *sel;
-    int *dpos;              /* the decode graph's position (one int on the device) */
-    float *att_part;        /* the split attention's partials (attn split only) */
-    int graph;              /* 1: the decode step runs as r->gexec (backend_config.graph "on") */
+    int *dpos;       /* the decode graph's position (one int on the device) */
+    float *att_part; /* the split attention's partials (attn split only) */
+    int graph;       /* 1: the decode step runs as r->gexec (backend_config.knob[KNOB_GRAPH]) */
     cudaGraphExec_t gexec;  /* the captured decode step (NULL until the first graphed step) */
     uint64_t graph_kernels; /* kernels in gexec, counted into ks.launches at every replay */
     float *x, *xb, *q, *k, *v, *att, *ffa, *ffb, *router, *selw, *kth, *k1th, *moe_y, *logits;
@@ -227,23 +227,26 @@ static int numerics_from_config(struct cuda_be *r, const struct backend_config *
     r->gws.f32 = !strcmp(pf, "f32");
     r->gws.bf16 = !strcmp(pf, "bf16");
     snprintf(r->base.prefill, sizeof r->base.prefill, "%s", pf);
-    /* the decode GEMV (issue 25 §3): v1 (the default) or v2, reported in base.gemv so that
-     * metrics.ran.gemv says which ran; one results contract, so not a cell setting */
-    const char *g = cfg && cfg->gemv && *cfg->gemv ? cfg->gemv : "v1";
+    /* the decode GEMV (issue 25 §3): v1 (the default) or v2, reported in base.knob[KNOB_GEMV] so
+     * that metrics.ran.gemv says which ran; one results contract, so not a cell setting */
+    const char *g =
+        cfg && cfg->knob[KNOB_GEMV] && *cfg->knob[KNOB_GEMV] ? cfg->knob[KNOB_GEMV] : "v1";
     if (strcmp(g, "v1") && strcmp(g, "v2"))
         return err_set(err, ERR_INPUT, "cuda: GEMV generation '%.20s' is not v1 or v2", g);
     r->ks.gemv = !strcmp(g, "v2") ? 2 : 1;
-    snprintf(r->base.gemv, sizeof r->base.gemv, "%s", g);
+    snprintf(r->base.knob[KNOB_GEMV], sizeof r->base.knob[KNOB_GEMV], "%s", g);
     /* the MoE routing (issue 25 §3): v1 (the default, one thread per token) or v2 (one warp per
-     * token), reported in base.route; both bit-identical to route_select */
-    const char *rt = cfg && cfg->route && *cfg->route ? cfg->route : "v1";
+     * token), reported in base.knob[KNOB_ROUTE]; both bit-identical to route_select */
+    const char *rt =
+        cfg && cfg->knob[KNOB_ROUTE] && *cfg->knob[KNOB_ROUTE] ? cfg->knob[KNOB_ROUTE] : "v1";
     if (strcmp(rt, "v1") && strcmp(rt, "v2"))
         return err_set(err, ERR_INPUT, "cuda: routing generation '%.20s' is not v1 or v2", rt);
     r->ks.route = !strcmp(rt, "v2") ? 2 : 1;
-    snprintf(r->base.route, sizeof r->base.route, "%s", rt);
+    snprintf(r->base.knob[KNOB_ROUTE], sizeof r->base.knob[KNOB_ROUTE], "%s", rt);
     /* the attention (issue 25 §3): v1 (the default) or split (split-KV for decode chunks),
-     * reported in base.attn; one results contract, so not a cell setting */
-    const char *at = cfg && cfg->attn && *cfg->attn ? cfg->attn : "v1";
+     * reported in base.knob[KNOB_ATTN]; one results contract, so not a cell setting */
+    const char *at =
+        cfg && cfg->knob[KNOB_ATTN] && *cfg->knob[KNOB_ATTN] ? cfg->knob[KNOB_ATTN] : "v1";
     if (strcmp(at, "v1") && strcmp(at, "split"))
         return err_set(err, ERR_INPUT, "cuda: attention generation '%.20s' is not v1 or split", at);
     const struct model_hparams *hp = &r->m->hp;
@@ -254,14 +257,15 @@ static int numerics_from_config(struct cuda_be *r, const struct backend_config *
                        " this model's is %u (heads %u/%u): use attn v1",
                        hp->head_dim, hp->n_head, hp->n_head_kv);
     r->ks.attn = !strcmp(at, "split") ? 2 : 1;
-    snprintf(r->base.attn, sizeof r->base.attn, "%s", at);
+    snprintf(r->base.knob[KNOB_ATTN], sizeof r->base.knob[KNOB_ATTN], "%s", at);
     /* the decode step as one CUDA graph (issue 25 §3): off (the default) or on, reported in
-     * base.graph (which says "eager: why" if it falls back); bit-identical either way */
-    const char *gr = cfg && cfg->graph && *cfg->graph ? cfg->graph : "off";
+     * base.knob[KNOB_GRAPH] (which says "eager: why" if it falls back); bit-identical either way */
+    const char *gr =
+        cfg && cfg->knob[KNOB_GRAPH] && *cfg->knob[KNOB_GRAPH] ? cfg->knob[KNOB_GRAPH] : "off";
     if (strcmp(gr, "off") && strcmp(gr, "on"))
         return err_set(err, ERR_INPUT, "cuda: graph '%.20s' is not off or on", gr);
     r->graph = !strcmp(gr, "on");
-    snprintf(r->base.graph, sizeof r->base.graph, "%s", gr);
+    snprintf(r->base.knob[KNOB_GRAPH], sizeof r->base.knob[KNOB_GRAPH], "%s", gr);
     return 0;
 }
 
@@ -759,11 +763,12 @@ static int forward_body(struct cuda_be *r, int n, int pos0, const int *dpos, int
     return scale_rows(r, r->logits, n, r->V, 1, FAULT_T_OUTPUT, -1, pos0, err);
 }
 
-/* Give up the decode graph for this open: eager launches from now on, base.graph saying why. */
+/* Give up the decode graph for this open: eager launches from now on, base.knob[KNOB_GRAPH] saying
+ * why. */
 static void graph_off(struct cuda_be *r, const char *why)
 {
     r->graph = 0;
-    snprintf(r->base.graph, sizeof r->base.graph, "eager: %.38s", why);
+    snprintf(r->base.knob[KNOB_GRAPH], sizeof r->base.knob[KNOB_GRAPH], "eager: %.38s", why);
 }
 
 /* The decode step from the graph: captured at the first step that may use it (one token, no

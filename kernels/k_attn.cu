@@ -9,11 +9,11 @@
  * shared memory (n_ctx floats, k_attention_prepare checks the device can hold them). Warps take
  * keys in turn and their lanes split the head dimension, so cache rows are read coalesced.
  *
- * split (attn_split_kernel + attn_combine_kernel, issue 25 §3; backend_config.attn = "split"):
- * flash-decoding. The keys are cut into splits of SPLIT_KEYS (the partition depends on nothing
- * else: not on the grid, the context size or the launch); one block per (split, KV head, token)
- * serves up to SPLIT_HEADS of that KV head's query heads (GQA: each K and V row is read once for
- * all of them, not once per query head), writing per head a partial (m = max score, l = sum of
+ * split (attn_split_kernel + attn_combine_kernel, issue 25 §3; backend_config.knob[KNOB_ATTN] =
+ * "split"): flash-decoding. The keys are cut into splits of SPLIT_KEYS (the partition depends on
+ * nothing else: not on the grid, the context size or the launch); one block per (split, KV head,
+ * token) serves up to SPLIT_HEADS of that KV head's query heads (GQA: each K and V row is read once
+ * for all of them, not once per query head), writing per head a partial (m = max score, l = sum of
  * exp(s - m), o = sum of exp(s - m) v) to a workspace; the combine, one block per (query head,
  * token), folds the splits in split order (M = max m, L = sum exp(m - M) l, O = sum exp(m - M) o,
  * out = O * (1/L)). Deterministic: every sum has one fixed order. The grid is sized by a key

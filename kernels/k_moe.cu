@@ -9,7 +9,7 @@
  * The selected ids stay on the device: the expert GEMVs (k_gemv with ids) read them there, so
  * the step needs no host synchronization between router and experts.
  *
- * Two routing generations (k_stream.route; backend_config.route): route_kernel (v1, the
+ * Two routing generations (k_stream.route; backend_config.knob[KNOB_ROUTE]): route_kernel (v1, the
  * default: lane 0 runs route_select_inline serially) and route2_kernel (v2, issue 25 §3: a
  * whole warp per token; bit-identical to route_select, the argument is at route2_kernel and in
  * docs/kernels.md "Routing v2"). The per-lane steps of v2 are __host__ __device__ (r2_*), so

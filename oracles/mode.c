@@ -163,11 +163,9 @@ int mode_open(struct backend **out, const struct mode *mode, const struct model 
                                  .faults = faults,
                                  .kv_f16 = mode->kv_f16,
                                  .prefill = mode->prefill,
-                                 .gemv = mode->gemv,
-                                 .route = mode->route,
-                                 .attn = mode->attn,
-                                 .graph = mode->graph,
                                  .exec = mode->exec};
+    for (int k = 0; k < KNOB_COUNT; k++)
+        cfg.knob[k] = mode->knob[k];
     if (mode->engine[0] && !mode->exec)
         return err_set(err, ERR_INPUT,
                        "mode %s names engine '%s' but no engine session reached it (the"
@@ -255,22 +253,12 @@ static void on_close(void *ctx, const struct backend *b)
         snprintf(r->prefill, sizeof r->prefill, "%s", pf);
     else if (!external && strcmp(r->prefill, pf))
         snprintf(r->prefill, sizeof r->prefill, "mixed");
-    if (b->gemv[0] && !r->gemv[0])
-        snprintf(r->gemv, sizeof r->gemv, "%s", b->gemv);
-    else if (b->gemv[0] && strcmp(r->gemv, b->gemv))
-        snprintf(r->gemv, sizeof r->gemv, "mixed");
-    if (b->route[0] && !r->route[0])
-        snprintf(r->route, sizeof r->route, "%s", b->route);
-    else if (b->route[0] && strcmp(r->route, b->route))
-        snprintf(r->route, sizeof r->route, "mixed");
-    if (b->attn[0] && !r->attn[0])
-        snprintf(r->attn, sizeof r->attn, "%s", b->attn);
-    else if (b->attn[0] && strcmp(r->attn, b->attn))
-        snprintf(r->attn, sizeof r->attn, "mixed");
-    if (b->graph[0] && !r->graph[0])
-        snprintf(r->graph, sizeof r->graph, "%s", b->graph);
-    else if (b->graph[0] && strcmp(r->graph, b->graph))
-        snprintf(r->graph, sizeof r->graph, "mixed");
+    for (int k = 0; k < KNOB_COUNT; k++) {
+        if (b->knob[k][0] && !r->knob[k][0])
+            snprintf(r->knob[k], sizeof r->knob[k], "%s", b->knob[k]);
+        else if (b->knob[k][0] && strcmp(r->knob[k], b->knob[k]))
+            snprintf(r->knob[k], sizeof r->knob[k], "mixed");
+    }
     if (!r->isa[0] && b->isa[0])
         snprintf(r->isa, sizeof r->isa, "%s", b->isa);
     r->n_subjects++;
@@ -306,14 +294,10 @@ json_t *mode_ran_json(const struct mode_ran *r)
         json_object_set_new(o, "kv", json_string(r->kv));
     if (o && r->prefill[0]) /* the projections' precision; gates.c holds it to settings.prefill */
         json_object_set_new(o, "prefill", json_string(r->prefill));
-    if (o && r->gemv[0]) /* the decode GEMV generation (recorded, not judged: one contract) */
-        json_object_set_new(o, "gemv", json_string(r->gemv));
-    if (o && r->route[0]) /* the MoE routing generation (recorded; bit-identical either way) */
-        json_object_set_new(o, "route", json_string(r->route));
-    if (o && r->attn[0]) /* the attention generation (recorded; one contract) */
-        json_object_set_new(o, "attn", json_string(r->attn));
-    if (o && r->graph[0]) /* the decode launches (recorded; bit-identical either way) */
-        json_object_set_new(o, "graph", json_string(r->graph));
+    /* the kernel generations (recorded, not judged: each holds one results contract) */
+    for (int k = 0; o && k < KNOB_COUNT; k++)
+        if (r->knob[k][0])
+            json_object_set_new(o, BACKEND_KNOBS[k].key, json_string(r->knob[k]));
     if (o && r->isa[0]) /* the instruction set it ran; gates.c holds it to settings.isa */
         json_object_set_new(o, "isa", json_string(r->isa));
     return o;

@@ -51,18 +51,10 @@ struct mode {
      * projections for (backend_config.prefill; a ladder cell's `prefill:`); a backend that does
      * not run it refuses at open. Set by the harness after mode_parse(). */
     char prefill[8];
-    /* "" (the backend's default) or "v1" / "v2": the GEMV generation mode_open() asks for
-     * (backend_config.gemv; gate bench --gemv). Recorded in metrics.ran.gemv, not an identity
-     * setting: both generations hold one results contract (docs/kernels.md). */
-    char gemv[4];
-    /* "" (the backend's default) or "v1" / "v2": the routing generation mode_open() asks for
-     * (backend_config.route; gate bench --route). Recorded in metrics.ran.route. */
-    char route[4];
-    /* "" (the default) or "v1" / "split": the attention generation (backend_config.attn; gate
-     * bench --attn), and "" or "off" / "on": the decode step as one CUDA graph
-     * (backend_config.graph; gate bench --graph). Recorded in metrics.ran.attn / ran.graph. */
-    char attn[8];
-    char graph[4];
+    /* the kernel generations mode_open() asks for (backend_config.knob, enum backend_knob; gate
+     * bench --gemv / --route / --attn / --graph): "" = the backend's default. Recorded in
+     * metrics.ran.<key>, not identity settings: every value holds one results contract. */
+    char knob[KNOB_COUNT][8];
 };
 
 /* Parse "ref.decode" etc. Anything outside the fixed list is ERR_INPUT naming the list. The
@@ -117,15 +109,13 @@ struct mode_ran {
                         * external engines (exec: gate cannot see their cache) */
     char prefill[8];   /* the subjects' batched projections' precision (base.prefill, "" = f32):
                         * "f32", "f16", "bf16", "mixed"; "" as kv */
-    char gemv[8];      /* the subjects' GEMV generation (base.gemv): "v1", "v2", "mixed" when they
-                        * differed, "" when no subject has generations to select (CPU backends) */
-    char route[8];     /* the subjects' routing generation (base.route), as gemv */
-    char attn[8];      /* the subjects' attention generation (base.attn), as gemv */
-    char graph[48];    /* the subjects' decode launches (base.graph: "off", "on", or "eager: "
-                        * and why an asked-for graph was not used), as gemv */
-    char isa[16];      /* the instruction set of the first subject that declares one (base.isa):
-                        * the gate's own run; the consistency gate's other sets come after it */
-    int n_subjects;    /* subject backends closed */
+    char knob[KNOB_COUNT][BACKEND_KNOB_LEN]; /* the subjects' kernel generations (base.knob):
+                                              * "v2", "split", "on", "eager: why", "mixed" when
+                                              * they differed, "" when no subject has any to
+                                              * select (CPU backends) */
+    char isa[16];   /* the instruction set of the first subject that declares one (base.isa):
+                     * the gate's own run; the consistency gate's other sets come after it */
+    int n_subjects; /* subject backends closed */
     uint64_t forwards, tokens, kernel_launches, device_bytes;
 };
 void mode_ran_begin(struct mode_ran *r);

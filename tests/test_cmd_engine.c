@@ -418,3 +418,29 @@ Test(cmd_engine, bench_warns_past_the_context_and_reports_progress)
     cr_expect(!strstr(out, "warning"), "%s", out);
     free(out);
 }
+
+/* gate bench's kernel-generation flags come from the backend rows (BACKEND_KNOBS, issue 24): a
+ * value the mode's backend does not offer is an input error naming what it and the others offer,
+ * before any model is read; the usage lists every value some backend offers. */
+Test(cmd_engine, bench_kernel_generation_flags_are_checked_against_the_backend_rows)
+{
+    char *out;
+    const char *m = conformance_path("qwen3-dense-tiny-q4_k_m", "model.gguf");
+    int rc = run(&out, "%s bench %s --backend cpu --graph on", bin(), m);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "--graph on, but backend 'cpu' has no graph generations to select"
+                          " (cuda: off,on)"),
+              "%s", out);
+    free(out);
+    rc = run(&out, "%s bench %s --mode cuda.decode --attn v2", bin(), m);
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(strstr(out, "--attn v2, but backend 'cuda' offers only v1,split"), "%s", out);
+    free(out);
+    rc = run(&out, "%s bench --help", bin());
+    cr_expect_eq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "[--gemv v1|v2] [--route v1|v2]") &&
+                  strstr(out, "[--attn v1|split] [--graph off|on]") &&
+                  strstr(out, "receipts record it in metrics.ran.graph"),
+              "%s", out);
+    free(out);
+}

@@ -312,179 +312,78 @@ Test(mode, capability_asks_the_backend_list_which_backends_run_on_a_device)
     cr_expect(strstr(r.reason, "CPU mode but counted 7 kernel launches"), "%s", r.reason);
 }
 
-/* The decode GEMV generation (issue 25 §3): asked for through the mode (backend_config.gemv),
- * refused by a backend that has no generations to select, recorded in metrics.ran.gemv as each
- * subject reported it at open (base.gemv), "mixed" when subjects differed, absent when none has
- * generations (a CPU run's receipts do not change). */
-Test(mode, gemv_generation_is_asked_at_open_and_recorded_as_ran)
+/* The kernel generations (issue 25 §3; one table since issue 24: enum backend_knob,
+ * BACKEND_KNOBS): each asked for through the mode (backend_config.knob), offered by the backend's
+ * row (the same in every build: cuda's lists pinned here), refused at open by a backend that has
+ * none to select, recorded in metrics.ran.<key> as each subject reported it at open (base.knob),
+ * "mixed" when subjects differed (a graph that fell back to eager launches says why, and differs),
+ * absent when none has generations (a CPU run's receipts do not change). */
+Test(mode, kernel_generations_are_asked_at_open_and_recorded_as_ran)
 {
-    cr_expect(backend_offers_gemv("cuda", "v1"));
-    cr_expect(backend_offers_gemv("cuda", "v2"));
-    cr_expect_not(backend_offers_gemv("cuda", "v3"));
-    cr_expect_not(backend_offers_gemv("cuda", ""));
-    cr_expect_not(backend_offers_gemv("cpu", "v1"));
-    cr_expect_not(backend_offers_gemv("ref", "v2"));
-    cr_expect_not(backend_offers_gemv("nope", "v2"));
-
+    static const char *const key[KNOB_COUNT] = {"gemv", "route", "attn", "graph"};
+    static const char *const cuda[KNOB_COUNT] = {"v1,v2", "v1,v2", "v1,split", "off,on"};
+    static const char *const what[KNOB_COUNT] = {"GEMV", "routing", "attention", "graph"};
     uint8_t *buf = NULL;
     struct model *m = check_tiny_model("tiny-moe", &buf);
     struct gate_err err = {0};
-    struct mode md;
-    struct backend *b = NULL;
-    cr_assert_eq(mode_parse("cpu.decode", &md, &err), 0, "%s", err.msg);
-    snprintf(md.gemv, sizeof md.gemv, "v2");
-    cr_expect_eq(mode_open(&b, &md, m, 8, 1, NULL, &err), ERR_INPUT, "cpu opened as GEMV v2");
-    cr_expect(strstr(err.msg, "backend cpu has no GEMV generations to select"), "%s", err.msg);
-    cr_expect_null(b);
+    for (int k = 0; k < KNOB_COUNT; k++) {
+        cr_expect_str_eq(BACKEND_KNOBS[k].key, key[k]);
+        cr_expect_str_eq(backend_knob_values("cuda", k), cuda[k], "cuda's %s", key[k]);
+        char first[8], second[8];
+        sscanf(cuda[k], "%7[^,],%7s", first, second);
+        cr_expect(backend_offers_knob("cuda", k, first) && backend_offers_knob("cuda", k, second));
+        cr_expect_not(backend_offers_knob("cuda", k, "v3"), "%s", key[k]);
+        cr_expect_not(backend_offers_knob("cuda", k, ""), "%s", key[k]);
+        cr_expect_not(backend_offers_knob("cuda", k, NULL), "%s", key[k]);
+        cr_expect_not(backend_offers_knob("cpu", k, first), "%s", key[k]);
+        cr_expect_not(backend_offers_knob("ref", k, second), "%s", key[k]);
+        cr_expect_not(backend_offers_knob("nope", k, second), "%s", key[k]);
+        cr_expect_str_eq(backend_knob_values("cpu", k), "");
 
-    /* what ran: a subject's base.gemv as its open set it (set by hand here: no device) */
-    static const char *const ran_as[][2] = {{"", ""}, {"v2", ""}, {"v1", "v2"}, {"v2", "v2"}};
-    static const char *const want[] = {NULL, "v2", "mixed", "v2"};
-    for (size_t c = 0; c < sizeof want / sizeof want[0]; c++) {
-        struct mode_ran ran;
-        mode_ran_begin(&ran);
-        for (int s = 0; s < 2; s++) {
-            err_clear(&err);
-            md.gemv[0] = '\0';
-            cr_assert_eq(mode_open(&b, &md, m, 8, 1, NULL, &err), 0, "%s", err.msg);
-            cr_expect_str_eq(b->gemv, "", "a CPU backend reports no GEMV generation");
-            snprintf(b->gemv, sizeof b->gemv, "%s", ran_as[c][s]);
-            backend_close(b);
+        /* refused at open by a backend with none to select, naming what was asked */
+        struct mode md;
+        struct backend *b = NULL;
+        cr_assert_eq(mode_parse("cpu.decode", &md, &err), 0, "%s", err.msg);
+        snprintf(md.knob[k], sizeof md.knob[k], "%s", second);
+        cr_expect_eq(mode_open(&b, &md, m, 8, 1, NULL, &err), ERR_INPUT, "cpu opened as %s %s",
+                     key[k], second);
+        char want_msg[96];
+        snprintf(want_msg, sizeof want_msg, "backend cpu has no %s generations to select (%s %s",
+                 what[k], key[k], second);
+        cr_expect(strstr(err.msg, want_msg), "%s", err.msg);
+        cr_expect_null(b);
+        md.knob[k][0] = '\0';
+
+        /* what ran: each subject's base.knob as its open set it (set by hand here: no device) */
+        const char *ran_as[][2] = {{"", ""},
+                                   {second, ""},
+                                   {first, second},
+                                   {second, second},
+                                   {"eager: cudaErrorX", second}};
+        const char *want[] = {NULL, second, "mixed", second, "mixed"};
+        for (size_t c = 0; c < sizeof want / sizeof want[0]; c++) {
+            struct mode_ran ran;
+            mode_ran_begin(&ran);
+            for (int s = 0; s < 2; s++) {
+                err_clear(&err);
+                cr_assert_eq(mode_open(&b, &md, m, 8, 1, NULL, &err), 0, "%s", err.msg);
+                for (int j = 0; j < KNOB_COUNT; j++)
+                    cr_expect_str_eq(b->knob[j], "", "a CPU backend reports no %s", key[j]);
+                snprintf(b->knob[k], sizeof b->knob[k], "%s", ran_as[c][s]);
+                backend_close(b);
+            }
+            mode_ran_end();
+            json_t *rj = mode_ran_json(&ran);
+            for (int j = 0; j < KNOB_COUNT; j++) {
+                const char *got = json_string_value(json_object_get(rj, key[j]));
+                if (j == k && want[c])
+                    cr_expect(got && !strcmp(got, want[c]), "case %zu: ran.%s %s, want %s", c,
+                              key[j], got ? got : "(absent)", want[c]);
+                else
+                    cr_expect_null(got, "case %zu: ran.%s %s recorded", c, key[j], got);
+            }
+            json_decref(rj);
         }
-        mode_ran_end();
-        json_t *rj = mode_ran_json(&ran);
-        const char *got = json_string_value(json_object_get(rj, "gemv"));
-        if (want[c])
-            cr_expect(got && !strcmp(got, want[c]), "case %zu: ran.gemv %s, want %s", c,
-                      got ? got : "(absent)", want[c]);
-        else
-            cr_expect_null(got, "case %zu: ran.gemv %s recorded for CPU subjects", c, got);
-        json_decref(rj);
-    }
-    model_free(m);
-    free(buf);
-}
-
-/* The MoE routing generation (issue 25 §3), as the GEMV's: asked for through the mode
- * (backend_config.route), refused by a backend that has none to select, recorded in
- * metrics.ran.route as each subject reported it at open (base.route), "mixed" when they differed,
- * absent when none has generations. */
-Test(mode, routing_generation_is_asked_at_open_and_recorded_as_ran)
-{
-    cr_expect(backend_offers_route("cuda", "v1"));
-    cr_expect(backend_offers_route("cuda", "v2"));
-    cr_expect_not(backend_offers_route("cuda", "v3"));
-    cr_expect_not(backend_offers_route("cuda", ""));
-    cr_expect_not(backend_offers_route("cpu", "v1"));
-    cr_expect_not(backend_offers_route("ref", "v2"));
-    cr_expect_not(backend_offers_route("nope", "v2"));
-
-    uint8_t *buf = NULL;
-    struct model *m = check_tiny_model("tiny-moe", &buf);
-    struct gate_err err = {0};
-    struct mode md;
-    struct backend *b = NULL;
-    cr_assert_eq(mode_parse("cpu.decode", &md, &err), 0, "%s", err.msg);
-    snprintf(md.route, sizeof md.route, "v2");
-    cr_expect_eq(mode_open(&b, &md, m, 8, 1, NULL, &err), ERR_INPUT, "cpu opened as routing v2");
-    cr_expect(strstr(err.msg, "backend cpu has no routing generations to select"), "%s", err.msg);
-    cr_expect_null(b);
-
-    /* what ran: a subject's base.route as its open set it (set by hand here: no device) */
-    static const char *const ran_as[][2] = {{"", ""}, {"v2", ""}, {"v1", "v2"}, {"v2", "v2"}};
-    static const char *const want[] = {NULL, "v2", "mixed", "v2"};
-    for (size_t c = 0; c < sizeof want / sizeof want[0]; c++) {
-        struct mode_ran ran;
-        mode_ran_begin(&ran);
-        for (int s = 0; s < 2; s++) {
-            err_clear(&err);
-            md.route[0] = '\0';
-            cr_assert_eq(mode_open(&b, &md, m, 8, 1, NULL, &err), 0, "%s", err.msg);
-            cr_expect_str_eq(b->route, "", "a CPU backend reports no routing generation");
-            snprintf(b->route, sizeof b->route, "%s", ran_as[c][s]);
-            backend_close(b);
-        }
-        mode_ran_end();
-        json_t *rj = mode_ran_json(&ran);
-        const char *got = json_string_value(json_object_get(rj, "route"));
-        if (want[c])
-            cr_expect(got && !strcmp(got, want[c]), "case %zu: ran.route %s, want %s", c,
-                      got ? got : "(absent)", want[c]);
-        else
-            cr_expect_null(got, "case %zu: ran.route %s recorded for CPU subjects", c, got);
-        json_decref(rj);
-    }
-    model_free(m);
-    free(buf);
-}
-
-/* The attention generation and the decode graph (issue 25 §3), as the GEMV's: asked for through
- * the mode (backend_config.attn / .graph), refused by a backend that has none to select, recorded
- * in metrics.ran.attn / ran.graph as each subject reported it (base.attn, base.graph: a graph that
- * fell back to eager launches says why), "mixed" when subjects differed, absent for CPU ones. */
-Test(mode, attention_and_graph_are_asked_at_open_and_recorded_as_ran)
-{
-    cr_expect(backend_offers_attn("cuda", "v1"));
-    cr_expect(backend_offers_attn("cuda", "split"));
-    cr_expect_not(backend_offers_attn("cuda", "v2"));
-    cr_expect_not(backend_offers_attn("cpu", "split"));
-    cr_expect_not(backend_offers_attn("ref", "v1"));
-    cr_expect(backend_offers_graph("cuda", "on"));
-    cr_expect(backend_offers_graph("cuda", "off"));
-    cr_expect_not(backend_offers_graph("cuda", ""));
-    cr_expect_not(backend_offers_graph("cpu", "on"));
-    cr_expect_not(backend_offers_graph("nope", "on"));
-
-    uint8_t *buf = NULL;
-    struct model *m = check_tiny_model("tiny-moe", &buf);
-    struct gate_err err = {0};
-    struct mode md;
-    struct backend *b = NULL;
-    cr_assert_eq(mode_parse("cpu.decode", &md, &err), 0, "%s", err.msg);
-    snprintf(md.attn, sizeof md.attn, "split");
-    cr_expect_eq(mode_open(&b, &md, m, 8, 1, NULL, &err), ERR_INPUT, "cpu opened as attn split");
-    cr_expect(strstr(err.msg, "backend cpu has no attention generations to select"), "%s", err.msg);
-    cr_expect_null(b);
-    md.attn[0] = '\0';
-    err_clear(&err);
-    snprintf(md.graph, sizeof md.graph, "on");
-    cr_expect_eq(mode_open(&b, &md, m, 8, 1, NULL, &err), ERR_INPUT, "cpu opened with a graph");
-    cr_expect(strstr(err.msg, "backend cpu has no graph generations to select"), "%s", err.msg);
-    cr_expect_null(b);
-    md.graph[0] = '\0';
-
-    /* what ran: each subject's base.attn / base.graph as its open (or a fallback) set them */
-    static const char *const ran_as[][2][2] = {{{"", ""}, {"", ""}},
-                                               {{"split", "on"}, {"", ""}},
-                                               {{"v1", "off"}, {"split", "off"}},
-                                               {{"split", "eager: cudaErrorX"}, {"split", "on"}},
-                                               {{"split", "on"}, {"split", "on"}}};
-    static const char *const want[][2] = {
-        {NULL, NULL}, {"split", "on"}, {"mixed", "off"}, {"split", "mixed"}, {"split", "on"}};
-    for (size_t c = 0; c < sizeof want / sizeof want[0]; c++) {
-        struct mode_ran ran;
-        mode_ran_begin(&ran);
-        for (int s = 0; s < 2; s++) {
-            err_clear(&err);
-            cr_assert_eq(mode_open(&b, &md, m, 8, 1, NULL, &err), 0, "%s", err.msg);
-            cr_expect_str_eq(b->attn, "", "a CPU backend reports no attention generation");
-            cr_expect_str_eq(b->graph, "", "a CPU backend reports no graph setting");
-            snprintf(b->attn, sizeof b->attn, "%s", ran_as[c][s][0]);
-            snprintf(b->graph, sizeof b->graph, "%s", ran_as[c][s][1]);
-            backend_close(b);
-        }
-        mode_ran_end();
-        json_t *rj = mode_ran_json(&ran);
-        for (int k = 0; k < 2; k++) {
-            const char *key = k ? "graph" : "attn";
-            const char *got = json_string_value(json_object_get(rj, key));
-            if (want[c][k])
-                cr_expect(got && !strcmp(got, want[c][k]), "case %zu: ran.%s %s, want %s", c, key,
-                          got ? got : "(absent)", want[c][k]);
-            else
-                cr_expect_null(got, "case %zu: ran.%s %s recorded for CPU subjects", c, key, got);
-        }
-        json_decref(rj);
     }
     model_free(m);
     free(buf);

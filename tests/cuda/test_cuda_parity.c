@@ -16,7 +16,8 @@
 #include "tests/support/check.h"
 #include "tests/support/skip.h"
 
-/* attn, graph: "" (the defaults) or the cuda settings (backend_config.attn / .graph) */
+/* attn, graph: "" (the defaults) or the cuda settings (backend_config.knob[KNOB_ATTN] /
+ * [KNOB_GRAPH]) */
 static void judge_with(const char *preset, const char *mode_name, const char *attn,
                        const char *graph)
 {
@@ -28,8 +29,8 @@ static void judge_with(const char *preset, const char *mode_name, const char *at
     struct model *m = check_tiny_model(preset, &buf);
     struct mode mode;
     cr_assert_eq(mode_parse(mode_name, &mode, &err), 0);
-    snprintf(mode.attn, sizeof mode.attn, "%s", attn);
-    snprintf(mode.graph, sizeof mode.graph, "%s", graph);
+    snprintf(mode.knob[KNOB_ATTN], sizeof mode.knob[KNOB_ATTN], "%s", attn);
+    snprintf(mode.knob[KNOB_GRAPH], sizeof mode.knob[KNOB_GRAPH], "%s", graph);
     struct parity_config cfg;
     gatedef_parity_config(NULL, &cfg);
     cfg.positions = 64;
@@ -67,13 +68,16 @@ Test(cuda_parity, prefill_of_tiny_dense_passes_parity)
 
 /* The decode step captured as a CUDA graph (graph: on) is the eager step bit for bit, with each
  * attention: a prompt chunk, then one-token decode steps (the graph's case) past a split of 128
- * keys, the logits of every step compared by memcmp; base.graph stays "on" (no fallback). */
+ * keys, the logits of every step compared by memcmp; base.knob[KNOB_GRAPH] stays "on" (no
+ * fallback). */
 static void decode(struct model *m, const char *attn, const char *graph, int n_prompt, int n_dec,
                    float *out, char *ran_graph, size_t ran_n)
 {
     struct gate_err err = {0};
     struct backend *b = NULL;
-    struct backend_config cfg = {.n_ctx = 256, .attn = attn, .graph = graph};
+    struct backend_config cfg = {.n_ctx = 256};
+    cfg.knob[KNOB_ATTN] = attn;
+    cfg.knob[KNOB_GRAPH] = graph;
     cr_assert_eq(backend_open(&b, "cuda", m, &cfg, &err), 0, "attn %s graph %s: %s", attn, graph,
                  err.msg);
     const int V = (int)m->hp.n_vocab;
@@ -86,7 +90,7 @@ static void decode(struct model *m, const char *attn, const char *graph, int n_p
         cr_assert_eq(backend_forward(b, &t, 1, n_prompt + s, out + (size_t)(s + 1) * V, &err), 0,
                      "attn %s graph %s step %d: %s", attn, graph, s, err.msg);
     }
-    snprintf(ran_graph, ran_n, "%s", b->graph);
+    snprintf(ran_graph, ran_n, "%s", b->knob[KNOB_GRAPH]);
     backend_close(b);
 }
 
