@@ -4,7 +4,8 @@
  * settings (the tests compute the same numbers by hand); the available figure is read once per
  * call, from $GATE_MEMORY_LIMIT or /proc/meminfo, never guessed. The memory terms mirror the
  * buffers parity_session_open() and the backends' open allocate (engine/ref.c's ALLOC list, the
- * cpu backend's plan): when one of those grows, this file must follow (docs/nightly.md).
+ * cpu backend's plan) and the rows oracles/mode.c keeps (struct mode_keep): when one of those
+ * grows, this file must follow (docs/nightly.md).
  * Start reading: budget_memory().
  */
 #include "harness/budget.h"
@@ -24,22 +25,24 @@ uint64_t budget_kv_bytes(const struct model_hparams *hp, int positions, int elem
            (uint64_t)(positions > 0 ? positions : 0) * (uint64_t)elem;
 }
 
-/* One in-process backend opened with n_ctx = n_batch = S (oracles/mode.c): its per-batch
- * buffers, attention scores and RoPE tables, in floats (engine/ref.c's ALLOC list; the cpu
+/* One in-process backend opened with n_ctx = S and a batch of B tokens (oracles/mode.c: the
+ * subject B = S; the judge of a sampled span B = MODE_JUDGE_CHUNK): its per-batch buffers (B
+ * rows), attention scores and RoPE tables (S), in floats (engine/ref.c's ALLOC list; the cpu
  * backend's plan has the same terms and, with an F16 cache, one layer of K and V as floats). */
-static uint64_t backend_activation_floats(const struct model_hparams *hp, uint64_t S, int kv_f16)
+static uint64_t backend_activation_floats(const struct model_hparams *hp, uint64_t S, uint64_t B,
+                                          int kv_f16)
 {
     const uint64_t E = hp->n_embd, hd = hp->head_dim;
     const uint64_t qd = (uint64_t)hp->n_head * hd, kvd = (uint64_t)hp->n_head_kv * hd;
     const int moe = hp->n_expert > 0;
     const uint64_t X = hp->n_expert, K = moe ? hp->n_expert_used : 1;
     const uint64_t F = moe ? hp->n_ff_exp : hp->n_ff;
-    uint64_t f = S * (3 * E + 2 * qd + 2 * kvd) /* x, xb, xo; q, att; k, v */
-                 + 2 * S * K * F;               /* ffa, ffb */
+    uint64_t f = B * (3 * E + 2 * qd + 2 * kvd) /* x, xb, xo; q, att; k, v */
+                 + 2 * B * K * F;               /* ffa, ffb */
     if (moe)
-        f += 2 * S * X        /* router, probs */
-             + 3 * S * K      /* sel, selw, rows */
-             + 3 * S * K * E; /* gx, gy, moe_y */
+        f += 2 * B * X        /* router, probs */
+             + 3 * B * K      /* sel, selw, rows */
+             + 3 * B * K * E; /* gx, gy, moe_y */
     f += 17 * 16 * S;         /* scores and batched scores for up to 16 threads */
     f += S * hd;              /* rope_cos, rope_sin: (S, hd/2) each */
     if (kv_f16)
@@ -47,28 +50,42 @@ static uint64_t backend_activation_floats(const struct model_hparams *hp, uint64
     return f;
 }
 
-void budget_memory(const struct model_hparams *hp, int S, int judged, int kv_elem, int in_process,
-                   struct budget_memory *out)
+void budget_memory(const struct model_hparams *hp, int S, int judged, enum mode_path path,
+                   int kv_elem, int in_process, struct budget_memory *out)
 {
     memset(out, 0, sizeof *out);
     const uint64_t s = (uint64_t)(S > 0 ? S : 0), V = hp->n_vocab;
     const uint64_t L = hp->n_layer, E = hp->n_embd;
     const uint64_t K = hp->n_expert > 0 ? hp->n_expert_used : 0;
+    const uint64_t J = (uint64_t)(judged > 0 ? judged : 0);
+    const int sampled = judged > 0 && judged < S; /* a span: only the judged rows are kept */
     out->positions = S;
     out->judged = judged;
     out->kv_bytes_per_elem = kv_elem;
+    /* the judge of a sampled span runs in calls of MODE_JUDGE_CHUNK tokens; else one call */
+    out->judge_batch = sampled && S > MODE_JUDGE_CHUNK ? MODE_JUDGE_CHUNK : S;
+    /* the subject's longest forward call: decode one token, prefill the first half (the
+     * session's uneven chunks are shorter), chat a user turn (at most the sequence) */
+    out->subject_call = path == MODE_DECODE    ? 1
+                        : path == MODE_PREFILL ? (S / 2 > 0 ? S / 2 : 1)
+                                               : S;
+    const uint64_t jb = (uint64_t)out->judge_batch, sc = (uint64_t)out->subject_call;
     /* the judge (the twin) keeps an F32 cache; the subject its cell's type */
     const uint64_t kv_judge = budget_kv_bytes(hp, S, 4);
     out->kv_subject_bytes = in_process ? budget_kv_bytes(hp, S, kv_elem) : 0;
     out->kv_bytes = kv_judge + out->kv_subject_bytes;
-    /* judge_logits, subj_logits (S, V); judge_sel, subj_sel (judged, V) */
-    out->logits_bytes = 4 * V * (2 * s + 2 * (uint64_t)(judged > 0 ? judged : 0));
-    /* taps on both sides (parity_run asks for them): hidden (L, S, E); MoE: experts and weights
-     * (L, S, k), router k-th and (k+1)-th (L, S) */
-    out->taps_bytes = 2 * 4 * L * s * (E + (K ? 2 * K + 2 : 0));
-    out->activation_bytes = 4 * backend_activation_floats(hp, s, 0);
+    /* judge_logits, subj_logits: the judged rows (J = S when every position is judged); a
+     * sampled run moves each call's rows through a scratch first: the judge's chunk and the
+     * subject's longest call */
+    out->logits_bytes = 4 * V * (2 * J + (sampled ? jb + sc : 0));
+    /* taps on both sides (parity_run asks for them): hidden (L, J, E); MoE: experts and weights
+     * (L, S, k), router k-th and (k+1)-th (L, S) at every position; each call's taps through a
+     * scratch of its length (the subject's; the judge's when sampled) */
+    const uint64_t moe = K ? 2 * K + 2 : 0;
+    out->taps_bytes = 4 * L * (2 * J * E + 2 * s * moe + (sc + (sampled ? jb : 0)) * (E + moe));
+    out->activation_bytes = 4 * backend_activation_floats(hp, s, jb, 0);
     if (in_process)
-        out->activation_bytes += 4 * backend_activation_floats(hp, s, kv_elem == 2);
+        out->activation_bytes += 4 * backend_activation_floats(hp, s, s, kv_elem == 2);
     out->other_bytes = out->logits_bytes + out->taps_bytes + out->activation_bytes;
     out->total_bytes = out->kv_bytes + out->other_bytes;
 }
@@ -151,13 +168,14 @@ int budget_check(const struct budget_memory *m, const struct budget_available *a
 json_t *budget_memory_json(const struct budget_memory *m, const struct budget_available *a)
 {
     return json_pack(
-        "{s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:b}", "positions",
-        m->positions, "judged", m->judged, "kv_elem_bytes", m->kv_bytes_per_elem, "kv_bytes",
-        (json_int_t)m->kv_bytes, "kv_subject_bytes", (json_int_t)m->kv_subject_bytes,
-        "logits_bytes", (json_int_t)m->logits_bytes, "taps_bytes", (json_int_t)m->taps_bytes,
-        "activation_bytes", (json_int_t)m->activation_bytes, "other_bytes",
-        (json_int_t)m->other_bytes, "total_bytes", (json_int_t)m->total_bytes, "available_bytes",
-        (json_int_t)a->bytes, "available_source", a->source, "fits", m->total_bytes <= a->bytes);
+        "{s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:b}", "positions",
+        m->positions, "judged", m->judged, "judge_batch", m->judge_batch, "subject_call",
+        m->subject_call, "kv_elem_bytes", m->kv_bytes_per_elem, "kv_bytes", (json_int_t)m->kv_bytes,
+        "kv_subject_bytes", (json_int_t)m->kv_subject_bytes, "logits_bytes",
+        (json_int_t)m->logits_bytes, "taps_bytes", (json_int_t)m->taps_bytes, "activation_bytes",
+        (json_int_t)m->activation_bytes, "other_bytes", (json_int_t)m->other_bytes, "total_bytes",
+        (json_int_t)m->total_bytes, "available_bytes", (json_int_t)a->bytes, "available_source",
+        a->source, "fits", m->total_bytes <= a->bytes);
 }
 
 /* ---- time ---------------------------------------------------------------------------------- */
@@ -216,12 +234,14 @@ void budget_time(const struct model_hparams *hp, const struct budget_time_in *in
     out->seconds = out->gflop / (BUDGET_GFLOPS_PER_THREAD * out->threads);
 }
 
-void budget_cell(const struct ladder_gates *g, const struct model_hparams *hp, int chat, int kv_f16,
-                 int in_process, int threads, struct budget_memory *mem, struct budget_time *time)
+void budget_cell(const struct ladder_gates *g, const struct model_hparams *hp, enum mode_path path,
+                 int kv_f16, int in_process, int threads, struct budget_memory *mem,
+                 struct budget_time *time)
 {
+    const int chat = path == MODE_CHAT;
     const int S = !chat && g->span > g->positions ? g->span : g->positions;
     const int judged = !chat && g->span > g->positions ? g->positions : S;
-    budget_memory(hp, S, judged, kv_f16 ? 2 : 4, in_process, mem);
+    budget_memory(hp, S, judged, path, kv_f16 ? 2 : 4, in_process, mem);
     if (threads <= 0) {
         const long n = sysconf(_SC_NPROCESSORS_ONLN);
         threads = n > 0 ? (int)n : 1;

@@ -9,10 +9,12 @@
  * the time estimate `gate run` prints when the cell starts.
  *
  * The arithmetic is the parity session's (oracles/parity.c: parity_session_open), the gate that
- * holds the most at once: judge and subject each opened with n_ctx = n_batch = the sequence
- * length S (oracles/mode.c), their KV caches, their per-batch activations, both sides' logits
- * (S x n_vocab floats each), the judged rows and the taps. Model weights are not counted: they
- * stay in the file's mapping (page cache the kernel can evict). docs/nightly.md, "Memory".
+ * holds the most at once: judge and subject each opened with n_ctx = the sequence length S
+ * (oracles/mode.c; the subject's batch S, a sampled span's judge MODE_JUDGE_CHUNK), their KV
+ * caches, their per-batch activations, both sides' logits and hidden-state taps at the judged
+ * rows only (issue 26 §2: J x n_vocab floats each, not S x n_vocab) with each call's scratch,
+ * and the MoE routing taps at every position. Model weights are not counted: they stay in the
+ * file's mapping (page cache the kernel can evict). docs/nightly.md, "Memory".
  * Start reading: budget_memory(), then budget_check().
  */
 #ifndef GATE_BUDGET_H
@@ -23,6 +25,7 @@
 
 #include "base/err.h"
 #include "engine/model.h"
+#include "oracles/mode.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,11 +36,13 @@ struct budget_memory {
     int positions;             /* S: the sequence length both sides run */
     int judged;                /* positions judged (the rows gathered) */
     int kv_bytes_per_elem;     /* the subject's KV element: 4 (F32) or 2 (F16) */
+    int judge_batch;           /* the judge's batch: S, or MODE_JUDGE_CHUNK for a sampled span */
+    int subject_call;          /* the subject's longest forward call (decode 1, prefill S/2) */
     uint64_t kv_bytes;         /* judge + subject KV caches (the subject's at its KV type) */
     uint64_t kv_subject_bytes; /* the subject's part of kv_bytes (0 for an external engine) */
-    uint64_t logits_bytes;     /* both sides' S x n_vocab floats, plus the judged rows */
-    uint64_t taps_bytes;       /* both sides' per-layer taps over S positions */
-    uint64_t activation_bytes; /* the backends' per-batch buffers (n_batch = S), scores, RoPE */
+    uint64_t logits_bytes;     /* both sides' judged rows x n_vocab floats, + calls' scratch */
+    uint64_t taps_bytes;       /* both sides' hidden taps (judged rows), MoE routes (S), scratch */
+    uint64_t activation_bytes; /* the backends' per-batch buffers, scores, RoPE */
     uint64_t other_bytes;      /* logits + taps + activations */
     uint64_t total_bytes;      /* kv + other */
 };
@@ -48,12 +53,13 @@ struct budget_available {
     char source[96]; /* "GATE_MEMORY_LIMIT", "/proc/meminfo MemAvailable" */
 };
 
-/* The parity session's bytes for model hp, sequence length S (>= 1), `judged` judged positions,
- * the subject's KV element size kv_elem (4 or 2) and whether the subject runs in this process
- * (in_process 0: an external engine, whose own memory gate cannot see: only the judge counts).
- * Pure. The formula, term by term, in budget.c and docs/nightly.md. */
-void budget_memory(const struct model_hparams *hp, int S, int judged, int kv_elem, int in_process,
-                   struct budget_memory *out);
+/* The parity session's bytes for model hp, sequence length S (>= 1), `judged` judged positions
+ * (fewer than S: a sampled span, only those rows kept), the subject's path (its longest forward
+ * call), the subject's KV element size kv_elem (4 or 2) and whether the subject runs in this
+ * process (in_process 0: an external engine, whose own memory gate cannot see: only the judge
+ * counts). Pure. The formula, term by term, in budget.c and docs/nightly.md. */
+void budget_memory(const struct model_hparams *hp, int S, int judged, enum mode_path path,
+                   int kv_elem, int in_process, struct budget_memory *out);
 
 /* KV cache bytes of one backend: n_layer x 2 (K and V) x n_head_kv x head_dim x positions x
  * elem. Pure. */
@@ -70,9 +76,9 @@ int budget_available(struct budget_available *out, struct gate_err *err);
 int budget_check(const struct budget_memory *m, const struct budget_available *a,
                  struct gate_err *err);
 
-/* metrics.memory: {positions, judged, kv_bytes, kv_subject_bytes, kv_elem_bytes, logits_bytes,
- * taps_bytes, activation_bytes, other_bytes, total_bytes, available_bytes, available_source,
- * fits}. New reference. */
+/* metrics.memory: {positions, judged, judge_batch, subject_call, kv_bytes, kv_subject_bytes,
+ * kv_elem_bytes, logits_bytes, taps_bytes, activation_bytes, other_bytes, total_bytes,
+ * available_bytes, available_source, fits}. New reference. */
 json_t *budget_memory_json(const struct budget_memory *m, const struct budget_available *a);
 
 /* A cell's work in token-forwards and floating-point operations, per gate, and the seconds they
@@ -110,10 +116,11 @@ void budget_time(const struct model_hparams *hp, const struct budget_time_in *in
 struct ladder_gates;
 /* Both figures for a cell with resolved settings g (harness/ladder.h) on model hp: its parity
  * sequence max(span, positions) (the chat path: positions, its conversation is shorter), judged
- * positions, the subject's KV type (kv_f16), whether the subject runs in this process
+ * positions, the subject's path, its KV type (kv_f16), whether the subject runs in this process
  * (in_process) and the run's threads (0 = online CPUs). Pure but for the CPU count. */
-void budget_cell(const struct ladder_gates *g, const struct model_hparams *hp, int chat, int kv_f16,
-                 int in_process, int threads, struct budget_memory *mem, struct budget_time *time);
+void budget_cell(const struct ladder_gates *g, const struct model_hparams *hp, enum mode_path path,
+                 int kv_f16, int in_process, int threads, struct budget_memory *mem,
+                 struct budget_time *time);
 
 #ifdef __cplusplus
 }

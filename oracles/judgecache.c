@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "engine/model.h"
+#include "oracles/mode.h"
 
 #define MAGIC "GJDG0001"
 
@@ -134,19 +135,6 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The plain judge run (oracles/mode.c's contract): one forward call from an empty cache. */
-static int run(struct backend *b, const int32_t *tokens, int n, float *logits,
-               const struct backend_taps *taps, struct gate_err *err)
-{
-    int rc = backend_truncate(b, 0, err);
-    if (rc)
-        return rc;
-    backend_set_taps(b, taps);
-    rc = backend_forward(b, tokens, n, 0, logits, err);
-    backend_set_taps(b, NULL);
-    return rc;
-}
-
 /* Pointers and byte sizes of the payload's parts for a run of n tokens: logits first, then
  * every tap asked for. 0, or -1 when the run cannot be cached (MoE taps on a dense model). */
 struct parts {
@@ -155,18 +143,19 @@ struct parts {
     unsigned mask;
 };
 
-static int parts_of(const struct model *m, int n, float *logits, const struct backend_taps *t,
-                    struct parts *x)
+static int parts_of(const struct model *m, int n, const struct mode_keep *keep, float *logits,
+                    const struct backend_taps *t, struct parts *x)
 {
     const struct model_hparams *hp = &m->hp;
     const size_t L = hp->n_layer, N = (size_t)n, K = hp->n_expert > 0 ? hp->n_expert_used : 0;
+    const size_t R = keep ? (size_t)keep->n : N; /* the rows kept: logits and hidden states */
     memset(x, 0, sizeof *x);
     x->p[0] = logits;
-    x->bytes[0] = N * hp->n_vocab * sizeof(float);
+    x->bytes[0] = R * hp->n_vocab * sizeof(float);
     if (!t)
         return 0;
     void *const ptr[N_TAPS] = {t->hidden, t->experts, t->expert_w, t->router_kth, t->router_k1th};
-    const size_t each[N_TAPS] = {L * N * hp->n_embd * sizeof(float), L * N * K * sizeof(int32_t),
+    const size_t each[N_TAPS] = {L * R * hp->n_embd * sizeof(float), L * N * K * sizeof(int32_t),
                                  L * N * K * sizeof(float), L * N * sizeof(float),
                                  L * N * sizeof(float)};
     for (int i = 0; i < N_TAPS; i++) {
@@ -181,8 +170,8 @@ static int parts_of(const struct model *m, int n, float *logits, const struct ba
     return 0;
 }
 
-static void key_of(const struct backend *b, const int32_t *tokens, int n, const struct parts *x,
-                   unsigned char key[32])
+static void key_of(const struct backend *b, const int32_t *tokens, int n,
+                   const struct mode_keep *keep, const struct parts *x, unsigned char key[32])
 {
     const struct model_hparams *hp = &b->model->hp;
     crypto_hash_sha256_state h;
@@ -197,6 +186,14 @@ static void key_of(const struct backend *b, const int32_t *tokens, int n, const 
                               hp->n_embd,  hp->n_vocab, hp->n_expert > 0 ? hp->n_expert_used : 0};
     crypto_hash_sha256_update(&h, (const unsigned char *)dims, sizeof dims);
     crypto_hash_sha256_update(&h, (const unsigned char *)tokens, (size_t)n * sizeof *tokens);
+    if (keep) { /* the rows kept (issue 26 §2): another subset is another entry */
+        const char kt[] = "kept rows";
+        const uint64_t nk = (uint64_t)keep->n;
+        crypto_hash_sha256_update(&h, (const unsigned char *)kt, sizeof kt);
+        crypto_hash_sha256_update(&h, (const unsigned char *)&nk, sizeof nk);
+        crypto_hash_sha256_update(&h, (const unsigned char *)keep->pos,
+                                  (size_t)keep->n * sizeof *keep->pos);
+    }
     crypto_hash_sha256_final(&h, key);
 }
 
@@ -273,22 +270,22 @@ static void write_entry(const char *path, const unsigned char key[32], const str
         unlink(tmp);
 }
 
-int judgecache_judge(struct backend *b, const int32_t *tokens, int n, float *logits,
-                     const struct backend_taps *taps, struct gate_err *err)
+int judgecache_judge(struct backend *b, const int32_t *tokens, int n, const struct mode_keep *keep,
+                     float *logits, const struct backend_taps *taps, struct gate_err *err)
 {
     struct parts x;
     const int cacheable = C.open && n > 0 && b->model && b->model->sha256[0] &&
                           !strcmp(b->ops->name, backend_judge_name()) && b->faults.n == 0 &&
                           strcmp(b->emulate, "?") && !(taps && taps->force_experts) &&
-                          parts_of(b->model, n, logits, taps, &x) == 0;
+                          parts_of(b->model, n, keep, logits, taps, &x) == 0;
     if (!cacheable) {
         if (C.open)
             C.st.uncacheable++;
-        return run(b, tokens, n, logits, taps, err);
+        return mode_forward_kept(b, tokens, n, keep, logits, taps, err);
     }
     unsigned char key[32];
     char path[1200];
-    key_of(b, tokens, n, &x, key);
+    key_of(b, tokens, n, keep, &x, key);
     path_of(key, path, sizeof path);
     double saved = 0;
     const int got = read_entry(path, key, &x, &saved);
@@ -304,7 +301,7 @@ int judgecache_judge(struct backend *b, const int32_t *tokens, int n, float *log
         C.st.corrupt++; /* recomputed below and rewritten */
     C.st.misses++;
     const double t0 = now_s();
-    int rc = run(b, tokens, n, logits, taps, err);
+    int rc = mode_forward_kept(b, tokens, n, keep, logits, taps, err);
     const double dt = now_s() - t0;
     C.st.spent_s += dt;
     if (!rc)

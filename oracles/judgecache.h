@@ -1,9 +1,9 @@
 /* judgecache.h — the judge's results, cached content-addressed (issue 26 §3: a judge that keeps
  * up). The reference twin stays the simple, exact specification; what it computes for one
  * plain judge run is a pure function of (this binary, the model's bytes, the roundings it
- * emulates, the tokens, which taps were asked for), so a run of the same inputs — the same
- * parity sequence judged for every cell of one model, or for a cell's gates one after the
- * other — is read back instead of recomputed.
+ * emulates, the tokens, which taps were asked for, which rows were kept), so a run of the same
+ * inputs — the same parity sequence judged for every cell of one model, or for a cell's gates one
+ * after the other — is read back instead of recomputed.
  *
  * Invariants:
  * - the key is the SHA-256 of all of those inputs; "this binary" is its own SHA-256 (any change
@@ -42,10 +42,12 @@ void judgecache_close(void);
 /* The statistics since the last open; all 0 when none is open. */
 void judgecache_stats(struct judgecache_stats *out);
 
-/* oracles/mode.c's mode_judge through the cache: backend_forward of the n tokens on the judge b
- * (its cache truncated to 0 first) writing logits (n, n_vocab) and taps, or the same bytes read
- * back from a verified entry. Without an open cache, exactly the plain run. */
-int judgecache_judge(struct backend *b, const int32_t *tokens, int n, float *logits,
-                     const struct backend_taps *taps, struct gate_err *err);
+/* oracles/mode.c's mode_judge_kept through the cache: mode_forward_kept of the n tokens on the
+ * judge b (its cache truncated to 0 first) writing logits and taps (every row, or the rows of
+ * keep: struct mode_keep), or the same bytes read back from a verified entry. The key holds the
+ * kept positions. Without an open cache, exactly the plain run. */
+struct mode_keep;
+int judgecache_judge(struct backend *b, const int32_t *tokens, int n, const struct mode_keep *keep,
+                     float *logits, const struct backend_taps *taps, struct gate_err *err);
 
 #endif

@@ -1,9 +1,10 @@
 /* mode.c — the execution paths under test (decode, prefill, chat) and the judge's batched run.
  *
  * Taps: a backend records taps per forward call, laid out for that call's tokens. To give the
- * oracles one picture of the whole sequence, mode_run_taps() points the backend at scratch
- * arrays sized for the longest call and scatters each call's rows to their positions.
- * Start reading: mode_run_taps().
+ * oracles one picture of the whole sequence, mode_run_kept() points the backend at scratch
+ * arrays sized for the longest call and moves each call's rows to their positions (struct rows);
+ * with a struct mode_keep, only the kept positions' logits and hidden states (issue 26 §2).
+ * Start reading: mode_run_kept().
  */
 #include "oracles/mode.h"
 
@@ -185,11 +186,20 @@ int mode_open_judge(struct backend **out, const struct model *m, int n_ctx, int 
 int mode_open_judge_rounded(struct backend **out, const struct model *m, int n_ctx, int n_threads,
                             const char *emulate, struct gate_err *err)
 {
+    return mode_open_judge_batch(out, m, n_ctx, n_ctx, n_threads, emulate, err);
+}
+
+int mode_open_judge_batch(struct backend **out, const struct model *m, int n_ctx, int n_batch,
+                          int n_threads, const char *emulate, struct gate_err *err)
+{
     *out = NULL;
+    if (n_batch < 1 || n_batch > n_ctx)
+        return err_set(err, ERR_INPUT, "the judge's batch of %d tokens is outside 1..%d", n_batch,
+                       n_ctx);
     /* emulate "" for the judge: GATE_REF_EMULATE in the environment never changes it */
     struct backend_config cfg = {.n_threads = n_threads,
                                  .n_ctx = n_ctx,
-                                 .n_batch = n_ctx,
+                                 .n_batch = n_batch,
                                  .faults = NULL,
                                  .emulate = emulate ? emulate : ""};
     int rc = backend_open(out, backend_judge_name(), m, &cfg, err);
@@ -305,61 +315,133 @@ json_t *mode_ran_json(const struct mode_ran *r)
 
 /* ---- running a path -------------------------------------------------------------------------- */
 
-struct scatter {
-    struct backend_taps call;        /* scratch, (n_layer, c, ...) for the current call */
-    const struct backend_taps *full; /* (n_layer, n, ...) */
-    int n_layer, n, k;
+/* Where a run's rows go: every forward call's logits and taps, moved to their rows of the
+ * caller's arrays (struct mode_keep: the kept rows only, or every row). */
+struct rows {
+    const struct mode_keep *keep; /* NULL: every position, logits written in place */
+    float *logits;                /* (keep ? keep->n : n, V) */
+    float *scratch;               /* keep: (max_call, V), one call's logits before the keep */
+    size_t V;
+    int have_taps;
+    struct backend_taps call;        /* scratch, (n_layer, max_call, ...) for the current call */
+    const struct backend_taps *full; /* hidden (n_layer, n_rows, E); routing (n_layer, n, ...) */
+    int n_layer, n, n_rows, k;
     size_t E;
 };
 
-static void scatter_free(struct scatter *s)
+static void rows_free(struct rows *r)
 {
-    free(s->call.hidden);
-    free(s->call.experts);
-    free(s->call.expert_w);
-    free(s->call.router_kth);
-    free(s->call.router_k1th);
+    free(r->scratch);
+    free(r->call.hidden);
+    free(r->call.experts);
+    free(r->call.expert_w);
+    free(r->call.router_kth);
+    free(r->call.router_k1th);
+    free((void *)r->call.force_experts);
+    free(r->call.force_deficit);
+    memset(r, 0, sizeof *r);
 }
 
-static int scatter_init(struct scatter *s, struct backend *b, const struct backend_taps *full,
-                        int n, struct gate_err *err)
+/* Scratch for calls of at most max_call tokens: the logits when rows are kept, the taps when
+ * asked for. */
+static int rows_init(struct rows *r, struct backend *b, int n, int max_call,
+                     const struct mode_keep *keep, float *logits, const struct backend_taps *full,
+                     struct gate_err *err)
 {
     const struct model_hparams *hp = &b->model->hp;
-    memset(s, 0, sizeof *s);
-    s->full = full;
-    s->n_layer = (int)hp->n_layer;
-    s->n = n;
-    s->k = hp->n_expert > 0 ? (int)hp->n_expert_used : 1;
-    s->E = hp->n_embd;
-    const size_t ln = (size_t)s->n_layer * (size_t)n;
+    memset(r, 0, sizeof *r);
+    r->keep = keep;
+    r->logits = logits;
+    r->V = hp->n_vocab;
+    r->full = full;
+    r->n_layer = (int)hp->n_layer;
+    r->n = n;
+    r->n_rows = keep ? keep->n : n;
+    r->k = hp->n_expert > 0 ? (int)hp->n_expert_used : 1;
+    r->E = hp->n_embd;
+    for (int i = 0; keep && i < keep->n; i++)
+        if (keep->pos[i] < 0 || keep->pos[i] >= n || (i && keep->pos[i] <= keep->pos[i - 1]))
+            return err_set(err, ERR_INPUT,
+                           "kept row %d is position %d: kept positions must increase within"
+                           " 0..%d",
+                           i, keep->pos[i], n - 1);
+    const size_t ln = (size_t)r->n_layer * (size_t)max_call;
     int ok = 1;
-    if (full->hidden)
-        ok &= (s->call.hidden = calloc(ln * s->E, sizeof(float))) != NULL;
-    if (full->experts)
-        ok &= (s->call.experts = calloc(ln * (size_t)s->k, sizeof(int32_t))) != NULL;
-    if (full->expert_w)
-        ok &= (s->call.expert_w = calloc(ln * (size_t)s->k, sizeof(float))) != NULL;
-    if (full->router_kth)
-        ok &= (s->call.router_kth = calloc(ln, sizeof(float))) != NULL;
-    if (full->router_k1th)
-        ok &= (s->call.router_k1th = calloc(ln, sizeof(float))) != NULL;
+    if (keep)
+        ok &= (r->scratch = malloc((size_t)max_call * r->V * sizeof(float))) != NULL;
+    if (full) {
+        r->have_taps = 1;
+        if (full->hidden)
+            ok &= (r->call.hidden = calloc(ln * r->E, sizeof(float))) != NULL;
+        if (full->experts)
+            ok &= (r->call.experts = calloc(ln * (size_t)r->k, sizeof(int32_t))) != NULL;
+        if (full->expert_w)
+            ok &= (r->call.expert_w = calloc(ln * (size_t)r->k, sizeof(float))) != NULL;
+        if (full->router_kth)
+            ok &= (r->call.router_kth = calloc(ln, sizeof(float))) != NULL;
+        if (full->router_k1th)
+            ok &= (r->call.router_k1th = calloc(ln, sizeof(float))) != NULL;
+        if (full->force_experts)
+            ok &= (r->call.force_experts = calloc(ln * (size_t)r->k, sizeof(int32_t))) != NULL;
+        if (full->force_deficit)
+            ok &= (r->call.force_deficit = calloc(ln, sizeof(float))) != NULL;
+        r->call.force_tol = full->force_tol;
+    }
     if (!ok) {
-        scatter_free(s);
-        return err_set(err, ERR_ENV, "out of memory for taps (%d layers x %d positions)",
-                       s->n_layer, n);
+        rows_free(r);
+        return err_set(err, ERR_ENV,
+                       "out of memory for one call's logits and taps (%d tokens, %d layers)",
+                       max_call, (int)hp->n_layer);
     }
     return 0;
 }
 
-/* Move the rows of the call just made (c tokens at p0) to their places in the full arrays. */
-static void scatter_call(struct scatter *s, int p0, int c)
+/* The first kept row at or after position p (keep->n when none). */
+static int first_row(const struct mode_keep *keep, int p)
 {
-    const struct backend_taps *f = s->full, *t = &s->call;
-    const size_t k = (size_t)s->k;
-    for (int l = 0; l < s->n_layer; l++) {
-        const size_t src = (size_t)l * (size_t)c, dst = (size_t)l * (size_t)s->n + (size_t)p0;
-        if (f->hidden)
-            memcpy(f->hidden + dst * s->E, t->hidden + src * s->E, (size_t)c * s->E * 4);
+    int lo = 0, hi = keep->n;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (keep->pos[mid] < p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Before a call of c tokens at p0: its rows of the replay's forced routes. */
+static void rows_force_in(struct rows *r, int p0, int c)
+{
+    const size_t k = (size_t)r->k;
+    for (int l = 0; r->call.force_experts && l < r->n_layer; l++)
+        memcpy((int32_t *)r->call.force_experts + (size_t)l * (size_t)c * k,
+               r->full->force_experts + ((size_t)l * (size_t)r->n + (size_t)p0) * k,
+               (size_t)c * k * sizeof(int32_t));
+}
+
+/* Move the rows of the call just made (c tokens at p0) to their places: the kept rows of the
+ * logits and the hidden state, every row of the routing taps. */
+static void rows_call(struct rows *r, int p0, int c)
+{
+    const size_t V = r->V, k = (size_t)r->k;
+    const int i0 = r->keep ? first_row(r->keep, p0) : p0;
+    int i1 = i0; /* kept rows [i0, i1) lie in this call */
+    while (r->keep ? i1 < r->keep->n && r->keep->pos[i1] < p0 + c : i1 < p0 + c)
+        i1++;
+    for (int i = i0; r->keep && i < i1; i++)
+        memcpy(r->logits + (size_t)i * V, r->scratch + (size_t)(r->keep->pos[i] - p0) * V,
+               V * sizeof(float));
+    if (!r->have_taps)
+        return;
+    const struct backend_taps *f = r->full, *t = &r->call;
+    for (int l = 0; l < r->n_layer; l++) {
+        const size_t src = (size_t)l * (size_t)c, dst = (size_t)l * (size_t)r->n + (size_t)p0;
+        for (int i = i0; f->hidden && i < i1; i++) {
+            const int at = r->keep ? r->keep->pos[i] - p0 : i - p0;
+            memcpy(f->hidden + ((size_t)l * (size_t)r->n_rows + (size_t)i) * r->E,
+                   t->hidden + (src + (size_t)at) * r->E, r->E * sizeof(float));
+        }
         if (f->experts)
             memcpy(f->experts + dst * k, t->experts + src * k, (size_t)c * k * 4);
         if (f->expert_w)
@@ -368,25 +450,29 @@ static void scatter_call(struct scatter *s, int p0, int c)
             memcpy(f->router_kth + dst, t->router_kth + src, (size_t)c * 4);
         if (f->router_k1th)
             memcpy(f->router_k1th + dst, t->router_k1th + src, (size_t)c * 4);
+        if (f->force_deficit)
+            memcpy(f->force_deficit + dst, t->force_deficit + src, (size_t)c * 4);
     }
 }
 
-/* One forward call of c tokens at p0, taps scattered when s is set. */
-static int step(struct backend *b, struct scatter *s, const int32_t *tokens, int p0, int c,
-                float *logits, struct gate_err *err)
+/* One forward call of c tokens at p0, its rows moved by r. */
+static int step(struct backend *b, struct rows *r, const int32_t *tokens, int p0, int c,
+                struct gate_err *err)
 {
-    const size_t V = b->model->hp.n_vocab;
-    int rc = backend_forward(b, tokens + p0, c, p0, logits + (size_t)p0 * V, err);
-    if (!rc && s)
-        scatter_call(s, p0, c);
+    float *out = r->keep ? r->scratch : r->logits + (size_t)p0 * r->V;
+    if (r->have_taps)
+        rows_force_in(r, p0, c);
+    int rc = backend_forward(b, tokens + p0, c, p0, out, err);
+    if (!rc)
+        rows_call(r, p0, c);
     return rc;
 }
 
-static int decode_range(struct backend *b, struct scatter *s, const int32_t *tokens, int lo, int hi,
-                        float *logits, struct gate_err *err)
+static int decode_range(struct backend *b, struct rows *r, const int32_t *tokens, int lo, int hi,
+                        struct gate_err *err)
 {
     for (int t = lo; t < hi; t++) {
-        int rc = step(b, s, tokens, t, 1, logits, err);
+        int rc = step(b, r, tokens, t, 1, err);
         if (rc)
             return rc;
     }
@@ -448,61 +534,74 @@ int mode_run_split(struct backend *b, enum mode_path path, const int32_t *tokens
                    const int *turn_ends, int n_turns, const int *chunks, int n_chunks,
                    float *logits, const struct backend_taps *taps, struct gate_err *err)
 {
-    struct scatter s;
-    int have_taps = 0, rc;
+    return mode_run_kept(b, path, tokens, n, turn_ends, n_turns, chunks, n_chunks, NULL, logits,
+                         taps, err);
+}
+
+int mode_run_kept(struct backend *b, enum mode_path path, const int32_t *tokens, int n,
+                  const int *turn_ends, int n_turns, const int *chunks, int n_chunks,
+                  const struct mode_keep *keep, float *logits, const struct backend_taps *taps,
+                  struct gate_err *err)
+{
+    int rc;
     if (n < 1)
         return err_set(err, ERR_INPUT, "a mode run needs at least one token (got %d)", n);
     if (path == MODE_CHAT && (rc = check_turns(turn_ends, n_turns, n, err)))
         return rc;
-    int batched = 0;
+    int batched = 0, longest = 1;
     for (int i = 0; chunks && i < n_chunks; i++) {
         if (chunks[i] < 1)
             return err_set(err, ERR_INPUT, "prefill chunk %d has length %d: lengths are >= 1", i,
                            chunks[i]);
         batched += chunks[i];
+        if (path == MODE_PREFILL && chunks[i] > longest)
+            longest = chunks[i];
     }
     if (chunks && path == MODE_PREFILL && (n_chunks < 1 || batched > n))
         return err_set(err, ERR_INPUT,
                        "prefill chunks cover %d tokens in %d chunks: they must cover 1..%d",
                        batched, n_chunks, n);
+    /* the longest forward call the path makes: the scratch's rows */
+    if (path == MODE_PREFILL && !chunks)
+        longest = n / 2 > 0 ? n / 2 : 1;
+    for (int i = 0; path == MODE_CHAT && i < n_turns; i += 2)
+        if (turn_ends[i] - (i ? turn_ends[i - 1] : 0) > longest)
+            longest = turn_ends[i] - (i ? turn_ends[i - 1] : 0);
     if ((rc = backend_truncate(b, 0, err)))
         return rc;
-    if (taps) {
-        if ((rc = scatter_init(&s, b, taps, n, err)))
-            return rc;
-        have_taps = 1;
-        backend_set_taps(b, &s.call);
-    }
-    struct scatter *sp = have_taps ? &s : NULL;
+    struct rows r;
+    if ((rc = rows_init(&r, b, n, longest, keep, logits, taps, err)))
+        return rc;
+    if (taps)
+        backend_set_taps(b, &r.call);
     switch (path) {
     case MODE_DECODE:
-        rc = decode_range(b, sp, tokens, 0, n, logits, err);
+        rc = decode_range(b, &r, tokens, 0, n, err);
         break;
     case MODE_PREFILL: {
         int half = n / 2 > 0 ? n / 2 : 1;
         if (chunks) {
             half = 0;
             for (int i = 0; i < n_chunks && !rc; half += chunks[i], i++)
-                rc = step(b, sp, tokens, half, chunks[i], logits, err);
+                rc = step(b, &r, tokens, half, chunks[i], err);
         } else {
-            rc = step(b, sp, tokens, 0, half, logits, err);
+            rc = step(b, &r, tokens, 0, half, err);
         }
         if (!rc)
-            rc = decode_range(b, sp, tokens, half, n, logits, err);
+            rc = decode_range(b, &r, tokens, half, n, err);
         break;
     }
     case MODE_CHAT:
         for (int i = 0, lo = 0; i < n_turns && !rc; lo = turn_ends[i], i++)
-            rc = (i % 2 == 0) ? step(b, sp, tokens, lo, turn_ends[i] - lo, logits, err)
-                              : decode_range(b, sp, tokens, lo, turn_ends[i], logits, err);
+            rc = (i % 2 == 0) ? step(b, &r, tokens, lo, turn_ends[i] - lo, err)
+                              : decode_range(b, &r, tokens, lo, turn_ends[i], err);
         break;
     default:
         rc = err_set(err, ERR_INPUT, "unknown mode path %d", (int)path);
     }
-    if (have_taps) {
+    if (taps)
         backend_set_taps(b, NULL);
-        scatter_free(&s);
-    }
+    rows_free(&r);
     return rc;
 }
 
@@ -512,15 +611,49 @@ int mode_run(struct backend *b, enum mode_path path, const int32_t *tokens, int 
     return mode_run_taps(b, path, tokens, n, turn_ends, n_turns, logits, NULL, err);
 }
 
+int mode_forward_kept(struct backend *b, const int32_t *tokens, int n, const struct mode_keep *keep,
+                      float *logits, const struct backend_taps *taps, struct gate_err *err)
+{
+    int rc;
+    if (n < 1)
+        return err_set(err, ERR_INPUT, "the judge needs at least one token (got %d)", n);
+    if ((rc = backend_truncate(b, 0, err)))
+        return rc;
+    if (!keep) { /* one call: the backend records taps laid out for exactly these n tokens */
+        backend_set_taps(b, taps);
+        rc = backend_forward(b, tokens, n, 0, logits, err);
+        backend_set_taps(b, NULL);
+        return rc;
+    }
+    /* calls of n_batch tokens: the chunks backend_forward would make of one call */
+    const int chunk = b->n_batch < n ? b->n_batch : n;
+    struct rows r;
+    if ((rc = rows_init(&r, b, n, chunk, keep, logits, taps, err)))
+        return rc;
+    if (taps)
+        backend_set_taps(b, &r.call);
+    for (int done = 0; !rc && done < n; done += chunk)
+        rc = step(b, &r, tokens, done, n - done < chunk ? n - done : chunk, err);
+    if (taps)
+        backend_set_taps(b, NULL);
+    rows_free(&r);
+    return rc;
+}
+
 int mode_judge(struct backend *b, const int32_t *tokens, int n, float *logits,
                const struct backend_taps *taps, struct gate_err *err)
 {
+    return mode_judge_kept(b, tokens, n, NULL, logits, taps, err);
+}
+
+int mode_judge_kept(struct backend *b, const int32_t *tokens, int n, const struct mode_keep *keep,
+                    float *logits, const struct backend_taps *taps, struct gate_err *err)
+{
     if (n < 1)
         return err_set(err, ERR_INPUT, "the judge needs at least one token (got %d)", n);
-    /* one call: the backend records taps laid out for exactly these n tokens; a plain run's
-     * result may come from the judge cache instead (oracles/judgecache.h: verified, keyed by
-     * this binary, the model's bytes and every input) */
-    return judgecache_judge(b, tokens, n, logits, taps, err);
+    /* a plain run's result may come from the judge cache instead (oracles/judgecache.h:
+     * verified, keyed by this binary, the model's bytes, every input and the kept rows) */
+    return judgecache_judge(b, tokens, n, keep, logits, taps, err);
 }
 
 /* ---- sequences --------------------------------------------------------------------------------

@@ -85,6 +85,13 @@ void mode_format(const struct mode *m, char *buf, size_t n);
 int mode_open(struct backend **out, const struct mode *mode, const struct model *m, int n_ctx,
               int n_threads, const struct fault_set *faults, struct gate_err *err);
 
+/* The judge opened with a batch of n_batch tokens (1..n_ctx): a longer call is evaluated in
+ * chunks of n_batch (chunking changes no number), so its per-batch buffers are n_batch rows, not
+ * n_ctx. What a long-context parity session opens (MODE_JUDGE_CHUNK; issue 26 §2). */
+#define MODE_JUDGE_CHUNK 256
+int mode_open_judge_batch(struct backend **out, const struct model *m, int n_ctx, int n_batch,
+                          int n_threads, const char *emulate, struct gate_err *err);
+
 /* Open the judge: a ref backend without faults, n_ctx positions, batch n_ctx. Every judge must be
  * opened here, never with mode_open(): the ran recorder below counts only subjects. */
 int mode_open_judge(struct backend **out, const struct model *m, int n_ctx, int n_threads,
@@ -151,6 +158,39 @@ int mode_run_split(struct backend *b, enum mode_path path, const int32_t *tokens
 int mode_run_taps(struct backend *b, enum mode_path path, const int32_t *tokens, int n,
                   const int *turn_ends, int n_turns, float *logits, const struct backend_taps *taps,
                   struct gate_err *err);
+
+/* Which rows a run keeps (issue 26 §2: a long context judged at sampled positions must not hold
+ * n_tok x n_vocab logits). pos: n increasing positions of the sequence. The run's logits are then
+ * (n, n_vocab), row i for position pos[i], and its hidden-state taps (n_layer, n, n_embd), the
+ * same rows; the routing taps (experts, weights, router k-th / (k+1)-th, the replay's force
+ * arrays) stay whole-sequence, (n_layer, n_tok, ...): a route at any position reaches the later
+ * ones, and the route-tie replay forces routes wherever they tie. Every position still runs
+ * through the layers and the cache. The rows kept are bit-identical to the same rows of a whole
+ * run (tests/test_longctx.c). A NULL keep is every position: the plain contract above. */
+struct mode_keep {
+    const int *pos;
+    int n;
+};
+
+/* mode_run_split keeping only the rows of keep (NULL = every row): logits (keep->n, n_vocab),
+ * taps laid out as struct mode_keep says. Each forward call's rows go through a scratch of that
+ * call's length (decode: one row), never the whole sequence's. */
+int mode_run_kept(struct backend *b, enum mode_path path, const int32_t *tokens, int n,
+                  const int *turn_ends, int n_turns, const int *chunks, int n_chunks,
+                  const struct mode_keep *keep, float *logits, const struct backend_taps *taps,
+                  struct gate_err *err);
+
+/* The judge keeping only the rows of keep (NULL: mode_judge): tokens (n) from an empty cache in
+ * calls of at most b's n_batch tokens (what backend_forward's chunking does inside one call: the
+ * same numbers), each call's rows through a scratch of n_batch rows; through the judge cache
+ * (its key holds the kept positions). */
+int mode_judge_kept(struct backend *b, const int32_t *tokens, int n, const struct mode_keep *keep,
+                    float *logits, const struct backend_taps *taps, struct gate_err *err);
+
+/* mode_judge_kept without the judge cache: the run itself (oracles/judgecache.c computes a miss
+ * with it). */
+int mode_forward_kept(struct backend *b, const int32_t *tokens, int n, const struct mode_keep *keep,
+                      float *logits, const struct backend_taps *taps, struct gate_err *err);
 
 /* The judge: tokens (n) in ONE forward call from an empty cache on b (a ref backend without
  * faults), logits (n, n_vocab), taps as in mode_run_taps (NULL = none). n_batch of b must be

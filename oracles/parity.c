@@ -1046,12 +1046,15 @@ static void taps_free(struct backend_taps *t)
     memset(t, 0, sizeof *t);
 }
 
-static int taps_alloc(struct backend_taps *t, const struct model_hparams *hp, int n,
+/* Taps for a run of n tokens keeping `rows` rows (struct mode_keep): the hidden state of the
+ * kept rows (n_layer, rows, E), the routing of every position (n_layer, n, ...). */
+static int taps_alloc(struct backend_taps *t, const struct model_hparams *hp, int n, int rows,
                       struct gate_err *err)
 {
     memset(t, 0, sizeof *t);
     const size_t ln = (size_t)hp->n_layer * (size_t)n;
-    int ok = (t->hidden = calloc(ln * hp->n_embd, sizeof(float))) != NULL;
+    int ok = (t->hidden = calloc((size_t)hp->n_layer * (size_t)rows * hp->n_embd, sizeof(float))) !=
+             NULL;
     if (hp->n_expert > 0) {
         ok &= (t->experts = calloc(ln * hp->n_expert_used, sizeof(int32_t))) != NULL;
         ok &= (t->expert_w = calloc(ln * hp->n_expert_used, sizeof(float))) != NULL;
@@ -1075,10 +1078,15 @@ struct parity_session {
     int *turn_ends, n_turns;
     int chat_fallback;
     struct backend *judge, *subject;
-    float *judge_logits, *subj_logits, *clean_logits;
-    int *judged, n_judged;                 /* the positions judged (increasing), n_judged of n */
-    float *judge_sel, *subj_sel;           /* (n_judged, V): their rows */
-    int chunks[MODE_MAX_CHUNKS], n_chunks; /* prefill: the batched part's chunks */
+    int *judged, n_judged; /* the positions judged (increasing), n_judged of n */
+    /* the rows every run keeps (issue 26 §2): the judged positions when they are a sample of a
+     * longer sequence (kept = &keep), else every position (kept NULL, judged[i] = i). Logits are
+     * (n_judged, V), row i position judged[i]; hidden-state taps (n_layer, n_judged, E); the
+     * routing taps cover every position */
+    struct mode_keep keep;
+    const struct mode_keep *kept;
+    float *judge_logits, *subj_logits, *clean_logits; /* (n_judged, V) */
+    int chunks[MODE_MAX_CHUNKS], n_chunks;            /* prefill: the batched part's chunks */
     int with_taps;
     int subj_taps_ok; /* with_taps and the subject records taps (an exec engine does not) */
     struct backend_taps judge_taps, subj_taps, clean_taps;
@@ -1087,7 +1095,7 @@ struct parity_session {
      * near-tie expert sets forced; jt/jsel: the judge's taps and rows the last run was judged
      * against (the session's own, or the replay's) */
     struct backend_taps replay_taps;
-    float *replay_logits, *replay_sel;
+    float *replay_logits; /* (n_judged, V) */
     const struct backend_taps *jt;
     int n_threads;
     struct dist_summary dist; /* the judge's distributions at the judged positions */
@@ -1110,14 +1118,11 @@ void parity_session_close(struct parity_session *s)
     free(s->subj_logits);
     free(s->clean_logits);
     free(s->judged);
-    free(s->judge_sel);
-    free(s->subj_sel);
     taps_free(&s->judge_taps);
     taps_free(&s->subj_taps);
     taps_free(&s->clean_taps);
     taps_free(&s->replay_taps);
     free(s->replay_logits);
-    free(s->replay_sel);
     free(s);
 }
 
@@ -1186,20 +1191,15 @@ static int choose_positions(struct parity_session *s, int supplied, struct gate_
         const int hi = (int)((int64_t)n * (i + 1) / s->n_judged);
         s->judged[i] = sample ? lo + (int)(det_splitmix64(&st) % (uint64_t)(hi - lo)) : i;
     }
-    if (sample)
+    if (sample) {
         s->judged[s->n_judged - 1] = n - 1;
+        s->keep = (struct mode_keep){.pos = s->judged, .n = s->n_judged};
+        s->kept = &s->keep;
+    }
     if (s->mode.path == MODE_PREFILL)
         s->n_chunks =
             mode_prefill_split(s->cfg.seed, n / 2 > 0 ? n / 2 : 1, s->chunks, MODE_MAX_CHUNKS);
     return 0;
-}
-
-/* The judged rows of full (n, V) into sel (n_judged, V). */
-static void gather(const struct parity_session *s, const float *full, float *sel)
-{
-    const size_t V = s->m->hp.n_vocab;
-    for (int i = 0; i < s->n_judged; i++)
-        memcpy(sel + (size_t)i * V, full + (size_t)s->judged[i] * V, V * sizeof *sel);
 }
 
 int parity_session_open(struct parity_session **out, const struct model *m, const struct mode *mode,
@@ -1221,24 +1221,24 @@ int parity_session_open(struct parity_session **out, const struct model *m, cons
     const size_t V = m->hp.n_vocab;
     if ((rc = build_sequence(s, tokens, n, err)) || (rc = choose_positions(s, tokens != NULL, err)))
         goto fail;
-    s->judge_logits = malloc((size_t)s->n * V * sizeof(float));
-    s->subj_logits = malloc((size_t)s->n * V * sizeof(float));
-    s->judge_sel = malloc((size_t)s->n_judged * V * sizeof(float));
-    s->subj_sel = malloc((size_t)s->n_judged * V * sizeof(float));
-    if (!s->judge_logits || !s->subj_logits || !s->judge_sel || !s->subj_sel) {
-        rc = err_set(err, ERR_ENV, "out of memory for logits (%d x %zu)", s->n, V);
+    /* the judged rows only: a 32k-position span holds 96 rows of logits, not 32,768 */
+    s->judge_logits = malloc((size_t)s->n_judged * V * sizeof(float));
+    s->subj_logits = malloc((size_t)s->n_judged * V * sizeof(float));
+    if (!s->judge_logits || !s->subj_logits) {
+        rc = err_set(err, ERR_ENV, "out of memory for logits (%d x %zu)", s->n_judged, V);
         goto fail;
     }
-    if (with_taps && ((rc = taps_alloc(&s->judge_taps, &m->hp, s->n, err)) ||
-                      (rc = taps_alloc(&s->subj_taps, &m->hp, s->n, err))))
+    if (with_taps && ((rc = taps_alloc(&s->judge_taps, &m->hp, s->n, s->n_judged, err)) ||
+                      (rc = taps_alloc(&s->subj_taps, &m->hp, s->n, s->n_judged, err))))
         goto fail;
-    /* the judge: ref, no faults, whole sequence in one call */
-    if ((rc = mode_open_judge(&s->judge, m, s->n, n_threads, err)) ||
-        (rc = mode_judge(s->judge, s->tokens, s->n, s->judge_logits,
-                         with_taps ? &s->judge_taps : NULL, err)))
+    /* the judge: ref, no faults, the whole sequence (with kept rows: in calls of
+     * MODE_JUDGE_CHUNK tokens, the chunks its one call would make with that batch) */
+    const int batch = s->kept && s->n > MODE_JUDGE_CHUNK ? MODE_JUDGE_CHUNK : s->n;
+    if ((rc = mode_open_judge_batch(&s->judge, m, s->n, batch, n_threads, "", err)) ||
+        (rc = mode_judge_kept(s->judge, s->tokens, s->n, s->kept, s->judge_logits,
+                              with_taps ? &s->judge_taps : NULL, err)))
         goto fail;
-    gather(s, s->judge_logits, s->judge_sel);
-    if ((rc = distribution_positions(s->judge_sel, s->n_judged, (int)V, NULL, &s->dist, err)))
+    if ((rc = distribution_positions(s->judge_logits, s->n_judged, (int)V, NULL, &s->dist, err)))
         goto fail;
     if ((rc = mode_open(&s->subject, mode, m, s->n, n_threads, NULL, err)))
         goto fail;
@@ -1314,10 +1314,13 @@ int parity_routes_alloc(struct backend_taps *t, const struct model_hparams *hp, 
     return 0;
 }
 
-int parity_replay_run(struct backend *judge, const struct model *m, const int32_t *tokens, int n,
-                      const struct backend_taps *subj, double tol, struct backend_taps *replay,
-                      float *logits, struct parity_route_replay *rr, double *pos_deficit,
-                      int *pos_refused, struct gate_err *err)
+/* parity_replay_run keeping the rows of keep (struct mode_keep; NULL every row): logits
+ * (keep->n, V), replay's hidden state the same rows; the routes and deficits cover every
+ * position. */
+static int replay_run(struct backend *judge, const struct model *m, const int32_t *tokens, int n,
+                      const struct mode_keep *keep, const struct backend_taps *subj, double tol,
+                      struct backend_taps *replay, float *logits, struct parity_route_replay *rr,
+                      double *pos_deficit, int *pos_refused, struct gate_err *err)
 {
     const struct model_hparams *hp = &m->hp;
     const int L = (int)hp->n_layer, k = (int)hp->n_expert_used;
@@ -1335,7 +1338,7 @@ int parity_replay_run(struct backend *judge, const struct model *m, const int32_
             force[i * (size_t)k] = -1;
     }
     replay->force_tol = (float)tol;
-    int rc = mode_judge(judge, tokens, n, logits, replay, err);
+    int rc = mode_judge_kept(judge, tokens, n, keep, logits, replay, err);
     if (rc)
         return rc;
     for (int p = 0; p < n; p++) {
@@ -1373,9 +1376,19 @@ int parity_replay_run(struct backend *judge, const struct model *m, const int32_
     return 0;
 }
 
+int parity_replay_run(struct backend *judge, const struct model *m, const int32_t *tokens, int n,
+                      const struct backend_taps *subj, double tol, struct backend_taps *replay,
+                      float *logits, struct parity_route_replay *rr, double *pos_deficit,
+                      int *pos_refused, struct gate_err *err)
+{
+    return replay_run(judge, m, tokens, n, NULL, subj, tol, replay, logits, rr, pos_deficit,
+                      pos_refused, err);
+}
+
 /* The route-tie replay (parity.h, struct parity_route_replay) after a subject run with taps:
- * fills *rr and, when the judge was replayed, s->jt, judge_sel's replacement *jsel and the
- * per-judged-position deficits *deficit (malloc'd; NULL when nothing was forced). */
+ * fills *rr and, when the judge was replayed, s->jt, judge_logits' replacement *jsel (the
+ * judged rows) and the per-judged-position deficits *deficit (malloc'd; NULL when nothing was
+ * forced). */
 static int route_replay(struct parity_session *s, double tol, struct parity_route_replay *rr,
                         const float **jsel, double **deficit, struct gate_err *err)
 {
@@ -1415,28 +1428,26 @@ static int route_replay(struct parity_session *s, double tol, struct parity_rout
     }
     int rc;
     struct backend_taps *R = &s->replay_taps;
-    if (!R->hidden && (rc = taps_alloc(R, hp, n, err))) /* with hidden: localization reads it */
+    /* with hidden (the judged rows): localization reads it */
+    if (!R->hidden && (rc = taps_alloc(R, hp, n, s->n_judged, err)))
         return rc;
     if ((rc = parity_replay_alloc(R, hp, n, err)))
         return rc;
     if (!s->replay_logits)
-        s->replay_logits = malloc((size_t)n * V * sizeof(float));
-    if (!s->replay_sel)
-        s->replay_sel = malloc((size_t)s->n_judged * V * sizeof(float));
+        s->replay_logits = malloc((size_t)s->n_judged * V * sizeof(float));
     double *pos_def = malloc((size_t)n * sizeof *pos_def);
-    if (!s->replay_logits || !s->replay_sel || !pos_def) {
+    if (!s->replay_logits || !pos_def) {
         free(pos_def);
         return err_set(err, ERR_ENV, "out of memory for the route-tie replay");
     }
-    if ((rc = parity_replay_run(s->judge, s->m, s->tokens, n, S, tol, R, s->replay_logits, rr,
-                                pos_def, NULL, err)) ||
+    if ((rc = replay_run(s->judge, s->m, s->tokens, n, s->kept, S, tol, R, s->replay_logits, rr,
+                         pos_def, NULL, err)) ||
         !rr->replayed) {
         free(pos_def);
         return rc;
     }
-    gather(s, s->replay_logits, s->replay_sel);
     s->jt = R;
-    *jsel = s->replay_sel;
+    *jsel = s->replay_logits;
     for (int i = 0; i < s->n_judged; i++) /* in place: judged[i] >= i */
         pos_def[i] = pos_def[s->judged[i]];
     *deficit = pos_def;
@@ -1459,12 +1470,14 @@ static int localize(struct parity_session *s, struct parity_result *r, struct ga
                                            : 0;
     const int at = r->pos[row].position;
     const struct backend_taps *J = s->jt ? s->jt : &s->judge_taps, *S = &s->subj_taps;
+    const int R = s->n_judged; /* the hidden states kept: the judged rows */
     for (int l = 0; l < L; l++) {
         struct parity_layer *x = &r->layers[l];
         x->first_diff_pos = -1;
         x->hidden_cosine_min = INFINITY;
-        for (int p = 0; p < n; p++) {
-            const size_t i = (size_t)l * (size_t)n + (size_t)p;
+        for (int row = 0; row < R; row++) {
+            const size_t i = (size_t)l * (size_t)R + (size_t)row;
+            const int p = s->judged[row];
             double c = cos_f(J->hidden + i * E, S->hidden + i * E, E);
             if (p == at)
                 x->hidden_cosine = c;
@@ -1472,8 +1485,9 @@ static int localize(struct parity_session *s, struct parity_result *r, struct ga
                 x->hidden_cosine_min = c;
                 x->hidden_cosine_min_pos = p;
             }
-            if (!r->is_moe)
-                continue;
+        }
+        for (int p = 0; r->is_moe && p < n; p++) {
+            const size_t i = (size_t)l * (size_t)n + (size_t)p;
             if (same_set(J->experts + i * (size_t)k, S->experts + i * (size_t)k, k)) {
                 x->n_same++;
                 continue;
@@ -1536,18 +1550,19 @@ static int kv_round_measure(struct parity_session *s, struct parity_kv_round *k,
         return 0;
     }
     const size_t V = s->m->hp.n_vocab;
-    float *j16 = malloc((size_t)s->n * V * sizeof *j16);
-    double *ratio = malloc((size_t)s->n * sizeof *ratio);
+    const int R = s->n_judged; /* the judged rows: every position, or the span's sample */
+    float *j16 = malloc((size_t)R * V * sizeof *j16);
+    double *ratio = malloc((size_t)R * sizeof *ratio);
     struct backend *judge = NULL;
     int rc = 0;
     if (!j16 || !ratio)
-        rc = err_set(err, ERR_ENV, "out of memory for the rounded judge's logits (%d x %zu)", s->n,
-                     V);
-    if (!rc && !(rc = mode_open_judge_rounded(&judge, s->m, s->n, s->n_threads, "kv-f16", err)))
-        rc = mode_judge(judge, s->tokens, s->n, j16, NULL, err);
+        rc = err_set(err, ERR_ENV, "out of memory for the rounded judge's logits (%d x %zu)", R, V);
+    if (!rc && !(rc = mode_open_judge_batch(&judge, s->m, s->n, s->judge->n_batch, s->n_threads,
+                                            "kv-f16", err)))
+        rc = mode_judge_kept(judge, s->tokens, s->n, s->kept, j16, NULL, err);
     backend_close(judge);
     int n = 0;
-    for (int p = 0; !rc && p < s->n; p++) {
+    for (int p = 0; !rc && p < R; p++) {
         const float *a = s->subj_logits + (size_t)p * V, *b = j16 + (size_t)p * V,
                     *c = s->judge_logits + (size_t)p * V;
         double e = 0, d = 0;
@@ -1580,33 +1595,30 @@ int parity_session_agreement(struct parity_session *s, const struct fault_set *f
 {
     const size_t V = s->m->hp.n_vocab;
     memset(out, 0, sizeof *out);
-    float *full = malloc((size_t)s->n * V * sizeof *full);
-    float *sel = malloc((size_t)s->n_judged * V * sizeof *sel);
+    float *sel = malloc((size_t)s->n_judged * V * sizeof *sel); /* the judged rows */
     int rc = 0;
-    if (!full || !sel)
-        rc = err_set(err, ERR_ENV, "out of memory for the judge's faulted logits (%d x %zu)", s->n,
-                     V);
+    if (!sel)
+        rc = err_set(err, ERR_ENV, "out of memory for the judge's faulted logits (%d x %zu)",
+                     s->n_judged, V);
     if (!rc) {
         backend_set_faults(s->judge, faults); /* copied; cleared again below */
-        rc = mode_judge(s->judge, s->tokens, s->n, full, NULL, err);
+        rc = mode_judge_kept(s->judge, s->tokens, s->n, s->kept, sel, NULL, err);
         backend_set_faults(s->judge, NULL);
     }
-    if (!rc && moved) {
+    if (!rc && moved) { /* over the judged rows (every position unless a span is sampled) */
         *moved = 0;
-        for (int p = 0; p < s->n; p++)
-            *moved += memcmp(full + (size_t)p * V, s->judge_logits + (size_t)p * V,
-                             V * sizeof *full) != 0;
+        for (int i = 0; i < s->n_judged; i++)
+            *moved +=
+                memcmp(sel + (size_t)i * V, s->judge_logits + (size_t)i * V, V * sizeof *sel) != 0;
     }
     if (!rc) {
-        gather(s, full, sel);
         struct parity_config c = cfg ? *cfg : s->cfg;
-        if ((rc = judge_routes(sel, s->subj_sel, s->n_judged, (int)V, &c, NULL, NULL, s->judged,
+        if ((rc = judge_routes(sel, s->subj_logits, s->n_judged, (int)V, &c, NULL, NULL, s->judged,
                                out)))
             err_set(err, rc, "%s", out->reason);
         out->seq_len = s->n;
         mode_format(&s->mode, out->mode, sizeof out->mode);
     }
-    free(full);
     free(sel);
     return rc;
 }
@@ -1633,9 +1645,9 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
                            name, faults->f[i].pos_lo, s->n, s->n - 1);
         }
     backend_set_faults(s->subject, faults); /* copied; cleared again below */
-    rc = mode_run_split(s->subject, s->mode.path, s->tokens, s->n, s->turn_ends, s->n_turns,
-                        s->n_chunks ? s->chunks : NULL, s->n_chunks, s->subj_logits,
-                        s->with_taps ? &s->subj_taps : NULL, err);
+    rc = mode_run_kept(s->subject, s->mode.path, s->tokens, s->n, s->turn_ends, s->n_turns,
+                       s->n_chunks ? s->chunks : NULL, s->n_chunks, s->kept, s->subj_logits,
+                       s->with_taps ? &s->subj_taps : NULL, err);
     backend_set_faults(s->subject, NULL);
     if (rc)
         return rc;
@@ -1643,12 +1655,11 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
     struct parity_route_replay rr;
     route_none(&rr);
     double *deficit = NULL;
-    const float *jsel = s->judge_sel;
+    const float *jsel = s->judge_logits;
     s->jt = &s->judge_taps;
     const int moe_taps = s->subj_taps_ok && hp->n_expert > 0;
     if (moe_taps && (rc = route_replay(s, c.route_tie, &rr, &jsel, &deficit, err)))
         return rc;
-    gather(s, s->subj_logits, s->subj_sel);
     /* an F16-KV subject without faults: its cache's rounding, judged where decidable */
     struct parity_kv_round kr;
     const int kv_judged = s->mode.kv_f16 && !(faults && faults->n);
@@ -1656,7 +1667,7 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
         free(deficit);
         return rc;
     }
-    rc = judge_routes(jsel, s->subj_sel, s->n_judged, (int)hp->n_vocab, &c, &rr,
+    rc = judge_routes(jsel, s->subj_logits, s->n_judged, (int)hp->n_vocab, &c, &rr,
                       kv_judged ? &kr : NULL, s->judged, out);
     out->is_moe_taps = moe_taps;
     out->seq_len = s->n;
@@ -1701,26 +1712,27 @@ int parity_session_witness(struct parity_session *s, enum fault_kind kind, struc
     if (!s->have_clean) {
         /* one clean run of the subject (with taps where it records them), kept aside; the
          * faulted run's logits and taps stay */
-        if (!(s->clean_logits = malloc((size_t)s->n * V * sizeof(float))))
-            return err_set(err, ERR_ENV, "out of memory for the clean logits (%d x %zu)", s->n, V);
-        if ((rc = taps_alloc(&s->clean_taps, hp, s->n, err)))
+        if (!(s->clean_logits = malloc((size_t)s->n_judged * V * sizeof(float))))
+            return err_set(err, ERR_ENV, "out of memory for the clean logits (%d x %zu)",
+                           s->n_judged, V);
+        if ((rc = taps_alloc(&s->clean_taps, hp, s->n, s->n_judged, err)))
             return rc;
         backend_set_faults(s->subject, NULL);
-        rc = mode_run_split(s->subject, s->mode.path, s->tokens, s->n, s->turn_ends, s->n_turns,
-                            s->n_chunks ? s->chunks : NULL, s->n_chunks, s->clean_logits,
-                            &s->clean_taps, err);
+        rc = mode_run_kept(s->subject, s->mode.path, s->tokens, s->n, s->turn_ends, s->n_turns,
+                           s->n_chunks ? s->chunks : NULL, s->n_chunks, s->kept, s->clean_logits,
+                           &s->clean_taps, err);
         if (rc)
             return rc;
         s->have_clean = 1;
     }
-    /* one pass over the logits: how many positions moved, and the first one */
+    /* one pass over the logits (the judged rows): how many positions moved, and the first */
     int first_moved = -1;
-    for (int p = 0; p < s->n; p++)
-        if (memcmp(s->clean_logits + (size_t)p * V, s->subj_logits + (size_t)p * V,
+    for (int i = 0; i < s->n_judged; i++)
+        if (memcmp(s->clean_logits + (size_t)i * V, s->subj_logits + (size_t)i * V,
                    V * sizeof(float))) {
             w->n_logit_diff++;
             if (first_moved < 0)
-                first_moved = p;
+                first_moved = s->judged[i];
         }
     if (!s->subj_taps_ok) {
         /* no taps: the only evidence a fault acted is that the logits moved */
@@ -1735,12 +1747,16 @@ int parity_session_witness(struct parity_session *s, enum fault_kind kind, struc
     const int L = (int)hp->n_layer, n = s->n, k = (int)hp->n_expert_used;
     const size_t E = hp->n_embd;
     const int routing = fault_is_routing(kind) && hp->n_expert > 0;
+    const size_t R = (size_t)s->n_judged; /* hidden states: the judged rows */
     for (int l = 0; l < L; l++)
-        for (int p = 0; p < n; p++) {
+        for (int p = 0, row = 0; p < n; p++) {
             const size_t i = (size_t)l * (size_t)n + (size_t)p;
             int rd = routing && taps_differ_route(&s->clean_taps, &s->subj_taps, i, k);
-            int hd = memcmp(s->clean_taps.hidden + i * E, s->subj_taps.hidden + i * E,
-                            E * sizeof(float)) != 0;
+            const int kept = row < s->n_judged && s->judged[row] == p;
+            const size_t h = ((size_t)l * R + (size_t)row) * E;
+            int hd = kept && memcmp(s->clean_taps.hidden + h, s->subj_taps.hidden + h,
+                                    E * sizeof(float)) != 0;
+            row += kept;
             w->n_route_diff += rd;
             w->n_hidden_diff += hd;
             if (!w->fired && (routing ? rd : hd)) {

@@ -137,7 +137,8 @@ struct parity_stat {
 /* Localization, per layer (filled by parity_run on FAIL when both sides give taps). */
 struct parity_layer {
     double hidden_cosine;     /* residual stream after the layer, at the first failing position */
-    double hidden_cosine_min; /* ... minimum over all positions */
+    double hidden_cosine_min; /* ... minimum over the judged positions (every position unless a
+                               * span is sampled: only the judged rows' hidden states are kept) */
     int hidden_cosine_min_pos;
     /* MoE only (n_same + n_diff == n_pos): positions choosing the same expert set */
     int n_same, n_diff;
@@ -308,7 +309,10 @@ struct parity_session;
 
 /* Open a session: build the sequence as parity_run does, open the judge (ref, no faults) and
  * run it once with taps, open the subject without faults. with_taps 0 skips the
- * taps (no localization, no witness). */
+ * taps (no localization, no witness). When a span is sampled (a generated sequence longer than
+ * `positions`), every run of the session keeps only the judged rows (struct mode_keep): logits
+ * and hidden-state taps are positions x n_vocab / n_embd, not sequence-long (issue 26 §2), and
+ * the witness and the fault agreement's `moved` look at those rows. */
 int parity_session_open(struct parity_session **out, const struct model *m, const struct mode *mode,
                         const int32_t *tokens, int n, const struct parity_config *cfg,
                         int n_threads, int with_taps, struct gate_err *err);

@@ -1,7 +1,8 @@
 /* test_judgecache.c — the judge's results cached content-addressed (oracles/judgecache.h, issue
  * 26 §3): a second plain judge run of the same inputs is read back bit for bit (logits and taps);
  * a corrupted entry is detected, recomputed and rewritten, never used; faulted runs, another
- * binary and a closed cache do not read it; a hit leaves the judge's KV cache empty.
+ * binary and a closed cache do not read it; a hit leaves the judge's KV cache empty; a run that
+ * keeps only some rows (issue 26 §2) stores those rows under a key that holds their positions.
  * Start reading: judgecache.a_corrupted_entry_is_recomputed_never_used.
  */
 #include <criterion/criterion.h>
@@ -234,4 +235,91 @@ Test(judgecache, old_binaries_folders_are_removed_at_open)
     cr_expect_eq(stat(check_path(dir, olds[2]), &st), 0, "a recent one was removed");
     cr_expect_eq(stat(check_path(dir, olds[3]), &st), 0, "a recent one was removed");
     cr_expect_eq(stat(check_path(dir, "aaaaaaaaaaaaaaaa"), &st), 0, "this binary's folder");
+}
+
+/* One judge run of N tokens keeping the rows of keep (NULL: every row) with hidden, experts and
+ * router_kth taps, on a judge whose batch is 8 tokens: the kept run goes through its scratch in
+ * calls of 8. Rows: keep->n (or N). */
+static void judge_kept(const struct model *m, const struct mode_keep *keep, struct judged *out)
+{
+    const size_t V = m->hp.n_vocab, L = m->hp.n_layer, K = m->hp.n_expert_used;
+    const size_t R = keep ? (size_t)keep->n : N;
+    out->logits = malloc(R * V * sizeof(float));
+    out->hidden = malloc(L * R * m->hp.n_embd * sizeof(float));
+    out->kth = malloc(L * N * sizeof(float));
+    out->experts = malloc(L * N * K * sizeof(int32_t));
+    cr_assert(out->logits && out->hidden && out->kth && out->experts);
+    int32_t ids[N];
+    mode_tokens(7, (uint32_t)V, N, ids);
+    struct backend_taps taps = {
+        .hidden = out->hidden, .experts = out->experts, .router_kth = out->kth};
+    struct backend *b = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_open_judge_batch(&b, m, N + 4, 8, 1, "", &err), 0, "%s", err.msg);
+    cr_assert_eq(mode_judge_kept(b, ids, N, keep, out->logits, &taps, &err), 0, "%s", err.msg);
+    backend_close(b);
+}
+
+/* The rows of keep in `kept` are the same rows of the whole run `all`, bit for bit; the routing
+ * taps cover every position either way. */
+static void rows_of(const struct model *m, const struct mode_keep *keep, const struct judged *all,
+                    const struct judged *kept, const char *what)
+{
+    const size_t V = m->hp.n_vocab, L = m->hp.n_layer, E = m->hp.n_embd, R = (size_t)keep->n;
+    for (size_t i = 0; i < R; i++) {
+        const size_t p = (size_t)keep->pos[i];
+        cr_expect_eq(memcmp(kept->logits + i * V, all->logits + p * V, V * sizeof(float)), 0,
+                     "%s: the logits of kept row %zu (position %zu) differ", what, i, p);
+        for (size_t l = 0; l < L; l++)
+            cr_expect_eq(memcmp(kept->hidden + (l * R + i) * E, all->hidden + (l * N + p) * E,
+                                E * sizeof(float)),
+                         0, "%s: the hidden state of layer %zu, position %zu differs", what, l, p);
+    }
+    cr_expect_eq(memcmp(kept->kth, all->kth, L * N * sizeof(float)), 0, "%s: router taps", what);
+    cr_expect_eq(memcmp(kept->experts, all->experts, L * N * m->hp.n_expert_used * 4), 0,
+                 "%s: expert taps", what);
+}
+
+/* issue 26 §2: a long context keeps only its judged rows; the cache's key holds them, so a run
+ * keeping other rows (same count, same tokens) is another entry, never the first one's rows */
+Test(judgecache, kept_rows_are_the_whole_runs_rows_and_the_key_holds_them)
+{
+    struct model *m = load_pinned();
+    struct judged all, a1, a2, b1;
+    judge_kept(m, NULL, &all); /* no cache open: the plain run, every row */
+    static const int pa[] = {1, 5, 8, 23}, pb[] = {2, 5, 8, 23};
+    const struct mode_keep ka = {.pos = pa, .n = 4}, kb = {.pos = pb, .n = 4};
+    char dir[600];
+    check_make_dir(dir, sizeof dir, "jc4");
+    struct gate_err err = {0};
+    cr_assert_eq(judgecache_open(dir, BIN_A, &err), 0, "%s", err.msg);
+    judge_kept(m, &ka, &a1); /* computed and stored */
+    judge_kept(m, &ka, &a2); /* read back */
+    judge_kept(m, &kb, &b1); /* other rows: computed */
+    struct judgecache_stats st;
+    judgecache_stats(&st);
+    judgecache_close();
+    cr_expect_eq(st.hits, 1, "the same kept rows were not read back");
+    cr_expect_eq(st.misses, 2, "other kept rows were read from the first entry");
+    cr_expect_eq(st.stored, 2);
+    rows_of(m, &ka, &all, &a1, "computed");
+    rows_of(m, &ka, &all, &a2, "read back");
+    rows_of(m, &kb, &all, &b1, "other rows");
+    /* a kept position outside the sequence, or out of order, is refused */
+    static const int bad[] = {3, 3};
+    const struct mode_keep kbad = {.pos = bad, .n = 2};
+    struct backend *b = NULL;
+    int32_t ids[N];
+    mode_tokens(7, m->hp.n_vocab, N, ids);
+    float *lg = malloc(2 * m->hp.n_vocab * sizeof(float));
+    cr_assert_eq(mode_open_judge_batch(&b, m, N + 4, 8, 1, "", &err), 0, "%s", err.msg);
+    cr_expect_eq(mode_judge_kept(b, ids, N, &kbad, lg, NULL, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "kept positions must increase"), "%s", err.msg);
+    backend_close(b);
+    free(lg);
+    drop(&all);
+    drop(&a1);
+    drop(&a2);
+    drop(&b1);
+    model_free(m);
 }

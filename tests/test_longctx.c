@@ -1,8 +1,10 @@
 /* test_longctx.c — long context (issue 26 §2): the memory arithmetic of harness/budget.c on
- * shapes computed by hand, a cell that does not fit refused up front with its figures (a FAILED
- * row and metrics.memory in the receipt, never a crash), a sequence past the model's context
- * length refused at ladder check, and parity over 4,096 positions of a tiny model with the
- * judged positions spread over the whole span, F32 and F16 KV caches.
+ * shapes computed by hand, the 0.6B real shape's 32k rung fitting a 22 GiB limit (F32 and F16 KV)
+ * now that parity keeps only the judged rows, a cell that does not fit refused up front with its
+ * figures (a FAILED row and metrics.memory in the receipt, never a crash), a sequence past the
+ * model's context length refused at ladder check, and parity over 4,096 positions of a tiny model
+ * with the judged positions spread over the whole span, F32 and F16 KV caches, their numbers bit
+ * for bit those of a run that keeps every row.
  * Start reading: the arithmetic tests, then the refusal, then the run.
  */
 #include <criterion/criterion.h>
@@ -61,7 +63,8 @@ Test(longctx, kv_bytes_of_the_real_shapes_by_hand)
 Test(longctx, the_parity_session_bytes_term_by_term)
 {
     /* a dense shape small enough to add up by hand: V 512, 4 layers, E 256, 4 heads / 2 KV heads
-     * of 64, FFN 512; S 4096, 64 judged, an F16 subject in this process */
+     * of 64, FFN 512; S 4096, 64 judged (a sampled span: only those rows are kept), an F16
+     * subject on the decode path in this process */
     struct model_hparams hp = {.arch = MODEL_ARCH_QWEN3,
                                .n_vocab = 512,
                                .n_embd = 256,
@@ -71,45 +74,97 @@ Test(longctx, the_parity_session_bytes_term_by_term)
                                .head_dim = 64,
                                .n_ff = 512};
     struct budget_memory m;
-    budget_memory(&hp, 4096, 64, 2, 1, &m);
+    budget_memory(&hp, 4096, 64, MODE_DECODE, 2, 1, &m);
+    cr_expect_eq(m.judge_batch, MODE_JUDGE_CHUNK);
+    cr_expect_eq(m.subject_call, 1);
     /* KV: judge 4*2*2*64*4096*4 = 16,777,216 (F32) + subject half of it (F16) */
     cr_expect_eq(m.kv_bytes, 16777216ull + 8388608ull);
     cr_expect_eq(m.kv_subject_bytes, 8388608ull);
-    /* logits: 4 bytes x 512 x (2 x 4096 + 2 x 64) */
-    cr_expect_eq(m.logits_bytes, 17039360ull);
-    /* taps: 2 sides x 4 bytes x 4 layers x 4096 x 256 */
-    cr_expect_eq(m.taps_bytes, 33554432ull);
-    /* activations per backend, floats: 4096 x (3*256 + 2*256 + 2*128) = 6,291,456; FFN
-     * 2*4096*512 = 4,194,304; scores 17*16*4096 = 1,114,112; RoPE 4096*64 = 262,144: 11,862,016;
-     * the F16 subject adds one layer of K and V as floats, 2*4096*128 = 1,048,576 */
-    cr_expect_eq(m.activation_bytes, 4ull * (11862016ull + 11862016ull + 1048576ull));
+    /* logits: 4 bytes x 512 x (2 x 64 judged rows + the judge's 256-row chunk + the subject's
+     * one-token call) */
+    cr_expect_eq(m.logits_bytes, 4ull * 512 * (128 + 256 + 1));
+    /* taps: 4 bytes x 4 layers x (2 sides x 64 rows x 256 + (1 + 256) call rows x 256) */
+    cr_expect_eq(m.taps_bytes, 16ull * (2 * 64 * 256 + 257 * 256));
+    /* activations, floats: the judge's batch of 256: 256 x (3*256 + 2*256 + 2*128) = 393,216,
+     * FFN 2*256*512 = 262,144; its scores 17*16*4096 = 1,114,112 and RoPE 4096*64 = 262,144
+     * (n_ctx): 2,031,616. The subject's batch of 4096: 6,291,456 + 4,194,304 + 1,114,112 +
+     * 262,144 = 11,862,016, and one layer of its F16 cache as floats, 2*4096*128 = 1,048,576 */
+    cr_expect_eq(m.activation_bytes, 4ull * (2031616ull + 11862016ull + 1048576ull));
     cr_expect_eq(m.other_bytes, m.logits_bytes + m.taps_bytes + m.activation_bytes);
     cr_expect_eq(m.total_bytes, m.kv_bytes + m.other_bytes);
     /* an external engine's memory is its own: only the judge's cache and buffers count */
     struct budget_memory ext;
-    budget_memory(&hp, 4096, 64, 2, 0, &ext);
+    budget_memory(&hp, 4096, 64, MODE_DECODE, 2, 0, &ext);
     cr_expect_eq(ext.kv_bytes, 16777216ull);
-    cr_expect_eq(ext.activation_bytes, 4ull * 11862016ull);
+    cr_expect_eq(ext.activation_bytes, 4ull * 2031616ull);
+    /* every position judged (no span): both sides' rows written in place, the judge in one call
+     * of S; the prefill subject's longest call is the first half */
+    struct budget_memory all;
+    budget_memory(&hp, 96, 96, MODE_PREFILL, 4, 1, &all);
+    cr_expect_eq(all.judge_batch, 96);
+    cr_expect_eq(all.subject_call, 48);
+    cr_expect_eq(all.logits_bytes, 4ull * 512 * 192);
+    cr_expect_eq(all.taps_bytes, 16ull * (2 * 96 * 256 + 48 * 256));
 }
 
-Test(longctx, a_32k_rung_of_the_real_vocabulary_needs_its_logits_spelled_out)
+/* The 0.6B real shape (hidden 1024, 28 layers, 8 KV heads x 128, vocabulary 151,936) at 32,768
+ * positions, 96 judged, on the decode path, against a 22 GiB limit read from GATE_MEMORY_LIMIT
+ * as gate run reads it. */
+static int q06_32k_fits(int kv_elem, struct budget_memory *m, struct gate_err *err)
 {
-    /* 0.6B at 32,768 positions, 96 judged: the two sides' logits alone are 4 x 151,936 x
-     * (65,536 + 192) bytes, about 37 GiB: what the receipt of a refused rung shows */
     const struct model_hparams q06 = preset_hp("qwen3-0.6b");
+    cr_assert_eq(q06.n_vocab, 151936u);
+    cr_assert_eq(q06.n_embd, 1024u);
+    budget_memory(&q06, 32768, 96, MODE_DECODE, kv_elem, 1, m);
+    struct budget_available a;
+    setenv("GATE_MEMORY_LIMIT", "22G", 1);
+    const int rc = budget_available(&a, err);
+    unsetenv("GATE_MEMORY_LIMIT");
+    cr_assert_eq(rc, 0, "%s", err->msg);
+    cr_assert_eq(a.bytes, 22ull << 30);
+    fprintf(stderr,
+            "0.6B 32k %s: %.2f GiB (KV %.2f, logits %.3f, taps %.3f, activations %.2f) of 22\n",
+            kv_elem == 2 ? "F16" : "F32", m->total_bytes / 1073741824.0, m->kv_bytes / 1073741824.0,
+            m->logits_bytes / 1073741824.0, m->taps_bytes / 1073741824.0,
+            m->activation_bytes / 1073741824.0);
+    return budget_check(m, &a, err);
+}
+
+Test(longctx, a_32k_rung_of_the_real_shape_fits_22_gib_with_f32_and_f16_kv)
+{
+    /* only the judged rows' logits: 4 x 151,936 x (2 x 96 + 256 + 1) bytes, 260 MiB, where both
+     * sides' whole logits were 4 x 151,936 x (65,536 + 192), about 37 GiB */
+    for (int kv_elem = 4; kv_elem >= 2; kv_elem -= 2) {
+        struct budget_memory m;
+        struct gate_err err = {0};
+        cr_expect_eq(q06_32k_fits(kv_elem, &m, &err), 0, "kv %d bytes: %s", kv_elem, err.msg);
+        cr_expect_eq(m.logits_bytes, 4ull * 151936ull * (192 + 256 + 1));
+        cr_expect_eq(m.kv_bytes, 7516192768ull + 7516192768ull / 4 * (uint64_t)kv_elem);
+        cr_expect_lt(m.total_bytes, 22ull << 30);
+    }
+}
+
+Test(longctx, a_cell_that_truly_does_not_fit_is_still_refused_with_its_figures)
+{
+    /* the 4B shape at 32,768 positions with F32 caches: 18 GiB of KV and the subject's 32k-row
+     * batch buffers pass 22 GiB whatever parity keeps */
+    const struct model_hparams q4b = preset_hp("qwen3-4b");
     struct budget_memory m;
-    budget_memory(&q06, 32768, 96, 2, 1, &m);
-    cr_expect_eq(m.logits_bytes, 4ull * 151936ull * (65536ull + 192ull));
-    cr_expect_eq(m.kv_bytes, 7516192768ull + 3758096384ull);
-    struct budget_available a = {.bytes = 24ull << 30};
+    budget_memory(&q4b, 32768, 96, MODE_DECODE, 4, 1, &m);
+    cr_expect_eq(m.kv_bytes, 2 * budget_kv_bytes(&q4b, 32768, 4));
+    cr_expect_eq(m.logits_bytes, 4ull * 151936ull * (192 + 256 + 1));
+    struct budget_available a = {.bytes = 22ull << 30};
     snprintf(a.source, sizeof a.source, "test");
     struct gate_err err = {0};
     cr_expect_eq(budget_check(&m, &a, &err), ERR_ENV);
-    cr_expect(strstr(err.msg, "32768 positions") && strstr(err.msg, "24576 MiB available (test)"),
+    cr_expect(strstr(err.msg, "32768 positions") && strstr(err.msg, "22528 MiB available (test)") &&
+                  strstr(err.msg, "KV caches 18432 MiB"),
               "%s", err.msg);
     json_t *j = budget_memory_json(&m, &a);
     cr_expect(json_is_false(json_object_get(j, "fits")));
     cr_expect_eq(json_integer_value(json_object_get(j, "kv_bytes")), (json_int_t)m.kv_bytes);
+    cr_expect_eq(json_integer_value(json_object_get(j, "judge_batch")), MODE_JUDGE_CHUNK);
+    cr_expect_eq(json_integer_value(json_object_get(j, "subject_call")), 1);
     json_decref(j);
 }
 
@@ -294,8 +349,21 @@ static void run_4k(int kv_f16)
         cr_expect(pr.pos[i].position >= i * 64 && pr.pos[i].position < (i + 1) * 64,
                   "judged position %d is %d, outside its stratum", i, pr.pos[i].position);
     cr_expect_eq(pr.pos[63].position, 4095, "the last position is judged");
-    fprintf(stderr, "longctx 4096 kv %s: min cos %.6f, max KL %.2e\n", kv_f16 ? "f16" : "f32",
-            pr.cosine.min, pr.kld.max);
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < pr.n_pos; i++) {
+        const struct parity_pos *q = &pr.pos[i];
+        const double d[6] = {q->cosine,       q->rel_l2,  q->kld,
+                             q->max_abs_diff, q->ref_gap, (double)q->position};
+        const int e[4] = {q->top5, q->ref_top, q->test_top, (int)q->cls};
+        const unsigned char *b = (const unsigned char *)d;
+        for (size_t j = 0; j < sizeof d; j++)
+            h = (h ^ b[j]) * 1099511628211ull;
+        b = (const unsigned char *)e;
+        for (size_t j = 0; j < sizeof e; j++)
+            h = (h ^ b[j]) * 1099511628211ull;
+    }
+    fprintf(stderr, "longctx 4096 kv %s: min cos %.17g, max KL %.17g, digest %016llx\n",
+            kv_f16 ? "f16" : "f32", pr.cosine.min, pr.kld.max, (unsigned long long)h);
     parity_result_free(&pr);
     model_free(m);
     free(buf);
@@ -309,4 +377,50 @@ Test(longctx, parity_over_4096_positions_judges_the_whole_span_f32, .timeout = 1
 Test(longctx, parity_over_4096_positions_judges_the_whole_span_f16, .timeout = 1200)
 {
     run_4k(1);
+}
+
+/* issue 26 §2: a sampled span keeps only its judged rows (the judge in calls of
+ * MODE_JUDGE_CHUNK, each call's rows through a scratch). Every number of a judged position must
+ * be bit for bit what the same position gets when every position is kept and judged (the same
+ * 4,096 tokens supplied: the judge in one call, both sides' whole logits). */
+Test(longctx, the_judged_rows_of_a_span_are_the_whole_runs_rows_bit_for_bit, .timeout = 1200)
+{
+    uint8_t *buf = NULL;
+    struct model *m = long_model(&buf);
+    struct mode mode;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_parse("cpu.decode", &mode, &err), 0, "%s", err.msg);
+    struct parity_config cfg;
+    gatedef_parity_config(NULL, &cfg);
+    cfg.positions = 64;
+    cfg.span = 4096;
+    cfg.seed = 26;
+    struct parity_result kept, all;
+    memset(&kept, 0, sizeof kept);
+    memset(&all, 0, sizeof all);
+    cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &cfg, 2, &kept, &err), 0, "%s", err.msg);
+    int32_t *ids = malloc(4096 * sizeof *ids);
+    cr_assert(ids);
+    mode_tokens(PARITY_TOKEN_SEED, m->hp.n_vocab, 4096, ids); /* the span's sequence */
+    cfg.span = 0;
+    cr_assert_eq(parity_run(m, &mode, NULL, ids, 4096, &cfg, 2, &all, &err), 0, "%s", err.msg);
+    cr_assert_eq(kept.n_pos, 64);
+    cr_assert_eq(all.n_pos, 4096);
+    for (int i = 0; i < kept.n_pos; i++) {
+        const struct parity_pos *a = &kept.pos[i], *b = &all.pos[kept.pos[i].position];
+        cr_assert_eq(b->position, a->position);
+        cr_expect(!memcmp(&a->cosine, &b->cosine, sizeof a->cosine) &&
+                      !memcmp(&a->rel_l2, &b->rel_l2, sizeof a->rel_l2) &&
+                      !memcmp(&a->kld, &b->kld, sizeof a->kld) &&
+                      !memcmp(&a->max_abs_diff, &b->max_abs_diff, sizeof a->max_abs_diff) &&
+                      !memcmp(&a->ref_gap, &b->ref_gap, sizeof a->ref_gap) && a->top5 == b->top5 &&
+                      a->ref_top == b->ref_top && a->test_top == b->test_top && a->cls == b->cls,
+                  "position %d: kept cos %.17g KL %.17g, whole run cos %.17g KL %.17g", a->position,
+                  a->cosine, a->kld, b->cosine, b->kld);
+    }
+    parity_result_free(&kept);
+    parity_result_free(&all);
+    free(ids);
+    model_free(m);
+    free(buf);
 }
