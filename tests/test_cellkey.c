@@ -4,6 +4,8 @@
  * a cells entry's `isa:` strictly parsed and refused where the backend selects none; an isa cell
  * runs end to end on that set (every gate's settings and ran.isa say so) and is a cell of its
  * own at release check; the judge FAILs a subject that ran another set.
+ * The last two tests pin, byte for byte, what every identity setting produces (names, payload
+ * "cell" objects, gate settings, override matches, duplicate detection and every refusal).
  * Start reading: cellkey.an_isa_cell_runs_on_its_set_and_is_a_cell_of_its_own.
  */
 #include <criterion/criterion.h>
@@ -343,4 +345,272 @@ Test(cellkey, prefill_precision_is_a_cell_setting_judged_like_kv)
     cr_expect(strstr(err.msg, "runs its batched projections in f32, not f16"), "%s", err.msg);
     cr_expect_null(b);
     model_free(m);
+}
+
+/* ---- every identity setting, pinned byte for byte ------------------------------------------ */
+/* What a cell's identity settings produce — names, the payload's "cell" object, the gates'
+ * settings, override matching, the ladder's duplicate index, every parse and backend refusal —
+ * pinned as text, so the settings' code can be restructured without changing a byte. */
+
+/* The name, the payload's "cell" object and a gate's identity settings (sorted, compact) of
+ * the cell a payload's "cell" object names; ERR_INPUT text when it names none. */
+static void key_texts(const char *cell_json, char *name, char *cell, char *settings)
+{
+    json_error_t je;
+    json_t *p = json_pack("{s:o}", "cell", json_loads(cell_json, 0, &je));
+    struct cell_key k;
+    struct gate_err err = {0};
+    name[0] = cell[0] = settings[0] = '\0';
+    if (cell_key_of_payload(p, &k, &err)) {
+        snprintf(name, 256, "ERR %.250s", err.msg);
+        json_decref(p);
+        return;
+    }
+    cr_assert_eq(cell_key_name(&k, name, 256, &err), 0, "%s", err.msg);
+    json_t *c = cell_key_json(&k), *s = json_object();
+    cell_variant_settings(&k.v, s);
+    char *ct = json_dumps(c, JSON_SORT_KEYS | JSON_COMPACT),
+         *st = json_dumps(s, JSON_SORT_KEYS | JSON_COMPACT);
+    snprintf(cell, 256, "%s", ct);
+    snprintf(settings, 256, "%s", st);
+    free(ct);
+    free(st);
+    json_decref(c);
+    json_decref(s);
+    json_decref(p);
+}
+
+Test(cellkey, pinned_names_payloads_and_settings_of_every_value)
+{
+    static const char *const kvs[] = {NULL, "f32", "f16"};
+    static const char *const isas[] = {NULL, "portable", "avx2", "avx512"};
+    static const char *const pfs[] = {NULL, "f16", "bf16"};
+    int n = 0;
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 4; b++)
+            for (int c = 0; c < 3; c++) {
+                char in[256], name[256], cell[256], settings[256], want[256], wcell[256], wset[256];
+                snprintf(in, sizeof in,
+                         "{\"model\":\"m\",\"host\":\"h\",\"mode\":\"x.y\"%s%s%s%s%s%s%s%s%s}",
+                         kvs[a] ? ",\"kv\":\"" : "", kvs[a] ? kvs[a] : "", kvs[a] ? "\"" : "",
+                         isas[b] ? ",\"isa\":\"" : "", isas[b] ? isas[b] : "", isas[b] ? "\"" : "",
+                         pfs[c] ? ",\"prefill\":\"" : "", pfs[c] ? pfs[c] : "", pfs[c] ? "\"" : "");
+                key_texts(in, name, cell, settings);
+                const int f16 = a == 2;
+                snprintf(want, sizeof want, "m/h/x.y%s%s%s%s%s", f16 ? "+kv=f16" : "",
+                         isas[b] ? "+isa=" : "", isas[b] ? isas[b] : "", pfs[c] ? "+prefill=" : "",
+                         pfs[c] ? pfs[c] : "");
+                cr_expect_str_eq(name, want, "%s", in);
+                /* sorted keys: host, isa, kv, mode, model, prefill; kv always written */
+                snprintf(
+                    wcell, sizeof wcell,
+                    "{\"host\":\"h\",%s%s%s\"kv\":\"%s\",\"mode\":\"x.y\",\"model\":\"m\"%s%s%s}",
+                    isas[b] ? "\"isa\":\"" : "", isas[b] ? isas[b] : "", isas[b] ? "\"," : "",
+                    f16 ? "f16" : "f32", pfs[c] ? ",\"prefill\":\"" : "", pfs[c] ? pfs[c] : "",
+                    pfs[c] ? "\"" : "");
+                cr_expect_str_eq(cell, wcell, "%s", in);
+                snprintf(wset, sizeof wset, "{%s%s%s%s%s%s%s%s}", isas[b] ? "\"isa\":\"" : "",
+                         isas[b] ? isas[b] : "", isas[b] ? "\"" : "",
+                         f16 ? (isas[b] ? ",\"kv\":\"f16\"" : "\"kv\":\"f16\"") : "",
+                         pfs[c] && (isas[b] || f16) ? "," : "", pfs[c] ? "\"prefill\":\"" : "",
+                         pfs[c] ? pfs[c] : "", pfs[c] ? "\"" : "");
+                cr_expect_str_eq(settings, wset, "%s", in);
+                n++;
+            }
+    cr_expect_eq(n, 36);
+    /* a value no ladder can hold names no cell, and the message says what would */
+    static const struct {
+        const char *in, *want;
+    } bad[] = {
+        {"{\"model\":\"m\",\"host\":\"h\",\"mode\":\"x.y\",\"kv\":\"f8\"}",
+         "ERR payload \"cell\" of m/h/x.y: \"kv\" must be \"f32\" or \"f16\""},
+        {"{\"model\":\"m\",\"host\":\"h\",\"mode\":\"x.y\",\"kv\":1}",
+         "ERR payload \"cell\" of m/h/x.y: \"kv\" must be \"f32\" or \"f16\""},
+        {"{\"model\":\"m\",\"host\":\"h\",\"mode\":\"x.y\",\"isa\":\"\"}",
+         "ERR payload \"cell\" of m/h/x.y: \"isa\" must be \"portable\", \"avx2\" or \"avx512\""},
+        {"{\"model\":\"m\",\"host\":\"h\",\"mode\":\"x.y\",\"isa\":\"sse9\"}",
+         "ERR payload \"cell\" of m/h/x.y: \"isa\" must be \"portable\", \"avx2\" or \"avx512\""},
+        {"{\"model\":\"m\",\"host\":\"h\",\"mode\":\"x.y\",\"prefill\":\"f32\"}",
+         "ERR payload \"cell\" of m/h/x.y: \"prefill\" must be \"f16\" or \"bf16\" (absent: f32)"},
+        {"{\"model\":\"m\",\"host\":\"h\",\"mode\":\"x.y\",\"prefill\":null}",
+         "ERR payload \"cell\" of m/h/x.y: \"prefill\" must be \"f16\" or \"bf16\" (absent: f32)"},
+        {"{\"model\":\"m\",\"host\":\"h\"}",
+         "ERR payload \"cell\" must be an object with non-empty strings \"model\", \"host\" and"
+         " \"mode\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char name[256], cell[256], settings[256];
+        key_texts(bad[i].in, name, cell, settings);
+        cr_expect_str_eq(name, bad[i].want, "%s", bad[i].in);
+    }
+}
+
+/* err.msg from its "l.yaml:" on (the folder is the test's own) */
+static const char *at_ladder(const struct gate_err *err)
+{
+    const char *s = strstr(err->msg, "l.yaml:");
+    return s ? s : err->msg;
+}
+
+Test(cellkey, pinned_ladder_cells_overrides_and_refusals_of_every_setting)
+{
+    ladderfix_init(&fx, "cellkey3");
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_assert_eq(
+        load_cells(
+            "cpu.decode, cpu.prefill, cuda.decode, cuda.prefill",
+            "  - {model: moe, host: a, mode: cpu.decode}\n"
+            "  - {model: moe, host: a, mode: cpu.decode, kv: f16}\n"
+            "  - {models: [moe], hosts: [a], modes: [cpu.decode, cpu.prefill], isa: portable}\n"
+            "  - {model: moe, host: a, mode: cpu.decode, isa: avx2}\n"
+            "  - {model: moe, host: a, mode: cpu.decode, isa: avx512, kv: f16}\n"
+            "  - {model: moe, host: a, mode: cpu.prefill, kv: f32, isa: avx512}\n"
+            "  - {model: moe, host: a, mode: cuda.decode, kv: f16, prefill: f32}\n"
+            "  - {model: moe, host: a, mode: cuda.prefill, prefill: f16}\n"
+            "  - {model: moe, host: a, mode: cuda.prefill, prefill: bf16, kv: f16}\n"
+            "  - {model: moe, host: a, mode: cuda.prefill}\n",
+            "gates:\n  overrides:\n"
+            "    - match: {kv: f16}\n      parity: {min_cosine: 0.9991}\n"
+            "    - match: {kv: f32}\n      parity: {positions: 70}\n"
+            "    - match: {isa: avx512}\n      parity: {max_kld: 0.009}\n"
+            "    - match: {prefill: bf16}\n      parity: {max_mean_kld: 0.0009}\n"
+            "    - match: {prefill: f32, mode: cpu.decode}\n      parity: {near_tie: 0.04}\n",
+            &l, &err),
+        0, "%s", err.msg);
+    static const struct {
+        const char *name, *settings;
+    } want[] = {
+        {"moe/a/cpu.decode",
+         "{\"positions\":70,\"cos\":0.999,\"kld\":0.01,\"mkld\":0.001,\"tie\":0.04}"},
+        {"moe/a/cpu.decode+kv=f16",
+         "{\"kv\":\"f16\",\"positions\":96,\"cos\":0.9991,\"kld\":0.01,\"mkld\":0.001,\"tie\":0.04}"},
+        {"moe/a/cpu.decode+isa=portable",
+         "{\"isa\":\"portable\",\"positions\":70,\"cos\":0.999,\"kld\":0.01,\"mkld\":0.001,\"tie\":0.04}"},
+        {"moe/a/cpu.prefill+isa=portable",
+         "{\"isa\":\"portable\",\"positions\":70,\"cos\":0.999,\"kld\":0.01,\"mkld\":0.001,\"tie\":0.05}"},
+        {"moe/a/cpu.decode+isa=avx2",
+         "{\"isa\":\"avx2\",\"positions\":70,\"cos\":0.999,\"kld\":0.01,\"mkld\":0.001,\"tie\":0.04}"},
+        {"moe/a/cpu.decode+kv=f16+isa=avx512",
+         "{\"isa\":\"avx512\",\"kv\":\"f16\",\"positions\":96,\"cos\":0.9991,\"kld\":0.009,\"mkld\":0.001,"
+         "\"tie\":0.04}"},
+        {"moe/a/cpu.prefill+isa=avx512",
+         "{\"isa\":\"avx512\",\"positions\":70,\"cos\":0.999,\"kld\":0.009,\"mkld\":0.001,\"tie\":0.05}"},
+        {"moe/a/cuda.decode+kv=f16",
+         "{\"kv\":\"f16\",\"positions\":96,\"cos\":0.9991,\"kld\":0.01,\"mkld\":0.001,\"tie\":0.05}"},
+        {"moe/a/cuda.prefill+prefill=f16",
+         "{\"prefill\":\"f16\",\"positions\":70,\"cos\":0.999,\"kld\":0.01,\"mkld\":0.001,\"tie\":0.05}"},
+        {"moe/a/cuda.prefill+kv=f16+prefill=bf16",
+         "{\"kv\":\"f16\",\"prefill\":\"bf16\",\"positions\":96,\"cos\":0.9991,\"kld\":0.01,"
+         "\"mkld\":0.0009,\"tie\":0.05}"},
+        {"moe/a/cuda.prefill",
+         "{\"positions\":70,\"cos\":0.999,\"kld\":0.01,\"mkld\":0.001,\"tie\":0.05}"},
+    };
+    cr_assert_eq(l->n_cells, (int)(sizeof want / sizeof want[0]));
+    for (int i = 0; i < l->n_cells; i++) {
+        char name[256], got[512] = "";
+        cr_expect_str_eq(ladder_cell_name(l, i, name, sizeof name), want[i].name);
+        json_t *s = ladder_gate_settings(&l->cells[i].g, "parity");
+        static const char *const ids[] = {"isa", "kv", "prefill"};
+        for (int k = 0; k < 3; k++)
+            if (json_object_get(s, ids[k]))
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s\"%s\":\"%s\"",
+                         got[0] ? "," : "{", ids[k], json_string_value(json_object_get(s, ids[k])));
+        snprintf(got + strlen(got), sizeof got - strlen(got),
+                 "%s\"positions\":%lld,\"cos\":%g,\"kld\":%g,\"mkld\":%g,\"tie\":%g}",
+                 got[0] ? "," : "{", (long long)json_integer_value(json_object_get(s, "positions")),
+                 json_real_value(json_object_get(s, "min_cosine")),
+                 json_real_value(json_object_get(s, "max_kld")),
+                 json_real_value(json_object_get(s, "max_mean_kld")),
+                 json_real_value(json_object_get(s, "near_tie")));
+        cr_expect_str_eq(got, want[i].settings, "%s:\n got %s\nwant %s", want[i].name, got,
+                         want[i].settings);
+        /* the payload's cell object names the same cell */
+        const struct cell_key k = ladder_cell_key(l, i);
+        json_t *p = json_pack("{s:o}", "cell", cell_key_json(&k));
+        struct cell_key back;
+        cr_expect_eq(cell_key_of_payload(p, &back, &err), 0, "%s", err.msg);
+        cr_expect(cell_key_same(&back, &k), "%s", want[i].name);
+        json_decref(p);
+        json_decref(s);
+    }
+    ladder_free(l);
+    l = NULL;
+    /* every refusal, byte for byte, at its place */
+    static const struct {
+        const char *modes, *cells, *gates, *want;
+    } bad[] = {
+        {"cpu.decode", "  - {model: moe, host: a, mode: cpu.decode, kv: f17}\n", NULL,
+         "l.yaml:8:49: a cells entry's kv must be f32 or f16 (the KV cache type), not 'f17'"},
+        {"cpu.decode", "  - {model: moe, host: a, mode: cpu.decode, kv: [f16]}\n", NULL,
+         "l.yaml:8:49: a cells entry's kv must be f32 or f16 (the KV cache type), not a"
+         " list"},
+        {"cpu.decode", "  - {model: moe, host: a, mode: cpu.decode, isa: sse9}\n", NULL,
+         "l.yaml:8:50: a cells entry's isa must be portable, avx2 or avx512 (the instruction set"
+         " the subject runs), not 'sse9'"},
+        {"cpu.decode", "  - {model: moe, host: a, mode: cpu.decode, isa: {x: 1}}\n", NULL,
+         "l.yaml:8:50: a cells entry's isa must be portable, avx2 or avx512 (the instruction set"
+         " the subject runs), not a mapping"},
+        {"cuda.prefill", "  - {model: moe, host: a, mode: cuda.prefill, prefill: F16}\n", NULL,
+         "l.yaml:8:56: a cells entry's prefill must be f32, f16 or bf16 (the batched"
+         " projections' precision), not 'F16'"},
+        {"ref.decode", "  - {model: moe, host: a, mode: ref.decode, kv: f16}\n", NULL,
+         "l.yaml:8:49: cell moe/a/ref.decode: kv: f16, but backend 'ref' offers no F16 KV cache"
+         " (only cuda, cpu do); an F16 cell is refused, never run as F32"},
+        {"ref.decode", "  - {model: moe, host: a, mode: ref.decode, isa: avx2}\n", NULL,
+         "l.yaml:8:50: cell moe/a/ref.decode: isa: avx2, but backend 'ref' has no selectable"
+         " instruction set; an isa cell is refused, never run on another instruction set"},
+        {"cuda.decode", "  - {model: moe, host: a, mode: cuda.decode, isa: avx512}\n", NULL,
+         "l.yaml:8:51: cell moe/a/cuda.decode: isa: avx512, but backend 'cuda' has no selectable"
+         " instruction set; an isa cell is refused, never run on another instruction set"},
+        {"cpu.prefill", "  - {model: moe, host: a, mode: cpu.prefill, prefill: f16}\n", NULL,
+         "l.yaml:8:55: cell moe/a/cpu.prefill: prefill: f16, but backend 'cpu' runs its batched"
+         " projections in F32 only (cuda offer f16); a 16-bit cell is refused, never run as F32"},
+        {"ref.prefill", "  - {model: moe, host: a, mode: ref.prefill, prefill: bf16}\n", NULL,
+         "l.yaml:8:55: cell moe/a/ref.prefill: prefill: bf16, but backend 'ref' runs its batched"
+         " projections in F32 only (cuda offer bf16); a 16-bit cell is refused, never run as"
+         " F32"},
+        {"cpu.decode",
+         "  - {model: moe, host: a, mode: cpu.decode}\n"
+         "  - {model: moe, host: a, mode: cpu.decode, kv: f32}\n",
+         NULL, "l.yaml:9:33: cell moe/a/cpu.decode is listed twice (first at line 8)"},
+        {"cuda.prefill",
+         "  - {model: moe, host: a, mode: cuda.prefill, kv: f16, prefill: bf16}\n"
+         "  - {models: [moe], hosts: [a], modes: [cuda.prefill], prefill: bf16, kv: f16}\n",
+         NULL,
+         "l.yaml:9:41: cell moe/a/cuda.prefill+kv=f16+prefill=bf16 is listed twice (first at"
+         " line 8)"},
+        {"cuda.prefill",
+         "  - {model: moe, host: a, mode: cuda.prefill}\n"
+         "  - {model: moe, host: a, mode: cuda.prefill, prefill: f32}\n",
+         NULL, "l.yaml:9:33: cell moe/a/cuda.prefill is listed twice (first at line 8)"},
+        {"cpu.decode, cpu.prefill",
+         "  - {model: moe, host: a, mode: cpu.decode, isa: avx2, kv: f16}\n"
+         "  - models: [moe]\n    hosts: [a]\n    modes: [cpu.decode, cpu.prefill]\n"
+         "    isa: avx2\n    kv: f16\n"
+         "    exclude: [{mode: cpu.decode, reason: r}]\n",
+         NULL,
+         "l.yaml:14:15: cell moe/a/cpu.decode+kv=f16+isa=avx2 is both excluded and required (the"
+         " other at line 8)"},
+        {"cpu.decode", "  - {model: moe, host: a, mode: cpu.decode}\n",
+         "gates:\n  overrides:\n    - match: {kv: F16}\n      parity: {min_cosine: 0.9995}\n",
+         "l.yaml:11:19: an override's match kv must be f32 or f16 (the KV cache type), not 'F16'"},
+        {"cpu.decode", "  - {model: moe, host: a, mode: cpu.decode}\n",
+         "gates:\n  overrides:\n    - match: {isa: avx3}\n      parity: {min_cosine: 0.9995}\n",
+         "l.yaml:11:20: an override's match isa must be portable, avx2 or avx512 (the instruction"
+         " set the subject runs), not 'avx3'"},
+        {"cpu.decode", "  - {model: moe, host: a, mode: cpu.decode}\n",
+         "gates:\n  overrides:\n    - match: {prefill: [f16]}\n      parity: {min_cosine: 0.9995}\n",
+         "l.yaml:11:24: an override's match prefill must be f32, f16 or bf16 (the batched"
+         " projections' precision), not a list"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err_clear(&err);
+        cr_expect_eq(load_cells(bad[i].modes, bad[i].cells, bad[i].gates, &l, &err), ERR_INPUT,
+                     "case %zu was accepted", i);
+        cr_expect_str_eq(at_ladder(&err), bad[i].want, "case %zu:\n got %s\nwant %s", i,
+                         at_ladder(&err), bad[i].want);
+        ladder_free(l);
+        l = NULL;
+    }
 }
