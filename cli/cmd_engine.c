@@ -846,10 +846,9 @@ int cmd_bench(int argc, char **argv)
         char sha[65], mode_name[32];
         json_t *env = identity_environment(cfg.n_threads);
         /* the bench's identity settings: its --kv, and GATE_CPU_ISA's cap where it names one */
-        struct cell_variant bench_v = {cfg.kv_f16 ? KV_F16 : KV_F32, "", ""};
-        const char *isa_env = getenv("GATE_CPU_ISA");
-        if (cell_isa_known(isa_env))
-            snprintf(bench_v.isa, sizeof bench_v.isa, "%s", isa_env);
+        struct cell_variant bench_v = {{0}};
+        bench_v.at[CELL_KV] = cfg.kv_f16 ? KV_F16 : KV_F32;
+        cell_setting_parse(CELL_ISA, getenv("GATE_CPU_ISA"), 0, &bench_v.at[CELL_ISA]);
         mode_format(&mode, mode_name, sizeof mode_name);
         if (!(rc = identity_file_sha256(model, sha, &err)) &&
             !(rc = store_open_readonly(&st, db, &err)) &&

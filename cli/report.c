@@ -793,11 +793,7 @@ static json_t *row_json(const struct report_matrix_row *mw)
         json_object_set_new(o, "model", jstr(mw->key.model));
         json_object_set_new(o, "host", jstr(mw->key.host));
         json_object_set_new(o, "mode", jstr(mw->key.mode));
-        json_object_set_new(o, "kv", json_string(kv_type_name(mw->key.v.kv)));
-        if (mw->key.v.isa[0])
-            json_object_set_new(o, "isa", json_string(mw->key.v.isa));
-        if (mw->key.v.prefill[0]) /* an identity setting like kv and isa: the row says it */
-            json_object_set_new(o, "prefill", json_string(mw->key.v.prefill));
+        cell_variant_put(&mw->key.v, o); /* its identity settings, as a receipt's cell says */
         if (mw->excluded_reason)
             json_object_set_new(o, "excluded_reason", jstr(mw->excluded_reason));
     }

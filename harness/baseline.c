@@ -28,10 +28,13 @@ static void compare_with(const json_t *p, const char *model_id, const char *cell
     struct cell_key key;
     struct gate_err kerr = {0};
     const int key_ok = !cell_key_of_payload(p, &key, &kerr);
-    char got_s[48], want_s[48];
+    char got_s[48], want_s[48], got_w[64] = "", want_w[64];
     cell_variant_suffix(want, want_s, sizeof want_s);
-    if (key_ok)
+    cell_variant_describe(want, want_w, sizeof want_w);
+    if (key_ok) {
         cell_variant_suffix(&key.v, got_s, sizeof got_s);
+        cell_variant_describe(&key.v, got_w, sizeof got_w);
+    }
     const char *model = str_at(p, "cell", "model"), *mode = str_at(p, "cell", "mode");
     if (!mode || strcmp(mode, cell_mode) || (model_id && (!model || strcmp(model, model_id))))
         snprintf(out->refused, sizeof out->refused,
@@ -51,11 +54,9 @@ static void compare_with(const json_t *p, const char *model_id, const char *cell
                  out->receipt, kerr.msg);
     else if (!cell_variant_same(&key.v, want))
         snprintf(out->refused, sizeof out->refused,
-                 "baseline receipt %.16s... ran with settings '%s' (kv %s%s%s), this run with"
-                 " '%s' (kv %s%s%s): not comparable",
-                 out->receipt, got_s, kv_type_name(key.v.kv), key.v.isa[0] ? ", isa " : "",
-                 key.v.isa, want_s, kv_type_name(want->kv), want->isa[0] ? ", isa " : "",
-                 want->isa);
+                 "baseline receipt %.16s... ran with settings '%s' (%s), this run with"
+                 " '%s' (%s): not comparable",
+                 out->receipt, got_s, got_w, want_s, want_w);
     else if (!sha || strcmp(sha, want_sha))
         snprintf(out->refused, sizeof out->refused,
                  "baseline receipt %.16s... ran model digest %.16s..., this run %.16s...: not"

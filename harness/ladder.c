@@ -589,19 +589,6 @@ static int cell_mode_index(const struct ladder *l, const char *mode)
     return mode_index(&m);
 }
 
-/* The index of the identity settings' values among their few (kv 2 x isa 4 x prefill 3), for
- * seen_add. */
-static uint32_t variant_index(const struct cell_variant *v)
-{
-    static const char *const isas[] = {"", "portable", "avx2", "avx512"};
-    uint32_t isa = 0;
-    for (uint32_t i = 0; i < 4; i++)
-        if (!strcmp(v->isa, isas[i]))
-            isa = i;
-    const uint32_t pf = !v->prefill[0] ? 0 : !strcmp(v->prefill, "f16") ? 1 : 2;
-    return ((uint32_t)(v->kv == KV_F16) * 4u + isa) * 3u + pf;
-}
-
 /* Record cell (model, host, mode, v) from line `line`; a cell met twice is an error at `at`.
  * The identity settings are part of the identity: the same model/host/mode with kv f32 and
  * kv f16 (or two isas) are two cells. */
@@ -613,8 +600,8 @@ static int seen_add(struct parse *p, struct cell_seen *s, yaml_node_t *at, int m
                    (((uint32_t)model * (uint32_t)l->n_hosts + (uint32_t)host) *
                         (uint32_t)(mode_count() + 3 * l->n_engines) +
                     (uint32_t)cell_mode_index(l, mode)) *
-                       24u +
-                   variant_index(v);
+                       cell_variant_count() +
+                   cell_variant_index(v);
     uint32_t i = (key * 2654435761u) >> 18; /* 14 bits: CELL_SLOTS */
     for (; s->key[i]; i = (i + 1) & (CELL_SLOTS - 1)) {
         if (s->key[i] != key)
@@ -757,112 +744,46 @@ static int check_coverage(struct parse *p, yaml_node_t *cells)
     return rc;
 }
 
-/* A `kv` value (a cells entry's, or an override match's): the scalar f32 or f16, nothing else. */
-int ladder_parse_kv(struct parse *p, yaml_node_t *v, const char *what, enum kv_type *kv)
+/* An identity setting's value (a cells entry's, or an override match's), where names the
+ * entry ("a cells entry's"): one of the row's values, the default's name included. */
+int ladder_parse_setting(struct parse *p, yaml_node_t *v, const char *where, enum cell_setting_id s,
+                         unsigned char *out)
 {
     const char *t = scalar(v);
-    if (kv_type_parse(t, kv))
-        return fail(p, v, "%s must be f32 or f16 (the KV cache type), not %s%s%s", what,
-                    t ? "'" : "", t ? t : kind(v), t ? "'" : "");
+    char choices[96];
+    if (cell_setting_parse(s, t, 1, out))
+        return fail(p, v, "%s %s must be %s (%s), not %s%s%s", where, CELL_SETTINGS[s].key,
+                    cell_setting_choices(s, 1, 0, choices, sizeof choices),
+                    CELL_SETTINGS[s].meaning, t ? "'" : "", t ? t : kind(v), t ? "'" : "");
     return 0;
 }
 
-/* An `isa` value (a cells entry's, or an override match's): portable, avx2 or avx512. */
-int ladder_parse_isa(struct parse *p, yaml_node_t *v, const char *what, char *isa, size_t n)
-{
-    const char *t = scalar(v);
-    if (!cell_isa_known(t))
-        return fail(p, v,
-                    "%s must be portable, avx2 or avx512 (the instruction set the subject runs),"
-                    " not %s%s%s",
-                    what, t ? "'" : "", t ? t : kind(v), t ? "'" : "");
-    snprintf(isa, n, "%s", t);
-    return 0;
-}
-
-/* A `prefill` value (a cells entry's, or an override match's): f32 (the default, recorded as
- * nothing), f16 or bf16. */
-int ladder_parse_prefill(struct parse *p, yaml_node_t *v, const char *what, char *out, size_t n)
-{
-    const char *t = scalar(v);
-    if (!t || (strcmp(t, "f32") && !cell_prefill_known(t)))
-        return fail(p, v,
-                    "%s must be f32, f16 or bf16 (the batched projections' precision), not"
-                    " %s%s%s",
-                    what, t ? "'" : "", t ? t : kind(v), t ? "'" : "");
-    snprintf(out, n, "%s", strcmp(t, "f32") ? t : "");
-    return 0;
-}
-
-/* A 16-bit `prefill:` cell must name a backend whose row offers that precision
- * (backend_offers_prefill, the same in every build): any other is refused here rather than
- * run in F32 under a 16-bit name. */
-static int check_prefill(struct parse *p, yaml_node_t *at, int model, int host, const char *mode,
-                         const char *pf)
+/* A cell whose identity setting is not the default must name a backend whose row offers it
+ * (the row's refuses(), the same in every build): any other is refused here, at the setting,
+ * rather than run otherwise under its name. Whether this host can run it is the run's question. */
+static int check_offered(struct parse *p, yaml_node_t *const *at, int model, int host,
+                         const char *mode, const struct cell_variant *v)
 {
     struct mode m;
-    if (mode_parse(mode, &m, NULL) || (!m.engine[0] && backend_offers_prefill(m.backend, pf)))
-        return 0;
-    char offer[96] = "";
-    for (int i = 0; i < backend_count(); i++)
-        if (backend_offers_prefill(backend_name(i), pf))
-            snprintf(offer + strlen(offer), sizeof offer - strlen(offer), "%s%s",
-                     offer[0] ? ", " : "", backend_name(i));
-    return fail(p, at,
-                "cell %s/%s/%s: prefill: %s, but backend '%s' runs its batched projections in F32"
-                " only (%s offer %s); a 16-bit cell is refused, never run as F32",
-                p->l->models[model].id, p->l->hosts[host].id, mode, pf, m.backend,
-                offer[0] ? offer : "none", pf);
-}
-
-/* An `isa:` cell must name a backend that declares the instruction set among its selectable
- * ones (engine/backend.c's row, the same in every build): any other is refused here rather than
- * run on whatever the host picks. Whether this host can run it is the run's question. */
-static int check_isa(struct parse *p, yaml_node_t *at, int model, int host, const char *mode,
-                     const char *isa)
-{
-    struct mode m;
-    struct backend_invariants inv;
+    char why[256];
     if (mode_parse(mode, &m, NULL))
         return 0;
-    backend_invariants(m.backend, &inv);
-    for (const char *s = inv.isas; s && *s;) {
-        const size_t len = strcspn(s, ",");
-        if (len == strlen(isa) && !strncmp(s, isa, len))
-            return 0;
-        s += len + (s[len] == ',');
+    for (int s = 0; s < CELL_SETTING_COUNT; s++) {
+        const char *value = cell_variant_value(v, (enum cell_setting_id)s);
+        if (v->at[s] && CELL_SETTINGS[s].refuses(m.backend, value, why, sizeof why))
+            return fail(p, at[s], "cell %s/%s/%s: %s: %s, but backend '%s' %s",
+                        p->l->models[model].id, p->l->hosts[host].id, mode, CELL_SETTINGS[s].key,
+                        value, m.backend, why);
     }
-    return fail(p, at,
-                "cell %s/%s/%s: isa: %s, but backend '%s' %s%s%s; an isa cell is refused, never"
-                " run on another instruction set",
-                p->l->models[model].id, p->l->hosts[host].id, mode, isa, m.backend,
-                inv.isas && *inv.isas ? "selects only among " : "has no selectable instruction set",
-                inv.isas && *inv.isas ? inv.isas : "", "");
-}
-
-/* A `kv: f16` cell must name a backend whose open offers an F16 KV cache (engine/backend.c's
- * word, the same in every build); any other is refused here rather than run as F32. */
-static int check_kv(struct parse *p, yaml_node_t *at, int model, int host, const char *mode)
-{
-    struct mode m;
-    if (mode_parse(mode, &m, NULL) || backend_offers_kv_f16(m.backend))
-        return 0;
-    char offer[96] = "";
-    for (int i = 0; i < backend_count(); i++)
-        if (backend_offers_kv_f16(backend_name(i)))
-            snprintf(offer + strlen(offer), sizeof offer - strlen(offer), "%s%s",
-                     offer[0] ? ", " : "", backend_name(i));
-    return fail(p, at,
-                "cell %s/%s/%s: kv: f16, but backend '%s' offers no F16 KV cache (only %s"
-                " do); an F16 cell is refused, never run as F32",
-                p->l->models[model].id, p->l->hosts[host].id, mode, m.backend,
-                offer[0] ? offer : "none");
+    return 0;
 }
 
 static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
 {
-    static const char *const keys[] = {"models", "hosts", "modes", "exclude", "model", "host",
-                                       "mode",   "kv",    "isa",   "prefill", NULL};
+    const char *keys[7 + CELL_SETTING_COUNT + 1] = {"models", "hosts", "modes", "exclude",
+                                                    "model",  "host",  "mode"};
+    for (int s = 0; s < CELL_SETTING_COUNT; s++)
+        keys[7 + s] = CELL_SETTINGS[s].key; /* and the NULL after them */
     static const char *const xkeys[] = {"model", "host", "mode", "reason", NULL};
     yaml_node_t *e, *x;
     struct cell_seen *seen = NULL;
@@ -895,14 +816,13 @@ static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
             (rc = need(p, e, ok, "a cells entry", &v)) ||
             (rc = id_list(p, v, ok, 2, modes, oi, oa, &no, 64)))
             goto out;
-        struct cell_variant cv = {KV_F32, "", ""};
-        yaml_node_t *kvn = get(p, e, "kv"), *isan = get(p, e, "isa"), *pfn = get(p, e, "prefill");
-        if ((kvn && (rc = ladder_parse_kv(p, kvn, "a cells entry's kv", &cv.kv))) ||
-            (isan &&
-             (rc = ladder_parse_isa(p, isan, "a cells entry's isa", cv.isa, sizeof cv.isa))) ||
-            (pfn && (rc = ladder_parse_prefill(p, pfn, "a cells entry's prefill", cv.prefill,
-                                               sizeof cv.prefill))))
-            goto out;
+        struct cell_variant cv = {{0}};
+        yaml_node_t *sn[CELL_SETTING_COUNT];
+        for (int s = 0; s < CELL_SETTING_COUNT; s++)
+            if ((sn[s] = get(p, e, CELL_SETTINGS[s].key)) &&
+                (rc = ladder_parse_setting(p, sn[s], "a cells entry's", (enum cell_setting_id)s,
+                                           &cv.at[s])))
+                goto out;
         if (!matrix && get(p, e, "exclude")) {
             rc = fail(p, get(p, e, "exclude"), "'exclude' belongs to a matrix entry");
             goto out;
@@ -960,10 +880,7 @@ static int parse_cells(struct parse *p, yaml_node_t *cells, yaml_node_t *modes)
                     }
                     int model = ladder_find_model(p->l, mi[a]);
                     int host = ladder_find_host(p->l, hi[b]);
-                    if ((cv.kv == KV_F16 && (rc = check_kv(p, kvn, model, host, oi[c]))) ||
-                        (cv.isa[0] && (rc = check_isa(p, isan, model, host, oi[c], cv.isa))) ||
-                        (cv.prefill[0] &&
-                         (rc = check_prefill(p, pfn, model, host, oi[c], cv.prefill))) ||
+                    if ((rc = check_offered(p, sn, model, host, oi[c], &cv)) ||
                         (rc = seen_add(p, seen, skip < 0 ? oa[c] : exs[skip], model, host, oi[c],
                                        &cv, skip >= 0)) ||
                         (rc = skip < 0 ? add_cell(p, oa[c], model, host, oi[c], &cv)

@@ -95,7 +95,7 @@ struct ladder_gates {
     /* exec cells: the engine the mode names (borrowed from the ladder); NULL otherwise. Its
      * argv, timeout and supports are part of every gate's recorded settings */
     const struct ladder_engine *engine;
-    /* the cell's identity settings (its `kv` and `isa` keys, copied from struct ladder_cell):
+    /* the cell's identity settings (CELL_SETTINGS rows: kv, isa, prefill; from struct ladder_cell):
      * recorded in every cell gate's settings when not the default (cell_variant_settings), so a
      * receipt made under other settings does not match the ladder at release check */
     struct cell_variant v;

@@ -71,10 +71,10 @@ char *ladder_resolve(const struct ladder *l, const char *rel);
  * lists the path in `supports`. 0 ok; else the refusal at n (n NULL: only the status). */
 int ladder_mode_declared(struct parse *p, yaml_node_t *n, const char *text);
 
-/* A cell's identity settings (receipts/cellkey.h) read from v; what names v in messages. */
-int ladder_parse_kv(struct parse *p, yaml_node_t *v, const char *what, enum kv_type *kv);
-int ladder_parse_isa(struct parse *p, yaml_node_t *v, const char *what, char *isa, size_t n);
-int ladder_parse_prefill(struct parse *p, yaml_node_t *v, const char *what, char *out, size_t n);
+/* Identity setting s (receipts/cellkey.h's row) read from v into *out (its value number);
+ * where names the entry in messages ("a cells entry's"). */
+int ladder_parse_setting(struct parse *p, yaml_node_t *v, const char *where, enum cell_setting_id s,
+                         unsigned char *out);
 
 /* The `gates` section (NULL: absent): every cell's settings resolved (the rows' defaults, then
  * gates.defaults, then every matching override in order) and checked (harness/ladder_settings.c).

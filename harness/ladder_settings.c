@@ -207,17 +207,18 @@ int ladder_cell_fault_positions(const struct ladder_cell *c)
 static int match_override(struct parse *p, yaml_node_t *match, const struct ladder_cell *c)
 {
     const struct ladder *l = p->l;
-    /* an isa match names a cell's `isa`; a cell without one matches no isa */
-    const char *want[6] = {l->models[c->model].id,
-                           l->hosts[c->host].id,
-                           c->mode,
-                           kv_type_name(c->v.kv),
-                           c->v.isa,
-                           c->v.prefill[0] ? c->v.prefill : "f32"};
-    const char *keys[6] = {"model", "host", "mode", "kv", "isa", "prefill"};
-    for (int i = 0; i < 6; i++) {
+    const char *want[3] = {l->models[c->model].id, l->hosts[c->host].id, c->mode};
+    const char *keys[3] = {"model", "host", "mode"};
+    for (int i = 0; i < 3; i++) {
         yaml_node_t *v = get(p, match, keys[i]);
         if (v && strcmp(scalar(v), want[i]))
+            return 0;
+    }
+    /* an identity setting matches by its value's name: a default without one (isa) matches
+     * no value a match can name */
+    for (int s = 0; s < CELL_SETTING_COUNT; s++) {
+        yaml_node_t *v = get(p, match, CELL_SETTINGS[s].key);
+        if (v && strcmp(scalar(v), cell_setting_name((enum cell_setting_id)s, c->v.at[s])))
             return 0;
     }
     return 1;
@@ -226,7 +227,9 @@ static int match_override(struct parse *p, yaml_node_t *match, const struct ladd
 int ladder_parse_gates(struct parse *p, yaml_node_t *gates)
 {
     static const char *const keys[] = {"defaults", "overrides", NULL};
-    static const char *const mkeys[] = {"model", "host", "mode", "kv", "isa", "prefill", NULL};
+    const char *mkeys[3 + CELL_SETTING_COUNT + 1] = {"model", "host", "mode"};
+    for (int s = 0; s < CELL_SETTING_COUNT; s++)
+        mkeys[3 + s] = CELL_SETTINGS[s].key; /* and the NULL after them */
     struct ladder *l = p->l;
     struct ladder_gates base;
     yaml_node_t *d, *o, *it;
@@ -255,16 +258,13 @@ int ladder_parse_gates(struct parse *p, yaml_node_t *gates)
                         return fail(p, v, "override matches %s '%s', which is not defined",
                                     mkeys[k], scalar(v) ? scalar(v) : "?");
                 }
-                enum kv_type kv_unused;
-                char isa_unused[16], pf_unused[8];
-                yaml_node_t *mkv = get(p, m, "kv"), *misa = get(p, m, "isa"),
-                            *mpf = get(p, m, "prefill");
-                if ((mkv && (rc = ladder_parse_kv(p, mkv, "an override's match kv", &kv_unused))) ||
-                    (misa && (rc = ladder_parse_isa(p, misa, "an override's match isa", isa_unused,
-                                                    sizeof isa_unused))) ||
-                    (mpf && (rc = ladder_parse_prefill(p, mpf, "an override's match prefill",
-                                                       pf_unused, sizeof pf_unused))))
-                    goto out;
+                for (int s = 0; s < CELL_SETTING_COUNT; s++) {
+                    yaml_node_t *v = get(p, m, CELL_SETTINGS[s].key);
+                    unsigned char unused;
+                    if (v && (rc = ladder_parse_setting(p, v, "an override's match",
+                                                        (enum cell_setting_id)s, &unused)))
+                        goto out;
+                }
             }
         }
     }

@@ -414,14 +414,16 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
                      model_arch_name(m->hp.arch), lm->arch);
     if (!rc)
         rc = mode_parse(x.c->mode, &x.mode, &err);
-    x.mode.kv_f16 = x.c->v.kv == KV_F16; /* every gate's subject opens with the cell's KV cache */
-    snprintf(x.mode.prefill, sizeof x.mode.prefill, "%s", x.c->v.prefill); /* and precision */
+    /* every gate's subject opens with the cell's KV cache and precision */
+    x.mode.kv_f16 = x.c->v.at[CELL_KV] == KV_F16;
+    snprintf(x.mode.prefill, sizeof x.mode.prefill, "%s",
+             cell_variant_value(&x.c->v, CELL_PREFILL));
     /* ... and runs the cell's instruction set: held for the whole cell, the host's default
      * restored after it (the consistency gate's other sets return to it too) */
     char isa_before[16];
     snprintf(isa_before, sizeof isa_before, "%s", backend_isa(x.mode.backend));
-    if (!rc && x.c->v.isa[0])
-        rc = backend_set_isa(x.mode.backend, x.c->v.isa, &err);
+    if (!rc && x.c->v.at[CELL_ISA])
+        rc = backend_set_isa(x.mode.backend, cell_variant_value(&x.c->v, CELL_ISA), &err);
     /* its budget (harness/budget.h): memory that does not fit is refused before any gate
      * allocates it, with the figures; the estimate goes to the caller with CELL_STARTED */
     if (!rc) {
@@ -469,7 +471,7 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     struct exec_identity eid;
     exec_session_identity(engine, &eid);
     exec_session_free(engine); /* bye; the child, its group and its orphans are reaped */
-    if (x.c->v.isa[0]) {
+    if (x.c->v.at[CELL_ISA]) {
         struct gate_err ie = {0};
         backend_set_isa(x.mode.backend, isa_before, &ie); /* a name it ran before: cannot fail */
     }
@@ -569,12 +571,12 @@ static int host_runs_isas(const struct ladder *l, int hi, struct gate_err *err)
     for (int i = 0; i < l->n_cells; i++) {
         const struct ladder_cell *c = &l->cells[i];
         struct mode m;
-        if (c->host != hi || !c->v.isa[0] || mode_parse(c->mode, &m, NULL))
+        if (c->host != hi || !c->v.at[CELL_ISA] || mode_parse(c->mode, &m, NULL))
             continue;
         char before[16], name[256];
         struct gate_err why = {0};
         snprintf(before, sizeof before, "%s", backend_isa(m.backend));
-        if (backend_set_isa(m.backend, c->v.isa, &why))
+        if (backend_set_isa(m.backend, cell_variant_value(&c->v, CELL_ISA), &why))
             return err_set(err, ERR_ENV, "host '%s' cannot run cell %s: %s", l->hosts[hi].id,
                            ladder_cell_name(l, i, name, sizeof name), why.msg);
         backend_set_isa(m.backend, before, &why);

@@ -1,40 +1,166 @@
-/* cellkey.c — a cell's identity written, read, named and compared once (cellkey.h). */
+/* cellkey.c — a cell's identity written, read, named and compared once (cellkey.h): the table of
+ * identity settings, and every loop over it. Start reading: CELL_SETTINGS. */
 #include "receipts/cellkey.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static const char *const ISAS[] = {"portable", "avx2", "avx512"};
+#include "engine/backend.h"
 
-const char *kv_type_name(enum kv_type kv)
+/* The backends whose row passes offers(name, value), comma-separated, into list ("none"). */
+static void offered_by(int (*offers)(const char *, const char *), const char *value, char *list,
+                       size_t n)
 {
-    return kv == KV_F16 ? "f16" : "f32";
+    list[0] = '\0';
+    for (int i = 0; i < backend_count(); i++)
+        if (offers(backend_name(i), value))
+            snprintf(list + strlen(list), n - strlen(list), "%s%s", list[0] ? ", " : "",
+                     backend_name(i));
+    if (!list[0])
+        snprintf(list, n, "none");
 }
 
-int kv_type_parse(const char *text, enum kv_type *out)
+static int offers_kv(const char *backend, const char *value)
 {
-    if (!text || (strcmp(text, "f32") && strcmp(text, "f16")))
+    (void)value; /* one non-default value: f16 */
+    return backend_offers_kv_f16(backend);
+}
+
+static int kv_refuses(const char *backend, const char *value, char *why, size_t n)
+{
+    char list[96];
+    if (offers_kv(backend, value))
+        return 0;
+    offered_by(offers_kv, value, list, sizeof list);
+    snprintf(why, n,
+             "offers no F16 KV cache (only %s do); an F16 cell is refused, never run as F32", list);
+    return 1;
+}
+
+static int isa_refuses(const char *backend, const char *value, char *why, size_t n)
+{
+    struct backend_invariants inv;
+    backend_invariants(backend, &inv);
+    for (const char *s = inv.isas; s && *s;) {
+        const size_t len = strcspn(s, ",");
+        if (len == strlen(value) && !strncmp(s, value, len))
+            return 0;
+        s += len + (s[len] == ',');
+    }
+    snprintf(why, n, "%s%s; an isa cell is refused, never run on another instruction set",
+             inv.isas && *inv.isas ? "selects only among " : "has no selectable instruction set",
+             inv.isas && *inv.isas ? inv.isas : "");
+    return 1;
+}
+
+static int prefill_refuses(const char *backend, const char *value, char *why, size_t n)
+{
+    char list[96];
+    if (backend_offers_prefill(backend, value))
+        return 0;
+    offered_by(backend_offers_prefill, value, list, sizeof list);
+    snprintf(why, n,
+             "runs its batched projections in F32 only (%s offer %s); a 16-bit cell is refused,"
+             " never run as F32",
+             list, value);
+    return 1;
+}
+
+const struct cell_setting CELL_SETTINGS[CELL_SETTING_COUNT] = {
+    [CELL_KV] = {"kv", "f32", {"f16", NULL}, 1, "the KV cache type", "KV cache", kv_refuses},
+    [CELL_ISA] = {"isa",
+                  NULL,
+                  {"portable", "avx2", "avx512", NULL},
+                  0,
+                  "the instruction set the subject runs",
+                  "instruction set",
+                  isa_refuses},
+    [CELL_PREFILL] = {"prefill",
+                      "f32",
+                      {"f16", "bf16", NULL},
+                      0,
+                      "the batched projections' precision",
+                      "batched projections' precision",
+                      prefill_refuses},
+};
+
+static int n_values(const struct cell_setting *r)
+{
+    int i = 0;
+    while (i < CELL_SETTING_MAX_VALUES && r->values[i])
+        i++;
+    return i + 1;
+}
+
+const char *cell_setting_name(enum cell_setting_id s, int i)
+{
+    const struct cell_setting *r = &CELL_SETTINGS[s];
+    if (i == 0)
+        return r->dflt ? r->dflt : "";
+    return i > 0 && i < n_values(r) ? r->values[i - 1] : "";
+}
+
+const char *cell_variant_value(const struct cell_variant *v, enum cell_setting_id s)
+{
+    return v->at[s] ? cell_setting_name(s, v->at[s]) : "";
+}
+
+int cell_setting_parse(enum cell_setting_id s, const char *text, int ladder, unsigned char *i)
+{
+    const struct cell_setting *r = &CELL_SETTINGS[s];
+    if (!text)
         return -1;
-    *out = strcmp(text, "f16") ? KV_F32 : KV_F16;
-    return 0;
+    if (r->dflt && (ladder || r->cell_has_default) && !strcmp(text, r->dflt)) {
+        *i = 0;
+        return 0;
+    }
+    for (int k = 1; k < n_values(r); k++)
+        if (!strcmp(text, r->values[k - 1])) {
+            *i = (unsigned char)k;
+            return 0;
+        }
+    return -1;
 }
 
-int cell_isa_known(const char *text)
+const char *cell_setting_choices(enum cell_setting_id s, int ladder, int quoted, char *buf,
+                                 size_t n)
 {
-    for (size_t i = 0; text && i < sizeof ISAS / sizeof *ISAS; i++)
-        if (!strcmp(text, ISAS[i]))
-            return 1;
-    return 0;
+    const struct cell_setting *r = &CELL_SETTINGS[s];
+    const char *names[CELL_SETTING_MAX_VALUES + 1];
+    int k = 0;
+    if (r->dflt && (ladder || r->cell_has_default))
+        names[k++] = r->dflt;
+    for (int i = 1; i < n_values(r); i++)
+        names[k++] = r->values[i - 1];
+    buf[0] = '\0';
+    for (int i = 0; i < k; i++)
+        snprintf(buf + strlen(buf), n - strlen(buf), "%s%s%s%s",
+                 i == 0       ? ""
+                 : i == k - 1 ? " or "
+                              : ", ",
+                 quoted ? "\"" : "", names[i], quoted ? "\"" : "");
+    return buf;
 }
 
-int cell_prefill_known(const char *text)
+unsigned cell_variant_count(void)
 {
-    return text && (!strcmp(text, "f16") || !strcmp(text, "bf16"));
+    unsigned c = 1;
+    for (int s = 0; s < CELL_SETTING_COUNT; s++)
+        c *= (unsigned)n_values(&CELL_SETTINGS[s]);
+    return c;
+}
+
+unsigned cell_variant_index(const struct cell_variant *v)
+{
+    unsigned x = 0;
+    for (int s = 0; s < CELL_SETTING_COUNT; s++)
+        x = x * (unsigned)n_values(&CELL_SETTINGS[s]) + v->at[s];
+    return x;
 }
 
 int cell_variant_same(const struct cell_variant *a, const struct cell_variant *b)
 {
-    return a->kv == b->kv && !strcmp(a->isa, b->isa) && !strcmp(a->prefill, b->prefill);
+    return !memcmp(a->at, b->at, sizeof a->at);
 }
 
 int cell_key_same(const struct cell_key *a, const struct cell_key *b)
@@ -45,8 +171,23 @@ int cell_key_same(const struct cell_key *a, const struct cell_key *b)
 
 const char *cell_variant_suffix(const struct cell_variant *v, char *buf, size_t n)
 {
-    snprintf(buf, n, "%s%s%s%s%s", v->kv == KV_F16 ? "+kv=f16" : "", v->isa[0] ? "+isa=" : "",
-             v->isa, v->prefill[0] ? "+prefill=" : "", v->prefill);
+    if (n)
+        buf[0] = '\0';
+    for (int s = 0; s < CELL_SETTING_COUNT && n; s++)
+        if (v->at[s])
+            snprintf(buf + strlen(buf), n - strlen(buf), "+%s=%s", CELL_SETTINGS[s].key,
+                     cell_variant_value(v, (enum cell_setting_id)s));
+    return buf;
+}
+
+const char *cell_variant_describe(const struct cell_variant *v, char *buf, size_t n)
+{
+    if (n)
+        buf[0] = '\0';
+    for (int s = 0; s < CELL_SETTING_COUNT && n; s++)
+        if (v->at[s] || CELL_SETTINGS[s].cell_has_default)
+            snprintf(buf + strlen(buf), n - strlen(buf), "%s%s %s", buf[0] ? ", " : "",
+                     CELL_SETTINGS[s].key, cell_setting_name((enum cell_setting_id)s, v->at[s]));
     return buf;
 }
 
@@ -73,48 +214,43 @@ int cell_key_of_payload(const json_t *payload, struct cell_key *out, struct gate
         return err_set(err, ERR_INPUT,
                        "payload \"cell\" must be an object with non-empty strings \"model\", "
                        "\"host\" and \"mode\"");
-    const json_t *kv = json_object_get(cell, "kv");
-    if (kv && kv_type_parse(json_string_value(kv), &out->v.kv))
-        return err_set(err, ERR_INPUT,
-                       "payload \"cell\" of %s/%s/%s: \"kv\" must be \"f32\" or"
-                       " \"f16\"",
-                       out->model, out->host, out->mode);
-    const json_t *isa = json_object_get(cell, "isa");
-    if (isa && !cell_isa_known(json_string_value(isa)))
-        return err_set(err, ERR_INPUT,
-                       "payload \"cell\" of %s/%s/%s: \"isa\" must be \"portable\", \"avx2\" or"
-                       " \"avx512\"",
-                       out->model, out->host, out->mode);
-    if (isa)
-        snprintf(out->v.isa, sizeof out->v.isa, "%s", json_string_value(isa));
-    const json_t *pf = json_object_get(cell, "prefill");
-    if (pf && !cell_prefill_known(json_string_value(pf)))
-        return err_set(err, ERR_INPUT,
-                       "payload \"cell\" of %s/%s/%s: \"prefill\" must be \"f16\" or \"bf16\""
-                       " (absent: f32)",
-                       out->model, out->host, out->mode);
-    if (pf)
-        snprintf(out->v.prefill, sizeof out->v.prefill, "%s", json_string_value(pf));
+    for (int s = 0; s < CELL_SETTING_COUNT; s++) {
+        const struct cell_setting *r = &CELL_SETTINGS[s];
+        const json_t *x = json_object_get(cell, r->key);
+        char choices[96];
+        if (x &&
+            cell_setting_parse((enum cell_setting_id)s, json_string_value(x), 0, &out->v.at[s]))
+            return err_set(
+                err, ERR_INPUT, "payload \"cell\" of %s/%s/%s: \"%s\" must be %s%s%s%s", out->model,
+                out->host, out->mode, r->key,
+                cell_setting_choices((enum cell_setting_id)s, 0, 1, choices, sizeof choices),
+                r->dflt && !r->cell_has_default ? " (absent: " : "",
+                r->dflt && !r->cell_has_default ? r->dflt : "",
+                r->dflt && !r->cell_has_default ? ")" : "");
+    }
     return 0;
+}
+
+void cell_variant_put(const struct cell_variant *v, json_t *o)
+{
+    for (int s = 0; s < CELL_SETTING_COUNT; s++)
+        if (v->at[s] || CELL_SETTINGS[s].cell_has_default)
+            json_object_set_new(o, CELL_SETTINGS[s].key,
+                                json_string(cell_setting_name((enum cell_setting_id)s, v->at[s])));
 }
 
 json_t *cell_key_json(const struct cell_key *k)
 {
-    json_t *o = json_pack("{s:s, s:s, s:s, s:s}", "model", k->model, "host", k->host, "mode",
-                          k->mode, "kv", kv_type_name(k->v.kv));
-    if (o && k->v.isa[0])
-        json_object_set_new(o, "isa", json_string(k->v.isa));
-    if (o && k->v.prefill[0])
-        json_object_set_new(o, "prefill", json_string(k->v.prefill));
+    json_t *o = json_pack("{s:s, s:s, s:s}", "model", k->model, "host", k->host, "mode", k->mode);
+    if (o)
+        cell_variant_put(&k->v, o);
     return o;
 }
 
 void cell_variant_settings(const struct cell_variant *v, json_t *settings)
 {
-    if (v->kv == KV_F16)
-        json_object_set_new(settings, "kv", json_string("f16"));
-    if (v->isa[0])
-        json_object_set_new(settings, "isa", json_string(v->isa));
-    if (v->prefill[0])
-        json_object_set_new(settings, "prefill", json_string(v->prefill));
+    for (int s = 0; s < CELL_SETTING_COUNT; s++)
+        if (v->at[s])
+            json_object_set_new(settings, CELL_SETTINGS[s].key,
+                                json_string(cell_variant_value(v, (enum cell_setting_id)s)));
 }

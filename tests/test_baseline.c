@@ -100,7 +100,8 @@ Test(baseline, another_host_name_or_model_digest_is_refused)
     struct gate_err err = {0};
     cr_assert_eq(store_open(&st, db, &err), 0, "%s", err.msg);
     json_t *env = json_pack("{s:s, s:i}", "hostname", "elsewhere", "threads", 0);
-    const struct cell_variant f32 = {KV_F32, "", ""}, avx2 = {KV_F32, "avx2", ""};
+    struct cell_variant f32 = {{0}}, avx2 = {{0}};
+    cr_assert_eq(cell_setting_parse(CELL_ISA, "avx2", 1, &avx2.at[CELL_ISA]), 0);
     cr_assert_eq(baseline_from_receipt(st, 1, "ref.chat", LADDERFIX_MOE_SHA, env, &f32, &b, &err),
                  0, "%s", err.msg);
     cr_expect(!b.found && strstr(b.refused, "not of */ref.chat"), "%s", b.refused);

@@ -32,11 +32,11 @@ static struct ladderfix fx;
 
 Test(cellkey, names_payloads_and_comparison)
 {
-    struct cell_key a = {"m", "h", "cpu.decode", {KV_F32, "", ""}};
+    struct cell_key a = {"m", "h", "cpu.decode", {{0}}};
     struct cell_key b = a, c = a;
-    snprintf(b.v.isa, sizeof b.v.isa, "avx2");
-    c.v.kv = KV_F16;
-    snprintf(c.v.isa, sizeof c.v.isa, "portable");
+    cr_assert_eq(cell_setting_parse(CELL_ISA, "avx2", 1, &b.v.at[CELL_ISA]), 0);
+    c.v.at[CELL_KV] = KV_F16;
+    cr_assert_eq(cell_setting_parse(CELL_ISA, "portable", 1, &c.v.at[CELL_ISA]), 0);
     char name[128];
     struct gate_err err = {0};
     cr_assert_eq(cell_key_name(&a, name, sizeof name, &err), 0, "%s", err.msg);
@@ -65,7 +65,9 @@ Test(cellkey, names_payloads_and_comparison)
     json_object_set_new(json_object_get(p, "cell"), "isa", json_integer(2));
     cr_expect_eq(cell_key_of_payload(p, &back, &err), ERR_INPUT);
     err_clear(&err);
-    struct cell_key d = {"m", "h", "cuda.prefill", {KV_F16, "", "bf16"}};
+    struct cell_key d = {"m", "h", "cuda.prefill", {{0}}};
+    d.v.at[CELL_KV] = KV_F16;
+    cr_assert_eq(cell_setting_parse(CELL_PREFILL, "bf16", 1, &d.v.at[CELL_PREFILL]), 0);
     cell_key_name(&d, name, sizeof name, &err);
     cr_expect_str_eq(name, "m/h/cuda.prefill+kv=f16+prefill=bf16");
     json_t *pd = json_pack("{s:o}", "cell", cell_key_json(&d));

@@ -94,10 +94,10 @@ Test(kv_ladder, kv_is_part_of_the_cell_and_of_every_gate_s_settings)
     cr_expect_str_eq(ladder_cell_name(l, 0, name, sizeof name), "m/local/cpu.decode");
     cr_expect_str_eq(ladder_cell_name(l, 2, name, sizeof name), "m/local/cpu.decode+kv=f16");
     cr_expect_str_eq(ladder_cell_name(l, 3, name, sizeof name), "m/local/ref.decode");
-    cr_expect_eq(l->cells[0].v.kv, KV_F32);
-    cr_expect_eq(l->cells[2].v.kv, KV_F16);
-    cr_expect_eq(l->cells[2].g.v.kv, KV_F16, "the settings carry the cell's KV type");
-    cr_expect_eq(l->cells[3].v.kv, KV_F32, "kv: f32 is the default, written out");
+    cr_expect_eq(l->cells[0].v.at[CELL_KV], KV_F32);
+    cr_expect_eq(l->cells[2].v.at[CELL_KV], KV_F16);
+    cr_expect_eq(l->cells[2].g.v.at[CELL_KV], KV_F16, "the settings carry the cell's KV type");
+    cr_expect_eq(l->cells[3].v.at[CELL_KV], KV_F32, "kv: f32 is the default, written out");
     /* an override can match the KV type */
     cr_expect_float_eq(l->cells[2].g.min_cosine, 0.995, 1e-12);
     cr_expect_float_eq(l->cells[0].g.min_cosine, 0.999, 1e-12);

@@ -192,7 +192,7 @@ static void set_ran(json_t *ran, const struct ladder_cell *c, struct ladderfix_f
 {
     cr_assert(ran, "release_metrics.json: a gate without metrics.ran");
     json_object_set_new(ran, "backend", json_stringn(c->mode, strcspn(c->mode, ".")));
-    const char *kv = fk.ran_kv ? fk.ran_kv : c->v.kv == KV_F16 ? "f16" : NULL;
+    const char *kv = fk.ran_kv ? fk.ran_kv : c->v.at[CELL_KV] == KV_F16 ? "f16" : NULL;
     if (kv)
         json_object_set_new(ran, "kv", json_string(kv));
 }
@@ -224,7 +224,7 @@ int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const
             lg.min_cosine = fk.min_cosine;
         json_t *m = json_deep_copy(json_object_get(metrics, names[g]));
         set_ran(json_object_get(m, "ran"), c, fk);
-        if (g == 1 && c->v.kv == KV_F16) /* an F16-KV run records its cache's rounding */
+        if (g == 1 && c->v.at[CELL_KV] == KV_F16) /* an F16-KV run records its cache's rounding */
             json_object_set_new(m, "kv_f16_rounding",
                                 json_pack("{s:b, s:s}", "measured", 0, "why",
                                           "not decidable: the recorded metrics' model"));
@@ -272,7 +272,7 @@ int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const
         "host", l->hosts[c->host].id, "hostname", fk.env_host ? fk.env_host : l->hosts[c->host].id,
         "gates", gates, "verdict", (all_pass && !fk.no_gates) || fk.claim_pass ? "PASS" : "FAIL");
     cr_assert(p, "cannot build the receipt payload");
-    const char *cell_kv = fk.cell_kv ? fk.cell_kv : c->v.kv == KV_F16 ? "f16" : NULL;
+    const char *cell_kv = fk.cell_kv ? fk.cell_kv : c->v.at[CELL_KV] == KV_F16 ? "f16" : NULL;
     if (cell_kv)
         json_object_set_new(json_object_get(p, "cell"), "kv", json_string(cell_kv));
     struct store *st = NULL;
