@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "receipts/cellkey.h"
 
 static const char *const VERDICTS[] = {"PASS", "FAIL", "ERROR"};
 
@@ -191,28 +192,19 @@ enum gate_verdict capability_gate_judge(const json_t *settings, const json_t *me
 
 /* ---- every gate ------------------------------------------------------------------------------ */
 
-/* The identity settings a cell asks for (receipts/cellkey.h: kv, prefill, isa; docs/ladder.md)
- * are the ones its subjects reported at open (metrics.ran.KEY, oracles/mode.c): a harness that
- * dropped a setting, or a subject that ran another configuration, FAILs — in both directions for
- * the settings with a default (an F32 cell whose subject ran F16 FAILs too). A run that recorded
- * none (receipts from before the key, external engines) is judged only when its settings ask.
- * A setting without a default (isa: absent = the host's best) is judged only when asked. */
-static const struct ran_setting {
-    const char *key;  /* in the settings and in metrics.ran */
-    const char *dflt; /* what an absent setting means; NULL: nothing asked, nothing judged */
-    const char *what; /* for the reason */
-} RAN_SETTINGS[] = {
-    {"kv", "f32", "KV cache"},
-    {"prefill", "f32", "batched projections' precision"},
-    {"isa", NULL, "instruction set"},
-};
-
+/* The identity settings a cell asks for (receipts/cellkey.h's rows: kv, isa, prefill;
+ * docs/ladder.md) are the ones its subjects reported at open (metrics.ran.KEY, oracles/mode.c): a
+ * harness that dropped a setting, or a subject that ran another configuration, FAILs — in both
+ * directions for the settings whose default has a name (an F32 cell whose subject ran F16 FAILs
+ * too). A run that recorded none (receipts from before the key, external engines) is judged only
+ * when its settings ask. A setting whose default has no name (isa: absent = the host's best) is
+ * judged only when asked. */
 static enum gate_verdict judge_ran_settings(const json_t *settings, const json_t *metrics,
                                             json_t *checks, char *why, size_t n)
 {
     const json_t *ran = json_object_get(metrics, "ran");
-    for (size_t i = 0; i < sizeof RAN_SETTINGS / sizeof RAN_SETTINGS[0]; i++) {
-        const struct ran_setting *r = &RAN_SETTINGS[i];
+    for (int s = 0; s < CELL_SETTING_COUNT; s++) {
+        const struct cell_setting *r = &CELL_SETTINGS[s];
         const json_t *asked = json_object_get(settings, r->key);
         const char *got = json_string_value(json_object_get(ran, r->key));
         if (!asked && (!r->dflt || !got))
@@ -223,7 +215,7 @@ static enum gate_verdict judge_ran_settings(const json_t *settings, const json_t
         char metric[32];
         snprintf(metric, sizeof metric, "ran.%s", r->key);
         if (!gate_check_str(checks, metric, got, want)) {
-            gate_say_first(why, n, "the cell asks for %s %s but the subject ran %s", r->what, want,
+            gate_say_first(why, n, "the cell asks for %s %s but the subject ran %s", r->noun, want,
                            got ? got : "none recorded");
             return GATE_FAIL;
         }
