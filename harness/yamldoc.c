@@ -158,9 +158,10 @@ int yamldoc_get_int(struct yamldoc *p, yaml_node_t *n, const char *what, long lo
     char *end;
     errno = 0;
     long v = s ? strtol(s, &end, 10) : 0;
-    if (!s || errno || end == s || *end)
-        return yamldoc_fail(p, n, "%s must be an integer, found '%s'", what,
-                            s ? s : yamldoc_kind(n));
+    if (!s)
+        return yamldoc_fail(p, n, "%s must be an integer, found %s", what, yamldoc_kind(n));
+    if (errno || end == s || *end)
+        return yamldoc_fail(p, n, "%s must be an integer, found '%s'", what, s);
     if (v < lo || v > hi)
         return yamldoc_fail(p, n, "%s must be in [%ld, %ld], found %ld", what, lo, hi, v);
     *out = (int)v;
@@ -174,8 +175,10 @@ int yamldoc_get_num(struct yamldoc *p, yaml_node_t *n, const char *what, double 
     char *end;
     errno = 0;
     double v = s ? strtod(s, &end) : 0;
-    if (!s || errno || end == s || *end || v != v)
-        return yamldoc_fail(p, n, "%s must be a number, found '%s'", what, s ? s : yamldoc_kind(n));
+    if (!s)
+        return yamldoc_fail(p, n, "%s must be a number, found %s", what, yamldoc_kind(n));
+    if (errno || end == s || *end || v != v)
+        return yamldoc_fail(p, n, "%s must be a number, found '%s'", what, s);
     if (v < lo || v > hi)
         return yamldoc_fail(p, n, "%s must be in [%g, %g], found %g", what, lo, hi, v);
     *out = v;
