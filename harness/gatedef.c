@@ -75,7 +75,7 @@ static const struct gate_setting GOLDEN[] = {
 };
 
 static const struct gate_setting THROUGHPUT[] = {
-    {"runs", GS_INT, OFF(runs), THR(runs), 6, 3, 200,
+    {"runs", GS_INT, OFF(runs), THR(runs), 6, THROUGHPUT_MIN_RUNS, THROUGHPUT_MAX_RUNS,
      "timed runs before the first decision (6 is the fewest with a 95% interval of the median)"},
     {"warmup", GS_INT, OFF(warmup), THR(warmup), 1, 0, 1000,
      "untimed runs first (counted in the receipt)"},
@@ -88,7 +88,7 @@ static const struct gate_setting THROUGHPUT[] = {
      " when the not-starved runs' interval is below it; 0 = no floor"},
     {"min_decode_tps", GS_NUM, OFF(min_decode_tps), THR(min_decode_tps), 0, 0, 1e12,
      "floor on the generation rate, tokens/s (as min_prefill_tps)"},
-    {"max_runs", GS_INT, OFF(max_runs), THR(max_runs), 30, 3, 200,
+    {"max_runs", GS_INT, OFF(max_runs), THR(max_runs), 30, THROUGHPUT_MIN_RUNS, THROUGHPUT_MAX_RUNS,
      "budget: timed runs at most while the interval straddles a floor (>= runs)"},
     {"max_seconds", GS_NUM, OFF(max_seconds), THR(max_seconds), 20, 0.1, 3600,
      "budget: timed seconds at most (sum of the timed runs' wall time); spent and undecided is"
@@ -96,7 +96,8 @@ static const struct gate_setting THROUGHPUT[] = {
     {"max_wait", GS_NUM, OFF(max_wait), THR(max_wait), 0.25, 0.01, 1,
      "a run whose threads waited for a CPU more than this share of their demand is host-starved:"
      " no evidence that the engine is slow"},
-    {"check_positions", GS_INT, OFF(check_positions), THR(check_positions), 2, 1, 8,
+    {"check_positions", GS_INT, OFF(check_positions), THR(check_positions), 2, 1,
+     THROUGHPUT_MAX_CHECKS,
      "positions of every timed run checked against the judge (prompt and decode alternately)"},
     {"baseline", GS_BASELINE, OFF(baseline), GS_NOCFG, 0, 0, 0,
      "compare with: `previous` (newest PASS receipt of the cell, this host's key, the newest"
@@ -201,16 +202,6 @@ static int falsify_check(const struct ladder_gates *g, const char *mode, struct 
     return falsify_config_check(&f, err);
 }
 
-static int consistency_check(const struct ladder_gates *g, const char *mode, struct gate_err *err)
-{
-    (void)mode;
-    if (!g->consistency) /* run only where the ladder names it */
-        return 0;
-    struct consistency_config c;
-    gatedef_consistency_config(g, &c);
-    return consistency_config_check(&c, err);
-}
-
 int gatedef_check(const struct gate_def *d, const struct ladder_gates *g, const char *mode,
                   struct gate_err *err)
 {
@@ -238,7 +229,7 @@ const struct gate_def GATE_DEFS[] = {
      "the engine's declared invariances hold: decode = prefill = chunked (7, 45) = resumed, the"
      " same at 1, 2 and 3 threads repeated, under every instruction set it declares (bit for bit"
      " where it declares so)",
-     consistency_check, sizeof(struct consistency_config), NULL, NULL, NULL},
+     NULL, sizeof(struct consistency_config), NULL, NULL, NULL},
     {"anchor", ANCHOR, anchor_judge, 0, 0,
      "the judge itself matches an independent reference (anchor cases)", NULL, 0, NULL, NULL, NULL},
     {NULL},

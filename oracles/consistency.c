@@ -83,16 +83,6 @@ static json_t *compare(const char *name, const float *ref, const float *v, int n
                      "first_diff", first, "identical", first < 0);
 }
 
-int consistency_config_check(const struct consistency_config *cfg, struct gate_err *err)
-{
-    if (cfg->positions < 16 || cfg->repeats < 1 || !(cfg->max_abs >= 0))
-        return err_set(err, ERR_INPUT,
-                       "consistency: positions %d (at least 16), repeats %d (at least 1) and"
-                       " max_abs %g (>= 0)",
-                       cfg->positions, cfg->repeats, cfg->max_abs);
-    return 0;
-}
-
 int consistency_run(const struct model *m, const struct mode *mode,
                     const struct consistency_config *cfg, int n_threads, json_t **metrics,
                     struct gate_err *err)
@@ -100,9 +90,6 @@ int consistency_run(const struct model *m, const struct mode *mode,
     *metrics = NULL;
     const int n = cfg->positions;
     const size_t V = m->hp.n_vocab;
-    int crc = consistency_config_check(cfg, err);
-    if (crc)
-        return crc;
     struct backend_invariants inv;
     backend_invariants(mode->backend, &inv);
     int32_t *ids = malloc((size_t)n * sizeof *ids);

@@ -37,11 +37,9 @@ struct consistency_config {
 };
 
 /* Defaults and bounds of the settings fields: the gate table's rows (harness/gatedef.c), the
- * one filler gatedef_consistency_config(NULL, &c) (issue 24 §2: a default is written once). */
-/* The settings rules consistency_run() checks first, known without a model: positions >= 16,
- * repeats >= 1, max_abs >= 0. 0 or ERR_INPUT. The gate table's consistency row calls it at
- * ladder load. */
-int consistency_config_check(const struct consistency_config *cfg, struct gate_err *err);
+ * one filler gatedef_consistency_config(NULL, &c) (issue 24 §2: a default and a bound are written
+ * once). Every rule of these settings is a single field's bound, so there is no config check
+ * here: a value out of its row's range is refused where it is read (ladder load, a flag). */
 
 /* Run every variant of mode's backend on m (mode's KV cache type and engine; n_threads for the
  * reference and the non-thread variants) and write *metrics (new reference): the backend's

@@ -105,10 +105,11 @@ int falsify_check_floor(const struct parity_config *p, struct gate_err *err);
 int falsify_check_faults(const struct fault_set *faults, int n_layer, int is_moe, int n_expert_used,
                          int has_qk_norm, int n_pos, struct gate_err *err);
 
-/* The settings rules falsify_run() checks before it runs anything, known without a model:
- * falsify_check_floor() on cfg->parity, sweep_samples >= 0, min_detection in
- * [FALSIFY_MIN_DETECTION_FLOOR, 1], power_factor in (1, FALSIFY_POWER_FACTOR_MAX], power_layers
- * >= 1. 0 or ERR_INPUT naming the value. The gate table's falsify row calls it at ladder load. */
+/* The settings rules falsify_run() checks before it runs anything, known without a model, beyond
+ * each field's own range (the gate table's rows, harness/gatedef.c: sweep_samples,
+ * min_detection from FALSIFY_MIN_DETECTION_FLOOR to 1, power_factor up to
+ * FALSIFY_POWER_FACTOR_MAX, power_layers): falsify_check_floor() on cfg->parity. 0 or ERR_INPUT
+ * naming the value. The gate table's falsify row calls it at ladder load. */
 int falsify_config_check(const struct falsify_config *cfg, struct gate_err *err);
 
 /* The settings object falsify_judge reads, from faults and cfg (keys as the ladder records

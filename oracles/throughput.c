@@ -778,16 +778,17 @@ static int cmp_int(const void *a, const void *b)
 int throughput_config_check(const struct throughput_config *cfg, enum mode_path path,
                             struct gate_err *err)
 {
-    const int P = cfg->prompt_tokens, D = cfg->decode_tokens, C = cfg->check_positions;
+    /* each field's own range is its row's in the gate table (harness/gatedef.c), refused where
+     * the value is read; here: the rules between fields and the capacities of this file's arrays
+     * (which the rows' bounds are written with) */
+    const int P = cfg->prompt_tokens;
     if (cfg->runs < 1 || cfg->max_runs < cfg->runs || cfg->max_runs > THROUGHPUT_MAX_RUNS ||
-        cfg->warmup < 0 || P < 1 || D < 1 || C < 0 || C > THROUGHPUT_MAX_CHECKS ||
-        !(cfg->max_seconds > 0))
+        cfg->check_positions > THROUGHPUT_MAX_CHECKS)
         return err_set(err, ERR_INPUT,
-                       "throughput: runs %d (>= 1) and max_runs %d (runs to %d), warmup %d (>= 0),"
-                       " prompt %d and decode %d tokens (>= 1), check_positions %d (0-%d) and"
-                       " max_seconds %g (> 0) are required",
-                       cfg->runs, cfg->max_runs, THROUGHPUT_MAX_RUNS, cfg->warmup, P, D, C,
-                       THROUGHPUT_MAX_CHECKS, cfg->max_seconds);
+                       "throughput: runs %d (>= 1) and max_runs %d (runs to %d), check_positions %d"
+                       " (at most %d)",
+                       cfg->runs, cfg->max_runs, THROUGHPUT_MAX_RUNS, cfg->check_positions,
+                       THROUGHPUT_MAX_CHECKS);
     if (path == MODE_CHAT && P < THROUGHPUT_CHAT_TURNS)
         return err_set(err, ERR_INPUT,
                        "throughput: the chat path needs prompt_tokens >= %d (six turns), got %d",

@@ -238,11 +238,12 @@ int throughput_gate(const struct model *m, const struct mode *mode,
                     const struct throughput_config *cfg, struct throughput_result *out,
                     struct gate_err *err);
 
-/* The settings rules throughput_gate() checks before it runs anything, known without a model:
- * runs >= 1, runs <= max_runs <= THROUGHPUT_MAX_RUNS, warmup >= 0, prompt and decode tokens >= 1,
- * check_positions 0..THROUGHPUT_MAX_CHECKS, max_seconds > 0, and on the chat path prompt_tokens
- * >= THROUGHPUT_CHAT_TURNS. 0 or ERR_INPUT naming the values. The gate table's throughput row
- * calls it at ladder load, so a ladder never signs a FAIL for them. */
+/* The settings rules throughput_gate() checks before it runs anything, known without a model,
+ * beyond each field's own range (the gate table's rows, harness/gatedef.c, whose bounds use the
+ * capacities below): runs <= max_runs, the capacities runs >= 1, max_runs <=
+ * THROUGHPUT_MAX_RUNS and check_positions <= THROUGHPUT_MAX_CHECKS, and on the chat path
+ * prompt_tokens >= THROUGHPUT_CHAT_TURNS. 0 or ERR_INPUT naming the values. The gate table's
+ * throughput row calls it at ladder load, so a ladder never signs a FAIL for them. */
 int throughput_config_check(const struct throughput_config *cfg, enum mode_path path,
                             struct gate_err *err);
 

@@ -208,6 +208,15 @@ Test(gatedef, commands_refuse_an_out_of_range_flag_naming_it)
         {"falsify no.gguf --mode ref.decode --fault all --length 10", "--length"},
         {"bench no.gguf --runs 300", "--runs must be in [1, 200]"},
         {"bench no.gguf --max-seconds 0", "--max-seconds must be in [0.1, 3600]"},
+        /* bounds only the rows hold now (the oracles' checks no longer repeat them) */
+        {"bench no.gguf --warmup -1", "--warmup must be in [0, 1000]"},
+        {"bench no.gguf --check-positions 9", "--check-positions must be in [1, 8]"},
+        {"falsify no.gguf --mode ref.decode --fault all --power-layers 0",
+         "--power-layers must be in [1, 16]"},
+        {"falsify no.gguf --mode ref.decode --fault all --sweep-samples -1",
+         "--sweep-samples must be in [0, 4096]"},
+        {"falsify no.gguf --mode ref.decode --fault all --power-factor 1",
+         "--power-factor must be in [1.0001, 1.05]"},
     };
     for (size_t k = 0; k < sizeof C / sizeof C[0]; k++) {
         int rc = ladderfix_sh("%s %s > %s 2>&1", bin, C[k].args, out);
@@ -335,4 +344,117 @@ Test(gatedef, a_ladders_gate_sections_and_their_keys_are_the_tables)
         ladder_free(l);
     }
     cr_expect_eq(sections, 5, "parity, golden, throughput, falsify, consistency");
+}
+
+/* ---- a row's bounds are the only ones ---------------------------------------------------------
+ */
+
+/* Write l.yaml: one cpu.decode cell and `gates.defaults.SECTION: {KEY: VALUE}` on line 11;
+ * returns its path. */
+static const char *bound_ladder(struct ladderfix *fx, const char *section, const char *key,
+                                const char *value)
+{
+    const char *p = ladderfix_path(fx, "l.yaml");
+    FILE *f = fopen(p, "w");
+    cr_assert(f, "cannot write %s", p);
+    fprintf(f,
+            "release: {name: r, version: '1'}\n"
+            "models:\n  moe: {path: m.gguf, sha256: " LADDERFIX_MOE_SHA ", arch: qwen3moe}\n"
+            "hosts:\n  a: {device: none, trust: [%s]}\n"
+            "modes: [cpu.decode]\n"
+            "cells:\n  - {model: moe, host: a, mode: cpu.decode}\n"
+            "gates:\n  defaults:\n    %s: {%s: %s}\n"
+            "unanchored: {qwen3moe: 'bounds test'}\n",
+            fx->key_a.id, section, key, value);
+    cr_assert_eq(fclose(f), 0);
+    return p;
+}
+
+/* Every integer and number row of every gate a ladder sets: one step past its lower and past its
+ * upper bound is an input error at the value (file:line:col, the row's bounds quoted) when the
+ * ladder loads. The oracles' config checks no longer repeat these bounds, so the row is the only
+ * guard; the values they used to refuse are listed too, so a row widened past what the oracle
+ * needs is caught here. */
+Test(gatedef, a_value_past_a_rows_bound_is_refused_where_it_is_read)
+{
+    struct ladderfix fx;
+    ladderfix_init(&fx, "gatedef-bounds");
+    int n = 0;
+    for (int id = 0; id < GATE_COUNT; id++) {
+        const struct gate_def *d = &GATE_DEFS[id];
+        for (const struct gate_setting *s = d->settings; d->cell_gate && s && s->key; s++) {
+            if (s->type != GS_INT && s->type != GS_NUM)
+                continue;
+            for (int side = 0; side < 2; side++) {
+                const double b = side ? s->hi : s->lo, step = s->type == GS_INT ? 1
+                                                              : b != 0          ? fabs(b) * 0.01
+                                                                                : 0.01;
+                const double v = side ? b + step : b - step;
+                char value[64], want[512], where[64];
+                if (s->type == GS_INT)
+                    snprintf(value, sizeof value, "%ld", (long)v);
+                else
+                    snprintf(value, sizeof value, "%.17g", v);
+                const char *p = bound_ladder(&fx, d->name, s->key, value);
+                /* "    SECTION: {KEY: " precedes the value on line 11 */
+                snprintf(where, sizeof where,
+                         ":11:%zu: ", 4 + strlen(d->name) + 3 + strlen(s->key) + 3);
+                if (s->type == GS_INT)
+                    snprintf(want, sizeof want, "%s%s%s.%s must be in [%ld, %ld], found %ld", p,
+                             where, d->name, s->key, (long)s->lo, (long)s->hi, (long)v);
+                else
+                    snprintf(want, sizeof want, "%s%s%s.%s must be in [%g, %g], found %g", p, where,
+                             d->name, s->key, s->lo, s->hi, v);
+                struct ladder *l = NULL;
+                struct gate_err err = {0};
+                cr_expect_eq(ladder_load(&l, p, &err), ERR_INPUT, "%s.%s: %s accepted", d->name,
+                             s->key, value);
+                cr_expect_str_eq(err.msg, want, "%s.%s: %s\n got %s\nwant %s", d->name, s->key,
+                                 value, err.msg, want);
+                ladder_free(l);
+                n++;
+            }
+        }
+    }
+    cr_expect_geq(n, 2 * 25, "only %d bounds tried", n);
+    /* what falsify_config_check, throughput_config_check and consistency_config_check refused
+     * on their own before: still refused at load, by the rows */
+    static const struct {
+        const char *section, *key, *value;
+    } was_oracle[] = {
+        {"falsify", "sweep_samples", "-1"},   {"falsify", "min_detection", "0"},
+        {"falsify", "min_detection", "1.5"},  {"falsify", "power_factor", "1"},
+        {"falsify", "power_factor", "1.06"},  {"falsify", "power_layers", "0"},
+        {"throughput", "warmup", "-1"},       {"throughput", "prompt_tokens", "0"},
+        {"throughput", "decode_tokens", "0"}, {"throughput", "check_positions", "9"},
+        {"throughput", "max_seconds", "0"},   {"throughput", "max_runs", "201"},
+        {"throughput", "runs", "0"},          {"consistency", "positions", "15"},
+        {"consistency", "repeats", "0"},      {"consistency", "max_abs", "-0.1"},
+    };
+    for (size_t i = 0; i < sizeof was_oracle / sizeof was_oracle[0]; i++) {
+        const char *p =
+            bound_ladder(&fx, was_oracle[i].section, was_oracle[i].key, was_oracle[i].value);
+        struct ladder *l = NULL;
+        struct gate_err err = {0};
+        char what[96];
+        snprintf(what, sizeof what, ":11:%zu: %s.%s must be in [",
+                 4 + strlen(was_oracle[i].section) + 3 + strlen(was_oracle[i].key) + 3,
+                 was_oracle[i].section, was_oracle[i].key);
+        cr_expect_eq(ladder_load(&l, p, &err), ERR_INPUT, "%s.%s: %s accepted",
+                     was_oracle[i].section, was_oracle[i].key, was_oracle[i].value);
+        cr_expect(strstr(err.msg, what), "%s.%s: %s", was_oracle[i].section, was_oracle[i].key,
+                  err.msg);
+        ladder_free(l);
+    }
+    /* and gate ladder check says so with exit 2, before anything runs */
+    const char *bin = getenv("GATE_BIN");
+    cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
+    const char *p = bound_ladder(&fx, "consistency", "positions", "15");
+    const char *out = ladderfix_path(&fx, "check.txt");
+    int rc = ladderfix_sh("'%s' ladder check '%s' > '%s' 2>&1", bin, p, out);
+    char *text = check_slurp_text(out);
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, text);
+    cr_expect(strstr(text, "l.yaml:11:30: consistency.positions must be in [16, 65536], found 15"),
+              "%s", text);
+    free(text);
 }
