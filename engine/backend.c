@@ -312,6 +312,35 @@ static int knobs_check(const char *name, const struct backend_config *cfg, const
     return 0;
 }
 
+int backend_session_open(struct backend_session **out, const char *name,
+                         const struct backend_session_config *cfg, struct gate_err *err)
+{
+    *out = NULL;
+    const struct backend_ops *ops = backend_find(name);
+    if (backend_index(name) < 0 && !backend_is_external(name))
+        return err_set(err, ERR_INPUT, "unknown backend '%s'", name ? name : "(null)");
+    if (!ops || !ops->session_open)
+        return 0; /* nothing kept across a cell's opens (or not in this build: its opens say so) */
+    const struct backend_session_config none = {0};
+    const int rc = ops->session_open(out, cfg ? cfg : &none, err);
+    if (!rc && *out)
+        (*out)->ops = ops;
+    return rc;
+}
+
+void backend_session_close(struct backend_session *s)
+{
+    if (s && s->ops->session_close)
+        s->ops->session_close(s);
+}
+
+void backend_session_info(const struct backend_session *s, struct backend_session_info *out)
+{
+    memset(out, 0, sizeof *out);
+    if (s && s->ops->session_info)
+        s->ops->session_info(s, out);
+}
+
 int backend_open(struct backend **out, const char *name, const struct model *m,
                  const struct backend_config *cfg, struct gate_err *err)
 {
@@ -325,6 +354,9 @@ int backend_open(struct backend **out, const char *name, const struct model *m,
                        " %s)",
                        name, known);
     }
+    if (cfg && cfg->session && cfg->session->ops != ops)
+        return err_set(err, ERR_INPUT, "backend %s was handed another backend's session (%s's)",
+                       name, cfg->session->ops->name);
     int rc = ops->open(out, m, cfg, err);
     if (rc)
         return rc;

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "exec.h"
 #include "faults/fault.h"
 #include "model.h"
 
@@ -23,7 +24,9 @@
 extern "C" {
 #endif
 
-struct exec_session; /* engine/exec.h */
+struct backend_session; /* a cell's state a backend keeps across its opens (below) */
+struct backend_session_config;
+struct backend_session_info;
 
 /* The kernel generations a backend may select among (issue 24: one truth per rule). Each is
  * asked for through backend_config.knob[K] (NULL or "" = the backend's default), offered by the
@@ -52,11 +55,12 @@ struct backend_config {
     const struct fault_set *faults; /* copied at open (backend_set_faults); NULL = none */
     int kv_f16; /* 1 = KV cache stored as F16 (backends that offer it set base.kv_f16 at open;
                  * backend_open refuses the others: no silent fallback); 0 = F32 */
-    struct exec_session *exec; /* the exec backend's engine child (engine/exec.h; borrowed, shared
-                                * by the backends of one cell); NULL for every other backend */
-    const char *prefill;       /* the batched projections' precision: NULL or "" = f32; "f16" or
-                                * "bf16" (backends whose row offers it; backend_open refuses the others:
-                                * no silent fallback) */
+    struct backend_session *session; /* the cell's session of this backend
+                                      * (backend_session_open; borrowed, shared by the backends
+                                      * of one cell); NULL for a backend without one */
+    const char *prefill;          /* the batched projections' precision: NULL or "" = f32; "f16" or
+                                   * "bf16" (backends whose row offers it; backend_open refuses the others:
+                                   * no silent fallback) */
     const char *knob[KNOB_COUNT]; /* the kernel generations asked for (enum backend_knob): NULL
                                    * or "" = the backend's default; a value its row does not offer
                                    * is refused at open (backend_offers_knob) */
@@ -140,6 +144,13 @@ struct backend_ops {
      * goes through the layers, the cache, taps and faults. */
     int (*forward_last)(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
                         struct gate_err *err);
+    /* Optional (NULL = no per-cell state: backend_session_open gives NULL): open the cell's
+     * session (its struct starts with struct backend_session), close it, describe it. The
+     * backend's open finds it in backend_config.session. */
+    int (*session_open)(struct backend_session **out, const struct backend_session_config *cfg,
+                        struct gate_err *err);
+    void (*session_close)(struct backend_session *s);
+    void (*session_info)(const struct backend_session *s, struct backend_session_info *out);
 };
 
 /* The part of every backend the wrappers own; a backend's own struct starts with it. */
@@ -164,6 +175,48 @@ struct backend {
                        * (backend_config.emulate, else GATE_REF_EMULATE as read then; "?" when
                        * too long to record): part of a cached judge result's key */
 };
+
+/* ---- a cell's session ------------------------------------------------------------------------ */
+
+/* What a backend keeps across the opens of one cell (issue 24 §5): an external engine's child
+ * (engine/exec.c), started at the cell's first open, reused by every gate of the cell, ended at
+ * backend_session_close(). Opened and closed through these calls only; a backend without
+ * per-cell state gives NULL, which every call here and backend_config.session take. */
+struct backend_session {
+    const struct backend_ops *ops; /* the backend it belongs to (set by backend_session_open) */
+};
+
+struct backend_session_config {
+    const struct exec_engine *engine; /* an external backend's engine as the ladder declares it
+                                       * (engine/exec.h; borrowed: must outlive the session);
+                                       * NULL for the others */
+    const char *model_path;           /* the model file the cell gates */
+    const char *model_sha256;         /* its pinned digest (64 lower-case hex) */
+};
+
+/* What a session measured, for the receipt: zeros (have_hello 0) for a NULL session. */
+struct backend_session_info {
+    int spawns;                    /* children started (an external engine: 1 per healthy cell) */
+    int pid;                       /* the live child, 0 when none */
+    int have_hello;                /* a handshake completed: hello is what it named */
+    struct exec_hello hello;       /* the last child's handshake */
+    struct exec_identity identity; /* binary, digest, isolation, containment, time */
+};
+
+/* Open backend `name`'s session for one cell: *out NULL and 0 for a backend that keeps none, or
+ * one of the list not in this build (its backend_open says so). ERR_INPUT for an unknown name or
+ * a config the backend refuses (an external one: no engine,
+ * a bad digest, a model path that does not resolve). Starts nothing: an external engine's child
+ * is started by the first backend_open() whose backend_config.session is this one. */
+int backend_session_open(struct backend_session **out, const char *name,
+                         const struct backend_session_config *cfg, struct gate_err *err);
+
+/* End the session (an external engine: `bye`, the child, its group and its orphans killed and
+ * reaped). NULL-safe. Every backend opened on it must be closed first. */
+void backend_session_close(struct backend_session *s);
+
+/* What s measured so far (NULL-safe). */
+void backend_session_info(const struct backend_session *s, struct backend_session_info *out);
 
 /* ---- the list of backends ------------------------------------------------------------------ */
 

@@ -50,7 +50,11 @@
 #error "gate-exec payloads are little-endian int32/float32, copied as they lie in memory"
 #endif
 
+/* The exec backend's session (struct backend_session, engine/backend.h): one per cell, opened
+ * and closed through backend_session_open / _close, handed to each open in
+ * backend_config.session. */
 struct exec_session {
+    struct backend_session base; /* first: a struct exec_session * is a struct backend_session * */
     const struct exec_engine *e; /* borrowed (the ladder's) */
     char *model_path;            /* absolute */
     char sha256[65];             /* the pinned digest the engine must report */
@@ -823,10 +827,15 @@ static int sync_faults(struct exec_session *s, const struct fault_set *fs, struc
 
 /* ---- the session ----------------------------------------------------------------------------- */
 
-int exec_session_new(struct exec_session **out, const struct exec_engine *e, const char *model_path,
-                     const char *model_sha256, struct gate_err *err)
+static int session_open(struct backend_session **out, const struct backend_session_config *cfg,
+                        struct gate_err *err)
 {
     *out = NULL;
+    const struct exec_engine *e = cfg->engine;
+    const char *model_path = cfg->model_path, *model_sha256 = cfg->model_sha256;
+    if (!model_path)
+        return err_set(err, ERR_INPUT, "exec engine '%s': no model file to load",
+                       e ? e->name : "?");
     if (!e || e->argc < 1 || e->argc > EXEC_ARGV_MAX || !e->argv[0] || e->argv[e->argc] ||
         !(e->timeout_s > 0))
         return err_set(err, ERR_INPUT,
@@ -851,12 +860,13 @@ int exec_session_new(struct exec_session **out, const struct exec_engine *e, con
         free(s);
         return rc;
     }
-    *out = s;
+    *out = &s->base;
     return 0;
 }
 
-void exec_session_free(struct exec_session *s)
+static void session_close(struct backend_session *bs)
 {
+    struct exec_session *s = (struct exec_session *)bs;
     if (!s)
         return;
     if (s->pid) {
@@ -885,35 +895,26 @@ void exec_session_free(struct exec_session *s)
     free(s);
 }
 
-int exec_session_hello(const struct exec_session *s, struct exec_hello *out)
+/* The last child's handshake (have_hello: one completed, even if the child has ended since),
+ * the children started, the live one, and what was measured about the engine. */
+static void session_info(const struct backend_session *bs, struct backend_session_info *out)
 {
-    memset(out, 0, sizeof *out);
-    if (!s || !s->hello.engine[0])
-        return -1;
-    *out = s->hello;
-    return 0;
-}
-
-int exec_session_spawns(const struct exec_session *s)
-{
-    return s ? s->spawns : 0;
-}
-
-int exec_session_pid(const struct exec_session *s)
-{
-    return s ? (int)s->pid : 0;
-}
-
-void exec_session_identity(const struct exec_session *s, struct exec_identity *out)
-{
+    const struct exec_session *s = (const struct exec_session *)bs;
     memset(out, 0, sizeof *out);
     if (!s)
         return;
-    snprintf(out->path, sizeof out->path, "%s", s->exe);
-    snprintf(out->sha256, sizeof out->sha256, "%s", s->exe_sha256);
-    snprintf(out->isolation, sizeof out->isolation, "%s", s->isolation);
-    snprintf(out->containment, sizeof out->containment, "%s", s->containment);
-    out->engine_s = s->engine_s;
+    out->spawns = s->spawns;
+    out->pid = (int)s->pid;
+    if (s->hello.engine[0]) {
+        out->have_hello = 1;
+        out->hello = s->hello;
+    }
+    struct exec_identity *id = &out->identity;
+    snprintf(id->path, sizeof id->path, "%s", s->exe);
+    snprintf(id->sha256, sizeof id->sha256, "%s", s->exe_sha256);
+    snprintf(id->isolation, sizeof id->isolation, "%s", s->isolation);
+    snprintf(id->containment, sizeof id->containment, "%s", s->containment);
+    id->engine_s = s->engine_s;
 }
 
 /* ---- the backend ----------------------------------------------------------------------------- */
@@ -930,7 +931,7 @@ static int exec_open(struct backend **out, const struct model *m, const struct b
                      struct gate_err *err)
 {
     *out = NULL;
-    struct exec_session *s = cfg ? cfg->exec : NULL;
+    struct exec_session *s = cfg ? (struct exec_session *)cfg->session : NULL;
     const struct model_hparams *hp = &m->hp;
     int rc = 0;
     if (!s)
@@ -977,7 +978,10 @@ static int exec_open(struct backend **out, const struct model *m, const struct b
     }
     struct exec_backend *b = calloc(1, sizeof *b);
     if (!b)
-        return err_set(err, ERR_ENV, "exec: out of memory for the backend");
+        return err_set(
+            err, ERR_ENV,
+            "exec: out of memory for the backend's view of the engine session (%zu bytes)",
+            sizeof *b);
     b->s = s;
     b->base.ops = &backend_exec_ops;
     b->base.model = m;
@@ -1047,7 +1051,7 @@ static void exec_close(struct backend *bb)
     struct exec_backend *b = (struct exec_backend *)bb;
     if (!b)
         return;
-    b->s->attached = 0; /* the child stays for the cell's next gate (exec_session_free ends it) */
+    b->s->attached = 0; /* the child stays for the cell's next gate (session_close ends it) */
     free(b);
 }
 
@@ -1060,4 +1064,7 @@ const struct backend_ops backend_exec_ops = {
     .info = exec_info,
     .close = exec_close,
     .no_taps = 1, /* gate-exec carries logits only: an engine's insides are its own */
+    .session_open = session_open,
+    .session_close = session_close,
+    .session_info = session_info,
 };

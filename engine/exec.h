@@ -2,11 +2,12 @@
  * the gate-exec protocol (docs/exec.md) over its stdin and stdout.
  *
  * A ladder declares the engine (struct exec_engine: argv, timeout, what it supports); one cell
- * holds one struct exec_session, which starts the child at the first backend_open(), keeps it
- * across the cell's gates (the engine is started once per cell), and ends it with `bye` at
- * exec_session_free(). A backend opened on a session is a view of that child: backend_forward()
- * becomes `forward` requests, backend_truncate() `truncate`, backend_set_faults() a `set_faults`
- * before the next forward.
+ * holds one session of the backend (backend_session_open(BACKEND_EXTERNAL, {engine, model}),
+ * engine/backend.h; private to exec.c), which starts the child at the first backend_open(),
+ * keeps it across the cell's gates (the engine is started once per cell), and ends it with `bye`
+ * at backend_session_close(). A backend opened on the session is a view of that child:
+ * backend_forward() becomes `forward` requests, backend_truncate() `truncate`,
+ * backend_set_faults() a `set_faults` before the next forward.
  * Invariants: every frame is bounded and checked before it is believed (header size, JSON shape,
  * sizes, the model digest); every exchange runs under the engine's timeout with poll() and
  * non-blocking pipes; on any failure the child is killed (SIGTERM, SIGKILL after a grace period)
@@ -15,7 +16,7 @@
  * The engine is an adversary: it runs sandboxed (engine/isolate.h), cannot outlive its session,
  * has a time budget over the whole cell, and is refused before it starts when its binary, files
  * or build id differ from the ladder's pins (docs/exec.md, "Threat model").
- * Start reading: exec_session_new(), then exchange() in exec.c.
+ * Start reading: session_open() in exec.c, then exchange().
  */
 #ifndef GATE_EXEC_H
 #define GATE_EXEC_H
@@ -85,14 +86,13 @@ struct exec_engine {
     struct exec_file files[EXEC_PATHS_MAX];
 };
 
-/* The handshake of the running (or last) child: what ran, for the receipt. */
+/* The handshake of the running (or last) child: what ran, for the receipt
+ * (backend_session_info's hello). */
 struct exec_hello {
     char engine[128], version[128], build_id[128], device[128];
     unsigned faults; /* bit (1 << enum fault_kind) per kind the engine can inject */
     int max_tokens;  /* most tokens per forward request */
 };
-
-struct exec_session;
 
 /* The engine's pins as every start checks them: argv[0] resolved (the engine's PATH for a bare
  * name) into exe (exe_n bytes), hashed into exe_sha256, equal to e->sha256 when pinned; every
@@ -103,26 +103,15 @@ struct exec_session;
 int exec_engine_check_pins(const struct exec_engine *e, char *exe, size_t exe_n,
                            char exe_sha256[65], struct gate_err *err);
 
-/* A session for engine e (borrowed: must outlive the session) on the model file model_path
- * (made absolute here), whose pinned digest is model_sha256 (64 lower-case hex; the engine's
- * `load` reply must equal it). Starts nothing: the child is spawned by the first backend_open()
- * whose backend_config.exec is this session. ERR_INPUT for a bad engine or digest. */
-int exec_session_new(struct exec_session **out, const struct exec_engine *e, const char *model_path,
-                     const char *model_sha256, struct gate_err *err);
-
-/* End the session: `bye` to a live child (it must answer and exit within the timeout, else it
- * is killed), always reaped. NULL-safe. A backend still open on it must be closed first. */
-void exec_session_free(struct exec_session *s);
-
-/* The last child's handshake; 0 when one happened, -1 when no child ever answered hello. */
-int exec_session_hello(const struct exec_session *s, struct exec_hello *out);
-
-/* Children this session started (1 for a cell whose engine never failed; a failure kills the
- * child and the next open starts a fresh one). */
-int exec_session_spawns(const struct exec_session *s);
-
-/* The pid of the live child, 0 when none (tests check it is gone after a failure). */
-int exec_session_pid(const struct exec_session *s);
+/* The session (backend_session_open with the engine e, borrowed: must outlive the session; the
+ * model file, made absolute; its pinned digest, 64 lower-case hex, which the engine's `load`
+ * reply must equal; ERR_INPUT for a bad engine or digest) starts nothing: the child is spawned by
+ * the first backend_open() whose backend_config.session is it. Closing it sends `bye` to a live
+ * child (it must answer and exit within the timeout, else it is killed), always reaped.
+ * backend_session_info() says: the last child's handshake (have_hello 0 when no child ever
+ * answered hello), the children started (1 for a cell whose engine never failed; a failure kills
+ * the child and the next open starts a fresh one), the pid of the live child (0 when none), and
+ * the identity below. */
 
 /* What the session measured about the engine it ran, for the receipt: the binary as resolved
  * (path, SHA-256: "" before the first start), the isolation it ran under ("landlock ABI N" or
@@ -136,7 +125,6 @@ struct exec_identity {
     char containment[160];
     double engine_s;
 };
-void exec_session_identity(const struct exec_session *s, struct exec_identity *out);
 
 /* Parse a `supports` word ("decode", "prefill", "chat", "faults") into its bit; 0 if unknown. */
 unsigned exec_support_bit(const char *word);

@@ -903,7 +903,9 @@ static int ref_open(struct backend **out, const struct model *m, const struct ba
     const struct model_hparams *hp = &m->hp;
     struct ref *r = calloc(1, sizeof *r);
     if (!r)
-        return err_set(err, ERR_ENV, "ref: out of memory for the backend");
+        return err_set(err, ERR_ENV,
+                       "ref: out of memory for the backend's state (struct ref, %zu bytes)",
+                       sizeof *r);
     int rc = 0;
     r->base.ops = &backend_ref_ops;
     r->base.model = m;

@@ -442,13 +442,18 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
         }
     }
     emit(progress, pctx, &ev);
-    /* an exec cell: one engine child for the whole cell, started at the first gate's open */
-    struct exec_session *engine = NULL;
-    if (!rc && x.mode.engine[0]) {
-        const int ei = ladder_find_engine(l, x.mode.engine);
-        rc = ei < 0 ? err_set(&err, ERR_INPUT, "mode %s names an undeclared engine", x.c->mode)
-                    : exec_session_new(&engine, &l->engines[ei].e, lm->path, lm->sha256, &err);
-        x.mode.exec = engine;
+    /* the cell's session of its backend (an external engine: one child for the whole cell,
+     * started at the first gate's open; NULL for a backend that keeps none) */
+    struct backend_session *session = NULL;
+    if (!rc) {
+        const int ei = x.mode.engine[0] ? ladder_find_engine(l, x.mode.engine) : -1;
+        const struct backend_session_config sc = {.engine = ei >= 0 ? &l->engines[ei].e : NULL,
+                                                  .model_path = lm->path,
+                                                  .model_sha256 = lm->sha256};
+        rc = x.mode.engine[0] && ei < 0
+                 ? err_set(&err, ERR_INPUT, "mode %s names an undeclared engine", x.c->mode)
+                 : backend_session_open(&session, x.mode.backend, &sc, &err);
+        x.mode.session = session;
     }
     if (rc) {
         gates = all_failed(&x, err.msg);
@@ -465,12 +470,12 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
             json_object_set_new(gates, d->name, RUNS[gi](&x));
         }
     }
-    struct exec_hello hello;
-    const int have_hello = exec_session_hello(engine, &hello) == 0;
-    const int spawns = exec_session_spawns(engine);
-    struct exec_identity eid;
-    exec_session_identity(engine, &eid);
-    exec_session_free(engine); /* bye; the child, its group and its orphans are reaped */
+    struct backend_session_info si;
+    backend_session_info(session, &si);
+    const struct exec_hello hello = si.hello;
+    const int have_hello = si.have_hello, spawns = si.spawns;
+    const struct exec_identity eid = si.identity;
+    backend_session_close(session); /* bye; the child, its group and its orphans are reaped */
     if (x.c->v.at[CELL_ISA]) {
         struct gate_err ie = {0};
         backend_set_isa(x.mode.backend, isa_before, &ie); /* a name it ran before: cannot fail */

@@ -908,4 +908,7 @@ extern "C" const struct backend_ops backend_cuda_ops = {
     cuda_close,
     0 /* no_taps: it records them */,
     cuda_forward_last,
+    NULL /* session_open: no per-cell state */,
+    NULL /* session_close */,
+    NULL /* session_info */,
 };

@@ -164,10 +164,10 @@ int mode_open(struct backend **out, const struct mode *mode, const struct model 
                                  .faults = faults,
                                  .kv_f16 = mode->kv_f16,
                                  .prefill = mode->prefill,
-                                 .exec = mode->exec};
+                                 .session = mode->session};
     for (int k = 0; k < KNOB_COUNT; k++)
         cfg.knob[k] = mode->knob[k];
-    if (mode->engine[0] && !mode->exec)
+    if (mode->engine[0] && !mode->session)
         return err_set(err, ERR_INPUT,
                        "mode %s names engine '%s' but no engine session reached it (the"
                        " ladder's engines: entry starts one per cell)",

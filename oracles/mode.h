@@ -38,11 +38,13 @@ enum mode_path {
 struct mode {
     char backend[16]; /* "cuda", "cpu" or "ref" (or "exec") */
     enum mode_path path;
-    /* exec modes only ("exec.<engine>.<path>", docs/exec.md): the ladder's engine name, and the
-     * cell's engine session (engine/exec.h; borrowed) that mode_open() hands the backend. The
-     * harness sets exec after mode_parse(); "" / NULL for every other mode. */
+    /* exec modes only ("exec.<engine>.<path>", docs/exec.md): the ladder's engine name; "" for
+     * every other mode */
     char engine[EXEC_NAME_MAX];
-    struct exec_session *exec;
+    /* the cell's session of the backend (backend_session_open, engine/backend.h; borrowed) that
+     * mode_open() hands the backend: an external engine's child, kept across the cell's gates.
+     * The harness sets it after mode_parse(); NULL for a backend that keeps none. */
+    struct backend_session *session;
     /* 1: mode_open() asks the backend for an F16 KV cache (backend_config.kv_f16; a ladder cell's
      * `kv: f16`); a backend without one refuses at open, never runs F32 instead. The harness
      * sets it after mode_parse() (0 = F32); the judge (mode_open_judge) is always F32. */
@@ -61,7 +63,7 @@ struct mode {
  * list is every backend of engine/backend.c's one list (compiled in or not) x every path.
  * Also "exec.<engine>.<path>" (an engine gate did not build, docs/exec.md): the engine name is
  * 1..EXEC_NAME_MAX-1 letters, digits, '-' or '_'; whether the ladder declares it is the
- * ladder's check, and out->exec stays NULL until the harness sets it. Exec modes are not in the
+ * ladder's check, and out->session stays NULL until the harness sets it. Exec modes are not in the
  * fixed list (mode_count, mode_at, mode_index -1). */
 int mode_parse(const char *text, struct mode *out, struct gate_err *err);
 

@@ -880,7 +880,9 @@ int throughput_gate(const struct model *m, const struct mode *mode,
         rc = err_set(err, ERR_ENV, "out of memory for %d tokens of logits", P);
         goto done;
     }
-    const int child = mode->exec ? exec_session_pid(mode->exec) : 0;
+    struct backend_session_info si;
+    backend_session_info(mode->session, &si);
+    const int child = si.pid; /* an external engine's child: its CPU time is the subject's */
     struct host_snap h0, h1;
     host_snap(&h0);
     rule = (struct throughput_rule){.floor = {cfg->min_prefill_tps, cfg->min_decode_tps},

@@ -39,6 +39,7 @@
 #include "tests/support/check.h"
 #include "tests/support/conformance.h"
 #include "tests/support/ladderfix.h"
+#include "tests/support/session.h"
 
 #define MOE_SHA LADDERFIX_MOE_SHA
 
@@ -88,7 +89,7 @@ static void expect_no_zombie(void)
 struct fixture {
     struct model *m;
     struct exec_engine e;
-    struct exec_session *s;
+    struct backend_session *s;
     struct mode mode;
 };
 
@@ -99,14 +100,14 @@ static void fixture_open(struct fixture *f, const char *mode, double timeout_s, 
     memset(f, 0, sizeof *f);
     f->m = check_load_case("qwen3moe-tiny-q4_k_m");
     engine_init(&f->e, timeout_s, supports, extra);
-    cr_assert_eq(exec_session_new(&f->s, &f->e, moe_path(), MOE_SHA, &err), 0, "%s", err.msg);
+    cr_assert_eq(test_session_new(&f->s, &f->e, moe_path(), MOE_SHA, &err), 0, "%s", err.msg);
     cr_assert_eq(mode_parse(mode, &f->mode, &err), 0, "%s", err.msg);
-    f->mode.exec = f->s;
+    f->mode.session = f->s;
 }
 
 static void fixture_close(struct fixture *f)
 {
-    exec_session_free(f->s);
+    backend_session_close(f->s);
     model_free(f->m);
     expect_no_zombie();
 }
@@ -137,9 +138,9 @@ Test(exec, parity_passes_with_noise_below_the_thresholds_and_one_child_serves_ev
     cr_assert_eq(parity_run(f.m, &f.mode, NULL, NULL, 0, &cfg, 1, &pr, &err), 0, "%s", err.msg);
     cr_expect(pr.pass, "%s", pr.reason);
     parity_result_free(&pr);
-    cr_expect_eq(exec_session_spawns(f.s), 1);
+    cr_expect_eq(test_session_spawns(f.s), 1);
     struct exec_hello h;
-    cr_assert_eq(exec_session_hello(f.s, &h), 0);
+    cr_assert_eq(test_session_hello(f.s, &h), 0);
     cr_expect_str_eq(h.engine, "exec_engine");
     cr_expect_str_eq(h.device, "cpu: gate's reference twin");
     cr_expect_eq(h.faults, (1u << FAULT_KIND_COUNT) - 1);
@@ -352,7 +353,7 @@ static int run_failing(const char *const *extra, double timeout_s, char *msg, si
     int rc = mode_open(&b, &f.mode, f.m, 64, 1, NULL, &err);
     if (!rc)
         rc = mode_run(b, MODE_DECODE, tok, 64, NULL, 0, lg, &err);
-    cr_expect_eq(exec_session_pid(f.s), 0, "the child is still running after a failure");
+    cr_expect_eq(test_session_pid(f.s), 0, "the child is still running after a failure");
     backend_close(b);
     free(lg);
     snprintf(msg, n, "%.400s", err.msg);
@@ -517,6 +518,46 @@ Test(exec, an_engine_that_exits_after_hello_is_an_error_with_its_exit_status)
     cr_expect(strstr(msg, "exiting early as asked"), "%s", msg);
 }
 
+/* The session is the backend's own, reached through the backend API (issue 24 §5): the built-in
+ * backends keep none (NULL, which every open takes), an unknown name is an input error, an
+ * external engine's session needs an engine, and a backend handed another backend's session
+ * refuses it instead of misreading it. */
+Test(exec, the_session_belongs_to_its_backend)
+{
+    struct gate_err err = {0};
+    struct backend_session *s = (struct backend_session *)&err; /* must be overwritten */
+    const struct backend_session_config none = {.model_path = moe_path(), .model_sha256 = MOE_SHA};
+    cr_expect_eq(backend_session_open(&s, backend_judge_name(), &none, &err), 0, "%s", err.msg);
+    cr_expect_null(s, "the judge keeps no per-cell state");
+    cr_expect_eq(backend_session_open(&s, "vulkan", &none, &err), ERR_INPUT);
+    cr_expect_null(s);
+    err_clear(&err);
+    cr_expect_eq(backend_session_open(&s, BACKEND_EXTERNAL, &none, &err), ERR_INPUT,
+                 "an external engine's session without an engine");
+    cr_expect_null(s);
+    err_clear(&err);
+    struct backend_session_info si;
+    backend_session_info(NULL, &si);
+    cr_expect_eq(si.spawns + si.pid + si.have_hello, 0);
+    backend_session_close(NULL);
+
+    struct model *m = check_load_case("qwen3moe-tiny-q4_k_m");
+    struct exec_engine e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.name, sizeof e.name, "none");
+    e.argv[e.argc++] = (char *)"/nonexistent/engine";
+    e.timeout_s = 5;
+    cr_assert_eq(test_session_new(&s, &e, moe_path(), MOE_SHA, &err), 0, "%s", err.msg);
+    struct backend_config cfg = {.n_ctx = 64, .n_batch = 64, .session = s};
+    struct backend *b = NULL;
+    cr_expect_eq(backend_open(&b, backend_judge_name(), m, &cfg, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "another backend's session"), "%s", err.msg);
+    cr_expect_null(b);
+    cr_expect_eq(test_session_spawns(s), 0, "nothing was started");
+    backend_session_close(s);
+    model_free(m);
+}
+
 Test(exec, an_engine_that_cannot_be_started_is_an_error)
 {
     struct model *m = check_load_case("qwen3moe-tiny-q4_k_m");
@@ -525,14 +566,14 @@ Test(exec, an_engine_that_cannot_be_started_is_an_error)
     snprintf(e.name, sizeof e.name, "none");
     e.argv[e.argc++] = (char *)"/nonexistent/engine";
     e.timeout_s = 5;
-    struct exec_session *s = NULL;
+    struct backend_session *s = NULL;
     struct gate_err err = {0};
-    cr_assert_eq(exec_session_new(&s, &e, moe_path(), MOE_SHA, &err), 0, "%s", err.msg);
-    struct backend_config cfg = {.n_ctx = 64, .n_batch = 64, .exec = s};
+    cr_assert_eq(test_session_new(&s, &e, moe_path(), MOE_SHA, &err), 0, "%s", err.msg);
+    struct backend_config cfg = {.n_ctx = 64, .n_batch = 64, .session = s};
     struct backend *b = NULL;
     cr_expect_eq(backend_open(&b, "exec", m, &cfg, &err), ERR_RUNTIME);
     cr_expect(strstr(err.msg, "cannot start '/nonexistent/engine'"), "%s", err.msg);
-    exec_session_free(s);
+    backend_session_close(s);
     model_free(m);
     expect_no_zombie();
 }
@@ -1059,7 +1100,7 @@ static void attack_report(struct fixture *f, char *out, size_t n)
     struct gate_err err = {0};
     cr_assert_eq(mode_open(&b, &f->mode, f->m, 64, 1, NULL, &err), 0, "%s", err.msg);
     struct exec_hello h;
-    cr_assert_eq(exec_session_hello(f->s, &h), 0);
+    cr_assert_eq(test_session_hello(f->s, &h), 0);
     snprintf(out, n, "%s", h.device);
     backend_close(b);
 }
@@ -1154,7 +1195,7 @@ Test(exec, a_double_forked_grandchild_does_not_outlive_the_cell)
     const pid_t pid = (pid_t)atoi(gc + 3);
     cr_assert_gt(pid, 1, "%s", got);
     cr_expect_eq(kill(pid, 0), 0, "the grandchild %d should be alive while the cell runs", pid);
-    exec_session_free(f.s); /* the cell ends */
+    backend_session_close(f.s); /* the cell ends */
     f.s = NULL;
     errno = 0;
     const int alive = kill(pid, 0) == 0;
@@ -1221,10 +1262,10 @@ static void leftovers_end_with_the_cell(const char *pidns, const char *want_cont
     /* the sleepers (a /proc scan can miss the runner: its pid moves on under the scan) */
     cr_assert_geq(count_named(name), 2, "the leftovers should run while the cell runs");
     struct exec_identity id;
-    exec_session_identity(f.s, &id);
+    test_session_identity(f.s, &id);
     cr_expect(!strncmp(id.containment, want_containment, strlen(want_containment)),
               "containment: %s", id.containment);
-    exec_session_free(f.s); /* the cell ends */
+    backend_session_close(f.s); /* the cell ends */
     f.s = NULL;
     cr_expect_eq(count_named(name), 0, "processes the engine started outlived the cell (%s)",
                  id.containment);
@@ -1300,7 +1341,7 @@ static void orphans_are_reaped(const char *pidns)
     cr_expect_eq(count_zombies_of(getpid()), 0, "the engine's orphans are zombies of gate");
     /* nor of the process gate holds (in a namespace its init, which reaps as they come: wait
      * for it on a busy machine, ending as soon as none is left) */
-    const pid_t held = (pid_t)exec_session_pid(f.s);
+    const pid_t held = (pid_t)test_session_pid(f.s);
     cr_assert_neq(held, 0, "the cell's engine should still run");
     int left = count_zombies_of(held);
     for (int i = 0; left && i < 200; i++) {
@@ -1336,22 +1377,22 @@ static void leftovers_die_with_gate(const char *pidns)
     cr_assert_geq(g, 0);
     if (g == 0) { /* the stand-in gate: plain calls only, no Criterion here */
         struct exec_engine e;
-        struct exec_session *s = NULL;
+        struct backend_session *s = NULL;
         struct mode md;
         struct backend *b = NULL;
         struct exec_hello h;
         struct gate_err err = {0};
         close(p[0]);
         engine_init(&e, 30, 0, a);
-        if (exec_session_new(&s, &e, moe_path(), MOE_SHA, &err) ||
+        if (test_session_new(&s, &e, moe_path(), MOE_SHA, &err) ||
             mode_parse("exec.twin.decode", &md, &err))
             _exit(1);
-        md.exec = s;
-        if (mode_open(&b, &md, m, 64, 1, NULL, &err) || exec_session_hello(s, &h) ||
+        md.session = s;
+        if (mode_open(&b, &md, m, 64, 1, NULL, &err) || test_session_hello(s, &h) ||
             !strstr(h.device, "lo=3"))
             _exit(2);
         struct exec_identity id;
-        exec_session_identity(s, &id);
+        test_session_identity(s, &id);
         char msg[200];
         const int len = snprintf(msg, sizeof msg, "up%s", id.containment);
         if (write(p[1], msg, (size_t)len) != len)
@@ -1415,12 +1456,12 @@ Test(exec, a_slow_engine_cannot_stretch_a_cell_past_its_time_budget)
     backend_close(b);
     cr_expect_eq(rc, ERR_RUNTIME);
     cr_expect(strstr(err.msg, "used up the cell's time budget (cell_timeout_s 2"), "%s", err.msg);
-    cr_expect_eq(exec_session_pid(f.s), 0, "the child is still running");
+    cr_expect_eq(test_session_pid(f.s), 0, "the child is still running");
     /* the next gate of the cell starts nothing: the budget is spent */
     struct gate_err err2 = {0};
     cr_expect_neq(mode_open(&b, &f.mode, f.m, 64, 1, NULL, &err2), 0);
     cr_expect(strstr(err2.msg, "time budget"), "%s", err2.msg);
-    cr_expect_eq(exec_session_spawns(f.s), 1, "a new child was started after the budget ran out");
+    cr_expect_eq(test_session_spawns(f.s), 1, "a new child was started after the budget ran out");
     free(lg);
     fixture_close(&f);
 }

@@ -35,6 +35,7 @@
 #include "tests/support/check.h"
 #include "tests/support/conformance.h"
 #include "tests/support/ladderfix.h"
+#include "tests/support/session.h"
 
 #define MOE_SHA LADDERFIX_MOE_SHA
 #define N_VOCAB 512 /* the tiny conformance models' vocabulary */
@@ -148,7 +149,7 @@ static void engine_fix_init(struct engine_fix *f, const char *const *args, const
 struct session_fix {
     struct model *m;
     struct engine_fix ef;
-    struct exec_session *s;
+    struct backend_session *s;
     struct mode mode;
     struct backend *b;
 };
@@ -162,17 +163,17 @@ static int session_open(struct session_fix *f, const char *const *args, const ch
     f->m = check_load_case("qwen3moe-tiny-q4_k_m");
     engine_fix_init(&f->ef, args, env);
     cr_assert_eq(
-        exec_session_new(&f->s, &f->ef.e, model_file ? model_file : moe_path(), MOE_SHA, err), 0,
+        test_session_new(&f->s, &f->ef.e, model_file ? model_file : moe_path(), MOE_SHA, err), 0,
         "%s", err->msg);
     cr_assert_eq(mode_parse("exec.llama.prefill", &f->mode, err), 0, "%s", err->msg);
-    f->mode.exec = f->s;
+    f->mode.session = f->s;
     return mode_open(&f->b, &f->mode, f->m, n_ctx, 1, NULL, err);
 }
 
 static void session_close(struct session_fix *f)
 {
     backend_close(f->b);
-    exec_session_free(f->s);
+    backend_session_close(f->s);
     model_free(f->m);
     errno = 0;
     const pid_t r = waitpid(-1, NULL, WNOHANG);
@@ -186,7 +187,7 @@ Test(llama_cpp, hello_names_llama_cpp_its_version_the_code_that_runs_and_the_dev
     struct gate_err err = {0};
     cr_assert_eq(session_open(&f, args, NULL, NULL, 16, &err), 0, "%s", err.msg);
     struct exec_hello h;
-    cr_assert_eq(exec_session_hello(f.s, &h), 0);
+    cr_assert_eq(test_session_hello(f.s, &h), 0);
     cr_expect_str_eq(h.engine, "llama.cpp");
     cr_expect_str_eq(h.version, LLAMA_STUB_VERSION " (ggml " LLAMA_STUB_GGML_VERSION
                                                    ", commit " LLAMA_STUB_GGML_COMMIT ")");
@@ -273,7 +274,7 @@ Test(llama_cpp, a_model_llama_cpp_cannot_load_is_an_error_quoting_its_log)
     cr_expect_eq(session_open(&f, NULL, NULL, bad, 16, &err), ERR_RUNTIME, "%s", err.msg);
     cr_expect(strstr(err.msg, "load: llama.cpp could not load '"), "%s", err.msg);
     cr_expect(strstr(err.msg, "bad.gguf' (its log on stderr says why)"), "%s", err.msg);
-    cr_expect_eq(exec_session_pid(f.s), 0, "the engine was not ended after the error");
+    cr_expect_eq(test_session_pid(f.s), 0, "the engine was not ended after the error");
     session_close(&f);
 
     /* the model loads, the context does not */

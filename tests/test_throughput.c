@@ -24,6 +24,7 @@
 #include "support/check.h"
 #include "support/conformance.h"
 #include "support/ladderfix.h"
+#include "support/session.h"
 
 Test(throughput, stats_on_asymmetric_hand_made_samples)
 {
@@ -658,15 +659,15 @@ Test(throughput, an_engine_replaying_cached_replies_fails)
             e.argv[e.argc++] = "--replay";
         e.timeout_s = 60;
         e.supports = 15;
-        struct exec_session *sess = NULL;
+        struct backend_session *sess = NULL;
         struct gate_err err = {0};
-        cr_assert_eq(exec_session_new(&sess, &e,
+        cr_assert_eq(test_session_new(&sess, &e,
                                       conformance_path("qwen3moe-tiny-q4_k_m", "model.gguf"),
                                       LADDERFIX_MOE_SHA, &err),
                      0, "%s", err.msg);
         struct mode mode;
         cr_assert_eq(mode_parse("exec.twin.decode", &mode, &err), 0, "%s", err.msg);
-        mode.exec = sess;
+        mode.session = sess;
         struct throughput_config c;
         gatedef_throughput_config(NULL, &c);
         c.prompt_tokens = 8;
@@ -684,7 +685,7 @@ Test(throughput, an_engine_replaying_cached_replies_fails)
             cr_expect_eq(r.n_check_bad, 0);
         }
         throughput_result_free(&r);
-        exec_session_free(sess);
+        backend_session_close(sess);
     }
     model_free(m);
 }
