@@ -1,13 +1,15 @@
 /* exec.c — the `exec` backend: a child process speaking gate-exec version 1 (docs/exec.md).
  *
- * One struct exec_session per cell owns the child (pid, three non-blocking pipes, the stderr
- * tail, the handshake); a struct exec_backend is a view of it between backend_open() and
- * backend_close(). Every request goes through exchange(): one frame written, one frame read
- * through the frame codec (base/frame.h, shared with the engines), both under the engine's
- * deadline, the reply's header bounded and parsed before its payload
- * size is accepted, the payload read straight into the caller's buffer. Any failure goes
- * through fail(): the child is ended (stdin closed, SIGTERM, SIGKILL after EXEC_GRACE_S) and
- * reaped, and the message carries its exit status or signal and its stderr tail, escaped.
+ * One struct exec_session per cell owns the child (a struct child, base/child.h: pid, three
+ * non-blocking pipes, the stderr tail) and the protocol's state (the handshake, the loaded
+ * context, the cache length, the faults sent); a struct exec_backend is a view of it between
+ * backend_open() and backend_close(). This file keeps the protocol; starting, talking to and
+ * ending the process are base/child.c's. Every request goes through exchange(): one frame
+ * written, one frame read through the frame codec (base/frame.h, shared with the engines), both
+ * under the engine's deadline, the reply's header bounded and parsed before its payload size is
+ * accepted, the payload read straight into the caller's buffer. Any failure goes through fail():
+ * the child is ended (child_end: stdin closed, SIGTERM, SIGKILL after EXEC_GRACE_S) and reaped,
+ * and the message carries its exit status or signal and its stderr tail, escaped.
  * The child is started by spawn(): the engine binary resolved and hashed against the ladder's
  * pin, its pinned files checked, a Landlock ruleset built (or the start refused on a host that
  * cannot isolate it), then isolate_spawn() (engine/isolate.h) — its own PID namespace (gate's
@@ -15,32 +17,28 @@
  * descriptors, no capabilities, its own process group. Every failure, and the session's end,
  * kills the group (in a namespace: its init, so the whole namespace) and sweeps the orphans
  * (gate is a child subreaper: the fallback where no namespace can be made).
- * Invariants: s->pid != 0 exactly while a child is alive and unreaped (and registered with
+ * Invariants: s->ch.pid != 0 exactly while a child is alive and unreaped (and registered with
  * isolate_register, so the sweep spares it); the pipes are close-on-exec in gate, so a second
  * engine never inherits the first's; SIGPIPE is ignored once a child has been started (a write
- * to a dead child is EPIPE, not the end of gate); the engine's time over the session never
- * exceeds cell_timeout_s (every exchange's deadline is cut to what is left), and a failure no
+ * to a dead child is EPIPE, not the end of gate: child_start); the engine's time over the session
+ * never exceeds cell_timeout_s (every exchange's deadline is cut to what is left), and a failure no
  * new child can cure (a pin, isolation, the budget) is kept in s->fatal and repeated.
  * Start reading: exchange(), then exec_open().
  */
 #include "engine/exec.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "base/child.h"
 #include "base/frame.h"
 #include "engine/backend.h"
 #include "engine/isolate.h"
@@ -58,16 +56,12 @@ struct exec_session {
     const struct exec_engine *e; /* borrowed (the ladder's) */
     char *model_path;            /* absolute */
     char sha256[65];             /* the pinned digest the engine must report */
-    pid_t pid;                   /* 0: no child (in a PID namespace: its init) */
-    int in_fd, out_fd, err_fd;   /* gate's ends; -1 when closed */
-    int status_fd;               /* the init's report of the engine's wait status; -1: none */
-    char tail[EXEC_STDERR_TAIL]; /* the last bytes of the child's stderr */
-    size_t tail_len;
+    struct child ch; /* the engine's process (in a PID namespace: its init), pipes, stderr tail;
+                      * ch.spawns counts the children started */
     struct exec_hello hello;
     int have_hello;
     int loaded_ctx;        /* n_ctx the child loaded with (0: not loaded) */
     int n_past;            /* positions in the child's cache, as gate counts them */
-    int spawns;            /* children started */
     int attached;          /* a backend is open on this session */
     struct fault_set sent; /* the child's active faults, as last sent */
     /* isolation and identity (engine/isolate.h) */
@@ -89,12 +83,7 @@ struct exec_backend {
 
 /* ---- small helpers --------------------------------------------------------------------------- */
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+_Static_assert(EXEC_STDERR_TAIL == CHILD_TAIL, "the stderr tail exec.h promises is base/child's");
 
 unsigned exec_support_bit(const char *word)
 {
@@ -111,114 +100,21 @@ unsigned exec_support_bit(const char *word)
     return 0;
 }
 
-/* Append what the child wrote to stderr, keeping the last EXEC_STDERR_TAIL bytes. */
-static void tail_add(struct exec_session *s, const char *buf, size_t n)
+/* The child was reaped (child_end): it is no longer a live engine child, and every orphan it
+ * left is killed and reaped (the subreaper fallback; in a PID namespace the kernel did it). */
+static void engine_reaped(void *ctx, pid_t pid)
 {
-    if (n >= sizeof s->tail) {
-        memcpy(s->tail, buf + n - sizeof s->tail, sizeof s->tail);
-        s->tail_len = sizeof s->tail;
-        return;
-    }
-    if (s->tail_len + n > sizeof s->tail) {
-        const size_t drop = s->tail_len + n - sizeof s->tail;
-        memmove(s->tail, s->tail + drop, s->tail_len - drop);
-        s->tail_len -= drop;
-    }
-    memcpy(s->tail + s->tail_len, buf, n);
-    s->tail_len += n;
+    (void)ctx;
+    isolate_unregister(pid);
+    isolate_sweep();
 }
 
-/* Read what stderr holds now (non-blocking); closes it at EOF. */
-static void drain_stderr(struct exec_session *s)
-{
-    char buf[4096];
-    while (s->err_fd >= 0) {
-        ssize_t r = read(s->err_fd, buf, sizeof buf);
-        if (r > 0) {
-            tail_add(s, buf, (size_t)r);
-            continue;
-        }
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
-            close(s->err_fd);
-            s->err_fd = -1;
-        }
-        break;
-    }
-}
-
-static void close_fd(int *fd)
-{
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
-}
-
-/* Has the child exited? Looks without reaping it (its pid, and so its process group, stay
- * ours until waitpid). */
-static int exited(pid_t pid)
-{
-    siginfo_t si;
-    memset(&si, 0, sizeof si);
-    while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == EINTR)
-        ;
-    return si.si_pid == pid;
-}
-
-/* End the child: stdin closed; if it has not exited, SIGTERM to its process group, then SIGKILL
- * after the grace period; the rest of its group killed while its pid still holds the group;
- * always reaped; then every orphan it left (reparented to gate, the subreaper) killed and
- * reaped. status (n bytes) says how it ended. */
+/* End the child (child_end: stdin closed, SIGTERM to its group, SIGKILL after the grace period,
+ * always reaped, its orphans swept) and forget the protocol state it held. status (n bytes) says
+ * how it ended. */
 static void end_child(struct exec_session *s, char *status, size_t n)
 {
-    int ws = 0, signalled = 0;
-    close_fd(&s->in_fd);
-    if (!s->pid) {
-        snprintf(status, n, "no child was running");
-        return;
-    }
-    if (!exited(s->pid)) {
-        kill(-s->pid, SIGTERM);
-        kill(s->pid, SIGTERM);
-        signalled = SIGTERM;
-        const double until = now_s() + EXEC_GRACE_S;
-        while (!exited(s->pid) && now_s() < until) {
-            drain_stderr(s);
-            struct timespec ts = {0, 10 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-    }
-    if (!exited(s->pid)) {
-        signalled = SIGKILL;
-        kill(s->pid, SIGKILL);
-    }
-    kill(-s->pid, SIGKILL); /* whatever else is in its group */
-    while (waitpid(s->pid, &ws, 0) < 0 && errno == EINTR)
-        ;
-    if (s->status_fd >= 0) { /* in a PID namespace: how the engine itself ended, when it did */
-        int es = 0;
-        if (read(s->status_fd, &es, sizeof es) == (ssize_t)sizeof es)
-            ws = es;
-        close_fd(&s->status_fd);
-    }
-    isolate_unregister(s->pid);
-    isolate_sweep();
-    drain_stderr(s);
-    if (WIFEXITED(ws))
-        snprintf(status, n, "the child (pid %d) exited with status %d", (int)s->pid,
-                 WEXITSTATUS(ws));
-    else if (WIFSIGNALED(ws) && signalled == WTERMSIG(ws))
-        snprintf(status, n, "the child (pid %d) was stopped by gate with %s", (int)s->pid,
-                 signalled == SIGKILL ? "SIGKILL" : "SIGTERM");
-    else if (WIFSIGNALED(ws))
-        snprintf(status, n, "the child (pid %d) died of signal %d (%s)", (int)s->pid, WTERMSIG(ws),
-                 strsignal(WTERMSIG(ws)));
-    else
-        snprintf(status, n, "the child (pid %d) ended (wait status 0x%x)", (int)s->pid, ws);
-    s->pid = 0;
-    close_fd(&s->out_fd);
-    close_fd(&s->err_fd);
+    child_end(&s->ch, EXEC_GRACE_S, status, n);
     s->have_hello = 0;
     s->loaded_ctx = 0;
     s->n_past = 0;
@@ -237,10 +133,11 @@ static int fail(struct exec_session *s, const char *what, struct gate_err *err, 
     va_end(ap);
     end_child(s, status, sizeof status);
     /* the message is bounded (struct gate_err): quote the end of the tail, where the cause is */
-    const size_t keep = s->tail_len < 200 ? s->tail_len : 200;
-    frame_escape(s->tail + s->tail_len - keep, keep, tail, sizeof tail);
+    const char *t;
+    const size_t keep = child_tail(&s->ch, 200, &t);
+    frame_escape(t, keep, tail, sizeof tail);
     return err_set(err, ERR_RUNTIME, "exec engine '%s' (%s): %s; %s; stderr: \"%s%s\"", s->e->name,
-                   what, reason, status, keep < s->tail_len ? "..." : "", tail);
+                   what, reason, status, keep < s->ch.tail_len ? "..." : "", tail);
 }
 
 /* ---- starting a child ------------------------------------------------------------------------ */
@@ -362,88 +259,60 @@ static int sandbox(struct exec_session *s, int *fd, struct gate_err *err)
     return 0;
 }
 
+/* child_start's starter: the sandboxed start (isolate_spawn) of the engine, registered as a
+ * live engine child so the sweep spares it. */
+struct start_ctx {
+    struct exec_session *s;
+    int ruleset;   /* the Landlock ruleset (-1: none) */
+    char **envp;   /* build_env's */
+    char how[160]; /* isolate_spawn's containment */
+};
+
+static pid_t start_isolated(void *ctx, const struct child_ends *ends)
+{
+    struct start_ctx *sc = ctx;
+    const struct isolate_child c = {.in_fd = ends->in_fd,
+                                    .out_fd = ends->out_fd,
+                                    .err_fd = ends->err_fd,
+                                    .report_fd = ends->report_fd,
+                                    .ruleset_fd = sc->ruleset,
+                                    .path = sc->s->exe,
+                                    .argv = sc->s->e->argv,
+                                    .envp = sc->envp};
+    const pid_t pid = isolate_spawn(&c, ends->status_fd, sc->how, sizeof sc->how);
+    if (pid > 0) { /* (child_start makes it a group at once, as the child itself does) */
+        isolate_register(pid);
+        snprintf(sc->s->containment, sizeof sc->s->containment, "%s", sc->how);
+    }
+    return pid;
+}
+
 static int spawn(struct exec_session *s, struct gate_err *err)
 {
-    int in[2] = {-1, -1}, out[2] = {-1, -1}, er[2] = {-1, -1}, rep[2] = {-1, -1}, rc = 0;
-    int stp[2] = {-1, -1};
-    int ruleset = -1;
-    static int sigpipe_ignored;
+    int rc = 0;
     if (s->fatal[0])
         return err_set(err, s->fatal_code, "%s", s->fatal);
-    if (!sigpipe_ignored) {
-        /* a write to an engine that died is EPIPE here, never the end of gate */
-        signal(SIGPIPE, SIG_IGN);
-        sigpipe_ignored = 1;
-    }
     isolate_guard_self();
     if (!s->scratch[0] && (rc = isolate_scratch_new(s->scratch, sizeof s->scratch, err)))
         return rc;
-    if ((rc = check_pins(s, err)) || (rc = sandbox(s, &ruleset, err)))
+    struct start_ctx sc = {.s = s, .ruleset = -1};
+    if ((rc = check_pins(s, err)) || (rc = sandbox(s, &sc.ruleset, err)))
         return rc;
     char *envp[EXEC_ENV_MAX + 8];
     build_env(s, envp);
-    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(er, O_CLOEXEC) ||
-        pipe2(rep, O_CLOEXEC) || pipe2(stp, O_CLOEXEC | O_NONBLOCK)) {
-        rc = err_set(err, ERR_ENV, "exec engine '%s': cannot create pipes: %s", s->e->name,
+    sc.envp = envp;
+    /* the status pipe: in a PID namespace, its init reports how the engine itself ended */
+    const struct child_spec sp = {.start = start_isolated, .ctx = &sc, .want_status = 1};
+    int step = 0, step_errno = 0;
+    const int st = child_start(&s->ch, &sp, &step, &step_errno);
+    if (st < 0)
+        rc = err_set(err, ERR_ENV, "exec engine '%s': cannot start a child: %s", s->e->name,
                      strerror(errno));
-        goto done;
-    }
-    const struct isolate_child c = {.in_fd = in[0],
-                                    .out_fd = out[1],
-                                    .err_fd = er[1],
-                                    .report_fd = rep[1],
-                                    .ruleset_fd = ruleset,
-                                    .path = s->exe,
-                                    .argv = s->e->argv,
-                                    .envp = envp};
-    char how[160];
-    const pid_t pid = isolate_spawn(&c, stp[1], how, sizeof how);
-    if (pid < 0) {
-        rc =
-            err_set(err, ERR_ENV, "exec engine '%s': cannot fork: %s", s->e->name, strerror(errno));
-        goto done;
-    }
-    setpgid(pid, pid); /* also here: no window in which the group does not exist yet */
-    isolate_register(pid);
-    s->pid = pid;
-    s->spawns++;
-    snprintf(s->containment, sizeof s->containment, "%s", how);
-    close_fd(&rep[1]);
-    close_fd(&stp[1]);
-    if (!strncmp(how, "pid namespace", 13)) {
-        s->status_fd = stp[0];
-        stp[0] = -1;
-    }
-    /* the child's report: EOF when execve succeeded (the pipe is close-on-exec) */
-    int msg[2] = {0, 0};
-    ssize_t r;
-    while ((r = read(rep[0], msg, sizeof msg)) < 0 && errno == EINTR)
-        ;
-    s->in_fd = in[1];
-    s->out_fd = out[0];
-    s->err_fd = er[0];
-    in[1] = out[0] = er[0] = -1;
-    if (r == (ssize_t)sizeof msg) {
-        char status[160];
-        end_child(s, status, sizeof status);
+    else if (st > 0)
         rc = err_set(err, ERR_RUNTIME, "exec engine '%s': cannot start '%s': %s failed: %s",
-                     s->e->name, s->exe, isolate_step_name(msg[0]), strerror(msg[1]));
-        goto done;
-    }
-    fcntl(s->in_fd, F_SETFL, fcntl(s->in_fd, F_GETFL) | O_NONBLOCK);
-    fcntl(s->out_fd, F_SETFL, fcntl(s->out_fd, F_GETFL) | O_NONBLOCK);
-    fcntl(s->err_fd, F_SETFL, fcntl(s->err_fd, F_GETFL) | O_NONBLOCK);
-    s->tail_len = 0;
-done:
-    if (ruleset >= 0)
-        close(ruleset);
-    for (int i = 0; i < 2; i++) {
-        close_fd(&in[i]);
-        close_fd(&out[i]);
-        close_fd(&er[i]);
-        close_fd(&rep[i]);
-        close_fd(&stp[i]);
-    }
+                     s->e->name, s->exe, isolate_step_name(step), strerror(step_errno));
+    if (sc.ruleset >= 0)
+        close(sc.ruleset);
     return rc;
 }
 
@@ -514,7 +383,7 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
                     struct gate_err *err)
 {
     *reply = NULL;
-    if (!s->pid)
+    if (!s->ch.pid)
         return err_set(err, ERR_RUNTIME, "exec engine '%s' (%s): no engine is running", s->e->name,
                        what);
     isolate_reap_orphans(); /* the subreaper fallback: no zombie pile while the cell runs */
@@ -530,18 +399,15 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
     frame_in_reply(&in, dst, dst_len);
     int whole = 0, rc = 0;
     /* one deadline per exchange, and never past the engine's time budget for the cell */
-    const double t0 = now_s(), budget = cell_budget(s) - s->engine_s;
+    const double t0 = child_now(), budget = cell_budget(s) - s->engine_s;
     const int by_budget = budget < s->e->timeout_s;
     const double deadline = t0 + (by_budget ? budget : s->e->timeout_s);
     int charged = 0;
     while (!whole) {
         const int writing = woff < wlen || poff < plen;
-        struct pollfd pf[3] = {{.fd = s->out_fd, .events = POLLIN},
-                               {.fd = s->err_fd, .events = POLLIN},
-                               {.fd = writing ? s->in_fd : -1, .events = POLLOUT}};
-        const double left = deadline - now_s();
+        const double left = deadline - child_now();
         if (left <= 0 && by_budget) {
-            s->engine_s += now_s() - t0;
+            s->engine_s += child_now() - t0;
             charged = 1;
             rc = fail(s, what, err,
                       "the engine used up the cell's time budget (cell_timeout_s %g: %.1f s"
@@ -562,8 +428,11 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
                       (unsigned long long)frame_in_bytes(&in));
             goto out;
         }
-        /* wake at least every 0.1 s to reap exited orphans (the subreaper fallback) */
-        int pr = poll(pf, 3, left > 0.1 ? 100 : (int)(left * 1000.0) + 1);
+        /* wake at least every 0.1 s to reap exited orphans (the subreaper fallback); stderr goes
+         * to the tail meanwhile */
+        int readable = 0, writable = 0;
+        const int pr = child_poll(&s->ch, writing, left > 0.1 ? 100 : (int)(left * 1000.0) + 1,
+                                  &readable, &writable);
         isolate_reap_orphans();
         if (pr < 0 && errno == EINTR)
             continue;
@@ -571,19 +440,17 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
             rc = fail(s, what, err, "poll failed: %s", strerror(errno));
             goto out;
         }
-        if (pf[1].revents)
-            drain_stderr(s);
-        if (!pf[0].revents) {
+        if (!readable) {
             /* write only when there is nothing to read: an engine that answered early (an error
              * reply, then exit) is heard before its closed stdin is */
-            if (writing && pf[2].revents) {
-                ssize_t w;
+            if (writing && writable) {
+                long w;
                 if (woff < wlen)
-                    w = write(s->in_fd, wbuf + woff, wlen - woff);
+                    w = child_write(&s->ch, wbuf + woff, wlen - woff);
                 else
-                    w = write(s->in_fd, (const unsigned char *)payload + poff,
-                              (size_t)(plen - poff < (1u << 20) ? plen - poff : (1u << 20)));
-                if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                    w = child_write(&s->ch, (const unsigned char *)payload + poff,
+                                    (size_t)(plen - poff < (1u << 20) ? plen - poff : (1u << 20)));
+                if (w < 0) {
                     rc = fail(s, what, err,
                               "cannot write the request: %s (the engine closed its stdin)",
                               strerror(errno));
@@ -599,10 +466,10 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
         /* read as much of the current part as is there */
         unsigned char *to;
         const size_t need = frame_in_want(&in, &to);
-        ssize_t r = read(s->out_fd, to, need < (1u << 20) ? need : (1u << 20));
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        const long r = child_read(&s->ch, to, need < (1u << 20) ? need : (1u << 20));
+        if (r == 0) /* nothing there after all */
             continue;
-        if (r <= 0) {
+        if (r < 0) {
             rc =
                 fail(s, what, err, "the engine closed its stdout %s",
                      frame_in_bytes(&in) == 0 ? "instead of replying" : "in the middle of a reply");
@@ -620,16 +487,16 @@ static int exchange(struct exec_session *s, const char *what, json_t *req, const
         goto out;
     }
     /* one reply per request: bytes already waiting behind it would be read as the next reply */
-    struct pollfd more = {.fd = s->out_fd, .events = POLLIN};
     unsigned char extra;
-    if (poll(&more, 1, 0) == 1 && (more.revents & POLLIN) && read(s->out_fd, &extra, 1) == 1) {
+    int more = 0;
+    if (child_poll(&s->ch, 0, 0, &more, NULL) == 1 && more && child_read(&s->ch, &extra, 1) == 1) {
         rc = fail(s, what, err, "the engine wrote more than one reply (bytes follow its reply)");
         goto out;
     }
     *reply = frame_in_take_json(&in);
 out:
     if (!charged)
-        s->engine_s += now_s() - t0;
+        s->engine_s += child_now() - t0;
     frame_in_free(&in);
     free(wbuf);
     return rc;
@@ -851,7 +718,8 @@ static int session_open(struct backend_session **out, const struct backend_sessi
     if (!s)
         return err_set(err, ERR_ENV, "exec: out of memory for the engine session");
     s->e = e;
-    s->in_fd = s->out_fd = s->err_fd = s->status_fd = -1;
+    child_init(&s->ch);
+    s->ch.reaped = engine_reaped;
     snprintf(s->sha256, sizeof s->sha256, "%s", model_sha256);
     s->model_path = realpath(model_path, NULL);
     if (!s->model_path) {
@@ -869,27 +737,24 @@ static void session_close(struct backend_session *bs)
     struct exec_session *s = (struct exec_session *)bs;
     if (!s)
         return;
-    if (s->pid) {
+    if (s->ch.pid) {
         struct gate_err quiet = {0};
         char status[160];
         if (!simple(s, "bye", json_pack("{s:s}", "op", "bye"), &quiet)) {
             /* it said goodbye: let it exit on its own (at most the timeout, and 10 s) before
              * end_child's signals */
-            close_fd(&s->in_fd);
-            const double until = now_s() + (s->e->timeout_s < 10 ? s->e->timeout_s : 10);
-            while (!exited(s->pid) && now_s() < until) {
-                drain_stderr(s);
+            child_close_stdin(&s->ch);
+            const double until = child_now() + (s->e->timeout_s < 10 ? s->e->timeout_s : 10);
+            while (!child_exited(&s->ch) && child_now() < until) {
+                child_drain_stderr(&s->ch);
                 struct timespec ts = {0, 5 * 1000 * 1000};
                 nanosleep(&ts, NULL);
             }
         }
-        /* exited or not: its group, its orphans and itself are killed and reaped */
+        /* exited or not: its group, its orphans and itself are killed and reaped, every pipe
+         * closed */
         end_child(s, status, sizeof status);
     }
-    close_fd(&s->in_fd);
-    close_fd(&s->out_fd);
-    close_fd(&s->err_fd);
-    close_fd(&s->status_fd);
     isolate_scratch_free(s->scratch);
     free(s->model_path);
     free(s);
@@ -903,8 +768,8 @@ static void session_info(const struct backend_session *bs, struct backend_sessio
     memset(out, 0, sizeof *out);
     if (!s)
         return;
-    out->spawns = s->spawns;
-    out->pid = (int)s->pid;
+    out->spawns = s->ch.spawns;
+    out->pid = (int)s->ch.pid;
     if (s->hello.engine[0]) {
         out->have_hello = 1;
         out->hello = s->hello;
@@ -945,14 +810,14 @@ static int exec_open(struct backend **out, const struct model *m, const struct b
                        s->e->name);
     const int cap = hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096;
     const int n_ctx = cfg->n_ctx > 0 ? cfg->n_ctx : cap;
-    if (s->pid && s->loaded_ctx < n_ctx) {
+    if (s->ch.pid && s->loaded_ctx < n_ctx) {
         /* this gate needs a longer cache than the child loaded: a fresh child, loaded larger */
         char status[160];
         struct gate_err quiet = {0};
         if (simple(s, "bye", json_pack("{s:s}", "op", "bye"), &quiet) == 0)
             end_child(s, status, sizeof status);
     }
-    if (!s->pid) {
+    if (!s->ch.pid) {
         if ((rc = spawn(s, err)) || (rc = do_hello(s, err)))
             return rc;
         if ((s->e->supports & EXEC_SUPPORTS_FAULTS) && !s->hello.faults)
@@ -1002,7 +867,7 @@ static int exec_forward(struct backend *bb, const int32_t *tokens, int n, int po
     char what[64];
     int rc;
     snprintf(what, sizeof what, "forward n_past=%d n_tokens=%d", pos0, n);
-    if (!s->pid)
+    if (!s->ch.pid)
         return err_set(err, ERR_RUNTIME,
                        "exec engine '%s' (%s): the engine is not running (an earlier failure"
                        " ended it)",
@@ -1028,7 +893,7 @@ static int exec_forward(struct backend *bb, const int32_t *tokens, int n, int po
 static int exec_truncate(struct backend *bb, int n_pos, struct gate_err *err)
 {
     struct exec_backend *b = (struct exec_backend *)bb;
-    if (!b->s->pid)
+    if (!b->s->ch.pid)
         return err_set(err, ERR_RUNTIME,
                        "exec engine '%s' (truncate): the engine is not running (an earlier"
                        " failure ended it)",
