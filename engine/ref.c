@@ -426,6 +426,24 @@ void ref_attn_head(const float *q, const float *kc, const float *vc, size_t kv_s
     }
 }
 
+void ref_attn_tokens(const float *q, const float *kc, const float *vc, int n, int pos0, int nh,
+                     int nkv, int hd, int drop_diag, float *scores, float *out)
+{
+    const size_t kvd = (size_t)nkv * (size_t)hd, qd = (size_t)nh * (size_t)hd;
+    const int group = nh / nkv;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < nh; h++) {
+            const int last = pos0 + t - (drop_diag ? 1 : 0);
+            const size_t kv = (size_t)(h / group) * (size_t)hd;
+            float *o = out + (size_t)t * qd + (size_t)h * (size_t)hd;
+            if (last < 0)
+                memset(o, 0, (size_t)hd * sizeof(float));
+            else
+                ref_attn_head(q + (size_t)t * qd + (size_t)h * (size_t)hd, kc + kv, vc + kv, kvd,
+                              last, hd, scores, o);
+        }
+}
+
 /* ref_attn_head() as the device computes it (k_attn.cu attn_kernel, ATTN_THREADS 128), each
  * difference only when its emulation is on: fma, the scores by dot32_fma and the output
  * accumulated with fmaf(p, v, acc); expf, dev_expf; softmax, the sum in float (thread i of 128

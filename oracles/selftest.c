@@ -5,9 +5,8 @@
  *
  * Twins: every one is the reference engine's own function — quant_dequant_row() (weights,
  * embeddings), dotq_f32() (dot products), route_select() (routing), and engine/ref_ops.h's
- * ref_rmsnorm(), ref_norm_rope(), ref_attn_head(), ref_rope_tables(): one twin per op, never a
- * copy.
- * Start reading: TOL, then check_gemv().
+ * ref_rmsnorm(), ref_norm_rope(), ref_attn_head() (through ref_attn_tokens()), ref_rope_tables():
+ * one twin per op, never a copy. Start reading: TOL, then check_gemv().
  */
 #include "oracles/selftest.h"
 
@@ -560,12 +559,7 @@ static int check_attention(struct run *r)
                 if (!f32) /* the twin reads what the FP16 cache holds */
                     for (size_t i = 0; i < cache; i++)
                         kc[i] = round16(kc[i]), vc[i] = round16(vc[i]);
-                for (int t = 0; t < n; t++)
-                    for (int h = 0; h < nh; h++)
-                        ref_attn_head(q + ((size_t)t * nh + h) * hd,
-                                      kc + (size_t)(h / (nh / nkv)) * hd,
-                                      vc + (size_t)(h / (nh / nkv)) * hd, (size_t)kvd, sh->pos0 + t,
-                                      hd, s, want + ((size_t)t * nh + h) * hd);
+                ref_attn_tokens(q, kc, vc, n, sh->pos0, nh, nkv, hd, 0, s, want);
                 rc = r->kt->attention(q, kc, vc, f32, n, sh->pos0, nh, nkv, hd, n_ctx, got, r->err);
                 if (!rc) {
                     struct selftest_case c;
@@ -619,17 +613,7 @@ static int check_attention_split(struct run *r)
                 if (!f32)
                     for (size_t i = 0; i < cache; i++)
                         kc[i] = round16(kc[i]), vc[i] = round16(vc[i]);
-                for (int t = 0; t < n; t++)
-                    for (int h = 0; h < nh; h++) {
-                        const int last = pos0 + t - drop;
-                        float *w = want + ((size_t)t * nh + h) * hd;
-                        if (last < 0)
-                            memset(w, 0, (size_t)hd * 4);
-                        else
-                            ref_attn_head(
-                                q + ((size_t)t * nh + h) * hd, kc + (size_t)(h / (nh / nkv)) * hd,
-                                vc + (size_t)(h / (nh / nkv)) * hd, (size_t)kvd, last, hd, sc, w);
-                    }
+                ref_attn_tokens(q, kc, vc, n, pos0, nh, nkv, hd, drop, sc, want);
                 rc = r->kt->attention_at(2, 0, q, kc, vc, f32, n, pos0, nh, nkv, hd, n_ctx, layer,
                                          &fs, got, r->err);
                 if (!rc) {

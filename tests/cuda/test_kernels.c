@@ -285,17 +285,7 @@ Test(cuda_kernels, split_attention_on_the_host_matches_the_twin)
                                                   .pos_lo = 0,
                                                   .pos_hi = 1 << 30};
                 }
-                for (int t = 0; t < n; t++)
-                    for (int h = 0; h < nh; h++) {
-                        const int last = drop ? pos0 + t - 1 : pos0 + t;
-                        float *w = want + ((size_t)t * nh + h) * hd;
-                        if (last < 0)
-                            memset(w, 0, (size_t)hd * 4);
-                        else
-                            ref_attn_head(
-                                q + ((size_t)t * nh + h) * hd, kc + (size_t)(h / (nh / nkv)) * hd,
-                                vc + (size_t)(h / (nh / nkv)) * hd, (size_t)kvd, last, hd, s, w);
-                    }
+                ref_attn_tokens(q, kc, vc, n, pos0, nh, nkv, hd, drop, s, want);
                 struct gate_err err = {0};
                 cr_assert_eq(k_test_attention_split_host(q, kc, vc, n, pos0, nh, nkv, hd, pos0 + n,
                                                          layer, &fs, got, &err),
