@@ -26,6 +26,7 @@
 #include "harness/gatedef.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
+#include "receipts/cellkey.h"
 #include "receipts/key.h"
 #include "receipts/receipt.h"
 #include "receipts/store.h"
@@ -502,15 +503,20 @@ static int show_row(void *ctx, const struct store_row *r)
     printf("receipt      %" PRId64 " (%s, stored %s)\n", r->id, r->imported ? "imported" : "local",
            safe(r->created_at));
     json_t *cell = json_object_get(p, "cell");
-    const char *kv = json_string_value(json_object_get(cell, "kv"));
     const char *cmode = json_string_value(json_object_get(cell, "mode"));
     printf("cell         model %s, host %s, mode %s", str_of(json_object_get(cell, "model")),
            str_of(json_object_get(cell, "host")), str_of(json_object_get(cell, "mode")));
-    if (!cmode || strcmp(cmode, "anchor")) /* an anchor case runs the judge: always F32 */
-        printf(", kv %s", kv ? safe(kv) : "f32 (not recorded: before the kv key)");
-    const char *isa = json_string_value(json_object_get(cell, "isa"));
-    if (isa) /* an isa cell; without one the host's best ran (gates' metrics.ran.isa) */
-        printf(", isa %s", safe(isa));
+    /* the identity settings, one per row of CELL_SETTINGS (receipts/cellkey.c): a setting the
+     * cell object records at its default too (kv) is always printed, one from before its key as
+     * its default, said so; the others only when set. An anchor case runs the judge: none. */
+    for (int k = 0; (!cmode || strcmp(cmode, "anchor")) && k < CELL_SETTING_COUNT; k++) {
+        const struct cell_setting *row = &CELL_SETTINGS[k];
+        const char *v = json_string_value(json_object_get(cell, row->key));
+        if (v)
+            printf(", %s %s", row->key, safe(v));
+        else if (row->cell_has_default)
+            printf(", %s %s (not recorded: before the %s key)", row->key, row->dflt, row->key);
+    }
     printf("\n");
     printf("verdict      %s\n", str_of(json_object_get(p, "verdict")));
     const char *started = json_string_value(json_object_get(p, "started_at"));

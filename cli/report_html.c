@@ -32,6 +32,7 @@
 #include "harness/identity.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
+#include "receipts/cellkey.h"
 #include "receipts/receipt.h"
 #include "receipts/store.h"
 
@@ -149,16 +150,18 @@ static void draw_receipt(struct page *pg, const struct loaded *x, int64_t id, in
     fputs(" / ", f);
     html_json(f, json_object_get(cell, "mode"));
     const char *cmode = json_string_value(json_object_get(cell, "mode"));
-    if (!cmode || strcmp(cmode, "anchor")) { /* an anchor case runs the judge: always F32 */
-        fputs("</td></tr>\n<tr><th>KV cache</th><td>", f);
-        if (json_object_get(cell, "kv"))
-            html_json(f, json_object_get(cell, "kv"));
+    /* the identity settings, one row of CELL_SETTINGS each (as gate receipt show): one the cell
+     * object records at its default (kv) always, the others when set; an anchor case: none */
+    for (int k = 0; (!cmode || strcmp(cmode, "anchor")) && k < CELL_SETTING_COUNT; k++) {
+        const struct cell_setting *row = &CELL_SETTINGS[k];
+        const json_t *v = json_object_get(cell, row->key);
+        if (!v && !row->cell_has_default)
+            continue;
+        fprintf(f, "</td></tr>\n<tr><th>%s</th><td>", row->noun);
+        if (v)
+            html_json(f, v);
         else
-            fputs("f32 (not recorded: a receipt from before the kv key)", f);
-        if (json_object_get(cell, "isa")) { /* an isa cell: its own identity setting */
-            fputs("</td></tr>\n<tr><th>instruction set</th><td>", f);
-            html_json(f, json_object_get(cell, "isa"));
-        }
+            fprintf(f, "%s (not recorded: a receipt from before the %s key)", row->dflt, row->key);
     }
     fputs("</td></tr>\n<tr><th>signed by</th><td class=\"mono\">", f);
     html_json(f, json_object_get(p, "key_id"));
