@@ -60,19 +60,26 @@ Test(longctx, kv_bytes_of_the_real_shapes_by_hand)
     cr_expect_eq(budget_kv_bytes(&a3b, 16384, 2), 1610612736ull);
 }
 
+/* A dense shape small enough to add up by hand: V 512, 4 layers, E 256, 4 heads / 2 KV heads of
+ * 64, FFN 512 (the byte and time arithmetic tests below share it). */
+static struct model_hparams small_dense(void)
+{
+    return (struct model_hparams){.arch = MODEL_ARCH_QWEN3,
+                                  .n_vocab = 512,
+                                  .n_embd = 256,
+                                  .n_layer = 4,
+                                  .n_head = 4,
+                                  .n_head_kv = 2,
+                                  .head_dim = 64,
+                                  .n_ff = 512};
+}
+
 Test(longctx, the_parity_session_bytes_term_by_term)
 {
     /* a dense shape small enough to add up by hand: V 512, 4 layers, E 256, 4 heads / 2 KV heads
      * of 64, FFN 512; S 4096, 64 judged (a sampled span: only those rows are kept), an F16
      * subject on the decode path in this process */
-    struct model_hparams hp = {.arch = MODEL_ARCH_QWEN3,
-                               .n_vocab = 512,
-                               .n_embd = 256,
-                               .n_layer = 4,
-                               .n_head = 4,
-                               .n_head_kv = 2,
-                               .head_dim = 64,
-                               .n_ff = 512};
+    const struct model_hparams hp = small_dense();
     struct budget_memory m;
     budget_memory(&hp, 4096, 64, MODE_DECODE, 2, 1, &m);
     cr_expect_eq(m.judge_batch, MODE_JUDGE_CHUNK);
@@ -170,14 +177,7 @@ Test(longctx, a_cell_that_truly_does_not_fit_is_still_refused_with_its_figures)
 
 Test(longctx, the_time_estimate_counts_weights_and_attention)
 {
-    struct model_hparams hp = {.arch = MODEL_ARCH_QWEN3,
-                               .n_vocab = 512,
-                               .n_embd = 256,
-                               .n_layer = 4,
-                               .n_head = 4,
-                               .n_head_kv = 2,
-                               .head_dim = 64,
-                               .n_ff = 512};
+    const struct model_hparams hp = small_dense();
     /* weights: 2 x (4 x (256*256 + 2*256*128 + 256*256 + 3*256*512) + 512*256) = 4,980,736;
      * attention at position 0: 4 x 4 x 64 x 4 = 4,096 */
     cr_expect_float_eq(budget_token_gflop(&hp, 0), (4980736.0 + 4096.0) * 1e-9, 1e-15);
