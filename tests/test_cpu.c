@@ -920,14 +920,7 @@ static struct model *moe_f768(uint8_t **buf)
     o.spec.n_ff_exp = 768;
     o.quant = SYNTH_Q4_K_M;
     o.seed = 3;
-    size_t size = 0;
-    struct gate_err err = {0};
-    cr_assert_eq(synth_write_mem(&o, buf, &size, &err), 0, "%s", err.msg);
-    struct gguf_file *f = NULL;
-    cr_assert_eq(gguf_open_mem(&f, *buf, size, "moe-f768", 0, &err), 0, "%s", err.msg);
-    struct model *m = NULL;
-    cr_assert_eq(model_from_gguf(&m, f, &err), 0, "%s", err.msg);
-    return m;
+    return check_synth_model(&o, "moe-f768", buf);
 }
 
 /* Decode (one token per forward: moe_decode's chunked gate/up region, SwiGLU and quantization

@@ -312,14 +312,7 @@ static struct model *long_model(uint8_t **buf)
                                  .tied = 0};
     o.quant = SYNTH_Q8_0;
     o.seed = 26;
-    size_t size = 0;
-    struct gate_err err = {0};
-    struct gguf_file *f = NULL;
-    struct model *m = NULL;
-    cr_assert_eq(synth_write_mem(&o, buf, &size, &err), 0, "%s", err.msg);
-    cr_assert_eq(gguf_open_mem(&f, *buf, size, "long", 0, &err), 0, "%s", err.msg);
-    cr_assert_eq(model_from_gguf(&m, f, &err), 0, "%s", err.msg);
-    return m;
+    return check_synth_model(&o, "long", buf);
 }
 
 /* parity over 4,096 positions (the model's whole context), 64 judged, on the cpu engine's decode

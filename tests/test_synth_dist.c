@@ -22,6 +22,7 @@
 #include "engine/synth.h"
 #include "oracles/distribution.h"
 #include "oracles/mode.h"
+#include "tests/support/check.h"
 
 #define N_POS 32
 
@@ -36,13 +37,8 @@ static void check_preset(const char *preset)
         s->n_expert = 8, s->n_expert_used = 2, s->n_ff_exp = 64;
     struct gate_err err = {0};
     uint8_t *buf = NULL;
-    size_t size = 0;
-    struct gguf_file *f = NULL;
-    struct model *m = NULL;
+    struct model *m = check_synth_model(&o, preset, &buf);
     struct backend *b = NULL;
-    cr_assert_eq(synth_write_mem(&o, &buf, &size, &err), 0, "%s: %s", preset, err.msg);
-    cr_assert_eq(gguf_open_mem(&f, buf, size, preset, 0, &err), 0, "%s", err.msg);
-    cr_assert_eq(model_from_gguf(&m, f, &err), 0, "%s", err.msg);
     struct backend_config cfg = {.n_threads = 2, .n_ctx = N_POS, .n_batch = N_POS};
     cr_assert_eq(backend_open(&b, backend_judge_name(), m, &cfg, &err), 0, "%s", err.msg);
     const int V = (int)m->hp.n_vocab;

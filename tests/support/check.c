@@ -121,6 +121,18 @@ struct model *check_load_case(const char *name)
     return m;
 }
 
+struct model *check_synth_model(const struct synth_options *o, const char *name, uint8_t **buf)
+{
+    size_t size = 0;
+    struct gate_err err = {0};
+    struct gguf_file *f = NULL;
+    struct model *m = NULL;
+    cr_assert_eq(synth_write_mem(o, buf, &size, &err), 0, "%s: %s", name, err.msg);
+    cr_assert_eq(gguf_open_mem(&f, *buf, size, name, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(model_from_gguf(&m, f, &err), 0, "%s", err.msg);
+    return m;
+}
+
 struct model *check_tiny_model(const char *preset, uint8_t **buf)
 {
     struct synth_options o;
@@ -128,12 +140,5 @@ struct model *check_tiny_model(const char *preset, uint8_t **buf)
     o.spec = *synth_preset_find(preset);
     o.quant = SYNTH_Q4_K_M;
     o.seed = 1;
-    size_t size = 0;
-    struct gate_err err = {0};
-    struct gguf_file *f = NULL;
-    struct model *m = NULL;
-    cr_assert_eq(synth_write_mem(&o, buf, &size, &err), 0, "%s", err.msg);
-    cr_assert_eq(gguf_open_mem(&f, *buf, size, preset, 0, &err), 0, "%s", err.msg);
-    cr_assert_eq(model_from_gguf(&m, f, &err), 0, "%s", err.msg);
-    return m;
+    return check_synth_model(&o, preset, buf);
 }

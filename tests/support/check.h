@@ -46,8 +46,12 @@ struct model;
 /* Load ../shared/conformance/<name>/model.gguf (asserting success); free with model_free(). */
 struct model *check_load_case(const char *name);
 
-/* A synthetic model (preset, Q4_K_M, seed 1) written to memory (*buf, freed by the caller after
- * model_free()) and bound (asserting success). */
+/* The synthetic model o describes, written to memory (*buf, freed by the caller after
+ * model_free()), opened under the name `name` and bound (asserting each step). */
+struct synth_options;
+struct model *check_synth_model(const struct synth_options *o, const char *name, uint8_t **buf);
+
+/* check_synth_model() of a preset at Q4_K_M, seed 1. */
 struct model *check_tiny_model(const char *preset, uint8_t **buf);
 
 /* The token ids of a text file through the one parser (tok_parse_ids, no vocabulary bound);
