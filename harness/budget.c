@@ -25,8 +25,9 @@ uint64_t budget_kv_bytes(const struct model_hparams *hp, int positions, int elem
            (uint64_t)(positions > 0 ? positions : 0) * (uint64_t)elem;
 }
 
-/* One in-process backend opened with n_ctx = S and a batch of B tokens (oracles/mode.c: the
- * subject B = S; the judge of a sampled span B = MODE_JUDGE_CHUNK): its per-batch buffers (B
+/* One in-process backend opened with n_ctx = S and a batch of B tokens (oracles/parity.c: the
+ * subject B = its path's longest call, mode_longest_call(); the judge of a sampled span
+ * B = MODE_JUDGE_CHUNK): its per-batch buffers (B
  * rows), attention scores and RoPE tables (S), in floats (engine/ref.c's ALLOC list; the cpu
  * backend's plan has the same terms and, with an F16 cache, one layer of K and V as floats). */
 static uint64_t backend_activation_floats(const struct model_hparams *hp, uint64_t S, uint64_t B,
@@ -84,8 +85,8 @@ void budget_memory(const struct model_hparams *hp, int S, int judged, enum mode_
     const uint64_t moe = K ? 2 * K + 2 : 0;
     out->taps_bytes = 4 * L * (2 * J * E + 2 * s * moe + (sc + (sampled ? jb : 0)) * (E + moe));
     out->activation_bytes = 4 * backend_activation_floats(hp, s, jb, 0);
-    if (in_process)
-        out->activation_bytes += 4 * backend_activation_floats(hp, s, s, kv_elem == 2);
+    if (in_process) /* the subject is opened with a batch of its longest call (parity.c) */
+        out->activation_bytes += 4 * backend_activation_floats(hp, s, sc, kv_elem == 2);
     out->other_bytes = out->logits_bytes + out->taps_bytes + out->activation_bytes;
     out->total_bytes = out->kv_bytes + out->other_bytes;
 }

@@ -148,6 +148,13 @@ void mode_format(const struct mode *m, char *buf, size_t n)
 int mode_open(struct backend **out, const struct mode *mode, const struct model *m, int n_ctx,
               int n_threads, const struct fault_set *faults, struct gate_err *err)
 {
+    return mode_open_batch(out, mode, m, n_ctx, n_ctx, n_threads, faults, err);
+}
+
+int mode_open_batch(struct backend **out, const struct mode *mode, const struct model *m, int n_ctx,
+                    int n_batch, int n_threads, const struct fault_set *faults,
+                    struct gate_err *err)
+{
     *out = NULL;
     char name[32];
     mode_format(mode, name, sizeof name);
@@ -158,9 +165,12 @@ int mode_open(struct backend **out, const struct mode *mode, const struct model 
                        name, mode->backend);
     /* the faults are copied into the backend (backend_set_faults); change them later with
      * backend_set_faults(), never by rewriting *faults */
+    if (n_batch < 1 || n_batch > n_ctx)
+        return err_set(err, ERR_INPUT, "mode %s: a batch of %d tokens is outside 1..%d", name,
+                       n_batch, n_ctx);
     struct backend_config cfg = {.n_threads = n_threads,
                                  .n_ctx = n_ctx,
-                                 .n_batch = n_ctx,
+                                 .n_batch = n_batch,
                                  .faults = faults,
                                  .kv_f16 = mode->kv_f16,
                                  .prefill = mode->prefill,
@@ -538,6 +548,21 @@ int mode_run_split(struct backend *b, enum mode_path path, const int32_t *tokens
                          taps, err);
 }
 
+int mode_longest_call(enum mode_path path, int n, const int *turn_ends, int n_turns,
+                      const int *chunks, int n_chunks)
+{
+    int longest = 1;
+    for (int i = 0; path == MODE_PREFILL && chunks && i < n_chunks; i++)
+        if (chunks[i] > longest)
+            longest = chunks[i];
+    if (path == MODE_PREFILL && !chunks)
+        longest = n / 2 > 0 ? n / 2 : 1;
+    for (int i = 0; path == MODE_CHAT && i < n_turns; i += 2)
+        if (turn_ends[i] - (i ? turn_ends[i - 1] : 0) > longest)
+            longest = turn_ends[i] - (i ? turn_ends[i - 1] : 0);
+    return longest;
+}
+
 int mode_run_kept(struct backend *b, enum mode_path path, const int32_t *tokens, int n,
                   const int *turn_ends, int n_turns, const int *chunks, int n_chunks,
                   const struct mode_keep *keep, float *logits, const struct backend_taps *taps,
@@ -548,25 +573,19 @@ int mode_run_kept(struct backend *b, enum mode_path path, const int32_t *tokens,
         return err_set(err, ERR_INPUT, "a mode run needs at least one token (got %d)", n);
     if (path == MODE_CHAT && (rc = check_turns(turn_ends, n_turns, n, err)))
         return rc;
-    int batched = 0, longest = 1;
+    int batched = 0;
     for (int i = 0; chunks && i < n_chunks; i++) {
         if (chunks[i] < 1)
             return err_set(err, ERR_INPUT, "prefill chunk %d has length %d: lengths are >= 1", i,
                            chunks[i]);
         batched += chunks[i];
-        if (path == MODE_PREFILL && chunks[i] > longest)
-            longest = chunks[i];
     }
     if (chunks && path == MODE_PREFILL && (n_chunks < 1 || batched > n))
         return err_set(err, ERR_INPUT,
                        "prefill chunks cover %d tokens in %d chunks: they must cover 1..%d",
                        batched, n_chunks, n);
     /* the longest forward call the path makes: the scratch's rows */
-    if (path == MODE_PREFILL && !chunks)
-        longest = n / 2 > 0 ? n / 2 : 1;
-    for (int i = 0; path == MODE_CHAT && i < n_turns; i += 2)
-        if (turn_ends[i] - (i ? turn_ends[i - 1] : 0) > longest)
-            longest = turn_ends[i] - (i ? turn_ends[i - 1] : 0);
+    const int longest = mode_longest_call(path, n, turn_ends, n_turns, chunks, n_chunks);
     if ((rc = backend_truncate(b, 0, err)))
         return rc;
     struct rows r;

@@ -87,6 +87,22 @@ void mode_format(const struct mode *m, char *buf, size_t n);
 int mode_open(struct backend **out, const struct mode *mode, const struct model *m, int n_ctx,
               int n_threads, const struct fault_set *faults, struct gate_err *err);
 
+/* mode_open with a batch of n_batch tokens (1..n_ctx): the per-batch buffers of n_batch rows.
+ * Parity opens its subject with the longest call of its path (mode_longest_call()), so no call of
+ * the path is cut into chunks the ladder did not ask for (a backend may still cap its batch
+ * lower, as with any mode_open), and a 32k-position decode session holds one row of activations,
+ * not 32,768 (issue 26 §2). */
+int mode_open_batch(struct backend **out, const struct mode *mode, const struct model *m, int n_ctx,
+                    int n_batch, int n_threads, const struct fault_set *faults,
+                    struct gate_err *err);
+
+/* The longest forward call mode_run_kept() makes on this path over n tokens: decode 1; prefill
+ * its longest chunk (chunks NULL: n / 2, at least 1); chat its longest user turn (turn_ends as
+ * mode_run_kept takes them), at least 1. Inputs mode_run_kept would refuse give what it would
+ * have asked for before refusing; callers open with it, then run (which checks). */
+int mode_longest_call(enum mode_path path, int n, const int *turn_ends, int n_turns,
+                      const int *chunks, int n_chunks);
+
 /* The judge opened with a batch of n_batch tokens (1..n_ctx): a longer call is evaluated in
  * chunks of n_batch (chunking changes no number), so its per-batch buffers are n_batch rows, not
  * n_ctx. What a long-context parity session opens (MODE_JUDGE_CHUNK; issue 26 §2). */

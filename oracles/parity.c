@@ -1240,7 +1240,10 @@ int parity_session_open(struct parity_session **out, const struct model *m, cons
         goto fail;
     if ((rc = distribution_positions(s->judge_logits, s->n_judged, (int)V, NULL, &s->dist, err)))
         goto fail;
-    if ((rc = mode_open(&s->subject, mode, m, s->n, n_threads, NULL, err)))
+    /* the subject's batch: its path's longest call (decode: one token), not the sequence */
+    const int call = mode_longest_call(mode->path, s->n, s->turn_ends, s->n_turns,
+                                       s->n_chunks ? s->chunks : NULL, s->n_chunks);
+    if ((rc = mode_open_batch(&s->subject, mode, m, s->n, call, n_threads, NULL, err)))
         goto fail;
     /* a subject without taps (an external engine) leaves its tap arrays zero: routing gaps,
      * localization and the witness must not read them as its routing */

@@ -35,6 +35,38 @@ Test(mode, prefill_split_covers_the_tokens_unevenly)
     cr_expect_eq(mode_prefill_split(1, 0, ch, MODE_MAX_CHUNKS), 0);
 }
 
+/* The batch parity opens its subject with (oracles/parity.c): the longest call each path makes,
+ * so a decode session over a long span holds one row of activations and no call of a path is cut
+ * into chunks the ladder did not ask for. */
+Test(mode, the_longest_call_of_each_path)
+{
+    cr_expect_eq(mode_longest_call(MODE_DECODE, 32768, NULL, 0, NULL, 0), 1);
+    cr_expect_eq(mode_longest_call(MODE_PREFILL, 96, NULL, 0, NULL, 0), 48);
+    cr_expect_eq(mode_longest_call(MODE_PREFILL, 1, NULL, 0, NULL, 0), 1);
+    const int chunks[] = {7, 45, 3};
+    cr_expect_eq(mode_longest_call(MODE_PREFILL, 96, NULL, 0, chunks, 3), 45);
+    /* chat: user turns are the even segments; the assistant's (odd) are decoded a token a time */
+    const int turns[] = {10, 60, 90, 95, 120, 128};
+    cr_expect_eq(mode_longest_call(MODE_CHAT, 128, turns, 6, NULL, 0), 30);
+    const int long_user[] = {70, 71, 90, 95, 120, 128};
+    cr_expect_eq(mode_longest_call(MODE_CHAT, 128, long_user, 6, NULL, 0), 70);
+    /* a batch outside 1..n_ctx is refused at open, naming the mode */
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-dense", &buf);
+    struct mode md;
+    cr_assert_eq(mode_parse("ref.decode", &md, NULL), 0);
+    struct backend *b = NULL;
+    struct gate_err err = {0};
+    cr_expect_eq(mode_open_batch(&b, &md, m, 64, 65, 1, NULL, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "ref.decode") && strstr(err.msg, "1..64"), "%s", err.msg);
+    cr_expect_eq(mode_open_batch(&b, &md, m, 64, 0, 1, NULL, &err), ERR_INPUT);
+    cr_assert_eq(mode_open_batch(&b, &md, m, 64, 1, 1, NULL, &err), 0, "%s", err.msg);
+    cr_expect_eq(b->n_batch, 1);
+    backend_close(b);
+    model_free(m);
+    free(buf);
+}
+
 Test(mode, parses_the_fixed_list_only)
 {
     const char *backends[] = {"cuda", "cpu", "ref"}, *paths[] = {"decode", "prefill", "chat"};
