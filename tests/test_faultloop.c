@@ -12,24 +12,32 @@
  *   - a new receipt is whole: every key path of the unfaulted receipt is present (except inside
  *     a gate recorded as an error), and no gate that FAILs unfaulted PASSes under the fault;
  *   - the run's output names the receipt it wrote, and names none when it wrote none.
- * N runs through every value up to 64, then grows by 1.25x (under ASan, GATE_ASAN=1: 1, then
- * 64x, as a gate run costs ~9 s of CPU there), until the hook reports "not reached" in all three
- * commands; each loop prints the exact N it ran. docs/receipts.md ("Fault loops") records the
- * counts. One test runs the three loops on one prepared store.
+ * The write and sqlite loops run N through every value until the hook reports "not reached" in
+ * all three commands (every write and every statement of the three is failed once); the alloc
+ * loop runs every value up to 64, then grows by 1.25x until "not reached". Under ASan
+ * (GATE_ASAN=1) every loop runs N = 1, then 64x (the normal build proves the counts; the ASan
+ * build looks for memory errors on the failure paths). Each loop prints the exact N it ran.
+ * docs/receipts.md ("Fault loops") records the counts. One test runs the three loops on one
+ * prepared store.
  *
- * The cell: one tiny synthetic dense model (written once into the test's folder), cpu.decode (the
- * fast engine as subject: the judge's forwards are the run's cost, the store is what is judged),
- * parity at 64 positions, tiny throughput settings (any spread accepted: a busy host must not
- * turn the baseline into an ERROR row), falsify [skip_qk_norm] without the sampled sweep (four
- * more parity runs per iteration would buy the store nothing), goldens recorded for the model by
- * `gate golden record` at setup and then altered to expect another first token
- * (ladderfix_alter_goldens), so the cell's verdict is FAIL (golden, a judged failure) on every
- * build: the loop judges the store, not the engine, and a fault must never turn that FAIL into a
- * PASS.
+ * The cell: one synthetic dense model of the smallest useful shape (qwen3, hidden 64, 1 layer,
+ * 2/1 heads of 32, ffn 128, vocabulary 512, Q8_0; written once into the test's folder by
+ * `gate model synth` and pinned by its digest): every iteration that gets past the ladder pays
+ * the whole cell, and the loop judges the store, not the engine, so the cell's forwards are
+ * kept as cheap as a real model's gates allow (~0.07 s of CPU per run instead of ~0.9 s with
+ * tiny-dense Q4_K_M). cpu.decode (the fast engine as subject), parity at 64 positions (the
+ * ladder's least), tiny throughput settings (any spread accepted: a busy host must not turn the
+ * baseline into an ERROR row), falsify [skip_qk_norm] without the sampled sweep (its power probe
+ * then runs 6 probes: 5 matmuls at the one layer, and the output matrix), goldens recorded for
+ * the model by `gate golden record` at setup and then altered to expect another first token
+ * (ladderfix_alter_goldens), so the cell's verdict is FAIL (golden, a judged failure: the
+ * judge's margin there is ~0.5, far from a near tie) on every build: a fault must never turn
+ * that FAIL into a PASS.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -40,11 +48,10 @@
 #include <unistd.h>
 
 #include "base/faultsim.h"
+#include "harness/identity.h"
 #include "tests/support/check.h"
 #include "tests/support/ladderfix.h"
 
-/* tiny-dense, Q4_K_M, seed 1: the digest ladders/demo.yaml pins */
-#define DENSE_SHA "91d5b06bdb37e3f7c42f37d761857b150130488e18619bd7a06e08cc4bb923d0"
 #define MAX_VIOLATIONS 6
 
 static char dir[600];
@@ -356,9 +363,10 @@ static int iterate(struct loop *l, long long n)
     return fired;
 }
 
-/* The loop's ladder at path (see the header comment); goldens_sha NULL: the goldens file is
- * declared but not pinned yet (gate golden record accepts that, gate run does not). */
-static void write_ladder(const char *path, const char *goldens_sha)
+/* The loop's ladder at path (see the header comment) over the model fl.gguf of digest
+ * model_sha; goldens_sha NULL: the goldens file is declared but not pinned yet (gate golden
+ * record accepts that, gate run does not). */
+static void write_ladder(const char *path, const char *model_sha, const char *goldens_sha)
 {
     FILE *f = fopen(path, "w");
     cr_assert(f);
@@ -366,8 +374,8 @@ static void write_ladder(const char *path, const char *goldens_sha)
             "release: {name: faultloop, version: '%s'}\n"
             "models:\n"
             "  dense:\n"
-            "    synth: {preset: tiny-dense, quant: Q4_K_M, seed: 1}\n"
-            "    sha256: " DENSE_SHA "\n"
+            "    path: fl.gguf\n"
+            "    sha256: %s\n"
             "    arch: qwen3\n"
             "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
             "modes: [cpu.decode]\n"
@@ -379,7 +387,8 @@ static void write_ladder(const char *path, const char *goldens_sha)
             "}\n"
             "    falsify: {faults: [skip_qk_norm], sweep_samples: 0}\n"
             "unanchored: {qwen3: 'the fault loop judges the receipt store, not the engine'}\n",
-            GATE_VERSION, goldens_sha ? ", sha256: " : "", goldens_sha ? goldens_sha : "");
+            GATE_VERSION, model_sha, goldens_sha ? ", sha256: " : "",
+            goldens_sha ? goldens_sha : "");
     cr_assert_eq(fclose(f), 0);
 }
 
@@ -399,15 +408,22 @@ static void setup_loop(struct loop *l)
          path_in("a.pub"), NULL);
     cr_assert_eq(o.code, 0, "gate key gen:\n%s", o.out);
     outcome_free(&o);
-    write_ladder(l->ladder, NULL);
-    /* the model is synthesized here, once, into the ladder's .gate-cache, and its goldens
-     * recorded; the ladder then pins them */
+    /* the model is synthesized here, once, and its goldens recorded; the ladder pins both */
+    gate(&o, NULL, "setup.out", "model", "synth", "--arch", "qwen3", "--hidden", "64", "--layers",
+         "1", "--heads", "2", "--kv-heads", "1", "--head-dim", "32", "--ffn", "128", "--quant",
+         "Q8_0", "--seed", "1", "-o", path_in("fl.gguf"), NULL);
+    cr_assert_eq(o.code, 0, "gate model synth:\n%s", o.out);
+    outcome_free(&o);
+    char msha[65];
+    struct gate_err err = {0};
+    cr_assert_eq(identity_file_sha256(path_in("fl.gguf"), msha, &err), 0, "%s", err.msg);
+    write_ladder(l->ladder, msha, NULL);
     gate(&o, NULL, "setup.out", "golden", "record", l->ladder, NULL);
     cr_assert_eq(o.code, 0, "gate golden record:\n%s", o.out);
     outcome_free(&o);
     char gsha[65];
     ladderfix_alter_goldens(path_in("fl-goldens.json"), gsha);
-    write_ladder(l->ladder, gsha);
+    write_ladder(l->ladder, msha, gsha);
     gate(&o, NULL, "setup.out", "run", l->ladder, "--host", "a", "--db", l->base_db, "--key",
          l->key, "--threads", "1", NULL);
     cr_assert(o.code == 0 || o.code == 1, "the unfaulted run must finish (exit %d):\n%s", o.code,
@@ -446,8 +462,9 @@ static void run_loop(struct loop *l, const char *kind)
     l->violations = l->n_misprinted = 0;
     l->misprinted[0] = '\0';
     int asan = getenv("GATE_ASAN") && *getenv("GATE_ASAN") && strcmp(getenv("GATE_ASAN"), "0");
-    /* under ASan a gate run costs seconds of CPU instead of ~0.8 s: a sparse sample there */
-    const long long dense = asan ? 1 : 64;
+    /* every write and statement; every allocation up to 64, then a geometric sample (tens of
+     * thousands are counted); under ASan a sparse sample of each (see the header comment) */
+    const long long dense = asan ? 1 : strcmp(kind, "alloc") ? LLONG_MAX : 64;
     const double growth = asan ? 64.0 : 1.25;
     char sparse[2048] = "";
     size_t used = 0;
@@ -470,8 +487,9 @@ static void run_loop(struct loop *l, const char *kind)
             used += (size_t)snprintf(sparse + used, sizeof sparse - used, ", %lld", n);
     }
     char head[48] = "1";
-    if (dense > 1)
-        snprintf(head, sizeof head, "1..%lld", dense);
+    const long long top = n < dense ? n : dense; /* the last N of the dense run */
+    if (top > 1)
+        snprintf(head, sizeof head, "1..%lld", top);
     fprintf(stderr,
             "faultloop %s: %d iterations, N = %s%s; N = %lld reached no %s call in gate run,"
             " release check or receipt verify%s\n",
