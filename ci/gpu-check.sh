@@ -457,10 +457,19 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 LOG="$OUT/gpu-check.log"
 : >"$LOG"
-T0=$(date +%s)
+# NOW = the epoch second (date +%s without a process: the driver asks after every stage)
+now() { printf -v NOW '%(%s)T' -1; }
+now
+T0=$NOW
 BUDGET=${GATE_GPU_BUDGET_S:-540}
 DRY=${GATE_GPU_DRYRUN:-0}
-say() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$LOG"; }
+say() {
+    local line
+    now
+    line="[$((NOW - T0))s] $*"
+    printf '%s\n' "$line"
+    printf '%s\n' "$line" >>"$LOG"
+}
 
 if [ -d ../shared/conformance ] && [ ! -d shared/conformance ] && [ "$DRY" != 1 ]; then
     mkdir -p shared
@@ -519,24 +528,31 @@ N=${#PLAN[@]}
 S_STATUS=() S_RC=() S_SEC=() S_REASON=()
 for ((i = 0; i < N; i++)); do S_STATUS[i]=pending S_RC[i]=null S_SEC[i]=0 S_REASON[i]=""; done
 
-json_str() { # a JSON string: control characters dropped, at most 300 characters
-    local s
-    s=$(printf '%s' "$1" | tr -d '\000-\037' | cut -c1-300)
+# JS = $1 as a JSON string: control characters dropped, at most 300 bytes (as tr -d '\000-\037'
+# | cut -c1-300 did, without a process: write_summary runs it for every stage after every stage)
+JSON_CTL=$'\001\002\003\004\005\006\007\010\011\012\013\014\015\016\017\020\021\022\023\024\025\026\027\030\031\032\033\034\035\036\037'
+json_str() {
+    local LC_ALL=C s=$1
+    s=${s//[$JSON_CTL]/}
+    s=${s:0:300}
     s=${s//\\/\\\\}
-    printf '"%s"' "${s//\"/\\\"}"
+    JS="\"${s//\"/\\\"}\""
 }
 
 write_summary() { # $1 = result (running, PASS, FAIL)
-    local tmp="$OUT/.summary.json.tmp" i
+    local tmp="$OUT/.summary.json.tmp" i dry=false
+    [ "$DRY" = 1 ] && dry=true
+    now
+    json_str "$COMMIT"
     {
         printf '{"commit":%s,"tree_clean":%s,"dry_run":%s,"budget_s":%d,"elapsed_s":%d,' \
-            "$(json_str "$COMMIT")" "$CLEAN" \
-            "$([ "$DRY" = 1 ] && echo true || echo false)" "$BUDGET" "$(($(date +%s) - T0))"
+            "$JS" "$CLEAN" "$dry" "$BUDGET" "$((NOW - T0))"
         printf '"result":"%s","stages":[' "$1"
         for ((i = 0; i < N; i++)); do
             [ $i = 0 ] || printf ','
+            json_str "${S_REASON[i]}"
             printf '{"name":"%s","status":"%s","rc":%s,"seconds":%d,"reason":%s}' \
-                "${PLAN[i]%%:*}" "${S_STATUS[i]}" "${S_RC[i]}" "${S_SEC[i]}" "$(json_str "${S_REASON[i]}")"
+                "${PLAN[i]%%:*}" "${S_STATUS[i]}" "${S_RC[i]}" "${S_SEC[i]}" "$JS"
         done
         printf ']}\n'
     } >"$tmp" && mv -f "$tmp" "$OUT/summary.json"
@@ -551,7 +567,8 @@ for ((i = 0; i < N; i++)); do
         S_STATUS[i]=skipped S_REASON[i]="not run: $stop_early"
         continue
     fi
-    left=$((BUDGET - ($(date +%s) - T0)))
+    now
+    left=$((BUDGET - (NOW - T0)))
     if [ $left -lt 5 ]; then
         S_STATUS[i]=skipped S_REASON[i]="not run: the ${BUDGET}s budget is spent"
         say "== stage $name skipped: budget spent"
@@ -565,12 +582,14 @@ for ((i = 0; i < N; i++)); do
     esac
     say "== stage $name (timeout ${t}s of ${left}s left)"
     part="$SCRATCH/stage.out"
-    s0=$(date +%s)
+    now
+    s0=$NOW
     timeout --kill-after=10 "$t" bash "$SELF" --stage "${args[@]}" >"$part" 2>&1
     rc=$?
     [ "$file" = gpu-check.log ] || cat "$part" >>"$OUT/$file"
     cat "$part" >>"$LOG"
-    S_SEC[i]=$(($(date +%s) - s0)) S_RC[i]=$rc
+    now
+    S_SEC[i]=$((NOW - s0)) S_RC[i]=$rc
     last=$(grep -v '^[[:space:]]*$' "$part" | tail -n1)
     case $rc in
     0) S_STATUS[i]=pass S_REASON[i]="$last" ;;
