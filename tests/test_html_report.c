@@ -6,7 +6,8 @@
  * parity gate drawn, a FAIL cell showing the failing gate and its reason), the escaping of
  * receipt- and ladder-borne text (no "<script" anywhere), and the red TAMPERED banner after a
  * payload is edited in the database. Through the CLI: a real `gate run` of a one-cell ladder
- * (64 positions, tiny throughput and falsify settings) and `gate report` with its exit codes;
+ * (64 positions, tiny throughput and falsify settings: the power probe at one layer per tensor,
+ * goldens of 4 tokens; under ASan one fault, no sweep) and `gate report` with its exit codes;
  * then headless Chromium renders that page to a PNG and dumps its DOM, in which the matrix and
  * the plot must survive parsing. Without Chromium that part skips with the reason, unless
  * GATE_REQUIRE_CHROMIUM=1 (CI), where it fails.
@@ -319,7 +320,7 @@ Test(html_report, gate_report_end_to_end_and_in_headless_chromium, .timeout = 12
     snprintf(cfg, sizeof cfg, "%s/conformance/qwen3moe-tiny-q4_k_m", check_shared_dir());
     char gsha[65];
     ladderfix_record_goldens(conformance_path("qwen3moe-tiny-q4_k_m", "model.gguf"),
-                             ladderfix_path(&fx, "run-goldens.json"), 16, gsha);
+                             ladderfix_path(&fx, "run-goldens.json"), 4, gsha);
     ladderfix_alter_goldens(ladderfix_path(&fx, "run-goldens.json"), gsha);
     FILE *f = fopen(ladder, "w");
     cr_assert(f);
@@ -334,10 +335,10 @@ Test(html_report, gate_report_end_to_end_and_in_headless_chromium, .timeout = 12
             "cells:\n  - {models: [tiny-moe], hosts: [a], modes: [ref.decode, ref.chat],"
             " exclude: [{mode: ref.chat, reason: \"" EVIL_REASON "\"}]}\n"
             "gates:\n  defaults:\n    parity: {positions: 64}\n"
-            "    golden: {goldens: run-goldens.json, sha256: %s}\n"
+            "    golden: {goldens: run-goldens.json, sha256: %s, tokens: 4}\n"
             "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 2"
             "}\n"
-            "    falsify: {faults: [%s], sweep_samples: %d}\n"
+            "    falsify: {faults: [%s], sweep_samples: %d, power_layers: 1}\n"
             "anchors:\n  conf-moe:\n    arch: qwen3moe\n    reference: \"float64 exact\"\n"
             "    model: {path: %s/model.gguf, sha256: " MOE_SHA "}\n"
             "    tokens: {path: %s/tokens.txt, sha256:"
