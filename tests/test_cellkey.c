@@ -16,7 +16,9 @@
 
 #include "engine/backend.h"
 #include "engine/model.h"
+#include "engine/synth.h"
 #include "harness/gatedef.h"
+#include "harness/identity.h"
 #include "harness/ladder.h"
 #include "harness/run.h"
 #include "oracles/gates.h"
@@ -206,16 +208,50 @@ Test(cellkey, the_judge_fails_a_subject_that_ran_another_set)
 
 /* ---- end to end ---------------------------------------------------------------------------- */
 
+/* A one-cell ladder (as ladderfix_one_cell's, cpu.decode) over model moe = moe1.gguf (digest
+ * sha) in the fixture's folder. */
+static const char *isa_ladder(const char *name, const char *sha, const char *cell_extra,
+                              const char *defaults)
+{
+    const char *path = ladderfix_path(&fx, name);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "cannot write '%s'", path);
+    fprintf(f,
+            "release: {name: rel, version: 1.0.0}\n"
+            "models:\n  moe: {path: moe1.gguf, sha256: %s, arch: qwen3moe}\n"
+            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+            "modes: [cpu.decode]\n"
+            "cells:\n  - {model: moe, host: a, mode: cpu.decode%s}\n"
+            "gates:\n  defaults:\n    parity: {positions: 64}\n%s"
+            "unanchored: {qwen3moe: 'a one-cell test ladder'}\n",
+            sha, cell_extra, defaults);
+    cr_assert_eq(fclose(f), 0, "cannot write '%s'", path);
+    return path;
+}
+
 Test(cellkey, an_isa_cell_runs_on_its_set_and_is_a_cell_of_its_own)
 {
     ladderfix_init(&fx, "cellkey2");
     struct gate_err err = {0};
-    /* portable: every host runs it, so this test means the same on every machine */
-    const char *gates_text = "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8,"
-                             " decode_tokens: 2}\n"
-                             "    falsify: {faults: [skip_qk_norm], sweep_samples: 0}\n";
-    const char *p =
-        ladderfix_one_cell(&fx, "l.yaml", NULL, "cpu.decode", ", isa: portable", gates_text);
+    /* portable: every host runs it, so this test means the same on every machine. The portable
+     * kernels are the slowest subject there is (under ASan most of all): the model is tiny-moe
+     * cut to one layer (Q4_K_M, the conformance model's kernels), the gates run at their least
+     * (goldens of 4 tokens, the power probe at one layer per tensor) */
+    struct synth_options so = {
+        .spec = *synth_preset_find("tiny-moe"), .quant = SYNTH_Q4_K_M, .seed = 1, .n_threads = 1};
+    so.spec.name = "custom";
+    so.spec.n_layer = 1;
+    char model[1024], msha[65], gsha[65], gates_text[512];
+    snprintf(model, sizeof model, "%s", ladderfix_path(&fx, "moe1.gguf"));
+    cr_assert_eq(synth_write(&so, model, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(identity_file_sha256(model, msha, &err), 0, "%s", err.msg);
+    ladderfix_record_goldens(model, ladderfix_path(&fx, "g4.json"), 4, gsha);
+    snprintf(gates_text, sizeof gates_text,
+             "    golden: {goldens: g4.json, sha256: %s, tokens: 4}\n"
+             "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 2}\n"
+             "    falsify: {faults: [skip_qk_norm], sweep_samples: 0, power_layers: 1}\n",
+             gsha);
+    const char *p = isa_ladder("l.yaml", msha, ", isa: portable", gates_text);
     const char *before = backend_isa("cpu");
     char host_best[16];
     snprintf(host_best, sizeof host_best, "%s", before);
@@ -244,7 +280,7 @@ Test(cellkey, an_isa_cell_runs_on_its_set_and_is_a_cell_of_its_own)
                      json_string_value(json_object_get(parity, "reason")));
     run_result_free(&res);
     /* the same cell without isa: its receipts never count for the isa cell, nor the reverse */
-    ladderfix_one_cell(&fx, "plain.yaml", NULL, "cpu.decode", "", gates_text);
+    isa_ladder("plain.yaml", msha, "", gates_text);
     const char *bin = getenv("GATE_BIN");
     cr_assert(bin && *bin, "GATE_BIN is not set (ctest sets it)");
     char cmd[4096];
