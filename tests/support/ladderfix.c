@@ -1,19 +1,24 @@
 /* ladderfix.c — the release fixture of ladderfix.h: keys, a stand-in build, the shared release
  * ladder, fabricated receipts signed through the store, the release judged as the stand-in
- * build, raw SQLite access for tampering, a shell helper.
+ * build, raw SQLite access for tampering, a shell helper, the goldens cache, and the folders
+ * the test processes of one runner build once and share (ladderfix_once).
  * Start reading: ladderfix_add().
  */
 #include "tests/support/ladderfix.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "harness/gatedef.h"
 #include "harness/ladder.h"
@@ -25,8 +30,16 @@
 
 void ladderfix_init(struct ladderfix *fx, const char *tag)
 {
+    char dir[600];
+    check_make_dir(dir, sizeof dir, tag);
+    ladderfix_init_in(fx, dir);
+}
+
+void ladderfix_init_in(struct ladderfix *fx, const char *dir)
+{
     memset(fx, 0, sizeof *fx);
-    check_make_dir(fx->dir, sizeof fx->dir, tag);
+    cr_assert(strlen(dir) < sizeof fx->dir, "scratch folder name too long: %s", dir);
+    snprintf(fx->dir, sizeof fx->dir, "%s", dir);
     struct gate_err err = {0};
     cr_assert_eq(key_generate(ladderfix_path(fx, "a.key"), "a", &fx->key_a, &err), 0, "%s",
                  err.msg);
@@ -120,15 +133,56 @@ const char *ladderfix_one_cell(const struct ladderfix *fx, const char *name, con
     return path;
 }
 
+/* Copy the file src to dst (replaced); 0, or -1 when src cannot be read or dst written. */
+static int copy_file(const char *src, const char *dst)
+{
+    size_t n = 0;
+    uint8_t *bytes = check_slurp(src, &n);
+    if (!bytes)
+        return -1;
+    FILE *f = fopen(dst, "wb");
+    int rc = f && fwrite(bytes, 1, n, f) == n ? 0 : -1;
+    if (f && fclose(f))
+        rc = -1;
+    free(bytes);
+    return rc;
+}
+
+/* Where ladderfix_record_goldens keeps what it recorded (the runner's shared folder, else this
+ * process's scratch folder): cache (n bytes) gets the file for the model digest msha and n_gen. */
+static void goldens_cache(char *cache, size_t n, const char *msha, int n_gen)
+{
+    const char *shared = getenv("GATE_LADDERFIX_SHARED");
+    char dir[900];
+    snprintf(dir, sizeof dir, "%s/goldens-cache", shared && *shared ? shared : check_tmp_dir());
+    if (mkdir(dir, 0700) && errno != EEXIST)
+        cr_assert_fail("cannot make the goldens cache '%s': %s", dir, strerror(errno));
+    snprintf(cache, n, "%s/%s-%d.json", dir, msha, n_gen);
+}
+
 void ladderfix_record_goldens(const char *model_path, const char *out_path, int n_gen, char sha[65])
 {
     struct gate_err err = {0};
-    struct model *m = NULL;
-    cr_assert_eq(model_load(&m, model_path, &err), 0, "%s", err.msg);
-    const int rc = golden_record(out_path, m, n_gen, 1, &err);
-    model_free(m);
-    if (rc && !strstr(err.msg, "already")) /* an entry for the model is kept */
-        cr_assert_fail("recording goldens into '%s': %s", out_path, err.msg);
+    struct stat sb;
+    char msha[65], cache[1100] = "";
+    /* a new goldens file for model bytes recorded before is the same file: copy it (the twin's
+     * greedy continuations are deterministic; the recording costs seconds under ASan) */
+    if (stat(out_path, &sb) != 0 && identity_file_sha256(model_path, msha, NULL) == 0)
+        goldens_cache(cache, sizeof cache, msha, n_gen);
+    if (!cache[0] || copy_file(cache, out_path) != 0) {
+        struct model *m = NULL;
+        cr_assert_eq(model_load(&m, model_path, &err), 0, "%s", err.msg);
+        const int rc = golden_record(out_path, m, n_gen, 1, &err);
+        model_free(m);
+        if (rc && !strstr(err.msg, "already")) /* an entry for the model is kept */
+            cr_assert_fail("recording goldens into '%s': %s", out_path, err.msg);
+        if (cache[0]) { /* whole or not at all: another process may read it now */
+            char tmp[1200];
+            snprintf(tmp, sizeof tmp, "%s.%d", cache, (int)getpid());
+            if (copy_file(out_path, tmp) || rename(tmp, cache))
+                unlink(tmp);
+        }
+    }
     cr_assert_eq(identity_file_sha256(out_path, sha, &err), 0, "%s", err.msg);
 }
 
@@ -332,4 +386,71 @@ int ladderfix_sh(const char *fmt, ...)
     cr_assert(n >= 0 && (size_t)n < sizeof cmd, "command line too long");
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* ---- what the test processes of one runner share ------------------------------------------- */
+
+#define SHARED_ENV "GATE_LADDERFIX_SHARED"
+
+void ladderfix_share_begin(void)
+{
+    /* the runner: no Criterion assertion here, a failure leaves each process on its own */
+    static char dir[600];
+    const char *t = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/gate-shared-XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr,
+                "ladderfix: cannot make a shared folder '%s' (%s): each test builds its own"
+                " fixture\n",
+                dir, strerror(errno));
+        return;
+    }
+    setenv(SHARED_ENV, dir, 1);
+}
+
+void ladderfix_share_end(void)
+{
+    const char *dir = getenv(SHARED_ENV);
+    if (!dir || !*dir)
+        return;
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "ladderfix: could not remove %s\n", dir);
+    unsetenv(SHARED_ENV);
+}
+
+const char *ladderfix_once(const char *name, void (*build)(const char *dir, void *ctx), void *ctx,
+                           char out[1024])
+{
+    const char *shared = getenv(SHARED_ENV);
+    const char *root = shared && *shared ? shared : check_tmp_dir();
+    char lock[1100], done[1100];
+    cr_assert(snprintf(out, 1024, "%s/%s", root, name) < 1024, "fixture path too long");
+    snprintf(lock, sizeof lock, "%s/.lock-%s", root, name);
+    snprintf(done, sizeof done, "%s/.done", out);
+    /* one lock per fixture: a build may use another fixture */
+    const int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    cr_assert_geq(fd, 0, "cannot open the fixture lock '%s': %s", lock, strerror(errno));
+    int rc;
+    while ((rc = flock(fd, LOCK_EX)) != 0 && errno == EINTR)
+        ;
+    cr_assert_eq(rc, 0, "cannot lock '%s': %s", lock, strerror(errno));
+    if (access(done, F_OK) != 0) {
+        /* never built, or a build that failed: start over from an empty folder */
+        cr_assert_eq(ladderfix_sh("rm -rf '%s'", out), 0, "cannot clear '%s'", out);
+        cr_assert_eq(mkdir(out, 0700), 0, "cannot make '%s': %s", out, strerror(errno));
+        build(out, ctx);
+        FILE *f = fopen(done, "w");
+        cr_assert(f && fclose(f) == 0, "cannot mark '%s' built", out);
+    }
+    flock(fd, LOCK_UN);
+    close(fd);
+    return out;
+}
+
+int ladderfix_asan(void)
+{
+    const char *a = getenv("GATE_ASAN");
+    return a && *a && strcmp(a, "0") != 0;
 }

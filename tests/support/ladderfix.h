@@ -7,7 +7,8 @@
  * tamper), and a shell helper for CLI tests.
  * Used by tests/test_release.c, tests/test_report.c, tests/test_html_report.c,
  * tests/test_kv_ladder.c and tests/test_exec.c (test_fleet.c and test_broken_twin.c: the shell
- * helper).
+ * helper), and a folder built once and shared by the test processes of one runner
+ * (ladderfix_once; tests/test_release_e2e.c, tests/test_exec.c).
  * Start reading: ladderfix_init(), then ladderfix_ladder() and ladderfix_add().
  */
 #ifndef GATE_TEST_LADDERFIX_H
@@ -37,6 +38,9 @@ struct ladderfix {
 
 /* A fresh scratch folder named after tag, keys a and b with their .pub files, self. Asserts. */
 void ladderfix_init(struct ladderfix *fx, const char *tag);
+
+/* ladderfix_init in the existing folder dir (e.g. one of ladderfix_once). Asserts. */
+void ladderfix_init_in(struct ladderfix *fx, const char *dir);
 
 /* fx->dir/name: check_path's eight rotating buffers (each valid until eight more calls of it or
  * check_path). */
@@ -71,7 +75,9 @@ const char *ladderfix_one_cell(const struct ladderfix *fx, const char *name, con
  * record's library call: the reference twin's greedy continuations of the default prompts,
  * n_gen tokens each; an entry already there for the model is kept) and put the file's SHA-256 in
  * sha, the value a ladder pins with golden.sha256. Milliseconds for the tiny conformance and
- * synthetic models. Asserts. */
+ * synthetic models (seconds under ASan: a new out_path gets a copy of the file recorded earlier
+ * for the same model bytes and n_gen, in this process or, with ladderfix_share_begin, in this
+ * runner). Asserts. */
 void ladderfix_record_goldens(const char *model_path, const char *out_path, int n_gen,
                               char sha[65]);
 
@@ -141,5 +147,29 @@ struct sqlite3 *ladderfix_open_raw(const char *db);
 
 /* system() of a printf-style command line; its exit status (-1 when it did not exit). */
 int ladderfix_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- what the test processes of one runner share -------------------------------------------
+ * Criterion runs each Test in its own process, so a fixture that costs whole `gate run`s (or a
+ * goldens recording) would be paid once per Test. A test file that shares calls
+ * ladderfix_share_begin() from its ReportHook(PRE_ALL) (the runner, before any test starts: the
+ * folder travels to the test processes in $GATE_LADDERFIX_SHARED) and ladderfix_share_end() from
+ * its ReportHook(POST_ALL). Without that (another test file) everything below still works, per
+ * process. */
+void ladderfix_share_begin(void);
+void ladderfix_share_end(void);
+
+/* The folder `name` of the shared folder (or, without one, of this process's check_tmp_dir()),
+ * built once: the first caller, holding a lock on the shared folder, runs build(dir, ctx) into
+ * the new empty folder dir and marks it finished; every later caller, in any test process of the
+ * runner, waits for the lock and gets the finished folder. A build that asserts leaves no mark
+ * (its process ends, the lock is released) and the next caller builds again from an empty
+ * folder. Callers treat the folder as read-only: copy what they change. The path goes to out
+ * (1024 bytes) and is returned. Asserts. */
+const char *ladderfix_once(const char *name, void (*build)(const char *dir, void *ctx), void *ctx,
+                           char out[1024]);
+
+/* 1 under the ASan build's test run (env GATE_ASAN set and not "0"), where tests may run a
+ * printed, deterministic subset of a sweep (the normal build runs all of it). */
+int ladderfix_asan(void);
 
 #endif
