@@ -9,6 +9,12 @@
  * instruction set the host runs (GATE_REQUIRE_ISA turns a missing one into a failure); logits do
  * not depend on the thread count or on n_batch; falsification rejects every fault on the tiny
  * MoE; what ran is reported as cpu.
+ * Under ASan (GATE_ASAN set: the sanitizer build, ~5-10x slower, proves memory safety; the normal
+ * build proves the numbers) printed subsets ("ASan: N of M"): the noise sweep runs the Q4_K_M
+ * cases' chat path (batched turns and decoded tokens: every K-quant kernel, routing, both
+ * attention paths), the thread-count checks 3 threads only (against 1, or the MoE decode against
+ * the 2-thread batch), the F16 cache's invariance 3 of its 9 thread and chunk settings;
+ * everything else runs whole.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -105,15 +111,19 @@ Test(cpu, every_conformance_case_stays_within_its_measured_noise_on_every_path, 
     struct parity_config def;
     gatedef_parity_config(NULL, &def);
     /* sanitizer builds run ~10x slower: there the Q4_K_M cases (dense and MoE: every K-quant
-     * kernel, routing) show memory safety; the normal build judges all six */
+     * kernel, routing) on the chat path (batched turns and decoded tokens) show memory safety;
+     * the normal build judges all six on every path */
     const int asan = getenv("GATE_ASAN") != NULL;
+    if (asan)
+        fprintf(stderr, "cpu: ASan: 2 of %d (case, path) items: the Q4_K_M cases' cpu.chat\n",
+                3 * n);
     for (int c = 0; c < n; c++) {
         if (asan && !strstr(cases[c], "q4_k_m"))
             continue;
         const struct cpu_noise *noise = noise_of(cases[c]);
         struct model *m = check_load_case(cases[c]);
         double w[5] = {0, 0, 0, 0, 0}; /* this run's worst: 1-cos, mean KL, max KL, rel-L2 x2 */
-        for (int i = 0; i < 3; i++) {
+        for (int i = asan ? 2 : 0; i < 3; i++) {
             struct mode mode = mode_of(modes[i]);
             struct parity_result r;
             struct gate_err err = {0};
@@ -493,7 +503,10 @@ Test(cpu, logits_are_bit_identical_for_any_thread_count_and_batch)
         struct model *m = check_load_case(cases[c]);
         const size_t bytes = (size_t)48 * m->hp.n_vocab * sizeof(float);
         float *one = run_cpu(m, 1, 0, tokens, 48, 40);
-        for (int threads = 2; threads <= 3; threads++) {
+        const int asan = getenv("GATE_ASAN") != NULL; /* sanitizer builds: 1 against 3 threads */
+        if (asan)
+            fprintf(stderr, "cpu: ASan: 1 of 2 other thread counts (3) on %s\n", cases[c]);
+        for (int threads = asan ? 3 : 2; threads <= 3; threads++) {
             float *other = run_cpu(m, threads, 0, tokens, 48, 40);
             cr_expect(!memcmp(one, other, bytes), "%s: %d threads differ from 1 thread", cases[c],
                       threads);
@@ -568,6 +581,11 @@ Test(cpu, falsification_rejects_every_fault_on_the_tiny_moe, .timeout = 1200)
     cr_assert_eq(fs.n, 4);
     struct falsify_config cfg;
     gatedef_falsify_config(NULL, &cfg);
+    cfg.power_layers = 1;      /* the probe at the last layer: this test is about the faults */
+    if (getenv("GATE_ASAN")) { /* sanitizer builds: one sweep sample per kind */
+        fprintf(stderr, "cpu: ASan: 1 of %d sweep samples per kind\n", cfg.sweep_samples);
+        cfg.sweep_samples = 1;
+    }
     struct mode mode = mode_of("cpu.decode");
     int32_t ids[64];
     mode_tokens(PARITY_TOKEN_SEED, 512, 64, ids);
@@ -936,11 +954,17 @@ Test(cpu, moe_decode_and_grouped_batch_equal_bit_for_bit)
     mode_tokens(PARITY_TOKEN_SEED, (int)m->hp.n_vocab, N, tokens);
     const size_t bytes = (size_t)N * m->hp.n_vocab * sizeof(float);
     float *batched = run_cpu(m, 2, 0, tokens, N, N);
-    for (int threads = 1; threads <= 3; threads++) {
+    const int asan = getenv("GATE_ASAN") != NULL; /* sanitizer builds: 3 threads (uneven splits) */
+    if (asan)
+        fprintf(stderr, "cpu: ASan: 1 of 3 thread counts (3) for the MoE decode against the"
+                        " 2-thread batch\n");
+    for (int threads = asan ? 3 : 1; threads <= 3; threads++) {
         float *decoded = run_cpu(m, threads, 0, tokens, N, 1);
         cr_expect(!memcmp(batched, decoded, bytes),
                   "%d threads: one token per forward differs from the batched forward", threads);
         free(decoded);
+        if (asan) /* sanitizer builds: the 2-thread batch above is the one compared */
+            continue;
         float *other = run_cpu(m, threads, 0, tokens, N, N);
         cr_expect(!memcmp(batched, other, bytes), "%d threads: the batched forward differs",
                   threads);
@@ -968,9 +992,16 @@ Test(cpu, kv_f16_is_identical_across_threads_and_batching)
         cr_assert(tokens && first && other);
         static const int threads[] = {1, 2, 3};
         static const int chunks[] = {1, 7, 48};
+        /* sanitizer builds: the diagonal (1 thread one token per call, 2 threads chunks of 7,
+         * 3 threads one batch) */
+        const int asan = getenv("GATE_ASAN") != NULL;
+        if (asan)
+            fprintf(stderr, "cpu: ASan: 3 of 9 thread and chunk settings (%s kv f16)\n", cases[c]);
         int k = 0;
         for (int t = 0; t < 3; t++)
             for (int ch = 0; ch < 3; ch++) {
+                if (asan && ch != t)
+                    continue;
                 struct backend_config cfg = {
                     .n_threads = threads[t], .n_ctx = n, .n_batch = n, .kv_f16 = 1};
                 struct backend *b = NULL;
