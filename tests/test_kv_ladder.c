@@ -196,8 +196,7 @@ Test(kv_ladder, a_bad_kv_is_refused_naming_file_line_and_cell)
  * must keep it: its open honours kv_f16 exactly when the list says so. */
 Test(kv_ladder, every_backend_keeps_its_word_about_an_f16_cache)
 {
-    uint8_t *buf = NULL;
-    struct model *m = check_tiny_model("tiny-moe", &buf);
+    struct model *m = check_load_case("qwen3moe-tiny-q4_k_m"); /* a file: no synthesis */
     int offered = 0;
     for (int i = 0; i < backend_count(); i++) {
         const char *name = backend_name(i);
@@ -225,15 +224,13 @@ Test(kv_ladder, every_backend_keeps_its_word_about_an_f16_cache)
     cr_expect_eq(backend_offers_kv_f16("exec"), 0);
     cr_expect_eq(backend_offers_kv_f16("nope"), 0);
     model_free(m);
-    free(buf);
 }
 
 /* mode_open (every gate's subject) hands the mode's KV type to the backend; the ran recorder
  * reports what the backend says, and the numbers really differ from an F32 cache. */
 Test(kv_ladder, mode_open_opens_the_subject_with_the_cell_s_kv)
 {
-    uint8_t *buf = NULL;
-    struct model *m = check_tiny_model("tiny-moe", &buf);
+    struct model *m = check_load_case("qwen3moe-tiny-q4_k_m"); /* a file: no synthesis */
     const int n = 24, V = (int)m->hp.n_vocab;
     int32_t tokens[24];
     mode_tokens(7, (uint32_t)V, n, tokens);
@@ -263,7 +260,6 @@ Test(kv_ladder, mode_open_opens_the_subject_with_the_cell_s_kv)
     free(lg[0]);
     free(lg[1]);
     model_free(m);
-    free(buf);
 }
 
 /* ---- end to end: gate run ------------------------------------------------------------------ */
@@ -278,11 +274,13 @@ Test(kv_ladder, an_f16_cell_runs_end_to_end_and_its_receipt_says_f16)
     make_dir();
     struct gate_err err = {0};
     /* the smallest ladder that proves it: one cell, parity at 64 positions, goldens recorded
-     * for the model (ladderfix_one_cell), a short throughput, one fault without the sweep */
+     * for the model (ladderfix_one_cell), a short throughput, one fault without the sweep and
+     * one layer of power probes */
     const char *p = ladderfix_one_cell(&fx, "l.yaml", NULL, "cpu.decode", ", kv: f16",
                                        "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8,"
                                        " decode_tokens: 2}\n"
-                                       "    falsify: {faults: [skip_qk_norm], sweep_samples: 0}\n");
+                                       "    falsify: {faults: [skip_qk_norm], sweep_samples: 0,"
+                                       " power_layers: 1}\n");
     struct run_options o = {
         .ladder = p, .host = "a", .db = path_in("r.db"), .key = path_in("a.key"), .threads = 1};
     struct run_result res;
