@@ -12,8 +12,9 @@
 #
 # Everything is written under WORK_DIR (a new or empty folder): keys, ladder, goldens copy,
 # synthesized model cache, databases, exports, JUnit files, logs. Smallest settings: one tiny
-# synthetic dense model, one cell per host (ref.decode), parity at 64 positions, three tiny
-# throughput runs, one fault. A few seconds in a normal build.
+# synthetic dense model, one cell per host (cpu.decode: the fast engine as subject, the judge's
+# forwards are a run's cost), parity at 64 positions, three tiny throughput runs, one fault and
+# one layer of power probes. A few seconds in a normal build.
 #
 # RELEASE OK needs a gate built from a clean tree (DESIGN.md settled question 1: a receipt from a
 # dirty tree never counts). With a dirty build the positive step expects exactly that refusal
@@ -91,15 +92,15 @@ models:
 hosts:
   a: {device: none, trust: ['file:a.pub']}
   b: {device: none, trust: ['file:b.pub']}
-modes: [ref.decode]
+modes: [cpu.decode]
 cells:
-  - {models: [tiny-dense], hosts: [a, b], modes: [ref.decode]}
+  - {models: [tiny-dense], hosts: [a, b], modes: [cpu.decode]}
 gates:
   defaults:
     parity: {positions: 64}
     golden: {goldens: goldens.json, sha256: $GOLDENS_SHA, tokens: 16}
     throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 4}
-    falsify: {faults: [skip_qk_norm], sweep_samples: 0}
+    falsify: {faults: [skip_qk_norm], sweep_samples: 0, power_layers: 1}
 unanchored: {qwen3: 'fleet simulation: the judge is anchored by the conformance tests'}
 EOF
 step "ladder check" 0 logs/ladder.log -- "$GATE" ladder check fleet.yaml
@@ -109,7 +110,7 @@ for h in a b; do
     echo "== host job $h: gate run --host $h, export =="
     if step "gate run --host $h" 0 logs/run-$h.log -- "$GATE" run fleet.yaml --host "$h" \
         --db host-$h/$h.db --key host-$h/$h.key --threads 1 --junit host-$h/junit.xml; then
-        grep -q "tiny-dense/$h/ref.decode *=> PASS" logs/run-$h.log ||
+        grep -q "tiny-dense/$h/cpu.decode *=> PASS" logs/run-$h.log ||
             fail "host $h: its cell did not PASS"
         other=b
         [ "$h" = b ] && other=a
@@ -142,10 +143,10 @@ else
     if step "release check (dirty build)" 1 logs/release.log -- "$GATE" release check \
         fleet.yaml --db agg/agg.db --sign agg/release.key --junit agg/release.xml; then
         for h in a b; do
-            grep -Eq "tiny-dense/$h/ref.decode +STALE +receipt [0-9]+ was made by a binary built from a dirty tree" \
-                logs/release.log || fail "dirty build: cell tiny-dense/$h/ref.decode is not STALE (dirty)"
+            grep -Eq "tiny-dense/$h/cpu.decode +STALE +receipt [0-9]+ was made by a binary built from a dirty tree" \
+                logs/release.log || fail "dirty build: cell tiny-dense/$h/cpu.decode is not STALE (dirty)"
         done
-        grep -Eq "ref.decode +MISSING" logs/release.log && fail "dirty build: a cell is MISSING"
+        grep -Eq "cpu.decode +MISSING" logs/release.log && fail "dirty build: a cell is MISSING"
         grep -q "not signed" logs/release.log || fail "dirty build: the sign-off was not refused"
     fi
 fi
@@ -165,9 +166,9 @@ step "import a only" 0 logs/partial-import.log -- "$GATE" receipt import artifac
     --db partial/agg.db
 if step "release check (host b missing)" 1 logs/partial-release.log -- "$GATE" release check \
     fleet.yaml --db partial/agg.db --junit partial/release.xml; then
-    grep -Eq "tiny-dense/b/ref.decode +MISSING" logs/partial-release.log ||
+    grep -Eq "tiny-dense/b/cpu.decode +MISSING" logs/partial-release.log ||
         fail "host b's cell is not MISSING"
-    grep -Eq "tiny-dense/a/ref.decode +MISSING" logs/partial-release.log &&
+    grep -Eq "tiny-dense/a/cpu.decode +MISSING" logs/partial-release.log &&
         fail "host a's cell is MISSING although its receipts were imported"
     grep -q "RELEASE BLOCKED" logs/partial-release.log || fail "no RELEASE BLOCKED line"
 fi

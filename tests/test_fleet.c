@@ -90,8 +90,8 @@ Test(fleet, two_hosts_export_import_release_and_a_missing_host_blocks, .timeout 
     cr_assert_eq(code, 0, "ci/fleet-sim.sh exited %d:\n%s", code, out);
     cr_expect(strstr(out, "\nfleet-sim: OK\n"), "%s", out);
     /* each host job ran only its own cell, with its own key */
-    cr_expect(line_with(out, "tiny-dense/a/ref.decode", "=> PASS"), "%s", out);
-    cr_expect(line_with(out, "tiny-dense/b/ref.decode", "=> PASS"), "%s", out);
+    cr_expect(line_with(out, "tiny-dense/a/cpu.decode", "=> PASS"), "%s", out);
+    cr_expect(line_with(out, "tiny-dense/b/cpu.decode", "=> PASS"), "%s", out);
     cr_expect(strstr(out, "imported 1 new receipts from 'artifacts/a.jsonl' into 'agg/agg.db'"),
               "%s", out);
     cr_expect(strstr(out, "imported 1 new receipts from 'artifacts/b.jsonl' into 'agg/agg.db'"),
@@ -112,8 +112,8 @@ Test(fleet, two_hosts_export_import_release_and_a_missing_host_blocks, .timeout 
     /* the negative: without host b's artifact, b's cell is MISSING and the release blocked */
     const char *neg = strstr(out, "== aggregation without host b's export");
     cr_assert(neg, "%s", out);
-    cr_expect(line_with(neg, "tiny-dense/b/ref.decode", "MISSING"), "%s", neg);
-    cr_expect_null(line_with(neg, "tiny-dense/a/ref.decode", "MISSING"), "%s", neg);
+    cr_expect(line_with(neg, "tiny-dense/b/cpu.decode", "MISSING"), "%s", neg);
+    cr_expect_null(line_with(neg, "tiny-dense/a/cpu.decode", "MISSING"), "%s", neg);
     cr_expect(strstr(neg, "RELEASE BLOCKED"), "%s", neg);
     free(out);
     /* every JUnit file the jobs wrote is in the common schema's shape */
