@@ -503,6 +503,11 @@ Test(cmd_tokenize, single_inputs_agree_with_the_batch_and_exit_0)
 {
     struct table tb = write_table();
     size_t step = asan() ? 40 : 24, n_run = 0;
+    if (asan())
+        fprintf(stderr,
+                "ASan: cmd_tokenize::single_inputs_agree_with_the_batch_and_exit_0: %zu of %zu"
+                " table cases one by one (every 40th; the normal build every 24th, %zu)\n",
+                (tb.n + 39) / 40, tb.n, (tb.n + 23) / 24);
     for (size_t i = 0; i < tb.n; i += step) {
         json_t *c = json_array_get(tb.cases, i);
         int special = (int)json_integer_value(json_object_get(c, "parse_special"));
@@ -742,6 +747,11 @@ Test(cmd_tokenize, round_trip_of_1000_random_nfc_stable_strings, .timeout = 1200
 {
     enum { N = 1000 };
     const int n_single = asan() ? 4 : 8;
+    if (asan())
+        fprintf(stderr,
+                "ASan: cmd_tokenize::round_trip_of_1000_random_nfc_stable_strings: 4 of 8 strings"
+                " one by one through both commands (all %d through the library and one CLI call)\n",
+                N);
     const char *v = fixture("vocab.gguf");
     struct gate_err err = {0};
     struct tok *t = NULL;
