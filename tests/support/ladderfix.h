@@ -7,8 +7,9 @@
  * tamper), and a shell helper for CLI tests.
  * Used by tests/test_release.c, tests/test_report.c, tests/test_html_report.c,
  * tests/test_kv_ladder.c and tests/test_exec.c (test_fleet.c and test_broken_twin.c: the shell
- * helper), and a folder built once and shared by the test processes of one runner
- * (ladderfix_once; tests/test_release_e2e.c, tests/test_exec.c).
+ * helper), a folder built once and shared by the test processes of one runner
+ * (ladderfix_once; tests/test_release_e2e.c), and the runner's shared goldens cache
+ * (ladderfix_share_begin; tests/test_exec.c).
  * Start reading: ladderfix_init(), then ladderfix_ladder() and ladderfix_add().
  */
 #ifndef GATE_TEST_LADDERFIX_H
