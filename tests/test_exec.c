@@ -364,11 +364,17 @@ Test(exec, an_engine_that_fakes_its_faults_fails_falsify)
     cr_expect_eq(judge_as_exec(&faults, &cfg, &fr, why, sizeof why), GATE_FAIL,
                  "falsify passed an engine that fakes its faults");
     cr_expect(strstr(why, "did not apply it"), "%s", why);
-    /* a record without the agreement (an edited receipt) is no evidence either */
+    /* a record without the agreement (an edited receipt) is no evidence either; judged without
+     * the sweep (its faked samples FAIL on their own). The faked power probes FAIL too, but
+     * after the faults: the reason must be the fault record's missing agreement */
     json_t *fa = json_object_get(fr.metrics, "faults");
     for (size_t i = 0; i < json_array_size(fa); i++)
         json_object_del(json_array_get(fa, i), "agreement");
-    cr_expect_eq(judge_as_exec(&faults, &cfg, &fr, why, sizeof why), GATE_FAIL);
+    struct falsify_config no_sweep = cfg;
+    no_sweep.sweep_samples = 0;
+    cr_expect_eq(judge_as_exec(&faults, &no_sweep, &fr, why, sizeof why), GATE_FAIL,
+                 "a fault record without its agreement counted as evidence");
+    cr_expect(strstr(why, "(not recorded): the engine did not apply it"), "%s", why);
     /* the sampled sweep likewise: each tap-less injection moved the logits, none matched the
      * judge's run with it, so none counts as fired, in any kind */
     cr_assert_eq(fr.n_kinds, faults.n);
