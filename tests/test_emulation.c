@@ -21,11 +21,13 @@
  * Under ASan (GATE_ASAN set: the sanitizer build, ~5-10x slower, proves memory safety; the normal
  * build proves the numbers) a printed subset that still reaches every emulated code path: on
  * tiny-moe chat cuda-f16 (kv-f16, gemm-f16 and every FP32 item: the cell predicted to fail); on
- * tiny-dense chat gemm-bf16; of the decode and prefill cells and the conformance cases the first
- * and the last conformance case on the prefill path, the gated run with both envelopes
- * (cuda-f32,ex2-2ulp,gemm-seq). Each prints "ASan: N of M".
+ * tiny-dense chat gemm-bf16; of the 12 (model, path) items of the decode and prefill cells and
+ * the conformance cases, 2: the first and the last conformance case (qwen3-dense-tiny-q4_k_m,
+ * qwen3moe-tiny-q8_0) on the prefill path, each on its own model, the gated run with both
+ * envelopes (cuda-f32,ex2-2ulp,gemm-seq). Each prints "ASan: N of M"; the sweep also prints
+ * each model it loads.
  * What it cannot prove without a device: that the device rounds as predicted (MUFU.EX2's own
- * error and cuBLAS's summation order are stood in for, see each_difference_stays_within_its_bound).
+ * error and cuBLAS's summation order are stood in for, see chat_sweep).
  * Every judge is opened without the variable; only the subject sees it.
  */
 #include <criterion/criterion.h>
@@ -413,7 +415,8 @@ Test(emulation, an_unknown_item_is_refused_at_open)
  * Under ASan 2 of the 12 (model, path) items: the first and the last conformance case (dense
  * Q4_K_M, MoE Q8_0) on the prefill path, where the gated run also takes both envelopes
  * (cuda-f32,ex2-2ulp,gemm-seq, held to its own bound): every code path of the batched emulation
- * on a dense and a MoE model. */
+ * on a dense and a MoE model. An item whose model is not the one loaded frees it (and its judge
+ * cache) and loads its own, so a skipped item never leaves the wrong model in place. */
 Test(emulation, the_decode_and_prefill_cells_and_the_conformance_cases_under_each_configuration,
      .timeout = 900)
 {
@@ -442,16 +445,31 @@ Test(emulation, the_decode_and_prefill_cells_and_the_conformance_cases_under_eac
                 " them all)\n",
                 n_sweep);
     struct model *m = NULL;
+    const char *loaded = NULL; /* the SWEEP name m was loaded from */
     uint8_t *buf = NULL;
     for (int k = 0; k < n_sweep; k++) {
         if (asan && !SWEEP[k].asan)
             continue;
         const char *name = SWEEP[k].model, *path = PATHS[SWEEP[k].path];
         const int synth = !strncmp(name, "tiny-", 5), moe = strstr(name, "moe") != NULL;
+        if (loaded && strcmp(loaded, name)) { /* another model: its judges go with it */
+            judge_cache_end();
+            model_free(m);
+            free(buf);
+            m = NULL;
+            buf = NULL;
+            loaded = NULL;
+        }
         if (!m) {
             m = synth ? check_tiny_model(name, &buf) : check_load_case(name);
+            loaded = name;
             g_cache.m = m; /* one judge per token sequence for both configurations */
+            if (asan)
+                fprintf(stderr, "emulation: ASan: loaded %s for item %d of %d (%s, %u experts)\n",
+                        name, k + 1, n_sweep, model_arch_name(m->hp.arch), m->hp.n_expert);
         }
+        cr_assert_eq(m->hp.n_expert > 0, moe, "%s: the loaded model (%s) is not the item's", name,
+                     loaded);
         const char *gated = asan ? "cuda-f32,ex2-2ulp,gemm-seq" : "cuda-f32";
         char where[96];
         snprintf(where, sizeof where, "%s %s", name, path);
@@ -470,12 +488,8 @@ Test(emulation, the_decode_and_prefill_cells_and_the_conformance_cases_under_eac
         cr_assert(own.pass, "%s: FP16 must pass its own tolerance: %s", where, own.reason);
         parity_result_free(&r);
         parity_result_free(&own);
-        if (k + 1 == n_sweep || strcmp(SWEEP[k + 1].model, name)) { /* the model's last item */
-            judge_cache_end();
-            model_free(m);
-            free(buf);
-            m = NULL;
-            buf = NULL;
-        }
     }
+    judge_cache_end();
+    model_free(m);
+    free(buf);
 }
