@@ -47,7 +47,7 @@ static int asan(void)
 #if defined(__SANITIZE_ADDRESS__)
     return 1;
 #else
-    return getenv("GATE_ASAN") != NULL;
+    return check_asan();
 #endif
 }
 

@@ -9,7 +9,7 @@
  * instruction set the host runs (GATE_REQUIRE_ISA turns a missing one into a failure); logits do
  * not depend on the thread count or on n_batch; falsification rejects every fault on the tiny
  * MoE; what ran is reported as cpu.
- * Under ASan (GATE_ASAN set: the sanitizer build, ~5-10x slower, proves memory safety; the normal
+ * Under ASan (check_asan(): the sanitizer build, ~5-10x slower, proves memory safety; the normal
  * build proves the numbers) printed subsets ("ASan: N of M"): the noise sweep runs the Q4_K_M
  * cases' chat path (batched turns and decoded tokens: every K-quant kernel, routing, both
  * attention paths), the thread-count checks 3 threads only (against 1, or the MoE decode against
@@ -113,7 +113,7 @@ Test(cpu, every_conformance_case_stays_within_its_measured_noise_on_every_path, 
     /* sanitizer builds run ~10x slower: there the Q4_K_M cases (dense and MoE: every K-quant
      * kernel, routing) on the chat path (batched turns and decoded tokens) show memory safety;
      * the normal build judges all six on every path */
-    const int asan = getenv("GATE_ASAN") != NULL;
+    const int asan = check_asan();
     if (asan)
         fprintf(stderr, "cpu: ASan: 2 of %d (case, path) items: the Q4_K_M cases' cpu.chat\n",
                 3 * n);
@@ -503,7 +503,7 @@ Test(cpu, logits_are_bit_identical_for_any_thread_count_and_batch)
         struct model *m = check_load_case(cases[c]);
         const size_t bytes = (size_t)48 * m->hp.n_vocab * sizeof(float);
         float *one = run_cpu(m, 1, 0, tokens, 48, 40);
-        const int asan = getenv("GATE_ASAN") != NULL; /* sanitizer builds: 1 against 3 threads */
+        const int asan = check_asan(); /* sanitizer builds: 1 against 3 threads */
         if (asan)
             fprintf(stderr, "cpu: ASan: 1 of 2 other thread counts (3) on %s\n", cases[c]);
         for (int threads = asan ? 3 : 2; threads <= 3; threads++) {
@@ -581,8 +581,8 @@ Test(cpu, falsification_rejects_every_fault_on_the_tiny_moe, .timeout = 1200)
     cr_assert_eq(fs.n, 4);
     struct falsify_config cfg;
     gatedef_falsify_config(NULL, &cfg);
-    cfg.power_layers = 1;      /* the probe at the last layer: this test is about the faults */
-    if (getenv("GATE_ASAN")) { /* sanitizer builds: one sweep sample per kind */
+    cfg.power_layers = 1; /* the probe at the last layer: this test is about the faults */
+    if (check_asan()) {   /* sanitizer builds: one sweep sample per kind */
         fprintf(stderr, "cpu: ASan: 1 of %d sweep samples per kind\n", cfg.sweep_samples);
         cfg.sweep_samples = 1;
     }
@@ -954,7 +954,7 @@ Test(cpu, moe_decode_and_grouped_batch_equal_bit_for_bit)
     mode_tokens(PARITY_TOKEN_SEED, (int)m->hp.n_vocab, N, tokens);
     const size_t bytes = (size_t)N * m->hp.n_vocab * sizeof(float);
     float *batched = run_cpu(m, 2, 0, tokens, N, N);
-    const int asan = getenv("GATE_ASAN") != NULL; /* sanitizer builds: 3 threads (uneven splits) */
+    const int asan = check_asan(); /* sanitizer builds: 3 threads (uneven splits) */
     if (asan)
         fprintf(stderr, "cpu: ASan: 1 of 3 thread counts (3) for the MoE decode against the"
                         " 2-thread batch\n");
@@ -994,7 +994,7 @@ Test(cpu, kv_f16_is_identical_across_threads_and_batching)
         static const int chunks[] = {1, 7, 48};
         /* sanitizer builds: the diagonal (1 thread one token per call, 2 threads chunks of 7,
          * 3 threads one batch) */
-        const int asan = getenv("GATE_ASAN") != NULL;
+        const int asan = check_asan();
         if (asan)
             fprintf(stderr, "cpu: ASan: 3 of 9 thread and chunk settings (%s kv f16)\n", cases[c]);
         int k = 0;

@@ -18,7 +18,7 @@
  * Each model and path's judge runs once (the judge cache below), and each emulated run serves
  * every assertion about it: a chat cell's cuda-f32 and cuda-f16 runs are the same runs as those
  * items' bounds, and the combined items are compared with the items' own logits.
- * Under ASan (GATE_ASAN set: the sanitizer build, ~5-10x slower, proves memory safety; the normal
+ * Under ASan (check_asan(): the sanitizer build, ~5-10x slower, proves memory safety; the normal
  * build proves the numbers) a printed subset that still reaches every emulated code path: on
  * tiny-moe chat cuda-f16 (kv-f16, gemm-f16 and every FP32 item: the cell predicted to fail); on
  * tiny-dense chat gemm-bf16; of the 12 (model, path) items of the decode and prefill cells and
@@ -294,7 +294,7 @@ static int asan_item(const char *preset, const char *item)
 static void chat_sweep(const char *preset)
 {
     const int moe = !strcmp(preset, "tiny-moe");
-    const int asan = getenv("GATE_ASAN") != NULL;
+    const int asan = check_asan();
     const char *run[N_ITEMS + 2];
     int n_run = 0, n_items = 0, n_all = N_ITEMS + (moe ? N_SAME_PAIRS : 0);
     for (int i = 0; i < N_ITEMS; i++)
@@ -437,7 +437,7 @@ Test(emulation, the_decode_and_prefill_cells_and_the_conformance_cases_under_eac
                  {"qwen3moe-tiny-q8_0", 1, 1},
                  {"qwen3moe-tiny-q8_0", 2, 0}};
     const int n_sweep = (int)(sizeof SWEEP / sizeof SWEEP[0]);
-    const int asan = getenv("GATE_ASAN") != NULL;
+    const int asan = check_asan();
     if (asan)
         fprintf(stderr,
                 "emulation: ASan: 2 of %d (model, path) items (qwen3-dense-tiny-q4_k_m and"

@@ -271,7 +271,7 @@ static enum gate_verdict judge_as_exec(const struct fault_set *faults,
 static void default_faults(struct fault_set *faults, const char *test)
 {
     fault_default_set(1, faults);
-    if (ladderfix_asan() && faults->n > 2) {
+    if (check_asan() && faults->n > 2) {
         fprintf(stderr, "ASan: exec::%s: 2 of %d default faults (the first and the last)\n", test,
                 faults->n);
         faults->f[1] = faults->f[faults->n - 1];
@@ -282,7 +282,7 @@ static void default_faults(struct fault_set *faults, const char *test)
 /* The sweep samples per kind of the default-set tests: 2, under ASan 1 (said on stderr). */
 static int sweep_samples(const char *test)
 {
-    if (!ladderfix_asan())
+    if (!check_asan())
         return 2;
     fprintf(stderr, "ASan: exec::%s: 1 of 2 sweep samples per kind\n", test);
     return 1;

@@ -5,7 +5,7 @@
  * a weak fault escape and the gate then FAILS; the sampled sweep's rate, escapes and no-ops;
  * the judge recomputes "rejected" and "fired" from recorded numbers, never a stored flag.
  * The power probe runs at one layer per tensor except in its own Test (config64()).
- * Under ASan (GATE_ASAN set: the sanitizer build, ~5-10x slower, proves memory safety; the normal
+ * Under ASan (check_asan(): the sanitizer build, ~5-10x slower, proves memory safety; the normal
  * build proves the numbers), each said on stderr: one sweep sample per kind, a one-position
  * sweep window, one clean run, no determinism rerun, the power probe without its loose-threshold
  * rerun, the weak fault without its default-threshold rerun, and of the numeric fault specs the
@@ -88,7 +88,7 @@ Test(falsify, every_fault_at_all_layers_is_rejected)
     cr_assert_eq(fs.n, 4);
     struct falsify_config cfg;
     config64(&cfg);
-    if (getenv("GATE_ASAN")) { /* sanitizer builds run ~10x slower: one sample per kind */
+    if (check_asan()) { /* sanitizer builds run ~10x slower: one sample per kind */
         fprintf(stderr, "falsify: ASan: 1 of %d sweep samples per kind\n", cfg.sweep_samples);
         cfg.sweep_samples = 1;
     }
@@ -130,7 +130,7 @@ Test(falsify, rejected_on_the_chat_path_too)
     struct fault_set fs = faults_of(specs, 1);
     struct falsify_config cfg;
     config64(&cfg);
-    if (getenv("GATE_ASAN")) { /* sanitizer builds run ~10x slower: one sample per kind */
+    if (check_asan()) { /* sanitizer builds run ~10x slower: one sample per kind */
         fprintf(stderr, "falsify: ASan: 1 of %d sweep samples per kind\n", cfg.sweep_samples);
         cfg.sweep_samples = 1;
     }
@@ -168,7 +168,7 @@ Test(falsify, single_layer_single_position_rejected_or_reported)
     const char *kinds[] = {"wrong_expert:positions=5-6", "dropped_expert:positions=5-6",
                            "uniform_weights:positions=5-6", "skip_qk_norm:positions=5-6"};
     struct fault_set ks = faults_of(kinds, 4);
-    const int asan = getenv("GATE_ASAN") != NULL; /* sanitizer builds run ~10x slower */
+    const int asan = check_asan(); /* sanitizer builds run ~10x slower */
     if (asan)
         fprintf(stderr, "falsify: ASan: the sweep window is position 5 of 5-6, one clean run\n");
     for (int i = 0; asan && i < 4; i++)
@@ -346,7 +346,7 @@ Test(falsify, weak_fault_escapes_at_the_floor_and_the_gate_fails)
     falsify_result_free(&r);
     /* the same fault under the default thresholds is rejected: the gate passes (sanitizer
      * builds: left to the normal build, said so) */
-    if (getenv("GATE_ASAN")) {
+    if (check_asan()) {
         fprintf(stderr, "falsify: ASan: the default-threshold run is left to the normal build\n");
     } else {
         config64(&cfg);
@@ -387,7 +387,7 @@ Test(falsify, sampled_sweep_rate_is_judged_per_kind)
     cr_expect(strstr(r.reason, "uniform_weights") && strstr(r.reason, "min_detection"), "%s",
               r.reason);
     /* deterministic: the same pairs and counts again (sanitizer builds: not rerun, said so) */
-    if (getenv("GATE_ASAN")) {
+    if (check_asan()) {
         fprintf(stderr, "falsify: ASan: the determinism rerun is left to the normal build\n");
     } else {
         cr_assert_eq(falsify_run(m, &mode, &fs, seq64(), 64, &cfg, 2, &r2, &err), 0, "%s", err.msg);
@@ -703,7 +703,7 @@ static void numeric_faults_in_cpu(const char *model_case)
     float *ref_c = run_faulted("ref", m, NULL, 0);
     /* sanitizer builds: the first and the last matmul scale and every other kind once (each its
      * own code in the engine; drop_diag by position); the normal build runs every spec */
-    const int asan = getenv("GATE_ASAN") != NULL;
+    const int asan = check_asan();
     if (asan)
         fprintf(stderr,
                 "faults: ASan: %d of %d specs on %s (scale of %s and %s, kv_corrupt,"
@@ -816,7 +816,7 @@ Test(falsify, the_power_probe_sees_a_one_percent_scale_of_every_matmul)
     falsify_result_free(&r);
     /* thresholds that cannot see it: the run FAILs, naming the probe (sanitizer builds: the
      * second run of the 13 parity runs is left to the normal build, said so) */
-    if (getenv("GATE_ASAN")) {
+    if (check_asan()) {
         fprintf(stderr, "falsify: ASan: the loose-threshold run is left to the normal build\n");
     } else {
         cfg.parity.max_mean_rel_l2 = INFINITY;

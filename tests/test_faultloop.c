@@ -461,7 +461,7 @@ static void run_loop(struct loop *l, const char *kind)
     l->kind = kind;
     l->violations = l->n_misprinted = 0;
     l->misprinted[0] = '\0';
-    int asan = getenv("GATE_ASAN") && *getenv("GATE_ASAN") && strcmp(getenv("GATE_ASAN"), "0");
+    int asan = check_asan();
     /* every write and statement; every allocation up to 64, then a geometric sample (tens of
      * thousands are counted); under ASan a sparse sample of each (see the header comment) */
     const long long dense = asan ? 1 : strcmp(kind, "alloc") ? LLONG_MAX : 64;

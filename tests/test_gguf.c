@@ -1379,8 +1379,7 @@ static int mutate_model(const char *name, int count, uint64_t seed)
 
 static int mutation_count(void)
 {
-    const char *asan = getenv("GATE_ASAN");
-    return asan && *asan && strcmp(asan, "0") != 0 ? 1000 : 2000;
+    return check_asan() ? 1000 : 2000;
 }
 
 Test(gguf, survives_deterministic_mutations_of_the_moe_model)

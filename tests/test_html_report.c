@@ -313,7 +313,7 @@ Test(html_report, gate_report_end_to_end_and_in_headless_chromium, .timeout = 12
 {
     const char *bin = getenv("GATE_BIN");
     cr_assert(bin, "GATE_BIN is not set");
-    const int asan = getenv("GATE_ASAN") != NULL;
+    const int asan = check_asan();
     if (asan)
         fprintf(stderr, "ASan: html_report::gate_report_end_to_end_and_in_headless_chromium: 1 of"
                         " 4 falsify faults (wrong_expert), no sweep (the normal build: 1 sample"

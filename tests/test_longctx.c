@@ -5,7 +5,7 @@
  * model's context length refused at ladder check, and parity over 4,096 positions of a tiny model
  * with the judged positions spread over the whole span, F32 and F16 KV caches, the F32 run's
  * numbers bit for bit those of a run that keeps every row.
- * Under ASan (GATE_ASAN set: the sanitizer build, ~5-10x slower, proves memory safety; the normal
+ * Under ASan (check_asan(): the sanitizer build, ~5-10x slower, proves memory safety; the normal
  * build proves the numbers) the runs span 1,024 positions (four of the judge's 256-row chunks,
  * 64 judged, one per stratum of 16) instead of 4,096, printed as "ASan: span 1024 of 4096"; the
  * memory arithmetic runs no forward and is the same in both builds.
@@ -329,7 +329,7 @@ static struct model *long_model(uint8_t **buf)
  * stderr). */
 static int long_span(void)
 {
-    if (!getenv("GATE_ASAN"))
+    if (!check_asan())
         return 4096;
     fprintf(stderr, "longctx: ASan: span 1024 of 4096 positions (the normal build runs 4096)\n");
     return 1024;

@@ -17,12 +17,6 @@
 #include "engine/synth.h"
 #include "tests/support/check.h"
 
-static int asan(void)
-{
-    const char *a = getenv("GATE_ASAN");
-    return a && *a && strcmp(a, "0");
-}
-
 /* ---- naive min/max quantizers (the baseline) ------------------------------------------------ */
 
 static int rnd(float x)
@@ -216,7 +210,7 @@ static void rmse_table(const char *what, const float *x, int64_t n)
 
 Test(quantize, beats_naive_and_near_exhaustive_on_gaussian_rows)
 {
-    const int64_t n = asan() ? 48 * QK_K : 256 * QK_K;
+    const int64_t n = check_asan() ? 48 * QK_K : 256 * QK_K;
     float *x = gaussian_rows(n);
     rmse_table("gaussian", x, n);
     free(x);
@@ -224,7 +218,7 @@ Test(quantize, beats_naive_and_near_exhaustive_on_gaussian_rows)
 
 Test(quantize, beats_naive_and_near_exhaustive_on_synthetic_weights)
 {
-    const int64_t n = asan() ? 48 * QK_K : 256 * QK_K;
+    const int64_t n = check_asan() ? 48 * QK_K : 256 * QK_K;
     float *x = synthetic_weights(n);
     rmse_table("synthetic", x, n);
     free(x);
@@ -233,7 +227,7 @@ Test(quantize, beats_naive_and_near_exhaustive_on_synthetic_weights)
 Test(quantize, absolute_rmse_on_unit_gaussian_is_what_the_docs_state)
 {
     /* docs/synth.md quotes these; a regression in the quantizer moves them */
-    const int64_t n = asan() ? 48 * QK_K : 256 * QK_K;
+    const int64_t n = check_asan() ? 48 * QK_K : 256 * QK_K;
     float *x = gaussian_rows(n);
     const struct {
         int type;

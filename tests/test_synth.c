@@ -40,17 +40,11 @@
 #define PINNED_TINY_DENSE_Q4_K_M_SHA256                                                            \
     "91d5b06bdb37e3f7c42f37d761857b150130488e18619bd7a06e08cc4bb923d0"
 
-static int asan(void)
-{
-    const char *a = getenv("GATE_ASAN");
-    return a && *a && strcmp(a, "0");
-}
-
 static struct synth_options opts(const char *preset, int quant, uint32_t seed)
 {
     struct synth_options o = {
         .spec = *synth_preset_find(preset), .quant = quant, .seed = seed, .n_threads = 2};
-    if (asan())
+    if (check_asan())
         o.spec.n_layer = 1;
     return o;
 }

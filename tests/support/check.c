@@ -142,3 +142,9 @@ struct model *check_tiny_model(const char *preset, uint8_t **buf)
     o.seed = 1;
     return check_synth_model(&o, preset, buf);
 }
+
+int check_asan(void)
+{
+    const char *a = getenv("GATE_ASAN");
+    return a && *a && strcmp(a, "0") != 0;
+}

@@ -1,6 +1,6 @@
 /* check.h — helpers every test file uses: the one float comparison (a Criterion wrapper of
  * oracles/compare.h: first bad index, max absolute and relative error, NMSE), paths to
- * ../shared and to a scratch folder, file slurping.
+ * ../shared and to a scratch folder, file slurping, and the one reader of GATE_ASAN.
  */
 #ifndef GATE_TEST_CHECK_H
 #define GATE_TEST_CHECK_H
@@ -21,6 +21,11 @@ void check_floats(const char *what, const float *a, const float *b, int64_t n, d
 
 /* ../shared as seen from the project root ($GATE_SHARED overrides). Static string. */
 const char *check_shared_dir(void);
+
+/* 1 under the ASan build's test run (env GATE_ASAN set and neither "" nor "0"), where tests run a
+ * printed, deterministic subset of a sweep (the normal build runs all of it). Every test that
+ * asks reads GATE_ASAN through this. */
+int check_asan(void);
 
 /* A fresh scratch folder under $TMPDIR for this process (created on first call). */
 const char *check_tmp_dir(void);

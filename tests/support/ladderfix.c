@@ -448,9 +448,3 @@ const char *ladderfix_once(const char *name, void (*build)(const char *dir, void
     close(fd);
     return out;
 }
-
-int ladderfix_asan(void)
-{
-    const char *a = getenv("GATE_ASAN");
-    return a && *a && strcmp(a, "0") != 0;
-}

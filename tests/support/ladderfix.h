@@ -169,8 +169,4 @@ void ladderfix_share_end(void);
 const char *ladderfix_once(const char *name, void (*build)(const char *dir, void *ctx), void *ctx,
                            char out[1024]);
 
-/* 1 under the ASan build's test run (env GATE_ASAN set and not "0"), where tests may run a
- * printed, deterministic subset of a sweep (the normal build runs all of it). */
-int ladderfix_asan(void);
-
 #endif
