@@ -151,14 +151,15 @@ const struct backend_kernel_tests *backend_kernel_tests(const char **backend, st
  * decode and prefill on 8 sequences of 300 ids each, and the chat conversation) and, for max
  * rel-L2, 100 sequences of 300 ids of tiny-moe decode (docs/gates.md has the table). */
 static const struct backend_noise NOISE[] = {
-    {"ref", 1, 1, 0, 0, 0, 0, 0, "the judge against itself: bit-identical by construction"},
+    {"ref", 1, 1, 0, 0, 0, 0, 0, "the judge against itself: bit-identical by construction", ""},
     {"cpu", 1, 0, 5.2e-6, 1.25e-5, 1.6e-4, 4.0e-3, 1.8e-3,
      "measured 2026-12-02: worst of 151 gate parity runs over tiny-moe, tiny-dense, tiny-odd"
-     " (decode, prefill, chat; docs/gates.md)"},
+     " (decode, prefill, chat; docs/gates.md)",
+     "act-q12"}, /* 12-bit block activations before every quantized product (cpu_dot.h) */
     {"cuda", 0, 0, NAN, NAN, NAN, NAN, NAN,
-     "not measured: no device run yet (docs/kernels.md has the emulated FP16 predictions)"},
+     "not measured: no device run yet (docs/kernels.md has the emulated FP16 predictions)", ""},
     {BACKEND_EXTERNAL, 0, 0, NAN, NAN, NAN, NAN, NAN,
-     "an external engine: its noise is its own; measure it (docs/exec.md)"},
+     "an external engine: its noise is its own; measure it (docs/exec.md)", NULL},
 };
 
 const struct backend_noise *backend_noise_of(const char *name)

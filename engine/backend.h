@@ -254,6 +254,11 @@ struct backend_noise {
     int measured, exact;
     double one_minus_cos, mean_kld, max_kld, max_rel_l2, mean_rel_l2;
     const char *source;
+    /* The roundings the backend claims to make beyond FP32 (engine/ref.c's GATE_REF_EMULATE
+     * items): what the twin emulates when it predicts one layer of this backend from the
+     * backend's own input (parity's forced layers, docs/gates.md). "" none; NULL: the backend
+     * records no hidden states, so no layer is predicted. */
+    const char *rounding;
 };
 /* The row of `name` (every backend of the list, and BACKEND_EXTERNAL); NULL for an unknown one. */
 const struct backend_noise *backend_noise_of(const char *name);

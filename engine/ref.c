@@ -44,6 +44,10 @@
  *   ex2-2ulp   envelope, not a prediction: expf with MUFU.EX2's stand-in moved by up to 2 ulp
  *   gemm-seq   envelope, not a prediction: fma, with the cuBLAS projections (chunks >= 8) summed
  *              by one sequential fmaf chain instead of the GEMV's lanes
+ *   act-q12    the `cpu` engine's activation rounding (engine/cpu_dot.h, written again here from
+ *              its definition, not shared): before every product with a quantized weight, each
+ *              block of the input row (32 values for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, 256 for
+ *              Q4_K/Q5_K/Q6_K) becomes d * q, d = max|x| / 2047, q = nearest-even(x * (1/d))
  *   none / ""  nothing
  * Every item reads the kernels' SASS (docs/kernels.md "Numerics" lists each difference, its bound
  * and what the emulation cannot reproduce: MUFU.EX2's own error, cuBLAS's summation order).
@@ -105,7 +109,9 @@ struct ref {
     int emu_norm;               /* GATE_REF_EMULATE: RMSNorm sums in the device's order */
     int emu_ex2;                /* GATE_REF_EMULATE envelope: ex2 moved by up to 2 ulp */
     int emu_gemm_seq;           /* GATE_REF_EMULATE envelope: cuBLAS products in one FMA chain */
+    int emu_act;                /* GATE_REF_EMULATE: the cpu engine's 12-bit block activations */
     float *emu_x;               /* (B, max_cols) rounded activations (emu_gemm only) */
+    float *emu_a;               /* (B*k, max_cols) block-rounded activations (emu_act only) */
 };
 
 /* Chunks this long take the CUDA backend's cuBLAS projections (GEMM_MIN_TOKENS there). */
@@ -304,11 +310,13 @@ static int emulation_parse(struct ref *r, const char *text, struct gate_err *err
             r->emu_fma = r->emu_gemm_seq = 1;
         else if (!strcmp(it, "cuda-f32"))
             r->emu_fma = r->emu_expf = r->emu_softmax = r->emu_norm = 1;
+        else if (!strcmp(it, "act-q12"))
+            r->emu_act = 1;
         else if (strcmp(it, "none"))
             return err_set(err, ERR_INPUT,
                            "ref: GATE_REF_EMULATE item '%.40s' is unknown (known: kv-f16,"
                            " gemm-f16, gemm-bf16, cuda-f16, fma, expf, softmax-f32, norm-order,"
-                           " cuda-f32, ex2-2ulp, gemm-seq, none)",
+                           " cuda-f32, ex2-2ulp, gemm-seq, act-q12, none)",
                            it);
     }
     return 0;
@@ -359,10 +367,54 @@ static void matmul_rows(void *ctx, int64_t begin, int64_t end, int thread)
     }
 }
 
+/* The block of activations the cpu engine quantizes before a product with a weight of `type`
+ * (engine/cpu_dot.h cpu_act_kind): 32, 256, or 0 for float weights (and types it does not run). */
+static int act_block(int type)
+{
+    switch (type) {
+    case QUANT_Q4_0:
+    case QUANT_Q4_1:
+    case QUANT_Q5_0:
+    case QUANT_Q5_1:
+    case QUANT_Q8_0:
+        return 32;
+    case QUANT_Q4_K:
+    case QUANT_Q5_K:
+    case QUANT_Q6_K:
+        return QK_K;
+    default:
+        return 0;
+    }
+}
+
+/* act-q12: x (n rows of cols) as the cpu engine's 12-bit blocks give it back, into r->emu_a; x
+ * itself when w is float or the emulation is off. Per block: d = max|x| / 2047,
+ * q = nearest-even(x * (1 / d)) clamped to +-2047 (1/d as a float, as the engine multiplies),
+ * the value d * q. */
+static const float *act_rounded(struct ref *r, const struct model_weight *w, const float *x, int n)
+{
+    const int blk = r->emu_act ? act_block(w->type) : 0;
+    if (!blk)
+        return x;
+    const int64_t total = (int64_t)n * w->cols;
+    for (int64_t b = 0; b < total; b += blk) {
+        float amax = 0.0f;
+        for (int i = 0; i < blk; i++)
+            amax = fabsf(x[b + i]) > amax ? fabsf(x[b + i]) : amax;
+        const float d = amax / 2047.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        for (int i = 0; i < blk; i++) {
+            float q = nearbyintf(x[b + i] * id);
+            q = q > 2047.0f ? 2047.0f : q < -2047.0f ? -2047.0f : q;
+            r->emu_a[b + i] = d * q;
+        }
+    }
+    return r->emu_a;
+}
+
 /* y (n, w.rows) = x (n, w.cols) times W transposed: y[t][o] = dot(W row o, x[t]). */
 static void matmul(struct ref *r, const struct model_weight *w, const float *x, int n, float *y)
 {
-    struct matmul_job j = {r, w, x, y, n, 0, 0};
+    struct matmul_job j = {r, w, act_rounded(r, w, x, n), y, n, 0, 0};
     pool_run(r->pool, w->rows, matmul_rows, &j);
 }
 
@@ -375,9 +427,9 @@ static void matmul_proj(struct ref *r, const struct model_weight *w, const float
         matmul(r, w, x, n, y);
         return;
     }
-    const float *xin = x;
+    const float *xin = act_rounded(r, w, x, n);
     if (r->emu_gemm) {
-        memcpy(r->emu_x, x, (size_t)n * (size_t)w->cols * sizeof(float));
+        memcpy(r->emu_x, xin, (size_t)n * (size_t)w->cols * sizeof(float));
         round_n(r->emu_x, (int64_t)n * w->cols, r->emu_gemm);
         xin = r->emu_x;
     }
@@ -807,6 +859,69 @@ static void ref_forward_chunk(struct ref *r, const int32_t *tokens, int n, int p
     fault_scale(r, FAULT_T_OUTPUT, -1, pos0, logits, n, hp->n_vocab, NULL, 1);
 }
 
+/* The twin's layers under teacher forcing (ref_ops.h). */
+int ref_forward_forced(struct backend *b, const int32_t *tokens, int n, const float *hidden,
+                       const int32_t *force_experts, float force_tol, float *force_deficit,
+                       float *out, const int *rows, int n_rows, float *logits, struct gate_err *err)
+{
+    struct ref *r = (struct ref *)b;
+    if (!b || b->ops != &backend_ref_ops)
+        return err_set(err, ERR_INPUT, "teacher forcing needs the reference twin");
+    const struct model *m = r->m;
+    const struct model_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd;
+    const size_t L = hp->n_layer;
+    if (n < 1 || n > b->n_ctx || b->n_past != 0)
+        return err_set(err, ERR_INPUT,
+                       "teacher forcing: %d positions on a twin of %d positions with %d cached", n,
+                       b->n_ctx, b->n_past);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= (int32_t)hp->n_vocab)
+            return err_set(err, ERR_INPUT, "teacher forcing: token %d is %d (vocabulary %u)", i,
+                           tokens[i], (unsigned)hp->n_vocab);
+    const int B = b->n_batch;
+    /* the subject's expert sets, forced where they are a near tie of the twin's own */
+    const struct backend_taps route = {
+        .force_experts = force_experts, .force_tol = force_tol, .force_deficit = force_deficit};
+    const struct backend_taps *saved = r->base.taps;
+    r->base.taps = force_experts && force_deficit && hp->n_expert > 0 ? &route : NULL;
+    r->base.tap_n = n;
+    for (size_t il = 0; il < L; il++)
+        for (int pos0 = 0; pos0 < n; pos0 += B) {
+            const int cn = n - pos0 < B ? n - pos0 : B;
+            r->base.tap_off = pos0;
+            for (int t = 0; t < cn; t++) {
+                float *x = r->x + (size_t)t * (size_t)E;
+                if (il == 0)
+                    (r->emu_fma ? quant_dequant_row_fused : quant_dequant_row)(
+                        m->tok_embd.type, model_row(&m->tok_embd, tokens[pos0 + t]), x, E);
+                else
+                    memcpy(x, hidden + ((il - 1) * (size_t)n + (size_t)(pos0 + t)) * (size_t)E,
+                           (size_t)E * sizeof(float));
+            }
+            attention(r, (int)il, cn, pos0);
+            ffn(r, (int)il, cn, pos0);
+            memcpy(out + (il * (size_t)n + (size_t)pos0) * (size_t)E, r->x,
+                   (size_t)cn * (size_t)E * sizeof(float));
+        }
+    r->base.taps = saved;
+    r->base.tap_n = r->base.tap_off = 0;
+    b->n_past = n;
+    for (int i0 = 0; i0 < n_rows; i0 += B) { /* the head on the subject's last hidden state */
+        const int cn = n_rows - i0 < B ? n_rows - i0 : B;
+        for (int t = 0; t < cn; t++) {
+            const int p = rows[i0 + t];
+            if (p < 0 || p >= n)
+                return err_set(err, ERR_INPUT, "teacher forcing: row %d is outside 0..%d", p,
+                               n - 1);
+            norm_row(r, r->xb + (size_t)t * (size_t)E,
+                     hidden + ((L - 1) * (size_t)n + (size_t)p) * (size_t)E, r->out_norm, E);
+        }
+        matmul_proj(r, &m->output, r->xb, cn, logits + (size_t)i0 * hp->n_vocab);
+    }
+    return 0;
+}
+
 /* ops->forward: one chunk, already checked by backend_forward() (backend.h). */
 static int ref_forward(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
                        struct gate_err *err)
@@ -832,7 +947,7 @@ static void ref_close(struct backend *b)
                      r->xb,        r->xo,       r->q,      r->k,      r->v,        r->att,
                      r->ffa,       r->ffb,      r->router, r->probs,  r->selw,     r->gx,
                      r->gy,        r->moe_y,    r->scores, r->rowbuf, r->kc,       r->vc,
-                     r->rope_cos,  r->rope_sin, r->emu_x,  r->rope_f};
+                     r->rope_cos,  r->rope_sin, r->emu_x,  r->rope_f, r->emu_a};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(r->sel);
@@ -980,6 +1095,8 @@ static int ref_open(struct backend **out, const struct model *m, const struct ba
     ALLOC(rope_f, hd);
     if (r->emu_gemm)
         ALLOC(emu_x, B * (size_t)r->max_cols);
+    if (r->emu_act)
+        ALLOC(emu_a, B * K * (size_t)r->max_cols);
 #undef ALLOC
     for (size_t il = 0; il < L; il++) {
         const struct model_layer *ly = &m->layers[il];

@@ -71,6 +71,7 @@ struct ladder_gates {
     /* parity */
     int positions;
     double min_cosine, max_mean_kld, max_kld, near_tie, route_tie, max_rel_l2, max_mean_rel_l2;
+    double max_forced;      /* parity: the forced layers' bound */
     char loose_reason[201]; /* parity: why its thresholds may sit loose ("" = none stated) */
     int span;               /* parity: the generated sequence's length (0 = positions) */
     /* golden */

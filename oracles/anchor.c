@@ -106,7 +106,8 @@ int anchor_logit_metrics(const float *reference, const float *twin, int n_pos, i
                                       .max_mean_kld = INFINITY,
                                       .max_kld = INFINITY,
                                       .max_rel_l2 = INFINITY,
-                                      .max_mean_rel_l2 = INFINITY};
+                                      .max_mean_rel_l2 = INFINITY,
+                                      .max_forced = INFINITY};
     struct parity_result pr;
     /* the reference plays the judge's role in the parity math: its margins decide near ties */
     int rc = parity_judge(reference, twin, n_pos, n_vocab, &cfg, &pr);

@@ -168,6 +168,8 @@ json_t *falsify_settings_json(const struct fault_set *faults, const struct falsi
         json_object_set_new(po, "max_rel_l2", json_real(p->max_rel_l2));
     if (po && !isinf(p->max_mean_rel_l2))
         json_object_set_new(po, "max_mean_rel_l2", json_real(p->max_mean_rel_l2));
+    if (po) /* the forced layers' bound ("Inf": not judged; absent reads as the default) */
+        json_object_set_new(po, "max_forced", parity_json_number(p->max_forced));
     return o;
 }
 
@@ -236,7 +238,10 @@ static struct falsify_numbers numbers_of(const struct parity_result *r)
                                     .mean_rel_l2 = r->rel_l2.mean,
                                     .n_wrong = r->n_wrong,
                                     .n_nonfinite = r->n_nonfinite,
-                                    .n_route_refused = r->route.n_refused};
+                                    .n_route_refused = r->route.n_refused,
+                                    .forced = r->forced.measured,
+                                    .forced_worst = r->forced.worst,
+                                    .forced_head = r->forced.head};
 }
 
 /* Sample kind K's (layer, position) pairs deterministically and inject the fault at each. */
@@ -509,8 +514,10 @@ int falsify_run(const struct model *m, const struct mode *mode, const struct fau
             if ((rc = clean_weights(m, ids, n_ids, n_threads, &w, err)))
                 break;
         }
+        parity_session_set_forced(s, 0); /* gross faults: the logits judge them */
         rc = sweep_kind(s, m, K, cfg->sweep_samples, w, &cfg->parity, by_proxy(cfg, K->spec.kind),
                         err);
+        parity_session_set_forced(s, 1);
     }
     if (!rc)
         rc = power_probe(s, m, cfg, out, err);
@@ -1006,6 +1013,8 @@ static int numbers_rejected(const struct parity_config *c, const struct falsify_
     s.mean_rel_l2 = x->mean_rel_l2;
     s.n_wrong = x->n_wrong, s.n_nonfinite = x->n_nonfinite;
     s.route.n_refused = x->n_route_refused;
+    s.forced.measured = x->forced;
+    s.forced.worst = x->forced_worst, s.forced.head = x->forced_head;
     return parity_rejected(c, &s);
 }
 
@@ -1020,6 +1029,10 @@ static void numbers_json(json_t *o, const struct falsify_numbers *x)
     json_object_set_new(o, "wrong_positions", json_integer(x->n_wrong));
     json_object_set_new(o, "nonfinite_positions", json_integer(x->n_nonfinite));
     json_object_set_new(o, "route_refused", json_integer(x->n_route_refused));
+    if (x->forced) { /* parity's forced layers, when the run measured them */
+        json_object_set_new(o, "forced_worst", parity_json_number(x->forced_worst));
+        json_object_set_new(o, "forced_head", parity_json_number(x->forced_head));
+    }
 }
 
 static json_t *power_json(const struct falsify_result *r)

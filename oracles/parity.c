@@ -36,6 +36,8 @@ int parity_config_check(const struct parity_config *c, struct gate_err *err)
                        c->span, c->positions);
     if (!(c->max_rel_l2 >= 0.0))
         return err_set(err, ERR_INPUT, "parity max_rel_l2 %g must be >= 0", c->max_rel_l2);
+    if (!(c->max_forced >= 0.0))
+        return err_set(err, ERR_INPUT, "parity max_forced %g must be >= 0", c->max_forced);
     if (!(c->max_mean_rel_l2 >= 0.0))
         return err_set(err, ERR_INPUT, "parity max_mean_rel_l2 %g must be >= 0",
                        c->max_mean_rel_l2);
@@ -307,6 +309,19 @@ int parity_verdict(const struct parity_config *cfg, const struct parity_summary 
             " as that judge is from the F32 one (median of %d positions, at most %g): the cache"
             " does not round as it claims",
             s->kv_round.ratio, s->kv_round.n, PARITY_KV_ROUND_MAX);
+    const struct parity_forced *fo = &s->forced;
+    const int fj = fo->measured && !isinf(cfg->max_forced);
+    if (fj && !gate_check_num(c, "forced_layers", fo->worst, "<=", cfg->max_forced))
+        gate_say_first(first, fn,
+                       "layer %d of the subject, run on its own input, is %.3g off what the layer"
+                       " adds (forced layers, at most %g): an error in that layer, not noise"
+                       " carried from the layers before",
+                       fo->worst_layer, fo->worst, cfg->max_forced);
+    if (fj && !gate_check_num(c, "forced_head", fo->head, "<=", cfg->max_forced))
+        gate_say_first(first, fn,
+                       "the output head on the subject's own last hidden state is %.3g off the"
+                       " twin's (forced head, at most %g)",
+                       fo->head, cfg->max_forced);
     json_decref(own);
     const int pass = first[0] == '\0';
     if (why && n) {
@@ -371,6 +386,9 @@ int parity_settings_read(const json_t *settings, struct parity_config *cfg, char
         cfg->max_rel_l2 = INFINITY;
     if (gate_metric_num(settings, "max_mean_rel_l2", &cfg->max_mean_rel_l2))
         cfg->max_mean_rel_l2 = INFINITY;
+    /* absent: the default bound (never "not judged": only an explicit Inf turns it off) */
+    if (gate_metric_num(settings, "max_forced", &cfg->max_forced))
+        cfg->max_forced = PARITY_FORCED_MAX;
     return 0;
 }
 
@@ -425,6 +443,31 @@ static int kv_round_read(const json_t *o, struct parity_kv_round *k)
     return 0;
 }
 
+/* A recorded forced_layers object into *f (absent or "measured": false: not measured); -1 when
+ * malformed: a measured record whose worst or head is not a number >= 0 (NaN, recorded for a
+ * non-finite subject, is kept: it FAILs), or whose layer or position count is not >= 1. */
+static int forced_read(const json_t *o, struct parity_forced *f)
+{
+    memset(f, 0, sizeof *f);
+    if (!o)
+        return 0;
+    if (!json_is_object(o))
+        return -1;
+    if (!json_object_get(o, "worst"))
+        return json_is_false(json_object_get(o, "measured")) ? 0 : -1;
+    double nl = 0, np = 0, wl = -1;
+    if (gate_metric_num(o, "worst", &f->worst) || f->worst < 0 ||
+        gate_metric_num(o, "head", &f->head) || f->head < 0 || gate_metric_num(o, "layers", &nl) ||
+        !count_ok(nl) || nl < 1 || gate_metric_num(o, "positions", &np) || !count_ok(np) || np < 1)
+        return -1;
+    gate_metric_num(o, "worst_layer", &wl);
+    f->measured = 1;
+    f->n_layer = (int)nl;
+    f->n_pos = (int)np;
+    f->worst_layer = (int)wl;
+    return 0;
+}
+
 int parity_metrics_summary(const json_t *metrics, const struct parity_config *cfg,
                            struct parity_summary *s)
 {
@@ -469,6 +512,8 @@ int parity_metrics_summary(const json_t *metrics, const struct parity_config *cf
         rc = route_replay_read(json_object_get(metrics, "route_replay"), &s->route);
     if (!rc)
         rc = kv_round_read(json_object_get(metrics, "kv_f16_rounding"), &s->kv_round);
+    if (!rc)
+        rc = forced_read(json_object_get(metrics, "forced_layers"), &s->forced);
     /* positions judged against a replay without the replay's account: not "nothing refused" */
     if (!rc && json_object_get(pp, "route_deficit") && !json_object_get(metrics, "route_replay"))
         rc = -1;
@@ -517,6 +562,15 @@ int parity_metrics_rejected(const json_t *settings, const json_t *metrics, char 
         return -1;
     }
     s.route.n_refused = json_object_get(metrics, "route_refused") ? (int)v[0] : 0;
+    /* the forced layers, when the point measured them (a probe of a subject with taps) */
+    if (json_object_get(metrics, "forced_worst") || json_object_get(metrics, "forced_head")) {
+        if (gate_metric_num(metrics, "forced_worst", &s.forced.worst) ||
+            gate_metric_num(metrics, "forced_head", &s.forced.head)) {
+            gate_say_first(why, n, "parity numbers' forced_worst / forced_head are not numbers");
+            return -1;
+        }
+        s.forced.measured = 1;
+    }
     if (!(v[3] == 0 && v[4] == 0) && s.n_wrong == 0 && s.n_nonfinite == 0)
         s.n_nonfinite = 1; /* NaN counts: never a silent pass */
     return parity_rejected(&cfg, &s);
@@ -550,6 +604,20 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
                        " judged (kv_f16_rounding)");
         return GATE_FAIL;
     }
+    /* a subject of gate's own (it records hidden states) says whether its layers were forced */
+    const char *md = json_string_value(json_object_get(metrics, "mode"));
+    char be[16] = "";
+    if (md)
+        snprintf(be, sizeof be, "%.*s", (int)strcspn(md, "."), md);
+    if (md && !backend_is_external(be) &&
+        !gate_check_bool(checks, "forced_layers recorded",
+                         json_is_object(json_object_get(metrics, "forced_layers")))) {
+        gate_say_first(why, n,
+                       "the parity metrics of a %s subject do not say whether its layers were"
+                       " judged on its own inputs (forced_layers)",
+                       be);
+        return GATE_FAIL;
+    }
     char line[512] = "";
     const int pass = parity_verdict(&cfg, &s, checks, line, sizeof line);
     /* the gate's reason is the rule's line without its verdict word (the row carries it) */
@@ -563,8 +631,8 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
  * takes. */
 static int judge_routes(const float *ref, const float *test, int n_pos, int n_vocab,
                         const struct parity_config *cfg, const struct parity_route_replay *route,
-                        const struct parity_kv_round *kv, const int *positions,
-                        struct parity_result *out)
+                        const struct parity_kv_round *kv, const struct parity_forced *forced,
+                        const int *positions, struct parity_result *out)
 {
     struct gate_err e = {0};
     double *scratch = NULL;
@@ -625,6 +693,10 @@ static int judge_routes(const float *ref, const float *test, int n_pos, int n_vo
         out->kv_round = *kv;
         s.kv_round = *kv;
     }
+    if (forced) {
+        out->forced = *forced;
+        s.forced = *forced;
+    }
     out->n_match = s.n_match;
     out->n_tie_flip = s.n_tie_flip;
     out->n_wrong = s.n_wrong;
@@ -650,7 +722,7 @@ done:
 int parity_judge(const float *ref, const float *test, int n_pos, int n_vocab,
                  const struct parity_config *cfg, struct parity_result *out)
 {
-    return judge_routes(ref, test, n_pos, n_vocab, cfg, NULL, NULL, NULL, out);
+    return judge_routes(ref, test, n_pos, n_vocab, cfg, NULL, NULL, NULL, NULL, out);
 }
 
 void parity_result_free(struct parity_result *r)
@@ -799,6 +871,7 @@ json_t *parity_result_json(const struct parity_result *r)
     json_object_set_new(c, "route_tie", parity_json_number(r->cfg.route_tie));
     json_object_set_new(c, "max_rel_l2", parity_json_number(r->cfg.max_rel_l2));
     json_object_set_new(c, "max_mean_rel_l2", parity_json_number(r->cfg.max_mean_rel_l2));
+    json_object_set_new(c, "max_forced", parity_json_number(r->cfg.max_forced));
     json_object_set_new(c, "span", json_integer(r->cfg.span));
     json_object_set_new(o, "config", c);
     json_object_set_new(o, "verdict", json_string(r->pass ? "PASS" : "FAIL"));
@@ -854,6 +927,19 @@ json_t *parity_result_json(const struct parity_result *r)
                                                     parity_json_number(k->p90), "positions", k->n,
                                                     "max", parity_json_number(PARITY_KV_ROUND_MAX))
                                         : json_pack("{s:b, s:s}", "measured", 0, "why", k->why));
+    }
+    { /* the forced layers: judged, or why not (every parity record says which) */
+        const struct parity_forced *f = &r->forced;
+        json_object_set_new(
+            o, "forced_layers",
+            f->measured
+                ? json_pack("{s:b, s:o, s:i, s:o, s:i, s:i, s:i, s:s, s:o}", "measured", 1, "worst",
+                            parity_json_number(f->worst), "worst_layer", f->worst_layer, "head",
+                            parity_json_number(f->head), "layers", f->n_layer, "positions",
+                            f->n_pos, "head_positions", f->n_head_rows, "rounding", f->rounding,
+                            "max", parity_json_number(r->cfg.max_forced))
+                : json_pack("{s:b, s:s}", "measured", 0, "why",
+                            f->why[0] ? f->why : "not measured: logits only"));
     }
     if (r->dist.n) /* the judge's own distributions: can the KL bounds see anything? */
         json_object_set_new(o, "distribution", distribution_json(&r->dist, r->cfg.max_kld));
@@ -975,6 +1061,14 @@ void parity_print(FILE *f, const struct parity_result *r)
                          : rows[i].thr);
     fprintf(f, "  argmax: %d MATCH, %d TIE_FLIP (near tie < %g), %d WRONG, %d NONFINITE\n",
             r->n_match, r->n_tie_flip, r->cfg.near_tie, r->n_wrong, r->n_nonfinite);
+    if (r->forced.measured)
+        fprintf(f,
+                "  forced layers: worst %.3g at layer %d, head %.3g (each at most %g; the twin"
+                " on the subject's own inputs%s%s)\n",
+                r->forced.worst, r->forced.worst_layer, r->forced.head, r->cfg.max_forced,
+                r->forced.rounding[0] ? ", rounding " : "", r->forced.rounding);
+    else if (r->forced.why[0])
+        fprintf(f, "  forced layers: %s\n", r->forced.why);
     {
         /* each threshold's margin over the backend's documented noise */
         char be[32];
@@ -1099,7 +1193,18 @@ struct parity_session {
     const struct backend_taps *jt;
     int n_threads;
     struct dist_summary dist; /* the judge's distributions at the judged positions */
+    /* the forced layers (struct parity_forced; allocated on first use) */
+    int forced_off;
+    struct backend *forced_twin;
+    float *forced_out;    /* (n_layer, n, E) the twin's layers on the subject's inputs */
+    float *forced_logits; /* (forced rows, V) the twin's head on the subject's last layer */
+    float *forced_def;    /* (n_layer, n) route_force scratch (MoE) */
 };
+
+void parity_session_set_forced(struct parity_session *s, int on)
+{
+    s->forced_off = !on;
+}
 
 int parity_session_n(const struct parity_session *s)
 {
@@ -1123,6 +1228,10 @@ void parity_session_close(struct parity_session *s)
     taps_free(&s->clean_taps);
     taps_free(&s->replay_taps);
     free(s->replay_logits);
+    backend_close(s->forced_twin);
+    free(s->forced_out);
+    free(s->forced_logits);
+    free(s->forced_def);
     free(s);
 }
 
@@ -1592,6 +1701,113 @@ static int kv_round_measure(struct parity_session *s, struct parity_kv_round *k,
     return rc;
 }
 
+/* The head rows the forced measurement evaluates: at most this many of the judged positions,
+ * evenly spaced (the head's error is per position; a 4,096-position session would otherwise
+ * hold a second 4,096 x n_vocab array). */
+#define FORCED_HEAD_ROWS 128
+
+/* The forced layers of the subject's last run (struct parity_forced, docs/gates.md): the twin
+ * with the subject's claimed roundings run layer by layer on the subject's own hidden states.
+ * Needs the subject's hidden state at every position (taps, no sampled span). */
+static int forced_measure(struct parity_session *s, struct parity_forced *f, struct gate_err *err)
+{
+    memset(f, 0, sizeof *f);
+    const struct model_hparams *hp = &s->m->hp;
+    const struct backend_noise *z = backend_noise_of(s->mode.backend);
+    if (!s->subj_taps_ok || !z || !z->rounding) {
+        snprintf(f->why, sizeof f->why, "not measured: the %s subject records no hidden states",
+                 s->mode.backend);
+        return 0;
+    }
+    if (s->kept) {
+        snprintf(f->why, sizeof f->why,
+                 "not measured: the %d judged positions are a sample of %d, and only their hidden"
+                 " states are kept",
+                 s->n_judged, s->n);
+        return 0;
+    }
+    /* the subject's claimed roundings: the backend's own, its F16 cache, its batched
+     * projections' precision */
+    snprintf(f->rounding, sizeof f->rounding, "%s%s%s%s", z->rounding,
+             s->mode.kv_f16 ? (z->rounding[0] ? ",kv-f16" : "kv-f16") : "",
+             s->mode.prefill[0] && (z->rounding[0] || s->mode.kv_f16) ? "," : "",
+             !strcmp(s->mode.prefill, "f16")    ? "gemm-f16"
+             : !strcmp(s->mode.prefill, "bf16") ? "gemm-bf16"
+                                                : "");
+    const size_t L = hp->n_layer, E = hp->n_embd, V = hp->n_vocab, n = (size_t)s->n;
+    const int rows_n = s->n_judged < FORCED_HEAD_ROWS ? s->n_judged : FORCED_HEAD_ROWS;
+    int rows[FORCED_HEAD_ROWS];
+    for (int i = 0; i < rows_n; i++) /* evenly over the judged rows, the last one included */
+        rows[i] = s->judged[rows_n > 1 ? (int)((int64_t)i * (s->n_judged - 1) / (rows_n - 1))
+                                       : s->n_judged - 1];
+    int rc = 0;
+    if (!s->forced_twin) {
+        const int batch = s->n > MODE_JUDGE_CHUNK ? MODE_JUDGE_CHUNK : s->n;
+        if ((rc = mode_open_judge_batch(&s->forced_twin, s->m, s->n, batch, s->n_threads,
+                                        f->rounding, err)))
+            return rc;
+        s->forced_out = malloc(L * n * E * sizeof(float));
+        s->forced_logits = malloc((size_t)FORCED_HEAD_ROWS * V * sizeof(float));
+        s->forced_def = malloc(L * n * sizeof(float));
+        if (!s->forced_out || !s->forced_logits || !s->forced_def)
+            return err_set(err, ERR_ENV,
+                           "out of memory for the forced layers (%zu layers x %zu positions)", L,
+                           n);
+    }
+    if ((rc = backend_truncate(s->forced_twin, 0, err)) ||
+        (rc = ref_forward_forced(s->forced_twin, s->tokens, s->n, s->subj_taps.hidden,
+                                 hp->n_expert > 0 ? s->subj_taps.experts : NULL,
+                                 (float)s->cfg.route_tie, s->forced_def, s->forced_out, rows,
+                                 rows_n, s->forced_logits, err)))
+        return rc;
+    float *emb = malloc(E * sizeof(float));
+    if (!emb)
+        return err_set(err, ERR_ENV, "out of memory for one embedding row");
+    f->measured = 1;
+    f->n_layer = (int)L;
+    f->n_pos = s->n;
+    f->n_head_rows = rows_n;
+    f->worst_layer = -1;
+    for (size_t l = 0; l < L; l++) {
+        double e = 0, d = 0;
+        for (size_t p = 0; p < n; p++) {
+            const float *in = s->subj_taps.hidden + ((l - 1) * n + p) * E;
+            if (l == 0) {
+                quant_dequant_row(s->m->tok_embd.type, model_row(&s->m->tok_embd, s->tokens[p]),
+                                  emb, (int64_t)E);
+                in = emb;
+            }
+            const float *so = s->subj_taps.hidden + (l * n + p) * E,
+                        *to = s->forced_out + (l * n + p) * E;
+            for (size_t i = 0; i < E; i++) {
+                e += ((double)so[i] - to[i]) * ((double)so[i] - to[i]);
+                d += ((double)so[i] - in[i]) * ((double)so[i] - in[i]);
+            }
+        }
+        const double v = d > 0 ? sqrt(e / d) : e > 0 ? INFINITY : 0.0;
+        if (f->worst_layer < 0 || !(v <= f->worst)) { /* NaN counts as the worst */
+            f->worst = v;
+            f->worst_layer = (int)l;
+        }
+        if (isnan(v))
+            break;
+    }
+    free(emb);
+    double e = 0, d = 0;
+    for (int i = 0; i < rows_n; i++) {
+        int r = 0; /* the judged row holding position rows[i] */
+        while (s->judged[r] != rows[i])
+            r++;
+        const float *a = s->subj_logits + (size_t)r * V, *b = s->forced_logits + (size_t)i * V;
+        for (size_t k = 0; k < V; k++) {
+            e += ((double)a[k] - b[k]) * ((double)a[k] - b[k]);
+            d += (double)b[k] * b[k];
+        }
+    }
+    f->head = d > 0 ? sqrt(e / d) : e > 0 ? INFINITY : 0.0;
+    return 0;
+}
+
 int parity_session_agreement(struct parity_session *s, const struct fault_set *faults,
                              const struct parity_config *cfg, struct parity_result *out, int *moved,
                              struct gate_err *err)
@@ -1616,8 +1832,11 @@ int parity_session_agreement(struct parity_session *s, const struct fault_set *f
     }
     if (!rc) {
         struct parity_config c = cfg ? *cfg : s->cfg;
-        if ((rc = judge_routes(sel, s->subj_logits, s->n_judged, (int)V, &c, NULL, NULL, s->judged,
-                               out)))
+        struct parity_forced fo = {0};
+        snprintf(fo.why, sizeof fo.why,
+                 "not measured: the fault went into the judge, not into the subject");
+        if ((rc = judge_routes(sel, s->subj_logits, s->n_judged, (int)V, &c, NULL, NULL, &fo,
+                               s->judged, out)))
             err_set(err, rc, "%s", out->reason);
         out->seq_len = s->n;
         mode_format(&s->mode, out->mode, sizeof out->mode);
@@ -1670,8 +1889,16 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
         free(deficit);
         return rc;
     }
+    /* each layer of the subject judged on its own input */
+    struct parity_forced fo = {0};
+    if (!s->forced_off && (rc = forced_measure(s, &fo, err))) {
+        free(deficit);
+        return rc;
+    }
+    if (s->forced_off)
+        snprintf(fo.why, sizeof fo.why, "not measured: a fault sweep (judged by the logits)");
     rc = judge_routes(jsel, s->subj_logits, s->n_judged, (int)hp->n_vocab, &c, &rr,
-                      kv_judged ? &kr : NULL, s->judged, out);
+                      kv_judged ? &kr : NULL, &fo, s->judged, out);
     out->is_moe_taps = moe_taps;
     out->seq_len = s->n;
     out->n_chunks = s->n_chunks;

@@ -54,6 +54,29 @@ struct parity_kv_round {
     char why[200];
 };
 
+/* Forced layers (docs/gates.md, "Forced layers"): each layer of the twin run on the subject's
+ * own input at every position (ref_forward_forced, with the subject's claimed roundings,
+ * backend_noise.rounding), so that the subject's error in one layer is not buried under the
+ * noise the layers before it accumulate. Per layer l over the positions,
+ *   err_l = ||subject_l - twin_l(subject_{l-1})|| / ||subject_l - subject_{l-1}||
+ * (the layer's own output measured against what it added), and the head
+ *   err_head = ||subject logits - twin head(subject_{L-1})|| / ||twin head||;
+ * the worst layer and the head must each be at most this. Measured on a correct cpu engine:
+ * worst layer 1.3e-4 - 4.6e-4 (conformance Q4_K_M / Q8_0, dense and MoE; Qwen3-0.6B shape
+ * 3.4e-4), head <= 1.8e-7; a 1 % scale of any one matmul: 5.8e-3 - 1.8e-2 at its layer, 1e-2 at
+ * the head. */
+#define PARITY_FORCED_MAX 2e-3
+
+struct parity_forced {
+    int measured; /* 1: the numbers below; 0: not measured (why) */
+    int n_layer, n_pos, n_head_rows;
+    double worst;      /* the largest err_l (NaN: a non-finite subject) */
+    int worst_layer;   /* its layer */
+    double head;       /* err_head */
+    char rounding[48]; /* the roundings the twin emulated ("" none) */
+    char why[200];
+};
+
 struct parity_config {
     int positions;          /* sequence length when parity_run generates tokens (>= 64) */
     double min_cosine;      /* every position's logit cosine must be >= this */
@@ -70,6 +93,9 @@ struct parity_config {
                              * ||(t - mean t) - (r - mean r)|| / ||r - mean r||, must be <= this:
                              * the check a uniform scale cannot hide from (cosine is blind to it).
                              * INFINITY = not judged (a receipt recorded before the setting). */
+    double max_forced;      /* the forced layers' bound (struct parity_forced): the worst layer's
+                             * and the head's error must each be <= this; Inf = not judged.
+                             * Default PARITY_FORCED_MAX */
     double max_mean_rel_l2; /* the mean of that rel-L2 over the judged positions must be <= this:
                              * a small systematic error (a 1 % scale in a late layer) lifts every
                              * position a little, which the per-position maximum, set above the
@@ -159,13 +185,14 @@ struct parity_result {
     int is_moe_taps;                  /* route is meaningful: an MoE subject that records taps */
     int kv_f16;                       /* the subject ran an F16 KV cache: kv_round is recorded */
     struct parity_kv_round kv_round;
-    struct dist_summary dist; /* the judge's next-token distributions (oracles/distribution.h);
-                               * n 0: not measured (parity_judge alone) */
-    int first_nonfinite_pos;  /* -1 when all finite */
-    int nonfinite_in_ref;     /* 1: the judge's own logits were non-finite there */
-    int worst_pos;            /* position of the largest KL (-1 when none) */
-    int first_fail_pos;       /* first position breaking a per-position rule (-1 when none) */
-    struct parity_pos *pos;   /* n_pos, owned */
+    struct parity_forced forced; /* the forced layers, or why they were not measured */
+    struct dist_summary dist;    /* the judge's next-token distributions (oracles/distribution.h);
+                                  * n 0: not measured (parity_judge alone) */
+    int first_nonfinite_pos;     /* -1 when all finite */
+    int nonfinite_in_ref;        /* 1: the judge's own logits were non-finite there */
+    int worst_pos;               /* position of the largest KL (-1 when none) */
+    int first_fail_pos;          /* first position breaking a per-position rule (-1 when none) */
+    struct parity_pos *pos;      /* n_pos, owned */
     /* MoE: per judged position, the largest deficit the replay forced there; NAN where nothing
      * was forced (NULL: no replay) */
     double *route_deficit; /* n_pos, owned */
@@ -207,6 +234,7 @@ struct parity_summary {
     int n_pos, n_nonfinite, n_wrong, n_tie_flip, n_match;
     struct parity_route_replay route; /* set by the caller after parity_summarize */
     struct parity_kv_round kv_round;  /* set by the caller; measured 0: not judged */
+    struct parity_forced forced;      /* set by the caller; measured 0: not judged */
     int first_bad;                    /* first non-finite or WRONG position (-1 none) */
     double min_cosine, mean_kld, max_kld, max_rel_l2; /* over judged positions; NaN when a
                                                        * position is non-finite */
@@ -327,6 +355,11 @@ int parity_session_n(const struct parity_session *s);
 int parity_session_run(struct parity_session *s, const struct fault_set *faults,
                        const struct parity_config *cfg, int localize, struct parity_result *out,
                        struct gate_err *err);
+
+/* Whether parity_session_run measures the forced layers (struct parity_forced; on by default):
+ * falsify turns it off for the fault sweeps, whose faults are gross and judged by the logits,
+ * and keeps it for the clean run and the power probes. */
+void parity_session_set_forced(struct parity_session *s, int on);
 
 /* Witness that the faults of the last run fired: compares its taps with a clean subject run
  * (made once, on first use). Routing faults must change a chosen expert or weight; skip_qk_norm

@@ -321,6 +321,7 @@ static void at_floor(struct falsify_config *cfg)
     cfg->parity.max_mean_kld = FALSIFY_FLOOR_MAX_MEAN_KLD;
     cfg->parity.near_tie = FALSIFY_FLOOR_NEAR_TIE;
     cfg->parity.max_rel_l2 = 1e9; /* no rel-L2 floor: it alone would see the weak faults */
+    cfg->parity.max_forced = 1e9; /* nor the forced layers: they see them too */
     cfg->parity.positions = 64;   /* the tests judge seq64()'s 64 positions */
     cfg->power_layers = 1;        /* as config64() */
 }
@@ -529,6 +530,7 @@ Test(falsify, full_sweep_with_a_loose_threshold_reports_escapes)
     cfg.parity.near_tie = 1e9; /* every argmax flip excused as a "near tie" */
     cfg.parity.max_rel_l2 = 1e9;
     cfg.parity.max_mean_rel_l2 = 1e9;
+    cfg.parity.max_forced = 1e9;
     struct mode mode = ref_mode("ref.decode");
     struct gate_err err = {0};
     /* the investigation sweep takes any thresholds, and says loudly that they are blind */
@@ -797,8 +799,14 @@ Test(falsify, the_power_probe_sees_a_one_percent_scale_of_every_matmul)
     json_object_set_new(p0, "mean_kld", json_real(0));
     json_object_set_new(p0, "min_cosine", json_real(1));
     json_object_set_new(p0, "wrong_positions", json_integer(0));
+    json_object_set_new(p0, "forced_worst", json_real(1e-3)); /* under max_forced too */
+    json_object_set_new(p0, "forced_head", json_real(0));
     cr_expect_eq(falsify_judge(s, met, checks, why, sizeof why), GATE_FAIL);
     cr_expect(strstr(why, "too loose to see a 1 % error"), "%s", why);
+    json_object_set_new(p0, "forced_worst", json_real(3e-3)); /* the forced layers see it */
+    cr_expect_eq(falsify_judge(s, met, checks, why, sizeof why), GATE_PASS, "%s", why);
+    json_object_set_new(p0, "forced_worst", json_string("x")); /* malformed: never a rejection */
+    cr_expect_eq(falsify_judge(s, met, checks, why, sizeof why), GATE_FAIL);
     json_array_remove(probes, 0);
     cr_expect_eq(falsify_judge(s, met, checks, why, sizeof why), GATE_FAIL);
     cr_expect(strstr(why, "the power probe covers"), "%s", why);
@@ -820,6 +828,12 @@ Test(falsify, the_power_probe_sees_a_one_percent_scale_of_every_matmul)
         fprintf(stderr, "falsify: ASan: the loose-threshold run is left to the normal build\n");
     } else {
         cfg.parity.max_mean_rel_l2 = INFINITY;
+        /* the forced layers alone still reject every probe (each layer judged on its own
+         * input: the probes' 1 % stands far above the one layer's noise) */
+        cr_assert_eq(falsify_run(m, &mode, &fs, NULL, 0, &cfg, 2, &r, &err), 0, "%s", err.msg);
+        cr_expect_eq(r.verdict, GATE_PASS, "%s", r.reason);
+        falsify_result_free(&r);
+        cfg.parity.max_forced = INFINITY;
         cr_assert_eq(falsify_run(m, &mode, &fs, NULL, 0, &cfg, 2, &r, &err), 0, "%s", err.msg);
         cr_expect_eq(r.verdict, GATE_FAIL, "%s", r.reason);
         cr_expect(strstr(r.reason, "too loose to see a 1 % error of one matmul"), "%s", r.reason);

@@ -681,3 +681,90 @@ Test(parity, input_errors)
     model_free(moe);
     model_free(dense);
 }
+
+/* Forced layers (docs/gates.md): each layer of the subject judged on its own input. A correct
+ * cpu engine sits far under max_forced; the ref subject is exact; a 1 % scale of one matmul that
+ * loosened logit thresholds let through is caught at its layer, and only by this check; the
+ * record is required, re-judged, and says why when it could not be measured. */
+Test(parity, forced_layers_judge_each_layer_on_the_subjects_own_input)
+{
+    struct model *m = check_load_case("qwen3-dense-tiny-q4_k_m");
+    struct parity_config c = cfg_default();
+    struct mode mode;
+    struct gate_err err = {0};
+    struct parity_result r;
+    cr_assert_eq(mode_parse("cpu.decode", &mode, &err), 0);
+    cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect(r.pass, "%s", r.reason);
+    cr_expect(r.forced.measured, "%s", r.forced.why);
+    cr_expect_eq(r.forced.n_layer, (int)m->hp.n_layer);
+    cr_expect_str_eq(r.forced.rounding, "act-q12");
+    cr_expect(r.forced.worst > 0 && r.forced.worst <= 1e-3, "clean cpu worst layer %g",
+              r.forced.worst);
+    cr_expect(r.forced.head <= 1e-5, "clean cpu head %g", r.forced.head);
+    /* the receipt's record, judged again: as recorded PASS; without it, or past the bound, or
+     * malformed FAIL; "not measured" is judged by the logits alone */
+    json_t *met = parity_result_json(&r), *set = json_deep_copy(json_object_get(met, "config"));
+    json_t *checks = json_array();
+    char why[512];
+    why[0] = '\0'; /* the judge says only the first reason */
+    cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_PASS, "%s", why);
+    json_t *fl = json_deep_copy(json_object_get(met, "forced_layers"));
+    json_object_set_new(json_object_get(met, "forced_layers"), "worst", json_real(0.01));
+    why[0] = '\0'; /* the judge says only the first reason */
+    cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "forced layers"), "%s", why);
+    json_object_set_new(json_object_get(met, "forced_layers"), "worst", json_string("low"));
+    why[0] = '\0'; /* the judge says only the first reason */
+    cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
+    json_object_del(met, "forced_layers");
+    why[0] = '\0'; /* the judge says only the first reason */
+    cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "forced_layers"), "%s", why);
+    json_object_set_new(met, "forced_layers",
+                        json_pack("{s:b, s:s}", "measured", 0, "why", "not measured: test"));
+    why[0] = '\0'; /* the judge says only the first reason */
+    cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_PASS, "%s", why);
+    json_decref(fl);
+    json_decref(checks);
+    json_decref(set);
+    json_decref(met);
+    parity_result_free(&r);
+
+    /* a 1 % scale of the last layer's ffn_down, with logit thresholds loose enough to pass it */
+    struct fault_set fs = {0};
+    struct fault_spec f;
+    cr_assert_eq(fault_parse("scale:tensor=blk.1.ffn_down,factor=1.01", &f, &err), 0, "%s",
+                 err.msg);
+    fault_set_add(&fs, &f, &err);
+    c.max_rel_l2 = c.max_mean_rel_l2 = 1.0;
+    cr_assert_eq(parity_run(m, &mode, &fs, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect_not(r.pass, "a 1 %% ffn_down error passed: %s", r.reason);
+    cr_expect(strstr(r.reason, "forced layers"), "%s", r.reason);
+    cr_expect_eq(r.forced.worst_layer, 1);
+    cr_expect_gt(r.forced.worst, 5e-3);
+    parity_result_free(&r);
+    c.max_forced = INFINITY; /* the same run without the check: the loose logits pass it */
+    cr_assert_eq(parity_run(m, &mode, &fs, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect(r.pass, "%s", r.reason);
+    parity_result_free(&r);
+
+    /* the twin subject is exact against its own forced layers */
+    c = cfg_default();
+    cr_assert_eq(mode_parse("ref.decode", &mode, &err), 0);
+    cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect(r.forced.measured);
+    cr_expect_eq(r.forced.worst, 0.0);
+    cr_expect_eq(r.forced.head, 0.0);
+    cr_expect_str_eq(r.forced.rounding, "");
+    parity_result_free(&r);
+
+    /* a sampled span keeps only the judged rows: not measured, and said so */
+    c.span = 200;
+    cr_assert_eq(mode_parse("cpu.decode", &mode, &err), 0);
+    cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect_not(r.forced.measured);
+    cr_expect(strstr(r.forced.why, "sample"), "%s", r.forced.why);
+    parity_result_free(&r);
+    model_free(m);
+}
