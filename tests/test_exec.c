@@ -51,17 +51,8 @@
 
 /* The goldens every one-cell ladder records (ladderfix_one_cell) are recorded once for the whole
  * runner (ladderfix_record_goldens' cache in the shared folder). */
-ReportHook(PRE_ALL)(struct criterion_test_set *set)
-{
-    (void)set;
-    ladderfix_share_begin();
-}
-
-ReportHook(POST_ALL)(struct criterion_global_stats *stats)
-{
-    (void)stats;
-    ladderfix_share_end();
-}
+LADDERFIX_SHARE_BEGIN_HOOK
+LADDERFIX_SHARE_END_HOOK
 
 /* The cheapest throughput and falsify gates of a ladder (three tiny runs; one fault, no sweep,
  * one layer of power probes), for the end-to-end tests that are not about them (each gate still

@@ -58,17 +58,8 @@
 #define CELL_A "moe/a/exec.flaky.decode"
 #define CELL_B "moe/b/exec.flaky.decode"
 
-ReportHook(PRE_ALL)(struct criterion_test_set *set)
-{
-    (void)set;
-    ladderfix_share_begin();
-}
-
-ReportHook(POST_ALL)(struct criterion_global_stats *stats)
-{
-    (void)stats;
-    ladderfix_share_end();
-}
+LADDERFIX_SHARE_BEGIN_HOOK
+LADDERFIX_SHARE_END_HOOK
 
 static const char *bin;
 static char engine[1100]; /* exec_engine, next to this test binary */

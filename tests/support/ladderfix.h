@@ -158,6 +158,20 @@ int ladderfix_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * process. */
 void ladderfix_share_begin(void);
 void ladderfix_share_end(void);
+/* The two hooks, one macro each: Criterion names a hook by __LINE__, so each must stand on its own
+ * line of the test file (needs <criterion/hooks.h>, which <criterion/criterion.h> includes). */
+#define LADDERFIX_SHARE_BEGIN_HOOK                                                                 \
+    ReportHook(PRE_ALL)(struct criterion_test_set * set)                                           \
+    {                                                                                              \
+        (void)set;                                                                                 \
+        ladderfix_share_begin();                                                                   \
+    }
+#define LADDERFIX_SHARE_END_HOOK                                                                   \
+    ReportHook(POST_ALL)(struct criterion_global_stats * stats)                                    \
+    {                                                                                              \
+        (void)stats;                                                                               \
+        ladderfix_share_end();                                                                     \
+    }
 
 /* The folder `name` of the shared folder (or, without one, of this process's check_tmp_dir()),
  * built once: the first caller, holding a lock on the shared folder, runs build(dir, ctx) into
