@@ -157,7 +157,8 @@ static const struct backend_noise NOISE[] = {
      " (decode, prefill, chat; docs/gates.md)",
      "act-q12"}, /* 12-bit block activations before every quantized product (cpu_dot.h) */
     {"cuda", 0, 0, NAN, NAN, NAN, NAN, NAN,
-     "not measured: no device run yet (docs/kernels.md has the emulated FP16 predictions)", ""},
+     "not measured: no device run yet (docs/kernels.md has the emulated FP16 predictions)",
+     NULL}, /* its forced layers wait for a device run: its roundings are not calibrated */
     {BACKEND_EXTERNAL, 0, 0, NAN, NAN, NAN, NAN, NAN,
      "an external engine: its noise is its own; measure it (docs/exec.md)", NULL},
 };

@@ -256,8 +256,9 @@ struct backend_noise {
     const char *source;
     /* The roundings the backend claims to make beyond FP32 (engine/ref.c's GATE_REF_EMULATE
      * items): what the twin emulates when it predicts one layer of this backend from the
-     * backend's own input (parity's forced layers, docs/gates.md). "" none; NULL: the backend
-     * records no hidden states, so no layer is predicted. */
+     * backend's own input (parity's forced layers, docs/gates.md). "" none; NULL: no layer is
+     * predicted (an external engine records no hidden states; cuda's roundings are not
+     * calibrated on a device yet). */
     const char *rounding;
 };
 /* The row of `name` (every backend of the list, and BACKEND_EXTERNAL); NULL for an unknown one. */

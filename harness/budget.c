@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "harness/ladder.h"
+#include "oracles/parity.h"
 
 uint64_t budget_kv_bytes(const struct model_hparams *hp, int positions, int elem)
 {
@@ -87,7 +88,18 @@ void budget_memory(const struct model_hparams *hp, int S, int judged, enum mode_
     out->activation_bytes = 4 * backend_activation_floats(hp, s, jb, 0);
     if (in_process) /* the subject is opened with a batch of its longest call (parity.c) */
         out->activation_bytes += 4 * backend_activation_floats(hp, s, sc, kv_elem == 2);
-    out->other_bytes = out->logits_bytes + out->taps_bytes + out->activation_bytes;
+    /* the forced layers (oracles/parity.c forced_measure): a second twin over the sequence, in
+     * calls of at most MODE_JUDGE_CHUNK, with its F32 cache; the layers' outputs (L, S, E), the
+     * route scratch (L, S) and PARITY_FORCED_HEAD_ROWS rows of logits. Measured only when every
+     * position is judged and the subject records hidden states (one of gate's own) */
+    if (!sampled && in_process) {
+        const uint64_t fb = s > MODE_JUDGE_CHUNK ? MODE_JUDGE_CHUNK : s;
+        out->forced_bytes =
+            budget_kv_bytes(hp, S, 4) + 4 * (backend_activation_floats(hp, s, fb, 0) + L * s * E +
+                                             L * s + PARITY_FORCED_HEAD_ROWS * V);
+    }
+    out->other_bytes =
+        out->logits_bytes + out->taps_bytes + out->activation_bytes + out->forced_bytes;
     out->total_bytes = out->kv_bytes + out->other_bytes;
 }
 
@@ -160,21 +172,23 @@ int budget_check(const struct budget_memory *m, const struct budget_available *a
     return err_set(err, ERR_ENV,
                    "memory refused before the cell ran: %d positions need %.0f MiB (KV caches"
                    " %.0f MiB at %d bytes per subject element, logits %.0f MiB, taps %.0f MiB,"
-                   " activations %.0f MiB), more than the %.0f MiB available (%s)",
+                   " activations %.0f MiB, forced layers %.0f MiB), more than the %.0f MiB"
+                   " available (%s)",
                    m->positions, mib(m->total_bytes), mib(m->kv_bytes), m->kv_bytes_per_elem,
                    mib(m->logits_bytes), mib(m->taps_bytes), mib(m->activation_bytes),
-                   mib(a->bytes), a->source);
+                   mib(m->forced_bytes), mib(a->bytes), a->source);
 }
 
 json_t *budget_memory_json(const struct budget_memory *m, const struct budget_available *a)
 {
     return json_pack(
-        "{s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:b}", "positions",
-        m->positions, "judged", m->judged, "judge_batch", m->judge_batch, "subject_call",
-        m->subject_call, "kv_elem_bytes", m->kv_bytes_per_elem, "kv_bytes", (json_int_t)m->kv_bytes,
-        "kv_subject_bytes", (json_int_t)m->kv_subject_bytes, "logits_bytes",
-        (json_int_t)m->logits_bytes, "taps_bytes", (json_int_t)m->taps_bytes, "activation_bytes",
-        (json_int_t)m->activation_bytes, "other_bytes", (json_int_t)m->other_bytes, "total_bytes",
+        "{s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:b}",
+        "positions", m->positions, "judged", m->judged, "judge_batch", m->judge_batch,
+        "subject_call", m->subject_call, "kv_elem_bytes", m->kv_bytes_per_elem, "kv_bytes",
+        (json_int_t)m->kv_bytes, "kv_subject_bytes", (json_int_t)m->kv_subject_bytes,
+        "logits_bytes", (json_int_t)m->logits_bytes, "taps_bytes", (json_int_t)m->taps_bytes,
+        "activation_bytes", (json_int_t)m->activation_bytes, "forced_bytes",
+        (json_int_t)m->forced_bytes, "other_bytes", (json_int_t)m->other_bytes, "total_bytes",
         (json_int_t)m->total_bytes, "available_bytes", (json_int_t)a->bytes, "available_source",
         a->source, "fits", m->total_bytes <= a->bytes);
 }

@@ -43,7 +43,10 @@ struct budget_memory {
     uint64_t logits_bytes;     /* both sides' judged rows x n_vocab floats, + calls' scratch */
     uint64_t taps_bytes;       /* both sides' hidden taps (judged rows), MoE routes (S), scratch */
     uint64_t activation_bytes; /* the backends' per-batch buffers, scores, RoPE */
-    uint64_t other_bytes;      /* logits + taps + activations */
+    uint64_t forced_bytes;     /* the forced layers' twin (its F32 cache, buffers, layer outputs,
+                                * head rows): every position judged and a subject of gate's own;
+                                * else 0 (not measured) */
+    uint64_t other_bytes;      /* logits + taps + activations + forced */
     uint64_t total_bytes;      /* kv + other */
 };
 

@@ -310,7 +310,7 @@ int parity_verdict(const struct parity_config *cfg, const struct parity_summary 
             " does not round as it claims",
             s->kv_round.ratio, s->kv_round.n, PARITY_KV_ROUND_MAX);
     const struct parity_forced *fo = &s->forced;
-    const int fj = fo->measured && !isinf(cfg->max_forced);
+    const int fj = fo->measured && cfg->max_forced != INFINITY; /* only +Inf turns it off */
     if (fj && !gate_check_num(c, "forced_layers", fo->worst, "<=", cfg->max_forced))
         gate_say_first(first, fn,
                        "layer %d of the subject, run on its own input, is %.3g off what the layer"
@@ -565,8 +565,10 @@ int parity_metrics_rejected(const json_t *settings, const json_t *metrics, char 
     /* the forced layers, when the point measured them (a probe of a subject with taps) */
     if (json_object_get(metrics, "forced_worst") || json_object_get(metrics, "forced_head")) {
         if (gate_metric_num(metrics, "forced_worst", &s.forced.worst) ||
-            gate_metric_num(metrics, "forced_head", &s.forced.head)) {
-            gate_say_first(why, n, "parity numbers' forced_worst / forced_head are not numbers");
+            gate_metric_num(metrics, "forced_head", &s.forced.head) || s.forced.worst < 0 ||
+            s.forced.head < 0) {
+            gate_say_first(why, n,
+                           "parity numbers' forced_worst / forced_head are not numbers >= 0");
             return -1;
         }
         s.forced.measured = 1;
@@ -604,19 +606,38 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
                        " judged (kv_f16_rounding)");
         return GATE_FAIL;
     }
-    /* a subject of gate's own (it records hidden states) says whether its layers were forced */
+    /* a subject whose layers the twin predicts (backend_noise.rounding: gate's own backends)
+     * records its forced layers, measured whenever every position was judged. The backend is
+     * what ran (metrics.ran, which the cell's common checks hold to the cell's mode), else the
+     * recorded mode */
+    const char *rb = json_string_value(json_object_get(json_object_get(metrics, "ran"), "backend"));
     const char *md = json_string_value(json_object_get(metrics, "mode"));
     char be[16] = "";
-    if (md)
-        snprintf(be, sizeof be, "%.*s", (int)strcspn(md, "."), md);
-    if (md && !backend_is_external(be) &&
-        !gate_check_bool(checks, "forced_layers recorded",
-                         json_is_object(json_object_get(metrics, "forced_layers")))) {
-        gate_say_first(why, n,
-                       "the parity metrics of a %s subject do not say whether its layers were"
-                       " judged on its own inputs (forced_layers)",
-                       be);
-        return GATE_FAIL;
+    if (rb || md)
+        snprintf(be, sizeof be, "%.*s", (int)strcspn(rb ? rb : md, "."), rb ? rb : md);
+    const struct backend_noise *bz = be[0] ? backend_noise_of(be) : NULL;
+    if (bz && bz->rounding) {
+        const json_t *fl = json_object_get(metrics, "forced_layers");
+        double np = s.n_pos, sl = s.n_pos, fp = 0;
+        gate_metric_num(metrics, "n_pos", &np);
+        gate_metric_num(metrics, "sequence_length", &sl);
+        const int every = np == sl; /* every position judged: the hidden states were all kept */
+        if (!gate_check_bool(checks, "forced_layers recorded", json_is_object(fl))) {
+            gate_say_first(why, n,
+                           "the parity metrics of a %s subject do not say whether its layers were"
+                           " judged on its own inputs (forced_layers)",
+                           be);
+            return GATE_FAIL;
+        }
+        if (every && !gate_check_bool(checks, "forced_layers measured",
+                                      s.forced.measured && !gate_metric_num(fl, "positions", &fp) &&
+                                          fp == sl)) {
+            gate_say_first(why, n,
+                           "every position of the %s subject was judged, yet its forced layers"
+                           " were not measured over the %.0f positions (forced_layers)",
+                           be, sl);
+            return GATE_FAIL;
+        }
     }
     char line[512] = "";
     const int pass = parity_verdict(&cfg, &s, checks, line, sizeof line);
@@ -792,6 +813,16 @@ static int loose_rows(const struct parity_config *cfg, const struct parity_noise
 
 int parity_check_loose(const struct parity_config *cfg, const char *backend, char *why, size_t n)
 {
+    /* the forced layers' bound is one layer's noise, the same for every backend it judges */
+    if (!(cfg->max_forced <= PARITY_FORCED_LOOSE_MAX)) {
+        if (why && n)
+            snprintf(why, n,
+                     "parity.max_forced %g is looser than %g (%g x the default, set from one"
+                     " layer's measured noise); state why in parity.loose_reason, or tighten it",
+                     cfg->max_forced, PARITY_FORCED_LOOSE_MAX,
+                     PARITY_FORCED_LOOSE_MAX / PARITY_FORCED_MAX);
+        return -1;
+    }
     const struct parity_noise *z = parity_noise_of(backend);
     if (!z || !z->measured || z->exact)
         return 0;
@@ -1701,11 +1732,6 @@ static int kv_round_measure(struct parity_session *s, struct parity_kv_round *k,
     return rc;
 }
 
-/* The head rows the forced measurement evaluates: at most this many of the judged positions,
- * evenly spaced (the head's error is per position; a 4,096-position session would otherwise
- * hold a second 4,096 x n_vocab array). */
-#define FORCED_HEAD_ROWS 128
-
 /* The forced layers of the subject's last run (struct parity_forced, docs/gates.md): the twin
  * with the subject's claimed roundings run layer by layer on the subject's own hidden states.
  * Needs the subject's hidden state at every position (taps, no sampled span). */
@@ -1714,8 +1740,15 @@ static int forced_measure(struct parity_session *s, struct parity_forced *f, str
     memset(f, 0, sizeof *f);
     const struct model_hparams *hp = &s->m->hp;
     const struct backend_noise *z = backend_noise_of(s->mode.backend);
-    if (!s->subj_taps_ok || !z || !z->rounding) {
+    if (!s->subj_taps_ok) {
         snprintf(f->why, sizeof f->why, "not measured: the %s subject records no hidden states",
+                 s->mode.backend);
+        return 0;
+    }
+    if (!z || !z->rounding) {
+        snprintf(f->why, sizeof f->why,
+                 "not measured: the %s backend's roundings are not modelled (never calibrated"
+                 " against the forced twin)",
                  s->mode.backend);
         return 0;
     }
@@ -1735,24 +1768,34 @@ static int forced_measure(struct parity_session *s, struct parity_forced *f, str
              : !strcmp(s->mode.prefill, "bf16") ? "gemm-bf16"
                                                 : "");
     const size_t L = hp->n_layer, E = hp->n_embd, V = hp->n_vocab, n = (size_t)s->n;
-    const int rows_n = s->n_judged < FORCED_HEAD_ROWS ? s->n_judged : FORCED_HEAD_ROWS;
-    int rows[FORCED_HEAD_ROWS];
+    const int rows_n =
+        s->n_judged < PARITY_FORCED_HEAD_ROWS ? s->n_judged : PARITY_FORCED_HEAD_ROWS;
+    int rows[PARITY_FORCED_HEAD_ROWS];
     for (int i = 0; i < rows_n; i++) /* evenly over the judged rows, the last one included */
         rows[i] = s->judged[rows_n > 1 ? (int)((int64_t)i * (s->n_judged - 1) / (rows_n - 1))
                                        : s->n_judged - 1];
     int rc = 0;
-    if (!s->forced_twin) {
+    if (!s->forced_twin) { /* all four or none: a failure leaves nothing half-built */
         const int batch = s->n > MODE_JUDGE_CHUNK ? MODE_JUDGE_CHUNK : s->n;
-        if ((rc = mode_open_judge_batch(&s->forced_twin, s->m, s->n, batch, s->n_threads,
-                                        f->rounding, err)))
+        struct backend *twin = NULL;
+        if ((rc = mode_open_judge_batch(&twin, s->m, s->n, batch, s->n_threads, f->rounding, err)))
             return rc;
-        s->forced_out = malloc(L * n * E * sizeof(float));
-        s->forced_logits = malloc((size_t)FORCED_HEAD_ROWS * V * sizeof(float));
-        s->forced_def = malloc(L * n * sizeof(float));
-        if (!s->forced_out || !s->forced_logits || !s->forced_def)
+        float *o = malloc(L * n * E * sizeof(float));
+        float *lg = malloc((size_t)PARITY_FORCED_HEAD_ROWS * V * sizeof(float));
+        float *df = malloc(L * n * sizeof(float));
+        if (!o || !lg || !df) {
+            backend_close(twin);
+            free(o);
+            free(lg);
+            free(df);
             return err_set(err, ERR_ENV,
                            "out of memory for the forced layers (%zu layers x %zu positions)", L,
                            n);
+        }
+        s->forced_twin = twin;
+        s->forced_out = o;
+        s->forced_logits = lg;
+        s->forced_def = df;
     }
     if ((rc = backend_truncate(s->forced_twin, 0, err)) ||
         (rc = ref_forward_forced(s->forced_twin, s->tokens, s->n, s->subj_taps.hidden,
@@ -1771,12 +1814,12 @@ static int forced_measure(struct parity_session *s, struct parity_forced *f, str
     for (size_t l = 0; l < L; l++) {
         double e = 0, d = 0;
         for (size_t p = 0; p < n; p++) {
-            const float *in = s->subj_taps.hidden + ((l - 1) * n + p) * E;
-            if (l == 0) {
+            const float *in = emb; /* layer 0's input: the token's embedding */
+            if (l > 0)
+                in = s->subj_taps.hidden + ((l - 1) * n + p) * E;
+            else
                 quant_dequant_row(s->m->tok_embd.type, model_row(&s->m->tok_embd, s->tokens[p]),
                                   emb, (int64_t)E);
-                in = emb;
-            }
             const float *so = s->subj_taps.hidden + (l * n + p) * E,
                         *to = s->forced_out + (l * n + p) * E;
             for (size_t i = 0; i < E; i++) {
@@ -1784,7 +1827,12 @@ static int forced_measure(struct parity_session *s, struct parity_forced *f, str
                 d += ((double)so[i] - in[i]) * ((double)so[i] - in[i]);
             }
         }
-        const double v = d > 0 ? sqrt(e / d) : e > 0 ? INFINITY : 0.0;
+        /* a non-finite subject (NaN or Inf anywhere in the sums) is never close: NaN, which
+         * every bound rejects */
+        const double v = !isfinite(e) || !isfinite(d) ? NAN
+                         : d > 0                      ? sqrt(e / d)
+                         : e > 0                      ? INFINITY
+                                                      : 0.0;
         if (f->worst_layer < 0 || !(v <= f->worst)) { /* NaN counts as the worst */
             f->worst = v;
             f->worst_layer = (int)l;
@@ -1804,7 +1852,7 @@ static int forced_measure(struct parity_session *s, struct parity_forced *f, str
             d += (double)b[k] * b[k];
         }
     }
-    f->head = d > 0 ? sqrt(e / d) : e > 0 ? INFINITY : 0.0;
+    f->head = !isfinite(e) || !isfinite(d) ? NAN : d > 0 ? sqrt(e / d) : e > 0 ? INFINITY : 0.0;
     return 0;
 }
 

@@ -102,6 +102,7 @@ Test(longctx, the_parity_session_bytes_term_by_term)
      * with mode_longest_call): 1,536 + 1,024 + 1,114,112 + 262,144 = 1,378,816 (a batch of
      * 4096 was 11,862,016), and one layer of its F16 cache as floats, 2*4096*128 = 1,048,576 */
     cr_expect_eq(m.activation_bytes, 4ull * (2031616ull + 1378816ull + 1048576ull));
+    cr_expect_eq(m.forced_bytes, 0, "a sampled span measures no forced layers");
     cr_expect_eq(m.other_bytes, m.logits_bytes + m.taps_bytes + m.activation_bytes);
     cr_expect_eq(m.total_bytes, m.kv_bytes + m.other_bytes);
     /* an external engine's memory is its own: only the judge's cache and buffers count */
@@ -117,6 +118,13 @@ Test(longctx, the_parity_session_bytes_term_by_term)
     cr_expect_eq(all.subject_call, 48);
     cr_expect_eq(all.logits_bytes, 4ull * 512 * 192);
     cr_expect_eq(all.taps_bytes, 16ull * (2 * 96 * 256 + 48 * 256));
+    /* the forced layers' twin: its F32 cache 4*2*2*64*96*4 = 393,216; buffers for a batch of 96
+     * (96 x 1,536 + FFN 2*96*512 + scores 17*16*96 + RoPE 96*64 = 278,016 floats); layer
+     * outputs 4*96*256, route scratch 4*96 and 128 head rows of 512 logits, in floats */
+    cr_expect_eq(all.forced_bytes, 393216ull + 4ull * (278016 + 4 * 96 * 256 + 4 * 96 + 128 * 512));
+    cr_expect_eq(all.other_bytes,
+                 all.logits_bytes + all.taps_bytes + all.activation_bytes + all.forced_bytes);
+    cr_expect_eq(ext.forced_bytes, 0, "an external engine reports no hidden states");
 }
 
 /* The 0.6B real shape (hidden 1024, 28 layers, 8 KV heads x 128, vocabulary 151,936) at 32,768

@@ -721,12 +721,25 @@ Test(parity, forced_layers_judge_each_layer_on_the_subjects_own_input)
     why[0] = '\0'; /* the judge says only the first reason */
     cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
     cr_expect(strstr(why, "forced_layers"), "%s", why);
+    /* every position was judged: "not measured" is refused, as is a record over fewer positions */
     json_object_set_new(met, "forced_layers",
                         json_pack("{s:b, s:s}", "measured", 0, "why", "not measured: test"));
     why[0] = '\0'; /* the judge says only the first reason */
+    cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "were not measured"), "%s", why);
+    json_object_set_new(met, "forced_layers", json_deep_copy(fl));
+    json_object_set_new(json_object_get(met, "forced_layers"), "positions", json_integer(10));
+    why[0] = '\0';
+    cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
+    /* a non-finite subject's record (NaN) never passes */
+    json_object_set_new(met, "forced_layers", json_deep_copy(fl));
+    json_object_set_new(json_object_get(met, "forced_layers"), "head", json_string("NaN"));
+    why[0] = '\0';
+    cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
+    json_object_set_new(met, "forced_layers", json_deep_copy(fl));
+    why[0] = '\0';
     cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_PASS, "%s", why);
     json_decref(fl);
-    json_decref(checks);
     json_decref(set);
     json_decref(met);
     parity_result_free(&r);
@@ -765,6 +778,23 @@ Test(parity, forced_layers_judge_each_layer_on_the_subjects_own_input)
     cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
     cr_expect_not(r.forced.measured);
     cr_expect(strstr(r.forced.why, "sample"), "%s", r.forced.why);
+    met = parity_result_json(&r); /* and its receipt may say so */
+    set = json_deep_copy(json_object_get(met, "config"));
+    why[0] = '\0';
+    cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_PASS, "%s", why);
+    json_decref(set);
+    json_decref(met);
     parity_result_free(&r);
+    json_decref(checks);
+    /* a bound past 5x the default (Inf, off, included) needs a stated reason in a ladder */
+    char lw[400];
+    c = cfg_default();
+    c.max_forced = PARITY_FORCED_LOOSE_MAX;
+    cr_expect_eq(parity_check_loose(&c, "cpu", lw, sizeof lw), 0, "%s", lw);
+    c.max_forced = 1.1 * PARITY_FORCED_LOOSE_MAX;
+    cr_expect_eq(parity_check_loose(&c, "ref", lw, sizeof lw), -1);
+    cr_expect(strstr(lw, "parity.max_forced"), "%s", lw);
+    c.max_forced = INFINITY;
+    cr_expect_eq(parity_check_loose(&c, "cpu", lw, sizeof lw), -1);
     model_free(m);
 }
