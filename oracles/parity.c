@@ -317,11 +317,12 @@ int parity_verdict(const struct parity_config *cfg, const struct parity_summary 
                        " adds (forced layers, at most %g): an error in that layer, not noise"
                        " carried from the layers before",
                        fo->worst_layer, fo->worst, cfg->max_forced);
-    if (fj && !gate_check_num(c, "forced_head", fo->head, "<=", cfg->max_forced))
+    const double head_max = cfg->max_forced * PARITY_FORCED_HEAD_SHARE;
+    if (fj && !gate_check_num(c, "forced_head", fo->head, "<=", head_max))
         gate_say_first(first, fn,
                        "the output head on the subject's own last hidden state is %.3g off the"
-                       " twin's (forced head, at most %g)",
-                       fo->head, cfg->max_forced);
+                       " twin's (forced head, at most %g = %g x max_forced)",
+                       fo->head, head_max, PARITY_FORCED_HEAD_SHARE);
     json_decref(own);
     const int pass = first[0] == '\0';
     if (why && n) {
@@ -964,11 +965,12 @@ json_t *parity_result_json(const struct parity_result *r)
         json_object_set_new(
             o, "forced_layers",
             f->measured
-                ? json_pack("{s:b, s:o, s:i, s:o, s:i, s:i, s:i, s:s, s:o}", "measured", 1, "worst",
-                            parity_json_number(f->worst), "worst_layer", f->worst_layer, "head",
-                            parity_json_number(f->head), "layers", f->n_layer, "positions",
+                ? json_pack("{s:b, s:o, s:i, s:o, s:i, s:i, s:i, s:s, s:o, s:o}", "measured", 1,
+                            "worst", parity_json_number(f->worst), "worst_layer", f->worst_layer,
+                            "head", parity_json_number(f->head), "layers", f->n_layer, "positions",
                             f->n_pos, "head_positions", f->n_head_rows, "rounding", f->rounding,
-                            "max", parity_json_number(r->cfg.max_forced))
+                            "max", parity_json_number(r->cfg.max_forced), "head_max",
+                            parity_json_number(r->cfg.max_forced * PARITY_FORCED_HEAD_SHARE))
                 : json_pack("{s:b, s:s}", "measured", 0, "why",
                             f->why[0] ? f->why : "not measured: logits only"));
     }
@@ -1094,9 +1096,10 @@ void parity_print(FILE *f, const struct parity_result *r)
             r->n_match, r->n_tie_flip, r->cfg.near_tie, r->n_wrong, r->n_nonfinite);
     if (r->forced.measured)
         fprintf(f,
-                "  forced layers: worst %.3g at layer %d, head %.3g (each at most %g; the twin"
-                " on the subject's own inputs%s%s)\n",
-                r->forced.worst, r->forced.worst_layer, r->forced.head, r->cfg.max_forced,
+                "  forced layers: worst %.3g at layer %d (at most %g), head %.3g (at most %g);"
+                " the twin on the subject's own inputs%s%s\n",
+                r->forced.worst, r->forced.worst_layer, r->cfg.max_forced, r->forced.head,
+                r->cfg.max_forced * PARITY_FORCED_HEAD_SHARE,
                 r->forced.rounding[0] ? ", rounding " : "", r->forced.rounding);
     else if (r->forced.why[0])
         fprintf(f, "  forced layers: %s\n", r->forced.why);

@@ -731,6 +731,12 @@ Test(parity, forced_layers_judge_each_layer_on_the_subjects_own_input)
     json_object_set_new(json_object_get(met, "forced_layers"), "positions", json_integer(10));
     why[0] = '\0';
     cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
+    /* the head's bound is a tenth of the layers' (one product on an exact input) */
+    json_object_set_new(met, "forced_layers", json_deep_copy(fl));
+    json_object_set_new(json_object_get(met, "forced_layers"), "head", json_real(3e-4));
+    why[0] = '\0';
+    cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "forced head"), "%s", why);
     /* a non-finite subject's record (NaN) never passes */
     json_object_set_new(met, "forced_layers", json_deep_copy(fl));
     json_object_set_new(json_object_get(met, "forced_layers"), "head", json_string("NaN"));
