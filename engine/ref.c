@@ -98,7 +98,7 @@ struct ref {
     float *moe_y;               /* (B, k, E) expert output per token and slot */
     float *scores;              /* (n_threads, n_ctx) */
     float *rowbuf;              /* (n_threads, max_cols) */
-    float *kc, *vc;             /* (n_layer, n_ctx, nkv*hd) caches: K after norm + RoPE, V as is */
+    float *kc, *vc;             /* (kv_layers, n_ctx, kvd) caches: K after norm + RoPE, V as is */
     float *rope_cos, *rope_sin; /* (n_ctx, hd/2) */
     float *rope_f;              /* (hd) rope_shift's angles of one position */
     int emu_kv;                 /* GATE_REF_EMULATE: 1 = FP16 KV cache */
@@ -112,6 +112,9 @@ struct ref {
     int emu_act;                /* GATE_REF_EMULATE: the cpu engine's 12-bit block activations */
     float *emu_x;               /* (B, max_cols) rounded activations (emu_gemm only) */
     float *emu_a;               /* (B*k, max_cols) block-rounded activations (emu_act only) */
+    /* the layers the cache holds: n_layer, or 1 for a layer-major twin (the "kv-one-layer" item:
+     * ref_forward_forced only) */
+    int kv_layers;
 };
 
 /* Chunks this long take the CUDA backend's cuBLAS projections (GEMM_MIN_TOKENS there). */
@@ -312,11 +315,13 @@ static int emulation_parse(struct ref *r, const char *text, struct gate_err *err
             r->emu_fma = r->emu_expf = r->emu_softmax = r->emu_norm = 1;
         else if (!strcmp(it, "act-q12"))
             r->emu_act = 1;
+        else if (!strcmp(it, "kv-one-layer")) /* not a rounding: the cache's layout */
+            r->kv_layers = 1;
         else if (strcmp(it, "none"))
             return err_set(err, ERR_INPUT,
                            "ref: GATE_REF_EMULATE item '%.40s' is unknown (known: kv-f16,"
                            " gemm-f16, gemm-bf16, cuda-f16, fma, expf, softmax-f32, norm-order,"
-                           " cuda-f32, ex2-2ulp, gemm-seq, act-q12, none)",
+                           " cuda-f32, ex2-2ulp, gemm-seq, act-q12, kv-one-layer, none)",
                            it);
     }
     return 0;
@@ -558,6 +563,14 @@ static void fault_scale(const struct ref *r, int tensor, int il, int pos0, float
     }
 }
 
+/* Where layer il's cache starts in kc / vc (floats): a layer-major twin reuses one layer's. */
+static size_t kv_base(const struct ref *r, int il)
+{
+    const struct model_hparams *hp = &r->m->hp;
+    return (size_t)(r->kv_layers == 1 ? 0 : il) * (size_t)r->base.n_ctx * (size_t)hp->n_head_kv *
+           (size_t)hp->head_dim;
+}
+
 static void attn_heads(void *ctx, int64_t begin, int64_t end, int thread)
 {
     struct attn_job *j = ctx;
@@ -565,8 +578,8 @@ static void attn_heads(void *ctx, int64_t begin, int64_t end, int thread)
     const struct model_hparams *hp = &r->m->hp;
     const int hd = (int)hp->head_dim, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
     const int kvd = nkv * hd, group = nh / nkv;
-    const float *kc = r->kc + (size_t)j->layer * (size_t)r->base.n_ctx * (size_t)kvd;
-    const float *vc = r->vc + (size_t)j->layer * (size_t)r->base.n_ctx * (size_t)kvd;
+    const float *kc = r->kc + kv_base(r, j->layer);
+    const float *vc = r->vc + kv_base(r, j->layer);
     float *s = r->scores + (size_t)thread * (size_t)r->base.n_ctx;
     for (int64_t item = begin; item < end; item++) {
         const int t = (int)(item / nh), h = (int)(item % nh), g = h / group;
@@ -655,41 +668,48 @@ static void rope_row(float *cs, float *sn, int pos, int hd, double base)
     }
 }
 
-static void attention(struct ref *r, int il, int n, int pos0)
+/* Position pos's RoPE angles in layer il: the table's, or rope_shift's (into r->rope_f). */
+static void rope_at(struct ref *r, int il, int pos, const float **cs, const float **sn)
+{
+    const struct model_hparams *hp = &r->m->hp;
+    const int hd = (int)hp->head_dim, half = hd / 2;
+    *cs = r->rope_cos + (size_t)pos * (size_t)half;
+    *sn = r->rope_sin + (size_t)pos * (size_t)half;
+    const float rf = fault_rope_factor_inline(&r->base.faults, il, pos);
+    if (rf != 1.0f) { /* rope_shift: this position's angles with the shifted base */
+        rope_row(r->rope_f, r->rope_f + half, pos, hd, (double)hp->rope_base * (double)rf);
+        *cs = r->rope_f;
+        *sn = r->rope_f + half;
+    }
+}
+
+/* The per-head norm and RoPE the twin uses (the device's order when emulated). */
+static void (*norm_rope_of(const struct ref *r))(const struct ref *, float *, const float *,
+                                                 const float *, const float *, int, float, int)
+{
+    return r->emu_fma || r->emu_norm ? norm_rope_dev : norm_rope_twin;
+}
+
+/* Keys and values of n tokens at positions pos0.. in layer il from r->xb (the normed inputs):
+ * projected, K normed and rotated, stored in the cache (as the cache rounds them). */
+static void attn_kv(struct ref *r, int il, int n, int pos0)
 {
     const struct model_hparams *hp = &r->m->hp;
     const struct model_layer *L = &r->m->layers[il];
-    const int hd = (int)hp->head_dim, nh = (int)hp->n_head, nkv = (int)hp->n_head_kv;
-    const int kvd = nkv * hd, half = hd / 2;
-    const int64_t E = hp->n_embd;
-    for (int t = 0; t < n; t++)
-        norm_row(r, r->xb + t * E, r->x + t * E, r->attn_norm + il * E, E);
-    matmul_proj(r, &L->wq, r->xb, n, r->q);
+    const int hd = (int)hp->head_dim, nkv = (int)hp->n_head_kv, kvd = nkv * hd;
     matmul_proj(r, &L->wk, r->xb, n, r->k);
     matmul_proj(r, &L->wv, r->xb, n, r->v);
-    fault_scale(r, FAULT_T_ATTN_Q, il, pos0, r->q, n, (int64_t)nh * hd, NULL, 1);
     fault_scale(r, FAULT_T_ATTN_K, il, pos0, r->k, n, kvd, NULL, 1);
     fault_scale(r, FAULT_T_ATTN_V, il, pos0, r->v, n, kvd, NULL, 1);
     for (int t = 0; t < n; t++) {
         const int pos = pos0 + t;
-        const float *cs = r->rope_cos + (size_t)pos * (size_t)half;
-        const float *sn = r->rope_sin + (size_t)pos * (size_t)half;
-        const float rf = fault_rope_factor_inline(&r->base.faults, il, pos);
-        if (rf != 1.0f) { /* rope_shift: this position's angles with the shifted base */
-            rope_row(r->rope_f, r->rope_f + half, pos, hd, (double)hp->rope_base * (double)rf);
-            cs = r->rope_f;
-            sn = r->rope_f + half;
-        }
+        const float *cs, *sn;
+        rope_at(r, il, pos, &cs, &sn);
         const int skip = fault_skips_qk_norm_inline(&r->base.faults, il, pos);
-        void (*nr)(const struct ref *, float *, const float *, const float *, const float *, int,
-                   float, int) = r->emu_fma || r->emu_norm ? norm_rope_dev : norm_rope_twin;
-        for (int h = 0; h < nh; h++)
-            nr(r, r->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd,
-               r->q_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
         for (int h = 0; h < nkv; h++)
-            nr(r, r->k + (size_t)t * (size_t)kvd + (size_t)h * (size_t)hd,
-               r->k_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
-        size_t at = ((size_t)il * (size_t)r->base.n_ctx + (size_t)pos) * (size_t)kvd;
+            norm_rope_of(r)(r, r->k + (size_t)t * (size_t)kvd + (size_t)h * (size_t)hd,
+                            r->k_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
+        const size_t at = kv_base(r, il) + (size_t)pos * (size_t)kvd;
         const float kf = fault_kv_factor_inline(&r->base.faults, il, pos);
         for (int i = 0; kf != 1.0f && i < kvd; i++) { /* kv_corrupt: the entries as stored */
             r->k[(size_t)t * (size_t)kvd + (size_t)i] *= kf;
@@ -701,6 +721,28 @@ static void attention(struct ref *r, int il, int n, int pos0)
             round_n(r->kc + at, kvd, 1);
             round_n(r->vc + at, kvd, 1);
         }
+    }
+}
+
+static void attention(struct ref *r, int il, int n, int pos0)
+{
+    const struct model_hparams *hp = &r->m->hp;
+    const struct model_layer *L = &r->m->layers[il];
+    const int hd = (int)hp->head_dim, nh = (int)hp->n_head;
+    const int64_t E = hp->n_embd;
+    for (int t = 0; t < n; t++)
+        norm_row(r, r->xb + t * E, r->x + t * E, r->attn_norm + il * E, E);
+    matmul_proj(r, &L->wq, r->xb, n, r->q);
+    fault_scale(r, FAULT_T_ATTN_Q, il, pos0, r->q, n, (int64_t)nh * hd, NULL, 1);
+    attn_kv(r, il, n, pos0);
+    for (int t = 0; t < n; t++) {
+        const int pos = pos0 + t;
+        const float *cs, *sn;
+        rope_at(r, il, pos, &cs, &sn);
+        const int skip = fault_skips_qk_norm_inline(&r->base.faults, il, pos);
+        for (int h = 0; h < nh; h++)
+            norm_rope_of(r)(r, r->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd,
+                            r->q_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
     }
     struct attn_job j = {r, il, n, pos0};
     pool_run(r->pool, (int64_t)n * nh, attn_heads, &j);
@@ -859,10 +901,29 @@ static void ref_forward_chunk(struct ref *r, const int32_t *tokens, int n, int p
     fault_scale(r, FAULT_T_OUTPUT, -1, pos0, logits, n, hp->n_vocab, NULL, 1);
 }
 
+/* Layer il's input at positions pos0..pos0+cn-1 into r->x: the token embeddings (layer 0), else
+ * the subject's hidden state after layer il - 1 (hidden: (n_layer, n, E)). */
+static void forced_input(struct ref *r, const int32_t *tokens, int n, const float *hidden, int il,
+                         int pos0, int cn)
+{
+    const struct model *m = r->m;
+    const size_t E = m->hp.n_embd;
+    for (int t = 0; t < cn; t++) {
+        float *x = r->x + (size_t)t * E;
+        if (il == 0)
+            (r->emu_fma ? quant_dequant_row_fused : quant_dequant_row)(
+                m->tok_embd.type, model_row(&m->tok_embd, tokens[pos0 + t]), x, (int64_t)E);
+        else
+            memcpy(x, hidden + ((size_t)(il - 1) * (size_t)n + (size_t)(pos0 + t)) * E,
+                   E * sizeof(float));
+    }
+}
+
 /* The twin's layers under teacher forcing (ref_ops.h). */
 int ref_forward_forced(struct backend *b, const int32_t *tokens, int n, const float *hidden,
                        const int32_t *force_experts, float force_tol, float *force_deficit,
-                       float *out, const int *rows, int n_rows, float *logits, struct gate_err *err)
+                       const int *eval, int n_eval, float *out, const int *rows, int n_rows,
+                       float *logits, struct gate_err *err)
 {
     struct ref *r = (struct ref *)b;
     if (!b || b->ops != &backend_ref_ops)
@@ -879,6 +940,14 @@ int ref_forward_forced(struct backend *b, const int32_t *tokens, int n, const fl
         if (tokens[i] < 0 || tokens[i] >= (int32_t)hp->n_vocab)
             return err_set(err, ERR_INPUT, "teacher forcing: token %d is %d (vocabulary %u)", i,
                            tokens[i], (unsigned)hp->n_vocab);
+    for (int i = 0; eval && i < n_eval; i++)
+        if (eval[i] < 0 || eval[i] >= n || (i && eval[i] <= eval[i - 1]))
+            return err_set(err, ERR_INPUT,
+                           "teacher forcing: evaluated row %d is position %d: positions must"
+                           " increase within 0..%d",
+                           i, eval[i], n - 1);
+    if (eval && n_eval < 1)
+        return err_set(err, ERR_INPUT, "teacher forcing: no position to evaluate");
     const int B = b->n_batch;
     /* the subject's expert sets, forced where they are a near tie of the twin's own */
     const struct backend_taps route = {
@@ -886,24 +955,36 @@ int ref_forward_forced(struct backend *b, const int32_t *tokens, int n, const fl
     const struct backend_taps *saved = r->base.taps;
     r->base.taps = force_experts && force_deficit && hp->n_expert > 0 ? &route : NULL;
     r->base.tap_n = n;
-    for (size_t il = 0; il < L; il++)
+    for (size_t il = 0; il < L; il++) {
+        /* every position: the whole layer in chunks; with eval, only keys and values (every
+         * later evaluated position attends to them) */
         for (int pos0 = 0; pos0 < n; pos0 += B) {
             const int cn = n - pos0 < B ? n - pos0 : B;
             r->base.tap_off = pos0;
-            for (int t = 0; t < cn; t++) {
-                float *x = r->x + (size_t)t * (size_t)E;
-                if (il == 0)
-                    (r->emu_fma ? quant_dequant_row_fused : quant_dequant_row)(
-                        m->tok_embd.type, model_row(&m->tok_embd, tokens[pos0 + t]), x, E);
-                else
-                    memcpy(x, hidden + ((il - 1) * (size_t)n + (size_t)(pos0 + t)) * (size_t)E,
-                           (size_t)E * sizeof(float));
+            forced_input(r, tokens, n, hidden, (int)il, pos0, cn);
+            if (eval) {
+                for (int t = 0; t < cn; t++)
+                    norm_row(r, r->xb + (size_t)t * (size_t)E, r->x + (size_t)t * (size_t)E,
+                             r->attn_norm + il * (size_t)E, E);
+                attn_kv(r, (int)il, cn, pos0);
+                continue;
             }
             attention(r, (int)il, cn, pos0);
             ffn(r, (int)il, cn, pos0);
             memcpy(out + (il * (size_t)n + (size_t)pos0) * (size_t)E, r->x,
                    (size_t)cn * (size_t)E * sizeof(float));
         }
+        /* with eval: the layer at each evaluated position, one at a time, on the cache above
+         * (its own key and value computed again, the same numbers) */
+        for (int i = 0; eval && i < n_eval; i++) {
+            r->base.tap_off = eval[i];
+            forced_input(r, tokens, n, hidden, (int)il, eval[i], 1);
+            attention(r, (int)il, 1, eval[i]);
+            ffn(r, (int)il, 1, eval[i]);
+            memcpy(out + (il * (size_t)n_eval + (size_t)i) * (size_t)E, r->x,
+                   (size_t)E * sizeof(float));
+        }
+    }
     r->base.taps = saved;
     r->base.tap_n = r->base.tap_off = 0;
     b->n_past = n;
@@ -926,8 +1007,12 @@ int ref_forward_forced(struct backend *b, const int32_t *tokens, int n, const fl
 static int ref_forward(struct backend *b, const int32_t *tokens, int n, int pos0, float *logits,
                        struct gate_err *err)
 {
-    (void)err;
-    ref_forward_chunk((struct ref *)b, tokens, n, pos0, logits);
+    struct ref *r = (struct ref *)b;
+    if (r->kv_layers == 1 && r->m->hp.n_layer > 1) /* the layers would share one cache */
+        return err_set(err, ERR_INPUT,
+                       "ref: a twin opened with kv-one-layer holds one layer's cache: it runs"
+                       " teacher forcing only (ref_forward_forced), not a forward pass");
+    ref_forward_chunk(r, tokens, n, pos0, logits);
     return 0;
 }
 
@@ -1088,8 +1173,10 @@ static int ref_open(struct backend **out, const struct model *m, const struct ba
     }
     ALLOC(scores, (size_t)nt * (size_t)n_ctx);
     ALLOC(rowbuf, (size_t)nt * (size_t)r->max_cols);
-    ALLOC(kc, L * (size_t)n_ctx * kvd);
-    ALLOC(vc, L * (size_t)n_ctx * kvd);
+    if (!r->kv_layers)
+        r->kv_layers = (int)L;
+    ALLOC(kc, (size_t)r->kv_layers * (size_t)n_ctx * kvd);
+    ALLOC(vc, (size_t)r->kv_layers * (size_t)n_ctx * kvd);
     ALLOC(rope_cos, (size_t)n_ctx * (hd / 2));
     ALLOC(rope_sin, (size_t)n_ctx * (hd / 2));
     ALLOC(rope_f, hd);

@@ -48,18 +48,22 @@ struct gate_err;
  * fresh ref backend b (n_past 0, n_ctx >= n), for positions 0..n-1 of tokens: layer 0 takes the
  * token embeddings, layer l > 0 takes hidden (n_layer, n, n_embd) row l - 1 (the subject's
  * residual after layer l - 1, every position: its keys and values fill the cache of layer l);
- * out (n_layer, n, n_embd) receives each layer's output. logits (n_rows, n_vocab) receives the
- * head (output norm, output matrix) on the subject's last layer at positions rows[0..n_rows-1].
- * The difference out[l] - hidden[l] is then what layer l of the subject added wrongly, without
- * the noise of the layers before it (oracles/parity.c "forced layers"). MoE: force_experts
- * (n_layer, n, k), the subject's expert sets, replace the twin's own where they are within
- * force_tol of it (route_force, as the route-tie replay), force_deficit (n_layer, n) scratch;
- * NULL: the twin's own routes. Leaves the cache filled (n_past n: truncate before another use);
- * ERR_INPUT for another backend, a used one, bad tokens or rows. */
+ * out receives each layer's output at the evaluated positions: eval NULL, every position
+ * (out (n_layer, n, n_embd)); else the n_eval increasing positions eval (out (n_layer, n_eval,
+ * n_embd)), where only keys and values are computed at the others — a sampled span's cost is
+ * its K and V projections plus the evaluated positions. Layer-major: a twin opened with the
+ * "kv-one-layer" item holds one layer's cache (n_ctx rows), not n_layer. logits (n_rows, n_vocab)
+ * receives the head (output norm, output matrix) on the subject's last layer at positions
+ * rows[0..n_rows-1]. The difference out[l] - hidden[l] is then what layer l of the subject added
+ * wrongly, without the noise of the layers before it (oracles/parity.c "forced layers"). MoE:
+ * force_experts (n_layer, n, k), the subject's expert sets, replace the twin's own where they are
+ * within force_tol of it (route_force, as the route-tie replay), force_deficit (n_layer, n)
+ * scratch; NULL: the twin's own routes. Leaves the cache filled (n_past n: truncate before another
+ * use); ERR_INPUT for another backend, a used one, bad tokens or rows. */
 int ref_forward_forced(struct backend *b, const int32_t *tokens, int n, const float *hidden,
                        const int32_t *force_experts, float force_tol, float *force_deficit,
-                       float *out, const int *rows, int n_rows, float *logits,
-                       struct gate_err *err);
+                       const int *eval, int n_eval, float *out, const int *rows, int n_rows,
+                       float *logits, struct gate_err *err);
 
 #ifdef __cplusplus
 }

@@ -88,15 +88,16 @@ void budget_memory(const struct model_hparams *hp, int S, int judged, enum mode_
     out->activation_bytes = 4 * backend_activation_floats(hp, s, jb, 0);
     if (in_process) /* the subject is opened with a batch of its longest call (parity.c) */
         out->activation_bytes += 4 * backend_activation_floats(hp, s, sc, kv_elem == 2);
-    /* the forced layers (oracles/parity.c forced_measure): a second twin over the sequence, in
-     * calls of at most MODE_JUDGE_CHUNK, with its F32 cache; the layers' outputs (L, S, E), the
-     * route scratch (L, S) and PARITY_FORCED_HEAD_ROWS rows of logits. Measured only when every
-     * position is judged and the subject records hidden states (one of gate's own) */
-    if (!sampled && in_process) {
+    /* the forced layers (oracles/parity.c forced_measure), when the subject is one of gate's
+     * own: a second twin over the sequence, layer-major in calls of at most MODE_JUDGE_CHUNK,
+     * with ONE layer's F32 cache (kv-one-layer); the layers' outputs at the judged positions
+     * (L, J, E), the route scratch (L, S), PARITY_FORCED_HEAD_ROWS rows of logits, and for a
+     * sampled span the subject's hidden state at every position (L, S, E: each layer's input) */
+    if (in_process) {
         const uint64_t fb = s > MODE_JUDGE_CHUNK ? MODE_JUDGE_CHUNK : s;
-        out->forced_bytes =
-            budget_kv_bytes(hp, S, 4) + 4 * (backend_activation_floats(hp, s, fb, 0) + L * s * E +
-                                             L * s + PARITY_FORCED_HEAD_ROWS * V);
+        out->forced_bytes = budget_kv_bytes(hp, S, 4) / (L ? L : 1) +
+                            4 * (backend_activation_floats(hp, s, fb, 0) + L * J * E + L * s +
+                                 PARITY_FORCED_HEAD_ROWS * V + (sampled ? L * s * E : 0));
     }
     out->other_bytes =
         out->logits_bytes + out->taps_bytes + out->activation_bytes + out->forced_bytes;
@@ -214,6 +215,13 @@ static double attn_gflop_per_pos(const struct model_hparams *hp)
     return 4.0 * hp->n_head * (double)hp->head_dim * hp->n_layer * 1e-9;
 }
 
+/* K and V projections' GFLOP per token (a sampled span's forced twin computes only these at the
+ * positions it does not judge). */
+static double kv_gflop(const struct model_hparams *hp)
+{
+    return 4.0 * hp->n_embd * (double)hp->n_head_kv * hp->head_dim * hp->n_layer * 1e-9;
+}
+
 double budget_token_gflop(const struct model_hparams *hp, int pos)
 {
     return weight_gflop(hp) + attn_gflop_per_pos(hp) * (double)(pos + 1);
@@ -245,6 +253,13 @@ void budget_time(const struct model_hparams *hp, const struct budget_time_in *in
         out->tokens += w[i].runs * w[i].len;
         out->gflop += w[i].runs * seq_gflop(hp, w[i].len);
     }
+    if (in->parity_forced) { /* the forced twin: every position, or a sample of a span */
+        const double S = in->parity_S, J = in->parity_judged;
+        out->tokens += J;
+        out->gflop +=
+            J >= S ? seq_gflop(hp, S)
+                   : S * kv_gflop(hp) + J * (weight_gflop(hp) + attn_gflop_per_pos(hp) * S / 2);
+    }
     out->threads = in->threads > 0 ? in->threads : 1;
     out->seconds = out->gflop / (BUDGET_GFLOPS_PER_THREAD * out->threads);
 }
@@ -264,6 +279,7 @@ void budget_cell(const struct ladder_gates *g, const struct model_hparams *hp, e
     const struct budget_time_in in = {
         .parity_S = S,
         .parity_judged = judged,
+        .parity_forced = in_process,
         .golden_prompts = 4, /* the default prompts (oracles/golden.c); the file may hold more */
         .golden_tokens = g->golden_tokens,
         .tp_runs = g->warmup + g->runs,

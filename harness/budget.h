@@ -89,6 +89,7 @@ json_t *budget_memory_json(const struct budget_memory *m, const struct budget_av
  * (docs/nightly.md, "Time estimate"), not a replay of the oracles. */
 struct budget_time_in {
     int parity_S, parity_judged;           /* parity: sequence length and judged positions */
+    int parity_forced;                     /* 1: the subject's layers judged (forced twin) */
     int golden_prompts, golden_tokens;     /* golden: prompts x (prompt ~ 16 + tokens), twice */
     int tp_runs, tp_prompt, tp_decode;     /* throughput: (warmup + runs) x (prompt + decode) */
     int falsify_faults, falsify_samples;   /* falsify: faults x (1 + samples) runs ... */

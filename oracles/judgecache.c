@@ -277,6 +277,7 @@ int judgecache_judge(struct backend *b, const int32_t *tokens, int n, const stru
     const int cacheable = C.open && n > 0 && b->model && b->model->sha256[0] &&
                           !strcmp(b->ops->name, backend_judge_name()) && b->faults.n == 0 &&
                           strcmp(b->emulate, "?") && !(taps && taps->force_experts) &&
+                          !(keep && keep->hidden_all) && /* an entry holds the kept rows only */
                           parts_of(b->model, n, keep, logits, taps, &x) == 0;
     if (!cacheable) {
         if (C.open)

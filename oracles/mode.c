@@ -452,6 +452,9 @@ static void rows_call(struct rows *r, int p0, int c)
             memcpy(f->hidden + ((size_t)l * (size_t)r->n_rows + (size_t)i) * r->E,
                    t->hidden + (src + (size_t)at) * r->E, r->E * sizeof(float));
         }
+        if (f->hidden && r->keep && r->keep->hidden_all)
+            memcpy(r->keep->hidden_all + dst * r->E, t->hidden + src * r->E,
+                   (size_t)c * r->E * sizeof(float));
         if (f->experts)
             memcpy(f->experts + dst * k, t->experts + src * k, (size_t)c * k * 4);
         if (f->expert_w)

@@ -188,6 +188,9 @@ int mode_run_taps(struct backend *b, enum mode_path path, const int32_t *tokens,
 struct mode_keep {
     const int *pos;
     int n;
+    /* NULL, or (n_layer, sequence, n_embd): every position's hidden state besides the kept rows
+     * (parity's forced layers on a sampled span need each layer's input at every position) */
+    float *hidden_all;
 };
 
 /* mode_run_split keeping only the rows of keep (NULL = every row): logits (keep->n, n_vocab),

@@ -608,9 +608,9 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
         return GATE_FAIL;
     }
     /* a subject whose layers the twin predicts (backend_noise.rounding: gate's own backends)
-     * records its forced layers, measured whenever every position was judged. The backend is
-     * what ran (metrics.ran, which the cell's common checks hold to the cell's mode), else the
-     * recorded mode */
+     * records its forced layers, measured at every judged position (a sampled span's too: its
+     * run keeps every position's hidden state). The backend is what ran (metrics.ran, which the
+     * cell's common checks hold to the cell's mode), else the recorded mode */
     const char *rb = json_string_value(json_object_get(json_object_get(metrics, "ran"), "backend"));
     const char *md = json_string_value(json_object_get(metrics, "mode"));
     char be[16] = "";
@@ -619,10 +619,8 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
     const struct backend_noise *bz = be[0] ? backend_noise_of(be) : NULL;
     if (bz && bz->rounding) {
         const json_t *fl = json_object_get(metrics, "forced_layers");
-        double np = s.n_pos, sl = s.n_pos, fp = 0;
+        double np = s.n_pos, fp = 0;
         gate_metric_num(metrics, "n_pos", &np);
-        gate_metric_num(metrics, "sequence_length", &sl);
-        const int every = np == sl; /* every position judged: the hidden states were all kept */
         if (!gate_check_bool(checks, "forced_layers recorded", json_is_object(fl))) {
             gate_say_first(why, n,
                            "the parity metrics of a %s subject do not say whether its layers were"
@@ -630,13 +628,13 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
                            be);
             return GATE_FAIL;
         }
-        if (every && !gate_check_bool(checks, "forced_layers measured",
-                                      s.forced.measured && !gate_metric_num(fl, "positions", &fp) &&
-                                          fp == sl)) {
+        if (!gate_check_bool(checks, "forced_layers measured",
+                             s.forced.measured && !gate_metric_num(fl, "positions", &fp) &&
+                                 fp == np)) {
             gate_say_first(why, n,
-                           "every position of the %s subject was judged, yet its forced layers"
-                           " were not measured over the %.0f positions (forced_layers)",
-                           be, sl);
+                           "the forced layers of the %s subject were not measured at its %.0f"
+                           " judged positions (forced_layers)",
+                           be, np);
             return GATE_FAIL;
         }
     }
@@ -1229,8 +1227,11 @@ struct parity_session {
     struct dist_summary dist; /* the judge's distributions at the judged positions */
     /* the forced layers (struct parity_forced; allocated on first use) */
     int forced_off;
-    struct backend *forced_twin;
-    float *forced_out;    /* (n_layer, n, E) the twin's layers on the subject's inputs */
+    struct backend *forced_twin; /* opened with kv-one-layer: one layer's cache, layer-major */
+    float *forced_out;  /* (n_layer, n_judged, E) the twin's layers on the subject's inputs */
+    float *subj_hidden; /* a sampled span: (n_layer, n, E) the subject's hidden states at every
+                         * position (keep_all), each layer's input for the forced twin */
+    struct mode_keep keep_all;
     float *forced_logits; /* (forced rows, V) the twin's head on the subject's last layer */
     float *forced_def;    /* (n_layer, n) route_force scratch (MoE) */
 };
@@ -1264,6 +1265,7 @@ void parity_session_close(struct parity_session *s)
     free(s->replay_logits);
     backend_close(s->forced_twin);
     free(s->forced_out);
+    free(s->subj_hidden);
     free(s->forced_logits);
     free(s->forced_def);
     free(s);
@@ -1735,9 +1737,19 @@ static int kv_round_measure(struct parity_session *s, struct parity_kv_round *k,
     return rc;
 }
 
+/* Whether the session's next subject run can be judged layer by layer: the subject records its
+ * hidden states and the forced twin models its roundings. */
+static int forced_possible(const struct parity_session *s)
+{
+    const struct backend_noise *z = backend_noise_of(s->mode.backend);
+    return !s->forced_off && s->subj_taps_ok && z && z->rounding;
+}
+
 /* The forced layers of the subject's last run (struct parity_forced, docs/gates.md): the twin
- * with the subject's claimed roundings run layer by layer on the subject's own hidden states.
- * Needs the subject's hidden state at every position (taps, no sampled span). */
+ * with the subject's claimed roundings run layer by layer on the subject's own hidden states,
+ * each layer judged at the judged positions. Every position's hidden state is the input: the
+ * session's taps when every position is judged, else subj_hidden (a sampled span's run keeps
+ * them through keep_all). */
 static int forced_measure(struct parity_session *s, struct parity_forced *f, struct gate_err *err)
 {
     memset(f, 0, sizeof *f);
@@ -1755,13 +1767,10 @@ static int forced_measure(struct parity_session *s, struct parity_forced *f, str
                  s->mode.backend);
         return 0;
     }
-    if (s->kept) {
-        snprintf(f->why, sizeof f->why,
-                 "not measured: the %d judged positions are a sample of %d, and only their hidden"
-                 " states are kept",
-                 s->n_judged, s->n);
-        return 0;
-    }
+    if (s->kept && !s->subj_hidden)
+        return err_set(err, ERR_RUNTIME,
+                       "parity: the forced layers of a sampled span need every position's hidden"
+                       " state, and the run kept none");
     /* the subject's claimed roundings: the backend's own, its F16 cache, its batched
      * projections' precision */
     snprintf(f->rounding, sizeof f->rounding, "%s%s%s%s", z->rounding,
@@ -1771,6 +1780,8 @@ static int forced_measure(struct parity_session *s, struct parity_forced *f, str
              : !strcmp(s->mode.prefill, "bf16") ? "gemm-bf16"
                                                 : "");
     const size_t L = hp->n_layer, E = hp->n_embd, V = hp->n_vocab, n = (size_t)s->n;
+    const size_t J = (size_t)s->n_judged;
+    const float *hidden = s->kept ? s->subj_hidden : s->subj_taps.hidden; /* (L, n, E) */
     const int rows_n =
         s->n_judged < PARITY_FORCED_HEAD_ROWS ? s->n_judged : PARITY_FORCED_HEAD_ROWS;
     int rows[PARITY_FORCED_HEAD_ROWS];
@@ -1781,9 +1792,11 @@ static int forced_measure(struct parity_session *s, struct parity_forced *f, str
     if (!s->forced_twin) { /* all four or none: a failure leaves nothing half-built */
         const int batch = s->n > MODE_JUDGE_CHUNK ? MODE_JUDGE_CHUNK : s->n;
         struct backend *twin = NULL;
-        if ((rc = mode_open_judge_batch(&twin, s->m, s->n, batch, s->n_threads, f->rounding, err)))
+        char emu[sizeof f->rounding + 16]; /* layer-major: one layer's cache is enough */
+        snprintf(emu, sizeof emu, "%s%skv-one-layer", f->rounding, f->rounding[0] ? "," : "");
+        if ((rc = mode_open_judge_batch(&twin, s->m, s->n, batch, s->n_threads, emu, err)))
             return rc;
-        float *o = malloc(L * n * E * sizeof(float));
+        float *o = malloc(L * J * E * sizeof(float));
         float *lg = malloc((size_t)PARITY_FORCED_HEAD_ROWS * V * sizeof(float));
         float *df = malloc(L * n * sizeof(float));
         if (!o || !lg || !df) {
@@ -1801,30 +1814,30 @@ static int forced_measure(struct parity_session *s, struct parity_forced *f, str
         s->forced_def = df;
     }
     if ((rc = backend_truncate(s->forced_twin, 0, err)) ||
-        (rc = ref_forward_forced(s->forced_twin, s->tokens, s->n, s->subj_taps.hidden,
+        (rc = ref_forward_forced(s->forced_twin, s->tokens, s->n, hidden,
                                  hp->n_expert > 0 ? s->subj_taps.experts : NULL,
-                                 (float)s->cfg.route_tie, s->forced_def, s->forced_out, rows,
-                                 rows_n, s->forced_logits, err)))
+                                 (float)s->cfg.route_tie, s->forced_def, s->kept ? s->judged : NULL,
+                                 s->n_judged, s->forced_out, rows, rows_n, s->forced_logits, err)))
         return rc;
     float *emb = malloc(E * sizeof(float));
     if (!emb)
         return err_set(err, ERR_ENV, "out of memory for one embedding row");
     f->measured = 1;
     f->n_layer = (int)L;
-    f->n_pos = s->n;
+    f->n_pos = s->n_judged;
     f->n_head_rows = rows_n;
     f->worst_layer = -1;
     for (size_t l = 0; l < L; l++) {
         double e = 0, d = 0;
-        for (size_t p = 0; p < n; p++) {
+        for (size_t j = 0; j < J; j++) {
+            const size_t p = (size_t)s->judged[j];
             const float *in = emb; /* layer 0's input: the token's embedding */
             if (l > 0)
-                in = s->subj_taps.hidden + ((l - 1) * n + p) * E;
+                in = hidden + ((l - 1) * n + p) * E;
             else
                 quant_dequant_row(s->m->tok_embd.type, model_row(&s->m->tok_embd, s->tokens[p]),
                                   emb, (int64_t)E);
-            const float *so = s->subj_taps.hidden + (l * n + p) * E,
-                        *to = s->forced_out + (l * n + p) * E;
+            const float *so = hidden + (l * n + p) * E, *to = s->forced_out + (l * J + j) * E;
             for (size_t i = 0; i < E; i++) {
                 e += ((double)so[i] - to[i]) * ((double)so[i] - to[i]);
                 d += ((double)so[i] - in[i]) * ((double)so[i] - in[i]);
@@ -1917,9 +1930,22 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
                            " sequence has %d positions (0-%d)",
                            name, faults->f[i].pos_lo, s->n, s->n - 1);
         }
+    /* a sampled span judged layer by layer keeps every position's hidden state too */
+    const struct mode_keep *keep = s->kept;
+    if (s->kept && forced_possible(s)) {
+        const size_t all = (size_t)hp->n_layer * (size_t)s->n * hp->n_embd;
+        if (!s->subj_hidden && !(s->subj_hidden = malloc(all * sizeof(float))))
+            return err_set(err, ERR_ENV,
+                           "out of memory for the forced layers' inputs (%u layers x %d"
+                           " positions)",
+                           hp->n_layer, s->n);
+        s->keep_all = *s->kept;
+        s->keep_all.hidden_all = s->subj_hidden;
+        keep = &s->keep_all;
+    }
     backend_set_faults(s->subject, faults); /* copied; cleared again below */
     rc = mode_run_kept(s->subject, s->mode.path, s->tokens, s->n, s->turn_ends, s->n_turns,
-                       s->n_chunks ? s->chunks : NULL, s->n_chunks, s->kept, s->subj_logits,
+                       s->n_chunks ? s->chunks : NULL, s->n_chunks, keep, s->subj_logits,
                        s->with_taps ? &s->subj_taps : NULL, err);
     backend_set_faults(s->subject, NULL);
     if (rc)

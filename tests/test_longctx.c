@@ -102,8 +102,15 @@ Test(longctx, the_parity_session_bytes_term_by_term)
      * with mode_longest_call): 1,536 + 1,024 + 1,114,112 + 262,144 = 1,378,816 (a batch of
      * 4096 was 11,862,016), and one layer of its F16 cache as floats, 2*4096*128 = 1,048,576 */
     cr_expect_eq(m.activation_bytes, 4ull * (2031616ull + 1378816ull + 1048576ull));
-    cr_expect_eq(m.forced_bytes, 0, "a sampled span measures no forced layers");
-    cr_expect_eq(m.other_bytes, m.logits_bytes + m.taps_bytes + m.activation_bytes);
+    /* the forced layers of a sampled span: the twin's ONE layer of F32 cache, 2*2*64*4096*4 =
+     * 4,194,304 bytes; its buffers at a batch of 256 (2,031,616 floats, as the judge's); the
+     * layer outputs at the 64 judged rows 4*64*256 = 65,536, route scratch 4*4096 = 16,384, 128
+     * head rows of 512 = 65,536, and the subject's hidden state at every position 4*4096*256 =
+     * 4,194,304 floats (each layer's input) */
+    cr_expect_eq(m.forced_bytes,
+                 4194304ull + 4ull * (2031616ull + 65536 + 16384 + 65536 + 4194304ull));
+    cr_expect_eq(m.other_bytes,
+                 m.logits_bytes + m.taps_bytes + m.activation_bytes + m.forced_bytes);
     cr_expect_eq(m.total_bytes, m.kv_bytes + m.other_bytes);
     /* an external engine's memory is its own: only the judge's cache and buffers count */
     struct budget_memory ext;
@@ -118,10 +125,11 @@ Test(longctx, the_parity_session_bytes_term_by_term)
     cr_expect_eq(all.subject_call, 48);
     cr_expect_eq(all.logits_bytes, 4ull * 512 * 192);
     cr_expect_eq(all.taps_bytes, 16ull * (2 * 96 * 256 + 48 * 256));
-    /* the forced layers' twin: its F32 cache 4*2*2*64*96*4 = 393,216; buffers for a batch of 96
-     * (96 x 1,536 + FFN 2*96*512 + scores 17*16*96 + RoPE 96*64 = 278,016 floats); layer
-     * outputs 4*96*256, route scratch 4*96 and 128 head rows of 512 logits, in floats */
-    cr_expect_eq(all.forced_bytes, 393216ull + 4ull * (278016 + 4 * 96 * 256 + 4 * 96 + 128 * 512));
+    /* the forced layers' twin: one layer of F32 cache 2*2*64*96*4 = 98,304; buffers for a batch
+     * of 96 (96 x 1,536 + FFN 2*96*512 + scores 17*16*96 + RoPE 96*64 = 278,016 floats); layer
+     * outputs 4*96*256, route scratch 4*96 and 128 head rows of 512 logits, in floats (the
+     * hidden states are the session's taps: every position is judged) */
+    cr_expect_eq(all.forced_bytes, 98304ull + 4ull * (278016 + 4 * 96 * 256 + 4 * 96 + 128 * 512));
     cr_expect_eq(all.other_bytes,
                  all.logits_bytes + all.taps_bytes + all.activation_bytes + all.forced_bytes);
     cr_expect_eq(ext.forced_bytes, 0, "an external engine reports no hidden states");
@@ -143,10 +151,11 @@ static int q06_32k_fits(int kv_elem, struct budget_memory *m, struct gate_err *e
     cr_assert_eq(rc, 0, "%s", err->msg);
     cr_assert_eq(a.bytes, 22ull << 30);
     fprintf(stderr,
-            "0.6B 32k %s: %.2f GiB (KV %.2f, logits %.3f, taps %.3f, activations %.2f) of 22\n",
+            "0.6B 32k %s: %.2f GiB (KV %.2f, logits %.3f, taps %.3f, activations %.2f, forced"
+            " %.2f) of 22\n",
             kv_elem == 2 ? "F16" : "F32", m->total_bytes / 1073741824.0, m->kv_bytes / 1073741824.0,
             m->logits_bytes / 1073741824.0, m->taps_bytes / 1073741824.0,
-            m->activation_bytes / 1073741824.0);
+            m->activation_bytes / 1073741824.0, m->forced_bytes / 1073741824.0);
     return budget_check(m, &a, err);
 }
 
@@ -166,9 +175,10 @@ Test(longctx, a_32k_rung_of_the_real_shape_fits_22_gib_with_f32_and_f16_kv)
 
 Test(longctx, a_cell_that_truly_does_not_fit_is_still_refused_with_its_figures)
 {
-    /* the 4B shape at 32,768 positions with F32 caches: 18 GiB of KV. With the subject's batch
-     * of one token (a 32k-row batch was 4.6 GiB more: 23.1 GiB) it fits a 22 GiB host; on a
-     * 16 GiB one the KV alone does not fit, whatever parity keeps */
+    /* the 4B shape at 32,768 positions with F32 caches: 18 GiB of KV, and 11.3 GiB more for its
+     * forced layers (the subject's hidden state at every position: 36 x 32,768 x 2,560 floats):
+     * 30.2 GiB, refused on a 22 GiB host with the figures, accepted on a 32 GiB one; on a 16 GiB
+     * one the KV alone does not fit, whatever parity keeps */
     const struct model_hparams q4b = preset_hp("qwen3-4b");
     struct budget_memory m;
     budget_memory(&q4b, 32768, 96, MODE_DECODE, 4, 1, &m);
@@ -176,9 +186,16 @@ Test(longctx, a_cell_that_truly_does_not_fit_is_still_refused_with_its_figures)
     cr_expect_eq(m.logits_bytes, 4ull * 151936ull * (192 + 256 + 1));
     fprintf(stderr, "4B 32k F32: %.2f GiB (activations %.3f)\n", m.total_bytes / 1073741824.0,
             m.activation_bytes / 1073741824.0);
-    struct budget_available fits = {.bytes = 22ull << 30};
+    struct budget_available fits = {.bytes = 32ull << 30};
     struct gate_err err = {0};
     cr_expect_eq(budget_check(&m, &fits, &err), 0, "%s", err.msg);
+    cr_expect_gt(m.forced_bytes, 11ull << 30);
+    struct budget_available host = {.bytes = 22ull << 30};
+    snprintf(host.source, sizeof host.source, "test");
+    cr_expect_eq(budget_check(&m, &host, &err), ERR_ENV);
+    cr_expect(strstr(err.msg, "forced layers 1") && strstr(err.msg, "22528 MiB available"), "%s",
+              err.msg);
+    err = (struct gate_err){0};
     struct budget_available a = {.bytes = 16ull << 30};
     snprintf(a.source, sizeof a.source, "test");
     cr_expect_eq(budget_check(&m, &a, &err), ERR_ENV);

@@ -778,18 +778,37 @@ Test(parity, forced_layers_judge_each_layer_on_the_subjects_own_input)
     cr_expect_str_eq(r.forced.rounding, "");
     parity_result_free(&r);
 
-    /* a sampled span keeps only the judged rows: not measured, and said so */
+    /* a sampled span: its run keeps every position's hidden state, so each layer is judged at
+     * the judged positions too (the forced twin computes only keys and values elsewhere) */
     c.span = 200;
     cr_assert_eq(mode_parse("cpu.decode", &mode, &err), 0);
     cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
-    cr_expect_not(r.forced.measured);
-    cr_expect(strstr(r.forced.why, "sample"), "%s", r.forced.why);
-    met = parity_result_json(&r); /* and its receipt may say so */
+    cr_expect(r.pass, "%s", r.reason);
+    cr_expect(r.forced.measured, "%s", r.forced.why);
+    cr_expect_eq(r.forced.n_pos, c.positions, "the judged positions, not the span");
+    cr_expect_eq(r.seq_len, 200);
+    cr_expect(r.forced.worst > 0 && r.forced.worst <= 1e-3, "sampled clean worst %g",
+              r.forced.worst);
+    met = parity_result_json(&r);
     set = json_deep_copy(json_object_get(met, "config"));
     why[0] = '\0';
     cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_PASS, "%s", why);
+    /* and its receipt may no longer say "not measured" */
+    json_object_set_new(met, "forced_layers",
+                        json_pack("{s:b, s:s}", "measured", 0, "why", "not measured: a sample"));
+    why[0] = '\0';
+    cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "were not measured"), "%s", why);
     json_decref(set);
     json_decref(met);
+    parity_result_free(&r);
+    /* the 1 % ffn_down error on the span, past loose logit thresholds: caught at its layer */
+    c.max_rel_l2 = c.max_mean_rel_l2 = 1.0;
+    cr_assert_eq(parity_run(m, &mode, &fs, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect_not(r.pass, "a 1 %% ffn_down error passed a sampled span: %s", r.reason);
+    cr_expect(strstr(r.reason, "forced layers"), "%s", r.reason);
+    cr_expect_eq(r.forced.worst_layer, 1);
+    cr_expect_gt(r.forced.worst, 5e-3);
     parity_result_free(&r);
     json_decref(checks);
     /* a bound past 5x the default (Inf, off, included) needs a stated reason in a ladder */

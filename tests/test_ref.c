@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/detmath.h"
 #include "engine/backend.h"
 #include "engine/model.h"
 #include "tests/support/check.h"
@@ -318,4 +319,73 @@ Test(ref, rejects_bad_tokens_positions_and_overflow)
     cr_expect_eq(backend_open(&b, "vulkan", m, &cfg, &err), ERR_INPUT);
     cr_expect(strstr(err.msg, "backend 'vulkan' is not available"), "%s", err.msg);
     model_free(m);
+}
+
+/* Teacher forcing at a sample of positions (a long span's forced layers, oracles/parity.c): the
+ * twin opened with one layer's cache, computing only keys and values at the positions it does
+ * not evaluate, gives each evaluated position's layer outputs and head bit for bit as the
+ * every-position run on a full cache does. */
+static void forced_sample_equals_every_position(const char *name, const char *rounding)
+{
+    struct gate_err err = {0};
+    struct model *m = check_load_case(name);
+    const struct model_hparams *hp = &m->hp;
+    const int n = 100, L = (int)hp->n_layer, E = (int)hp->n_embd, V = (int)hp->n_vocab;
+    int32_t tokens[100];
+    for (int i = 0; i < n; i++)
+        tokens[i] = (int32_t)((i * 7919 + 13) % V);
+    /* any input will do: the subject's claimed hidden states, deterministic noise */
+    float *hidden = malloc((size_t)L * n * E * sizeof(float));
+    uint64_t st = 42;
+    for (size_t i = 0; i < (size_t)L * n * E; i++)
+        hidden[i] = (float)((double)(det_splitmix64(&st) >> 11) / 9007199254740992.0 * 4.0 - 2.0);
+    const int eval[] = {0, 5, 37, 38, 63, 64, 99}, ne = 7, rows[] = {5, 99};
+    char emu[64];
+    snprintf(emu, sizeof emu, "%s%skv-one-layer", rounding, rounding[0] ? "," : "");
+    struct backend_config cf = {.n_threads = 2, .n_ctx = n, .n_batch = 32, .emulate = rounding};
+    struct backend_config cs = {.n_threads = 2, .n_ctx = n, .n_batch = 32, .emulate = emu};
+    struct backend *full = NULL, *sub = NULL;
+    cr_assert_eq(backend_open(&full, "ref", m, &cf, &err), 0, "%s", err.msg);
+    cr_assert_eq(backend_open(&sub, "ref", m, &cs, &err), 0, "%s", err.msg);
+    float *of = malloc((size_t)L * n * E * sizeof(float));
+    float *os = malloc((size_t)L * ne * E * sizeof(float));
+    float *lf = malloc(2 * (size_t)V * sizeof(float)), *ls = malloc(2 * (size_t)V * sizeof(float));
+    cr_assert_eq(
+        ref_forward_forced(full, tokens, n, hidden, NULL, 0, NULL, NULL, 0, of, rows, 2, lf, &err),
+        0, "%s", err.msg);
+    cr_assert_eq(
+        ref_forward_forced(sub, tokens, n, hidden, NULL, 0, NULL, eval, ne, os, rows, 2, ls, &err),
+        0, "%s", err.msg);
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < ne; i++)
+            cr_expect_eq(memcmp(of + ((size_t)l * n + eval[i]) * E, os + ((size_t)l * ne + i) * E,
+                                (size_t)E * sizeof(float)),
+                         0, "%s %s: layer %d position %d differs", name, rounding, l, eval[i]);
+    cr_expect_eq(memcmp(lf, ls, 2 * (size_t)V * sizeof(float)), 0, "%s: head differs", name);
+    /* the one-layer twin is for teacher forcing only; positions must increase */
+    float *lg = malloc((size_t)V * sizeof(float));
+    cr_expect_eq(backend_truncate(sub, 0, &err), 0, "%s", err.msg);
+    cr_expect_eq(backend_forward(sub, tokens, 1, 0, lg, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "kv-one-layer"), "%s", err.msg);
+    const int bad[] = {5, 5};
+    err = (struct gate_err){0};
+    cr_expect_eq(
+        ref_forward_forced(sub, tokens, n, hidden, NULL, 0, NULL, bad, 2, os, rows, 2, ls, &err),
+        ERR_INPUT);
+    free(lg);
+    free(of);
+    free(os);
+    free(lf);
+    free(ls);
+    free(hidden);
+    backend_close(full);
+    backend_close(sub);
+    model_free(m);
+}
+
+Test(ref, forced_layers_at_sampled_positions_equal_the_every_position_run)
+{
+    forced_sample_equals_every_position("qwen3-dense-tiny-q4_k_m", "");
+    forced_sample_equals_every_position("qwen3-dense-tiny-q4_k_m", "act-q12");
+    forced_sample_equals_every_position("qwen3moe-tiny-q4_k_m", "act-q12,kv-f16");
 }
