@@ -224,6 +224,22 @@ Test(longctx, the_time_estimate_counts_weights_and_attention)
     cr_expect_float_eq(t.tokens, 200.0, 1e-9);
     cr_expect_float_eq(t.gflop, 2 * (100 * 4980736.0 + 4096.0 * 5050) * 1e-9, 1e-12);
     cr_expect_float_eq(t.seconds, t.gflop / (BUDGET_GFLOPS_PER_THREAD * 2), 1e-15);
+    /* the forced layers, every position judged: one more pass of the twin over the sequence */
+    struct budget_time tf;
+    in.parity_forced = 1;
+    in.parity_judged = 100;
+    budget_time(&hp, &in, &tf);
+    cr_expect_float_eq(tf.tokens, 300.0, 1e-9);
+    cr_expect_float_eq(tf.gflop, 1.5 * t.gflop, 1e-12);
+    /* a sampled span, 4096 positions with 64 judged: K and V at every position (4 x 256 x 128
+     * x 4 layers = 524,288 flops per token) and the 64 judged positions' layers, each attending
+     * to half the span on average */
+    struct budget_time_in sp = {.parity_S = 4096, .parity_judged = 64, .threads = 2};
+    budget_time(&hp, &sp, &t);
+    sp.parity_forced = 1;
+    budget_time(&hp, &sp, &tf);
+    cr_expect_float_eq(tf.gflop - t.gflop,
+                       (4096 * 524288.0 + 64 * (4980736.0 + 4096.0 * 2048)) * 1e-9, 1e-12);
 }
 
 Test(longctx, the_available_memory_is_the_configured_limit_or_memavailable)
