@@ -948,6 +948,10 @@ int ref_forward_forced(struct backend *b, const int32_t *tokens, int n, const fl
                            i, eval[i], n - 1);
     if (eval && n_eval < 1)
         return err_set(err, ERR_INPUT, "teacher forcing: no position to evaluate");
+    if (eval && (r->emu_gemm || r->emu_gemm_seq)) /* its rounding depends on the call's length */
+        return err_set(err, ERR_INPUT,
+                       "teacher forcing at sampled positions evaluates them one token at a"
+                       " time: not with the batched projections' emulated rounding (gemm-*)");
     const int B = b->n_batch;
     /* the subject's expert sets, forced where they are a near tie of the twin's own */
     const struct backend_taps route = {

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/backend.h"
 #include "harness/ladder.h"
 #include "oracles/parity.h"
 
@@ -52,8 +53,15 @@ static uint64_t backend_activation_floats(const struct model_hparams *hp, uint64
     return f;
 }
 
+int budget_forced(const char *name)
+{
+    const struct backend_noise *z =
+        name && !backend_is_external(name) ? backend_noise_of(name) : NULL;
+    return z && z->rounding;
+}
+
 void budget_memory(const struct model_hparams *hp, int S, int judged, enum mode_path path,
-                   int kv_elem, int in_process, struct budget_memory *out)
+                   int kv_elem, int in_process, int forced, struct budget_memory *out)
 {
     memset(out, 0, sizeof *out);
     const uint64_t s = (uint64_t)(S > 0 ? S : 0), V = hp->n_vocab;
@@ -89,11 +97,12 @@ void budget_memory(const struct model_hparams *hp, int S, int judged, enum mode_
     if (in_process) /* the subject is opened with a batch of its longest call (parity.c) */
         out->activation_bytes += 4 * backend_activation_floats(hp, s, sc, kv_elem == 2);
     /* the forced layers (oracles/parity.c forced_measure), when the subject is one of gate's
-     * own: a second twin over the sequence, layer-major in calls of at most MODE_JUDGE_CHUNK,
-     * with ONE layer's F32 cache (kv-one-layer); the layers' outputs at the judged positions
-     * (L, J, E), the route scratch (L, S), PARITY_FORCED_HEAD_ROWS rows of logits, and for a
-     * sampled span the subject's hidden state at every position (L, S, E: each layer's input) */
-    if (in_process) {
+     * own whose roundings the twin models (forced): a second twin over the sequence, layer-major in
+     * calls of at most MODE_JUDGE_CHUNK, with ONE layer's F32 cache (kv-one-layer); the layers'
+     * outputs at the judged positions (L, J, E), the route scratch (L, S), PARITY_FORCED_HEAD_ROWS
+     * rows of logits, and for a sampled span the subject's hidden state at every position (L, S, E:
+     * each layer's input) */
+    if (in_process && forced) {
         const uint64_t fb = s > MODE_JUDGE_CHUNK ? MODE_JUDGE_CHUNK : s;
         out->forced_bytes = budget_kv_bytes(hp, S, 4) / (L ? L : 1) +
                             4 * (backend_activation_floats(hp, s, fb, 0) + L * J * E + L * s +
@@ -265,13 +274,13 @@ void budget_time(const struct model_hparams *hp, const struct budget_time_in *in
 }
 
 void budget_cell(const struct ladder_gates *g, const struct model_hparams *hp, enum mode_path path,
-                 int kv_f16, int in_process, int threads, struct budget_memory *mem,
+                 int kv_f16, int in_process, int forced, int threads, struct budget_memory *mem,
                  struct budget_time *time)
 {
     const int chat = path == MODE_CHAT;
     const int S = !chat && g->span > g->positions ? g->span : g->positions;
     const int judged = !chat && g->span > g->positions ? g->positions : S;
-    budget_memory(hp, S, judged, path, kv_f16 ? 2 : 4, in_process, mem);
+    budget_memory(hp, S, judged, path, kv_f16 ? 2 : 4, in_process, forced, mem);
     if (threads <= 0) {
         const long n = sysconf(_SC_NPROCESSORS_ONLN);
         threads = n > 0 ? (int)n : 1;
@@ -279,7 +288,7 @@ void budget_cell(const struct ladder_gates *g, const struct model_hparams *hp, e
     const struct budget_time_in in = {
         .parity_S = S,
         .parity_judged = judged,
-        .parity_forced = in_process,
+        .parity_forced = in_process && forced,
         .golden_prompts = 4, /* the default prompts (oracles/golden.c); the file may hold more */
         .golden_tokens = g->golden_tokens,
         .tp_runs = g->warmup + g->runs,

@@ -58,11 +58,17 @@ struct budget_available {
 
 /* The parity session's bytes for model hp, sequence length S (>= 1), `judged` judged positions
  * (fewer than S: a sampled span, only those rows kept), the subject's path (its longest forward
- * call), the subject's KV element size kv_elem (4 or 2) and whether the subject runs in this
+ * call), the subject's KV element size kv_elem (4 or 2), whether the subject runs in this
  * process (in_process 0: an external engine, whose own memory gate cannot see: only the judge
- * counts). Pure. The formula, term by term, in budget.c and docs/nightly.md. */
+ * counts) and whether its layers are forced (forced: a backend whose roundings the twin models,
+ * backend_noise.rounding; budget_forced()). Pure. The formula, term by term, in budget.c and
+ * docs/nightly.md. */
 void budget_memory(const struct model_hparams *hp, int S, int judged, enum mode_path path,
-                   int kv_elem, int in_process, struct budget_memory *out);
+                   int kv_elem, int in_process, int forced, struct budget_memory *out);
+
+/* Whether parity measures the forced layers of backend `name` (oracles/parity.c
+ * forced_possible): one of gate's own whose roundings the twin models. */
+int budget_forced(const char *name);
 
 /* KV cache bytes of one backend: n_layer x 2 (K and V) x n_head_kv x head_dim x positions x
  * elem. Pure. */
@@ -121,9 +127,10 @@ struct ladder_gates;
 /* Both figures for a cell with resolved settings g (harness/ladder.h) on model hp: its parity
  * sequence max(span, positions) (the chat path: positions, its conversation is shorter), judged
  * positions, the subject's path, its KV type (kv_f16), whether the subject runs in this process
- * (in_process) and the run's threads (0 = online CPUs). Pure but for the CPU count. */
+ * (in_process), whether its layers are forced (budget_forced) and the run's threads (0 = online
+ * CPUs). Pure but for the CPU count. */
 void budget_cell(const struct ladder_gates *g, const struct model_hparams *hp, enum mode_path path,
-                 int kv_f16, int in_process, int threads, struct budget_memory *mem,
+                 int kv_f16, int in_process, int forced, int threads, struct budget_memory *mem,
                  struct budget_time *time);
 
 #ifdef __cplusplus

@@ -431,7 +431,8 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
         struct budget_time bt;
         struct budget_available ba;
         budget_cell(&x.c->g, &m->hp, x.mode.path, x.mode.kv_f16,
-                    !backend_is_external(x.mode.backend), o->threads, &bm, &bt);
+                    !backend_is_external(x.mode.backend), budget_forced(x.mode.backend), o->threads,
+                    &bm, &bt);
         ev.estimate_s = bt.seconds, ev.estimate_gflop = bt.gflop, ev.estimate_tokens = bt.tokens;
         ev.estimate_threads = bt.threads;
         ev.memory_bytes = bm.total_bytes;

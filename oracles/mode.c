@@ -369,6 +369,10 @@ static int rows_init(struct rows *r, struct backend *b, int n, int max_call,
     r->n_rows = keep ? keep->n : n;
     r->k = hp->n_expert > 0 ? (int)hp->n_expert_used : 1;
     r->E = hp->n_embd;
+    if (keep && keep->hidden_all && !(full && full->hidden)) /* it would stay unwritten */
+        return err_set(err, ERR_INPUT,
+                       "every position's hidden state asked for, but the run records no hidden"
+                       " states");
     for (int i = 0; keep && i < keep->n; i++)
         if (keep->pos[i] < 0 || keep->pos[i] >= n || (i && keep->pos[i] <= keep->pos[i - 1]))
             return err_set(err, ERR_INPUT,

@@ -85,7 +85,7 @@ Test(longctx, the_parity_session_bytes_term_by_term)
      * subject on the decode path in this process */
     const struct model_hparams hp = small_dense();
     struct budget_memory m;
-    budget_memory(&hp, 4096, 64, MODE_DECODE, 2, 1, &m);
+    budget_memory(&hp, 4096, 64, MODE_DECODE, 2, 1, 1, &m);
     cr_expect_eq(m.judge_batch, MODE_JUDGE_CHUNK);
     cr_expect_eq(m.subject_call, 1);
     /* KV: judge 4*2*2*64*4096*4 = 16,777,216 (F32) + subject half of it (F16) */
@@ -114,13 +114,13 @@ Test(longctx, the_parity_session_bytes_term_by_term)
     cr_expect_eq(m.total_bytes, m.kv_bytes + m.other_bytes);
     /* an external engine's memory is its own: only the judge's cache and buffers count */
     struct budget_memory ext;
-    budget_memory(&hp, 4096, 64, MODE_DECODE, 2, 0, &ext);
+    budget_memory(&hp, 4096, 64, MODE_DECODE, 2, 0, 0, &ext);
     cr_expect_eq(ext.kv_bytes, 16777216ull);
     cr_expect_eq(ext.activation_bytes, 4ull * 2031616ull);
     /* every position judged (no span): both sides' rows written in place, the judge in one call
      * of S; the prefill subject's longest call is the first half */
     struct budget_memory all;
-    budget_memory(&hp, 96, 96, MODE_PREFILL, 4, 1, &all);
+    budget_memory(&hp, 96, 96, MODE_PREFILL, 4, 1, 1, &all);
     cr_expect_eq(all.judge_batch, 96);
     cr_expect_eq(all.subject_call, 48);
     cr_expect_eq(all.logits_bytes, 4ull * 512 * 192);
@@ -133,6 +133,14 @@ Test(longctx, the_parity_session_bytes_term_by_term)
     cr_expect_eq(all.other_bytes,
                  all.logits_bytes + all.taps_bytes + all.activation_bytes + all.forced_bytes);
     cr_expect_eq(ext.forced_bytes, 0, "an external engine reports no hidden states");
+    /* an in-process subject whose roundings the twin does not model (cuda until a device run
+     * calibrates it) has no forced layers measured: none counted either */
+    struct budget_memory dev;
+    budget_memory(&hp, 4096, 64, MODE_DECODE, 2, 1, budget_forced("cuda"), &dev);
+    cr_expect_eq(dev.forced_bytes, 0);
+    cr_expect_eq(dev.total_bytes, m.total_bytes - m.forced_bytes);
+    cr_expect(budget_forced("cpu") && budget_forced("ref"));
+    cr_expect_not(budget_forced("cuda") || budget_forced("exec") || budget_forced("nosuch"));
 }
 
 /* The 0.6B real shape (hidden 1024, 28 layers, 8 KV heads x 128, vocabulary 151,936) at 32,768
@@ -143,7 +151,7 @@ static int q06_32k_fits(int kv_elem, struct budget_memory *m, struct gate_err *e
     const struct model_hparams q06 = preset_hp("qwen3-0.6b");
     cr_assert_eq(q06.n_vocab, 151936u);
     cr_assert_eq(q06.n_embd, 1024u);
-    budget_memory(&q06, 32768, 96, MODE_DECODE, kv_elem, 1, m);
+    budget_memory(&q06, 32768, 96, MODE_DECODE, kv_elem, 1, 1, m);
     struct budget_available a;
     setenv("GATE_MEMORY_LIMIT", "22G", 1);
     const int rc = budget_available(&a, err);
@@ -181,7 +189,7 @@ Test(longctx, a_cell_that_truly_does_not_fit_is_still_refused_with_its_figures)
      * one the KV alone does not fit, whatever parity keeps */
     const struct model_hparams q4b = preset_hp("qwen3-4b");
     struct budget_memory m;
-    budget_memory(&q4b, 32768, 96, MODE_DECODE, 4, 1, &m);
+    budget_memory(&q4b, 32768, 96, MODE_DECODE, 4, 1, 1, &m);
     cr_expect_eq(m.kv_bytes, 2 * budget_kv_bytes(&q4b, 32768, 4));
     cr_expect_eq(m.logits_bytes, 4ull * 151936ull * (192 + 256 + 1));
     fprintf(stderr, "4B 32k F32: %.2f GiB (activations %.3f)\n", m.total_bytes / 1073741824.0,

@@ -794,14 +794,29 @@ Test(parity, forced_layers_judge_each_layer_on_the_subjects_own_input)
     why[0] = '\0';
     cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_PASS, "%s", why);
     /* and its receipt may no longer say "not measured" */
+    json_t *sfl = json_deep_copy(json_object_get(met, "forced_layers"));
     json_object_set_new(met, "forced_layers",
                         json_pack("{s:b, s:s}", "measured", 0, "why", "not measured: a sample"));
     why[0] = '\0';
     cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
     cr_expect(strstr(why, "were not measured"), "%s", why);
+    /* nor a measurement over other positions than the judged ones (the span's 200, say) */
+    json_object_set_new(met, "forced_layers", sfl);
+    json_object_set_new(json_object_get(met, "forced_layers"), "positions", json_integer(200));
+    why[0] = '\0';
+    cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
     json_decref(set);
     json_decref(met);
     parity_result_free(&r);
+    /* the twin as the subject of a span: its layers at the sampled positions, on their own
+     * inputs, are exactly its own (a layout or offset error of the sampled path shows here) */
+    cr_assert_eq(mode_parse("ref.decode", &mode, &err), 0);
+    cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect(r.forced.measured, "%s", r.forced.why);
+    cr_expect_eq(r.forced.worst, 0.0);
+    cr_expect_eq(r.forced.head, 0.0);
+    parity_result_free(&r);
+    cr_assert_eq(mode_parse("cpu.decode", &mode, &err), 0);
     /* the 1 % ffn_down error on the span, past loose logit thresholds: caught at its layer */
     c.max_rel_l2 = c.max_mean_rel_l2 = 1.0;
     cr_assert_eq(parity_run(m, &mode, &fs, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);

@@ -325,7 +325,8 @@ Test(ref, rejects_bad_tokens_positions_and_overflow)
  * twin opened with one layer's cache, computing only keys and values at the positions it does
  * not evaluate, gives each evaluated position's layer outputs and head bit for bit as the
  * every-position run on a full cache does. */
-static void forced_sample_equals_every_position(const char *name, const char *rounding)
+static void forced_sample_equals_every_position(const char *name, const char *rounding,
+                                                int force_routes)
 {
     struct gate_err err = {0};
     struct model *m = check_load_case(name);
@@ -340,6 +341,21 @@ static void forced_sample_equals_every_position(const char *name, const char *ro
     for (size_t i = 0; i < (size_t)L * n * E; i++)
         hidden[i] = (float)((double)(det_splitmix64(&st) >> 11) / 9007199254740992.0 * 4.0 - 2.0);
     const int eval[] = {0, 5, 37, 38, 63, 64, 99}, ne = 7, rows[] = {5, 99};
+    /* MoE: expert sets forced at every (layer, position) (a tolerance nothing exceeds), as the
+     * subject's claimed routes are: the evaluated positions must take theirs too */
+    int32_t *fe = NULL;
+    float *fd1 = NULL, *fd2 = NULL;
+    const int X = (int)hp->n_expert, k = (int)hp->n_expert_used;
+    if (force_routes) {
+        cr_assert(X >= 2 * k, "%s: %d experts, top %d", name, X, k);
+        fe = malloc((size_t)L * n * k * sizeof *fe);
+        fd1 = malloc((size_t)L * n * sizeof *fd1);
+        fd2 = malloc((size_t)L * n * sizeof *fd2);
+        for (int l = 0; l < L; l++)
+            for (int p = 0; p < n; p++)
+                for (int j = 0; j < k; j++)
+                    fe[((size_t)l * n + p) * k + j] = (p + 2 * j + l) % X;
+    }
     char emu[64];
     snprintf(emu, sizeof emu, "%s%skv-one-layer", rounding, rounding[0] ? "," : "");
     struct backend_config cf = {.n_threads = 2, .n_ctx = n, .n_batch = 32, .emulate = rounding};
@@ -351,10 +367,10 @@ static void forced_sample_equals_every_position(const char *name, const char *ro
     float *os = malloc((size_t)L * ne * E * sizeof(float));
     float *lf = malloc(2 * (size_t)V * sizeof(float)), *ls = malloc(2 * (size_t)V * sizeof(float));
     cr_assert_eq(
-        ref_forward_forced(full, tokens, n, hidden, NULL, 0, NULL, NULL, 0, of, rows, 2, lf, &err),
+        ref_forward_forced(full, tokens, n, hidden, fe, 1e30f, fd1, NULL, 0, of, rows, 2, lf, &err),
         0, "%s", err.msg);
     cr_assert_eq(
-        ref_forward_forced(sub, tokens, n, hidden, NULL, 0, NULL, eval, ne, os, rows, 2, ls, &err),
+        ref_forward_forced(sub, tokens, n, hidden, fe, 1e30f, fd2, eval, ne, os, rows, 2, ls, &err),
         0, "%s", err.msg);
     for (int l = 0; l < L; l++)
         for (int i = 0; i < ne; i++)
@@ -373,6 +389,9 @@ static void forced_sample_equals_every_position(const char *name, const char *ro
         ref_forward_forced(sub, tokens, n, hidden, NULL, 0, NULL, bad, 2, os, rows, 2, ls, &err),
         ERR_INPUT);
     free(lg);
+    free(fe);
+    free(fd1);
+    free(fd2);
     free(of);
     free(os);
     free(lf);
@@ -385,7 +404,28 @@ static void forced_sample_equals_every_position(const char *name, const char *ro
 
 Test(ref, forced_layers_at_sampled_positions_equal_the_every_position_run)
 {
-    forced_sample_equals_every_position("qwen3-dense-tiny-q4_k_m", "");
-    forced_sample_equals_every_position("qwen3-dense-tiny-q4_k_m", "act-q12");
-    forced_sample_equals_every_position("qwen3moe-tiny-q4_k_m", "act-q12,kv-f16");
+    forced_sample_equals_every_position("qwen3-dense-tiny-q4_k_m", "", 0);
+    forced_sample_equals_every_position("qwen3-dense-tiny-q4_k_m", "act-q12", 0);
+    forced_sample_equals_every_position("qwen3moe-tiny-q4_k_m", "act-q12,kv-f16", 0);
+    forced_sample_equals_every_position("qwen3moe-tiny-q4_k_m", "act-q12", 1);
+    /* the batched projections' emulated rounding depends on the call's length, and sampled
+     * positions are evaluated one at a time: refused, not silently different */
+    struct gate_err err = {0};
+    struct model *m = check_load_case("qwen3-dense-tiny-q4_k_m");
+    struct backend *b = NULL;
+    struct backend_config cf = {.n_threads = 1, .n_ctx = 16, .emulate = "gemm-f16,kv-one-layer"};
+    cr_assert_eq(backend_open(&b, "ref", m, &cf, &err), 0, "%s", err.msg);
+    int32_t t[16] = {0};
+    const int ev[] = {3}, row[] = {3};
+    float *h = calloc((size_t)m->hp.n_layer * 16 * m->hp.n_embd, sizeof(float));
+    float *o = calloc((size_t)m->hp.n_layer * m->hp.n_embd, sizeof(float));
+    float *lg = calloc(m->hp.n_vocab, sizeof(float));
+    cr_expect_eq(ref_forward_forced(b, t, 16, h, NULL, 0, NULL, ev, 1, o, row, 1, lg, &err),
+                 ERR_INPUT);
+    cr_expect(strstr(err.msg, "gemm"), "%s", err.msg);
+    free(h);
+    free(o);
+    free(lg);
+    backend_close(b);
+    model_free(m);
 }
