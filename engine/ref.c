@@ -690,6 +690,24 @@ static void (*norm_rope_of(const struct ref *r))(const struct ref *, float *, co
     return r->emu_fma || r->emu_norm ? norm_rope_dev : norm_rope_twin;
 }
 
+/* Per-head norm (weights w, one head's) and RoPE of n rows of nheads heads at x, the rows at
+ * positions pos0.. of layer il (skip_qk_norm and rope_shift as the faults say). */
+static void norm_rope_rows(struct ref *r, int il, int n, int pos0, float *x, int nheads,
+                           const float *w)
+{
+    const struct model_hparams *hp = &r->m->hp;
+    const int hd = (int)hp->head_dim;
+    for (int t = 0; t < n; t++) {
+        const int pos = pos0 + t;
+        const float *cs, *sn;
+        rope_at(r, il, pos, &cs, &sn);
+        const int skip = fault_skips_qk_norm_inline(&r->base.faults, il, pos);
+        for (int h = 0; h < nheads; h++)
+            norm_rope_of(r)(r, x + ((size_t)t * (size_t)nheads + (size_t)h) * (size_t)hd, w, cs, sn,
+                            hd, hp->eps, skip);
+    }
+}
+
 /* Keys and values of n tokens at positions pos0.. in layer il from r->xb (the normed inputs):
  * projected, K normed and rotated, stored in the cache (as the cache rounds them). */
 static void attn_kv(struct ref *r, int il, int n, int pos0)
@@ -701,14 +719,9 @@ static void attn_kv(struct ref *r, int il, int n, int pos0)
     matmul_proj(r, &L->wv, r->xb, n, r->v);
     fault_scale(r, FAULT_T_ATTN_K, il, pos0, r->k, n, kvd, NULL, 1);
     fault_scale(r, FAULT_T_ATTN_V, il, pos0, r->v, n, kvd, NULL, 1);
+    norm_rope_rows(r, il, n, pos0, r->k, nkv, r->k_norm + (size_t)il * (size_t)hd);
     for (int t = 0; t < n; t++) {
         const int pos = pos0 + t;
-        const float *cs, *sn;
-        rope_at(r, il, pos, &cs, &sn);
-        const int skip = fault_skips_qk_norm_inline(&r->base.faults, il, pos);
-        for (int h = 0; h < nkv; h++)
-            norm_rope_of(r)(r, r->k + (size_t)t * (size_t)kvd + (size_t)h * (size_t)hd,
-                            r->k_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
         const size_t at = kv_base(r, il) + (size_t)pos * (size_t)kvd;
         const float kf = fault_kv_factor_inline(&r->base.faults, il, pos);
         for (int i = 0; kf != 1.0f && i < kvd; i++) { /* kv_corrupt: the entries as stored */
@@ -735,15 +748,7 @@ static void attention(struct ref *r, int il, int n, int pos0)
     matmul_proj(r, &L->wq, r->xb, n, r->q);
     fault_scale(r, FAULT_T_ATTN_Q, il, pos0, r->q, n, (int64_t)nh * hd, NULL, 1);
     attn_kv(r, il, n, pos0);
-    for (int t = 0; t < n; t++) {
-        const int pos = pos0 + t;
-        const float *cs, *sn;
-        rope_at(r, il, pos, &cs, &sn);
-        const int skip = fault_skips_qk_norm_inline(&r->base.faults, il, pos);
-        for (int h = 0; h < nh; h++)
-            norm_rope_of(r)(r, r->q + (size_t)t * (size_t)(nh * hd) + (size_t)h * (size_t)hd,
-                            r->q_norm + (size_t)il * (size_t)hd, cs, sn, hd, hp->eps, skip);
-    }
+    norm_rope_rows(r, il, n, pos0, r->q, nh, r->q_norm + (size_t)il * (size_t)hd);
     struct attn_job j = {r, il, n, pos0};
     pool_run(r->pool, (int64_t)n * nh, attn_heads, &j);
     matmul_proj(r, &L->wo, r->att, n, r->xo);

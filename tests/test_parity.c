@@ -682,6 +682,39 @@ Test(parity, input_errors)
     model_free(dense);
 }
 
+/* The 1 % scale of blk.1.ffn_down (fs) on a cpu subject past loose logit bounds: FAILed by the
+ * forced layers, at layer 1 (c is left with the loose bounds). */
+static void expect_ffn_down_caught_at_layer_1(const struct model *m, struct parity_config *c,
+                                              const struct fault_set *fs, const char *what)
+{
+    struct mode mode;
+    struct parity_result r;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_parse("cpu.decode", &mode, &err), 0);
+    c->max_rel_l2 = c->max_mean_rel_l2 = 1.0;
+    cr_assert_eq(parity_run(m, &mode, fs, NULL, 0, c, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect_not(r.pass, "a 1 %% ffn_down error passed %s: %s", what, r.reason);
+    cr_expect(strstr(r.reason, "forced layers"), "%s", r.reason);
+    cr_expect_eq(r.forced.worst_layer, 1);
+    cr_expect_gt(r.forced.worst, 5e-3);
+    parity_result_free(&r);
+}
+
+/* The twin as the subject under c: its forced layers are exactly its own (worst and head 0). */
+static void expect_twin_forced_exact(const struct model *m, const struct parity_config *c)
+{
+    struct mode mode;
+    struct parity_result r;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_parse("ref.decode", &mode, &err), 0);
+    cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, c, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect(r.forced.measured, "%s", r.forced.why);
+    cr_expect_eq(r.forced.worst, 0.0);
+    cr_expect_eq(r.forced.head, 0.0);
+    cr_expect_str_eq(r.forced.rounding, "");
+    parity_result_free(&r);
+}
+
 /* Forced layers (docs/gates.md): each layer of the subject judged on its own input. A correct
  * cpu engine sits far under max_forced; the ref subject is exact; a 1 % scale of one matmul that
  * loosened logit thresholds let through is caught at its layer, and only by this check; the
@@ -756,13 +789,7 @@ Test(parity, forced_layers_judge_each_layer_on_the_subjects_own_input)
     cr_assert_eq(fault_parse("scale:tensor=blk.1.ffn_down,factor=1.01", &f, &err), 0, "%s",
                  err.msg);
     fault_set_add(&fs, &f, &err);
-    c.max_rel_l2 = c.max_mean_rel_l2 = 1.0;
-    cr_assert_eq(parity_run(m, &mode, &fs, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
-    cr_expect_not(r.pass, "a 1 %% ffn_down error passed: %s", r.reason);
-    cr_expect(strstr(r.reason, "forced layers"), "%s", r.reason);
-    cr_expect_eq(r.forced.worst_layer, 1);
-    cr_expect_gt(r.forced.worst, 5e-3);
-    parity_result_free(&r);
+    expect_ffn_down_caught_at_layer_1(m, &c, &fs, "every position");
     c.max_forced = INFINITY; /* the same run without the check: the loose logits pass it */
     cr_assert_eq(parity_run(m, &mode, &fs, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
     cr_expect(r.pass, "%s", r.reason);
@@ -770,13 +797,7 @@ Test(parity, forced_layers_judge_each_layer_on_the_subjects_own_input)
 
     /* the twin subject is exact against its own forced layers */
     c = cfg_default();
-    cr_assert_eq(mode_parse("ref.decode", &mode, &err), 0);
-    cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
-    cr_expect(r.forced.measured);
-    cr_expect_eq(r.forced.worst, 0.0);
-    cr_expect_eq(r.forced.head, 0.0);
-    cr_expect_str_eq(r.forced.rounding, "");
-    parity_result_free(&r);
+    expect_twin_forced_exact(m, &c);
 
     /* a sampled span: its run keeps every position's hidden state, so each layer is judged at
      * the judged positions too (the forced twin computes only keys and values elsewhere) */
@@ -810,21 +831,9 @@ Test(parity, forced_layers_judge_each_layer_on_the_subjects_own_input)
     parity_result_free(&r);
     /* the twin as the subject of a span: its layers at the sampled positions, on their own
      * inputs, are exactly its own (a layout or offset error of the sampled path shows here) */
-    cr_assert_eq(mode_parse("ref.decode", &mode, &err), 0);
-    cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
-    cr_expect(r.forced.measured, "%s", r.forced.why);
-    cr_expect_eq(r.forced.worst, 0.0);
-    cr_expect_eq(r.forced.head, 0.0);
-    parity_result_free(&r);
-    cr_assert_eq(mode_parse("cpu.decode", &mode, &err), 0);
+    expect_twin_forced_exact(m, &c);
     /* the 1 % ffn_down error on the span, past loose logit thresholds: caught at its layer */
-    c.max_rel_l2 = c.max_mean_rel_l2 = 1.0;
-    cr_assert_eq(parity_run(m, &mode, &fs, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
-    cr_expect_not(r.pass, "a 1 %% ffn_down error passed a sampled span: %s", r.reason);
-    cr_expect(strstr(r.reason, "forced layers"), "%s", r.reason);
-    cr_expect_eq(r.forced.worst_layer, 1);
-    cr_expect_gt(r.forced.worst, 5e-3);
-    parity_result_free(&r);
+    expect_ffn_down_caught_at_layer_1(m, &c, &fs, "a sampled span");
     json_decref(checks);
     /* a bound past 5x the default (Inf, off, included) needs a stated reason in a ladder */
     char lw[400];
