@@ -241,6 +241,7 @@ static struct falsify_numbers numbers_of(const struct parity_result *r)
                                     .n_route_refused = r->route.n_refused,
                                     .forced = r->forced.measured,
                                     .forced_worst = r->forced.worst,
+                                    .forced_row = r->forced.row,
                                     .forced_head = r->forced.head};
 }
 
@@ -1015,6 +1016,8 @@ static int numbers_rejected(const struct parity_config *c, const struct falsify_
     s.route.n_refused = x->n_route_refused;
     s.forced.measured = x->forced;
     s.forced.worst = x->forced_worst, s.forced.head = x->forced_head;
+    s.forced.row = x->forced_row;
+    s.forced.row_layer = s.forced.row_pos = -1;
     return parity_rejected(c, &s);
 }
 
@@ -1031,6 +1034,7 @@ static void numbers_json(json_t *o, const struct falsify_numbers *x)
     json_object_set_new(o, "route_refused", json_integer(x->n_route_refused));
     if (x->forced) { /* parity's forced layers, when the run measured them */
         json_object_set_new(o, "forced_worst", parity_json_number(x->forced_worst));
+        json_object_set_new(o, "forced_row", parity_json_number(x->forced_row));
         json_object_set_new(o, "forced_head", parity_json_number(x->forced_head));
     }
 }

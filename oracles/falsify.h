@@ -161,8 +161,9 @@ struct falsify_sample {
         double min_cosine, mean_kld, max_kld, max_rel_l2, mean_rel_l2;
         int n_wrong, n_nonfinite;
         int n_route_refused; /* 0: no taps, no replay */
-        int forced;          /* 1: forced_worst / forced_head measured (parity's forced layers) */
-        double forced_worst, forced_head;
+        int forced;          /* 1: forced_worst / forced_row / forced_head measured (parity's forced
+                              * layers) */
+        double forced_worst, forced_row, forced_head;
     } agreement;
 };
 

@@ -317,6 +317,17 @@ int parity_verdict(const struct parity_config *cfg, const struct parity_summary 
                        " adds (forced layers, at most %g): an error in that layer, not noise"
                        " carried from the layers before",
                        fo->worst_layer, fo->worst, cfg->max_forced);
+    const double row_max = cfg->max_forced * PARITY_FORCED_ROW_SHARE;
+    if (fj && !gate_check_num(c, "forced_row", fo->row, "<=", row_max)) {
+        char at[40] = "";
+        if (fo->row_pos >= 0)
+            snprintf(at, sizeof at, " at position %d", fo->row_pos);
+        gate_say_first(first, fn,
+                       "layer %d of the subject%s, run on its own input, is %.3g off what the"
+                       " layer adds there (one row, at most %g = %g x max_forced): an error at"
+                       " that position, diluted in the layer's sum over the positions",
+                       fo->row_layer, at, fo->row, row_max, PARITY_FORCED_ROW_SHARE);
+    }
     const double head_max = cfg->max_forced * PARITY_FORCED_HEAD_SHARE;
     if (fj && !gate_check_num(c, "forced_head", fo->head, "<=", head_max))
         gate_say_first(first, fn,
@@ -445,7 +456,7 @@ static int kv_round_read(const json_t *o, struct parity_kv_round *k)
 }
 
 /* A recorded forced_layers object into *f (absent or "measured": false: not measured); -1 when
- * malformed: a measured record whose worst or head is not a number >= 0 (NaN, recorded for a
+ * malformed: a measured record whose worst, row or head is not a number >= 0 (NaN, recorded for a
  * non-finite subject, is kept: it FAILs), or whose layer or position count is not >= 1. */
 static int forced_read(const json_t *o, struct parity_forced *f)
 {
@@ -456,16 +467,21 @@ static int forced_read(const json_t *o, struct parity_forced *f)
         return -1;
     if (!json_object_get(o, "worst"))
         return json_is_false(json_object_get(o, "measured")) ? 0 : -1;
-    double nl = 0, np = 0, wl = -1;
+    double nl = 0, np = 0, wl = -1, rl = -1, rp = -1;
     if (gate_metric_num(o, "worst", &f->worst) || f->worst < 0 ||
-        gate_metric_num(o, "head", &f->head) || f->head < 0 || gate_metric_num(o, "layers", &nl) ||
-        !count_ok(nl) || nl < 1 || gate_metric_num(o, "positions", &np) || !count_ok(np) || np < 1)
+        gate_metric_num(o, "row", &f->row) || f->row < 0 || gate_metric_num(o, "head", &f->head) ||
+        f->head < 0 || gate_metric_num(o, "layers", &nl) || !count_ok(nl) || nl < 1 ||
+        gate_metric_num(o, "positions", &np) || !count_ok(np) || np < 1)
         return -1;
     gate_metric_num(o, "worst_layer", &wl);
+    gate_metric_num(o, "row_layer", &rl);
+    gate_metric_num(o, "row_position", &rp);
     f->measured = 1;
     f->n_layer = (int)nl;
     f->n_pos = (int)np;
     f->worst_layer = (int)wl;
+    f->row_layer = (int)rl;
+    f->row_pos = count_ok(rp) ? (int)rp : -1;
     return 0;
 }
 
@@ -564,15 +580,19 @@ int parity_metrics_rejected(const json_t *settings, const json_t *metrics, char 
     }
     s.route.n_refused = json_object_get(metrics, "route_refused") ? (int)v[0] : 0;
     /* the forced layers, when the point measured them (a probe of a subject with taps) */
-    if (json_object_get(metrics, "forced_worst") || json_object_get(metrics, "forced_head")) {
+    if (json_object_get(metrics, "forced_worst") || json_object_get(metrics, "forced_row") ||
+        json_object_get(metrics, "forced_head")) {
         if (gate_metric_num(metrics, "forced_worst", &s.forced.worst) ||
+            gate_metric_num(metrics, "forced_row", &s.forced.row) ||
             gate_metric_num(metrics, "forced_head", &s.forced.head) || s.forced.worst < 0 ||
-            s.forced.head < 0) {
+            s.forced.row < 0 || s.forced.head < 0) {
             gate_say_first(why, n,
-                           "parity numbers' forced_worst / forced_head are not numbers >= 0");
+                           "parity numbers' forced_worst / forced_row / forced_head are not"
+                           " numbers >= 0");
             return -1;
         }
         s.forced.measured = 1;
+        s.forced.row_layer = s.forced.row_pos = -1;
     }
     if (!(v[3] == 0 && v[4] == 0) && s.n_wrong == 0 && s.n_nonfinite == 0)
         s.n_nonfinite = 1; /* NaN counts: never a silent pass */
@@ -593,7 +613,8 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
         gate_say_first(
             why, n,
             "parity metrics lack per_position cosine/kld/ref_gap/ref_top/test_top%s arrays of"
-            " one length",
+            " one length, or a recorded route_replay, kv_f16_rounding or forced_layers is"
+            " malformed",
             isinf(cfg.max_rel_l2) && isinf(cfg.max_mean_rel_l2) ? "" : "/rel_l2");
         return GATE_FAIL;
     }
@@ -963,12 +984,16 @@ json_t *parity_result_json(const struct parity_result *r)
         json_object_set_new(
             o, "forced_layers",
             f->measured
-                ? json_pack("{s:b, s:o, s:i, s:o, s:i, s:i, s:i, s:s, s:o, s:o}", "measured", 1,
-                            "worst", parity_json_number(f->worst), "worst_layer", f->worst_layer,
-                            "head", parity_json_number(f->head), "layers", f->n_layer, "positions",
-                            f->n_pos, "head_positions", f->n_head_rows, "rounding", f->rounding,
-                            "max", parity_json_number(r->cfg.max_forced), "head_max",
-                            parity_json_number(r->cfg.max_forced * PARITY_FORCED_HEAD_SHARE))
+                ? json_pack(
+                      "{s:b, s:o, s:i, s:o, s:i, s:i, s:o, s:i, s:i, s:i, s:s, s:o, s:o,"
+                      " s:o}",
+                      "measured", 1, "worst", parity_json_number(f->worst), "worst_layer",
+                      f->worst_layer, "row", parity_json_number(f->row), "row_layer", f->row_layer,
+                      "row_position", f->row_pos, "head", parity_json_number(f->head), "layers",
+                      f->n_layer, "positions", f->n_pos, "head_positions", f->n_head_rows,
+                      "rounding", f->rounding, "max", parity_json_number(r->cfg.max_forced),
+                      "row_max", parity_json_number(r->cfg.max_forced * PARITY_FORCED_ROW_SHARE),
+                      "head_max", parity_json_number(r->cfg.max_forced * PARITY_FORCED_HEAD_SHARE))
                 : json_pack("{s:b, s:s}", "measured", 0, "why",
                             f->why[0] ? f->why : "not measured: logits only"));
     }
@@ -1094,10 +1119,12 @@ void parity_print(FILE *f, const struct parity_result *r)
             r->n_match, r->n_tie_flip, r->cfg.near_tie, r->n_wrong, r->n_nonfinite);
     if (r->forced.measured)
         fprintf(f,
-                "  forced layers: worst %.3g at layer %d (at most %g), head %.3g (at most %g);"
+                "  forced layers: worst %.3g at layer %d (at most %g), worst row %.3g at layer %d"
+                " position %d (at most %g), head %.3g (at most %g);"
                 " the twin on the subject's own inputs%s%s\n",
-                r->forced.worst, r->forced.worst_layer, r->cfg.max_forced, r->forced.head,
-                r->cfg.max_forced * PARITY_FORCED_HEAD_SHARE,
+                r->forced.worst, r->forced.worst_layer, r->cfg.max_forced, r->forced.row,
+                r->forced.row_layer, r->forced.row_pos, r->cfg.max_forced * PARITY_FORCED_ROW_SHARE,
+                r->forced.head, r->cfg.max_forced * PARITY_FORCED_HEAD_SHARE,
                 r->forced.rounding[0] ? ", rounding " : "", r->forced.rounding);
     else if (r->forced.why[0])
         fprintf(f, "  forced layers: %s\n", r->forced.why);
@@ -1820,16 +1847,22 @@ static int forced_measure(struct parity_session *s, struct parity_forced *f, str
                                  s->n_judged, s->forced_out, rows, rows_n, s->forced_logits, err)))
         return rc;
     float *emb = malloc(E * sizeof(float));
-    if (!emb)
+    double *ej = malloc(J * sizeof(double)); /* one layer's squared error per judged row */
+    if (!emb || !ej) {
+        free(emb);
+        free(ej);
         return err_set(err, ERR_ENV, "out of memory for one embedding row");
+    }
     f->measured = 1;
     f->n_layer = (int)L;
     f->n_pos = s->n_judged;
     f->n_head_rows = rows_n;
     f->worst_layer = -1;
+    f->row_layer = f->row_pos = -1;
     for (size_t l = 0; l < L; l++) {
         double e = 0, d = 0;
         for (size_t j = 0; j < J; j++) {
+            const double e0 = e;
             const size_t p = (size_t)s->judged[j];
             const float *in = emb; /* layer 0's input: the token's embedding */
             if (l > 0)
@@ -1842,6 +1875,21 @@ static int forced_measure(struct parity_session *s, struct parity_forced *f, str
                 e += ((double)so[i] - to[i]) * ((double)so[i] - to[i]);
                 d += ((double)so[i] - in[i]) * ((double)so[i] - in[i]);
             }
+            ej[j] = e - e0;
+        }
+        /* each row against the layer's RMS row contribution (PARITY_FORCED_ROW_SHARE) */
+        for (size_t j = 0; j < J; j++) {
+            const double r = !isfinite(e) || !isfinite(d) ? NAN
+                             : d > 0                      ? sqrt(ej[j] / (d / (double)J))
+                             : ej[j] > 0                  ? INFINITY
+                                                          : 0.0;
+            if (f->row_layer < 0 || !(r <= f->row)) { /* NaN counts as the worst */
+                f->row = r;
+                f->row_layer = (int)l;
+                f->row_pos = s->judged[j];
+            }
+            if (isnan(r))
+                break;
         }
         /* a non-finite subject (NaN or Inf anywhere in the sums) is never close: NaN, which
          * every bound rejects */
@@ -1857,6 +1905,7 @@ static int forced_measure(struct parity_session *s, struct parity_forced *f, str
             break;
     }
     free(emb);
+    free(ej);
     double e = 0, d = 0;
     for (int i = 0; i < rows_n; i++) {
         int r = 0; /* the judged row holding position rows[i] */

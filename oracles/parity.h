@@ -72,6 +72,18 @@ struct parity_kv_round {
  * head <= 8.1e-6 (25x under 2e-4); a 1 % output scale 1e-2; an activation quantizer that
  * truncates instead of rounding 8.2e-4 - 1.1e-3 at the head (its layers: 2.0e-3 - 3.1e-3). */
 #define PARITY_FORCED_HEAD_SHARE 0.1
+/* The worst single row's bound as a share of max_forced. A layer's error err_l sums over the
+ * positions, so an error at a few of the judged positions is diluted by the clean others (a 1 %
+ * scale of one matmul at one position of 96: about a tenth of its figure). Each row is also judged
+ * on its own against the layer's typical row,
+ *   row_{l,j} = ||subject_{l,j} - twin_{l,j}|| / sqrt(mean_j ||subject_{l,j} - subject_{l-1,j}||^2)
+ * (the layer's RMS contribution as the yardstick: a row where the layer happens to add little is
+ * not blown up), and the largest must be at most this share of max_forced. Measured on a correct
+ * cpu engine: worst row 6.9e-4 - 9.6e-4 (the demo's tiny models over their 1,200-position spans,
+ * Qwen3-0.6B shape at 96 positions; their layer figures 1.9e-4 - 4.3e-4); a 1 % scale of one
+ * matmul at every position 5.5e-3 - 1.5e-2 in its worst row, each row about its layer figure
+ * (5.1e-3 - 8.8e-3). docs/gates.md, "Forced layers". */
+#define PARITY_FORCED_ROW_SHARE 1.5
 /* A max_forced above this (Inf, turning the check off, included) is refused by ladder check
  * unless parity.loose_reason says why (parity_check_loose). */
 #define PARITY_FORCED_LOOSE_MAX (5 * PARITY_FORCED_MAX)
@@ -86,6 +98,9 @@ struct parity_forced {
     double worst;      /* the largest err_l (NaN: a non-finite subject) */
     int worst_layer;   /* its layer */
     double head;       /* err_head */
+    double row;        /* the largest row_{l,j} (PARITY_FORCED_ROW_SHARE; NaN: non-finite) */
+    int row_layer;     /* its layer */
+    int row_pos;       /* its position (-1: unknown, a probe's record) */
     char rounding[48]; /* the roundings the twin emulated ("" none) */
     char why[200];
 };

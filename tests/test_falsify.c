@@ -800,11 +800,18 @@ Test(falsify, the_power_probe_sees_a_one_percent_scale_of_every_matmul)
     json_object_set_new(p0, "min_cosine", json_real(1));
     json_object_set_new(p0, "wrong_positions", json_integer(0));
     json_object_set_new(p0, "forced_worst", json_real(1e-3)); /* under max_forced too */
+    json_object_set_new(p0, "forced_row", json_real(2e-3));   /* and its row bound */
     json_object_set_new(p0, "forced_head", json_real(0));
     cr_expect_eq(falsify_judge(s, met, checks, why, sizeof why), GATE_FAIL);
     cr_expect(strstr(why, "too loose to see a 1 % error"), "%s", why);
     json_object_set_new(p0, "forced_worst", json_real(3e-3)); /* the forced layers see it */
     cr_expect_eq(falsify_judge(s, met, checks, why, sizeof why), GATE_PASS, "%s", why);
+    json_object_set_new(p0, "forced_worst", json_real(1e-3)); /* or one row of them does */
+    json_object_set_new(p0, "forced_row", json_real(4e-3));
+    cr_expect_eq(falsify_judge(s, met, checks, why, sizeof why), GATE_PASS, "%s", why);
+    json_object_del(p0, "forced_row"); /* a probe record without its row: malformed */
+    cr_expect_eq(falsify_judge(s, met, checks, why, sizeof why), GATE_FAIL);
+    json_object_set_new(p0, "forced_row", json_real(4e-3));
     json_object_set_new(p0, "forced_worst", json_string("x")); /* malformed: never a rejection */
     cr_expect_eq(falsify_judge(s, met, checks, why, sizeof why), GATE_FAIL);
     json_array_remove(probes, 0);

@@ -33,8 +33,9 @@ static json_t *parity_metrics(int n, int bad, double c, double k, double gap)
                                   "subjects", 1));
     /* a ref subject judged at every position records its forced layers (exact: the twin) */
     json_object_set_new(m, "forced_layers",
-                        json_pack("{s:b, s:f, s:i, s:f, s:i, s:i}", "measured", 1, "worst", 0.0,
-                                  "worst_layer", 0, "head", 0.0, "layers", 2, "positions", n));
+                        json_pack("{s:b, s:f, s:i, s:f, s:f, s:i, s:i}", "measured", 1, "worst",
+                                  0.0, "worst_layer", 0, "row", 0.0, "head", 0.0, "layers", 2,
+                                  "positions", n));
     return m;
 }
 

@@ -715,6 +715,45 @@ static void expect_twin_forced_exact(const struct model *m, const struct parity_
     parity_result_free(&r);
 }
 
+/* A 1 % scale of one matmul at ONE judged position, past loose logit thresholds: diluted in its
+ * layer's sum over the positions (under max_forced), caught by that layer's row at that position
+ * (PARITY_FORCED_ROW_SHARE) — at every position judged, and on a sampled span. */
+Test(parity, forced_row_catches_an_error_at_one_position)
+{
+    struct model *m = check_load_case("qwen3-dense-tiny-q4_k_m");
+    struct parity_config c = cfg_default();
+    struct gate_err err = {0};
+    struct mode mode;
+    cr_assert_eq(mode_parse("cpu.decode", &mode, &err), 0);
+    c.max_rel_l2 = c.max_mean_rel_l2 = 1.0;
+    for (int span = 0; span <= 1; span++) {
+        struct parity_result r;
+        c.span = span ? 200 : 0;
+        cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+        cr_expect(r.pass, "clean: %s", r.reason);
+        /* a judged position in the middle of the run */
+        const int at = r.pos[r.n_pos / 2].position;
+        parity_result_free(&r);
+        char spec[96];
+        snprintf(spec, sizeof spec, "scale:tensor=blk.1.ffn_down,factor=1.01,positions=%d-%d", at,
+                 at);
+        struct fault_set fs = {0};
+        struct fault_spec f;
+        cr_assert_eq(fault_parse(spec, &f, &err), 0, "%s", err.msg);
+        fault_set_add(&fs, &f, &err);
+        cr_assert_eq(parity_run(m, &mode, &fs, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+        cr_expect_not(r.pass, "a 1 %% error at position %d passed (span %d): %s", at, c.span,
+                      r.reason);
+        cr_expect(strstr(r.reason, "one row"), "%s", r.reason);
+        cr_expect(r.forced.worst <= c.max_forced, "the layer's sum dilutes it: %g", r.forced.worst);
+        cr_expect_eq(r.forced.row_layer, 1);
+        cr_expect_eq(r.forced.row_pos, at);
+        cr_expect_gt(r.forced.row, PARITY_FORCED_ROW_SHARE * c.max_forced);
+        parity_result_free(&r);
+    }
+    model_free(m);
+}
+
 /* Forced layers (docs/gates.md): each layer of the subject judged on its own input. A correct
  * cpu engine sits far under max_forced; the ref subject is exact; a 1 % scale of one matmul that
  * loosened logit thresholds let through is caught at its layer, and only by this check; the
@@ -734,6 +773,10 @@ Test(parity, forced_layers_judge_each_layer_on_the_subjects_own_input)
     cr_expect_str_eq(r.forced.rounding, "act-q12");
     cr_expect(r.forced.worst > 0 && r.forced.worst <= 1e-3, "clean cpu worst layer %g",
               r.forced.worst);
+    /* the worst row is at least its layer's figure (a mean of squares under a maximum) */
+    cr_expect(r.forced.row >= r.forced.worst && r.forced.row <= 1.5e-3, "clean cpu worst row %g",
+              r.forced.row);
+    cr_expect(r.forced.row_pos >= 0 && r.forced.row_pos < r.n_pos, "%d", r.forced.row_pos);
     cr_expect(r.forced.head <= 1e-5, "clean cpu head %g", r.forced.head);
     /* the receipt's record, judged again: as recorded PASS; without it, or past the bound, or
      * malformed FAIL; "not measured" is judged by the logits alone */
@@ -762,6 +805,16 @@ Test(parity, forced_layers_judge_each_layer_on_the_subjects_own_input)
     cr_expect(strstr(why, "were not measured"), "%s", why);
     json_object_set_new(met, "forced_layers", json_deep_copy(fl));
     json_object_set_new(json_object_get(met, "forced_layers"), "positions", json_integer(10));
+    why[0] = '\0';
+    cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
+    /* one row past its bound (PARITY_FORCED_ROW_SHARE x max_forced) FAILs; a record without
+     * its row is malformed */
+    json_object_set_new(met, "forced_layers", json_deep_copy(fl));
+    json_object_set_new(json_object_get(met, "forced_layers"), "row", json_real(3.5e-3));
+    why[0] = '\0';
+    cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
+    cr_expect(strstr(why, "one row"), "%s", why);
+    json_object_del(json_object_get(met, "forced_layers"), "row");
     why[0] = '\0';
     cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
     /* the head's bound is a tenth of the layers' (one product on an exact input) */

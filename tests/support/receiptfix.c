@@ -39,8 +39,9 @@ json_t *receiptfix_judged(int numbers_pass, const char *claim)
                           64, "tokens", 64, "kernel_launches", 0);
     /* a ref subject judged at every position records its forced layers (exact: the twin) */
     json_object_set_new(m, "forced_layers",
-                        json_pack("{s:b, s:f, s:i, s:f, s:i, s:i}", "measured", 1, "worst", 0.0,
-                                  "worst_layer", 0, "head", 0.0, "layers", 2, "positions", 64));
+                        json_pack("{s:b, s:f, s:i, s:f, s:f, s:i, s:i}", "measured", 1, "worst",
+                                  0.0, "worst_layer", 0, "row", 0.0, "head", 0.0, "layers", 2,
+                                  "positions", 64));
     json_t *settings = json_pack("{s:i, s:f, s:f, s:f, s:f}", "positions", 64, "min_cosine", 0.999,
                                  "max_mean_kld", 1e-3, "max_kld", 1e-2, "near_tie", 0.05);
     json_t *g = gatedef_row("parity", "ref.decode", settings, m, NULL);
