@@ -280,8 +280,9 @@ static const char GOLDEN_USAGE[] =
     "  Records, from the reference twin, the greedy continuations of every ladder model into the\n"
     "  goldens file its gates declare (gates.golden.goldens), keyed by the model's SHA-256, with\n"
     "  who recorded them (this build, backend ref, date): REGRESSION goldens, labelled so in\n"
-    "  every report. An existing entry is never overwritten unless --force. The file's bytes\n"
-    "  change: pin the new digest in the ladder (gates.golden.sha256) — old receipts go STALE.\n"
+    "  every report. A model that already has an entry is skipped (kept, and said so) unless\n"
+    "  --force, which records it again. The file's bytes change: pin the new digest in the\n"
+    "  ladder (gates.golden.sha256) — old receipts go STALE.\n"
     "  Prints the file's new digest and the line to pin it. A `synth:` model not yet in the\n"
     "  cache is synthesized first, as gate run does, into .gate-cache/ID-PRESET-QUANT-SEED.gguf\n"
     "  next to the ladder (deterministic: the bytes the ladder pins; delete the folder to\n"
@@ -328,7 +329,7 @@ int cmd_golden(int argc, char **argv)
         ladder_free(l);
     if (rc)
         return cli_fail(err_exit_code(rc), "%s", err.msg);
-    int n = 0;
+    int n = 0, kept = 0;
     for (int mi = 0; mi < l->n_models && !rc; mi++) {
         /* every distinct goldens file / token count the model's cells use */
         for (int ci = 0; ci < l->n_cells && !rc; ci++) {
@@ -350,6 +351,19 @@ int cmd_golden(int argc, char **argv)
             }
             if (dup)
                 continue;
+            /* recorded before (a model added to a ladder records only itself): kept, said so,
+             * and never synthesized or loaded for it */
+            char who[64];
+            if (!force &&
+                (rc = golden_entry_of(c->g.goldens, l->models[mi].sha256, who, sizeof who, &err)))
+                break;
+            if (!force && who[0]) {
+                printf("goldens for %s (%.12s...) are already in %s, recorded by %s: kept"
+                       " (--force records them again)\n",
+                       l->models[mi].id, l->models[mi].sha256, c->g.goldens, who);
+                kept++;
+                continue;
+            }
             struct model *m = NULL;
             struct pinned pf = {.fd = -1};
             rc = cli_ensure_model(&l->models[mi], threads, &err);
@@ -398,7 +412,7 @@ int cmd_golden(int argc, char **argv)
     ladder_free(l);
     if (rc)
         return cli_fail(err_exit_code(rc), "%s", err.msg);
-    if (n == 0)
+    if (n == 0 && kept == 0)
         return cli_fail(2, "golden: no cell of %s declares gates.golden.goldens", ladder);
     return 0;
 }

@@ -276,6 +276,22 @@ cleanup:
     return rc;
 }
 
+int golden_entry_of(const char *path, const char *sha256, char *who, size_t n, struct gate_err *err)
+{
+    who[0] = '\0';
+    json_t *root = load_root(path, err);
+    if (!root)
+        return err->code ? err->code : ERR_INPUT;
+    const json_t *old = json_object_get(json_object_get(root, "models"), sha256);
+    if (old) {
+        const char *e =
+            json_string_value(json_object_get(json_object_get(old, "recorded_by"), "engine"));
+        snprintf(who, n, "%s", e && e[0] ? e : "an unknown source");
+    }
+    json_decref(root);
+    return 0;
+}
+
 json_t *golden_recorded_by_gate(const char *git_commit, int git_dirty)
 {
     char now[32];

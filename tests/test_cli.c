@@ -193,6 +193,25 @@ Test(cli, golden_record_synthesizes_the_model_and_prints_the_pin, .timeout = 120
     cr_expect_neq(stat(path, &st), 0, "recording goldens writes no receipt");
     free(out);
     free(err);
+    /* run again (a ladder that gained a model records only the new one): the recorded model is
+     * kept, said so, and the file's bytes do not change */
+    snprintf(path, sizeof path, "%s/g.json", dir);
+    char *before = check_slurp_text(path);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' golden record l.yaml --threads 1 >out 2>err", dir,
+             gate_bin());
+    rc = system(cmd);
+    snprintf(path, sizeof path, "%s/out", dir);
+    out = check_slurp_text(path);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "golden record again: exit %d",
+              WEXITSTATUS(rc));
+    cr_expect(out && strstr(out, "g.json, recorded by gate: kept"), "%s",
+              out ? out : "");
+    snprintf(path, sizeof path, "%s/g.json", dir);
+    char *after = check_slurp_text(path);
+    cr_expect(before && after && !strcmp(before, after), "the goldens file changed");
+    free(before);
+    free(after);
+    free(out);
     /* a stale cached file (a preset that changed shape leaves one under the same name) is not
      * the pinned digest: it is rewritten, never used nor left to fail every run */
     snprintf(path, sizeof path, "%s/.gate-cache/d-tiny-dense-Q4_K_M-1.gguf", dir);
