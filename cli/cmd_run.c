@@ -354,9 +354,19 @@ int cmd_golden(int argc, char **argv)
             /* recorded before (a model added to a ladder records only itself): kept, said so,
              * and never synthesized or loaded for it */
             char who[64];
-            if (!force &&
-                (rc = golden_entry_of(c->g.goldens, l->models[mi].sha256, who, sizeof who, &err)))
+            int had = 0;
+            if (!force && (rc = golden_entry_of(c->g.goldens, l->models[mi].sha256, who, sizeof who,
+                                                &had, &err)))
                 break;
+            if (!force && who[0] && had != c->g.golden_tokens) {
+                rc = err_set(&err, ERR_INPUT,
+                             "goldens for %s (%.12s...) in %s hold %d tokens per prompt but its"
+                             " cells ask %d (gates.golden.tokens): not keeping them (--force"
+                             " records them again)",
+                             l->models[mi].id, l->models[mi].sha256, c->g.goldens, had,
+                             c->g.golden_tokens);
+                break;
+            }
             if (!force && who[0]) {
                 printf("goldens for %s (%.12s...) are already in %s, recorded by %s: kept"
                        " (--force records them again)\n",

@@ -11,6 +11,7 @@
 #include "oracles/parity.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <sodium.h>
 #include <stdarg.h>
@@ -276,9 +277,11 @@ cleanup:
     return rc;
 }
 
-int golden_entry_of(const char *path, const char *sha256, char *who, size_t n, struct gate_err *err)
+int golden_entry_of(const char *path, const char *sha256, char *who, size_t n, int *n_gen,
+                    struct gate_err *err)
 {
     who[0] = '\0';
+    *n_gen = -1;
     json_t *root = load_root(path, err);
     if (!root)
         return err->code ? err->code : ERR_INPUT;
@@ -287,6 +290,9 @@ int golden_entry_of(const char *path, const char *sha256, char *who, size_t n, s
         const char *e =
             json_string_value(json_object_get(json_object_get(old, "recorded_by"), "engine"));
         snprintf(who, n, "%s", e && e[0] ? e : "an unknown source");
+        const json_t *g = json_object_get(old, "n_gen");
+        if (json_is_integer(g) && json_integer_value(g) > 0 && json_integer_value(g) <= INT_MAX)
+            *n_gen = (int)json_integer_value(g);
     }
     json_decref(root);
     return 0;

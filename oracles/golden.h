@@ -102,9 +102,10 @@ int golden_first_diff(const int32_t *a, int na, const int32_t *b, int nb);
 int golden_record_force(const char *path, const struct model *m, int n_gen, int n_threads,
                         int force, const json_t *recorded_by, struct gate_err *err);
 /* Whether the goldens at path already hold an entry for the model digest sha256: *who (n bytes)
- * receives its recorded_by engine ("" when none; "an unknown source" when it names none). A
- * missing file holds none; an unreadable or malformed one is ERR_INPUT / ERR_ENV. */
-int golden_entry_of(const char *path, const char *sha256, char *who, size_t n,
+ * receives its recorded_by engine ("" when none; "an unknown source" when it names none) and
+ * *n_gen its token count per prompt (-1 when the entry is not an object or has no integer
+ * n_gen). A missing file holds none; an unreadable or malformed one is ERR_INPUT / ERR_ENV. */
+int golden_entry_of(const char *path, const char *sha256, char *who, size_t n, int *n_gen,
                     struct gate_err *err);
 /* {"engine": "gate", "backend": "ref", git_commit, git_dirty, date (now, UTC)} (new ref);
  * git_commit NULL = "unknown" and dirty. */

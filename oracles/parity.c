@@ -473,14 +473,18 @@ static int forced_read(const json_t *o, struct parity_forced *f)
         f->head < 0 || gate_metric_num(o, "layers", &nl) || !count_ok(nl) || nl < 1 ||
         gate_metric_num(o, "positions", &np) || !count_ok(np) || np < 1)
         return -1;
+    /* the worst row is at least its layer's figure (a maximum over a mean of squares): a
+     * record claiming less was not measured so */
+    if (f->row < f->worst * (1 - 1e-9))
+        return -1;
     gate_metric_num(o, "worst_layer", &wl);
     gate_metric_num(o, "row_layer", &rl);
     gate_metric_num(o, "row_position", &rp);
     f->measured = 1;
     f->n_layer = (int)nl;
     f->n_pos = (int)np;
-    f->worst_layer = (int)wl;
-    f->row_layer = (int)rl;
+    f->worst_layer = count_ok(wl) ? (int)wl : -1;
+    f->row_layer = count_ok(rl) ? (int)rl : -1;
     f->row_pos = count_ok(rp) ? (int)rp : -1;
     return 0;
 }
@@ -1877,16 +1881,20 @@ static int forced_measure(struct parity_session *s, struct parity_forced *f, str
             }
             ej[j] = e - e0;
         }
-        /* each row against the layer's RMS row contribution (PARITY_FORCED_ROW_SHARE) */
+        /* each row against the layer's RMS row contribution (PARITY_FORCED_ROW_SHARE); a
+         * non-finite layer is NaN at its first non-finite row (-1: only the yardstick is) */
         for (size_t j = 0; j < J; j++) {
-            const double r = !isfinite(e) || !isfinite(d) ? NAN
-                             : d > 0                      ? sqrt(ej[j] / (d / (double)J))
-                             : ej[j] > 0                  ? INFINITY
-                                                          : 0.0;
+            const int bad = !isfinite(e) || !isfinite(d);
+            if (bad && isfinite(ej[j]) && j + 1 < J)
+                continue;
+            const double r = bad         ? NAN
+                             : d > 0     ? sqrt(ej[j] / (d / (double)J))
+                             : ej[j] > 0 ? INFINITY
+                                         : 0.0;
             if (f->row_layer < 0 || !(r <= f->row)) { /* NaN counts as the worst */
                 f->row = r;
                 f->row_layer = (int)l;
-                f->row_pos = s->judged[j];
+                f->row_pos = bad && isfinite(ej[j]) ? -1 : s->judged[j];
             }
             if (isnan(r))
                 break;

@@ -61,11 +61,12 @@ struct parity_kv_round {
  *   err_l = ||subject_l - twin_l(subject_{l-1})|| / ||subject_l - subject_{l-1}||
  * (the layer's own output measured against what it added), and the head
  *   err_head = ||subject logits - twin head(subject_{L-1})|| / ||twin head||;
- * the worst layer must be at most this, the head at most PARITY_FORCED_HEAD_SHARE of it. Measured
- * on a correct cpu engine: worst layer 1.2e-4 - 6.5e-4 (conformance Q4_K_M / Q8_0, dense and MoE,
- * decode, prefill and chat; Qwen3-0.6B shape 3.4e-4), head <= 8.1e-6; a 1 % scale of any one
- * matmul: 5.8e-3 - 1.8e-2 at its layer, 1e-2 at the head. The errors are sums over the positions: a
- * fault at one position of many is diluted (the logits' per-position bounds judge those). */
+ * the worst layer must be at most this, its worst single row at most PARITY_FORCED_ROW_SHARE of
+ * it, the head at most PARITY_FORCED_HEAD_SHARE of it. Measured on a correct cpu engine: worst
+ * layer 1.2e-4 - 6.5e-4 (conformance Q4_K_M / Q8_0, dense and MoE, decode, prefill and chat;
+ * Qwen3-0.6B shape 3.4e-4), head <= 8.1e-6; a 1 % scale of any one matmul: 5.8e-3 - 1.8e-2 at its
+ * layer, 1e-2 at the head. err_l sums over the positions, so a fault at one position of many is
+ * diluted there: the row bound judges those. */
 #define PARITY_FORCED_MAX 2e-3
 /* The head's bound as a share of max_forced: the head is one product on an exact input (no
  * chain of roundings after it), so its noise is far below a layer's. Measured, cpu engine: clean
@@ -123,7 +124,8 @@ struct parity_config {
                              * the check a uniform scale cannot hide from (cosine is blind to it).
                              * INFINITY = not judged (a receipt recorded before the setting). */
     double max_forced;      /* the forced layers' bound (struct parity_forced): the worst layer's
-                             * and the head's error must each be <= this; Inf = not judged.
+                             * error must be <= this, its worst row's <= 1.5x, the head's <=
+                             * 0.1x (PARITY_FORCED_ROW_SHARE, _HEAD_SHARE); Inf = not judged.
                              * Default PARITY_FORCED_MAX */
     double max_mean_rel_l2; /* the mean of that rel-L2 over the judged positions must be <= this:
                              * a small systematic error (a 1 % scale in a late layer) lifts every

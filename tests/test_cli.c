@@ -204,14 +204,25 @@ Test(cli, golden_record_synthesizes_the_model_and_prints_the_pin, .timeout = 120
     out = check_slurp_text(path);
     cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "golden record again: exit %d",
               WEXITSTATUS(rc));
-    cr_expect(out && strstr(out, "g.json, recorded by gate: kept"), "%s",
-              out ? out : "");
+    cr_expect(out && strstr(out, "g.json, recorded by gate: kept"), "%s", out ? out : "");
     snprintf(path, sizeof path, "%s/g.json", dir);
     char *after = check_slurp_text(path);
     cr_expect(before && after && !strcmp(before, after), "the goldens file changed");
     free(before);
     free(after);
     free(out);
+    /* but an entry of another token count than the cells ask is not kept: refused, naming both */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && sed -i 's/tokens: 4/tokens: 5/' l.yaml && '%s' golden record l.yaml"
+             " --threads 1 >out 2>err",
+             dir, gate_bin());
+    rc = system(cmd);
+    snprintf(path, sizeof path, "%s/err", dir);
+    err = check_slurp_text(path);
+    cr_expect(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "exit %d", WEXITSTATUS(rc));
+    cr_expect(err && strstr(err, "hold 4 tokens per prompt but its cells ask 5"), "%s",
+              err ? err : "");
+    free(err);
     /* a stale cached file (a preset that changed shape leaves one under the same name) is not
      * the pinned digest: it is rewritten, never used nor left to fail every run */
     snprintf(path, sizeof path, "%s/.gate-cache/d-tiny-dense-Q4_K_M-1.gguf", dir);

@@ -776,7 +776,7 @@ Test(parity, forced_layers_judge_each_layer_on_the_subjects_own_input)
     /* the worst row is at least its layer's figure (a mean of squares under a maximum) */
     cr_expect(r.forced.row >= r.forced.worst && r.forced.row <= 1.5e-3, "clean cpu worst row %g",
               r.forced.row);
-    cr_expect(r.forced.row_pos >= 0 && r.forced.row_pos < r.n_pos, "%d", r.forced.row_pos);
+    cr_expect(r.forced.row_pos >= 0 && r.forced.row_pos < r.seq_len, "%d", r.forced.row_pos);
     cr_expect(r.forced.head <= 1e-5, "clean cpu head %g", r.forced.head);
     /* the receipt's record, judged again: as recorded PASS; without it, or past the bound, or
      * malformed FAIL; "not measured" is judged by the logits alone */
@@ -787,6 +787,7 @@ Test(parity, forced_layers_judge_each_layer_on_the_subjects_own_input)
     cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_PASS, "%s", why);
     json_t *fl = json_deep_copy(json_object_get(met, "forced_layers"));
     json_object_set_new(json_object_get(met, "forced_layers"), "worst", json_real(0.01));
+    json_object_set_new(json_object_get(met, "forced_layers"), "row", json_real(0.01));
     why[0] = '\0'; /* the judge says only the first reason */
     cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
     cr_expect(strstr(why, "forced layers"), "%s", why);
@@ -815,6 +816,12 @@ Test(parity, forced_layers_judge_each_layer_on_the_subjects_own_input)
     cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
     cr_expect(strstr(why, "one row"), "%s", why);
     json_object_del(json_object_get(met, "forced_layers"), "row");
+    why[0] = '\0';
+    cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
+    /* nor may a record's row sit under its own worst layer (a maximum under a mean) */
+    json_object_set_new(met, "forced_layers", json_deep_copy(fl));
+    json_object_set_new(json_object_get(met, "forced_layers"), "row",
+                        json_real(0.5 * r.forced.worst));
     why[0] = '\0';
     cr_expect_eq(parity_gate_judge(set, met, checks, why, sizeof why), GATE_FAIL);
     /* the head's bound is a tenth of the layers' (one product on an exact input) */
