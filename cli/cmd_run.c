@@ -351,29 +351,8 @@ int cmd_golden(int argc, char **argv)
             }
             if (dup)
                 continue;
-            /* recorded before (a model added to a ladder records only itself): kept, said so,
-             * and never synthesized or loaded for it */
-            char who[64];
-            int had = 0;
-            if (!force && (rc = golden_entry_of(c->g.goldens, l->models[mi].sha256, who, sizeof who,
-                                                &had, &err)))
-                break;
-            if (!force && who[0] && had != c->g.golden_tokens) {
-                rc = err_set(&err, ERR_INPUT,
-                             "goldens for %s (%.12s...) in %s hold %d tokens per prompt but its"
-                             " cells ask %d (gates.golden.tokens): not keeping them (--force"
-                             " records them again)",
-                             l->models[mi].id, l->models[mi].sha256, c->g.goldens, had,
-                             c->g.golden_tokens);
-                break;
-            }
-            if (!force && who[0]) {
-                printf("goldens for %s (%.12s...) are already in %s, recorded by %s: kept"
-                       " (--force records them again)\n",
-                       l->models[mi].id, l->models[mi].sha256, c->g.goldens, who);
-                kept++;
-                continue;
-            }
+            /* the file must be the pinned one, recorded before or not (a wrong file is named
+             * here, not at the first run) */
             struct model *m = NULL;
             struct pinned pf = {.fd = -1};
             rc = cli_ensure_model(&l->models[mi], threads, &err);
@@ -385,6 +364,27 @@ int cmd_golden(int argc, char **argv)
                              "model '%s' (%s) has SHA-256 %s but the ladder pins"
                              " %s: not recording goldens for another file",
                              l->models[mi].id, l->models[mi].path, pf.sha256, l->models[mi].sha256);
+            /* recorded before (a ladder that gained a model records only the new one): kept and
+             * said so, the twin not run for it; another token count than its cells ask is
+             * refused */
+            char who[64] = "";
+            int had = 0;
+            if (!rc && !force)
+                rc = golden_entry_of(c->g.goldens, pf.sha256, who, sizeof who, &had, &err);
+            if (!rc && who[0] && had != c->g.golden_tokens)
+                rc = err_set(&err, ERR_INPUT,
+                             "goldens for %s (%.12s...) in %s hold %d tokens per prompt but its"
+                             " cells ask %d (gates.golden.tokens): not keeping them (--force"
+                             " records them again)",
+                             l->models[mi].id, pf.sha256, c->g.goldens, had, c->g.golden_tokens);
+            if (!rc && who[0]) {
+                printf("goldens for %s (%.12s...) are already in %s, recorded by %s: kept"
+                       " (--force records them again)\n",
+                       l->models[mi].id, pf.sha256, c->g.goldens, who);
+                kept++;
+                pin_close(&pf);
+                continue;
+            }
             if (!rc)
                 rc = model_load_pinned(&m, &pf, &err);
             pin_close(&pf);

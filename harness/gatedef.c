@@ -63,9 +63,10 @@ static const struct gate_setting PARITY[] = {
      " the noise's per-position tail)"},
     {"max_forced", GS_NUM, OFF(max_forced), PAR(max_forced), PARITY_FORCED_MAX, 0, 1e9,
      "each layer of the subject run by the twin on the subject's own input (its claimed roundings"
-     " emulated): the worst layer's error relative to what the layer adds, and the output head's,"
-     " must be at most this (sees a 1 % error in one matmul where the logits' noise hides it;"
-     " docs/gates.md \"Forced layers\")"},
+     " emulated): the worst layer's error relative to what the layer adds must be at most this,"
+     " its worst single (layer, position) row at most 1.5x it, the output head's at most 0.1x it"
+     " (sees a 1 % error in one matmul where the logits' noise hides it; docs/gates.md \"Forced"
+     " layers\")"},
     {NULL},
 };
 
