@@ -59,7 +59,7 @@ static int parse_release(struct parse *p, yaml_node_t *n)
 static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct ladder_model *m)
 {
     static const char *const keys[] = {"path", "synth", "sha256", "arch", NULL};
-    static const char *const skeys[] = {"preset", "quant", "seed", NULL};
+    static const char *const skeys[] = {"preset", "quant", "seed", "eps", "rope_base", NULL};
     char what[128];
     yaml_node_t *v;
     int rc;
@@ -89,17 +89,28 @@ static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct l
         if ((v = get(p, synth, "seed")) && (rc = get_int(p, v, "synth.seed", 0, 2147483647, &seed)))
             return rc;
         m->seed = (uint64_t)seed;
-        /* one file per synth spec: models that share preset, quant and seed share the first
-         * one's cached file (one synthesis; the nightly's long-context rungs, issue 26 §2), in
-         * $GATE_MODEL_CACHE when set (docs/ladder.md, "The model cache") */
+        /* the preset's epsilon and RoPE base overridden: as float in the file, so the bounds
+         * keep them finite, positive and exact enough to name a file */
+        if ((v = get(p, synth, "eps")) && (rc = get_num(p, v, "synth.eps", 1e-12, 0.5, &m->eps)))
+            return rc;
+        if ((v = get(p, synth, "rope_base")) &&
+            (rc = get_num(p, v, "synth.rope_base", 1.0, 1e9, &m->rope_base)))
+            return rc;
+        /* one file per synth spec: models that share preset, quant, seed and overrides share the
+         * first one's cached file (one synthesis; the nightly's long-context rungs, issue 26 §2),
+         * in $GATE_MODEL_CACHE when set (docs/ladder.md, "The model cache") */
         const char *file_id = m->id, *mc = getenv("GATE_MODEL_CACHE");
         for (const struct ladder_model *o = p->l->models; o < m && file_id == m->id; o++)
             if (o->synth && !strcmp(o->preset, m->preset) && !strcmp(o->quant, m->quant) &&
-                o->seed == m->seed)
+                o->seed == m->seed && o->eps == m->eps && o->rope_base == m->rope_base)
                 file_id = o->id;
-        char rel[1024];
-        snprintf(rel, sizeof rel, "%s/%s-%s-%s-%d.gguf", mc && *mc ? mc : ".gate-cache", file_id,
-                 m->preset, m->quant, seed);
+        char rel[1024], over[96] = "";
+        if (m->eps > 0)
+            snprintf(over, sizeof over, "-eps%g", m->eps);
+        if (m->rope_base > 0)
+            snprintf(over + strlen(over), sizeof over - strlen(over), "-rope%g", m->rope_base);
+        snprintf(rel, sizeof rel, "%s/%s-%s-%s-%d%s.gguf", mc && *mc ? mc : ".gate-cache", file_id,
+                 m->preset, m->quant, seed, over);
         m->path = ladder_resolve(p->l, rel);
     }
     if (!m->path)
@@ -115,7 +126,7 @@ static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct l
     for (const struct ladder_model *o = p->l->models; m->synth && o < m; o++)
         if (o->synth && !strcmp(o->path, m->path) && strcmp(o->sha256, m->sha256))
             return fail(p, v,
-                        "%s: synthesized as model '%s' (same preset, quant and seed) but"
+                        "%s: synthesized as model '%s' (same preset, quant, seed and overrides) but"
                         " pinned to another sha256",
                         what, o->id);
     if ((rc = need(p, n, "arch", what, &v)) ||

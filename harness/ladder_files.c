@@ -353,6 +353,13 @@ int ladder_model_ensure(const struct ladder_model *lm, int threads, synth_progre
     if (!sp)
         return err_set(err, ERR_INPUT, "model '%s': unknown synth preset '%s'", lm->id, lm->preset);
     so.spec = *sp;
+    if (lm->eps > 0 ||
+        lm->rope_base > 0) /* as `gate model synth --preset P --eps E --rope-base B` */
+        so.spec.name = "custom";
+    if (lm->eps > 0)
+        so.spec.eps = (float)lm->eps;
+    if (lm->rope_base > 0)
+        so.spec.rope_base = (float)lm->rope_base;
     so.quant = synth_quant_from_name(lm->quant);
     if (so.quant < 0)
         return err_set(err, ERR_INPUT, "model '%s': unknown synth quant '%s'", lm->id, lm->quant);

@@ -489,11 +489,15 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     identity_utc_now(finished);
     json_t *model_subject =
         json_pack("{s:s, s:s}", "id", lm->id, "sha256", x.model_sha[0] ? x.model_sha : "unknown");
-    if (lm->synth)
-        json_object_set_new(model_subject, "synth",
-                            json_pack("{s:s, s:s, s:I}", "preset", lm->preset, "quant", lm->quant,
-                                      "seed", (json_int_t)lm->seed));
-    else
+    if (lm->synth) {
+        json_t *sy = json_pack("{s:s, s:s, s:I}", "preset", lm->preset, "quant", lm->quant, "seed",
+                               (json_int_t)lm->seed);
+        if (lm->eps > 0)
+            json_object_set_new(sy, "eps", json_real(lm->eps));
+        if (lm->rope_base > 0)
+            json_object_set_new(sy, "rope_base", json_real(lm->rope_base));
+        json_object_set_new(model_subject, "synth", sy);
+    } else
         json_object_set_new(model_subject, "path", json_string(lm->path));
     json_t *exec_subject = NULL;
     if (x.mode.engine[0]) /* exec: the engine that ran, as its handshake named it */
