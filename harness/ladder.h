@@ -288,6 +288,20 @@ int ladder_model_ensure(const struct ladder_model *lm, int threads, synth_progre
  * numbers against the ladder's pins). */
 int ladder_check_files(const struct ladder *l, struct gate_err *err);
 
+/* The RMSNorm epsilon and RoPE base model i is run with: its synth preset's with the spec's
+ * overrides, or its file's metadata (no tensor data read). 0, or ERR_INPUT / ERR_ENV with the
+ * reason (a `path:` file that cannot be read, metadata without the keys). */
+int ladder_model_hparams(const struct ladder *l, int i, double *eps, double *rope_base,
+                         struct gate_err *err);
+
+/* 1 when the ladder cannot tell an engine that hard-codes a hyperparameter only the metadata
+ * carries from one that reads it: every model of a cell whose subject is not the twin (`ref.*`
+ * cells judge the judge) has one RMSNorm epsilon, or one RoPE base (docs/ladder.md,
+ * "Hyperparameters off the usual values"); why (n bytes) says which and the value. 0 when the
+ * models differ in both, or there is no such cell. Models whose values cannot be read are left
+ * out. `gate ladder check` prints it as a warning. */
+int ladder_hparams_uniform(const struct ladder *l, char *why, size_t n);
+
 /* The goldens of cell ci for the model digest model_sha, read as the golden gate reads them (its
  * one copy; `gate run`'s golden gate and the check below both call it): the cell's goldens rule
  * (ladder_cell_goldens_check), the file opened once and checked against its pin, the model's

@@ -118,6 +118,78 @@ static int check_context(const struct ladder *l, int ci, uint32_t n_ctx, struct 
     return 0;
 }
 
+int ladder_model_hparams(const struct ladder *l, int i, double *eps, double *rope_base,
+                         struct gate_err *err)
+{
+    const struct ladder_model *m = &l->models[i];
+    *eps = *rope_base = 0;
+    if (m->synth) {
+        const struct synth_spec *sp = synth_preset_find(m->preset);
+        if (!sp)
+            return err_set(err, ERR_INPUT, "model '%s': unknown synth preset '%s'", m->id,
+                           m->preset);
+        /* as the file will say: the spec's values written as f32 */
+        *eps = m->eps > 0 ? (double)(float)m->eps : (double)sp->eps;
+        *rope_base = m->rope_base > 0 ? (double)(float)m->rope_base : (double)sp->rope_base;
+        return 0;
+    }
+    struct gguf_file *g = NULL;
+    char *a = NULL, key[96];
+    float e = 0, r = 0;
+    int rc = gguf_open(&g, m->path, GGUF_OPEN_METADATA_ONLY, err);
+    if (!rc)
+        rc = gguf_get_str(g, "general.architecture", &a, err);
+    if (!rc) {
+        snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
+        rc = gguf_get_f32(g, key, &e, err);
+    }
+    if (!rc) {
+        snprintf(key, sizeof key, "%s.rope.freq_base", a);
+        rc = gguf_get_f32(g, key, &r, err);
+    }
+    free(a);
+    gguf_close(g);
+    *eps = e, *rope_base = r;
+    return rc;
+}
+
+int ladder_hparams_uniform(const struct ladder *l, char *why, size_t n)
+{
+    double eps0 = 0, rope0 = 0;
+    int models = 0, eps_differ = 0, rope_differ = 0;
+    for (int i = 0; i < l->n_models; i++) {
+        int judged = 0; /* a cell of this model with a subject that is not the twin */
+        for (int c = 0; c < l->n_cells && !judged; c++)
+            judged = l->cells[c].model == i && strncmp(l->cells[c].mode, "ref.", 4);
+        double eps, rope;
+        struct gate_err e = {0};
+        if (!judged || ladder_model_hparams(l, i, &eps, &rope, &e))
+            continue;
+        if (!models++)
+            eps0 = eps, rope0 = rope;
+        eps_differ |= eps != eps0;
+        rope_differ |= rope != rope0;
+    }
+    if (!models || (eps_differ && rope_differ))
+        return 0;
+    char what[160] = "";
+    if (!eps_differ)
+        snprintf(what, sizeof what, "RMSNorm epsilon %g", eps0);
+    if (!rope_differ)
+        snprintf(what + strlen(what), sizeof what - strlen(what), "%sRoPE base %g",
+                 eps_differ ? "" : " and ", rope0);
+    snprintf(why, n,
+             "every model the ladder's engines are judged on has %s: an engine that hard-codes %s"
+             " (or misapplies epsilon) passes every gate here; add a model whose synth spec sets"
+             " %s off %s (docs/ladder.md, \"Hyperparameters off the usual values\")",
+             what, eps_differ || rope_differ ? "it" : "them",
+             eps_differ    ? "rope_base"
+             : rope_differ ? "eps"
+                           : "eps and rope_base",
+             eps_differ || rope_differ ? "it" : "them");
+    return 1;
+}
+
 int ladder_check_files(const struct ladder *l, struct gate_err *err)
 {
     int rc = 0;

@@ -1221,6 +1221,75 @@ Test(ladder_check, prints_span_consistency_and_a_loose_reason)
     free(text);
 }
 
+/* A ladder whose judged models all share Qwen3's epsilon or RoPE base cannot catch an engine that
+ * hard-codes it: ladder_hparams_uniform says which (gate ladder check warns); the twin's own
+ * cells do not count, a model off both values silences it. */
+static int hparams_uniform_of(const char *models, const char *cells, char *why, size_t n)
+{
+    char text[3000], name[64];
+    static int k;
+    snprintf(text, sizeof text,
+             "release: {name: r, version: '1'}\nmodels:\n%s"
+             "hosts:\n  local: {device: none, trust: "
+             "[ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29]}\n"
+             "modes: [ref.decode, cpu.decode]\ncells: %s\nunanchored: {qwen3: t, qwen3moe: t}\n",
+             models, cells);
+    snprintf(name, sizeof name, "hparams%d.yaml", k++);
+    const char *path = write_tmp(name, text, strlen(text));
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_assert_eq(ladder_load(&l, path, &err), 0, "%s", err.msg);
+    why[0] = '\0';
+    const int r = ladder_hparams_uniform(l, why, n);
+    ladder_free(l);
+    return r;
+}
+
+#define HP_SHA "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560"
+#define HP_MODEL(id, spec, arch)                                                                   \
+    "  " id ": {synth: {" spec "}, sha256: " HP_SHA ", arch: " arch "}\n"
+
+Test(ladder_check, a_ladder_whose_models_share_eps_or_rope_base_is_named)
+{
+    char why[600];
+    const char *two = HP_MODEL("d", "preset: tiny-dense, quant: Q8_0", "qwen3")
+        HP_MODEL("m", "preset: tiny-moe, quant: Q8_0", "qwen3moe");
+    cr_expect_eq(hparams_uniform_of(two, "[{models: [d, m], hosts: [local], modes: [cpu.decode]}]",
+                                    why, sizeof why),
+                 1);
+    cr_expect(strstr(why, "has RMSNorm epsilon 1e-06 and RoPE base 1e+06: an engine that hard-codes"
+                          " them"),
+              "%s", why);
+    cr_expect(strstr(why, "sets eps and rope_base off them"), "%s", why);
+    /* a model off epsilon only: the RoPE base is still the one value */
+    char models[2000];
+    snprintf(models, sizeof models, "%s%s", two,
+             HP_MODEL("e", "preset: tiny-dense, quant: Q8_0, eps: 0.01", "qwen3"));
+    cr_expect_eq(hparams_uniform_of(models,
+                                    "[{models: [d, m, e], hosts: [local], modes: [cpu.decode]}]",
+                                    why, sizeof why),
+                 1);
+    cr_expect(strstr(why, "has RoPE base 1e+06: an engine that hard-codes it"), "%s", why);
+    cr_expect(strstr(why, "sets rope_base off it"), "%s", why);
+    /* off both, but judged only through the twin's own cell: the engines never see it */
+    snprintf(models, sizeof models, "%s%s", two,
+             HP_MODEL("o", "preset: tiny-dense, quant: Q8_0, eps: 0.01, rope_base: 5e4", "qwen3"));
+    cr_expect_eq(hparams_uniform_of(models,
+                                    "[{models: [d, m], hosts: [local], modes: [cpu.decode]},"
+                                    " {model: o, host: local, mode: ref.decode}]",
+                                    why, sizeof why),
+                 1, "a model only the twin runs does not count");
+    /* in an engine's cell: silent */
+    cr_expect_eq(hparams_uniform_of(models,
+                                    "[{models: [d, m, o], hosts: [local], modes: [cpu.decode]}]",
+                                    why, sizeof why),
+                 0, "%s", why);
+    /* no engine cell at all: nothing to say */
+    cr_expect_eq(hparams_uniform_of(two, "[{models: [d, m], hosts: [local], modes: [ref.decode]}]",
+                                    why, sizeof why),
+                 0, "%s", why);
+}
+
 /* ---- the committed ladders ------------------------------------------------------------------ */
 
 /* Every ladder in ladders/ passes what `gate ladder check` and `gate run` check before anything
