@@ -137,6 +137,40 @@ static const struct synth_spec PRESETS[] = {
      .rope_base = 1e6f,
      .eps = 1e-6f,
      .tied = 0},
+    /* tiny shapes past every tile of the cpu engine's kernels, each by a remainder: one-token
+     * products cut into 512-row tiles per thread grain (gate + up 2 x 2304 rows: 576 per grain
+     * at 2 threads, 1152 at one), 64-row and 4-row tiles with tails (vocabulary 2543, the
+     * largest synthetic one), GQA 8:1 with head_dim 64 (q dim 512, KV dim 64); the MoE one has
+     * 16 experts top-4 of 768 rows (three 256-row chunks per expert) */
+    {.name = "tiny-wide",
+     .arch = MODEL_ARCH_QWEN3,
+     .n_vocab = 2543,
+     .n_ctx = 4096,
+     .n_embd = 256,
+     .n_layer = 2,
+     .n_head = 8,
+     .n_head_kv = 1,
+     .head_dim = 64,
+     .n_ff = 2304,
+     .rope_base = 1e6f,
+     .eps = 1e-6f,
+     .tied = 0},
+    {.name = "tiny-moe-wide",
+     .arch = MODEL_ARCH_QWEN3MOE,
+     .n_vocab = 2543,
+     .n_ctx = 4096,
+     .n_embd = 256,
+     .n_layer = 2,
+     .n_head = 8,
+     .n_head_kv = 2,
+     .head_dim = 64,
+     .n_ff = 3072,
+     .n_expert = 16,
+     .n_expert_used = 4,
+     .n_ff_exp = 768,
+     .rope_base = 1e6f,
+     .eps = 1e-6f,
+     .tied = 0},
 };
 
 const struct synth_spec *synth_presets(int *n)
