@@ -83,7 +83,7 @@ static int list_presets(void)
     int n;
     const struct synth_spec *ps = synth_presets(&n);
     struct gate_err err = {0};
-    int64_t vocab_small = -1, vocab_qwen = -1;
+    int64_t vocab_qwen = -1;
     printf("%-14s %-9s %s\n", "preset", "arch", "shape");
     for (int i = 0; i < n; i++) {
         const struct synth_spec *s = &ps[i];
@@ -111,6 +111,9 @@ static int list_presets(void)
             printf("%-7s", synth_quant_name(q));
             for (int i = g; i < n && i < g + 6; i++) {
                 struct synth_options o = {.spec = ps[i], .quant = q};
+                /* the real vocabulary's metadata is read once; a synthetic one is cheap and
+                 * differs with its size (tiny-wide's 2543 tokens against tiny-dense's 512) */
+                int64_t vocab_small = -1;
                 int64_t *vb = ps[i].n_vocab > 4096 ? &vocab_qwen : &vocab_small;
                 uint64_t bytes = 0;
                 int rc = synth_file_bytes(&o, *vb, &bytes, vb, &err);

@@ -253,6 +253,24 @@ Test(cli, synth_list_fits_100_columns)
     cr_expect(strstr(out, "qwen3-30b-a3b") && strstr(out, "tiny-dense") &&
                   strstr(out, "122134456256"),
               "%s", out);
+    /* each synthetic vocabulary's own size: tiny-wide's 2543 tokens, not tiny-dense's 512 (the
+     * Q5_K_M file written by synth is 3920608 + the metadata of 2031 more tokens) */
+    char dir[900], cmd[4000];
+    snprintf(dir, sizeof dir, "%s/listsize", check_tmp_dir());
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s' && '%s' model synth --preset tiny-wide --quant Q5_K_M -o '%s/w.gguf'"
+             " 2>/dev/null && stat -c %%s '%s/w.gguf'",
+             dir, gate_bin(), dir, dir);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    char size[64] = "";
+    cr_expect(fgets(size, sizeof size, p) != NULL);
+    pclose(p);
+    size[strcspn(size, "\n")] = '\0';
+    const char *q5 = strstr(out, "\nQ5_K_M ");
+    q5 = q5 ? strstr(q5 + 1, "\nQ5_K_M ") : NULL; /* the second block: a3b, tiny-wide, ... */
+    cr_expect(size[0] && q5 && strstr(q5, size) && strstr(q5, size) < strchr(q5 + 1, '\n'),
+              "the listed Q5_K_M size of tiny-wide is not the written file's %s:\n%s", size, out);
     for (char *line = out; line && *line;) {
         char *nl = strchr(line, '\n');
         size_t len = nl ? (size_t)(nl - line) : strlen(line);
