@@ -147,9 +147,10 @@ int cmd_ladder(int argc, char **argv)
     free(chat);
     print_excluded(l);
     stats_ladder_distributions(l, 0); /* degenerate next-token distributions: a warning */
-    char why[600];
-    if (ladder_hparams_uniform(l, why, sizeof why)) /* hard-coded hyperparameters: a warning */
-        fprintf(stderr, "warning: %s\n", why);
+    char why[2400];
+    if (ladder_hparams_uniform(l, why, sizeof why)) /* hard-coded hyperparameters: warnings */
+        for (char *line = strtok(why, "\n"); line; line = strtok(NULL, "\n"))
+            fprintf(stderr, "warning: %s\n", line);
     ladder_free(l);
     return 0;
 }

@@ -56,6 +56,17 @@ static int parse_release(struct parse *p, yaml_node_t *n)
     return rc;
 }
 
+/* The shortest %g form of v that reads back as v (one name per float: 0.05f is "0.05") */
+static const char *float_name(char *buf, size_t n, float v)
+{
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, n, "%.*g", prec, (double)v);
+        if (strtof(buf, NULL) == v)
+            break;
+    }
+    return buf;
+}
+
 static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct ladder_model *m)
 {
     static const char *const keys[] = {"path", "synth", "sha256", "arch", NULL};
@@ -89,13 +100,18 @@ static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct l
         if ((v = get(p, synth, "seed")) && (rc = get_int(p, v, "synth.seed", 0, 2147483647, &seed)))
             return rc;
         m->seed = (uint64_t)seed;
-        /* the preset's epsilon and RoPE base overridden: as float in the file, so the bounds
-         * keep them finite, positive and exact enough to name a file */
+        /* the preset's epsilon and RoPE base overridden, kept as the f32 the file will hold (two
+         * specs are the same file exactly when these are equal); the base must exceed 1, as the
+         * synthesizer and the model loader require */
         if ((v = get(p, synth, "eps")) && (rc = get_num(p, v, "synth.eps", 1e-12, 0.5, &m->eps)))
             return rc;
         if ((v = get(p, synth, "rope_base")) &&
             (rc = get_num(p, v, "synth.rope_base", 1.0, 1e9, &m->rope_base)))
             return rc;
+        if (v && !(m->rope_base > 1.0))
+            return fail(p, v, "synth.rope_base must be greater than 1, found %g", m->rope_base);
+        m->eps = (double)(float)m->eps;
+        m->rope_base = (double)(float)m->rope_base;
         /* one file per synth spec: models that share preset, quant, seed and overrides share the
          * first one's cached file (one synthesis; the nightly's long-context rungs, issue 26 §2),
          * in $GATE_MODEL_CACHE when set (docs/ladder.md, "The model cache") */
@@ -104,11 +120,12 @@ static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct l
             if (o->synth && !strcmp(o->preset, m->preset) && !strcmp(o->quant, m->quant) &&
                 o->seed == m->seed && o->eps == m->eps && o->rope_base == m->rope_base)
                 file_id = o->id;
-        char rel[1024], over[96] = "";
+        char rel[1024], over[96] = "", num[32];
         if (m->eps > 0)
-            snprintf(over, sizeof over, "-eps%g", m->eps);
+            snprintf(over, sizeof over, "-eps%s", float_name(num, sizeof num, (float)m->eps));
         if (m->rope_base > 0)
-            snprintf(over + strlen(over), sizeof over - strlen(over), "-rope%g", m->rope_base);
+            snprintf(over + strlen(over), sizeof over - strlen(over), "-rope%s",
+                     float_name(num, sizeof num, (float)m->rope_base));
         snprintf(rel, sizeof rel, "%s/%s-%s-%s-%d%s.gguf", mc && *mc ? mc : ".gate-cache", file_id,
                  m->preset, m->quant, seed, over);
         m->path = ladder_resolve(p->l, rel);

@@ -294,12 +294,12 @@ int ladder_check_files(const struct ladder *l, struct gate_err *err);
 int ladder_model_hparams(const struct ladder *l, int i, double *eps, double *rope_base,
                          struct gate_err *err);
 
-/* 1 when the ladder cannot tell an engine that hard-codes a hyperparameter only the metadata
- * carries from one that reads it: every model of a cell whose subject is not the twin (`ref.*`
- * cells judge the judge) has one RMSNorm epsilon, or one RoPE base (docs/ladder.md,
- * "Hyperparameters off the usual values"); why (n bytes) says which and the value. 0 when the
- * models differ in both, or there is no such cell. Models whose values cannot be read are left
- * out. `gate ladder check` prints it as a warning. */
+/* The engines (a mode without its path: cpu, cuda, exec.NAME; never ref, the judge itself) this
+ * ladder cannot catch hard-coding a hyperparameter only the metadata carries: every model of the
+ * engine's cells has one RMSNorm epsilon, or one RoPE base (docs/ladder.md, "Hyperparameters off
+ * the usual values"). Returns how many; why (n bytes) gets one sentence per engine, naming it and
+ * the value, separated by newlines. Models whose values cannot be read are left out. `gate
+ * ladder check` prints each as a warning. */
 int ladder_hparams_uniform(const struct ladder *l, char *why, size_t n);
 
 /* The goldens of cell ci for the model digest model_sha, read as the golden gate reads them (its

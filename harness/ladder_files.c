@@ -153,41 +153,66 @@ int ladder_model_hparams(const struct ladder *l, int i, double *eps, double *rop
     return rc;
 }
 
+/* The engine a mode runs: the mode without its path ("cpu", "cuda", "exec.NAME"). */
+static size_t engine_len(const char *mode)
+{
+    const char *dot = strrchr(mode, '.');
+    return dot ? (size_t)(dot - mode) : strlen(mode);
+}
+
 int ladder_hparams_uniform(const struct ladder *l, char *why, size_t n)
 {
-    double eps0 = 0, rope0 = 0;
-    int models = 0, eps_differ = 0, rope_differ = 0;
-    for (int i = 0; i < l->n_models; i++) {
-        int judged = 0; /* a cell of this model with a subject that is not the twin */
-        for (int c = 0; c < l->n_cells && !judged; c++)
-            judged = l->cells[c].model == i && strncmp(l->cells[c].mode, "ref.", 4);
-        double eps, rope;
-        struct gate_err e = {0};
-        if (!judged || ladder_model_hparams(l, i, &eps, &rope, &e))
+    int warned = 0;
+    size_t used = 0;
+    why[0] = '\0';
+    for (int c0 = 0; c0 < l->n_cells; c0++) { /* each engine once, at its first cell */
+        const char *mode = l->cells[c0].mode;
+        const size_t len = engine_len(mode);
+        int first = !(len == 3 && !strncmp(mode, "ref", 3)); /* the twin judges itself */
+        for (int d = 0; d < c0 && first; d++)
+            first = !(engine_len(l->cells[d].mode) == len && !strncmp(l->cells[d].mode, mode, len));
+        if (!first)
             continue;
-        if (!models++)
-            eps0 = eps, rope0 = rope;
-        eps_differ |= eps != eps0;
-        rope_differ |= rope != rope0;
+        double eps0 = 0, rope0 = 0;
+        int models = 0, eps_differ = 0, rope_differ = 0;
+        for (int i = 0; i < l->n_models; i++) {
+            int judged = 0; /* a cell of this engine on model i */
+            for (int c = c0; c < l->n_cells && !judged; c++)
+                judged = l->cells[c].model == i && engine_len(l->cells[c].mode) == len &&
+                         !strncmp(l->cells[c].mode, mode, len);
+            double eps, rope;
+            struct gate_err e = {0};
+            if (!judged || ladder_model_hparams(l, i, &eps, &rope, &e))
+                continue;
+            if (!models++)
+                eps0 = eps, rope0 = rope;
+            eps_differ |= eps != eps0;
+            rope_differ |= rope != rope0;
+        }
+        if (!models || (eps_differ && rope_differ))
+            continue;
+        char what[160] = "";
+        if (!eps_differ)
+            snprintf(what, sizeof what, "RMSNorm epsilon %g", eps0);
+        if (!rope_differ)
+            snprintf(what + strlen(what), sizeof what - strlen(what), "%sRoPE base %g",
+                     eps_differ ? "" : " and ", rope0);
+        const int one = eps_differ || rope_differ;
+        if (used < n)
+            used += (size_t)snprintf(
+                why + used, n - used,
+                "%severy model the %.*s engine is judged on has %s: an engine that hard-codes %s%s"
+                " passes every gate here; add a model whose synth spec sets %s off %s"
+                " (docs/ladder.md, \"Hyperparameters off the usual values\")",
+                warned ? "\n" : "", (int)len, mode, what, one ? "it" : "them",
+                eps_differ ? "" : " (or misapplies epsilon)",
+                eps_differ    ? "rope_base"
+                : rope_differ ? "eps"
+                              : "eps and rope_base",
+                one ? "it" : "them");
+        warned++;
     }
-    if (!models || (eps_differ && rope_differ))
-        return 0;
-    char what[160] = "";
-    if (!eps_differ)
-        snprintf(what, sizeof what, "RMSNorm epsilon %g", eps0);
-    if (!rope_differ)
-        snprintf(what + strlen(what), sizeof what - strlen(what), "%sRoPE base %g",
-                 eps_differ ? "" : " and ", rope0);
-    snprintf(why, n,
-             "every model the ladder's engines are judged on has %s: an engine that hard-codes %s"
-             " (or misapplies epsilon) passes every gate here; add a model whose synth spec sets"
-             " %s off %s (docs/ladder.md, \"Hyperparameters off the usual values\")",
-             what, eps_differ || rope_differ ? "it" : "them",
-             eps_differ    ? "rope_base"
-             : rope_differ ? "eps"
-                           : "eps and rope_base",
-             eps_differ || rope_differ ? "it" : "them");
-    return 1;
+    return warned;
 }
 
 int ladder_check_files(const struct ladder *l, struct gate_err *err)

@@ -63,6 +63,7 @@ Test(ladder, expands_matrix_minus_exclusions_plus_explicit_cells)
  * values in its metadata; models with the same spec and overrides share one file. */
 Test(ladder, synth_overrides_name_their_own_file_and_reach_the_metadata, .timeout = 1200)
 {
+    unsetenv("GATE_MODEL_CACHE"); /* the cache next to the ladder, not a developer's */
     char dir[900], path[1000];
     snprintf(dir, sizeof dir, "%s/overrides", check_tmp_dir());
     cr_assert_eq(mkdir(dir, 0755), 0);
@@ -115,6 +116,11 @@ Test(ladder, synth_overrides_name_their_own_file_and_reach_the_metadata, .timeou
     char *args = NULL;
     cr_assert_eq(gguf_get_str(m->gguf, "gate.synth.args", &args, &err), 0, "%s", err.msg);
     cr_expect(strstr(args, "--rope-base 50000 --eps 0.0500000007"), "%s", args);
+    free(args);
+    /* what `gate model synth --preset tiny-odd --eps 0.05 --rope-base 50000` writes: preset
+     * `custom` (the same bytes, so the same pin) */
+    cr_assert_eq(gguf_get_str(m->gguf, "general.name", &args, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(args, "gate-synth-custom");
     free(args);
     model_free(m);
     ladder_free(l);
@@ -267,6 +273,10 @@ static const struct bad_case BAD[] = {
      "release: {name: r, version: '1'}\nmodels:\n  m: {synth: {preset: tiny-dense, quant: Q8_0,"
      " rope_base: 1e12}, sha256: x, arch: qwen3}\n",
      "synth.rope_base must be in [1, 1e+09], found 1e+12"},
+    {"synth_rope_base_one",
+     "release: {name: r, version: '1'}\nmodels:\n  m: {synth: {preset: tiny-dense, quant: Q8_0,"
+     " rope_base: 1}, sha256: x, arch: qwen3}\n",
+     "synth.rope_base must be greater than 1, found 1"},
     {"synth_unknown_override",
      "release: {name: r, version: '1'}\nmodels:\n  m: {synth: {preset: tiny-dense, quant: Q8_0,"
      " kv_heads: 1}, sha256: x, arch: qwen3}\n",
@@ -1218,6 +1228,10 @@ Test(ladder_check, prints_span_consistency_and_a_loose_reason)
               text);
     cr_expect(strstr(text, "| consistency"), "%s", text);
     cr_expect(strstr(text, "parity looser than the noise allows: a smoke run"), "%s", text);
+    /* one model, Qwen3's values: the warning that the cpu engine could hard-code them */
+    cr_expect(strstr(text, "warning: every model the cpu engine is judged on has RMSNorm epsilon"
+                           " 1e-06 and RoPE base 1e+06"),
+              "%s", text);
     free(text);
 }
 
@@ -1226,13 +1240,16 @@ Test(ladder_check, prints_span_consistency_and_a_loose_reason)
  * cells do not count, a model off both values silences it. */
 static int hparams_uniform_of(const char *models, const char *cells, char *why, size_t n)
 {
-    char text[3000], name[64];
+    char text[4000], name[64];
     static int k;
     snprintf(text, sizeof text,
              "release: {name: r, version: '1'}\nmodels:\n%s"
              "hosts:\n  local: {device: none, trust: "
              "[ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29]}\n"
-             "modes: [ref.decode, cpu.decode]\ncells: %s\nunanchored: {qwen3: t, qwen3moe: t}\n",
+             "  g: {device: {name: H200}, trust: "
+             "[ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29]}\n"
+             "modes: [ref.decode, cpu.decode, cuda.decode]\ncells: %s\n"
+             "unanchored: {qwen3: t, qwen3moe: t}\n",
              models, cells);
     snprintf(name, sizeof name, "hparams%d.yaml", k++);
     const char *path = write_tmp(name, text, strlen(text));
@@ -1257,8 +1274,9 @@ Test(ladder_check, a_ladder_whose_models_share_eps_or_rope_base_is_named)
     cr_expect_eq(hparams_uniform_of(two, "[{models: [d, m], hosts: [local], modes: [cpu.decode]}]",
                                     why, sizeof why),
                  1);
-    cr_expect(strstr(why, "has RMSNorm epsilon 1e-06 and RoPE base 1e+06: an engine that hard-codes"
-                          " them"),
+    cr_expect(strstr(why, "every model the cpu engine is judged on has RMSNorm epsilon 1e-06 and"
+                          " RoPE base 1e+06: an engine that hard-codes them (or misapplies"
+                          " epsilon) passes"),
               "%s", why);
     cr_expect(strstr(why, "sets eps and rope_base off them"), "%s", why);
     /* a model off epsilon only: the RoPE base is still the one value */
@@ -1269,7 +1287,8 @@ Test(ladder_check, a_ladder_whose_models_share_eps_or_rope_base_is_named)
                                     "[{models: [d, m, e], hosts: [local], modes: [cpu.decode]}]",
                                     why, sizeof why),
                  1);
-    cr_expect(strstr(why, "has RoPE base 1e+06: an engine that hard-codes it"), "%s", why);
+    cr_expect(strstr(why, "has RoPE base 1e+06: an engine that hard-codes it passes"), "%s", why);
+    cr_expect(!strstr(why, "misapplies epsilon"), "the epsilons differ here: %s", why);
     cr_expect(strstr(why, "sets rope_base off it"), "%s", why);
     /* off both, but judged only through the twin's own cell: the engines never see it */
     snprintf(models, sizeof models, "%s%s", two,
@@ -1284,6 +1303,33 @@ Test(ladder_check, a_ladder_whose_models_share_eps_or_rope_base_is_named)
                                     "[{models: [d, m, o], hosts: [local], modes: [cpu.decode]}]",
                                     why, sizeof why),
                  0, "%s", why);
+    /* per engine: the cpu engine sees the offbeat model, cuda does not */
+    cr_expect_eq(hparams_uniform_of(models,
+                                    "[{models: [d, m, o], hosts: [local], modes: [cpu.decode]},"
+                                    " {models: [d, m], hosts: [g], modes: [cuda.decode]}]",
+                                    why, sizeof why),
+                 1, "%s", why);
+    cr_expect(strstr(why, "every model the cuda engine is judged on has RMSNorm epsilon 1e-06"),
+              "%s", why);
+    cr_expect(!strstr(why, "cpu engine"), "%s", why);
+    /* a `path:` model's values come from its file's metadata (the conformance model: 1e-6, 1e6) */
+    char conf[1200];
+    snprintf(conf, sizeof conf,
+             "  c: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf, sha256: " HP_SHA
+             ", arch: qwen3moe}\n",
+             check_shared_dir());
+    snprintf(models, sizeof models, "%s%s", conf,
+             HP_MODEL("o", "preset: tiny-dense, quant: Q8_0, eps: 0.01, rope_base: 5e4", "qwen3"));
+    cr_expect_eq(hparams_uniform_of(models,
+                                    "[{models: [c, o], hosts: [local], modes: [cpu.decode]}]", why,
+                                    sizeof why),
+                 0, "read from the file, the conformance model differs from o: %s", why);
+    snprintf(models, sizeof models, "%s%s", conf,
+             HP_MODEL("d", "preset: tiny-dense, quant: Q8_0", "qwen3"));
+    cr_expect_eq(hparams_uniform_of(models,
+                                    "[{models: [c, d], hosts: [local], modes: [cpu.decode]}]", why,
+                                    sizeof why),
+                 1, "read from the file, the conformance model has the preset's values");
     /* no engine cell at all: nothing to say */
     cr_expect_eq(hparams_uniform_of(two, "[{models: [d, m], hosts: [local], modes: [ref.decode]}]",
                                     why, sizeof why),
