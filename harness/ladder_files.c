@@ -168,7 +168,8 @@ int ladder_hparams_uniform(const struct ladder *l, char *why, size_t n)
     for (int c0 = 0; c0 < l->n_cells; c0++) { /* each engine once, at its first cell */
         const char *mode = l->cells[c0].mode;
         const size_t len = engine_len(mode);
-        int first = !(len == 3 && !strncmp(mode, "ref", 3)); /* the twin judges itself */
+        const char *judge = backend_judge_name(); /* the twin judges itself: never counted */
+        int first = !(len == strlen(judge) && !strncmp(mode, judge, len));
         for (int d = 0; d < c0 && first; d++)
             first = !(engine_len(l->cells[d].mode) == len && !strncmp(l->cells[d].mode, mode, len));
         if (!first)
