@@ -103,15 +103,16 @@ static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct l
         /* the preset's epsilon and RoPE base overridden, kept as the f32 the file will hold (two
          * specs are the same file exactly when these are equal); the base must exceed 1, as the
          * synthesizer and the model loader require */
-        if ((v = get(p, synth, "eps")) && (rc = get_num(p, v, "synth.eps", 1e-12, 0.5, &m->eps)))
+        double eps = 0, rope = 0;
+        if ((v = get(p, synth, "eps")) && (rc = get_num(p, v, "synth.eps", 1e-12, 0.5, &eps)))
             return rc;
         if ((v = get(p, synth, "rope_base")) &&
-            (rc = get_num(p, v, "synth.rope_base", 1.0, 1e9, &m->rope_base)))
+            (rc = get_num(p, v, "synth.rope_base", 1.0, 1e9, &rope)))
             return rc;
-        if (v && !(m->rope_base > 1.0))
-            return fail(p, v, "synth.rope_base must be greater than 1, found %g", m->rope_base);
-        m->eps = (double)(float)m->eps;
-        m->rope_base = (double)(float)m->rope_base;
+        if (v && !(rope > 1.0))
+            return fail(p, v, "synth.rope_base must be greater than 1, found %g", rope);
+        m->eps = (float)eps;
+        m->rope_base = (float)rope;
         /* one file per synth spec: models that share preset, quant, seed and overrides share the
          * first one's cached file (one synthesis; the nightly's long-context rungs, issue 26 §2),
          * in $GATE_MODEL_CACHE when set (docs/ladder.md, "The model cache") */
@@ -122,10 +123,10 @@ static int parse_model(struct parse *p, yaml_node_t *k, yaml_node_t *n, struct l
                 file_id = o->id;
         char rel[1024], over[96] = "", num[32];
         if (m->eps > 0)
-            snprintf(over, sizeof over, "-eps%s", float_name(num, sizeof num, (float)m->eps));
+            snprintf(over, sizeof over, "-eps%s", float_name(num, sizeof num, m->eps));
         if (m->rope_base > 0)
             snprintf(over + strlen(over), sizeof over - strlen(over), "-rope%s",
-                     float_name(num, sizeof num, (float)m->rope_base));
+                     float_name(num, sizeof num, m->rope_base));
         snprintf(rel, sizeof rel, "%s/%s-%s-%s-%d%s.gguf", mc && *mc ? mc : ".gate-cache", file_id,
                  m->preset, m->quant, seed, over);
         m->path = ladder_resolve(p->l, rel);

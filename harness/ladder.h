@@ -40,8 +40,9 @@ struct ladder_model {
     char quant[16];  /* synth quant */
     uint64_t seed;   /* synth seed */
     /* synth hyperparameter overrides of the preset (0: the preset's): RMSNorm epsilon and RoPE
-     * base, the numbers only the file's metadata carries (docs/ladder.md, "Models") */
-    double eps, rope_base;
+     * base, the numbers only the file's metadata carries (docs/ladder.md, "Models"), as the f32
+     * the file holds: two specs are one file exactly when these are equal */
+    float eps, rope_base;
     char sha256[65]; /* pinned digest, lower-case hex */
     char arch[16];   /* expected architecture: qwen3 or qwen3moe */
     int line;

@@ -128,9 +128,9 @@ int ladder_model_hparams(const struct ladder *l, int i, double *eps, double *rop
         if (!sp)
             return err_set(err, ERR_INPUT, "model '%s': unknown synth preset '%s'", m->id,
                            m->preset);
-        /* as the file will say: the spec's values written as f32 */
-        *eps = m->eps > 0 ? (double)(float)m->eps : (double)sp->eps;
-        *rope_base = m->rope_base > 0 ? (double)(float)m->rope_base : (double)sp->rope_base;
+        /* as the file will say: the f32 values */
+        *eps = (double)(m->eps > 0 ? m->eps : sp->eps);
+        *rope_base = (double)(m->rope_base > 0 ? m->rope_base : sp->rope_base);
         return 0;
     }
     struct gguf_file *g = NULL;
@@ -455,9 +455,9 @@ int ladder_model_ensure(const struct ladder_model *lm, int threads, synth_progre
         lm->rope_base > 0) /* as `gate model synth --preset P --eps E --rope-base B` */
         so.spec.name = "custom";
     if (lm->eps > 0)
-        so.spec.eps = (float)lm->eps;
+        so.spec.eps = lm->eps;
     if (lm->rope_base > 0)
-        so.spec.rope_base = (float)lm->rope_base;
+        so.spec.rope_base = lm->rope_base;
     so.quant = synth_quant_from_name(lm->quant);
     if (so.quant < 0)
         return err_set(err, ERR_INPUT, "model '%s': unknown synth quant '%s'", lm->id, lm->quant);

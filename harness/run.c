@@ -493,9 +493,9 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
         json_t *sy = json_pack("{s:s, s:s, s:I}", "preset", lm->preset, "quant", lm->quant, "seed",
                                (json_int_t)lm->seed);
         if (lm->eps > 0)
-            json_object_set_new(sy, "eps", json_real(lm->eps));
+            json_object_set_new(sy, "eps", json_real((double)lm->eps));
         if (lm->rope_base > 0)
-            json_object_set_new(sy, "rope_base", json_real(lm->rope_base));
+            json_object_set_new(sy, "rope_base", json_real((double)lm->rope_base));
         json_object_set_new(model_subject, "synth", sy);
     } else
         json_object_set_new(model_subject, "path", json_string(lm->path));
