@@ -151,6 +151,9 @@ int cmd_ladder(int argc, char **argv)
     if (ladder_hparams_uniform(l, why, sizeof why)) /* hard-coded hyperparameters: warnings */
         for (char *line = strtok(why, "\n"); line; line = strtok(NULL, "\n"))
             fprintf(stderr, "warning: %s\n", line);
+    if (ladder_span_short(l, why, sizeof why)) /* positions no cell reaches: warnings */
+        for (char *line = strtok(why, "\n"); line; line = strtok(NULL, "\n"))
+            fprintf(stderr, "warning: %s\n", line);
     ladder_free(l);
     return 0;
 }

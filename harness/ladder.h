@@ -303,6 +303,16 @@ int ladder_model_hparams(const struct ladder *l, int i, double *eps, double *rop
  * ladder check` prints each as a warning. */
 int ladder_hparams_uniform(const struct ladder *l, char *why, size_t n);
 
+/* The position an engine's cells should judge past: 2048, the default context of many engines
+ * (a RoPE table, a KV cache or a score buffer sized for it fails only after it). */
+#define LADDER_SPAN_REACH 2048
+
+/* The engines (as ladder_hparams_uniform) whose cells all judge parity within the first
+ * LADDER_SPAN_REACH positions although a model of theirs has a longer context: a bug at a later
+ * position passes every gate. Returns how many; why (n bytes) gets one sentence per engine,
+ * separated by newlines. `gate ladder check` prints each as a warning. */
+int ladder_span_short(const struct ladder *l, char *why, size_t n);
+
 /* The goldens of cell ci for the model digest model_sha, read as the golden gate reads them (its
  * one copy; `gate run`'s golden gate and the check below both call it): the cell's goldens rule
  * (ladder_cell_goldens_check), the file opened once and checked against its pin, the model's

@@ -216,6 +216,64 @@ int ladder_hparams_uniform(const struct ladder *l, char *why, size_t n)
     return warned;
 }
 
+/* Model i's context length: its synth preset's, or its file's metadata; 0 when unknown. */
+static uint32_t model_context(const struct ladder *l, int i)
+{
+    const struct ladder_model *m = &l->models[i];
+    if (m->synth) {
+        const struct synth_spec *sp = synth_preset_find(m->preset);
+        return sp ? sp->n_ctx : 0;
+    }
+    char arch[64];
+    uint32_t nl, ne, n_ctx;
+    struct gate_err e = {0};
+    return file_arch(m, arch, sizeof arch, &nl, &ne, &n_ctx, &e) ? 0 : n_ctx;
+}
+
+int ladder_span_short(const struct ladder *l, char *why, size_t n)
+{
+    int warned = 0;
+    size_t used = 0;
+    why[0] = '\0';
+    const char *judge = backend_judge_name();
+    for (int c0 = 0; c0 < l->n_cells; c0++) { /* each engine once, at its first cell */
+        const char *mode = l->cells[c0].mode;
+        const size_t len = engine_len(mode);
+        int first = !(len == strlen(judge) && !strncmp(mode, judge, len));
+        for (int d = 0; d < c0 && first; d++)
+            first = !(engine_len(l->cells[d].mode) == len && !strncmp(l->cells[d].mode, mode, len));
+        if (!first)
+            continue;
+        long long longest = 0; /* the longest sequence parity judges in this engine's cells */
+        uint32_t ctx = 0;      /* the longest context among their models */
+        for (int c = c0; c < l->n_cells; c++) {
+            const struct ladder_cell *cell = &l->cells[c];
+            if (engine_len(cell->mode) != len || strncmp(cell->mode, mode, len))
+                continue;
+            const long long seq =
+                cell->g.span > cell->g.positions ? cell->g.span : cell->g.positions;
+            if (seq > longest)
+                longest = seq;
+            const uint32_t mc = model_context(l, cell->model);
+            if (mc > ctx)
+                ctx = mc;
+        }
+        if (longest > LADDER_SPAN_REACH || (long long)ctx <= longest)
+            continue;
+        if (used < n)
+            used += (size_t)snprintf(
+                why + used, n - used,
+                "%sno cell judges the %.*s engine past position %lld (its models' context: up to"
+                " %u): a bug at a later position (an engine's default context of %d, a KV slot,"
+                " a RoPE table) passes every gate here; give one cell a parity span past %d"
+                " (docs/ladder.md, \"Positions past 2048\")",
+                warned ? "\n" : "", (int)len, mode, longest - 1, ctx, LADDER_SPAN_REACH,
+                LADDER_SPAN_REACH);
+        warned++;
+    }
+    return warned;
+}
+
 int ladder_check_files(const struct ladder *l, struct gate_err *err)
 {
     int rc = 0;

@@ -1238,7 +1238,16 @@ Test(ladder_check, prints_span_consistency_and_a_loose_reason)
 /* A ladder whose judged models all share Qwen3's epsilon or RoPE base cannot catch an engine that
  * hard-codes it: ladder_hparams_uniform says which (gate ladder check warns); the twin's own
  * cells do not count, a model off both values silences it. */
+static int ladder_warning_of(int (*fn)(const struct ladder *, char *, size_t), const char *models,
+                             const char *cells, const char *gates, char *why, size_t n);
+
 static int hparams_uniform_of(const char *models, const char *cells, char *why, size_t n)
+{
+    return ladder_warning_of(ladder_hparams_uniform, models, cells, "", why, n);
+}
+
+static int ladder_warning_of(int (*fn)(const struct ladder *, char *, size_t), const char *models,
+                             const char *cells, const char *gates, char *why, size_t n)
 {
     char text[4000], name[64];
     static int k;
@@ -1248,16 +1257,16 @@ static int hparams_uniform_of(const char *models, const char *cells, char *why, 
              "[ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29]}\n"
              "  g: {device: {name: H200}, trust: "
              "[ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29]}\n"
-             "modes: [ref.decode, cpu.decode, cuda.decode]\ncells: %s\n"
+             "modes: [ref.decode, cpu.decode, cuda.decode]\ncells: %s\n%s"
              "unanchored: {qwen3: t, qwen3moe: t}\n",
-             models, cells);
+             models, cells, gates);
     snprintf(name, sizeof name, "hparams%d.yaml", k++);
     const char *path = write_tmp(name, text, strlen(text));
     struct gate_err err = {0};
     struct ladder *l = NULL;
     cr_assert_eq(ladder_load(&l, path, &err), 0, "%s", err.msg);
     why[0] = '\0';
-    const int r = ladder_hparams_uniform(l, why, n);
+    const int r = fn(l, why, n);
     ladder_free(l);
     return r;
 }
@@ -1333,6 +1342,48 @@ Test(ladder_check, a_ladder_whose_models_share_eps_or_rope_base_is_named)
     /* no engine cell at all: nothing to say */
     cr_expect_eq(hparams_uniform_of(two, "[{models: [d, m], hosts: [local], modes: [ref.decode]}]",
                                     why, sizeof why),
+                 0, "%s", why);
+}
+
+/* No cell of an engine judging past position 2048 while its models' context is longer: a bug
+ * past an engine's default context passes every gate (ladder_span_short names the engine). */
+Test(ladder_check, an_engine_never_judged_past_2048_is_named)
+{
+    char why[1200];
+    const char *d = HP_MODEL("d", "preset: tiny-dense, quant: Q8_0", "qwen3");
+    const char *cpu_cell = "[{models: [d], hosts: [local], modes: [cpu.decode]}]";
+    cr_expect_eq(ladder_warning_of(ladder_span_short, d, cpu_cell,
+                                   "gates: {defaults: {parity: {span: 1200}}}\n", why, sizeof why),
+                 1);
+    cr_expect(strstr(why, "no cell judges the cpu engine past position 1199 (its models' context:"
+                          " up to 4096)"),
+              "%s", why);
+    /* one cell over the whole context: silent */
+    cr_expect_eq(ladder_warning_of(ladder_span_short, d, cpu_cell,
+                                   "gates: {defaults: {parity: {span: 4096}}}\n", why, sizeof why),
+                 0, "%s", why);
+    /* just past 2048 is enough */
+    cr_expect_eq(ladder_warning_of(ladder_span_short, d, cpu_cell,
+                                   "gates: {defaults: {parity: {span: 2049}}}\n", why, sizeof why),
+                 0, "%s", why);
+    cr_expect_eq(ladder_warning_of(ladder_span_short, d, cpu_cell,
+                                   "gates: {defaults: {parity: {span: 2048}}}\n", why, sizeof why),
+                 1, "positions 0..2047 never reach past 2048");
+    /* per engine: cpu reaches 4096, cuda judges the default 96 positions */
+    cr_expect_eq(
+        ladder_warning_of(ladder_span_short, d,
+                          "[{models: [d], hosts: [local], modes: [cpu.decode]},"
+                          " {models: [d], hosts: [g], modes: [cuda.decode]}]",
+                          "gates: {defaults: {parity: {span: 4096}},"
+                          " overrides: [{match: {mode: cuda.decode}, parity: {span: 96}}]}\n",
+                          why, sizeof why),
+        1, "%s", why);
+    cr_expect(strstr(why, "the cuda engine past position 95"), "%s", why);
+    cr_expect(!strstr(why, "cpu engine"), "%s", why);
+    /* the judge's own cells never count */
+    cr_expect_eq(ladder_warning_of(ladder_span_short, d,
+                                   "[{models: [d], hosts: [local], modes: [ref.decode]}]", "", why,
+                                   sizeof why),
                  0, "%s", why);
 }
 
