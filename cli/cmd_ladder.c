@@ -147,13 +147,15 @@ int cmd_ladder(int argc, char **argv)
     free(chat);
     print_excluded(l);
     stats_ladder_distributions(l, 0); /* degenerate next-token distributions: a warning */
-    char why[2400];
-    if (ladder_hparams_uniform(l, why, sizeof why)) /* hard-coded hyperparameters: warnings */
-        for (char *line = strtok(why, "\n"); line; line = strtok(NULL, "\n"))
-            fprintf(stderr, "warning: %s\n", line);
-    if (ladder_span_short(l, why, sizeof why)) /* positions no cell reaches: warnings */
-        for (char *line = strtok(why, "\n"); line; line = strtok(NULL, "\n"))
-            fprintf(stderr, "warning: %s\n", line);
+    /* what no cell of an engine can catch: hard-coded hyperparameters, later positions */
+    int (*const coverage[])(const struct ladder *, char *, size_t) = {ladder_hparams_uniform,
+                                                                      ladder_span_short};
+    for (size_t k = 0; k < sizeof coverage / sizeof coverage[0]; k++) {
+        char why[2400];
+        if (coverage[k](l, why, sizeof why))
+            for (char *line = strtok(why, "\n"); line; line = strtok(NULL, "\n"))
+                fprintf(stderr, "warning: %s\n", line);
+    }
     ladder_free(l);
     return 0;
 }

@@ -56,32 +56,47 @@ static void text_pos(const struct ladder *l, const char *needle, int *line, int 
     fclose(f);
 }
 
-/* The model's architecture from a GGUF file's metadata (tensor data is not read), and the shape
- * the fault rules need: ARCH.block_count, ARCH.expert_used_count (0 when absent: a dense
- * model); and ARCH.context_length (0 when absent), the positions a cell may run. */
-static int file_arch(const struct ladder_model *m, char *arch, size_t n, uint32_t *n_layer,
-                     uint32_t *n_expert_used, uint32_t *n_ctx, struct gate_err *err)
+/* What the ladder's checks read of a GGUF file's metadata (tensor data is not read): the
+ * architecture; the shape the fault rules need, ARCH.block_count and ARCH.expert_used_count (0
+ * when absent: a dense model); ARCH.context_length (0 when absent), the positions a cell may
+ * run; the RMSNorm epsilon and RoPE base (0 when absent or not f32: the model loader judges
+ * those, the ladder's checks only read them for a warning). */
+struct file_meta {
+    char arch[64];
+    uint32_t n_layer, n_expert_used, n_ctx;
+    float eps, rope_base;
+};
+
+static int file_meta(const struct ladder_model *m, struct file_meta *fm, struct gate_err *err)
 {
     struct gguf_file *g = NULL;
     char *s = NULL, key[96];
-    *n_layer = *n_expert_used = *n_ctx = 0;
+    memset(fm, 0, sizeof *fm);
     int rc = gguf_open(&g, m->path, GGUF_OPEN_METADATA_ONLY, err);
     if (!rc)
         rc = gguf_get_str(g, "general.architecture", &s, err);
     if (!rc) {
-        snprintf(arch, n, "%s", s);
+        snprintf(fm->arch, sizeof fm->arch, "%s", s);
         snprintf(key, sizeof key, "%s.block_count", s);
-        rc = gguf_get_u32(g, key, n_layer, err);
+        rc = gguf_get_u32(g, key, &fm->n_layer, err);
     }
     if (!rc) {
         snprintf(key, sizeof key, "%s.expert_used_count", s);
         if (gguf_find_kv(g, key))
-            rc = gguf_get_u32(g, key, n_expert_used, err);
+            rc = gguf_get_u32(g, key, &fm->n_expert_used, err);
     }
     if (!rc) {
         snprintf(key, sizeof key, "%s.context_length", s);
         if (gguf_find_kv(g, key))
-            rc = gguf_get_u32(g, key, n_ctx, err);
+            rc = gguf_get_u32(g, key, &fm->n_ctx, err);
+    }
+    static const char *const f32_keys[] = {"attention.layer_norm_rms_epsilon", "rope.freq_base"};
+    float *const f32_out[] = {&fm->eps, &fm->rope_base};
+    for (int k = 0; !rc && k < 2; k++) { /* advisory: a key of another type reads as absent */
+        snprintf(key, sizeof key, "%s.%s", s, f32_keys[k]);
+        struct gate_err fe = {0};
+        if (gguf_find_kv(g, key) && gguf_get_f32(g, key, f32_out[k], &fe))
+            *f32_out[k] = 0;
     }
     free(s);
     gguf_close(g);
@@ -133,23 +148,13 @@ int ladder_model_hparams(const struct ladder *l, int i, double *eps, double *rop
         *rope_base = (double)(m->rope_base > 0 ? m->rope_base : sp->rope_base);
         return 0;
     }
-    struct gguf_file *g = NULL;
-    char *a = NULL, key[96];
-    float e = 0, r = 0;
-    int rc = gguf_open(&g, m->path, GGUF_OPEN_METADATA_ONLY, err);
+    struct file_meta fm;
+    int rc = file_meta(m, &fm, err);
+    if (!rc && !(fm.eps > 0 && fm.rope_base > 0))
+        rc = err_set(err, ERR_INPUT, "model '%s': '%s' states no RMSNorm epsilon or RoPE base",
+                     m->id, m->path);
     if (!rc)
-        rc = gguf_get_str(g, "general.architecture", &a, err);
-    if (!rc) {
-        snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
-        rc = gguf_get_f32(g, key, &e, err);
-    }
-    if (!rc) {
-        snprintf(key, sizeof key, "%s.rope.freq_base", a);
-        rc = gguf_get_f32(g, key, &r, err);
-    }
-    free(a);
-    gguf_close(g);
-    *eps = e, *rope_base = r;
+        *eps = fm.eps, *rope_base = fm.rope_base;
     return rc;
 }
 
@@ -160,27 +165,42 @@ static size_t engine_len(const char *mode)
     return dot ? (size_t)(dot - mode) : strlen(mode);
 }
 
+/* 1 when modes a and b run the same engine */
+static int same_engine(const char *a, const char *b)
+{
+    const size_t len = engine_len(a);
+    return engine_len(b) == len && !strncmp(a, b, len);
+}
+
+/* 1 when cell c0 is the first cell of its engine and that engine is not the judge (the twin
+ * judges itself: its cells never count): the ladder's engines, each once */
+static int engine_first_cell(const struct ladder *l, int c0)
+{
+    const char *mode = l->cells[c0].mode, *judge = backend_judge_name();
+    if (engine_len(mode) == strlen(judge) && !strncmp(mode, judge, strlen(judge)))
+        return 0;
+    for (int d = 0; d < c0; d++)
+        if (same_engine(l->cells[d].mode, mode))
+            return 0;
+    return 1;
+}
+
 int ladder_hparams_uniform(const struct ladder *l, char *why, size_t n)
 {
     int warned = 0;
     size_t used = 0;
     why[0] = '\0';
-    for (int c0 = 0; c0 < l->n_cells; c0++) { /* each engine once, at its first cell */
+    for (int c0 = 0; c0 < l->n_cells; c0++) {
+        if (!engine_first_cell(l, c0))
+            continue;
         const char *mode = l->cells[c0].mode;
         const size_t len = engine_len(mode);
-        const char *judge = backend_judge_name(); /* the twin judges itself: never counted */
-        int first = !(len == strlen(judge) && !strncmp(mode, judge, len));
-        for (int d = 0; d < c0 && first; d++)
-            first = !(engine_len(l->cells[d].mode) == len && !strncmp(l->cells[d].mode, mode, len));
-        if (!first)
-            continue;
         double eps0 = 0, rope0 = 0;
         int models = 0, eps_differ = 0, rope_differ = 0;
         for (int i = 0; i < l->n_models; i++) {
             int judged = 0; /* a cell of this engine on model i */
             for (int c = c0; c < l->n_cells && !judged; c++)
-                judged = l->cells[c].model == i && engine_len(l->cells[c].mode) == len &&
-                         !strncmp(l->cells[c].mode, mode, len);
+                judged = l->cells[c].model == i && same_engine(l->cells[c].mode, mode);
             double eps, rope;
             struct gate_err e = {0};
             if (!judged || ladder_model_hparams(l, i, &eps, &rope, &e))
@@ -224,10 +244,9 @@ static uint32_t model_context(const struct ladder *l, int i)
         const struct synth_spec *sp = synth_preset_find(m->preset);
         return sp ? sp->n_ctx : 0;
     }
-    char arch[64];
-    uint32_t nl, ne, n_ctx;
+    struct file_meta fm;
     struct gate_err e = {0};
-    return file_arch(m, arch, sizeof arch, &nl, &ne, &n_ctx, &e) ? 0 : n_ctx;
+    return file_meta(m, &fm, &e) ? 0 : fm.n_ctx;
 }
 
 int ladder_span_short(const struct ladder *l, char *why, size_t n)
@@ -235,20 +254,16 @@ int ladder_span_short(const struct ladder *l, char *why, size_t n)
     int warned = 0;
     size_t used = 0;
     why[0] = '\0';
-    const char *judge = backend_judge_name();
-    for (int c0 = 0; c0 < l->n_cells; c0++) { /* each engine once, at its first cell */
+    for (int c0 = 0; c0 < l->n_cells; c0++) {
+        if (!engine_first_cell(l, c0))
+            continue;
         const char *mode = l->cells[c0].mode;
         const size_t len = engine_len(mode);
-        int first = !(len == strlen(judge) && !strncmp(mode, judge, len));
-        for (int d = 0; d < c0 && first; d++)
-            first = !(engine_len(l->cells[d].mode) == len && !strncmp(l->cells[d].mode, mode, len));
-        if (!first)
-            continue;
         long long longest = 0; /* the longest sequence parity judges in this engine's cells */
         uint32_t ctx = 0;      /* the longest context among their models */
         for (int c = c0; c < l->n_cells; c++) {
             const struct ladder_cell *cell = &l->cells[c];
-            if (engine_len(cell->mode) != len || strncmp(cell->mode, mode, len))
+            if (!same_engine(cell->mode, mode))
                 continue;
             const long long seq =
                 cell->g.span > cell->g.positions ? cell->g.span : cell->g.positions;
@@ -318,17 +333,17 @@ int ladder_check_files(const struct ladder *l, struct gate_err *err)
                          l->path, m->line, m->id, m->path, strerror(errno));
             break;
         }
-        char arch[64] = "";
+        struct file_meta fm;
         struct gate_err fe = {0};
-        if (file_arch(m, arch, sizeof arch, &shape[3 * i], &shape[3 * i + 1], &shape[3 * i + 2],
-                      &fe))
+        if (file_meta(m, &fm, &fe))
             rc =
                 err_set(err, ERR_INPUT, "%s:%d:3: model '%s': %s", l->path, m->line, m->id, fe.msg);
-        else if (strcmp(arch, m->arch))
+        else if (strcmp(fm.arch, m->arch))
             rc = err_set(err, ERR_INPUT,
                          "%s:%d:3: model '%s': arch '%s' contradicts the file"
                          " '%s', whose general.architecture is '%s'",
-                         l->path, m->line, m->id, m->arch, m->path, arch);
+                         l->path, m->line, m->id, m->arch, m->path, fm.arch);
+        shape[3 * i] = fm.n_layer, shape[3 * i + 1] = fm.n_expert_used, shape[3 * i + 2] = fm.n_ctx;
     }
     /* the falsify gate's fault rules (falsify_check_faults, the run's own) with the model's
      * layers and experts: a scope or rank the model does not have is refused here, not signed */

@@ -1235,17 +1235,8 @@ Test(ladder_check, prints_span_consistency_and_a_loose_reason)
     free(text);
 }
 
-/* A ladder whose judged models all share Qwen3's epsilon or RoPE base cannot catch an engine that
- * hard-codes it: ladder_hparams_uniform says which (gate ladder check warns); the twin's own
- * cells do not count, a model off both values silences it. */
-static int ladder_warning_of(int (*fn)(const struct ladder *, char *, size_t), const char *models,
-                             const char *cells, const char *gates, char *why, size_t n);
-
-static int hparams_uniform_of(const char *models, const char *cells, char *why, size_t n)
-{
-    return ladder_warning_of(ladder_hparams_uniform, models, cells, "", why, n);
-}
-
+/* What coverage warning fn (ladder_hparams_uniform, ladder_span_short) says of a ladder with
+ * these models, cells and gates section: the count it returns, its sentences in why. */
 static int ladder_warning_of(int (*fn)(const struct ladder *, char *, size_t), const char *models,
                              const char *cells, const char *gates, char *why, size_t n)
 {
@@ -1271,10 +1262,18 @@ static int ladder_warning_of(int (*fn)(const struct ladder *, char *, size_t), c
     return r;
 }
 
+static int hparams_uniform_of(const char *models, const char *cells, char *why, size_t n)
+{
+    return ladder_warning_of(ladder_hparams_uniform, models, cells, "", why, n);
+}
+
 #define HP_SHA "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560"
 #define HP_MODEL(id, spec, arch)                                                                   \
     "  " id ": {synth: {" spec "}, sha256: " HP_SHA ", arch: " arch "}\n"
 
+/* A ladder whose judged models all share Qwen3's epsilon or RoPE base cannot catch an engine that
+ * hard-codes it: ladder_hparams_uniform says which (gate ladder check warns); the twin's own
+ * cells do not count, a model off both values silences it. */
 Test(ladder_check, a_ladder_whose_models_share_eps_or_rope_base_is_named)
 {
     char why[600];
