@@ -147,9 +147,10 @@ int cmd_ladder(int argc, char **argv)
     free(chat);
     print_excluded(l);
     stats_ladder_distributions(l, 0); /* degenerate next-token distributions: a warning */
-    /* what no cell of an engine can catch: hard-coded hyperparameters, later positions */
-    int (*const coverage[])(const struct ladder *, char *, size_t) = {ladder_hparams_uniform,
-                                                                      ladder_span_short};
+    /* what no cell of an engine can catch: hard-coded hyperparameters, later positions, counts
+     * past the small models' */
+    int (*const coverage[])(const struct ladder *, char *, size_t) = {
+        ladder_hparams_uniform, ladder_span_short, ladder_counts_small};
     for (size_t k = 0; k < sizeof coverage / sizeof coverage[0]; k++) {
         char why[2400];
         if (coverage[k](l, why, sizeof why))

@@ -313,6 +313,20 @@ int ladder_hparams_uniform(const struct ladder *l, char *why, size_t n);
  * separated by newlines. `gate ladder check` prints each as a warning. */
 int ladder_span_short(const struct ladder *l, char *why, size_t n);
 
+/* The real models' counts an engine's cells should reach: a vocabulary past 16-bit token ids
+ * (Qwen3's is 151,936), and for MoE models more experts than a 64-bit mask holds and eight a
+ * token (qwen3-30b-a3b: 128, top-8). */
+#define LADDER_VOCAB_REACH 65536
+#define LADDER_EXPERTS_REACH 64
+#define LADDER_TOPK_REACH 8
+
+/* The engines (as ladder_hparams_uniform) whose models all have a vocabulary of at most
+ * LADDER_VOCAB_REACH tokens, or, among their MoE models, at most LADDER_EXPERTS_REACH experts or
+ * fewer than LADDER_TOPK_REACH a token: a bug sized for the small counts passes every gate.
+ * Returns how many; why (n bytes) gets one sentence per engine, separated by newlines. Counts
+ * that cannot be read are left out. `gate ladder check` prints each as a warning. */
+int ladder_counts_small(const struct ladder *l, char *why, size_t n);
+
 /* The goldens of cell ci for the model digest model_sha, read as the golden gate reads them (its
  * one copy; `gate run`'s golden gate and the check below both call it): the cell's goldens rule
  * (ladder_cell_goldens_check), the file opened once and checked against its pin, the model's

@@ -60,10 +60,13 @@ static void text_pos(const struct ladder *l, const char *needle, int *line, int 
  * architecture; the shape the fault rules need, ARCH.block_count and ARCH.expert_used_count (0
  * when absent: a dense model); ARCH.context_length (0 when absent), the positions a cell may
  * run; the RMSNorm epsilon and RoPE base (0 when absent or not f32: the model loader judges
- * those, the ladder's checks only read them for a warning). */
+ * those, the ladder's checks only read them for a warning); the counts a warning compares with
+ * the real models' (0 when absent): ARCH.expert_count and the vocabulary, token_embd.weight's
+ * rows. */
 struct file_meta {
     char arch[64];
-    uint32_t n_layer, n_expert_used, n_ctx;
+    uint32_t n_layer, n_expert_used, n_ctx, n_expert;
+    int64_t n_vocab;
     float eps, rope_base;
 };
 
@@ -90,6 +93,14 @@ static int file_meta(const struct ladder_model *m, struct file_meta *fm, struct 
         if (gguf_find_kv(g, key))
             rc = gguf_get_u32(g, key, &fm->n_ctx, err);
     }
+    if (!rc) {
+        snprintf(key, sizeof key, "%s.expert_count", s);
+        if (gguf_find_kv(g, key))
+            rc = gguf_get_u32(g, key, &fm->n_expert, err);
+    }
+    const struct gguf_tensor *embd = rc ? NULL : gguf_find_tensor(g, "token_embd.weight");
+    if (embd)
+        fm->n_vocab = embd->ne[1];
     static const char *const f32_keys[] = {"attention.layer_norm_rms_epsilon", "rope.freq_base"};
     float *const f32_out[] = {&fm->eps, &fm->rope_base};
     for (int k = 0; !rc && k < 2; k++) { /* advisory: a key of another type reads as absent */
@@ -247,6 +258,73 @@ static uint32_t model_context(const struct ladder *l, int i)
     struct file_meta fm;
     struct gate_err e = {0};
     return file_meta(m, &fm, &e) ? 0 : fm.n_ctx;
+}
+
+/* Model i's vocabulary, expert count and experts a token (0 for a dense model): its synth
+ * preset's, or its file's; 0 when unknown. */
+static void model_counts(const struct ladder *l, int i, int64_t *vocab, uint32_t *experts,
+                         uint32_t *used)
+{
+    const struct ladder_model *m = &l->models[i];
+    *vocab = 0, *experts = *used = 0;
+    if (m->synth) {
+        const struct synth_spec *sp = synth_preset_find(m->preset);
+        if (sp)
+            *vocab = sp->n_vocab, *experts = sp->n_expert, *used = sp->n_expert_used;
+        return;
+    }
+    struct file_meta fm;
+    struct gate_err e = {0};
+    if (!file_meta(m, &fm, &e))
+        *vocab = fm.n_vocab, *experts = fm.n_expert, *used = fm.n_expert_used;
+}
+
+int ladder_counts_small(const struct ladder *l, char *why, size_t n)
+{
+    int warned = 0;
+    size_t used = 0;
+    why[0] = '\0';
+    for (int c0 = 0; c0 < l->n_cells; c0++) {
+        if (!engine_first_cell(l, c0))
+            continue;
+        const char *mode = l->cells[c0].mode;
+        const size_t len = engine_len(mode);
+        int64_t vocab = 0;                      /* the largest vocabulary the engine is judged on */
+        uint32_t experts = 0, top = 0, moe = 0; /* the same over its MoE models */
+        for (int c = c0; c < l->n_cells; c++) {
+            if (!same_engine(l->cells[c].mode, mode))
+                continue;
+            int64_t v;
+            uint32_t x, k;
+            model_counts(l, l->cells[c].model, &v, &x, &k);
+            vocab = v > vocab ? v : vocab;
+            moe |= x > 0;
+            experts = x > experts ? x : experts;
+            top = k > top ? k : top;
+        }
+        char what[320] = "";
+        if (vocab && vocab <= LADDER_VOCAB_REACH)
+            snprintf(what, sizeof what,
+                     "a vocabulary of at most %lld tokens (token ids that fit"
+                     " in 16 bits)",
+                     (long long)vocab);
+        if (moe && (experts <= LADDER_EXPERTS_REACH || top < LADDER_TOPK_REACH))
+            snprintf(what + strlen(what), sizeof what - strlen(what),
+                     "%sat most %u experts, %u a token (the real MoE models: 128, top-8)",
+                     what[0] ? ", and MoE models of " : "MoE models of ", experts, top);
+        if (!what[0])
+            continue;
+        if (used < n)
+            used += (size_t)snprintf(
+                why + used, n - used,
+                "%severy model the %.*s engine is judged on has %s: a bug sized for these counts"
+                " (ids kept in 16 bits, a 64-bit expert mask, arrays for top-4) passes every gate"
+                " here; add a model with the real counts, e.g. synth preset tiny-a3b"
+                " (docs/ladder.md, \"The real models' counts\")",
+                warned ? "\n" : "", (int)len, mode, what);
+        warned++;
+    }
+    return warned;
 }
 
 int ladder_span_short(const struct ladder *l, char *why, size_t n)

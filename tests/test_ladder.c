@@ -1386,6 +1386,75 @@ Test(ladder_check, an_engine_never_judged_past_2048_is_named)
                  0, "%s", why);
 }
 
+/* An engine judged only on models with small counts (a vocabulary whose ids fit in 16 bits; MoE
+ * models of at most 64 experts or fewer than 8 a token) cannot be caught by a bug sized for them:
+ * ladder_counts_small names the engine and what is small; a model with the real counts in one of
+ * its cells silences it. */
+Test(ladder_check, an_engine_judged_only_on_small_counts_is_named)
+{
+    char why[1600], models[2000];
+    const char *d = HP_MODEL("d", "preset: tiny-dense, quant: Q8_0", "qwen3");
+    const char *m = HP_MODEL("m", "preset: tiny-moe-wide, quant: Q8_0", "qwen3moe");
+    const char *a = HP_MODEL("a", "preset: tiny-a3b, quant: Q4_K_M", "qwen3moe");
+    const char *big = HP_MODEL("b", "preset: qwen3-0.6b, quant: Q8_0", "qwen3");
+    cr_expect_eq(ladder_warning_of(ladder_counts_small, d,
+                                   "[{models: [d], hosts: [local], modes: [cpu.decode]}]", "", why,
+                                   sizeof why),
+                 1);
+    cr_expect(strstr(why, "every model the cpu engine is judged on has a vocabulary of at most 512"
+                          " tokens (token ids that fit in 16 bits): a bug sized for these counts"),
+              "%s", why);
+    cr_expect(!strstr(why, "experts"), "no MoE model here: %s", why);
+    /* both counts small */
+    snprintf(models, sizeof models, "%s%s", d, m);
+    cr_expect_eq(ladder_warning_of(ladder_counts_small, models,
+                                   "[{models: [d, m], hosts: [local], modes: [cpu.decode]}]", "",
+                                   why, sizeof why),
+                 1);
+    cr_expect(strstr(why, "a vocabulary of at most 2543 tokens (token ids that fit in 16 bits), and"
+                          " MoE models of at most 16 experts, 4 a token"),
+              "%s", why);
+    /* the real vocabulary on a dense model: only the MoE counts are short */
+    snprintf(models, sizeof models, "%s%s", big, m);
+    cr_expect_eq(ladder_warning_of(ladder_counts_small, models,
+                                   "[{models: [b, m], hosts: [local], modes: [cpu.decode]}]", "",
+                                   why, sizeof why),
+                 1);
+    cr_expect(strstr(why, "has MoE models of at most 16 experts, 4 a token"), "%s", why);
+    cr_expect(!strstr(why, "vocabulary"), "%s", why);
+    /* tiny-a3b: the real vocabulary, 128 experts top-8: silent */
+    snprintf(models, sizeof models, "%s%s%s", d, m, a);
+    cr_expect_eq(ladder_warning_of(ladder_counts_small, models,
+                                   "[{models: [d, m, a], hosts: [local], modes: [cpu.decode]}]", "",
+                                   why, sizeof why),
+                 0, "%s", why);
+    /* per engine: cpu sees tiny-a3b, cuda does not; the twin's own cell never counts */
+    cr_expect_eq(ladder_warning_of(ladder_counts_small, models,
+                                   "[{models: [d, m, a], hosts: [local], modes: [cpu.decode]},"
+                                   " {models: [d, m], hosts: [g], modes: [cuda.decode]},"
+                                   " {models: [d], hosts: [local], modes: [ref.decode]}]",
+                                   "", why, sizeof why),
+                 1, "%s", why);
+    cr_expect(strstr(why, "every model the cuda engine is judged on has a vocabulary of at most"
+                          " 2543 tokens"),
+              "%s", why);
+    cr_expect(!strstr(why, "cpu engine") && !strstr(why, "ref engine"), "%s", why);
+    /* a `path:` model's counts come from its file: the conformance MoE model's vocabulary (its
+     * token_embd rows) and expert counts (README there: vocab 512, 8 experts, top-2) */
+    char conf[1200];
+    snprintf(conf, sizeof conf,
+             "  c: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf, sha256: " HP_SHA
+             ", arch: qwen3moe}\n",
+             check_shared_dir());
+    cr_expect_eq(ladder_warning_of(ladder_counts_small, conf,
+                                   "[{models: [c], hosts: [local], modes: [cpu.decode]}]", "", why,
+                                   sizeof why),
+                 1, "%s", why);
+    cr_expect(strstr(why, "has a vocabulary of at most 512 tokens (token ids that fit in 16"
+                          " bits), and MoE models of at most 8 experts, 2 a token"),
+              "read from the file (vocab 512, 8 experts, top-2): %s", why);
+}
+
 /* ---- the committed ladders ------------------------------------------------------------------ */
 
 /* Every ladder in ladders/ passes what `gate ladder check` and `gate run` check before anything
