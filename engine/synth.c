@@ -171,9 +171,10 @@ static const struct synth_spec PRESETS[] = {
      .rope_base = 1e6f,
      .eps = 1e-6f,
      .tied = 0},
-    /* the real models' counts at a tiny width: the 151,936-token vocabulary (token ids past 16
-     * bits, the real tokenizer) and qwen3-30b-a3b's 128 experts, top-8 (expert ids past 64; a
-     * token's eight experts fill the cpu engine's one-token MoE region, CPU_MULTI_MAX; a CUDA
+    /* qwen3-30b-a3b's counts at a tiny width (hidden 256, 2 layers, expert ffn 256): the
+     * 151,936-token vocabulary (token ids past 16 bits, the real tokenizer), its 32 query and 4
+     * KV heads of 128 (q dim 4096, 16x the hidden size), 128 experts top-8 (expert ids past 64;
+     * a token's eight experts fill the cpu engine's one-token MoE region, CPU_MULTI_MAX; a CUDA
      * routing lane owns four experts) */
     {.name = "tiny-a3b",
      .arch = MODEL_ARCH_QWEN3MOE,
@@ -181,8 +182,8 @@ static const struct synth_spec PRESETS[] = {
      .n_ctx = 4096,
      .n_embd = 256,
      .n_layer = 2,
-     .n_head = 4,
-     .n_head_kv = 2,
+     .n_head = 32,
+     .n_head_kv = 4,
      .head_dim = 128,
      .n_ff = 512,
      .n_expert = 128,
