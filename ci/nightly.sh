@@ -15,6 +15,9 @@
 # name, and checked against its pin on every run, so an interrupted nightly resumes with every
 # finished file. NIGHTLY_THREADS (default 2), NIGHTLY_DB (default $GATE_MODEL_CACHE/nightly.db),
 # GATE_KEY (default ~/.config/gate/keys/local.key). Runs under `nice -n 10`.
+# The inputs: every cell runs with one --input-seed, drawn once per store and kept next to it
+# ($db.input-seed), so the cells of a model share the judge's cached logits across invocations
+# and sessions, and still no engine knows its inputs in advance (docs/gates.md, "Inputs").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GATE_MODEL_CACHE="${GATE_MODEL_CACHE:-$HOME/.cache/gate/nightly}"
@@ -58,6 +61,18 @@ run) pattern="${2:-*}" ;;
 *) pattern="$cmd" ;;
 esac
 
+# one input seed for the whole campaign (16 hex digits, not 0), kept with the store
+seedfile="$db.input-seed"
+if [ ! -s "$seedfile" ]; then
+    seed=0
+    while [ "$seed" = 0 ] || [ "$seed" = 0000000000000000 ]; do
+        seed=$(od -An -N8 -tx8 /dev/urandom | tr -d ' \n')
+    done
+    echo "$seed" > "$seedfile"
+fi
+input_seed=$(cat "$seedfile")
+echo "inputs: --input-seed $input_seed (from $seedfile; delete it to draw another)"
+
 echo "== gate ladder check =="
 build-demo/gate ladder check "$ladder"
 # the required cells of host local, as ladder check lists them (first word of each line)
@@ -73,7 +88,7 @@ for cell in "${cells[@]}"; do
     t0=$(date +%s.%N)
     set +e
     "${gate[@]}" run "$ladder" --host local --key "$key" --db "$db" --threads "$threads" \
-        --only "$cell" >"$log" 2>&1
+        --only "$cell" --input-seed "$input_seed" >"$log" 2>&1
     rc=$?
     set -e
     t1=$(date +%s.%N)

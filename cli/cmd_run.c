@@ -4,6 +4,7 @@
  * drawing is in cli/report.c.
  * Start reading: cmd_run(), then release_check_opts().
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdint.h>
@@ -25,13 +26,16 @@
 
 static const char RUN_USAGE[] =
     "usage: gate run LADDER.yaml --host ID [--db receipts.db] [--key FILE] [--only PATTERN]\n"
-    "                [--threads N] [--json] [--junit FILE]\n"
+    "                [--threads N] [--json] [--junit FILE] [--input-seed HEX]\n"
     "  Runs every cell of this host (--host or $GATE_HOST) through the capability, parity,\n"
     "  golden, throughput and falsify gates and writes one signed receipt per cell.\n"
     "  --key     signing key (default ~/.config/gate/keys/<host>.key; make one with gate key gen)\n"
     "  --only    fnmatch pattern over model/host/mode (an F16-KV cell's name ends +kv=f16)\n"
     "  --junit   also write the results as JUnit XML to FILE (one testsuite per cell, one\n"
     "            testcase per gate; written even when nothing could run; docs/reports.md)\n"
+    "  --input-seed  the seed of the inputs parity and falsify judge (1 to 16 hex digits, not\n"
+    "            0): reproduces a run; by default each run draws a fresh one, so an engine\n"
+    "            cannot know its test inputs (every receipt records it; docs/gates.md)\n"
     "  Exit 0 when every cell passed, 1 when any failed, 2 for usage or ladder errors,\n"
     "  3 for environment errors (no GPU where the host declares one, disk full).\n";
 
@@ -60,6 +64,15 @@ int cmd_run(int argc, char **argv)
             if (cli_value(argc, argv, &i, &v) ||
                 cli_int("run", "--threads", v, 1, 1024, &o.threads))
                 return 2;
+        } else if (!strcmp(argv[i], "--input-seed")) {
+            char *end = NULL;
+            if (cli_value(argc, argv, &i, &v))
+                return 2;
+            errno = 0;
+            const unsigned long long s = strtoull(v, &end, 16);
+            if (!*v || *v == '-' || *v == '+' || strlen(v) > 16 || *end || errno || !s)
+                return cli_fail(2, "run: --input-seed must be 1 to 16 hex digits, not 0: '%s'", v);
+            o.input_seed = (uint64_t)s;
         } else if (!strcmp(argv[i], "--json")) {
             o.json = 1;
         } else if (!strcmp(argv[i], "--junit")) {

@@ -176,9 +176,12 @@ void report_run_progress(void *ctx, const struct run_event *ev)
             fprintf(stderr, "gate: WARNING: this binary was built from a tree with uncommitted"
                             " changes; its receipts never count for a release\n");
         if (!r->json)
-            fprintf(stderr, "gate run: ladder %s (%s %s), host %s, build %.12s%s\n",
+            fprintf(stderr,
+                    "gate run: ladder %s (%s %s), host %s, build %.12s%s, inputs %016llx (%s)\n",
                     safe(ev->ladder_path), safe(ev->ladder_name), safe(ev->ladder_version),
-                    safe(ev->host), ev->git_commit, ev->git_dirty ? " (dirty)" : "");
+                    safe(ev->host), ev->git_commit, ev->git_dirty ? " (dirty)" : "",
+                    (unsigned long long)ev->input_seed,
+                    ev->input_seed_fresh ? "fresh" : "given: --input-seed");
         break;
     case RUN_EV_SYNTH:
         if (r->tty && ev->finished)

@@ -19,10 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "base/detmath.h"
 #include "base/faultsim.h"
 #include "engine/backend.h"
 #include "engine/exec.h"
@@ -121,6 +123,28 @@ static void gate_end(struct cell_ctx *x, const char *model, const char *gate, co
     emit(x->progress, x->pctx, &ev);
 }
 
+/* The cell's parity seed (sampled positions, prefill chunks): FNV-1a of its name mixed with the
+ * run's input seed, so every cell meets its own positions and splits, new on every run (the same
+ * for a given --input-seed). */
+static uint64_t cell_seed(const struct cell_ctx *x)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *p = (const unsigned char *)x->name; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ULL;
+    uint64_t s = x->o->input_seed;
+    return h ^ det_splitmix64(&s);
+}
+
+/* What a gate's metrics record of the inputs (struct run_options): the seed, 16 hex digits, and
+ * whether this run drew it ("fresh") or was given it ("given": a reproduction). */
+static json_t *inputs_json(const struct cell_ctx *x)
+{
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)x->o->input_seed);
+    return json_pack("{s:s, s:s}", "seed", hex, "chosen",
+                     x->o->input_seed_fresh ? "fresh" : "given");
+}
+
 /* The gate's row: metrics gain "ran" (what the recorder saw while the gate ran), and the verdict
  * comes from the gate table's judge (harness/gatedef.c), the same function the release check
  * calls. Takes ownership of metrics. */
@@ -133,6 +157,8 @@ static json_t *finish(struct cell_ctx *x, const char *gate, json_t *metrics, con
     json_object_set_new(metrics, "ran", mode_ran_json(&x->ran));
     if (x->memory && !strcmp(gate, "parity")) /* the arithmetic its refusal or run went by */
         json_object_set(metrics, "memory", x->memory);
+    if (!strcmp(gate, "parity") || !strcmp(gate, "falsify")) /* their generated sequences */
+        json_object_set_new(metrics, "inputs", inputs_json(x));
     json_t *g = gatedef_row(gate, x->c->mode, ladder_gate_settings(&x->c->g, gate), metrics, error);
     gate_end(x, x->l->models[x->c->model].id, gate, g, key, 0);
     return g;
@@ -151,22 +177,13 @@ static json_t *gate_capability(struct cell_ctx *x)
     return finish(x, "capability", capability_result_json(&cr), NULL, key);
 }
 
-/* The cell's parity seed (sampled positions, prefill chunks): FNV-1a of its name, so every cell
- * meets its own positions and splits, the same on every run. */
-static uint64_t cell_seed(const char *name)
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-        h = (h ^ *p) * 0x100000001b3ULL;
-    return h;
-}
-
 static json_t *gate_parity(struct cell_ctx *x)
 {
     struct gate_err err = {0};
     struct parity_config cfg;
     gatedef_parity_config(&x->c->g, &cfg);
-    cfg.seed = cell_seed(x->name);
+    cfg.seed = cell_seed(x);
+    cfg.token_seed = x->o->input_seed;
     struct parity_result pr;
     memset(&pr, 0, sizeof pr);
     mode_ran_begin(&x->ran);
@@ -257,7 +274,8 @@ static json_t *gate_falsify(struct cell_ctx *x)
      * take, falsified by proxy. The run's own verdict (its line below) judges with the cell's
      * engine, as the release check does */
     gatedef_falsify_config(&x->c->g, &cfg);
-    cfg.parity.seed = cell_seed(x->name);
+    cfg.parity.seed = cell_seed(x);
+    cfg.parity.token_seed = x->o->input_seed;
     json_t *settings = ladder_gate_settings(&x->c->g, "falsify");
     cfg.engine = json_object_get(settings, "engine");
     struct falsify_result fr;
@@ -628,9 +646,19 @@ static int store_result(struct store *st, json_t *payload, const struct key_pair
     return rc;
 }
 
-int run_ladder(const struct run_options *o, run_progress_fn progress, void *pctx,
+int run_ladder(const struct run_options *given, run_progress_fn progress, void *pctx,
                struct run_result *out, struct gate_err *err)
 {
+    /* the options this run goes by: the caller's, with the input seed drawn when none is given */
+    struct run_options opts = *given;
+    const struct run_options *o = &opts;
+    opts.input_seed_fresh = !given->input_seed;
+    while (!opts.input_seed)
+        if (getrandom(&opts.input_seed, sizeof opts.input_seed, 0) !=
+            (ssize_t)sizeof opts.input_seed) {
+            memset(out, 0, sizeof *out);
+            return err_set(err, ERR_ENV, "run: no randomness for the input seed (getrandom)");
+        }
     struct ladder *l = NULL;
     struct store *st = NULL;
     struct key_pair key;
@@ -708,7 +736,9 @@ int run_ladder(const struct run_options *o, run_progress_fn progress, void *pctx
                                 .ladder_version = l->version,
                                 .host = host,
                                 .git_commit = id.git_commit,
-                                .git_dirty = id.git_dirty};
+                                .git_dirty = id.git_dirty,
+                                .input_seed = o->input_seed,
+                                .input_seed_fresh = o->input_seed_fresh};
     emit(progress, pctx, &started);
     /* one result row per cell of the host that --only selects, then one per anchor case */
     int n_sel = 0;

@@ -30,6 +30,14 @@ struct run_options {
                        * for an F16-KV cell, ladder_cell_name); NULL = all */
     int threads;      /* 0 = all cores */
     int json;         /* machine-readable results on stdout (read by the command, not the core) */
+    /* The inputs the engine is judged on: parity's and falsify's generated token sequences
+     * (mode_tokens(input_seed)) and the positions each cell judges and the prefill chunks (the
+     * cell's name mixed with it). 0 = a fresh seed from getrandom for this run, so an engine
+     * cannot know its test inputs in advance and behave only on them (docs/exec.md, "Threat
+     * model"); a given seed (gate run --input-seed) reproduces a run. Recorded in every receipt
+     * (metrics.inputs of parity and falsify). Throughput's sequences are always fresh. */
+    uint64_t input_seed;
+    int input_seed_fresh; /* set by run_ladder on the copy it runs with: the seed was drawn */
 };
 
 enum run_event_kind {
@@ -57,6 +65,8 @@ struct run_event {
     /* STARTED */
     const char *ladder_path, *ladder_name, *ladder_version, *host, *git_commit;
     int git_dirty;
+    uint64_t input_seed; /* the run's input seed (struct run_options), and whether it was drawn */
+    int input_seed_fresh;
     /* SYNTH: progress of tensor `tensor` of n_tensors; finished: the write ended (ok or not) */
     uint64_t done, total;
     int tensor, n_tensors, finished;

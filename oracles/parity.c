@@ -1337,7 +1337,7 @@ static int build_sequence(struct parity_session *s, const int32_t *tokens, int n
                                (int)tokens[i], i, V);
         memcpy(s->tokens, tokens, (size_t)n * sizeof *tokens);
     } else {
-        mode_tokens(PARITY_TOKEN_SEED, V, n, s->tokens);
+        mode_tokens(s->cfg.token_seed ? s->cfg.token_seed : PARITY_TOKEN_SEED, V, n, s->tokens);
     }
     if (s->mode.path == MODE_CHAT) { /* supplied tokens: six equal turns */
         s->n_turns = 6;

@@ -135,7 +135,11 @@ struct parity_config {
                              * and `positions` positions spread over it are judged, the last one
                              * included (0 = span positions: judge them all) */
     uint64_t seed;          /* which positions are sampled and how prefill is chunked
-                             * (mode_prefill_split); the harness derives it from the cell's name */
+                             * (mode_prefill_split); the harness derives it from the cell's name
+                             * and the run's input seed */
+    uint64_t token_seed;    /* generated sequences: mode_tokens(token_seed); 0 = PARITY_TOKEN_SEED.
+                             * The harness gives each run a fresh one (gate run: the run's input
+                             * seed), so an engine cannot know the sequence it is judged on */
 };
 
 /* Defaults and bounds of the settings fields: the gate table's rows (harness/gatedef.c), the

@@ -55,6 +55,10 @@
  *   --fake-faults          a lying engine (issue 23 §3): set_faults is acknowledged but never
  *                          applied; while a fault list is set, every logit gets a large jitter
  *                          instead (so the logits move and parity rejects them)
+ *   --known-inputs SEED    an engine that knows its test inputs (a "defeat device"): right only
+ *                          while the sequence so far is the generated one of seed SEED (hex; the
+ *                          ids splitmix64(SEED) % n_vocab, as gate's mode_tokens makes them),
+ *                          every logit scaled by 1.5 from the first position off it
  * Faults: every kind of gate's table, applied by the twin (set_faults -> backend_set_faults).
  * Start reading: main().
  */
@@ -90,6 +94,7 @@ struct opts {
     unsigned faults; /* the kinds it lists in hello and takes (bit 1 << enum fault_kind) */
     int max_tokens;
     int replay;
+    uint64_t known;     /* --known-inputs SEED (0: off) */
     const char *device; /* what hello says the engine runs on */
     const char *steal[8];
     int n_steal, steal_parent, grandchild, slow_ms;
@@ -513,6 +518,8 @@ int main(int argc, char **argv)
             o.replay = 1;
         else if (!strcmp(a, "--fake-faults"))
             o.fake_faults = 1;
+        else if (!strcmp(a, "--known-inputs") && v)
+            o.known = strtoull(argv[++i], NULL, 16);
         else {
             fprintf(stderr, "exec_engine: unknown option '%s'\n", a);
             return 2;
@@ -525,6 +532,7 @@ int main(int argc, char **argv)
     float *logits = NULL;
     int32_t *tokens = NULL;
     int forwards = 0, n_ctx = 0;
+    uint8_t *on_script = NULL; /* --known-inputs: position p and all before it were the seed's */
     /* --replay: the first reply for each (n_past, n_tokens), kept for ever */
     enum { REPLAY_MAX = 128 };
     static float *cache[REPLAY_MAX][REPLAY_MAX];
@@ -646,6 +654,18 @@ int main(int argc, char **argv)
                     memcpy(cache[n_past][n - 1], logits, bytes);
                 }
                 const size_t V = m->hp.n_vocab;
+                if (o.known) { /* is the sequence still the one the engine was built to pass? */
+                    if (!on_script && !(on_script = calloc((size_t)n_ctx, 1)))
+                        die("out of memory");
+                    uint64_t st = o.known;
+                    int32_t want = 0;
+                    for (int p = 0; p < n_past + n; p++) {
+                        want = (int32_t)(det_splitmix64(&st) % V);
+                        if (p >= n_past)
+                            on_script[p] =
+                                (p == 0 || on_script[p - 1]) && tokens[p - n_past] == want;
+                    }
+                }
                 for (int t = 0; t < n; t++)
                     for (size_t i = 0; i < V; i++) {
                         float *x = &logits[(size_t)t * V + i];
@@ -655,7 +675,7 @@ int main(int argc, char **argv)
                                 (double)(det_splitmix64(&st) >> 11) * 0x1.0p-53 * 2.0 - 1.0;
                             *x += (float)(o.noise * u);
                         }
-                        if (o.defect)
+                        if (o.defect || (o.known && !on_script[n_past + t]))
                             *x *= 1.5f;
                         if (o.fake_faults && o.faults_on) {
                             uint64_t st = ((uint64_t)(n_past + t) << 32) ^ (uint64_t)i ^ 0xfa4eull;
@@ -738,5 +758,6 @@ int main(int argc, char **argv)
     model_free(m);
     free(logits);
     free(tokens);
+    free(on_script);
     return 0;
 }

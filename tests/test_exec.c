@@ -934,13 +934,18 @@ Test(exec, the_ladder_records_the_engine_in_every_gate_s_settings)
 
 /* ---- end to end ---------------------------------------------------------------------------- */
 
-static struct run_result run_one(const char *engines, const char *gates)
+/* gate run over one exec cell; input_seed as gate run --input-seed (0: drawn fresh) */
+static struct run_result run_seeded(const char *engines, const char *gates, uint64_t input_seed)
 {
     make_dir();
     struct gate_err err = {0};
     const char *p = write_ladder(engines, "exec.twin.decode", gates);
-    struct run_options o = {
-        .ladder = p, .host = "a", .db = path_in("r.db"), .key = path_in("a.key"), .threads = 1};
+    struct run_options o = {.ladder = p,
+                            .host = "a",
+                            .db = path_in("r.db"),
+                            .key = path_in("a.key"),
+                            .threads = 1,
+                            .input_seed = input_seed};
     struct run_result res;
     cr_assert_eq(run_ladder(&o, NULL, NULL, &res, &err), 0, "%s", err.msg);
     cr_assert_eq(res.n, 1);
@@ -948,9 +953,52 @@ static struct run_result run_one(const char *engines, const char *gates)
     return res;
 }
 
+static struct run_result run_one(const char *engines, const char *gates)
+{
+    return run_seeded(engines, gates, 0);
+}
+
 static const char *gate_field(const struct run_result *r, const char *gate, const char *field)
 {
     return json_string_value(json_object_get(json_object_get(r->cells[0].gates_json, gate), field));
+}
+
+/* metrics.inputs.<field> of a gate's row */
+static const char *inputs_field(const struct run_result *r, const char *gate, const char *field)
+{
+    const json_t *g = json_object_get(r->cells[0].gates_json, gate);
+    return json_string_value(
+        json_object_get(json_object_get(json_object_get(g, "metrics"), "inputs"), field));
+}
+
+/* An engine that knows its test inputs — a defeat device, right only while the sequence is the
+ * one it was built to pass — passes parity whenever the inputs are predictable, as they were
+ * while every run judged the fixed sequence mode_tokens(PARITY_TOKEN_SEED = 202 = 0xca) (the
+ * attack, reproduced with that seed given); a run that draws its own inputs (the default) fails
+ * it. Both runs record the seed they judged and whether it was drawn. */
+Test(exec, an_engine_that_knows_its_test_inputs_fails_parity_on_fresh_ones)
+{
+    char engines[512];
+    snprintf(engines, sizeof engines,
+             ENGINE("{argv: [%s, --known-inputs, ca], timeout_s: 30, supports: [decode, faults]}"),
+             engine_path());
+    struct run_result r = run_seeded(engines, CHEAP_GATES, 0xca);
+    cr_expect_str_eq(gate_field(&r, "parity", "verdict"), "PASS",
+                     "on the inputs it knows the engine is right: %s",
+                     gate_field(&r, "parity", "reason"));
+    cr_expect_str_eq(inputs_field(&r, "parity", "seed"), "00000000000000ca");
+    cr_expect_str_eq(inputs_field(&r, "parity", "chosen"), "given");
+    cr_expect_str_eq(inputs_field(&r, "falsify", "seed"), "00000000000000ca");
+    run_result_free(&r);
+    r = run_seeded(engines, CHEAP_GATES, 0);
+    cr_expect_str_eq(gate_field(&r, "parity", "verdict"), "FAIL",
+                     "an engine right only on known inputs passed parity on fresh ones");
+    cr_expect_str_eq(inputs_field(&r, "parity", "chosen"), "fresh");
+    cr_expect(inputs_field(&r, "parity", "seed") &&
+                  strcmp(inputs_field(&r, "parity", "seed"), "00000000000000ca"),
+              "the drawn seed is the known one");
+    cr_expect_eq(r.n_pass, 0, "the cell passed");
+    run_result_free(&r);
 }
 
 /* One run serves two stories: the handshake (one child for every gate, recorded in the receipt)
