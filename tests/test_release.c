@@ -171,6 +171,18 @@ Test(release, a_dirty_tree_receipt_never_counts)
     expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_STALE, 1, "built from a dirty tree");
 }
 
+/* A receipt whose build identity never says whether its tree was clean (no
+ * subject.engine.git_dirty at all: a hand-written or trimmed payload) is not taken for a clean
+ * build; only an explicit false counts. */
+Test(release, a_receipt_without_a_git_dirty_field_counts_as_dirty)
+{
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){.no_dirty_field = 1});
+    add(path_in("r.db"), &fx.key_a, 1, (struct ladderfix_fake){0});
+    add(path_in("r.db"), &fx.key_b, 2, (struct ladderfix_fake){0});
+    expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_STALE, 1, "built from a dirty tree");
+    expect_row(path_in("r.db"), "moe/a/ref.chat", RELEASE_PASS, 0, NULL);
+}
+
 Test(release, another_model_digest_is_stale)
 {
     add(path_in("r.db"), &fx.key_a, 0,
@@ -197,6 +209,73 @@ Test(release, a_payload_edited_in_the_database_is_tampered)
     /* every row is TAMPERED, each naming the altered receipt */
     expect_row(path_in("r.db"), "moe/a/ref.chat", RELEASE_TAMPERED, 2, "receipt 2");
     expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_TAMPERED, 2, "receipt 2");
+}
+
+/* Delete a FAIL behind a head record: every cell passes, cell 0 then FAILS on the same build,
+ * key a writes a head record (its chain ends at the FAIL), and the attacker, with file access,
+ * deletes the FAIL row and reruns the cell to a fresh PASS. The chain alone looks whole again
+ * (the new PASS extends the receipt before the FAIL); only the head record shows a receipt was
+ * removed, and that blocks every row. */
+Test(release, a_fail_deleted_behind_a_head_record_is_tampered)
+{
+    all_pass(path_in("r.db"));
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){.fail = 1});
+    struct store *st = NULL;
+    struct gate_err err = {0};
+    int64_t count = 0;
+    cr_assert_eq(store_open(&st, path_in("r.db"), &err), 0, "%s", err.msg);
+    cr_assert_eq(store_write_head(st, &fx.key_a, NULL, &count, &err), 0, "%s", err.msg);
+    store_close(st);
+    cr_assert_eq(count, 3, "key a's chain: receipts 1, 2 and the FAIL 4");
+    sqlite3 *db = ladderfix_open_raw(path_in("r.db"));
+    char *msg = NULL;
+    cr_assert_eq(sqlite3_exec(db, "DELETE FROM receipts WHERE id = 4", NULL, NULL, &msg), SQLITE_OK,
+                 "%s", msg);
+    cr_assert_eq(sqlite3_changes(db), 1);
+    sqlite3_close(db);
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){0});
+    struct release_result r;
+    evaluate(path_in("r.db"), &r);
+    cr_expect(strstr(r.store_problem, "receipts were removed"), "store problem: %s",
+              r.store_problem);
+    for (int i = 0; i < r.n_cells; i++) {
+        cr_expect_eq(r.cells[i].state, RELEASE_TAMPERED, "%s is %s, expected TAMPERED (%s)",
+                     r.cells[i].name, release_state_name(r.cells[i].state), r.cells[i].reason);
+        cr_expect(strstr(r.cells[i].reason, "receipts were removed"), "%s: %s", r.cells[i].name,
+                  r.cells[i].reason);
+    }
+    cr_expect_eq(r.ok, 0, "a release whose FAIL was deleted behind a head record must not be OK");
+    release_result_free(&r);
+}
+
+/* A forged sign-off: properly signed by a key, but naming a receipt this store never held (as if
+ * copied in from elsewhere or made up). Every receipt of the store still verifies; the broken
+ * sign-off alone makes every row TAMPERED. */
+Test(release, a_sign_off_naming_a_receipt_not_in_the_store_is_tampered)
+{
+    all_pass(path_in("r.db"));
+    struct store *st = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(store_open(&st, path_in("r.db"), &err), 0, "%s", err.msg);
+    json_t *p = json_pack("{s:[{s:s, s:[i], s:[s]}], s:[], s:s}", "cells", "cell",
+                          "moe/a/ref.decode", "receipts", 1, "receipt_sha256",
+                          "ab00000000000000000000000000000000000000000000000000000000000000",
+                          "anchors", "verdict", "PASS");
+    cr_assert_eq(store_add_signoff(st, p, &fx.key_a, &err), 0, "%s", err.msg);
+    json_decref(p);
+    store_close(st);
+    struct release_result r;
+    evaluate(path_in("r.db"), &r);
+    cr_expect(strstr(r.store_problem, "a sign-off of this store cannot be believed"),
+              "store problem: %s", r.store_problem);
+    for (int i = 0; i < r.n_cells; i++) {
+        cr_expect_eq(r.cells[i].state, RELEASE_TAMPERED, "%s is %s, expected TAMPERED (%s)",
+                     r.cells[i].name, release_state_name(r.cells[i].state), r.cells[i].reason);
+        cr_expect(strstr(r.cells[i].reason, "sign-off"), "%s: %s", r.cells[i].name,
+                  r.cells[i].reason);
+    }
+    cr_expect_eq(r.ok, 0, "a release with a forged sign-off in its store must not be OK");
+    release_result_free(&r);
 }
 
 Test(release, a_receipt_signed_by_an_untrusted_key_is_untrusted)
@@ -299,6 +378,18 @@ Test(release, a_bumped_release_version_makes_old_receipts_stale)
                "is for release rel 0.9.0, not rel 1.0.0");
 }
 
+/* Receipts of another release that happens to share this one's version (release "other"
+ * 1.0.0, made from the same build and model) do not count for release rel 1.0.0: the release
+ * name is compared, not only the version. */
+Test(release, a_receipt_of_another_release_with_the_same_version_is_stale)
+{
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){.release_name = "other"});
+    add(path_in("r.db"), &fx.key_a, 1, (struct ladderfix_fake){0});
+    add(path_in("r.db"), &fx.key_b, 2, (struct ladderfix_fake){0});
+    expect_row(path_in("r.db"), "moe/a/ref.decode", RELEASE_STALE, 1,
+               "is for release other 1.0.0, not rel 1.0.0");
+}
+
 Test(release, receipts_made_under_other_trusted_keys_are_stale)
 {
     /* issue 11: the trust files' keys are bound into what a receipt is for */
@@ -375,6 +466,29 @@ Test(release, an_exclusion_cannot_hide_a_failure)
     cr_assert(w);
     cr_expect_eq(w->state, RELEASE_EXCLUDED, "%s", release_state_name(w->state));
     cr_expect_eq(r.ok, 1);
+    release_result_free(&r);
+}
+
+/* An exclusion cannot hide a flaky cell either: moe/a/ref.chat PASSED once and FAILED once on
+ * this build, then the ladder excludes it. The excluded row is FLAKY, not EXCLUDED, and it
+ * blocks the release like a FAIL does. */
+Test(release, an_exclusion_cannot_hide_a_flaky_cell)
+{
+    add(path_in("r.db"), &fx.key_a, 1, (struct ladderfix_fake){0});
+    add(path_in("r.db"), &fx.key_a, 1, (struct ladderfix_fake){.fail = 1});
+    add(path_in("r.db"), &fx.key_a, 0, (struct ladderfix_fake){0});
+    add(path_in("r.db"), &fx.key_b, 2, (struct ladderfix_fake){0});
+    exclude_chat();
+    struct release_result r;
+    evaluate(path_in("r.db"), &r);
+    cr_expect_eq(r.n_excluded, 1);
+    const struct release_row *w = row_of(&r, "moe/a/ref.chat");
+    cr_assert(w, "no row moe/a/ref.chat");
+    cr_expect_eq(w->kind, RELEASE_ROW_EXCLUDED);
+    cr_expect_eq(w->state, RELEASE_FLAKY, "moe/a/ref.chat is %s, expected FLAKY (%s)",
+                 release_state_name(w->state), w->reason);
+    cr_expect_eq(r.n_bad_cells, 1, "the flaky excluded cell is the one bad cell");
+    cr_expect_eq(r.ok, 0, "a release with a flaky excluded cell must not be OK");
     release_result_free(&r);
 }
 

@@ -318,14 +318,19 @@ int64_t ladderfix_add(const struct ladderfix *fx, const char *ladder_path, const
     json_t *p = json_pack(
         "{s:{s:s, s:s, s:s, s:s}, s:{s:s, s:s, s:s}, s:{s:{s:s, s:s}, s:o}, s:{s:s, s:s},"
         " s:o, s:s}",
-        "ladder", "name", l->name, "version", fk.release_version ? fk.release_version : l->version,
-        "sha256", l->sha256, "trust_sha256", fk.trust_sha256 ? fk.trust_sha256 : l->trust_sha256,
-        "cell", "model", l->models[c->model].id, "host", l->hosts[c->host].id, "mode", c->mode,
-        "subject", "model", "id", l->models[c->model].id, "sha256",
-        fk.sha ? fk.sha : l->models[c->model].sha256, "engine", identity_json(&id), "environment",
-        "host", l->hosts[c->host].id, "hostname", fk.env_host ? fk.env_host : l->hosts[c->host].id,
-        "gates", gates, "verdict", (all_pass && !fk.no_gates) || fk.claim_pass ? "PASS" : "FAIL");
+        "ladder", "name", fk.release_name ? fk.release_name : l->name, "version",
+        fk.release_version ? fk.release_version : l->version, "sha256", l->sha256, "trust_sha256",
+        fk.trust_sha256 ? fk.trust_sha256 : l->trust_sha256, "cell", "model",
+        l->models[c->model].id, "host", l->hosts[c->host].id, "mode", c->mode, "subject", "model",
+        "id", l->models[c->model].id, "sha256", fk.sha ? fk.sha : l->models[c->model].sha256,
+        "engine", identity_json(&id), "environment", "host", l->hosts[c->host].id, "hostname",
+        fk.env_host ? fk.env_host : l->hosts[c->host].id, "gates", gates, "verdict",
+        (all_pass && !fk.no_gates) || fk.claim_pass ? "PASS" : "FAIL");
     cr_assert(p, "cannot build the receipt payload");
+    if (fk.no_dirty_field)
+        cr_assert_eq(
+            json_object_del(json_object_get(json_object_get(p, "subject"), "engine"), "git_dirty"),
+            0, "identity_json wrote no git_dirty to remove");
     const char *cell_kv = fk.cell_kv ? fk.cell_kv : c->v.at[CELL_KV] == KV_F16 ? "f16" : NULL;
     if (cell_kv)
         json_object_set_new(json_object_get(p, "cell"), "kv", json_string(cell_kv));

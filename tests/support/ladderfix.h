@@ -117,6 +117,7 @@ struct ladderfix_fake {
     double min_cosine;         /* 0: the ladder's; else parity judged (and recorded) with it */
     int claim_pass;            /* 1: every gate's verdict and the overall verdict say PASS
                                 * whatever the numbers say */
+    const char *release_name;  /* NULL: the ladder's release name */
     const char *release_version; /* NULL: the ladder's release version */
     const char *trust_sha256;    /* NULL: the ladder's trust_sha256 */
     const char *cell_kv;         /* NULL: the payload's cell.kv is "f16" for an F16 cell, absent
@@ -125,6 +126,8 @@ struct ladderfix_fake {
     const char *ran_kv;          /* NULL: every gate's metrics.ran.kv is "f16" for an F16 cell,
                                   * absent for an F32 one (as in release_metrics.json); else as
                                   * given (what the backend reported) */
+    int no_dirty_field;          /* 1: subject.engine has no git_dirty field at all (a payload
+                                  * that never says whether its tree was clean) */
 };
 
 /* Append one receipt for cell ci of the ladder at ladder_path to db (created if missing), signed
