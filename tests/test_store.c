@@ -818,6 +818,147 @@ Test(store, head_records_are_signed_in_their_own_domain_and_travel_with_the_expo
     store_close(c);
 }
 
+/* Export store a to name and append one head record line signed by k: "k's chain ended at
+ * receipt head, count receipts long" (whether or not that is true). */
+static void export_with_head(struct store *a, const char *name, const struct key_pair *k,
+                             const char *head, int count, char out[512])
+{
+    struct gate_err err = {0};
+    tmp_path(out, 512, name);
+    cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
+    FILE *f = fopen(out, "a");
+    cr_assert(f, "cannot append to %s", out);
+    json_t *p = json_pack("{s:i, s:s, s:s, s:s, s:s}", "count", count, "head", head, "key_id",
+                          k->id, "nonce", "00112233445566778899aabbccddeeff", "written_at",
+                          "2026-01-01T00:00:00Z");
+    write_envelope(f, HEAD_PAYLOAD_TYPE, p, k);
+    json_decref(p);
+    fclose(f);
+}
+
+/* A forged head record in an export: key 1 signs "my chain ended at receipt 2", but receipt 2 is
+ * key 2's (its chain is 1 long, the count the forgery states). A head record only ever names a
+ * receipt of its own key; the import is refused whole. */
+Test(store, a_head_record_naming_another_keys_receipt_is_refused)
+{
+    struct key_pair k1 = make_key("hk1.key", "h200"), k2 = make_key("hk2.key", "h200");
+    struct store *a = open_db("hka.db"), *b = open_db("hkb.db");
+    struct first r2;
+    char out[512];
+    struct gate_err err = {0};
+    int n = -1;
+    append(a, &k1, "moe", "PASS", 0);
+    append(a, &k2, "moe", "PASS", 1);
+    cr_assert_eq(store_get(a, 2, grab, &r2, &err), 0, "%s", err.msg);
+    export_with_head(a, "hk.jsonl", &k1, r2.hash, 1, out);
+    cr_assert_eq(store_import(b, out, &n, &err), ERR_RUNTIME,
+                 "a head record of key 1 naming key 2's receipt was imported");
+    cr_assert(strstr(err.msg, "head record") && strstr(err.msg, "which another key signed"), "%s",
+              err.msg);
+    cr_assert_eq(tally_of(b).rows, 0, "part of a refused file was imported");
+    store_close(a);
+    store_close(b);
+}
+
+/* A head record whose count is not the chain behind the receipt it names: key k's head says its
+ * chain ended at receipt 2 after 3 receipts, the store holds 2 (as if one were deleted before
+ * the export, or the count forged). The import is refused whole. */
+Test(store, a_head_record_with_the_wrong_count_is_refused)
+{
+    struct key_pair k = make_key("hc.key", "h200");
+    struct store *a = open_db("hca.db"), *b = open_db("hcb.db");
+    struct first r2;
+    char out[512];
+    struct gate_err err = {0};
+    int n = -1;
+    append(a, &k, "moe", "PASS", 0);
+    append(a, &k, "moe", "FAIL", 1);
+    cr_assert_eq(store_get(a, 2, grab, &r2, &err), 0, "%s", err.msg);
+    export_with_head(a, "hc.jsonl", &k, r2.hash, 3, out);
+    cr_assert_eq(store_import(b, out, &n, &err), ERR_RUNTIME,
+                 "a head record with a count of 3 over a chain of 2 was imported");
+    cr_assert(strstr(err.msg, "chain of 3 receipts, but the store holds 2"), "%s", err.msg);
+    cr_assert_eq(tally_of(b).rows, 0, "part of a refused file was imported");
+    store_close(a);
+    store_close(b);
+}
+
+/* Host A records one receipt, a FAIL, and exports; then deletes it behind the triggers and
+ * reruns: the new PASS starts the key's chain at genesis a second time. The importer, which
+ * holds the FAIL, refuses the second genesis as a fork (the chain's history was rewritten). */
+Test(store, a_second_genesis_receipt_of_the_same_key_is_a_fork)
+{
+    struct key_pair k = make_key("ga.key", "h200");
+    struct store *a = open_db("ga.db"), *b = open_db("gb.db");
+    char out[512];
+    struct gate_err err = {0};
+    int n = 0;
+    append(a, &k, "moe", "FAIL", 0);
+    tmp_path(out, sizeof out, "ga1.jsonl");
+    cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_import(b, out, &n, &err), 0, "%s", err.msg);
+    store_close(a);
+    raw_exec("ga.db", "DROP TRIGGER receipts_no_delete; DELETE FROM receipts WHERE id = 1;", 1);
+    a = open_db("ga.db");
+    append(a, &k, "moe", "PASS", 1);
+    tmp_path(out, sizeof out, "ga2.jsonl");
+    cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_import(b, out, &n, &err), ERR_RUNTIME,
+                 "a second genesis receipt of the same key was imported");
+    cr_assert(strstr(err.msg, "ga2.jsonl:1") && strstr(err.msg, "already starts that key's chain"),
+              "%s", err.msg);
+    struct tally t = tally_of(b);
+    cr_assert_eq(t.rows, 1, "part of a forking file was imported");
+    cr_assert_eq(t.first_bad, 0, "%s", t.problem);
+    store_close(a);
+    store_close(b);
+}
+
+/* A sign-off copied from a store that went on: store A signs off after its second receipt (its
+ * chain_head is receipt 2) naming only receipt 1; store B, which imported A before receipt 2,
+ * gets the sign-off row planted with SQL. Every receipt it names is in B, but its chain_head is
+ * not a receipt of B: the audit counts a sign-off problem. */
+Test(store, a_sign_off_whose_chain_head_is_not_in_the_store_is_a_problem)
+{
+    struct key_pair k = make_key("sc.key", "h200");
+    struct store *a = open_db("sca.db"), *b = open_db("scb.db");
+    struct first r1, r2;
+    char out[512];
+    struct gate_err err = {0};
+    int n = 0;
+    append(a, &k, "moe", "PASS", 0);
+    cr_assert_eq(store_get(a, 1, grab, &r1, &err), 0, "%s", err.msg);
+    tmp_path(out, sizeof out, "sc.jsonl");
+    cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_import(b, out, &n, &err), 0, "%s", err.msg);
+    append(a, &k, "moe", "PASS", 1);
+    cr_assert_eq(store_get(a, 2, grab, &r2, &err), 0, "%s", err.msg);
+    json_t *p =
+        json_pack("{s:[{s:s, s:[i], s:[s]}], s:[], s:s}", "cells", "cell", "moe/local/ref.decode",
+                  "receipts", 1, "receipt_sha256", r1.hash, "anchors", "verdict", "PASS");
+    cr_assert_eq(store_add_signoff(a, p, &k, &err), 0, "%s", err.msg);
+    json_decref(p);
+    struct store_audit au = audit_of(a);
+    cr_assert_eq(au.n_signoffs, 1);
+    cr_assert_eq(au.n_signoff_problems, 0, "in its own store: %s", au.signoff_problem);
+    store_close(a);
+    char sql[1024], path[512];
+    tmp_path(path, sizeof path, "sca.db");
+    snprintf(sql, sizeof sql,
+             "ATTACH '%s' AS a; INSERT INTO signoffs (payload, signature, key_id, hash,"
+             " created_at) SELECT payload, signature, key_id, hash, created_at FROM a.signoffs",
+             path);
+    raw_exec("scb.db", sql, 1);
+    au = audit_of(b);
+    cr_assert_eq(au.n_bad, 0, "%s", au.first_problem);
+    cr_assert_eq(au.n_signoffs, 1);
+    cr_assert_eq(au.n_signoff_problems, 1, "a sign-off whose chain_head B never held passed");
+    char want[128];
+    snprintf(want, sizeof want, "its chain_head %s is not a verified receipt", r2.hash);
+    cr_assert(strstr(au.signoff_problem, want), "%s", au.signoff_problem);
+    store_close(b);
+}
+
 /* ---- issue 11: read-only use, export temp file, bounded lines -------------------------------- */
 
 /* Make this (test) process obey file permission bits even as root: drop the capabilities that
