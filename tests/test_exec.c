@@ -1762,3 +1762,55 @@ Test(exec, the_ladder_pins_the_engine_binary_and_build_and_another_build_s_recei
     cr_expect_eq(row.state, RELEASE_STALE, "%s: %s", release_state_name(row.state), row.reason);
     cr_expect(strstr(row.reason, "build_id tests/exec_engine.c -> v2"), "%s", row.reason);
 }
+
+/* Write text to fx.dir/name (a file an engine pin names); its SHA-256 into sha. Returns the path
+ * (one of ladderfix_path's buffers). */
+static const char *pinned_file(const char *name, const char *text, char sha[65])
+{
+    const char *p = path_in(name);
+    FILE *w = fopen(p, "w");
+    cr_assert(w, "cannot write %s", p);
+    fputs(text, w);
+    fclose(w);
+    struct gate_err err = {0};
+    cr_assert_eq(identity_file_sha256(p, sha, &err), 0, "%s", err.msg);
+    return p;
+}
+
+/* Every pinned engine file is compared, the last one too: an engine pinned with two files runs
+ * and its receipt records both digests; the ladder then re-pins the second file (new weights,
+ * say) and the receipt made with the old second file is STALE, naming file 2, old -> new. */
+Test(exec, a_receipt_made_with_another_last_pinned_engine_file_is_stale)
+{
+    make_dir();
+    char sha_a[65], sha_1[65], sha_2[65], sha_2b[65], a[1024], f1[1024], f2[1024];
+    char engines[4096];
+    snprintf(a, sizeof a, "%s", engine_copy("engine-a", "", sha_a));
+    snprintf(f1, sizeof f1, "%s", pinned_file("f1.bin", "first file\n", sha_1));
+    snprintf(f2, sizeof f2, "%s", pinned_file("f2.bin", "second file\n", sha_2));
+    static const char *const gates = CHEAP_GATES;
+    snprintf(engines, sizeof engines,
+             ENGINE("{argv: [%s], supports: [decode], sha256: %s,"
+                    " files: [{path: %s, sha256: %s}, {path: %s, sha256: %s}]}"),
+             a, sha_a, f1, sha_1, f2, sha_2);
+    struct run_result r = run_one(engines, gates);
+    cr_expect_str_eq(gate_field(&r, "parity", "verdict"), "PASS", "%s",
+                     gate_field(&r, "parity", "reason"));
+    run_result_free(&r);
+    /* the ladder as it was: no pin disagrees */
+    struct release_row row;
+    release_row(path_in("l.yaml"), &row);
+    cr_expect_null(strstr(row.reason, "with file"), "%s", row.reason);
+    /* the second (last) file re-pinned */
+    snprintf(f2, sizeof f2, "%s", pinned_file("f2.bin", "second file, another version\n", sha_2b));
+    cr_assert_str_neq(sha_2, sha_2b);
+    snprintf(engines, sizeof engines,
+             ENGINE("{argv: [%s], supports: [decode], sha256: %s,"
+                    " files: [{path: %s, sha256: %s}, {path: %s, sha256: %s}]}"),
+             a, sha_a, f1, sha_1, f2, sha_2b);
+    release_row(write_ladder(engines, "exec.twin.decode", gates), &row);
+    cr_expect_eq(row.state, RELEASE_STALE, "%s: %s", release_state_name(row.state), row.reason);
+    cr_expect(strstr(row.reason, "ran engine 'twin' with file 2 sha256") &&
+                  strstr(row.reason, sha_2) && strstr(row.reason, sha_2b),
+              "%s", row.reason);
+}
