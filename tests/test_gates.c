@@ -10,6 +10,7 @@
 #include "harness/gatedef.h"
 #include "harness/ladder.h"
 #include "oracles/gates.h"
+#include "oracles/parity.h"
 
 /* Per-position parity metrics: n positions, all matching with cosine 1 and KL 0, except that
  * position `bad` (when >= 0) has cosine c, KL k and a flipped argmax with the given ref gap. */
@@ -89,6 +90,50 @@ Test(gates, parity_fails_on_too_few_positions_low_cosine_and_nonfinite)
     cr_expect_eq(
         judge("parity", "ref.decode", parity_settings(), parity_metrics(64, 3, NAN, NAN, 1.0), why),
         GATE_FAIL, "a NaN position is a FAIL, never a comparison that evaluates false");
+}
+
+/* A flipped argmax whose recorded ref_gap is NaN (unrecorded or non-finite) is WRONG: a NaN gap
+ * compares false against near_tie, and a rule written as "not >= near_tie" would excuse the flip
+ * as a TIE_FLIP (mutant P01) */
+Test(gates, a_flip_with_a_nan_ref_gap_is_wrong_not_a_tie_flip)
+{
+    char why[512];
+    json_t *m = parity_metrics(64, 10, 0.9999, 1e-4, 0.5);
+    json_array_set_new(json_object_get(json_object_get(m, "per_position"), "ref_gap"), 10,
+                       json_string("NaN"));
+    cr_expect_eq(judge("parity", "ref.decode", parity_settings(), m, why), GATE_FAIL,
+                 "a flip with a NaN ref gap must not be excused as a near tie: %s", why);
+    cr_expect(strstr(why, "1 wrong"), "%s", why);
+}
+
+/* Settings that judge max_rel_l2 over metrics that never recorded per_position.rel_l2 FAIL: the
+ * missing numbers must not read as a rel-L2 of zero at every position (mutant P02) */
+Test(gates, a_judged_rel_l2_that_was_not_recorded_fails)
+{
+    char why[512];
+    for (int k = 0; k < 2; k++) {
+        json_t *st = parity_settings();
+        json_object_set_new(st, k ? "max_mean_rel_l2" : "max_rel_l2", json_real(5e-3));
+        cr_expect_eq(judge("parity", "ref.decode", st, parity_metrics(64, -1, 0, 0, 0), why),
+                     GATE_FAIL, "%s bound with no rel_l2 recorded: %s",
+                     k ? "max_mean_rel_l2" : "max_rel_l2", why);
+        cr_expect(strstr(why, "rel_l2"), "the reason names the missing rel_l2: %s", why);
+    }
+}
+
+/* Settings without max_forced judge the forced layers against the default bound
+ * (PARITY_FORCED_MAX), never "not judged": a worst layer and row of 0.01 FAIL (mutant P05) */
+Test(gates, an_absent_max_forced_is_the_default_bound_not_off)
+{
+    char why[512];
+    json_t *m = parity_metrics(64, -1, 0, 0, 0);
+    json_t *fl = json_object_get(m, "forced_layers");
+    json_object_set_new(fl, "worst", json_real(0.01));
+    json_object_set_new(fl, "row", json_real(0.01));
+    json_t *st = parity_settings();
+    cr_assert(!json_object_get(st, "max_forced"), "the settings leave max_forced out");
+    cr_expect_eq(judge("parity", "ref.decode", st, m, why), GATE_FAIL,
+                 "forced layers at 0.01 > default %g: %s", PARITY_FORCED_MAX, why);
 }
 
 /* m with a route_gap array (the excuse of the rule before the route-tie replay): every position
@@ -230,6 +275,33 @@ Test(gates, capability_needs_forward_calls_on_the_right_device)
     m = json_pack("{s:{s:s, s:s, s:i, s:i, s:i}}", "ran", "backend", "ref", "device", "cpu: x",
                   "forwards", 4, "tokens", 16, "kernel_launches", 0);
     cr_expect_eq(judge("capability", "ref.chat", json_object(), m, why), GATE_PASS, "%s", why);
+}
+
+/* A ref (cpu) cell whose backend reports a GPU device did not run where it was asked to:
+ * capability FAILs whatever its forward count says (mutant G03) */
+Test(gates, a_cpu_cell_that_ran_on_a_gpu_device_fails)
+{
+    char why[512];
+    json_t *m = json_pack("{s:{s:s, s:s, s:i, s:i, s:i}}", "ran", "backend", "ref", "device",
+                          "cuda: H200", "forwards", 4, "tokens", 16, "kernel_launches", 0);
+    cr_expect_eq(judge("capability", "ref.chat", json_object(), m, why), GATE_FAIL,
+                 "a ref cell on device 'cuda: H200' must fail: %s", why);
+    cr_expect(strstr(why, "cuda: H200"), "%s", why);
+}
+
+/* A receipt that records PASS over no gates at all is not a PASS on re-judging: an empty gates
+ * object is vacuous (mutant GF02) */
+Test(gates, a_pass_receipt_with_no_gates_is_judged_fail)
+{
+    json_t *p = json_pack("{s:{s:s, s:s, s:s}, s:{}, s:s}", "cell", "model", "m", "host", "h",
+                          "mode", "ref.decode", "gates", "verdict", "PASS");
+    enum gate_verdict overall = GATE_PASS;
+    struct gate_err err = {0};
+    cr_expect_neq(gatedef_rejudge_payload(p, &overall, &err), 0,
+                  "re-judging a PASS over no gates must not be ok");
+    cr_expect_eq(overall, GATE_FAIL, "no gates is a FAIL, got %s", gate_verdict_name(overall));
+    cr_expect(strstr(err.msg, "records PASS but its gates say FAIL"), "%s", err.msg);
+    json_decref(p);
 }
 
 Test(gates, a_payload_claiming_pass_over_failing_numbers_is_judged_fail)
