@@ -301,6 +301,91 @@ Test(golden, judge_tie_flip_below_near_tie_wrong_above)
     json_decref(checks);
 }
 
+/* A small top-1/top-2 margin and a small gap to the produced token do not excuse an expected
+ * token that sits far below the judge's top (gap_expected 3.0): WRONG, not a TIE_FLIP
+ * (mutant GD01, the rule without "gap_expected < near_tie") */
+Test(golden, a_tie_flip_needs_the_expected_token_near_the_top)
+{
+    json_t *s = golden_settings(0.05), *checks = json_array();
+    char why[320];
+    json_t *m = flip_metrics(0.0015, 0.0015);
+    json_t *j = json_object_get(json_array_get(json_object_get(m, "cases"), 0), "judge");
+    json_object_set_new(j, "gap_expected", json_real(3.0));
+    cr_expect_eq(golden_judge(s, m, checks, why, sizeof why), GATE_FAIL,
+                 "an expected token 3.0 below the top is no tie: %s", why);
+    cr_expect(strstr(why, "WRONG"), "%s", why);
+    json_decref(m);
+    json_decref(s);
+    json_decref(checks);
+}
+
+/* A route-tie replay excuses a divergence only where the replayed judge's gap to the produced
+ * token is inside the near tie: a replay with a large gap_got, or none recorded, leaves a clear
+ * margin WRONG (mutant GD02, which took any forced replay as a ROUTE_TIE) */
+Test(golden, a_route_tie_replay_needs_a_small_replayed_gap)
+{
+    json_t *s = golden_settings(0.05), *checks = json_array();
+    char why[320];
+    for (int k = 0; k < 2; k++) {
+        json_t *m = flip_metrics(0.8, 0.8);
+        json_t *j = json_object_get(json_array_get(json_object_get(m, "cases"), 0), "judge");
+        json_t *rp = json_pack("{s:i, s:i}", "forced", 2, "refused", 0);
+        if (!k)
+            json_object_set_new(rp, "gap_got", json_real(0.8));
+        json_object_set_new(j, "replay", rp);
+        cr_expect_eq(golden_judge(s, m, checks, why, sizeof why), GATE_FAIL, "replay %s: %s",
+                     k ? "without gap_got" : "with gap_got 0.8", why);
+        cr_expect(strstr(why, "WRONG"), "%s", why);
+        json_decref(m);
+    }
+    json_decref(s);
+    json_decref(checks);
+}
+
+/* Expected ids that stop short of the token count without ending at EOS are a broken golden,
+ * even when the produced ids are truncated the same way and eos is known (mutant GD03, which
+ * accepted any short expectation when eos >= 0) */
+Test(golden, a_short_expectation_not_ending_at_eos_fails_even_if_matched)
+{
+    json_t *s = golden_settings(0.05), *checks = json_array();
+    char why[320];
+    json_t *m = flip_metrics(0.0015, 0.0015);
+    json_t *c = json_array_get(json_object_get(m, "cases"), 0);
+    json_object_set_new(m, "eos", json_integer(2));
+    json_object_set_new(c, "expected", json_pack("[iii]", 5, 7, 9));
+    json_object_set_new(c, "got", json_pack("[iii]", 5, 7, 9));
+    json_object_del(c, "judge");
+    cr_expect_eq(golden_judge(s, m, checks, why, sizeof why), GATE_FAIL,
+                 "3 of 4 ids, not ending at EOS 2: %s", why);
+    cr_expect(strstr(why, "short, not ending at EOS"), "%s", why);
+    /* the same three ids ending at EOS are a complete expectation */
+    json_object_set_new(m, "eos", json_integer(9));
+    cr_expect_eq(golden_judge(s, m, checks, why, sizeof why), GATE_PASS, "%s", why);
+    json_decref(m);
+    json_decref(s);
+    json_decref(checks);
+}
+
+/* A case with an expected text matches only where the produced text was recorded and equal: a
+ * missing got_text is not a match (mutant GD04) */
+Test(golden, an_expected_text_with_no_produced_text_fails)
+{
+    json_t *s = golden_settings(0.05), *checks = json_array();
+    char why[320];
+    json_t *m = flip_metrics(0.0015, 0.0015);
+    json_t *c = json_array_get(json_object_get(m, "cases"), 0);
+    json_object_set_new(c, "got", json_pack("[iiii]", 5, 7, 9, 11));
+    json_object_set_new(c, "expect_text", json_string("Paris"));
+    cr_expect_eq(golden_judge(s, m, checks, why, sizeof why), GATE_FAIL,
+                 "expect_text but no got_text: %s", why);
+    cr_expect(strstr(why, "not the expected text"), "%s", why);
+    json_object_set_new(c, "got_text", json_string("Paris"));
+    cr_expect_eq(golden_judge(s, m, checks, why, sizeof why), GATE_PASS, "%s", why);
+    json_decref(m);
+    json_decref(s);
+    json_decref(checks);
+}
+
 Test(golden, judge_recomputes_from_ids_and_labels)
 {
     json_t *s = golden_settings(0.05), *checks = json_array();
