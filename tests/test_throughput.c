@@ -476,6 +476,42 @@ Test(throughput, judge_rejects_timed_work_that_is_not_the_judged_work)
     json_decref(m);
 }
 
+/* A spot check whose argmax differs from the judge's where the recorded judge gap is NaN is not
+ * excused as a near tie: a NaN gap compares false, and "not >= near_tie" would pass it (mutant
+ * T04) */
+Test(throughput, a_flipped_spot_check_with_a_nan_judge_gap_fails)
+{
+    const double d[] = {100, 120, 110};
+    json_t *m = metrics_of(6, d, 3);
+    char why[400];
+    json_t *c = json_array_get(json_object_get(m, "spot"), 4);
+    json_object_set_new(c, "argmax", json_integer(9));
+    json_object_set_new(c, "judge_gap", json_string("NaN"));
+    cr_expect_eq(judge(settings_of(0, 50), m, why, sizeof why), GATE_FAIL,
+                 "a flip with a NaN judge gap must not pass: %s", why);
+    cr_expect(strstr(why, "timed work is not the judged work") && strstr(why, "run 4"), "%s", why);
+    json_decref(m);
+}
+
+/* Settings that name a baseline over metrics whose baseline was refused (not comparable) are
+ * no evidence either way: ERROR, never the PASS the floors alone would give (mutant T03) */
+Test(throughput, a_refused_baseline_is_an_error_not_a_pass)
+{
+    const double d[] = {100, 120, 110};
+    json_t *m = metrics_of(6, d, 3);
+    char why[400];
+    cr_expect_eq(judge(settings_of(0, 50), m, why, sizeof why), GATE_PASS, "%s", why);
+    json_object_set_new(m, "baseline", json_pack("{s:s}", "refused", "another engine build"));
+    json_t *s = settings_of(0, 50);
+    json_object_set_new(s, "baseline", json_string("previous"));
+    cr_expect_eq(judge(s, m, why, sizeof why), GATE_ERROR,
+                 "a named but refused baseline is an ERROR: %s", why);
+    cr_expect(strstr(why, "cannot compare with the baseline") &&
+                  strstr(why, "another engine build"),
+              "%s", why);
+    json_decref(m);
+}
+
 /* ---- real runs ------------------------------------------------------------------------------ */
 
 /* A scripted clock: call 0 is before the backend opens, call 1 after; then three calls per run
