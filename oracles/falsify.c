@@ -787,6 +787,9 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
                                "<=", FALSIFY_FLOOR_MAX_MEAN_KLD);
     floor_ok &=
         gate_check_num(checks, "parity.near_tie floor", t.near_tie, "<=", FALSIFY_FLOOR_NEAR_TIE);
+    /* absent: 0, no route ties (the strictest); falsify_check_floor refuses a looser one */
+    floor_ok &= gate_check_num(checks, "parity.route_tie floor", t.route_tie,
+                               "<=", FALSIFY_FLOOR_ROUTE_TIE);
     if (samples_d > 0 &&
         !gate_check_num(checks, "min_detection floor", min_det,
                         ">=", FALSIFY_MIN_DETECTION_FLOOR) &&
@@ -798,9 +801,10 @@ enum gate_verdict falsify_judge(const json_t *settings, const json_t *metrics, j
     if (!floor_ok && !fails++)
         snprintf(first, sizeof first,
                  "parity thresholds are looser than the falsify floor"
-                 " (min_cosine >= %g, max_kld <= %g, max_mean_kld <= %g, near_tie <= %g)",
+                 " (min_cosine >= %g, max_kld <= %g, max_mean_kld <= %g, near_tie <= %g,"
+                 " route_tie <= %g)",
                  FALSIFY_FLOOR_MIN_COSINE, FALSIFY_FLOOR_MAX_KLD, FALSIFY_FLOOR_MAX_MEAN_KLD,
-                 FALSIFY_FLOOR_NEAR_TIE);
+                 FALSIFY_FLOOR_NEAR_TIE, FALSIFY_FLOOR_ROUTE_TIE);
     int malformed;
     int clean_rej = parity_rejects(json_object_get(metrics, "clean"), &t, &malformed);
     if (!gate_check_bool(checks, "clean run passes parity", !clean_rej && !malformed) && !fails++)

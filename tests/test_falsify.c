@@ -853,3 +853,111 @@ Test(falsify, the_power_probe_sees_a_one_percent_scale_of_every_matmul)
     model_free(m);
     free(buf);
 }
+
+/* The falsify judge over a recorded run of tiny-dense (one fault, the power probe at the default
+ * layers): settings and metrics the run made PASS, each test below changes one thing. */
+static struct model *falsify_recorded(uint8_t **buf, json_t **s, json_t **met)
+{
+    struct model *m = check_tiny_model("tiny-dense", buf);
+    struct falsify_config cfg;
+    gatedef_falsify_config(NULL, &cfg);
+    cfg.sweep_samples = 0;
+    const char *kinds[] = {"skip_qk_norm"};
+    struct fault_set fs = faults_of(kinds, 1);
+    struct mode mode = ref_mode("cpu.decode");
+    struct gate_err err = {0};
+    struct falsify_result r;
+    cr_assert_eq(falsify_run(m, &mode, &fs, NULL, 0, &cfg, 2, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(r.verdict, GATE_PASS, "%s", r.reason);
+    *s = falsify_settings_json(&fs, &cfg);
+    *met = json_deep_copy(r.metrics);
+    falsify_result_free(&r);
+    return m;
+}
+
+static enum gate_verdict falsify_rejudge(const json_t *s, const json_t *met, char *why, size_t n)
+{
+    json_t *checks = json_array();
+    enum gate_verdict v = falsify_judge(s, met, checks, why, n);
+    json_decref(checks);
+    return v;
+}
+
+/* Re-judging a receipt whose settings list more faults than its metrics recorded FAILs: the
+ * listed fault that was never run must not pass unjudged (mutant F02) */
+Test(falsify, judge_fails_fewer_faults_recorded_than_listed)
+{
+    uint8_t *buf = NULL;
+    json_t *s, *met;
+    struct model *m = falsify_recorded(&buf, &s, &met);
+    char why[320];
+    cr_expect_eq(falsify_rejudge(s, met, why, sizeof why), GATE_PASS, "%s", why);
+    json_t *sf = json_object_get(s, "faults");
+    json_array_append(sf, json_array_get(sf, 0));
+    cr_expect_eq(falsify_rejudge(s, met, why, sizeof why), GATE_FAIL,
+                 "2 faults listed, 1 recorded: %s", why);
+    cr_expect(strstr(why, "1 faults recorded for 2 listed"), "%s", why);
+    json_decref(met);
+    json_decref(s);
+    model_free(m);
+    free(buf);
+}
+
+/* The power probe must cover each tensor at the last layer: probes of one tensor at enough
+ * layers but none of them the last FAIL (mutant F04, which required only the count) */
+Test(falsify, judge_fails_a_power_probe_that_misses_the_last_layer)
+{
+    uint8_t *buf = NULL;
+    json_t *s, *met;
+    struct model *m = falsify_recorded(&buf, &s, &met);
+    char why[320];
+    /* one layer due per tensor: the tensor keeps a probe at an earlier layer */
+    json_object_set_new(s, "power_layers", json_integer(1));
+    cr_expect_eq(falsify_rejudge(s, met, why, sizeof why), GATE_PASS, "%s", why);
+    const int L = (int)m->hp.n_layer;
+    cr_assert_gt(L, 1);
+    json_t *probes = json_object_get(json_object_get(met, "power"), "probes");
+    json_t *p = NULL;
+    for (size_t i = 0; !p && i < json_array_size(probes); i++) {
+        json_t *x = json_array_get(probes, i);
+        if (json_integer_value(json_object_get(x, "layer")) == L - 1)
+            p = x;
+    }
+    cr_assert(p, "a probe at the last layer %d", L - 1);
+    json_object_set_new(p, "layer", json_integer(0));
+    cr_expect_eq(falsify_rejudge(s, met, why, sizeof why), GATE_FAIL,
+                 "tensor %s probed, but not at the last layer: %s",
+                 json_string_value(json_object_get(p, "tensor")), why);
+    cr_expect(strstr(why, "the last among them"), "%s", why);
+    json_decref(met);
+    json_decref(s);
+    model_free(m);
+    free(buf);
+}
+
+/* Parity thresholds looser than the falsify floor prove nothing on re-judging: a near_tie above
+ * FALSIFY_FLOOR_NEAR_TIE (mutant F01, which checked it without counting it) or a route_tie above
+ * FALSIFY_FLOOR_ROUTE_TIE (which the judge once never checked) FAILs */
+Test(falsify, judge_fails_a_near_tie_or_route_tie_looser_than_the_floor)
+{
+    uint8_t *buf = NULL;
+    json_t *s, *met;
+    struct model *m = falsify_recorded(&buf, &s, &met);
+    char why[320];
+    json_t *sp = json_object_get(s, "parity");
+    json_object_set_new(sp, "near_tie", json_real(2 * FALSIFY_FLOOR_NEAR_TIE));
+    cr_expect_eq(falsify_rejudge(s, met, why, sizeof why), GATE_FAIL, "near_tie %g: %s",
+                 2 * FALSIFY_FLOOR_NEAR_TIE, why);
+    cr_expect(strstr(why, "looser than the falsify floor"), "%s", why);
+    json_object_set_new(sp, "near_tie", json_real(FALSIFY_FLOOR_NEAR_TIE));
+    json_object_set_new(sp, "route_tie", json_real(FALSIFY_FLOOR_ROUTE_TIE));
+    cr_expect_eq(falsify_rejudge(s, met, why, sizeof why), GATE_PASS, "at the floors: %s", why);
+    json_object_set_new(sp, "route_tie", json_real(2 * FALSIFY_FLOOR_ROUTE_TIE));
+    cr_expect_eq(falsify_rejudge(s, met, why, sizeof why), GATE_FAIL, "route_tie %g: %s",
+                 2 * FALSIFY_FLOOR_ROUTE_TIE, why);
+    cr_expect(strstr(why, "looser than the falsify floor") && strstr(why, "route_tie"), "%s", why);
+    json_decref(met);
+    json_decref(s);
+    model_free(m);
+    free(buf);
+}
