@@ -279,3 +279,29 @@ Test(cli, synth_list_fits_100_columns)
     }
     free(out);
 }
+
+/* gate run --input-seed takes 1 to 16 hex digits, not 0 (0 would mean "draw one"): anything else
+ * is a usage error naming the value, before anything runs; a good seed gets past the parse (here
+ * to the missing ladder). */
+Test(cli, run_input_seed_is_hex_and_not_zero)
+{
+    static const char *const bad[] = {"0",    "0000", "12345678901234567", "xyz", "-1", "+5",
+                                      "ca7g", "''"};
+    char args[256], err[1200], *out = NULL;
+    snprintf(err, sizeof err, "%s/cli.out.err", check_tmp_dir());
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "run no-such-ladder.yaml --host local --input-seed %s", bad[i]);
+        cr_expect_eq(gate(args, &out), 2, "gate %s", args);
+        free(out);
+        char *e = check_slurp_text(err);
+        cr_expect(e && strstr(e, "--input-seed must be 1 to 16 hex digits, not 0"), "gate %s: %s",
+                  args, e ? e : "");
+        free(e);
+    }
+    cr_expect_eq(gate("run no-such-ladder.yaml --host local --input-seed cA", &out), 2);
+    free(out);
+    char *e = check_slurp_text(err);
+    cr_expect(e && !strstr(e, "--input-seed") && strstr(e, "no-such-ladder.yaml"),
+              "a good seed is refused, or the ladder is not named: %s", e ? e : "");
+    free(e);
+}
