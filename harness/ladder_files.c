@@ -196,55 +196,73 @@ static int engine_first_cell(const struct ladder *l, int c0)
     return 1;
 }
 
-int ladder_hparams_uniform(const struct ladder *l, char *why, size_t n)
+/* What a coverage warning says of the engine whose first cell is c0 (mode, its engine the first
+ * len characters): a sentence in buf (bn bytes) and 1, or 0 when it has nothing to say. */
+typedef int (*engine_say)(const struct ladder *l, int c0, const char *mode, int len, char *buf,
+                          size_t bn);
+
+/* The coverage warnings' one loop: each engine once (engine_first_cell), its sentence from say,
+ * the sentences in why (n bytes) separated by newlines. Returns how many. */
+static int engine_warnings(const struct ladder *l, char *why, size_t n, engine_say say)
 {
     int warned = 0;
     size_t used = 0;
     why[0] = '\0';
     for (int c0 = 0; c0 < l->n_cells; c0++) {
-        if (!engine_first_cell(l, c0))
-            continue;
         const char *mode = l->cells[c0].mode;
-        const size_t len = engine_len(mode);
-        double eps0 = 0, rope0 = 0;
-        int models = 0, eps_differ = 0, rope_differ = 0;
-        for (int i = 0; i < l->n_models; i++) {
-            int judged = 0; /* a cell of this engine on model i */
-            for (int c = c0; c < l->n_cells && !judged; c++)
-                judged = l->cells[c].model == i && same_engine(l->cells[c].mode, mode);
-            double eps, rope;
-            struct gate_err e = {0};
-            if (!judged || ladder_model_hparams(l, i, &eps, &rope, &e))
-                continue;
-            if (!models++)
-                eps0 = eps, rope0 = rope;
-            eps_differ |= eps != eps0;
-            rope_differ |= rope != rope0;
-        }
-        if (!models || (eps_differ && rope_differ))
+        char line[1024];
+        if (!engine_first_cell(l, c0) ||
+            !say(l, c0, mode, (int)engine_len(mode), line, sizeof line))
             continue;
-        char what[160] = "";
-        if (!eps_differ)
-            snprintf(what, sizeof what, "RMSNorm epsilon %g", eps0);
-        if (!rope_differ)
-            snprintf(what + strlen(what), sizeof what - strlen(what), "%sRoPE base %g",
-                     eps_differ ? "" : " and ", rope0);
-        const int one = eps_differ || rope_differ;
         if (used < n)
-            used += (size_t)snprintf(
-                why + used, n - used,
-                "%severy model the %.*s engine is judged on has %s: an engine that hard-codes %s%s"
-                " passes every gate here; add a model whose synth spec sets %s off %s"
-                " (docs/ladder.md, \"Hyperparameters off the usual values\")",
-                warned ? "\n" : "", (int)len, mode, what, one ? "it" : "them",
-                eps_differ ? "" : " (or misapplies epsilon)",
-                eps_differ    ? "rope_base"
-                : rope_differ ? "eps"
-                              : "eps and rope_base",
-                one ? "it" : "them");
+            used += (size_t)snprintf(why + used, n - used, "%s%s", warned ? "\n" : "", line);
         warned++;
     }
     return warned;
+}
+
+static int say_hparams_uniform(const struct ladder *l, int c0, const char *mode, int len, char *buf,
+                               size_t bn)
+{
+    double eps0 = 0, rope0 = 0;
+    int models = 0, eps_differ = 0, rope_differ = 0;
+    for (int i = 0; i < l->n_models; i++) {
+        int judged = 0; /* a cell of this engine on model i */
+        for (int c = c0; c < l->n_cells && !judged; c++)
+            judged = l->cells[c].model == i && same_engine(l->cells[c].mode, mode);
+        double eps, rope;
+        struct gate_err e = {0};
+        if (!judged || ladder_model_hparams(l, i, &eps, &rope, &e))
+            continue;
+        if (!models++)
+            eps0 = eps, rope0 = rope;
+        eps_differ |= eps != eps0;
+        rope_differ |= rope != rope0;
+    }
+    if (!models || (eps_differ && rope_differ))
+        return 0;
+    char what[160] = "";
+    if (!eps_differ)
+        snprintf(what, sizeof what, "RMSNorm epsilon %g", eps0);
+    if (!rope_differ)
+        snprintf(what + strlen(what), sizeof what - strlen(what), "%sRoPE base %g",
+                 eps_differ ? "" : " and ", rope0);
+    const int one = eps_differ || rope_differ;
+    snprintf(buf, bn,
+             "every model the %.*s engine is judged on has %s: an engine that hard-codes %s%s"
+             " passes every gate here; add a model whose synth spec sets %s off %s"
+             " (docs/ladder.md, \"Hyperparameters off the usual values\")",
+             len, mode, what, one ? "it" : "them", eps_differ ? "" : " (or misapplies epsilon)",
+             eps_differ    ? "rope_base"
+             : rope_differ ? "eps"
+                           : "eps and rope_base",
+             one ? "it" : "them");
+    return 1;
+}
+
+int ladder_hparams_uniform(const struct ladder *l, char *why, size_t n)
+{
+    return engine_warnings(l, why, n, say_hparams_uniform);
 }
 
 /* Model i's context length: its synth preset's, or its file's metadata; 0 when unknown. */
@@ -279,92 +297,78 @@ static void model_counts(const struct ladder *l, int i, int64_t *vocab, uint32_t
         *vocab = fm.n_vocab, *experts = fm.n_expert, *used = fm.n_expert_used;
 }
 
+static int say_counts_small(const struct ladder *l, int c0, const char *mode, int len, char *buf,
+                            size_t bn)
+{
+    int64_t vocab = 0;                      /* the largest vocabulary the engine is judged on */
+    uint32_t experts = 0, top = 0, moe = 0; /* the same over its MoE models */
+    for (int c = c0; c < l->n_cells; c++) {
+        if (!same_engine(l->cells[c].mode, mode))
+            continue;
+        int64_t v;
+        uint32_t x, k;
+        model_counts(l, l->cells[c].model, &v, &x, &k);
+        vocab = v > vocab ? v : vocab;
+        moe |= x > 0;
+        experts = x > experts ? x : experts;
+        top = k > top ? k : top;
+    }
+    char what[320] = "";
+    if (vocab && vocab <= LADDER_VOCAB_REACH)
+        snprintf(what, sizeof what,
+                 "a vocabulary of at most %lld tokens (token ids that fit"
+                 " in 16 bits)",
+                 (long long)vocab);
+    if (moe && (experts <= LADDER_EXPERTS_REACH || top < LADDER_TOPK_REACH))
+        snprintf(what + strlen(what), sizeof what - strlen(what),
+                 "%sat most %u experts, %u a token (the real MoE models: 128, top-8)",
+                 what[0] ? ", and MoE models of " : "MoE models of ", experts, top);
+    if (!what[0])
+        return 0;
+    snprintf(buf, bn,
+             "every model the %.*s engine is judged on has %s: a bug sized for these counts"
+             " (ids kept in 16 bits, a 64-bit expert mask, arrays for top-4) passes every gate"
+             " here; add a model with the real counts, e.g. synth preset tiny-a3b"
+             " (docs/ladder.md, \"The real models' counts\")",
+             len, mode, what);
+    return 1;
+}
+
 int ladder_counts_small(const struct ladder *l, char *why, size_t n)
 {
-    int warned = 0;
-    size_t used = 0;
-    why[0] = '\0';
-    for (int c0 = 0; c0 < l->n_cells; c0++) {
-        if (!engine_first_cell(l, c0))
+    return engine_warnings(l, why, n, say_counts_small);
+}
+
+static int say_span_short(const struct ladder *l, int c0, const char *mode, int len, char *buf,
+                          size_t bn)
+{
+    long long longest = 0; /* the longest sequence parity judges in this engine's cells */
+    uint32_t ctx = 0;      /* the longest context among their models */
+    for (int c = c0; c < l->n_cells; c++) {
+        const struct ladder_cell *cell = &l->cells[c];
+        if (!same_engine(cell->mode, mode))
             continue;
-        const char *mode = l->cells[c0].mode;
-        const size_t len = engine_len(mode);
-        int64_t vocab = 0;                      /* the largest vocabulary the engine is judged on */
-        uint32_t experts = 0, top = 0, moe = 0; /* the same over its MoE models */
-        for (int c = c0; c < l->n_cells; c++) {
-            if (!same_engine(l->cells[c].mode, mode))
-                continue;
-            int64_t v;
-            uint32_t x, k;
-            model_counts(l, l->cells[c].model, &v, &x, &k);
-            vocab = v > vocab ? v : vocab;
-            moe |= x > 0;
-            experts = x > experts ? x : experts;
-            top = k > top ? k : top;
-        }
-        char what[320] = "";
-        if (vocab && vocab <= LADDER_VOCAB_REACH)
-            snprintf(what, sizeof what,
-                     "a vocabulary of at most %lld tokens (token ids that fit"
-                     " in 16 bits)",
-                     (long long)vocab);
-        if (moe && (experts <= LADDER_EXPERTS_REACH || top < LADDER_TOPK_REACH))
-            snprintf(what + strlen(what), sizeof what - strlen(what),
-                     "%sat most %u experts, %u a token (the real MoE models: 128, top-8)",
-                     what[0] ? ", and MoE models of " : "MoE models of ", experts, top);
-        if (!what[0])
-            continue;
-        if (used < n)
-            used += (size_t)snprintf(
-                why + used, n - used,
-                "%severy model the %.*s engine is judged on has %s: a bug sized for these counts"
-                " (ids kept in 16 bits, a 64-bit expert mask, arrays for top-4) passes every gate"
-                " here; add a model with the real counts, e.g. synth preset tiny-a3b"
-                " (docs/ladder.md, \"The real models' counts\")",
-                warned ? "\n" : "", (int)len, mode, what);
-        warned++;
+        const long long seq = cell->g.span > cell->g.positions ? cell->g.span : cell->g.positions;
+        if (seq > longest)
+            longest = seq;
+        const uint32_t mc = model_context(l, cell->model);
+        if (mc > ctx)
+            ctx = mc;
     }
-    return warned;
+    if (longest > LADDER_SPAN_REACH || (long long)ctx <= longest)
+        return 0;
+    snprintf(buf, bn,
+             "no cell judges the %.*s engine past position %lld (its models' context: up to"
+             " %u): a bug at a later position (an engine's default context of %d, a KV slot,"
+             " a RoPE table) passes every gate here; give one cell a parity span past %d"
+             " (docs/ladder.md, \"Positions past 2048\")",
+             len, mode, longest - 1, ctx, LADDER_SPAN_REACH, LADDER_SPAN_REACH);
+    return 1;
 }
 
 int ladder_span_short(const struct ladder *l, char *why, size_t n)
 {
-    int warned = 0;
-    size_t used = 0;
-    why[0] = '\0';
-    for (int c0 = 0; c0 < l->n_cells; c0++) {
-        if (!engine_first_cell(l, c0))
-            continue;
-        const char *mode = l->cells[c0].mode;
-        const size_t len = engine_len(mode);
-        long long longest = 0; /* the longest sequence parity judges in this engine's cells */
-        uint32_t ctx = 0;      /* the longest context among their models */
-        for (int c = c0; c < l->n_cells; c++) {
-            const struct ladder_cell *cell = &l->cells[c];
-            if (!same_engine(cell->mode, mode))
-                continue;
-            const long long seq =
-                cell->g.span > cell->g.positions ? cell->g.span : cell->g.positions;
-            if (seq > longest)
-                longest = seq;
-            const uint32_t mc = model_context(l, cell->model);
-            if (mc > ctx)
-                ctx = mc;
-        }
-        if (longest > LADDER_SPAN_REACH || (long long)ctx <= longest)
-            continue;
-        if (used < n)
-            used += (size_t)snprintf(
-                why + used, n - used,
-                "%sno cell judges the %.*s engine past position %lld (its models' context: up to"
-                " %u): a bug at a later position (an engine's default context of %d, a KV slot,"
-                " a RoPE table) passes every gate here; give one cell a parity span past %d"
-                " (docs/ladder.md, \"Positions past 2048\")",
-                warned ? "\n" : "", (int)len, mode, longest - 1, ctx, LADDER_SPAN_REACH,
-                LADDER_SPAN_REACH);
-        warned++;
-    }
-    return warned;
+    return engine_warnings(l, why, n, say_span_short);
 }
 
 int ladder_check_files(const struct ladder *l, struct gate_err *err)
