@@ -201,8 +201,7 @@ static int session_tokens(const struct model *m, const struct mode *mode, const 
     }
     if (!(*out = malloc((size_t)cfg->positions * sizeof **out)))
         return err_set(err, ERR_ENV, "falsify: out of memory for the positions");
-    mode_tokens(cfg->token_seed ? cfg->token_seed : PARITY_TOKEN_SEED, m->hp.n_vocab,
-                cfg->positions, *out);
+    parity_tokens(cfg, m->hp.n_vocab, cfg->positions, *out);
     *n_out = cfg->positions;
     return 0;
 }

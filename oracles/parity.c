@@ -1302,6 +1302,11 @@ void parity_session_close(struct parity_session *s)
     free(s);
 }
 
+void parity_tokens(const struct parity_config *c, uint32_t n_vocab, int n, int32_t *out)
+{
+    mode_tokens(c->token_seed ? c->token_seed : PARITY_TOKEN_SEED, n_vocab, n, out);
+}
+
 /* The sequence of a session: supplied tokens, generated ids, or the chat conversation. */
 static int build_sequence(struct parity_session *s, const int32_t *tokens, int n,
                           struct gate_err *err)
@@ -1337,7 +1342,7 @@ static int build_sequence(struct parity_session *s, const int32_t *tokens, int n
                                (int)tokens[i], i, V);
         memcpy(s->tokens, tokens, (size_t)n * sizeof *tokens);
     } else {
-        mode_tokens(s->cfg.token_seed ? s->cfg.token_seed : PARITY_TOKEN_SEED, V, n, s->tokens);
+        parity_tokens(&s->cfg, V, n, s->tokens);
     }
     if (s->mode.path == MODE_CHAT) { /* supplied tokens: six equal turns */
         s->n_turns = 6;

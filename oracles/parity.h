@@ -142,6 +142,10 @@ struct parity_config {
                              * seed), so an engine cannot know the sequence it is judged on */
 };
 
+/* The generated sequence a session of c judges (no supplied tokens, not the chat path): n ids,
+ * mode_tokens(c->token_seed, or PARITY_TOKEN_SEED when 0). Falsify's sweep rebuilds it here. */
+void parity_tokens(const struct parity_config *c, uint32_t n_vocab, int n, int32_t *out);
+
 /* Defaults and bounds of the settings fields: the gate table's rows (harness/gatedef.c), the
  * one filler gatedef_parity_config(NULL, &c) (issue 24 §2: a default is written once). */
 /* ERR_INPUT naming the field: positions < 64, a NaN threshold, min_cosine outside [-1, 1],
