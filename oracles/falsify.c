@@ -201,9 +201,8 @@ static int session_tokens(const struct model *m, const struct mode *mode, const 
     }
     if (!(*out = malloc((size_t)cfg->positions * sizeof **out)))
         return err_set(err, ERR_ENV, "falsify: out of memory for the positions");
-    parity_tokens(cfg, m->hp.n_vocab, cfg->positions, *out);
     *n_out = cfg->positions;
-    return 0;
+    return parity_tokens(cfg, m, cfg->positions, *out, NULL, NULL, err);
 }
 
 /* The judge's routed weights over the session's sequence: w (n_layer, n, k), malloc'd. */

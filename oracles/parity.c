@@ -11,6 +11,7 @@
 #include "engine/quant.h"
 #include "engine/ref_ops.h"
 #include "oracles/distribution.h"
+#include "oracles/prose.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -941,6 +942,9 @@ json_t *parity_result_json(const struct parity_result *r)
             json_object_set_new(o, "noise", nz);
     }
     json_object_set_new(o, "chat_fallback", json_boolean(r->chat_fallback));
+    /* how much of a generated sequence was prose, and how many judged positions (parity_tokens) */
+    json_object_set_new(
+        o, "prose", json_pack("{s:i, s:i}", "tokens", r->prose_tokens, "judged", r->prose_judged));
     json_t *fa = json_array();
     for (int i = 0; i < r->n_faults; i++)
         json_array_append_new(fa, json_string(r->faults[i]));
@@ -1234,6 +1238,8 @@ struct parity_session {
     int n;
     int *turn_ends, n_turns;
     int chat_fallback;
+    uint8_t *is_prose; /* generated sequences: which tokens are prose (parity_tokens) */
+    int n_prose;
     struct backend *judge, *subject;
     int *judged, n_judged; /* the positions judged (increasing), n_judged of n */
     /* the rows every run keeps (issue 26 §2): the judged positions when they are a sample of a
@@ -1285,6 +1291,7 @@ void parity_session_close(struct parity_session *s)
     backend_close(s->subject);
     free(s->tokens);
     free(s->turn_ends);
+    free(s->is_prose);
     free(s->judge_logits);
     free(s->subj_logits);
     free(s->clean_logits);
@@ -1302,9 +1309,47 @@ void parity_session_close(struct parity_session *s)
     free(s);
 }
 
-void parity_tokens(const struct parity_config *c, uint32_t n_vocab, int n, int32_t *out)
+#define PROSE_SALT 0x70726f7365ull /* "prose": the segment schedule's stream */
+#define PROSE_SEG_MIN 16
+#define PROSE_SEG_SPAN 33 /* segments of 16..48 tokens: 64 positions hold two at least */
+
+int parity_tokens(const struct parity_config *c, const struct model *m, int n, int32_t *out,
+                  int *n_prose, uint8_t *is_prose, struct gate_err *err)
 {
-    mode_tokens(c->token_seed ? c->token_seed : PARITY_TOKEN_SEED, n_vocab, n, out);
+    const uint32_t V = m->hp.n_vocab;
+    if (n_prose)
+        *n_prose = 0;
+    if (is_prose)
+        memset(is_prose, 0, (size_t)n);
+    mode_tokens(c->token_seed ? c->token_seed : PARITY_TOKEN_SEED, V, n, out);
+    struct tok *t = NULL;
+    struct gate_err quiet = {0};
+    if (!c->token_seed || !m->gguf || tok_load(&t, m->gguf, &quiet))
+        return 0; /* the conformance sequence, or no tokenizer: random ids only */
+    int32_t *seg = malloc((PROSE_SEG_MIN + PROSE_SEG_SPAN) * sizeof *seg);
+    if (!seg) {
+        tok_free(t);
+        return err_set(err, ERR_ENV, "parity: out of memory for the prose segments");
+    }
+    uint64_t st = c->token_seed ^ PROSE_SALT;
+    for (int at = 0, prose = 1; at < n; prose = !prose) {
+        const int len = PROSE_SEG_MIN + (int)(det_splitmix64(&st) % PROSE_SEG_SPAN);
+        const uint64_t seg_seed = det_splitmix64(&st);
+        const int take = len < n - at ? len : n - at;
+        /* the whole segment is encoded whatever n, so every prefix is the same; a segment the
+         * tokenizer cannot give within the vocabulary stays random ids */
+        if (prose && !prose_tokens(t, seg_seed, V, len, seg, &quiet)) {
+            memcpy(out + at, seg, (size_t)take * sizeof *seg);
+            if (is_prose)
+                memset(is_prose + at, 1, (size_t)take);
+            if (n_prose)
+                *n_prose += take;
+        }
+        at += take;
+    }
+    free(seg);
+    tok_free(t);
+    return 0;
 }
 
 /* The sequence of a session: supplied tokens, generated ids, or the chat conversation. */
@@ -1342,7 +1387,11 @@ static int build_sequence(struct parity_session *s, const int32_t *tokens, int n
                                (int)tokens[i], i, V);
         memcpy(s->tokens, tokens, (size_t)n * sizeof *tokens);
     } else {
-        parity_tokens(&s->cfg, V, n, s->tokens);
+        if (!(s->is_prose = malloc((size_t)n)))
+            return err_set(err, ERR_ENV, "out of memory for %d tokens", n);
+        int rc = parity_tokens(&s->cfg, s->m, n, s->tokens, &s->n_prose, s->is_prose, err);
+        if (rc)
+            return rc;
     }
     if (s->mode.path == MODE_CHAT) { /* supplied tokens: six equal turns */
         s->n_turns = 6;
@@ -2050,6 +2099,10 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
     }
     mode_format(&s->mode, out->mode, sizeof out->mode);
     out->chat_fallback = s->chat_fallback;
+    out->prose_tokens = s->n_prose;
+    out->prose_judged = 0;
+    for (int i = 0; s->is_prose && i < s->n_judged; i++)
+        out->prose_judged += s->is_prose[s->judged[i]];
     for (int i = 0; faults && i < faults->n && i < FAULT_MAX; i++)
         fault_format(&faults->f[i], out->faults[out->n_faults++], sizeof out->faults[0]);
     if (!out->pass && localize_on_fail && s->subj_taps_ok && (rc = localize(s, out, err)))

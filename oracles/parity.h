@@ -137,14 +137,23 @@ struct parity_config {
     uint64_t seed;          /* which positions are sampled and how prefill is chunked
                              * (mode_prefill_split); the harness derives it from the cell's name
                              * and the run's input seed */
-    uint64_t token_seed;    /* generated sequences: mode_tokens(token_seed); 0 = PARITY_TOKEN_SEED.
+    uint64_t token_seed;    /* generated sequences: parity_tokens(); 0 = PARITY_TOKEN_SEED's.
                              * The harness gives each run a fresh one (gate run: the run's input
                              * seed), so an engine cannot know the sequence it is judged on */
 };
 
-/* The generated sequence a session of c judges (no supplied tokens, not the chat path): n ids,
- * mode_tokens(c->token_seed, or PARITY_TOKEN_SEED when 0). Falsify's sweep rebuilds it here. */
-void parity_tokens(const struct parity_config *c, uint32_t n_vocab, int n, int32_t *out);
+/* The generated sequence a session of c judges (no supplied tokens, not the chat path): n ids.
+ * With token_seed 0, the conformance sequence mode_tokens(PARITY_TOKEN_SEED). With a run's seed,
+ * alternating segments of 16..48 tokens (lengths and contents drawn from the seed) of fresh prose
+ * in the model's own tokenizer (oracles/prose.h) and of uniform random ids, mode_tokens(token_seed)
+ * at those positions — so that an engine cannot be right on random ids and wrong on text
+ * (docs/exec.md, "Telling test inputs from use"). Prose comes first: an engine reading the
+ * sequence token by token has seen no random id before the first prose is judged. A model without a usable
+ * tokenizer gets random ids only. Every prefix is the same whatever n; *n_prose (may be NULL)
+ * counts the prose tokens, and is_prose (may be NULL, n bytes) marks them. Falsify's sweep
+ * rebuilds the sequence here. ERR_ENV on out of memory. */
+int parity_tokens(const struct parity_config *c, const struct model *m, int n, int32_t *out,
+                  int *n_prose, uint8_t *is_prose, struct gate_err *err);
 
 /* Defaults and bounds of the settings fields: the gate table's rows (harness/gatedef.c), the
  * one filler gatedef_parity_config(NULL, &c) (issue 24 §2: a default is written once). */
@@ -247,6 +256,8 @@ struct parity_result {
     int chunks[MODE_MAX_CHUNKS];
     char mode[32];
     int chat_fallback; /* chat mode used the fallback conversation */
+    int prose_tokens;  /* tokens of the sequence that were prose (parity_tokens) */
+    int prose_judged;  /* judged positions whose token was prose */
     int n_faults;
     char faults[FAULT_MAX][96];
 };

@@ -56,9 +56,14 @@
  *                          applied; while a fault list is set, every logit gets a large jitter
  *                          instead (so the logits move and parity rejects them)
  *   --known-inputs SEED    an engine that knows its test inputs (a "defeat device"): right only
- *                          while the sequence so far is the generated one of seed SEED (hex; the
- *                          ids splitmix64(SEED) % n_vocab, as gate's mode_tokens makes them),
- *                          every logit scaled by 1.5 from the first position off it
+ *                          while the sequence so far is the generated one of seed SEED (hex; as
+ *                          gate's parity_tokens makes it for a run given that seed), every logit
+ *                          scaled by 1.5 from the first position off it
+ *   --only-random-ids      an engine that tells test inputs from text (a defeat device): right
+ *                          where the last 12 tokens decode to something other than plain text,
+ *                          every logit scaled by 1.01 where they read as text (letters, spaces,
+ *                          and . , ' only, at least two spaces) — right on uniform random ids,
+ *                          1 % off on what users send
  * Faults: every kind of gate's table, applied by the twin (set_faults -> backend_set_faults).
  * Start reading: main().
  */
@@ -83,7 +88,9 @@
 #include "base/frame.h"
 #include "engine/backend.h"
 #include "engine/model.h"
+#include "engine/tokenizer.h"
 #include "faults/fault.h"
+#include "oracles/parity.h"
 
 struct opts {
     double noise;
@@ -95,6 +102,7 @@ struct opts {
     int max_tokens;
     int replay;
     uint64_t known;     /* --known-inputs SEED (0: off) */
+    int only_random;    /* --only-random-ids */
     const char *device; /* what hello says the engine runs on */
     const char *steal[8];
     int n_steal, steal_parent, grandchild, slow_ms;
@@ -452,6 +460,30 @@ static int parse_fault(const json_t *o, struct fault_spec *f)
     return 0;
 }
 
+/* --only-random-ids: the last 12 tokens up to position p decode to plain text — letters,
+ * spaces, '.', ',' and '\'' only, with at least two spaces (uniform random ids almost never do;
+ * prose always does) */
+static int reads_as_text(const struct tok *t, const int32_t *history, int p)
+{
+    enum { WINDOW = 12 };
+    if (p + 1 < WINDOW)
+        return 0;
+    char *text = NULL;
+    size_t len = 0;
+    struct gate_err err = {0};
+    if (tok_decode(t, history + p + 1 - WINDOW, WINDOW, &text, &len, &err))
+        return 0;
+    int spaces = 0, plain = 1;
+    for (size_t i = 0; i < len && plain; i++) {
+        const char c = text[i];
+        spaces += c == ' ';
+        plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == ' ' || c == '.' ||
+                c == ',' || c == '\'';
+    }
+    free(text);
+    return plain && spaces >= 2;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o = {.max_tokens = 4096,
@@ -520,6 +552,8 @@ int main(int argc, char **argv)
             o.fake_faults = 1;
         else if (!strcmp(a, "--known-inputs") && v)
             o.known = strtoull(argv[++i], NULL, 16);
+        else if (!strcmp(a, "--only-random-ids"))
+            o.only_random = 1;
         else {
             fprintf(stderr, "exec_engine: unknown option '%s'\n", a);
             return 2;
@@ -533,6 +567,10 @@ int main(int argc, char **argv)
     int32_t *tokens = NULL;
     int forwards = 0, n_ctx = 0;
     uint8_t *on_script = NULL; /* --known-inputs: position p and all before it were the seed's */
+    int32_t *script = NULL;    /* --known-inputs: the sequence it knows */
+    struct tok *tk = NULL;     /* --only-random-ids: the model's tokenizer */
+    int32_t *history = NULL;   /* --only-random-ids: every token so far, by position */
+    uint8_t *reads = NULL;     /* --only-random-ids: position p's last 12 tokens read as text */
     /* --replay: the first reply for each (n_past, n_tokens), kept for ever */
     enum { REPLAY_MAX = 128 };
     static float *cache[REPLAY_MAX][REPLAY_MAX];
@@ -657,14 +695,26 @@ int main(int argc, char **argv)
                 if (o.known) { /* is the sequence still the one the engine was built to pass? */
                     if (!on_script && !(on_script = calloc((size_t)n_ctx, 1)))
                         die("out of memory");
-                    uint64_t st = o.known;
-                    int32_t want = 0;
-                    for (int p = 0; p < n_past + n; p++) {
-                        want = (int32_t)(det_splitmix64(&st) % V);
-                        if (p >= n_past)
-                            on_script[p] =
-                                (p == 0 || on_script[p - 1]) && tokens[p - n_past] == want;
+                    if (!script) {
+                        const struct parity_config c = {.token_seed = o.known};
+                        if (!(script = malloc((size_t)n_ctx * sizeof *script)) ||
+                            parity_tokens(&c, m, n_ctx, script, NULL, NULL, &err))
+                            die("cannot make the sequence it knows");
                     }
+                    for (int p = n_past; p < n_past + n; p++)
+                        on_script[p] =
+                            (p == 0 || on_script[p - 1]) && tokens[p - n_past] == script[p];
+                }
+                if (o.only_random) { /* does the text so far read as text? */
+                    if (!history && !(history = malloc((size_t)n_ctx * sizeof *history)))
+                        die("out of memory");
+                    if (!reads && !(reads = calloc((size_t)n_ctx, 1)))
+                        die("out of memory");
+                    if (!tk && tok_load(&tk, m->gguf, &err))
+                        die(err.msg);
+                    memcpy(history + n_past, tokens, (size_t)n * sizeof *tokens);
+                    for (int p = n_past; p < n_past + n; p++)
+                        reads[p] = reads_as_text(tk, history, p);
                 }
                 for (int t = 0; t < n; t++)
                     for (size_t i = 0; i < V; i++) {
@@ -677,6 +727,8 @@ int main(int argc, char **argv)
                         }
                         if (o.defect || (o.known && !on_script[n_past + t]))
                             *x *= 1.5f;
+                        if (o.only_random && reads[n_past + t])
+                            *x *= 1.01f;
                         if (o.fake_faults && o.faults_on) {
                             uint64_t st = ((uint64_t)(n_past + t) << 32) ^ (uint64_t)i ^ 0xfa4eull;
                             *x += (float)((double)(det_splitmix64(&st) >> 11) * 0x1.0p-53 * 4.0);
@@ -755,9 +807,13 @@ int main(int argc, char **argv)
         }
     }
     backend_close(b);
+    tok_free(tk);
     model_free(m);
     free(logits);
     free(tokens);
     free(on_script);
+    free(script);
+    free(history);
+    free(reads);
     return 0;
 }

@@ -1001,6 +1001,30 @@ Test(exec, an_engine_that_knows_its_test_inputs_fails_parity_on_fresh_ones)
     run_result_free(&r);
 }
 
+/* An engine that tells test inputs from text — right wherever its last 12 tokens are not plain
+ * text, 1 % off where they are — passed parity while every sequence was uniform random ids (at
+ * 3a17c2b: the whole cell PASS, receipt signed); the run's sequence now has prose in the model's
+ * own tokenizer (parity_tokens), and parity fails it there. The receipt says how much of the
+ * sequence, and of the judged positions, was prose. */
+Test(exec, an_engine_right_only_on_random_ids_fails_parity_on_the_prose_in_its_inputs)
+{
+    char engines[512];
+    snprintf(engines, sizeof engines,
+             ENGINE("{argv: [%s, --only-random-ids], timeout_s: 30, supports: [decode, faults]}"),
+             engine_path());
+    struct run_result r = run_seeded(engines, CHEAP_GATES, 0);
+    cr_expect_str_eq(gate_field(&r, "parity", "verdict"), "FAIL",
+                     "an engine 1 %% off on text passed parity: %s",
+                     gate_field(&r, "parity", "reason"));
+    const json_t *prose = json_object_get(
+        json_object_get(json_object_get(r.cells[0].gates_json, "parity"), "metrics"), "prose");
+    cr_expect_gt(json_integer_value(json_object_get(prose, "tokens")), 0, "no prose");
+    cr_expect_gt(json_integer_value(json_object_get(prose, "judged")), 0,
+                 "no judged position was prose");
+    cr_expect_eq(r.n_pass, 0, "the cell passed");
+    run_result_free(&r);
+}
+
 /* One run serves two stories: the handshake (one child for every gate, recorded in the receipt)
  * and an engine that reports a GPU (capability PASSes on its word, recorded as ran.device). */
 Test(exec, gate_run_starts_the_engine_once_per_cell_and_records_its_handshake)

@@ -1,0 +1,39 @@
+/* prose.h — fresh English-like text for the parity inputs.
+ *
+ * Parity judged uniform random token ids only, which look nothing like text: an engine that can
+ * tell the two apart (a defeat device) could be right on random ids and wrong on what users send
+ * (docs/exec.md, "Telling test inputs from use"). prose_text() writes sentences that a word-bigram
+ * chain over a small built-in corpus walks from a seed — never the corpus's own sentences in
+ * order, so an engine cannot recognize them by memorizing gate's source; prose_tokens() encodes
+ * them with the model's own tokenizer. Pure functions of (seed, tokenizer, length). Start
+ * reading: prose_tokens().
+ */
+#ifndef GATE_PROSE_H
+#define GATE_PROSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "engine/tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* At least `words` words of fresh prose from seed into a malloc'd, NUL-terminated *out: whole
+ * sentences, capitalized, spaces between words, a paragraph break now and then. ERR_ENV on out
+ * of memory. */
+int prose_text(uint64_t seed, int words, char **out, struct gate_err *err);
+
+/* Exactly n ids: the first n tokens of t's encoding of prose_text(seed, ...), without special
+ * tokens. Every id is below n_vocab, else ERR_INPUT (a tokenizer larger than the model's
+ * embedding table: the caller falls back to random ids). */
+int prose_tokens(const struct tok *t, uint64_t seed, uint32_t n_vocab, int n, int32_t *out,
+                 struct gate_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

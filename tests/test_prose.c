@@ -1,0 +1,160 @@
+/* test_prose.c — the prose in parity's inputs (oracles/prose.h) and the sequence parity_tokens()
+ * builds from it: fresh per seed, text-like, within the vocabulary, the same prefix whatever its
+ * length, and the conformance sequence when no run seed is given. */
+#include <criterion/criterion.h>
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/model.h"
+#include "engine/synth.h"
+#include "engine/tokenizer.h"
+#include "oracles/mode.h"
+#include "oracles/parity.h"
+#include "oracles/prose.h"
+#include "support/check.h"
+
+static char *text_of(uint64_t seed, int words)
+{
+    char *s = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(prose_text(seed, words, &s, &err), 0, "%s", err.msg);
+    return s;
+}
+
+static int count_words(const char *s)
+{
+    int n = 0;
+    for (const char *c = s; *c; c++)
+        n += !isspace((unsigned char)*c) && (c == s || isspace((unsigned char)c[-1]));
+    return n;
+}
+
+Test(prose, the_text_is_whole_capitalized_sentences_of_printable_words)
+{
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        char *s = text_of(seed, 200);
+        const size_t len = strlen(s);
+        cr_expect_geq(count_words(s), 200, "seed %llu: %d words", (unsigned long long)seed,
+                      count_words(s));
+        cr_expect(isupper((unsigned char)s[0]), "seed %llu starts '%.20s'",
+                  (unsigned long long)seed, s);
+        cr_expect_eq(s[len - 1], '.', "seed %llu ends mid-sentence: '%s'", (unsigned long long)seed,
+                     s + (len > 30 ? len - 30 : 0));
+        for (size_t i = 0; i < len; i++) {
+            cr_expect(isprint((unsigned char)s[i]) || s[i] == '\n', "byte %zu is 0x%02x", i,
+                      (unsigned char)s[i]);
+            if (i >= 2 && s[i - 2] == '.' && s[i - 1] == ' ')
+                cr_expect(!islower((unsigned char)s[i]), "a sentence starts lower-case at %zu", i);
+        }
+        free(s);
+    }
+}
+
+Test(prose, each_seed_gives_its_own_text_and_the_same_seed_the_same_text)
+{
+    char *a = text_of(7, 120), *b = text_of(7, 120), *c = text_of(8, 120);
+    cr_expect_str_eq(a, b);
+    cr_expect_str_neq(a, c);
+    free(a);
+    free(b);
+    free(c);
+}
+
+/* Fresh, not the corpus read out: the chain jumps between sentences, so sentences end (none
+ * longer than 60 words: the chain's long-sentence stop) and 50 walks of 100 words hold more than
+ * 150 of them. */
+Test(prose, a_walk_leaves_its_sentence_for_another_often)
+{
+    int joins = 0, words = 0;
+    for (uint64_t seed = 1; seed <= 50; seed++) {
+        char *s = text_of(seed, 100);
+        int len = 0;
+        for (char *w = strtok(s, " \n"); w; w = strtok(NULL, " \n")) {
+            words++;
+            len++;
+            if (w[strlen(w) - 1] == '.') {
+                cr_expect_leq(len, 60, "seed %llu: a sentence of %d words",
+                              (unsigned long long)seed, len);
+                joins++;
+                len = 0;
+            }
+        }
+        free(s);
+    }
+    cr_expect_gt(joins, 50 * 3, "%d sentences in %d words", joins, words);
+}
+
+Test(prose, tokens_are_exactly_n_ids_of_the_model_s_tokenizer_within_its_vocabulary)
+{
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-dense", &buf);
+    struct tok *t = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(tok_load(&t, m->gguf, &err), 0, "%s", err.msg);
+    int32_t ids[300];
+    for (uint64_t seed = 1; seed <= 5; seed++) {
+        memset(ids, 0xff, sizeof ids);
+        cr_assert_eq(prose_tokens(t, seed, m->hp.n_vocab, 300, ids, &err), 0, "%s", err.msg);
+        for (int i = 0; i < 300; i++)
+            cr_expect(ids[i] >= 0 && (uint32_t)ids[i] < m->hp.n_vocab, "id %d at %d", ids[i], i);
+        char *back = NULL;
+        size_t blen = 0;
+        cr_assert_eq(tok_decode(t, ids, 300, &back, &blen, &err), 0, "%s", err.msg);
+        char *want = text_of(seed, 300);
+        cr_expect(blen > 0 && !strncmp(back, want, blen), "decoded '%.60s' is not the prose", back);
+        free(want);
+        free(back);
+    }
+    cr_expect_eq(prose_tokens(t, 1, 200, 300, ids, &err), ERR_INPUT,
+                 "ids past a smaller embedding table were accepted");
+    cr_expect(strstr(err.msg, "embedding table"), "%s", err.msg);
+    tok_free(t);
+    model_free(m);
+    free(buf);
+}
+
+/* parity_tokens(): a run's seed mixes prose into random ids, about half of each, in segments;
+ * every prefix is the same whatever the length asked for (falsify's sweep asks for fewer
+ * tokens than parity); no seed gives the conformance sequence, unchanged. */
+Test(prose, a_run_s_sequence_is_half_prose_in_segments_and_the_same_prefix_at_any_length)
+{
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-dense", &buf);
+    struct gate_err err = {0};
+    enum { N = 1200 };
+    static int32_t a[N], b[N], ids[N];
+    static uint8_t is_prose[N], is_prose_b[N];
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        struct parity_config c = {.token_seed = seed * 0x9e37};
+        int n_prose = -1, n_prose_b = -1;
+        cr_assert_eq(parity_tokens(&c, m, N, a, &n_prose, is_prose, &err), 0, "%s", err.msg);
+        cr_assert_eq(parity_tokens(&c, m, 333, b, &n_prose_b, is_prose_b, &err), 0, "%s", err.msg);
+        cr_expect_arr_eq(a, b, 333 * sizeof *a, "seed %llu: the prefix changed with the length",
+                         (unsigned long long)seed);
+        cr_expect_arr_eq(is_prose, is_prose_b, 333, "the prose marks changed with the length");
+        int counted = 0, runs = 0;
+        for (int i = 0; i < N; i++) {
+            counted += is_prose[i];
+            runs += is_prose[i] && (i == 0 || !is_prose[i - 1]);
+            cr_expect(a[i] >= 0 && (uint32_t)a[i] < m->hp.n_vocab);
+        }
+        cr_expect_eq(counted, n_prose);
+        cr_expect(n_prose > N * 3 / 10 && n_prose < N * 7 / 10, "seed %llu: %d of %d prose",
+                  (unsigned long long)seed, n_prose, N);
+        cr_expect_geq(runs, 4, "prose in %d segments", runs);
+        /* the random segments are mode_tokens(seed)'s ids at those positions */
+        mode_tokens(c.token_seed, m->hp.n_vocab, N, ids);
+        for (int i = 0; i < N; i++)
+            if (!is_prose[i])
+                cr_expect_eq(a[i], ids[i], "position %d", i);
+    }
+    struct parity_config none = {0};
+    int n_prose = -1;
+    cr_assert_eq(parity_tokens(&none, m, N, a, &n_prose, NULL, &err), 0);
+    mode_tokens(PARITY_TOKEN_SEED, m->hp.n_vocab, N, ids);
+    cr_expect_arr_eq(a, ids, sizeof a, "the conformance sequence changed");
+    cr_expect_eq(n_prose, 0);
+    model_free(m);
+    free(buf);
+}
