@@ -148,9 +148,9 @@ struct parity_config {
  * in the model's own tokenizer (oracles/prose.h) and of uniform random ids, mode_tokens(token_seed)
  * at those positions — so that an engine cannot be right on random ids and wrong on text
  * (docs/exec.md, "Telling test inputs from use"). Prose comes first: an engine reading the
- * sequence token by token has seen no random id before the first prose is judged. A model without a usable
- * tokenizer gets random ids only. Every prefix is the same whatever n; *n_prose (may be NULL)
- * counts the prose tokens, and is_prose (may be NULL, n bytes) marks them. Falsify's sweep
+ * sequence token by token has seen no random id before the first prose is judged. A model without a
+ * usable tokenizer gets random ids only. Every prefix is the same whatever n; *n_prose (may be
+ * NULL) counts the prose tokens, and is_prose (may be NULL, n bytes) marks them. Falsify's sweep
  * rebuilds the sequence here. ERR_ENV on out of memory. */
 int parity_tokens(const struct parity_config *c, const struct model *m, int n, int32_t *out,
                   int *n_prose, uint8_t *is_prose, struct gate_err *err);
