@@ -147,7 +147,7 @@ struct parity_config {
  * alternating segments of 16..48 tokens (lengths and contents drawn from the seed) of fresh prose
  * in the model's own tokenizer (oracles/prose.h) and of uniform random ids, mode_tokens(token_seed)
  * at those positions — so that an engine cannot be right on random ids and wrong on text
- * (docs/exec.md, "Telling test inputs from use"). Prose comes first: an engine reading the
+ * (docs/gates.md, "The inputs are half prose"). Prose comes first: an engine reading the
  * sequence token by token has seen no random id before the first prose is judged. A model without a
  * usable tokenizer gets random ids only. Every prefix is the same whatever n; *n_prose (may be
  * NULL) counts the prose tokens, and is_prose (may be NULL, n bytes) marks them. Falsify's sweep
