@@ -1309,46 +1309,16 @@ void parity_session_close(struct parity_session *s)
     free(s);
 }
 
-#define PROSE_SALT 0x70726f7365ull /* "prose": the segment schedule's stream */
-#define PROSE_SEG_MIN 16
-#define PROSE_SEG_SPAN 33 /* segments of 16..48 tokens: 64 positions hold two at least */
-
 int parity_tokens(const struct parity_config *c, const struct model *m, int n, int32_t *out,
                   int *n_prose, uint8_t *is_prose, struct gate_err *err)
 {
-    const uint32_t V = m->hp.n_vocab;
+    if (c->token_seed)
+        return prose_mixed_for_model(m, c->token_seed, n, out, n_prose, is_prose, err);
+    mode_tokens(PARITY_TOKEN_SEED, m->hp.n_vocab, n, out); /* the conformance sequence */
     if (n_prose)
         *n_prose = 0;
     if (is_prose)
         memset(is_prose, 0, (size_t)n);
-    mode_tokens(c->token_seed ? c->token_seed : PARITY_TOKEN_SEED, V, n, out);
-    struct tok *t = NULL;
-    struct gate_err quiet = {0};
-    if (!c->token_seed || !m->gguf || tok_load(&t, m->gguf, &quiet))
-        return 0; /* the conformance sequence, or no tokenizer: random ids only */
-    int32_t *seg = malloc((PROSE_SEG_MIN + PROSE_SEG_SPAN) * sizeof *seg);
-    if (!seg) {
-        tok_free(t);
-        return err_set(err, ERR_ENV, "parity: out of memory for the prose segments");
-    }
-    uint64_t st = c->token_seed ^ PROSE_SALT;
-    for (int at = 0, prose = 1; at < n; prose = !prose) {
-        const int len = PROSE_SEG_MIN + (int)(det_splitmix64(&st) % PROSE_SEG_SPAN);
-        const uint64_t seg_seed = det_splitmix64(&st);
-        const int take = len < n - at ? len : n - at;
-        /* the whole segment is encoded whatever n, so every prefix is the same; a segment the
-         * tokenizer cannot give within the vocabulary stays random ids */
-        if (prose && !prose_tokens(t, seg_seed, V, len, seg, &quiet)) {
-            memcpy(out + at, seg, (size_t)take * sizeof *seg);
-            if (is_prose)
-                memset(is_prose + at, 1, (size_t)take);
-            if (n_prose)
-                *n_prose += take;
-        }
-        at += take;
-    }
-    free(seg);
-    tok_free(t);
     return 0;
 }
 

@@ -143,15 +143,11 @@ struct parity_config {
 };
 
 /* The generated sequence a session of c judges (no supplied tokens, not the chat path): n ids.
- * With token_seed 0, the conformance sequence mode_tokens(PARITY_TOKEN_SEED). With a run's seed,
- * alternating segments of 16..48 tokens (lengths and contents drawn from the seed) of fresh prose
- * in the model's own tokenizer (oracles/prose.h) and of uniform random ids, mode_tokens(token_seed)
- * at those positions — so that an engine cannot be right on random ids and wrong on text
- * (docs/gates.md, "The inputs are half prose"). Prose comes first: an engine reading the
- * sequence token by token has seen no random id before the first prose is judged. A model without a
- * usable tokenizer gets random ids only. Every prefix is the same whatever n; *n_prose (may be
- * NULL) counts the prose tokens, and is_prose (may be NULL, n bytes) marks them. Falsify's sweep
- * rebuilds the sequence here. ERR_ENV on out of memory. */
+ * With token_seed 0, the conformance sequence mode_tokens(PARITY_TOKEN_SEED); with a run's seed,
+ * half fresh prose in the model's own tokenizer, half random ids (prose_mixed_for_model(),
+ * oracles/prose.h; docs/gates.md, "The inputs are half prose"). Every prefix is the same whatever
+ * n; *n_prose (may be NULL) counts the prose tokens, is_prose (may be NULL, n bytes) marks them.
+ * Falsify's sweep rebuilds the sequence here. ERR_ENV on out of memory. */
 int parity_tokens(const struct parity_config *c, const struct model *m, int n, int32_t *out,
                   int *n_prose, uint8_t *is_prose, struct gate_err *err);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/detmath.h"
+#include "oracles/mode.h"
 
 /* The corpus: plain sentences on everyday things, written for gate. The chain only needs words
  * that recur in different company, so that a walk leaves one sentence for another often. */
@@ -213,4 +214,58 @@ int prose_tokens(const struct tok *t, uint64_t seed, uint32_t n_vocab, int n, in
         free(ids);
         words *= 2;
     }
+}
+
+#define PROSE_SALT 0x70726f7365ull /* "prose": the segment schedule's stream */
+#define PROSE_SEG_MIN 16
+#define PROSE_SEG_SPAN 33 /* segments of 16..48 tokens: 64 positions hold two at least */
+
+int prose_mixed_tokens(const struct tok *t, uint64_t seed, uint32_t n_vocab, int n, int32_t *out,
+                       int *n_prose, uint8_t *is_prose, struct gate_err *err)
+{
+    if (n_prose)
+        *n_prose = 0;
+    if (is_prose)
+        memset(is_prose, 0, (size_t)n);
+    mode_tokens(seed, n_vocab, n, out);
+    if (!t)
+        return 0;
+    int32_t seg[PROSE_SEG_MIN + PROSE_SEG_SPAN];
+    struct gate_err quiet = {0};
+    uint64_t st = seed ^ PROSE_SALT;
+    for (int at = 0, prose = 1; at < n; prose = !prose) {
+        const int len = PROSE_SEG_MIN + (int)(det_splitmix64(&st) % PROSE_SEG_SPAN);
+        const uint64_t seg_seed = det_splitmix64(&st);
+        const int take = len < n - at ? len : n - at;
+        /* the whole segment is encoded whatever n, so every prefix is the same; a segment the
+         * tokenizer cannot give within the vocabulary stays random ids */
+        int rc = prose ? prose_tokens(t, seg_seed, n_vocab, len, seg, &quiet) : 1;
+        if (rc == ERR_ENV)
+            return err_set(err, ERR_ENV, "%s", quiet.msg);
+        if (!rc) {
+            memcpy(out + at, seg, (size_t)take * sizeof *seg);
+            if (is_prose)
+                memset(is_prose + at, 1, (size_t)take);
+            if (n_prose)
+                *n_prose += take;
+        }
+        at += take;
+    }
+    return 0;
+}
+
+int prose_mixed_for_model(const struct model *m, uint64_t seed, int n, int32_t *out, int *n_prose,
+                          uint8_t *is_prose, struct gate_err *err)
+{
+    struct tok *t = prose_model_tok(m);
+    const int rc = prose_mixed_tokens(t, seed, m->hp.n_vocab, n, out, n_prose, is_prose, err);
+    tok_free(t);
+    return rc;
+}
+
+struct tok *prose_model_tok(const struct model *m)
+{
+    struct tok *t = NULL;
+    struct gate_err quiet = {0};
+    return m->gguf && !tok_load(&t, m->gguf, &quiet) ? t : NULL;
 }

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "engine/model.h"
 #include "engine/tokenizer.h"
 
 #ifdef __cplusplus
@@ -31,6 +32,23 @@ int prose_text(uint64_t seed, int words, char **out, struct gate_err *err);
  * embedding table: the caller falls back to random ids). */
 int prose_tokens(const struct tok *t, uint64_t seed, uint32_t n_vocab, int n, int32_t *out,
                  struct gate_err *err);
+
+/* n ids of fresh test input from seed: alternating segments of 16..48 tokens (lengths and
+ * contents drawn from the seed) of prose (prose_tokens) and of uniform random ids
+ * (mode_tokens(seed)'s ids at those positions), prose first — an engine reading the sequence token
+ * by token has met no random id when the first prose is judged. A segment t cannot encode within
+ * n_vocab stays random ids; t NULL (no tokenizer): random ids only. Every prefix is the same
+ * whatever n; *n_prose (may be NULL) counts the prose tokens, is_prose (may be NULL, n bytes) marks
+ * them. ERR_ENV on out of memory. */
+int prose_mixed_tokens(const struct tok *t, uint64_t seed, uint32_t n_vocab, int n, int32_t *out,
+                       int *n_prose, uint8_t *is_prose, struct gate_err *err);
+
+/* The model's tokenizer, or NULL where it has none gate can load (free with tok_free). */
+struct tok *prose_model_tok(const struct model *m);
+
+/* prose_mixed_tokens() with m's own tokenizer. */
+int prose_mixed_for_model(const struct model *m, uint64_t seed, int n, int32_t *out, int *n_prose,
+                          uint8_t *is_prose, struct gate_err *err);
 
 #ifdef __cplusplus
 }

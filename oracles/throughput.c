@@ -17,6 +17,7 @@
 
 #include "base/detmath.h"
 #include "oracles/parity.h"
+#include "oracles/prose.h"
 
 json_t *throughput_settings_json(const struct throughput_config *c)
 {
@@ -802,6 +803,7 @@ int throughput_gate(const struct model *m, const struct mode *mode,
 {
     struct backend *b = NULL, *jb = NULL;
     int32_t *tokens = NULL;
+    struct tok *tk = NULL;
     int *slot = NULL;
     float *logits = NULL, *keep = NULL, *jl = NULL;
     struct backend_taps jt = {0}; /* MoE: the judge's router taps (see the spot checks) */
@@ -869,6 +871,7 @@ int throughput_gate(const struct model *m, const struct mode *mode,
     }
     const int replay = C && m->hp.n_expert > 0 && backend_records_taps(b);
     tokens = malloc((size_t)(P + D) * sizeof *tokens);
+    tk = prose_model_tok(m); /* the runs' sequences look like parity's: half prose */
     logits = malloc((size_t)P * V * sizeof *logits);
     keep = malloc(((size_t)C + 1) * V * sizeof *keep);
     jl = malloc(V * sizeof *jl);
@@ -917,7 +920,8 @@ int throughput_gate(const struct model *m, const struct mode *mode,
         const int timed = r >= cfg->warmup, run = r - cfg->warmup;
         uint64_t st = seed ^ (0x9E3779B97F4A7C15ULL * (uint64_t)(r + 1));
         const uint64_t run_seed = det_splitmix64(&st);
-        mode_tokens(run_seed, (uint32_t)V, P + D, tokens);
+        if ((rc = prose_mixed_tokens(tk, run_seed, (uint32_t)V, P + D, tokens, NULL, NULL, err)))
+            goto done;
         /* the checked positions: even checks in the prompt, odd in the decode phase; unknown
          * to the engine until it has answered them */
         int pos[THROUGHPUT_MAX_CHECKS], alias[THROUGHPUT_MAX_CHECKS];
@@ -1109,6 +1113,7 @@ int throughput_gate(const struct model *m, const struct mode *mode,
         snprintf(out->reason, sizeof out->reason, "%s: %.400s", gate_verdict_name(out->verdict),
                  why);
 done:
+    tok_free(tk);
     free((double *)rule.base[0]);
     json_decref(base_json);
     json_decref(settings);

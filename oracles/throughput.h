@@ -5,7 +5,8 @@
  * separately and never counted (a gate once counted model build time as generation time). The
  * model is passed in already loaded and digest-checked: the oracle never opens a file.
  *
- * One timed run, from an empty cache, on a FRESH token sequence (mode_tokens of a per-run seed;
+ * One timed run, from an empty cache, on a FRESH token sequence (prose_mixed_tokens of a per-run
+ * seed, half prose like parity's inputs, so an engine cannot tell a timed run by its look;
  * issue 23 §2: an engine that replays cached replies must not be timed on work it has seen): the
  * prompt (prompt_tokens ids) along the mode's path with mode_run() — decode: one forward per
  * token; prefill: the first half in one batched forward, the rest one per token; chat: six equal

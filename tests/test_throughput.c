@@ -728,11 +728,12 @@ Test(throughput, an_engine_replaying_cached_replies_fails)
 
 Test(throughput, a_spot_check_downstream_of_a_route_near_tie_is_judged_against_the_replay)
 {
-    /* tiny-moe on the cpu engine, gate seed 11: one timed run's checks sit downstream of a
-     * router near tie the engine breaks the other way (found by scanning seeds 1-60: 10 of
-     * them). The old rule excused such a miss as a ROUTE_TIE without judging it (capped); now
-     * the run is replayed (the subject again with taps, the judge forced to its near-tie
-     * choices) and its checks are judged by the normal rule against that replay */
+    /* tiny-moe on the cpu engine, gate seed 3: one timed run's checks sit downstream of a
+     * router near tie the engine breaks the other way (found by scanning seeds 1-60 on the
+     * half-prose sequences: 11 of them; seed 11 was one on random ids only). The old rule excused
+     * such a miss as a ROUTE_TIE without judging it (capped); now the run is replayed (the subject
+     * again with taps, the judge forced to its near-tie choices) and its checks are judged by the
+     * normal rule against that replay */
     uint8_t *buf = NULL;
     struct model *m = check_tiny_model("tiny-moe", &buf);
     struct throughput_config c;
@@ -742,7 +743,7 @@ Test(throughput, a_spot_check_downstream_of_a_route_near_tie_is_judged_against_t
     c.runs = c.max_runs = 6;
     c.warmup = 0;
     c.n_threads = 1;
-    c.seed = 11;
+    c.seed = 3;
     c.max_seconds = 1e6; /* the verdict must not depend on this machine's speed */
     struct mode mode;
     struct gate_err err = {0};
