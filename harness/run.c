@@ -157,7 +157,8 @@ static json_t *finish(struct cell_ctx *x, const char *gate, json_t *metrics, con
     json_object_set_new(metrics, "ran", mode_ran_json(&x->ran));
     if (x->memory && !strcmp(gate, "parity")) /* the arithmetic its refusal or run went by */
         json_object_set(metrics, "memory", x->memory);
-    if (!strcmp(gate, "parity") || !strcmp(gate, "falsify")) /* their generated sequences */
+    if (!strcmp(gate, "parity") || !strcmp(gate, "falsify") ||
+        !strcmp(gate, "consistency")) /* their generated sequences */
         json_object_set_new(metrics, "inputs", inputs_json(x));
     json_t *g = gatedef_row(gate, x->c->mode, ladder_gate_settings(&x->c->g, gate), metrics, error);
     gate_end(x, x->l->models[x->c->model].id, gate, g, key, 0);
@@ -300,6 +301,7 @@ static json_t *gate_consistency(struct cell_ctx *x)
     struct gate_err err = {0};
     struct consistency_config cfg;
     gatedef_consistency_config(&x->c->g, &cfg);
+    cfg.token_seed = x->o->input_seed;
     json_t *metrics = NULL;
     mode_ran_begin(&x->ran);
     if (consistency_run(x->m, &x->mode, &cfg, x->o->threads, &metrics, &err))

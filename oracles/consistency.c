@@ -5,6 +5,7 @@
  * Start reading: consistency_run().
  */
 #include "oracles/consistency.h"
+#include "oracles/prose.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -102,7 +103,12 @@ int consistency_run(const struct model *m, const struct mode *mode,
         rc = err_set(err, ERR_ENV, "consistency: out of memory for %d positions", n);
         goto done;
     }
-    mode_tokens(CONSISTENCY_SEED, (uint32_t)V, n, ids);
+    if (cfg->token_seed)
+        rc = prose_mixed_for_model(m, cfg->token_seed, n, ids, NULL, NULL, err);
+    else
+        mode_tokens(CONSISTENCY_SEED, (uint32_t)V, n, ids);
+    if (rc)
+        goto done;
     /* the reference: every token through the cache, one forward each */
     if ((rc = run_variant(m, mode, n_threads, 1, 0, ids, n, ref, err)))
         goto done;

@@ -2,19 +2,18 @@
  * declares in its backend row (engine/backend.c BACKENDS[]: bitwise, threads, isas), checked on
  * the engine alone, no judge needed.
  *
- * One sequence (positions tokens from mode_tokens), run as variants of the same computation:
- * decode (one token per forward: the reference run), prefill (one batch), chunks of 7 and 45 (not
- * multiples of the 16-token GEMM tile, so partial tiles and tails run), resume (the whole
- * sequence, the cache truncated to a third, the rest again: a chat turn's KV reuse), last-rows
- * (chunks of 7 through backend_forward_last, greedy decoding's call: each chunk's last row), the
- * whole
- * batch at 1, 2 and 3 threads each `repeats` times (a race shows as two runs that differ), and
- * the batch under each instruction set the backend declares that this machine runs. Every
- * variant's logits are compared with the reference run's: identical bit for bit where the
- * backend declares `bitwise`, else within max_abs (the largest absolute logit difference).
- * Thread variants run only where the backend declares `threads`; an instruction set this machine
- * cannot run is recorded as not run (visible, not a pass of that set).
- * Start reading: consistency_run(), consistency_judge().
+ * One sequence (positions tokens: the run's fresh half-prose inputs, oracles/prose.h), run as
+ * variants of the same computation: decode (one token per forward: the reference run), prefill (one
+ * batch), chunks of 7 and 45 (not multiples of the 16-token GEMM tile, so partial tiles and tails
+ * run), resume (the whole sequence, the cache truncated to a third, the rest again: a chat turn's
+ * KV reuse), last-rows (chunks of 7 through backend_forward_last, greedy decoding's call: each
+ * chunk's last row), the whole batch at 1, 2 and 3 threads each `repeats` times (a race shows as
+ * two runs that differ), and the batch under each instruction set the backend declares that this
+ * machine runs. Every variant's logits are compared with the reference run's: identical bit for bit
+ * where the backend declares `bitwise`, else within max_abs (the largest absolute logit
+ * difference). Thread variants run only where the backend declares `threads`; an instruction set
+ * this machine cannot run is recorded as not run (visible, not a pass of that set). Start reading:
+ * consistency_run(), consistency_judge().
  */
 #ifndef GATE_CONSISTENCY_H
 #define GATE_CONSISTENCY_H
@@ -31,9 +30,11 @@ extern "C" {
 #endif
 
 struct consistency_config {
-    int positions;  /* sequence length */
-    int repeats;    /* runs per thread count */
-    double max_abs; /* bound for a backend that does not declare bitwise */
+    int positions;       /* sequence length */
+    int repeats;         /* runs per thread count */
+    double max_abs;      /* bound for a backend that does not declare bitwise */
+    uint64_t token_seed; /* the sequence: prose_mixed_tokens(token_seed), half prose (gate run: the
+                          * run's input seed, fresh each run); 0 = mode_tokens(CONSISTENCY_SEED) */
 };
 
 /* Defaults and bounds of the settings fields: the gate table's rows (harness/gatedef.c), the
