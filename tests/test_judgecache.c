@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/backend.h"
 #include "engine/model.h"
@@ -518,5 +519,72 @@ Test(judgecache, an_entry_moved_under_another_key_is_refused)
     free(a);
     free(b);
     free(again);
+    model_free(m);
+}
+
+/* a model without a digest (not pinned) has nothing to key its entries by: never cached, so two
+ * such models of the same shapes never share an entry */
+Test(judgecache, a_model_without_a_digest_is_never_cached)
+{
+    struct model *m = load_pinned();
+    const size_t V = m->hp.n_vocab;
+    char dir[600];
+    check_make_dir(dir, sizeof dir, "jc11");
+    struct gate_err err = {0};
+    cr_assert_eq(judgecache_open(dir, BIN_A, &err), 0, "%s", err.msg);
+    int32_t ids[N];
+    mode_tokens(7, (uint32_t)V, N, ids);
+    float *a = malloc(N * V * sizeof(float));
+    memset(m->sha256, 0, sizeof m->sha256);
+    judge_plain(m, ids, "", a);
+    judge_plain(m, ids, "", a);
+    struct judgecache_stats st;
+    judgecache_stats(&st);
+    judgecache_close();
+    cr_expect_eq(st.uncacheable, 2, "a run of a model without a digest was cached");
+    cr_expect_eq(st.hits + st.stored, 0);
+    free(a);
+    model_free(m);
+}
+
+/* an attacker with write access to the cache folder (a shared ladder checkout) plants a symlink
+ * where a fixed temp name ("ENTRY.PID.tmp") would be: writing the entry never follows it */
+Test(judgecache, an_entry_write_never_follows_a_symlink_planted_at_a_predictable_temp_name)
+{
+    struct model *m = load_pinned();
+    const size_t V = m->hp.n_vocab;
+    char dir[600], sub[900], path[1200], tmp[1300], victim[700];
+    check_make_dir(dir, sizeof dir, "jc12");
+    snprintf(sub, sizeof sub, "%s/%.16s", dir, BIN_A);
+    struct gate_err err = {0};
+    cr_assert_eq(judgecache_open(dir, BIN_A, &err), 0, "%s", err.msg);
+    int32_t ids[N];
+    mode_tokens(7, (uint32_t)V, N, ids);
+    float *a = malloc(N * V * sizeof(float));
+    judge_plain(m, ids, "", a);
+    the_entry(sub, path, sizeof path);
+    cr_assert_eq(unlink(path), 0);
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    FILE *f = fopen(victim, "w");
+    cr_assert(f);
+    fputs("precious\n", f);
+    fclose(f);
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    cr_assert_eq(symlink(victim, tmp), 0);
+    judge_plain(m, ids, "", a); /* a miss: the entry is written again */
+    struct judgecache_stats st;
+    judgecache_stats(&st);
+    judgecache_close();
+    cr_expect_eq(st.stored, 2);
+    size_t n = 0;
+    char *text = (char *)check_slurp(victim, &n);
+    cr_expect(text && n == 9 && !memcmp(text, "precious\n", 9),
+              "the entry was written through the planted symlink (%zu bytes)", n);
+    free(text);
+    struct stat ls;
+    cr_expect_eq(lstat(path, &ls), 0);
+    cr_expect(S_ISREG(ls.st_mode), "the entry is not a regular file");
+    unlink(tmp);
+    free(a);
     model_free(m);
 }
