@@ -291,3 +291,17 @@ Test(receipt, rederive_flags_a_gate_verdict_its_checks_do_not_support_under_a_fa
     cr_expect(strstr(err.msg, "gate 'parity' records PASS but its checks say FAIL"), "%s", err.msg);
     json_decref(p);
 }
+
+Test(receipt, rederive_refuses_verdicts_other_than_pass_or_fail)
+{
+    struct gate_err err = {0};
+    json_t *p = one_check("FAIL", "SKIPPED", json_real(0.5), ">=", json_real(0.999), 0);
+    cr_expect_eq(receipt_rederive(p, &err), ERR_INPUT, "a gate verdict SKIPPED was accepted");
+    cr_expect(strstr(err.msg, "gate 'parity' has no \"verdict\" of PASS or FAIL"), "%s", err.msg);
+    json_decref(p);
+    err_clear(&err);
+    p = one_check("WAIVED", "FAIL", json_real(0.5), ">=", json_real(0.999), 0);
+    cr_expect_eq(receipt_rederive(p, &err), ERR_INPUT, "an overall verdict WAIVED was accepted");
+    cr_expect(strstr(err.msg, "payload \"verdict\" is not"), "%s", err.msg);
+    json_decref(p);
+}

@@ -1310,3 +1310,28 @@ Test(store, an_import_refuses_a_receipt_stored_under_another_hash_column)
     store_close(a);
     store_close(b);
 }
+
+/* A receipt signed by its own key but naming no cell: verification could never place it, so the
+ * import refuses it (import accepts exactly what verification accepts). */
+Test(store, an_import_refuses_a_signed_receipt_that_names_no_cell)
+{
+    struct key_pair k = make_key("nc.key", "h200");
+    struct store *b = open_db("nc.db");
+    char out[512];
+    struct gate_err err = {0};
+    int n = -1;
+    tmp_path(out, sizeof out, "nc.jsonl");
+    FILE *f = fopen(out, "w");
+    cr_assert(f);
+    json_t *p = payload("moe", "PASS", 0);
+    json_object_del(p, "cell");
+    json_object_set_new(p, "key_id", json_string(k.id));
+    json_object_set_new(p, "prev_hash", json_string(RECEIPT_GENESIS_HASH));
+    write_envelope(f, RECEIPT_PAYLOAD_TYPE, p, &k);
+    json_decref(p);
+    fclose(f);
+    cr_assert_eq(store_import(b, out, &n, &err), ERR_INPUT, "a receipt of no cell was imported");
+    cr_assert(strstr(err.msg, "lacks cell"), "%s", err.msg);
+    cr_assert_eq(tally_of(b).rows, 0);
+    store_close(b);
+}
