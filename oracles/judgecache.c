@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/atomic.h"
 #include "engine/model.h"
 #include "oracles/mode.h"
 
@@ -235,8 +236,10 @@ static int read_entry(const char *path, const unsigned char key[32], const struc
     return ok ? 1 : -1;
 }
 
-/* Write x's parts as the entry for key (a temporary file renamed into place); failures only
- * cost the cache its entry. */
+/* Write x's parts as the entry for key; failures only cost the cache its entry. Through
+ * base/atomic.h like every file gate writes: an unpredictable O_EXCL temp name next to the entry,
+ * so a symlink planted in the cache folder is never followed (a fixed "PATH.PID.tmp" opened with
+ * fopen would write through one), renamed into place whole, removed on failure. */
 static void write_entry(const char *path, const unsigned char key[32], const struct parts *x,
                         double compute_s)
 {
@@ -255,19 +258,14 @@ static void write_entry(const char *path, const unsigned char key[32], const str
     crypto_hash_sha256_final(&s, h.payload_sha);
     if (h.payload_bytes > C.max_bytes)
         return;
-    char tmp[1300];
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return;
-    int ok = fwrite(&h, sizeof h, 1, f) == 1;
+    struct atomic_file a = {0};
+    struct gate_err err = {0};
+    int ok = atomic_open(&a, path, 0644, &err) == 0 && atomic_write(&a, &h, sizeof h, &err) == 0;
     for (int i = 0; ok && i <= N_TAPS; i++)
-        ok = !x->bytes[i] || fwrite(x->p[i], 1, x->bytes[i], f) == x->bytes[i];
-    ok = fclose(f) == 0 && ok;
-    if (ok && rename(tmp, path) == 0)
+        ok = !x->bytes[i] || atomic_write(&a, x->p[i], x->bytes[i], &err) == 0;
+    if (ok && atomic_commit(&a, &err) == 0)
         C.st.stored++;
-    else
-        unlink(tmp);
+    atomic_abort(&a);
 }
 
 int judgecache_judge(struct backend *b, const int32_t *tokens, int n, const struct mode_keep *keep,

@@ -176,3 +176,109 @@ Test(consistency, instruction_set_is_selectable_and_named_in_what_ran)
     backend_close(b);
     model_free(m);
 }
+
+/* Recorded metrics of a clean run on backend (its declaration from the backend's row), every
+ * due variant identical to the reference. */
+static json_t *clean_metrics(const char *backend, int positions, int repeats)
+{
+    struct backend_invariants inv;
+    backend_invariants(backend, &inv);
+    json_t *vars = json_array();
+    const char *fixed[] = {"prefill", "chunks=7", "chunks=45", "resume", "last-rows"};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        json_array_append_new(vars, json_pack("{s:s, s:b, s:f, s:i, s:b}", "name", fixed[i], "ran",
+                                              1, "max_abs", 0.0, "first_diff", -1, "identical", 1));
+    for (int t = 1; inv.threads && t <= 3; t++)
+        for (int r = 1; r <= repeats; r++) {
+            char name[32];
+            snprintf(name, sizeof name, "threads=%d#%d", t, r);
+            json_array_append_new(vars,
+                                  json_pack("{s:s, s:b, s:f, s:i, s:b}", "name", name, "ran", 1,
+                                            "max_abs", 0.0, "first_diff", -1, "identical", 1));
+        }
+    return json_pack("{s:{s:b, s:b, s:s}, s:i, s:s, s:o, s:s}", "declared", "bitwise", inv.bitwise,
+                     "threads", inv.threads, "isas", inv.isas, "positions", positions, "reference",
+                     "decode", "variants", vars, "backend", backend);
+}
+
+static struct consistency_config config_of(int positions, int repeats, double max_abs)
+{
+    struct consistency_config c;
+    gatedef_consistency_config(NULL, &c);
+    c.positions = positions;
+    c.repeats = repeats;
+    c.max_abs = max_abs;
+    return c;
+}
+
+/* +0.0 against -0.0 (or NaN against NaN) differs in its bits with a max |difference| of 0: a
+ * bitwise backend fails on the first differing position alone */
+Test(consistency, judge_fails_a_bitwise_backend_on_a_difference_max_abs_cannot_see)
+{
+    const struct consistency_config c = config_of(48, 1, 1e-3);
+    json_t *mx = clean_metrics("cpu", 48, 1);
+    char why[320] = "";
+    cr_assert_eq(judge(&c, mx, why, sizeof why), GATE_PASS, "%s", why);
+    json_t *x = (json_t *)find(mx, "chunks=7");
+    json_object_set_new(x, "first_diff", json_integer(3));
+    json_object_set_new(x, "identical", json_false());
+    cr_expect_eq(judge(&c, mx, why, sizeof why), GATE_FAIL, "a differing bit passed");
+    cr_expect(strstr(why, "chunks=7 differs from the reference"), "%s", why);
+    json_decref(mx);
+}
+
+Test(consistency, judge_fails_positions_other_than_the_settings_ask)
+{
+    const struct consistency_config c = config_of(48, 1, 1e-3);
+    char why[320] = "";
+    json_t *fewer = clean_metrics("cpu", 24, 1), *more = clean_metrics("cpu", 64, 1);
+    cr_expect_eq(judge(&c, fewer, why, sizeof why), GATE_FAIL, "24 positions passed for 48");
+    cr_expect(strstr(why, "24 positions run, the settings say 48"), "%s", why);
+    cr_expect_eq(judge(&c, more, why, sizeof why), GATE_FAIL, "64 positions passed for 48");
+    json_decref(fewer);
+    json_decref(more);
+}
+
+/* the invariances come from the backend row of the backend that ran; metrics that name none
+ * cannot declare themselves out of the thread variants */
+Test(consistency, judge_fails_metrics_that_name_no_backend)
+{
+    const struct consistency_config c = config_of(48, 1, 1e-3);
+    json_t *mx = clean_metrics("cuda", 48, 1); /* declares neither bitwise nor threads */
+    json_object_del(mx, "backend");
+    char why[320] = "";
+    cr_expect_eq(judge(&c, mx, why, sizeof why), GATE_FAIL, "metrics naming no backend passed");
+    cr_expect(strstr(why, "(not recorded)"), "%s", why);
+    json_decref(mx);
+}
+
+Test(consistency, judge_fails_a_due_variant_recorded_as_not_run)
+{
+    const struct consistency_config c = config_of(48, 1, 1e-3);
+    json_t *mx = clean_metrics("cpu", 48, 1);
+    json_t *x = (json_t *)find(mx, "resume");
+    json_object_set_new(x, "ran", json_false());
+    json_object_set_new(x, "why", json_string("not here"));
+    char why[320] = "";
+    cr_expect_eq(judge(&c, mx, why, sizeof why), GATE_FAIL, "a variant that did not run passed");
+    cr_expect(strstr(why, "variant resume was due and did not run"), "%s", why);
+    json_decref(mx);
+}
+
+/* a backend that declares no bitwise identity passes a difference of exactly max_abs and fails
+ * one just past it */
+Test(consistency, judge_holds_a_non_bitwise_backend_to_max_abs)
+{
+    const struct consistency_config c = config_of(48, 1, 1e-3);
+    json_t *mx = clean_metrics("cuda", 48, 1);
+    json_t *x = (json_t *)find(mx, "chunks=45");
+    json_object_set_new(x, "first_diff", json_integer(32));
+    json_object_set_new(x, "identical", json_false());
+    json_object_set_new(x, "max_abs", json_real(1e-3));
+    char why[320] = "";
+    cr_expect_eq(judge(&c, mx, why, sizeof why), GATE_PASS, "%s", why);
+    json_object_set_new(x, "max_abs", json_real(1.5e-3));
+    cr_expect_eq(judge(&c, mx, why, sizeof why), GATE_FAIL, "1.5e-3 passed a bound of 1e-3");
+    cr_expect(strstr(why, "chunks=45 differs from the reference"), "%s", why);
+    json_decref(mx);
+}

@@ -8,10 +8,12 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/backend.h"
 #include "engine/model.h"
@@ -321,5 +323,268 @@ Test(judgecache, kept_rows_are_the_whole_runs_rows_and_the_key_holds_them)
     drop(&a1);
     drop(&a2);
     drop(&b1);
+    model_free(m);
+}
+
+/* One plain judge run (logits only) of ids on a judge of batch N emulating `emulate`. */
+static void judge_plain(const struct model *m, const int32_t *ids, const char *emulate, float *out)
+{
+    struct backend *b = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_open_judge_batch(&b, m, N + 4, N, 1, emulate, &err), 0, "%s", err.msg);
+    cr_assert_eq(mode_judge(b, ids, N, out, NULL, &err), 0, "%s", err.msg);
+    backend_close(b);
+}
+
+/* the key holds every token: a prompt that differs only in its last token is another entry */
+Test(judgecache, tokens_that_differ_after_the_first_are_another_entry)
+{
+    struct model *m = load_pinned();
+    const size_t V = m->hp.n_vocab;
+    char dir[600];
+    check_make_dir(dir, sizeof dir, "jc5");
+    struct gate_err err = {0};
+    cr_assert_eq(judgecache_open(dir, BIN_A, &err), 0, "%s", err.msg);
+    int32_t ids[N], other[N];
+    mode_tokens(7, (uint32_t)V, N, ids);
+    memcpy(other, ids, sizeof ids);
+    other[N - 1] = (ids[N - 1] + 1) % (int32_t)V;
+    float *a = malloc(N * V * sizeof(float)), *b = malloc(N * V * sizeof(float));
+    judge_plain(m, ids, "", a);
+    judge_plain(m, other, "", b);
+    struct judgecache_stats st;
+    judgecache_stats(&st);
+    judgecache_close();
+    cr_expect_eq(st.hits, 0, "another prompt was read from the first prompt's entry");
+    cr_expect_eq(st.misses, 2);
+    cr_expect_neq(memcmp(a + (N - 1) * V, b + (N - 1) * V, V * sizeof(float)), 0,
+                  "the last token's logits are the first prompt's");
+    free(a);
+    free(b);
+    model_free(m);
+}
+
+/* the key holds the model's digest: another model file of the same shapes is another entry */
+Test(judgecache, another_models_digest_is_another_entry)
+{
+    struct model *m = load_pinned();
+    const size_t V = m->hp.n_vocab;
+    char dir[600];
+    check_make_dir(dir, sizeof dir, "jc6");
+    struct gate_err err = {0};
+    cr_assert_eq(judgecache_open(dir, BIN_A, &err), 0, "%s", err.msg);
+    int32_t ids[N];
+    mode_tokens(7, (uint32_t)V, N, ids);
+    float *a = malloc(N * V * sizeof(float));
+    judge_plain(m, ids, "", a);
+    m->sha256[0] = m->sha256[0] == '0' ? '1' : '0'; /* as if another file were loaded */
+    judge_plain(m, ids, "", a);
+    struct judgecache_stats st;
+    judgecache_stats(&st);
+    judgecache_close();
+    cr_expect_eq(st.hits, 0, "another model's run was read from this model's entry");
+    cr_expect_eq(st.misses, 2);
+    free(a);
+    model_free(m);
+}
+
+/* the key holds the roundings the judge emulates; a list too long to record ("?") is never
+ * cached, since no key could tell two such lists apart */
+Test(judgecache, the_emulated_roundings_are_in_the_key_and_an_unrecorded_list_is_never_cached)
+{
+    struct model *m = load_pinned();
+    const size_t V = m->hp.n_vocab;
+    char dir[600];
+    check_make_dir(dir, sizeof dir, "jc7");
+    struct gate_err err = {0};
+    cr_assert_eq(judgecache_open(dir, BIN_A, &err), 0, "%s", err.msg);
+    int32_t ids[N];
+    mode_tokens(7, (uint32_t)V, N, ids);
+    float *plain = malloc(N * V * sizeof(float)), *kv = malloc(N * V * sizeof(float));
+    judge_plain(m, ids, "", plain);
+    judge_plain(m, ids, "kv-f16", kv);
+    struct judgecache_stats st;
+    judgecache_stats(&st);
+    cr_expect_eq(st.hits, 0, "the kv-f16 judge was read from the plain judge's entry");
+    cr_expect_eq(st.misses, 2);
+    cr_expect_neq(memcmp(plain, kv, N * V * sizeof(float)), 0, "kv-f16 changed no logit");
+    judgecache_close();
+    cr_assert_eq(judgecache_open(dir, BIN_A, &err), 0, "%s", err.msg);
+    const char *long1 = "kv-f16,gemm-f16,fma,expf,kv-f16,gemm-f16,fma,expf,kv-f16";
+    const char *long2 = "gemm-f16,fma,expf,kv-f16,gemm-f16,fma,expf,kv-f16,gemm-f16";
+    judge_plain(m, ids, long1, plain);
+    judge_plain(m, ids, long2, kv);
+    judgecache_stats(&st);
+    judgecache_close();
+    cr_expect_eq(st.uncacheable, 2, "a judge whose roundings were not recorded was cached");
+    cr_expect_eq(st.stored + st.hits, 0);
+    free(plain);
+    free(kv);
+    model_free(m);
+}
+
+/* a route-tie replay (force_experts) runs other experts than the plain run: never cached, never
+ * read from the plain run's entry */
+Test(judgecache, a_forced_route_run_is_never_read_from_the_plain_runs_entry)
+{
+    struct model *m = load_pinned();
+    const size_t V = m->hp.n_vocab, L = m->hp.n_layer, K = m->hp.n_expert_used;
+    char dir[600];
+    check_make_dir(dir, sizeof dir, "jc8");
+    struct gate_err err = {0};
+    cr_assert_eq(judgecache_open(dir, BIN_A, &err), 0, "%s", err.msg);
+    int32_t ids[N];
+    mode_tokens(7, (uint32_t)V, N, ids);
+    float *a = malloc(N * V * sizeof(float)), *b = malloc(N * V * sizeof(float));
+    float *deficit = malloc(L * N * sizeof(float));
+    int32_t *ex = malloc(L * N * K * sizeof(int32_t)),
+            *forced = malloc(L * N * K * sizeof(int32_t));
+    struct backend *be = NULL;
+    cr_assert_eq(mode_open_judge(&be, m, N + 4, 1, &err), 0, "%s", err.msg);
+    struct backend_taps plain = {.experts = ex};
+    cr_assert_eq(mode_judge(be, ids, N, a, &plain, &err), 0, "%s", err.msg);
+    for (size_t i = 0; i < L * N * K; i++) /* every set moved one expert on: still K distinct */
+        forced[i] = (ex[i] + 1) % (int32_t)m->hp.n_expert;
+    struct backend_taps force = {
+        .experts = ex, .force_experts = forced, .force_tol = INFINITY, .force_deficit = deficit};
+    cr_assert_eq(mode_judge(be, ids, N, b, &force, &err), 0, "%s", err.msg);
+    backend_close(be);
+    struct judgecache_stats st;
+    judgecache_stats(&st);
+    judgecache_close();
+    cr_expect_eq(st.hits, 0, "the forced run was read from the plain run's entry");
+    cr_expect_eq(st.uncacheable, 1);
+    cr_expect_neq(memcmp(a, b, N * V * sizeof(float)), 0, "forcing other experts changed nothing");
+    free(a);
+    free(b);
+    free(deficit);
+    free(ex);
+    free(forced);
+    model_free(m);
+}
+
+/* the key holds every kept position, not only the first */
+Test(judgecache, kept_rows_that_differ_after_the_first_are_another_entry)
+{
+    struct model *m = load_pinned();
+    struct judged a, c;
+    static const int pa[] = {1, 5, 8, 23}, pc[] = {1, 5, 8, 22};
+    const struct mode_keep ka = {.pos = pa, .n = 4}, kc = {.pos = pc, .n = 4};
+    char dir[600];
+    check_make_dir(dir, sizeof dir, "jc9");
+    struct gate_err err = {0};
+    cr_assert_eq(judgecache_open(dir, BIN_A, &err), 0, "%s", err.msg);
+    judge_kept(m, &ka, &a);
+    judge_kept(m, &kc, &c);
+    struct judgecache_stats st;
+    judgecache_stats(&st);
+    judgecache_close();
+    cr_expect_eq(st.hits, 0, "rows 1,5,8,22 were read from the entry of rows 1,5,8,23");
+    cr_expect_eq(st.misses, 2);
+    drop(&a);
+    drop(&c);
+    model_free(m);
+}
+
+/* an entry file put in another key's place (copied, renamed) is refused by the key it carries */
+Test(judgecache, an_entry_moved_under_another_key_is_refused)
+{
+    struct model *m = load_pinned();
+    const size_t V = m->hp.n_vocab;
+    char dir[600], sub[900], first[1200], second[1200];
+    check_make_dir(dir, sizeof dir, "jc10");
+    snprintf(sub, sizeof sub, "%s/%.16s", dir, BIN_A);
+    struct gate_err err = {0};
+    cr_assert_eq(judgecache_open(dir, BIN_A, &err), 0, "%s", err.msg);
+    int32_t ids[N], other[N];
+    mode_tokens(7, (uint32_t)V, N, ids);
+    mode_tokens(8, (uint32_t)V, N, other);
+    float *a = malloc(N * V * sizeof(float)), *b = malloc(N * V * sizeof(float));
+    float *again = malloc(N * V * sizeof(float));
+    judge_plain(m, ids, "", a);
+    the_entry(sub, first, sizeof first);
+    char moved[1300];
+    snprintf(moved, sizeof moved, "%s/moved", sub); /* out of the way while `other` is stored */
+    cr_assert_eq(rename(first, moved), 0);
+    judge_plain(m, other, "", b);
+    the_entry(sub, second, sizeof second);
+    cr_assert_eq(rename(moved, second), 0); /* ids' entry now sits at other's path */
+    judge_plain(m, other, "", again);
+    struct judgecache_stats st;
+    judgecache_stats(&st);
+    judgecache_close();
+    cr_expect_eq(st.corrupt, 1, "an entry under another key's name was not detected");
+    cr_expect_eq(st.hits, 0, "an entry under another key's name was used");
+    cr_expect_eq(memcmp(again, b, N * V * sizeof(float)), 0, "other's logits are ids' logits");
+    free(a);
+    free(b);
+    free(again);
+    model_free(m);
+}
+
+/* a model without a digest (not pinned) has nothing to key its entries by: never cached, so two
+ * such models of the same shapes never share an entry */
+Test(judgecache, a_model_without_a_digest_is_never_cached)
+{
+    struct model *m = load_pinned();
+    const size_t V = m->hp.n_vocab;
+    char dir[600];
+    check_make_dir(dir, sizeof dir, "jc11");
+    struct gate_err err = {0};
+    cr_assert_eq(judgecache_open(dir, BIN_A, &err), 0, "%s", err.msg);
+    int32_t ids[N];
+    mode_tokens(7, (uint32_t)V, N, ids);
+    float *a = malloc(N * V * sizeof(float));
+    memset(m->sha256, 0, sizeof m->sha256);
+    judge_plain(m, ids, "", a);
+    judge_plain(m, ids, "", a);
+    struct judgecache_stats st;
+    judgecache_stats(&st);
+    judgecache_close();
+    cr_expect_eq(st.uncacheable, 2, "a run of a model without a digest was cached");
+    cr_expect_eq(st.hits + st.stored, 0);
+    free(a);
+    model_free(m);
+}
+
+/* an attacker with write access to the cache folder (a shared ladder checkout) plants a symlink
+ * where a fixed temp name ("ENTRY.PID.tmp") would be: writing the entry never follows it */
+Test(judgecache, an_entry_write_never_follows_a_symlink_planted_at_a_predictable_temp_name)
+{
+    struct model *m = load_pinned();
+    const size_t V = m->hp.n_vocab;
+    char dir[600], sub[900], path[1200], tmp[1300], victim[700];
+    check_make_dir(dir, sizeof dir, "jc12");
+    snprintf(sub, sizeof sub, "%s/%.16s", dir, BIN_A);
+    struct gate_err err = {0};
+    cr_assert_eq(judgecache_open(dir, BIN_A, &err), 0, "%s", err.msg);
+    int32_t ids[N];
+    mode_tokens(7, (uint32_t)V, N, ids);
+    float *a = malloc(N * V * sizeof(float));
+    judge_plain(m, ids, "", a);
+    the_entry(sub, path, sizeof path);
+    cr_assert_eq(unlink(path), 0);
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    FILE *f = fopen(victim, "w");
+    cr_assert(f);
+    fputs("precious\n", f);
+    fclose(f);
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    cr_assert_eq(symlink(victim, tmp), 0);
+    judge_plain(m, ids, "", a); /* a miss: the entry is written again */
+    struct judgecache_stats st;
+    judgecache_stats(&st);
+    judgecache_close();
+    cr_expect_eq(st.stored, 2);
+    size_t n = 0;
+    char *text = (char *)check_slurp(victim, &n);
+    cr_expect(text && n == 9 && !memcmp(text, "precious\n", 9),
+              "the entry was written through the planted symlink (%zu bytes)", n);
+    free(text);
+    struct stat ls;
+    cr_expect_eq(lstat(path, &ls), 0);
+    cr_expect(S_ISREG(ls.st_mode), "the entry is not a regular file");
+    unlink(tmp);
+    free(a);
     model_free(m);
 }

@@ -305,3 +305,63 @@ Test(key, writes_the_public_file)
     cr_assert_eq(memcmp(text, k.id, KEY_ID_LEN), 0);
     free(text);
 }
+
+Test(key, refuses_a_key_readable_by_its_group)
+{
+    char path[512];
+    struct key_pair k;
+    struct gate_err err = {0};
+    receiptfix_path(path, sizeof path, "group.key");
+    cr_assert_eq(key_generate(path, "h", &k, &err), 0, "%s", err.msg);
+    cr_assert_eq(chmod(path, 0640), 0);
+    cr_assert_eq(key_load(path, &k, &err), ERR_INPUT, "a group-readable key was loaded");
+    cr_assert(strstr(err.msg, "0640"), "%s", err.msg);
+}
+
+/* A key file holding text, mode 0600, at name; returns key_load's status. */
+static int load_text(const char *name, const char *text, struct gate_err *err)
+{
+    char path[512];
+    struct key_pair k;
+    receiptfix_path(path, sizeof path, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    cr_assert(fd >= 0, "cannot create %s", path);
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    return key_load(path, &k, err);
+}
+
+Test(key, refuses_a_seed_that_is_short_or_has_trailing_characters)
+{
+    struct gate_err err = {0};
+    cr_expect_eq(load_text("short.key", "host: h\nseed: 01010101010101010101010101010101\n", &err),
+                 ERR_INPUT, "a 16-byte seed was loaded");
+    cr_expect(strstr(err.msg, "no valid 'seed:' line"), "%s", err.msg);
+    err_clear(&err);
+    cr_expect_eq(
+        load_text("junk.key",
+                  "host: h\n"
+                  "seed: 0101010101010101010101010101010101010101010101010101010101010101zz\n",
+                  &err),
+        ERR_INPUT, "a seed with trailing characters was loaded");
+    cr_expect(strstr(err.msg, "no valid 'seed:' line"), "%s", err.msg);
+    err_clear(&err);
+    cr_expect_eq(
+        load_text("good.key",
+                  "host: h\n"
+                  "seed: 0101010101010101010101010101010101010101010101010101010101010101\n",
+                  &err),
+        0, "%s", err.msg);
+}
+
+Test(key, refuses_a_public_id_with_another_prefix)
+{
+    struct key_pair k = receiptfix_key("prefix.key", "h");
+    unsigned char pk[32];
+    char other[100];
+    snprintf(other, sizeof other, "%s", k.id);
+    memcpy(other, "ed25518:", 8); /* the same length, another algorithm's name */
+    cr_expect_eq(key_parse_public(other, pk, NULL), ERR_INPUT, "'%s' was parsed", other);
+    memcpy(other, "ED25519:", 8);
+    cr_expect_eq(key_parse_public(other, pk, NULL), ERR_INPUT, "'%s' was parsed", other);
+}

@@ -420,3 +420,42 @@ Test(mode, kernel_generations_are_asked_at_open_and_recorded_as_ran)
     model_free(m);
     free(buf);
 }
+
+Test(mode, capability_fails_a_run_that_evaluated_no_tokens)
+{
+    struct capability_result r;
+    struct mode cpu = {.backend = "cpu", .path = MODE_DECODE};
+    struct backend_info none = {.backend = "cpu", .device = "cpu: x", .forwards = 3, .tokens = 0};
+    capability_judge(&cpu, &none, &r);
+    cr_expect_not(r.pass, "three forward calls over zero tokens passed: %s", r.reason);
+    cr_expect(strstr(r.reason, "evaluated nothing"), "%s", r.reason);
+}
+
+Test(mode, capability_fails_a_device_backend_that_reports_the_cpu)
+{
+    /* kernel launches counted, but the device it names is the CPU: a host fallback */
+    struct capability_result r;
+    struct mode cuda = {.backend = "cuda", .path = MODE_DECODE};
+    struct backend_info info = {.backend = "cuda",
+                                .device = "cpu: fallback",
+                                .forwards = 3,
+                                .tokens = 96,
+                                .kernel_launches = 1234};
+    capability_judge(&cuda, &info, &r);
+    cr_expect_not(r.pass, "%s", r.reason);
+    cr_expect(strstr(r.reason, "reports the CPU device"), "%s", r.reason);
+}
+
+Test(mode, capability_fails_an_exec_engine_that_names_no_device)
+{
+    struct capability_result r;
+    struct mode ext = {.backend = BACKEND_EXTERNAL, .path = MODE_DECODE};
+    struct backend_info info = {
+        .backend = BACKEND_EXTERNAL, .device = "", .forwards = 3, .tokens = 96};
+    capability_judge(&ext, &info, &r);
+    cr_expect_not(r.pass, "%s", r.reason);
+    cr_expect(strstr(r.reason, "named no device"), "%s", r.reason);
+    snprintf(info.device, sizeof info.device, "NVIDIA H200");
+    capability_judge(&ext, &info, &r);
+    cr_expect(r.pass, "%s", r.reason);
+}

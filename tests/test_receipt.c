@@ -220,3 +220,88 @@ Test(receipt, rederive_flags_a_pass_the_numbers_do_not_support)
     cr_assert(strstr(err.msg, "no gates"), "%s", err.msg);
     json_decref(p);
 }
+
+/* One gate "parity" with one check of value op threshold recording pass, and the overall and
+ * gate verdicts: the payload a receipt's numbers are re-derived from. */
+static json_t *one_check(const char *overall, const char *gate_verdict, json_t *value,
+                         const char *op, json_t *threshold, int pass)
+{
+    return json_pack("{s:s, s:{s:{s:s, s:[{s:s, s:o, s:s, s:o, s:b}]}}}", "verdict", overall,
+                     "gates", "parity", "verdict", gate_verdict, "checks", "metric", "m", "value",
+                     value, "op", op, "threshold", threshold, "pass", pass);
+}
+
+Test(receipt, rederive_fails_an_infinite_value_against_every_threshold)
+{
+    struct gate_err err = {0};
+    /* Inf >= 0.999 would hold as a C comparison; DESIGN.md settled question 8 says it fails */
+    json_t *p = one_check("PASS", "PASS", json_string("Inf"), ">=", json_real(0.999), 1);
+    cr_expect_eq(receipt_rederive(p, &err), ERR_RUNTIME, "an infinite value passed: %s", err.msg);
+    json_decref(p);
+    err_clear(&err);
+    p = one_check("PASS", "PASS", json_real(0.5), "<=", json_string("Inf"), 1);
+    cr_expect_eq(receipt_rederive(p, &err), ERR_RUNTIME, "an infinite bound passed: %s", err.msg);
+    json_decref(p);
+    err_clear(&err);
+    p = one_check("FAIL", "FAIL", json_string("-Inf"), "<", json_real(0), 0);
+    cr_expect_eq(receipt_rederive(p, &err), 0, "%s", err.msg);
+    json_decref(p);
+}
+
+Test(receipt, rederive_compares_a_non_numeric_equality_by_value)
+{
+    struct gate_err err = {0};
+    json_t *p = one_check("PASS", "PASS", json_string("cuda"), "==", json_string("cpu"), 1);
+    cr_expect_eq(receipt_rederive(p, &err), ERR_RUNTIME, "\"cuda\" == \"cpu\" held: %s", err.msg);
+    json_decref(p);
+    err_clear(&err);
+    p = one_check("PASS", "PASS", json_string("cpu"), "==", json_string("cpu"), 1);
+    cr_expect_eq(receipt_rederive(p, &err), 0, "%s", err.msg);
+    json_decref(p);
+}
+
+Test(receipt, rederive_flags_a_passing_gate_with_no_checks)
+{
+    struct gate_err err = {0};
+    json_t *p = json_pack("{s:s, s:{s:{s:s, s:[]}}}", "verdict", "PASS", "gates", "parity",
+                          "verdict", "PASS", "checks");
+    cr_expect_eq(receipt_rederive(p, &err), ERR_RUNTIME, "a gate that checked nothing passed");
+    cr_expect(strstr(err.msg, "gate 'parity' records PASS"), "%s", err.msg);
+    json_decref(p);
+}
+
+Test(receipt, rederive_flags_a_passing_gate_that_recorded_an_error)
+{
+    struct gate_err err = {0};
+    json_t *p = one_check("PASS", "PASS", json_real(0.9995), ">=", json_real(0.999), 1);
+    json_object_set_new(json_object_get(json_object_get(p, "gates"), "parity"), "error",
+                        json_string("the judge could not run"));
+    cr_expect_eq(receipt_rederive(p, &err), ERR_RUNTIME, "a gate with an error passed");
+    cr_expect(strstr(err.msg, "gate 'parity' records PASS"), "%s", err.msg);
+    json_decref(p);
+}
+
+Test(receipt, rederive_flags_a_gate_verdict_its_checks_do_not_support_under_a_failing_receipt)
+{
+    /* the overall FAIL agrees with the numbers, but the gate's own PASS does not: a reader of
+     * the gate rows (the report, the release check) would see a passing gate */
+    struct gate_err err = {0};
+    json_t *p = one_check("FAIL", "PASS", json_real(0.5), ">=", json_real(0.999), 0);
+    cr_expect_eq(receipt_rederive(p, &err), ERR_RUNTIME, "a gate's PASS went unchecked");
+    cr_expect(strstr(err.msg, "gate 'parity' records PASS but its checks say FAIL"), "%s", err.msg);
+    json_decref(p);
+}
+
+Test(receipt, rederive_refuses_verdicts_other_than_pass_or_fail)
+{
+    struct gate_err err = {0};
+    json_t *p = one_check("FAIL", "SKIPPED", json_real(0.5), ">=", json_real(0.999), 0);
+    cr_expect_eq(receipt_rederive(p, &err), ERR_INPUT, "a gate verdict SKIPPED was accepted");
+    cr_expect(strstr(err.msg, "gate 'parity' has no \"verdict\" of PASS or FAIL"), "%s", err.msg);
+    json_decref(p);
+    err_clear(&err);
+    p = one_check("WAIVED", "FAIL", json_real(0.5), ">=", json_real(0.999), 0);
+    cr_expect_eq(receipt_rederive(p, &err), ERR_INPUT, "an overall verdict WAIVED was accepted");
+    cr_expect(strstr(err.msg, "payload \"verdict\" is not"), "%s", err.msg);
+    json_decref(p);
+}

@@ -1113,3 +1113,225 @@ Test(store, an_import_line_longer_than_the_bound_is_an_input_error)
     cr_assert(strstr(err.msg, "long.jsonl:2") && strstr(err.msg, "longer than"), "%s", err.msg);
     store_close(s);
 }
+
+/* ---- appending over a damaged tip; head records of one key; import conflicts ---------------- */
+
+Test(store, append_refuses_to_extend_a_newest_receipt_whose_signature_fails)
+{
+    struct key_pair k = make_key("ta.key", "local");
+    struct store *s = open_db("ta.db");
+    struct gate_err err = {0};
+    append(s, &k, "tiny", "PASS", 0);
+    append(s, &k, "tiny", "FAIL", 1);
+    store_close(s);
+    raw_exec("ta.db",
+             "DROP TRIGGER receipts_no_update;"
+             "UPDATE receipts SET payload = replace(payload, '\"FAIL\"', '\"PASS\"'),"
+             " verdict = 'PASS' WHERE id = 2;",
+             1);
+    s = open_db("ta.db");
+    json_t *p = payload("tiny", "PASS", 2);
+    cr_assert_eq(store_append(s, p, &k, NULL, &err), ERR_RUNTIME,
+                 "a new receipt was chained onto an edited one");
+    cr_assert(strstr(err.msg, "cannot be verified"), "%s", err.msg);
+    cr_assert_eq(tally_of(s).rows, 2);
+    json_decref(p);
+    store_close(s);
+}
+
+/* A row whose key_id column and signature are k's but whose payload names k2: verification
+ * judges it under k2 (bad), so k's next receipt must not extend it. */
+Test(store, append_refuses_to_extend_a_newest_row_whose_payload_names_another_key)
+{
+    struct key_pair k = make_key("tn.key", "local"), k2 = make_key("tn2.key", "local");
+    struct store *s = open_db("tn.db");
+    struct gate_err err = {0};
+    append(s, &k, "tiny", "PASS", 0);
+    store_close(s);
+    json_t *p = payload("tiny", "PASS", 1);
+    json_object_set_new(p, "key_id", json_string(k2.id));
+    json_object_set_new(p, "prev_hash", json_string(RECEIPT_GENESIS_HASH));
+    char *bytes = NULL, hash[65], path[512];
+    size_t len = 0;
+    unsigned char sig[64];
+    cr_assert_eq(receipt_canonical(p, &bytes, &len, &err), 0, "%s", err.msg);
+    cr_assert_eq(receipt_sign(bytes, len, &k, sig), 0);
+    receipt_hash(bytes, len, sig, hash);
+    json_decref(p);
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    tmp_path(path, sizeof path, "tn.db");
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "INSERT INTO receipts (origin, cell, verdict, payload, "
+                                    "signature, key_id, hash, prev_hash, created_at) VALUES "
+                                    "('local', 'tiny/local/ref.decode', 'PASS', ?, ?, ?, ?, ?, "
+                                    "'2026-01-01T00:00:00Z')",
+                                    -1, &st, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_bind_text(st, 1, bytes, (int)len, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 2, sig, 64, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, k.id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, hash, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, RECEIPT_GENESIS_HASH, -1, SQLITE_STATIC);
+    cr_assert_eq(sqlite3_step(st), SQLITE_DONE, "%s", sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(bytes);
+    s = open_db("tn.db");
+    p = payload("tiny", "PASS", 2);
+    cr_assert_eq(store_append(s, p, &k, NULL, &err), ERR_RUNTIME,
+                 "k's receipt was chained onto a row whose payload names another key");
+    cr_assert(strstr(err.msg, "cannot be verified"), "%s", err.msg);
+    json_decref(p);
+    store_close(s);
+}
+
+Test(store, append_refuses_a_payload_over_the_export_line_bound)
+{
+    struct key_pair k = make_key("big.key", "local");
+    struct store *s = open_db("big.db");
+    struct gate_err err = {0};
+    json_t *p = payload("tiny", "PASS", 0);
+    char *big = malloc(STORE_MAX_PAYLOAD + 1);
+    cr_assert(big);
+    memset(big, 'x', STORE_MAX_PAYLOAD);
+    big[STORE_MAX_PAYLOAD] = '\0';
+    json_object_set_new(p, "notes", json_string(big));
+    cr_assert_eq(store_append(s, p, &k, NULL, &err), ERR_INPUT,
+                 "a receipt no export line can carry was stored");
+    cr_assert(strstr(err.msg, "at most"), "%s", err.msg);
+    cr_assert_eq(tally_of(s).rows, 0);
+    json_decref(p);
+    free(big);
+    store_close(s);
+}
+
+Test(store, a_head_record_names_its_own_keys_newest_receipt_not_another_keys)
+{
+    struct key_pair k1 = make_key("ho1.key", "local"), k2 = make_key("ho2.key", "local");
+    struct store *s = open_db("ho.db");
+    struct gate_err err = {0};
+    struct first tip;
+    char head[65];
+    int64_t count = -1;
+    append(s, &k1, "tiny", "PASS", 0);
+    append(s, &k1, "tiny", "FAIL", 1);
+    append(s, &k2, "tiny", "PASS", 2); /* the newest row is key 2's */
+    cr_assert_eq(store_get(s, 2, grab, &tip, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_write_head(s, &k1, head, &count, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(head, tip.hash, "key 1's head record names another receipt");
+    cr_assert_eq(count, 2);
+    struct store_audit a = audit_of(s);
+    cr_assert_eq(a.n_head_problems, 0, "%s", a.head_problem);
+    store_close(s);
+}
+
+Test(store, no_head_record_is_written_over_a_chain_that_does_not_reach_its_first_receipt)
+{
+    struct key_pair k = make_key("hb.key", "local");
+    struct store *s = open_db("hb.db");
+    struct gate_err err = {0};
+    for (int i = 0; i < 3; i++)
+        append(s, &k, "tiny", "PASS", i);
+    store_close(s);
+    raw_exec("hb.db",
+             "CREATE TABLE r2 AS SELECT * FROM receipts WHERE id <> 1;"
+             "DROP TABLE receipts; ALTER TABLE r2 RENAME TO receipts;",
+             1);
+    s = open_db("hb.db");
+    cr_assert_eq(store_write_head(s, &k, NULL, NULL, &err), ERR_RUNTIME,
+                 "a head record vouched for a chain cut at its start");
+    cr_assert(strstr(err.msg, "does not chain back"), "%s", err.msg);
+    cr_assert_eq(audit_of(s).n_heads, 0);
+    store_close(s);
+}
+
+/* The attacker (DB write access, no key) pre-inserts a head row carrying the hash of a real head
+ * record but other bytes: importing the real one must not be skipped as already stored. */
+Test(store, a_preinserted_head_row_with_a_real_heads_hash_is_an_import_conflict)
+{
+    struct key_pair k = make_key("ph.key", "h200");
+    struct store *a = open_db("pha.db"), *b = open_db("phb.db");
+    char out[512], sql[512], hash[65] = "";
+    struct gate_err err = {0};
+    int n = -1;
+    append(a, &k, "moe", "PASS", 0);
+    cr_assert_eq(store_write_head(a, &k, NULL, NULL, &err), 0, "%s", err.msg);
+    tmp_path(out, sizeof out, "ph.jsonl");
+    cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
+    store_close(a);
+    store_close(b);
+    char path[512];
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    tmp_path(path, sizeof path, "pha.db");
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT hash FROM heads", -1, &st, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    snprintf(hash, sizeof hash, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO heads (payload, signature, key_id, hash, created_at) VALUES ('{}', "
+             "zeroblob(64), '%s', '%s', '2020-01-01T00:00:00Z');",
+             k.id, hash);
+    raw_exec("phb.db", sql, 1);
+    b = open_db("phb.db");
+    cr_assert_eq(store_import(b, out, &n, &err), ERR_RUNTIME,
+                 "the real head record was skipped as already stored");
+    cr_assert(strstr(err.msg, "head record") && strstr(err.msg, "other bytes"), "%s", err.msg);
+    cr_assert_eq(tally_of(b).rows, 0, "part of a refused file was imported");
+    store_close(b);
+}
+
+Test(store, an_import_refuses_a_receipt_stored_under_another_hash_column)
+{
+    struct key_pair k = make_key("hx.key", "h200");
+    struct store *a = open_db("hxa.db"), *b = open_db("hxb.db");
+    char out[512];
+    struct gate_err err = {0};
+    int n = -1;
+    append(a, &k, "moe", "PASS", 0);
+    append(a, &k, "moe", "FAIL", 1);
+    tmp_path(out, sizeof out, "hx.jsonl");
+    cr_assert_eq(store_export(a, out, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_import(b, out, &n, &err), 0, "%s", err.msg);
+    store_close(b);
+    raw_exec("hxb.db",
+             "DROP TRIGGER receipts_no_update; UPDATE receipts SET hash = "
+             "'1111111111111111111111111111111111111111111111111111111111111111' WHERE id = 2;",
+             1);
+    b = open_db("hxb.db");
+    cr_assert_eq(store_import(b, out, &n, &err), ERR_RUNTIME,
+                 "the import passed over a stored copy under a forged hash column (%d imported)",
+                 n);
+    cr_assert(strstr(err.msg, "under another hash column"), "%s", err.msg);
+    store_close(a);
+    store_close(b);
+}
+
+/* A receipt signed by its own key but naming no cell: verification could never place it, so the
+ * import refuses it (import accepts exactly what verification accepts). */
+Test(store, an_import_refuses_a_signed_receipt_that_names_no_cell)
+{
+    struct key_pair k = make_key("nc.key", "h200");
+    struct store *b = open_db("nc.db");
+    char out[512];
+    struct gate_err err = {0};
+    int n = -1;
+    tmp_path(out, sizeof out, "nc.jsonl");
+    FILE *f = fopen(out, "w");
+    cr_assert(f);
+    json_t *p = payload("moe", "PASS", 0);
+    json_object_del(p, "cell");
+    json_object_set_new(p, "key_id", json_string(k.id));
+    json_object_set_new(p, "prev_hash", json_string(RECEIPT_GENESIS_HASH));
+    write_envelope(f, RECEIPT_PAYLOAD_TYPE, p, &k);
+    json_decref(p);
+    fclose(f);
+    cr_assert_eq(store_import(b, out, &n, &err), ERR_INPUT, "a receipt of no cell was imported");
+    cr_assert(strstr(err.msg, "lacks cell"), "%s", err.msg);
+    cr_assert_eq(tally_of(b).rows, 0);
+    store_close(b);
+}
