@@ -599,6 +599,49 @@ Test(ladder, an_exclusion_drops_only_the_cells_all_its_fields_name)
     ladder_free(l);
 }
 
+/* What an exec cell's receipts vouch for: every gate's settings carry the engine as the ladder
+ * declares it — its supports, the fault kinds it injects itself, its environment, its limits and
+ * its isolation — so a receipt of the engine declared otherwise cannot stand for this cell */
+Test(ladder, every_gates_settings_record_the_engine_as_the_ladder_declares_it)
+{
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_assert_eq(
+        load_yaml("engine-settings.yaml",
+                  "release: {name: r, version: '1'}\nmodels:\n"
+                  "  m: {path: m.gguf, sha256: "
+                  "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560,"
+                  " arch: qwen3moe}\n"
+                  "hosts:\n  local: {device: none, trust: "
+                  "[ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29]}\n"
+                  "engines:\n  e: {argv: [/bin/true, -v], supports: [decode, faults],"
+                  " faults: [scale], env: {OMP_NUM_THREADS: '2'}, timeout_s: 7,"
+                  " cell_timeout_s: 60}\n"
+                  "modes: [exec.e.decode]\n"
+                  "cells: [{model: m, host: local, mode: exec.e.decode}]\n",
+                  &l, &err),
+        0, "%s", err.msg);
+    json_t *s = ladder_gate_settings(&l->cells[0].g, "parity");
+    const json_t *e = json_object_get(s, "engine");
+    cr_assert(json_is_object(e), "no engine in the parity settings");
+    cr_expect_str_eq(json_string_value(json_object_get(e, "name")), "e");
+    cr_expect_str_eq(json_string_value(json_array_get(json_object_get(e, "argv"), 1)), "-v");
+    const json_t *sup = json_object_get(e, "supports");
+    cr_expect_eq(json_array_size(sup), 2);
+    cr_expect_str_eq(json_string_value(json_array_get(sup, 0)), "decode");
+    cr_expect_str_eq(json_string_value(json_array_get(sup, 1)), "faults");
+    const json_t *fk = json_object_get(e, "faults");
+    cr_expect_eq(json_array_size(fk), 1);
+    cr_expect_str_eq(json_string_value(json_array_get(fk, 0)), "scale");
+    cr_expect_str_eq(
+        json_string_value(json_object_get(json_object_get(e, "env"), "OMP_NUM_THREADS")), "2");
+    cr_expect_eq(json_real_value(json_object_get(e, "timeout_s")), 7);
+    cr_expect_eq(json_real_value(json_object_get(e, "cell_timeout_s")), 60);
+    cr_expect_str_eq(json_string_value(json_object_get(e, "isolation")), "landlock");
+    json_decref(s);
+    ladder_free(l);
+}
+
 /* ---- trust files (issue 11: files the ladder did not pin) ---------------------------------- */
 
 #define KEY1 "ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29"
