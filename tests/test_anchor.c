@@ -617,6 +617,27 @@ Test(anchor, a_gated_architecture_without_an_anchor_is_refused_unless_excused)
     ladder_free(l);
 }
 
+/* An anchor's thresholds have floors as well as its max_nmse: a cosine below 0.9 or a near tie
+ * above 1 logit would let the anchor pass a judge that is wrong */
+Test(anchor, thresholds_past_their_floors_are_refused)
+{
+    static const struct {
+        const char *thresholds, *want;
+    } C[] = {
+        {"{max_nmse: 1.0e-8, min_cosine: 0.5, near_tie: 1.0e-3}",
+         "thresholds.min_cosine must be in [0.9, 1], found 0.5"},
+        {"{max_nmse: 1.0e-8, min_cosine: 0.999999, near_tie: 2}",
+         "thresholds.near_tie must be in [0, 1], found 2"},
+    };
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++)
+        load_fails(ladder_with("anchors:\n  x:\n    arch: qwen3\n    reference: r\n"
+                               "    model: {path: m, sha256: %064d}\n    tokens: {path: t, sha256:"
+                               " %064d}\n    logits: {path: l, sha256: %064d}\n"
+                               "    thresholds: %s\n",
+                               0, 0, 0, C[i].thresholds),
+                   C[i].want);
+}
+
 /* ---- the signed receipt --------------------------------------------------------------------- */
 
 Test(anchor, an_anchor_receipt_is_a_signed_payload_that_rederives, .timeout = 1200)

@@ -189,6 +189,20 @@ Test(gatedef, a_flag_parses_through_its_row_with_the_rows_bounds)
     cr_expect_eq(f.power_layers, 3);
 }
 
+/* A flag is its row's key exactly: a longer word that starts with the key is not that flag (a
+ * typo is left to the command, which refuses what no row takes) */
+Test(gatedef, a_flag_is_its_rows_key_exactly_not_a_word_that_starts_with_it)
+{
+    struct parity_config p;
+    gatedef_parity_config(NULL, &p);
+    int i;
+    cr_expect_eq(flag(GATE_ID_PARITY, NULL, "--positions-x", "128", &p, &i), 0);
+    cr_expect_eq(i, 1, "a flag that is not the row's consumes nothing");
+    cr_expect_eq(p.positions, 96, "the row's default stays");
+    cr_expect_eq(flag(GATE_ID_PARITY, NULL, "--max-kldx", "1", &p, &i), 0);
+    cr_expect_eq(p.max_kld, 1e-2);
+}
+
 /* A command refuses an out-of-range flag with exit 2 and a message naming the flag, before it
  * reads a model (the model path does not exist). */
 Test(gatedef, commands_refuse_an_out_of_range_flag_naming_it)

@@ -323,6 +323,26 @@ Test(gates, a_payload_claiming_pass_over_failing_numbers_is_judged_fail)
     json_decref(p);
 }
 
+/* A receipt's overall verdict (gate run, the anchor run): PASS only when every gate row holds a
+ * PASS; a row without a readable verdict is a FAIL, an ERROR row makes it ERROR, and no rows at
+ * all is a FAIL (nothing was judged) */
+Test(gates, the_overall_verdict_passes_only_rows_that_all_pass)
+{
+    json_t *g =
+        json_pack("{s:{s:s}, s:{s:s}}", "parity", "verdict", "PASS", "golden", "verdict", "PASS");
+    cr_expect_eq(gatedef_overall(g), GATE_PASS);
+    json_object_set_new(json_object_get(g, "golden"), "verdict", json_string("ERROR"));
+    cr_expect_eq(gatedef_overall(g), GATE_ERROR);
+    json_object_set_new(json_object_get(g, "golden"), "verdict", json_string("pass?"));
+    cr_expect_eq(gatedef_overall(g), GATE_FAIL, "an unreadable verdict is not a PASS");
+    json_object_del(json_object_get(g, "golden"), "verdict");
+    cr_expect_eq(gatedef_overall(g), GATE_FAIL, "a missing verdict is not a PASS");
+    json_decref(g);
+    json_t *none = json_object();
+    cr_expect_eq(gatedef_overall(none), GATE_FAIL, "no gate judged is not a PASS");
+    json_decref(none);
+}
+
 Test(gates, every_setting_has_its_default_from_the_table)
 {
     /* the ladder's defaults are the table's: a row changed here changes what a ladder gets */

@@ -421,6 +421,227 @@ Test(ladder, missing_file_is_an_input_error)
     cr_expect(strstr(err.msg, "cannot open '/nonexistent/ladder.yaml'"), "%s", err.msg);
 }
 
+/* ---- what a sloppy ladder must not do silently: loosen a gate, drop a cell, lose a setting - */
+
+/* Write yaml as NAME in the test's tmp folder and load it; the status, the ladder in *l (NULL on
+ * an error), the message in err. */
+static int load_yaml(const char *name, const char *yaml, struct ladder **l, struct gate_err *err)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", check_tmp_dir(), name);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(yaml, f);
+    fclose(f);
+    *l = NULL;
+    return ladder_load(l, path, err);
+}
+
+/* Expect yaml (as NAME) to be refused as an input error whose message holds want. */
+static void expect_refused(const char *name, const char *yaml, const char *want)
+{
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    int rc = load_yaml(name, yaml, &l, &err);
+    cr_expect_eq(rc, ERR_INPUT, "%s: accepted (rc %d), expected \"%s\"", name, rc, want);
+    cr_expect(strstr(err.msg, want), "%s: message \"%s\" lacks \"%s\"", name, err.msg, want);
+    ladder_free(l);
+}
+
+/* gates.defaults reaches every cell: a `match` there reads as a narrowing that would not happen,
+ * so it is refused rather than applied to every cell */
+Test(ladder, a_match_in_gates_defaults_is_refused_not_applied_to_every_cell)
+{
+    expect_refused("defaults-match.yaml",
+                   HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+                        "gates: {defaults: {match: {model: d}, parity: {min_cosine: 0.9999}}}\n",
+                   ":9:27: 'match' belongs in gates.overrides entries");
+}
+
+/* The consistency gate runs where the ladder names it: named in an override it runs on the cells
+ * the override matches, and only there */
+Test(ladder, consistency_named_in_an_override_runs_on_the_cells_it_matches)
+{
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_assert_eq(load_yaml("cons-override.yaml",
+                           HEAD "cells: [{model: m, host: local, mode: ref.decode},"
+                                " {model: d, host: local, mode: ref.decode}]\n"
+                                "gates: {overrides: [{match: {model: m}, consistency: {}}]}\n",
+                           &l, &err),
+                 0, "%s", err.msg);
+    cr_assert_eq(l->n_cells, 2);
+    cr_expect_eq(l->cells[0].g.consistency, 1, "the override names consistency for model m");
+    cr_expect_eq(l->cells[1].g.consistency, 0, "model d's cell is not matched");
+    ladder_free(l);
+}
+
+/* An override whose match names a host the ladder does not declare, or a mode that is none (a
+ * typo), would match no cell: the thresholds it sets would silently never apply, so it is refused
+ * like an undeclared model */
+Test(ladder, an_override_matching_an_undeclared_host_or_mode_is_refused)
+{
+    expect_refused("override-host.yaml",
+                   HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+                        "gates: {overrides: [{match: {host: gpu9},"
+                        " parity: {min_cosine: 0.9999}}]}\n",
+                   "override matches host 'gpu9', which is not defined");
+    expect_refused("override-mode.yaml",
+                   HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+                        "gates: {overrides: [{match: {mode: ref.decod},"
+                        " parity: {min_cosine: 0.9999}}]}\n",
+                   "override matches mode 'ref.decod', which is not defined");
+}
+
+/* Pins are 64 lower-case hex digits, every character of them: the model's, the goldens' and a
+ * baseline receipt's (a receipt hash), the engine binary's and its files' */
+Test(ladder, a_pin_that_is_not_64_lower_case_hex_digits_is_refused)
+{
+    /* 63 good digits and a bad last one */
+    static const char *const bad[] = {
+        "000000000000000000000000000000000000000000000000000000000000000g",
+        "000000000000000000000000000000000000000000000000000000000000000F",
+    };
+    char yaml[2048];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(yaml, sizeof yaml,
+                 HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+                      "gates: {defaults: {golden: {goldens: g.json, sha256: %s}}}\n",
+                 bad[i]);
+        expect_refused("pin-golden.yaml", yaml,
+                       "golden.sha256 must be 64 lower-case hex digits (a SHA-256)");
+        snprintf(yaml, sizeof yaml,
+                 HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+                      "gates: {defaults: {throughput: {baseline: %s}}}\n",
+                 bad[i]);
+        expect_refused("pin-baseline.yaml", yaml,
+                       "throughput.baseline must be `previous` or a receipt hash of 64 lower-case"
+                       " hex digits");
+        snprintf(yaml, sizeof yaml,
+                 "release: {name: r, version: '1'}\nmodels:\n  m: {path: m.gguf, sha256: %s,"
+                 " arch: qwen3}\n",
+                 bad[i]);
+        expect_refused("pin-model.yaml", yaml,
+                       "model 'm': sha256 must be 64 lower-case hex digits");
+        snprintf(yaml, sizeof yaml,
+                 HEAD "engines:\n  e: {argv: [/bin/true], supports: [decode], sha256: %s}\n"
+                      "cells: [{model: m, host: local, mode: ref.decode}]\n",
+                 bad[i]);
+        expect_refused("pin-engine.yaml", yaml,
+                       "engine 'e': sha256 must be 64 lower-case hex digits");
+        snprintf(yaml, sizeof yaml,
+                 HEAD "engines:\n  e: {argv: [/bin/true], supports: [decode],"
+                      " files: [{path: w.bin, sha256: %s}]}\n"
+                      "cells: [{model: m, host: local, mode: ref.decode}]\n",
+                 bad[i]);
+        expect_refused("pin-engine-file.yaml", yaml,
+                       "engine 'e': a files entry's sha256 must be 64 lower-case hex digits");
+    }
+}
+
+/* Two synth models of one spec are one cached file: two different pins for it cannot both hold,
+ * and which one the run meets first would decide */
+Test(ladder, one_synth_spec_pinned_to_two_digests_is_refused)
+{
+    expect_refused("synth-twins.yaml",
+                   "release: {name: r, version: '1'}\nmodels:\n"
+                   "  a: {synth: {preset: tiny-dense, quant: Q8_0, seed: 1}, sha256: "
+                   "0000000000000000000000000000000000000000000000000000000000000000,"
+                   " arch: qwen3}\n"
+                   "  b: {synth: {preset: tiny-dense, quant: Q8_0, seed: 1}, sha256: "
+                   "1111111111111111111111111111111111111111111111111111111111111111,"
+                   " arch: qwen3}\n",
+                   "model 'b': synthesized as model 'a' (same preset, quant, seed and overrides)"
+                   " but pinned to another sha256");
+}
+
+/* HEAD with a second host, far */
+#define HEAD_TWO_HOSTS                                                                             \
+    "release: {name: r, version: '1'}\n"                                                           \
+    "models:\n"                                                                                    \
+    "  m: {path: m.gguf, sha256: "                                                                 \
+    "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3moe}\n"          \
+    "  d: {path: d.gguf, sha256: "                                                                 \
+    "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560, arch: qwen3}\n"             \
+    "hosts:\n"                                                                                     \
+    "  local: {device: none, trust: "                                                              \
+    "[ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29]}\n"                \
+    "  far: {device: none, trust: "                                                                \
+    "[ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29]}\n"                \
+    "modes: [ref.decode, ref.chat]\n"
+
+/* Excluding a cell drops it from the release: the reason is the record of why, never empty */
+Test(ladder, an_exclusion_with_an_empty_reason_is_refused)
+{
+    expect_refused("exclude-empty.yaml",
+                   HEAD "cells: [{models: [m, d], hosts: [local], modes: [ref.decode, ref.chat],"
+                        " exclude: [{model: d, mode: ref.chat, reason: ''}]}]\n",
+                   "an exclusion must carry a non-empty 'reason'");
+}
+
+/* An exclusion drops exactly the cells its model, host and mode all name: one field ignored would
+ * drop required cells with it */
+Test(ladder, an_exclusion_drops_only_the_cells_all_its_fields_name)
+{
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_assert_eq(load_yaml("exclude-one.yaml",
+                           HEAD_TWO_HOSTS
+                           "cells: [{models: [m, d], hosts: [local, far], modes: [ref.decode,"
+                           " ref.chat], exclude: [{model: d, host: far, mode: ref.chat,"
+                           " reason: one cell}]}]\n",
+                           &l, &err),
+                 0, "%s", err.msg);
+    cr_expect_eq(l->n_cells, 7, "2 x 2 x 2 less one, got %d", l->n_cells);
+    cr_assert_eq(l->n_excluded, 1);
+    char name[256];
+    cr_expect_str_eq(ladder_excluded_name(l, 0, name, sizeof name), "d/far/ref.chat");
+    ladder_free(l);
+}
+
+/* What an exec cell's receipts vouch for: every gate's settings carry the engine as the ladder
+ * declares it — its supports, the fault kinds it injects itself, its environment, its limits and
+ * its isolation — so a receipt of the engine declared otherwise cannot stand for this cell */
+Test(ladder, every_gates_settings_record_the_engine_as_the_ladder_declares_it)
+{
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_assert_eq(
+        load_yaml("engine-settings.yaml",
+                  "release: {name: r, version: '1'}\nmodels:\n"
+                  "  m: {path: m.gguf, sha256: "
+                  "9bdb98987dd76a89e999a35b48d771fb7b758494a03d7cf4b5313f00e5fe9560,"
+                  " arch: qwen3moe}\n"
+                  "hosts:\n  local: {device: none, trust: "
+                  "[ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29]}\n"
+                  "engines:\n  e: {argv: [/bin/true, -v], supports: [decode, faults],"
+                  " faults: [scale], env: {OMP_NUM_THREADS: '2'}, timeout_s: 7,"
+                  " cell_timeout_s: 60}\n"
+                  "modes: [exec.e.decode]\n"
+                  "cells: [{model: m, host: local, mode: exec.e.decode}]\n",
+                  &l, &err),
+        0, "%s", err.msg);
+    json_t *s = ladder_gate_settings(&l->cells[0].g, "parity");
+    const json_t *e = json_object_get(s, "engine");
+    cr_assert(json_is_object(e), "no engine in the parity settings");
+    cr_expect_str_eq(json_string_value(json_object_get(e, "name")), "e");
+    cr_expect_str_eq(json_string_value(json_array_get(json_object_get(e, "argv"), 1)), "-v");
+    const json_t *sup = json_object_get(e, "supports");
+    cr_expect_eq(json_array_size(sup), 2);
+    cr_expect_str_eq(json_string_value(json_array_get(sup, 0)), "decode");
+    cr_expect_str_eq(json_string_value(json_array_get(sup, 1)), "faults");
+    const json_t *fk = json_object_get(e, "faults");
+    cr_expect_eq(json_array_size(fk), 1);
+    cr_expect_str_eq(json_string_value(json_array_get(fk, 0)), "scale");
+    cr_expect_str_eq(
+        json_string_value(json_object_get(json_object_get(e, "env"), "OMP_NUM_THREADS")), "2");
+    cr_expect_eq(json_real_value(json_object_get(e, "timeout_s")), 7);
+    cr_expect_eq(json_real_value(json_object_get(e, "cell_timeout_s")), 60);
+    cr_expect_str_eq(json_string_value(json_object_get(e, "isolation")), "landlock");
+    json_decref(s);
+    ladder_free(l);
+}
+
 /* ---- trust files (issue 11: files the ladder did not pin) ---------------------------------- */
 
 #define KEY1 "ed25519:3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29"
@@ -589,6 +810,38 @@ Test(trust, the_digest_binds_the_keys_not_the_file_name)
     cr_assert_eq(load_trusting(KEY1, &l, &err), 0, "%s", err.msg);
     cr_expect_str_eq(l->trust_sha256, d1);
     ladder_free(l);
+}
+
+/* The folder check compares whole path components: a folder symlink into a sibling whose name
+ * starts with the ladder folder's (l -> l-x) leads out as much as one into any other */
+Test(trust, a_symlink_into_a_sibling_folder_with_the_same_prefix_is_refused)
+{
+    char cmd[4000];
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s/l-x' && echo '" KEY2 "' > '%s/l-x/k.pub' && ln -s ../l-x '%s/l/side'",
+             base, base, base);
+    cr_assert_eq(system(cmd), 0);
+    struct gate_err err = {0};
+    struct ladder *l;
+    cr_expect_eq(load_trusting("file:side/k.pub", &l, &err), ERR_INPUT,
+                 "a folder symlink led into the sibling folder l-x");
+    cr_expect(strstr(err.msg, "resolves outside the ladder's folder"), "%s", err.msg);
+}
+
+/* A key file holds one line and nothing else: bytes hidden after a NUL are not ignored */
+Test(trust, a_key_file_with_bytes_after_a_nul_is_refused)
+{
+    char path[1000];
+    snprintf(path, sizeof path, "%s/l/nul.pub", base);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    static const char text[] = KEY1 "\0" KEY2 "\n";
+    cr_assert_eq(fwrite(text, 1, sizeof text - 1, f), sizeof text - 1);
+    fclose(f);
+    struct gate_err err = {0};
+    struct ladder *l;
+    cr_expect_eq(load_trusting("file:nul.pub", &l, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "does not hold one public key"), "%s", err.msg);
 }
 
 /* ---- bounds (issue 11: bounds instead of hangs) --------------------------------------------- */
@@ -1031,9 +1284,8 @@ Test(ladder_files, a_missing_goldens_file_is_refused_with_its_position)
 
 /* Write text (a printf format whose one %s is the SHA-256 of goldens recorded for the conformance
  * MoE model at 16 tokens, g.json) as gold.yaml in a fresh folder holding moe.gguf and g.json, and
- * run what `gate ladder check` runs: ladder_load, ladder_check_runnable, ladder_check_files.
- * Returns the status, the message in err. */
-static int check_goldens(const char *text, struct gate_err *err)
+ * load it into *l (NULL on an error). Returns the status, the message in err. */
+static int load_goldens(const char *text, struct ladder **l, struct gate_err *err)
 {
     static int serial;
     char dir[600], cmd[4000], path[700], sha[65];
@@ -1051,8 +1303,16 @@ static int check_goldens(const char *text, struct gate_err *err)
     cr_assert(f);
     fprintf(f, text, sha);
     fclose(f);
+    *l = NULL;
+    return ladder_load(l, path, err);
+}
+
+/* load_goldens, then what `gate ladder check` runs after ladder_load: ladder_check_runnable,
+ * ladder_check_files. Returns the status, the message in err. */
+static int check_goldens(const char *text, struct gate_err *err)
+{
     struct ladder *l = NULL;
-    int rc = ladder_load(&l, path, err);
+    int rc = load_goldens(text, &l, err);
     if (!rc)
         rc = ladder_check_runnable(l, err);
     if (!rc)
@@ -1066,6 +1326,14 @@ static int check_goldens(const char *text, struct gate_err *err)
     "  m: {path: moe.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n"                                 \
     "hosts:\n  local: {device: none, trust: [" KEY1 "]}\n"                                         \
     "modes: [ref.decode, ref.chat]\n"                                                              \
+    "unanchored: {qwen3moe: \"test\"}\n"
+
+/* GOLD_HEAD with two hosts, a and b */
+#define GOLD_HEAD_AB                                                                               \
+    "release: {name: r, version: '1'}\nmodels:\n"                                                  \
+    "  m: {path: moe.gguf, sha256: " MOE_SHA ", arch: qwen3moe}\n"                                 \
+    "hosts:\n  a: {device: none, trust: [" KEY1 "]}\n  b: {device: none, trust: [" KEY1 "]}\n"     \
+    "modes: [ref.decode]\n"                                                                        \
     "unanchored: {qwen3moe: \"test\"}\n"
 
 /* The golden gate runs on every cell: a cell that no defaults or override gives a goldens file
@@ -1121,6 +1389,88 @@ Test(ladder_files, goldens_that_are_not_the_pin_or_hold_another_token_count_are_
     cr_expect(strstr(err.msg, "gold.yaml:11:23: cell m/local/ref.decode: '") &&
                   strstr(err.msg, "g.json' does not match its pin: pinned sha256 " MOE_SHA),
               "%s", err.msg);
+}
+
+/* Goldens are evidence identified by their bytes: a goldens file without golden.sha256 is refused
+ * by the check the run starts with, which names the digest to pin */
+Test(ladder_files, goldens_without_a_pin_are_refused_naming_the_digest_to_pin)
+{
+    struct gate_err err = {0};
+    cr_expect_eq(check_goldens(GOLD_HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+                                         "gates:\n  defaults:\n"
+                                         "    golden: {goldens: g.json}\n"
+                                         "# the goldens' digest is %s\n",
+                               &err),
+                 ERR_INPUT);
+    cr_expect(strstr(err.msg, "cell m/local/ref.decode: gates.golden.goldens '") &&
+                  strstr(err.msg, "g.json' is not pinned"),
+              "%s", err.msg);
+    /* the digest to add is the file's (check_goldens wrote it in the comment) */
+    char want[200];
+    const char *sha = strstr(err.msg, "add golden.sha256: ");
+    cr_assert(sha, "%s", err.msg);
+    snprintf(want, sizeof want, "%.64s", sha + strlen("add golden.sha256: "));
+    cr_expect_eq(strlen(want), 64, "%s", err.msg);
+    cr_expect_eq(strspn(want, "0123456789abcdef"), 64, "%s", err.msg);
+}
+
+/* Every sequence a cell runs fits the model's context length, not only parity's: the throughput
+ * run's prompt plus its decode, and the consistency gate's positions where the ladder names it
+ * (tiny-dense's context_length is 4096) */
+Test(ladder_files, a_throughput_or_consistency_sequence_past_the_context_length_is_refused)
+{
+#define CTX_HEAD                                                                                   \
+    "release: {name: r, version: '1'}\nmodels:\n"                                                  \
+    "  s: {synth: {preset: tiny-dense, quant: Q4_K_M}, sha256: " MOE_SHA ", arch: qwen3}\n"        \
+    "hosts:\n  local: {device: none, trust: [" KEY1 "]}\n"                                         \
+    "modes: [ref.decode]\n"                                                                        \
+    "cells: [{model: s, host: local, mode: ref.decode}]\n"                                         \
+    "unanchored: {qwen3: \"test\"}\n"
+    struct gate_err err = {0};
+    cr_expect_eq(check_files(CTX_HEAD "gates: {defaults: {throughput: {prompt_tokens: 4090,"
+                                      " decode_tokens: 6}}}\n",
+                             &err),
+                 0, "4096 positions fit: %s", err.msg);
+    err_clear(&err);
+    cr_expect_eq(check_files(CTX_HEAD "gates: {defaults: {throughput: {prompt_tokens: 4090,"
+                                      " decode_tokens: 7}}}\n",
+                             &err),
+                 ERR_INPUT);
+    cr_expect(strstr(err.msg, "cell s/local/ref.decode: throughput (prompt_tokens + decode_tokens)"
+                              " runs 4097 positions but model 's' has context length 4096"),
+              "%s", err.msg);
+    err_clear(&err);
+    cr_expect_eq(
+        check_files(CTX_HEAD "gates: {defaults: {consistency: {positions: 4097}}}\n", &err),
+        ERR_INPUT);
+    cr_expect(strstr(err.msg, "cell s/local/ref.decode: consistency (positions) runs 4097"
+                              " positions but model 's' has context length 4096"),
+              "%s", err.msg);
+#undef CTX_HEAD
+}
+
+/* gate run --host checks the goldens of that host's cells before it starts: a cell of the host
+ * whose goldens the judge cannot use is refused there; another host's cells are not its question */
+Test(ladder_files, a_run_checks_the_goldens_of_its_own_hosts_cells)
+{
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_assert_eq(load_goldens(GOLD_HEAD_AB "cells: [{model: m, host: a, mode: ref.decode},"
+                                           " {model: m, host: b, mode: ref.decode}]\n"
+                                           "gates:\n  defaults:\n"
+                                           "    golden: {goldens: g.json, sha256: %s}\n"
+                                           "  overrides:\n    - match: {host: b}\n"
+                                           "      golden: {tokens: 8}\n",
+                              &l, &err),
+                 0, "%s", err.msg);
+    cr_expect_eq(ladder_check_golden_entries(l, 0, &err), 0, "host a's goldens hold: %s", err.msg);
+    err_clear(&err);
+    cr_expect_eq(ladder_check_golden_entries(l, 1, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "cell m/b/ref.decode: goldens '") &&
+                  strstr(err.msg, "hold 16 tokens per case for this model but"
+                                  " gates.golden.tokens is 8"),
+              "%s", err.msg);
+    ladder_free(l);
 }
 
 /* The CLI: gate ladder check exits 2 on such a ladder; gate run exits 2 before any receipt
