@@ -224,6 +224,25 @@ static int match_override(struct parse *p, yaml_node_t *match, const struct ladd
     return 1;
 }
 
+/* Some cell of the ladder, required or excluded, that the override's match names: one that
+ * matches none is a typo or a stale line (a mode the matrix does not list, a kv no cell has) that
+ * would otherwise do nothing, silently — refused, as an exclusion that matches no cell is. */
+static int override_matches_a_cell(struct parse *p, yaml_node_t *match)
+{
+    const struct ladder *l = p->l;
+    for (int i = 0; i < l->n_cells; i++)
+        if (match_override(p, match, &l->cells[i]))
+            return 1;
+    for (int i = 0; i < l->n_excluded; i++) {
+        const struct ladder_excluded *x = &l->excluded[i];
+        struct ladder_cell c = {.model = x->model, .host = x->host, .v = x->v};
+        snprintf(c.mode, sizeof c.mode, "%s", x->mode);
+        if (match_override(p, match, &c))
+            return 1;
+    }
+    return 0;
+}
+
 int ladder_parse_gates(struct parse *p, yaml_node_t *gates)
 {
     static const char *const keys[] = {"defaults", "overrides", NULL};
@@ -265,6 +284,10 @@ int ladder_parse_gates(struct parse *p, yaml_node_t *gates)
                                                         (enum cell_setting_id)s, &unused)))
                         goto out;
                 }
+                if (!override_matches_a_cell(p, m))
+                    return fail(p, m,
+                                "this override matches no cell of the ladder (required or"
+                                " excluded): it would change nothing");
             }
         }
     }

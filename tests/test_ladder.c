@@ -493,6 +493,33 @@ Test(ladder, an_override_matching_an_undeclared_host_or_mode_is_refused)
                    "override matches mode 'ref.decod', which is not defined");
 }
 
+/* An override whose match is well formed but names no cell of the ladder (a mode the matrix does
+ * not list, a kv no cell has) would change nothing without a word: refused like an exclusion that
+ * matches nothing. One that matches only an excluded cell is kept (the exclusion may be lifted). */
+Test(ladder, an_override_that_matches_no_cell_is_refused)
+{
+    expect_refused("override-none.yaml",
+                   HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+                        "gates: {overrides: [{match: {mode: ref.chat},"
+                        " parity: {min_cosine: 0.9999}}]}\n",
+                   "this override matches no cell of the ladder");
+    expect_refused("override-none-kv.yaml",
+                   HEAD "cells: [{model: m, host: local, mode: ref.decode}]\n"
+                        "gates: {overrides: [{match: {model: m, kv: f16},"
+                        " parity: {min_cosine: 0.9999}}]}\n",
+                   "this override matches no cell of the ladder");
+    struct ladder *l = NULL;
+    struct gate_err err = {0};
+    cr_expect_eq(load_yaml("override-excluded.yaml",
+                           HEAD "cells: [{models: [m], hosts: [local], modes: [ref.decode,"
+                                " ref.chat], exclude: [{mode: ref.chat, reason: not yet}]}]\n"
+                                "gates: {overrides: [{match: {mode: ref.chat},"
+                                " parity: {min_cosine: 0.9999}}]}\n",
+                           &l, &err),
+                 0, "an override of an excluded cell: %s", err.msg);
+    ladder_free(l);
+}
+
 /* Pins are 64 lower-case hex digits, every character of them: the model's, the goldens' and a
  * baseline receipt's (a receipt hash), the engine binary's and its files' */
 Test(ladder, a_pin_that_is_not_64_lower_case_hex_digits_is_refused)
