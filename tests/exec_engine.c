@@ -20,6 +20,12 @@
  *   --faults K1,K2,...     lists only these fault kinds in hello (and refuses set_faults with
  *                          any other): an engine that takes some kinds and not others
  *   --max-tokens N         hello's max_tokens (default 4096)
+ *   --lie FIELD            one reply field is wrong: hello.protocol 2, hello.device "",
+ *                          load.sha256 the file's digest with its last hex digit changed,
+ *                          load.n_vocab one less than the model's, load.n_ctx one less than
+ *                          asked, forward.n_tokens and forward.n_vocab one less than computed
+ *   --reply-unread         its stdin pipe shrunk to one page, every forward is answered at once
+ *                          (ok, zero logits), before its tokens are read
  * Attacks on gate itself (docs/exec.md, "Threat model"); what they got is reported in hello's
  * `device` ("cpu: " and ';'-separated findings), which gate records and the tests read:
  *   --steal PATH           try to read PATH (repeatable, at most 8): "s0=STOLEN:<hex of its first 4
@@ -109,7 +115,15 @@ struct opts {
     const char *leftovers; /* --leftovers NAME */
     int linger;            /* --linger */
     int orphans;           /* --orphans N */
+    const char *lie;       /* --lie FIELD ("op.field") */
+    int reply_unread;      /* --reply-unread */
 };
+
+/* 1 when --lie names field ("op.field"). */
+static int lies(const struct opts *o, const char *field)
+{
+    return o->lie && !strcmp(o->lie, field);
+}
 
 /* ---- attacks on gate (reported through hello's device) ------------------------------------- */
 
@@ -409,6 +423,37 @@ static void send_error(const char *why)
     send_json(json_pack("{s:b, s:s}", "ok", 0, "error", why), NULL, 0);
 }
 
+/* --reply-unread: read request f's header only; a forward is answered at once (ok, n_tokens x
+ * n_vocab zero logits), its tokens left in the pipe. 1 when it answered (frame_read then reads
+ * the rest of the request), 0 when the request is not a forward or the header is not whole. */
+static int reply_unread(struct frame_in *f, const struct model *m)
+{
+    char why[400];
+    while (f->part < FRAME_AT_PAYLOAD) {
+        unsigned char *to;
+        const size_t need = frame_in_want(f, &to);
+        const ssize_t r = read(0, to, need);
+        if (r <= 0 || frame_in_got(f, (size_t)r, why, sizeof why) != FRAME_MORE)
+            return 0; /* the end, a whole frame without payload or a bad one: frame_read says */
+    }
+    json_t *req = NULL;
+    const char *op = NULL;
+    frame_in_request_parse(f, &req, &op, why, sizeof why);
+    const int n = (int)json_integer_value(json_object_get(req, "n_tokens"));
+    const int forward = op && !strcmp(op, "forward") && n > 0;
+    json_decref(req);
+    if (!forward)
+        return 0;
+    const uint64_t bytes = (uint64_t)n * m->hp.n_vocab * sizeof(float);
+    float *zero = calloc((size_t)n * m->hp.n_vocab, sizeof *zero);
+    if (!zero)
+        die("out of memory");
+    send_json(json_pack("{s:b, s:i, s:i}", "ok", 1, "n_tokens", n, "n_vocab", (int)m->hp.n_vocab),
+              zero, bytes);
+    free(zero);
+    return 1;
+}
+
 static int file_sha256(const char *path, char hex[65])
 {
     FILE *f = fopen(path, "rb");
@@ -554,6 +599,10 @@ int main(int argc, char **argv)
             o.known = strtoull(argv[++i], NULL, 16);
         else if (!strcmp(a, "--only-random-ids"))
             o.only_random = 1;
+        else if (!strcmp(a, "--lie") && v)
+            o.lie = argv[++i];
+        else if (!strcmp(a, "--reply-unread"))
+            o.reply_unread = 1;
         else {
             fprintf(stderr, "exec_engine: unknown option '%s'\n", a);
             return 2;
@@ -561,6 +610,8 @@ int main(int argc, char **argv)
     }
     if (sodium_init() < 0)
         die("libsodium failed to initialize");
+    if (o.reply_unread && fcntl(0, F_SETPIPE_SZ, (int)sysconf(_SC_PAGESIZE)) < 0)
+        die("cannot shrink the stdin pipe to one page");
     struct model *m = NULL;
     struct backend *b = NULL;
     float *logits = NULL;
@@ -578,11 +629,16 @@ int main(int argc, char **argv)
         struct frame_in f;
         char why[400];
         frame_in_request(&f, NULL, (uint64_t)1 << 26);
+        const int answered = o.reply_unread && m && reply_unread(&f, m);
         const int st = frame_read(0, &f, why, sizeof why);
         if (st == FRAME_EOF)
             break; /* gate closed our stdin */
         if (st != FRAME_WHOLE)
             die(why);
+        if (answered) {
+            frame_in_free(&f);
+            continue;
+        }
         const unsigned char *payload = f.payload;
         const uint64_t B = f.b;
         json_t *req = NULL;
@@ -620,9 +676,10 @@ int main(int argc, char **argv)
             for (int k = 0; k < FAULT_KIND_COUNT; k++)
                 if (o.faults & (1u << k))
                     json_array_append_new(kinds, json_string(fault_kind_name((enum fault_kind)k)));
-            send_json(json_pack("{s:b, s:i, s:s, s:s, s:s, s:s, s:o, s:i}", "ok", 1, "protocol", 1,
-                                "engine", "exec_engine", "version", "1.0", "build_id",
-                                "tests/exec_engine.c", "device", dev, "faults", kinds, "max_tokens",
+            send_json(json_pack("{s:b, s:i, s:s, s:s, s:s, s:s, s:o, s:i}", "ok", 1, "protocol",
+                                lies(&o, "hello.protocol") ? 2 : 1, "engine", "exec_engine",
+                                "version", "1.0", "build_id", "tests/exec_engine.c", "device",
+                                lies(&o, "hello.device") ? "" : dev, "faults", kinds, "max_tokens",
                                 o.max_tokens),
                       NULL, 0);
             if (o.exit_early) {
@@ -641,12 +698,15 @@ int main(int argc, char **argv)
             } else {
                 if (o.wrong_digest)
                     sha[0] = sha[0] == '0' ? '1' : '0';
+                if (lies(&o, "load.sha256")) /* the last digit: a check of fewer bytes misses it */
+                    sha[63] = sha[63] == '0' ? '1' : '0';
                 logits = malloc((size_t)n_ctx * m->hp.n_vocab * sizeof *logits);
                 tokens = malloc((size_t)n_ctx * sizeof *tokens);
                 if (!logits || !tokens)
                     die("out of memory");
                 send_json(json_pack("{s:b, s:s, s:i, s:i}", "ok", 1, "sha256", sha, "n_vocab",
-                                    (int)m->hp.n_vocab, "n_ctx", n_ctx),
+                                    (int)m->hp.n_vocab - lies(&o, "load.n_vocab"), "n_ctx",
+                                    n_ctx - lies(&o, "load.n_ctx")),
                           NULL, 0);
             }
         } else if (!strcmp(op, "forward")) {
@@ -744,9 +804,10 @@ int main(int argc, char **argv)
                     send_raw("{}", 1u << 20, NULL, 0, 0);
                 } else {
                     const uint64_t send = o.wrong_size ? bytes - 4 : bytes;
-                    send_json(
-                        json_pack("{s:b, s:i, s:i}", "ok", 1, "n_tokens", n, "n_vocab", (int)V),
-                        logits, send);
+                    send_json(json_pack("{s:b, s:i, s:i}", "ok", 1, "n_tokens",
+                                        n - lies(&o, "forward.n_tokens"), "n_vocab",
+                                        (int)V - lies(&o, "forward.n_vocab")),
+                              logits, send);
                 }
             }
         } else if (!strcmp(op, "truncate")) {

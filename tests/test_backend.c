@@ -1,6 +1,7 @@
 /* test_backend.c — the backend contract (engine/backend.h): the wrappers in engine/backend.c
- * check every forward before a backend sees it, chunk by n_batch and keep n_past and the
- * counters themselves; chunking changes no logit; fault sets are copied, not borrowed; the
+ * check every forward and truncate before a backend sees it, chunk by n_batch and keep n_past
+ * and the counters themselves; chunking changes no logit; fault sets are copied, not borrowed,
+ * their count clamped to what they hold; the
  * device query and the one list of backends work before any model is loaded. Moved from
  * test_ref.c (issue 24 §6): the twin's own tests stay there.
  */
@@ -232,4 +233,38 @@ Test(backend, kernel_tests_are_the_accelerators_row)
     memcpy(fns, kt, sizeof fns);
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
         cr_expect_not_null(fns[i], "kernel test entry %zu is missing", i);
+}
+
+/* A cache length is never negative: backend_truncate refuses -1 before the backend sees it, and
+ * the cache keeps what it held. */
+Test(backend, truncate_to_a_negative_length_is_refused_and_the_cache_is_kept)
+{
+    struct gate_err err = {0};
+    struct model *m = NULL;
+    cr_assert_eq(model_load(&m, conformance_path("qwen3-dense-tiny-f32", "model.gguf"), &err), 0);
+    struct spy s = {.base = {.ops = &SPY_OPS, .model = m, .n_ctx = 16, .n_batch = 16}};
+    struct backend *b = &s.base;
+    float *logits = malloc((size_t)4 * m->hp.n_vocab * sizeof(float));
+    const int32_t ok[4] = {0};
+    cr_assert_eq(backend_forward(b, ok, 4, 0, logits, &err), 0, "%s", err.msg);
+    cr_expect_eq(backend_truncate(b, -1, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "spy: cannot truncate the cache to -1 positions (it holds 4)"), "%s",
+              err.msg);
+    cr_expect_eq(b->n_past, 4);
+    free(logits);
+    model_free(m);
+}
+
+/* A fault set's count is clamped to what it can hold (0..FAULT_MAX): a backend never reads
+ * past the set's entries. */
+Test(backend, a_fault_count_out_of_range_is_clamped_to_the_set)
+{
+    struct backend b = {0};
+    struct fault_set fs = {0};
+    fs.n = FAULT_MAX + 3;
+    backend_set_faults(&b, &fs);
+    cr_expect_eq(b.faults.n, FAULT_MAX);
+    fs.n = -2;
+    backend_set_faults(&b, &fs);
+    cr_expect_eq(b.faults.n, 0);
 }

@@ -1,15 +1,16 @@
 /* test_exec.c — the exec backend (engine/exec.c) against the reference engine
  * (tests/exec_engine.c, gate-exec over the twin): parity PASS with noise below the thresholds and
  * FAIL with a planted defect; every failure mode of an engine (crash, hang, malformed or oversize
- * frame, wrong payload size, wrong digest, early exit, a handshake that contradicts the ladder)
- * becomes a clean ERR_RUNTIME naming the cause, with the child reaped (no zombie); the ladder's
- * engines: section and its refusals at check time; one end-to-end `gate run` per outcome (one
- * engine child per cell, the handshake in the receipt, a crash as FAILED rows).
- * Everything runs on the tiny MoE conformance model at 64 positions. The end-to-end runs use the
- * cheapest throughput and falsify settings where those gates are not the subject (CHEAP_GATES),
- * and the goldens of every one-cell ladder are recorded once per runner (ladderfix). Under ASan
- * (GATE_ASAN, the sanitizer build's run) the two tests that run the default fault set through the
- * engine run its first and last faults and one sweep sample instead of two, and say so on stderr
+ * frame, wrong payload size, wrong digest, early exit, a handshake that contradicts the ladder,
+ * a reply field that misstates the request, a reply before the request was read) becomes a clean
+ * ERR_RUNTIME naming the cause, with the child reaped (no zombie); the ladder's engines: section
+ * and its refusals at check time; one end-to-end `gate run` per outcome (one engine child per cell,
+ * the handshake in the receipt, a crash as FAILED rows). Everything runs on the tiny MoE
+ * conformance model at 64 positions. The end-to-end runs use the cheapest throughput and falsify
+ * settings where those gates are not the subject (CHEAP_GATES), and the goldens of every one-cell
+ * ladder are recorded once per runner (ladderfix). Under ASan (GATE_ASAN, the sanitizer build's
+ * run) the two tests that run the default fault set through the engine run its first and last
+ * faults and one sweep sample instead of two, and say so on stderr
  * ("ASan: ..."); the normal build runs all of them.
  */
 #include <criterion/criterion.h>
@@ -466,6 +467,62 @@ Test(exec, bytes_after_a_reply_are_refused)
     cr_expect(strstr(msg, "(truncate n_past=0): the engine wrote more than one reply"), "%s", msg);
 }
 
+/* Every number and string of a reply is checked against what gate asked before it is believed:
+ * an engine that lies in one field (exec_engine --lie FIELD) is refused naming it, and the child
+ * is ended. */
+Test(exec, a_reply_that_misstates_one_field_is_refused_naming_it)
+{
+    static const struct {
+        const char *field, *says;
+    } LIES[] = {
+        {"hello.protocol", "(hello): the engine speaks gate-exec 2, gate speaks 1"},
+        {"hello.device", "(hello): reply field \"device\" must be a non-empty string"},
+        {"load.sha256", "(load): the engine loaded a file with SHA-256 \""},
+        {"load.n_vocab", "(load): the engine reports n_vocab 511 but the model has 512"},
+        {"load.n_ctx", "(load): the engine loaded a context of"},
+        {"forward.n_tokens",
+         "(forward n_past=0 n_tokens=1): reply field \"n_tokens\" must be an integer in 1..1"},
+        {"forward.n_vocab",
+         "(forward n_past=0 n_tokens=1): reply field \"n_vocab\" must be an integer in 512..512"},
+    };
+    for (size_t i = 0; i < sizeof LIES / sizeof LIES[0]; i++) {
+        const char *const a[] = {"--lie", LIES[i].field, NULL};
+        char msg[1024];
+        cr_expect_eq(run_failing(a, 30, msg, sizeof msg), ERR_RUNTIME, "%s: %s", LIES[i].field,
+                     msg);
+        cr_expect(strstr(msg, LIES[i].says), "%s: %s", LIES[i].field, msg);
+    }
+}
+
+/* An engine that answers a forward before it has read the tokens computed nothing gate asked:
+ * exec_engine --reply-unread shrinks its stdin pipe to one page and answers at once, so 8 KiB
+ * of tokens cannot all be written; the reply is refused, whole and well-formed as it is. */
+Test(exec, a_reply_before_the_whole_request_was_read_is_refused)
+{
+    static const char *const a[] = {"--reply-unread", NULL};
+    struct fixture f;
+    fixture_open(&f, "exec.twin.prefill", 5, 0, a);
+    enum { N = 2048 };
+    const size_t V = f.m->hp.n_vocab;
+    int32_t *tok = malloc(N * sizeof *tok);
+    float *lg = malloc((size_t)N * V * sizeof *lg);
+    cr_assert(tok && lg);
+    mode_tokens(5, (uint32_t)V, N, tok);
+    struct backend_config cfg = {.n_threads = 1, .n_ctx = N, .n_batch = N, .session = f.s};
+    struct backend *b = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(backend_open(&b, "exec", f.m, &cfg, &err), 0, "%s", err.msg);
+    cr_expect_eq(backend_forward(b, tok, N, 0, lg, &err), ERR_RUNTIME);
+    cr_expect(strstr(err.msg, "(forward n_past=0 n_tokens=2048): the engine replied before reading"
+                              " the whole request"),
+              "%s", err.msg);
+    cr_expect_eq(test_session_pid(f.s), 0, "the child is still running after a failure");
+    backend_close(b);
+    free(tok);
+    free(lg);
+    fixture_close(&f);
+}
+
 /* A reply frame in memory: 4-byte H, header text, 8-byte B, payload (plen bytes of 0x5a). */
 static size_t frame_put(unsigned char *buf, const char *header, uint64_t plen)
 {
@@ -640,6 +697,112 @@ Test(exec, a_handshake_that_contradicts_the_ladder_is_refused)
     cr_expect_eq(parity_run(f.m, &f.mode, &fs, NULL, 0, &cfg, 1, &pr, &err), ERR_RUNTIME);
     cr_expect(strstr(err.msg, "the engine cannot inject wrong_expert"), "%s", err.msg);
     parity_result_free(&pr);
+    fixture_close(&f);
+}
+
+/* One child, one cache: a second backend on a session already in use is refused (its forwards
+ * would move the first one's cache under it); once the first is closed the session serves again,
+ * with the same child. */
+Test(exec, a_session_serves_one_open_backend_at_a_time)
+{
+    struct fixture f;
+    fixture_open(&f, "exec.twin.decode", 30, 0, NULL);
+    struct backend *a = NULL, *b = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_open(&a, &f.mode, f.m, 64, 1, NULL, &err), 0, "%s", err.msg);
+    cr_expect_eq(mode_open(&b, &f.mode, f.m, 64, 1, NULL, &err), ERR_RUNTIME);
+    cr_expect_null(b);
+    cr_expect(strstr(err.msg, "exec engine 'twin' is already in use by another open backend"), "%s",
+              err.msg);
+    backend_close(a);
+    err_clear(&err);
+    cr_expect_eq(mode_open(&b, &f.mode, f.m, 64, 1, NULL, &err), 0, "%s", err.msg);
+    backend_close(b);
+    cr_expect_eq(test_session_spawns(f.s), 1);
+    fixture_close(&f);
+}
+
+/* The build_id pin is compared whole: a pin that is only the start of what the engine reports
+ * ("tests/exec_engine.c") names another build, refused at the handshake, and no later open of the
+ * cell starts the engine again; the whole id runs. */
+Test(exec, a_build_id_pin_matches_only_the_whole_reported_build_id)
+{
+    struct fixture f;
+    fixture_open(&f, "exec.twin.decode", 30, 0, NULL);
+    snprintf(f.e.build_id, sizeof f.e.build_id, "tests/exec_engine");
+    struct backend *b = NULL;
+    struct gate_err err = {0};
+    cr_expect_eq(mode_open(&b, &f.mode, f.m, 64, 1, NULL, &err), ERR_RUNTIME);
+    cr_expect_null(b);
+    cr_expect(strstr(err.msg, "build_id \"tests/exec_engine.c\" but the ladder pins"
+                              " \"tests/exec_engine\""),
+              "%s", err.msg);
+    err_clear(&err);
+    cr_expect_eq(mode_open(&b, &f.mode, f.m, 64, 1, NULL, &err), ERR_RUNTIME);
+    cr_expect(strstr(err.msg, "it is not the engine build this ladder gates"), "%s", err.msg);
+    cr_expect_eq(test_session_spawns(f.s), 1, "the engine was started again");
+    fixture_close(&f);
+    fixture_open(&f, "exec.twin.decode", 30, 0, NULL);
+    snprintf(f.e.build_id, sizeof f.e.build_id, "tests/exec_engine.c");
+    err_clear(&err);
+    cr_expect_eq(mode_open(&b, &f.mode, f.m, 64, 1, NULL, &err), 0, "%s", err.msg);
+    backend_close(b);
+    fixture_close(&f);
+}
+
+/* A fault kind outside the ladder's `faults:` list never goes into the engine, even one its hello
+ * lists: the engine is only trusted with the kinds the ladder declares (the others are falsified
+ * by proxy). */
+Test(exec, a_fault_kind_the_ladder_does_not_declare_is_never_sent_to_the_engine)
+{
+    struct fixture f;
+    fixture_open(&f, "exec.twin.decode", 30, 0, NULL);
+    f.e.faults = 1u << FAULT_SKIP_QK_NORM;
+    struct backend *b = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_open(&b, &f.mode, f.m, 64, 1, NULL, &err), 0, "%s", err.msg);
+    struct fault_set fs = {0};
+    struct fault_spec spec;
+    cr_assert_eq(fault_parse("wrong_expert", &spec, &err), 0, "%s", err.msg);
+    fault_set_add(&fs, &spec, &err);
+    backend_set_faults(b, &fs);
+    const int32_t tok = 1;
+    float *lg = malloc(f.m->hp.n_vocab * sizeof *lg);
+    cr_assert(lg);
+    cr_expect_eq(backend_forward(b, &tok, 1, 0, lg, &err), ERR_RUNTIME);
+    cr_expect(strstr(err.msg, "the ladder does not declare that the engine injects wrong_expert"),
+              "%s", err.msg);
+    /* the declared kind goes in */
+    fs.n = 0;
+    cr_assert_eq(fault_parse("skip_qk_norm", &spec, &err), 0, "%s", err.msg);
+    fault_set_add(&fs, &spec, &err);
+    backend_set_faults(b, &fs);
+    err_clear(&err);
+    cr_expect_eq(backend_forward(b, &tok, 1, 0, lg, &err), 0, "%s", err.msg);
+    free(lg);
+    backend_close(b);
+    fixture_close(&f);
+}
+
+/* A gate that needs a longer cache than the child loaded gets a fresh child loaded that long
+ * (the first child loads min(n_ctx_train, 4096) positions: 4096 here); a shorter gate after it
+ * is served by the longer child. */
+Test(exec, a_gate_that_needs_a_longer_cache_gets_a_fresh_child_loaded_longer)
+{
+    struct fixture f;
+    fixture_open(&f, "exec.twin.decode", 30, 0, NULL);
+    struct backend *b = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_open(&b, &f.mode, f.m, 64, 1, NULL, &err), 0, "%s", err.msg);
+    backend_close(b);
+    cr_assert_eq(mode_open(&b, &f.mode, f.m, 5000, 1, NULL, &err), 0, "%s", err.msg);
+    cr_expect_eq(b->n_ctx, 5000);
+    backend_close(b);
+    cr_expect_eq(test_session_spawns(f.s), 2,
+                 "the child loaded with 4096 positions served a gate of 5000");
+    cr_assert_eq(mode_open(&b, &f.mode, f.m, 64, 1, NULL, &err), 0, "%s", err.msg);
+    backend_close(b);
+    cr_expect_eq(test_session_spawns(f.s), 2);
     fixture_close(&f);
 }
 
@@ -1837,4 +2000,42 @@ Test(exec, a_receipt_made_with_another_last_pinned_engine_file_is_stale)
     cr_expect(strstr(row.reason, "ran engine 'twin' with file 2 sha256") &&
                   strstr(row.reason, sha_2) && strstr(row.reason, sha_2b),
               "%s", row.reason);
+}
+
+/* Every pinned engine file is checked at every start, the last one too: once a pinned file
+ * changes, the start is refused naming it and nothing runs. */
+Test(exec, a_pinned_engine_file_that_changed_refuses_the_start)
+{
+    make_dir();
+    char sha_1[65], sha_2[65], sha_x[65], f1[1024], f2[1024], exe[4096], exe_sha[65];
+    snprintf(f1, sizeof f1, "%s", pinned_file("f1.bin", "first file\n", sha_1));
+    snprintf(f2, sizeof f2, "%s", pinned_file("f2.bin", "second file\n", sha_2));
+    struct exec_engine e;
+    engine_init(&e, 30, 0, NULL);
+    e.files[0].path = f1;
+    snprintf(e.files[0].sha256, sizeof e.files[0].sha256, "%s", sha_1);
+    e.files[1].path = f2;
+    snprintf(e.files[1].sha256, sizeof e.files[1].sha256, "%s", sha_2);
+    e.n_files = 2;
+    struct gate_err err = {0};
+    cr_expect_eq(exec_engine_check_pins(&e, exe, sizeof exe, exe_sha, &err), 0, "%s", err.msg);
+    /* the second (last) file changes after it was pinned */
+    pinned_file("f2.bin", "second file, changed\n", sha_x);
+    cr_expect_eq(exec_engine_check_pins(&e, exe, sizeof exe, exe_sha, &err), ERR_RUNTIME);
+    cr_expect(strstr(err.msg, "exec engine 'twin': pinned file: '") && strstr(err.msg, "f2.bin") &&
+                  strstr(err.msg, "does not match its pin") && strstr(err.msg, sha_x),
+              "%s", err.msg);
+    /* and a session on it starts nothing */
+    struct model *m = check_load_case("qwen3moe-tiny-q4_k_m");
+    struct backend_session *s = NULL;
+    err_clear(&err);
+    cr_assert_eq(test_session_new(&s, &e, moe_path(), MOE_SHA, &err), 0, "%s", err.msg);
+    struct backend_config cfg = {.n_ctx = 64, .n_batch = 64, .session = s};
+    struct backend *b = NULL;
+    cr_expect_eq(backend_open(&b, "exec", m, &cfg, &err), ERR_RUNTIME);
+    cr_expect(strstr(err.msg, "pinned file:"), "%s", err.msg);
+    cr_expect_eq(test_session_spawns(s), 0, "the engine was started");
+    backend_session_close(s);
+    model_free(m);
+    expect_no_zombie();
 }

@@ -1,8 +1,9 @@
 /* test_frame.c — the gate-exec frame codec (base/frame.h) on its own: the writer's frames read
  * back whole, the request reader's bounds (the engines' side: tests/exec_engine.c and the
  * llama.cpp adapter read through it), EOF against a frame cut short, and the reply reader fed
- * one byte at a time deciding as it does fed whole. The reply side's refusals in gate's words
- * are tested through exec_reply_decode in test_exec.c.
+ * one byte at a time deciding as it does fed whole; frame_escape, which quotes an engine's text
+ * in gate's messages, leaves printable ASCII inside its buffer. The reply side's refusals in
+ * gate's words are tested through exec_reply_decode in test_exec.c.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -201,4 +202,25 @@ Test(frame, the_writer_refuses_a_header_it_may_not_send)
     cr_expect_eq(frame_get_le(out + 15, 8), 5);
     free(out);
     json_decref(j);
+}
+
+/* Text from an engine (an error reply, its stderr tail) is quoted through frame_escape: what
+ * reaches a message or a terminal is printable ASCII without a bare quote or backslash, and the
+ * output stops at a whole escape inside its buffer, never past it. */
+Test(frame, escaping_leaves_printable_ascii_and_stays_inside_its_buffer)
+{
+    static const char in[] = "a\"b\\c\x7f\xff\xc3\xa9\x1b[0m\n\t";
+    char out[128];
+    frame_escape(in, sizeof in - 1, out, sizeof out);
+    cr_expect_str_eq(out, "a\\x22b\\x5cc\\x7f\\xff\\xc3\\xa9\\x1b[0m\\n\\t");
+    /* n bytes hold n - 1 characters and the NUL; an escape that does not fit is left out */
+    char small[16];
+    memset(small, '#', sizeof small);
+    frame_escape("abcdefgh", 8, small, 5);
+    cr_expect_str_eq(small, "abcd");
+    cr_expect_eq(small[5], '#', "frame_escape wrote past the 5 bytes it was given");
+    memset(small, '#', sizeof small);
+    frame_escape("ab\x01", 3, small, 6);
+    cr_expect_str_eq(small, "ab", "a cut escape");
+    cr_expect_eq(small[6], '#');
 }
