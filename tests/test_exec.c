@@ -1116,9 +1116,14 @@ static struct run_result run_seeded(const char *engines, const char *gates, uint
     return res;
 }
 
+/* The tests' fixed input seed: a verdict a test asserts must not depend on a draw (one falsify
+ * sweep sample per kind, a few judged positions); what a fresh draw does is tested on its own
+ * (an_engine_that_knows_its_test_inputs_fails_parity_on_fresh_ones) */
+#define TEST_INPUT_SEED 0x5eedull
+
 static struct run_result run_one(const char *engines, const char *gates)
 {
-    return run_seeded(engines, gates, 0);
+    return run_seeded(engines, gates, TEST_INPUT_SEED);
 }
 
 static const char *gate_field(const struct run_result *r, const char *gate, const char *field)
@@ -1175,7 +1180,7 @@ Test(exec, an_engine_right_only_on_random_ids_fails_parity_on_the_prose_in_its_i
     snprintf(engines, sizeof engines,
              ENGINE("{argv: [%s, --only-random-ids], timeout_s: 30, supports: [decode, faults]}"),
              engine_path());
-    struct run_result r = run_seeded(engines, CHEAP_GATES, 0);
+    struct run_result r = run_seeded(engines, CHEAP_GATES, TEST_INPUT_SEED);
     cr_expect_str_eq(gate_field(&r, "parity", "verdict"), "FAIL",
                      "an engine 1 %% off on text passed parity: %s",
                      gate_field(&r, "parity", "reason"));
