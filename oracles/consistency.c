@@ -98,13 +98,13 @@ int consistency_run(const struct model *m, const struct mode *mode,
     json_t *vars = json_array();
     char saved_isa[16], name[64];
     snprintf(saved_isa, sizeof saved_isa, "%s", backend_isa(mode->backend));
-    int rc = 0;
+    int rc = 0, n_prose = 0;
     if (!ids || !ref || !v || !vars) {
         rc = err_set(err, ERR_ENV, "consistency: out of memory for %d positions", n);
         goto done;
     }
     if (cfg->token_seed)
-        rc = prose_mixed_for_model(m, cfg->token_seed, n, ids, NULL, NULL, err);
+        rc = prose_mixed_for_model(m, cfg->token_seed, n, ids, &n_prose, NULL, err);
     else
         mode_tokens(CONSISTENCY_SEED, (uint32_t)V, n, ids);
     if (rc)
@@ -156,9 +156,10 @@ int consistency_run(const struct model *m, const struct mode *mode,
     }
     snprintf(name, sizeof name, "decode, %d threads%s%s", n_threads, saved_isa[0] ? ", isa " : "",
              saved_isa);
-    *metrics = json_pack("{s:{s:b, s:b, s:s}, s:i, s:s, s:o, s:s}", "declared", "bitwise",
+    *metrics = json_pack("{s:{s:b, s:b, s:s}, s:i, s:i, s:s, s:o, s:s}", "declared", "bitwise",
                          inv.bitwise, "threads", inv.threads, "isas", inv.isas, "positions", n,
-                         "reference", name, "variants", vars, "backend", mode->backend);
+                         "prose_tokens", n_prose, "reference", name, "variants", vars, "backend",
+                         mode->backend);
     vars = NULL;
     if (!*metrics)
         rc = err_set(err, ERR_ENV, "consistency: out of memory for the metrics");

@@ -1193,6 +1193,24 @@ Test(exec, an_engine_right_only_on_random_ids_fails_parity_on_the_prose_in_its_i
     run_result_free(&r);
 }
 
+/* The consistency gate of a run judges the run's own inputs, half prose (until 2026-12-03 one
+ * fixed sequence of ids, the same on every run): recorded with the seed in its metrics */
+Test(exec, the_consistency_gate_runs_on_the_run_s_inputs)
+{
+    char engines[512];
+    snprintf(engines, sizeof engines,
+             ENGINE("{argv: [%s], timeout_s: 30, supports: [decode, faults]}"), engine_path());
+    struct run_result r =
+        run_one(engines, CHEAP_GATES "    consistency: {positions: 32, repeats: 1}\n");
+    cr_expect_str_eq(gate_field(&r, "consistency", "verdict"), "PASS", "%s",
+                     gate_field(&r, "consistency", "reason"));
+    cr_expect_str_eq(inputs_field(&r, "consistency", "seed"), "0000000000005eed");
+    const json_t *mx =
+        json_object_get(json_object_get(r.cells[0].gates_json, "consistency"), "metrics");
+    cr_expect_gt(json_integer_value(json_object_get(mx, "prose_tokens")), 0, "no prose");
+    run_result_free(&r);
+}
+
 /* One run serves two stories: the handshake (one child for every gate, recorded in the receipt)
  * and an engine that reports a GPU (capability PASSes on its word, recorded as ran.device). */
 Test(exec, gate_run_starts_the_engine_once_per_cell_and_records_its_handshake)
