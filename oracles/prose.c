@@ -74,11 +74,6 @@ static struct {
     int n;
 } chain;
 
-static int same_word(const char *a, const char *b)
-{
-    return strcmp(a, b) == 0;
-}
-
 static void chain_build(void)
 {
     char *text = strdup(CORPUS);
@@ -94,11 +89,12 @@ static void chain_build(void)
         return; /* chain.n stays 0: prose_text() reports it */
     }
     int n = 0;
-    for (char *tok = strtok(text, " "); tok; tok = strtok(NULL, " "))
+    char *save = NULL;
+    for (char *tok = strtok_r(text, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
         word[n++] = tok;
     for (int i = 0; i < n; i++) {
         int j = (i + 1) % n;
-        while (!same_word(word[j], word[i]))
+        while (strcmp(word[j], word[i]))
             j = (j + 1) % n;
         same_next[i] = j;
     }
