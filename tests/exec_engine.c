@@ -65,6 +65,8 @@
  *                          while the sequence so far is the generated one of seed SEED (hex; as
  *                          gate's parity_tokens makes it for a run given that seed), every logit
  *                          scaled by 1.5 from the first position off it
+ *   --nan-batched          a batched-path bug: a forward of more than one token answers NaN for
+ *                          the first logit of its first row (one token at a time it is right)
  *   --only-random-ids      an engine that tells test inputs from text (a defeat device): right
  *                          where the last 12 tokens decode to something other than plain text,
  *                          every logit scaled by 1.01 where they read as text (letters, spaces,
@@ -78,6 +80,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <math.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdint.h>
@@ -109,6 +112,7 @@ struct opts {
     int replay;
     uint64_t known;     /* --known-inputs SEED (0: off) */
     int only_random;    /* --only-random-ids */
+    int nan_batched;    /* --nan-batched */
     const char *device; /* what hello says the engine runs on */
     const char *steal[8];
     int n_steal, steal_parent, grandchild, slow_ms;
@@ -599,6 +603,8 @@ int main(int argc, char **argv)
             o.known = strtoull(argv[++i], NULL, 16);
         else if (!strcmp(a, "--only-random-ids"))
             o.only_random = 1;
+        else if (!strcmp(a, "--nan-batched"))
+            o.nan_batched = 1;
         else if (!strcmp(a, "--lie") && v)
             o.lie = argv[++i];
         else if (!strcmp(a, "--reply-unread"))
@@ -794,6 +800,8 @@ int main(int argc, char **argv)
                             *x += (float)((double)(det_splitmix64(&st) >> 11) * 0x1.0p-53 * 4.0);
                         }
                     }
+                if (o.nan_batched && n > 1)
+                    logits[0] = NAN;
                 const uint64_t bytes = (uint64_t)n * V * 4;
                 if (o.bad_frame) {
                     o.bad_frame = 0;

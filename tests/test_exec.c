@@ -1211,6 +1211,27 @@ Test(exec, the_consistency_gate_runs_on_the_run_s_inputs)
     run_result_free(&r);
 }
 
+/* A batched-path bug that only the consistency gate sees: NaN in the first logit of every
+ * batched forward, right one token at a time (parity's decode path never batches). An exec
+ * engine declares no bitwise invariance, so it is held to max_abs, and a NaN difference must not
+ * drop out of that maximum. */
+Test(exec, a_nan_only_in_batched_forwards_fails_consistency)
+{
+    char engines[512];
+    snprintf(engines, sizeof engines,
+             ENGINE("{argv: [%s, --nan-batched], timeout_s: 30, supports: [decode, faults]}"),
+             engine_path());
+    struct run_result r =
+        run_one(engines, CHEAP_GATES "    consistency: {positions: 32, repeats: 1}\n");
+    cr_expect_str_eq(gate_field(&r, "parity", "verdict"), "PASS", "decode is right: %s",
+                     gate_field(&r, "parity", "reason"));
+    cr_expect_str_eq(gate_field(&r, "consistency", "verdict"), "FAIL",
+                     "a NaN in every batched forward passed consistency: %s",
+                     gate_field(&r, "consistency", "reason"));
+    cr_expect_eq(r.n_pass, 0, "the cell passed");
+    run_result_free(&r);
+}
+
 /* One run serves two stories: the handshake (one child for every gate, recorded in the receipt)
  * and an engine that reports a GPU (capability PASSes on its word, recorded as ran.device). */
 Test(exec, gate_run_starts_the_engine_once_per_cell_and_records_its_handshake)
