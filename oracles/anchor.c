@@ -7,6 +7,7 @@
  */
 #include "oracles/anchor.h"
 #include "engine/ref_ops.h"
+#include "oracles/compare.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -122,8 +123,7 @@ int anchor_logit_metrics(const float *reference, const float *twin, int n_pos, i
         const double d = (double)twin[i] - (double)reference[i];
         num += d * d;
         den += (double)reference[i] * reference[i];
-        if (!(fabs(d) <= max_abs)) /* a NaN difference makes the maximum NaN */
-            max_abs = fabs(d);
+        max_abs = compare_worst_max(max_abs, fabs(d)); /* a NaN difference makes it NaN */
     }
     int first_wrong = -1;
     for (int p = 0; p < n_pos && first_wrong < 0; p++)

@@ -10,12 +10,26 @@
 #ifndef GATE_COMPARE_H
 #define GATE_COMPARE_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* A running maximum (minimum) in which a NaN is the worst value of all and stays: the plain
+ * `if (!(x <= m)) m = x` keeps a NaN only until the next finite x replaces it (a NaN in one row
+ * of a batched forward recorded a consistency max_abs of 0 that way, until 2026-12-03). */
+static inline double compare_worst_max(double m, double x)
+{
+    return isnan(m) || isnan(x) ? NAN : x > m ? x : m;
+}
+
+static inline double compare_worst_min(double m, double x)
+{
+    return isnan(m) || isnan(x) ? NAN : x < m ? x : m;
+}
 
 struct compare_stats {
     double nmse;         /* sum (got-want)^2 / sum want^2 over finite pairs */

@@ -5,6 +5,7 @@
  * Start reading: consistency_run().
  */
 #include "oracles/consistency.h"
+#include "oracles/compare.h"
 #include "oracles/prose.h"
 
 #include <math.h>
@@ -66,7 +67,7 @@ static int run_last_rows(const struct model *m, const struct mode *mode, int n_t
 static json_t *compare(const char *name, const float *ref, const float *v, int n, size_t V)
 {
     double mx = 0.0;
-    int first = -1, nan = 0;
+    int first = -1;
     for (int p = 0; p < n; p++) {
         const float *a = ref + (size_t)p * V, *b = v + (size_t)p * V;
         if (!memcmp(a, b, V * sizeof(float)))
@@ -74,17 +75,11 @@ static json_t *compare(const char *name, const float *ref, const float *v, int n
         if (first < 0)
             first = p;
         for (size_t i = 0; i < V; i++) {
-            const double d = fabs((double)a[i] - (double)b[i]);
-            nan |= isnan(d);
-            if (d > mx)
-                mx = d;
+            /* a NaN anywhere is the maximum (until 2026-12-03 the next finite difference
+             * replaced it: a NaN in one row of a batched forward passed a non-bitwise backend) */
+            mx = compare_worst_max(mx, fabs((double)a[i] - (double)b[i]));
         }
     }
-    /* a NaN anywhere is the maximum: until 2026-12-03 a NaN was kept only while no later
-     * difference followed it (`!(d <= mx)` replaced it with the next finite one), so a NaN in
-     * one row of a batched forward recorded max_abs 0 and passed a non-bitwise backend */
-    if (nan)
-        mx = NAN;
     return json_pack("{s:s, s:b, s:o, s:i, s:b}", "name", name, "ran", 1, "max_abs",
                      isfinite(mx) ? json_real(mx) : json_string(isnan(mx) ? "NaN" : "Inf"),
                      "first_diff", first, "identical", first < 0);

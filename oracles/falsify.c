@@ -7,6 +7,7 @@
  * Start reading: falsify_run(), falsify_judge(), then falsify_sweep().
  */
 #include "oracles/falsify.h"
+#include "oracles/compare.h"
 
 #include "base/detmath.h"
 
@@ -1236,14 +1237,10 @@ int falsify_sweep(const struct model *m, const struct mode *mode, const struct f
         if ((rc = parity_session_run(s, NULL, &cfg->parity, 0, &r, err)))
             goto done;
         double sev = parity_severity(&r);
-        if (!(sev <= out->noise_severity))
-            out->noise_severity = sev;
-        if (!(r.cosine.min >= out->noise_min_cosine))
-            out->noise_min_cosine = r.cosine.min;
-        if (!(r.kld.max <= out->noise_max_kld))
-            out->noise_max_kld = r.kld.max;
-        if (!(r.kld.mean <= out->noise_mean_kld))
-            out->noise_mean_kld = r.kld.mean;
+        out->noise_severity = compare_worst_max(out->noise_severity, sev);
+        out->noise_min_cosine = compare_worst_min(out->noise_min_cosine, r.cosine.min);
+        out->noise_max_kld = compare_worst_max(out->noise_max_kld, r.kld.max);
+        out->noise_mean_kld = compare_worst_max(out->noise_mean_kld, r.kld.mean);
         out->noise_wrong += r.n_wrong + r.n_nonfinite;
         out->threshold_in_noise |= !r.pass;
         parity_result_free(&r);

@@ -1684,7 +1684,8 @@ static int localize(struct parity_session *s, struct parity_result *r, struct ga
             double c = cos_f(J->hidden + i * E, S->hidden + i * E, E);
             if (p == at)
                 x->hidden_cosine = c;
-            if (!(c >= x->hidden_cosine_min)) { /* NaN counts as the worst */
+            if (!isnan(x->hidden_cosine_min) && !(c >= x->hidden_cosine_min)) {
+                /* NaN counts as the worst, and stays */
                 x->hidden_cosine_min = c;
                 x->hidden_cosine_min_pos = p;
             }

@@ -63,3 +63,25 @@ Test(compare, nmse_limit_decides_when_every_element_is_within_tolerance)
     cr_expect(compare_pass(&s, 1e-2));
     cr_expect(!compare_pass(&s, 1e-3));
 }
+
+/* A running worst in which a NaN stays: a finite value after it does not replace it (the plain
+ * `if (!(x <= m)) m = x` does), whichever side the NaN came in on */
+Test(compare, a_nan_in_a_running_worst_stays_whatever_follows)
+{
+    double mx = 0.0, mn = 1.0;
+    const double xs[] = {0.5, NAN, 0.25, 2.0, -1.0};
+    for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
+        mx = compare_worst_max(mx, xs[i]);
+        mn = compare_worst_min(mn, xs[i]);
+        if (i >= 1) {
+            cr_expect(isnan(mx), "max after %zu values: %g", i + 1, mx);
+            cr_expect(isnan(mn), "min after %zu values: %g", i + 1, mn);
+        }
+    }
+    cr_expect_eq(compare_worst_max(0.5, 2.0), 2.0);
+    cr_expect_eq(compare_worst_max(2.0, 0.5), 2.0);
+    cr_expect_eq(compare_worst_min(0.5, 2.0), 0.5);
+    cr_expect_eq(compare_worst_min(2.0, 0.5), 0.5);
+    cr_expect(isnan(compare_worst_max(NAN, 1.0)) && isnan(compare_worst_min(1.0, NAN)));
+    cr_expect(isinf(compare_worst_max(0.0, INFINITY)));
+}
