@@ -77,10 +77,12 @@ static void judged_positions(const struct ladder *l, const struct ladder_cell *c
     }
     if (chat[c->model] == -2)
         chat[c->model] = chat_positions(&l->models[c->model]);
+    /* a run judges every position of its own fresh conversation (parity_chat_tokens); the fixed
+     * one, judged with no run seed, says how long such a conversation is */
     if (chat[c->model] > 0)
-        snprintf(out, n, "parity %d pos (the chat conversation)", chat[c->model]);
+        snprintf(out, n, "parity every pos of a fresh chat (the fixed one: %d)", chat[c->model]);
     else
-        snprintf(out, n, "parity at the chat conversation's length (known at run time)");
+        snprintf(out, n, "parity every pos of a fresh chat (its length known at run time)");
 }
 
 static const char *plural(int n)

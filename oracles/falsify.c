@@ -196,7 +196,7 @@ static int session_tokens(const struct model *m, const struct mode *mode, const 
         return 0;
     }
     if (mode->path == MODE_CHAT) {
-        int rc = mode_chat_for_model(m, out, n_out, &ends, &n_turns, &fallback, err);
+        int rc = parity_chat_tokens(cfg, m, out, n_out, &ends, &n_turns, &fallback, err);
         free(ends);
         return rc;
     }

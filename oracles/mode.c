@@ -703,8 +703,8 @@ static const struct chat_msg CHAT[] = {
 };
 #define CHAT_N (int)(sizeof CHAT / sizeof CHAT[0])
 
-int mode_chat_tokens(const struct tok *t, int32_t **ids, int *n, int **turn_ends, int *n_turns,
-                     struct gate_err *err)
+int mode_chat_render(const struct tok *t, const struct chat_msg *msgs, int n_msgs, int32_t **ids,
+                     int *n, int **turn_ends, int *n_turns, struct gate_err *err)
 {
     char *text = NULL;
     int32_t *v = NULL;
@@ -717,11 +717,11 @@ int mode_chat_tokens(const struct tok *t, int32_t **ids, int *n, int **turn_ends
         return err_set(err, ERR_INPUT,
                        "the tokenizer has no <|im_start|> token: it cannot"
                        " render a ChatML conversation");
-    if ((rc = chat_format(CHAT, CHAT_N, 0, 0, &text, err)))
+    if ((rc = chat_format(msgs, n_msgs, 0, 0, &text, err)))
         goto done;
     if ((rc = tok_encode(t, text, strlen(text), 1, &v, &nv, err)))
         goto done;
-    ends = calloc(CHAT_N, sizeof *ends);
+    ends = calloc(n_msgs, sizeof *ends);
     if (!ends) {
         rc = err_set(err, ERR_ENV, "chat: out of memory for the turn ends");
         goto done;
@@ -729,24 +729,24 @@ int mode_chat_tokens(const struct tok *t, int32_t **ids, int *n, int **turn_ends
     int seg = -1;
     for (int i = 0; i < nv; i++)
         if (v[i] == im_start) {
-            if (seg >= CHAT_N - 1 || (seg < 0 && i != 0))
+            if (seg >= n_msgs - 1 || (seg < 0 && i != 0))
                 break;
             if (seg >= 0)
                 ends[seg] = i;
             seg++;
         }
-    if (seg != CHAT_N - 1 || v[0] != im_start) {
+    if (seg != n_msgs - 1 || v[0] != im_start) {
         rc = err_set(err, ERR_INPUT,
                      "the chat rendering did not cut into %d turns at"
                      " <|im_start|> (found %d)",
-                     CHAT_N, seg + 1);
+                     n_msgs, seg + 1);
         goto done;
     }
-    ends[CHAT_N - 1] = nv;
+    ends[n_msgs - 1] = nv;
     *ids = v;
     *n = nv;
     *turn_ends = ends;
-    *n_turns = CHAT_N;
+    *n_turns = n_msgs;
     v = NULL;
     ends = NULL;
 done:
@@ -756,8 +756,14 @@ done:
     return rc;
 }
 
-int mode_chat_fallback(uint32_t n_vocab, int32_t **ids, int *n, int **turn_ends, int *n_turns,
-                       struct gate_err *err)
+int mode_chat_tokens(const struct tok *t, int32_t **ids, int *n, int **turn_ends, int *n_turns,
+                     struct gate_err *err)
+{
+    return mode_chat_render(t, CHAT, CHAT_N, ids, n, turn_ends, n_turns, err);
+}
+
+static int chat_fallback_seeded(uint64_t seed, uint32_t n_vocab, int32_t **ids, int *n,
+                                int **turn_ends, int *n_turns, struct gate_err *err)
 {
     static const int LENS[CHAT_N] = {40, 24, 36, 20, 32, 16};
     int total = 0;
@@ -772,7 +778,7 @@ int mode_chat_fallback(uint32_t n_vocab, int32_t **ids, int *n, int **turn_ends,
         *turn_ends = NULL;
         return err_set(err, ERR_ENV, "chat: out of memory for the fallback conversation");
     }
-    mode_tokens(MODE_CHAT_SEED, n_vocab, total, *ids);
+    mode_tokens(seed, n_vocab, total, *ids);
     for (int i = 0, at = 0; i < CHAT_N; i++)
         (*turn_ends)[i] = (at += LENS[i]);
     *n = total;
@@ -780,14 +786,21 @@ int mode_chat_fallback(uint32_t n_vocab, int32_t **ids, int *n, int **turn_ends,
     return 0;
 }
 
-int mode_chat_for_model(const struct model *m, int32_t **ids, int *n, int **turn_ends, int *n_turns,
-                        int *fallback, struct gate_err *err)
+int mode_chat_fallback(uint32_t n_vocab, int32_t **ids, int *n, int **turn_ends, int *n_turns,
+                       struct gate_err *err)
+{
+    return chat_fallback_seeded(MODE_CHAT_SEED, n_vocab, ids, n, turn_ends, n_turns, err);
+}
+
+int mode_chat_msgs_for_model(const struct model *m, const struct chat_msg *msgs, int n_msgs,
+                             uint64_t fallback_seed, int32_t **ids, int *n, int **turn_ends,
+                             int *n_turns, int *fallback, struct gate_err *err)
 {
     struct tok *t = NULL;
     struct gate_err quiet = {0};
     *fallback = 0;
     if (m->gguf && !tok_load(&t, m->gguf, &quiet)) {
-        int rc = mode_chat_tokens(t, ids, n, turn_ends, n_turns, &quiet);
+        int rc = mode_chat_render(t, msgs, n_msgs, ids, n, turn_ends, n_turns, &quiet);
         tok_free(t);
         if (!rc) {
             for (int i = 0; i < *n; i++)
@@ -801,5 +814,12 @@ int mode_chat_for_model(const struct model *m, int32_t **ids, int *n, int **turn
     }
 fallback:
     *fallback = 1;
-    return mode_chat_fallback(m->hp.n_vocab, ids, n, turn_ends, n_turns, err);
+    return chat_fallback_seeded(fallback_seed, m->hp.n_vocab, ids, n, turn_ends, n_turns, err);
+}
+
+int mode_chat_for_model(const struct model *m, int32_t **ids, int *n, int **turn_ends, int *n_turns,
+                        int *fallback, struct gate_err *err)
+{
+    return mode_chat_msgs_for_model(m, CHAT, CHAT_N, MODE_CHAT_SEED, ids, n, turn_ends, n_turns,
+                                    fallback, err);
 }

@@ -20,6 +20,7 @@
 
 #include "base/err.h"
 #include "engine/backend.h"
+#include "engine/chat.h"
 #include "engine/exec.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
@@ -227,6 +228,11 @@ int mode_judge(struct backend *b, const int32_t *tokens, int n, float *logits,
 int mode_chat_tokens(const struct tok *t, int32_t **ids, int *n, int **turn_ends, int *n_turns,
                      struct gate_err *err);
 
+/* Any conversation of n_msgs messages, rendered, encoded and cut as mode_chat_tokens() does the
+ * fixed one (n_turns = n_msgs). */
+int mode_chat_render(const struct tok *t, const struct chat_msg *msgs, int n_msgs, int32_t **ids,
+                     int *n, int **turn_ends, int *n_turns, struct gate_err *err);
+
 /* The fallback for a model without usable text tokens (no tokenizer metadata, or no
  * <|im_start|>): six segments of fixed lengths 40, 24, 36, 20, 32, 16 (168 ids) of splitmix64
  * ids (seed MODE_CHAT_SEED) modulo n_vocab. Same ownership as mode_chat_tokens(). */
@@ -238,6 +244,12 @@ int mode_chat_fallback(uint32_t n_vocab, int32_t **ids, int *n, int **turn_ends,
  * fallback; *fallback says which (1 = fallback). */
 int mode_chat_for_model(const struct model *m, int32_t **ids, int *n, int **turn_ends, int *n_turns,
                         int *fallback, struct gate_err *err);
+
+/* The same for the six messages msgs (a fresh conversation: parity_chat_tokens()); the fallback's
+ * ids come from fallback_seed instead of MODE_CHAT_SEED. */
+int mode_chat_msgs_for_model(const struct model *m, const struct chat_msg *msgs, int n_msgs,
+                             uint64_t fallback_seed, int32_t **ids, int *n, int **turn_ends,
+                             int *n_turns, int *fallback, struct gate_err *err);
 
 /* Deterministic token ids: out[i] = splitmix64 stream from seed, modulo n_vocab. With seed 202
  * and n_vocab 512 this is the conformance cases' tokens.txt. */

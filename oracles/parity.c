@@ -942,6 +942,9 @@ json_t *parity_result_json(const struct parity_result *r)
             json_object_set_new(o, "noise", nz);
     }
     json_object_set_new(o, "chat_fallback", json_boolean(r->chat_fallback));
+    if (r->chat_conversation) /* the chat path's own conversation: drawn for this run, or fixed */
+        json_object_set_new(o, "chat_conversation",
+                            json_string(r->chat_conversation > 0 ? "fresh" : "fixed"));
     /* how much of a generated sequence was prose, and how many judged positions (parity_tokens) */
     json_object_set_new(
         o, "prose", json_pack("{s:i, s:i}", "tokens", r->prose_tokens, "judged", r->prose_judged));
@@ -1238,7 +1241,8 @@ struct parity_session {
     int n;
     int *turn_ends, n_turns;
     int chat_fallback;
-    uint8_t *is_prose; /* generated sequences: which tokens are prose (parity_tokens) */
+    int chat_conversation; /* the chat path's own conversation: 1 fresh, -1 fixed, 0 none */
+    uint8_t *is_prose;     /* generated sequences: which tokens are prose (parity_tokens) */
     int n_prose;
     struct backend *judge, *subject;
     int *judged, n_judged; /* the positions judged (increasing), n_judged of n */
@@ -1322,16 +1326,41 @@ int parity_tokens(const struct parity_config *c, const struct model *m, int n, i
     return 0;
 }
 
+int parity_chat_tokens(const struct parity_config *c, const struct model *m, int32_t **ids, int *n,
+                       int **turn_ends, int *n_turns, int *fallback, struct gate_err *err)
+{
+    if (!c->token_seed)
+        return mode_chat_for_model(m, ids, n, turn_ends, n_turns, fallback, err);
+    /* longer messages until the conversation holds the positions parity needs (a tokenizer with
+     * long tokens; a fallback's 168 ids always do) */
+    for (int scale = 1;; scale *= 2) {
+        struct chat_msg msgs[PROSE_CHAT_MSGS];
+        char *store = NULL;
+        int rc = prose_chat(c->token_seed, scale, msgs, &store, err);
+        if (!rc)
+            rc = mode_chat_msgs_for_model(m, msgs, PROSE_CHAT_MSGS, c->token_seed, ids, n,
+                                          turn_ends, n_turns, fallback, err);
+        free(store);
+        if (rc || *n >= PARITY_MIN_POSITIONS || scale >= 16)
+            return rc;
+        free(*ids);
+        free(*turn_ends);
+        *ids = NULL;
+        *turn_ends = NULL;
+    }
+}
+
 /* The sequence of a session: supplied tokens, generated ids, or the chat conversation. */
 static int build_sequence(struct parity_session *s, const int32_t *tokens, int n,
                           struct gate_err *err)
 {
     const uint32_t V = s->m->hp.n_vocab;
     if (!tokens && s->mode.path == MODE_CHAT) {
-        int rc = mode_chat_for_model(s->m, &s->tokens, &s->n, &s->turn_ends, &s->n_turns,
-                                     &s->chat_fallback, err);
+        int rc = parity_chat_tokens(&s->cfg, s->m, &s->tokens, &s->n, &s->turn_ends, &s->n_turns,
+                                    &s->chat_fallback, err);
         if (rc)
             return rc;
+        s->chat_conversation = s->cfg.token_seed ? 1 : -1;
         if (s->n < PARITY_MIN_POSITIONS)
             return err_set(err, ERR_INPUT,
                            "the chat conversation has %d tokens, fewer than the"
@@ -2070,6 +2099,7 @@ int parity_session_run(struct parity_session *s, const struct fault_set *faults,
     }
     mode_format(&s->mode, out->mode, sizeof out->mode);
     out->chat_fallback = s->chat_fallback;
+    out->chat_conversation = s->chat_conversation;
     out->prose_tokens = s->n_prose;
     out->prose_judged = 0;
     for (int i = 0; s->is_prose && i < s->n_judged; i++)

@@ -151,6 +151,15 @@ struct parity_config {
 int parity_tokens(const struct parity_config *c, const struct model *m, int n, int32_t *out,
                   int *n_prose, uint8_t *is_prose, struct gate_err *err);
 
+/* The chat conversation a chat-path session of c judges: with token_seed 0 the fixed one
+ * (mode_chat_for_model); with a run's seed a fresh three-turn conversation of prose
+ * (prose_chat(), messages lengthened until it holds PARITY_MIN_POSITIONS tokens), rendered with
+ * the model's chat template — an engine cannot know the conversation it is judged on
+ * (docs/gates.md, "The inputs are half prose"). Ownership and *fallback as mode_chat_for_model().
+ */
+int parity_chat_tokens(const struct parity_config *c, const struct model *m, int32_t **ids, int *n,
+                       int **turn_ends, int *n_turns, int *fallback, struct gate_err *err);
+
 /* Defaults and bounds of the settings fields: the gate table's rows (harness/gatedef.c), the
  * one filler gatedef_parity_config(NULL, &c) (issue 24 §2: a default is written once). */
 /* ERR_INPUT naming the field: positions < 64, a NaN threshold, min_cosine outside [-1, 1],
@@ -251,9 +260,11 @@ struct parity_result {
     int n_chunks; /* prefill path: the batched part's chunk lengths */
     int chunks[MODE_MAX_CHUNKS];
     char mode[32];
-    int chat_fallback; /* chat mode used the fallback conversation */
-    int prose_tokens;  /* tokens of the sequence that were prose (parity_tokens) */
-    int prose_judged;  /* judged positions whose token was prose */
+    int chat_fallback;     /* chat mode used the fallback conversation */
+    int chat_conversation; /* chat mode's own conversation: 1 fresh (parity_chat_tokens), -1 the
+                            * fixed one (no run seed), 0 none (supplied tokens, other paths) */
+    int prose_tokens;      /* tokens of the sequence that were prose (parity_tokens) */
+    int prose_judged;      /* judged positions whose token was prose */
     int n_faults;
     char faults[FAULT_MAX][96];
 };
@@ -326,8 +337,8 @@ enum gate_verdict parity_gate_judge(const json_t *settings, const json_t *metric
                                     char *why, size_t n);
 
 /* Judge the mode on model m. tokens (n): the sequence, or NULL for cfg->positions ids from
- * mode_tokens(PARITY_TOKEN_SEED) — or, for the chat path, the fixed conversation
- * (mode_chat_for_model); supplied tokens on the chat path are cut into six equal turns.
+ * mode_tokens(PARITY_TOKEN_SEED) — or, for the chat path, the conversation of
+ * parity_chat_tokens(); supplied tokens on the chat path are cut into six equal turns.
  * faults (may be NULL) go into the subject only, never the judge; they are validated against
  * the model first (fault_validate). Returns 0 when a verdict was reached (out->pass), else a
  * negative status (input error, backend missing on this host, ...). */

@@ -259,6 +259,63 @@ int prose_mixed_for_model(const struct model *m, uint64_t seed, int n, int32_t *
     return rc;
 }
 
+#define PROSE_CHAT_SALT 0x63686174ull /* "chat": the conversation's stream */
+
+int prose_chat(uint64_t seed, int scale, struct chat_msg msgs[PROSE_CHAT_MSGS], char **store,
+               struct gate_err *err)
+{
+    char *text[PROSE_CHAT_MSGS] = {0};
+    size_t total = 0;
+    int rc = 0;
+    uint64_t st = seed ^ PROSE_CHAT_SALT;
+    *store = NULL;
+    for (int i = 0; i < PROSE_CHAT_MSGS && !rc; i++) {
+        const int user = i % 2 == 0;
+        const uint64_t r = det_splitmix64(&st);
+        const int words = (user ? 8 + (int)(r % 13) : 3 + (int)(r % 12)) * (scale > 1 ? scale : 1);
+        const int ask = user && (r >> 32) % 2;
+        if ((rc = prose_text(det_splitmix64(&st), words, &text[i], err)))
+            break;
+        /* the first `words` words on one line, the cut's trailing punctuation replaced */
+        char *c = text[i];
+        int k = 0;
+        for (char *p = c; *p; p++)
+            if (*p == '\n')
+                *p = ' ';
+        size_t len = 0;
+        while (c[len] && k < words)
+            if (c[len++] == ' ' && c[len] != ' ')
+                k++;
+        while (len && (c[len - 1] == ' ' || c[len - 1] == '.' || c[len - 1] == ','))
+            len--;
+        if (!(c = realloc(text[i], len + 2))) {
+            rc = err_set(err, ERR_ENV, "prose: out of memory for a conversation");
+            break;
+        }
+        text[i] = c;
+        c[len] = ask ? '?' : '.';
+        c[len + 1] = 0;
+        total += len + 2;
+    }
+    char *block = rc ? NULL : malloc(total ? total : 1);
+    if (!rc && !block)
+        rc = err_set(err, ERR_ENV, "prose: out of memory for a conversation");
+    for (int i = 0, at = 0; i < PROSE_CHAT_MSGS && !rc; i++) {
+        const size_t len = strlen(text[i]) + 1;
+        memcpy(block + at, text[i], len);
+        msgs[i].role = i % 2 == 0 ? "user" : "assistant";
+        msgs[i].content = block + at;
+        at += (int)len;
+    }
+    for (int i = 0; i < PROSE_CHAT_MSGS; i++)
+        free(text[i]);
+    if (rc)
+        free(block);
+    else
+        *store = block;
+    return rc;
+}
+
 struct tok *prose_model_tok(const struct model *m)
 {
     struct tok *t = NULL;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "engine/chat.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 
@@ -42,6 +43,14 @@ int prose_tokens(const struct tok *t, uint64_t seed, uint32_t n_vocab, int n, in
  * them. ERR_ENV on out of memory. */
 int prose_mixed_tokens(const struct tok *t, uint64_t seed, uint32_t n_vocab, int n, int32_t *out,
                        int *n_prose, uint8_t *is_prose, struct gate_err *err);
+
+/* A fresh conversation from seed: PROSE_CHAT_MSGS messages, user and assistant in turn, each a
+ * cut of prose_text() from its own seed — users 8..20 words, assistants 3..14, times `scale`
+ * (>= 1: the caller's way to a longer one) — ending in '.' or, for a user, sometimes '?'.
+ * msgs[i].content points into *store (one malloc'd block: free it). ERR_ENV on out of memory. */
+#define PROSE_CHAT_MSGS 6
+int prose_chat(uint64_t seed, int scale, struct chat_msg msgs[PROSE_CHAT_MSGS], char **store,
+               struct gate_err *err);
 
 /* The model's tokenizer, or NULL where it has none gate can load (free with tok_free). */
 struct tok *prose_model_tok(const struct model *m);

@@ -72,6 +72,12 @@
  *                          every logit scaled by 1.01 where they read as text (letters, spaces,
  *                          and . , ' only, at least two spaces) — right on uniform random ids,
  *                          1 % off on what users send
+ *   --known-chat           an engine that knows gate's chat conversation (a defeat device):
+ *                          right wherever the context holds no <|im_start|> and on the fixed
+ *                          conversation of mode_chat_for_model(); every logit scaled by 1.01 at
+ *                          a position whose context holds <|im_start|> and has left that
+ *                          conversation — right in every gate run's decode and prefill, and on
+ *                          the chat gate's fixed input, 1 % off in every other chat
  * Faults: every kind of gate's table, applied by the twin (set_faults -> backend_set_faults).
  * Start reading: main().
  */
@@ -113,6 +119,7 @@ struct opts {
     uint64_t known;     /* --known-inputs SEED (0: off) */
     int only_random;    /* --only-random-ids */
     int nan_batched;    /* --nan-batched */
+    int known_chat;     /* --known-chat */
     const char *device; /* what hello says the engine runs on */
     const char *steal[8];
     int n_steal, steal_parent, grandchild, slow_ms;
@@ -605,6 +612,8 @@ int main(int argc, char **argv)
             o.only_random = 1;
         else if (!strcmp(a, "--nan-batched"))
             o.nan_batched = 1;
+        else if (!strcmp(a, "--known-chat"))
+            o.known_chat = 1;
         else if (!strcmp(a, "--lie") && v)
             o.lie = argv[++i];
         else if (!strcmp(a, "--reply-unread"))
@@ -623,11 +632,15 @@ int main(int argc, char **argv)
     float *logits = NULL;
     int32_t *tokens = NULL;
     int forwards = 0, n_ctx = 0;
-    uint8_t *on_script = NULL; /* --known-inputs: position p and all before it were the seed's */
-    int32_t *script = NULL;    /* --known-inputs: the sequence it knows */
-    struct tok *tk = NULL;     /* --only-random-ids: the model's tokenizer */
-    int32_t *history = NULL;   /* --only-random-ids: every token so far, by position */
-    uint8_t *reads = NULL;     /* --only-random-ids: position p's last 12 tokens read as text */
+    uint8_t *on_script = NULL;  /* --known-inputs: position p and all before it were the seed's */
+    int32_t *script = NULL;     /* --known-inputs: the sequence it knows */
+    struct tok *tk = NULL;      /* --only-random-ids: the model's tokenizer */
+    int32_t *history = NULL;    /* --only-random-ids: every token so far, by position */
+    uint8_t *reads = NULL;      /* --only-random-ids: position p's last 12 tokens read as text */
+    int32_t *known_chat = NULL; /* --known-chat: gate's fixed conversation (n_known_chat ids) */
+    int n_known_chat = 0, im_start = -1;
+    uint8_t *chat_off =
+        NULL; /* --known-chat: position p's context holds <|im_start|> and left it */
     /* --replay: the first reply for each (n_past, n_tokens), kept for ever */
     enum { REPLAY_MAX = 128 };
     static float *cache[REPLAY_MAX][REPLAY_MAX];
@@ -771,6 +784,31 @@ int main(int argc, char **argv)
                         on_script[p] =
                             (p == 0 || on_script[p - 1]) && tokens[p - n_past] == script[p];
                 }
+                if (o.known_chat) { /* a chat, and not the one the engine was built to pass? */
+                    if (!history && !(history = malloc((size_t)n_ctx * sizeof *history)))
+                        die("out of memory");
+                    if (!chat_off && !(chat_off = calloc((size_t)n_ctx, 1)))
+                        die("out of memory");
+                    if (!known_chat) {
+                        int *ends = NULL, turns = 0, fallback = 0;
+                        if (!tk && tok_load(&tk, m->gguf, &err))
+                            die(err.msg);
+                        im_start = tok_find(tk, "<|im_start|>");
+                        if (mode_chat_for_model(m, &known_chat, &n_known_chat, &ends, &turns,
+                                                &fallback, &err))
+                            die("cannot make the conversation it knows");
+                        free(ends);
+                    }
+                    memcpy(history + n_past, tokens, (size_t)n * sizeof *tokens);
+                    for (int p = n_past; p < n_past + n; p++) {
+                        int chat = 0, off = 0;
+                        for (int q = 0; q <= p; q++) {
+                            chat |= history[q] == im_start;
+                            off |= q >= n_known_chat || history[q] != known_chat[q];
+                        }
+                        chat_off[p] = chat && off;
+                    }
+                }
                 if (o.only_random) { /* does the text so far read as text? */
                     if (!history && !(history = malloc((size_t)n_ctx * sizeof *history)))
                         die("out of memory");
@@ -794,6 +832,8 @@ int main(int argc, char **argv)
                         if (o.defect || (o.known && !on_script[n_past + t]))
                             *x *= 1.5f;
                         if (o.only_random && reads[n_past + t])
+                            *x *= 1.01f;
+                        if (o.known_chat && chat_off[n_past + t])
                             *x *= 1.01f;
                         if (o.fake_faults && o.faults_on) {
                             uint64_t st = ((uint64_t)(n_past + t) << 32) ^ (uint64_t)i ^ 0xfa4eull;
@@ -884,5 +924,7 @@ int main(int argc, char **argv)
     free(script);
     free(history);
     free(reads);
+    free(known_chat);
+    free(chat_off);
     return 0;
 }

@@ -1098,11 +1098,12 @@ Test(exec, the_ladder_records_the_engine_in_every_gate_s_settings)
 /* ---- end to end ---------------------------------------------------------------------------- */
 
 /* gate run over one exec cell; input_seed as gate run --input-seed (0: drawn fresh) */
-static struct run_result run_seeded(const char *engines, const char *gates, uint64_t input_seed)
+static struct run_result run_mode(const char *engines, const char *mode, const char *gates,
+                                  uint64_t input_seed)
 {
     make_dir();
     struct gate_err err = {0};
-    const char *p = write_ladder(engines, "exec.twin.decode", gates);
+    const char *p = write_ladder(engines, mode, gates);
     struct run_options o = {.ladder = p,
                             .host = "a",
                             .db = path_in("r.db"),
@@ -1114,6 +1115,11 @@ static struct run_result run_seeded(const char *engines, const char *gates, uint
     cr_assert_eq(res.n, 1);
     expect_no_zombie();
     return res;
+}
+
+static struct run_result run_seeded(const char *engines, const char *gates, uint64_t input_seed)
+{
+    return run_mode(engines, "exec.twin.decode", gates, input_seed);
 }
 
 /* The tests' fixed input seed: a verdict a test asserts must not depend on a draw (one falsify
@@ -1191,6 +1197,36 @@ Test(exec, an_engine_right_only_on_random_ids_fails_parity_on_the_prose_in_its_i
                  "no judged position was prose");
     cr_expect_eq(r.n_pass, 0, "the cell passed");
     run_result_free(&r);
+}
+
+/* An engine that knows gate's chat conversation — right on it and wherever the context holds no
+ * <|im_start|>, 1 % off in every other chat — passed every gate while chat cells judged the one
+ * fixed conversation (at 60ff51e: parity max KL 0 on the chat cell; the decode cell's inputs
+ * never hold a chat token). A run's chat is now a fresh conversation of prose in the model's
+ * template (parity_chat_tokens), so parity fails it there, on every seed tried; the same engine's
+ * decode cell still passes (it is right there: the defect is the chat's alone). */
+Test(exec, an_engine_that_knows_the_chat_conversation_fails_parity_on_a_fresh_one)
+{
+    char engines[512];
+    snprintf(engines, sizeof engines,
+             ENGINE("{argv: [%s, --known-chat], timeout_s: 60, supports: [decode, chat, faults]}"),
+             engine_path());
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        struct run_result r = run_mode(engines, "exec.twin.chat", CHEAP_GATES, seed * 0x5eed);
+        cr_expect_str_eq(gate_field(&r, "parity", "verdict"), "FAIL",
+                         "seed %llu: an engine 1 %% off in every chat but gate's own passed"
+                         " parity: %s",
+                         (unsigned long long)seed, gate_field(&r, "parity", "reason"));
+        cr_expect_eq(r.n_pass, 0, "the chat cell passed");
+        const json_t *mx =
+            json_object_get(json_object_get(r.cells[0].gates_json, "parity"), "metrics");
+        cr_expect_str_eq(json_string_value(json_object_get(mx, "chat_conversation")), "fresh");
+        run_result_free(&r);
+    }
+    struct run_result d = run_one(engines, CHEAP_GATES);
+    cr_expect_str_eq(gate_field(&d, "parity", "verdict"), "PASS", "decode is right: %s",
+                     gate_field(&d, "parity", "reason"));
+    run_result_free(&d);
 }
 
 /* The consistency gate of a run judges the run's own inputs, half prose (until 2026-12-03 one

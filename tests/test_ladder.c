@@ -1089,9 +1089,10 @@ Test(ladder_check, lists_excluded_cells_with_reasons_and_counts)
 }
 
 /* issue 16: the positions each cell is really judged at. Decode and prefill cells judge
- * parity.positions; a chat cell judges the whole chat conversation, whose length comes from the
- * model (mode_chat_for_model) when its file exists and is stated as known at run time when it
- * does not (a synth model not written yet). Counts take their plurals ("1 host"). */
+ * parity.positions; a chat cell judges every position of a conversation drawn per run; the fixed
+ * one's length (mode_chat_for_model) is printed when the model's file exists and is stated as
+ * known at run time when it does not (a synth model not written yet). Counts take their plurals ("1
+ * host"). */
 Test(ladder_check, prints_the_positions_each_cell_is_judged_at)
 {
     const char *bin = getenv("GATE_BIN");
@@ -1136,12 +1137,12 @@ Test(ladder_check, prints_the_positions_each_cell_is_judged_at)
     cr_expect(strstr(text, "2 models, 1 host: 4 required, 0 excluded"), "%s", text);
     cr_expect(strstr(text, "m/local/ref.decode                       parity 64 pos "), "%s", text);
     snprintf(want, sizeof want,
-             "m/local/ref.chat                         parity %d pos (the chat "
-             "conversation) ",
+             "m/local/ref.chat                         parity every pos of a fresh chat (the "
+             "fixed one: %d) ",
              n);
     cr_expect(strstr(text, want), "want '%s' in:\n%s", want, text);
-    cr_expect(strstr(text, "s/local/ref.chat                         parity at the chat "
-                           "conversation's length (known at run time) "),
+    cr_expect(strstr(text, "s/local/ref.chat                         parity every pos of a "
+                           "fresh chat (its length known at run time) "),
               "%s", text);
     cr_expect(!strstr(text, "ref.chat                         parity 64 pos"), "%s", text);
     free(text);

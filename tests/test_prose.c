@@ -158,3 +158,113 @@ Test(prose, a_run_s_sequence_is_half_prose_in_segments_and_the_same_prefix_at_an
     model_free(m);
     free(buf);
 }
+
+/* prose_chat(): six messages, user and assistant in turn, each a short cut of fresh prose ending
+ * in '.' or '?', within its word range; a seed's own conversation, the same for the same seed. */
+Test(prose, a_conversation_is_six_short_messages_of_fresh_prose_in_turn)
+{
+    struct gate_err err = {0};
+    int asks = 0;
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        struct chat_msg a[PROSE_CHAT_MSGS], b[PROSE_CHAT_MSGS], c[PROSE_CHAT_MSGS];
+        char *sa = NULL, *sb = NULL, *sc = NULL;
+        cr_assert_eq(prose_chat(seed, 1, a, &sa, &err), 0, "%s", err.msg);
+        cr_assert_eq(prose_chat(seed, 1, b, &sb, &err), 0, "%s", err.msg);
+        cr_assert_eq(prose_chat(seed + 1000, 1, c, &sc, &err), 0, "%s", err.msg);
+        int differ = 0;
+        for (int i = 0; i < PROSE_CHAT_MSGS; i++) {
+            const char *s = a[i].content;
+            const size_t len = strlen(s);
+            const int user = i % 2 == 0, words = count_words(s);
+            cr_expect_str_eq(a[i].role, user ? "user" : "assistant");
+            cr_expect(user ? words >= 8 && words <= 20 : words >= 3 && words <= 14,
+                      "seed %llu message %d has %d words: '%s'", (unsigned long long)seed, i, words,
+                      s);
+            cr_expect(isupper((unsigned char)s[0]), "'%s'", s);
+            cr_expect(s[len - 1] == '.' || (user && s[len - 1] == '?'), "'%s'", s);
+            asks += s[len - 1] == '?';
+            for (size_t k = 0; k < len; k++)
+                cr_expect(isprint((unsigned char)s[k]), "byte 0x%02x in '%s'", (unsigned char)s[k],
+                          s);
+            cr_expect_str_eq(s, b[i].content);
+            differ += strcmp(s, c[i].content) != 0;
+        }
+        cr_expect_geq(differ, 5, "seed %llu and another gave %d different messages of 6",
+                      (unsigned long long)seed, differ);
+        struct chat_msg l[PROSE_CHAT_MSGS];
+        char *sl = NULL;
+        cr_assert_eq(prose_chat(seed, 4, l, &sl, &err), 0, "%s", err.msg);
+        cr_expect_geq(count_words(l[0].content), 32, "scale 4: '%s'", l[0].content);
+        free(sa);
+        free(sb);
+        free(sc);
+        free(sl);
+    }
+    cr_expect(asks > 5 && asks < 55, "%d of 60 user messages ask", asks);
+}
+
+/* parity_chat_tokens(): no run seed gives the fixed conversation, unchanged; a run's seed its own
+ * conversation in the model's chat template — six turns cut at <|im_start|>, at least the 64
+ * positions parity needs, each seed another — which is what chat cells are judged on. */
+Test(prose, a_run_s_chat_is_a_fresh_conversation_in_the_model_s_template)
+{
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-dense", &buf);
+    struct tok *t = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(tok_load(&t, m->gguf, &err), 0, "%s", err.msg);
+    const int32_t im_start = tok_find(t, "<|im_start|>");
+    int32_t *fx = NULL, *fx2 = NULL, *prev = NULL;
+    int *fe = NULL, *fe2 = NULL, nf = 0, nf2 = 0, ft = 0, ft2 = 0, fb = -1, fb2 = -1, nprev = 0;
+    struct parity_config none = {0};
+    cr_assert_eq(parity_chat_tokens(&none, m, &fx, &nf, &fe, &ft, &fb, &err), 0, "%s", err.msg);
+    cr_assert_eq(mode_chat_for_model(m, &fx2, &nf2, &fe2, &ft2, &fb2, &err), 0, "%s", err.msg);
+    cr_expect_eq(nf, nf2);
+    cr_expect_arr_eq(fx, fx2, (size_t)nf * sizeof *fx, "no seed: not the fixed conversation");
+    cr_expect_eq(fb, 0);
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        struct parity_config c = {.token_seed = seed * 0x5eed};
+        int32_t *ids = NULL, *again = NULL;
+        int *ends = NULL, *ends2 = NULL, n = 0, n2 = 0, turns = 0, turns2 = 0, f = -1, f2 = -1;
+        cr_assert_eq(parity_chat_tokens(&c, m, &ids, &n, &ends, &turns, &f, &err), 0, "%s",
+                     err.msg);
+        cr_assert_eq(parity_chat_tokens(&c, m, &again, &n2, &ends2, &turns2, &f2, &err), 0);
+        cr_expect_eq(f, 0, "seed %llu fell back to random ids", (unsigned long long)seed);
+        cr_expect_eq(turns, 6);
+        cr_expect_geq(n, PARITY_MIN_POSITIONS);
+        cr_expect_eq(ids[0], im_start);
+        for (int i = 0; i + 1 < turns; i++)
+            cr_expect_eq(ids[ends[i]], im_start, "turn %d does not end at <|im_start|>", i);
+        cr_expect_eq(ends[turns - 1], n);
+        cr_expect(n2 == n && !memcmp(ids, again, (size_t)n * sizeof *ids), "not reproducible");
+        cr_expect(n != nf || memcmp(ids, fx, (size_t)n * sizeof *ids),
+                  "seed %llu: the fixed conversation", (unsigned long long)seed);
+        cr_expect(!prev || n != nprev || memcmp(ids, prev, (size_t)n * sizeof *ids),
+                  "seed %llu: the previous seed's conversation", (unsigned long long)seed);
+        for (int i = 0; i < n; i++)
+            cr_expect(ids[i] >= 0 && (uint32_t)ids[i] < m->hp.n_vocab);
+        /* the text of the first user turn is prose_chat's first message */
+        struct chat_msg msgs[PROSE_CHAT_MSGS];
+        char *store = NULL, *text = NULL;
+        size_t len = 0;
+        cr_assert_eq(prose_chat(c.token_seed, 1, msgs, &store, &err), 0);
+        cr_assert_eq(tok_decode(t, ids, ends[0], &text, &len, &err), 0, "%s", err.msg);
+        cr_expect(strstr(text, msgs[0].content), "turn 0 '%s' lacks '%s'", text, msgs[0].content);
+        free(text);
+        free(store);
+        free(prev);
+        prev = ids;
+        nprev = n;
+        free(again);
+        free(ends);
+        free(ends2);
+    }
+    free(prev);
+    free(fx);
+    free(fx2);
+    free(fe);
+    free(fe2);
+    tok_free(t);
+    model_free(m);
+    free(buf);
+}
