@@ -216,6 +216,42 @@ int prose_tokens(const struct tok *t, uint64_t seed, uint32_t n_vocab, int n, in
 #define PROSE_SEG_MIN 16
 #define PROSE_SEG_SPAN 33 /* segments of 16..48 tokens: 64 positions hold two at least */
 
+/* Exactly n ids of a fresh conversation (prose_chat(seed)) in t's ChatML, special tokens parsed:
+ * what a chat request looks like, <|im_start|> first. ERR_INPUT when t has no <|im_start|> or an
+ * id is past n_vocab (the caller keeps plain prose there). */
+static int chat_segment_tokens(const struct tok *t, uint64_t seed, uint32_t n_vocab, int n,
+                               int32_t *out, struct gate_err *err)
+{
+    if (tok_find(t, "<|im_start|>") < 0)
+        return err_set(err, ERR_INPUT, "prose: the tokenizer has no <|im_start|>");
+    for (int scale = 1;; scale *= 2) {
+        struct chat_msg msgs[PROSE_CHAT_MSGS];
+        char *store = NULL, *text = NULL;
+        int32_t *ids = NULL;
+        int nids = 0;
+        int rc = prose_chat(seed, scale, msgs, &store, err);
+        if (!rc)
+            rc = chat_format(msgs, PROSE_CHAT_MSGS, 0, 0, &text, err);
+        if (!rc)
+            rc = tok_encode(t, text, strlen(text), 1, &ids, &nids, err);
+        free(store);
+        free(text);
+        if (rc)
+            return rc;
+        if (nids >= n) {
+            for (int i = 0; i < n && !rc; i++)
+                if (ids[i] < 0 || (uint32_t)ids[i] >= n_vocab)
+                    rc = err_set(err, ERR_INPUT, "prose: chat id %d past the vocabulary",
+                                 (int)ids[i]);
+            if (!rc)
+                memcpy(out, ids, (size_t)n * sizeof *out);
+            free(ids);
+            return rc;
+        }
+        free(ids);
+    }
+}
+
 int prose_mixed_tokens(const struct tok *t, uint64_t seed, uint32_t n_vocab, int n, int32_t *out,
                        int *n_prose, uint8_t *is_prose, struct gate_err *err)
 {
@@ -229,13 +265,20 @@ int prose_mixed_tokens(const struct tok *t, uint64_t seed, uint32_t n_vocab, int
     int32_t seg[PROSE_SEG_MIN + PROSE_SEG_SPAN];
     struct gate_err quiet = {0};
     uint64_t st = seed ^ PROSE_SALT;
-    for (int at = 0, prose = 1; at < n; prose = !prose) {
+    /* the text segments take turns being plain prose and a chat request, the first one's kind
+     * drawn: every context a user sends — with chat tokens and without — is in some run */
+    const int chat_first = (int)((seed ^ PROSE_SALT) >> 63);
+    for (int at = 0, prose = 1, k = 0; at < n; prose = !prose) {
         const int len = PROSE_SEG_MIN + (int)(det_splitmix64(&st) % PROSE_SEG_SPAN);
         const uint64_t seg_seed = det_splitmix64(&st);
         const int take = len < n - at ? len : n - at;
         /* the whole segment is encoded whatever n, so every prefix is the same; a segment the
-         * tokenizer cannot give within the vocabulary stays random ids */
-        int rc = prose ? prose_tokens(t, seg_seed, n_vocab, len, seg, &quiet) : 1;
+         * tokenizer cannot give within the vocabulary stays random ids (a chat one plain prose) */
+        int rc = 1;
+        if (prose && (k++ + chat_first) % 2)
+            rc = chat_segment_tokens(t, seg_seed, n_vocab, len, seg, &quiet);
+        if (prose && rc && rc != ERR_ENV)
+            rc = prose_tokens(t, seg_seed, n_vocab, len, seg, &quiet);
         if (rc == ERR_ENV)
             return err_set(err, ERR_ENV, "%s", quiet.msg);
         if (!rc) {

@@ -35,9 +35,12 @@ int prose_tokens(const struct tok *t, uint64_t seed, uint32_t n_vocab, int n, in
                  struct gate_err *err);
 
 /* n ids of fresh test input from seed: alternating segments of 16..48 tokens (lengths and
- * contents drawn from the seed) of prose (prose_tokens) and of uniform random ids
- * (mode_tokens(seed)'s ids at those positions), prose first — an engine reading the sequence token
- * by token has met no random id when the first prose is judged. A segment t cannot encode within
+ * contents drawn from the seed) of text and of uniform random ids (mode_tokens(seed)'s ids at
+ * those positions), text first — an engine reading the sequence token by token has met no random
+ * id when the first text is judged. The text segments take turns being plain prose
+ * (prose_tokens) and a chat request (a prose_chat conversation in t's ChatML, special tokens
+ * parsed, <|im_start|> first; plain prose where t has no <|im_start|>), the first one's kind drawn
+ * from the seed. A segment t cannot encode within
  * n_vocab stays random ids; t NULL (no tokenizer): random ids only. Every prefix is the same
  * whatever n; *n_prose (may be NULL) counts the prose tokens, is_prose (may be NULL, n bytes) marks
  * them. ERR_ENV on out of memory. */

@@ -42,6 +42,7 @@
 #include "oracles/falsify.h"
 #include "oracles/mode.h"
 #include "oracles/parity.h"
+#include "oracles/prose.h"
 #include "receipts/store.h"
 #include "tests/support/check.h"
 #include "tests/support/conformance.h"
@@ -1202,9 +1203,10 @@ Test(exec, an_engine_right_only_on_random_ids_fails_parity_on_the_prose_in_its_i
 /* An engine that knows gate's chat conversation — right on it and wherever the context holds no
  * <|im_start|>, 1 % off in every other chat — passed every gate while chat cells judged the one
  * fixed conversation (at 60ff51e: parity max KL 0 on the chat cell; the decode cell's inputs
- * never hold a chat token). A run's chat is now a fresh conversation of prose in the model's
- * template (parity_chat_tokens), so parity fails it there, on every seed tried; the same engine's
- * decode cell still passes (it is right there: the defect is the chat's alone). */
+ * never held a chat token). A run's chat is now a fresh conversation of prose in the model's
+ * template (parity_chat_tokens), so parity fails it there, on every seed tried; and a decode
+ * cell's inputs hold chat requests too (prose_mixed_tokens), so a ladder without chat cells
+ * catches it as well, on a run whose sequence holds one. */
 Test(exec, an_engine_that_knows_the_chat_conversation_fails_parity_on_a_fresh_one)
 {
     char engines[512];
@@ -1223,8 +1225,28 @@ Test(exec, an_engine_that_knows_the_chat_conversation_fails_parity_on_a_fresh_on
         cr_expect_str_eq(json_string_value(json_object_get(mx, "chat_conversation")), "fresh");
         run_result_free(&r);
     }
-    struct run_result d = run_one(engines, CHEAP_GATES);
-    cr_expect_str_eq(gate_field(&d, "parity", "verdict"), "PASS", "decode is right: %s",
+    /* the first seed whose 64 decode positions hold a chat request (3 in 4 do) */
+    struct model *m = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(model_load(&m, moe_path(), &err), 0, "%s", err.msg);
+    struct tok *t = prose_model_tok(m);
+    cr_assert(t);
+    const int32_t im_start = tok_find(t, "<|im_start|>");
+    uint64_t seed = 0;
+    for (uint64_t s = 1; s <= 16 && !seed; s++) {
+        int32_t ids[64];
+        struct parity_config c = {.token_seed = s * 0x5eed};
+        cr_assert_eq(parity_tokens(&c, m, 64, ids, NULL, NULL, &err), 0, "%s", err.msg);
+        for (int i = 0; i < 64; i++)
+            seed = ids[i] == im_start ? c.token_seed : seed;
+    }
+    tok_free(t);
+    model_free(m);
+    cr_assert(seed, "no seed of 16 put a chat request into 64 positions");
+    struct run_result d = run_seeded(engines, CHEAP_GATES, seed);
+    cr_expect_str_eq(gate_field(&d, "parity", "verdict"), "FAIL",
+                     "a decode cell whose inputs hold a chat request passed an engine 1 %% off"
+                     " there: %s",
                      gate_field(&d, "parity", "reason"));
     run_result_free(&d);
 }

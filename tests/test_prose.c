@@ -268,3 +268,50 @@ Test(prose, a_run_s_chat_is_a_fresh_conversation_in_the_model_s_template)
     model_free(m);
     free(buf);
 }
+
+/* The text segments of a run's sequence take turns being plain prose and a chat request (the
+ * model's ChatML, <|im_start|> first): an engine wrong only where the context holds chat tokens,
+ * or only where it holds none, meets both in the gate's decode and prefill cells. Three runs in
+ * four hold a chat request within 64 positions; a long sequence always holds both kinds. */
+Test(prose, a_run_s_sequence_holds_chat_requests_and_plain_prose)
+{
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-dense", &buf);
+    struct tok *t = prose_model_tok(m);
+    cr_assert(t);
+    const int32_t im_start = tok_find(t, "<|im_start|>");
+    cr_assert_geq(im_start, 0);
+    struct gate_err err = {0};
+    enum { N = 1200 };
+    static int32_t ids[N];
+    static uint8_t is_prose[N];
+    int short_with_chat = 0, chat_first = 0;
+    for (uint64_t seed = 1; seed <= 100; seed++) {
+        struct parity_config c = {.token_seed = seed * 0x9e3779b97f4a7c15ull};
+        cr_assert_eq(parity_tokens(&c, m, N, ids, NULL, is_prose, &err), 0, "%s", err.msg);
+        int chat_segments = 0, plain_segments = 0, has = 0;
+        for (int i = 0; i < N; i++) {
+            has |= i < 64 && ids[i] == im_start;
+            if (!is_prose[i] || (i > 0 && is_prose[i - 1]))
+                continue;
+            /* a text segment starts here: a chat one starts with <|im_start|> */
+            int j = i, chat = 0;
+            while (j < N && is_prose[j])
+                chat |= ids[j++] == im_start;
+            cr_expect_eq(chat, ids[i] == im_start, "seed %llu: a chat segment at %d starts %d",
+                         (unsigned long long)seed, i, ids[i]);
+            chat_segments += chat;
+            plain_segments += !chat;
+            chat_first += i == 0 && chat;
+        }
+        cr_expect(chat_segments >= 2 && plain_segments >= 2, "seed %llu: %d chat, %d plain",
+                  (unsigned long long)seed, chat_segments, plain_segments);
+        short_with_chat += has;
+    }
+    cr_expect(short_with_chat >= 60 && short_with_chat <= 95,
+              "%d of 100 runs hold a chat request within 64 positions", short_with_chat);
+    cr_expect(chat_first >= 30 && chat_first <= 70, "%d of 100 start with a chat", chat_first);
+    tok_free(t);
+    model_free(m);
+    free(buf);
+}

@@ -728,9 +728,10 @@ Test(throughput, an_engine_replaying_cached_replies_fails)
 
 Test(throughput, a_spot_check_downstream_of_a_route_near_tie_is_judged_against_the_replay)
 {
-    /* tiny-moe on the cpu engine, gate seed 3: one timed run's checks sit downstream of a
+    /* tiny-moe on the cpu engine, gate seed 13: one timed run's checks sit downstream of a
      * router near tie the engine breaks the other way (found by scanning seeds 1-60 on the
-     * half-prose sequences: 11 of them; seed 11 was one on random ids only). The old rule excused
+     * sequences with chat requests: 8 of them; seed 3 was one on half prose without chat
+     * requests, seed 11 on random ids only). The old rule excused
      * such a miss as a ROUTE_TIE without judging it (capped); now the run is replayed (the subject
      * again with taps, the judge forced to its near-tie choices) and its checks are judged by the
      * normal rule against that replay */
@@ -743,7 +744,7 @@ Test(throughput, a_spot_check_downstream_of_a_route_near_tie_is_judged_against_t
     c.runs = c.max_runs = 6;
     c.warmup = 0;
     c.n_threads = 1;
-    c.seed = 3;
+    c.seed = 13;
     c.max_seconds = 1e6; /* the verdict must not depend on this machine's speed */
     struct mode mode;
     struct gate_err err = {0};
