@@ -1148,3 +1148,58 @@ Test(parity, a_span_past_the_judge_s_chunk_is_judged_and_records_its_judged_pros
     model_free(m);
     free(buf);
 }
+
+/* mutation pass (judge_pos): a row of zeros has no direction: against a real row its cosine is
+ * 0 (the anchor records the minimum cosine), against another row of zeros 1 */
+Test(parity, a_row_of_zeros_has_cosine_zero_against_a_real_row_and_one_against_zeros)
+{
+    float *a = make_logits(), *b = make_logits();
+    memset(b + 12 * NV, 0, NV * sizeof *b);
+    struct parity_config c = cfg_default();
+    struct parity_result r;
+    cr_assert_eq(parity_judge(a, b, NP, NV, &c, &r), 0);
+    cr_expect_eq(r.pos[12].cosine, 0.0);
+    cr_expect_eq(r.cosine.min, 0.0);
+    cr_expect_not(r.pass);
+    parity_result_free(&r);
+    memset(a + 12 * NV, 0, NV * sizeof *a);
+    cr_assert_eq(parity_judge(a, b, NP, NV, &c, &r), 0);
+    cr_expect_eq(r.pos[12].cosine, 1.0);
+    parity_result_free(&r);
+    free(a);
+    free(b);
+}
+
+/* mutation pass (choose_positions): only a generated sequence is sampled: the chat path's
+ * conversation and a supplied sequence are judged at every position, however few positions
+ * were asked for */
+Test(parity, a_conversation_and_a_supplied_sequence_are_judged_at_every_position)
+{
+    struct model *m = check_load_case("qwen3-dense-tiny-f32");
+    struct parity_config c = cfg_default();
+    struct gate_err err = {0};
+    struct mode chat, decode;
+    cr_assert_eq(mode_parse("ref.chat", &chat, &err), 0);
+    cr_assert_eq(mode_parse("ref.decode", &decode, &err), 0);
+    enum { N = NP + 36 };
+    int32_t ids[N];
+    mode_tokens(PARITY_TOKEN_SEED, m->hp.n_vocab, N, ids);
+    const struct {
+        const struct mode *mode;
+        const int32_t *ids;
+        int n;
+    } runs[] = {{&chat, NULL, 0}, {&decode, ids, N}};
+    for (int k = 0; k < 2; k++) {
+        struct parity_result r;
+        cr_assert_eq(parity_run(m, runs[k].mode, NULL, runs[k].ids, runs[k].n, &c, 2, &r, &err), 0,
+                     "%s", err.msg);
+        cr_expect(r.pass, "%s", r.reason);
+        cr_assert_gt(r.seq_len, NP, "run %d: %d tokens", k, r.seq_len);
+        cr_expect_eq(r.n_pos, r.seq_len, "run %d: %d of %d positions judged", k, r.n_pos,
+                     r.seq_len);
+        for (int i = 0; i < r.n_pos; i++)
+            cr_expect_eq(r.pos[i].position, i);
+        parity_result_free(&r);
+    }
+    model_free(m);
+}
