@@ -1203,3 +1203,32 @@ Test(parity, a_conversation_and_a_supplied_sequence_are_judged_at_every_position
     }
     model_free(m);
 }
+
+/* mutation pass (parity_session_open): the subject is opened with a batch of its path's longest
+ * call, so a prefill cell's chunks reach the engine as batched calls; opened with a batch of one,
+ * the backend would cut each into one-token calls and no prefill kernel would run. The twin as
+ * the subject with BF16 batched projections (GATE_REF_EMULATE, read by the subject's open only)
+ * moves its logits only where a call of at least 8 tokens ran: on the prefill path, never on
+ * decode. */
+Test(parity, a_prefill_subject_runs_its_chunks_as_batched_calls)
+{
+    setenv("GATE_REF_EMULATE", "gemm-bf16", 1);
+    struct model *m = check_load_case("qwen3-dense-tiny-f32");
+    struct parity_config c = cfg_default();
+    struct gate_err err = {0};
+    const char *modes[] = {"ref.prefill", "ref.decode"};
+    for (int k = 0; k < 2; k++) {
+        struct mode mode;
+        cr_assert_eq(mode_parse(modes[k], &mode, &err), 0);
+        struct parity_result r;
+        cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+        if (k == 0)
+            cr_expect_gt(r.kld.max, 0.0,
+                         "the prefill subject's logits are the judge's: no"
+                         " batched call ran");
+        else
+            cr_expect_eq(r.kld.max, 0.0, "a decode subject made a batched call");
+        parity_result_free(&r);
+    }
+    model_free(m);
+}
