@@ -325,6 +325,37 @@ Test(exec, falsify_on_an_engine_with_faults_rejects_every_fault)
     fixture_close(&f);
 }
 
+/* mutation pass (parity_session_witness): without taps the witness is the engine's logits
+ * moving, counted over every judged row, the last one included: a fault at the last position
+ * alone fired there, and nowhere else */
+Test(exec, a_tapless_witness_sees_a_fault_at_the_last_position_alone)
+{
+    struct fixture f;
+    fixture_open(&f, "exec.twin.decode", 30, 0, NULL);
+    struct parity_config cfg;
+    parity_cfg(&cfg);
+    struct gate_err err = {0};
+    struct parity_session *s = NULL;
+    cr_assert_eq(parity_session_open(&s, f.m, &f.mode, NULL, 0, &cfg, 1, 1, &err), 0, "%s",
+                 err.msg);
+    struct fault_set fs = {0};
+    struct fault_spec fault;
+    cr_assert_eq(fault_parse("scale:tensor=output,factor=1.01,positions=63-63", &fault, &err), 0,
+                 "%s", err.msg);
+    fault_set_add(&fs, &fault, &err);
+    struct parity_result r;
+    cr_assert_eq(parity_session_run(s, &fs, &cfg, 0, &r, &err), 0, "%s", err.msg);
+    parity_result_free(&r);
+    struct parity_witness w;
+    cr_assert_eq(parity_session_witness(s, FAULT_SCALE, &w, &err), 0, "%s", err.msg);
+    cr_expect(w.tapless);
+    cr_expect(w.fired, "a fault at the last position did not fire");
+    cr_expect_eq(w.n_logit_diff, 1);
+    cr_expect_eq(w.pos, 63);
+    parity_session_close(s);
+    fixture_close(&f);
+}
+
 /* Issue 23 §3: an engine that acknowledges set_faults, never applies them, and jitters its
  * logits while a fault is "on" moves its logits (the only tap-less evidence before) and so
  * passed falsify; its faulted runs do not match the judge's runs with the same faults, so every

@@ -8,6 +8,7 @@
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -491,4 +492,81 @@ Test(kv_ladder, the_f16_cache_is_judged_against_a_judge_that_rounds_its_cache)
     cr_expect(json_is_false(json_object_get(json_object_get(j, "kv_f16_rounding"), "measured")));
     json_decref(j);
     parity_result_free(&r);
+}
+
+static int cmp_ratio(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* mutation pass (kv_round_measure): the recorded ratio is, by its definition, the median over
+ * the judged positions of the subject's distance to a judge rounding its cache to F16 over that
+ * judge's distance to the F32 judge, and F16 weights (float) leave it decidable: a median taken
+ * as the smallest position, a ratio of squares, or F16 weights taken for quantized would each let
+ * a cache that truncates (ratio 2.9) pass as one that rounds. The forced twin rounds its cache as
+ * the subject claims. */
+Test(kv_ladder, the_f16_rounding_ratio_is_the_median_of_its_definition_and_f16_weights_decide_it)
+{
+    uint8_t *buf = NULL;
+    struct synth_options o;
+    memset(&o, 0, sizeof o);
+    o.spec = *synth_preset_find("tiny-dense");
+    o.quant = SYNTH_F16;
+    o.seed = 1;
+    struct model *m = check_synth_model(&o, "tiny-dense-f16", &buf);
+    struct gate_err err = {0};
+    struct mode md;
+    cr_assert_eq(mode_parse("cpu.decode", &md, &err), 0, "%s", err.msg);
+    md.kv_f16 = 1;
+    struct parity_config cfg;
+    gatedef_parity_config(NULL, &cfg);
+    enum { N = 64 };
+    cfg.positions = N;
+    struct parity_result r;
+    cr_assert_eq(parity_run(m, &md, NULL, NULL, 0, &cfg, 1, &r, &err), 0, "%s", err.msg);
+    cr_expect(r.kv_f16 && r.kv_round.measured, "F16 weights: %s", r.kv_round.why);
+    cr_expect(strstr(r.forced.rounding, "kv-f16"), "the forced twin rounds as '%s'",
+              r.forced.rounding);
+    /* the three runs of the definition: the subject, the judge rounding its cache, the judge */
+    const size_t V = m->hp.n_vocab;
+    int32_t ids[N];
+    cr_assert_eq(parity_tokens(&cfg, m, N, ids, NULL, NULL, &err), 0, "%s", err.msg);
+    float *lg = malloc(3 * N * V * sizeof *lg);
+    cr_assert_not_null(lg);
+    struct backend *b = NULL;
+    cr_assert_eq(mode_open_batch(&b, &md, m, N, 1, 1, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(mode_run(b, MODE_DECODE, ids, N, NULL, 0, lg, &err), 0, "%s", err.msg);
+    backend_close(b);
+    const char *emulate[2] = {"kv-f16", ""};
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(mode_open_judge_rounded(&b, m, N, 1, emulate[k], &err), 0, "%s", err.msg);
+        cr_assert_eq(mode_judge(b, ids, N, lg + (size_t)(1 + k) * N * V, NULL, &err), 0, "%s",
+                     err.msg);
+        backend_close(b);
+    }
+    double ratio[N];
+    int n = 0;
+    for (int p = 0; p < N; p++) {
+        const float *s = lg + (size_t)p * V, *j16 = s + (size_t)N * V, *j = j16 + (size_t)N * V;
+        double e = 0, d = 0;
+        for (size_t i = 0; i < V; i++) {
+            e += ((double)s[i] - j16[i]) * ((double)s[i] - j16[i]);
+            d += ((double)j16[i] - j[i]) * ((double)j16[i] - j[i]);
+        }
+        if (d > 0)
+            ratio[n++] = sqrt(e / d);
+    }
+    qsort(ratio, (size_t)n, sizeof *ratio, cmp_ratio);
+    cr_assert_gt(n, N / 2, "the F16 rounding moved %d positions", n);
+    cr_expect_eq(r.kv_round.n, n);
+    cr_expect(fabs(r.kv_round.ratio - ratio[n / 2]) <= 1e-9 * ratio[n / 2],
+              "ratio %.9g, the median of the definition %.9g (smallest %.9g)", r.kv_round.ratio,
+              ratio[n / 2], ratio[0]);
+    cr_expect(fabs(r.kv_round.p90 - ratio[n * 9 / 10]) <= 1e-9 * ratio[n * 9 / 10],
+              "p90 %.9g, %.9g", r.kv_round.p90, ratio[n * 9 / 10]);
+    free(lg);
+    parity_result_free(&r);
+    model_free(m);
+    free(buf);
 }

@@ -459,3 +459,110 @@ Test(mode, capability_fails_an_exec_engine_that_names_no_device)
     capability_judge(&ext, &info, &r);
     cr_expect(r.pass, "%s", r.reason);
 }
+
+/* mutation pass (mode_run_kept): each path makes the calls it names: decode one token a call;
+ * prefill its batched half (or its chunks) in one call each, then one token a call; chat each
+ * user turn in one call and the assistant's turns one token a call. A path that batches what it
+ * should decode (or the reverse) exercises another code path than the cell's receipt names. */
+Test(mode, each_path_makes_the_forward_calls_it_names)
+{
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-dense", &buf);
+    enum { N = 64 };
+    int32_t ids[N];
+    mode_tokens(5, m->hp.n_vocab, N, ids);
+    float *logits = malloc((size_t)N * m->hp.n_vocab * sizeof *logits);
+    cr_assert_not_null(logits);
+    const int turns[] = {30, 31, 50, 52, 60, N}; /* user 30, 19, 8; assistant 1, 2, 4 */
+    const int chunks[] = {7, 20, 5};
+    struct {
+        const char *mode;
+        const int *chunks;
+        int n_chunks, forwards;
+    } cases[] = {
+        {"ref.decode", NULL, 0, N},
+        {"ref.prefill", NULL, 0, 1 + N / 2},
+        {"ref.prefill", chunks, 3, 3 + (N - 32)},
+        {"ref.chat", NULL, 0, 3 + 7},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct mode md;
+        struct gate_err err = {0};
+        cr_assert_eq(mode_parse(cases[c].mode, &md, &err), 0, "%s", err.msg);
+        const int call =
+            mode_longest_call(md.path, N, turns, 6, cases[c].chunks, cases[c].n_chunks);
+        struct backend *b = NULL;
+        cr_assert_eq(mode_open_batch(&b, &md, m, N, call, 1, NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(mode_run_split(b, md.path, ids, N, turns, 6, cases[c].chunks,
+                                    cases[c].n_chunks, logits, NULL, &err),
+                     0, "%s", err.msg);
+        struct backend_info info;
+        backend_info(b, &info);
+        cr_expect_eq(info.forwards, (uint64_t)cases[c].forwards, "%s (case %zu): %llu calls",
+                     cases[c].mode, c, (unsigned long long)info.forwards);
+        cr_expect_eq(info.tokens, (uint64_t)N, "%s (case %zu)", cases[c].mode, c);
+        backend_close(b);
+    }
+    free(logits);
+    model_free(m);
+    free(buf);
+}
+
+/* mutation pass (mode_prefill_split): a prompt longer than MODE_MAX_CHUNKS chunks' worth is
+ * still covered whole, its last chunk the rest: a long span's prefill half is batched, not
+ * quietly left to one-token decode */
+Test(mode, prefill_split_covers_a_long_prompt_within_the_chunk_limit)
+{
+    int ch[MODE_MAX_CHUNKS];
+    for (uint64_t seed = 0; seed < 8; seed++) {
+        const int n = 16384; /* a 32k span's batched half */
+        const int k = mode_prefill_split(seed, n, ch, MODE_MAX_CHUNKS);
+        int sum = 0;
+        for (int i = 0; i < k; i++)
+            sum += ch[i];
+        cr_expect_eq(k, MODE_MAX_CHUNKS, "seed %llu", (unsigned long long)seed);
+        cr_expect_eq(sum, n, "seed %llu: %d chunks cover %d of %d tokens", (unsigned long long)seed,
+                     k, sum, n);
+    }
+}
+
+/* mutation pass (mode_ran): what ran sums every subject, says "mixed" when the subjects' KV
+ * cache or batched precision differ (the capability gate holds them to the cell's settings),
+ * and leaves the judge out */
+Test(mode, what_ran_sums_the_subjects_says_mixed_and_leaves_the_judge_out)
+{
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-dense", &buf);
+    enum { N = 8 };
+    int32_t ids[N];
+    mode_tokens(5, m->hp.n_vocab, N, ids);
+    float *logits = malloc((size_t)N * m->hp.n_vocab * sizeof *logits);
+    cr_assert_not_null(logits);
+    struct gate_err err = {0};
+    struct mode md;
+    cr_assert_eq(mode_parse("cpu.decode", &md, &err), 0, "%s", err.msg);
+    struct mode_ran ran;
+    mode_ran_begin(&ran);
+    struct backend *j = NULL, *b = NULL;
+    cr_assert_eq(mode_open_judge(&j, m, N, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(backend_forward(j, ids, N, 0, logits, &err), 0, "%s", err.msg);
+    backend_close(j);
+    for (int s = 0; s < 2; s++) {
+        cr_assert_eq(mode_open(&b, &md, m, N, 1, NULL, &err), 0, "%s", err.msg);
+        cr_assert_eq(mode_run(b, MODE_DECODE, ids, N, NULL, 0, logits, &err), 0, "%s", err.msg);
+        if (s == 1) { /* what the second subject's open reported (set by hand) */
+            b->kv_f16 = 1;
+            snprintf(b->prefill, sizeof b->prefill, "%s", "f16");
+        }
+        backend_close(b);
+    }
+    mode_ran_end();
+    cr_expect_eq(ran.n_subjects, 2);
+    cr_expect_eq(ran.forwards, (uint64_t)(2 * N));
+    cr_expect_eq(ran.tokens, (uint64_t)(2 * N));
+    cr_expect_str_eq(ran.kv, "mixed");
+    cr_expect_str_eq(ran.prefill, "mixed");
+    free(logits);
+    model_free(m);
+    free(buf);
+}

@@ -907,3 +907,328 @@ Test(parity, forced_layers_judge_each_layer_on_the_subjects_own_input)
     cr_expect_eq(parity_check_loose(&c, "cpu", lw, sizeof lw), -1);
     model_free(m);
 }
+
+/* mutation pass (judge_pos, stat_of): what a position's class and the recorded statistics say
+ * must follow their definitions, not only the summary the verdict reads: the anchor reads each
+ * position's class (its first WRONG position) and its KL and cosine statistics, falsify the
+ * statistics of every sample */
+Test(parity, a_flip_whose_judge_gap_is_exactly_the_near_tie_is_classed_wrong)
+{
+    float *a = make_logits(), *b = make_logits();
+    for (int v = 0; v < NV; v++) /* position 5: the judge's top two 0.5 apart, swapped */
+        a[5 * NV + v] = b[5 * NV + v] = 0.0f;
+    a[5 * NV + 0] = b[5 * NV + 1] = 2.0f;
+    a[5 * NV + 1] = b[5 * NV + 0] = 1.5f;
+    struct parity_config c = cfg_default();
+    c.near_tie = 0.5; /* a near tie is a gap strictly below it */
+    struct parity_result r;
+    cr_assert_eq(parity_judge(a, b, NP, NV, &c, &r), 0);
+    cr_expect_eq(r.n_wrong, 1);
+    cr_expect_eq(r.n_tie_flip, 0);
+    cr_expect_eq(r.pos[5].cls, PARITY_WRONG, "class %s", parity_class_name(r.pos[5].cls));
+    parity_result_free(&r);
+    c.near_tie = 0.5000001; /* just above the gap: the same flip is a tie flip */
+    cr_assert_eq(parity_judge(a, b, NP, NV, &c, &r), 0);
+    cr_expect_eq(r.pos[5].cls, PARITY_TIE_FLIP, "class %s", parity_class_name(r.pos[5].cls));
+    cr_expect_eq(r.n_wrong, 0);
+    parity_result_free(&r);
+    free(a);
+    free(b);
+}
+
+Test(parity, statistics_skip_non_finite_positions_and_take_the_nearest_rank_percentiles)
+{
+    float *a = make_logits(), *b = make_logits();
+    for (int p = 0; p < NP; p++) /* a different small error at every position */
+        b[p * NV + p % NV] += 0.01f * (float)(p + 1);
+    b[37 * NV + 5] = NAN;
+    struct parity_config c = cfg_default();
+    struct parity_result r;
+    cr_assert_eq(parity_judge(a, b, NP, NV, &c, &r), 0);
+    cr_expect_eq(r.n_nonfinite, 1);
+    double sum = 0, mx = -1;
+    for (int p = 0; p < NP; p++)
+        if (p != 37) {
+            sum += r.pos[p].kld;
+            mx = r.pos[p].kld > mx ? r.pos[p].kld : mx;
+        }
+    cr_expect(isfinite(r.kld.mean) && isfinite(r.cosine.mean), "kld mean %g, cosine mean %g",
+              r.kld.mean, r.cosine.mean);
+    cr_expect_float_eq(r.kld.mean, sum / (NP - 1), 1e-12 * (1 + sum));
+    cr_expect_eq(r.kld.max, mx);
+    cr_expect_neq(r.kld.argmax, 37);
+    cr_expect_neq(r.cosine.argmin, 37);
+    /* 63 finite values: the 99th percentile's nearest rank is ceil(0.99 x 63) = 63, the largest */
+    cr_expect_eq(r.kld.p99, mx, "p99 %g, max %g", r.kld.p99, mx);
+    parity_result_free(&r);
+    free(a);
+    free(b);
+}
+
+Test(parity, the_max_abs_difference_is_the_largest_anywhere_in_a_row)
+{
+    float *a = make_logits(), *b = make_logits();
+    b[10 * NV + 7] += 0.25f; /* not the row's first id */
+    const double want = fabs((double)b[10 * NV + 7] - a[10 * NV + 7]);
+    struct parity_config c = cfg_default();
+    struct parity_result r;
+    cr_assert_eq(parity_judge(a, b, NP, NV, &c, &r), 0);
+    cr_expect_eq(r.pos[10].max_abs_diff, want);
+    cr_expect_eq(r.max_abs_diff.max, want);
+    cr_expect_eq(r.max_abs_diff.argmax, 10);
+    parity_result_free(&r);
+    free(a);
+    free(b);
+}
+
+Test(parity, top5_ties_go_to_the_lowest_ids_as_the_argmax_does)
+{
+    float *a = make_logits(), *b = make_logits();
+    for (int v = 0; v < NV; v++) /* position 0: ids 1-5 tie in the judge, id 5 lower in b */
+        a[v] = b[v] = v == 0 ? 5.0f : v <= 5 ? 4.0f : 0.0f;
+    b[5] = 3.9f;
+    struct parity_config c = cfg_default();
+    struct parity_result r;
+    cr_assert_eq(parity_judge(a, b, NP, NV, &c, &r), 0);
+    cr_expect_eq(r.pos[0].top5, 5, "the judge's top 5 is ids 0-4, as b's: %d shared",
+                 r.pos[0].top5);
+    parity_result_free(&r);
+    free(a);
+    free(b);
+}
+
+/* mutation pass (choose_positions): a sampled span's judged positions are one per equal
+ * stratum, anywhere in it, and another seed picks others: a pick stuck in the lower part of
+ * each stratum, or the same picks for every seed, leaves positions no run ever judges */
+Test(parity, span_picks_vary_with_the_seed_and_reach_every_part_of_their_stratum)
+{
+    struct model *m = check_load_case("qwen3-dense-tiny-f32");
+    struct parity_config c = cfg_default();
+    c.span = 200;
+    struct mode mode;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_parse("ref.decode", &mode, &err), 0);
+    struct parity_result r[2];
+    for (int k = 0; k < 2; k++) {
+        c.seed = 7 + (uint64_t)k;
+        cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r[k], &err), 0, "%s", err.msg);
+        cr_assert_eq(r[k].n_pos, NP);
+    }
+    int differ = 0, top = 0;
+    for (int i = 0; i < NP - 1; i++) { /* the last stratum's pick is the last position */
+        const int lo = 200 * i / NP, hi = 200 * (i + 1) / NP, at = r[0].pos[i].position;
+        cr_expect(at >= lo && at < hi, "pick %d at %d, outside [%d, %d)", i, at, lo, hi);
+        top += at == hi - 1;
+        differ += at != r[1].pos[i].position;
+    }
+    cr_expect_gt(top, 0, "no pick at the top of its stratum");
+    cr_expect_gt(differ, 0, "seeds 7 and 8 judge the same positions");
+    parity_result_free(&r[0]);
+    parity_result_free(&r[1]);
+    model_free(m);
+}
+
+/* mutation pass (parity_session_run, route_replay): a subject that routes to another expert
+ * set where the judge's router is no near tie is refused by the route check itself, whatever
+ * the logits say: here every logit bound is off, so the route check alone stands between the
+ * wrong experts and a PASS */
+Test(parity, an_expert_set_beyond_the_router_near_tie_is_refused_by_the_route_check_alone)
+{
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
+    struct parity_config c = cfg_default();
+    c.min_cosine = -1.0;
+    c.max_kld = c.max_mean_kld = 1e9;
+    c.max_rel_l2 = c.max_mean_rel_l2 = c.max_forced = INFINITY; /* not judged */
+    c.near_tie = 1e9;                                           /* every flip a tie flip */
+    struct mode mode;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_parse("ref.decode", &mode, &err), 0);
+    struct parity_result r;
+    cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect(r.pass, "clean: %s", r.reason);
+    cr_expect_eq(r.route.n_refused, 0);
+    parity_result_free(&r);
+    struct fault_set fs = {0};
+    struct fault_spec f;
+    cr_assert_eq(fault_parse("wrong_expert:layers=1,positions=10-95", &f, &err), 0);
+    fault_set_add(&fs, &f, &err);
+    cr_assert_eq(parity_run(m, &mode, &fs, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect_not(r.pass, "wrong experts from position 10 on passed: %s", r.reason);
+    cr_expect_gt(r.route.n_refused, 0);
+    cr_expect_eq(r.route.refused_layer, 1);
+    cr_expect_geq(r.route.refused_pos, 10);
+    cr_expect(strstr(r.reason, "route to another expert set"), "%s", r.reason);
+    parity_result_free(&r);
+    model_free(m);
+}
+
+/* mutation pass (forced_measure): the forced head's rows are spread over the judged rows with
+ * the last one included: a 1 % error of the output head at the last position alone, under
+ * loose logit bounds, is caught there */
+Test(parity, the_forced_head_judges_the_last_position)
+{
+    struct model *m = check_load_case("qwen3-dense-tiny-q4_k_m");
+    struct parity_config c = cfg_default();
+    c.max_rel_l2 = c.max_mean_rel_l2 = 1.0;
+    struct mode mode;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_parse("cpu.decode", &mode, &err), 0);
+    struct fault_set fs = {0};
+    struct fault_spec f;
+    cr_assert_eq(fault_parse("scale:tensor=output,factor=1.01,positions=63-63", &f, &err), 0, "%s",
+                 err.msg);
+    fault_set_add(&fs, &f, &err);
+    struct parity_result r;
+    cr_assert_eq(parity_run(m, &mode, &fs, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect(r.forced.measured, "%s", r.forced.why);
+    cr_expect_eq(r.forced.n_head_rows, NP);
+    cr_expect_gt(r.forced.head, PARITY_FORCED_HEAD_SHARE * c.max_forced, "head %g", r.forced.head);
+    cr_expect_not(r.pass, "a 1 %% head error at the last position passed: %s", r.reason);
+    parity_result_free(&r);
+    model_free(m);
+}
+
+/* mutation pass (parity_session_agreement): the judge's logits that a fault moved are counted
+ * over every judged row, the last one included: a fault by proxy at the last position alone
+ * fired */
+Test(parity, a_fault_in_the_judge_at_the_last_position_alone_moves_its_logits)
+{
+    struct model *m = check_load_case("qwen3-dense-tiny-f32");
+    struct parity_config c = cfg_default();
+    struct mode mode;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_parse("ref.decode", &mode, &err), 0);
+    struct parity_session *s = NULL;
+    cr_assert_eq(parity_session_open(&s, m, &mode, NULL, 0, &c, 2, 1, &err), 0, "%s", err.msg);
+    struct parity_result r;
+    cr_assert_eq(parity_session_run(s, NULL, &c, 0, &r, &err), 0, "%s", err.msg);
+    parity_result_free(&r);
+    struct fault_set fs = {0};
+    struct fault_spec f;
+    cr_assert_eq(fault_parse("scale:tensor=output,factor=1.01,positions=63-63", &f, &err), 0, "%s",
+                 err.msg);
+    fault_set_add(&fs, &f, &err);
+    int moved = -1;
+    cr_assert_eq(parity_session_agreement(s, &fs, &c, &r, &moved, &err), 0, "%s", err.msg);
+    cr_expect_eq(moved, 1, "%d judged rows moved", moved);
+    parity_result_free(&r);
+    parity_session_close(s);
+    model_free(m);
+}
+
+/* mutation pass (mode_forward_kept, parity_run): a span longer than the judge's chunk
+ * (MODE_JUDGE_CHUNK) and no multiple of it runs the judge in whole chunks and a shorter last
+ * one; the run records how many of its judged positions were prose, read at the judged
+ * positions */
+Test(parity, a_span_past_the_judge_s_chunk_is_judged_and_records_its_judged_prose)
+{
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-dense", &buf);
+    struct parity_config c = cfg_default();
+    enum { SPAN = MODE_JUDGE_CHUNK + 44 };
+    c.span = SPAN;
+    c.token_seed = 0x9e37;
+    struct mode mode;
+    struct gate_err err = {0};
+    cr_assert_eq(mode_parse("ref.decode", &mode, &err), 0);
+    struct parity_result r;
+    cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+    cr_expect(r.pass, "%s", r.reason);
+    cr_expect_eq(r.seq_len, SPAN);
+    cr_expect_eq(r.pos[NP - 1].position, SPAN - 1);
+    static int32_t ids[SPAN];
+    static uint8_t is_prose[SPAN];
+    int n_prose = -1, judged = 0;
+    cr_assert_eq(parity_tokens(&c, m, SPAN, ids, &n_prose, is_prose, &err), 0, "%s", err.msg);
+    for (int i = 0; i < r.n_pos; i++)
+        judged += is_prose[r.pos[i].position];
+    cr_expect_eq(r.prose_tokens, n_prose);
+    cr_expect_eq(r.prose_judged, judged);
+    parity_result_free(&r);
+    model_free(m);
+    free(buf);
+}
+
+/* mutation pass (judge_pos): a row of zeros has no direction: against a real row its cosine is
+ * 0 (the anchor records the minimum cosine), against another row of zeros 1 */
+Test(parity, a_row_of_zeros_has_cosine_zero_against_a_real_row_and_one_against_zeros)
+{
+    float *a = make_logits(), *b = make_logits();
+    memset(b + 12 * NV, 0, NV * sizeof *b);
+    struct parity_config c = cfg_default();
+    struct parity_result r;
+    cr_assert_eq(parity_judge(a, b, NP, NV, &c, &r), 0);
+    cr_expect_eq(r.pos[12].cosine, 0.0);
+    cr_expect_eq(r.cosine.min, 0.0);
+    cr_expect_not(r.pass);
+    parity_result_free(&r);
+    memset(a + 12 * NV, 0, NV * sizeof *a);
+    cr_assert_eq(parity_judge(a, b, NP, NV, &c, &r), 0);
+    cr_expect_eq(r.pos[12].cosine, 1.0);
+    parity_result_free(&r);
+    free(a);
+    free(b);
+}
+
+/* mutation pass (choose_positions): only a generated sequence is sampled: the chat path's
+ * conversation and a supplied sequence are judged at every position, however few positions
+ * were asked for */
+Test(parity, a_conversation_and_a_supplied_sequence_are_judged_at_every_position)
+{
+    struct model *m = check_load_case("qwen3-dense-tiny-f32");
+    struct parity_config c = cfg_default();
+    struct gate_err err = {0};
+    struct mode chat, decode;
+    cr_assert_eq(mode_parse("ref.chat", &chat, &err), 0);
+    cr_assert_eq(mode_parse("ref.decode", &decode, &err), 0);
+    enum { N = NP + 36 };
+    int32_t ids[N];
+    mode_tokens(PARITY_TOKEN_SEED, m->hp.n_vocab, N, ids);
+    const struct {
+        const struct mode *mode;
+        const int32_t *ids;
+        int n;
+    } runs[] = {{&chat, NULL, 0}, {&decode, ids, N}};
+    for (int k = 0; k < 2; k++) {
+        struct parity_result r;
+        cr_assert_eq(parity_run(m, runs[k].mode, NULL, runs[k].ids, runs[k].n, &c, 2, &r, &err), 0,
+                     "%s", err.msg);
+        cr_expect(r.pass, "%s", r.reason);
+        cr_assert_gt(r.seq_len, NP, "run %d: %d tokens", k, r.seq_len);
+        cr_expect_eq(r.n_pos, r.seq_len, "run %d: %d of %d positions judged", k, r.n_pos,
+                     r.seq_len);
+        for (int i = 0; i < r.n_pos; i++)
+            cr_expect_eq(r.pos[i].position, i);
+        parity_result_free(&r);
+    }
+    model_free(m);
+}
+
+/* mutation pass (parity_session_open): the subject is opened with a batch of its path's longest
+ * call, so a prefill cell's chunks reach the engine as batched calls; opened with a batch of one,
+ * the backend would cut each into one-token calls and no prefill kernel would run. The twin as
+ * the subject with BF16 batched projections (GATE_REF_EMULATE, read by the subject's open only)
+ * moves its logits only where a call of at least 8 tokens ran: on the prefill path, never on
+ * decode. */
+Test(parity, a_prefill_subject_runs_its_chunks_as_batched_calls)
+{
+    setenv("GATE_REF_EMULATE", "gemm-bf16", 1);
+    struct model *m = check_load_case("qwen3-dense-tiny-f32");
+    struct parity_config c = cfg_default();
+    struct gate_err err = {0};
+    const char *modes[] = {"ref.prefill", "ref.decode"};
+    for (int k = 0; k < 2; k++) {
+        struct mode mode;
+        cr_assert_eq(mode_parse(modes[k], &mode, &err), 0);
+        struct parity_result r;
+        cr_assert_eq(parity_run(m, &mode, NULL, NULL, 0, &c, 2, &r, &err), 0, "%s", err.msg);
+        if (k == 0)
+            cr_expect_gt(r.kld.max, 0.0,
+                         "the prefill subject's logits are the judge's: no"
+                         " batched call ran");
+        else
+            cr_expect_eq(r.kld.max, 0.0, "a decode subject made a batched call");
+        parity_result_free(&r);
+    }
+    model_free(m);
+}
