@@ -1122,3 +1122,98 @@ Test(falsify, each_power_probe_records_its_own_run_at_the_asked_factor)
     model_free(m);
     free(buf);
 }
+
+/* Thresholds of cfg scaled so that a run's severity (parity_severity) is q times what it was. */
+static void scale_thresholds(struct parity_config *c, double q)
+{
+    c->min_cosine = 1.0 - (1.0 - c->min_cosine) / q;
+    c->max_mean_kld /= q;
+    c->max_kld /= q;
+    c->max_rel_l2 /= q;
+    c->max_mean_rel_l2 /= q;
+}
+
+/* The investigation sweep on a noisy subject (cpu.decode): the noise ceiling is the clean runs'
+ * own numbers, the weakest detected fault is the least severe of the detected injections, and
+ * the thresholds are said to sit in the noise when a clean run reaches half of them or fails
+ * parity by any rule (its forced layers included): a ceiling that kept min cosine 1, a band of 1
+ * for 0.5, a clean failure not counted, or the most severe point as the weakest passed every
+ * other test (mutation pass, 2026-12-03). */
+Test(falsify, the_sweep_reports_its_noise_and_weakest_fault_as_measured)
+{
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-dense", &buf);
+    struct falsify_config cfg;
+    gatedef_falsify_config(NULL, &cfg);
+    cfg.n_clean = 1;
+    const char *kinds[] = {"skip_qk_norm:positions=1-3"};
+    struct fault_set ks = faults_of(kinds, 1);
+    struct mode mode = ref_mode("cpu.decode");
+    struct gate_err err = {0};
+    /* the clean run and each point on their own, at thresholds the clean run reaches 0.45 of */
+    struct parity_session *ps = NULL;
+    cr_assert_eq(parity_session_open(&ps, m, &mode, NULL, 0, &cfg.parity, 2, 1, &err), 0, "%s",
+                 err.msg);
+    struct parity_result c = {0};
+    cr_assert_eq(parity_session_run(ps, NULL, &cfg.parity, 0, &c, &err), 0, "%s", err.msg);
+    const double sev_default = parity_severity(&c);
+    cr_assert(sev_default > 0, "cpu.decode is not bitwise the twin");
+    parity_result_free(&c);
+    scale_thresholds(&cfg.parity, 0.45 / sev_default);
+    cr_assert_eq(parity_session_run(ps, NULL, &cfg.parity, 0, &c, &err), 0, "%s", err.msg);
+    const double sev0 = parity_severity(&c);
+    cr_assert(c.pass && sev0 > 0.4 && sev0 < 0.5, "clean severity %g", sev0);
+    double weakest = INFINITY;
+    int wpos = -1;
+    int wlayer = -1;
+    for (int l = 0; l < (int)m->hp.n_layer; l++) { /* the sweep's order: layer-major */
+        for (int p = 1; p <= 3; p++) {
+            struct fault_set one = ks;
+            one.f[0].layer_lo = one.f[0].layer_hi = l;
+            one.f[0].pos_lo = one.f[0].pos_hi = p;
+            struct parity_result r = {0};
+            cr_assert_eq(parity_session_run(ps, &one, &cfg.parity, 0, &r, &err), 0, "%s", err.msg);
+            if (!r.pass && parity_severity(&r) < weakest) {
+                weakest = parity_severity(&r);
+                wpos = p;
+                wlayer = l;
+            }
+            parity_result_free(&r);
+        }
+    }
+    parity_session_close(ps);
+    struct falsify_sweep_result s;
+    cr_assert_eq(falsify_sweep(m, &mode, &ks, NULL, 0, &cfg, 2, NULL, NULL, &s, &err), 0, "%s",
+                 err.msg);
+    cr_expect(s.noise_min_cosine == c.cosine.min && s.noise_max_kld == c.kld.max &&
+                  s.noise_mean_kld == c.kld.mean && s.noise_severity == sev0,
+              "noise ceiling min cos %.9g, KLD %.6g/%.6g, severity %.6g; the clean run %.9g,"
+              " %.6g/%.6g, %.6g",
+              s.noise_min_cosine, s.noise_mean_kld, s.noise_max_kld, s.noise_severity, c.cosine.min,
+              c.kld.mean, c.kld.max, sev0);
+    cr_expect_not(s.threshold_in_noise);
+    cr_assert(s.k[0].have_weakest && wpos > 0, "a point was detected");
+    cr_expect(s.k[0].weakest.layer == wlayer && s.k[0].weakest.pos == wpos &&
+                  s.k[0].weakest.severity == weakest,
+              "weakest L%d @%d severity %g; the least severe detected L%d @%d, %g",
+              s.k[0].weakest.layer, s.k[0].weakest.pos, s.k[0].weakest.severity, wlayer, wpos,
+              weakest);
+    /* thresholds the clean run reaches 0.7 of: in the noise */
+    struct falsify_config tight = cfg;
+    scale_thresholds(&tight.parity, 0.7 / sev0);
+    cr_assert_eq(falsify_sweep(m, &mode, &ks, NULL, 0, &tight, 2, NULL, NULL, &s, &err), 0, "%s",
+                 err.msg);
+    cr_expect(s.noise_severity > 0.5 && s.noise_severity < 1.0, "severity %g", s.noise_severity);
+    cr_expect(s.threshold_in_noise && !s.pass, "clean severity %g: not said to be in the noise",
+              s.noise_severity);
+    /* a clean run that fails parity by its forced layers alone: in the noise too */
+    tight = cfg;
+    tight.parity.max_forced = 1e-9;
+    cr_assert_eq(falsify_sweep(m, &mode, &ks, NULL, 0, &tight, 2, NULL, NULL, &s, &err), 0, "%s",
+                 err.msg);
+    cr_expect(s.noise_severity < 0.5, "severity %g", s.noise_severity);
+    cr_expect(s.threshold_in_noise && !s.pass, "a clean run failing its forced layers passed");
+    parity_result_free(&c);
+    model_free(m);
+    free(buf);
+}
