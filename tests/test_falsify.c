@@ -961,3 +961,259 @@ Test(falsify, judge_fails_a_near_tie_or_route_tie_looser_than_the_floor)
     model_free(m);
     free(buf);
 }
+
+/* The gate's sampled sweep draws distinct (layer, position) pairs from the whole of each kind's
+ * scope, every layer and positions well past the first few, and each sample records the numbers
+ * of a parity run with the fault at that one layer and position alone: a sweep that drew from
+ * one layer or the first positions only, injected at more than the one pair, or recorded a
+ * number of another field (argmax flips, the route witness, the clean weights' distance from
+ * uniform of another pair) passed every other test (mutation pass, 2026-12-03). */
+Test(falsify, each_sweep_sample_is_a_distinct_pair_of_its_scope_judged_alone)
+{
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
+    const char *kinds[] = {"uniform_weights", "dropped_expert:positions=8-"};
+    struct fault_set fs = faults_of(kinds, 2);
+    struct falsify_config cfg;
+    config64(&cfg);
+    cfg.sweep_samples = 12;
+    struct mode mode = ref_mode("ref.decode");
+    struct falsify_result r;
+    struct gate_err err = {0};
+    cr_assert_eq(falsify_run(m, &mode, &fs, seq64(), 64, &cfg, 2, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(r.n_kinds, 2);
+    const int L = (int)m->hp.n_layer, k = (int)m->hp.n_expert_used, n = 64;
+    /* the judge's clean routed weights, (L, n, k), and a session to rerun each sample alone */
+    float *w = calloc((size_t)L * n * k, sizeof *w), *lg = malloc((size_t)n * m->hp.n_vocab * 4);
+    cr_assert(w && lg);
+    struct backend_taps taps = {.expert_w = w};
+    struct backend *j = NULL;
+    cr_assert_eq(mode_open_judge(&j, m, n, 2, &err), 0, "%s", err.msg);
+    cr_assert_eq(mode_judge(j, seq64(), n, lg, &taps, &err), 0, "%s", err.msg);
+    backend_close(j);
+    struct parity_session *s = NULL;
+    cr_assert_eq(parity_session_open(&s, m, &mode, seq64(), n, &cfg.parity, 2, 1, &err), 0, "%s",
+                 err.msg);
+    parity_session_set_forced(s, 0); /* as the sweep judges: by the logits */
+    int wrong = 0;
+    for (int i = 0; i < r.n_kinds; i++) {
+        const struct falsify_kind *K = &r.k[i];
+        cr_expect_eq(K->n, cfg.sweep_samples, "%s", K->name);
+        cr_expect_eq(K->n_pairs, L * (n - K->spec.pos_lo), "%s", K->name);
+        unsigned layers = 0, distinct_pos = 0;
+        for (int a = 0; a < K->n; a++) {
+            const struct falsify_sample *x = &K->s[a];
+            cr_expect(x->layer >= 0 && x->layer < L && x->pos >= K->spec.pos_lo && x->pos < n,
+                      "%s: sample L%d @%d outside its scope", K->name, x->layer, x->pos);
+            layers |= 1u << x->layer;
+            int new_pos = 1;
+            for (int b = 0; b < a; b++) {
+                cr_expect(K->s[b].layer != x->layer || K->s[b].pos != x->pos,
+                          "%s: L%d @%d drawn twice", K->name, x->layer, x->pos);
+                new_pos &= K->s[b].pos != x->pos;
+            }
+            distinct_pos += new_pos;
+            struct fault_set one = {.n = 1, .f = {K->spec}};
+            one.f[0].layer_lo = one.f[0].layer_hi = x->layer;
+            one.f[0].pos_lo = one.f[0].pos_hi = x->pos;
+            struct parity_result pr = {0};
+            struct parity_witness wit;
+            cr_assert_eq(parity_session_run(s, &one, &cfg.parity, 0, &pr, &err), 0, "%s", err.msg);
+            cr_assert_eq(parity_session_witness(s, K->spec.kind, &wit, &err), 0, "%s", err.msg);
+            cr_expect(x->min_cosine == pr.cosine.min && x->mean_kld == pr.kld.mean &&
+                          x->max_kld == pr.kld.max && x->max_rel_l2 == pr.rel_l2.max &&
+                          x->mean_rel_l2 == pr.rel_l2.mean,
+                      "%s L%d @%d: recorded min cos %.9g, KLD %.6g/%.6g, rel-L2 %.6g/%.6g; alone"
+                      " %.9g, %.6g/%.6g, %.6g/%.6g",
+                      K->name, x->layer, x->pos, x->min_cosine, x->mean_kld, x->max_kld,
+                      x->mean_rel_l2, x->max_rel_l2, pr.cosine.min, pr.kld.mean, pr.kld.max,
+                      pr.rel_l2.mean, pr.rel_l2.max);
+            cr_expect(x->n_wrong == pr.n_wrong && x->n_nonfinite == pr.n_nonfinite,
+                      "%s L%d @%d: recorded %d wrong, %d non-finite; alone %d, %d", K->name,
+                      x->layer, x->pos, x->n_wrong, x->n_nonfinite, pr.n_wrong, pr.n_nonfinite);
+            cr_expect(x->route_diffs == wit.n_route_diff && x->hidden_diffs == wit.n_hidden_diff,
+                      "%s L%d @%d: recorded %d route, %d hidden diffs; alone %d, %d", K->name,
+                      x->layer, x->pos, x->route_diffs, x->hidden_diffs, wit.n_route_diff,
+                      wit.n_hidden_diff);
+            wrong += pr.n_wrong;
+            double dev = 0;
+            const float *ww = w + ((size_t)x->layer * n + (size_t)x->pos) * (size_t)k;
+            for (int e = 0; K->spec.kind == FAULT_UNIFORM_WEIGHTS && e < k; e++)
+                dev = fmax(dev, fabs((double)ww[e] - 1.0 / k));
+            cr_expect(x->uniform_dev == dev, "%s L%d @%d: uniform_dev %.9g, the clean weights %.9g",
+                      K->name, x->layer, x->pos, x->uniform_dev, dev);
+            parity_result_free(&pr);
+        }
+        cr_expect_eq(layers, (1u << L) - 1, "%s: layers drawn 0x%x of %d", K->name, layers, L);
+        cr_expect_gt(distinct_pos, (unsigned)K->n / 2, "%s: %u distinct positions in %d samples",
+                     K->name, distinct_pos, K->n);
+    }
+    cr_expect_gt(wrong, 0, "some sample flips an argmax (the recorded count is compared)");
+    parity_session_close(s);
+    free(w);
+    free(lg);
+    falsify_result_free(&r);
+    model_free(m);
+}
+
+/* Each power probe runs at the factor the settings ask for and records the numbers of its own
+ * parity run, forced layers included: a probe run at the default 1 % under a ladder asking 2 %,
+ * or a mean rel-L2 or forced row recorded from another field, re-judged PASS where the probe
+ * itself was not rejected (mutation pass, 2026-12-03). */
+Test(falsify, each_power_probe_records_its_own_run_at_the_asked_factor)
+{
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-dense", &buf);
+    struct falsify_config cfg;
+    gatedef_falsify_config(NULL, &cfg);
+    cfg.sweep_samples = 0;
+    cfg.power_layers = 1;
+    cfg.power_factor = 1.02;
+    const char *kinds[] = {"skip_qk_norm"};
+    struct fault_set fs = faults_of(kinds, 1);
+    struct mode mode = ref_mode("cpu.decode");
+    struct gate_err err = {0};
+    struct falsify_result r;
+    cr_assert_eq(falsify_run(m, &mode, &fs, NULL, 0, &cfg, 2, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(r.n_probes, 6, "attn_v, attn_output, ffn_gate, ffn_up, ffn_down, output");
+    struct parity_session *s = NULL;
+    cr_assert_eq(parity_session_open(&s, m, &mode, NULL, 0, &cfg.parity, 2, 1, &err), 0, "%s",
+                 err.msg);
+    int forced = 0;
+    for (int i = 0; i < r.n_probes; i++) {
+        const struct falsify_probe *p = &r.probes[i];
+        struct fault_spec ran;
+        cr_assert_eq(fault_parse(p->name, &ran, &err), 0, "%s: %s", p->name, err.msg);
+        cr_expect_eq(ran.factor, 1.02f, "probe %s: not at the factor asked", p->name);
+        char text[128];
+        if (p->tensor == FAULT_T_OUTPUT)
+            snprintf(text, sizeof text, "scale:tensor=output,factor=1.02");
+        else
+            snprintf(text, sizeof text, "scale:tensor=blk.%d.%s,factor=1.02", p->layer,
+                     fault_tensor_name(p->tensor));
+        struct fault_set one = {.n = 1};
+        cr_assert_eq(fault_parse(text, &one.f[0], &err), 0, "%s", err.msg);
+        struct parity_result pr = {0};
+        struct parity_witness wit;
+        cr_assert_eq(parity_session_run(s, &one, &cfg.parity, 0, &pr, &err), 0, "%s", err.msg);
+        cr_assert_eq(parity_session_witness(s, FAULT_SCALE, &wit, &err), 0, "%s", err.msg);
+        const struct falsify_numbers *x = &p->num;
+        cr_expect(x->min_cosine == pr.cosine.min && x->mean_kld == pr.kld.mean &&
+                      x->max_kld == pr.kld.max && x->max_rel_l2 == pr.rel_l2.max &&
+                      x->mean_rel_l2 == pr.rel_l2.mean && x->n_wrong == pr.n_wrong &&
+                      x->n_nonfinite == pr.n_nonfinite,
+                  "%s: recorded rel-L2 %.6g/%.6g, min cos %.9g; its own run %.6g/%.6g, %.9g", text,
+                  x->mean_rel_l2, x->max_rel_l2, x->min_cosine, pr.rel_l2.mean, pr.rel_l2.max,
+                  pr.cosine.min);
+        cr_expect(x->forced == pr.forced.measured && x->forced_worst == pr.forced.worst &&
+                      x->forced_row == pr.forced.row && x->forced_head == pr.forced.head,
+                  "%s: recorded forced %d worst %.6g row %.6g head %.6g; its own run %d %.6g %.6g"
+                  " %.6g",
+                  text, x->forced, x->forced_worst, x->forced_row, x->forced_head,
+                  pr.forced.measured, pr.forced.worst, pr.forced.row, pr.forced.head);
+        cr_expect(p->hidden_diffs == wit.n_hidden_diff && p->logit_diffs == wit.n_logit_diff,
+                  "%s: recorded %d hidden, %d logit diffs; its own run %d, %d", text,
+                  p->hidden_diffs, p->logit_diffs, wit.n_hidden_diff, wit.n_logit_diff);
+        forced += pr.forced.measured;
+        parity_result_free(&pr);
+    }
+    cr_expect_gt(forced, 0, "the forced layers were measured (their numbers are compared)");
+    parity_session_close(s);
+    falsify_result_free(&r);
+    model_free(m);
+    free(buf);
+}
+
+/* Thresholds of cfg scaled so that a run's severity (parity_severity) is q times what it was. */
+static void scale_thresholds(struct parity_config *c, double q)
+{
+    c->min_cosine = 1.0 - (1.0 - c->min_cosine) / q;
+    c->max_mean_kld /= q;
+    c->max_kld /= q;
+    c->max_rel_l2 /= q;
+    c->max_mean_rel_l2 /= q;
+}
+
+/* The investigation sweep on a noisy subject (cpu.decode): the noise ceiling is the clean runs'
+ * own numbers, the weakest detected fault is the least severe of the detected injections, and
+ * the thresholds are said to sit in the noise when a clean run reaches half of them or fails
+ * parity by any rule (its forced layers included): a ceiling that kept min cosine 1, a band of 1
+ * for 0.5, a clean failure not counted, or the most severe point as the weakest passed every
+ * other test (mutation pass, 2026-12-03). */
+Test(falsify, the_sweep_reports_its_noise_and_weakest_fault_as_measured)
+{
+    uint8_t *buf = NULL;
+    struct model *m = check_tiny_model("tiny-dense", &buf);
+    struct falsify_config cfg;
+    gatedef_falsify_config(NULL, &cfg);
+    cfg.n_clean = 1;
+    const char *kinds[] = {"skip_qk_norm:positions=1-3"};
+    struct fault_set ks = faults_of(kinds, 1);
+    struct mode mode = ref_mode("cpu.decode");
+    struct gate_err err = {0};
+    /* the clean run and each point on their own, at thresholds the clean run reaches 0.45 of */
+    struct parity_session *ps = NULL;
+    cr_assert_eq(parity_session_open(&ps, m, &mode, NULL, 0, &cfg.parity, 2, 1, &err), 0, "%s",
+                 err.msg);
+    struct parity_result c = {0};
+    cr_assert_eq(parity_session_run(ps, NULL, &cfg.parity, 0, &c, &err), 0, "%s", err.msg);
+    const double sev_default = parity_severity(&c);
+    cr_assert(sev_default > 0, "cpu.decode is not bitwise the twin");
+    parity_result_free(&c);
+    scale_thresholds(&cfg.parity, 0.45 / sev_default);
+    cr_assert_eq(parity_session_run(ps, NULL, &cfg.parity, 0, &c, &err), 0, "%s", err.msg);
+    const double sev0 = parity_severity(&c);
+    cr_assert(c.pass && sev0 > 0.4 && sev0 < 0.5, "clean severity %g", sev0);
+    double weakest = INFINITY;
+    int wpos = -1;
+    int wlayer = -1;
+    for (int l = 0; l < (int)m->hp.n_layer; l++) { /* the sweep's order: layer-major */
+        for (int p = 1; p <= 3; p++) {
+            struct fault_set one = ks;
+            one.f[0].layer_lo = one.f[0].layer_hi = l;
+            one.f[0].pos_lo = one.f[0].pos_hi = p;
+            struct parity_result r = {0};
+            cr_assert_eq(parity_session_run(ps, &one, &cfg.parity, 0, &r, &err), 0, "%s", err.msg);
+            if (!r.pass && parity_severity(&r) < weakest) {
+                weakest = parity_severity(&r);
+                wpos = p;
+                wlayer = l;
+            }
+            parity_result_free(&r);
+        }
+    }
+    parity_session_close(ps);
+    struct falsify_sweep_result s;
+    cr_assert_eq(falsify_sweep(m, &mode, &ks, NULL, 0, &cfg, 2, NULL, NULL, &s, &err), 0, "%s",
+                 err.msg);
+    cr_expect(s.noise_min_cosine == c.cosine.min && s.noise_max_kld == c.kld.max &&
+                  s.noise_mean_kld == c.kld.mean && s.noise_severity == sev0,
+              "noise ceiling min cos %.9g, KLD %.6g/%.6g, severity %.6g; the clean run %.9g,"
+              " %.6g/%.6g, %.6g",
+              s.noise_min_cosine, s.noise_mean_kld, s.noise_max_kld, s.noise_severity, c.cosine.min,
+              c.kld.mean, c.kld.max, sev0);
+    cr_expect_not(s.threshold_in_noise);
+    cr_assert(s.k[0].have_weakest && wpos > 0, "a point was detected");
+    cr_expect(s.k[0].weakest.layer == wlayer && s.k[0].weakest.pos == wpos &&
+                  s.k[0].weakest.severity == weakest,
+              "weakest L%d @%d severity %g; the least severe detected L%d @%d, %g",
+              s.k[0].weakest.layer, s.k[0].weakest.pos, s.k[0].weakest.severity, wlayer, wpos,
+              weakest);
+    /* thresholds the clean run reaches 0.7 of: in the noise */
+    struct falsify_config tight = cfg;
+    scale_thresholds(&tight.parity, 0.7 / sev0);
+    cr_assert_eq(falsify_sweep(m, &mode, &ks, NULL, 0, &tight, 2, NULL, NULL, &s, &err), 0, "%s",
+                 err.msg);
+    cr_expect(s.noise_severity > 0.5 && s.noise_severity < 1.0, "severity %g", s.noise_severity);
+    cr_expect(s.threshold_in_noise && !s.pass, "clean severity %g: not said to be in the noise",
+              s.noise_severity);
+    /* a clean run that fails parity by its forced layers alone: in the noise too */
+    tight = cfg;
+    tight.parity.max_forced = 1e-9;
+    cr_assert_eq(falsify_sweep(m, &mode, &ks, NULL, 0, &tight, 2, NULL, NULL, &s, &err), 0, "%s",
+                 err.msg);
+    cr_expect(s.noise_severity < 0.5, "severity %g", s.noise_severity);
+    cr_expect(s.threshold_in_noise && !s.pass, "a clean run failing its forced layers passed");
+    parity_result_free(&c);
+    model_free(m);
+    free(buf);
+}

@@ -145,3 +145,48 @@ Test(route, renormalization_clamps_a_tiny_weight_sum)
     cr_expect_float_eq(v[0], 0.25f, 1e-7);
     cr_expect_float_eq(v[1], 0.75f, 1e-7);
 }
+
+/* A forced set in route_select's slot order: equal probabilities put the lower id first, as
+ * route_select does (experts 1 and 3 tie in TIE; mutation pass, 2026-12-03). */
+Test(route, a_forced_set_takes_the_lower_id_first_on_a_tie)
+{
+    int32_t ids[3];
+    float w[3], probs[5];
+    route_select(TIE, probs, 5, 3, 1, NULL, 0, 0, ids, w);
+    cr_assert(ids[0] == 1 && ids[1] == 3 && ids[2] == 2);
+    const int32_t f[3] = {3, 1, 0}; /* expert 0 for 2: deficit 2 - 1 */
+    const float d = route_force(TIE, probs, 5, 3, 1, f, 2.0f, ids, w);
+    cr_expect_float_eq(d, 1.0f, 1e-6, "deficit %g", (double)d);
+    cr_expect(ids[0] == 1 && ids[1] == 3 && ids[2] == 0, "ids %d %d %d (want 1 3 0)", ids[0],
+              ids[1], ids[2]);
+}
+
+/* The tolerance is strict: a set whose deficit equals it is not forced (route.h: deficit <
+ * tol; mutation pass, 2026-12-03). */
+Test(route, a_deficit_equal_to_the_tolerance_is_not_forced)
+{
+    int32_t ids[2];
+    float w[2], probs[6];
+    own(ids, w, probs);
+    const int32_t f[2] = {0, 2};
+    const float tol = 2.0f - 1.999f; /* exactly the deficit */
+    const float d = route_force(LOGITS, probs, 6, 2, 1, f, tol, ids, w);
+    cr_expect_eq(d, tol, "deficit %g", (double)d);
+    cr_expect(ids[0] == 0 && ids[1] == 1, "ids %d %d: forced at deficit == tol", ids[0], ids[1]);
+}
+
+/* The softmax's maximum is taken over every expert, the last included: a last expert far above
+ * the others still gets probability ~1, never an overflow (mutation pass, 2026-12-03). */
+Test(route, a_dominant_last_expert_gets_all_the_weight)
+{
+    const float lg[4] = {0.0f, 1.0f, 0.5f, 200.0f};
+    int32_t ids[2];
+    float w[2], probs[4];
+    route_select(lg, probs, 4, 2, 1, NULL, 0, 0, ids, w);
+    for (int e = 0; e < 4; e++)
+        cr_expect(isfinite(probs[e]), "prob %d %g", e, (double)probs[e]);
+    cr_expect_float_eq(probs[3], 1.0f, 1e-6, "prob 3 %g", (double)probs[3]);
+    cr_expect_eq(ids[0], 3, "ids %d %d", ids[0], ids[1]);
+    cr_expect(isfinite(w[0]) && isfinite(w[1]) && fabsf(w[0] + w[1] - 1.0f) < 1e-6f, "w %g %g",
+              (double)w[0], (double)w[1]);
+}
