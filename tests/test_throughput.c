@@ -766,3 +766,46 @@ Test(throughput, a_spot_check_downstream_of_a_route_near_tie_is_judged_against_t
     model_free(m);
     free(buf);
 }
+
+/* The spot checks reach all of the timed work: every prompt position (the prefill path's
+ * one-token half too, not only its batched first half) and every decode step, the last one
+ * included; two checks of one decode step each compare that step's own logits (one forward,
+ * kept once, read twice). Eight checks a run over 8 + 2 tokens: four decode checks on two
+ * steps always share one. */
+Test(throughput, the_spot_checks_reach_every_position_and_a_shared_decode_step_is_checked_twice)
+{
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
+    struct throughput_config c;
+    gatedef_throughput_config(NULL, &c);
+    c.prompt_tokens = 8;
+    c.decode_tokens = 2;
+    c.check_positions = THROUGHPUT_MAX_CHECKS;
+    c.runs = c.max_runs = 12;
+    c.warmup = 0;
+    c.n_threads = 1;
+    c.seed = 5;
+    c.max_seconds = 1e6;
+    struct mode mode;
+    struct gate_err err = {0};
+    struct throughput_result r;
+    cr_assert_eq(mode_parse("ref.prefill", &mode, &err), 0, "%s", err.msg);
+    cr_assert_eq(throughput_gate(m, &mode, &c, &r, &err), 0, "%s", err.msg);
+    cr_expect_eq(r.verdict, GATE_PASS, "%s", r.reason);
+    cr_expect_eq(r.n_checks, 12 * THROUGHPUT_MAX_CHECKS);
+    cr_expect_eq(r.n_check_bad, 0, "the subject is the twin: %s", r.reason);
+    int seen[10] = {0};
+    const json_t *spot = json_object_get(r.metrics, "spot");
+    cr_assert_eq(json_array_size(spot), 12 * THROUGHPUT_MAX_CHECKS);
+    for (size_t i = 0; i < json_array_size(spot); i++) {
+        const json_int_t p = json_integer_value(json_object_get(json_array_get(spot, i), "pos"));
+        cr_assert(p >= 0 && p < 10, "position %lld", (long long)p);
+        seen[p]++;
+    }
+    for (int p = 0; p < 10; p++)
+        cr_expect_gt(seen[p], 0, "position %d (%s) is never checked", p,
+                     p < 4   ? "batched prompt"
+                     : p < 8 ? "one-token prompt"
+                             : "decode");
+    throughput_result_free(&r);
+    model_free(m);
+}
