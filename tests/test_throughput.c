@@ -809,3 +809,59 @@ Test(throughput, the_spot_checks_reach_every_position_and_a_shared_decode_step_i
     throughput_result_free(&r);
     model_free(m);
 }
+
+/* A measurement against a baseline (issue 27 §2) under the scripted clock: the baseline the
+ * harness found is recorded in the metrics with this build's ratio to it, the measuring loop
+ * decides against it as the judge does (stopping at `runs` once the ratio is clear), and a
+ * build twice as slow as its baseline FAILs as a regression, with no floor set. */
+Test(throughput, a_measurement_against_a_baseline_records_it_and_stops_when_the_ratio_is_clear)
+{
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
+    struct throughput_config c;
+    gatedef_throughput_config(NULL, &c);
+    c.prompt_tokens = 12;
+    c.decode_tokens = 4;
+    c.warmup = 0;
+    c.n_threads = 1;
+    c.seed = 78;
+    c.max_seconds = 1e6;
+    c.baseline = "previous";
+    /* every run: 12 prompt tokens in 1 s, 4 decode tokens in 0.5 s (12 and 8 tokens/s) */
+    const double prompt_s[] = {1}, decode_s[] = {0.5};
+    const double as_fast[2] = {12, 8}, twice_as_fast[2] = {24, 16};
+    const double *bases[2] = {as_fast, twice_as_fast};
+    for (int k = 0; k < 2; k++) {
+        json_t *pre = json_array(), *dec = json_array();
+        for (int i = 0; i < 6; i++) {
+            json_array_append_new(pre, json_real(bases[k][0]));
+            json_array_append_new(dec, json_real(bases[k][1]));
+        }
+        json_t *base = json_pack("{s:s, s:s, s:o, s:o}", "receipt", "00ab", "version", "0.9.0",
+                                 "prefill_tps", pre, "decode_tps", dec);
+        struct fake f = {.prompt_s = prompt_s, .decode_s = decode_s, .n = 1, .starve_run = -1};
+        c.clock = fake_clock;
+        c.usage = fake_usage;
+        c.hook_ctx = &f;
+        c.base_json = base;
+        struct mode mode;
+        struct gate_err err = {0};
+        struct throughput_result r;
+        cr_assert_eq(mode_parse("ref.decode", &mode, &err), 0, "%s", err.msg);
+        cr_assert_eq(throughput_gate(m, &mode, &c, &r, &err), 0, "%s", err.msg);
+        cr_expect_eq(r.verdict, k ? GATE_FAIL : GATE_PASS, "%s", r.reason);
+        if (k)
+            cr_expect(strstr(r.reason, "regressed"), "%s", r.reason);
+        cr_expect_eq(r.decode.n, 6, "decided at `runs` against the baseline, not %d runs later",
+                     r.decode.n - 6);
+        const json_t *b = json_object_get(r.metrics, "baseline");
+        cr_expect_str_eq(json_string_value(json_object_get(b, "receipt")), "00ab");
+        cr_expect_eq(json_array_size(json_object_get(b, "decode_tps")), 6);
+        double ratio = NAN;
+        gate_metric_num(json_object_get(json_object_get(r.metrics, "vs_baseline"), "decode"),
+                        "ratio", &ratio);
+        cr_expect_eq(ratio, k ? 0.5 : 1.0);
+        throughput_result_free(&r);
+        json_decref(base);
+    }
+    model_free(m);
+}
