@@ -865,3 +865,64 @@ Test(throughput, a_measurement_against_a_baseline_records_it_and_stops_when_the_
     }
     model_free(m);
 }
+
+/* The dense conformance model's digest (its exec session is pinned to it). */
+#define DENSE_Q4_SHA "40371ddc0d44bdab03423218c73e8ea7b912de2eedeb231b56046321b30898c1"
+
+/* An engine whose logits carry noise of 0.2 (tests/exec_engine.c --noise): its cosine stays
+ * above the cell's 0.999, but one checked position's argmax moves off the judge's where the
+ * judge's top-2 gap is clear (above near_tie): that is work the judge did not do, FAIL. Only a
+ * flip inside the judge's own near tie is excused, so the gap recorded is the judge's top
+ * logit minus its runner-up, never less. */
+Test(throughput, an_argmax_flip_at_a_clear_judge_gap_fails_though_the_cosine_passes)
+{
+    struct model *m = check_load_case("qwen3-dense-tiny-q4_k_m");
+    struct exec_engine e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.name, sizeof e.name, "twin");
+    e.argv[e.argc++] = (char *)engine_path();
+    e.argv[e.argc++] = "--noise";
+    e.argv[e.argc++] = "0.2";
+    e.timeout_s = 60;
+    e.supports = 15;
+    struct backend_session *sess = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(test_session_new(&sess, &e,
+                                  conformance_path("qwen3-dense-tiny-q4_k_m", "model.gguf"),
+                                  DENSE_Q4_SHA, &err),
+                 0, "%s", err.msg);
+    struct mode mode;
+    cr_assert_eq(mode_parse("exec.twin.decode", &mode, &err), 0, "%s", err.msg);
+    mode.session = sess;
+    struct throughput_config c;
+    gatedef_throughput_config(NULL, &c);
+    c.prompt_tokens = 8;
+    c.decode_tokens = 4;
+    c.runs = c.max_runs = 3;
+    c.check_positions = THROUGHPUT_MAX_CHECKS;
+    c.seed = 9;
+    c.n_threads = 1;
+    c.max_seconds = 1e6;
+    struct throughput_result r;
+    cr_assert_eq(throughput_gate(m, &mode, &c, &r, &err), 0, "%s", err.msg);
+    cr_expect_eq(r.verdict, GATE_FAIL, "%s", r.reason);
+    cr_expect(strstr(r.reason, "timed work is not the judged work"), "%s", r.reason);
+    int clear_flips = 0;
+    const json_t *spot = json_object_get(r.metrics, "spot");
+    for (size_t i = 0; i < json_array_size(spot); i++) {
+        const json_t *x = json_array_get(spot, i);
+        double cs = NAN, am = 0, jam = 0, gap = NAN;
+        gate_metric_num(x, "cosine", &cs);
+        gate_metric_num(x, "argmax", &am);
+        gate_metric_num(x, "judge_argmax", &jam);
+        gate_metric_num(x, "judge_gap", &gap);
+        cr_expect_geq(cs, c.check_min_cosine, "check %zu: the noise alone keeps the cosine", i);
+        cr_expect_geq(gap, 0, "check %zu: a top-2 gap is never negative", i);
+        clear_flips += am != jam && gap >= c.check_near_tie;
+    }
+    cr_expect_geq(clear_flips, 1, "no flip at a clear gap: the test's premise is gone");
+    cr_expect_eq(r.n_check_bad, clear_flips);
+    throughput_result_free(&r);
+    backend_session_close(sess);
+    model_free(m);
+}
