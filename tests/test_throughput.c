@@ -926,3 +926,63 @@ Test(throughput, an_argmax_flip_at_a_clear_judge_gap_fails_though_the_cosine_pas
     backend_session_close(sess);
     model_free(m);
 }
+
+/* What the usage probe was asked about (a real clock; the CPU figures are made up). */
+struct probe_seen {
+    int calls, child_first, other;
+};
+
+static int probe_usage(void *ctx, int child, double *cpu, double *wait)
+{
+    struct probe_seen *p = ctx;
+    if (!p->calls++)
+        p->child_first = child;
+    p->other += child != p->child_first;
+    *cpu = p->calls;
+    *wait = 0;
+    return 0;
+}
+
+/* An exec engine computes in its own process: the CPU it got and the time it waited for one
+ * are the subject's, so every run's usage is read for the engine's child too, not gate's
+ * threads alone (which mostly sleep on the pipe and would never look starved). */
+Test(throughput, an_exec_engine_s_child_is_what_the_usage_of_each_run_is_read_for)
+{
+    struct model *m = check_load_case("qwen3-dense-tiny-q4_k_m");
+    struct exec_engine e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.name, sizeof e.name, "twin");
+    e.argv[e.argc++] = (char *)engine_path();
+    e.timeout_s = 60;
+    e.supports = 15;
+    struct backend_session *sess = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(test_session_new(&sess, &e,
+                                  conformance_path("qwen3-dense-tiny-q4_k_m", "model.gguf"),
+                                  DENSE_Q4_SHA, &err),
+                 0, "%s", err.msg);
+    struct mode mode;
+    cr_assert_eq(mode_parse("exec.twin.decode", &mode, &err), 0, "%s", err.msg);
+    mode.session = sess;
+    struct throughput_config c;
+    gatedef_throughput_config(NULL, &c);
+    c.prompt_tokens = 4;
+    c.decode_tokens = 2;
+    c.runs = c.max_runs = 3;
+    c.warmup = 0;
+    c.n_threads = 1;
+    c.max_seconds = 1e6;
+    struct probe_seen seen = {0};
+    c.usage = probe_usage;
+    c.hook_ctx = &seen;
+    struct throughput_result r;
+    cr_assert_eq(throughput_gate(m, &mode, &c, &r, &err), 0, "%s", err.msg);
+    cr_expect_eq(r.verdict, GATE_PASS, "%s", r.reason);
+    cr_expect_eq(seen.calls, 2 * 3, "read before and after each run");
+    cr_expect_gt(seen.child_first, 0, "the usage was read without the engine's child");
+    cr_expect_eq(seen.child_first, test_session_pid(sess));
+    cr_expect_eq(seen.other, 0);
+    throughput_result_free(&r);
+    backend_session_close(sess);
+    model_free(m);
+}
