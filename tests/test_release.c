@@ -805,6 +805,79 @@ Test(release, run_ladder_returns_rows_and_reports_progress_through_the_callback)
     run_result_free(&res);
 }
 
+/* metrics.<path...> of gate g of cell ci of a run (NULL when absent) */
+static const json_t *gate_metric(const struct run_result *r, int ci, const char *g, const char *a,
+                                 const char *b)
+{
+    const json_t *m =
+        json_object_get(json_object_get(json_object_get(r->cells[ci].gates_json, g), "metrics"), a);
+    return b ? json_object_get(m, b) : m;
+}
+
+/* Every cell meets its own inputs, new on every run: parity's prefill split comes from the
+ * cell's name mixed with the run's input seed (two prefill cells of one model differ; one cell
+ * differs between two seeds), and falsify's clean run judges exactly what parity judged (the
+ * same split, the same half-prose sequence: the run's, not a fixed one). */
+Test(release, each_cell_s_prefill_split_and_falsify_s_sequence_come_from_the_cell_and_the_run)
+{
+    char gsha[65];
+    ladderfix_record_goldens(conformance_path("qwen3moe-tiny-q4_k_m", "model.gguf"),
+                             path_in("two-goldens.json"), 16, gsha);
+    FILE *f = fopen(path_in("two.yaml"), "w");
+    fprintf(f,
+            "release: {name: rel, version: 1.0.0}\n"
+            "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
+            " sha256: " MOE_SHA ", arch: qwen3moe}\n"
+            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+            "modes: [ref.prefill, cpu.prefill]\n"
+            "cells:\n  - {model: moe, host: a, mode: ref.prefill}\n"
+            "  - {model: moe, host: a, mode: cpu.prefill}\n"
+            "gates:\n  defaults:\n    parity: {positions: 256}\n"
+            "    falsify: {faults: [skip_qk_norm], sweep_samples: 0, power_layers: 1}\n"
+            "    golden: {goldens: two-goldens.json, sha256: %s}\n"
+            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 2}\n"
+            "unanchored: {qwen3moe: 'runner test'}\n",
+            check_shared_dir(), gsha);
+    fclose(f);
+    const uint64_t seeds[2] = {0x5eed, 0x5eee};
+    json_t *split[2][2];
+    for (int s = 0; s < 2; s++) {
+        struct run_options o = {.ladder = path_in("two.yaml"),
+                                .host = "a",
+                                .db = path_in("two.db"),
+                                .key = path_in("a.key"),
+                                .threads = 1,
+                                .input_seed = seeds[s]};
+        struct run_result res;
+        struct gate_err err = {0};
+        cr_assert_eq(run_ladder(&o, NULL, NULL, &res, &err), 0, "%s", err.msg);
+        cr_assert_eq(res.n, 2);
+        for (int c = 0; c < 2; c++) {
+            const json_t *chunks = gate_metric(&res, c, "parity", "prefill_chunks", NULL);
+            cr_assert(json_array_size(chunks) > 0, "%s: no prefill split recorded",
+                      res.cells[c].name);
+            split[s][c] = json_deep_copy(chunks);
+            const json_t *fc = gate_metric(&res, c, "falsify", "clean", "prefill_chunks");
+            cr_expect(json_equal(fc, chunks), "%s: falsify's clean run split the prompt otherwise",
+                      res.cells[c].name);
+            const json_int_t prose = json_integer_value(
+                json_object_get(gate_metric(&res, c, "parity", "prose", NULL), "tokens"));
+            const json_t *fprose =
+                json_object_get(gate_metric(&res, c, "falsify", "clean", "prose"), "tokens");
+            cr_expect_gt(prose, 0, "%s: parity judged no prose", res.cells[c].name);
+            cr_expect_eq(json_integer_value(fprose), prose,
+                         "%s: falsify's clean run judged another sequence than parity's",
+                         res.cells[c].name);
+        }
+        run_result_free(&res);
+    }
+    cr_expect(!json_equal(split[0][0], split[0][1]), "two cells, one prefill split");
+    cr_expect(!json_equal(split[0][0], split[1][0]), "two input seeds, one prefill split");
+    for (int s = 0; s < 2; s++)
+        for (int c = 0; c < 2; c++)
+            json_decref(split[s][c]);
+}
+
 Test(release, the_ticker_estimate_comes_from_earlier_cells_of_the_same_gate)
 {
     struct report_run r;
