@@ -942,6 +942,41 @@ Test(release, a_run_key_is_trusted_wherever_it_stands_in_the_host_s_trust_list)
     run_result_free(&res);
 }
 
+/* A cell whose receipt could not be stored is not a passed cell, whatever its gates said: no
+ * receipt will ever count for it (the store refuses every insert here, as a full disk would) */
+Test(release, a_cell_whose_receipt_was_not_stored_is_not_counted_as_passed)
+{
+    const char *lp =
+        ladderfix_one_cell(&fx, "st.yaml", NULL, "ref.decode", NULL, ONE_CELL_CHEAP "}\n");
+    struct store *st = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(store_open(&st, path_in("full.db"), &err), 0, "%s", err.msg);
+    store_close(st);
+    sqlite3 *raw = ladderfix_open_raw(path_in("full.db"));
+    char *msg = NULL;
+    cr_assert_eq(sqlite3_exec(raw,
+                              "CREATE TRIGGER full BEFORE INSERT ON receipts"
+                              " BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END",
+                              NULL, NULL, &msg),
+                 SQLITE_OK, "%s", msg ? msg : "");
+    sqlite3_close(raw);
+    struct run_options o = {.ladder = lp,
+                            .host = "a",
+                            .db = path_in("full.db"),
+                            .key = path_in("a.key"),
+                            .threads = 1,
+                            .input_seed = 0x5eed};
+    struct run_result res;
+    cr_expect_eq(run_ladder(&o, NULL, NULL, &res, &err), ERR_ENV);
+    cr_assert_eq(res.n, 1);
+    cr_expect_str_eq(res.cells[0].verdict, "PASS", "the gates passed: %s",
+                     res.cells[0].store_error);
+    cr_expect_str_neq(res.cells[0].store_error, "");
+    cr_expect_eq(res.cells[0].pass, 0, "a cell without a receipt counted as passed");
+    cr_expect_eq(res.n_pass, 0);
+    run_result_free(&res);
+}
+
 /* The receipt hash of row id in db. */
 static int hash_of_row(void *ctx, const struct store_row *row)
 {
