@@ -986,3 +986,18 @@ Test(throughput, an_exec_engine_s_child_is_what_the_usage_of_each_run_is_read_fo
     backend_session_close(sess);
     model_free(m);
 }
+
+/* Settings that ask for fewer timed runs than the design's least (DESIGN.md: the median of at
+ * least THROUGHPUT_MIN_RUNS) do not lower it: a receipt whose settings say `runs: 1` over two
+ * recorded runs FAILs, however clear of its floor */
+Test(throughput, settings_below_the_least_runs_do_not_lower_it)
+{
+    const double d[] = {100};
+    json_t *m = metrics_of(2, d, 1);
+    json_t *s = settings_of(0, 0);
+    json_object_set_new(s, "runs", json_integer(1));
+    char why[400];
+    cr_expect_eq(judge(s, m, why, sizeof why), GATE_FAIL, "2 runs passed: %s", why);
+    cr_expect(strstr(why, "2 timed runs recorded, a gate needs 3"), "%s", why);
+    json_decref(m);
+}
