@@ -200,6 +200,14 @@ int throughput_decide(const struct throughput_sample *s, int n, const struct thr
             undecided = p;
         starved |= ph->starved;
     }
+    /* fewer than `runs` runs always measure more, whatever they say: the judge FAILs a record of
+     * fewer (until 2026-12-03 a clear regression stopped the loop at 3 runs of 6, and the
+     * receipt's FAIL said "3 timed runs recorded", not "regressed") */
+    if (n < rule->runs) {
+        d->more = 1;
+        gate_say(d->reason, sizeof d->reason, "undecided after %d runs / %.1f s", n, d->timed_s);
+        return 0;
+    }
     if (fail >= 0 && d->phase[fail].vs_state == -1 &&
         !(d->phase[fail].floor > 0 && d->phase[fail].granted.n &&
           d->phase[fail].granted.hi < d->phase[fail].floor)) {

@@ -543,6 +543,14 @@ Test(anchor, the_ladder_parses_anchors_strictly)
     json_t *s = run_anchor_settings(l, 0);
     cr_expect_str_eq(json_string_value(json_object_get(s, "greedy_sha256")), a->greedy.sha256);
     cr_expect_eq(json_integer_value(json_object_get(s, "greedy_after")), 16);
+    /* the thresholds the judge reads back from the receipt are the ladder's (a threshold left
+     * at 0 there would judge every anchor receipt, at the run and at the release, without it) */
+    cr_expect_eq(json_real_value(json_object_get(s, "max_nmse")), a->max_nmse);
+    cr_expect_eq(json_real_value(json_object_get(s, "min_cosine")), a->min_cosine);
+    cr_expect_eq(json_real_value(json_object_get(s, "near_tie")), a->near_tie);
+    cr_expect_str_eq(json_string_value(json_object_get(s, "model_sha256")), a->model.sha256);
+    cr_expect_str_eq(json_string_value(json_object_get(s, "tokens_sha256")), a->tokens.sha256);
+    cr_expect_str_eq(json_string_value(json_object_get(s, "logits_sha256")), a->logits.sha256);
     json_decref(s);
     ladder_free(l);
 

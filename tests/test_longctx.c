@@ -483,3 +483,33 @@ Test(longctx, parity_over_4096_positions_f32_keeps_the_whole_runs_rows_bit_for_b
     model_free(m);
     free(buf);
 }
+
+/* The memory a cell is held to is that of its whole span (the sequence parity runs, `positions`
+ * of it judged), not of the judged positions alone; the chat path has no span. A run that judges
+ * every position runs its judge in one call (its batch is the sequence). A cell fits when its
+ * total is at most what is available, to the byte. */
+Test(longctx, a_cell_s_memory_is_its_whole_span_s_and_fits_to_the_byte)
+{
+    const struct model_hparams hp = small_dense();
+    struct ladder_gates g;
+    memset(&g, 0, sizeof g);
+    g.positions = 64;
+    g.span = 4096;
+    struct budget_memory m, c;
+    struct budget_time t;
+    budget_cell(&g, &hp, MODE_DECODE, 0, 1, 1, 1, &m, &t);
+    cr_expect_eq(m.positions, 4096, "the span's positions: %d", m.positions);
+    cr_expect_eq(m.judged, 64);
+    cr_expect_eq(m.kv_bytes, 2 * budget_kv_bytes(&hp, 4096, 4));
+    budget_cell(&g, &hp, MODE_CHAT, 0, 1, 1, 1, &c, &t);
+    cr_expect_eq(c.positions, 64, "chat: the positions, no span");
+    /* every position judged: one judge call over the whole sequence */
+    struct budget_memory all;
+    budget_memory(&hp, 4096, 4096, MODE_DECODE, 4, 1, 1, &all);
+    cr_expect_eq(all.judge_batch, 4096);
+    struct gate_err err = {0};
+    struct budget_available exact = {.bytes = m.total_bytes};
+    cr_expect_eq(budget_check(&m, &exact, &err), 0, "%s", err.msg);
+    struct budget_available short_one = {.bytes = m.total_bytes - 1};
+    cr_expect_eq(budget_check(&m, &short_one, &err), ERR_ENV);
+}

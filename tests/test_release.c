@@ -805,6 +805,233 @@ Test(release, run_ladder_returns_rows_and_reports_progress_through_the_callback)
     run_result_free(&res);
 }
 
+/* metrics.<path...> of gate g of cell ci of a run (NULL when absent) */
+static const json_t *gate_metric(const struct run_result *r, int ci, const char *g, const char *a,
+                                 const char *b)
+{
+    const json_t *m =
+        json_object_get(json_object_get(json_object_get(r->cells[ci].gates_json, g), "metrics"), a);
+    return b ? json_object_get(m, b) : m;
+}
+
+/* Every cell meets its own inputs, new on every run: parity's prefill split comes from the
+ * cell's name mixed with the run's input seed (two prefill cells of one model differ; one cell
+ * differs between two seeds), and falsify's clean run judges exactly what parity judged (the
+ * same split, the same half-prose sequence: the run's, not a fixed one). */
+Test(release, each_cell_s_prefill_split_and_falsify_s_sequence_come_from_the_cell_and_the_run)
+{
+    char gsha[65];
+    ladderfix_record_goldens(conformance_path("qwen3moe-tiny-q4_k_m", "model.gguf"),
+                             path_in("two-goldens.json"), 16, gsha);
+    FILE *f = fopen(path_in("two.yaml"), "w");
+    fprintf(f,
+            "release: {name: rel, version: 1.0.0}\n"
+            "models:\n  moe: {path: %s/conformance/qwen3moe-tiny-q4_k_m/model.gguf,"
+            " sha256: " MOE_SHA ", arch: qwen3moe}\n"
+            "hosts:\n  a: {device: none, trust: ['file:a.pub']}\n"
+            "modes: [ref.prefill, cpu.prefill]\n"
+            "cells:\n  - {model: moe, host: a, mode: ref.prefill}\n"
+            "  - {model: moe, host: a, mode: cpu.prefill}\n"
+            "gates:\n  defaults:\n    parity: {positions: 256}\n"
+            "    falsify: {faults: [skip_qk_norm], sweep_samples: 0, power_layers: 1}\n"
+            "    golden: {goldens: two-goldens.json, sha256: %s}\n"
+            "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 2}\n"
+            "unanchored: {qwen3moe: 'runner test'}\n",
+            check_shared_dir(), gsha);
+    fclose(f);
+    const uint64_t seeds[2] = {0x5eed, 0x5eee};
+    json_t *split[2][2];
+    for (int s = 0; s < 2; s++) {
+        struct run_options o = {.ladder = path_in("two.yaml"),
+                                .host = "a",
+                                .db = path_in("two.db"),
+                                .key = path_in("a.key"),
+                                .threads = 1,
+                                .input_seed = seeds[s]};
+        struct run_result res;
+        struct gate_err err = {0};
+        cr_assert_eq(run_ladder(&o, NULL, NULL, &res, &err), 0, "%s", err.msg);
+        cr_assert_eq(res.n, 2);
+        for (int c = 0; c < 2; c++) {
+            const json_t *chunks = gate_metric(&res, c, "parity", "prefill_chunks", NULL);
+            cr_assert(json_array_size(chunks) > 0, "%s: no prefill split recorded",
+                      res.cells[c].name);
+            split[s][c] = json_deep_copy(chunks);
+            const json_t *fc = gate_metric(&res, c, "falsify", "clean", "prefill_chunks");
+            cr_expect(json_equal(fc, chunks), "%s: falsify's clean run split the prompt otherwise",
+                      res.cells[c].name);
+            const json_int_t prose = json_integer_value(
+                json_object_get(gate_metric(&res, c, "parity", "prose", NULL), "tokens"));
+            const json_t *fprose =
+                json_object_get(gate_metric(&res, c, "falsify", "clean", "prose"), "tokens");
+            cr_expect_gt(prose, 0, "%s: parity judged no prose", res.cells[c].name);
+            cr_expect_eq(json_integer_value(fprose), prose,
+                         "%s: falsify's clean run judged another sequence than parity's",
+                         res.cells[c].name);
+        }
+        run_result_free(&res);
+    }
+    cr_expect(!json_equal(split[0][0], split[0][1]), "two cells, one prefill split");
+    cr_expect(!json_equal(split[0][0], split[1][0]), "two input seeds, one prefill split");
+    for (int s = 0; s < 2; s++)
+        for (int c = 0; c < 2; c++)
+            json_decref(split[s][c]);
+}
+
+/* Copy the file src to dst with the first `from` replaced by `to`. Asserts that it occurs. */
+static void copy_replacing(const char *src, const char *dst, const char *from, const char *to)
+{
+    char *text = check_slurp_text(src);
+    cr_assert(text);
+    char *at = strstr(text, from);
+    cr_assert(at, "'%s' not in %s", from, src);
+    FILE *f = fopen(dst, "w");
+    cr_assert(f);
+    fprintf(f, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    cr_assert_eq(fclose(f), 0);
+    free(text);
+}
+
+/* The cheap gates of the one-cell ladders below (each gate still runs) */
+#define ONE_CELL_CHEAP                                                                             \
+    "    falsify: {faults: [skip_qk_norm], sweep_samples: 0, power_layers: 1}\n"                   \
+    "    throughput: {runs: 3, warmup: 0, prompt_tokens: 8, decode_tokens: 2"
+
+/* A cell whose gate could not decide is not a passed cell: its row, the run's count of passed
+ * cells and so gate run's exit status say so (throughput inconclusive: three runs give no
+ * interval, and max_runs is spent) */
+Test(release, a_cell_whose_gate_is_an_error_is_not_counted_as_passed)
+{
+    const char *lp = ladderfix_one_cell(&fx, "err.yaml", NULL, "ref.decode", NULL,
+                                        ONE_CELL_CHEAP ", max_runs: 3, min_decode_tps: 1}\n");
+    struct run_options o = {.ladder = lp,
+                            .host = "a",
+                            .db = path_in("err.db"),
+                            .key = path_in("a.key"),
+                            .threads = 1,
+                            .input_seed = 0x5eed};
+    struct run_result res;
+    struct gate_err err = {0};
+    cr_assert_eq(run_ladder(&o, NULL, NULL, &res, &err), 0, "%s", err.msg);
+    cr_assert_eq(res.n, 1);
+    cr_expect_str_eq(res.cells[0].verdict, "ERROR");
+    cr_expect_eq(res.cells[0].pass, 0, "an ERROR cell counted as passed");
+    cr_expect_eq(res.n_pass, 0);
+    run_result_free(&res);
+}
+
+/* A host may trust several keys: the run's key is trusted when it is any of them, the first
+ * included (refused up front otherwise, before any cell runs) */
+Test(release, a_run_key_is_trusted_wherever_it_stands_in_the_host_s_trust_list)
+{
+    const char *one = ladderfix_one_cell(&fx, "t1.yaml", NULL, "ref.decode", NULL, NULL);
+    char lp[1024];
+    snprintf(lp, sizeof lp, "%s", path_in("t2.yaml"));
+    copy_replacing(one, lp, "trust: ['file:a.pub']", "trust: ['file:a.pub', 'file:b.pub']");
+    struct run_options o = {.ladder = lp,
+                            .host = "a",
+                            .db = path_in("t.db"),
+                            .key = path_in("a.key"),
+                            .only = "nothing/*",
+                            .input_seed = 0x5eed};
+    struct run_result res;
+    struct gate_err err = {0};
+    cr_expect_eq(run_ladder(&o, NULL, NULL, &res, &err), ERR_INPUT);
+    cr_expect(strstr(err.msg, "no cell of host 'a' matches nothing/*"),
+              "the trusted key was refused: %s", err.msg);
+    run_result_free(&res);
+}
+
+/* A cell whose receipt could not be stored is not a passed cell, whatever its gates said: no
+ * receipt will ever count for it (the store refuses every insert here, as a full disk would) */
+Test(release, a_cell_whose_receipt_was_not_stored_is_not_counted_as_passed)
+{
+    const char *lp =
+        ladderfix_one_cell(&fx, "st.yaml", NULL, "ref.decode", NULL, ONE_CELL_CHEAP "}\n");
+    struct store *st = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(store_open(&st, path_in("full.db"), &err), 0, "%s", err.msg);
+    store_close(st);
+    sqlite3 *raw = ladderfix_open_raw(path_in("full.db"));
+    char *msg = NULL;
+    cr_assert_eq(sqlite3_exec(raw,
+                              "CREATE TRIGGER full BEFORE INSERT ON receipts"
+                              " BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END",
+                              NULL, NULL, &msg),
+                 SQLITE_OK, "%s", msg ? msg : "");
+    sqlite3_close(raw);
+    struct run_options o = {.ladder = lp,
+                            .host = "a",
+                            .db = path_in("full.db"),
+                            .key = path_in("a.key"),
+                            .threads = 1,
+                            .input_seed = 0x5eed};
+    struct run_result res;
+    cr_expect_eq(run_ladder(&o, NULL, NULL, &res, &err), ERR_ENV);
+    cr_assert_eq(res.n, 1);
+    cr_expect_str_eq(res.cells[0].verdict, "PASS", "the gates passed: %s",
+                     res.cells[0].store_error);
+    cr_expect_str_neq(res.cells[0].store_error, "");
+    cr_expect_eq(res.cells[0].pass, 0, "a cell without a receipt counted as passed");
+    cr_expect_eq(res.n_pass, 0);
+    run_result_free(&res);
+}
+
+/* The receipt hash of row id in db. */
+static int hash_of_row(void *ctx, const struct store_row *row)
+{
+    snprintf(ctx, 65, "%s", row->hash);
+    return 0;
+}
+
+/* `baseline: previous` in gate run (issue 27 §2): the first release of a cell has no earlier
+ * receipt (recorded as none; throughput judged on its floors), the next release compares with
+ * it: the receipt of the earlier run, found under this run's host and thread count, is recorded
+ * with this build's ratio to it. */
+Test(release, gate_run_compares_throughput_with_the_previous_release_s_receipt)
+{
+    const char *l10 = ladderfix_one_cell(&fx, "b10.yaml", NULL, "ref.decode", NULL,
+                                         ONE_CELL_CHEAP ", baseline: previous}\n");
+    char lp[2][1024];
+    snprintf(lp[1], sizeof lp[1], "%s", l10);
+    snprintf(lp[0], sizeof lp[0], "%s", path_in("b09.yaml"));
+    copy_replacing(lp[1], lp[0], "version: 1.0.0", "version: 0.9.0");
+    int64_t first = 0;
+    for (int v = 0; v < 2; v++) {
+        struct run_options o = {.ladder = lp[v],
+                                .host = "a",
+                                .db = path_in("b.db"),
+                                .key = path_in("a.key"),
+                                .threads = 1,
+                                .input_seed = 0x5eed};
+        struct run_result res;
+        struct gate_err err = {0};
+        cr_assert_eq(run_ladder(&o, NULL, NULL, &res, &err), 0, "%s", err.msg);
+        cr_assert_eq(res.n, 1);
+        const json_t *t = json_object_get(res.cells[0].gates_json, "throughput");
+        const json_t *b = json_object_get(json_object_get(t, "metrics"), "baseline");
+        if (!v) {
+            cr_expect_str_eq(res.cells[0].verdict, "PASS", "the first release must pass: %s",
+                             json_string_value(json_object_get(t, "reason")));
+            cr_expect(json_is_string(json_object_get(b, "none")), "no earlier receipt: %s",
+                      json_string_value(json_object_get(b, "refused")));
+            first = res.cells[0].receipt_id;
+        } else {
+            char want[65] = "";
+            struct store *st = NULL;
+            cr_assert_eq(store_open(&st, path_in("b.db"), &err), 0, "%s", err.msg);
+            cr_assert_eq(store_get(st, first, hash_of_row, want, &err), 0, "%s", err.msg);
+            store_close(st);
+            cr_expect_str_eq(json_string_value(json_object_get(b, "receipt")), want, "%s",
+                             json_string_value(json_object_get(b, "refused")));
+            cr_expect_str_eq(json_string_value(json_object_get(b, "version")), "0.9.0");
+            cr_expect(json_object_get(json_object_get(t, "metrics"), "vs_baseline"),
+                      "no ratio to the baseline recorded");
+        }
+        run_result_free(&res);
+    }
+}
+
 Test(release, the_ticker_estimate_comes_from_earlier_cells_of_the_same_gate)
 {
     struct report_run r;

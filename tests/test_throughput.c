@@ -767,3 +767,238 @@ Test(throughput, a_spot_check_downstream_of_a_route_near_tie_is_judged_against_t
     model_free(m);
     free(buf);
 }
+
+/* The spot checks reach all of the timed work: every prompt position (the prefill path's
+ * one-token half too, not only its batched first half) and every decode step, the last one
+ * included; two checks of one decode step each compare that step's own logits (one forward,
+ * kept once, read twice). Eight checks a run over 8 + 2 tokens: four decode checks on two
+ * steps always share one. */
+Test(throughput, the_spot_checks_reach_every_position_and_a_shared_decode_step_is_checked_twice)
+{
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
+    struct throughput_config c;
+    gatedef_throughput_config(NULL, &c);
+    c.prompt_tokens = 8;
+    c.decode_tokens = 2;
+    c.check_positions = THROUGHPUT_MAX_CHECKS;
+    c.runs = c.max_runs = 12;
+    c.warmup = 0;
+    c.n_threads = 1;
+    c.seed = 5;
+    c.max_seconds = 1e6;
+    struct mode mode;
+    struct gate_err err = {0};
+    struct throughput_result r;
+    cr_assert_eq(mode_parse("ref.prefill", &mode, &err), 0, "%s", err.msg);
+    cr_assert_eq(throughput_gate(m, &mode, &c, &r, &err), 0, "%s", err.msg);
+    cr_expect_eq(r.verdict, GATE_PASS, "%s", r.reason);
+    cr_expect_eq(r.n_checks, 12 * THROUGHPUT_MAX_CHECKS);
+    cr_expect_eq(r.n_check_bad, 0, "the subject is the twin: %s", r.reason);
+    int seen[10] = {0};
+    const json_t *spot = json_object_get(r.metrics, "spot");
+    cr_assert_eq(json_array_size(spot), 12 * THROUGHPUT_MAX_CHECKS);
+    for (size_t i = 0; i < json_array_size(spot); i++) {
+        const json_int_t p = json_integer_value(json_object_get(json_array_get(spot, i), "pos"));
+        cr_assert(p >= 0 && p < 10, "position %lld", (long long)p);
+        seen[p]++;
+    }
+    for (int p = 0; p < 10; p++)
+        cr_expect_gt(seen[p], 0, "position %d (%s) is never checked", p,
+                     p < 4   ? "batched prompt"
+                     : p < 8 ? "one-token prompt"
+                             : "decode");
+    throughput_result_free(&r);
+    model_free(m);
+}
+
+/* A measurement against a baseline (issue 27 §2) under the scripted clock: the baseline the
+ * harness found is recorded in the metrics with this build's ratio to it, the measuring loop
+ * decides against it as the judge does (stopping at `runs` once the ratio is clear), and a
+ * build twice as slow as its baseline FAILs as a regression, with no floor set. */
+Test(throughput, a_measurement_against_a_baseline_records_it_and_stops_when_the_ratio_is_clear)
+{
+    struct model *m = check_load_case("qwen3moe-tiny-f32");
+    struct throughput_config c;
+    gatedef_throughput_config(NULL, &c);
+    c.prompt_tokens = 12;
+    c.decode_tokens = 4;
+    c.warmup = 0;
+    c.n_threads = 1;
+    c.seed = 78;
+    c.max_seconds = 1e6;
+    c.baseline = "previous";
+    /* every run: 12 prompt tokens in 1 s, 4 decode tokens in 0.5 s (12 and 8 tokens/s) */
+    const double prompt_s[] = {1}, decode_s[] = {0.5};
+    const double as_fast[2] = {12, 8}, twice_as_fast[2] = {24, 16};
+    const double *bases[2] = {as_fast, twice_as_fast};
+    for (int k = 0; k < 2; k++) {
+        json_t *pre = json_array(), *dec = json_array();
+        for (int i = 0; i < 6; i++) {
+            json_array_append_new(pre, json_real(bases[k][0]));
+            json_array_append_new(dec, json_real(bases[k][1]));
+        }
+        json_t *base = json_pack("{s:s, s:s, s:o, s:o}", "receipt", "00ab", "version", "0.9.0",
+                                 "prefill_tps", pre, "decode_tps", dec);
+        struct fake f = {.prompt_s = prompt_s, .decode_s = decode_s, .n = 1, .starve_run = -1};
+        c.clock = fake_clock;
+        c.usage = fake_usage;
+        c.hook_ctx = &f;
+        c.base_json = base;
+        struct mode mode;
+        struct gate_err err = {0};
+        struct throughput_result r;
+        cr_assert_eq(mode_parse("ref.decode", &mode, &err), 0, "%s", err.msg);
+        cr_assert_eq(throughput_gate(m, &mode, &c, &r, &err), 0, "%s", err.msg);
+        cr_expect_eq(r.verdict, k ? GATE_FAIL : GATE_PASS, "%s", r.reason);
+        if (k)
+            cr_expect(strstr(r.reason, "regressed"), "%s", r.reason);
+        cr_expect_eq(r.decode.n, 6, "decided at `runs` against the baseline, not %d runs later",
+                     r.decode.n - 6);
+        const json_t *b = json_object_get(r.metrics, "baseline");
+        cr_expect_str_eq(json_string_value(json_object_get(b, "receipt")), "00ab");
+        cr_expect_eq(json_array_size(json_object_get(b, "decode_tps")), 6);
+        double ratio = NAN;
+        gate_metric_num(json_object_get(json_object_get(r.metrics, "vs_baseline"), "decode"),
+                        "ratio", &ratio);
+        cr_expect_eq(ratio, k ? 0.5 : 1.0);
+        throughput_result_free(&r);
+        json_decref(base);
+    }
+    model_free(m);
+}
+
+/* The dense conformance model's digest (its exec session is pinned to it). */
+#define DENSE_Q4_SHA "40371ddc0d44bdab03423218c73e8ea7b912de2eedeb231b56046321b30898c1"
+
+/* An engine whose logits carry noise of 0.2 (tests/exec_engine.c --noise): its cosine stays
+ * above the cell's 0.999, but one checked position's argmax moves off the judge's where the
+ * judge's top-2 gap is clear (above near_tie): that is work the judge did not do, FAIL. Only a
+ * flip inside the judge's own near tie is excused, so the gap recorded is the judge's top
+ * logit minus its runner-up, never less. */
+Test(throughput, an_argmax_flip_at_a_clear_judge_gap_fails_though_the_cosine_passes)
+{
+    struct model *m = check_load_case("qwen3-dense-tiny-q4_k_m");
+    struct exec_engine e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.name, sizeof e.name, "twin");
+    e.argv[e.argc++] = (char *)engine_path();
+    e.argv[e.argc++] = "--noise";
+    e.argv[e.argc++] = "0.2";
+    e.timeout_s = 60;
+    e.supports = 15;
+    struct backend_session *sess = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(test_session_new(&sess, &e,
+                                  conformance_path("qwen3-dense-tiny-q4_k_m", "model.gguf"),
+                                  DENSE_Q4_SHA, &err),
+                 0, "%s", err.msg);
+    struct mode mode;
+    cr_assert_eq(mode_parse("exec.twin.decode", &mode, &err), 0, "%s", err.msg);
+    mode.session = sess;
+    struct throughput_config c;
+    gatedef_throughput_config(NULL, &c);
+    c.prompt_tokens = 8;
+    c.decode_tokens = 4;
+    c.runs = c.max_runs = 3;
+    c.check_positions = THROUGHPUT_MAX_CHECKS;
+    c.seed = 9;
+    c.n_threads = 1;
+    c.max_seconds = 1e6;
+    struct throughput_result r;
+    cr_assert_eq(throughput_gate(m, &mode, &c, &r, &err), 0, "%s", err.msg);
+    cr_expect_eq(r.verdict, GATE_FAIL, "%s", r.reason);
+    cr_expect(strstr(r.reason, "timed work is not the judged work"), "%s", r.reason);
+    int clear_flips = 0;
+    const json_t *spot = json_object_get(r.metrics, "spot");
+    for (size_t i = 0; i < json_array_size(spot); i++) {
+        const json_t *x = json_array_get(spot, i);
+        double cs = NAN, am = 0, jam = 0, gap = NAN;
+        gate_metric_num(x, "cosine", &cs);
+        gate_metric_num(x, "argmax", &am);
+        gate_metric_num(x, "judge_argmax", &jam);
+        gate_metric_num(x, "judge_gap", &gap);
+        cr_expect_geq(cs, c.check_min_cosine, "check %zu: the noise alone keeps the cosine", i);
+        cr_expect_geq(gap, 0, "check %zu: a top-2 gap is never negative", i);
+        clear_flips += am != jam && gap >= c.check_near_tie;
+    }
+    cr_expect_geq(clear_flips, 1, "no flip at a clear gap: the test's premise is gone");
+    cr_expect_eq(r.n_check_bad, clear_flips);
+    throughput_result_free(&r);
+    backend_session_close(sess);
+    model_free(m);
+}
+
+/* What the usage probe was asked about (a real clock; the CPU figures are made up). */
+struct probe_seen {
+    int calls, child_first, other;
+};
+
+static int probe_usage(void *ctx, int child, double *cpu, double *wait)
+{
+    struct probe_seen *p = ctx;
+    if (!p->calls++)
+        p->child_first = child;
+    p->other += child != p->child_first;
+    *cpu = p->calls;
+    *wait = 0;
+    return 0;
+}
+
+/* An exec engine computes in its own process: the CPU it got and the time it waited for one
+ * are the subject's, so every run's usage is read for the engine's child too, not gate's
+ * threads alone (which mostly sleep on the pipe and would never look starved). */
+Test(throughput, an_exec_engine_s_child_is_what_the_usage_of_each_run_is_read_for)
+{
+    struct model *m = check_load_case("qwen3-dense-tiny-q4_k_m");
+    struct exec_engine e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.name, sizeof e.name, "twin");
+    e.argv[e.argc++] = (char *)engine_path();
+    e.timeout_s = 60;
+    e.supports = 15;
+    struct backend_session *sess = NULL;
+    struct gate_err err = {0};
+    cr_assert_eq(test_session_new(&sess, &e,
+                                  conformance_path("qwen3-dense-tiny-q4_k_m", "model.gguf"),
+                                  DENSE_Q4_SHA, &err),
+                 0, "%s", err.msg);
+    struct mode mode;
+    cr_assert_eq(mode_parse("exec.twin.decode", &mode, &err), 0, "%s", err.msg);
+    mode.session = sess;
+    struct throughput_config c;
+    gatedef_throughput_config(NULL, &c);
+    c.prompt_tokens = 4;
+    c.decode_tokens = 2;
+    c.runs = c.max_runs = 3;
+    c.warmup = 0;
+    c.n_threads = 1;
+    c.max_seconds = 1e6;
+    struct probe_seen seen = {0};
+    c.usage = probe_usage;
+    c.hook_ctx = &seen;
+    struct throughput_result r;
+    cr_assert_eq(throughput_gate(m, &mode, &c, &r, &err), 0, "%s", err.msg);
+    cr_expect_eq(r.verdict, GATE_PASS, "%s", r.reason);
+    cr_expect_eq(seen.calls, 2 * 3, "read before and after each run");
+    cr_expect_gt(seen.child_first, 0, "the usage was read without the engine's child");
+    cr_expect_eq(seen.child_first, test_session_pid(sess));
+    cr_expect_eq(seen.other, 0);
+    throughput_result_free(&r);
+    backend_session_close(sess);
+    model_free(m);
+}
+
+/* Settings that ask for fewer timed runs than the design's least (DESIGN.md: the median of at
+ * least THROUGHPUT_MIN_RUNS) do not lower it: a receipt whose settings say `runs: 1` over two
+ * recorded runs FAILs, however clear of its floor */
+Test(throughput, settings_below_the_least_runs_do_not_lower_it)
+{
+    const double d[] = {100};
+    json_t *m = metrics_of(2, d, 1);
+    json_t *s = settings_of(0, 0);
+    json_object_set_new(s, "runs", json_integer(1));
+    char why[400];
+    cr_expect_eq(judge(s, m, why, sizeof why), GATE_FAIL, "2 runs passed: %s", why);
+    cr_expect(strstr(why, "2 timed runs recorded, a gate needs 3"), "%s", why);
+    json_decref(m);
+}
