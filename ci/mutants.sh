@@ -6,7 +6,10 @@
 # anchor, or any gate that is not golden / throughput) FAILs or ERRORs on a cell, "caught by luck"
 # when only the golden gate failed, SURVIVED otherwise. Judging-code mutants (Kind: tests: oracles/,
 # harness/release.c, receipts/) run the Criterion suite; KILLED names the first test binary that
-# failed. CUDA mutants (Kind: cuda) are compiled for sm_90a only: "not run: no device".
+# failed. CUDA mutants (Kind: cuda) are compiled for sm_90a only: "not run: no device". A mutant
+# whose header says `Requires: avx512` plants its bug in code only an AVX-512 VNNI host runs
+# (engine/cpu_dot.c's CPU_ISA_AVX512: avx512f, bw, vl, vnni); on another host it is NOT RUN, said
+# so, and neither built nor counted (a host that never executes the bug cannot kill it).
 #
 # How a mutant is run (docs/gates.md, "Mutation testing"):
 #   1. a detached git worktree of the base commit in WORK/src (reused across mutants: a checkout
@@ -97,6 +100,22 @@ done
 # header FIELD FILE: the value of "Field: value" in the patch's header (the lines before the diff)
 header() {
     sed -n '/^diff --git /q; s/^'"$1"': *//p' "$2" | head -n1
+}
+
+# host_lacks FEATURE: the CPU flags FEATURE needs that this host's /proc/cpuinfo lacks (empty: it
+# has them all); status 1 for a feature this script does not know
+host_lacks() {
+    local need
+    case "$1" in
+    avx512) need="avx512f avx512bw avx512vl avx512_vnni" ;;
+    *) return 1 ;;
+    esac
+    local flags missing=""
+    flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+    for f in $need; do
+        case "$flags" in *" $f "*) ;; *) missing="$missing${missing:+ }$f" ;; esac
+    done
+    printf '%s' "$missing"
 }
 
 # the catalogue, filtered by name, kind and sample
@@ -404,6 +423,14 @@ for p in "${sel[@]}"; do
     d=$(rundir_for "$name")
     rm -rf "$d"
     mkdir -p "$d"
+    req=$(header Requires "$p")
+    if [ -n "$req" ]; then
+        missing=$(host_lacks "$req") || die "$name: Requires '$req' is not a feature this script knows (avx512)"
+        if [ -n "$missing" ]; then
+            add_result "$name" "$k" "$area" "NOT RUN" "needs $req; this host lacks $missing" 0
+            continue
+        fi
+    fi
     if ! git -C "$src" apply "$p" 2>"$d/apply.err"; then
         add_result "$name" "$k" "$area" "DOES NOT APPLY" "$(head -n1 "$d/apply.err")" 0
         status=2
