@@ -7,9 +7,12 @@
  * loops), and the three hot ones — Q4_K/Q5_K, Q6_K, Q8_0 — are written with intrinsics: per
  * weight block, the values are unpacked once into int16 and pre-multiplied by their sub-block
  * scales, then each token's int16 activations meet them in vpmaddwd, int32 lanes summed at the end
- * (bounds: CPU_ACT_QMAX in cpu_dot.h). Those are the same exact integers the portable kernels form,
- * and the float expression per block is the same, so the results are bit-identical to the portable
- * build (tests/test_cpu.c). Elsewhere a stub that is never called.
+ * (bounds: CPU_ACT_QMAX in cpu_dot.h): the multi-token path, where the unpacking is shared. One
+ * token against Q4_K / Q6_K rows (decode) takes the byte path below instead (avx2_tile_fast: the
+ * token split once into bytes, the weights never widened). Those are the same exact integers the
+ * portable kernels form, and the float expression per block is the same, so the results are
+ * bit-identical to the portable build (tests/test_cpu.c, tests/test_cpu_dot.c). Elsewhere a stub
+ * that is never called.
  */
 #include "cpu_dot.h"
 
@@ -213,6 +216,172 @@ static void avx2_q8_0(const void *w, const uint8_t *act, size_t as, int nt, int6
         acc[t] += (p[t][0] + p[t][1]) + (p[t][2] + p[t][3]);
 }
 
+/* ---- decode: rows against one token, bytes through vpmaddubsw --------------------------------
+ *
+ * One token's int16 activations are split once per tile into a = 64 hi + lo (hi = a >> 6 in
+ * [-32, 31], lo = a & 63), both signed bytes in the values' own order, 32 to a register (one Q4_K
+ * sub-block, two Q6_K groups). vpmaddubsw multiplies the unsigned weight values (Q4_K nibbles
+ * 0..15, Q6_K 6-bit values 0..63 before their offset of 32) with hi and with lo: each int16 lane a
+ * pair of products, at most 2 x 63 x 63 = 7938, no saturation. vpmaddwd then multiplies those lanes
+ * by the sub-block's scale into int32 (the hi sums and the lo sums apart; 64 hi + lo at the end),
+ * so no weight is widened to int16 and no product of weights and scales is formed per value. The
+ * integers are exact (int32 lanes may wrap, the block's sum fits: CPU_ACT_QMAX), so each row's
+ * integer sums are the portable kernel's, and its float steps per block are the portable ones:
+ * the same bits. */
+
+#define AVX2_SPLIT_MAX_NB 128 /* K-blocks per row the on-stack split takes (n <= 32768; 64 KB) */
+
+struct avx2_split {
+    __m256i hi[8], lo[8]; /* values 32 j .. 32 j + 31 of the block as bytes */
+};
+
+/* the token's blocks as hi / lo bytes; g32 (Q6_K, non-NULL): 32 x the sum of each group of 16 */
+static void avx2_split_K(const struct cpu_q16_K *y, int64_t nb, struct avx2_split *s, int32_t *g32)
+{
+    const __m256i m63 = _mm256_set1_epi16(63);
+    for (int64_t i = 0; i < nb; i++) {
+        for (int j = 0; j < 8; j++) {
+            const __m256i a0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * j));
+            const __m256i a1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * j + 16));
+            /* packs works per 128-bit lane: 0-7 of a0, 0-7 of a1, 8-15 of a0, 8-15 of a1; the
+             * permute puts the values back in order (they fit: no saturation) */
+            const __m256i h =
+                _mm256_packs_epi16(_mm256_srai_epi16(a0, 6), _mm256_srai_epi16(a1, 6));
+            const __m256i l =
+                _mm256_packs_epi16(_mm256_and_si256(a0, m63), _mm256_and_si256(a1, m63));
+            s[i].hi[j] = _mm256_permute4x64_epi64(h, 0xd8);
+            s[i].lo[j] = _mm256_permute4x64_epi64(l, 0xd8);
+        }
+        if (g32)
+            for (int g = 0; g < 16; g++) {
+                int32_t sum = 0;
+                for (int l = 0; l < 16; l++)
+                    sum += y[i].qs[16 * g + l];
+                g32[16 * i + g] = 32 * sum;
+            }
+    }
+}
+
+/* hi / lo int32 lanes + the products of 32 weight bytes q (unsigned) with one split register pair,
+ * each pair of products times its scale (sc: int16 lanes, the scale of each pair) */
+static inline void avx2_qa(__m256i q, const __m256i *hi, const __m256i *lo, __m256i sc, __m256i *ah,
+                           __m256i *al)
+{
+    *ah = _mm256_add_epi32(*ah, _mm256_madd_epi16(_mm256_maddubs_epi16(q, *hi), sc));
+    *al = _mm256_add_epi32(*al, _mm256_madd_epi16(_mm256_maddubs_epi16(q, *lo), sc));
+}
+
+/* one Q4_K row against one split token y / s: the portable q45_K's integers and float steps */
+static float avx2_q4_K_one(const struct block_q4_K *x, const struct cpu_q16_K *y,
+                           const struct avx2_split *s, int64_t nb)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    float acc = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        uint32_t u[3], sc4[2], mn4[2];
+        memcpy(u, x[i].scales, 12);
+        sc4[0] = u[0] & 0x3f3f3f3fu;
+        mn4[0] = u[1] & 0x3f3f3f3fu;
+        sc4[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+        mn4[1] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+        /* the eight scales as int16, each broadcast to a whole register */
+        const __m256i sc16 =
+            _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc4)));
+        __m256i ah = _mm256_setzero_si256(), al = ah;
+        for (int c = 0; c < 4; c++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c));
+            const __m256i s0 =
+                _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c))));
+            const __m256i s1 = _mm256_shuffle_epi8(
+                sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c + 1))));
+            avx2_qa(_mm256_and_si256(q, m4), &s[i].hi[2 * c], &s[i].lo[2 * c], s0, &ah, &al);
+            avx2_qa(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), &s[i].hi[2 * c + 1],
+                    &s[i].lo[2 * c + 1], s1, &ah, &al);
+        }
+        const __m256i mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn4));
+        const __m256i ml = _mm256_mullo_epi32(mins, _mm256_loadu_si256((const __m256i *)y[i].sums));
+        int32_t isum, imin;
+        hsum2(_mm256_add_epi32(_mm256_slli_epi32(ah, 6), al), ml, &isum, &imin);
+        acc += (FP16(x[i].d) * y[i].d) * (float)isum - (FP16(x[i].dmin) * y[i].d) * (float)imin;
+    }
+    return acc;
+}
+
+/* one Q6_K row against one split token: values 0..63 through the bytes, the offset of 32 taken
+ * out through the activation's group sums (g32), the portable q6_K's integers and float steps */
+static float avx2_q6_K_one(const struct block_q6_K *x, const struct cpu_q16_K *y,
+                           const struct avx2_split *s, const int32_t *g32, int64_t nb)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+    float acc = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        /* the 16 signed scales as int16; register j (values 32 j ..) takes groups 2 j and
+         * 2 j + 1: scale 2 j in its low 128 bits, 2 j + 1 in its high */
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        __m256i ah = _mm256_setzero_si256(), al = ah;
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+            q[1] = _mm256_or_si256(
+                _mm256_and_si256(ql1, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+            q[2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+            q[3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+            for (int k = 0; k < 4; k++) {
+                const int j = 4 * h + k, g = 2 * j; /* groups g (low lane) and g + 1 (high) */
+                const __m256i sk = _mm256_permute2x128_si256(
+                    _mm256_set1_epi16(x[i].scales[g]), _mm256_set1_epi16(x[i].scales[g + 1]), 0x20);
+                avx2_qa(q[k], &s[i].hi[j], &s[i].lo[j], sk, &ah, &al);
+            }
+        }
+        /* - sum_g sc_g 32 A_g */
+        const __m256i off = _mm256_add_epi32(
+            _mm256_mullo_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(sc16)),
+                               _mm256_loadu_si256((const __m256i *)(g32 + 16 * i))),
+            _mm256_mullo_epi32(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(sc16, 1)),
+                               _mm256_loadu_si256((const __m256i *)(g32 + 16 * i + 8))));
+        const int32_t isum =
+            hsum(_mm256_sub_epi32(_mm256_add_epi32(_mm256_slli_epi32(ah, 6), al), off));
+        acc += (FP16(x[i].d) * y[i].d) * (float)isum;
+    }
+    return acc;
+}
+
+/* cpu_dot_tile's one-token path for Q4_K / Q6_K rows: the token split once, then row by row;
+ * returns the rows done (0: not taken, the caller's row kernels run). Not inlined: its split
+ * stays off the other paths' stack frames. */
+static __attribute__((noinline)) int avx2_tile_fast(int type, const uint8_t *w, size_t rb,
+                                                    int n_rows, const void *act, size_t as, int nt,
+                                                    int64_t n, float *out, size_t os)
+{
+    (void)as, (void)os;
+    if (nt != 1 || n_rows < 1 || n % QK_K || n / QK_K > AVX2_SPLIT_MAX_NB ||
+        (type != QUANT_Q4_K && type != QUANT_Q6_K))
+        return 0;
+    const int64_t nb = n / QK_K;
+    const struct cpu_q16_K *y = act;
+    struct avx2_split s[AVX2_SPLIT_MAX_NB];
+    int32_t g32[16 * AVX2_SPLIT_MAX_NB];
+    avx2_split_K(y, nb, s, type == QUANT_Q6_K ? g32 : NULL);
+    for (int r = 0; r < n_rows; r++) {
+        const uint8_t *row = w + (size_t)r * rb;
+        out[r] = type == QUANT_Q4_K ? avx2_q4_K_one((const struct block_q4_K *)row, y, s, nb)
+                                    : avx2_q6_K_one((const struct block_q6_K *)row, y, s, g32, nb);
+    }
+    return n_rows;
+}
+
+#define CPU_DOT_TILE_FAST(type, w, rb, n_rows, act, as, nt, n, out, os)                            \
+    avx2_tile_fast(type, w, rb, n_rows, act, as, nt, n, out, os)
 #define CPU_DOT_Q8_0 avx2_q8_0
 #define CPU_DOT_Q45_K avx2_q45_K
 #define CPU_DOT_Q6_K avx2_q6_K

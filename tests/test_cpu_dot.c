@@ -1,5 +1,6 @@
 /* test_cpu_dot.c — the cpu engine's multi-row decode kernels (engine/cpu_dot_avx512.c: four
- * K-quant rows against one token, VNNI on bytes) equal the portable kernels bit for bit.
+ * K-quant rows against one token, VNNI on bytes; engine/cpu_dot_avx2.c: rows against one token,
+ * vpmaddubsw on bytes) equal the portable kernels bit for bit.
  *
  * cpu_dot_tile() takes groups of four rows through the fast path when one token meets a
  * Q4_K / Q6_K row, and through the few-token kernels with 2-8 tokens (a prompt batch's routed
@@ -69,7 +70,9 @@ static void activations(float *x, int64_t n, int kind)
 
 Test(cpu_dot, multi_row_decode_kernels_equal_the_portable_ones_bit_for_bit)
 {
-    printf("cpu_dot: avx512 %s\n", cpu_dot_have_avx512() ? "tested" : "absent (dispatch only)");
+    printf("cpu_dot: avx512 %s, avx2 %s\n",
+           cpu_dot_have_avx512() ? "tested" : "absent (dispatch only)",
+           cpu_dot_have_avx2() ? "tested" : "absent");
     const int types[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q5_K, QUANT_Q8_0};
     /* one K-block, five (a tail of the four-block loops), and more than the fast path's on-stack
      * split holds (128 blocks, the most it takes, and 129: those rows must take the row-by-row
@@ -104,6 +107,13 @@ Test(cpu_dot, multi_row_decode_kernels_equal_the_portable_ones_bit_for_bit)
                         cpu_dot_avx512_tile(type, w, rb, rows, act, 0, 1, n, z, 1);
                         cr_assert(!memcmp(p, z, (size_t)rows * sizeof(float)),
                                   "%s n %lld, %d rows, trial %d: avx512 tile differs",
+                                  quant_name(type), (long long)n, rows, trial);
+                    }
+                    if (cpu_dot_have_avx2()) { /* its byte path, on an AVX-512 host too */
+                        memset(z, 0xff, sizeof z);
+                        cpu_dot_avx2_tile(type, w, rb, rows, act, 0, 1, n, z, 1);
+                        cr_assert(!memcmp(p, z, (size_t)rows * sizeof(float)),
+                                  "%s n %lld, %d rows, trial %d: avx2 tile differs",
                                   quant_name(type), (long long)n, rows, trial);
                     }
                 }
