@@ -271,88 +271,103 @@ static inline void avx2_qa(__m256i q, const __m256i *hi, const __m256i *lo, __m2
     *al = _mm256_add_epi32(*al, _mm256_madd_epi16(_mm256_maddubs_epi16(q, *lo), sc));
 }
 
+/* Q4_K block x against split block si (activation sub-block sums `sums`): *lanes, whose lanes sum
+ * to the block's integer sum of q a over every sub-block scaled, and *ml, whose lanes sum to its
+ * min term (the portable q45_K's isum and imin) */
+static inline void avx2_q4_K_lanes(const struct block_q4_K *x, const struct avx2_split *si,
+                                   const int32_t *sums, __m256i *lanes, __m256i *ml)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    uint32_t u[3], sc4[2], mn4[2];
+    memcpy(u, x->scales, 12);
+    sc4[0] = u[0] & 0x3f3f3f3fu;
+    mn4[0] = u[1] & 0x3f3f3f3fu;
+    sc4[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    mn4[1] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    /* the eight scales as int16, each broadcast to a whole register by a byte shuffle */
+    const __m256i sc16 =
+        _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc4)));
+    __m256i ah = _mm256_setzero_si256(), al = ah;
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
+        const __m256i s0 =
+            _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c))));
+        const __m256i s1 =
+            _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c + 1))));
+        avx2_qa(_mm256_and_si256(q, m4), &si->hi[2 * c], &si->lo[2 * c], s0, &ah, &al);
+        avx2_qa(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), &si->hi[2 * c + 1],
+                &si->lo[2 * c + 1], s1, &ah, &al);
+    }
+    *lanes = _mm256_add_epi32(_mm256_slli_epi32(ah, 6), al);
+    const __m256i mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn4));
+    *ml = _mm256_mullo_epi32(mins, _mm256_loadu_si256((const __m256i *)sums));
+}
+
+/* Q6_K block x against split block si (g32: 32 x its 16 group sums): lanes summing to the
+ * portable q6_K's isum — values 0..63 through the bytes, the offset of 32 taken out through the
+ * group sums */
+static inline __m256i avx2_q6_K_lanes(const struct block_q6_K *x, const struct avx2_split *si,
+                                      const int32_t *g32)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+    /* the 16 signed scales as int16; register j (values 32 j ..) takes groups 2 j and 2 j + 1:
+     * scale 2 j in its low 128 bits, 2 j + 1 in its high */
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+    __m256i ah = _mm256_setzero_si256(), al = ah;
+    for (int h = 0; h < 2; h++) {
+        const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+        const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+        q[1] =
+            _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+        q[2] =
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+        q[3] =
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+        for (int k = 0; k < 4; k++) {
+            const int j = 4 * h + k, g = 2 * j; /* groups g (low lane) and g + 1 (high) */
+            const __m256i sk = _mm256_permute2x128_si256(_mm256_set1_epi16(x->scales[g]),
+                                                         _mm256_set1_epi16(x->scales[g + 1]), 0x20);
+            avx2_qa(q[k], &si->hi[j], &si->lo[j], sk, &ah, &al);
+        }
+    }
+    /* - sum_g sc_g 32 A_g */
+    const __m256i off = _mm256_add_epi32(
+        _mm256_mullo_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(sc16)),
+                           _mm256_loadu_si256((const __m256i *)g32)),
+        _mm256_mullo_epi32(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(sc16, 1)),
+                           _mm256_loadu_si256((const __m256i *)(g32 + 8))));
+    return _mm256_sub_epi32(_mm256_add_epi32(_mm256_slli_epi32(ah, 6), al), off);
+}
+
 /* one Q4_K row against one split token y / s: the portable q45_K's integers and float steps */
 static float avx2_q4_K_one(const struct block_q4_K *x, const struct cpu_q16_K *y,
                            const struct avx2_split *s, int64_t nb)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
     float acc = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        uint32_t u[3], sc4[2], mn4[2];
-        memcpy(u, x[i].scales, 12);
-        sc4[0] = u[0] & 0x3f3f3f3fu;
-        mn4[0] = u[1] & 0x3f3f3f3fu;
-        sc4[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-        mn4[1] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-        /* the eight scales as int16, each broadcast to a whole register */
-        const __m256i sc16 =
-            _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc4)));
-        __m256i ah = _mm256_setzero_si256(), al = ah;
-        for (int c = 0; c < 4; c++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c));
-            const __m256i s0 =
-                _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c))));
-            const __m256i s1 = _mm256_shuffle_epi8(
-                sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c + 1))));
-            avx2_qa(_mm256_and_si256(q, m4), &s[i].hi[2 * c], &s[i].lo[2 * c], s0, &ah, &al);
-            avx2_qa(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), &s[i].hi[2 * c + 1],
-                    &s[i].lo[2 * c + 1], s1, &ah, &al);
-        }
-        const __m256i mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn4));
-        const __m256i ml = _mm256_mullo_epi32(mins, _mm256_loadu_si256((const __m256i *)y[i].sums));
+        __m256i lanes, ml;
+        avx2_q4_K_lanes(x + i, s + i, y[i].sums, &lanes, &ml);
         int32_t isum, imin;
-        hsum2(_mm256_add_epi32(_mm256_slli_epi32(ah, 6), al), ml, &isum, &imin);
+        hsum2(lanes, ml, &isum, &imin);
         acc += (FP16(x[i].d) * y[i].d) * (float)isum - (FP16(x[i].dmin) * y[i].d) * (float)imin;
     }
     return acc;
 }
 
-/* one Q6_K row against one split token: values 0..63 through the bytes, the offset of 32 taken
- * out through the activation's group sums (g32), the portable q6_K's integers and float steps */
+/* one Q6_K row against one split token: the portable q6_K's integers and float steps */
 static float avx2_q6_K_one(const struct block_q6_K *x, const struct cpu_q16_K *y,
                            const struct avx2_split *s, const int32_t *g32, int64_t nb)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
     float acc = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        /* the 16 signed scales as int16; register j (values 32 j ..) takes groups 2 j and
-         * 2 j + 1: scale 2 j in its low 128 bits, 2 j + 1 in its high */
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-        __m256i ah = _mm256_setzero_si256(), al = ah;
-        for (int h = 0; h < 2; h++) {
-            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
-            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
-            q[1] = _mm256_or_si256(
-                _mm256_and_si256(ql1, m4),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
-            q[2] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
-            q[3] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
-            for (int k = 0; k < 4; k++) {
-                const int j = 4 * h + k, g = 2 * j; /* groups g (low lane) and g + 1 (high) */
-                const __m256i sk = _mm256_permute2x128_si256(
-                    _mm256_set1_epi16(x[i].scales[g]), _mm256_set1_epi16(x[i].scales[g + 1]), 0x20);
-                avx2_qa(q[k], &s[i].hi[j], &s[i].lo[j], sk, &ah, &al);
-            }
-        }
-        /* - sum_g sc_g 32 A_g */
-        const __m256i off = _mm256_add_epi32(
-            _mm256_mullo_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(sc16)),
-                               _mm256_loadu_si256((const __m256i *)(g32 + 16 * i))),
-            _mm256_mullo_epi32(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(sc16, 1)),
-                               _mm256_loadu_si256((const __m256i *)(g32 + 16 * i + 8))));
-        const int32_t isum =
-            hsum(_mm256_sub_epi32(_mm256_add_epi32(_mm256_slli_epi32(ah, 6), al), off));
-        acc += (FP16(x[i].d) * y[i].d) * (float)isum;
-    }
+    for (int64_t i = 0; i < nb; i++)
+        acc += (FP16(x[i].d) * y[i].d) * (float)hsum(avx2_q6_K_lanes(x + i, s + i, g32 + 16 * i));
     return acc;
 }
 
