@@ -371,7 +371,80 @@ static float avx2_q6_K_one(const struct block_q6_K *x, const struct cpu_q16_K *y
     return acc;
 }
 
-/* cpu_dot_tile's one-token path for Q4_K / Q6_K rows: the token split once, then row by row;
+/* Q8_0 against one token: the token's 32-value blocks split as the K-quants' (64 hi + lo, bytes);
+ * the signed weight bytes go into vpmaddubsw as their absolute values, their signs moved onto the
+ * activation bytes (|w| <= 128, |hi| <= 32, lo <= 63: pairs of products at most 16,128, no
+ * saturation), so the integers are the portable q8_0's exactly */
+struct avx2_split32 {
+    __m256i hi, lo;
+};
+
+static void avx2_split_32(const struct cpu_q16_32 *y, int64_t nb, struct avx2_split32 *s, float *yd)
+{
+    const __m256i m63 = _mm256_set1_epi16(63);
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256i a0 = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        const __m256i a1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 16));
+        const __m256i h = _mm256_packs_epi16(_mm256_srai_epi16(a0, 6), _mm256_srai_epi16(a1, 6));
+        const __m256i l = _mm256_packs_epi16(_mm256_and_si256(a0, m63), _mm256_and_si256(a1, m63));
+        s[i].hi = _mm256_permute4x64_epi64(h, 0xd8);
+        s[i].lo = _mm256_permute4x64_epi64(l, 0xd8);
+        yd[i] = y[i].d;
+    }
+}
+
+/* lanes summing to block x's integer sum against split block si */
+static inline __m256i avx2_q8_0_lanes(const struct block_q8_0 *x, const struct avx2_split32 *si)
+{
+    const __m256i w = _mm256_loadu_si256((const __m256i *)x->qs);
+    const __m256i aw = _mm256_abs_epi8(w);
+    const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(si->hi, w));
+    const __m256i q = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(si->lo, w));
+    return _mm256_add_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(64)),
+                            _mm256_madd_epi16(q, _mm256_set1_epi16(1)));
+}
+
+/* one Q8_0 row against one split token: the portable q8_0's partials (block i into partial
+ * i % 4, in block order), eight blocks' integer sums reduced together and their float steps in
+ * two four-lane vectors (lane k is partial k: blocks i + k, then i + 4 + k, as the scalar loop) */
+static float avx2_q8_0_one(const struct block_q8_0 *x, const struct avx2_split32 *s,
+                           const float *yd, int64_t nb)
+{
+    __m128 p4 = _mm_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= nb; i += 8) {
+        __m256i v[8];
+        uint16_t dh[8];
+        for (int k = 0; k < 8; k++) {
+            v[k] = avx2_q8_0_lanes(x + i + k, s + i + k);
+            dh[k] = x[i + k].d;
+        }
+        const __m256i u0 =
+            _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+        const __m256i u1 =
+            _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+        /* lane k: block i + k's sum */
+        const __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                                              _mm256_permute2x128_si256(u0, u1, 0x31));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
+        const __m256 b =
+            _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_loadu_ps(yd + i)), _mm256_cvtepi32_ps(isum));
+        p4 = _mm_add_ps(p4, _mm256_castps256_ps128(b));
+        p4 = _mm_add_ps(p4, _mm256_extractf128_ps(b, 1));
+    }
+    float p[4];
+    _mm_storeu_ps(p, p4);
+    for (; i < nb; i++)
+        p[i & 3] += (FP16(x[i].d) * yd[i]) * (float)hsum(avx2_q8_0_lanes(x + i, s + i));
+    float acc = 0.0f;
+    acc += (p[0] + p[1]) + (p[2] + p[3]);
+    return acc;
+}
+
+#define AVX2_SPLIT32_MAX_NB                                                                        \
+    (32 * AVX2_SPLIT_MAX_NB / 4) /* Q8_0 blocks per row, in the same bytes */
+
+/* cpu_dot_tile's one-token path for Q4_K / Q6_K / Q8_0 rows: the token split once, then row by row;
  * returns the rows done (0: not taken, the caller's row kernels run). Not inlined: its split
  * stays off the other paths' stack frames. */
 static __attribute__((noinline)) int avx2_tile_fast(int type, const uint8_t *w, size_t rb,
@@ -379,18 +452,33 @@ static __attribute__((noinline)) int avx2_tile_fast(int type, const uint8_t *w, 
                                                     int64_t n, float *out, size_t os)
 {
     (void)as, (void)os;
-    if (nt != 1 || n_rows < 1 || n % QK_K || n / QK_K > AVX2_SPLIT_MAX_NB ||
-        (type != QUANT_Q4_K && type != QUANT_Q6_K))
+    if (nt != 1 || n_rows < 1)
+        return 0;
+    union {
+        struct avx2_split k[AVX2_SPLIT_MAX_NB];
+        struct avx2_split32 b[AVX2_SPLIT32_MAX_NB];
+    } s;
+    if (type == QUANT_Q8_0) {
+        const int64_t nb = n / 32;
+        if (n % 32 || nb > AVX2_SPLIT32_MAX_NB)
+            return 0;
+        float yd[AVX2_SPLIT32_MAX_NB];
+        avx2_split_32(act, nb, s.b, yd);
+        for (int r = 0; r < n_rows; r++)
+            out[r] = avx2_q8_0_one((const struct block_q8_0 *)(w + (size_t)r * rb), s.b, yd, nb);
+        return n_rows;
+    }
+    if (n % QK_K || n / QK_K > AVX2_SPLIT_MAX_NB || (type != QUANT_Q4_K && type != QUANT_Q6_K))
         return 0;
     const int64_t nb = n / QK_K;
     const struct cpu_q16_K *y = act;
-    struct avx2_split s[AVX2_SPLIT_MAX_NB];
     int32_t g32[16 * AVX2_SPLIT_MAX_NB];
-    avx2_split_K(y, nb, s, type == QUANT_Q6_K ? g32 : NULL);
+    avx2_split_K(y, nb, s.k, type == QUANT_Q6_K ? g32 : NULL);
     for (int r = 0; r < n_rows; r++) {
         const uint8_t *row = w + (size_t)r * rb;
-        out[r] = type == QUANT_Q4_K ? avx2_q4_K_one((const struct block_q4_K *)row, y, s, nb)
-                                    : avx2_q6_K_one((const struct block_q6_K *)row, y, s, g32, nb);
+        out[r] = type == QUANT_Q4_K
+                     ? avx2_q4_K_one((const struct block_q4_K *)row, y, s.k, nb)
+                     : avx2_q6_K_one((const struct block_q6_K *)row, y, s.k, g32, nb);
     }
     return n_rows;
 }
