@@ -43,6 +43,13 @@ static inline int32_t hsum(__m256i a)
     return _mm_cvtsi128_si32(s);
 }
 
+/* the sums of the 8 int32 lanes of each of a, b, c, d, as four lanes (exact, as hsum) */
+static inline __m128i hsum4(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
 /* int32 lanes of sum over the 16 pre-scaled weight vectors W times one token's activations */
 static inline __m256i dot256(const __m256i *W, const int16_t *a)
 {
@@ -129,7 +136,17 @@ static void avx2_q6_K(const void *w, const uint8_t *act, size_t as, int nt, int6
             widen_scaled(q3, sc[g + 6], sc[g + 7], W + g + 6);
         }
         dot256_tokens(W, act, as, i, nt, lanes);
-        for (int t = 0; t < nt; t++) {
+        int t = 0;
+        for (; t + 4 <= nt; t += 4) { /* four tokens' reductions and float steps together */
+            float yd[4];
+            for (int k = 0; k < 4; k++)
+                yd[k] = ((const struct cpu_q16_K *)(act + (size_t)(t + k) * as) + i)->d;
+            const __m128i isum = hsum4(lanes[t], lanes[t + 1], lanes[t + 2], lanes[t + 3]);
+            const __m128 step =
+                _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(d), _mm_loadu_ps(yd)), _mm_cvtepi32_ps(isum));
+            _mm_storeu_ps(acc + t, _mm_add_ps(_mm_loadu_ps(acc + t), step));
+        }
+        for (; t < nt; t++) {
             const struct cpu_q16_K *y = (const struct cpu_q16_K *)(act + (size_t)t * as) + i;
             acc[t] += (d * y->d) * (float)hsum(lanes[t]);
         }
@@ -185,7 +202,25 @@ static void avx2_q45_K(const void *w, int five, const uint8_t *act, size_t as, i
             widen_scaled(hi, sc[2 * c + 1], sc[2 * c + 1], W + 4 * c + 2);
         }
         dot256_tokens(W, act, as, i, nt, lanes);
-        for (int t = 0; t < nt; t++) {
+        int t = 0;
+        for (; t + 4 <= nt; t += 4) { /* four tokens' reductions and float steps together */
+            __m256i ml[4];
+            float yd[4];
+            for (int k = 0; k < 4; k++) {
+                const struct cpu_q16_K *y =
+                    (const struct cpu_q16_K *)(act + (size_t)(t + k) * as) + i;
+                ml[k] = _mm256_mullo_epi32(mins, _mm256_loadu_si256((const __m256i *)y->sums));
+                yd[k] = y->d;
+            }
+            const __m128 y4 = _mm_loadu_ps(yd);
+            const __m128i isum = hsum4(lanes[t], lanes[t + 1], lanes[t + 2], lanes[t + 3]);
+            const __m128i imin = hsum4(ml[0], ml[1], ml[2], ml[3]);
+            const __m128 step =
+                _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(_mm_set1_ps(d), y4), _mm_cvtepi32_ps(isum)),
+                           _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(dmin), y4), _mm_cvtepi32_ps(imin)));
+            _mm_storeu_ps(acc + t, _mm_add_ps(_mm_loadu_ps(acc + t), step));
+        }
+        for (; t < nt; t++) {
             const struct cpu_q16_K *y = (const struct cpu_q16_K *)(act + (size_t)t * as) + i;
             const __m256i ml =
                 _mm256_mullo_epi32(mins, _mm256_loadu_si256((const __m256i *)y->sums));
