@@ -8,11 +8,11 @@
  * weight block, the values are unpacked once into int16 and pre-multiplied by their sub-block
  * scales, then each token's int16 activations meet them in vpmaddwd, int32 lanes summed at the end
  * (bounds: CPU_ACT_QMAX in cpu_dot.h): the multi-token path, where the unpacking is shared. One
- * token against Q4_K / Q6_K rows (decode) takes the byte path below instead (avx2_tile_fast: the
- * token split once into bytes, the weights never widened). Those are the same exact integers the
- * portable kernels form, and the float expression per block is the same, so the results are
- * bit-identical to the portable build (tests/test_cpu.c, tests/test_cpu_dot.c). Elsewhere a stub
- * that is never called.
+ * token against Q4_K / Q5_K / Q6_K / Q8_0 rows (decode) takes the byte path below instead
+ * (avx2_tile_fast: the token split once into bytes, the weights never widened). Those are the same
+ * exact integers the portable kernels form, and the float expression per block is the same, so the
+ * results are bit-identical to the portable build (tests/test_cpu.c, tests/test_cpu_dot.c).
+ * Elsewhere a stub that is never called.
  */
 #include "cpu_dot.h"
 
@@ -306,15 +306,18 @@ static inline void avx2_qa(__m256i q, const __m256i *hi, const __m256i *lo, __m2
     *al = _mm256_add_epi32(*al, _mm256_madd_epi16(_mm256_maddubs_epi16(q, *lo), sc));
 }
 
-/* Q4_K block x against split block si (activation sub-block sums `sums`): *lanes, whose lanes sum
- * to the block's integer sum of q a over every sub-block scaled, and *ml, whose lanes sum to its
- * min term (the portable q45_K's isum and imin) */
-static inline void avx2_q4_K_lanes(const struct block_q4_K *x, const struct avx2_split *si,
-                                   const int32_t *sums, __m256i *lanes, __m256i *ml)
+/* Q4_K / Q5_K block (its scales, qs, and qh for Q5_K, else NULL) against split block si
+ * (activation sub-block sums `sums`): *lanes, whose lanes sum to the block's integer sum of q a
+ * over every sub-block scaled, and *ml, whose lanes sum to its min term (the portable q45_K's
+ * isum and imin). Q5_K's fifth bit (bit 2c / 2c + 1 of qh[l]) goes to bit 4 of each byte: values
+ * up to 31, pairs of products at most 2 x 31 x 63, no saturation. */
+static inline void avx2_q45_K_lanes(const uint8_t *scales, const uint8_t *qs, const uint8_t *qhp,
+                                    const struct avx2_split *si, const int32_t *sums,
+                                    __m256i *lanes, __m256i *ml)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     uint32_t u[3], sc4[2], mn4[2];
-    memcpy(u, x->scales, 12);
+    memcpy(u, scales, 12);
     sc4[0] = u[0] & 0x3f3f3f3fu;
     mn4[0] = u[1] & 0x3f3f3f3fu;
     sc4[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
@@ -322,16 +325,24 @@ static inline void avx2_q4_K_lanes(const struct block_q4_K *x, const struct avx2
     /* the eight scales as int16, each broadcast to a whole register by a byte shuffle */
     const __m256i sc16 =
         _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc4)));
+    const __m256i qh = qhp ? _mm256_loadu_si256((const __m256i *)qhp) : _mm256_setzero_si256();
     __m256i ah = _mm256_setzero_si256(), al = ah;
     for (int c = 0; c < 4; c++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(q, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (qhp) {
+            const __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one);
+            const __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
+        }
         const __m256i s0 =
             _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c))));
         const __m256i s1 =
             _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c + 1))));
-        avx2_qa(_mm256_and_si256(q, m4), &si->hi[2 * c], &si->lo[2 * c], s0, &ah, &al);
-        avx2_qa(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), &si->hi[2 * c + 1],
-                &si->lo[2 * c + 1], s1, &ah, &al);
+        avx2_qa(lo, &si->hi[2 * c], &si->lo[2 * c], s0, &ah, &al);
+        avx2_qa(hi, &si->hi[2 * c + 1], &si->lo[2 * c + 1], s1, &ah, &al);
     }
     *lanes = _mm256_add_epi32(_mm256_slli_epi32(ah, 6), al);
     const __m256i mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn4));
@@ -381,17 +392,27 @@ static inline __m256i avx2_q6_K_lanes(const struct block_q6_K *x, const struct a
     return _mm256_sub_epi32(_mm256_add_epi32(_mm256_slli_epi32(ah, 6), al), off);
 }
 
-/* one Q4_K row against one split token y / s: the portable q45_K's integers and float steps */
-static float avx2_q4_K_one(const struct block_q4_K *x, const struct cpu_q16_K *y,
-                           const struct avx2_split *s, int64_t nb)
+/* one Q4_K / Q5_K row against one split token y / s: the portable q45_K's integers and float
+ * steps */
+static float avx2_q45_K_one(const uint8_t *w, int five, const struct cpu_q16_K *y,
+                            const struct avx2_split *s, int64_t nb)
 {
     float acc = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
         __m256i lanes, ml;
-        avx2_q4_K_lanes(x + i, s + i, y[i].sums, &lanes, &ml);
+        float d, dmin;
+        if (five) {
+            const struct block_q5_K *x = (const struct block_q5_K *)w + i;
+            avx2_q45_K_lanes(x->scales, x->qs, x->qh, s + i, y[i].sums, &lanes, &ml);
+            d = FP16(x->d), dmin = FP16(x->dmin);
+        } else {
+            const struct block_q4_K *x = (const struct block_q4_K *)w + i;
+            avx2_q45_K_lanes(x->scales, x->qs, NULL, s + i, y[i].sums, &lanes, &ml);
+            d = FP16(x->d), dmin = FP16(x->dmin);
+        }
         int32_t isum, imin;
         hsum2(lanes, ml, &isum, &imin);
-        acc += (FP16(x[i].d) * y[i].d) * (float)isum - (FP16(x[i].dmin) * y[i].d) * (float)imin;
+        acc += (d * y[i].d) * (float)isum - (dmin * y[i].d) * (float)imin;
     }
     return acc;
 }
@@ -479,9 +500,9 @@ static float avx2_q8_0_one(const struct block_q8_0 *x, const struct avx2_split32
 #define AVX2_SPLIT32_MAX_NB                                                                        \
     (32 * AVX2_SPLIT_MAX_NB / 4) /* Q8_0 blocks per row, in the same bytes */
 
-/* cpu_dot_tile's one-token path for Q4_K / Q6_K / Q8_0 rows: the token split once, then row by row;
- * returns the rows done (0: not taken, the caller's row kernels run). Not inlined: its split
- * stays off the other paths' stack frames. */
+/* cpu_dot_tile's one-token path for Q4_K / Q5_K / Q6_K / Q8_0 rows: the token split once, then row
+ * by row; returns the rows done (0: not taken, the caller's row kernels run). Not inlined: its
+ * split stays off the other paths' stack frames. */
 static __attribute__((noinline)) int avx2_tile_fast(int type, const uint8_t *w, size_t rb,
                                                     int n_rows, const void *act, size_t as, int nt,
                                                     int64_t n, float *out, size_t os)
@@ -503,7 +524,8 @@ static __attribute__((noinline)) int avx2_tile_fast(int type, const uint8_t *w, 
             out[r] = avx2_q8_0_one((const struct block_q8_0 *)(w + (size_t)r * rb), s.b, yd, nb);
         return n_rows;
     }
-    if (n % QK_K || n / QK_K > AVX2_SPLIT_MAX_NB || (type != QUANT_Q4_K && type != QUANT_Q6_K))
+    if (n % QK_K || n / QK_K > AVX2_SPLIT_MAX_NB ||
+        (type != QUANT_Q4_K && type != QUANT_Q5_K && type != QUANT_Q6_K))
         return 0;
     const int64_t nb = n / QK_K;
     const struct cpu_q16_K *y = act;
@@ -511,9 +533,8 @@ static __attribute__((noinline)) int avx2_tile_fast(int type, const uint8_t *w, 
     avx2_split_K(y, nb, s.k, type == QUANT_Q6_K ? g32 : NULL);
     for (int r = 0; r < n_rows; r++) {
         const uint8_t *row = w + (size_t)r * rb;
-        out[r] = type == QUANT_Q4_K
-                     ? avx2_q4_K_one((const struct block_q4_K *)row, y, s.k, nb)
-                     : avx2_q6_K_one((const struct block_q6_K *)row, y, s.k, g32, nb);
+        out[r] = type == QUANT_Q6_K ? avx2_q6_K_one((const struct block_q6_K *)row, y, s.k, g32, nb)
+                                    : avx2_q45_K_one(row, type == QUANT_Q5_K, y, s.k, nb);
     }
     return n_rows;
 }
