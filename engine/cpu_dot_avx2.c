@@ -153,82 +153,168 @@ static void avx2_q6_K(const void *w, const uint8_t *act, size_t as, int nt, int6
     }
 }
 
+/* Q4_K / Q5_K block i of row w: its 256 values pre-scaled into W[16] (int16), its eight mins
+ * (int32 lanes) and its two scales */
+static inline void avx2_q45_K_unpack(const void *w, int five, int64_t i, __m256i *W, __m256i *mins,
+                                     float *d, float *dmin)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const uint8_t *scales, *qs, *qhp = NULL;
+    if (five) {
+        const struct block_q5_K *x = (const struct block_q5_K *)w + i;
+        scales = x->scales;
+        qs = x->qs;
+        qhp = x->qh;
+        *d = FP16(x->d);
+        *dmin = FP16(x->dmin);
+    } else {
+        const struct block_q4_K *x = (const struct block_q4_K *)w + i;
+        scales = x->scales;
+        qs = x->qs;
+        *d = FP16(x->d);
+        *dmin = FP16(x->dmin);
+    }
+    /* the twelve scale bytes as three words: sub-blocks 0-3 hold their 6-bit scale / min in
+     * bytes 0-3 / 4-7; sub-blocks 4-7 take 4 bits from bytes 8-11 and 2 from the top of 0-7 */
+    uint32_t u[3], sc4[2], mn4[2];
+    memcpy(u, scales, 12);
+    sc4[0] = u[0] & 0x3f3f3f3fu;
+    mn4[0] = u[1] & 0x3f3f3f3fu;
+    sc4[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    mn4[1] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    uint8_t sc[8];
+    memcpy(sc, sc4, 8);
+    *mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn4));
+    const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)qhp) : _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(q, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (five) {
+            /* bit 2c / 2c+1 of qh[l] adds 16: shift it to bit 4 of each byte */
+            const __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one);
+            const __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
+        }
+        widen_scaled(lo, sc[2 * c], sc[2 * c], W + 4 * c);
+        widen_scaled(hi, sc[2 * c + 1], sc[2 * c + 1], W + 4 * c + 2);
+    }
+}
+
+/* acc[t] += block i's float step for each of nt tokens (their integer lanes in lanes[t]): the
+ * portable q45_K's (d yd) isum - (dmin yd) imin, four tokens' reductions and steps together (a
+ * vector multiply, subtract or add rounds each lane as the scalar one does) */
+static inline void avx2_q45_K_steps(const __m256i *lanes, __m256i mins, float d, float dmin,
+                                    const uint8_t *act, size_t as, int64_t i, int nt, float *acc)
+{
+    int t = 0;
+    for (; t + 4 <= nt; t += 4) {
+        __m256i ml[4];
+        float yd[4];
+        for (int k = 0; k < 4; k++) {
+            const struct cpu_q16_K *y = (const struct cpu_q16_K *)(act + (size_t)(t + k) * as) + i;
+            ml[k] = _mm256_mullo_epi32(mins, _mm256_loadu_si256((const __m256i *)y->sums));
+            yd[k] = y->d;
+        }
+        const __m128 y4 = _mm_loadu_ps(yd);
+        const __m128i isum = hsum4(lanes[t], lanes[t + 1], lanes[t + 2], lanes[t + 3]);
+        const __m128i imin = hsum4(ml[0], ml[1], ml[2], ml[3]);
+        const __m128 step =
+            _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(_mm_set1_ps(d), y4), _mm_cvtepi32_ps(isum)),
+                       _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(dmin), y4), _mm_cvtepi32_ps(imin)));
+        _mm_storeu_ps(acc + t, _mm_add_ps(_mm_loadu_ps(acc + t), step));
+    }
+    for (; t < nt; t++) {
+        const struct cpu_q16_K *y = (const struct cpu_q16_K *)(act + (size_t)t * as) + i;
+        const __m256i ml = _mm256_mullo_epi32(mins, _mm256_loadu_si256((const __m256i *)y->sums));
+        int32_t isum, imin;
+        hsum2(lanes[t], ml, &isum, &imin);
+        acc[t] += (d * y->d) * (float)isum - (dmin * y->d) * (float)imin;
+    }
+}
+
 static void avx2_q45_K(const void *w, int five, const uint8_t *act, size_t as, int nt, int64_t nb,
                        float *acc)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     __m256i W[16], lanes[CPU_DOT_MAX_TOK];
     for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *scales, *qs, *qhp = NULL;
+        __m256i mins;
         float d, dmin;
-        if (five) {
-            const struct block_q5_K *x = (const struct block_q5_K *)w + i;
-            scales = x->scales;
-            qs = x->qs;
-            qhp = x->qh;
-            d = FP16(x->d);
-            dmin = FP16(x->dmin);
-        } else {
-            const struct block_q4_K *x = (const struct block_q4_K *)w + i;
-            scales = x->scales;
-            qs = x->qs;
-            d = FP16(x->d);
-            dmin = FP16(x->dmin);
-        }
-        /* the twelve scale bytes as three words: sub-blocks 0-3 hold their 6-bit scale / min in
-         * bytes 0-3 / 4-7; sub-blocks 4-7 take 4 bits from bytes 8-11 and 2 from the top of 0-7 */
-        uint32_t u[3], sc4[2], mn4[2];
-        memcpy(u, scales, 12);
-        sc4[0] = u[0] & 0x3f3f3f3fu;
-        mn4[0] = u[1] & 0x3f3f3f3fu;
-        sc4[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-        mn4[1] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-        uint8_t sc[8];
-        memcpy(sc, sc4, 8);
-        const __m256i mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn4));
-        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)qhp) : _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-            __m256i lo = _mm256_and_si256(q, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (five) {
-                /* bit 2c / 2c+1 of qh[l] adds 16: shift it to bit 4 of each byte */
-                const __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one);
-                const __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one);
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
-            }
-            widen_scaled(lo, sc[2 * c], sc[2 * c], W + 4 * c);
-            widen_scaled(hi, sc[2 * c + 1], sc[2 * c + 1], W + 4 * c + 2);
-        }
+        avx2_q45_K_unpack(w, five, i, W, &mins, &d, &dmin);
         dot256_tokens(W, act, as, i, nt, lanes);
-        int t = 0;
-        for (; t + 4 <= nt; t += 4) { /* four tokens' reductions and float steps together */
-            __m256i ml[4];
-            float yd[4];
-            for (int k = 0; k < 4; k++) {
-                const struct cpu_q16_K *y =
-                    (const struct cpu_q16_K *)(act + (size_t)(t + k) * as) + i;
-                ml[k] = _mm256_mullo_epi32(mins, _mm256_loadu_si256((const __m256i *)y->sums));
-                yd[k] = y->d;
-            }
-            const __m128 y4 = _mm_loadu_ps(yd);
-            const __m128i isum = hsum4(lanes[t], lanes[t + 1], lanes[t + 2], lanes[t + 3]);
-            const __m128i imin = hsum4(ml[0], ml[1], ml[2], ml[3]);
-            const __m128 step =
-                _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(_mm_set1_ps(d), y4), _mm_cvtepi32_ps(isum)),
-                           _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(dmin), y4), _mm_cvtepi32_ps(imin)));
-            _mm_storeu_ps(acc + t, _mm_add_ps(_mm_loadu_ps(acc + t), step));
-        }
-        for (; t < nt; t++) {
-            const struct cpu_q16_K *y = (const struct cpu_q16_K *)(act + (size_t)t * as) + i;
-            const __m256i ml =
-                _mm256_mullo_epi32(mins, _mm256_loadu_si256((const __m256i *)y->sums));
-            int32_t isum, imin;
-            hsum2(lanes[t], ml, &isum, &imin);
-            acc[t] += (d * y->d) * (float)isum - (dmin * y->d) * (float)imin;
+        avx2_q45_K_steps(lanes, mins, d, dmin, act, as, i, nt, acc);
+    }
+}
+
+/* two rows' pre-scaled blocks against four tokens (activation blocks at a0 + k * stride bytes):
+ * each activation vector loaded once for both rows */
+static inline void dot256_2x4(const __m256i *W0, const __m256i *W1, const uint8_t *a0,
+                              size_t stride, __m256i *out0, __m256i *out1)
+{
+    const int16_t *a[4];
+    for (int k = 0; k < 4; k++)
+        a[k] = ((const struct cpu_q16_K *)(a0 + (size_t)k * stride))->qs;
+    __m256i s[2][4];
+    for (int k = 0; k < 4; k++)
+        s[0][k] = s[1][k] = _mm256_setzero_si256();
+    for (int g = 0; g < 16; g++) {
+        const __m256i w0 = _mm256_load_si256(W0 + g), w1 = _mm256_load_si256(W1 + g);
+        for (int k = 0; k < 4; k++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(a[k] + 16 * g));
+            s[0][k] = _mm256_add_epi32(s[0][k], _mm256_madd_epi16(w0, x));
+            s[1][k] = _mm256_add_epi32(s[1][k], _mm256_madd_epi16(w1, x));
         }
     }
+    for (int k = 0; k < 4; k++) {
+        out0[k] = s[0][k];
+        out1[k] = s[1][k];
+    }
+}
+
+/* two Q4_K / Q5_K rows against nt tokens: each row's integers and float steps are avx2_q45_K's
+ * (the same lanes: a lane's int32 sum does not depend on the order of its additions) */
+static void avx2_q45_K_x2(const void *w0, const void *w1, int five, const uint8_t *act, size_t as,
+                          int nt, int64_t nb, float *acc0, float *acc1)
+{
+    __m256i W0[16], W1[16], l0[CPU_DOT_MAX_TOK], l1[CPU_DOT_MAX_TOK];
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i m0, m1;
+        float d0, dmin0, d1, dmin1;
+        avx2_q45_K_unpack(w0, five, i, W0, &m0, &d0, &dmin0);
+        avx2_q45_K_unpack(w1, five, i, W1, &m1, &d1, &dmin1);
+        const size_t off = (size_t)i * sizeof(struct cpu_q16_K);
+        int t = 0;
+        for (; t + 4 <= nt; t += 4)
+            dot256_2x4(W0, W1, act + (size_t)t * as + off, as, l0 + t, l1 + t);
+        for (; t < nt; t++) {
+            const int16_t *y = ((const struct cpu_q16_K *)(act + (size_t)t * as + off))->qs;
+            l0[t] = dot256(W0, y);
+            l1[t] = dot256(W1, y);
+        }
+        avx2_q45_K_steps(l0, m0, d0, dmin0, act, as, i, nt, acc0);
+        avx2_q45_K_steps(l1, m1, d1, dmin1, act, as, i, nt, acc1);
+    }
+}
+
+/* cpu_dot_tile's multi-token path for Q4_K / Q5_K: rows two at a time (avx2_q45_K_x2); returns
+ * the rows done (even; the caller's row kernels take the last odd row) */
+static int avx2_tile_few(int type, const uint8_t *w, size_t rb, int n_rows, const void *act,
+                         size_t as, int nt, int64_t n, float *out, size_t os)
+{
+    if (nt < 2 || nt > CPU_DOT_MAX_TOK || n % QK_K || (type != QUANT_Q4_K && type != QUANT_Q5_K))
+        return 0;
+    int r = 0;
+    for (; r + 2 <= n_rows; r += 2) {
+        float a0[CPU_DOT_MAX_TOK] = {0}, a1[CPU_DOT_MAX_TOK] = {0};
+        avx2_q45_K_x2(w + (size_t)r * rb, w + (size_t)(r + 1) * rb, type == QUANT_Q5_K, act, as, nt,
+                      n / QK_K, a0, a1);
+        for (int t = 0; t < nt; t++) {
+            out[(size_t)t * os + (size_t)r] = a0[t];
+            out[(size_t)t * os + (size_t)r + 1] = a1[t];
+        }
+    }
+    return r;
 }
 
 static void avx2_q8_0(const void *w, const uint8_t *act, size_t as, int nt, int64_t nb, float *acc)
@@ -507,7 +593,8 @@ static __attribute__((noinline)) int avx2_tile_fast(int type, const uint8_t *w, 
                                                     int n_rows, const void *act, size_t as, int nt,
                                                     int64_t n, float *out, size_t os)
 {
-    (void)as, (void)os;
+    if (nt > 1)
+        return avx2_tile_few(type, w, rb, n_rows, act, as, nt, n, out, os);
     if (nt != 1 || n_rows < 1)
         return 0;
     union {

@@ -161,6 +161,14 @@ Test(cpu_dot, few_token_tiles_equal_the_portable_ones_bit_for_bit)
                                   "%s n %lld, %d tokens, %d rows, trial %d: the tile differs from "
                                   "the portable one",
                                   quant_name(type), (long long)n, nt, rows, trial);
+                        if (cpu_dot_have_avx2()) { /* its two-row path, on AVX-512 hosts too */
+                            memset(d, 0xff, sizeof d);
+                            cpu_dot_avx2_tile(type, w, rb, rows, act, as, nt, n, d, OS);
+                            cr_assert(!memcmp(p, d, sizeof p),
+                                      "%s n %lld, %d tokens, %d rows, trial %d: the avx2 tile "
+                                      "differs from the portable one",
+                                      quant_name(type), (long long)n, nt, rows, trial);
+                        }
                     }
             }
             free(w);
