@@ -317,11 +317,61 @@ static int avx2_tile_few(int type, const uint8_t *w, size_t rb, int n_rows, cons
     return r;
 }
 
+/* the sums of the 8 int32 lanes of each of v[0..7], as eight lanes (exact, as hsum) */
+static inline __m256i hsum8(const __m256i *v)
+{
+    const __m256i u0 =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i u1 =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                            _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/* Q8_0 against nt tokens: the portable q8_0's partials (block i into partial i % 4, in block
+ * order). Eight blocks at a time: their weights widened once, then per token their eight integer
+ * sums reduced together and the float steps in two four-lane vectors (lane k is partial k:
+ * blocks i + k, then i + 4 + k, as the scalar loop adds them); the last nb % 8 blocks one by one */
 static void avx2_q8_0(const void *w, const uint8_t *act, size_t as, int nt, int64_t nb, float *acc)
 {
     const struct block_q8_0 *x = w;
-    float p[CPU_DOT_MAX_TOK][4] = {{0}}; /* block i into partial i % 4, as the portable kernel */
-    for (int64_t i = 0; i < nb; i++) {
+    float p[CPU_DOT_MAX_TOK][4] = {{0}};
+    int64_t i = 0;
+    if (nb >= 8) {
+        __m128 p4[CPU_DOT_MAX_TOK];
+        for (int t = 0; t < nt; t++)
+            p4[t] = _mm_setzero_ps();
+        for (; i + 8 <= nb; i += 8) {
+            __m256i W[16];
+            uint16_t dh[8];
+            for (int k = 0; k < 8; k++) {
+                W[2 * k] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i + k].qs));
+                W[2 * k + 1] =
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x[i + k].qs + 16)));
+                dh[k] = x[i + k].d;
+            }
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
+            for (int t = 0; t < nt; t++) {
+                const struct cpu_q16_32 *y = (const struct cpu_q16_32 *)(act + (size_t)t * as) + i;
+                __m256i v[8];
+                float yd[8];
+                for (int k = 0; k < 8; k++) {
+                    v[k] = _mm256_add_epi32(
+                        _mm256_madd_epi16(W[2 * k], _mm256_loadu_si256((const __m256i *)y[k].qs)),
+                        _mm256_madd_epi16(W[2 * k + 1],
+                                          _mm256_loadu_si256((const __m256i *)(y[k].qs + 16))));
+                    yd[k] = y[k].d;
+                }
+                const __m256 b = _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_loadu_ps(yd)),
+                                               _mm256_cvtepi32_ps(hsum8(v)));
+                p4[t] = _mm_add_ps(p4[t], _mm256_castps256_ps128(b));
+                p4[t] = _mm_add_ps(p4[t], _mm256_extractf128_ps(b, 1));
+            }
+        }
+        for (int t = 0; t < nt; t++)
+            _mm_storeu_ps(p[t], p4[t]);
+    }
+    for (; i < nb; i++) {
         const float dw = FP16(x[i].d);
         const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].qs));
         const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x[i].qs + 16)));
@@ -561,13 +611,7 @@ static float avx2_q8_0_one(const struct block_q8_0 *x, const struct avx2_split32
             v[k] = avx2_q8_0_lanes(x + i + k, s + i + k);
             dh[k] = x[i + k].d;
         }
-        const __m256i u0 =
-            _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-        const __m256i u1 =
-            _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-        /* lane k: block i + k's sum */
-        const __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
-                                              _mm256_permute2x128_si256(u0, u1, 0x31));
+        const __m256i isum = hsum8(v); /* lane k: block i + k's sum */
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
         const __m256 b =
             _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_loadu_ps(yd + i)), _mm256_cvtepi32_ps(isum));
