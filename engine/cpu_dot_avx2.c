@@ -495,6 +495,10 @@ static inline __m256i avx2_q6_K_lanes(const struct block_q6_K *x, const struct a
     /* the 16 signed scales as int16; register j (values 32 j ..) takes groups 2 j and 2 j + 1:
      * scale 2 j in its low 128 bits, 2 j + 1 in its high */
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+    /* scales 0-7 (h = 0) and 8-15 (h = 1) in both 128-bit lanes: a byte shuffle then puts scale
+     * 2k of the half in the low lane and 2k + 1 in the high one */
+    const __m256i half[2] = {_mm256_permute4x64_epi64(sc16, 0x44),
+                             _mm256_permute4x64_epi64(sc16, 0xee)};
     __m256i ah = _mm256_setzero_si256(), al = ah;
     for (int h = 0; h < 2; h++) {
         const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
@@ -513,9 +517,10 @@ static inline __m256i avx2_q6_K_lanes(const struct block_q6_K *x, const struct a
             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
         for (int k = 0; k < 4; k++) {
-            const int j = 4 * h + k, g = 2 * j; /* groups g (low lane) and g + 1 (high) */
-            const __m256i sk = _mm256_permute2x128_si256(_mm256_set1_epi16(x->scales[g]),
-                                                         _mm256_set1_epi16(x->scales[g + 1]), 0x20);
+            const int j = 4 * h + k; /* groups 2 j (low lane) and 2 j + 1 (high) */
+            const __m256i sk = _mm256_shuffle_epi8(
+                half[h], _mm256_set_m128i(_mm_set1_epi16((short)(0x0202 * (2 * k + 1) + 0x0100)),
+                                          _mm_set1_epi16((short)(0x0202 * (2 * k) + 0x0100))));
             avx2_qa(q[k], &si->hi[j], &si->lo[j], sk, &ah, &al);
         }
     }
