@@ -106,50 +106,66 @@ static inline void widen_scaled(__m256i v, int16_t s_lo, int16_t s_hi, __m256i *
                                 _mm256_set1_epi16(s_hi));
 }
 
-static void avx2_q6_K(const void *w, const uint8_t *act, size_t as, int nt, int64_t nb, float *acc)
+/* Q6_K block i of row w: its 256 values (offset of 32 taken out) pre-scaled by their group
+ * scales into W[16] (int16), and its scale d */
+static inline void avx2_q6_K_unpack(const void *w, int64_t i, __m256i *W, float *d)
 {
-    const struct block_q6_K *x = w;
+    const struct block_q6_K *x = (const struct block_q6_K *)w + i;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
     const __m256i m32 = _mm256_set1_epi8(32);
+    *d = FP16(x->d);
+    const int8_t *sc = x->scales;
+    for (int h = 0; h < 2; h++) {
+        const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+        const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+        const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4);
+        const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4);
+        const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4);
+        const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4);
+        const __m256i q0 = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql0, m4), h0), m32);
+        const __m256i q1 = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql1, m4), h1), m32);
+        const __m256i q2 = _mm256_sub_epi8(
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), h2), m32);
+        const __m256i q3 = _mm256_sub_epi8(
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), h3), m32);
+        const int g = 8 * h; /* groups of 16: q_k covers groups g + 2k, g + 2k + 1 */
+        widen_scaled(q0, sc[g + 0], sc[g + 1], W + g + 0);
+        widen_scaled(q1, sc[g + 2], sc[g + 3], W + g + 2);
+        widen_scaled(q2, sc[g + 4], sc[g + 5], W + g + 4);
+        widen_scaled(q3, sc[g + 6], sc[g + 7], W + g + 6);
+    }
+}
+
+/* acc[t] += Q6_K block i's float step (d yd) isum for each of nt tokens (lanes[t]), four tokens
+ * together */
+static inline void avx2_q6_K_steps(const __m256i *lanes, float d, const uint8_t *act, size_t as,
+                                   int64_t i, int nt, float *acc)
+{
+    int t = 0;
+    for (; t + 4 <= nt; t += 4) {
+        float yd[4];
+        for (int k = 0; k < 4; k++)
+            yd[k] = ((const struct cpu_q16_K *)(act + (size_t)(t + k) * as) + i)->d;
+        const __m128i isum = hsum4(lanes[t], lanes[t + 1], lanes[t + 2], lanes[t + 3]);
+        const __m128 step =
+            _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(d), _mm_loadu_ps(yd)), _mm_cvtepi32_ps(isum));
+        _mm_storeu_ps(acc + t, _mm_add_ps(_mm_loadu_ps(acc + t), step));
+    }
+    for (; t < nt; t++) {
+        const struct cpu_q16_K *y = (const struct cpu_q16_K *)(act + (size_t)t * as) + i;
+        acc[t] += (d * y->d) * (float)hsum(lanes[t]);
+    }
+}
+
+static void avx2_q6_K(const void *w, const uint8_t *act, size_t as, int nt, int64_t nb, float *acc)
+{
     __m256i W[16], lanes[CPU_DOT_MAX_TOK];
     for (int64_t i = 0; i < nb; i++) {
-        const float d = FP16(x[i].d);
-        const int8_t *sc = x[i].scales;
-        for (int h = 0; h < 2; h++) {
-            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
-            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
-            const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4);
-            const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4);
-            const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4);
-            const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4);
-            const __m256i q0 = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql0, m4), h0), m32);
-            const __m256i q1 = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql1, m4), h1), m32);
-            const __m256i q2 = _mm256_sub_epi8(
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), h2), m32);
-            const __m256i q3 = _mm256_sub_epi8(
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), h3), m32);
-            const int g = 8 * h; /* groups of 16: q_k covers groups g + 2k, g + 2k + 1 */
-            widen_scaled(q0, sc[g + 0], sc[g + 1], W + g + 0);
-            widen_scaled(q1, sc[g + 2], sc[g + 3], W + g + 2);
-            widen_scaled(q2, sc[g + 4], sc[g + 5], W + g + 4);
-            widen_scaled(q3, sc[g + 6], sc[g + 7], W + g + 6);
-        }
+        float d;
+        avx2_q6_K_unpack(w, i, W, &d);
         dot256_tokens(W, act, as, i, nt, lanes);
-        int t = 0;
-        for (; t + 4 <= nt; t += 4) { /* four tokens' reductions and float steps together */
-            float yd[4];
-            for (int k = 0; k < 4; k++)
-                yd[k] = ((const struct cpu_q16_K *)(act + (size_t)(t + k) * as) + i)->d;
-            const __m128i isum = hsum4(lanes[t], lanes[t + 1], lanes[t + 2], lanes[t + 3]);
-            const __m128 step =
-                _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(d), _mm_loadu_ps(yd)), _mm_cvtepi32_ps(isum));
-            _mm_storeu_ps(acc + t, _mm_add_ps(_mm_loadu_ps(acc + t), step));
-        }
-        for (; t < nt; t++) {
-            const struct cpu_q16_K *y = (const struct cpu_q16_K *)(act + (size_t)t * as) + i;
-            acc[t] += (d * y->d) * (float)hsum(lanes[t]);
-        }
+        avx2_q6_K_steps(lanes, d, act, as, i, nt, acc);
     }
 }
 
@@ -272,17 +288,24 @@ static inline void dot256_2x4(const __m256i *W0, const __m256i *W1, const uint8_
     }
 }
 
-/* two Q4_K / Q5_K rows against nt tokens: each row's integers and float steps are avx2_q45_K's
- * (the same lanes: a lane's int32 sum does not depend on the order of its additions) */
-static void avx2_q45_K_x2(const void *w0, const void *w1, int five, const uint8_t *act, size_t as,
-                          int nt, int64_t nb, float *acc0, float *acc1)
+/* two Q4_K / Q5_K / Q6_K rows against nt tokens: each row's integers and float steps are
+ * avx2_q45_K's / avx2_q6_K's (the same lanes: a lane's int32 sum does not depend on the order of
+ * its additions) */
+static void avx2_K_x2(int type, const void *w0, const void *w1, const uint8_t *act, size_t as,
+                      int nt, int64_t nb, float *acc0, float *acc1)
 {
+    const int five = type == QUANT_Q5_K, six = type == QUANT_Q6_K;
     __m256i W0[16], W1[16], l0[CPU_DOT_MAX_TOK], l1[CPU_DOT_MAX_TOK];
     for (int64_t i = 0; i < nb; i++) {
-        __m256i m0, m1;
-        float d0, dmin0, d1, dmin1;
-        avx2_q45_K_unpack(w0, five, i, W0, &m0, &d0, &dmin0);
-        avx2_q45_K_unpack(w1, five, i, W1, &m1, &d1, &dmin1);
+        __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+        float d0, dmin0 = 0.0f, d1, dmin1 = 0.0f;
+        if (six) {
+            avx2_q6_K_unpack(w0, i, W0, &d0);
+            avx2_q6_K_unpack(w1, i, W1, &d1);
+        } else {
+            avx2_q45_K_unpack(w0, five, i, W0, &m0, &d0, &dmin0);
+            avx2_q45_K_unpack(w1, five, i, W1, &m1, &d1, &dmin1);
+        }
         const size_t off = (size_t)i * sizeof(struct cpu_q16_K);
         int t = 0;
         for (; t + 4 <= nt; t += 4)
@@ -292,23 +315,29 @@ static void avx2_q45_K_x2(const void *w0, const void *w1, int five, const uint8_
             l0[t] = dot256(W0, y);
             l1[t] = dot256(W1, y);
         }
-        avx2_q45_K_steps(l0, m0, d0, dmin0, act, as, i, nt, acc0);
-        avx2_q45_K_steps(l1, m1, d1, dmin1, act, as, i, nt, acc1);
+        if (six) {
+            avx2_q6_K_steps(l0, d0, act, as, i, nt, acc0);
+            avx2_q6_K_steps(l1, d1, act, as, i, nt, acc1);
+        } else {
+            avx2_q45_K_steps(l0, m0, d0, dmin0, act, as, i, nt, acc0);
+            avx2_q45_K_steps(l1, m1, d1, dmin1, act, as, i, nt, acc1);
+        }
     }
 }
 
-/* cpu_dot_tile's multi-token path for Q4_K / Q5_K: rows two at a time (avx2_q45_K_x2); returns
- * the rows done (even; the caller's row kernels take the last odd row) */
+/* cpu_dot_tile's multi-token path for the K-quants: rows two at a time (avx2_K_x2); returns the
+ * rows done (even; the caller's row kernels take the last odd row) */
 static int avx2_tile_few(int type, const uint8_t *w, size_t rb, int n_rows, const void *act,
                          size_t as, int nt, int64_t n, float *out, size_t os)
 {
-    if (nt < 2 || nt > CPU_DOT_MAX_TOK || n % QK_K || (type != QUANT_Q4_K && type != QUANT_Q5_K))
+    if (nt < 2 || nt > CPU_DOT_MAX_TOK || n % QK_K ||
+        (type != QUANT_Q4_K && type != QUANT_Q5_K && type != QUANT_Q6_K))
         return 0;
     int r = 0;
     for (; r + 2 <= n_rows; r += 2) {
         float a0[CPU_DOT_MAX_TOK] = {0}, a1[CPU_DOT_MAX_TOK] = {0};
-        avx2_q45_K_x2(w + (size_t)r * rb, w + (size_t)(r + 1) * rb, type == QUANT_Q5_K, act, as, nt,
-                      n / QK_K, a0, a1);
+        avx2_K_x2(type, w + (size_t)r * rb, w + (size_t)(r + 1) * rb, act, as, nt, n / QK_K, a0,
+                  a1);
         for (int t = 0; t < nt; t++) {
             out[(size_t)t * os + (size_t)r] = a0[t];
             out[(size_t)t * os + (size_t)r + 1] = a1[t];
