@@ -169,12 +169,42 @@ static void avx2_q6_K(const void *w, const uint8_t *act, size_t as, int nt, int6
     }
 }
 
+/* a Q4_K / Q5_K block's twelve scale bytes as three words: sub-blocks 0-3 hold their 6-bit
+ * scale / min in bytes 0-3 / 4-7; sub-blocks 4-7 take 4 bits from bytes 8-11 and 2 from the top
+ * of 0-7. sc4 / mn4: the eight scales / mins as bytes */
+static inline void avx2_k4_scales(const uint8_t *scales, uint32_t sc4[2], uint32_t mn4[2])
+{
+    uint32_t u[3];
+    memcpy(u, scales, 12);
+    sc4[0] = u[0] & 0x3f3f3f3fu;
+    mn4[0] = u[1] & 0x3f3f3f3fu;
+    sc4[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    mn4[1] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+}
+
+/* the values of sub-blocks 2c (*lo) and 2c + 1 (*hi) of a Q4_K / Q5_K block as bytes: the
+ * nibbles of qs[32c ..], and for Q5_K (qh: its 32 qh bytes loaded; five) bit 2c / 2c + 1 of qh[l]
+ * as 16 */
+static inline void avx2_k45_values(const uint8_t *qs, __m256i qh, int five, int c, __m256i *lo,
+                                   __m256i *hi)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+    *lo = _mm256_and_si256(q, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    if (five) {
+        const __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one);
+        const __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one);
+        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(b0, 4));
+        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(b1, 4));
+    }
+}
+
 /* Q4_K / Q5_K block i of row w: its 256 values pre-scaled into W[16] (int16), its eight mins
  * (int32 lanes) and its two scales */
 static inline void avx2_q45_K_unpack(const void *w, int five, int64_t i, __m256i *W, __m256i *mins,
                                      float *d, float *dmin)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     const uint8_t *scales, *qs, *qhp = NULL;
     if (five) {
         const struct block_q5_K *x = (const struct block_q5_K *)w + i;
@@ -190,29 +220,15 @@ static inline void avx2_q45_K_unpack(const void *w, int five, int64_t i, __m256i
         *d = FP16(x->d);
         *dmin = FP16(x->dmin);
     }
-    /* the twelve scale bytes as three words: sub-blocks 0-3 hold their 6-bit scale / min in
-     * bytes 0-3 / 4-7; sub-blocks 4-7 take 4 bits from bytes 8-11 and 2 from the top of 0-7 */
-    uint32_t u[3], sc4[2], mn4[2];
-    memcpy(u, scales, 12);
-    sc4[0] = u[0] & 0x3f3f3f3fu;
-    mn4[0] = u[1] & 0x3f3f3f3fu;
-    sc4[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    mn4[1] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    uint32_t sc4[2], mn4[2];
+    avx2_k4_scales(scales, sc4, mn4);
     uint8_t sc[8];
     memcpy(sc, sc4, 8);
     *mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)mn4));
     const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)qhp) : _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-        __m256i lo = _mm256_and_si256(q, m4);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        if (five) {
-            /* bit 2c / 2c+1 of qh[l] adds 16: shift it to bit 4 of each byte */
-            const __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one);
-            const __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one);
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
-        }
+        __m256i lo, hi;
+        avx2_k45_values(qs, qh, five, c, &lo, &hi);
         widen_scaled(lo, sc[2 * c], sc[2 * c], W + 4 * c);
         widen_scaled(hi, sc[2 * c + 1], sc[2 * c + 1], W + 4 * c + 2);
     }
@@ -480,28 +496,16 @@ static inline void avx2_q45_K_lanes(const uint8_t *scales, const uint8_t *qs, co
                                     const struct avx2_split *si, const int32_t *sums,
                                     __m256i *lanes, __m256i *ml)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-    uint32_t u[3], sc4[2], mn4[2];
-    memcpy(u, scales, 12);
-    sc4[0] = u[0] & 0x3f3f3f3fu;
-    mn4[0] = u[1] & 0x3f3f3f3fu;
-    sc4[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    mn4[1] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    uint32_t sc4[2], mn4[2];
+    avx2_k4_scales(scales, sc4, mn4);
     /* the eight scales as int16, each broadcast to a whole register by a byte shuffle */
     const __m256i sc16 =
         _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc4)));
     const __m256i qh = qhp ? _mm256_loadu_si256((const __m256i *)qhp) : _mm256_setzero_si256();
     __m256i ah = _mm256_setzero_si256(), al = ah;
     for (int c = 0; c < 4; c++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-        __m256i lo = _mm256_and_si256(q, m4);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        if (qhp) {
-            const __m256i b0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one);
-            const __m256i b1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one);
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
-        }
+        __m256i lo, hi;
+        avx2_k45_values(qs, qh, qhp != NULL, c, &lo, &hi);
         const __m256i s0 =
             _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c))));
         const __m256i s1 =
