@@ -16,6 +16,7 @@
  */
 #include "cpu_dot.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -708,6 +709,91 @@ static __attribute__((noinline)) int avx2_tile_fast(int type, const uint8_t *w, 
     return n_rows;
 }
 
+/* ---- attention: one query head (cpu_attn_head), hd a multiple of 8 ----------------------------
+ * The portable kernel's numbers with more work in flight: a score is cpu_dot_f32's eight lanes
+ * (one FMA chain per key, lane d % 8) reduced ((0+1)+(2+3))+((4+5)+(6+7)), and one key's chain is
+ * four FMA latencies per step; four keys' chains run side by side and their reductions are done
+ * together with two horizontal adds (each sum is the same two operands: addition commutes). The
+ * weighted values keep 64 (or 8) output dimensions in registers over all keys instead of loading
+ * and storing them per key; each output is still fmaf(pw, v[d], out[d]) in key order. */
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* the scores of keys p .. p + 3 (cpu_dot_f32(q, key) * scale each) into s[p .. p + 3] */
+INLINE void avx2_scores4(const float *q, const float *k0, size_t stride, int hd, float scale,
+                         float *s)
+{
+    __m256 A0 = _mm256_setzero_ps(), A1 = A0, A2 = A0, A3 = A0;
+    const float *k1 = k0 + stride, *k2 = k1 + stride, *k3 = k2 + stride;
+    for (int d = 0; d < hd; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + d);
+        A0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), A0);
+        A1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + d), A1);
+        A2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + d), A2);
+        A3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + d), A3);
+    }
+    /* lanes (0+1), (2+3) of each key, then their sum, per 128-bit half; then the halves */
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(A0, A1), _mm256_hadd_ps(A2, A3));
+    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    _mm_storeu_ps(s, _mm_mul_ps(sum, _mm_set1_ps(scale)));
+}
+
+/* the score of one key, the same way */
+INLINE float avx2_score1(const float *q, const float *k, int hd, float scale)
+{
+    __m256 A = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d += 8)
+        A = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), A);
+    float L[8];
+    _mm256_storeu_ps(L, A);
+    return (((L[0] + L[1]) + (L[2] + L[3])) + ((L[4] + L[5]) + (L[6] + L[7]))) * scale;
+}
+
+/* out[d0 .. d0 + 8 NV) = sum over keys p in key order of fmaf(s[p] * inv, v_p[d], .) */
+INLINE void avx2_weigh(const float *s, float inv, const float *v, size_t stride, int n_keys, int NV,
+                       float *out)
+{
+    __m256 acc[8];
+    for (int j = 0; j < NV; j++)
+        acc[j] = _mm256_setzero_ps();
+    for (int p = 0; p < n_keys; p++, v += stride) {
+        const __m256 pw = _mm256_set1_ps(s[p] * inv);
+        for (int j = 0; j < NV; j++)
+            acc[j] = _mm256_fmadd_ps(pw, _mm256_loadu_ps(v + 8 * j), acc[j]);
+    }
+    for (int j = 0; j < NV; j++)
+        _mm256_storeu_ps(out + 8 * j, acc[j]);
+}
+
+/* cpu_attn_head for hd % 8 == 0 (returns 1), else 0: the portable kernel runs */
+static int avx2_attn_fast(const float *q, const float *kc, const float *vc, size_t stride,
+                          int n_keys, int hd, float scale, float *s, float *out)
+{
+    if (hd <= 0 || hd % 8)
+        return 0;
+    int p = 0;
+    for (; p + 4 <= n_keys; p += 4)
+        avx2_scores4(q, kc + (size_t)p * stride, stride, hd, scale, s + p);
+    for (; p < n_keys; p++)
+        s[p] = avx2_score1(q, kc + (size_t)p * stride, hd, scale);
+    float max = -INFINITY;
+    for (p = 0; p < n_keys; p++)
+        max = s[p] > max ? s[p] : max;
+    float sum = 0.0f;
+    for (p = 0; p < n_keys; p++) {
+        s[p] = expf(s[p] - max);
+        sum += s[p];
+    }
+    const float inv = 1.0f / sum;
+    int d = 0;
+    for (; d + 64 <= hd; d += 64)
+        avx2_weigh(s, inv, vc + d, stride, n_keys, 8, out + d);
+    for (; d < hd; d += 8)
+        avx2_weigh(s, inv, vc + d, stride, n_keys, 1, out + d);
+    return 1;
+}
+
+#define CPU_DOT_ATTN_FAST avx2_attn_fast
 #define CPU_DOT_TILE_FAST(type, w, rb, n_rows, act, as, nt, n, out, os)                            \
     avx2_tile_fast(type, w, rb, n_rows, act, as, nt, n, out, os)
 #define CPU_DOT_Q8_0 avx2_q8_0

@@ -365,6 +365,10 @@ void CPU_DOT_NAME(rows)(int type, const void *w, const void *act_, size_t as, in
 void CPU_DOT_NAME(attn)(const float *q, const float *kc, const float *vc, size_t stride, int n_keys,
                         int hd, float scale, float *s, float *out)
 {
+#ifdef CPU_DOT_ATTN_FAST /* a build's own kernel for the shapes it takes: the same numbers */
+    if (CPU_DOT_ATTN_FAST(q, kc, vc, stride, n_keys, hd, scale, s, out))
+        return;
+#endif
     float max = -INFINITY;
     for (int p = 0; p < n_keys; p++) {
         s[p] = CPU_DOT_NAME(f32)(q, kc + (size_t)p * stride, hd) * scale;

@@ -333,22 +333,30 @@ Test(cpu, attention_heads_are_bit_identical_in_every_build)
     if (!cpu_dot_have_avx2())
         check_skip_no_isa(
             "avx2", "this CPU or build has no AVX2+FMA+F16C: only the portable kernels exist");
-    const int hd = 128, n_keys = 77, stride = 2 * 128;
-    float *q = malloc(hd * sizeof(float)),
+    /* head dims: the AVX2 kernel's 64-dim register blocks (128), 64 + 8 (72), 8-dim ones only
+     * (8, 24), one it leaves to the portable loop (12); key counts 1 .. 77 by 19: every count
+     * mod 4 (its scores four keys at a time) */
+    const int hds[] = {128, 72, 24, 8, 12}, n_keys = 77, stride = 2 * 128;
+    float *q = malloc(128 * sizeof(float)),
           *kv = malloc(2 * (size_t)n_keys * stride * sizeof(float));
     float s[77], p[128], a[128], z[128];
-    for (int i = 0; i < hd; i++)
+    for (int i = 0; i < 128; i++)
         q[i] = uniform(-3.0f, 3.0f);
     for (int i = 0; i < 2 * n_keys * stride; i++)
         kv[i] = uniform(-2.0f, 2.0f);
     const float *kc = kv + 128, *vc = kv + (size_t)n_keys * stride; /* second head's slots */
-    for (int n = 1; n <= n_keys; n += 19) {
-        cpu_dot_portable_attn(q, kc, vc, stride, n, hd, 0.0883883f, s, p);
-        cpu_dot_avx2_attn(q, kc, vc, stride, n, hd, 0.0883883f, s, a);
-        cr_assert(!memcmp(p, a, sizeof p), "%d keys: avx2 attention differs from portable", n);
-        if (cpu_dot_have_avx512()) {
-            cpu_dot_avx512_attn(q, kc, vc, stride, n, hd, 0.0883883f, s, z);
-            cr_assert(!memcmp(p, z, sizeof p), "%d keys: avx512 attention differs", n);
+    for (int h = 0; h < 5; h++) {
+        const int hd = hds[h];
+        const size_t bytes = (size_t)hd * sizeof(float);
+        for (int n = 1; n <= n_keys; n += 19) {
+            cpu_dot_portable_attn(q, kc, vc, stride, n, hd, 0.0883883f, s, p);
+            cpu_dot_avx2_attn(q, kc, vc, stride, n, hd, 0.0883883f, s, a);
+            cr_assert(!memcmp(p, a, bytes), "hd %d, %d keys: avx2 attention differs from portable",
+                      hd, n);
+            if (cpu_dot_have_avx512()) {
+                cpu_dot_avx512_attn(q, kc, vc, stride, n, hd, 0.0883883f, s, z);
+                cr_assert(!memcmp(p, z, bytes), "hd %d, %d keys: avx512 attention differs", hd, n);
+            }
         }
     }
     free(q);
