@@ -1,12 +1,13 @@
 /* cpu_gemm.c — the prompt GEMM's activation packing and its run-time dispatch (cpu_gemm.h); the
- * kernels are in cpu_gemm_avx512.c.
+ * kernels are in cpu_gemm_avx512.c and cpu_gemm_avx2.c.
  *
  * Packed layout, per group of 16 tokens (tv) and weight block (i), at index tv * nb + i:
  *   K-quants (256 columns): struct gemm_pack_k — qs[k][lane] = token (16 tv + lane)'s int16
  *     pair (a[2k], a[2k+1]) as one int32 (k < 128); mn[j][lane] = the pair (s >> 8, s & 255) of
  *     that token's sub-block sum s = sums[j]; d[lane] = its block scale;
  *   Q8_0 (32 columns): struct gemm_pack_32 — qs[k][lane] for k < 16, d[lane].
- * Missing tokens (past n_tok) are zero. Start reading: cpu_gemm_pack().
+ * Missing tokens (past n_tok) are zero. The AVX-512 kernels read a group as one register of 16
+ * lanes, the AVX2 ones (cpu_gemm_avx2.c) as two of eight. Start reading: cpu_gemm_pack().
  */
 #include "cpu_gemm.h"
 
@@ -19,7 +20,7 @@ int cpu_gemm_supported(int type)
 {
     if (type != QUANT_Q4_K && type != QUANT_Q5_K && type != QUANT_Q6_K && type != QUANT_Q8_0)
         return 0;
-    return cpu_dot_isa() >= CPU_ISA_AVX512;
+    return cpu_dot_isa() >= CPU_ISA_AVX2;
 }
 
 size_t cpu_gemm_pack_bytes(int type, int n_tok, int64_t n)
@@ -91,7 +92,10 @@ void cpu_gemm_pack(int type, const uint8_t *act, size_t as, int n_tok, int64_t n
 void cpu_gemm_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                    const void *packed, int n_tok, int64_t n, float *out, size_t out_stride)
 {
-    cpu_gemm_avx512_rows(type, w, row_bytes, r0, r1, packed, n_tok, n, out, out_stride);
+    if (cpu_dot_isa() >= CPU_ISA_AVX512)
+        cpu_gemm_avx512_rows(type, w, row_bytes, r0, r1, packed, n_tok, n, out, out_stride);
+    else
+        cpu_gemm_avx2_rows(type, w, row_bytes, r0, r1, packed, n_tok, n, out, out_stride);
 }
 
 int cpu_gemm_attn_supported(int hd)

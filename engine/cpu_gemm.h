@@ -19,8 +19,10 @@
  * sums by block index mod 4), one IEEE operation per lane as the scalar code does one. So the
  * results equal cpu_dot_rows()'s bit for bit (tests/test_cpu.c), whatever the tiling or threads.
  *
- * Types: Q4_K, Q5_K, Q6_K, Q8_0 on CPUs with AVX-512 BW/VL/VNNI (cpu_gemm_avx512.c, its flags on
- * that file only); everything else keeps cpu_dot_tile(). Start reading: cpu_gemm_rows().
+ * Types: Q4_K, Q5_K, Q6_K, Q8_0 on CPUs with AVX-512 BW/VL/VNNI (cpu_gemm_avx512.c) or with AVX2,
+ * FMA and F16C (cpu_gemm_avx2.c: vpmaddwd into eight tokens' lanes, then vpaddd; a tile of 4 rows
+ * x 16 tokens in registers, each unpacked weight block used for 64 tokens), each file with its
+ * flags only; everything else keeps cpu_dot_tile(). Start reading: cpu_gemm_rows().
  */
 #ifndef GATE_CPU_GEMM_H
 #define GATE_CPU_GEMM_H
@@ -101,6 +103,10 @@ void cpu_gemm_avx512_attn(const float *q, size_t q_stride, int n_q, int pos0, co
 /* The AVX-512 build (cpu_gemm_avx512.c); cpu_gemm_rows() calls it. */
 void cpu_gemm_avx512_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                           const void *packed, int n_tok, int64_t n, float *out, size_t out_stride);
+/* The AVX2 build (cpu_gemm_avx2.c); cpu_gemm_rows() calls it below AVX-512 (the test calls both
+ * where the CPU has AVX-512: cpu_dot_have_avx2() says whether this one runs). */
+void cpu_gemm_avx2_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                        const void *packed, int n_tok, int64_t n, float *out, size_t out_stride);
 
 #ifdef __cplusplus
 }

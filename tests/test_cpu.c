@@ -732,11 +732,23 @@ Test(cpu, forward_last_equals_the_last_row_of_the_full_forward)
 Test(cpu, gemm_equals_the_row_kernels_bit_for_bit)
 {
     const int types[] = {QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_Q8_0};
-    printf("cpu prompt GEMM: %s\n",
-           cpu_gemm_supported(QUANT_Q4_K) ? "tested" : "absent (no AVX-512 VNNI on this machine)");
-    if (!cpu_gemm_supported(QUANT_Q4_K))
-        check_skip_no_isa(
-            "avx512", "this CPU or build has no AVX-512 BW/VL/VNNI: the prompt GEMM is not used");
+    /* each build this machine runs: the AVX-512 kernels, and the AVX2 ones (which an AVX-512
+     * CPU never dispatches to, but a CPU without AVX-512 does) */
+    typedef void (*gemm_fn)(int, const uint8_t *, size_t, int64_t, int64_t, const void *, int,
+                            int64_t, float *, size_t);
+    gemm_fn builds[2];
+    const char *build_names[2];
+    int n_builds = 0;
+    if (cpu_dot_have_avx512())
+        builds[n_builds] = cpu_gemm_avx512_rows, build_names[n_builds++] = "avx512";
+    if (cpu_dot_have_avx2())
+        builds[n_builds] = cpu_gemm_avx2_rows, build_names[n_builds++] = "avx2";
+    printf("cpu prompt GEMM: %s%s%s\n", n_builds ? "tested: " : "absent (no AVX2 on this machine)",
+           n_builds ? build_names[0] : "", n_builds > 1 ? ", avx2" : "");
+    if (!n_builds)
+        check_skip_no_isa("avx2",
+                          "this CPU or build has no AVX2+FMA+F16C: the prompt GEMM is not used");
+    cr_expect(cpu_gemm_supported(QUANT_Q4_K), "the GEMM exists here but the engine does not use it");
     /* 37 rows (a short last tile of 4); 70 tokens (a second 64-token chunk, a part-full group of
      * 16); K-quants 3 blocks, Q8_0 41 blocks (partials by block index mod 4 with a tail) */
     const int n_rows = 37, n_tok = 70;
@@ -765,18 +777,20 @@ Test(cpu, gemm_equals_the_row_kernels_bit_for_bit)
                 for (int r = 0; r < n_rows; r++)
                     cpu_dot_portable_rows(type, w + (size_t)r * rb, act + (size_t)t * as, as, 1, n,
                                           rows + (size_t)t * n_rows + r, 1);
-            for (int sub = n_tok; sub >= 1; sub = sub > 16 ? 16 : sub - 15) {
-                memset(gemm, 0xff, (size_t)n_tok * n_rows * sizeof(float));
-                cpu_gemm_pack(type, act, as, sub, n, packed);
-                /* split at row 9: two ranges, as two threads would take them */
-                cpu_gemm_rows(type, w, rb, 0, 9, packed, sub, n, gemm, (size_t)n_rows);
-                cpu_gemm_rows(type, w, rb, 9, n_rows, packed, sub, n, gemm, (size_t)n_rows);
-                for (int i = 0; i < sub * n_rows; i++)
-                    cr_assert(!memcmp(&gemm[i], &rows[i], sizeof(float)),
-                              "%s, %d tokens, trial %d: token %d row %d: gemm %.9g != rows %.9g",
-                              quant_name(type), sub, trial, i / n_rows, i % n_rows, (double)gemm[i],
-                              (double)rows[i]);
-            }
+            for (int bi = 0; bi < n_builds; bi++)
+                for (int sub = n_tok; sub >= 1; sub = sub > 16 ? 16 : sub - 15) {
+                    memset(gemm, 0xff, (size_t)n_tok * n_rows * sizeof(float));
+                    cpu_gemm_pack(type, act, as, sub, n, packed);
+                    /* split at row 9: two ranges, as two threads would take them */
+                    builds[bi](type, w, rb, 0, 9, packed, sub, n, gemm, (size_t)n_rows);
+                    builds[bi](type, w, rb, 9, n_rows, packed, sub, n, gemm, (size_t)n_rows);
+                    for (int i = 0; i < sub * n_rows; i++)
+                        cr_assert(!memcmp(&gemm[i], &rows[i], sizeof(float)),
+                                  "%s %s, %d tokens, trial %d: token %d row %d: gemm %.9g != rows "
+                                  "%.9g",
+                                  build_names[bi], quant_name(type), sub, trial, i / n_rows,
+                                  i % n_rows, (double)gemm[i], (double)rows[i]);
+                }
         }
         free(w);
         free(act);

@@ -1,0 +1,311 @@
+/* cpu_gemm_avx2.c — the prompt GEMM's kernels (cpu_gemm.h) for CPUs with AVX2 but not AVX-512,
+ * compiled with -mavx2 -mfma -mf16c on this file only (CMakeLists.txt); cpu_gemm_supported()
+ * admits them only on a CPU that has those.
+ *
+ * The packed activations are cpu_gemm_pack()'s, the same as the AVX-512 kernels read: per weight
+ * block, 16 tokens' int16 pairs side by side, here as two registers of eight tokens. A tile is
+ * CPU_GEMM_ROWS weight rows x up to CPU_GEMM_TOKVEC groups of 16 tokens. Per weight block the
+ * tile's rows are unpacked once into struct wblk (int16 values pre-multiplied by their sub-block
+ * scales, as int32 pairs: cpu_avx2_blocks.h, the dot kernels' unpacking), then for each group and
+ * each pair k the group's two activation registers meet a broadcast weight pair in vpmaddwd,
+ * added into 8 int32 accumulators (4 rows x 16 tokens) — no horizontal sum, and each unpacked
+ * block serves up to 64 tokens. The block's float step then runs lane-wise, eight tokens at a
+ * time, with the same operations in the same order as the portable kernel's scalar one, so every
+ * result equals cpu_dot_rows()'s bit for bit (tests/test_cpu.c). Start reading:
+ * cpu_gemm_avx2_rows().
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_dot.h"
+#include "cpu_gemm.h"
+#include "quant.h"
+
+#if defined(GATE_CPU_AVX2) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+#include "cpu_avx2_blocks.h"
+
+#define R CPU_GEMM_ROWS
+#define TOKVEC CPU_GEMM_TOKVEC
+#define INLINE static inline __attribute__((always_inline))
+
+/* One weight row's block, unpacked: int16 values x sub-block scale as int32 pairs (128 for the
+ * K-quants, 16 for Q8_0), the min pairs (256 m_j, m_j) of Q4_K / Q5_K, and the fp16 scales. */
+struct wblk {
+    _Alignas(32) int32_t q[128];
+    int32_t mn[8];
+    float d, dmin;
+};
+
+/* kind 0 Q4_K, 1 Q5_K, 2 Q6_K, 3 Q8_0: block i of row into *o */
+INLINE void unpack(const int kind, const uint8_t *row, int64_t i, struct wblk *o)
+{
+    __m256i W[16];
+    if (kind == 3) {
+        const struct block_q8_0 *x = (const struct block_q8_0 *)row + i;
+        o->d = FP16(x->d);
+        _mm256_store_si256((__m256i *)o->q,
+                           _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->qs)));
+        _mm256_store_si256((__m256i *)(o->q + 8),
+                           _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x->qs + 16))));
+        return;
+    }
+    if (kind == 2) {
+        avx2_q6_K_unpack(row, i, W, &o->d);
+        o->dmin = 0.0f;
+    } else {
+        __m256i mins;
+        avx2_q45_K_unpack(row, kind, i, W, &mins, &o->d, &o->dmin);
+        /* min m_j as the int16 pair (256 m_j, m_j): against the packed (s >> 8, s & 255) the
+         * pair sum is m_j s exactly */
+        _mm256_storeu_si256((__m256i *)o->mn,
+                            _mm256_or_si256(_mm256_slli_epi32(mins, 8), _mm256_slli_epi32(mins, 16)));
+    }
+    for (int g = 0; g < 16; g++)
+        _mm256_store_si256((__m256i *)(o->q + 8 * g), W[g]);
+}
+
+/* acc += the pair sums of a and w (vpmaddwd, then vpaddd). As an asm statement with the
+ * accumulator tied to its register: GCC's allocation of the two intrinsics in block_sums' loop
+ * moved every accumulator between two registers on each step and kept one in memory, whose
+ * store-to-load chain then set the loop's pace (measured: half the tile's time on one vpaddd). */
+INLINE __m256i madd_acc(__m256i acc, __m256i a, __m256i w)
+{
+    __m256i t;
+    __asm__("vpmaddwd %3, %2, %1\n\tvpaddd %1, %0, %0" : "+x"(acc), "=&x"(t) : "x"(a), "x"(w));
+    return acc;
+}
+
+/* s[r][h] (eight tokens 8 h ..) += the int32 sums of the tile's rows (wb) against one packed
+ * group's pairs qs[0 .. np) */
+INLINE void block_sums(const int np, const int32_t (*qs)[CPU_GEMM_LANES], const struct wblk *wb,
+                       __m256i s[R][2])
+{
+    for (int r = 0; r < R; r++)
+        s[r][0] = s[r][1] = _mm256_setzero_si256();
+    for (int k = 0; k < np; k++) {
+        const __m256i a0 = _mm256_load_si256((const __m256i *)qs[k]);
+        const __m256i a1 = _mm256_load_si256((const __m256i *)(qs[k] + 8));
+        for (int r = 0; r < R; r++) {
+            const __m256i w = _mm256_set1_epi32(wb[r].q[k]);
+            s[r][0] = madd_acc(s[r][0], a0, w);
+            s[r][1] = madd_acc(s[r][1], a1, w);
+        }
+    }
+}
+
+/* The K-quant tile (kind 0 Q4_K, 1 Q5_K, 2 Q6_K): rows[R] against TV groups starting at packed
+ * group pk (nb blocks per group); acc[r][v] (16 lanes) = the portable kernel's acc of row r,
+ * the tokens of group v. */
+INLINE void tile_k(const int kind, const int TV, const uint8_t *const *rows,
+                   const struct gemm_pack_k *pk, int64_t nb, float acc[R][TOKVEC][16])
+{
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < TV; v++)
+            for (int h = 0; h < 2; h++)
+                _mm256_store_ps(acc[r][v] + 8 * h, _mm256_setzero_ps());
+    /* double-buffered: block i + 1 is unpacked before block i's sums, so its stores have reached
+     * L1 before the broadcasts read them */
+    struct wblk wbuf[2][R];
+    for (int r = 0; r < R; r++)
+        unpack(kind, rows[r], 0, &wbuf[0][r]);
+    for (int64_t i = 0; i < nb; i++) {
+        const struct wblk *wb = wbuf[i & 1];
+        if (i + 1 < nb)
+            for (int r = 0; r < R; r++)
+                unpack(kind, rows[r], i + 1, &wbuf[(i + 1) & 1][r]);
+        for (int v = 0; v < TV; v++) {
+            const struct gemm_pack_k *b = pk + (size_t)v * (size_t)nb + (size_t)i;
+            __m256i s[R][2];
+            block_sums(128, b->qs, wb, s);
+            /* the block's float step per lane: acc += (d yd) isum - (dmin yd) imin */
+            for (int h = 0; h < 2; h++) {
+                const __m256 yd = _mm256_load_ps(b->d + 8 * h);
+                for (int r = 0; r < R; r++) {
+                    __m256 t = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(wb[r].d), yd),
+                                             _mm256_cvtepi32_ps(s[r][h]));
+                    if (kind != 2) {
+                        __m256i im = _mm256_setzero_si256();
+                        for (int j = 0; j < 8; j++)
+                            im = _mm256_add_epi32(
+                                im, _mm256_madd_epi16(
+                                        _mm256_load_si256((const __m256i *)(b->mn[j] + 8 * h)),
+                                        _mm256_set1_epi32(wb[r].mn[j])));
+                        t = _mm256_sub_ps(
+                            t, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(wb[r].dmin), yd),
+                                             _mm256_cvtepi32_ps(im)));
+                    }
+                    float *a = acc[r][v] + 8 * h;
+                    _mm256_store_ps(a, _mm256_add_ps(_mm256_load_ps(a), t));
+                }
+            }
+        }
+    }
+}
+
+/* The Q8_0 tile: block i adds into partial i % 4; acc = 0 + ((p0 + p1) + (p2 + p3)). */
+INLINE void tile_q8(const int TV, const uint8_t *const *rows, const struct gemm_pack_32 *pk,
+                    int64_t nb, float acc[R][TOKVEC][16])
+{
+    _Alignas(32) float p[4][R][TOKVEC][16];
+    memset(p, 0, sizeof p);
+    struct wblk wbuf[2][R]; /* double-buffered as in tile_k */
+    for (int r = 0; r < R; r++)
+        unpack(3, rows[r], 0, &wbuf[0][r]);
+    for (int64_t i = 0; i < nb; i++) {
+        const struct wblk *wb = wbuf[i & 1];
+        if (i + 1 < nb)
+            for (int r = 0; r < R; r++)
+                unpack(3, rows[r], i + 1, &wbuf[(i + 1) & 1][r]);
+        for (int v = 0; v < TV; v++) {
+            const struct gemm_pack_32 *b = pk + (size_t)v * (size_t)nb + (size_t)i;
+            __m256i s[R][2];
+            block_sums(16, b->qs, wb, s);
+            for (int h = 0; h < 2; h++) {
+                const __m256 yd = _mm256_load_ps(b->d + 8 * h);
+                for (int r = 0; r < R; r++) {
+                    const __m256 t = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(wb[r].d), yd),
+                                                   _mm256_cvtepi32_ps(s[r][h]));
+                    float *a = p[i & 3][r][v] + 8 * h;
+                    _mm256_store_ps(a, _mm256_add_ps(_mm256_load_ps(a), t));
+                }
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < TV; v++)
+            for (int h = 0; h < 2; h++) {
+                const int o = 8 * h;
+                const __m256 s01 =
+                    _mm256_add_ps(_mm256_load_ps(p[0][r][v] + o), _mm256_load_ps(p[1][r][v] + o));
+                const __m256 s23 =
+                    _mm256_add_ps(_mm256_load_ps(p[2][r][v] + o), _mm256_load_ps(p[3][r][v] + o));
+                _mm256_store_ps(acc[r][v] + o,
+                                _mm256_add_ps(_mm256_setzero_ps(), _mm256_add_ps(s01, s23)));
+            }
+}
+
+/* one tile of each kind and group count, so every loop above has constant bounds */
+#define TILE_CASES(CALL)                                                                           \
+    switch (tv) {                                                                                  \
+    case 1:                                                                                        \
+        CALL(1);                                                                                   \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        CALL(2);                                                                                   \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        CALL(3);                                                                                   \
+        break;                                                                                     \
+    default:                                                                                       \
+        CALL(4);                                                                                   \
+        break;                                                                                     \
+    }
+
+static void tile_q4k(int tv, const uint8_t *const *rows, const void *pk, int64_t nb,
+                     float acc[R][TOKVEC][16])
+{
+#define Q4K(n) tile_k(0, n, rows, pk, nb, acc)
+    TILE_CASES(Q4K)
+#undef Q4K
+}
+
+static void tile_q5k(int tv, const uint8_t *const *rows, const void *pk, int64_t nb,
+                     float acc[R][TOKVEC][16])
+{
+#define Q5K(n) tile_k(1, n, rows, pk, nb, acc)
+    TILE_CASES(Q5K)
+#undef Q5K
+}
+
+static void tile_q6k(int tv, const uint8_t *const *rows, const void *pk, int64_t nb,
+                     float acc[R][TOKVEC][16])
+{
+#define Q6K(n) tile_k(2, n, rows, pk, nb, acc)
+    TILE_CASES(Q6K)
+#undef Q6K
+}
+
+static void tile_q80(int tv, const uint8_t *const *rows, const void *pk, int64_t nb,
+                     float acc[R][TOKVEC][16])
+{
+#define Q80(n) tile_q8(n, rows, pk, nb, acc)
+    TILE_CASES(Q80)
+#undef Q80
+}
+
+/* acc[0..3][v] (4 rows x 16 tokens) transposed: token l's four rows stored together at
+ * out + l * os (one store per token instead of four) */
+static inline void store_4x16(float acc[R][TOKVEC][16], int v, float *out, size_t os)
+{
+    for (int h = 0; h < 2; h++) {
+        const int o = 8 * h;
+        const __m256 a0 = _mm256_load_ps(acc[0][v] + o), a1 = _mm256_load_ps(acc[1][v] + o);
+        const __m256 a2 = _mm256_load_ps(acc[2][v] + o), a3 = _mm256_load_ps(acc[3][v] + o);
+        const __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
+        const __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
+        /* u[k], 128-bit half j: token o + 4 j + k, rows 0..3 */
+        const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xee),
+                             _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xee)};
+        for (int k = 0; k < 4; k++) {
+            _mm_storeu_ps(out + (size_t)(o + k) * os, _mm256_castps256_ps128(u[k]));
+            _mm_storeu_ps(out + (size_t)(o + 4 + k) * os, _mm256_extractf128_ps(u[k], 1));
+        }
+    }
+}
+
+void cpu_gemm_avx2_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                        const void *packed, int n_tok, int64_t n, float *out, size_t os)
+{
+    void (*tile)(int, const uint8_t *const *, const void *, int64_t, float[R][TOKVEC][16]);
+    size_t group_bytes; /* packed bytes of one group of 16 tokens */
+    int64_t nb;
+    switch (type) {
+    case QUANT_Q4_K:
+    case QUANT_Q5_K:
+    case QUANT_Q6_K:
+        tile = type == QUANT_Q4_K ? tile_q4k : type == QUANT_Q5_K ? tile_q5k : tile_q6k;
+        nb = n / QK_K;
+        group_bytes = (size_t)nb * sizeof(struct gemm_pack_k);
+        break;
+    case QUANT_Q8_0:
+        tile = tile_q80;
+        nb = n / 32;
+        group_bytes = (size_t)nb * sizeof(struct gemm_pack_32);
+        break;
+    default:
+        abort(); /* broken invariant: the caller asked cpu_gemm_supported() */
+    }
+    const int groups = (n_tok + CPU_GEMM_LANES - 1) / CPU_GEMM_LANES;
+    _Alignas(32) float acc[R][TOKVEC][16];
+    /* 64 tokens at a time (their packed activations stay in L2) against every row of the range */
+    for (int g0 = 0; g0 < groups; g0 += TOKVEC) {
+        const int tv = groups - g0 < TOKVEC ? groups - g0 : TOKVEC;
+        const void *pk = (const uint8_t *)packed + (size_t)g0 * group_bytes;
+        for (int64_t r = r0; r < r1; r += R) {
+            const uint8_t *rows[R];
+            for (int q = 0; q < R; q++) /* a short last tile repeats its last row */
+                rows[q] = w + (size_t)(r + q < r1 ? r + q : r1 - 1) * row_bytes;
+            tile(tv, rows, pk, nb, acc);
+            for (int v = 0; v < tv; v++) {
+                const int t0 = (g0 + v) * CPU_GEMM_LANES;
+                if (r + R <= r1 && t0 + CPU_GEMM_LANES <= n_tok)
+                    store_4x16(acc, v, out + (size_t)t0 * os + (size_t)r, os);
+                else
+                    for (int q = 0; q < R && r + q < r1; q++)
+                        for (int l = 0; l < CPU_GEMM_LANES && t0 + l < n_tok; l++)
+                            out[(size_t)(t0 + l) * os + (size_t)(r + q)] = acc[q][v][l];
+            }
+        }
+    }
+}
+#else
+void cpu_gemm_avx2_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                        const void *packed, int n_tok, int64_t n, float *out, size_t os)
+{
+    (void)type, (void)w, (void)row_bytes, (void)r0, (void)r1, (void)packed, (void)n_tok;
+    (void)n, (void)out, (void)os;
+    abort(); /* broken invariant: cpu_gemm_supported() is 0 in this build */
+}
+#endif
