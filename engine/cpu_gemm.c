@@ -100,12 +100,17 @@ void cpu_gemm_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int
 
 int cpu_gemm_attn_supported(int hd)
 {
-    return hd > 0 && hd % 16 == 0 && hd <= CPU_GEMM_ATTN_MAX_HD && cpu_dot_isa() >= CPU_ISA_AVX512;
+    return hd > 0 && hd % 16 == 0 && hd <= CPU_GEMM_ATTN_MAX_HD && cpu_dot_isa() >= CPU_ISA_AVX2;
 }
 
 void cpu_gemm_attn(const float *q, size_t q_stride, int n_q, int pos0, const float *kc,
                    const float *vc, size_t kv_stride, int hd, float scale, float *s, float *out,
                    size_t out_stride)
 {
-    cpu_gemm_avx512_attn(q, q_stride, n_q, pos0, kc, vc, kv_stride, hd, scale, s, out, out_stride);
+    if (cpu_dot_isa() >= CPU_ISA_AVX512)
+        cpu_gemm_avx512_attn(q, q_stride, n_q, pos0, kc, vc, kv_stride, hd, scale, s, out,
+                             out_stride);
+    else
+        cpu_gemm_avx2_attn(q, q_stride, n_q, pos0, kc, vc, kv_stride, hd, scale, s, out,
+                           out_stride);
 }

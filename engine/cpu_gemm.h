@@ -83,8 +83,9 @@ void cpu_gemm_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int
  * then times scale); softmax with libm expf in key order, values weighted with FMA in key order —
  * so every token's output equals cpu_attn_head()'s bit for bit (tests/test_cpu.c). */
 
-/* 1 when cpu_gemm_attn() takes head dimension hd on this machine (AVX-512; hd % 16 == 0,
- * hd <= CPU_GEMM_ATTN_MAX_HD). */
+/* 1 when cpu_gemm_attn() takes head dimension hd on this machine (AVX-512, or AVX2 with FMA and
+ * F16C: cpu_gemm_avx2_attn, four queries per block, each key and value row read once per block;
+ * hd % 16 == 0, hd <= CPU_GEMM_ATTN_MAX_HD). */
 #define CPU_GEMM_ATTN_MAX_HD 256
 #define CPU_GEMM_ATTN_MIN_TOK 4 /* fewer query tokens: cpu_attn_head() per token */
 int cpu_gemm_attn_supported(int hd);
@@ -99,6 +100,9 @@ void cpu_gemm_attn(const float *q, size_t q_stride, int n_q, int pos0, const flo
 void cpu_gemm_avx512_attn(const float *q, size_t q_stride, int n_q, int pos0, const float *kc,
                           const float *vc, size_t kv_stride, int hd, float scale, float *s,
                           float *out, size_t out_stride);
+void cpu_gemm_avx2_attn(const float *q, size_t q_stride, int n_q, int pos0, const float *kc,
+                        const float *vc, size_t kv_stride, int hd, float scale, float *s,
+                        float *out, size_t out_stride);
 
 /* The AVX-512 build (cpu_gemm_avx512.c); cpu_gemm_rows() calls it. */
 void cpu_gemm_avx512_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,

@@ -14,6 +14,7 @@
  * result equals cpu_dot_rows()'s bit for bit (tests/test_cpu.c). Start reading:
  * cpu_gemm_avx2_rows().
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,8 +60,8 @@ INLINE void unpack(const int kind, const uint8_t *row, int64_t i, struct wblk *o
         avx2_q45_K_unpack(row, kind, i, W, &mins, &o->d, &o->dmin);
         /* min m_j as the int16 pair (256 m_j, m_j): against the packed (s >> 8, s & 255) the
          * pair sum is m_j s exactly */
-        _mm256_storeu_si256((__m256i *)o->mn,
-                            _mm256_or_si256(_mm256_slli_epi32(mins, 8), _mm256_slli_epi32(mins, 16)));
+        _mm256_storeu_si256((__m256i *)o->mn, _mm256_or_si256(_mm256_slli_epi32(mins, 8),
+                                                              _mm256_slli_epi32(mins, 16)));
     }
     for (int g = 0; g < 16; g++)
         _mm256_store_si256((__m256i *)(o->q + 8 * g), W[g]);
@@ -300,6 +301,127 @@ void cpu_gemm_avx2_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0
         }
     }
 }
+
+/* ---- attention over the prompt --------------------------------------------------------------
+ * cpu_gemm_attn() for up to 16 consecutive queries of one head, in blocks of four queries: each
+ * key and value row is read once per four queries instead of once per query. A score keeps
+ * cpu_dot_f32()'s eight lanes (partial d % 8, one FMA chain per (query, key) pair) and its
+ * reduction ((0+1)+(2+3))+((4+5)+(6+7)), done for four pairs at once with two horizontal adds;
+ * softmax with libm expf in key order; each output fmaf(pw, v[d], out[d]) in key order over the
+ * query's own keys — so every output equals cpu_attn_head()'s bit for bit (tests/test_cpu.c). */
+
+/* the reductions of four pairs' lanes (a0..a3) times scale: ((0+1)+(2+3))+((4+5)+(6+7)) each */
+INLINE __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3, float scale)
+{
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    return _mm_mul_ps(sum, _mm_set1_ps(scale));
+}
+
+/* scores of four queries (rows q4[0..3]) against keys k0 and k1: lanes i0 .. i0 + 3 of the key
+ * rows s0 and s1 (16 floats each) */
+INLINE void scores_4x2(const float *const *q4, const float *k0, const float *k1, int hd,
+                       float scale, float *s0, float *s1)
+{
+    __m256 A[4], B[4];
+    for (int i = 0; i < 4; i++)
+        A[i] = B[i] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d += 8) {
+        const __m256 kv0 = _mm256_loadu_ps(k0 + d), kv1 = _mm256_loadu_ps(k1 + d);
+        for (int i = 0; i < 4; i++) {
+            const __m256 qv = _mm256_loadu_ps(q4[i] + d);
+            A[i] = _mm256_fmadd_ps(qv, kv0, A[i]);
+            B[i] = _mm256_fmadd_ps(qv, kv1, B[i]);
+        }
+    }
+    _mm_storeu_ps(s0, reduce4(A[0], A[1], A[2], A[3], scale));
+    _mm_storeu_ps(s1, reduce4(B[0], B[1], B[2], B[3], scale));
+}
+
+/* out of four queries (pw: their weights, lanes of the key rows of s; o4: their output rows), dims
+ * d0 .. d0 + 15: keys 0 .. last4[0] for all four, then key p for query i while p <= last4[i] */
+INLINE void weigh_4x16(const float *s, int i0, const int *last4, const float *v, size_t kvs,
+                       float *const *o4)
+{
+    __m256 acc[4][2];
+    for (int i = 0; i < 4; i++)
+        acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    int p = 0;
+    for (; p <= last4[0]; p++, v += kvs) {
+        const __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+        for (int i = 0; i < 4; i++) {
+            const __m256 pw = _mm256_set1_ps(s[16 * p + i0 + i]);
+            acc[i][0] = _mm256_fmadd_ps(pw, v0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(pw, v1, acc[i][1]);
+        }
+    }
+    for (; p <= last4[3]; p++, v += kvs) {
+        const __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+        for (int i = 1; i < 4; i++)
+            if (p <= last4[i]) {
+                const __m256 pw = _mm256_set1_ps(s[16 * p + i0 + i]);
+                acc[i][0] = _mm256_fmadd_ps(pw, v0, acc[i][0]);
+                acc[i][1] = _mm256_fmadd_ps(pw, v1, acc[i][1]);
+            }
+    }
+    for (int i = 0; i < 4; i++)
+        if (o4[i]) {
+            _mm256_storeu_ps(o4[i], acc[i][0]);
+            _mm256_storeu_ps(o4[i] + 8, acc[i][1]);
+        }
+}
+
+void cpu_gemm_avx2_attn(const float *q, size_t q_stride, int n_q, int pos0, const float *kc,
+                        const float *vc, size_t kvs, int hd, float scale, float *s, float *out,
+                        size_t out_stride)
+{
+    _Alignas(32) float junk[16];
+    for (int i0 = 0; i0 < n_q; i0 += 4) {
+        const float *q4[4]; /* a short last block repeats its last query (its lanes unused) */
+        for (int i = 0; i < 4; i++)
+            q4[i] = q + (size_t)(i0 + i < n_q ? i0 + i : n_q - 1) * q_stride;
+        const int keys = pos0 + (i0 + 4 < n_q ? i0 + 4 : n_q); /* the block's last query's */
+        int p = 0;
+        for (; p + 2 <= keys; p += 2)
+            scores_4x2(q4, kc + (size_t)p * kvs, kc + (size_t)(p + 1) * kvs, hd, scale,
+                       s + 16 * p + i0, s + 16 * (p + 1) + i0);
+        if (p < keys) /* the odd last key: its pair's second half is the same key, discarded */
+            scores_4x2(q4, kc + (size_t)p * kvs, kc + (size_t)p * kvs, hd, scale, s + 16 * p + i0,
+                       junk);
+    }
+    /* softmax per query over its own keys, in key order; then each weight e / sum as
+     * cpu_attn_head forms it (s[p] * inv), in place */
+    for (int i = 0; i < n_q; i++) {
+        const int last = pos0 + i;
+        float max = -INFINITY;
+        for (int k = 0; k <= last; k++)
+            max = s[16 * k + i] > max ? s[16 * k + i] : max;
+        float sum = 0.0f;
+        for (int k = 0; k <= last; k++) {
+            const float e = expf(s[16 * k + i] - max);
+            s[16 * k + i] = e;
+            sum += e;
+        }
+        const float inv = 1.0f / sum;
+        for (int k = 0; k <= last; k++)
+            s[16 * k + i] = s[16 * k + i] * inv;
+    }
+    for (int i0 = 0; i0 < n_q; i0 += 4) {
+        int last4[4];
+        float *o4[4];
+        for (int i = 0; i < 4; i++) {
+            const int live = i0 + i < n_q;
+            last4[i] = pos0 + (live ? i0 + i : n_q - 1);
+            o4[i] = live ? out + (size_t)(i0 + i) * out_stride : NULL;
+        }
+        for (int d0 = 0; d0 < hd; d0 += 16) {
+            float *od[4];
+            for (int i = 0; i < 4; i++)
+                od[i] = o4[i] ? o4[i] + d0 : NULL;
+            weigh_4x16(s, i0, last4, vc + d0, kvs, od);
+        }
+    }
+}
 #else
 void cpu_gemm_avx2_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                         const void *packed, int n_tok, int64_t n, float *out, size_t os)
@@ -307,5 +429,14 @@ void cpu_gemm_avx2_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0
     (void)type, (void)w, (void)row_bytes, (void)r0, (void)r1, (void)packed, (void)n_tok;
     (void)n, (void)out, (void)os;
     abort(); /* broken invariant: cpu_gemm_supported() is 0 in this build */
+}
+
+void cpu_gemm_avx2_attn(const float *q, size_t q_stride, int n_q, int pos0, const float *kc,
+                        const float *vc, size_t kvs, int hd, float scale, float *s, float *out,
+                        size_t out_stride)
+{
+    (void)q, (void)q_stride, (void)n_q, (void)pos0, (void)kc, (void)vc, (void)kvs, (void)hd;
+    (void)scale, (void)s, (void)out, (void)out_stride;
+    abort(); /* broken invariant: cpu_gemm_attn_supported() is 0 in this build */
 }
 #endif

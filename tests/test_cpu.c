@@ -748,7 +748,8 @@ Test(cpu, gemm_equals_the_row_kernels_bit_for_bit)
     if (!n_builds)
         check_skip_no_isa("avx2",
                           "this CPU or build has no AVX2+FMA+F16C: the prompt GEMM is not used");
-    cr_expect(cpu_gemm_supported(QUANT_Q4_K), "the GEMM exists here but the engine does not use it");
+    cr_expect(cpu_gemm_supported(QUANT_Q4_K),
+              "the GEMM exists here but the engine does not use it");
     /* 37 rows (a short last tile of 4); 70 tokens (a second 64-token chunk, a part-full group of
      * 16); K-quants 3 blocks, Q8_0 41 blocks (partials by block index mod 4 with a tail) */
     const int n_rows = 37, n_tok = 70;
@@ -866,11 +867,20 @@ Test(cpu, kv_f16_runs_and_stays_within_parity)
 Test(cpu, batched_attention_equals_the_per_head_kernel_bit_for_bit)
 {
     if (!cpu_gemm_attn_supported(128))
-        check_skip_no_isa("avx512",
-                          "this CPU or build has no AVX-512: prompt attention runs per head");
-    /* hd 48: a short last group of registers; pos0 0 / 5 / 37 with 1, 7, 16 queries (odd and even
-     * key counts, a part-full block) */
-    const int hds[] = {16, 48, 128}, pos0s[] = {0, 5, 37}, nqs[] = {1, 7, 16};
+        check_skip_no_isa("avx2", "this CPU or build has no AVX2+FMA+F16C: prompt attention runs"
+                                  " per head");
+    /* each build this machine runs (an AVX-512 CPU never dispatches to the AVX2 one) */
+    typedef void (*attn_fn)(const float *, size_t, int, int, const float *, const float *, size_t,
+                            int, float, float *, float *, size_t);
+    attn_fn builds[2];
+    const char *names[2];
+    int n_builds = 0;
+    if (cpu_dot_have_avx512())
+        builds[n_builds] = cpu_gemm_avx512_attn, names[n_builds++] = "avx512";
+    builds[n_builds] = cpu_gemm_avx2_attn, names[n_builds++] = "avx2";
+    /* hd 48: a short last group of registers; pos0 0 / 5 / 37 with 1, 6, 7, 16 queries (odd and
+     * even key counts, part-full blocks of 16 and of the AVX2 build's four queries) */
+    const int hds[] = {16, 48, 128}, pos0s[] = {0, 5, 37}, nqs[] = {1, 6, 7, 16};
     const int max_keys = 37 + 16, kvs = 3 * 128 + 8; /* cache rows wider than one head */
     float *kc = malloc((size_t)max_keys * kvs * sizeof(float));
     float *vc = malloc((size_t)max_keys * kvs * sizeof(float));
@@ -883,23 +893,26 @@ Test(cpu, batched_attention_equals_the_per_head_kernel_bit_for_bit)
     }
     for (int i = 0; i < 16 * 2 * 128; i++)
         q[i] = uniform(-2.0f, 2.0f);
-    for (int a = 0; a < 3; a++)
-        for (int b = 0; b < 3; b++)
-            for (int c = 0; c < 3; c++) {
-                const int hd = hds[a], pos0 = pos0s[b], nq = nqs[c];
-                const float scale = 1.0f / sqrtf((float)hd);
-                /* queries 2 x 128 apart (the q rows of a batch), outputs hd apart */
-                cpu_gemm_attn(q, 256, nq, pos0, kc, vc, (size_t)kvs, hd, scale, s, out, (size_t)hd);
-                for (int i = 0; i < nq; i++) {
-                    float *sc = malloc((size_t)max_keys * sizeof(float));
-                    cpu_attn_head(q + (size_t)i * 256, kc, vc, (size_t)kvs, pos0 + i + 1, hd, scale,
-                                  sc, want);
-                    free(sc);
-                    cr_assert(!memcmp(out + (size_t)i * hd, want, (size_t)hd * sizeof(float)),
-                              "hd %d, pos0 %d, %d queries: query %d differs (%.9g vs %.9g)", hd,
-                              pos0, nq, i, (double)out[(size_t)i * hd], (double)want[0]);
+    for (int bi = 0; bi < n_builds; bi++)
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 3; b++)
+                for (int c = 0; c < 4; c++) {
+                    const int hd = hds[a], pos0 = pos0s[b], nq = nqs[c];
+                    const float scale = 1.0f / sqrtf((float)hd);
+                    /* queries 2 x 128 apart (the q rows of a batch), outputs hd apart */
+                    builds[bi](q, 256, nq, pos0, kc, vc, (size_t)kvs, hd, scale, s, out,
+                               (size_t)hd);
+                    for (int i = 0; i < nq; i++) {
+                        float *sc = malloc((size_t)max_keys * sizeof(float));
+                        cpu_attn_head(q + (size_t)i * 256, kc, vc, (size_t)kvs, pos0 + i + 1, hd,
+                                      scale, sc, want);
+                        free(sc);
+                        cr_assert(!memcmp(out + (size_t)i * hd, want, (size_t)hd * sizeof(float)),
+                                  "%s, hd %d, pos0 %d, %d queries: query %d differs (%.9g vs %.9g)",
+                                  names[bi], hd, pos0, nq, i, (double)out[(size_t)i * hd],
+                                  (double)want[0]);
+                    }
                 }
-            }
     free(kc);
     free(vc);
     free(q);
