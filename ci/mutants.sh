@@ -159,6 +159,28 @@ jobs=$(nproc 2>/dev/null || echo 2)
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 
+# --check: against the base commit's blobs in a private index, touching no worktree (a check
+# run beside a mutants run once moved that run's scratch worktree to another commit)
+if [ "$check_only" = 1 ]; then
+    idx=$(mktemp)
+    trap 'rm -f "$idx"' EXIT
+    GIT_INDEX_FILE=$idx git -C "$repo" read-tree "$base_commit"
+    bad=0
+    for p in "${sel[@]}"; do
+        if GIT_INDEX_FILE=$idx git -C "$repo" apply --cached --check "$p" 2>/dev/null; then
+            echo "applies   $(basename "$p" .patch)"
+        else
+            echo "DOES NOT APPLY  $(basename "$p" .patch)"
+            bad=1
+        fi
+    done
+    exit $((bad * 2))
+fi
+
+# one run per work folder: two runs would check out their mutants in the same worktree
+exec 9>"$work/.lock"
+command -v flock >/dev/null && { flock -n 9 || die "another ci/mutants.sh run holds $work (its .lock)"; }
+
 # the scratch worktree at the base commit; ../shared next to it (ladders name ../../shared)
 if ! git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
     rm -rf "$src"
@@ -175,19 +197,6 @@ for d in "$repo/../shared" "$repo/shared"; do
     [ -d "$d" ] && shared=$(cd "$d" && pwd) && break
 done
 [ -n "$shared" ] && [ ! -e "$work/shared" ] && ln -s "$shared" "$work/shared"
-
-if [ "$check_only" = 1 ]; then
-    bad=0
-    for p in "${sel[@]}"; do
-        if git -C "$src" apply --check "$p" 2>/dev/null; then
-            echo "applies   $(basename "$p" .patch)"
-        else
-            echo "DOES NOT APPLY  $(basename "$p" .patch)"
-            bad=1
-        fi
-    done
-    exit $((bad * 2))
-fi
 
 if [ "$sample" = 1 ]; then
     ladder=ladders/mutants-sample.yaml
