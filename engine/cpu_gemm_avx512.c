@@ -255,55 +255,6 @@ INLINE void tile_q8(const int TV, const uint8_t *const *rows, const struct gemm_
         }
 }
 
-/* one tile of each kind and token-register count, so every loop above has constant bounds */
-#define TILE_CASES(CALL)                                                                           \
-    switch (tv) {                                                                                  \
-    case 1:                                                                                        \
-        CALL(1);                                                                                   \
-        break;                                                                                     \
-    case 2:                                                                                        \
-        CALL(2);                                                                                   \
-        break;                                                                                     \
-    case 3:                                                                                        \
-        CALL(3);                                                                                   \
-        break;                                                                                     \
-    default:                                                                                       \
-        CALL(4);                                                                                   \
-        break;                                                                                     \
-    }
-
-static void tile_q4k(int tv, const uint8_t *const *rows, const void *pk, int64_t nb,
-                     float acc[R][CPU_GEMM_TOKVEC][16])
-{
-#define Q4K(n) tile_k(0, n, rows, pk, nb, acc)
-    TILE_CASES(Q4K)
-#undef Q4K
-}
-
-static void tile_q5k(int tv, const uint8_t *const *rows, const void *pk, int64_t nb,
-                     float acc[R][CPU_GEMM_TOKVEC][16])
-{
-#define Q5K(n) tile_k(1, n, rows, pk, nb, acc)
-    TILE_CASES(Q5K)
-#undef Q5K
-}
-
-static void tile_q6k(int tv, const uint8_t *const *rows, const void *pk, int64_t nb,
-                     float acc[R][CPU_GEMM_TOKVEC][16])
-{
-#define Q6K(n) tile_k(2, n, rows, pk, nb, acc)
-    TILE_CASES(Q6K)
-#undef Q6K
-}
-
-static void tile_q80(int tv, const uint8_t *const *rows, const void *pk, int64_t nb,
-                     float acc[R][CPU_GEMM_TOKVEC][16])
-{
-#define Q80(n) tile_q8(n, rows, pk, nb, acc)
-    TILE_CASES(Q80)
-#undef Q80
-}
-
 /* acc[0..3][v] (4 rows x 16 tokens) transposed into 16 stores of 4 floats: token l's four rows
  * at out + l * os (one store per token instead of four) */
 static inline void store_4x16(float acc[R][CPU_GEMM_TOKVEC][16], int v, float *out, size_t os)
@@ -323,51 +274,9 @@ static inline void store_4x16(float acc[R][CPU_GEMM_TOKVEC][16], int v, float *o
     }
 }
 
-void cpu_gemm_avx512_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                          const void *packed, int n_tok, int64_t n, float *out, size_t os)
-{
-    void (*tile)(int, const uint8_t *const *, const void *, int64_t, float[R][CPU_GEMM_TOKVEC][16]);
-    size_t group_bytes; /* packed bytes of one group of 16 tokens */
-    int64_t nb;
-    switch (type) {
-    case QUANT_Q4_K:
-    case QUANT_Q5_K:
-    case QUANT_Q6_K:
-        tile = type == QUANT_Q4_K ? tile_q4k : type == QUANT_Q5_K ? tile_q5k : tile_q6k;
-        nb = n / QK_K;
-        group_bytes = (size_t)nb * sizeof(struct gemm_pack_k);
-        break;
-    case QUANT_Q8_0:
-        tile = tile_q80;
-        nb = n / 32;
-        group_bytes = (size_t)nb * sizeof(struct gemm_pack_32);
-        break;
-    default:
-        abort(); /* broken invariant: the caller asked cpu_gemm_supported() */
-    }
-    const int groups = (n_tok + CPU_GEMM_LANES - 1) / CPU_GEMM_LANES;
-    _Alignas(64) float acc[R][CPU_GEMM_TOKVEC][16];
-    /* 64 tokens at a time (their packed activations stay in L2) against every row of the range */
-    for (int g0 = 0; g0 < groups; g0 += CPU_GEMM_TOKVEC) {
-        const int tv = groups - g0 < CPU_GEMM_TOKVEC ? groups - g0 : CPU_GEMM_TOKVEC;
-        const void *pk = (const uint8_t *)packed + (size_t)g0 * group_bytes;
-        for (int64_t r = r0; r < r1; r += R) {
-            const uint8_t *rows[R];
-            for (int q = 0; q < R; q++) /* a short last tile repeats its last row */
-                rows[q] = w + (size_t)(r + q < r1 ? r + q : r1 - 1) * row_bytes;
-            tile(tv, rows, pk, nb, acc);
-            for (int v = 0; v < tv; v++) {
-                const int t0 = (g0 + v) * CPU_GEMM_LANES;
-                if (r + R <= r1 && t0 + CPU_GEMM_LANES <= n_tok)
-                    store_4x16(acc, v, out + (size_t)t0 * os + (size_t)r, os);
-                else
-                    for (int q = 0; q < R && r + q < r1; q++)
-                        for (int l = 0; l < CPU_GEMM_LANES && t0 + l < n_tok; l++)
-                            out[(size_t)(t0 + l) * os + (size_t)(r + q)] = acc[q][v][l];
-            }
-        }
-    }
-}
+#define CPU_GEMM_ROWS_NAME cpu_gemm_avx512_rows
+#include "cpu_gemm_impl.h"
+
 /* ---- attention ------------------------------------------------------------------------------ */
 
 /* scores of keys k0 and k1 for the 16 queries of qt (hd x 16, transposed): s0, s1 (16 lanes) =
