@@ -180,6 +180,12 @@ fi
 # one run per work folder: two runs would check out their mutants in the same worktree
 exec 9>"$work/.lock"
 command -v flock >/dev/null && { flock -n 9 || die "another ci/mutants.sh run holds $work (its .lock)"; }
+# the selected patches as they are now: an edit of the catalogue during the run (a patch renamed
+# or regenerated) changes neither what runs nor the run itself
+rm -rf "$work/catalogue" && mkdir -p "$work/catalogue"
+for i in "${!sel[@]}"; do
+    cp "${sel[$i]}" "$work/catalogue/" && sel[$i]="$work/catalogue/$(basename "${sel[$i]}")"
+done
 
 # the scratch worktree at the base commit; ../shared next to it (ladders name ../../shared)
 if ! git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
