@@ -1,8 +1,9 @@
 /* cpu_avx2_blocks.h — the AVX2 unpacking of Q4_K / Q5_K / Q6_K weight blocks into int16 values
- * pre-multiplied by their sub-block scales, shared by the AVX2 dot kernels (cpu_dot_avx2.c) and
- * the AVX2 prompt GEMM (cpu_gemm_avx2.c). Include it only from a file compiled with -mavx2 -mfma
- * -mf16c (CMakeLists.txt), after <immintrin.h>. The values are the portable kernels'
- * (cpu_dot_impl.h) integers: a block's W[g] holds its values 16 g .. 16 g + 15 in order.
+ * pre-multiplied by their sub-block scales, and the attention scores' four-pair reduction, shared
+ * by the AVX2 dot kernels (cpu_dot_avx2.c) and the AVX2 prompt GEMM (cpu_gemm_avx2.c). Include it
+ * only from a file compiled with -mavx2 -mfma -mf16c (CMakeLists.txt), after <immintrin.h>. The
+ * values are the portable kernels' (cpu_dot_impl.h) integers: a block's W[g] holds its values 16 g
+ * .. 16 g + 15 in order.
  */
 #ifndef GATE_CPU_AVX2_BLOCKS_H
 #define GATE_CPU_AVX2_BLOCKS_H
@@ -118,6 +119,19 @@ static inline void avx2_q45_K_unpack(const void *w, int five, int64_t i, __m256i
         widen_scaled(lo, sc[2 * c], sc[2 * c], W + 4 * c);
         widen_scaled(hi, sc[2 * c + 1], sc[2 * c + 1], W + 4 * c + 2);
     }
+}
+
+/* Four attention scores from their FMA lanes (a0..a3: one (query, key) pair each, lane d % 8 of
+ * cpu_dot_f32's chains), each reduced ((0+1)+(2+3))+((4+5)+(6+7)) and times scale, as
+ * cpu_dot_f32(q, k) * scale: lanes (0+1), (2+3) of each pair, then their sum, per 128-bit half;
+ * then the halves (each sum has the scalar tree's two operands: addition commutes). Shared by the
+ * per-head (cpu_dot_avx2.c) and batched (cpu_gemm_avx2.c) attention. */
+static inline __attribute__((always_inline)) __m128
+avx2_scores_reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3, float scale)
+{
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    return _mm_mul_ps(sum, _mm_set1_ps(scale));
 }
 
 #endif

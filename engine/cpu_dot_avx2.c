@@ -626,10 +626,7 @@ INLINE void avx2_scores4(const float *q, const float *k0, size_t stride, int hd,
         A2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + d), A2);
         A3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + d), A3);
     }
-    /* lanes (0+1), (2+3) of each key, then their sum, per 128-bit half; then the halves */
-    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(A0, A1), _mm256_hadd_ps(A2, A3));
-    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    _mm_storeu_ps(s, _mm_mul_ps(sum, _mm_set1_ps(scale)));
+    _mm_storeu_ps(s, avx2_scores_reduce4(A0, A1, A2, A3, scale));
 }
 
 /* the score of one key, the same way */

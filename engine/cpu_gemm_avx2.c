@@ -218,14 +218,6 @@ static inline void store_4x16(float acc[R][TOKVEC][16], int v, float *out, size_
  * softmax with libm expf in key order; each output fmaf(pw, v[d], out[d]) in key order over the
  * query's own keys — so every output equals cpu_attn_head()'s bit for bit (tests/test_cpu.c). */
 
-/* the reductions of four pairs' lanes (a0..a3) times scale: ((0+1)+(2+3))+((4+5)+(6+7)) each */
-INLINE __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3, float scale)
-{
-    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    return _mm_mul_ps(sum, _mm_set1_ps(scale));
-}
-
 /* scores of four queries (rows q4[0..3]) against keys k0 and k1: lanes i0 .. i0 + 3 of the key
  * rows s0 and s1 (16 floats each) */
 INLINE void scores_4x2(const float *const *q4, const float *k0, const float *k1, int hd,
@@ -242,8 +234,8 @@ INLINE void scores_4x2(const float *const *q4, const float *k0, const float *k1,
             B[i] = _mm256_fmadd_ps(qv, kv1, B[i]);
         }
     }
-    _mm_storeu_ps(s0, reduce4(A[0], A[1], A[2], A[3], scale));
-    _mm_storeu_ps(s1, reduce4(B[0], B[1], B[2], B[3], scale));
+    _mm_storeu_ps(s0, avx2_scores_reduce4(A[0], A[1], A[2], A[3], scale));
+    _mm_storeu_ps(s1, avx2_scores_reduce4(B[0], B[1], B[2], B[3], scale));
 }
 
 /* out of four queries (pw: their weights, lanes of the key rows of s; o4: their output rows), dims
