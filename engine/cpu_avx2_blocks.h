@@ -25,29 +25,38 @@ static inline void widen_scaled(__m256i v, int16_t s_lo, int16_t s_hi, __m256i *
                                 _mm256_set1_epi16(s_hi));
 }
 
+/* Half h (values 128 h ..) of Q6_K block x as bytes 0..63 (the offset of 32 not taken out): q[k]
+ * holds values 128 h + 32 k + l, l < 32, the low four bits from ql and two from qh. Shared by the
+ * int16 unpacking below and the byte path (cpu_dot_avx2.c). */
+static inline void avx2_q6_K_values(const struct block_q6_K *x, int h, __m256i q[4])
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
+    const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+    const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+    q[0] =
+        _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+    q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+}
+
 /* Q6_K block i of row w: its 256 values (offset of 32 taken out) pre-scaled by their group
  * scales into W[16] (int16), and its scale d */
 static inline void avx2_q6_K_unpack(const void *w, int64_t i, __m256i *W, float *d)
 {
     const struct block_q6_K *x = (const struct block_q6_K *)w + i;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
     const __m256i m32 = _mm256_set1_epi8(32);
     *d = FP16(x->d);
     const int8_t *sc = x->scales;
     for (int h = 0; h < 2; h++) {
-        const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
-        const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
-        const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4);
-        const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4);
-        const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4);
-        const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4);
-        const __m256i q0 = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql0, m4), h0), m32);
-        const __m256i q1 = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql1, m4), h1), m32);
-        const __m256i q2 = _mm256_sub_epi8(
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), h2), m32);
-        const __m256i q3 = _mm256_sub_epi8(
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), h3), m32);
+        __m256i v[4];
+        avx2_q6_K_values(x, h, v);
+        const __m256i q0 = _mm256_sub_epi8(v[0], m32), q1 = _mm256_sub_epi8(v[1], m32);
+        const __m256i q2 = _mm256_sub_epi8(v[2], m32), q3 = _mm256_sub_epi8(v[3], m32);
         const int g = 8 * h; /* groups of 16: q_k covers groups g + 2k, g + 2k + 1 */
         widen_scaled(q0, sc[g + 0], sc[g + 1], W + g + 0);
         widen_scaled(q1, sc[g + 2], sc[g + 3], W + g + 2);

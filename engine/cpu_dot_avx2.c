@@ -419,7 +419,6 @@ static inline void avx2_q45_K_lanes(const uint8_t *scales, const uint8_t *qs, co
 static inline __m256i avx2_q6_K_lanes(const struct block_q6_K *x, const struct avx2_split *si,
                                       const int32_t *g32)
 {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3);
     /* the 16 signed scales as int16; register j (values 32 j ..) takes groups 2 j and 2 j + 1:
      * scale 2 j in its low 128 bits, 2 j + 1 in its high */
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
@@ -429,21 +428,8 @@ static inline __m256i avx2_q6_K_lanes(const struct block_q6_K *x, const struct a
                              _mm256_permute4x64_epi64(sc16, 0xee)};
     __m256i ah = _mm256_setzero_si256(), al = ah;
     for (int h = 0; h < 2; h++) {
-        const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
-        const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
         __m256i q[4];
-        q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
-                               _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
-        q[1] =
-            _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
-        q[2] =
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
-        q[3] =
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+        avx2_q6_K_values(x, h, q);
         for (int k = 0; k < 4; k++) {
             const int j = 4 * h + k; /* groups 2 j (low lane) and 2 j + 1 (high) */
             const __m256i sk = _mm256_shuffle_epi8(
