@@ -58,6 +58,21 @@ run_ctest build "${require[@]}"
 # mutation testing's machinery (docs/gates.md, "Mutation testing"): three mutants planted in a
 # clean commit, each must be stopped by a systematic gate
 ci/mutants.sh --sample --work build/mutants
+# the tool's own attack surface: a --check beside a run must not move the run's scratch worktree
+# (it once did, and the "mutant" built was the unmutated code), and a second run on the same work
+# folder is refused while the first holds its lock
+scratch=build/mutants/src
+git -C "$scratch" checkout -q -f --detach HEAD~1 # a run's state: another commit checked out
+before=$(git -C "$scratch" rev-parse HEAD)
+ci/mutants.sh --check --work build/mutants >/dev/null
+[ "$(git -C "$scratch" rev-parse HEAD)" = "$before" ] ||
+    { echo "ci/test.sh: ci/mutants.sh --check moved the scratch worktree" >&2; exit 1; }
+if flock build/mutants/.lock ci/mutants.sh --sample --work build/mutants >build/mutants/lock.out 2>&1; then
+    echo "ci/test.sh: a second ci/mutants.sh run was not refused while the lock was held" >&2
+    exit 1
+fi
+grep -q "another ci/mutants.sh run holds" build/mutants/lock.out ||
+    { echo "ci/test.sh: the refused run did not name the lock:" >&2; cat build/mutants/lock.out >&2; exit 1; }
 cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=Debug -DGATE_SANITIZE=ON >/dev/null
 cmake --build build-asan -j "$jobs"
 run_ctest build-asan ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$PWD/ci/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 GATE_ASAN=1 "${require[@]}"
