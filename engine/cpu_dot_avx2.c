@@ -50,51 +50,52 @@ static inline __m128i hsum4(__m256i a, __m256i b, __m256i c, __m256i d)
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-/* int32 lanes of sum over the 16 pre-scaled weight vectors W times one token's activations */
-static inline __m256i dot256(const __m256i *W, const int16_t *a)
-{
-    __m256i acc = _mm256_madd_epi16(W[0], _mm256_loadu_si256((const __m256i *)a));
-    for (int g = 1; g < 16; g++)
-        acc = _mm256_add_epi32(
-            acc, _mm256_madd_epi16(W[g], _mm256_loadu_si256((const __m256i *)(a + 16 * g))));
-    return acc;
-}
+/* inlined where called, so that a constant argument (row or token count) unrolls its loops */
+#define INLINE static inline __attribute__((always_inline))
 
-/* the same for four tokens (activation blocks at a0 + k * stride bytes): each weight vector is
- * loaded once for the four */
-static inline void dot256x4(const __m256i *W, const uint8_t *a0, size_t stride, __m256i *out)
+/* int32 lanes of k tokens (k = 1 .. 4, a constant where inlined; activation blocks at
+ * a0 + j * stride bytes) against the 16 pre-scaled weight vectors of nr rows (nr = 1: W0; 2: W0
+ * and W1), into out0[j] / out1[j]: each weight vector loaded once for the k tokens, each
+ * activation vector once for the rows */
+INLINE void dot256_rk(int nr, const __m256i *W0, const __m256i *W1, const uint8_t *a0,
+                      size_t stride, int k, __m256i *out0, __m256i *out1)
 {
     const int16_t *a[4];
-    for (int k = 0; k < 4; k++)
-        a[k] = ((const struct cpu_q16_K *)(a0 + (size_t)k * stride))->qs;
-    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-    for (int g = 0; g < 16; g++) {
-        const __m256i w = _mm256_load_si256(W + g);
-#define STEP(sk, k)                                                                                \
-    sk = _mm256_add_epi32(                                                                         \
-        sk, _mm256_madd_epi16(w, _mm256_loadu_si256((const __m256i *)(a[k] + 16 * g))))
-        STEP(s0, 0);
-        STEP(s1, 1);
-        STEP(s2, 2);
-        STEP(s3, 3);
-#undef STEP
+    __m256i s0[4], s1[4];
+    for (int j = 0; j < k; j++) {
+        a[j] = ((const struct cpu_q16_K *)(a0 + (size_t)j * stride))->qs;
+        s0[j] = s1[j] = _mm256_setzero_si256();
     }
-    out[0] = s0;
-    out[1] = s1;
-    out[2] = s2;
-    out[3] = s3;
+    for (int g = 0; g < 16; g++) {
+        const __m256i w0 = _mm256_load_si256(W0 + g);
+        const __m256i w1 = nr == 2 ? _mm256_load_si256(W1 + g) : w0;
+        for (int j = 0; j < k; j++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(a[j] + 16 * g));
+            s0[j] = madd_acc(s0[j], x, w0);
+            if (nr == 2)
+                s1[j] = madd_acc(s1[j], x, w1);
+        }
+    }
+    for (int j = 0; j < k; j++) {
+        out0[j] = s0[j];
+        if (nr == 2)
+            out1[j] = s1[j];
+    }
 }
 
-/* lanes of every token of the block: groups of four, then one by one */
-static inline void dot256_tokens(const __m256i *W, const uint8_t *act, size_t as, int64_t i, int nt,
-                                 __m256i *lanes)
+/* the lanes of every token of block i against nr rows' pre-scaled blocks (l0[t] / l1[t]): four
+ * tokens at a time, then one by one (measured on a MoE prompt: the last one to three in one pass
+ * no faster; their float steps four lanes at a time, zero lanes as padding, 6-10 % slower). A
+ * lane's int32 sum does not depend on the order of its additions. */
+INLINE void dot256_tokens(int nr, const __m256i *W0, const __m256i *W1, const uint8_t *act,
+                          size_t as, int64_t i, int nt, __m256i *l0, __m256i *l1)
 {
-    const size_t off = (size_t)i * sizeof(struct cpu_q16_K);
+    const uint8_t *a = act + (size_t)i * sizeof(struct cpu_q16_K);
     int t = 0;
     for (; t + 4 <= nt; t += 4)
-        dot256x4(W, act + (size_t)t * as + off, as, lanes + t);
+        dot256_rk(nr, W0, W1, a + (size_t)t * as, as, 4, l0 + t, l1 + t);
     for (; t < nt; t++)
-        lanes[t] = dot256(W, ((const struct cpu_q16_K *)(act + (size_t)t * as + off))->qs);
+        dot256_rk(nr, W0, W1, a + (size_t)t * as, as, 1, l0 + t, l1 + t);
 }
 
 /* acc[t] += Q6_K block i's float step (d yd) isum for each of nt tokens (lanes[t]), four tokens
@@ -124,7 +125,7 @@ static void avx2_q6_K(const void *w, const uint8_t *act, size_t as, int nt, int6
     for (int64_t i = 0; i < nb; i++) {
         float d;
         avx2_q6_K_unpack(w, i, W, &d);
-        dot256_tokens(W, act, as, i, nt, lanes);
+        dot256_tokens(1, W, W, act, as, i, nt, lanes, lanes);
         avx2_q6_K_steps(lanes, d, act, as, i, nt, acc);
     }
 }
@@ -169,39 +170,13 @@ static void avx2_q45_K(const void *w, int five, const uint8_t *act, size_t as, i
         __m256i mins;
         float d, dmin;
         avx2_q45_K_unpack(w, five, i, W, &mins, &d, &dmin);
-        dot256_tokens(W, act, as, i, nt, lanes);
+        dot256_tokens(1, W, W, act, as, i, nt, lanes, lanes);
         avx2_q45_K_steps(lanes, mins, d, dmin, act, as, i, nt, acc);
     }
 }
 
-/* two rows' pre-scaled blocks against four tokens (activation blocks at a0 + k * stride bytes):
- * each activation vector loaded once for both rows */
-static inline void dot256_2x4(const __m256i *W0, const __m256i *W1, const uint8_t *a0,
-                              size_t stride, __m256i *out0, __m256i *out1)
-{
-    const int16_t *a[4];
-    for (int k = 0; k < 4; k++)
-        a[k] = ((const struct cpu_q16_K *)(a0 + (size_t)k * stride))->qs;
-    __m256i s[2][4];
-    for (int k = 0; k < 4; k++)
-        s[0][k] = s[1][k] = _mm256_setzero_si256();
-    for (int g = 0; g < 16; g++) {
-        const __m256i w0 = _mm256_load_si256(W0 + g), w1 = _mm256_load_si256(W1 + g);
-        for (int k = 0; k < 4; k++) {
-            const __m256i x = _mm256_loadu_si256((const __m256i *)(a[k] + 16 * g));
-            s[0][k] = _mm256_add_epi32(s[0][k], _mm256_madd_epi16(w0, x));
-            s[1][k] = _mm256_add_epi32(s[1][k], _mm256_madd_epi16(w1, x));
-        }
-    }
-    for (int k = 0; k < 4; k++) {
-        out0[k] = s[0][k];
-        out1[k] = s[1][k];
-    }
-}
-
 /* two Q4_K / Q5_K / Q6_K rows against nt tokens: each row's integers and float steps are
- * avx2_q45_K's / avx2_q6_K's (the same lanes: a lane's int32 sum does not depend on the order of
- * its additions) */
+ * avx2_q45_K's / avx2_q6_K's */
 static void avx2_K_x2(int type, const void *w0, const void *w1, const uint8_t *act, size_t as,
                       int nt, int64_t nb, float *acc0, float *acc1)
 {
@@ -217,15 +192,7 @@ static void avx2_K_x2(int type, const void *w0, const void *w1, const uint8_t *a
             avx2_q45_K_unpack(w0, five, i, W0, &m0, &d0, &dmin0);
             avx2_q45_K_unpack(w1, five, i, W1, &m1, &d1, &dmin1);
         }
-        const size_t off = (size_t)i * sizeof(struct cpu_q16_K);
-        int t = 0;
-        for (; t + 4 <= nt; t += 4)
-            dot256_2x4(W0, W1, act + (size_t)t * as + off, as, l0 + t, l1 + t);
-        for (; t < nt; t++) {
-            const int16_t *y = ((const struct cpu_q16_K *)(act + (size_t)t * as + off))->qs;
-            l0[t] = dot256(W0, y);
-            l1[t] = dot256(W1, y);
-        }
+        dot256_tokens(2, W0, W1, act, as, i, nt, l0, l1);
         if (six) {
             avx2_q6_K_steps(l0, d0, act, as, i, nt, acc0);
             avx2_q6_K_steps(l1, d1, act, as, i, nt, acc1);
@@ -596,8 +563,6 @@ static __attribute__((noinline)) int avx2_tile_fast(int type, const uint8_t *w, 
  * together with two horizontal adds (each sum is the same two operands: addition commutes). The
  * weighted values keep 64 (or 8) output dimensions in registers over all keys instead of loading
  * and storing them per key; each output is still fmaf(pw, v[d], out[d]) in key order. */
-
-#define INLINE static inline __attribute__((always_inline))
 
 /* the scores of keys p .. p + 3 (cpu_dot_f32(q, key) * scale each) into s[p .. p + 3] */
 INLINE void avx2_scores4(const float *q, const float *k0, size_t stride, int hd, float scale,

@@ -67,17 +67,6 @@ INLINE void unpack(const int kind, const uint8_t *row, int64_t i, struct wblk *o
         _mm256_store_si256((__m256i *)(o->q + 8 * g), W[g]);
 }
 
-/* acc += the pair sums of a and w (vpmaddwd, then vpaddd). As an asm statement with the
- * accumulator tied to its register: GCC's allocation of the two intrinsics in block_sums' loop
- * moved every accumulator between two registers on each step and kept one in memory, whose
- * store-to-load chain then set the loop's pace (measured: half the tile's time on one vpaddd). */
-INLINE __m256i madd_acc(__m256i acc, __m256i a, __m256i w)
-{
-    __m256i t;
-    __asm__("vpmaddwd %3, %2, %1\n\tvpaddd %1, %0, %0" : "+x"(acc), "=&x"(t) : "x"(a), "x"(w));
-    return acc;
-}
-
 /* s[r][h] (eight tokens 8 h ..) += the int32 sums of the tile's rows (wb) against one packed
  * group's pairs qs[0 .. np) */
 INLINE void block_sums(const int np, const int32_t (*qs)[CPU_GEMM_LANES], const struct wblk *wb,
