@@ -307,6 +307,20 @@ static void avx2_q8_0(const void *w, const uint8_t *act, size_t as, int nt, int6
  * integer sums are the portable kernel's, and its float steps per block are the portable ones:
  * the same bits. */
 
+/* One token against a tile's rows reads each weight byte once: the row PF_ROWS ahead is
+ * prefetched while a row is computed (rows are contiguous; a hint, never a fault, results
+ * untouched). Measured on this AVX2 VM, 1 thread, interleaved A/B: decode +10 % on the 30B-A3B
+ * shape, +6 % on the 0.6B Q4_K_M; 1, 2 and 4 rows ahead within the VM's noise of each other. */
+#define PF_ROWS 2
+
+/* prefetch row r + PF_ROWS of the n_rows rows at w (rb bytes each), when there is one */
+static inline void prefetch_ahead(const uint8_t *w, size_t rb, int r, int n_rows)
+{
+    if (r + PF_ROWS < n_rows)
+        for (size_t o = 0; o < rb; o += 64)
+            _mm_prefetch((const char *)(w + (size_t)(r + PF_ROWS) * rb + o), _MM_HINT_T0);
+}
+
 #define AVX2_SPLIT_MAX_NB 128 /* K-blocks per row the on-stack split takes (n <= 32768; 64 KB) */
 
 struct avx2_split {
@@ -537,8 +551,10 @@ static __attribute__((noinline)) int avx2_tile_fast(int type, const uint8_t *w, 
             return 0;
         float yd[AVX2_SPLIT32_MAX_NB];
         avx2_split_32(act, nb, s.b, yd);
-        for (int r = 0; r < n_rows; r++)
+        for (int r = 0; r < n_rows; r++) {
+            prefetch_ahead(w, rb, r, n_rows);
             out[r] = avx2_q8_0_one((const struct block_q8_0 *)(w + (size_t)r * rb), s.b, yd, nb);
+        }
         return n_rows;
     }
     if (n % QK_K || n / QK_K > AVX2_SPLIT_MAX_NB ||
@@ -550,6 +566,7 @@ static __attribute__((noinline)) int avx2_tile_fast(int type, const uint8_t *w, 
     avx2_split_K(y, nb, s.k, type == QUANT_Q6_K ? g32 : NULL);
     for (int r = 0; r < n_rows; r++) {
         const uint8_t *row = w + (size_t)r * rb;
+        prefetch_ahead(w, rb, r, n_rows);
         out[r] = type == QUANT_Q6_K ? avx2_q6_K_one((const struct block_q6_K *)row, y, s.k, g32, nb)
                                     : avx2_q45_K_one(row, type == QUANT_Q5_K, y, s.k, nb);
     }
