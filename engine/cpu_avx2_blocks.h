@@ -1,9 +1,9 @@
 /* cpu_avx2_blocks.h — the AVX2 unpacking of Q4_K / Q5_K / Q6_K weight blocks into int16 values
- * pre-multiplied by their sub-block scales, and the attention scores' four-pair reduction, shared
- * by the AVX2 dot kernels (cpu_dot_avx2.c) and the AVX2 prompt GEMM (cpu_gemm_avx2.c). Include it
- * only from a file compiled with -mavx2 -mfma -mf16c (CMakeLists.txt), after <immintrin.h>. The
- * values are the portable kernels' (cpu_dot_impl.h) integers: a block's W[g] holds its values 16 g
- * .. 16 g + 15 in order.
+ * pre-multiplied by their sub-block scales, the multiply-add step on them (madd_acc) and the
+ * attention scores' four-pair reduction, shared by the AVX2 dot kernels (cpu_dot_avx2.c) and the
+ * AVX2 prompt GEMM (cpu_gemm_avx2.c). Include it only from a file compiled with -mavx2 -mfma
+ * -mf16c (CMakeLists.txt), after <immintrin.h>. The values are the portable kernels'
+ * (cpu_dot_impl.h) integers: a block's W[g] holds its values 16 g .. 16 g + 15 in order.
  */
 #ifndef GATE_CPU_AVX2_BLOCKS_H
 #define GATE_CPU_AVX2_BLOCKS_H
