@@ -15,6 +15,7 @@
 #endif
 
 #define CPU_DOT_NAME(x) cpu_dot_portable_##x
+#include "base/sanitize.h"
 #include "cpu_dot_impl.h"
 #undef CPU_DOT_NAME
 
@@ -204,9 +205,28 @@ int cpu_dot_isa_env_ok(void)
     return v >= 0 && v <= isa_hw();
 }
 
+/* The sanitizer build compiles the SIMD files (cpu_dot_avx2.c, cpu_dot_avx512.c, cpu_gemm_*.c)
+ * outside the instrumentation, at -O3 (CMakeLists.txt: instrumented they made the sanitizer suite
+ * about a third slower, and at -O3 their compile four times longer), so every range a kernel
+ * reads or writes is checked whole here, in the dispatchers, before it runs (base/sanitize.h;
+ * nothing in the other builds). A tile's: n_rows weight rows, each token's activation row and its
+ * n_rows outputs. */
+static void check_tile(int type, const void *w, size_t row_bytes, int n_rows, const void *act,
+                       size_t act_stride, int n_tok, int64_t n, const float *out, size_t out_stride)
+{
+    if (n_rows <= 0 || n_tok <= 0)
+        return;
+    gate_check_range(w, (size_t)(n_rows - 1) * row_bytes + quant_row_bytes(type, n));
+    for (int t = 0; t < n_tok; t++) {
+        gate_check_range((const uint8_t *)act + (size_t)t * act_stride, cpu_act_row_bytes(type, n));
+        gate_check_range(out + (size_t)t * out_stride, (size_t)n_rows * sizeof *out);
+    }
+}
+
 void cpu_dot_rows(int type, const void *w, const void *act, size_t act_stride, int n_tok, int64_t n,
                   float *out, size_t out_stride)
 {
+    check_tile(type, w, 0, 1, act, act_stride, n_tok, n, out, out_stride);
     if (cpu_dot_isa() >= CPU_ISA_AVX512)
         cpu_dot_avx512_rows(type, w, act, act_stride, n_tok, n, out, out_stride);
     else if (cpu_dot_isa() >= CPU_ISA_AVX2)
@@ -218,6 +238,7 @@ void cpu_dot_rows(int type, const void *w, const void *act, size_t act_stride, i
 void cpu_dot_tile(int type, const uint8_t *w, size_t row_bytes, int n_rows, const void *act,
                   size_t act_stride, int n_tok, int64_t n, float *out, size_t out_stride)
 {
+    check_tile(type, w, row_bytes, n_rows, act, act_stride, n_tok, n, out, out_stride);
     if (cpu_dot_isa() >= CPU_ISA_AVX512)
         cpu_dot_avx512_tile(type, w, row_bytes, n_rows, act, act_stride, n_tok, n, out, out_stride);
     else if (cpu_dot_isa() >= CPU_ISA_AVX2)
@@ -230,6 +251,14 @@ void cpu_dot_tile(int type, const uint8_t *w, size_t row_bytes, int n_rows, cons
 void cpu_attn_head(const float *q, const float *kc, const float *vc, size_t stride, int n_keys,
                    int hd, float scale, float *s, float *out)
 {
+    if (n_keys > 0) { /* the query, n_keys key and value rows, the scores, the output */
+        const size_t rows = ((size_t)(n_keys - 1) * stride + (size_t)hd) * sizeof(float);
+        gate_check_range(q, (size_t)hd * sizeof *q);
+        gate_check_range(kc, rows);
+        gate_check_range(vc, rows);
+        gate_check_range(s, (size_t)n_keys * sizeof *s);
+        gate_check_range(out, (size_t)hd * sizeof *out);
+    }
     if (cpu_dot_isa() >= CPU_ISA_AVX512)
         cpu_dot_avx512_attn(q, kc, vc, stride, n_keys, hd, scale, s, out);
     else if (cpu_dot_isa() >= CPU_ISA_AVX2)
@@ -245,6 +274,8 @@ float cpu_dot_avx512_f32(const float *a, const float *b, int64_t n);
 
 float cpu_dot_f32(const float *a, const float *b, int64_t n)
 {
+    gate_check_range(a, n > 0 ? (size_t)n * sizeof *a : 0);
+    gate_check_range(b, n > 0 ? (size_t)n * sizeof *b : 0);
 #if defined(GATE_CPU_AVX2)
     if (cpu_dot_isa() >= CPU_ISA_AVX512)
         return cpu_dot_avx512_f32(a, b, n);

@@ -13,6 +13,7 @@
 
 #include <string.h>
 
+#include "base/sanitize.h"
 #include "cpu_dot.h"
 #include "quant.h"
 
@@ -92,6 +93,17 @@ void cpu_gemm_pack(int type, const uint8_t *act, size_t as, int n_tok, int64_t n
 void cpu_gemm_rows(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                    const void *packed, int n_tok, int64_t n, float *out, size_t out_stride)
 {
+    /* the SIMD files run outside the sanitizer build's instrumentation: their ranges are checked
+     * whole first (cpu_dot.c, check_tile) — rows [r0, r1), the packed tokens, each token's outputs
+     */
+    if (r1 > r0 && n_tok > 0) {
+        gate_check_range(w + (size_t)r0 * row_bytes,
+                         (size_t)(r1 - r0 - 1) * row_bytes + quant_row_bytes(type, n));
+        gate_check_range(packed, cpu_gemm_pack_bytes(type, n_tok, n));
+        for (int t = 0; t < n_tok; t++)
+            gate_check_range(out + (size_t)t * out_stride + (size_t)r0,
+                             (size_t)(r1 - r0) * sizeof *out);
+    }
     if (cpu_dot_isa() >= CPU_ISA_AVX512)
         cpu_gemm_avx512_rows(type, w, row_bytes, r0, r1, packed, n_tok, n, out, out_stride);
     else
@@ -107,6 +119,16 @@ void cpu_gemm_attn(const float *q, size_t q_stride, int n_q, int pos0, const flo
                    const float *vc, size_t kv_stride, int hd, float scale, float *s, float *out,
                    size_t out_stride)
 {
+    if (n_q > 0) { /* each query and output row, keys and values 0 .. pos0 + n_q - 1, the scores */
+        const size_t kv = ((size_t)(pos0 + n_q - 1) * kv_stride + (size_t)hd) * sizeof(float);
+        for (int i = 0; i < n_q; i++) {
+            gate_check_range(q + (size_t)i * q_stride, (size_t)hd * sizeof *q);
+            gate_check_range(out + (size_t)i * out_stride, (size_t)hd * sizeof *out);
+        }
+        gate_check_range(kc, kv);
+        gate_check_range(vc, kv);
+        gate_check_range(s, (size_t)CPU_GEMM_LANES * (size_t)(pos0 + n_q) * sizeof *s);
+    }
     if (cpu_dot_isa() >= CPU_ISA_AVX512)
         cpu_gemm_avx512_attn(q, q_stride, n_q, pos0, kc, vc, kv_stride, hd, scale, s, out,
                              out_stride);

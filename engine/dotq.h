@@ -22,7 +22,7 @@ float dotq_f32(const float *a, const float *b, int64_t n);
  * dotq_f32(scratch, x, n). */
 float dotq_ref(int type, const void *row, const float *x, int64_t n, float *scratch);
 
-/* The same number, faster: a fused kernel for Q4_K, Q6_K and Q8_0 rows (F32 goes straight to
+/* The same number, faster: a fused kernel for Q4_K, Q5_K, Q6_K and Q8_0 rows (F32 goes straight to
  * dotq_f32); other types fall back to dotq_ref (scratch must then hold n floats). */
 float dotq_fast(int type, const void *row, const float *x, int64_t n, float *scratch);
 

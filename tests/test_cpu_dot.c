@@ -269,3 +269,159 @@ Test(cpu_dot, f32_tiles_and_multi_token_rows_equal_the_portable_rows_bit_for_bit
         free(x);
     }
 }
+
+/* ---- the SIMD kernels' ranges, checked whole under the sanitizer ----------------------------
+ * The sanitizer build compiles the SIMD files outside the instrumentation (CMakeLists.txt), and
+ * their dispatchers check every range a kernel reads or writes whole first (cpu_dot.c
+ * check_tile, cpu_gemm.c, dotq.c dotq_fast). Each call runs in a child: once with the bytes just
+ * past every range poisoned (it must run: no check is wider than its range), then, per range,
+ * with that range's last byte poisoned too (under ASan the child must die with ASan's report;
+ * other builds poison nothing and it must run). */
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "engine/cpu_gemm.h"
+#include "engine/dotq.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define SANITIZED 1
+#else
+#define SANITIZED 0
+#define ASAN_POISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
+#endif
+
+enum { RB_A, RB_B, RB_C, RB_D, RB_E, RB_N };
+#define RQ_N 512 /* columns of the quantized cases */
+#define RA_HD 64 /* head dimension of the attention cases */
+#define RA_KEYS 37
+#define RG_TOK 20 /* tokens of the GEMM case */
+
+struct range_case {
+    const char *name, *buf[RB_N]; /* a name per range the call uses, NULL past the last */
+    size_t need[RB_N];            /* bytes of each */
+    void (*call)(uint8_t *b[RB_N]);
+};
+
+static void call_tile4x2(uint8_t *b[RB_N])
+{
+    cpu_dot_tile(QUANT_Q4_K, b[RB_A], quant_row_bytes(QUANT_Q4_K, RQ_N), 4, b[RB_B],
+                 cpu_act_row_bytes(QUANT_Q4_K, RQ_N), 2, RQ_N, (float *)b[RB_C], 4);
+}
+
+static void call_tile5x1(uint8_t *b[RB_N])
+{
+    cpu_dot_tile(QUANT_Q6_K, b[RB_A], quant_row_bytes(QUANT_Q6_K, RQ_N), 5, b[RB_B], 0, 1, RQ_N,
+                 (float *)b[RB_C], 5);
+}
+
+static void call_gemm(uint8_t *b[RB_N])
+{
+    cpu_gemm_rows(QUANT_Q4_K, b[RB_A], quant_row_bytes(QUANT_Q4_K, RQ_N), 0, 6, b[RB_B], RG_TOK,
+                  RQ_N, (float *)b[RB_C], 6);
+}
+
+static void call_attn(uint8_t *b[RB_N])
+{
+    cpu_attn_head((float *)b[RB_A], (float *)b[RB_B], (float *)b[RB_C], RA_HD, RA_KEYS, RA_HD,
+                  0.125f, (float *)b[RB_D], (float *)b[RB_E]);
+}
+
+static void call_gemm_attn(uint8_t *b[RB_N])
+{
+    cpu_gemm_attn((float *)b[RB_A], RA_HD, 5, RA_KEYS - 5, (float *)b[RB_B], (float *)b[RB_C],
+                  RA_HD, RA_HD, 0.125f, (float *)b[RB_D], (float *)b[RB_E], RA_HD);
+}
+
+static void call_dotq(uint8_t *b[RB_N])
+{
+    float scratch[RQ_N];
+    volatile float r = dotq_fast(QUANT_Q5_K, b[RB_A], (const float *)b[RB_B], RQ_N, scratch);
+    (void)r;
+}
+
+/* Run c in a child with every range's bytes from need (or, for range `cut`, from need - 1)
+ * poisoned; its exit status (0: the call returned), ASan's report in *report (1 when seen). */
+static int run_poisoned(const struct range_case *c, int cut, int *report)
+{
+    char path[] = "/tmp/gate-range-XXXXXX";
+    const int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    const pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(fd, 2);
+        uint8_t *b[RB_N] = {0};
+        for (int i = 0; i < RB_N && c->buf[i]; i++) {
+            const size_t cap = (c->need[i] + 127) / 64 * 64; /* 64 bytes or more past need */
+            b[i] = aligned_alloc(64, cap);
+            if (!b[i])
+                _exit(90);
+            memset(b[i], 0, cap);
+            const size_t from = c->need[i] - (i == cut ? 1 : 0);
+            ASAN_POISON_MEMORY_REGION(b[i] + from, cap - from);
+        }
+        c->call(b);
+        _exit(0);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    char text[4096] = {0};
+    const ssize_t got = pread(fd, text, sizeof text - 1, 0);
+    close(fd);
+    unlink(path);
+    *report = got > 0 && strstr(text, "AddressSanitizer") != NULL;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+Test(cpu_dot, the_simd_kernels_ranges_are_checked_whole_under_the_sanitizer)
+{
+    const size_t f = sizeof(float), q4 = quant_row_bytes(QUANT_Q4_K, RQ_N);
+    const size_t q6 = quant_row_bytes(QUANT_Q6_K, RQ_N);
+    const size_t kv = (size_t)RA_KEYS * RA_HD * f;
+    struct range_case cases[] = {
+        {"cpu_dot_tile Q4_K 4 rows x 2 tokens",
+         {"weights", "activations", "outputs"},
+         {4 * q4, 2 * cpu_act_row_bytes(QUANT_Q4_K, RQ_N), 8 * f},
+         call_tile4x2},
+        {"cpu_dot_tile Q6_K 5 rows x 1 token",
+         {"weights", "activations", "outputs"},
+         {5 * q6, cpu_act_row_bytes(QUANT_Q6_K, RQ_N), 5 * f},
+         call_tile5x1},
+        {"cpu_attn_head",
+         {"query", "keys", "values", "scores", "output"},
+         {RA_HD * f, kv, kv, RA_KEYS * f, RA_HD * f},
+         call_attn},
+        {"dotq_fast Q5_K", {"row", "x"}, {quant_row_bytes(QUANT_Q5_K, RQ_N), RQ_N * f}, call_dotq},
+        {"cpu_gemm_rows Q4_K 6 rows x 20 tokens",
+         {"weights", "packed", "outputs"},
+         {6 * q4, cpu_gemm_pack_bytes(QUANT_Q4_K, RG_TOK, RQ_N), RG_TOK * 6 * f},
+         call_gemm},
+        {"cpu_gemm_attn 5 queries",
+         {"queries", "keys", "values", "scores", "outputs"},
+         {5 * RA_HD * f, kv, kv, (size_t)CPU_GEMM_LANES * RA_KEYS * f, 5 * RA_HD * f},
+         call_gemm_attn},
+    };
+    const int n_cases = (cpu_gemm_supported(QUANT_Q4_K) ? 5 : 4) +
+                        (cpu_gemm_attn_supported(RA_HD) && cpu_gemm_supported(QUANT_Q4_K));
+    int checked = 0;
+    for (int ci = 0; ci < n_cases; ci++) {
+        const struct range_case *c = &cases[ci];
+        int report;
+        int rc = run_poisoned(c, -1, &report);
+        cr_assert_eq(rc, 0, "%s with every range whole: exit %d (a check wider than its range?)",
+                     c->name, rc);
+        for (int i = 0; i < RB_N && c->buf[i]; i++, checked++) {
+            rc = run_poisoned(c, i, &report);
+            if (SANITIZED)
+                cr_assert(rc != 0 && report,
+                          "%s with the %s' last byte poisoned: exit %d, report %d (unchecked)",
+                          c->name, c->buf[i], rc, report);
+            else
+                cr_assert_eq(rc, 0, "%s, %s: exit %d", c->name, c->buf[i], rc);
+        }
+    }
+    cr_log_info("%d ranges of %d calls%s", checked, n_cases,
+                SANITIZED ? " each reported by ASan when one byte short" : "");
+}
