@@ -39,6 +39,16 @@ QUANT_VECTOR_CLONES GATE_UNINSTRUMENTED float dotq_f32(const float *a, const flo
     return reduce(acc);
 }
 
+/* the twin's attention's other hot loop: uninstrumented like dotq_f32, its ranges checked whole */
+QUANT_VECTOR_CLONES GATE_UNINSTRUMENTED void dotq_axpy(float *out, float w, const float *v,
+                                                       int64_t n)
+{
+    gate_check_range(out, n > 0 ? (size_t)n * sizeof *out : 0);
+    gate_check_range(v, n > 0 ? (size_t)n * sizeof *v : 0);
+    for (int64_t i = 0; i < n; i++)
+        out[i] += w * v[i];
+}
+
 float dotq_ref(int type, const void *row, const float *x, int64_t n, float *scratch)
 {
     if (type == QUANT_F32)

@@ -18,6 +18,10 @@
 /* Sixteen-lane float dot product of two float vectors (n elements). */
 float dotq_f32(const float *a, const float *b, int64_t n);
 
+/* out[i] += w * v[i] for i < n, one float multiply and one add per element (the twin's attention
+ * weighing a value row into its output). */
+void dotq_axpy(float *out, float w, const float *v, int64_t n);
+
 /* Reference: row (n elements of type `type`) dequantized into scratch (n floats), then
  * dotq_f32(scratch, x, n). */
 float dotq_ref(int type, const void *row, const float *x, int64_t n, float *scratch);

@@ -475,12 +475,8 @@ void ref_attn_head(const float *q, const float *kc, const float *vc, size_t kv_s
     const float inv = (float)(1.0 / sum);
     for (int d = 0; d < hd; d++)
         out[d] = 0.0f;
-    for (int p = 0; p <= pos; p++) {
-        const float pw = s[p] * inv;
-        const float *v = vc + (size_t)p * kv_stride;
-        for (int d = 0; d < hd; d++)
-            out[d] += pw * v[d];
-    }
+    for (int p = 0; p <= pos; p++) /* out += (s[p] * inv) * v[p] */
+        dotq_axpy(out, s[p] * inv, vc + (size_t)p * kv_stride, hd);
 }
 
 void ref_attn_tokens(const float *q, const float *kc, const float *vc, int n, int pos0, int nh,
