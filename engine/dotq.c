@@ -99,64 +99,39 @@ AVX2 static float finish(__m256 acc0, __m256 acc1)
     return reduce(acc);
 }
 
-/* Q4_K: weight = (d * sc) * q - (dmin * m), per sub-block of 32 (quant.c dequant_q4_K). */
-AVX2 static float dot_q4_K_avx2(const struct block_q4_K *b, const float *x, int64_t nb)
-{
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    const __m128i low4 = _mm_set1_epi8(0x0f);
-    for (int64_t i = 0; i < nb; i++, b++) {
-        const float d = quant_fp16_to_f32_inline(b->d), dmin = quant_fp16_to_f32_inline(b->dmin);
-        const uint8_t *q = b->qs;
-        for (int c = 0; c < 4; c++, q += 32, x += 64) {
-            uint8_t sc, m;
-            quant_scale_min_k4_inline(2 * c, b->scales, &sc, &m);
-            const __m256 d1 = _mm256_set1_ps(d * sc), m1 = _mm256_set1_ps(dmin * m);
-            quant_scale_min_k4_inline(2 * c + 1, b->scales, &sc, &m);
-            const __m256 d2 = _mm256_set1_ps(d * sc), m2 = _mm256_set1_ps(dmin * m);
-            for (int h = 0; h < 2; h++) { /* elements 16h..16h+15 (low), 32+16h.. (high) */
-                const __m128i raw = _mm_loadu_si128((const __m128i *)(q + 16 * h));
-                __m256i i0, i1;
-                widen_u8(_mm_and_si128(raw, low4), &i0, &i1);
-                lanes16(&acc0, &acc1, i0, i1, d1, &m1, x + 16 * h);
-            }
-            for (int h = 0; h < 2; h++) {
-                const __m128i raw = _mm_loadu_si128((const __m128i *)(q + 16 * h));
-                __m256i i0, i1;
-                widen_u8(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), &i0, &i1);
-                lanes16(&acc0, &acc1, i0, i1, d2, &m2, x + 32 + 16 * h);
-            }
-        }
-    }
-    return finish(acc0, acc1);
-}
-
-/* Q5_K: weight = (d * sc) * (q + 16 * high bit) - (dmin * m), per sub-block of 32: Q4_K's
- * nibbles with a fifth bit from qh, bit 2c of qh[l] for the low nibbles of chunk c, bit 2c + 1
- * for the high ones (quant.c dequant_q5_K). */
-AVX2 static float dot_q5_K_avx2(const struct block_q5_K *b, const float *x, int64_t nb)
+/* Q4_K and Q5_K: weight = (d * sc) * q - (dmin * m), per sub-block of 32, q the nibble, for Q5_K
+ * plus 16 times a fifth bit from qh: bit 2c of qh[l] for the low nibbles of 64-element chunk c,
+ * bit 2c + 1 for the high ones (quant.c dequant_q4_K, dequant_q5_K). */
+AVX2 static float dot_q45_K_avx2(const uint8_t *blocks, int five, const float *x, int64_t nb)
 {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     const __m128i low4 = _mm_set1_epi8(0x0f), one = _mm_set1_epi8(1);
-    for (int64_t i = 0; i < nb; i++, b++) {
-        const float d = quant_fp16_to_f32_inline(b->d), dmin = quant_fp16_to_f32_inline(b->dmin);
-        const uint8_t *q = b->qs;
+    const size_t bs = five ? sizeof(struct block_q5_K) : sizeof(struct block_q4_K);
+    for (int64_t i = 0; i < nb; i++, blocks += bs) {
+        const struct block_q4_K *b4 = (const struct block_q4_K *)blocks;
+        const struct block_q5_K *b5 = (const struct block_q5_K *)blocks;
+        const uint16_t d16 = five ? b5->d : b4->d, dmin16 = five ? b5->dmin : b4->dmin;
+        const float d = quant_fp16_to_f32_inline(d16), dmin = quant_fp16_to_f32_inline(dmin16);
+        const uint8_t *scales = five ? b5->scales : b4->scales, *q = five ? b5->qs : b4->qs;
         for (int c = 0; c < 4; c++, q += 32, x += 64) {
             uint8_t sc, m;
-            quant_scale_min_k4_inline(2 * c, b->scales, &sc, &m);
+            quant_scale_min_k4_inline(2 * c, scales, &sc, &m);
             const __m256 d1 = _mm256_set1_ps(d * sc), m1 = _mm256_set1_ps(dmin * m);
-            quant_scale_min_k4_inline(2 * c + 1, b->scales, &sc, &m);
+            quant_scale_min_k4_inline(2 * c + 1, scales, &sc, &m);
             const __m256 d2 = _mm256_set1_ps(d * sc), m2 = _mm256_set1_ps(dmin * m);
-            for (int half = 0; half < 2; half++) { /* low nibbles (d1), then high (d2) */
-                const int bit = 2 * c + half;
-                for (int h = 0; h < 2; h++) { /* elements 16h..16h+15 of the 32 */
+            for (int half = 0; half < 2; half++) { /* the low nibbles (d1), then the high (d2) */
+                for (int h = 0; h < 2; h++) {      /* elements 16h..16h+15 of the 32 */
                     const __m128i raw = _mm_loadu_si128((const __m128i *)(q + 16 * h));
-                    const __m128i hi = _mm_loadu_si128((const __m128i *)(b->qh + 16 * h));
-                    const __m128i nib = half ? _mm_and_si128(_mm_srli_epi16(raw, 4), low4)
-                                             : _mm_and_si128(raw, low4);
-                    const __m128i top =
-                        _mm_and_si128(_mm_srl_epi16(hi, _mm_cvtsi32_si128(bit)), one);
+                    __m128i v = half ? _mm_and_si128(_mm_srli_epi16(raw, 4), low4)
+                                     : _mm_and_si128(raw, low4);
+                    if (five) {
+                        const __m128i hi = _mm_loadu_si128((const __m128i *)(b5->qh + 16 * h));
+                        const __m128i bit = _mm_cvtsi32_si128(2 * c + half);
+                        v = _mm_or_si128(
+                            v, _mm_slli_epi16(_mm_and_si128(_mm_srl_epi16(hi, bit), one), 4));
+                    }
                     __m256i i0, i1;
-                    widen_u8(_mm_or_si128(nib, _mm_slli_epi16(top, 4)), &i0, &i1);
+                    widen_u8(v, &i0, &i1);
                     lanes16(&acc0, &acc1, i0, i1, half ? d2 : d1, half ? &m2 : &m1,
                             x + 32 * half + 16 * h);
                 }
@@ -226,9 +201,8 @@ float dotq_fast(int type, const void *row, const float *x, int64_t n, float *scr
         gate_check_range(x, n > 0 ? (size_t)n * sizeof *x : 0);
         switch (type) {
         case QUANT_Q4_K:
-            return dot_q4_K_avx2(row, x, n / QK_K);
         case QUANT_Q5_K:
-            return dot_q5_K_avx2(row, x, n / QK_K);
+            return dot_q45_K_avx2(row, type == QUANT_Q5_K, x, n / QK_K);
         case QUANT_Q6_K:
             return dot_q6_K_avx2(row, x, n / QK_K);
         case QUANT_Q8_0:

@@ -155,10 +155,8 @@ uint16_t quant_f32_to_bf16(float f); /* round to nearest even; NaN stays a quiet
 void quant_get_scale_min_k4(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m);
 
 #ifndef __CUDACC__
-/* Inline forms of the two for hot loops (same results; the out-of-line functions call these).
- * always_inline: GCC then inlines them into the sanitizer build's uninstrumented kernels too
- * (base/sanitize.h), which would otherwise call an instrumented copy per block. */
-static inline __attribute__((always_inline)) float quant_fp16_to_f32_inline(uint16_t h)
+/* Inline forms of the two for hot loops (same results; the out-of-line functions call these). */
+static inline float quant_fp16_to_f32_inline(uint16_t h)
 {
     /* exact and branch-free: rebias the exponent in the bit pattern; subnormals are
      * (2^-14 + m 2^-24) - 2^-14 in float, which is exact; Inf/NaN keep their payload */
@@ -180,8 +178,7 @@ static inline __attribute__((always_inline)) float quant_fp16_to_f32_inline(uint
     return f;
 }
 
-static inline __attribute__((always_inline)) void quant_scale_min_k4_inline(int j, const uint8_t *q,
-                                                                            uint8_t *sc, uint8_t *m)
+static inline void quant_scale_min_k4_inline(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
 {
     if (j < 4) {
         *sc = q[j] & 63;
