@@ -14,8 +14,9 @@
 #include <cpuid.h>
 #endif
 
-#define CPU_DOT_NAME(x) cpu_dot_portable_##x
 #include "base/sanitize.h"
+
+#define CPU_DOT_NAME(x) cpu_dot_portable_##x
 #include "cpu_dot_impl.h"
 #undef CPU_DOT_NAME
 

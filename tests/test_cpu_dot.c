@@ -17,9 +17,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "engine/backend.h"
 #include "engine/cpu_dot.h"
+#include "engine/cpu_gemm.h"
+#include "engine/dotq.h"
 #include "engine/model.h"
 #include "engine/quant.h"
 #include "oracles/mode.h"
@@ -277,13 +281,6 @@ Test(cpu_dot, f32_tiles_and_multi_token_rows_equal_the_portable_rows_bit_for_bit
  * past every range poisoned (it must run: no check is wider than its range), then, per range,
  * with that range's last byte poisoned too (under ASan the child must die with ASan's report;
  * other builds poison nothing and it must run). */
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include "engine/cpu_gemm.h"
-#include "engine/dotq.h"
-
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #define SANITIZED 1
