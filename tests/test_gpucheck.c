@@ -195,6 +195,35 @@ Test(gpucheck, a_spent_budget_skips_stages_with_the_reason, .timeout = 120)
     free(log);
 }
 
+/* GATE_GPU_SKIP leaves the named stages out ("selftest" every family): each is skipped with the
+ * reason, the others still run, and the check cannot pass with a stage left out. */
+Test(gpucheck, stages_left_out_are_skipped_never_passed, .timeout = 300)
+{
+    int status = 0;
+    json_t *sum = dry_run("skipsome", "GATE_GPU_SKIP=bench,selftest,suite", &status);
+    cr_assert_eq(status, 1);
+    cr_assert_str_eq(json_string_value(json_object_get(sum, "result")), "FAIL");
+    size_t i, left_out = 0;
+    json_t *s;
+    json_array_foreach(json_object_get(sum, "stages"), i, s)
+    {
+        const char *name = json_string_value(json_object_get(s, "name"));
+        const char *st = json_string_value(json_object_get(s, "status"));
+        const char *why = json_string_value(json_object_get(s, "reason"));
+        const bool named = !strcmp(name, "bench") || !strcmp(name, "suite") ||
+                           !strncmp(name, "selftest.", 9);
+        if (named) {
+            left_out++;
+            cr_assert_str_eq(st, "skipped", "stage %s", name);
+            cr_assert(why && strstr(why, "GATE_GPU_SKIP"), "stage %s reason: %s", name, why);
+        } else {
+            cr_assert_str_neq(st, "skipped", "stage %s was not named but skipped", name);
+        }
+    }
+    cr_assert_gt(left_out, 3);
+    json_decref(sum);
+}
+
 /* Issue 25 R1 and R6: a tree whose .git did not travel (GIT_DIR names nothing) fails preflight
  * with the git reason and is never counted clean; a shared-memory folder without room for the
  * bench model puts the scratch folder on disk and says so. */
