@@ -4,9 +4,10 @@
 #
 # Inputs: SRC (the source tree), OUT (the header), FLAGS (build flags text), COMPILED (optional: a
 # file listing, one per line, every source file CMake compiles into the gate binary), IDENTITY
-# (optional: a build-identity file, ci/identity.cmake, used only when git gives no commit for
-# SRC's own repository: the tree then counts as that commit when every file it lists has the
-# SHA-256 it records, the checks below reading its list instead of git's; issue 25 R1).
+# (optional: a build-identity file, ci/identity.cmake, used when git gives no commit for SRC's
+# own repository, or gives another commit than the file names while the whole tree verifies
+# against the file (a stale .git): the tree then counts as that commit when every file it lists
+# has the SHA-256 it records, the checks below reading its list instead of git's; issue 25 R1).
 #
 # The build is clean only when all of this holds (settled question 1; issue 11):
 #   - HEAD resolves to a commit of SRC's own repository (or the build-identity file names one);
@@ -101,6 +102,22 @@ set(source_re "^((${folder_re})/.*|CMakeLists\\.txt|ci/[^/]*\\.cmake)$")
 # then verified against the SHA-256 it records instead of against git's blobs.
 include("${CMAKE_CURRENT_LIST_DIR}/identity.cmake")
 identity_git_commit("${SRC}" commit)
+# A .git that travelled but is not the tree's (the device copy carried a snapshot of .git from
+# an earlier commit than the one prepared: its HEAD names another commit and git calls every
+# later edit dirty): when the identity file names a different commit and the whole tree verifies
+# against it, the tree is that commit. A tree that does not verify keeps git's answer.
+if(NOT commit STREQUAL "" AND DEFINED IDENTITY AND NOT IDENTITY STREQUAL ""
+   AND EXISTS "${IDENTITY}")
+  identity_read("${IDENTITY}")
+  if(id_error STREQUAL "" AND NOT id_commit STREQUAL commit)
+    identity_verify("${SRC}" why)
+    if(why STREQUAL "")
+      message(STATUS "buildinfo: git's HEAD is ${commit}, but the tree verifies as commit "
+                     "${id_commit} (its build identity): a stale .git; the identity counts")
+      set(commit "")
+    endif()
+  endif()
+endif()
 set(by_identity 0)
 set(tree "")
 if(commit STREQUAL "")
@@ -334,6 +351,11 @@ function(check_args args where)
             set(_bad "${_bad};${where} has run-time search path entry ${d}, which is not an absolute path")
           endif()
         endforeach()
+      elseif(a MATCHES "^-Wl,--dependency-file=([^,]+)$")
+        # the linker writes the files it read into a depfile (CMake 3.27+ with Ninja, where the
+        # linker supports it: CMAKE_LINK_DEPENDS_USE_LINKER); it changes nothing the linker reads,
+        # only where that list goes: inside the build folder (seen on the GPU host's CMake)
+        check_path("${CMAKE_MATCH_1}" "${where} (linker depfile)")
       elseif(a MATCHES "${deny_re}" OR a MATCHES ",(-include|-imacros|-Wp|-B|-specs|-fplugin)")
         set(_bad "${_bad};${where} has flag ${a}, which no clean build of gate uses")
       elseif(a MATCHES "^-D([A-Za-z_][A-Za-z0-9_]*)")

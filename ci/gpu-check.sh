@@ -126,6 +126,19 @@ tree_identity() {
         else
             CLEAN=true
         fi
+        # a stale .git (the device copy carried a snapshot older than the prepared commit): when
+        # the identity file names another commit and the whole tree verifies against it, the
+        # tree is that commit (ci/buildinfo.cmake makes the same choice for the binary)
+        if [ "$CLEAN" != true ] && [ -f "$DEB/IDENTITY" ] && command -v cmake >/dev/null; then
+            local idc
+            idc=$(sed -n 's/^commit \([0-9a-f]*\)$/\1/p' "$DEB/IDENTITY" | head -n1)
+            if [ -n "$idc" ] && [ "$idc" != "$head" ] &&
+                cmake -DMODE=check -DSRC="$ROOT" -DIDENTITY="$DEB/IDENTITY" \
+                    -P "$ROOT/ci/identity.cmake" >/dev/null 2>&1; then
+                COMMIT=$idc CLEAN=true ID_WHY=""
+                ID_FROM="identity file (git's HEAD ${head:0:12} is another commit: a stale .git)"
+            fi
+        fi
         return 0
     fi
     [ -n "${top:-}" ] && [ -z "${head:-}" ] && [ -d "$top" ] &&

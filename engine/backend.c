@@ -156,9 +156,16 @@ static const struct backend_noise NOISE[] = {
      "measured 2026-12-02: worst of 151 gate parity runs over tiny-moe, tiny-dense, tiny-odd"
      " (decode, prefill, chat; docs/gates.md)",
      "act-q12"}, /* 12-bit block activations before every quantized product (cpu_dot.h) */
+    /* cuda: the first device run (2026-12-04, an NVIDIA H200, ci/gpu-check.sh; GEMV v1, attention
+     * v1, graph off, FP32 prefill and KV), worst of the 12 cells of ladders/gpu.yaml: 1 - cos
+     * 8.1e-13, mean KL 1.32e-11, max KL 6.42e-11, max rel-L2 1.27e-6, mean rel-L2 7.7e-7. Not
+     * yet the row ladder check refuses by: it holds for the FP32 paths only, and a cuda cell
+     * with an F16 KV cache, an F16 / BF16 prefill or the v2 kernels has other noise, which this
+     * table (one row per backend) cannot tell apart. ladders/gpu.yaml sets its bounds from it. */
     {"cuda", 0, 0, NAN, NAN, NAN, NAN, NAN,
-     "not measured: no device run yet (docs/kernels.md has the emulated FP16 predictions)",
-     NULL}, /* its forced layers wait for a device run: its roundings are not calibrated */
+     "first device run 2026-12-04 (H200, FP32 v1 paths, tiny models): max rel-L2 1.27e-6, mean"
+     " 7.7e-7, max KL 6.4e-11; not a refusal row yet: F16 KV / F16 prefill / v2 unmeasured",
+     NULL}, /* its forced layers wait: its roundings are not calibrated against the forced twin */
     {BACKEND_EXTERNAL, 0, 0, NAN, NAN, NAN, NAN, NAN,
      "an external engine: its noise is its own; measure it (docs/exec.md)", NULL},
 };

@@ -176,9 +176,17 @@ __host__ __device__ __forceinline__ float g2_h2f(uint16_t h)
  * 210-byte and Q8_0's 34-byte blocks): the two aligned 16-byte chunks that hold p..p+15 are
  * loaded (the second only when p is not aligned, so no byte outside the chunks of the tensor
  * is touched) and funnel-shifted into place. */
+/* The host twin of the device's misaligned-address fault: set when the A16 path is handed an
+ * address that is not 16-byte aligned (k_test_gemv2_host reports it). */
+static thread_local int g2_host_misaligned;
+
 template <bool A16> __host__ __device__ __forceinline__ uint4 g2_ld16(const uint8_t *p)
 {
     if constexpr (A16) {
+#ifndef __CUDA_ARCH__
+        if ((uintptr_t)p % 16)
+            g2_host_misaligned = 1;
+#endif
         return g2_ldg((const uint4 *)p);
     } else {
         const uintptr_t a = (uintptr_t)p;
@@ -251,15 +259,28 @@ __host__ __device__ __forceinline__ uint4 g2_shr(uint4 v, int n)
 /* Per type: elements and bytes of a block, items per block, 16-byte loads per item and row, items
  * per lane whose loads are in flight together (U x GEMV2_ROWS x NW loads of 16 bytes). */
 template <int T> struct g2_type;
+/* A16: every 16-byte load of an item starts 16 bytes past the row's start times a whole number
+ * (Q4_K's 144-byte blocks); Q6_K's 210-byte and Q8_0's 34-byte blocks (and Q8_0's loads at
+ * 2 + 16 part) leave block starts unaligned even in an aligned row, so those always realign. */
 template <> struct g2_type<QUANT_Q4_K> {
-    enum { BE = 256, BB = 144, PARTS = 8, NW = 2, U = 2 };
+    enum { BE = 256, BB = 144, PARTS = 8, NW = 2, U = 2, A16 = 1 };
 };
 template <> struct g2_type<QUANT_Q6_K> {
-    enum { BE = 256, BB = 210, PARTS = 4, NW = 4, U = 1 };
+    enum { BE = 256, BB = 210, PARTS = 4, NW = 4, U = 1, A16 = 0 };
 };
 template <> struct g2_type<QUANT_Q8_0> {
-    enum { BE = 32, BB = 34, PARTS = 2, NW = 1, U = 2 };
+    enum { BE = 32, BB = 34, PARTS = 2, NW = 1, U = 2, A16 = 0 };
 };
+
+/* Whether a weight of type T whose data, rows and experts start at these offsets takes the
+ * aligned-load path: the type's layout allows it and all three are multiples of 16. */
+template <int T>
+__host__ __device__ __forceinline__ bool g2_a16(uintptr_t data, int64_t row_bytes,
+                                                int64_t expert_stride)
+{
+    return g2_type<T>::A16 &&
+           ((uint64_t)data | (uint64_t)row_bytes | (uint64_t)expert_stride) % 16 == 0;
+}
 
 /* The raw bytes of one item of one row: NW 16-byte loads and the block's FP16 scale. */
 template <int T> struct g2_raw {
@@ -470,10 +491,10 @@ template <int T, int MODE> static void gemv2_launch_mode(const struct gemv_launc
 
 template <int T> static void gemv2_launch(const struct gemv_launch &l)
 {
-    /* 16-byte aligned quants: the data, every row and every expert start on 16 bytes */
+    /* 16-byte aligned quants: the type's every load, the data, every row and every expert */
     const bool a16 =
-        ((uintptr_t)l.w->data | l.w->row_bytes | l.w->expert_stride) % 16 == 0 &&
-        (!l.w2 || ((uintptr_t)l.w2->data | l.w2->row_bytes | l.w2->expert_stride) % 16 == 0);
+        g2_a16<T>((uintptr_t)l.w->data, l.w->row_bytes, l.w->expert_stride) &&
+        (!l.w2 || g2_a16<T>((uintptr_t)l.w2->data, l.w2->row_bytes, l.w2->expert_stride));
     if (l.mode == GEMV_STORE)
         gemv2_launch_mode<T, GEMV_STORE>(l, a16);
     else if (l.mode == GEMV_ADD)
@@ -488,7 +509,7 @@ template <int T> static float gemv2_row_host(const uint8_t *row, const float *x,
 {
     typedef g2_type<T> TT;
     const int64_t items = cols / TT::BE * TT::PARTS;
-    const bool a16 = (uintptr_t)row % 16 == 0;
+    const bool a16 = g2_a16<T>((uintptr_t)row, cols / TT::BE * TT::BB, 0);
     float lane[32];
     for (int l = 0; l < 32; l++) {
         float acc = 0.0f;
@@ -524,9 +545,15 @@ extern "C" int k_test_gemv2_host(int type, const void *row, const float *x, int6
     if ((uintptr_t)x % 16)
         return err_set(err, ERR_INPUT, "k_test_gemv2_host: x is not 16-byte aligned");
     const uint8_t *r = (const uint8_t *)row;
+    g2_host_misaligned = 0;
     *out = type == QUANT_Q4_K   ? gemv2_row_host<QUANT_Q4_K>(r, x, cols)
            : type == QUANT_Q6_K ? gemv2_row_host<QUANT_Q6_K>(r, x, cols)
                                 : gemv2_row_host<QUANT_Q8_0>(r, x, cols);
+    if (g2_host_misaligned)
+        return err_set(err, ERR_RUNTIME,
+                       "k_test_gemv2_host: %s row at %p: the aligned-load path read an address "
+                       "that is not 16-byte aligned (on a device: cudaErrorMisalignedAddress)",
+                       quant_name(type), row);
     return 0;
 }
 

@@ -210,8 +210,8 @@ Test(gpucheck, stages_left_out_are_skipped_never_passed, .timeout = 300)
         const char *name = json_string_value(json_object_get(s, "name"));
         const char *st = json_string_value(json_object_get(s, "status"));
         const char *why = json_string_value(json_object_get(s, "reason"));
-        const bool named = !strcmp(name, "bench") || !strcmp(name, "suite") ||
-                           !strncmp(name, "selftest.", 9);
+        const bool named =
+            !strcmp(name, "bench") || !strcmp(name, "suite") || !strncmp(name, "selftest.", 9);
         if (named) {
             left_out++;
             cr_assert_str_eq(st, "skipped", "stage %s", name);
@@ -636,5 +636,52 @@ Test(gpucheck, a_tree_without_git_takes_its_commit_from_the_identity_file, .time
     cr_expect_neq(rc, 0);
     cr_expect(strstr(t, "git rev-parse HEAD failed") && strstr(t, "IDENTITY: no commit identity"),
               "%s", t);
+    free(t);
+}
+
+/* Seen on the first device run: the copy carried a .git older than the prepared commit, so git
+ * named the earlier commit, dirty, and no receipt counted. Preflight now takes the identity
+ * file's commit when the whole tree verifies against it; an edit after that keeps git's answer. */
+Test(gpucheck, a_stale_git_yields_to_the_identity_file_the_tree_verifies_against, .timeout = 300)
+{
+    char dir[1024], cmd[8192];
+    check_make_dir(dir, sizeof dir, "stale");
+    snprintf(cmd, sizeof cmd,
+             "set -e; cd '%s'; mkdir -p tree deb tree/shared/conformance;"
+             "git -C '%s' ls-files -z --cached --others --exclude-standard |"
+             "  (cd '%s' && tar --null -T - -cf -) | tar -xf - -C tree;"
+             "cd tree; git init -q .; git add -A;"
+             "git -c user.name=t -c user.email=t@t -c commit.gpgsign=false commit -q -m one;"
+             "echo later >>README.md; git add -A;"
+             "git -c user.name=t -c user.email=t@t -c commit.gpgsign=false commit -q -m two;"
+             ": >../deb/placeholder.deb",
+             dir, GATE_SOURCE_DIR, GATE_SOURCE_DIR);
+    cr_assert_eq(system(cmd), 0, "cannot make the committed copy");
+    char *t = NULL;
+    int rc = run_sh(&t,
+                    "cd '%s/tree' && env GATE_PREPARE_ONLY=1 GATE_DEB_DIR='%s/deb' "
+                    "bash ci/gpu-check.sh '%s/prep'",
+                    dir, dir, dir);
+    cr_assert_eq(rc, 0, "prepare: %s", t);
+    free(t);
+    char commit[64] = "";
+    rc = run_sh(&t, "git -C '%s/tree' rev-parse HEAD && git -C '%s/tree' reset -q --soft HEAD~1",
+                dir, dir);
+    cr_assert_eq(rc, 0);
+    snprintf(commit, sizeof commit, "%.40s", t);
+    free(t);
+    rc = run_sh(&t, "env GATE_DEB_DIR='%s/deb' bash '%s/tree/ci/gpu-check.sh' --stage preflight",
+                dir, dir);
+    char want[200];
+    snprintf(want, sizeof want, "commit %s (from identity file (git's HEAD", commit);
+    cr_expect(strstr(t, want) && strstr(t, "a stale .git") && !strstr(t, "warning: "),
+              "want '%s' in:\n%s", want, t);
+    free(t);
+
+    snprintf(cmd, sizeof cmd, "echo edit >>'%s/tree/README.md'", dir);
+    cr_assert_eq(system(cmd), 0);
+    rc = run_sh(&t, "env GATE_DEB_DIR='%s/deb' bash '%s/tree/ci/gpu-check.sh' --stage preflight",
+                dir, dir);
+    cr_expect(strstr(t, "(from git)") && strstr(t, "warning: the tree is not clean"), "%s", t);
     free(t);
 }

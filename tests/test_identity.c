@@ -403,6 +403,56 @@ Test(identity, a_tree_without_git_is_the_commit_its_identity_file_names)
     expect_dirty("no git commit at");
 }
 
+/* The device copy's .git was a snapshot older than the prepared commit: git's HEAD named the
+ * earlier commit and every later edit made the build dirty, so no receipt of the run counted.
+ * When the identity file names another commit and the whole tree verifies against it, the tree
+ * is that commit; a tree that does not verify keeps git's answer (dirty). */
+Test(identity, a_stale_git_yields_to_an_identity_file_the_tree_verifies_against)
+{
+    make_repo();
+    struct info old_commit = buildinfo();
+    put("engine/a.h", "#define A 2\n");
+    sh("cd '%s' && git add -A && git -c user.name=t -c user.email=t@t -c commit.gpgsign=false "
+       "commit -q -m second",
+       repo);
+    struct info by_git = buildinfo();
+    cr_assert_eq(by_git.dirty, 0, "%s", by_git.reason);
+    cr_assert_str_neq(by_git.commit, old_commit.commit);
+    cr_assert_eq(write_identity(), 0);
+    sh("cd '%s' && git reset -q --soft HEAD~1", repo); /* .git at the first commit, tree second */
+
+    struct info in = buildinfo();
+    cr_expect_eq(in.dirty, 0, "the verified tree: %s", in.reason);
+    cr_expect_str_eq(in.commit, by_git.commit);
+    cr_expect_str_eq(in.source_sha256, by_git.source_sha256);
+
+    put("engine/a.h", "#define A 3\n"); /* verifies against neither: git's commit, dirty */
+    in = buildinfo();
+    cr_expect_eq(in.dirty, 1);
+    cr_expect_str_eq(in.commit, old_commit.commit);
+    put("engine/a.h", "#define A 2\n");
+
+    identity_file[0] = '\0'; /* without the file: git's stale answer, dirty */
+    in = buildinfo();
+    cr_expect_eq(in.dirty, 1);
+    cr_expect_str_eq(in.commit, old_commit.commit);
+}
+
+/* CMake 3.27+ with Ninja has the linker write its depfile (-Wl,--dependency-file=...): seen on
+ * the GPU host, where it made every build dirty. Into the build folder it is clean; a depfile
+ * path outside the allowed folders is still dirty. */
+Test(identity, a_linker_depfile_in_the_build_folder_is_clean_and_elsewhere_dirty)
+{
+    make_repo();
+    snprintf(lflags, sizeof lflags, "-Wl,--dependency-file=CMakeFiles/gate.dir/link.d");
+    struct info in = buildinfo();
+    cr_expect_eq(in.dirty, 0, "a depfile in the build folder: %s", in.reason);
+    snprintf(lflags, sizeof lflags, "-Wl,--dependency-file=/tmp/elsewhere/link.d");
+    expect_dirty("(linker depfile) reads /tmp/elsewhere/link.d, outside");
+    snprintf(lflags, sizeof lflags, "-Wl,--dependency-file=x.d,-z,now");
+    expect_dirty("which no clean build of gate uses");
+}
+
 /* A tree copied without its .git into another repository's folder must not take that
  * repository's commit: its identity file's commit is the one. */
 Test(identity, a_tree_inside_another_repository_keeps_its_own_commit)
