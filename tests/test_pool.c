@@ -152,7 +152,7 @@ Test(pool, a_thread_index_is_never_in_use_twice_at_once_and_items_run_once, .tim
 struct meet_job {
     int n;                 /* grains = threads */
     atomic_int claimed;    /* grains started */
-    atomic_int ran[8];     /* grains run per thread index */
+    atomic_int ran[POOL_MAX_THREADS]; /* grains run per thread index (a 16-CPU host overran 8) */
     atomic_int gave_up;    /* a grain stopped waiting at the deadline */
     struct pool *pool;     /* for wait_caller_sleep */
     int wait_caller_sleep; /* the workers' grains also wait for the caller to sleep */
