@@ -150,13 +150,13 @@ Test(pool, a_thread_index_is_never_in_use_twice_at_once_and_items_run_once, .tim
  * A grain that waits past the deadline gives up (and the loop records it), so a pool whose
  * workers never come fails the test instead of hanging it. */
 struct meet_job {
-    int n;                 /* grains = threads */
-    atomic_int claimed;    /* grains started */
+    int n;                            /* grains = threads */
+    atomic_int claimed;               /* grains started */
     atomic_int ran[POOL_MAX_THREADS]; /* grains run per thread index (a 16-CPU host overran 8) */
-    atomic_int gave_up;    /* a grain stopped waiting at the deadline */
-    struct pool *pool;     /* for wait_caller_sleep */
-    int wait_caller_sleep; /* the workers' grains also wait for the caller to sleep */
-    int64_t caller_sleeps; /* pool_counts before the loop */
+    atomic_int gave_up;               /* a grain stopped waiting at the deadline */
+    struct pool *pool;                /* for wait_caller_sleep */
+    int wait_caller_sleep;            /* the workers' grains also wait for the caller to sleep */
+    int64_t caller_sleeps;            /* pool_counts before the loop */
 };
 
 static void meet(void *ctx, int64_t begin, int64_t end, int thread)
