@@ -438,6 +438,10 @@ static json_t *run_cell(const struct ladder *l, int ci, const struct run_options
     x.mode.kv_f16 = x.c->v.at[CELL_KV] == KV_F16;
     snprintf(x.mode.prefill, sizeof x.mode.prefill, "%s",
              cell_variant_value(&x.c->v, CELL_PREFILL));
+    /* ... and kernel generations (the backend's defaults unless the cell names others) */
+    for (int k = 0; k < KNOB_COUNT; k++)
+        snprintf(x.mode.knob[k], sizeof x.mode.knob[k], "%s",
+                 cell_variant_value(&x.c->v, (enum cell_setting_id)(CELL_KNOB_FIRST + k)));
     /* ... and runs the cell's instruction set: held for the whole cell, the host's default
      * restored after it (the consistency gate's other sets return to it too) */
     char isa_before[16];

@@ -192,13 +192,13 @@ enum gate_verdict capability_gate_judge(const json_t *settings, const json_t *me
 
 /* ---- every gate ------------------------------------------------------------------------------ */
 
-/* The identity settings a cell asks for (receipts/cellkey.h's rows: kv, isa, prefill;
- * docs/ladder.md) are the ones its subjects reported at open (metrics.ran.KEY, oracles/mode.c): a
- * harness that dropped a setting, or a subject that ran another configuration, FAILs — in both
- * directions for the settings whose default has a name (an F32 cell whose subject ran F16 FAILs
- * too). A run that recorded none (receipts from before the key, external engines) is judged only
- * when its settings ask. A setting whose default has no name (isa: absent = the host's best) is
- * judged only when asked. */
+/* The identity settings a cell asks for (receipts/cellkey.h's rows: kv, isa, prefill, gemv, route,
+ * attn, graph; docs/ladder.md) are the ones its subjects reported at open (metrics.ran.KEY,
+ * oracles/mode.c): a harness that dropped a setting, or a subject that ran another configuration,
+ * FAILs — in both directions for the settings whose default has a name (an F32 cell whose subject
+ * ran F16 FAILs too). A run that recorded none (receipts from before the key, external engines) is
+ * judged only when its settings ask. A setting whose default has no name (isa: absent = the host's
+ * best) is judged only when asked. */
 static enum gate_verdict judge_ran_settings(const json_t *settings, const json_t *metrics,
                                             json_t *checks, char *why, size_t n)
 {

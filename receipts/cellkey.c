@@ -66,6 +66,46 @@ static int prefill_refuses(const char *backend, const char *value, char *why, si
     return 1;
 }
 
+/* A kernel generation (engine/backend.h, enum backend_knob): offered when the backend's row lists
+ * the value for that knob (cuda: gemv v1,v2; route v1,v2; attn v1,split; graph off,on). */
+static int knob_refuses(enum backend_knob k, const char *backend, const char *value, char *why,
+                        size_t n)
+{
+    if (backend_offers_knob(backend, k, value))
+        return 0;
+    char list[96] = "";
+    for (int i = 0; i < backend_count(); i++)
+        if (backend_offers_knob(backend_name(i), k, value))
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? ", " : "",
+                     backend_name(i));
+    const char *has = backend_knob_values(backend, k);
+    snprintf(why, n, "%s (%s %s %s); a %s %s cell is refused, never run on another generation",
+             has && *has ? "offers other generations only" : "has no kernel generations",
+             list[0] ? list : "no backend", list[0] && strchr(list, ',') ? "offer" : "offers",
+             value, BACKEND_KNOBS[k].key, value);
+    if (has && *has)
+        snprintf(why + strlen(why), n - strlen(why), " (it offers %s)", has);
+    return 1;
+}
+static int gemv_refuses(const char *backend, const char *value, char *why, size_t n)
+{
+    return knob_refuses(KNOB_GEMV, backend, value, why, n);
+}
+static int route_refuses(const char *backend, const char *value, char *why, size_t n)
+{
+    return knob_refuses(KNOB_ROUTE, backend, value, why, n);
+}
+static int attn_refuses(const char *backend, const char *value, char *why, size_t n)
+{
+    return knob_refuses(KNOB_ATTN, backend, value, why, n);
+}
+static int graph_refuses(const char *backend, const char *value, char *why, size_t n)
+{
+    return knob_refuses(KNOB_GRAPH, backend, value, why, n);
+}
+
+/* The kernel-generation rows repeat the cuda row's knob values of engine/backend.c (its default
+ * first); tests/test_cellkey.c checks that every backend's knob values are exactly these. */
 const struct cell_setting CELL_SETTINGS[CELL_SETTING_COUNT] = {
     [CELL_KV] = {"kv", "f32", {"f16", NULL}, 1, "the KV cache type", "KV cache", kv_refuses},
     [CELL_ISA] = {"isa",
@@ -82,6 +122,19 @@ const struct cell_setting CELL_SETTINGS[CELL_SETTING_COUNT] = {
                       "the batched projections' precision",
                       "batched projections' precision",
                       prefill_refuses},
+    [CELL_GEMV] =
+        {"gemv", "v1", {"v2", NULL}, 0, "the decode GEMV generation", "GEMV", gemv_refuses},
+    [CELL_ROUTE] =
+        {"route", "v1", {"v2", NULL}, 0, "the MoE routing generation", "routing", route_refuses},
+    [CELL_ATTN] =
+        {"attn", "v1", {"split", NULL}, 0, "the attention generation", "attention", attn_refuses},
+    [CELL_GRAPH] = {"graph",
+                    "off",
+                    {"on", NULL},
+                    0,
+                    "the decode step as one device graph",
+                    "decode graph",
+                    graph_refuses},
 };
 
 static int n_values(const struct cell_setting *r)

@@ -25,7 +25,20 @@
  * effect where the cell's subject opens (harness/run.c) — the ladder's parse and backend check,
  * names, payloads, gate settings, override matches, the duplicate index, the judge of what ran
  * (oracles/gates.c) and the release matrix all loop over the rows. */
-enum cell_setting_id { CELL_KV, CELL_ISA, CELL_PREFILL, CELL_SETTING_COUNT };
+enum cell_setting_id {
+    CELL_KV,
+    CELL_ISA,
+    CELL_PREFILL,
+    /* the kernel generations (engine/backend.h, enum backend_knob, in its order): a cell can
+     * require the fast paths of a device backend (`gemv: v2`), judged from metrics.ran.KEY */
+    CELL_GEMV,
+    CELL_ROUTE,
+    CELL_ATTN,
+    CELL_GRAPH,
+    CELL_SETTING_COUNT
+};
+/* The knob of a kernel-generation setting: CELL_GEMV + k is knob k. */
+#define CELL_KNOB_FIRST CELL_GEMV
 
 /* The kv row's value indices: the subject's KV cache, F32 the default. */
 enum kv_type { KV_F32 = 0, KV_F16 = 1 };
@@ -54,7 +67,8 @@ extern const struct cell_setting CELL_SETTINGS[CELL_SETTING_COUNT];
 /* The settings beside model/host/mode that make a cell's identity: each setting's value number
  * (0 the default). isa's values are the instruction sets the cpu backend can be held to
  * (engine/cpu_dot.h), so an AVX2 cell can be required on an AVX-512 host; prefill's the 16-bit
- * precisions of a backend's batched projections (its row's prefills, engine/backend.c). */
+ * precisions of a backend's batched projections (its row's prefills, engine/backend.c); gemv,
+ * route, attn and graph the kernel generations a backend's row offers (its knobs). */
 struct cell_variant {
     unsigned char at[CELL_SETTING_COUNT];
 };

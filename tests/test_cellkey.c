@@ -308,6 +308,48 @@ Test(cellkey, an_isa_cell_runs_on_its_set_and_is_a_cell_of_its_own)
 
 /* ---- the prefill precision (issue 25 §2: what ran is what is recorded) ---------------------- */
 
+/* A cells text the ladder must refuse, and what the message must say. */
+struct refusal {
+    const char *cells, *want;
+};
+
+/* Each of the n ladders (modes, bad[i].cells) is refused with ERR_INPUT naming bad[i].want. */
+static void expect_refused(const char *modes, const struct refusal *bad, size_t n)
+{
+    struct gate_err err = {0};
+    for (size_t i = 0; i < n; i++) {
+        struct ladder *l = NULL;
+        err_clear(&err);
+        cr_expect_eq(load_cells(modes, bad[i].cells, NULL, &l, &err), ERR_INPUT,
+                     "case %zu was accepted", i);
+        cr_expect(strstr(err.msg, bad[i].want), "case %zu: %s", i, err.msg);
+        ladder_free(l);
+    }
+}
+
+/* The capability judge of a cell whose settings ask key = want (NULL: not asked) over a subject
+ * of backend that reported key = ran: it FAILs naming noun exactly when pass is 0. */
+static void expect_ran_judged(const char *mode, const char *backend, const char *key,
+                              const char *want, const char *ran, const char *noun, int pass,
+                              size_t i)
+{
+    json_t *settings = json_pack("{s:i}", "positions", 64);
+    if (want)
+        json_object_set_new(settings, key, json_string(want));
+    json_t *metrics =
+        json_pack("{s:{s:s, s:s, s:i, s:i, s:s}}", "ran", "backend", backend, "device", backend,
+                  "tokens", 64, "kernel_launches", strcmp(backend, "cuda") ? 0 : 10, key, ran);
+    json_t *checks = json_array();
+    char why[256] = "";
+    gate_judge_common(gatedef_find("capability")->judge, 1, mode, settings, metrics, checks, why,
+                      sizeof why);
+    cr_expect_eq(strstr(why, noun) != NULL, !pass, "case %zu (%s asked %s, ran %s): %s", i, key,
+                 want ? want : "nothing", ran, why);
+    json_decref(settings);
+    json_decref(metrics);
+    json_decref(checks);
+}
+
 Test(cellkey, prefill_precision_is_a_cell_setting_judged_like_kv)
 {
     ladderfix_init(&fx, "cellkey3");
@@ -331,9 +373,7 @@ Test(cellkey, prefill_precision_is_a_cell_setting_judged_like_kv)
     json_decref(s1);
     ladder_free(l);
     l = NULL;
-    static const struct {
-        const char *cells, *want;
-    } bad[] = {
+    static const struct refusal bad[] = {
         {"  - {model: moe, host: a, mode: cpu.decode, prefill: f16}\n",
          "backend 'cpu' runs its batched projections in F32 only"},
         {"  - {model: moe, host: a, mode: cuda.prefill, prefill: fp16}\n",
@@ -342,37 +382,16 @@ Test(cellkey, prefill_precision_is_a_cell_setting_judged_like_kv)
          "  - {model: moe, host: a, mode: cuda.prefill, prefill: f32}\n",
          "is listed twice"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        err_clear(&err);
-        cr_expect_eq(load_cells("cpu.decode, cuda.prefill", bad[i].cells, NULL, &l, &err),
-                     ERR_INPUT, "case %zu was accepted", i);
-        cr_expect(strstr(err.msg, bad[i].want), "case %zu: %s", i, err.msg);
-        ladder_free(l);
-        l = NULL;
-    }
+    expect_refused("cpu.decode, cuda.prefill", bad, sizeof bad / sizeof bad[0]);
     /* the judge holds what ran to the cell: a 16-bit cell whose subject ran F32, and an F32
      * cell whose subject ran FP16 (an old GATE_CUDA_PREFILL), both FAIL */
-    struct {
+    static const struct {
         const char *want, *ran;
         int pass;
     } cases[] = {{"f16", "f16", 1}, {"f16", "f32", 0}, {NULL, "f16", 0}, {NULL, "f32", 1}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        json_t *settings = json_pack("{s:i}", "positions", 64);
-        if (cases[i].want)
-            json_object_set_new(settings, "prefill", json_string(cases[i].want));
-        json_t *metrics =
-            json_pack("{s:{s:s, s:s, s:i, s:i, s:s}}", "ran", "backend", "cpu", "device", "cpu",
-                      "tokens", 64, "kernel_launches", 0, "prefill", cases[i].ran);
-        json_t *checks = json_array();
-        char why[256] = "";
-        gate_judge_common(gatedef_find("capability")->judge, 1, "cpu.decode", settings, metrics,
-                          checks, why, sizeof why);
-        const int prefill_failed = strstr(why, "batched projections") != NULL;
-        cr_expect_eq(prefill_failed, !cases[i].pass, "case %zu: %s", i, why);
-        json_decref(settings);
-        json_decref(metrics);
-        json_decref(checks);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_ran_judged("cpu.decode", "cpu", "prefill", cases[i].want, cases[i].ran,
+                          "batched projections", cases[i].pass, i);
     /* and at open: a backend asked for a precision it does not run refuses (no silent F32) */
     struct model *m = NULL;
     cr_assert_eq(model_load(&m, conformance_path("qwen3-dense-tiny-q8_0", "model.gguf"), &err), 0,
@@ -384,6 +403,81 @@ Test(cellkey, prefill_precision_is_a_cell_setting_judged_like_kv)
     cr_expect(strstr(err.msg, "runs its batched projections in f32, not f16"), "%s", err.msg);
     cr_expect_null(b);
     model_free(m);
+}
+
+/* The kernel generations (gemv, route, attn, graph) are cell settings: the fast paths the bench
+ * measures (docs/performance.md: decode 3.7x v1 on an H200 with all four) can be required cells
+ * of their own, refused on a backend without them, and judged from what the subject ran. */
+Test(cellkey, kernel_generations_are_cell_settings_judged_like_prefill)
+{
+    /* one truth: every backend's knob values are exactly the rows' default and values */
+    for (int k = 0; k < KNOB_COUNT; k++) {
+        const struct cell_setting *r = &CELL_SETTINGS[CELL_KNOB_FIRST + k];
+        cr_expect_str_eq(r->key, BACKEND_KNOBS[k].key, "row %d is not knob %d", k, k);
+        char all[64];
+        snprintf(all, sizeof all, "%s", r->dflt);
+        for (int i = 0; r->values[i]; i++)
+            snprintf(all + strlen(all), sizeof all - strlen(all), ",%s", r->values[i]);
+        for (int b = 0; b < backend_count(); b++) {
+            const char *has = backend_knob_values(backend_name(b), (enum backend_knob)k);
+            if (has && *has)
+                cr_expect_str_eq(has, all, "backend %s's %s values", backend_name(b), r->key);
+        }
+    }
+    ladderfix_init(&fx, "cellkey4");
+    struct gate_err err = {0};
+    struct ladder *l = NULL;
+    cr_assert_eq(load_cells("cuda.decode, cuda.prefill",
+                            "  - {model: moe, host: a, mode: cuda.decode}\n"
+                            "  - {model: moe, host: a, mode: cuda.decode, gemv: v2, route: v2,"
+                            " attn: split, graph: on}\n"
+                            "  - {model: moe, host: a, mode: cuda.prefill, gemv: v1, prefill: f16,"
+                            " graph: off, route: v2}\n",
+                            "gates:\n  overrides:\n"
+                            "    - match: {graph: on}\n      parity: {min_cosine: 0.9993}\n",
+                            &l, &err),
+                 0, "%s", err.msg);
+    char name[256];
+    cr_expect_str_eq(ladder_cell_name(l, 1, name, sizeof name),
+                     "moe/a/cuda.decode+gemv=v2+route=v2+attn=split+graph=on");
+    cr_expect_str_eq(ladder_cell_name(l, 2, name, sizeof name),
+                     "moe/a/cuda.prefill+prefill=f16+route=v2");
+    json_t *s1 = ladder_gate_settings(&l->cells[1].g, "parity"),
+           *s0 = ladder_gate_settings(&l->cells[0].g, "parity");
+    cr_expect_str_eq(json_string_value(json_object_get(s1, "gemv")), "v2");
+    cr_expect_str_eq(json_string_value(json_object_get(s1, "graph")), "on");
+    cr_expect_float_eq(json_real_value(json_object_get(s1, "min_cosine")), 0.9993, 1e-12);
+    cr_expect_null(json_object_get(s0, "gemv"), "the v1 default records nothing");
+    json_decref(s0);
+    json_decref(s1);
+    ladder_free(l);
+    l = NULL;
+    static const struct refusal bad[] = {
+        {"  - {model: moe, host: a, mode: cpu.decode, gemv: v2}\n",
+         "backend 'cpu' has no kernel generations (cuda offers v2)"},
+        {"  - {model: moe, host: a, mode: cuda.decode, attn: v2}\n", "must be v1 or split"},
+        {"  - {model: moe, host: a, mode: cuda.decode, graph: true}\n", "must be off or on"},
+        {"  - {model: moe, host: a, mode: cuda.decode}\n"
+         "  - {model: moe, host: a, mode: cuda.decode, gemv: v1}\n",
+         "is listed twice"},
+    };
+    expect_refused("cpu.decode, cuda.decode", bad, sizeof bad / sizeof bad[0]);
+    /* the judge holds what ran to the cell, both ways: a v2 cell whose subject ran v1, and a v1
+     * cell whose subject ran v2 (a harness that leaked a command-line switch), both FAIL */
+    static const struct {
+        const char *key, *want, *ran, *noun;
+        int pass;
+    } cases[] = {{"gemv", "v2", "v2", "GEMV", 1},
+                 {"gemv", "v2", "v1", "GEMV", 0},
+                 {"gemv", NULL, "v2", "GEMV", 0},
+                 {"gemv", NULL, "v1", "GEMV", 1},
+                 {"graph", "on", "off", "decode graph", 0},
+                 {"graph", "on", "eager: GATE_CUDA_DEBUG=1 syncs every launch", "decode graph", 0},
+                 {"attn", "split", "mixed", "attention", 0},
+                 {"route", NULL, "v1", "routing", 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_ran_judged("cuda.decode", "cuda", cases[i].key, cases[i].want, cases[i].ran,
+                          cases[i].noun, cases[i].pass, i);
 }
 
 /* ---- every identity setting, pinned byte for byte ------------------------------------------ */
