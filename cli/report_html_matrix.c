@@ -35,7 +35,7 @@ static void matrix_row(FILE *f, const struct report_matrix_row *mw)
         fputs("</td><td>", f);
         html_put(f, mw->key.mode);
         /* the identity settings are part of the cell: an F16 or isa cell is its own row */
-        char suffix[48];
+        char suffix[CELL_SUFFIX_MAX];
         html_put(f, cell_variant_suffix(&mw->key.v, suffix, sizeof suffix));
         fputs("</td>", f);
     }
@@ -70,7 +70,7 @@ void html_matrix_draw(FILE *f, const struct ladder *l, const struct report_matri
     fputs("<table class=\"grid\" id=\"grid\">\n<tr><th>model \\ host/mode</th>", f);
     for (int c = 0; c < m->n_cols; c++) {
         const struct cell_key *key = &m->cols[c].key;
-        char suffix[48];
+        char suffix[CELL_SUFFIX_MAX];
         fputs("<th>", f);
         html_put(f, key->host);
         fputs("<br>", f);

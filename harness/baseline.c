@@ -28,7 +28,8 @@ static void compare_with(const json_t *p, const char *model_id, const char *cell
     struct cell_key key;
     struct gate_err kerr = {0};
     const int key_ok = !cell_key_of_payload(p, &key, &kerr);
-    char got_s[48], want_s[48], got_w[64] = "", want_w[64];
+    char got_s[CELL_SUFFIX_MAX], want_s[CELL_SUFFIX_MAX], got_w[CELL_DESCRIBE_MAX] = "",
+                                                          want_w[CELL_DESCRIBE_MAX];
     cell_variant_suffix(want, want_s, sizeof want_s);
     cell_variant_describe(want, want_w, sizeof want_w);
     if (key_ok) {

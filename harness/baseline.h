@@ -21,8 +21,8 @@ struct baseline {
     char version[64]; /* its ladder release version */
     int n;            /* timed runs */
     double prefill[THROUGHPUT_MAX_RUNS], decode[THROUGHPUT_MAX_RUNS];
-    char refused[400]; /* not "" when a baseline exists but may not be compared (why) */
-    char none[200];    /* not "" when `previous` finds nothing to compare with (why) */
+    char refused[1024]; /* not "" when a baseline exists but may not be compared (why) */
+    char none[200];     /* not "" when `previous` finds nothing to compare with (why) */
 };
 
 /* Look up cell ci's baseline as its throughput setting (`g.baseline`) names it, for a run on

@@ -635,7 +635,7 @@ static int seen_add(struct parse *p, struct cell_seen *s, yaml_node_t *at, int m
     for (; s->key[i]; i = (i + 1) & (CELL_SLOTS - 1)) {
         if (s->key[i] != key)
             continue;
-        char kv[48];
+        char kv[CELL_SUFFIX_MAX];
         const char *m = l->models[model].id, *h = l->hosts[host].id;
         cell_variant_suffix(v, kv, sizeof kv);
         if (s->excluded[i] != excluded)
@@ -1324,7 +1324,7 @@ struct cell_key ladder_row_key(const struct ladder *l, int i)
 
 const char *ladder_column_name(const struct cell_key *k, char *buf, size_t n)
 {
-    char suffix[48];
+    char suffix[CELL_SUFFIX_MAX];
     snprintf(buf, n, "%s/%s%s", k->host, k->mode,
              cell_variant_suffix(&k->v, suffix, sizeof suffix));
     return buf;

@@ -246,7 +246,7 @@ const char *cell_variant_describe(const struct cell_variant *v, char *buf, size_
 
 int cell_key_name(const struct cell_key *k, char *out, size_t n, struct gate_err *err)
 {
-    char suffix[48];
+    char suffix[CELL_SUFFIX_MAX];
     cell_variant_suffix(&k->v, suffix, sizeof suffix);
     int w = snprintf(out, n, "%s/%s/%s%s", k->model, k->host, k->mode, suffix);
     if (w < 0 || (size_t)w >= n)

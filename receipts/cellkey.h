@@ -104,6 +104,12 @@ struct cell_key {
 int cell_variant_same(const struct cell_variant *a, const struct cell_variant *b);
 int cell_key_same(const struct cell_key *a, const struct cell_key *b);
 
+/* Buffers that hold any variant's suffix and description whole: every setting at its longest
+ * value is 71 bytes of suffix ("+kv=f16+isa=portable+prefill=bf16+gemv=v2+route=v2+attn=split
+ * +graph=on") and 99 of description (tests/test_cellkey.c checks both fit with room to spare). */
+#define CELL_SUFFIX_MAX 128
+#define CELL_DESCRIBE_MAX 192
+
 /* The name suffix of v: "" for the defaults, else "+kv=f16", "+isa=avx2", "+prefill=f16", in
  * the rows' order. */
 const char *cell_variant_suffix(const struct cell_variant *v, char *buf, size_t n);

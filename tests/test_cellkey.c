@@ -480,6 +480,47 @@ Test(cellkey, kernel_generations_are_cell_settings_judged_like_prefill)
                           cases[i].noun, cases[i].pass, i);
 }
 
+/* Every variant's suffix and description fit CELL_SUFFIX_MAX / CELL_DESCRIBE_MAX whole: with the
+ * four kernel-generation rows the longest suffix grew to 71 bytes, and the 48-byte buffers the
+ * names were made in cut it, so two cells could share a name. */
+Test(cellkey, the_longest_variant_names_fit_whole)
+{
+    struct cell_variant v;
+    memset(&v, 0, sizeof v);
+    size_t want = 0, want_d = 0;
+    for (int s = 0; s < CELL_SETTING_COUNT; s++) {
+        int best = 0;
+        size_t longest = 0;
+        for (int i = 0; i <= CELL_SETTING_MAX_VALUES; i++) {
+            const char *name = cell_setting_name((enum cell_setting_id)s, i);
+            if (i > 0 && !*name)
+                break;
+            if (i > 0 && strlen(name) >= longest)
+                longest = strlen(name), best = i;
+        }
+        v.at[s] = (unsigned char)best;
+        want += 2 + strlen(CELL_SETTINGS[s].key) + longest;                 /* "+key=value" */
+        want_d += (s ? 2 : 0) + strlen(CELL_SETTINGS[s].key) + 1 + longest; /* ", key value" */
+    }
+    char suffix[CELL_SUFFIX_MAX], desc[CELL_DESCRIBE_MAX];
+    cell_variant_suffix(&v, suffix, sizeof suffix);
+    cell_variant_describe(&v, desc, sizeof desc);
+    cr_expect_eq(strlen(suffix), want, "suffix cut: '%s' (%zu of %zu bytes)", suffix,
+                 strlen(suffix), want);
+    cr_expect_eq(strlen(desc), want_d, "description cut: '%s' (%zu of %zu bytes)", desc,
+                 strlen(desc), want_d);
+    cr_expect_lt(want, (size_t)CELL_SUFFIX_MAX - 16, "CELL_SUFFIX_MAX leaves little room: %zu",
+                 want);
+    cr_expect_lt(want_d, (size_t)CELL_DESCRIBE_MAX - 16, "CELL_DESCRIBE_MAX: %zu", want_d);
+    /* and a name made of it is whole */
+    struct cell_key k = {"model", "host", "cuda.prefill", v};
+    char name[256];
+    struct gate_err err = {0};
+    cr_assert_eq(cell_key_name(&k, name, sizeof name, &err), 0, "%s", err.msg);
+    cr_expect(strstr(name, suffix) && strlen(name) == strlen("model/host/cuda.prefill") + want,
+              "%s", name);
+}
+
 /* ---- every identity setting, pinned byte for byte ------------------------------------------ */
 /* What a cell's identity settings produce — names, the payload's "cell" object, the gates'
  * settings, override matching, the ladder's duplicate index, every parse and backend refusal —
