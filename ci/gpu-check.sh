@@ -456,6 +456,15 @@ st_suite() {
     (cd "$B" && LD_LIBRARY_PATH="${GATE_LIBPATH:+$GATE_LIBPATH${LD_LIBRARY_PATH:+:}}${LD_LIBRARY_PATH:-}" \
         env "${require[@]}" ctest --output-on-failure -j "$jobs") || rc=$?
     "$ROOT/ci/tap-summary.sh" "$B" suite
+    # the first device run's unexplained F32 NaN in test_cpu (docs/kernels.md): when it fails
+    # again, rerun it with glibc's AVX-512 (EVEX) string functions off; a pass then points at the
+    # host's register state, not at gate's kernels
+    if [ -f "$B/test-reports/test_cpu.tap" ] && grep -q '^not ok' "$B/test-reports/test_cpu.tap"; then
+        echo "test_cpu failed: rerun with GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW"
+        (cd "$B" && LD_LIBRARY_PATH="${GATE_LIBPATH:+$GATE_LIBPATH${LD_LIBRARY_PATH:+:}}${LD_LIBRARY_PATH:-}" \
+            GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW GATE_BIN="$B/gate" \
+            timeout 120 ./test_cpu 2>&1 | grep -E '^\[(FAIL|----)\]|Synthesis' | head -40) || true
+    fi
     echo "ctest exit $rc"
     return $rc
 }
