@@ -11,6 +11,7 @@
 #define GATE_SANITIZE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define GATE_UNINSTRUMENTED __attribute__((no_sanitize("address", "undefined")))
@@ -24,5 +25,11 @@ static inline void gate_check_range(const void *p, size_t bytes)
     (void)bytes;
 }
 #endif
+
+/* gate_check_range() over n floats at p (nothing for n <= 0): the common case of the kernels. */
+static inline void gate_check_floats(const float *p, int64_t n)
+{
+    gate_check_range(p, n > 0 ? (size_t)n * sizeof *p : 0);
+}
 
 #endif

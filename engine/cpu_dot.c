@@ -275,8 +275,8 @@ float cpu_dot_avx512_f32(const float *a, const float *b, int64_t n);
 
 float cpu_dot_f32(const float *a, const float *b, int64_t n)
 {
-    gate_check_range(a, n > 0 ? (size_t)n * sizeof *a : 0);
-    gate_check_range(b, n > 0 ? (size_t)n * sizeof *b : 0);
+    gate_check_floats(a, n);
+    gate_check_floats(b, n);
 #if defined(GATE_CPU_AVX2)
     if (cpu_dot_isa() >= CPU_ISA_AVX512)
         return cpu_dot_avx512_f32(a, b, n);

@@ -27,8 +27,8 @@ GATE_UNINSTRUMENTED static float reduce(float *acc)
  * whole (base/sanitize.h) */
 QUANT_VECTOR_CLONES GATE_UNINSTRUMENTED float dotq_f32(const float *a, const float *b, int64_t n)
 {
-    gate_check_range(a, n > 0 ? (size_t)n * sizeof *a : 0);
-    gate_check_range(b, n > 0 ? (size_t)n * sizeof *b : 0);
+    gate_check_floats(a, n);
+    gate_check_floats(b, n);
     float acc[DOTQ_LANES] = {0};
     int64_t i = 0;
     for (; i + DOTQ_LANES <= n; i += DOTQ_LANES)
@@ -43,8 +43,8 @@ QUANT_VECTOR_CLONES GATE_UNINSTRUMENTED float dotq_f32(const float *a, const flo
 QUANT_VECTOR_CLONES GATE_UNINSTRUMENTED void dotq_axpy(float *out, float w, const float *v,
                                                        int64_t n)
 {
-    gate_check_range(out, n > 0 ? (size_t)n * sizeof *out : 0);
-    gate_check_range(v, n > 0 ? (size_t)n * sizeof *v : 0);
+    gate_check_floats(out, n);
+    gate_check_floats(v, n);
     for (int64_t i = 0; i < n; i++)
         out[i] += w * v[i];
 }
@@ -198,7 +198,7 @@ float dotq_fast(int type, const void *row, const float *x, int64_t n, float *scr
 #ifdef DOTQ_X86
     if (have_avx2()) {
         gate_check_range(row, quant_row_bytes(type, n));
-        gate_check_range(x, n > 0 ? (size_t)n * sizeof *x : 0);
+        gate_check_floats(x, n);
         switch (type) {
         case QUANT_Q4_K:
         case QUANT_Q5_K:
