@@ -799,7 +799,8 @@ static int check_offered(struct parse *p, yaml_node_t *const *at, int model, int
         return 0;
     for (int s = 0; s < CELL_SETTING_COUNT; s++) {
         const char *value = cell_variant_value(v, (enum cell_setting_id)s);
-        if (v->at[s] && CELL_SETTINGS[s].refuses(m.backend, value, why, sizeof why))
+        if (v->at[s] &&
+            CELL_SETTINGS[s].refuses((enum cell_setting_id)s, m.backend, value, why, sizeof why))
             return fail(p, at[s], "cell %s/%s/%s: %s: %s, but backend '%s' %s",
                         p->l->models[model].id, p->l->hosts[host].id, mode, CELL_SETTINGS[s].key,
                         value, m.backend, why);

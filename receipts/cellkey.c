@@ -7,38 +7,42 @@
 
 #include "engine/backend.h"
 
-/* The backends whose row passes offers(name, value), comma-separated, into list ("none"). */
-static void offered_by(int (*offers)(const char *, const char *), const char *value, char *list,
-                       size_t n)
+/* The backends whose row passes offers(name, arg, value), comma-separated, into list ("none"). */
+static void offered_by(int (*offers)(const char *, int, const char *), int arg, const char *value,
+                       char *list, size_t n)
 {
     list[0] = '\0';
     for (int i = 0; i < backend_count(); i++)
-        if (offers(backend_name(i), value))
+        if (offers(backend_name(i), arg, value))
             snprintf(list + strlen(list), n - strlen(list), "%s%s", list[0] ? ", " : "",
                      backend_name(i));
     if (!list[0])
         snprintf(list, n, "none");
 }
 
-static int offers_kv(const char *backend, const char *value)
+static int offers_kv(const char *backend, int unused, const char *value)
 {
+    (void)unused;
     (void)value; /* one non-default value: f16 */
     return backend_offers_kv_f16(backend);
 }
 
-static int kv_refuses(const char *backend, const char *value, char *why, size_t n)
+static int kv_refuses(enum cell_setting_id s, const char *backend, const char *value, char *why,
+                      size_t n)
 {
     char list[96];
-    if (offers_kv(backend, value))
+    if (offers_kv(backend, s, value))
         return 0;
-    offered_by(offers_kv, value, list, sizeof list);
+    offered_by(offers_kv, s, value, list, sizeof list);
     snprintf(why, n,
              "offers no F16 KV cache (only %s do); an F16 cell is refused, never run as F32", list);
     return 1;
 }
 
-static int isa_refuses(const char *backend, const char *value, char *why, size_t n)
+static int isa_refuses(enum cell_setting_id unused, const char *backend, const char *value,
+                       char *why, size_t n)
 {
+    (void)unused;
     struct backend_invariants inv;
     backend_invariants(backend, &inv);
     for (const char *s = inv.isas; s && *s;) {
@@ -53,12 +57,19 @@ static int isa_refuses(const char *backend, const char *value, char *why, size_t
     return 1;
 }
 
-static int prefill_refuses(const char *backend, const char *value, char *why, size_t n)
+static int offers_prefill(const char *backend, int unused, const char *value)
+{
+    (void)unused;
+    return backend_offers_prefill(backend, value);
+}
+
+static int prefill_refuses(enum cell_setting_id s, const char *backend, const char *value,
+                           char *why, size_t n)
 {
     char list[96];
-    if (backend_offers_prefill(backend, value))
+    if (offers_prefill(backend, s, value))
         return 0;
-    offered_by(backend_offers_prefill, value, list, sizeof list);
+    offered_by(offers_prefill, s, value, list, sizeof list);
     snprintf(why, n,
              "runs its batched projections in F32 only (%s offer %s); a 16-bit cell is refused,"
              " never run as F32",
@@ -66,42 +77,29 @@ static int prefill_refuses(const char *backend, const char *value, char *why, si
     return 1;
 }
 
-/* A kernel generation (engine/backend.h, enum backend_knob): offered when the backend's row lists
- * the value for that knob (cuda: gemv v1,v2; route v1,v2; attn v1,split; graph off,on). */
-static int knob_refuses(enum backend_knob k, const char *backend, const char *value, char *why,
+/* A kernel generation (engine/backend.h, enum backend_knob; setting CELL_KNOB_FIRST + k is knob
+ * k): offered when the backend's row lists the value for that knob (cuda: gemv v1,v2; route
+ * v1,v2; attn v1,split; graph off,on). */
+static int offers_knob(const char *backend, int k, const char *value)
+{
+    return backend_offers_knob(backend, (enum backend_knob)k, value);
+}
+
+static int knob_refuses(enum cell_setting_id s, const char *backend, const char *value, char *why,
                         size_t n)
 {
-    if (backend_offers_knob(backend, k, value))
+    const int k = (int)s - CELL_KNOB_FIRST;
+    if (offers_knob(backend, k, value))
         return 0;
-    char list[96] = "";
-    for (int i = 0; i < backend_count(); i++)
-        if (backend_offers_knob(backend_name(i), k, value))
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? ", " : "",
-                     backend_name(i));
-    const char *has = backend_knob_values(backend, k);
+    char list[96];
+    offered_by(offers_knob, k, value, list, sizeof list);
+    const char *has = backend_knob_values(backend, (enum backend_knob)k);
     snprintf(why, n, "%s (%s %s %s); a %s %s cell is refused, never run on another generation",
-             has && *has ? "offers other generations only" : "has no kernel generations",
-             list[0] ? list : "no backend", list[0] && strchr(list, ',') ? "offer" : "offers",
-             value, BACKEND_KNOBS[k].key, value);
+             has && *has ? "offers other generations only" : "has no kernel generations", list,
+             strchr(list, ',') ? "offer" : "offers", value, BACKEND_KNOBS[k].key, value);
     if (has && *has)
         snprintf(why + strlen(why), n - strlen(why), " (it offers %s)", has);
     return 1;
-}
-static int gemv_refuses(const char *backend, const char *value, char *why, size_t n)
-{
-    return knob_refuses(KNOB_GEMV, backend, value, why, n);
-}
-static int route_refuses(const char *backend, const char *value, char *why, size_t n)
-{
-    return knob_refuses(KNOB_ROUTE, backend, value, why, n);
-}
-static int attn_refuses(const char *backend, const char *value, char *why, size_t n)
-{
-    return knob_refuses(KNOB_ATTN, backend, value, why, n);
-}
-static int graph_refuses(const char *backend, const char *value, char *why, size_t n)
-{
-    return knob_refuses(KNOB_GRAPH, backend, value, why, n);
 }
 
 /* The kernel-generation rows repeat the cuda row's knob values of engine/backend.c (its default
@@ -123,18 +121,18 @@ const struct cell_setting CELL_SETTINGS[CELL_SETTING_COUNT] = {
                       "batched projections' precision",
                       prefill_refuses},
     [CELL_GEMV] =
-        {"gemv", "v1", {"v2", NULL}, 0, "the decode GEMV generation", "GEMV", gemv_refuses},
+        {"gemv", "v1", {"v2", NULL}, 0, "the decode GEMV generation", "GEMV", knob_refuses},
     [CELL_ROUTE] =
-        {"route", "v1", {"v2", NULL}, 0, "the MoE routing generation", "routing", route_refuses},
+        {"route", "v1", {"v2", NULL}, 0, "the MoE routing generation", "routing", knob_refuses},
     [CELL_ATTN] =
-        {"attn", "v1", {"split", NULL}, 0, "the attention generation", "attention", attn_refuses},
+        {"attn", "v1", {"split", NULL}, 0, "the attention generation", "attention", knob_refuses},
     [CELL_GRAPH] = {"graph",
                     "off",
                     {"on", NULL},
                     0,
                     "the decode step as one device graph",
                     "decode graph",
-                    graph_refuses},
+                    knob_refuses},
 };
 
 static int n_values(const struct cell_setting *r)

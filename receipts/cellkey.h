@@ -60,7 +60,8 @@ struct cell_setting {
     /* 0 when backend (a mode's backend name, engine/backend.h) offers non-default value; else 1
      * with why (n bytes) what follows "but backend 'B' " in the ladder's refusal — read from the
      * backend's row, the same in every build (a cell is refused, never run otherwise) */
-    int (*refuses)(const char *backend, const char *value, char *why, size_t n);
+    int (*refuses)(enum cell_setting_id s, const char *backend, const char *value, char *why,
+                   size_t n); /* s: this row's id (one function serves the four knob rows) */
 };
 extern const struct cell_setting CELL_SETTINGS[CELL_SETTING_COUNT];
 
