@@ -110,6 +110,13 @@ gate_cmd() {
     fi
 }
 
+# The commit $DEB/IDENTITY names ("" when none), and its check of the tree (ci/identity.cmake:
+# exit 0 when every file is the commit's; its "identity: ..." line on stdout)
+identity_commit() { sed -n 's/^commit \([0-9a-f]*\)$/\1/p' "$DEB/IDENTITY" | head -n1; }
+identity_check() {
+    cmake -DMODE=check -DSRC="$ROOT" -DIDENTITY="$DEB/IDENTITY" -P "$ROOT/ci/identity.cmake" 2>&1
+}
+
 # R1: the tree's commit identity. Sets COMMIT (or "unknown"), CLEAN (true/false), ID_FROM (git,
 # identity file, none) and ID_WHY (why not clean, or why there is no identity).
 tree_identity() {
@@ -131,10 +138,8 @@ tree_identity() {
         # tree is that commit (ci/buildinfo.cmake makes the same choice for the binary)
         if [ "$CLEAN" != true ] && [ -f "$DEB/IDENTITY" ] && command -v cmake >/dev/null; then
             local idc
-            idc=$(sed -n 's/^commit \([0-9a-f]*\)$/\1/p' "$DEB/IDENTITY" | head -n1)
-            if [ -n "$idc" ] && [ "$idc" != "$head" ] &&
-                cmake -DMODE=check -DSRC="$ROOT" -DIDENTITY="$DEB/IDENTITY" \
-                    -P "$ROOT/ci/identity.cmake" >/dev/null 2>&1; then
+            idc=$(identity_commit)
+            if [ -n "$idc" ] && [ "$idc" != "$head" ] && identity_check >/dev/null; then
                 COMMIT=$idc CLEAN=true ID_WHY=""
                 ID_FROM="identity file (git's HEAD ${head:0:12} is another commit: a stale .git)"
             fi
@@ -144,10 +149,9 @@ tree_identity() {
     [ -n "${top:-}" ] && [ -z "${head:-}" ] && [ -d "$top" ] &&
         top="the tree is inside another repository ($top), not one of its own"
     if [ -f "$DEB/IDENTITY" ] && command -v cmake >/dev/null; then
-        COMMIT=$(sed -n 's/^commit \([0-9a-f]*\)$/\1/p' "$DEB/IDENTITY" | head -n1)
+        COMMIT=$(identity_commit)
         COMMIT=${COMMIT:-unknown} ID_FROM="identity file"
-        if out=$(cmake -DMODE=check -DSRC="$ROOT" -DIDENTITY="$DEB/IDENTITY" \
-            -P "$ROOT/ci/identity.cmake" 2>&1); then
+        if out=$(identity_check); then
             CLEAN=true
         else
             ID_WHY=$(printf '%s\n' "$out" | grep -m1 '^identity: ' || printf '%s' "${out//$'\n'/ }")

@@ -271,20 +271,21 @@ static void random_row(int type, uint8_t *row, int64_t n)
 /* The test's own inputs are finite: the first device host (gcc 13.3, AVX-512 FP16) reported NaN
  * from both kernels and from the float64 product of the F32 rows, which only a NaN input makes;
  * this names the value, its index and its bits, so the next run says which input it was. */
-static void expect_finite_inputs(const char *what, int type, const uint8_t *row, const float *x,
-                                 int64_t n)
+static void expect_finite_inputs(const char *what, int type, const uint8_t *row, int64_t n,
+                                 const float *x, int64_t n_x)
 {
     float *w = malloc((size_t)n * sizeof(float));
     cr_assert(w);
     quant_dequant_row(type, row, w, n);
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n_x; i++) { /* x: n_x / n tokens of the row's n weights */
+        const float wi = w[i % n];
         uint32_t wb, xb;
-        memcpy(&wb, &w[i], 4);
+        memcpy(&wb, &wi, 4);
         memcpy(&xb, &x[i], 4);
-        cr_assert(isfinite(w[i]) && isfinite(x[i]),
+        cr_assert(isfinite(wi) && isfinite(x[i]),
                   "%s %s: input %lld is not finite: weight %g (bits %08x), activation %g (bits"
                   " %08x)",
-                  what, quant_name(type), (long long)i, (double)w[i], wb, (double)x[i], xb);
+                  what, quant_name(type), (long long)i, (double)wi, wb, (double)x[i], xb);
     }
     free(w);
 }
@@ -321,8 +322,8 @@ Test(cpu, avx2_kernels_equal_the_portable_ones_bit_for_bit)
                     x[(size_t)t * n + i] = uniform(-mag, mag);
                 x[(size_t)t * n + (int64_t)(next_u64() % (uint64_t)n)] = 40.0f * mag;
                 cpu_act_quantize(type, x + (size_t)t * n, act + (size_t)t * as, n);
-                expect_finite_inputs("avx2 vs portable", type, row, x + (size_t)t * n, n);
             }
+            expect_finite_inputs("avx2 vs portable", type, row, n, x, CPU_DOT_MAX_TOK * n);
             for (int nt = 1; nt <= CPU_DOT_MAX_TOK; nt++) {
                 float a[CPU_DOT_MAX_TOK], p[CPU_DOT_MAX_TOK];
                 cpu_dot_avx2_rows(type, row, act, as, nt, n, a, 1);
@@ -434,7 +435,7 @@ Test(cpu, kernels_quantize_to_12_bits_and_equal_the_exact_product_of_what_they_q
             quant_dequant_row(type, row, w, n);
             for (int64_t i = 0; i < n; i++)
                 x[i] = uniform(-2.0f, 2.0f);
-            expect_finite_inputs("12-bit kernels", type, row, x, n);
+            expect_finite_inputs("12-bit kernels", type, row, n, x, n);
             cpu_act_quantize(type, x, act, n);
             act_values(type, act, n, xq);
             /* 1. the quantizer */

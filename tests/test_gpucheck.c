@@ -588,22 +588,21 @@ Test(gpucheck, the_carried_libraries_reach_gate_only, .timeout = 300)
     free(seen);
 }
 
-/* R1: a copy of the tree whose .git did not travel. GATE_PREPARE_ONLY=1 (on the committed copy)
- * writes the build-identity file; without .git the dry run's summary names that commit, clean;
- * an edited file makes it a warning (not clean), and without the file preflight fails naming
- * the missing identity. */
-Test(gpucheck, a_tree_without_git_takes_its_commit_from_the_identity_file, .timeout = 300)
+/* A committed copy of this checkout in dir/tree (git init, one commit, then the shell commands
+ * `more` run in it, which may commit again), an empty dir/deb holding a placeholder .deb, and
+ * GATE_PREPARE_ONLY=1 run on it (which must write the build identity); HEAD's commit into commit.
+ */
+static void prepared_copy(const char *dir, const char *more, char commit[64])
 {
-    char dir[1024], cmd[8192];
-    check_make_dir(dir, sizeof dir, "r1");
+    char cmd[8192];
     snprintf(cmd, sizeof cmd,
              "set -e; cd '%s'; mkdir -p tree deb tree/shared/conformance;"
              "git -C '%s' ls-files -z --cached --others --exclude-standard |"
              "  (cd '%s' && tar --null -T - -cf -) | tar -xf - -C tree;"
              "cd tree; git init -q .; git add -A;"
              "git -c user.name=t -c user.email=t@t -c commit.gpgsign=false commit -q -m copy;"
-             ": >../deb/placeholder.deb",
-             dir, GATE_SOURCE_DIR, GATE_SOURCE_DIR);
+             "%s : >../deb/placeholder.deb",
+             dir, GATE_SOURCE_DIR, GATE_SOURCE_DIR, more);
     cr_assert_eq(system(cmd), 0, "cannot make the committed copy");
     char *t = NULL;
     int rc = run_sh(&t,
@@ -613,12 +612,25 @@ Test(gpucheck, a_tree_without_git_takes_its_commit_from_the_identity_file, .time
     cr_assert_eq(rc, 0, "prepare: %s", t);
     cr_expect(strstr(t, "identity: wrote "), "%s", t);
     free(t);
-    char commit[64] = "";
     rc = run_sh(&t, "git -C '%s/tree' rev-parse HEAD", dir);
     cr_assert_eq(rc, 0);
-    snprintf(commit, sizeof commit, "%.40s", t);
+    snprintf(commit, 64, "%.40s", t);
     free(t);
     cr_assert_eq(strlen(commit), 40, "no commit printed");
+}
+
+/* R1: a copy of the tree whose .git did not travel. GATE_PREPARE_ONLY=1 (on the committed copy)
+ * writes the build-identity file; without .git the dry run's summary names that commit, clean;
+ * an edited file makes it a warning (not clean), and without the file preflight fails naming
+ * the missing identity. */
+Test(gpucheck, a_tree_without_git_takes_its_commit_from_the_identity_file, .timeout = 300)
+{
+    char dir[1024], cmd[8192];
+    check_make_dir(dir, sizeof dir, "r1");
+    char commit[64];
+    prepared_copy(dir, "", commit);
+    char *t = NULL;
+    int rc;
 
     snprintf(cmd, sizeof cmd, "rm -rf '%s/tree/.git' '%s/deb/placeholder.deb'", dir, dir);
     cr_assert_eq(system(cmd), 0);
@@ -666,29 +678,14 @@ Test(gpucheck, a_stale_git_yields_to_the_identity_file_the_tree_verifies_against
 {
     char dir[1024], cmd[8192];
     check_make_dir(dir, sizeof dir, "stale");
-    snprintf(cmd, sizeof cmd,
-             "set -e; cd '%s'; mkdir -p tree deb tree/shared/conformance;"
-             "git -C '%s' ls-files -z --cached --others --exclude-standard |"
-             "  (cd '%s' && tar --null -T - -cf -) | tar -xf - -C tree;"
-             "cd tree; git init -q .; git add -A;"
-             "git -c user.name=t -c user.email=t@t -c commit.gpgsign=false commit -q -m one;"
-             "echo later >>README.md; git add -A;"
-             "git -c user.name=t -c user.email=t@t -c commit.gpgsign=false commit -q -m two;"
-             ": >../deb/placeholder.deb",
-             dir, GATE_SOURCE_DIR, GATE_SOURCE_DIR);
-    cr_assert_eq(system(cmd), 0, "cannot make the committed copy");
+    char commit[64];
+    prepared_copy(dir,
+                  "echo later >>README.md; git add -A;"
+                  "git -c user.name=t -c user.email=t@t -c commit.gpgsign=false commit -q -m two;",
+                  commit);
     char *t = NULL;
-    int rc = run_sh(&t,
-                    "cd '%s/tree' && env GATE_PREPARE_ONLY=1 GATE_DEB_DIR='%s/deb' "
-                    "bash ci/gpu-check.sh '%s/prep'",
-                    dir, dir, dir);
-    cr_assert_eq(rc, 0, "prepare: %s", t);
-    free(t);
-    char commit[64] = "";
-    rc = run_sh(&t, "git -C '%s/tree' rev-parse HEAD && git -C '%s/tree' reset -q --soft HEAD~1",
-                dir, dir);
-    cr_assert_eq(rc, 0);
-    snprintf(commit, sizeof commit, "%.40s", t);
+    int rc = run_sh(&t, "git -C '%s/tree' reset -q --soft HEAD~1", dir);
+    cr_assert_eq(rc, 0); /* .git one commit behind the tree and its identity file */
     free(t);
     rc = run_sh(&t, "env GATE_DEB_DIR='%s/deb' bash '%s/tree/ci/gpu-check.sh' --stage preflight",
                 dir, dir);
