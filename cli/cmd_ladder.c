@@ -154,7 +154,7 @@ int cmd_ladder(int argc, char **argv)
     int (*const coverage[])(const struct ladder *, char *, size_t) = {
         ladder_hparams_uniform, ladder_span_short, ladder_counts_small};
     for (size_t k = 0; k < sizeof coverage / sizeof coverage[0]; k++) {
-        char why[2400];
+        char why[4096];
         if (coverage[k](l, why, sizeof why))
             for (char *line = strtok(why, "\n"); line; line = strtok(NULL, "\n"))
                 fprintf(stderr, "warning: %s\n", line);

@@ -210,7 +210,7 @@ static int engine_warnings(const struct ladder *l, char *why, size_t n, engine_s
     why[0] = '\0';
     for (int c0 = 0; c0 < l->n_cells; c0++) {
         const char *mode = l->cells[c0].mode;
-        char line[1024];
+        char line[2048];
         if (!engine_first_cell(l, c0) ||
             !say(l, c0, mode, (int)engine_len(mode), line, sizeof line))
             continue;
@@ -339,30 +339,65 @@ int ladder_counts_small(const struct ladder *l, char *why, size_t n)
     return engine_warnings(l, why, n, say_counts_small);
 }
 
+/* 1 when cell c is the first of its path: its mode and cell settings (kv, isa, prefill, the
+ * kernel generations), each of which runs code of its own */
+static int path_first_cell(const struct ladder *l, int c)
+{
+    for (int d = 0; d < c; d++)
+        if (!strcmp(l->cells[d].mode, l->cells[c].mode) &&
+            cell_variant_same(&l->cells[d].v, &l->cells[c].v))
+            return 0;
+    return 1;
+}
+
 static int say_span_short(const struct ladder *l, int c0, const char *mode, int len, char *buf,
                           size_t bn)
 {
-    long long longest = 0; /* the longest sequence parity judges in this engine's cells */
-    uint32_t ctx = 0;      /* the longest context among their models */
+    /* per path of this engine: the longest sequence parity judges in its cells against the
+     * longest context among their models. A span over the whole context on one path (say the
+     * F32 decode) judges nothing of another's code there (the F16 cache's conversion, the
+     * prompt's batched attention, an instruction set's kernels). */
+    int n_short = 0;
+    size_t used = 0;
     for (int c = c0; c < l->n_cells; c++) {
         const struct ladder_cell *cell = &l->cells[c];
-        if (!same_engine(cell->mode, mode))
+        if (!same_engine(cell->mode, mode) || !path_first_cell(l, c))
             continue;
-        const long long seq = cell->g.span > cell->g.positions ? cell->g.span : cell->g.positions;
-        if (seq > longest)
-            longest = seq;
-        const uint32_t mc = model_context(l, cell->model);
-        if (mc > ctx)
-            ctx = mc;
+        long long longest = 0;
+        uint32_t ctx = 0;
+        for (int d = c; d < l->n_cells; d++) {
+            const struct ladder_cell *o = &l->cells[d];
+            if (strcmp(o->mode, cell->mode) || !cell_variant_same(&o->v, &cell->v))
+                continue;
+            const long long seq = o->g.span > o->g.positions ? o->g.span : o->g.positions;
+            if (seq > longest)
+                longest = seq;
+            const uint32_t mc = model_context(l, o->model);
+            if (mc > ctx)
+                ctx = mc;
+        }
+        if (longest > LADDER_SPAN_REACH || (long long)ctx <= longest)
+            continue;
+        char suffix[CELL_SUFFIX_MAX];
+        cell_variant_suffix(&cell->v, suffix, sizeof suffix);
+        if (used < bn && !n_short)
+            used += (size_t)snprintf(buf + used, bn - used,
+                                     "no cell judges the %.*s engine's %s%s past position %lld"
+                                     " (its models' context: up to %u)",
+                                     len, mode, cell->mode, suffix, longest - 1, ctx);
+        else if (used < bn)
+            used += (size_t)snprintf(buf + used, bn - used, "; nor %s%s past %lld (up to %u)",
+                                     cell->mode, suffix, longest - 1, ctx);
+        n_short++;
     }
-    if (longest > LADDER_SPAN_REACH || (long long)ctx <= longest)
+    if (!n_short)
         return 0;
-    snprintf(buf, bn,
-             "no cell judges the %.*s engine past position %lld (its models' context: up to"
-             " %u): a bug at a later position (an engine's default context of %d, a KV slot,"
-             " a RoPE table) passes every gate here; give one cell a parity span past %d"
-             " (docs/ladder.md, \"Positions past 2048\")",
-             len, mode, longest - 1, ctx, LADDER_SPAN_REACH, LADDER_SPAN_REACH);
+    if (used < bn)
+        snprintf(buf + used, bn - used,
+                 ": a bug at a later position on such a path (an engine's default context of %d,"
+                 " a KV slot, a RoPE table, a score buffer) passes every gate here; give one cell"
+                 " of each a parity span past %d (docs/ladder.md, \"Positions past 2048\")",
+                 LADDER_SPAN_REACH, LADDER_SPAN_REACH);
     return 1;
 }
 

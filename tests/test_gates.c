@@ -193,11 +193,11 @@ Test(gates, a_refused_route_fails_and_a_replayed_one_is_judged_normally)
     cr_expect(strstr(why, "layer 2 position 17"), "%s", why);
     cr_expect(strstr(why, "judge deficit 0.3, subject gap 0.2"), "%s", why);
     /* a pair whose subject saw no near tie was never offered to the judge: no deficit exists,
-     * and the message says so instead of printing "nan" */
+     * the receipt holds "NaN" and the message says so instead of printing "nan" */
     json_t *unoffered = with_replay(parity_metrics(96, -1, 0, 0, 0), 0, 1, 0, 0.2);
     json_object_set_new(
         json_object_get(json_object_get(unoffered, "route_replay"), "first_refused"), "deficit",
-        json_null());
+        json_string("NaN")); /* parity_json_number(NAN) */
     cr_expect_eq(judge("parity", "ref.decode", parity_settings(), unoffered, why), GATE_FAIL, "%s",
                  why);
     cr_expect(strstr(why, "judge deficit not measured"), "%s", why);

@@ -1732,8 +1732,8 @@ Test(ladder_check, an_engine_never_judged_past_2048_is_named)
     cr_expect_eq(ladder_warning_of(ladder_span_short, d, cpu_cell,
                                    "gates: {defaults: {parity: {span: 1200}}}\n", why, sizeof why),
                  1);
-    cr_expect(strstr(why, "no cell judges the cpu engine past position 1199 (its models' context:"
-                          " up to 4096)"),
+    cr_expect(strstr(why, "no cell judges the cpu engine's cpu.decode past position 1199 (its"
+                          " models' context: up to 4096)"),
               "%s", why);
     /* one cell over the whole context: silent */
     cr_expect_eq(ladder_warning_of(ladder_span_short, d, cpu_cell,
@@ -1755,12 +1755,42 @@ Test(ladder_check, an_engine_never_judged_past_2048_is_named)
                           " overrides: [{match: {mode: cuda.decode}, parity: {span: 96}}]}\n",
                           why, sizeof why),
         1, "%s", why);
-    cr_expect(strstr(why, "the cuda engine past position 95"), "%s", why);
+    cr_expect(strstr(why, "the cuda engine's cuda.decode past position 95"), "%s", why);
     cr_expect(!strstr(why, "cpu engine"), "%s", why);
     /* the judge's own cells never count */
     cr_expect_eq(ladder_warning_of(ladder_span_short, d,
                                    "[{models: [d], hosts: [local], modes: [ref.decode]}]", "", why,
                                    sizeof why),
+                 0, "%s", why);
+}
+
+/* Per path, not per engine: each mode and cell setting runs code of its own (an F16 cache's
+ * conversion, an instruction set's kernels), so a whole-context span on the F32 decode judges
+ * nothing of the F16 cache past 2048 (mutant kv-f16-load-2048 passed every gate of the demo while
+ * one F32 cell spanned 4096). ladder_span_short names each short path; one long cell of a path
+ * silences it. */
+Test(ladder_check, a_path_never_judged_past_2048_is_named_though_another_path_is)
+{
+    char why[1200];
+    const char *d = HP_MODEL("d", "preset: tiny-dense, quant: Q8_0", "qwen3");
+    const char *cells = "[{models: [d], hosts: [local], modes: [cpu.decode]},"
+                        " {model: d, host: local, mode: cpu.decode, kv: f16},"
+                        " {model: d, host: local, mode: cpu.decode, isa: portable}]";
+    cr_expect_eq(ladder_warning_of(ladder_span_short, d, cells,
+                                   "gates: {defaults: {parity: {span: 1200}},"
+                                   " overrides: [{match: {mode: cpu.decode}, parity: {span: 4096}},"
+                                   " {match: {kv: f16}, parity: {span: 1200}},"
+                                   " {match: {isa: portable}, parity: {span: 2000}}]}\n",
+                                   why, sizeof why),
+                 1, "%s", why);
+    cr_expect(strstr(why, "no cell judges the cpu engine's cpu.decode+kv=f16 past position 1199"
+                          " (its models' context: up to 4096); nor cpu.decode+isa=portable past"
+                          " 1999 (up to 4096): a bug at a later position on such a path"),
+              "%s", why);
+    cr_expect(!strstr(why, "cpu.decode past"), "the F32 decode spans 4096: %s", why);
+    /* every path over the whole context: silent */
+    cr_expect_eq(ladder_warning_of(ladder_span_short, d, cells,
+                                   "gates: {defaults: {parity: {span: 4096}}}\n", why, sizeof why),
                  0, "%s", why);
 }
 
