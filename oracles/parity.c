@@ -261,7 +261,7 @@ int parity_verdict(const struct parity_config *cfg, const struct parity_summary 
 {
     json_t *own = checks ? NULL : json_array(); /* gate_check_* need an array */
     json_t *c = checks ? checks : own;
-    char first[200] = "";
+    char first[320] = ""; /* the longest sentence (a refused route pair) whole */
     const size_t fn = sizeof first;
     if (!gate_check_num(c, "positions", s->n_pos, ">=", cfg->positions))
         gate_say_first(first, fn,
@@ -278,8 +278,8 @@ int parity_verdict(const struct parity_config *cfg, const struct parity_summary 
     char deficit[128];
     if (isnan(rr->refused_deficit))
         snprintf(deficit, sizeof deficit,
-                 "judge deficit not measured: the subject's own gap is no"
-                 " near tie, its set was not offered to the judge");
+                 "no judge deficit: the subject's own gap is no near tie, so its set was not"
+                 " offered to the judge");
     else
         snprintf(deficit, sizeof deficit, "judge deficit %.3g", rr->refused_deficit);
     if (!gate_check_num(c, "route_refused", rr->n_refused, "<=", 0))

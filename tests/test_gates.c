@@ -200,7 +200,10 @@ Test(gates, a_refused_route_fails_and_a_replayed_one_is_judged_normally)
         json_string("NaN")); /* parity_json_number(NAN) */
     cr_expect_eq(judge("parity", "ref.decode", parity_settings(), unoffered, why), GATE_FAIL, "%s",
                  why);
-    cr_expect(strstr(why, "judge deficit not measured"), "%s", why);
+    cr_expect(strstr(why,
+                     "first layer 2 position 17 (no judge deficit: the subject's own gap is"
+                     " no near tie, so its set was not offered to the judge, subject gap 0.2)"),
+              "the whole sentence: %s", why);
     cr_expect(!strstr(why, "nan"), "%s", why);
     /* a malformed account is not read as "nothing refused": a string, an infinite or a
      * fractional count (cast to int they read 0 or INT_MIN) */
