@@ -339,13 +339,18 @@ int ladder_counts_small(const struct ladder *l, char *why, size_t n)
     return engine_warnings(l, why, n, say_counts_small);
 }
 
-/* 1 when cell c is the first of its path: its mode and cell settings (kv, isa, prefill, the
+/* 1 when cells a and b run one path: one mode and the same cell settings (kv, isa, prefill, the
  * kernel generations), each of which runs code of its own */
+static int same_path(const struct ladder_cell *a, const struct ladder_cell *b)
+{
+    return !strcmp(a->mode, b->mode) && cell_variant_same(&a->v, &b->v);
+}
+
+/* 1 when cell c is the first of its path */
 static int path_first_cell(const struct ladder *l, int c)
 {
     for (int d = 0; d < c; d++)
-        if (!strcmp(l->cells[d].mode, l->cells[c].mode) &&
-            cell_variant_same(&l->cells[d].v, &l->cells[c].v))
+        if (same_path(&l->cells[d], &l->cells[c]))
             return 0;
     return 1;
 }
@@ -367,7 +372,7 @@ static int say_span_short(const struct ladder *l, int c0, const char *mode, int 
         uint32_t ctx = 0;
         for (int d = c; d < l->n_cells; d++) {
             const struct ladder_cell *o = &l->cells[d];
-            if (strcmp(o->mode, cell->mode) || !cell_variant_same(&o->v, &cell->v))
+            if (!same_path(o, cell))
                 continue;
             const long long seq = o->g.span > o->g.positions ? o->g.span : o->g.positions;
             if (seq > longest)

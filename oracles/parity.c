@@ -273,22 +273,24 @@ int parity_verdict(const struct parity_config *cfg, const struct parity_summary 
     /* an expert set that differs beyond the router near tie: the subject routed where the
      * judge's router clearly would not (route_tie 0: any differing set) */
     const struct parity_route_replay *rr = &s->route;
-    /* the first refused pair's judge deficit is measured only where the subject's own router
-     * saw a near tie (its set was offered to the judge); elsewhere the message says why not */
-    char deficit[128];
-    if (isnan(rr->refused_deficit))
-        snprintf(deficit, sizeof deficit,
-                 "no judge deficit: the subject's own gap is no near tie, so its set was not"
-                 " offered to the judge");
-    else
-        snprintf(deficit, sizeof deficit, "judge deficit %.3g", rr->refused_deficit);
-    if (!gate_check_num(c, "route_refused", rr->n_refused, "<=", 0))
+    if (!gate_check_num(c, "route_refused", rr->n_refused, "<=", 0)) {
+        /* the first refused pair's judge deficit is measured only where the subject's own
+         * router saw a near tie (its set was offered to the judge); elsewhere the message says
+         * why there is none */
+        char deficit[128];
+        if (isnan(rr->refused_deficit))
+            snprintf(deficit, sizeof deficit,
+                     "no judge deficit: the subject's own gap is no near tie, so its set was not"
+                     " offered to the judge");
+        else
+            snprintf(deficit, sizeof deficit, "judge deficit %.3g", rr->refused_deficit);
         gate_say_first(first, fn,
                        "%d (layer, position) pairs route to another expert set than the judge"
                        " beyond the router near tie %g, first layer %d position %d (%s, subject"
                        " gap %.3g)",
                        rr->n_refused, cfg->route_tie, rr->refused_layer, rr->refused_pos, deficit,
                        rr->refused_subject_gap);
+    }
     if (!gate_check_num(c, "wrong_positions", s->n_wrong, "<=", 0))
         gate_say_first(
             first, fn,
