@@ -101,14 +101,17 @@ deps_env() {
     fi
 }
 
-# gate with the carried libraries on its loader path (R8: only gate's process sees them)
-gate_cmd() {
+# a command with the carried libraries on its loader path (R8: only that process sees them)
+with_carried() {
     if [ -n "${GATE_LIBPATH:-}" ]; then
-        LD_LIBRARY_PATH="$GATE_LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$GATE" "$@"
+        LD_LIBRARY_PATH="$GATE_LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
     else
-        "$GATE" "$@"
+        "$@"
     fi
 }
+
+# gate itself with them
+gate_cmd() { with_carried "$GATE" "$@"; }
 
 # The commit $DEB/IDENTITY names ("" when none), and its check of the tree (ci/identity.cmake:
 # exit 0 when every file is the commit's; its "identity: ..." line on stdout)
@@ -346,8 +349,7 @@ st_build() {
 check_loads() {
     local out miss
     command -v ldd >/dev/null || { echo "warning: no ldd: the libraries of $1 are not checked"; return 0; }
-    out=$(LD_LIBRARY_PATH="${GATE_LIBPATH:+$GATE_LIBPATH${LD_LIBRARY_PATH:+:}}${LD_LIBRARY_PATH:-}" \
-        ldd "$1" 2>&1) || return 0 # not a dynamic executable (a script standing in for gate)
+    out=$(with_carried ldd "$1" 2>&1) || return 0 # not a dynamic executable (a script standing in for gate)
     miss=$(printf '%s\n' "$out" | awk '/not found/ {print $1}' | sort -u | tr '\n' ' ')
     if [ -n "$miss" ]; then
         echo "$1 cannot start: ${miss% } not found (RUNPATH: $(readelf -d "$1" 2>/dev/null |
@@ -457,17 +459,15 @@ st_suite() {
     # the test binaries link Criterion's carried closure (libgit2, ...), which their RUNPATH does
     # not reach: the carried prefix is on the loader path for the suite only
     local rc=0
-    (cd "$B" && LD_LIBRARY_PATH="${GATE_LIBPATH:+$GATE_LIBPATH${LD_LIBRARY_PATH:+:}}${LD_LIBRARY_PATH:-}" \
-        env "${require[@]}" ctest --output-on-failure -j "$jobs") || rc=$?
+    (cd "$B" && with_carried env "${require[@]}" ctest --output-on-failure -j "$jobs") || rc=$?
     "$ROOT/ci/tap-summary.sh" "$B" suite
     # the first device run's unexplained F32 NaN in test_cpu (docs/kernels.md): when it fails
     # again, rerun it with glibc's AVX-512 (EVEX) string functions off; a pass then points at the
     # host's register state, not at gate's kernels
     if [ -f "$B/test-reports/test_cpu.tap" ] && grep -q '^not ok' "$B/test-reports/test_cpu.tap"; then
         echo "test_cpu failed: rerun with GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW"
-        (cd "$B" && LD_LIBRARY_PATH="${GATE_LIBPATH:+$GATE_LIBPATH${LD_LIBRARY_PATH:+:}}${LD_LIBRARY_PATH:-}" \
-            GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW GATE_BIN="$B/gate" \
-            timeout 120 ./test_cpu 2>&1 | grep -E '^\[(FAIL|----)\]|Synthesis' | head -40) || true
+        (cd "$B" && with_carried env GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW \
+            GATE_BIN="$B/gate" timeout 120 ./test_cpu 2>&1 | grep -E '^\[(FAIL|----)\]|Synthesis' | head -40) || true
     fi
     echo "ctest exit $rc"
     return $rc
