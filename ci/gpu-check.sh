@@ -41,8 +41,9 @@
 #              every target built, ctest with GATE_REQUIRE_GPU=1 and GATE_REQUIRE_ISA set from
 #              /proc/cpuinfo (a device or ISA test that would skip fails), GATE_TEST_SHARED =
 #              the carried ./shared; then ci/tap-summary.sh's counts and every remaining skip
-# The carried libraries reach the loader only for gate itself (gate_cmd sets LD_LIBRARY_PATH on
-# its command line): git, cmake, the compilers and python run with the host's own libraries.
+# The carried libraries reach the loader only for gate, its test binaries and the ldd check
+# (with_carried sets LD_LIBRARY_PATH on their command lines): git, cmake, the compilers and
+# python run with the host's own libraries.
 #
 # Commit identity (R1): receipts from a build without a clean commit never count. The tree's
 # commit is git's when git works and the tree is the top of its own repository, with "clean"
